@@ -1,0 +1,136 @@
+"""The option declaration type and the value checks derived from it.
+
+Each option is declared once (see options.py); TOML load/save, CLI overrides, validation,
+the GUI widgets and the docs table are all computed from these declarations.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Method = Literal["lora", "dreambooth", "finetune"]
+ALL_METHODS: frozenset[str] = frozenset({"lora", "dreambooth", "finetune"})
+
+# (section id, title shown in the GUI and docs); also the TOML section names, in order.
+GROUPS: dict[str, str] = {
+    "model": "Model",
+    "dataset": "Dataset",
+    "network": "Network",
+    "optimizer": "Optimizer and schedule",
+    "precision": "Precision and memory",
+    "saving": "Saving",
+    "logging": "Logging",
+}
+
+Kind = Literal["bool", "int", "float", "number", "str", "list"]
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    kind: Kind
+    default: Any
+    help: str
+    group: str
+    methods: frozenset[str] = ALL_METHODS
+    choices: tuple[str, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+    nullable: bool = False  # None (left out of the TOML) is a valid value
+    required: bool = False  # must be non-empty before training starts
+    path: Literal["dir", "file", "any", "out"] | None = None  # checked on disk by validation
+    advanced: bool = False  # shown collapsed in the GUI
+
+    def allowed(self) -> str:
+        """Human description of what this option accepts."""
+        if self.choices:
+            text = "one of " + ", ".join(repr(c) for c in self.choices)
+        else:
+            text = {
+                "bool": "true or false",
+                "int": "a whole number",
+                "float": "a number",
+                "number": "a number",
+                "str": "a text value",
+                "list": "a list of text values",
+            }[self.kind]
+            if self.min is not None and self.max is not None:
+                text += f" from {_fmt(self.min)} to {_fmt(self.max)}"
+            elif self.min is not None:
+                text += f" >= {_fmt(self.min)}"
+            elif self.max is not None:
+                text += f" <= {_fmt(self.max)}"
+        if self.nullable:
+            text += " (or leave it unset)"
+        return text
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+@dataclass
+class ConfigIssue:
+    """One problem with a config, tied to the option it concerns."""
+
+    field: str
+    message: str
+    group: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclass
+class ConfigError(ValueError):
+    """Raised with every problem found, so a user can fix them all at once."""
+
+    issues: list[ConfigIssue] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return "\n".join(f"- {i}" for i in self.issues) if self.issues else "invalid config"
+
+
+def coerce(opt: Option, value: Any) -> Any:
+    """Return `value` as the option's type or raise ConfigIssue-carrying ValueError."""
+    bad = ValueError(f"got {value!r}; expected {opt.allowed()}")
+    if value is None:
+        if opt.nullable:
+            return None
+        raise bad
+    if opt.kind == "bool":
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if opt.kind == "list":
+        if isinstance(value, str):  # CLI convenience: "a,b" or a single value
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+            raise bad
+        return [str(v) for v in value]
+    if opt.kind == "str":
+        if not isinstance(value, str):
+            raise bad
+        if opt.choices and value not in opt.choices:
+            match = next((c for c in opt.choices if c.lower() == value.lower()), None)
+            if match is None:
+                raise bad
+            value = match
+        return value
+    # numbers
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad
+    if opt.kind == "int":
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise bad
+            value = int(value)
+    else:
+        if not math.isfinite(float(value)):
+            raise bad
+        if opt.kind == "float":
+            value = float(value)
+    if (opt.min is not None and value < opt.min) or (opt.max is not None and value > opt.max):
+        raise bad
+    return value
