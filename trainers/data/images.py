@@ -1,0 +1,150 @@
+"""Image loading and preprocessing for training.
+
+``load_image_rgb`` gives an upright RGB PIL image (EXIF orientation applied,
+transparency composited onto white).  ``prepare_image`` resizes it to cover a
+target size, crops (center or random), optionally flips, and returns a
+``(3, H, W)`` float tensor in ``[-1, 1]`` plus the SDXL size-conditioning
+values (original size, crop top-left, target size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+
+__all__ = ["ImageLoadError", "PreparedImage", "load_image_rgb", "to_rgb", "prepare_image"]
+
+
+class ImageLoadError(ValueError):
+    """An image file could not be opened or decoded. ``path`` holds the file."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"could not load image {self.path}: {reason}")
+
+
+_TRANSPARENT_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
+
+
+def to_rgb(img: Image.Image, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
+    """Convert any PIL image to 8-bit RGB; transparent pixels are composited onto ``background``."""
+    has_alpha = img.mode in _TRANSPARENT_MODES or "transparency" in img.info
+    if img.mode == "RGB" and not has_alpha:
+        return img
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+        # 16/32-bit greyscale: PIL's convert() would clip at 255, so rescale to 8 bits.
+        arr = np.asarray(img).astype(np.float64)
+        peak = 65535.0 if img.mode.startswith("I;16") or arr.max(initial=0) > 255 else 255.0
+        arr = np.clip(np.rint(arr * (255.0 / peak)), 0, 255).astype(np.uint8)
+        return Image.fromarray(arr, mode="L").convert("RGB")
+    if img.mode == "F":
+        arr = np.asarray(img)
+        arr = np.clip(np.rint(arr * 255.0 if arr.max(initial=0) <= 1.0 else arr), 0, 255).astype(np.uint8)
+        return Image.fromarray(arr, mode="L").convert("RGB")
+    if has_alpha:
+        rgba = img.convert("RGBA")
+        canvas = Image.new("RGBA", rgba.size, background + (255,))
+        canvas.alpha_composite(rgba)
+        return canvas.convert("RGB")
+    return img.convert("RGB")
+
+
+def load_image_rgb(path: Path) -> Image.Image:
+    """Open ``path`` fully, apply EXIF orientation and convert to RGB (transparency -> white).
+
+    Raises :class:`ImageLoadError` (a ``ValueError``) naming the file on any failure
+    (missing, not an image, truncated, decompression bomb, ...).
+    """
+    path = Path(path)
+    try:
+        with Image.open(path) as im:
+            im.load()
+            try:
+                upright = ImageOps.exif_transpose(im)  # a new image, detached from the file
+            except Exception:  # malformed EXIF block: keep the pixels as stored
+                upright = im.copy()
+        return to_rgb(upright)
+    except FileNotFoundError as e:
+        raise ImageLoadError(path, "file not found") from e
+    except Image.UnidentifiedImageError as e:
+        raise ImageLoadError(path, "not a recognised image format (corrupt or not an image)") from e
+    except Image.DecompressionBombError as e:
+        raise ImageLoadError(path, f"image too large ({e})") from e
+    except Exception as e:  # truncated data, broken chunks, bad EXIF, ...
+        raise ImageLoadError(path, f"{type(e).__name__}: {e}") from e
+
+
+@dataclass
+class PreparedImage:
+    pixels: torch.Tensor  # (3, H, W) float32 in [-1, 1]
+    original_size: tuple[int, int]  # (h, w) of the image passed in, before resizing
+    crop_top_left: tuple[int, int]  # (top, left) of the crop in the resized (and, if flipped, flipped) image
+    target_size: tuple[int, int]  # (h, w) == (height, width)
+    flipped: bool = False
+
+
+def _check_size(name: str, value: int) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def prepare_image(
+    img: Image.Image,
+    width: int,
+    height: int,
+    random_crop: bool = False,
+    generator: torch.Generator | None = None,
+    flip: bool = False,
+) -> PreparedImage:
+    """Resize ``img`` to cover ``(width, height)`` keeping its aspect ratio, crop, optionally flip.
+
+    * Resampling: LANCZOS when shrinking, BICUBIC when enlarging; no resize if already covering exactly.
+    * Crop: centered (``(excess) // 2``, like kohya) or uniform random with ``generator`` when
+      ``random_crop`` (``torch``'s default RNG if ``generator`` is None).
+    * SDXL conditioning follows diffusers' ``train_text_to_image_sdxl.py``: ``original_size`` is the
+      input size, ``crop_top_left`` is in the resized image's pixels; with ``flip`` the crop is
+      reported in the flipped image's frame (``left = resized_w - left - width``), i.e. as if the
+      image had been flipped before cropping.
+    """
+    width = _check_size("width", width)
+    height = _check_size("height", height)
+    img = to_rgb(img)
+    w, h = img.size
+    if w < 1 or h < 1:
+        raise ValueError(f"cannot prepare an empty image of size {w}x{h}")
+
+    scale = max(width / w, height / h)
+    new_w = max(width, int(round(w * scale)))
+    new_h = max(height, int(round(h * scale)))
+    if (new_w, new_h) != (w, h):
+        resample = Image.Resampling.LANCZOS if scale < 1.0 else Image.Resampling.BICUBIC
+        img = img.resize((new_w, new_h), resample=resample)
+
+    excess_x, excess_y = new_w - width, new_h - height
+    if random_crop:
+        top = int(torch.randint(0, excess_y + 1, (1,), generator=generator).item()) if excess_y else 0
+        left = int(torch.randint(0, excess_x + 1, (1,), generator=generator).item()) if excess_x else 0
+    else:
+        top, left = excess_y // 2, excess_x // 2
+
+    arr = np.asarray(img, dtype=np.uint8)[top : top + height, left : left + width]
+    if flip:
+        arr = arr[:, ::-1]
+        left = new_w - left - width
+    # float32 copy (writable, C-contiguous) -> (3, H, W) in [-1, 1]
+    pixels = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32)).permute(2, 0, 1)
+    pixels = (pixels / 127.5 - 1.0).contiguous()
+
+    return PreparedImage(
+        pixels=pixels,
+        original_size=(h, w),
+        crop_top_left=(top, left),
+        target_size=(height, width),
+        flipped=bool(flip),
+    )
