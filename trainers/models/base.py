@@ -1,0 +1,102 @@
+"""What every model family plug-in provides, and the pieces they share."""
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class ModelLoadError(ValueError):
+    """The model cannot be used: the message says which file and why."""
+
+
+@dataclass
+class SizeConditioning:
+    """SDXL micro-conditioning of one batch, each (B, 2) as (h, w) / (top, left)."""
+
+    original_size: torch.Tensor
+    crop_top_left: torch.Tensor
+    target_size: torch.Tensor
+
+
+@dataclass
+class LoadedModel:
+    family: "ModelFamily"
+    unet: nn.Module
+    vae: nn.Module
+    text_encoders: list[nn.Module]
+    tokenizers: list[Any]
+    noise_scheduler: Any  # a diffusers DDPMScheduler, used for training noise
+    prediction_type: str  # "epsilon" or "v_prediction"
+    source: str  # what the user gave (folder or hub id), for metadata
+
+
+class ModelFamily(ABC):
+    """One Stable Diffusion generation: how to load it, encode prompts and call its UNet."""
+
+    name: str  # "sd1", "sd2", "sdxl"
+    title: str  # for messages
+    base_model_version: str  # kohya ss_base_model_version
+    modelspec_architecture: str  # modelspec.architecture prefix, "/lora" appended for LoRAs
+    unet_key_style: str  # "diffusers" or "sgm": how kohya names this family's UNet modules
+    supports_clip_skip: bool = True
+
+    @abstractmethod
+    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "") -> LoadedModel: ...
+
+    @abstractmethod
+    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor],
+                       clip_skip: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Token ids (one tensor per tokenizer) -> (encoder_hidden_states, pooled or None)."""
+
+    def unet_kwargs(self, pooled: torch.Tensor | None, sizes: SizeConditioning | None) -> dict[str, Any]:
+        """Extra keyword arguments of the UNet call (SDXL's added conditions)."""
+        return {}
+
+    def tokenize(self, tokenizers: list[Any], captions: list[str]) -> list[torch.Tensor]:
+        return [
+            tok(captions, padding="max_length", max_length=tok.model_max_length, truncation=True,
+                return_tensors="pt").input_ids
+            for tok in tokenizers
+        ]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path} is missing: is this a complete diffusers model folder?") from None
+    except json.JSONDecodeError as err:
+        raise ModelLoadError(f"{path} is not valid JSON ({err})") from None
+
+
+def load_common(folder: Path, weight_dtype: torch.dtype, vae_path: str) -> tuple[nn.Module, nn.Module, Any, str]:
+    """UNet, VAE, DDPM training scheduler and prediction type: the same for every SD family."""
+    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
+
+    unet = UNet2DConditionModel.from_pretrained(folder, subfolder="unet", torch_dtype=weight_dtype)
+    if vae_path:
+        vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
+    else:
+        vae = AutoencoderKL.from_pretrained(folder, subfolder="vae")
+    sched_cfg = read_json(folder / "scheduler" / "scheduler_config.json")
+    prediction_type = sched_cfg.get("prediction_type", "epsilon")
+    noise_scheduler = DDPMScheduler(
+        num_train_timesteps=sched_cfg.get("num_train_timesteps", 1000),
+        beta_start=sched_cfg.get("beta_start", 0.00085),
+        beta_end=sched_cfg.get("beta_end", 0.012),
+        beta_schedule=sched_cfg.get("beta_schedule", "scaled_linear"),
+        clip_sample=False,
+        prediction_type=prediction_type,
+    )
+    return unet, vae, noise_scheduler, prediction_type
+
+
+def final_layer_norm(text_encoder: nn.Module) -> nn.Module:
+    # transformers 5 dropped the `text_model.` level from CLIPTextModel but not from ...WithProjection.
+    return getattr(text_encoder, "text_model", text_encoder).final_layer_norm
