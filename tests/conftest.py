@@ -1,0 +1,20 @@
+"""Shared pytest fixtures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainers.models.tiny import build_tiny_sd1, build_tiny_sdxl
+
+
+@pytest.fixture(scope="session")
+def tiny_sd1_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-init SD1.x diffusers pipeline folder, built once per test session."""
+    return build_tiny_sd1(tmp_path_factory.mktemp("tiny_sd1"))
+
+
+@pytest.fixture(scope="session")
+def tiny_sdxl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-init SDXL diffusers pipeline folder, built once per test session."""
+    return build_tiny_sdxl(tmp_path_factory.mktemp("tiny_sdxl"))
