@@ -1,0 +1,120 @@
+"""`python -m trainers <method> --config run.toml --run-dir DIR [--set name=value ...]`
+
+Also: `python -m trainers demo --out DIR` (tiny model + dataset, offline) and
+`python -m trainers options` (the option table, as markdown).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+METHODS = {"lora": "trainers.lora"}
+EXIT_BAD_INPUT = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m trainers", description="Atelier trainers (headless).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for method in METHODS:
+        p = sub.add_parser(method, help=f"train a {method}")
+        p.add_argument("--config", type=Path, help="TOML config (sectioned, or a flat sd-scripts config_file)")
+        p.add_argument("--run-dir", type=Path, help="run directory for events/status (default: runs/<time>-<name>)")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                       help="override one option; repeatable; VALUE is read as TOML (e.g. 1e-4, true, \"text\")")
+        p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    demo = sub.add_parser("demo", help="build a tiny offline model and dataset")
+    demo.add_argument("--out", type=Path, required=True)
+    demo.add_argument("--sdxl", action="store_true", help="also build a tiny SDXL model")
+    sub.add_parser("options", help="print the table of options (markdown)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "demo":
+        from .demo import build_demo
+
+        for line in build_demo(args.out, sdxl=args.sdxl):
+            print(line)
+        return 0
+    if args.command == "options":
+        from .config.docs import options_markdown
+
+        print(options_markdown())
+        return 0
+    return run_method(args.command, args.config, args.run_dir, args.overrides, args.print_config)
+
+
+def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str],
+               print_only: bool = False) -> int:
+    from .config import ConfigError, load_config
+    from .data.images import ImageLoadError
+    from .data.kohya_folders import DatasetLayoutError
+    from .events import EventLog, update_status
+    from .models import ModelLoadError
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    is_main = os.environ.get("RANK", "0") == "0"
+    warnings: list[str] = []
+    events = EventLog(run_dir, is_main)
+    try:
+        cfg = load_config(method, config, overrides, warnings)
+        if print_only:
+            print(cfg.to_toml())
+            return 0
+        if run_dir is None:
+            from .session import default_run_dir
+
+            run_dir = default_run_dir(Path("runs"), cfg.output_name)
+            events = EventLog(run_dir, is_main)
+        if is_main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if not (run_dir / "config.toml").exists():
+                cfg.save(run_dir / "config.toml")
+            for w in warnings:
+                print(f"warning: {w}", file=sys.stderr)
+                events.warning(w)
+        final = _train(method, cfg, run_dir)
+    except (ConfigError, DatasetLayoutError, ModelLoadError, ImageLoadError) as err:
+        return _fail(events, run_dir, is_main, str(err), EXIT_BAD_INPUT, kind=type(err).__name__)
+    except KeyboardInterrupt:
+        return _fail(events, run_dir, is_main, "stopped by the user (interrupt)", 130, kind="Interrupted")
+    except Exception as err:  # noqa: BLE001 - report anything to the run directory, then fail
+        traceback.print_exc()
+        return _fail(events, run_dir, is_main, f"{type(err).__name__}: {err}", 1, kind=type(err).__name__,
+                     trace=traceback.format_exc(limit=-8))
+    if is_main:
+        events.emit("done", output=str(final))
+        update_status(run_dir, state="finished", finished=time.time(), exit_code=0, output=str(final))
+        print(f"done: {final}")
+    return 0
+
+
+def _train(method: str, cfg, run_dir: Path) -> Path:
+    import importlib
+
+    from .loop import train
+    from .session import start_session
+
+    session = start_session(cfg, run_dir)
+    trainable = importlib.import_module(METHODS[method]).make_trainable(cfg, session)
+    return train(cfg, session.accelerator, trainable, session.loader, session.sampler, session.plan,
+                 session.events, session.weight_dtype)
+
+
+def _fail(events, run_dir: Path | None, is_main: bool, message: str, code: int, **extra) -> int:
+    from .events import update_status
+
+    print(f"error: {message}", file=sys.stderr)
+    if is_main:
+        events.emit("error", message=message, exit_code=code, **extra)
+        update_status(run_dir, state="failed", finished=time.time(), exit_code=code, message=message)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The training loop shared by every method. Methods supply a Trainable; this runs it."""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .config import TrainConfig
+from .diffusion import NoiseOptions, NoisePredictor, diffusion_loss
+from .events import EventLog, ProgressMeter
+from .models import LoadedModel
+from .optim import build_lr_scheduler, build_optimizer
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    samples_per_epoch: int
+    per_device_batch: int
+    num_processes: int
+    gradient_accumulation_steps: int
+    global_batch: int
+    steps_per_epoch: int
+    epochs: int
+    total_steps: int
+
+
+def plan_steps(samples_per_epoch: int, per_device_batch: int, num_processes: int, accumulation: int,
+               max_epochs: int | None, max_steps: int | None) -> StepPlan:
+    """images x repeats x epochs / (batch x processes x accumulation) = steps; epochs win over steps."""
+    batches = math.ceil(samples_per_epoch / (per_device_batch * num_processes))
+    steps_per_epoch = math.ceil(batches / accumulation)
+    if max_epochs:
+        epochs, total = max_epochs, max_epochs * steps_per_epoch
+    elif max_steps:
+        epochs, total = math.ceil(max_steps / steps_per_epoch), max_steps
+    else:
+        raise ValueError("set max_train_epochs or max_train_steps")
+    return StepPlan(samples_per_epoch, per_device_batch, num_processes, accumulation,
+                    per_device_batch * num_processes * accumulation, steps_per_epoch, epochs, total)
+
+
+@dataclass
+class Trainable:
+    """What a method hands the loop."""
+
+    model: LoadedModel
+    predictor: NoisePredictor
+    param_groups: list[dict[str, Any]]
+    save: Callable[[Path, int, int], None]  # (path, epoch, step): write the method's output file
+    file_suffix: str = ".safetensors"
+
+
+def save_name(output_name: str, epoch: int | None = None, step: int | None = None) -> str:
+    """kohya's naming: name.safetensors, name-000003.safetensors, name-step00000100.safetensors."""
+    if step is not None:
+        return f"{output_name}-step{step:08d}"
+    return f"{output_name}-{epoch:06d}" if epoch is not None else output_name
+
+
+def train(cfg: TrainConfig, accelerator: Any, trainable: Trainable, loader: Any, sampler: Any, plan: StepPlan,
+          events: EventLog, weight_dtype: torch.dtype) -> Path:
+    """Run the whole training and return the final output file."""
+    params = [p for group in trainable.param_groups for p in group["params"]]
+    optimizer = build_optimizer(cfg, trainable.param_groups)
+    lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps)
+    predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, loader)
+    noise = NoiseOptions(cfg.seed, cfg.noise_offset, cfg.min_snr_gamma, trainable.model.prediction_type)
+    out_dir = Path(cfg.output_dir).expanduser()
+
+    def save(name: str, epoch: int, step: int, final: bool = False) -> Path:
+        accelerator.wait_for_everyone()
+        path = out_dir / f"{name}{trainable.file_suffix}"
+        if accelerator.is_main_process:
+            trainable.save(path, epoch, step)
+            events.emit("checkpoint", path=str(path), epoch=epoch, step=step, final=final)
+        accelerator.wait_for_everyone()
+        return path
+
+    meter = ProgressMeter(plan.total_steps, plan.global_batch)
+    bar = _progress_bar(plan.total_steps, accelerator.is_main_process)
+    events.emit("start", plan=asdict(plan), family=trainable.model.family.name,
+                trainable_params=sum(p.numel() for p in params))
+    step, epoch = 0, 0
+    predictor.train()
+    meter.start()
+    for epoch in range(plan.epochs):
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            with accelerator.accumulate(predictor):
+                loss = diffusion_loss(predictor, trainable.model, batch, noise, weight_dtype)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and cfg.max_grad_norm:
+                    accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            if not accelerator.sync_gradients:
+                continue
+            lr_scheduler.step()
+            step += 1
+            loss_value = accelerator.reduce(loss.detach(), reduction="mean").item()
+            if accelerator.is_main_process:
+                progress = meter.update(step, epoch + 1, plan.epochs, loss_value, lr_scheduler.get_last_lr()[0])
+                events.emit("progress", **progress)
+                accelerator.log({"loss": loss_value, "loss_smoothed": progress["loss_smoothed"],
+                                 "lr": progress["lr"]}, step=step)
+                bar.update(1)
+                bar.set_postfix(loss=f"{progress['loss_smoothed']:.4f}", epoch=epoch + 1)
+            if cfg.save_every_n_steps and step % cfg.save_every_n_steps == 0 and step < plan.total_steps:
+                save(save_name(cfg.output_name, step=step), epoch + 1, step)
+            if step >= plan.total_steps:
+                break
+        if cfg.save_every_n_epochs and (epoch + 1) % cfg.save_every_n_epochs == 0 and epoch + 1 < plan.epochs:
+            save(save_name(cfg.output_name, epoch=epoch + 1), epoch + 1, step)
+        if step >= plan.total_steps:
+            break
+    bar.close()
+    final = save(cfg.output_name, epoch + 1, step, final=True)
+    accelerator.end_training()
+    return final
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled, desc="steps", dynamic_ncols=True)
+
+
+def weight_dtype_for(mixed_precision: str) -> torch.dtype:
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(mixed_precision, torch.float32)
+
+
+def make_accelerator(cfg: TrainConfig) -> Any:
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
+
+    logging_dir = str(Path(cfg.logging_dir).expanduser()) if cfg.logging_dir.strip() else None
+    return Accelerator(
+        mixed_precision=cfg.mixed_precision,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        log_with="tensorboard" if logging_dir else None,
+        project_config=ProjectConfiguration(project_dir=logging_dir or ".", logging_dir=logging_dir),
+        kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True,
+                                                       static_graph=cfg.gradient_checkpointing)],
+    )
+
+
+def freeze(*modules: nn.Module) -> None:
+    for m in modules:
+        m.requires_grad_(False)
+        m.eval()

@@ -1,0 +1,81 @@
+"""LoRA training: pick the pieces, hand them to the shared loop."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from .config import TrainConfig, parse_resolution
+from .data.kohya_folders import DatasetScan
+from .diffusion import NoisePredictor
+from .lora_format import DatasetDir, TrainingMetadata, build_metadata, save_lora_file
+from .lora_network import LoRANetwork
+from .loop import Trainable, freeze
+from .models import LoadedModel
+from .session import Session
+
+SAVE_DTYPES = {"float": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def build_network(cfg: TrainConfig, model: LoadedModel) -> LoRANetwork:
+    network = LoRANetwork(
+        model.unet, model.text_encoders, unet_key_style=model.family.unet_key_style,
+        network_dim=cfg.network_dim, network_alpha=cfg.network_alpha or cfg.network_dim,
+        conv_dim=cfg.conv_dim, conv_alpha=cfg.conv_alpha,
+        train_unet=not cfg.network_train_text_encoder_only, train_text_encoder=not cfg.network_train_unet_only,
+    )
+    if cfg.network_weights.strip():
+        from .lora_format import read_lora_file
+
+        tensors, _ = read_lora_file(Path(cfg.network_weights).expanduser())
+        network.load_kohya_state_dict(tensors)
+    network.apply_to()
+    return network
+
+
+def metadata_for(cfg: TrainConfig, session: Session, network_epoch: int, step: int) -> dict[str, str]:
+    scan: DatasetScan = session.scan
+    width, height = parse_resolution(cfg.resolution)
+    info = TrainingMetadata(
+        base_model_version=session.model.family.base_model_version,
+        v_parameterization=session.model.prediction_type == "v_prediction",
+        sd_model_name=Path(cfg.pretrained_model_name_or_path).name or cfg.pretrained_model_name_or_path,
+        network_dim=cfg.network_dim, network_alpha=cfg.network_alpha or cfg.network_dim,
+        conv_dim=cfg.conv_dim, conv_alpha=cfg.conv_alpha,
+        resolution=(width, height), epoch=network_epoch, num_epochs=session.plan.epochs, steps=step,
+        max_train_steps=session.plan.total_steps, learning_rate=cfg.learning_rate,
+        unet_lr=cfg.unet_lr, text_encoder_lr=cfg.text_encoder_lr,
+        num_train_images=scan.num_repeated_images, batch_size=cfg.train_batch_size, output_name=cfg.output_name,
+        clip_skip=cfg.clip_skip if session.model.family.supports_clip_skip else None,
+        mixed_precision=cfg.mixed_precision, seed=cfg.seed, training_started_at=session.started_at,
+        training_finished_at=time.time(), training_comment=cfg.training_comment,
+        dataset_dirs={name: DatasetDir(**d) for name, d in scan.dataset_dirs_summary().items()},
+        tag_frequency=scan.tag_frequency(),
+    )
+    return build_metadata(info)
+
+
+def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
+    model = session.model
+    freeze(model.unet, model.vae, *model.text_encoders)
+    network = build_network(cfg, model)
+    train_te = not cfg.network_train_unet_only
+    if cfg.full_bf16:
+        network.to(torch.bfloat16)
+    if train_te:
+        for te in model.text_encoders:
+            te.train()  # so gradient checkpointing and dropout behave as in training
+    groups = []
+    if network.unet_parameters():
+        groups.append({"params": network.unet_parameters(), "lr": cfg.unet_lr if cfg.unet_lr is not None else cfg.learning_rate})
+    if network.text_encoder_parameters():
+        te_lr = cfg.text_encoder_lr if cfg.text_encoder_lr is not None else cfg.learning_rate
+        groups.append({"params": network.text_encoder_parameters(), "lr": te_lr})
+    predictor = NoisePredictor(model, network, cfg.clip_skip, train_text_encoder=train_te)
+    save_dtype = SAVE_DTYPES[cfg.save_precision]
+
+    def save(path: Path, epoch: int, step: int) -> None:
+        save_lora_file(path, network.kohya_state_dict(save_dtype), metadata_for(cfg, session, epoch, step))
+
+    return Trainable(model, predictor, groups, save)

@@ -1,0 +1,97 @@
+"""Everything a run sets up before its method takes over: the same for every method.
+
+Order matters for users: config and dataset problems are reported before any model loads.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import TrainConfig, check, parse_resolution
+from .data.dataset import CaptionedImages, EpochSampler, ImageOptions, collate, expand_repeats
+from .data.kohya_folders import DatasetScan, scan_kohya_folders
+from .events import EventLog, process_info, update_status
+from .loop import StepPlan, make_accelerator, plan_steps, weight_dtype_for
+from .models import LoadedModel, ModelLoadError, load_model
+
+
+@dataclass
+class Session:
+    cfg: TrainConfig
+    run_dir: Path | None
+    events: EventLog
+    accelerator: Any
+    scan: DatasetScan
+    model: LoadedModel
+    plan: StepPlan
+    loader: Any
+    sampler: EpochSampler
+    weight_dtype: torch.dtype
+    started_at: float
+
+
+def scan_dataset(cfg: TrainConfig) -> DatasetScan:
+    return scan_kohya_folders(Path(cfg.train_data_dir).expanduser(), cfg.caption_extension)
+
+
+def start_session(cfg: TrainConfig, run_dir: Path | None) -> Session:
+    check(cfg)
+    scan = scan_dataset(cfg)
+    accelerator = make_accelerator(cfg)
+    events = EventLog(run_dir, accelerator.is_main_process)
+    if accelerator.is_main_process:
+        update_status(run_dir, state="running", started=time.time(), **process_info())
+        for warning in scan.warnings:
+            events.warning(warning)
+        print(scan.report(), flush=True)
+
+    weight_dtype = weight_dtype_for(cfg.mixed_precision)
+    model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip())
+    if cfg.clip_skip > 1 and not model.family.supports_clip_skip:
+        raise ModelLoadError(f"clip_skip = {cfg.clip_skip} is not supported for {model.family.title}; set it to 1")
+    if cfg.v_parameterization:
+        model.noise_scheduler.register_to_config(prediction_type="v_prediction")
+        model.prediction_type = "v_prediction"
+    _place_models(cfg, model, accelerator.device, weight_dtype)
+
+    width, height = parse_resolution(cfg.resolution)
+    samples = expand_repeats(scan)
+    dataset = CaptionedImages(samples, lambda caps: model.family.tokenize(model.tokenizers, caps),
+                              ImageOptions(width, height, cfg.random_crop, cfg.flip_aug, cfg.seed))
+    sampler = EpochSampler(len(samples), cfg.seed)
+    workers = cfg.max_data_loader_n_workers
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=cfg.train_batch_size, sampler=sampler, collate_fn=collate, num_workers=workers,
+        persistent_workers=workers > 0, pin_memory=accelerator.device.type == "cuda",
+    )
+    plan = plan_steps(len(samples), cfg.train_batch_size, accelerator.num_processes,
+                      cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps)
+    return Session(cfg, run_dir, events, accelerator, scan, model, plan, loader, sampler, weight_dtype, time.time())
+
+
+def _place_models(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
+    if not cfg.sdpa:
+        from diffusers.models.attention_processor import AttnProcessor
+
+        model.unet.set_attn_processor(AttnProcessor())
+    if cfg.gradient_checkpointing:
+        model.unet.enable_gradient_checkpointing()
+        for te in model.text_encoders:
+            te.gradient_checkpointing_enable()
+    # SDXL's VAE overflows in fp16; bf16 has the range, fp32 is the safe default elsewhere.
+    keep_vae_fp32 = cfg.no_half_vae or weight_dtype == torch.float16 and model.family.name == "sdxl"
+    model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
+    model.unet.to(device)
+    for te in model.text_encoders:
+        te.to(device)
+
+
+def default_run_dir(runs_root: Path, name: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60] or "run"
+    return runs_root / f"{stamp}-{safe}-{os.getpid()}"
