@@ -190,3 +190,8 @@ def test_methods_see_only_their_options(tmp_path: Path) -> None:
     cfg = load_config("finetune", write(tmp_path, "network_dim = 8\n"), warnings=warnings)
     assert "network_dim" not in cfg.values
     assert any("network_dim is not used by finetune" in w for w in warnings)
+
+
+def test_committed_options_doc_is_current() -> None:
+    committed = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text(encoding="utf-8")
+    assert committed.strip() == options_markdown().strip(), "run: python -m trainers options > docs/options.md"

@@ -68,6 +68,7 @@ class ProgressMeter:
         self.total_steps = total_steps
         self.images_per_step = images_per_step
         self.times: deque[float] = deque(maxlen=window + 1)
+        self.data_waits: deque[float] = deque(maxlen=window)
         self.smoothing = smoothing
         self._ema = 0.0
         self._ema_weight = 0.0
@@ -76,8 +77,11 @@ class ProgressMeter:
         self.times.clear()
         self.times.append(time.perf_counter())
 
-    def update(self, step: int, epoch: int, total_epochs: int, loss: float, lr: float) -> dict[str, Any]:
+    def update(self, step: int, epoch: int, total_epochs: int, loss: float, lr: float,
+               data_wait_s: float = 0.0) -> dict[str, Any]:
+        """`data_wait_s`: time this step spent waiting for its batch (reported as a share of step time)."""
         self.times.append(time.perf_counter())
+        self.data_waits.append(data_wait_s)
         if math.isfinite(loss):
             self._ema = self.smoothing * self._ema + (1 - self.smoothing) * loss
             self._ema_weight = self.smoothing * self._ema_weight + (1 - self.smoothing)
@@ -96,6 +100,7 @@ class ProgressMeter:
             "it_per_s": round(it_per_s, 4),
             "images_per_s": round(it_per_s * self.images_per_step, 4),
             "eta_s": round(remaining / it_per_s, 1) if it_per_s > 0 else None,
+            "data_share": round(sum(self.data_waits) / elapsed, 4) if elapsed > 0 else 0.0,
             "peak_mem_gb": round(memory, 3),
             "peak_mem_kind": memory_kind,
         }

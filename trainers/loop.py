@@ -84,14 +84,26 @@ def train(cfg: TrainConfig, accelerator: Any, trainable: Trainable, loader: Any,
 
     meter = ProgressMeter(plan.total_steps, plan.global_batch)
     bar = _progress_bar(plan.total_steps, accelerator.is_main_process)
+
+    def report(step: int, epoch: int, loss: torch.Tensor, data_wait: float) -> None:
+        loss_value = accelerator.reduce(loss.detach(), reduction="mean").item()
+        if not accelerator.is_main_process:
+            return
+        progress = meter.update(step, epoch, plan.epochs, loss_value, lr_scheduler.get_last_lr()[0], data_wait)
+        events.emit("progress", **progress)
+        accelerator.log({k: progress[k] for k in ("loss", "loss_smoothed", "lr")}, step=step)
+        bar.update(1)
+        bar.set_postfix(loss=f"{progress['loss_smoothed']:.4f}", epoch=epoch)
+
     events.emit("start", plan=asdict(plan), family=trainable.model.family.name,
                 trainable_params=sum(p.numel() for p in params))
-    step, epoch = 0, 0
+    step, epoch, data_wait = 0, 0, 0.0
     predictor.train()
     meter.start()
-    for epoch in range(plan.epochs):
-        sampler.set_epoch(epoch)
-        for batch in loader:
+    for epoch in range(1, plan.epochs + 1):
+        sampler.set_epoch(epoch - 1)
+        for batch, waited in _timed(loader):
+            data_wait += waited
             with accelerator.accumulate(predictor):
                 loss = diffusion_loss(predictor, trainable.model, batch, noise, weight_dtype)
                 accelerator.backward(loss)
@@ -103,26 +115,36 @@ def train(cfg: TrainConfig, accelerator: Any, trainable: Trainable, loader: Any,
                 continue
             lr_scheduler.step()
             step += 1
-            loss_value = accelerator.reduce(loss.detach(), reduction="mean").item()
-            if accelerator.is_main_process:
-                progress = meter.update(step, epoch + 1, plan.epochs, loss_value, lr_scheduler.get_last_lr()[0])
-                events.emit("progress", **progress)
-                accelerator.log({"loss": loss_value, "loss_smoothed": progress["loss_smoothed"],
-                                 "lr": progress["lr"]}, step=step)
-                bar.update(1)
-                bar.set_postfix(loss=f"{progress['loss_smoothed']:.4f}", epoch=epoch + 1)
-            if cfg.save_every_n_steps and step % cfg.save_every_n_steps == 0 and step < plan.total_steps:
-                save(save_name(cfg.output_name, step=step), epoch + 1, step)
+            report(step, epoch, loss, data_wait)
+            data_wait = 0.0
+            if _due(cfg.save_every_n_steps, step) and step < plan.total_steps:
+                save(save_name(cfg.output_name, step=step), epoch, step)
             if step >= plan.total_steps:
                 break
-        if cfg.save_every_n_epochs and (epoch + 1) % cfg.save_every_n_epochs == 0 and epoch + 1 < plan.epochs:
-            save(save_name(cfg.output_name, epoch=epoch + 1), epoch + 1, step)
+        if _due(cfg.save_every_n_epochs, epoch) and epoch < plan.epochs:
+            save(save_name(cfg.output_name, epoch=epoch), epoch, step)
         if step >= plan.total_steps:
             break
     bar.close()
-    final = save(cfg.output_name, epoch + 1, step, final=True)
+    final = save(cfg.output_name, epoch, step, final=True)
     accelerator.end_training()
     return final
+
+
+def _due(every: int | None, count: int) -> bool:
+    return bool(every) and count % every == 0
+
+
+def _timed(iterable: Any) -> Any:
+    """Yield (item, seconds spent waiting for it): the data-loading share of step time."""
+    iterator = iter(iterable)
+    while True:
+        started = time.perf_counter()
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        yield item, time.perf_counter() - started
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:

@@ -49,11 +49,11 @@ def metadata_for(cfg: TrainConfig, session: Session, network_epoch: int, step: i
         num_train_images=scan.num_repeated_images, batch_size=cfg.train_batch_size, output_name=cfg.output_name,
         clip_skip=cfg.clip_skip if session.model.family.supports_clip_skip else None,
         mixed_precision=cfg.mixed_precision, seed=cfg.seed, training_started_at=session.started_at,
-        training_finished_at=time.time(), training_comment=cfg.training_comment,
+        training_finished_at=time.time(),
         dataset_dirs={name: DatasetDir(**d) for name, d in scan.dataset_dirs_summary().items()},
         tag_frequency=scan.tag_frequency(),
     )
-    return build_metadata(info)
+    return {**build_metadata(info), "ss_training_comment": cfg.training_comment}
 
 
 def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:

@@ -39,9 +39,11 @@ def scan_dataset(cfg: TrainConfig) -> DatasetScan:
     return scan_kohya_folders(Path(cfg.train_data_dir).expanduser(), cfg.caption_extension)
 
 
-def start_session(cfg: TrainConfig, run_dir: Path | None) -> Session:
+def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = False) -> Session:
+    """`random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
     check(cfg)
     scan = scan_dataset(cfg)
+    Path(cfg.output_dir).expanduser().mkdir(parents=True, exist_ok=True)
     accelerator = make_accelerator(cfg)
     events = EventLog(run_dir, accelerator.is_main_process)
     if accelerator.is_main_process:
@@ -51,7 +53,8 @@ def start_session(cfg: TrainConfig, run_dir: Path | None) -> Session:
         print(scan.report(), flush=True)
 
     weight_dtype = weight_dtype_for(cfg.mixed_precision)
-    model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip())
+    model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip(),
+                       random_init)
     if cfg.clip_skip > 1 and not model.family.supports_clip_skip:
         raise ModelLoadError(f"clip_skip = {cfg.clip_skip} is not supported for {model.family.title}; set it to 1")
     if cfg.v_parameterization:

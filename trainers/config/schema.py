@@ -110,6 +110,8 @@ def coerce(opt: Option, value: Any) -> Any:
             raise bad
         return [str(v) for v in value]
     if opt.kind == "str":
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # e.g. resolution = 512, as sd-scripts configs write it
         if not isinstance(value, str):
             raise bad
         if opt.choices and value not in opt.choices:

@@ -53,7 +53,8 @@ def detect_family(folder: Path) -> ModelFamily:
         "Supported: SD1.x, SD2.x and SDXL diffusers folders. If it is one of these, set model_family.")
 
 
-def load_model(name_or_path: str, requested_family: str, weight_dtype, vae_path: str = "") -> LoadedModel:
+def load_model(name_or_path: str, requested_family: str, weight_dtype, vae_path: str = "",
+               random_init: bool = False) -> LoadedModel:
     folder = resolve_model_folder(name_or_path)
     detected = detect_family(folder)
     if requested_family != "auto" and requested_family != detected.name:
@@ -63,4 +64,4 @@ def load_model(name_or_path: str, requested_family: str, weight_dtype, vae_path:
                 f"model_family = {requested_family!r}, but {folder} looks like an {detected.title} model; "
                 "set model_family = 'auto' or pick the right model")
         detected = family
-    return detected.load(folder, weight_dtype, vae_path)
+    return detected.load(folder, weight_dtype, vae_path, random_init)

@@ -47,7 +47,8 @@ class ModelFamily(ABC):
     supports_clip_skip: bool = True
 
     @abstractmethod
-    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "") -> LoadedModel: ...
+    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
+             random_init: bool = False) -> LoadedModel: ...
 
     @abstractmethod
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor],
@@ -75,15 +76,45 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ModelLoadError(f"{path} is not valid JSON ({err})") from None
 
 
-def load_common(folder: Path, weight_dtype: torch.dtype, vae_path: str) -> tuple[nn.Module, nn.Module, Any, str]:
+def load_component(cls: Any, folder: Path, subfolder: str, dtype: torch.dtype, random_init: bool) -> Any:
+    """One model component from a diffusers folder; with `random_init`, only its config is read.
+
+    Random init builds real-size architectures from published configs (benchmarks, no weights).
+    """
+    is_diffusers = hasattr(cls, "load_config")
+    if random_init:
+        if is_diffusers:
+            return cls.from_config(cls.load_config(folder / subfolder)).to(dtype)
+        return cls(cls.config_class.from_pretrained(folder / subfolder)).to(dtype)
+    if is_diffusers:
+        return cls.from_pretrained(folder, subfolder=subfolder or None, torch_dtype=dtype)
+    return cls.from_pretrained(folder, subfolder=subfolder, dtype=dtype)
+
+
+def load_tokenizer(folder: Path, subfolder: str, random_init: bool) -> Any:
+    from transformers import CLIPTokenizer
+
+    if random_init and not (folder / subfolder).is_dir():
+        import tempfile
+
+        from .tiny import write_tiny_tokenizer
+
+        tmp = Path(tempfile.mkdtemp(prefix="atelier-tokenizer-"))
+        write_tiny_tokenizer(tmp)
+        return CLIPTokenizer.from_pretrained(tmp)
+    return CLIPTokenizer.from_pretrained(folder, subfolder=subfolder)
+
+
+def load_common(folder: Path, weight_dtype: torch.dtype, vae_path: str,
+                random_init: bool = False) -> tuple[nn.Module, nn.Module, Any, str]:
     """UNet, VAE, DDPM training scheduler and prediction type: the same for every SD family."""
     from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
 
-    unet = UNet2DConditionModel.from_pretrained(folder, subfolder="unet", torch_dtype=weight_dtype)
+    unet = load_component(UNet2DConditionModel, folder, "unet", weight_dtype, random_init)
     if vae_path:
         vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
     else:
-        vae = AutoencoderKL.from_pretrained(folder, subfolder="vae")
+        vae = load_component(AutoencoderKL, folder, "vae", torch.float32, random_init)
     sched_cfg = read_json(folder / "scheduler" / "scheduler_config.json")
     prediction_type = sched_cfg.get("prediction_type", "epsilon")
     noise_scheduler = DDPMScheduler(

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .base import LoadedModel, ModelFamily, final_layer_norm, load_common
+from .base import LoadedModel, ModelFamily, final_layer_norm, load_common, load_component, load_tokenizer
 
 
 class StableDiffusion(ModelFamily):
@@ -18,12 +18,13 @@ class StableDiffusion(ModelFamily):
         self.base_model_version = base_model_version
         self.modelspec_architecture = modelspec_architecture
 
-    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "") -> LoadedModel:
-        from transformers import CLIPTextModel, CLIPTokenizer
+    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
+             random_init: bool = False) -> LoadedModel:
+        from transformers import CLIPTextModel
 
-        unet, vae, scheduler, prediction_type = load_common(folder, weight_dtype, vae_path)
-        tokenizer = CLIPTokenizer.from_pretrained(folder, subfolder="tokenizer")
-        text_encoder = CLIPTextModel.from_pretrained(folder, subfolder="text_encoder", dtype=weight_dtype)
+        unet, vae, scheduler, prediction_type = load_common(folder, weight_dtype, vae_path, random_init)
+        tokenizer = load_tokenizer(folder, "tokenizer", random_init)
+        text_encoder = load_component(CLIPTextModel, folder, "text_encoder", weight_dtype, random_init)
         return LoadedModel(self, unet, vae, [text_encoder], [tokenizer], scheduler, prediction_type, str(folder))
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor],

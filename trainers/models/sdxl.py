@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .base import LoadedModel, ModelFamily, SizeConditioning, load_common
+from .base import LoadedModel, ModelFamily, SizeConditioning, load_common, load_component, load_tokenizer
 
 
 class StableDiffusionXL(ModelFamily):
@@ -18,14 +18,15 @@ class StableDiffusionXL(ModelFamily):
     unet_key_style = "sgm"
     supports_clip_skip = False  # SDXL already uses the penultimate layer of both encoders
 
-    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "") -> LoadedModel:
-        from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
+             random_init: bool = False) -> LoadedModel:
+        from transformers import CLIPTextModel, CLIPTextModelWithProjection
 
-        unet, vae, scheduler, prediction_type = load_common(folder, weight_dtype, vae_path)
-        tokenizers = [CLIPTokenizer.from_pretrained(folder, subfolder=s) for s in ("tokenizer", "tokenizer_2")]
+        unet, vae, scheduler, prediction_type = load_common(folder, weight_dtype, vae_path, random_init)
+        tokenizers = [load_tokenizer(folder, s, random_init) for s in ("tokenizer", "tokenizer_2")]
         text_encoders = [
-            CLIPTextModel.from_pretrained(folder, subfolder="text_encoder", dtype=weight_dtype),
-            CLIPTextModelWithProjection.from_pretrained(folder, subfolder="text_encoder_2", dtype=weight_dtype),
+            load_component(CLIPTextModel, folder, "text_encoder", weight_dtype, random_init),
+            load_component(CLIPTextModelWithProjection, folder, "text_encoder_2", weight_dtype, random_init),
         ]
         return LoadedModel(self, unet, vae, text_encoders, tokenizers, scheduler, prediction_type, str(folder))
 
