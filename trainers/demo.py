@@ -10,7 +10,7 @@ COLORS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 80, 220), "
 SHAPES = ("circle", "square")
 
 
-def build_dataset(root: Path, folder: str = "10_sks shape", size: int = 96) -> Path:
+def build_dataset(root: Path, folder: str = "5_sks shape", size: int = 96) -> Path:
     """Eight captioned images of coloured shapes in kohya layout (`root/<repeats>_<tokens>/`)."""
     subset = root / folder
     subset.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,167 @@
+"""End to end: `python -m trainers lora` on tiny models, as a user runs it, and what they get."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from trainers.demo import build_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["resolution=64", "train_batch_size=2", "max_data_loader_n_workers=0", "learning_rate=1e-3",
+        "network_dim=4", "network_alpha=2"]
+
+
+def run_trainer(args: list[str], run_dir: Path, launcher: list[str] | None = None,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    cmd = (launcher or [sys.executable]) + ["-m", "trainers", "lora", "--run-dir", str(run_dir)] + args
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
+
+
+def sets(**values: object) -> list[str]:
+    out = []
+    for k, v in values.items():
+        out += ["--set", f"{k}={json.dumps(v)}"]
+    return out
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_dataset(tmp_path_factory.mktemp("data with spaces é"), folder="2_sks shape")
+
+
+def fixed_seed_image(pipe, lora: Path | None = None) -> torch.Tensor:
+    if lora is not None:
+        pipe.load_lora_weights(str(lora.parent), weight_name=lora.name)
+    image = pipe("sks shape, red circle", num_inference_steps=2, height=64, width=64,
+                 generator=torch.Generator().manual_seed(0), output_type="pt").images
+    return image
+
+
+@pytest.fixture(scope="module")
+def sd1_run(tiny_sd1_dir: Path, dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    base = tmp_path_factory.mktemp("sd1 run ü")
+    out = base / "out 'quoted'"
+    run_dir = base / "run"
+    args = ["--set", f"pretrained_model_name_or_path={json.dumps(str(tiny_sd1_dir))}",
+            *sets(train_data_dir=str(dataset), output_dir=str(out), output_name="my lora", max_train_epochs=2,
+                  save_every_n_epochs=1, lr_scheduler="cosine", lr_warmup_steps=0.25, logging_dir=str(base / "tb"),
+                  conv_dim=2, conv_alpha=1),
+            *[a for kv in FAST for a in ("--set", kv)]]
+    result = run_trainer(args, run_dir)
+    return out, run_dir, result
+
+
+def test_sd1_lora_trains_and_reports_progress(sd1_run) -> None:
+    out, run_dir, result = sd1_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    evs = events(run_dir)
+    progress = [e for e in evs if e["type"] == "progress"]
+    # 8 images x 2 repeats / batch 2 = 8 steps an epoch, 2 epochs
+    assert [e["step"] for e in progress] == list(range(1, 17))
+    first = progress[0]
+    for key in ("step", "total_steps", "epoch", "loss", "loss_smoothed", "lr", "it_per_s", "images_per_s", "eta_s",
+                "peak_mem_gb"):
+        assert key in first, key
+    assert first["total_steps"] == 16 and progress[-1]["epoch"] == 2
+    assert all(torch.isfinite(torch.tensor(e["loss"])) for e in progress)
+    assert evs[-1]["type"] == "done" and evs[-1]["output"] == str(out / "my lora.safetensors")
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["exit_code"] == 0
+    assert (run_dir / "config.toml").exists()
+    checkpoints = [e["path"] for e in evs if e["type"] == "checkpoint"]
+    assert checkpoints == [str(out / "my lora-000001.safetensors"), str(out / "my lora.safetensors")]
+    assert list((Path(out).parent / "tb").rglob("events.out.tfevents*")), "TensorBoard logs written"
+
+
+def test_sd1_lora_file_loads_in_diffusers_and_changes_the_image(sd1_run, tiny_sd1_dir: Path) -> None:
+    from diffusers import StableDiffusionPipeline
+
+    out, _, result = sd1_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    lora = out / "my lora.safetensors"
+    with safe_open(str(lora), "pt") as f:
+        keys = set(f.keys())
+        meta = f.metadata()
+    assert "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.lora_down.weight" in keys
+    assert "lora_te_text_model_encoder_layers_0_self_attn_q_proj.lora_up.weight" in keys
+    assert "lora_unet_down_blocks_0_resnets_0_conv1.lora_down.weight" in keys  # LoCon conv_dim
+    assert meta["ss_network_dim"] == "4" and meta["ss_base_model_version"] == "sd_v1"
+    assert meta["ss_num_epochs"] == "2" and meta["ss_steps"] == "16"
+    assert json.loads(meta["ss_dataset_dirs"]) == {"2_sks shape": {"n_repeats": 2, "img_count": 8}}
+    pipe = StableDiffusionPipeline.from_pretrained(tiny_sd1_dir)
+    base = fixed_seed_image(pipe)
+    tuned = fixed_seed_image(pipe, lora)
+    assert (base - tuned).abs().max() > 1e-3
+
+
+def test_sdxl_lora_uses_sgm_names_and_loads(tiny_sdxl_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    from diffusers import StableDiffusionXLPipeline
+
+    out = tmp_path / "out"
+    args = sets(pretrained_model_name_or_path=str(tiny_sdxl_dir), train_data_dir=str(dataset), output_dir=str(out),
+                max_train_steps=3, mixed_precision="bf16", gradient_checkpointing=True, save_precision="bf16")
+    result = run_trainer(args + [a for kv in FAST for a in ("--set", kv)], tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lora = out / "lora.safetensors"
+    with safe_open(str(lora), "pt") as f:
+        keys = set(f.keys())
+        assert f.get_tensor(next(iter(keys))).dtype == torch.bfloat16
+        assert f.metadata()["ss_base_model_version"] == "sdxl_base_v1-0"
+    assert any(k.startswith("lora_unet_input_blocks_4_1_transformer_blocks_0_attn1_to_q") for k in keys)
+    assert any(k.startswith("lora_te1_text_model_encoder_layers_0") for k in keys)
+    assert any(k.startswith("lora_te2_text_model_encoder_layers_0") for k in keys)
+    assert not any("down_blocks" in k for k in keys)
+    pipe = StableDiffusionXLPipeline.from_pretrained(tiny_sdxl_dir)
+    assert (fixed_seed_image(pipe) - fixed_seed_image(pipe, lora)).abs().max() > 1e-4
+
+
+def test_layout_error_fails_before_model_load(tmp_path: Path) -> None:
+    data = tmp_path / "flat"
+    data.mkdir()
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(data / "a.png")
+    args = sets(pretrained_model_name_or_path="some-org/some-model", train_data_dir=str(data),
+                output_dir=str(tmp_path / "o"), max_train_steps=1)
+    result = run_trainer(args, tmp_path / "run")
+    assert result.returncode == 2
+    assert "<repeats>_<tokens>" in result.stderr and "Expected" in result.stderr
+    err = events(tmp_path / "run")[-1]
+    assert err["type"] == "error" and "train_data_dir" in err["message"]
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "failed"
+
+
+def test_missing_length_and_unknown_option_are_clear(tmp_path: Path) -> None:
+    result = run_trainer(["--set", "netwrk_dim=4"], tmp_path / "run")
+    assert result.returncode == 2 and "did you mean 'network_dim'" in result.stderr
+    result = run_trainer(sets(output_dir=str(tmp_path)), tmp_path / "run2")
+    assert result.returncode == 2 and "set max_train_epochs or max_train_steps" in result.stderr
+
+
+def test_two_processes_train_the_same_images_in_half_the_steps(tiny_sd1_dir: Path, dataset: Path,
+                                                                tmp_path: Path) -> None:
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517"]
+    args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
+                output_dir=str(tmp_path / "o"), max_train_epochs=1, network_train_unet_only=True)
+    result = run_trainer(args + [a for kv in FAST for a in ("--set", kv)], tmp_path / "run", launcher,
+                         env={"ACCELERATE_USE_CPU": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    evs = events(tmp_path / "run")
+    start = next(e for e in evs if e["type"] == "start")
+    assert start["plan"]["num_processes"] == 2 and start["plan"]["global_batch"] == 4
+    progress = [e for e in evs if e["type"] == "progress"]
+    assert [e["step"] for e in progress] == [1, 2, 3, 4]  # 16 samples / (2 x 2)
+    assert (tmp_path / "o" / "lora.safetensors").exists()
