@@ -95,6 +95,10 @@ def train(cfg: TrainConfig, accelerator: Any, trainable: Trainable, loader: Any,
         bar.update(1)
         bar.set_postfix(loss=f"{progress['loss_smoothed']:.4f}", epoch=epoch)
 
+    if cfg.logging_dir.strip():
+        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in cfg.values.items()
+                   if v is not None}
+        accelerator.init_trackers(cfg.method, config=hparams)
     events.emit("start", plan=asdict(plan), family=trainable.model.family.name,
                 trainable_params=sum(p.numel() for p in params))
     step, epoch, data_wait = 0, 0, 0.0
