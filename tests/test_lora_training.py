@@ -165,3 +165,30 @@ def test_two_processes_train_the_same_images_in_half_the_steps(tiny_sd1_dir: Pat
     progress = [e for e in evs if e["type"] == "progress"]
     assert [e["step"] for e in progress] == [1, 2, 3, 4]  # 16 samples / (2 x 2)
     assert (tmp_path / "o" / "lora.safetensors").exists()
+
+
+def test_v_prediction_full_bf16_and_resume_from_lora_weights(dataset: Path, tmp_path: Path) -> None:
+    from trainers.lora_format import read_lora_file
+    from trainers.models.tiny import build_tiny_sd1
+
+    model = build_tiny_sd1(tmp_path / "v-model", v_prediction=True)
+    common = sets(pretrained_model_name_or_path=str(model), train_data_dir=str(dataset),
+                  output_dir=str(tmp_path / "o")) + [a for kv in FAST for a in ("--set", kv)]
+    first = run_trainer(common + sets(max_train_steps=2, mixed_precision="bf16", full_bf16=True), tmp_path / "r1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    trained, meta = read_lora_file(tmp_path / "o" / "lora.safetensors")
+    assert meta["ss_v_parameterization"] == "True" and meta["modelspec.prediction_type"] == "v"
+    assert any(t.abs().sum() > 0 for k, t in trained.items() if k.endswith("lora_up.weight"))
+
+    resumed = run_trainer(common + sets(max_train_steps=1, learning_rate=0.0, output_name="resumed",
+                                        network_weights=str(tmp_path / "o" / "lora.safetensors")), tmp_path / "r2")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    again, _ = read_lora_file(tmp_path / "o" / "resumed.safetensors")
+    assert again.keys() == trained.keys()
+    for key in trained:
+        assert torch.allclose(again[key].float(), trained[key].float(), atol=1e-3), key
+
+    wrong_rank = run_trainer(common + sets(max_train_steps=1, network_dim=8, output_name="x",
+                                           network_weights=str(tmp_path / "o" / "lora.safetensors")), tmp_path / "r3")
+    assert wrong_rank.returncode == 2 and "network_weights: cannot start from" in wrong_rank.stderr
+    assert "rank 4" in wrong_rank.stderr and "Traceback" not in wrong_rank.stderr

@@ -5,11 +5,12 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
-from .config import TrainConfig, parse_resolution
+from .config import ConfigError, ConfigIssue, TrainConfig, parse_resolution
 from .data.kohya_folders import DatasetScan
 from .diffusion import NoisePredictor
-from .lora_format import DatasetDir, TrainingMetadata, build_metadata, save_lora_file
+from .lora_format import DatasetDir, TrainingMetadata, build_metadata, read_lora_file, save_lora_file
 from .lora_network import LoRANetwork
 from .loop import Trainable, freeze
 from .models import LoadedModel
@@ -26,10 +27,11 @@ def build_network(cfg: TrainConfig, model: LoadedModel) -> LoRANetwork:
         train_unet=not cfg.network_train_text_encoder_only, train_text_encoder=not cfg.network_train_unet_only,
     )
     if cfg.network_weights.strip():
-        from .lora_format import read_lora_file
-
-        tensors, _ = read_lora_file(Path(cfg.network_weights).expanduser())
-        network.load_kohya_state_dict(tensors)
+        path = Path(cfg.network_weights).expanduser()
+        try:
+            network.load_kohya_state_dict(read_lora_file(path)[0])
+        except (ValueError, OSError, SafetensorError) as err:
+            raise ConfigError([ConfigIssue("network_weights", f"cannot start from {path}: {err}", "network")]) from None
     network.apply_to()
     return network
 
