@@ -64,8 +64,7 @@ def main() -> None:
     ])
     session = start_session(cfg, work / "run", random_init=random_init)
     loaded = time.time()
-    train(cfg, session.accelerator, make_trainable(cfg, session), session.loader, session.sampler, session.plan,
-          session.events, session.weight_dtype)
+    train(session, make_trainable(cfg, session))
     events = [json.loads(line) for line in (work / "run" / "events.jsonl").read_text().splitlines()]
     progress = [e for e in events if e["type"] == "progress"]
     start = next(e for e in events if e["type"] == "start")

@@ -192,3 +192,46 @@ def test_v_prediction_full_bf16_and_resume_from_lora_weights(dataset: Path, tmp_
                                            network_weights=str(tmp_path / "o" / "lora.safetensors")), tmp_path / "r3")
     assert wrong_rank.returncode == 2 and "network_weights: cannot start from" in wrong_rank.stderr
     assert "rank 4" in wrong_rank.stderr and "Traceback" not in wrong_rank.stderr
+
+
+def test_demo_command_and_preset_work_from_a_fresh_folder(tmp_path: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    built = subprocess.run([sys.executable, "-m", "trainers", "demo", "--out", "demo"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    result = subprocess.run([sys.executable, "-m", "trainers", "lora", "--config", str(REPO / "presets" / "demo.toml"),
+                             "--run-dir", "runs/demo", "--set", "max_train_epochs=1"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "demo" / "output" / "demo_lora.safetensors").exists()
+    assert "done:" in result.stdout
+
+
+def test_stop_request_saves_and_marks_the_run_stopped(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    import time
+
+    from trainers.control import request
+
+    run_dir = tmp_path / "run"
+    args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
+                output_dir=str(tmp_path / "o"), max_train_steps=500)
+    cmd = [sys.executable, "-m", "trainers", "lora", "--run-dir", str(run_dir), *args,
+           *[a for kv in FAST for a in ("--set", kv)]]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run_dir / "events.jsonl").exists() or \
+            not any(e["type"] == "progress" for e in events(run_dir)):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.2)
+    request(run_dir, "save_now")
+    request(run_dir, "stop")
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-2000:]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "stopped"
+    evs = events(run_dir)
+    saved = [e["path"] for e in evs if e["type"] == "checkpoint"]
+    assert saved and all(Path(p).exists() for p in saved) and "-step" in saved[-1]
+    assert evs[-1]["type"] == "done" and evs[-1]["stopped"] is True
+    assert max(e["step"] for e in evs if e["type"] == "progress") < 500

@@ -12,7 +12,8 @@ from trainers.config import TrainConfig
 from trainers.data.dataset import sample_generator
 from trainers.diffusion import _per_sample, min_snr_weights
 from trainers.events import ProgressMeter
-from trainers.loop import plan_steps, save_name
+from trainers.loop import save_name
+from trainers.plan import plan_steps
 from trainers.models import FAMILIES, ModelLoadError, detect_family, load_model
 from trainers.optim import build_lr_scheduler, build_optimizer, warmup_steps
 

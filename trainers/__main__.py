@@ -11,6 +11,11 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import TrainConfig
+    from .events import EventLog
 
 METHODS = {"lora": "trainers.lora"}
 EXIT_BAD_INPUT = 2
@@ -55,6 +60,7 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
     from .data.images import ImageLoadError
     from .data.kohya_folders import DatasetLayoutError
     from .events import EventLog, update_status
+    from .loop import TrainingStopped
     from .models import ModelLoadError
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -79,10 +85,17 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
                 print(f"warning: {w}", file=sys.stderr)
                 events.warning(w)
         final = _train(method, cfg, run_dir)
+    except TrainingStopped as stopped:
+        if is_main:
+            events.emit("done", output=str(stopped.path), stopped=True)
+            update_status(run_dir, state="stopped", finished=time.time(), exit_code=0, output=str(stopped.path),
+                          message=str(stopped))
+        print(str(stopped))
+        return 0
     except (ConfigError, DatasetLayoutError, ModelLoadError, ImageLoadError) as err:
         return _fail(events, run_dir, is_main, str(err), EXIT_BAD_INPUT, kind=type(err).__name__)
     except KeyboardInterrupt:
-        return _fail(events, run_dir, is_main, "stopped by the user (interrupt)", 130, kind="Interrupted")
+        return _fail(events, run_dir, is_main, "stopped by the user (interrupt)", 130, state="stopped")
     except Exception as err:  # noqa: BLE001 - report anything to the run directory, then fail
         traceback.print_exc()
         return _fail(events, run_dir, is_main, f"{type(err).__name__}: {err}", 1, kind=type(err).__name__,
@@ -94,25 +107,24 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
     return 0
 
 
-def _train(method: str, cfg, run_dir: Path) -> Path:
+def _train(method: str, cfg: "TrainConfig", run_dir: Path) -> Path:
     import importlib
 
     from .loop import train
     from .session import start_session
 
     session = start_session(cfg, run_dir)
-    trainable = importlib.import_module(METHODS[method]).make_trainable(cfg, session)
-    return train(cfg, session.accelerator, trainable, session.loader, session.sampler, session.plan,
-                 session.events, session.weight_dtype)
+    return train(session, importlib.import_module(METHODS[method]).make_trainable(cfg, session))
 
 
-def _fail(events, run_dir: Path | None, is_main: bool, message: str, code: int, **extra) -> int:
+def _fail(events: "EventLog", run_dir: Path | None, is_main: bool, message: str, code: int, state: str = "failed",
+          **extra) -> int:
     from .events import update_status
 
     print(f"error: {message}", file=sys.stderr)
     if is_main:
         events.emit("error", message=message, exit_code=code, **extra)
-        update_status(run_dir, state="failed", finished=time.time(), exit_code=code, message=message)
+        update_status(run_dir, state=state, finished=time.time(), exit_code=code, message=message)
     return code
 
 

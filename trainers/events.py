@@ -107,4 +107,4 @@ class ProgressMeter:
 
 
 def process_info() -> dict[str, Any]:
-    return {"pid": os.getpid(), "pgid": os.getpgid(0)}
+    return {"trainer_pid": os.getpid(), "pgid": os.getpgid(0)}

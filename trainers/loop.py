@@ -1,7 +1,6 @@
 """The training loop shared by every method. Methods supply a Trainable; this runs it."""
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -13,36 +12,10 @@ from torch import nn
 
 from .config import TrainConfig
 from .diffusion import NoiseOptions, NoisePredictor, diffusion_loss
-from .events import EventLog, ProgressMeter
+from .events import ProgressMeter
 from .models import LoadedModel
+from .session import Session
 from .optim import build_lr_scheduler, build_optimizer
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    samples_per_epoch: int
-    per_device_batch: int
-    num_processes: int
-    gradient_accumulation_steps: int
-    global_batch: int
-    steps_per_epoch: int
-    epochs: int
-    total_steps: int
-
-
-def plan_steps(samples_per_epoch: int, per_device_batch: int, num_processes: int, accumulation: int,
-               max_epochs: int | None, max_steps: int | None) -> StepPlan:
-    """images x repeats x epochs / (batch x processes x accumulation) = steps; epochs win over steps."""
-    batches = math.ceil(samples_per_epoch / (per_device_batch * num_processes))
-    steps_per_epoch = math.ceil(batches / accumulation)
-    if max_epochs:
-        epochs, total = max_epochs, max_epochs * steps_per_epoch
-    elif max_steps:
-        epochs, total = math.ceil(max_steps / steps_per_epoch), max_steps
-    else:
-        raise ValueError("set max_train_epochs or max_train_steps")
-    return StepPlan(samples_per_epoch, per_device_batch, num_processes, accumulation,
-                    per_device_batch * num_processes * accumulation, steps_per_epoch, epochs, total)
 
 
 @dataclass
@@ -63,13 +36,21 @@ def save_name(output_name: str, epoch: int | None = None, step: int | None = Non
     return f"{output_name}-{epoch:06d}" if epoch is not None else output_name
 
 
-def train(cfg: TrainConfig, accelerator: Any, trainable: Trainable, loader: Any, sampler: Any, plan: StepPlan,
-          events: EventLog, weight_dtype: torch.dtype) -> Path:
+class TrainingStopped(Exception):
+    """Raised after a requested stop has saved the network; carries the file written."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"stopped on request; saved {path}")
+        self.path = path
+
+
+def train(session: Session, trainable: Trainable) -> Path:
     """Run the whole training and return the final output file."""
+    cfg, accelerator, plan, events = session.cfg, session.accelerator, session.plan, session.events
     params = [p for group in trainable.param_groups for p in group["params"]]
     optimizer = build_optimizer(cfg, trainable.param_groups)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps)
-    predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, loader)
+    predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader)
     noise = NoiseOptions(cfg.seed, cfg.noise_offset, cfg.min_snr_gamma, trainable.model.prediction_type)
     out_dir = Path(cfg.output_dir).expanduser()
 
@@ -105,11 +86,11 @@ def train(cfg: TrainConfig, accelerator: Any, trainable: Trainable, loader: Any,
     predictor.train()
     meter.start()
     for epoch in range(1, plan.epochs + 1):
-        sampler.set_epoch(epoch - 1)
+        session.sampler.set_epoch(epoch - 1)
         for batch, waited in _timed(loader):
             data_wait += waited
             with accelerator.accumulate(predictor):
-                loss = diffusion_loss(predictor, trainable.model, batch, noise, weight_dtype)
+                loss = diffusion_loss(predictor, trainable.model, batch, noise, session.weight_dtype)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and cfg.max_grad_norm:
                     accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -121,7 +102,10 @@ def train(cfg: TrainConfig, accelerator: Any, trainable: Trainable, loader: Any,
             step += 1
             report(step, epoch, loss, data_wait)
             data_wait = 0.0
-            if _due(cfg.save_every_n_steps, step) and step < plan.total_steps:
+            requests = session.control.poll()
+            if "stop" in requests:
+                raise TrainingStopped(save(save_name(cfg.output_name, step=step), epoch, step))
+            if "save_now" in requests or _due(cfg.save_every_n_steps, step) and step < plan.total_steps:
                 save(save_name(cfg.output_name, step=step), epoch, step)
             if step >= plan.total_steps:
                 break
@@ -155,25 +139,6 @@ def _progress_bar(total: int, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, disable=not enabled, desc="steps", dynamic_ncols=True)
-
-
-def weight_dtype_for(mixed_precision: str) -> torch.dtype:
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(mixed_precision, torch.float32)
-
-
-def make_accelerator(cfg: TrainConfig) -> Any:
-    from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
-
-    logging_dir = str(Path(cfg.logging_dir).expanduser()) if cfg.logging_dir.strip() else None
-    return Accelerator(
-        mixed_precision=cfg.mixed_precision,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        log_with="tensorboard" if logging_dir else None,
-        project_config=ProjectConfiguration(project_dir=logging_dir or ".", logging_dir=logging_dir),
-        kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True,
-                                                       static_graph=cfg.gradient_checkpointing)],
-    )
 
 
 def freeze(*modules: nn.Module) -> None:

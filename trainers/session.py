@@ -16,7 +16,8 @@ from .config import TrainConfig, check, parse_resolution
 from .data.dataset import CaptionedImages, EpochSampler, ImageOptions, collate, expand_repeats
 from .data.kohya_folders import DatasetScan, scan_kohya_folders
 from .events import EventLog, process_info, update_status
-from .loop import StepPlan, make_accelerator, plan_steps, weight_dtype_for
+from .control import Control
+from .plan import StepPlan, plan_steps
 from .models import LoadedModel, ModelLoadError, load_model
 
 
@@ -33,6 +34,7 @@ class Session:
     sampler: EpochSampler
     weight_dtype: torch.dtype
     started_at: float
+    control: Control
 
 
 def scan_dataset(cfg: TrainConfig) -> DatasetScan:
@@ -76,7 +78,8 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = Fa
     )
     plan = plan_steps(len(samples), cfg.train_batch_size, accelerator.num_processes,
                       cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps)
-    return Session(cfg, run_dir, events, accelerator, scan, model, plan, loader, sampler, weight_dtype, time.time())
+    return Session(cfg, run_dir, events, accelerator, scan, model, plan, loader, sampler, weight_dtype, time.time(),
+                   Control(run_dir, accelerator))
 
 
 def _place_models(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
@@ -100,3 +103,22 @@ def default_run_dir(runs_root: Path, name: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60] or "run"
     return runs_root / f"{stamp}-{safe}-{os.getpid()}"
+
+
+def weight_dtype_for(mixed_precision: str) -> torch.dtype:
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(mixed_precision, torch.float32)
+
+
+def make_accelerator(cfg: TrainConfig) -> Any:
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
+
+    logging_dir = str(Path(cfg.logging_dir).expanduser()) if cfg.logging_dir.strip() else None
+    return Accelerator(
+        mixed_precision=cfg.mixed_precision,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        log_with="tensorboard" if logging_dir else None,
+        project_config=ProjectConfiguration(project_dir=logging_dir or ".", logging_dir=logging_dir),
+        kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True,
+                                                       static_graph=cfg.gradient_checkpointing)],
+    )

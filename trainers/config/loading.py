@@ -10,7 +10,7 @@ import toml
 
 from . import kohya_compat
 from .options import BY_NAME, options_for
-from .schema import GROUPS, ConfigError, ConfigIssue, coerce
+from .schema import GROUPS, SCHEMA_VERSION, ConfigError, ConfigIssue, coerce
 
 
 class TrainConfig:
@@ -42,7 +42,8 @@ class TrainConfig:
             if value is not None:
                 sections.setdefault(opt.group, {})[opt.name] = value
         ordered = {g: sections[g] for g in GROUPS if g in sections}
-        return f"# Atelier {self.method} config\n" + toml.dumps({"method": self.method, **ordered})
+        header = {"schema_version": SCHEMA_VERSION, "method": self.method}
+        return f"# Atelier {self.method} config\n" + toml.dumps({**header, **ordered})
 
     def save(self, path: Path) -> None:
         from ..fsutil import atomic_write_text
@@ -69,7 +70,7 @@ def flatten(raw: dict[str, Any], issues: list[ConfigIssue]) -> dict[str, Any]:
     """Accept both `[group]` sections and flat sd-scripts keys, returning one flat dict."""
     flat: dict[str, Any] = {}
     for key, value in raw.items():
-        if key == "method":
+        if key in ("method", "schema_version"):
             continue
         if key in GROUPS and isinstance(value, dict):
             items = value.items()

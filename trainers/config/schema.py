@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+SCHEMA_VERSION = 1  # bump when an option is renamed or changes meaning; add a migration in gui/presets.py
+
 Method = Literal["lora", "dreambooth", "finetune"]
 ALL_METHODS: frozenset[str] = frozenset({"lora", "dreambooth", "finetune"})
 
@@ -21,6 +23,7 @@ GROUPS: dict[str, str] = {
     "precision": "Precision and memory",
     "saving": "Saving",
     "logging": "Logging",
+    "launch": "Multi-GPU launch",
 }
 
 Kind = Literal["bool", "int", "float", "number", "str", "list"]

@@ -82,8 +82,87 @@ def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
                 "would be trained")
         if cfg.conv_alpha is not None and cfg.conv_dim is None:
             bad("conv_alpha", "is set but conv_dim is not; set conv_dim to train the convolutions")
+    issues.extend(_launch_issues(cfg, group))
+    issues.extend(_dataset_issues(cfg, group))
     if check_paths:
         issues.extend(_path_issues(cfg, group))
+    return issues
+
+
+def _launch_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    ids = [i.strip() for i in cfg.gpu_ids.split(",") if i.strip()]
+    if ids and not all(i.isdigit() for i in ids):
+        issues.append(ConfigIssue("gpu_ids", f"got {cfg.gpu_ids!r}; list GPU numbers like '0,1'", "launch"))
+    elif ids and len(ids) != cfg.num_processes:
+        issues.append(ConfigIssue("gpu_ids", f"lists {len(ids)} GPU(s) but num_processes is {cfg.num_processes}: "
+                                  f"set num_processes = {len(ids)} or list {cfg.num_processes} GPU(s)", "launch"))
+    if cfg.num_machines > 1 and not cfg.main_process_ip.strip():
+        issues.append(ConfigIssue("main_process_ip", "is required with several machines: the main machine's "
+                                  "address", "launch"))
+    if cfg.machine_rank >= cfg.num_machines:
+        issues.append(ConfigIssue("machine_rank", f"is {cfg.machine_rank} but there are only {cfg.num_machines} "
+                                  "machine(s): ranks go from 0 to num_machines - 1", "launch"))
+    return issues
+
+
+def _dataset_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
+    """Dataset options that only make sense together; each message says how to fix it."""
+    from ..data.metadata_json import parse_replacements, parse_score_tags, parse_tag_bonus
+
+    issues: list[ConfigIssue] = []
+
+    def bad(name: str, message: str) -> None:
+        issues.append(ConfigIssue(name, message, group.get(name, "dataset")))
+
+    if not any(str(cfg.values[n]).strip() for n in ("train_data_dir", "metadata_dir", "dataset_config")):
+        bad("train_data_dir", "is required: give a folder of <repeats>_<tokens> subfolders (or set metadata_dir "
+            "or dataset_config)")
+    if cfg.enable_bucket:
+        issues.extend(bucket_issues(cfg.resolution, cfg.min_bucket_reso, cfg.max_bucket_reso, cfg.bucket_reso_steps,
+                                    group))
+    for name, parse in (("metadata_tag_bonus", parse_tag_bonus), ("metadata_tag_replacements", parse_replacements),
+                        ("metadata_score_tags", parse_score_tags)):
+        try:
+            parse(cfg.values[name])
+        except ValueError as err:
+            bad(name, str(err))
+    caching = cfg.cache_latents or cfg.cache_latents_to_disk
+    if caching and cfg.random_crop:
+        bad("random_crop", "cannot be combined with cache_latents: a cached latent has one fixed crop; turn off "
+            "random_crop or latent caching")
+    if cfg.cache_text_encoder_outputs:
+        if cfg.method == "lora" and not cfg.network_train_unet_only:
+            bad("cache_text_encoder_outputs", "needs frozen text encoders: set network_train_unet_only = true, or "
+                "turn caching off")
+        for name in ("shuffle_caption", "caption_dropout_rate", "caption_tag_dropout_rate", "metadata_shuffle_tag_p"):
+            if cfg.values[name]:
+                bad(name, "changes captions every epoch, so text-encoder outputs cannot be cached: turn it off or "
+                    "set cache_text_encoder_outputs = false")
+    return issues
+
+
+def bucket_issues(resolution: str, min_reso: int, max_reso: int, steps: int, group: dict[str, str] | None = None,
+                  where: str = "") -> list[ConfigIssue]:
+    """Bucket settings against the resolution (also used for each dataset of a dataset_config)."""
+    issues: list[ConfigIssue] = []
+
+    def bad(name: str, message: str) -> None:
+        issues.append(ConfigIssue(name, where + message, (group or {}).get(name, "dataset")))
+
+    try:
+        width, height = parse_resolution(resolution)
+    except ValueError:
+        return issues  # reported for resolution itself
+    for name, value in (("bucket_reso_steps", steps), ("min_bucket_reso", min_reso), ("max_bucket_reso", max_reso)):
+        if value % 8:
+            bad(name, f"got {value}; use a multiple of 8 (the VAE works in 8-pixel blocks), e.g. {value // 8 * 8 or 8}")
+    if min_reso > min(width, height):
+        bad("min_bucket_reso", f"is {min_reso}, larger than the resolution's smaller side {min(width, height)}; "
+            f"set it to {min(width, height)} or less")
+    if max_reso < max(width, height):
+        bad("max_bucket_reso", f"is {max_reso}, smaller than the resolution's larger side {max(width, height)}; "
+            f"set it to {max(width, height)} or more")
     return issues
 
 
@@ -102,7 +181,8 @@ def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
         elif not HUB_ID.match(model):
             issues.append(ConfigIssue("pretrained_model_name_or_path", f"{model!r} does not exist; give a "
                           "diffusers folder or a hub id like 'org/model'", "model"))
-    checks = {"train_data_dir": "dir", "vae": "dir"}
+    checks = {"train_data_dir": "dir", "reg_data_dir": "dir", "metadata_dir": "dir", "dataset_config": "file",
+              "vae": "dir"}
     if cfg.method == "lora":
         checks["network_weights"] = "file"
     for name, kind in checks.items():

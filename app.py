@@ -1,0 +1,119 @@
+"""Atelier's web GUI.
+
+    python app.py                       # http://127.0.0.1:7860, this machine only
+    python app.py --demo                # build the tiny demo model + data and preselect the demo preset
+    python app.py --listen --username me --password secret     # reachable from the network, with login
+    python app.py --share --auth-file users.txt                 # public gradio link, with login
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Atelier: a web GUI for Stable Diffusion training.")
+    p.add_argument("--listen", nargs="?", const="0.0.0.0", default="127.0.0.1", metavar="ADDR",
+                   help="address to serve on (flag alone: 0.0.0.0, all interfaces)")
+    p.add_argument("--server-port", type=int, default=int(os.environ.get("ATELIER_PORT", 7860)))
+    p.add_argument("--share", action="store_true", help="also serve through a public gradio share link")
+    p.add_argument("--headless", action="store_true", help="never open a browser")
+    p.add_argument("--username", help="login name (with --password)")
+    p.add_argument("--password", help="login password (prefer --auth-file or ATELIER_PASSWORD)")
+    p.add_argument("--auth-file", type=Path, help="file of user:password lines")
+    p.add_argument("--no-auth", action="store_true", help="allow --share / --listen without login (not advised)")
+    p.add_argument("--root-path", default="", help="URL prefix when served behind a reverse proxy")
+    p.add_argument("--runs-dir", type=Path, default=REPO / "runs", help="where run directories are written")
+    p.add_argument("--presets-dir", type=Path, default=Path.home() / ".config" / "atelier" / "presets",
+                   help="where user presets are saved")
+    p.add_argument("--demo", action="store_true", help="build the demo model and data, preselect the demo preset")
+    return p.parse_args(argv)
+
+
+def credentials(args: argparse.Namespace) -> list[tuple[str, str]]:
+    users: list[tuple[str, str]] = []
+    password = args.password or os.environ.get("ATELIER_PASSWORD")
+    if args.username and password:
+        users.append((args.username, password))
+    elif args.username or args.password:
+        raise SystemExit("error: --username and --password go together (or set ATELIER_PASSWORD)")
+    if args.auth_file:
+        try:
+            lines = args.auth_file.read_text(encoding="utf-8").splitlines()
+        except OSError as err:
+            raise SystemExit(f"error: --auth-file {args.auth_file}: {err.strerror}") from None
+        for number, line in enumerate(lines, 1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                user, sep, pw = line.strip().partition(":")
+                if not sep or not user or not pw:
+                    raise SystemExit(f"error: --auth-file {args.auth_file} line {number}: expected user:password")
+                users.append((user, pw))
+    return users
+
+
+def is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    users = credentials(args)
+    exposed = args.share or not is_loopback(args.listen)
+    if exposed and not users and not args.no_auth:
+        why = "--share" if args.share else f"--listen {args.listen}"
+        print(f"error: {why} makes this GUI reachable by others, and it starts processes on this machine.\n"
+              "Give a login with --username/--password (or ATELIER_PASSWORD) or --auth-file, "
+              "or pass --no-auth if you really want it open.", file=sys.stderr)
+        return 2
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    import gradio as gr
+
+    from gui.jobs import JobManager
+    from gui.page import CSS, Services, build_page
+    from gui.presets import Presets
+    from gui.run_files import Watchers
+
+    if args.demo:
+        _ensure_demo()
+    runs_dir = args.runs_dir.expanduser().resolve()
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    services = Services(runs_dir, JobManager(runs_dir), Presets(args.presets_dir.expanduser()), Watchers())
+    page = build_page(services, initial_preset="demo" if args.demo else None)
+    page.queue(default_concurrency_limit=8)
+    host = "localhost" if args.listen in ("0.0.0.0", "::") else args.listen
+    print(f"Atelier: serving on http://{host}:{args.server_port}{args.root_path} "
+          f"(listening on {args.listen}{', login required' if users else ''})", flush=True)
+    if args.listen in ("0.0.0.0", "::"):
+        print(f"  from other machines: http://{socket.gethostname()}:{args.server_port}{args.root_path}", flush=True)
+    page.launch(server_name=args.listen, server_port=args.server_port, share=args.share,
+                auth=users or None, auth_message="Atelier: please log in.", root_path=args.root_path or None,
+                inbrowser=not args.headless and bool(os.environ.get("DISPLAY")), allowed_paths=[str(runs_dir)],
+                show_error=True, css=CSS, footer_links=[], theme=gr.themes.Soft())
+    return 0
+
+
+def _ensure_demo() -> None:
+    """Build the demo model and dataset the demo preset points at (relative to the repo)."""
+    demo = REPO / "demo"
+    if (demo / "tiny-sd1" / "model_index.json").exists() and (demo / "data").is_dir():
+        return
+    from trainers.demo import build_demo
+
+    for line in build_demo(demo):
+        print(f"demo {line}", flush=True)
+
+
+if __name__ == "__main__":
+    os.chdir(REPO)  # presets name paths relative to the repo (demo/...)
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Validate for the page: every problem at once, each tied to its group, plus the dataset and step preview."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainers.config import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict, validate
+from trainers.data.kohya_folders import DatasetLayoutError, scan_kohya_folders
+from trainers.plan import plan_steps
+
+from .forms import ESSENTIALS
+
+
+@dataclass
+class CheckReport:
+    cfg: TrainConfig | None
+    issues: list[ConfigIssue] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    dataset: str = ""
+    steps: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.cfg is not None and not self.issues
+
+    def by_group(self) -> dict[str, list[str]]:
+        """Problem lines keyed by where the page shows them ("essentials" or a schema group)."""
+        out: dict[str, list[str]] = {}
+        for issue in self.issues:
+            if issue.field in ESSENTIALS or issue.field not in BY_NAME:
+                where = "essentials"
+            else:
+                where = BY_NAME[issue.field].group
+            out.setdefault(where, []).append(f"**{issue.field}**: {issue.message}")
+        return out
+
+    def summary(self) -> str:
+        if self.cfg is None or self.issues:
+            head = f"### {len(self.issues)} problem(s) to fix\n" + "\n".join(f"- {i}" for i in self.issues)
+        else:
+            head = "### Ready to start"
+        parts = [head]
+        if self.warnings:
+            parts.append("Warnings:\n" + "\n".join(f"- {w}" for w in self.warnings))
+        if self.dataset:
+            parts.append(f"**Dataset**\n```\n{self.dataset}\n```")
+        if self.steps:
+            parts.append(f"**Steps** {self.steps}")
+        return "\n\n".join(parts)
+
+
+def check_form(method: str, values: dict[str, Any]) -> CheckReport:
+    warnings: list[str] = []
+    try:
+        cfg = config_from_dict(method, values, warnings=warnings)
+    except ConfigError as err:
+        return CheckReport(None, err.issues, warnings)
+    report = CheckReport(cfg, validate(cfg), warnings)
+    data_dir = cfg.train_data_dir.strip()
+    if data_dir and Path(data_dir).expanduser().is_dir():
+        try:
+            scan = scan_kohya_folders(Path(data_dir).expanduser(), cfg.caption_extension)
+        except DatasetLayoutError as err:
+            report.issues.append(ConfigIssue(err.field, str(err), "dataset"))
+            return report
+        report.dataset = scan.report()
+        report.warnings += scan.warnings
+        report.steps = step_preview(cfg, scan.num_repeated_images)
+    return report
+
+
+def step_preview(cfg: TrainConfig, samples_per_epoch: int) -> str:
+    """images x repeats x epochs / (batch x processes x gradient accumulation) = steps, in words."""
+    if cfg.max_train_epochs is None and cfg.max_train_steps is None:
+        return ""
+    processes = cfg.num_processes * cfg.num_machines
+    plan = plan_steps(samples_per_epoch, cfg.train_batch_size, processes, cfg.gradient_accumulation_steps,
+                      cfg.max_train_epochs, cfg.max_train_steps)
+    return (f"{samples_per_epoch} images x repeats per epoch / (batch {plan.per_device_batch} x {processes} "
+            f"process(es) x accumulation {plan.gradient_accumulation_steps} = global batch {plan.global_batch}) "
+            f"= **{plan.steps_per_epoch} steps per epoch**; {plan.epochs} epoch(s) = "
+            f"**{plan.total_steps} steps** in total.")

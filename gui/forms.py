@@ -1,0 +1,123 @@
+"""A method's form, generated from the option schema: one widget per option, grouped.
+
+Nothing here lists fields: names, widgets, help, ranges and grouping all come from
+trainers.config. Values cross between widgets and configs as {name: value} dicts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+from trainers.config import GROUPS, Option, options_for
+
+# What a first-time user fills in first, shown at the top of every tab.
+ESSENTIALS = ("pretrained_model_name_or_path", "train_data_dir", "output_dir", "output_name")
+OPEN_GROUPS = ("optimizer",)  # shown open below the essentials; the rest start collapsed
+
+
+@dataclass
+class Form:
+    method: str
+    widgets: dict[str, gr.components.Component] = field(default_factory=dict)
+    group_notes: dict[str, gr.Markdown] = field(default_factory=dict)
+
+    @property
+    def components(self) -> list[gr.components.Component]:
+        return list(self.widgets.values())
+
+    def values(self, data: dict[gr.components.Component, Any]) -> dict[str, Any]:
+        """Widget values (from a gradio dict input) as option values."""
+        return {name: from_widget(option_for(self.method, name), data[w]) for name, w in self.widgets.items()}
+
+    def updates(self, values: dict[str, Any]) -> dict[gr.components.Component, Any]:
+        """gradio updates that put `values` (name -> value) into the widgets they name."""
+        return {self.widgets[n]: to_widget(option_for(self.method, n), v) for n, v in values.items() if n in self.widgets}
+
+
+def option_for(method: str, name: str) -> Option:
+    return next(o for o in options_for(method) if o.name == name)
+
+
+def to_widget(opt: Option, value: Any) -> Any:
+    if opt.kind == "list":
+        return "\n".join(value or [])
+    if opt.nullable:
+        return "" if value is None else str(value)
+    if value is None and opt.kind == "str":
+        return ""
+    return value
+
+
+def from_widget(opt: Option, value: Any) -> Any:
+    """Widget value -> option value, before schema validation (which names any problem)."""
+    if opt.kind == "list":
+        return [line.strip() for line in str(value or "").splitlines() if line.strip()]
+    if opt.kind in ("int", "float", "number"):
+        if isinstance(value, str):
+            if not value.strip():
+                return None if opt.nullable else value
+            try:
+                value = float(value)
+            except ValueError:
+                return value  # the schema check names the field and what it accepts
+        if opt.kind in ("int", "number") and isinstance(value, float) and value.is_integer():
+            return int(value)
+    return value
+
+
+def make_widget(opt: Option) -> gr.components.Component:
+    label = opt.name
+    common = {"label": label, "info": opt.help, "value": to_widget(opt, opt.default), "elem_id": f"opt-{opt.name}"}
+    if opt.kind == "bool":
+        return gr.Checkbox(**common)
+    if opt.choices:
+        return gr.Dropdown(choices=list(opt.choices), **common)
+    if opt.kind in ("int", "float", "number") and opt.nullable:  # a Number cannot be empty: "" means unset
+        return gr.Textbox(placeholder="unset", **{**common, "value": "" if opt.default is None else str(opt.default)})
+    if opt.kind in ("int", "float", "number"):
+        return gr.Number(minimum=opt.min, maximum=opt.max, precision=0 if opt.kind == "int" else None, **common)
+    if opt.kind == "list":
+        return gr.Textbox(lines=2, placeholder="one per line", **common)
+    placeholder = {"dir": "folder path", "file": "file path", "out": "folder path (created if missing)",
+                   "any": "folder path or hub id"}.get(opt.path or "", None)
+    return gr.Textbox(placeholder=placeholder, **common)
+
+
+def build_form(method: str) -> Form:
+    """Render the form inside the current gradio context and return its widgets."""
+    form = Form(method)
+    options = options_for(method)
+    by_group: dict[str, list[Option]] = {}
+    for opt in options:
+        if opt.name not in ESSENTIALS:
+            by_group.setdefault(opt.group, []).append(opt)
+    with gr.Group(elem_classes=["essentials"]):
+        gr.Markdown("**Start here:** the base model, your images and where the result goes.")
+        with gr.Row():
+            for name in ESSENTIALS[:2]:
+                form.widgets[name] = make_widget(option_for(method, name))
+        with gr.Row():
+            for name in ESSENTIALS[2:]:
+                form.widgets[name] = make_widget(option_for(method, name))
+    form.group_notes["essentials"] = gr.Markdown(visible=False, elem_classes=["group-problems"])
+    for group, title in GROUPS.items():
+        members = by_group.get(group, [])
+        if not members:
+            continue
+        with gr.Accordion(title, open=group in OPEN_GROUPS, elem_id=f"group-{method}-{group}"):
+            form.group_notes[group] = gr.Markdown(visible=False, elem_classes=["group-problems"])
+            _grid([o for o in members if not o.advanced], form)
+            advanced = [o for o in members if o.advanced]
+            if advanced:
+                with gr.Accordion("Advanced", open=False):
+                    _grid(advanced, form)
+    return form
+
+
+def _grid(options: list[Option], form: Form, per_row: int = 3) -> None:
+    for start in range(0, len(options), per_row):
+        with gr.Row():
+            for opt in options[start:start + per_row]:
+                form.widgets[opt.name] = make_widget(opt)

@@ -1,0 +1,132 @@
+"""Starting and stopping trainer processes. No gradio here: the page calls this.
+
+A run is launched as `accelerate launch … -m trainers <method>` in its own process group,
+with stdout and stderr of every rank going to <run>/train.log. The run directory holds
+everything, so a restarted GUI finds its runs again through status.json.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from trainers.config import TrainConfig
+from trainers.control import request
+from trainers.events import update_status
+from trainers.launch import accelerate_command, launch_env
+
+from .run_files import ACTIVE_STATES, effective_state, list_runs, read_status
+
+REPO = Path(__file__).resolve().parents[1]
+AVAILABLE_METHODS = ("lora",)  # trainers that exist; the others' tabs validate only
+
+
+class JobError(RuntimeError):
+    """A run cannot start; the message says why and what to do."""
+
+
+def gpu_set(cfg_or_status: dict) -> set[str]:
+    """The GPUs a run uses ("cpu" stands for the whole machine when there are no GPU ids)."""
+    ids = [i.strip() for i in str(cfg_or_status.get("gpu_ids", "")).split(",") if i.strip()]
+    if ids:
+        return set(ids)
+    count = int(cfg_or_status.get("num_processes", 1))
+    return {str(i) for i in range(count)} if _has_gpus() else {"cpu"}
+
+
+def _has_gpus() -> bool:
+    import shutil
+
+    return shutil.which("nvidia-smi") is not None
+
+
+class JobManager:
+    def __init__(self, runs_dir: Path, python: str = sys.executable) -> None:
+        self.runs_dir = runs_dir
+        self.python = python
+        self._lock = threading.Lock()
+
+    def active_runs(self) -> list[Path]:
+        return [r.path for r in list_runs(self.runs_dir) if r.state in ACTIVE_STATES]
+
+    def new_run_dir(self, cfg: TrainConfig) -> Path:
+        from trainers.session import default_run_dir
+
+        return default_run_dir(self.runs_dir, f"{cfg.method}-{cfg.output_name}")
+
+    def command(self, cfg: TrainConfig, run_dir: Path) -> list[str]:
+        return accelerate_command(cfg, run_dir / "config.toml", run_dir, python=self.python)
+
+    def start(self, cfg: TrainConfig) -> Path:
+        """Write the run directory and launch the trainer; refuse when its GPUs are busy."""
+        if cfg.method not in AVAILABLE_METHODS:
+            raise JobError(f"The {cfg.method} trainer is not available yet; Validate works, Start does not.")
+        with self._lock:
+            wanted = gpu_set(cfg.values)
+            for other in self.active_runs():
+                status = read_status(other)
+                if wanted & gpu_set(status):
+                    where = "this machine" if "cpu" in wanted else f"GPU {', '.join(sorted(wanted & gpu_set(status)))}"
+                    raise JobError(f"Run {other.name} is still active on {where}. Stop it or wait for it to finish: "
+                                   "two runs never share a GPU.")
+            run_dir = self.new_run_dir(cfg)
+            run_dir.mkdir(parents=True)
+            cfg.save(run_dir / "config.toml")
+            argv = self.command(cfg, run_dir)
+            (run_dir / "command.txt").write_text(shlex.join(argv) + "\n", encoding="utf-8")
+            env = {**os.environ, **launch_env(cfg), "PYTHONUNBUFFERED": "1"}
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+            log = open(run_dir / "train.log", "ab")
+            try:
+                proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            finally:
+                log.close()
+            update_status(run_dir, state="starting", method=cfg.method, created=time.time(), launcher_pid=proc.pid,
+                          pgid=proc.pid, gpu_ids=cfg.gpu_ids, num_processes=cfg.num_processes,
+                          output_dir=cfg.output_dir, output_name=cfg.output_name)
+        threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
+        return run_dir
+
+    def _reap(self, proc: subprocess.Popen, run_dir: Path) -> None:
+        """Record how the launcher ended when the trainer could not say so itself."""
+        code = proc.wait()
+        status = read_status(run_dir)
+        if status.get("state") not in ACTIVE_STATES:
+            return
+        if code < 0 and -code == signal.SIGKILL or code == 137:
+            message = "killed by the system (SIGKILL): likely out of system memory"
+        else:
+            message = f"the trainer exited with code {code} before reporting; see the log"
+        state = "stopped" if status.get("state") == "stopping" else "failed"
+        update_status(run_dir, state=state, exit_code=code, finished=time.time(), message=message)
+
+    def stop(self, run_dir: Path, grace_s: float = 60.0) -> None:
+        """Ask the trainer to save and exit; kill its process group if it has not after `grace_s`."""
+        status = read_status(run_dir)
+        if effective_state(status) not in ACTIVE_STATES:
+            return
+        request(run_dir, "stop")
+        update_status(run_dir, state="stopping")
+        pgid = status.get("pgid")
+        threading.Thread(target=self._kill_later, args=(run_dir, pgid, grace_s), daemon=True).start()
+
+    def _kill_later(self, run_dir: Path, pgid: int | None, grace_s: float) -> None:
+        deadline = time.time() + grace_s
+        while time.time() < deadline:
+            if effective_state(read_status(run_dir)) not in ACTIVE_STATES:
+                return
+            time.sleep(0.5)
+        for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, TypeError):
+                return
+            time.sleep(wait)
+        update_status(run_dir, state="stopped", finished=time.time(),
+                      message=f"did not stop within {grace_s:.0f} s; its processes were killed")

@@ -1,0 +1,215 @@
+"""The page: one tab per method (generated form + actions), a Runs tab, and the live run panel."""
+from __future__ import annotations
+
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from trainers.config import ConfigError, load_config
+
+from .checks import CheckReport, check_form
+from .forms import build_form
+from .jobs import JobError, JobManager
+from .presets import PresetError, Presets
+from .run_files import Watchers, list_runs
+from .run_panel import RunPanel, build_run_panel, render, view_for
+
+METHOD_TITLES = {"lora": "LoRA", "dreambooth": "Dreambooth", "finetune": "Finetune"}
+
+CSS = """
+.atelier-bar {position: relative; height: 26px; border-radius: 13px; background: var(--block-background-fill);
+  border: 1px solid var(--border-color-primary); overflow: hidden;}
+.atelier-fill {height: 100%; background: var(--color-accent); transition: width .6s ease;}
+.atelier-bar span {position: absolute; inset: 0; text-align: center; line-height: 26px; font-weight: 600;}
+.group-problems {color: var(--error-text-color); border-left: 3px solid var(--error-border-color);
+  padding-left: .6em;}
+.essentials {padding: .4em;}
+"""
+
+
+@dataclass
+class Services:
+    runs_dir: Path
+    jobs: JobManager
+    presets: Presets
+    watchers: Watchers
+
+
+def build_page(services: Services, initial_preset: str | None = None) -> gr.Blocks:
+    with gr.Blocks(title="Atelier") as page:
+        viewed = gr.BrowserState("", storage_key="atelier-viewed-run")
+        gr.Markdown("# Atelier\nTrain LoRAs for Stable Diffusion 1.x, 2.x and SDXL.")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3):
+                with gr.Tabs():
+                    for method, title in METHOD_TITLES.items():
+                        with gr.Tab(title, id=method):
+                            _method_tab(method, services, viewed, initial_preset if method == "lora" else None,
+                                        page)
+                    with gr.Tab("Runs", id="runs"):
+                        _runs_tab(services, viewed)
+            with gr.Column(scale=2):
+                panel = build_run_panel()
+                stop = gr.Button("Stop this run", variant="stop", elem_id="stop-run")
+        _wire_panel(services, viewed, panel, stop, page)
+    return page
+
+
+def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, stop: gr.Button,
+                page: gr.Blocks) -> None:
+    def refresh(run_id: str) -> list[Any]:
+        view = view_for(services.watchers, services.runs_dir, run_id)
+        return render(view) if view else [gr.update()] * len(panel.outputs)
+
+    def on_load(run_id: str) -> str:
+        if view_for(services.watchers, services.runs_dir, run_id):
+            return run_id
+        active = services.jobs.active_runs()
+        return active[0].name if active else run_id
+
+    def stop_run(run_id: str) -> None:
+        if run_id:
+            services.jobs.stop(services.runs_dir / run_id)
+            gr.Info("Asked the trainer to save and stop.")
+
+    timer = gr.Timer(1.0)
+    timer.tick(refresh, inputs=viewed, outputs=panel.outputs, show_progress="hidden")
+    page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=viewed, outputs=panel.outputs)
+    stop.click(stop_run, inputs=viewed)
+
+
+def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initial_preset: str | None,
+                page: gr.Blocks) -> None:
+    presets = services.presets
+    with gr.Accordion("Presets", open=True):
+        with gr.Row(equal_height=True):
+            preset = gr.Dropdown(presets.names(method), label="Preset", value=None, scale=4,
+                                 elem_id=f"preset-{method}")
+            load = gr.Button("Load", scale=1, elem_id=f"load-preset-{method}")
+            delete = gr.Button("Delete", scale=1)
+        with gr.Row(equal_height=True):
+            save_name = gr.Textbox(label="Save current settings as", placeholder="my preset", scale=4)
+            save = gr.Button("Save", scale=1)
+    with gr.Row():
+        validate_btn = gr.Button("Validate", elem_id=f"validate-{method}")
+        start = gr.Button("Start", variant="primary", elem_id=f"start-{method}")
+        show_cmd = gr.Button("Show command")
+        export = gr.Button("Export TOML")
+        upload = gr.UploadButton("Import TOML", file_types=[".toml"])
+    report_md = gr.Markdown(elem_id=f"report-{method}")
+    command = gr.Code(language="shell", visible=False, label="Command")
+    exported = gr.File(visible=False, label="Config")
+    form = build_form(method)
+    inputs = set(form.components)
+    notes = list(form.group_notes.values())
+
+    def show_report(report: CheckReport) -> dict:
+        grouped = report.by_group()
+        updates = {note: gr.Markdown("\n\n".join(grouped.get(group, [])), visible=group in grouped)
+                   for group, note in form.group_notes.items()}
+        updates[report_md] = report.summary()
+        return updates
+
+    def on_validate(data: dict) -> dict:
+        return show_report(check_form(method, form.values(data)))
+
+    def on_start(data: dict) -> dict:
+        report = check_form(method, form.values(data))
+        updates = show_report(report)
+        if not report.ok:
+            return updates
+        try:
+            run_dir = services.jobs.start(report.cfg)
+        except JobError as err:
+            updates[report_md] = f"### Not started\n{err}"
+            return updates
+        updates[viewed] = run_dir.name
+        updates[report_md] = f"### Started `{run_dir.name}`\n{report.steps}"
+        return updates
+
+    def on_command(data: dict) -> dict:
+        report = check_form(method, form.values(data))
+        if report.cfg is None:
+            return show_report(report)
+        run_dir = services.jobs.new_run_dir(report.cfg)
+        return {command: gr.Code(shlex.join(services.jobs.command(report.cfg, run_dir)), visible=True)}
+
+    def on_export(data: dict) -> dict:
+        report = check_form(method, form.values(data))
+        if report.cfg is None:
+            return show_report(report)
+        path = Path(tempfile.mkdtemp(prefix="atelier-export-")) / f"{report.cfg.output_name or method}.toml"
+        report.cfg.save(path)
+        return {exported: gr.File(str(path), visible=True)}
+
+    def on_import(file: Any) -> dict:
+        warnings: list[str] = []
+        try:
+            cfg = load_config(method, Path(file if isinstance(file, str) else file.name), warnings=warnings)
+        except ConfigError as err:
+            return {report_md: f"### Import failed\n{err}"}
+        updates = form.updates(cfg.values)
+        updates[report_md] = "### Imported\n" + "\n".join(f"- {w}" for w in warnings)
+        return updates
+
+    def on_load_preset(name: str) -> dict:
+        if not name:
+            return {report_md: "Pick a preset first."}
+        try:
+            values, warnings = presets.load(name, method)
+        except PresetError as err:
+            return {report_md: f"### Preset not loaded\n{err}"}
+        updates = form.updates(values)
+        updates[report_md] = f"### Loaded preset `{name}`\n" + "\n".join(f"- {w}" for w in warnings)
+        return updates
+
+    def on_save_preset(data: dict) -> dict:
+        try:
+            saved = presets.save(data[save_name], method, form.values(data))
+        except PresetError as err:
+            return {report_md: f"### Not saved\n{err}"}
+        return {preset: gr.Dropdown(choices=presets.names(method), value=saved),
+                report_md: f"Saved preset `{saved}`."}
+
+    def on_delete_preset(name: str) -> dict:
+        try:
+            presets.delete(name or "")
+        except PresetError as err:
+            return {report_md: f"### Not deleted\n{err}"}
+        return {preset: gr.Dropdown(choices=presets.names(method), value=None), report_md: f"Deleted `{name}`."}
+
+    form_out = set(form.components) | {report_md}
+    validate_btn.click(on_validate, inputs=inputs, outputs=set(notes) | {report_md})
+    start.click(on_start, inputs=inputs, outputs=set(notes) | {report_md, viewed})
+    show_cmd.click(on_command, inputs=inputs, outputs=set(notes) | {report_md, command})
+    export.click(on_export, inputs=inputs, outputs=set(notes) | {report_md, exported})
+    upload.upload(on_import, inputs=upload, outputs=form_out)
+    load.click(on_load_preset, inputs=preset, outputs=form_out)
+    save.click(on_save_preset, inputs={save_name} | inputs, outputs={preset, report_md})
+    delete.click(on_delete_preset, inputs=preset, outputs={preset, report_md})
+    if initial_preset:
+        page.load(lambda: on_load_preset(initial_preset), outputs=form_out)
+        page.load(lambda: gr.Dropdown(value=initial_preset), outputs=preset)
+
+
+def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
+    table = gr.Dataframe(headers=["run", "method", "state", "output", "message"], interactive=False,
+                         elem_id="runs-table")
+    with gr.Row():
+        pick = gr.Dropdown(label="Open run", choices=[], scale=3, elem_id="runs-pick")
+        open_btn = gr.Button("Show in run panel", scale=1)
+        refresh = gr.Button("Refresh", scale=1)
+
+    def rows() -> tuple[list[list[str]], dict]:
+        runs = list_runs(services.runs_dir)
+        data = [[r.run_id, r.method, r.state, r.output, r.message] for r in runs]
+        return data, gr.Dropdown(choices=[r.run_id for r in runs])
+
+    refresh.click(rows, outputs=[table, pick])
+    gr.Timer(5.0).tick(rows, outputs=[table, pick], show_progress="hidden")
+    open_btn.click(lambda run_id: run_id or gr.update(), inputs=pick, outputs=viewed)
+

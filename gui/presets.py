@@ -1,0 +1,104 @@
+"""Presets: partial TOML configs that set only the options they name.
+
+Built-in presets live in presets/ (read-only); user presets in a folder of their own.
+Each carries `schema_version`; older versions are migrated, newer ones are refused clearly.
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import toml
+
+from trainers.config import BY_NAME, ConfigError, config_from_dict
+from trainers.config.schema import SCHEMA_VERSION
+from trainers.config.loading import flatten
+from trainers.fsutil import atomic_write_text
+
+BUILTIN_DIR = Path(__file__).resolve().parents[1] / "presets"
+SECRET = re.compile(r"token|api_key|apikey|password|secret", re.IGNORECASE)
+
+# version -> function turning that version's flat dict into the next version's. Version 0 is a
+# file without `schema_version` (hand-written, or an sd-scripts config): same names as version 1.
+# A renamed or re-typed option adds an entry here and bumps SCHEMA_VERSION.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    0: dict,
+}
+
+
+class PresetError(ValueError):
+    pass
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[^\w\- ]+", "", name, flags=re.UNICODE).strip().replace(" ", "_")
+    if not slug:
+        raise PresetError(f"preset name {name!r} has no usable characters; use letters, digits, - or _")
+    return slug
+
+
+class Presets:
+    def __init__(self, user_dir: Path, builtin_dir: Path = BUILTIN_DIR) -> None:
+        self.user_dir = user_dir
+        self.builtin_dir = builtin_dir
+
+    def names(self, method: str) -> list[str]:
+        """Presets usable by `method`: built-ins first, then the user's (marked 'user: ')."""
+        found = []
+        for prefix, folder in (("", self.builtin_dir), ("user: ", self.user_dir)):
+            for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
+                if _method_of(path) in (method, None):
+                    found.append(prefix + path.stem)
+        return found
+
+    def _path(self, name: str) -> Path:
+        if name.startswith("user: "):
+            return self.user_dir / f"{_slug(name[6:])}.toml"
+        return self.builtin_dir / f"{_slug(name)}.toml"
+
+    def load(self, name: str, method: str) -> tuple[dict[str, Any], list[str]]:
+        """(values it sets, warnings). Values are checked against the schema."""
+        path = self._path(name)
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise PresetError(f"preset {name!r} not found ({path})") from None
+        except tomllib.TOMLDecodeError as err:
+            raise PresetError(f"preset {name!r} is not valid TOML: {err}") from None
+        version = raw.pop("schema_version", 0)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise PresetError(f"preset {name!r} was written by a newer Atelier (schema_version {version}, this "
+                              f"one reads up to {SCHEMA_VERSION}); update Atelier to use it")
+        issues: list = []
+        flat = flatten(raw, issues)
+        for v in range(version, SCHEMA_VERSION):
+            flat = MIGRATIONS[v](flat)
+        warnings: list[str] = []
+        try:
+            cfg = config_from_dict(method, flat, issues, warnings)
+        except ConfigError as err:
+            raise PresetError(f"preset {name!r}: {err}") from None
+        return {k: cfg.values[k] for k in flat if k in cfg.values}, warnings
+
+    def save(self, name: str, method: str, values: dict[str, Any]) -> str:
+        """Save every non-empty value as a user preset; secrets are never written."""
+        path = self.user_dir / f"{_slug(name)}.toml"
+        kept = {k: v for k, v in values.items() if v is not None and k in BY_NAME and not SECRET.search(k)}
+        text = toml.dumps({"schema_version": SCHEMA_VERSION, "method": method, **kept})
+        atomic_write_text(path, f"# Atelier user preset\n{text}")
+        return "user: " + path.stem
+
+    def delete(self, name: str) -> None:
+        if not name.startswith("user: "):
+            raise PresetError("built-in presets cannot be deleted; save your own copy instead")
+        self._path(name).unlink(missing_ok=True)
+
+
+def _method_of(path: Path) -> str | None:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")).get("method")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None

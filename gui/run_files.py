@@ -1,0 +1,204 @@
+"""Reading run directories: everything the page shows about a run comes from these files.
+
+Files are tailed with byte cursors (never re-read whole), and one RunWatcher per run is
+shared by every browser session, so a refresh or a second browser costs nothing extra.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ACTIVE_STATES = ("starting", "running", "stopping")
+MAX_CHART_POINTS = 400
+LOG_LINES = 200
+
+
+class Tail:
+    """Incremental reader of a growing text file; returns complete new lines only."""
+
+    def __init__(self, path: Path, start_from_end_bytes: int | None = None) -> None:
+        self.path = path
+        self.offset = 0
+        self._partial = b""
+        self._start_from_end = start_from_end_bytes
+
+    def read_new(self, max_bytes: int = 4 << 20) -> list[str]:
+        try:
+            with open(self.path, "rb") as fh:
+                if self._start_from_end is not None:  # first read of a long log: only its end
+                    size = fh.seek(0, os.SEEK_END)
+                    self.offset = max(0, size - self._start_from_end)
+                    self._start_from_end = None
+                fh.seek(self.offset)
+                chunk = fh.read(max_bytes)
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
+
+
+def read_status(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def effective_state(status: dict[str, Any]) -> str:
+    """The state, corrected for a process that died without saying so (SIGKILL, OOM killer)."""
+    state = status.get("state", "unknown")
+    if state in ACTIVE_STATES and not pid_alive(status.get("launcher_pid") or status.get("trainer_pid")):
+        return "failed"
+    return state
+
+
+@dataclass
+class RunView:
+    """What the run panel shows, built from the run's files."""
+
+    run_id: str
+    state: str = "unknown"
+    status: dict[str, Any] = field(default_factory=dict)
+    progress: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    losses: list[tuple[int, float, float]] = field(default_factory=list)
+    checkpoints: list[str] = field(default_factory=list)
+    samples: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    error: dict[str, Any] = field(default_factory=dict)
+    output: str = ""
+    log_tail: list[str] = field(default_factory=list)
+
+
+class RunWatcher:
+    """Follows one run directory; `refresh()` reads only what was appended since last time."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.events = Tail(run_dir / "events.jsonl")
+        self.log = Tail(run_dir / "train.log", start_from_end_bytes=64 << 10)
+        self.view = RunView(run_dir.name)
+        self._log_lines: deque[str] = deque(maxlen=LOG_LINES)
+        self._losses: list[tuple[int, float, float]] = []
+        self._lock = threading.Lock()
+
+    def refresh(self) -> RunView:
+        with self._lock:
+            for line in self.events.read_new():
+                self._apply(line)
+            self._log_lines.extend(self.log.read_new())
+            v = self.view
+            v.status = read_status(self.run_dir)
+            v.state = effective_state(v.status)
+            if v.state == "failed" and not v.error and v.status.get("state") in ACTIVE_STATES:
+                v.error = {"message": "the trainer process ended without reporting (killed by the system: likely "
+                                      "out of system memory, or stopped from outside)"}
+            v.log_tail = list(self._log_lines)
+            v.losses = _downsample(self._losses, MAX_CHART_POINTS)
+            return v
+
+    def _apply(self, line: str) -> None:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        kind, v = event.get("type"), self.view
+        if kind == "progress":
+            v.progress = event
+            self._losses.append((event["step"], event["loss"], event["loss_smoothed"]))
+        elif kind == "start":
+            v.plan = event.get("plan", {})
+        elif kind == "checkpoint":
+            v.checkpoints.append(event["path"])
+        elif kind == "sample":
+            v.samples.append(event["path"])
+        elif kind == "warning":
+            v.warnings.append(event.get("message", ""))
+        elif kind == "error":
+            v.error = event
+        elif kind == "done":
+            v.output = event.get("output", "")
+
+
+def _downsample(points: list, limit: int) -> list:
+    if len(points) <= limit:
+        return list(points)
+    stride = len(points) / limit
+    return [points[int(i * stride)] for i in range(limit - 1)] + [points[-1]]
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    path: Path
+    method: str
+    state: str
+    started: float
+    output: str
+    message: str
+
+
+def list_runs(runs_dir: Path) -> list[RunSummary]:
+    """Every run directory, newest first."""
+    if not runs_dir.is_dir():
+        return []
+    runs = []
+    for path in runs_dir.iterdir():
+        if not path.is_dir() or path.name.startswith("."):
+            continue
+        status = read_status(path)
+        runs.append(RunSummary(path.name, path, status.get("method", "?"), effective_state(status),
+                               status.get("created", path.stat().st_mtime), status.get("output", ""),
+                               status.get("message", "")))
+    return sorted(runs, key=lambda r: r.started, reverse=True)
+
+
+class Watchers:
+    """One RunWatcher per run directory, shared by all browser sessions."""
+
+    def __init__(self) -> None:
+        self._watchers: dict[Path, RunWatcher] = {}
+        self._lock = threading.Lock()
+
+    def view(self, run_dir: Path) -> RunView:
+        with self._lock:
+            watcher = self._watchers.get(run_dir)
+            if watcher is None:
+                watcher = self._watchers[run_dir] = RunWatcher(run_dir)
+        return watcher.refresh()
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,109 @@
+"""The live run panel: progress, rates, loss chart, samples, log tail, result or failure."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from .run_files import ACTIVE_STATES, RunView, Watchers, format_duration
+
+OOM_HINT = ("Out of memory: lower train_batch_size or resolution, turn on gradient_checkpointing, use "
+            "mixed_precision bf16/fp16, an 8-bit optimizer (AdamW8bit), or a smaller network_dim.")
+STATE_LABEL = {"starting": "Starting", "running": "Training", "stopping": "Stopping…", "finished": "Finished",
+               "failed": "Failed", "stopped": "Stopped"}
+
+
+@dataclass
+class RunPanel:
+    title: gr.Markdown
+    progress: gr.HTML
+    stats: gr.Markdown
+    chart: gr.LinePlot
+    gallery: gr.Gallery
+    result: gr.Markdown
+    log: gr.Textbox
+
+    @property
+    def outputs(self) -> list[gr.components.Component]:
+        return [self.title, self.progress, self.stats, self.chart, self.gallery, self.result, self.log]
+
+
+def build_run_panel() -> RunPanel:
+    title = gr.Markdown("### No run yet\nPick a preset, press **Validate**, then **Start**.", elem_id="run-title")
+    progress = gr.HTML(_bar(0, 0), elem_id="run-progress")
+    stats = gr.Markdown(elem_id="run-stats")
+    chart = gr.LinePlot(pd.DataFrame({"step": [], "loss": [], "series": []}), x="step", y="loss", color="series",
+                        title="Loss", height=220, visible=False, elem_id="run-chart")
+    gallery = gr.Gallery(label="Samples", columns=4, height=200, visible=False, elem_id="run-gallery")
+    result = gr.Markdown(elem_id="run-result")
+    with gr.Accordion("Log", open=False):
+        log = gr.Textbox(lines=14, max_lines=14, autoscroll=True, show_label=False, elem_id="run-log")
+    return RunPanel(title, progress, stats, chart, gallery, result, log)
+
+
+def _bar(step: int, total: int) -> str:
+    pct = 100 * step / total if total else 0
+    return (f'<div class="atelier-bar"><div class="atelier-fill" style="width:{pct:.1f}%"></div>'
+            f'<span>{step} / {total} steps</span></div>')
+
+
+def render(view: RunView) -> list[Any]:
+    """Panel values for one run view, in RunPanel.outputs order."""
+    p, plan = view.progress, view.plan
+    step, total = p.get("step", 0), p.get("total_steps") or plan.get("total_steps", 0)
+    state = STATE_LABEL.get(view.state, view.state)
+    title = f"### {state}: `{view.run_id}`"
+    if p:
+        stats = (f"Epoch **{p['epoch']} / {p['total_epochs']}** · **{p['it_per_s']:.2f} it/s** · "
+                 f"{p['images_per_s']:.2f} images/s · ETA {format_duration(p.get('eta_s'))} · "
+                 f"loss {p['loss_smoothed']:.4f} · LR {p['lr']:.2e} · peak memory {p['peak_mem_gb']:.2f} GB "
+                 f"({p['peak_mem_kind']})")
+    else:
+        stats = "Loading the model and data…" if view.state in ACTIVE_STATES else ""
+    frame = pd.DataFrame(
+        [(s, loss, "raw") for s, loss, _ in view.losses] + [(s, sm, "smoothed") for s, _, sm in view.losses],
+        columns=["step", "loss", "series"])
+    samples = [s for s in view.samples if Path(s).exists()]
+    return [title, _bar(step, total), stats, gr.LinePlot(frame, visible=bool(view.losses)),
+            gr.Gallery(value=samples[-12:], visible=bool(samples)), result_text(view), "\n".join(view.log_tail)]
+
+
+def result_text(view: RunView) -> str:
+    lines = []
+    if view.output:
+        lines.append(f"**Saved:** `{view.output}`")
+    if view.checkpoints:
+        saves = "\n".join(f"- `{c}`" for c in view.checkpoints[-8:])
+        lines.append(f"**Checkpoints ({len(view.checkpoints)})**\n{saves}")
+    if view.state == "failed":
+        code = view.status.get("exit_code", view.error.get("exit_code", "?"))
+        message = view.error.get("message") or view.status.get("message") or "see the log"
+        lines.insert(0, f"**Failed** (exit code {code}): {html.escape(str(message))}")
+        hint = failure_hint(str(message) + "\n" + "\n".join(view.log_tail[-30:]))
+        if hint:
+            lines.insert(1, f"*Hint:* {hint}")
+    if view.warnings:
+        lines.append("**Warnings**\n" + "\n".join(f"- {w}" for w in view.warnings[-5:]))
+    return "\n\n".join(lines)
+
+
+def failure_hint(text: str) -> str:
+    lowered = text.lower()
+    if "out of memory" in lowered or "cuda oom" in lowered:
+        return OOM_HINT
+    if "no such file" in lowered or "not found" in lowered:
+        return "A file or folder is missing: check the paths named above (model, train_data_dir, network_weights)."
+    if "system memory" in lowered:
+        return "The machine ran out of RAM: use fewer data-loader workers, a smaller batch, or close other programs."
+    return ""
+
+
+def view_for(watchers: Watchers, runs_dir: Path, run_id: str) -> RunView | None:
+    if not run_id or "/" in run_id or run_id.startswith("."):
+        return None
+    run_dir = runs_dir / run_id
+    return watchers.view(run_dir) if run_dir.is_dir() else None
