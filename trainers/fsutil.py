@@ -8,19 +8,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def umask_mode() -> int:
-    """0o666 masked by the process umask: what a plain open() would create."""
-    mask = os.umask(0)
+def current_umask() -> int:
+    try:  # Linux: read it without the racy set-and-restore
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
 
 
 @contextlib.contextmanager
 def atomic_path(final: Path) -> Iterator[Path]:
-    """Yield a temp path beside `final`; on success fsync it and rename it into place.
+    """Yield a temp path beside `final`; when the block succeeds, fsync it and rename it into place.
 
-    A crash at any moment leaves either the old file or the new one under `final`,
-    never a half-written one.
+    A crash at any moment leaves the old file or the new one under `final`, never half a file.
+    The result gets 0o666 minus the umask (tempfile and safetensors would leave 0600, which
+    a ComfyUI or A1111 running as another user cannot read).
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -31,10 +37,25 @@ def atomic_path(final: Path) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
-        os.chmod(tmp, umask_mode())
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
+    _fsync_dir(final.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename durable; not every platform/filesystem allows fsync on a directory."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(final: Path, text: str) -> None:

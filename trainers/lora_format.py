@@ -7,8 +7,6 @@ read them); the `modelspec.*` keys follow Stability AI's model spec 1.0.0 as koh
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -18,6 +16,8 @@ from typing import Literal
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
+
+from .fsutil import atomic_path
 
 BaseModelVersion = Literal["sd_v1", "sd_v2", "sdxl_base_v1-0"]
 
@@ -126,18 +126,6 @@ def build_metadata(info: TrainingMetadata) -> dict[str, str]:
     return {key: str(value) for key, value in values.items() if value is not None}
 
 
-def _umask() -> int:
-    try:  # Linux: read it without the racy set-and-restore
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except OSError:
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def save_lora_file(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
     """Write a .safetensors file atomically: a temp file in the same folder, fsync, then `os.replace`.
 
@@ -147,33 +135,8 @@ def save_lora_file(path: Path, tensors: dict[str, Tensor], metadata: dict[str, s
     bad = [key for key, value in metadata.items() if not isinstance(value, str)]
     if bad:
         raise TypeError(f"safetensors metadata values must be strings; not for {bad}")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_path(path) as tmp:
         save_file({key: value.contiguous() for key, value in tensors.items()}, tmp, metadata=metadata)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename durable; not every platform/filesystem allows fsync on a directory."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def read_lora_file(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
