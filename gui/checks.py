@@ -17,12 +17,13 @@ class CheckReport:
     cfg: TrainConfig | None
     issues: list[ConfigIssue] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    dataset_problem: str = ""  # what the dataset preflight found wrong (shown in the Dataset group)
     dataset: str = ""
     steps: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.cfg is not None and not self.issues
+        return self.cfg is not None and not self.issues and not self.dataset_problem
 
     def by_group(self) -> dict[str, list[str]]:
         """Problem lines keyed by where the page shows them ("essentials" or a schema group)."""
@@ -33,11 +34,15 @@ class CheckReport:
             else:
                 where = BY_NAME[issue.field].group
             out.setdefault(where, []).append(f"**{issue.field}**: {issue.message}")
+        if self.dataset_problem:
+            out.setdefault("dataset", []).append(f"```\n{self.dataset_problem}\n```")
         return out
 
     def summary(self) -> str:
-        if self.cfg is None or self.issues:
-            head = f"### {len(self.issues)} problem(s) to fix\n" + "\n".join(f"- {i}" for i in self.issues)
+        if not self.ok:
+            lines = [f"- {i}" for i in self.issues] + (["- the dataset: see the Dataset group"]
+                                                        if self.dataset_problem else [])
+            head = f"### {len(lines)} problem(s) to fix\n" + "\n".join(lines)
         else:
             head = "### Ready to start"
         parts = [head]
@@ -62,7 +67,7 @@ def check_form(method: str, values: dict[str, Any]) -> CheckReport:
         try:
             scan = scan_kohya_folders(Path(data_dir).expanduser(), cfg.caption_extension)
         except DatasetLayoutError as err:
-            report.issues.append(ConfigIssue(err.field, str(err), "dataset"))
+            report.dataset_problem = str(err)
             return report
         report.dataset = scan.report()
         report.warnings += scan.warnings
@@ -77,7 +82,7 @@ def step_preview(cfg: TrainConfig, samples_per_epoch: int) -> str:
     processes = cfg.num_processes * cfg.num_machines
     plan = plan_steps(samples_per_epoch, cfg.train_batch_size, processes, cfg.gradient_accumulation_steps,
                       cfg.max_train_epochs, cfg.max_train_steps)
-    return (f"{samples_per_epoch} images x repeats per epoch / (batch {plan.per_device_batch} x {processes} "
+    return (f"{samples_per_epoch} samples per epoch (images x repeats) / (batch {plan.per_device_batch} x {processes} "
             f"process(es) x accumulation {plan.gradient_accumulation_steps} = global batch {plan.global_batch}) "
             f"= **{plan.steps_per_epoch} steps per epoch**; {plan.epochs} epoch(s) = "
             f"**{plan.total_steps} steps** in total.")

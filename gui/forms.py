@@ -22,6 +22,7 @@ class Form:
     method: str
     widgets: dict[str, gr.components.Component] = field(default_factory=dict)
     group_notes: dict[str, gr.Markdown] = field(default_factory=dict)
+    accordions: dict[str, gr.Accordion] = field(default_factory=dict)
 
     @property
     def components(self) -> list[gr.components.Component]:
@@ -106,7 +107,8 @@ def build_form(method: str) -> Form:
         members = by_group.get(group, [])
         if not members:
             continue
-        with gr.Accordion(title, open=group in OPEN_GROUPS, elem_id=f"group-{method}-{group}"):
+        with gr.Accordion(title, open=group in OPEN_GROUPS, elem_id=f"group-{method}-{group}") as accordion:
+            form.accordions[group] = accordion
             form.group_notes[group] = gr.Markdown(visible=False, elem_classes=["group-problems"])
             _grid([o for o in members if not o.advanced], form)
             advanced = [o for o in members if o.advanced]

@@ -12,7 +12,7 @@ import gradio as gr
 from trainers.config import ConfigError, load_config
 
 from .checks import CheckReport, check_form
-from .forms import build_form
+from .forms import Form, build_form
 from .jobs import JobError, JobManager
 from .presets import PresetError, Presets
 from .run_files import Watchers, list_runs
@@ -105,12 +105,13 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     exported = gr.File(visible=False, label="Config")
     form = build_form(method)
     inputs = set(form.components)
-    notes = list(form.group_notes.values())
+    notes = list(form.group_notes.values()) + list(form.accordions.values())
 
     def show_report(report: CheckReport) -> dict:
         grouped = report.by_group()
-        updates = {note: gr.Markdown("\n\n".join(grouped.get(group, [])), visible=group in grouped)
-                   for group, note in form.group_notes.items()}
+        updates: dict = {note: gr.Markdown("\n\n".join(grouped.get(group, [])), visible=group in grouped)
+                         for group, note in form.group_notes.items()}
+        updates.update({form.accordions[g]: gr.Accordion(open=True) for g in grouped if g in form.accordions})
         updates[report_md] = report.summary()
         return updates
 
@@ -191,9 +192,21 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     load.click(on_load_preset, inputs=preset, outputs=form_out)
     save.click(on_save_preset, inputs={save_name} | inputs, outputs={preset, report_md})
     delete.click(on_delete_preset, inputs=preset, outputs={preset, report_md})
+    _keep_launch_consistent(form)
     if initial_preset:
         page.load(lambda: on_load_preset(initial_preset), outputs=form_out)
         page.load(lambda: gr.Dropdown(value=initial_preset), outputs=preset)
+
+
+def _keep_launch_consistent(form: "Form") -> None:
+    """Listing GPUs sets the process count to match (one process per GPU)."""
+    gpu_ids, processes = form.widgets["gpu_ids"], form.widgets["num_processes"]
+
+    def sync(ids: str) -> Any:
+        listed = [i for i in str(ids).replace(" ", "").split(",") if i]
+        return len(listed) if listed and all(i.isdigit() for i in listed) else gr.update()
+
+    gpu_ids.change(sync, inputs=gpu_ids, outputs=processes)
 
 
 def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:

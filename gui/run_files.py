@@ -110,7 +110,8 @@ class RunWatcher:
         with self._lock:
             for line in self.events.read_new():
                 self._apply(line)
-            self._log_lines.extend(self.log.read_new())
+            # progress bars redraw with \r: keep what the terminal would show last
+            self._log_lines.extend(line.rstrip("\r").split("\r")[-1] for line in self.log.read_new())
             v = self.view
             v.status = read_status(self.run_dir)
             v.state = effective_state(v.status)

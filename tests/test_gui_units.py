@@ -1,0 +1,222 @@
+"""GUI pieces without a browser: generated forms, presets, checks, commands, run files, app flags."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+from gui.checks import check_form
+from gui.forms import ESSENTIALS, build_form, from_widget, option_for, to_widget
+from gui.jobs import JobError, JobManager
+from gui.presets import PresetError, Presets
+from gui.run_files import RunWatcher, Tail, list_runs
+from trainers.config import TrainConfig, load_config, options_for
+from trainers.demo import build_dataset
+from trainers.launch import accelerate_command, other_machine_commands
+
+REPO = Path(__file__).resolve().parents[1]
+METHODS = ("lora", "dreambooth", "finetune")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_option_of_a_method_has_a_widget(method: str) -> None:
+    with gr.Blocks():
+        form = build_form(method)
+    assert set(form.widgets) == {o.name for o in options_for(method)}
+    assert list(form.widgets)[:len(ESSENTIALS)] == list(ESSENTIALS)
+    if method != "lora":
+        assert "network_dim" not in form.widgets
+    for name, widget in form.widgets.items():
+        assert widget.elem_id == f"opt-{name}"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_widget_values_round_trip_to_the_same_config(method: str) -> None:
+    cfg = load_config(method, overrides=["max_train_epochs=3", "noise_offset=0", "optimizer_args=['a=1','b=2']",
+                                         "seed=0", "output_name='x y'"])
+    back = {o.name: from_widget(o, to_widget(o, cfg.values[o.name])) for o in options_for(method)}
+    from trainers.config import config_from_dict
+
+    assert config_from_dict(method, back).values == cfg.values
+
+
+def test_unset_numbers_stay_unset_and_bad_numbers_are_named() -> None:
+    opt = option_for("lora", "unet_lr")
+    assert from_widget(opt, "") is None and from_widget(opt, "1e-4") == 1e-4
+    report = check_form("lora", {"unet_lr": "fast", "max_train_epochs": 1})
+    assert any(i.field == "unet_lr" and "'fast'" in i.message for i in report.issues)
+
+
+def test_toml_export_import_round_trip(tmp_path: Path) -> None:
+    cfg = load_config("lora", REPO / "presets" / "demo.toml", ["conv_dim=4", "gpu_ids='0'", "training_comment='é \"q\"'"])
+    cfg.save(tmp_path / "export.toml")
+    assert load_config("lora", tmp_path / "export.toml").values == cfg.values
+
+
+def test_checks_report_dataset_problem_in_dataset_group_and_steps(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    values = {"pretrained_model_name_or_path": "org/model", "train_data_dir": str(tmp_path / "empty"),
+              "output_dir": str(tmp_path / "out"), "max_train_epochs": 2}
+    report = check_form("lora", values)
+    assert not report.ok and "dataset" in report.by_group()
+    assert "train_data_dir" in report.by_group()["dataset"][0]
+    data = build_dataset(tmp_path / "data", folder="3_sks shape")
+    report = check_form("lora", {**values, "train_data_dir": str(data), "train_batch_size": 2, "num_processes": 2})
+    assert report.ok, report.summary()
+    # 8 images x 3 repeats = 24 per epoch / (2 x 2 x 1) = 6 steps per epoch, 12 in total
+    assert "**6 steps per epoch**" in report.steps and "**12 steps** in total" in report.steps
+
+
+def test_all_problems_are_grouped_at_once(tmp_path: Path) -> None:
+    report = check_form("lora", {"network_dim": 0, "learning_rate": -1, "bogus": 1})
+    assert {i.field for i in report.issues} == {"network_dim", "learning_rate", "bogus"}
+    grouped = report.by_group()
+    assert "network" in grouped and "optimizer" in grouped and "essentials" in grouped
+
+
+def test_accelerate_command_single_multi_gpu_and_machines(tmp_path: Path) -> None:
+    cfg = TrainConfig("lora", {"mixed_precision": "bf16"})
+    cmd = accelerate_command(cfg, tmp_path / "c d.toml", tmp_path / "run", python="py")
+    assert cmd[:3] == ["py", "-m", "accelerate.commands.launch"] and "--multi_gpu" not in cmd
+    assert cmd[cmd.index("--num_processes") + 1] == "1" and cmd[cmd.index("--mixed_precision") + 1] == "bf16"
+    assert cmd[-6:] == ["-m", "trainers", "lora", "--config", str(tmp_path / "c d.toml"), "--run-dir",
+                        str(tmp_path / "run")][-6:]
+    multi = accelerate_command(cfg.replace(num_processes=2, gpu_ids="0, 1"), tmp_path / "c.toml", tmp_path, python="py")
+    assert "--multi_gpu" in multi and multi[multi.index("--gpu_ids") + 1] == "0,1"
+    machines = cfg.replace(num_processes=4, num_machines=2, main_process_ip="10.0.0.5")
+    full = accelerate_command(machines, tmp_path / "c.toml", tmp_path, python="py")
+    assert full[full.index("--num_processes") + 1] == "8" and full[full.index("--machine_rank") + 1] == "0"
+    others = other_machine_commands(machines, tmp_path / "c.toml", tmp_path)
+    assert len(others) == 1 and "--machine_rank 1" in others[0]
+
+
+def test_launch_group_consistency_is_validated() -> None:
+    report = check_form("lora", {"gpu_ids": "0,1,2", "num_processes": 2, "num_machines": 2})
+    fields = {i.field: i.message for i in report.issues}
+    assert "set num_processes = 3" in fields["gpu_ids"] and "main_process_ip" in fields
+
+
+def test_builtin_presets_load_for_their_method(tmp_path: Path) -> None:
+    presets = Presets(tmp_path / "user")
+    for method in METHODS:
+        names = presets.names(method)
+        assert names, method
+        for name in names:
+            values, _ = presets.load(name, method)
+            assert values and "pretrained_model_name_or_path" not in values or name == "demo"
+    assert {"demo", "sd15_lora_8gb", "sdxl_lora_12gb", "sdxl_lora_24gb", "sdxl_lora_multi_gpu"} <= set(
+        presets.names("lora"))
+    assert "dreambooth_sd15" in presets.names("dreambooth") and "finetune_sdxl" in presets.names("finetune")
+
+
+def test_user_presets_save_load_delete_and_never_keep_secrets(tmp_path: Path) -> None:
+    presets = Presets(tmp_path / "user")
+    saved = presets.save("my fav ü", "lora", {"network_dim": 64, "noise_offset": 0.0, "hf_token": "hf_abc",
+                                              "unet_lr": None})
+    assert saved in presets.names("lora") and saved not in presets.names("finetune")
+    text = next((tmp_path / "user").glob("*.toml")).read_text(encoding="utf-8")
+    assert "hf_abc" not in text and "hf_token" not in text
+    values, _ = presets.load(saved, "lora")
+    assert values == {"network_dim": 64, "noise_offset": 0.0}  # a preset sets only what it names
+    with pytest.raises(PresetError, match="built-in"):
+        presets.delete("demo")
+    presets.delete(saved)
+    assert saved not in presets.names("lora")
+
+
+def test_preset_versions_migrate_or_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gui.presets as module
+
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "old.toml").write_text('method = "lora"\nlearning_rat = 0.5\n', encoding="utf-8")
+    monkeypatch.setattr(module, "MIGRATIONS", {0: lambda flat: {
+        ("learning_rate" if k == "learning_rat" else k): v for k, v in flat.items()}})
+    values, _ = Presets(user).load("user: old", "lora")
+    assert values == {"learning_rate": 0.5}
+    (user / "new.toml").write_text('schema_version = 99\nmethod = "lora"\n', encoding="utf-8")
+    with pytest.raises(PresetError, match="newer Atelier"):
+        Presets(user).load("user: new", "lora")
+
+
+def test_tail_reads_only_new_complete_lines(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    path.write_bytes(b"one\ntw")
+    tail = Tail(path)
+    assert tail.read_new() == ["one"]
+    with open(path, "ab") as fh:
+        fh.write("o\nthrée\n".encode())
+    assert tail.read_new() == ["two", "thrée"] and tail.read_new() == []
+
+
+def test_run_watcher_builds_the_panel_view_and_notices_a_dead_process(tmp_path: Path) -> None:
+    run = tmp_path / "run1"
+    run.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run / "status.json").write_text(json.dumps({"state": "running", "launcher_pid": dead.pid, "method": "lora"}))
+    events = [{"type": "start", "plan": {"total_steps": 10}},
+              {"type": "progress", "step": 1, "total_steps": 10, "loss": 1.0, "loss_smoothed": 1.0},
+              {"type": "checkpoint", "path": "/x/a-000001.safetensors"}]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (run / "train.log").write_text("loading\nsteps: 10%\rsteps: 20%\n")
+    view = RunWatcher(run).refresh()
+    assert view.progress["step"] == 1 and view.checkpoints == ["/x/a-000001.safetensors"]
+    assert view.log_tail == ["loading", "steps: 20%"]
+    assert view.state == "failed" and "out of system memory" in view.error["message"]
+    assert [r.state for r in list_runs(tmp_path)] == ["failed"]
+
+
+def test_job_manager_starts_refuses_a_second_run_and_stops(tmp_path: Path, tiny_sd1_dir: Path) -> None:
+    data = build_dataset(tmp_path / "data", folder="50_sks shape")
+    cfg = load_config("lora", overrides=[f"pretrained_model_name_or_path={json.dumps(str(tiny_sd1_dir))}",
+                                         f"train_data_dir={json.dumps(str(data))}",
+                                         f"output_dir={json.dumps(str(tmp_path / 'out'))}", "max_train_epochs=5",
+                                         "resolution='64'", "max_data_loader_n_workers=0"])
+    jobs = JobManager(tmp_path / "runs")
+    run_dir = jobs.start(cfg)
+    try:
+        assert (run_dir / "config.toml").exists()
+        assert "accelerate.commands.launch" in (run_dir / "command.txt").read_text()
+        assert load_config("lora", run_dir / "config.toml").values == cfg.values
+        with pytest.raises(JobError, match="still active"):
+            jobs.start(cfg)
+        with pytest.raises(JobError, match="not available yet"):
+            jobs.start(load_config("dreambooth"))
+        jobs.stop(run_dir, grace_s=120)
+        deadline = time.time() + 180
+        while time.time() < deadline and list_runs(tmp_path / "runs")[0].state not in ("stopped", "failed"):
+            time.sleep(0.5)
+        assert list_runs(tmp_path / "runs")[0].state == "stopped"
+    finally:
+        status = json.loads((run_dir / "status.json").read_text())
+        try:
+            os.killpg(status["pgid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_app(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "app.py", "--headless", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+@pytest.mark.parametrize("flags", [["--listen"], ["--listen", "0.0.0.0"], ["--share"]])
+def test_exposed_app_without_login_refuses_to_start(flags: list[str]) -> None:
+    result = run_app(*flags)
+    assert result.returncode == 2
+    assert "--username/--password" in result.stderr and "--no-auth" in result.stderr
+
+
+def test_auth_file_errors_name_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "users.txt"
+    bad.write_text("alice:pw\nbob\n", encoding="utf-8")
+    result = run_app("--listen", "--auth-file", str(bad))
+    assert result.returncode != 0 and "line 2" in result.stderr
