@@ -17,9 +17,9 @@ from trainers.config import BY_NAME, ConfigError, config_from_dict
 from trainers.config.schema import SCHEMA_VERSION
 from trainers.config.loading import flatten
 from trainers.fsutil import atomic_write_text
+from trainers.secrets import SECRET_KEY
 
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "presets"
-SECRET = re.compile(r"token|api_key|apikey|password|secret", re.IGNORECASE)
 
 # version -> function turning that version's flat dict into the next version's. Version 0 is a
 # file without `schema_version` (hand-written, or an sd-scripts config): same names as version 1.
@@ -86,7 +86,7 @@ class Presets:
     def save(self, name: str, method: str, values: dict[str, Any]) -> str:
         """Save every non-empty value as a user preset; secrets are never written."""
         path = self.user_dir / f"{_slug(name)}.toml"
-        kept = {k: v for k, v in values.items() if v is not None and k in BY_NAME and not SECRET.search(k)}
+        kept = {k: v for k, v in values.items() if v is not None and k in BY_NAME and not SECRET_KEY.search(k)}
         text = toml.dumps({"schema_version": SCHEMA_VERSION, "method": method, **kept})
         atomic_write_text(path, f"# Atelier user preset\n{text}")
         return "user: " + path.stem

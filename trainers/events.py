@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .fsutil import atomic_write_text
+from .secrets import redact
 
 
 class EventLog:
@@ -29,7 +30,7 @@ class EventLog:
     def emit(self, type: str, **fields: Any) -> None:
         if not self.enabled:
             return
-        line = json.dumps({"type": type, "time": round(time.time(), 3), **fields}, ensure_ascii=False)
+        line = json.dumps(redact({"type": type, "time": round(time.time(), 3), **fields}), ensure_ascii=False)
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
 
@@ -46,7 +47,7 @@ def update_status(run_dir: Path | None, **fields: Any) -> None:
         status = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         status = {}
-    status.update(fields, updated=time.time())
+    status.update(redact(fields), updated=time.time())
     atomic_write_text(path, json.dumps(status, indent=1, ensure_ascii=False))
 
 

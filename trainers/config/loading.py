@@ -8,6 +8,7 @@ from typing import Any
 
 import toml
 
+from ..secrets import SECRET_KEY, redact
 from . import kohya_compat
 from .options import BY_NAME, options_for
 from .schema import GROUPS, SCHEMA_VERSION, ConfigError, ConfigIssue, coerce
@@ -43,7 +44,7 @@ class TrainConfig:
                 sections.setdefault(opt.group, {})[opt.name] = value
         ordered = {g: sections[g] for g in GROUPS if g in sections}
         header = {"schema_version": SCHEMA_VERSION, "method": self.method}
-        return f"# Atelier {self.method} config\n" + toml.dumps({**header, **ordered})
+        return redact(f"# Atelier {self.method} config\n" + toml.dumps({**header, **ordered}))
 
     def save(self, path: Path) -> None:
         from ..fsutil import atomic_write_text
@@ -113,6 +114,9 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
             problems: list[str] = []
             kohya_compat.TRANSLATED[name](value, translated, problems)
             issues.extend(ConfigIssue(name, p) for p in problems)
+        elif SECRET_KEY.search(name):
+            issues.append(ConfigIssue(name, "secrets are never read from config files (they would be saved and "
+                                      "shared with it); set HF_TOKEN or WANDB_API_KEY in the environment instead"))
         elif name in kohya_compat.IGNORED:
             warnings.append(f"{name} (sd-scripts) is ignored: {kohya_compat.IGNORED[name]}")
         elif name not in BY_NAME:

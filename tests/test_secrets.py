@@ -1,0 +1,34 @@
+"""Tokens from the environment never reach events, status or logs written by the trainer."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainers.events import EventLog, update_status
+
+TOKEN = "hf_SECRETsecret123456"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_events_and_status_are_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    EventLog(tmp_path).emit("error", message=f"401 for token {TOKEN}", nested={"x": [TOKEN]})
+    update_status(tmp_path, message=f"auth {TOKEN}")
+    text = (tmp_path / "events.jsonl").read_text() + (tmp_path / "status.json").read_text()
+    assert TOKEN not in text and "***" in text
+
+
+def test_trainer_output_is_redacted(tmp_path: Path) -> None:
+    env = {"HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-m", "trainers", "lora", "--run-dir", str(tmp_path / "run"),
+                             "--set", f"pretrained_model_name_or_path='{tmp_path}/{TOKEN}'", "--set",
+                             "max_train_steps=1"], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    everything = result.stdout + result.stderr + (tmp_path / "run" / "events.jsonl").read_text()
+    assert TOKEN not in everything and "***" in everything
+    assert TOKEN not in json.dumps(json.loads((tmp_path / "run" / "status.json").read_text()))
+    assert TOKEN not in (tmp_path / "run" / "config.toml").read_text()

@@ -1,0 +1,65 @@
+"""Secrets (hub and tracker tokens) come from the environment only and never reach a file we write.
+
+`install_redaction()` wraps stdout/stderr so train.log cannot show them; `redact()` is applied
+to every event before it is written. Config files cannot hold them: such keys are refused.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+from typing import Any, TextIO
+
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "ATELIER_PASSWORD")
+SECRET_KEY = re.compile(r"(token|api_key|apikey|password|secret)", re.IGNORECASE)
+MASK = "***"
+
+
+def secret_values() -> list[str]:
+    # Short values would mask ordinary text; real tokens are long.
+    return sorted({v for k in SECRET_ENV if len(v := os.environ.get(k, "")) >= 8}, key=len, reverse=True)
+
+
+def redact(value: Any) -> Any:
+    """`value` with every secret replaced by ***, recursing into dicts and lists."""
+    secrets = secret_values()
+    if not secrets:
+        return value
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, str):
+            for s in secrets:
+                v = v.replace(s, MASK)
+            return v
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return type(v)(clean(x) for x in v)
+        return v
+
+    return clean(value)
+
+
+class _RedactingStream(io.TextIOBase):
+    def __init__(self, inner: TextIO) -> None:
+        self.inner = inner
+
+    def write(self, text: str) -> int:
+        self.inner.write(redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return self.inner.isatty()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+
+def install_redaction() -> None:
+    if secret_values() and not isinstance(sys.stdout, _RedactingStream):
+        sys.stdout = _RedactingStream(sys.stdout)
+        sys.stderr = _RedactingStream(sys.stderr)
