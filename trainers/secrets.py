@@ -12,7 +12,7 @@ import sys
 from typing import Any, TextIO
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "ATELIER_PASSWORD")
-SECRET_KEY = re.compile(r"(token|api_key|apikey|password|secret)", re.IGNORECASE)
+SECRET_KEY = re.compile(r"(^|_)(token|api_key|apikey|password|secret)($|_)", re.IGNORECASE)
 MASK = "***"
 
 

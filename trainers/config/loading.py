@@ -114,11 +114,11 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
             problems: list[str] = []
             kohya_compat.TRANSLATED[name](value, translated, problems)
             issues.extend(ConfigIssue(name, p) for p in problems)
-        elif SECRET_KEY.search(name):
-            issues.append(ConfigIssue(name, "secrets are never read from config files (they would be saved and "
-                                      "shared with it); set HF_TOKEN or WANDB_API_KEY in the environment instead"))
         elif name in kohya_compat.IGNORED:
             warnings.append(f"{name} (sd-scripts) is ignored: {kohya_compat.IGNORED[name]}")
+        elif name not in BY_NAME and SECRET_KEY.search(name):
+            issues.append(ConfigIssue(name, "secrets are never read from config files (they would be saved and "
+                                      "shared with it); set HF_TOKEN or WANDB_API_KEY in the environment instead"))
         elif name not in BY_NAME:
             issues.append(_unknown(name, method))
         elif method not in BY_NAME[name].methods:
