@@ -32,6 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runs-dir", type=Path, default=REPO / "runs", help="where run directories are written")
     p.add_argument("--presets-dir", type=Path, default=Path.home() / ".config" / "atelier" / "presets",
                    help="where user presets are saved")
+    p.add_argument("--allowed-root", dest="allowed_roots", action="append", type=Path, default=None,
+                   help="folder that paths typed into the page must lie under; repeatable (default: anywhere "
+                        "when served on this machine only; the home folder and this repo when exposed)")
     p.add_argument("--demo", action="store_true", help="build the demo model and data, preselect the demo preset")
     return p.parse_args(argv)
 
@@ -88,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         _ensure_demo()
     runs_dir = args.runs_dir.expanduser().resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
-    services = Services(runs_dir, JobManager(runs_dir), Presets(args.presets_dir.expanduser()), Watchers())
+    roots = args.allowed_roots or ([Path.home(), REPO, runs_dir] if exposed else None)
+    services = Services(runs_dir, JobManager(runs_dir), Presets(args.presets_dir.expanduser()), Watchers(),
+                        [r.expanduser().resolve() for r in roots] if roots else None)
     page = build_page(services, initial_preset="demo" if args.demo else None)
     page.queue(default_concurrency_limit=8)
     host = "localhost" if args.listen in ("0.0.0.0", "::") else args.listen

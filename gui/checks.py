@@ -55,13 +55,16 @@ class CheckReport:
         return "\n\n".join(parts)
 
 
-def check_form(method: str, values: dict[str, Any]) -> CheckReport:
+def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | None = None) -> CheckReport:
+    """Everything Validate shows. `allowed_roots`: folders typed paths must lie under (None: anywhere)."""
     warnings: list[str] = []
     try:
         cfg = config_from_dict(method, values, warnings=warnings)
     except ConfigError as err:
         return CheckReport(None, err.issues, warnings)
-    report = CheckReport(cfg, validate(cfg), warnings)
+    report = CheckReport(cfg, validate(cfg) + outside_roots(cfg, allowed_roots), warnings)
+    if any(i.message.startswith("is outside") for i in report.issues):
+        return report  # never look inside a folder the GUI may not use
     data_dir = cfg.train_data_dir.strip()
     if data_dir and Path(data_dir).expanduser().is_dir():
         try:
@@ -73,6 +76,23 @@ def check_form(method: str, values: dict[str, Any]) -> CheckReport:
         report.warnings += scan.warnings
         report.steps = step_preview(cfg, scan.num_repeated_images)
     return report
+
+
+def outside_roots(cfg: TrainConfig, roots: list[Path] | None) -> list[ConfigIssue]:
+    """Paths typed into the page must lie under the allowed roots (symlinks resolved)."""
+    if roots is None:
+        return []
+    issues = []
+    for opt in (BY_NAME[name] for name in cfg.values if BY_NAME[name].path):
+        text = str(cfg.values[opt.name] or "").strip()
+        if not text or (opt.path == "any" and not text.startswith(("/", ".", "~"))):
+            continue  # empty, or a hub id
+        path = Path(text).expanduser().resolve()
+        if not any(path == root or root in path.parents for root in roots):
+            shown = ", ".join(str(r) for r in roots)
+            issues.append(ConfigIssue(opt.name, f"is outside the folders this GUI may use ({shown}); the admin "
+                                      "can add one with --allowed-root", opt.group))
+    return issues
 
 
 def step_preview(cfg: TrainConfig, samples_per_epoch: int) -> str:

@@ -37,6 +37,7 @@ class Services:
     jobs: JobManager
     presets: Presets
     watchers: Watchers
+    allowed_roots: list[Path] | None = None  # None: paths anywhere on this machine
 
 
 def build_page(services: Services, initial_preset: str | None = None) -> gr.Blocks:
@@ -116,10 +117,10 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         return updates
 
     def on_validate(data: dict) -> dict:
-        return show_report(check_form(method, form.values(data)))
+        return show_report(check_form(method, form.values(data), services.allowed_roots))
 
     def on_start(data: dict) -> dict:
-        report = check_form(method, form.values(data))
+        report = check_form(method, form.values(data), services.allowed_roots)
         updates = show_report(report)
         if not report.ok:
             return updates
@@ -133,14 +134,14 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         return updates
 
     def on_command(data: dict) -> dict:
-        report = check_form(method, form.values(data))
+        report = check_form(method, form.values(data), services.allowed_roots)
         if report.cfg is None:
             return show_report(report)
         run_dir = services.jobs.new_run_dir(report.cfg)
         return {command: gr.Code(shlex.join(services.jobs.command(report.cfg, run_dir)), visible=True)}
 
     def on_export(data: dict) -> dict:
-        report = check_form(method, form.values(data))
+        report = check_form(method, form.values(data), services.allowed_roots)
         if report.cfg is None:
             return show_report(report)
         path = Path(tempfile.mkdtemp(prefix="atelier-export-")) / f"{report.cfg.output_name or method}.toml"

@@ -220,3 +220,14 @@ def test_auth_file_errors_name_the_line(tmp_path: Path) -> None:
     bad.write_text("alice:pw\nbob\n", encoding="utf-8")
     result = run_app("--listen", "--auth-file", str(bad))
     assert result.returncode != 0 and "line 2" in result.stderr
+
+
+def test_paths_outside_allowed_roots_are_refused(tmp_path: Path) -> None:
+    inside = tmp_path / "inside"
+    inside.mkdir()
+    values = {"pretrained_model_name_or_path": "org/model", "train_data_dir": "/etc", "output_dir": str(inside / "o"),
+              "max_train_epochs": 1, "logging_dir": str(inside / "../outside-link/..")}
+    report = check_form("lora", values, allowed_roots=[inside.resolve()])
+    fields = {i.field for i in report.issues if i.message.startswith("is outside")}
+    assert fields == {"train_data_dir", "logging_dir"}
+    assert not report.dataset and "etc" not in report.dataset  # nothing was read from /etc
