@@ -16,6 +16,8 @@ from typing import Any
 
 ACTIVE_STATES = ("starting", "running", "stopping")
 MAX_CHART_POINTS = 400
+MAX_KEPT_POINTS = 20_000
+PROGRESS_PREFIX = '{"type": "progress"'  # how EventLog starts a progress line
 LOG_LINES = 200
 
 
@@ -28,7 +30,7 @@ class Tail:
         self._partial = b""
         self._start_from_end = start_from_end_bytes
 
-    def read_new(self, max_bytes: int = 4 << 20) -> list[str]:
+    def read_new(self, max_bytes: int = 64 << 20) -> list[str]:
         try:
             with open(self.path, "rb") as fh:
                 if self._start_from_end is not None:  # first read of a long log: only its end
@@ -41,9 +43,11 @@ class Tail:
             return []
         self.offset += len(chunk)
         data = self._partial + chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
+        end = data.rfind(b"\n") + 1  # complete lines end here; the rest waits for its newline
+        self._partial = data[end:]
+        if not end:
+            return []
+        return [line.rstrip("\r") for line in data[:end].decode("utf-8", "replace").split("\n")[:-1]]
 
 
 def read_status(run_dir: Path) -> dict[str, Any]:
@@ -108,8 +112,13 @@ class RunWatcher:
 
     def refresh(self) -> RunView:
         with self._lock:
-            for line in self.events.read_new():
-                self._apply(line)
+            lines = self.events.read_new()
+            progress = [i for i, line in enumerate(lines) if line.startswith(PROGRESS_PREFIX)]
+            stride = len(progress) // MAX_KEPT_POINTS + 1  # a long backlog: parse a sample of its progress
+            skip = set(progress[::1]) - set(progress[::stride]) - {progress[-1]} if stride > 1 else set()
+            for i, line in enumerate(lines):
+                if i not in skip:
+                    self._apply(line)
             # progress bars redraw with \r: keep what the terminal would show last
             self._log_lines.extend(line.rstrip("\r").split("\r")[-1] for line in self.log.read_new())
             v = self.view
@@ -131,6 +140,8 @@ class RunWatcher:
         if kind == "progress":
             v.progress = event
             self._losses.append((event["step"], event["loss"], event["loss_smoothed"]))
+            if len(self._losses) > MAX_KEPT_POINTS:  # keep memory bounded on very long runs
+                self._losses = self._losses[::2]
         elif kind == "start":
             v.plan = event.get("plan", {})
         elif kind == "checkpoint":
