@@ -18,17 +18,11 @@ IGNORED: dict[str, str] = {
     "persistent_data_loader_workers": "data-loader workers always persist between epochs",
     "log_with": "TensorBoard logging is on whenever logging_dir is set",
     "max_token_length": "captions are truncated at 75 tokens (no long-prompt extension yet)",
-    "cache_latents": "latent caching is not available yet: latents are encoded each step",
-    "cache_latents_to_disk": "latent caching is not available yet: latents are encoded each step",
-    "cache_text_encoder_outputs": "text-encoder caching is not available yet",
-    "enable_bucket": "aspect-ratio buckets are not available yet: images are cropped to resolution",
-    "bucket_no_upscale": "aspect-ratio buckets are not available yet",
-    "bucket_reso_steps": "aspect-ratio buckets are not available yet",
-    "min_bucket_reso": "aspect-ratio buckets are not available yet",
-    "max_bucket_reso": "aspect-ratio buckets are not available yet",
-    "shuffle_caption": "caption shuffling is not available yet",
-    "keep_tokens": "caption shuffling is not available yet",
-    "caption_dropout_rate": "caption dropout is not available yet",
+    "cache_text_encoder_outputs_to_disk": "text-encoder outputs are cached in memory only (cache_text_encoder_outputs)",
+    "vae_batch_size": "latents are cached train_batch_size images at a time",
+    "color_aug": "color augmentation is not available",
+    "face_crop_aug_range": "face-crop augmentation is not available",
+    "caption_dropout_every_n_epochs": "use caption_dropout_rate",
     "sample_every_n_epochs": "sample images during training are not available yet",
     "sample_every_n_steps": "sample images during training are not available yet",
     "sample_prompts": "sample images during training are not available yet",
@@ -60,6 +54,11 @@ def _network_args(value: Any, out: dict[str, Any], problems: list[str]) -> None:
         out["conv_alpha" if key == "conv_alpha" else "conv_dim"] = int(number) if number.is_integer() else number
 
 
+def _in_json(value: Any, out: dict[str, Any], problems: list[str]) -> None:
+    problems.append("in_json (sd-scripts fine-tuning metadata file) is not supported; put one JSON file per image "
+                    "(path, tags, score) in a folder and set metadata_dir")
+
+
 def _save_model_as(value: Any, out: dict[str, Any], problems: list[str]) -> None:
     if value != "safetensors":
         problems.append(f"save_model_as = {value!r} is not supported; files are always written as safetensors")
@@ -69,4 +68,5 @@ TRANSLATED: dict[str, Callable[[Any, dict[str, Any], list[str]], None]] = {
     "network_module": _network_module,
     "network_args": _network_args,
     "save_model_as": _save_model_as,
+    "in_json": _in_json,
 }

@@ -9,6 +9,7 @@ values (original size, crop top-left, target size).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-__all__ = ["ImageLoadError", "PreparedImage", "load_image_rgb", "to_rgb", "prepare_image"]
+__all__ = ["ImageLoadError", "PreparedImage", "cover_size", "load_image_rgb", "to_rgb", "prepare_image"]
 
 
 class ImageLoadError(ValueError):
@@ -54,15 +55,20 @@ def to_rgb(img: Image.Image, background: tuple[int, int, int] = (255, 255, 255))
     return img.convert("RGB")
 
 
-def load_image_rgb(path: Path) -> Image.Image:
+def load_image_rgb(path: Path, min_side: int | None = None) -> Image.Image:
     """Open ``path`` fully, apply EXIF orientation and convert to RGB (transparency -> white).
 
+    ``min_side``: the smallest side the caller needs; a JPEG much larger than that is decoded at
+    a reduced scale (still at least ``min_side`` on both sides), which is far faster for photos.
     Raises :class:`ImageLoadError` (a ``ValueError``) naming the file on any failure
     (missing, not an image, truncated, decompression bomb, ...).
     """
     path = Path(path)
     try:
-        with Image.open(path) as im:
+        with warnings.catch_warnings(), Image.open(path) as im:
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            if min_side and im.format == "JPEG" and min(im.size) >= 2 * min_side:
+                im.draft("RGB", (min_side, min_side))
             im.load()
             try:
                 upright = ImageOps.exif_transpose(im)  # a new image, detached from the file
@@ -94,6 +100,12 @@ def _check_size(name: str, value: int) -> int:
     return int(value)
 
 
+def cover_size(w: int, h: int, width: int, height: int) -> tuple[int, int]:
+    """The size ``(w, h)`` is resized to, keeping its aspect ratio, to just cover ``(width, height)``."""
+    scale = max(width / w, height / h)
+    return max(width, int(round(w * scale))), max(height, int(round(h * scale)))
+
+
 def prepare_image(
     img: Image.Image,
     width: int,
@@ -101,6 +113,7 @@ def prepare_image(
     random_crop: bool = False,
     generator: torch.Generator | None = None,
     flip: bool = False,
+    original_size: tuple[int, int] | None = None,
 ) -> PreparedImage:
     """Resize ``img`` to cover ``(width, height)`` keeping its aspect ratio, crop, optionally flip.
 
@@ -111,6 +124,8 @@ def prepare_image(
       input size, ``crop_top_left`` is in the resized image's pixels; with ``flip`` the crop is
       reported in the flipped image's frame (``left = resized_w - left - width``), i.e. as if the
       image had been flipped before cropping.
+    * ``original_size`` (h, w) overrides the reported original size, for an image decoded at a
+      reduced scale (see ``load_image_rgb``'s ``min_side``).
     """
     width = _check_size("width", width)
     height = _check_size("height", height)
@@ -119,9 +134,8 @@ def prepare_image(
     if w < 1 or h < 1:
         raise ValueError(f"cannot prepare an empty image of size {w}x{h}")
 
+    new_w, new_h = cover_size(w, h, width, height)
     scale = max(width / w, height / h)
-    new_w = max(width, int(round(w * scale)))
-    new_h = max(height, int(round(h * scale)))
     if (new_w, new_h) != (w, h):
         resample = Image.Resampling.LANCZOS if scale < 1.0 else Image.Resampling.BICUBIC
         img = img.resize((new_w, new_h), resample=resample)
@@ -143,7 +157,7 @@ def prepare_image(
 
     return PreparedImage(
         pixels=pixels,
-        original_size=(h, w),
+        original_size=original_size or (h, w),
         crop_top_left=(top, left),
         target_size=(height, width),
         flipped=bool(flip),

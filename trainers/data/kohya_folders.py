@@ -36,6 +36,7 @@ __all__ = [
     "DatasetScan",
     "parse_folder_name",
     "normalize_caption_extension",
+    "scan_image_folder",
     "scan_kohya_folders",
 ]
 
@@ -277,12 +278,9 @@ def _scan_subset(folder: Path, repeats: int, tokens: str, caption_ext: str, fiel
     try:
         with os.scandir(folder) as it:
             entries = [(e.name, e.is_file()) for e in it if not e.name.startswith(".")]
-    except OSError as e:
-        raise DatasetLayoutError(
-            f'{_prefix(field, root)}: subfolder "{folder.name}" could not be read: {e.strerror or e}.',
-            field=field,
-            path=folder,
-        ) from e
+    except OSError as e:  # skipped and reported: the other folders can still train
+        warnings.append(f'folder "{folder}" could not be read ({e.strerror or e}); its images are skipped')
+        return Subset(folder=folder, repeats=repeats, tokens=tokens, images=[])
 
     files = {name for name, is_file in entries if is_file}
     files_lower: dict[str, str] = {}
@@ -319,6 +317,22 @@ def _scan_subset(folder: Path, repeats: int, tokens: str, caption_ext: str, fiel
             f'"{repeats}_", so they train with an empty caption'
         )
     return Subset(folder=folder, repeats=repeats, tokens=tokens, images=images)
+
+
+def scan_image_folder(folder: Path, repeats: int, tokens: str, caption_extension: str = ".txt",
+                      field: str = "image_dir") -> tuple[Subset, list[str]]:
+    """One folder of images (an sd-scripts dataset-config subset's ``image_dir``) and its warnings.
+
+    Unlike ``train_data_dir`` the folder holds the images itself; its name carries no repeats.
+    """
+    folder = Path(folder).expanduser()
+    warnings: list[str] = []
+    if not folder.is_dir():
+        raise DatasetLayoutError(f'{_prefix(field, folder)}: folder not found (it must hold the images '
+                                 "directly).", field=field, path=folder)
+    subset = _scan_subset(folder, repeats, tokens, normalize_caption_extension(caption_extension), field, folder,
+                          warnings)
+    return subset, warnings
 
 
 # --------------------------------------------------------------------------- main entry point
@@ -456,11 +470,10 @@ def scan_kohya_folders(root: Path, caption_extension: str = ".txt", field: str =
             try:
                 with os.scandir(s.folder) as it:
                     content = sorted(e.name + ("/" if e.is_dir() else "") for e in it if not e.name.startswith("."))
-            except OSError:
-                content = []
-            details.append(
-                f'  - "{s.folder.name}": ' + (f"contains only {_list_names(content)}" if content else "empty")
-            )
+                what = f"contains only {_list_names(content)}" if content else "empty"
+            except OSError as e:
+                what = f"could not be read ({e.strerror or e})"
+            details.append(f'  - "{s.folder.name}": {what}')
         raise fail(
             f"{pre}: no images found in any subfolder (images must be directly inside, with extension "
             f"{', '.join(sorted(IMAGE_EXTENSIONS))}; subfolders are not searched recursively):\n"

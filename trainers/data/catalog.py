@@ -1,0 +1,266 @@
+"""Everything a run will train on, found before any model loads: images, captions, sizes, buckets, samples.
+
+``build_catalog(values)`` reads the folders (kohya, image_dir, metadata JSON), checks every image
+cheaply (header and size), assigns buckets, balances regularization images as sd-scripts does,
+and lists the files it skipped with the reason. The preflight report and the trainer share it.
+Torch-free.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .buckets import BucketBatchSampler, BucketChooser
+from .captions import CaptionOptions
+from .dataset_toml import dataset_specs
+from .kohya_folders import DatasetLayoutError, ImageItem, scan_image_folder, scan_kohya_folders
+from .metadata_json import scan_metadata_dir
+from .probe import ImageSkipped, probe_image
+from .specs import DatasetSpec, SubsetSpec
+
+BucketKey = tuple[int, int, int]  # (dataset, width, height)
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    path: Path
+    reason: str
+
+
+@dataclass
+class CatalogImage:
+    path: Path
+    caption: str
+    caption_from_file: bool
+    size: tuple[int, int]  # (width, height), EXIF orientation applied
+    bucket: tuple[int, int]  # (width, height) it trains at
+    subset: int
+
+
+@dataclass
+class CatalogSubset:
+    spec: SubsetSpec
+    dataset: int
+    name: str
+    folder: Path
+    repeats: int
+    tokens: str
+    images: list[int] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
+    metadata_files: int = 0
+    metadata_dropped: Counter = field(default_factory=Counter)
+    samples: int = 0  # samples an epoch (images x repeats; for reg images after balancing)
+
+    @property
+    def is_reg(self) -> bool:
+        return self.spec.is_reg
+
+    @property
+    def captions(self) -> CaptionOptions:
+        return self.spec.captions
+
+
+@dataclass
+class Catalog:
+    datasets: list[DatasetSpec]
+    subsets: list[CatalogSubset]
+    images: list[CatalogImage]
+    samples: list[int]  # image index of each sample of an epoch
+    warnings: list[str] = field(default_factory=list)
+
+    # --- what the trainer needs
+    def bucket_of(self, sample: int) -> BucketKey:
+        image = self.images[self.samples[sample]]
+        return (self.subsets[image.subset].dataset, *image.bucket)
+
+    def batch_sampler(self, num_processes: int, seed: int, shuffle: bool = True) -> BucketBatchSampler:
+        buckets = [self.bucket_of(i) for i in range(len(self.samples))]
+        sizes = {b: self.datasets[b[0]].batch_size for b in set(buckets)}
+        return BucketBatchSampler(buckets, sizes, num_processes, seed, shuffle)
+
+    def subset_of(self, sample: int) -> CatalogSubset:
+        return self.subsets[self.images[self.samples[sample]].subset]
+
+    # --- what users read
+    @property
+    def skipped(self) -> list[SkippedFile]:
+        return [s for subset in self.subsets for s in subset.skipped]
+
+    @property
+    def num_train_samples(self) -> int:
+        return sum(s.samples for s in self.subsets if not s.is_reg)
+
+    @property
+    def num_reg_samples(self) -> int:
+        return sum(s.samples for s in self.subsets if s.is_reg)
+
+    def bucket_counts(self) -> dict[BucketKey, tuple[int, int]]:
+        """(images, samples an epoch) per bucket."""
+        images = Counter((self.subsets[i.subset].dataset, *i.bucket) for i in self.images)
+        samples = Counter(self.bucket_of(k) for k in range(len(self.samples)))
+        return {key: (images[key], samples[key]) for key in sorted(images)}
+
+    def duplicate_basenames(self) -> list[tuple[str, list[Path]]]:
+        """Images whose file names differ only in extension (they share a caption file), and the
+        same file name in several folders (often the same picture copied twice)."""
+        by_stem: dict[tuple[Path, str], list[Path]] = {}
+        by_name: dict[str, list[Path]] = {}
+        for image in self.images:
+            by_stem.setdefault((image.path.parent, image.path.stem), []).append(image.path)
+            by_name.setdefault(image.path.name, []).append(image.path)
+        found = [(f"{stem}.*", paths) for (_, stem), paths in by_stem.items() if len(paths) > 1]
+        found += [(name, paths) for name, paths in by_name.items() if len({p.parent for p in paths}) > 1]
+        return sorted(found, key=lambda item: item[0])
+
+    def dataset_dirs(self, reg: bool = False) -> dict[str, dict[str, int]]:
+        """kohya's ss_dataset_dirs / ss_reg_dataset_dirs."""
+        return {s.name: {"n_repeats": s.repeats, "img_count": len(s.images)} for s in self.subsets if s.is_reg == reg}
+
+    def tag_frequency(self) -> dict[str, dict[str, int]]:
+        """kohya's ss_tag_frequency: tags (lower-cased) counted once per image, per folder."""
+        result: dict[str, dict[str, int]] = {}
+        for subset in self.subsets:
+            counts: Counter[str] = Counter()
+            for index in subset.images:
+                split_on = subset.captions.split_on
+                counts.update({t.strip().lower() for t in self.images[index].caption.split(split_on) if t.strip()})
+            result[subset.name] = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        return result
+
+    def without(self, bad: dict[int, str]) -> Catalog:
+        """The catalog less the images in `bad` (index -> reason), e.g. those that failed to decode."""
+        subsets = [CatalogSubset(s.spec, s.dataset, s.name, s.folder, s.repeats, s.tokens, [], list(s.skipped),
+                                 s.metadata_files, Counter(s.metadata_dropped)) for s in self.subsets]
+        items: list[list[CatalogImage]] = [[] for _ in subsets]
+        for index, image in enumerate(self.images):
+            if index in bad:
+                subsets[image.subset].skipped.append(SkippedFile(image.path, bad[index]))
+            else:
+                items[image.subset].append(image)
+        return _assemble(self.datasets, subsets, items, list(self.warnings))
+
+
+def build_catalog(values: Mapping[str, Any], warnings: list[str] | None = None) -> Catalog:
+    """Read the run's datasets. Raises DatasetLayoutError / ConfigError when nothing can be trained."""
+    warnings = [] if warnings is None else warnings
+    specs = dataset_specs(values, warnings)
+    subsets: list[CatalogSubset] = []
+    found: list[list[tuple[ImageItem, SubsetSpec]]] = []
+    for d, spec in enumerate(specs):
+        for sub in spec.subsets:
+            for subset, items in _read_subset(sub, d, warnings):
+                subsets.append(subset)
+                found.append(items)
+    sizes = _probe_all([item.path for items in found for item in items])
+    choosers = [BucketChooser(spec.buckets) for spec in specs]
+    images: list[list[CatalogImage]] = []
+    for subset, items in zip(subsets, found):
+        kept = []
+        for item in items:
+            size = sizes[item.path]
+            if isinstance(size, str):
+                subset.skipped.append(SkippedFile(item.path, size))
+                continue
+            bucket = choosers[subset.dataset].choose(*size)
+            if bucket is None:
+                subset.skipped.append(SkippedFile(item.path, f"too small ({size[0]}x{size[1]}) for a bucket with "
+                                                  "bucket_no_upscale"))
+                continue
+            kept.append(CatalogImage(item.path, item.caption, item.caption_from_file, size, bucket, 0))
+        images.append(kept)
+    catalog = _assemble(specs, subsets, images, warnings)
+    if not catalog.samples:
+        raise DatasetLayoutError(_nothing_left(catalog), field=subsets[0].spec.field if subsets else "train_data_dir")
+    return catalog
+
+
+def _read_subset(spec: SubsetSpec, dataset: int, warnings: list[str]):
+    """Yield (subset, image items) for one spec; a kohya root yields one per <repeats>_<tokens> folder."""
+    if spec.kind == "kohya_root":
+        scan = scan_kohya_folders(spec.path, spec.caption_extension, field=spec.field)
+        warnings.extend(scan.warnings)
+        for sub in scan.subsets:
+            yield CatalogSubset(spec, dataset, sub.folder.name, sub.folder, sub.repeats, sub.tokens), sub.images
+    elif spec.kind == "folder":
+        sub, folder_warnings = scan_image_folder(spec.path, spec.repeats, spec.tokens, spec.caption_extension,
+                                                 field=spec.field)
+        warnings.extend(f"{spec.label}: {w}" for w in folder_warnings)
+        yield CatalogSubset(spec, dataset, spec.path.name, spec.path, spec.repeats, spec.tokens), sub.images
+    else:
+        scan = scan_metadata_dir(spec.path, spec.metadata)
+        subset = CatalogSubset(spec, dataset, spec.path.name, spec.path, spec.repeats, "", metadata_files=scan.files,
+                               metadata_dropped=Counter(scan.dropped))
+        separator = spec.metadata.separator
+        yield subset, [ImageItem(r.image, separator.join(r.tags), True) for r in scan.records]
+
+
+def _probe_all(paths: list[Path]) -> dict[Path, tuple[int, int] | str]:
+    """Each image's size, or the reason it is skipped; headers are read in parallel (network drives)."""
+    def one(path: Path) -> tuple[int, int] | str:
+        try:
+            return probe_image(path)
+        except ImageSkipped as err:
+            return err.reason
+
+    unique = list(dict.fromkeys(paths))
+    if len(unique) < 64:
+        return {p: one(p) for p in unique}
+    with ThreadPoolExecutor(max_workers=min(16, (os.cpu_count() or 2) * 2)) as pool:
+        return dict(zip(unique, pool.map(one, unique)))
+
+
+def _assemble(specs: list[DatasetSpec], subsets: list[CatalogSubset], found: list[list[CatalogImage]],
+              warnings: list[str]) -> Catalog:
+    """Number the images, then lay out an epoch's samples: repeats, and reg images balanced per dataset."""
+    images: list[CatalogImage] = []
+    for s, (subset, items) in enumerate(zip(subsets, found)):
+        for image in items:
+            image.subset = s
+            subset.images.append(len(images))
+            images.append(image)
+    samples: list[int] = []
+    for d in range(len(specs)):
+        train = [s for s in subsets if s.dataset == d and not s.is_reg]
+        for subset in train:
+            subset.samples = len(subset.images) * subset.repeats
+            samples += [i for i in subset.images for _ in range(subset.repeats)]
+        reg = [s for s in subsets if s.dataset == d and s.is_reg]
+        counts = _balance_reg([(i, s.repeats) for s in reg for i in s.images], sum(s.samples for s in train))
+        for subset in reg:
+            subset.samples = sum(counts.get(i, 0) for i in subset.images)
+            samples += [i for i in subset.images for _ in range(counts.get(i, 0))]
+        if reg and not train:
+            warnings.append(f"dataset {d + 1} has regularization images but no training images: they are not used")
+    return Catalog(specs, subsets, images, samples, warnings)
+
+
+def _balance_reg(reg: list[tuple[int, int]], num_train: int) -> dict[int, int]:
+    """sd-scripts: reg images (with their repeats) are used, then repeated once more each in turn,
+    until there are as many reg samples as training samples; surplus reg images are left out."""
+    counts: dict[int, int] = {}
+    n, first = 0, True
+    while reg and n < num_train:
+        for image, repeats in reg:
+            add = repeats if first else 1
+            counts[image] = counts.get(image, 0) + add
+            n += add
+            if n >= num_train:
+                break
+        first = False
+    return counts
+
+
+def _nothing_left(catalog: Catalog) -> str:
+    reasons = Counter(s.reason for s in catalog.skipped)
+    lines = ["no usable images: every image was skipped"]
+    lines += [f"  {count} x {reason}" for reason, count in reasons.most_common()]
+    for subset in catalog.subsets:
+        for reason, count in subset.metadata_dropped.most_common():
+            lines.append(f"  {subset.name}: {count} JSON file(s) dropped: {reason}")
+    lines.append("Fix: check the files listed by `python -m trainers preflight --config <your config>`.")
+    return "\n".join(lines)

@@ -1,0 +1,218 @@
+"""sd-scripts dataset configs (``--dataset_config``), loaded as they are.
+
+    [general]                 # defaults for every dataset and subset
+    shuffle_caption = true
+    [[datasets]]              # resolution, batch size and buckets of its own
+    resolution = 512          # or [768, 512]
+    batch_size = 4
+    enable_bucket = true
+      [[datasets.subsets]]    # one image folder each
+      image_dir = "/data/dog"
+      class_tokens = "sks dog"
+      num_repeats = 10
+      [[datasets.subsets]]
+      image_dir = "/data/reg_dog"
+      class_tokens = "dog"
+      is_reg = true
+
+A value is looked up in the subset, then its dataset, then [general], then the run's own
+options. Relative folders are read from the config file's folder (else the working directory).
+Besides sd-scripts' keys a subset may have ``metadata_dir`` and the ``metadata_*`` filters.
+Torch-free.
+"""
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..config.loading import closest
+from ..config.options import BY_NAME
+from ..config.schema import ConfigError, ConfigIssue, coerce
+from ..config.validation import bucket_issues, parse_resolution
+from .specs import DatasetSpec, SubsetSpec, bucket_settings, specs_from_values, subset_spec
+
+FIELD = "dataset_config"
+# Subset-level keys that are also options of ours (same name, same meaning).
+SUBSET_OPTIONS = (
+    "caption_extension", "shuffle_caption", "keep_tokens", "keep_tokens_separator", "caption_dropout_rate",
+    "caption_tag_dropout_rate", "caption_prefix", "caption_suffix", "flip_aug", "random_crop",
+    "metadata_abs_min_score", "metadata_min_score", "metadata_tag_bonus", "metadata_blacklist_tags",
+    "metadata_remove_tags", "metadata_tag_replacements", "metadata_tag_separator", "metadata_score_tags",
+    "metadata_shuffle_tag_p", "metadata_consider_every_nth",
+)
+SUBSET_ONLY = ("image_dir", "metadata_dir", "num_repeats", "class_tokens", "is_reg")
+DATASET_OPTIONS = ("resolution", "enable_bucket", "min_bucket_reso", "max_bucket_reso", "bucket_reso_steps",
+                   "bucket_no_upscale")
+RENAMED = {"batch_size": "train_batch_size"}  # sd-scripts dataset key -> our option
+IGNORED = {  # sd-scripts keys without an effect here: loading warns about each
+    "color_aug": "color augmentation is not available",
+    "face_crop_aug_range": "face-crop augmentation is not available",
+    "caption_dropout_every_n_epochs": "use caption_dropout_rate",
+    "token_warmup_min": "token warmup is not available",
+    "token_warmup_step": "token warmup is not available",
+    "secondary_separator": "secondary separators are not available",
+    "enable_wildcard": "wildcards are not available: the first non-empty caption line is used",
+    "caption_separator": "tags are always separated by ','",
+    "alpha_mask": "alpha masks are not available: transparency is composited on white",
+    "cache_info": "image sizes are read again each run (cheaply, from the headers)",
+    "network_multiplier": "per-dataset network multipliers are not available",
+    "debug_dataset": "use `python -m trainers preflight` to inspect a dataset",
+}
+
+
+def load_dataset_config(path: Path, values: Mapping[str, Any], warnings: list[str]) -> list[DatasetSpec]:
+    """The datasets of an sd-scripts dataset config; `values` are the run's options (the last defaults)."""
+    path = Path(path).expanduser()
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError([ConfigIssue(FIELD, f"cannot read {path}: {err.strerror or err}", "dataset")]) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError([ConfigIssue(FIELD, f"{path} is not valid TOML: {err}", "dataset")]) from None
+    issues: list[str] = []
+    unknown_top = sorted(set(raw) - {"general", "datasets"})
+    if unknown_top:
+        issues.append(f"unknown top-level key(s) {', '.join(unknown_top)}; an sd-scripts dataset config has "
+                      "[general] and [[datasets]] with [[datasets.subsets]]")
+    general = _level(raw.get("general", {}), "[general]", SUBSET_OPTIONS + DATASET_OPTIONS + ("batch_size",),
+                     issues, warnings)
+    datasets = raw.get("datasets", [])
+    if not isinstance(datasets, list) or not datasets:
+        issues.append("no [[datasets]]: add at least one [[datasets]] with a [[datasets.subsets]] holding image_dir")
+        datasets = []
+    specs = []
+    for d, dataset in enumerate(datasets, 1):
+        where = f"[[datasets]] #{d}"
+        subsets = dataset.get("subsets", []) if isinstance(dataset, dict) else []
+        own = _level({k: v for k, v in dataset.items() if k != "subsets"} if isinstance(dataset, dict) else {},
+                     where, SUBSET_OPTIONS + DATASET_OPTIONS + ("batch_size",), issues, warnings)
+        merged = {**values, **general, **own}
+        for issue in bucket_issues(merged["resolution"], merged["min_bucket_reso"], merged["max_bucket_reso"],
+                                   merged["bucket_reso_steps"], where=f"{where}: ") if merged["enable_bucket"] else []:
+            issues.append(f"{issue.field}: {issue.message}")
+        if not isinstance(subsets, list) or not subsets:
+            issues.append(f"{where} has no [[datasets.subsets]]: add one with image_dir (or metadata_dir)")
+            continue
+        subset_specs = [_subset(s, f"{where} [[datasets.subsets]] #{i}", merged, path.parent, issues, warnings)
+                        for i, s in enumerate(subsets, 1)]
+        if not issues:
+            specs.append(DatasetSpec(bucket_settings(merged), merged["train_batch_size"],
+                                     tuple(s for s in subset_specs if s is not None), where))
+    if issues:
+        raise ConfigError([ConfigIssue(FIELD, f"{path.name}: {message}", "dataset") for message in issues])
+    return specs
+
+
+def _level(table: Any, where: str, allowed: tuple[str, ...], issues: list[str], warnings: list[str],
+           ) -> dict[str, Any]:
+    """Check and coerce one table's keys into our option names."""
+    if not isinstance(table, dict):
+        issues.append(f"{where} must be a table of key = value")
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if key in IGNORED:
+            warnings.append(f"dataset_config {where}: {key} (sd-scripts) is ignored: {IGNORED[key]}")
+            continue
+        if key == "metadata_file":
+            issues.append(f"{where}: metadata_file (sd-scripts fine-tuning JSON) is not supported; put one JSON file "
+                          "per image in a folder and use metadata_dir")
+            continue
+        if key not in allowed:
+            issues.append(_misplaced(key, where, allowed))
+            continue
+        name = RENAMED.get(key, key)
+        try:
+            out[name] = _resolution(value) if name == "resolution" else coerce(BY_NAME[name], value)
+        except ValueError as err:
+            issues.append(f"{where}: {key}: {err}")
+    return out
+
+
+def _subset(table: Any, where: str, defaults: dict[str, Any], base: Path, issues: list[str],
+            warnings: list[str]) -> SubsetSpec | None:
+    if not isinstance(table, dict):
+        issues.append(f"{where} must be a table")
+        return None
+    own = _level({k: v for k, v in table.items() if k not in SUBSET_ONLY}, where, SUBSET_OPTIONS, issues, warnings)
+    values = {**defaults, **own}
+    image_dir, metadata_dir = table.get("image_dir"), table.get("metadata_dir")
+    repeats, tokens, is_reg = table.get("num_repeats", 1), table.get("class_tokens", ""), table.get("is_reg", False)
+    problems = []
+    if bool(image_dir) == bool(metadata_dir):
+        problems.append("needs image_dir (a folder of images) or metadata_dir (a folder of JSON files), not both")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        problems.append(f"num_repeats: got {repeats!r}; expected a whole number >= 1")
+    if not isinstance(tokens, str) or not isinstance(is_reg, bool):
+        problems.append("class_tokens must be text and is_reg true or false")
+    folder = image_dir or metadata_dir
+    if not isinstance(folder, str):
+        problems.append("image_dir / metadata_dir must be text")
+    if problems:
+        issues.extend(f"{where}: {p}" for p in problems)
+        return None
+    found = _find(folder, base)
+    if found is None:
+        issues.append(f"{where}: folder not found: {folder} (relative folders are read from {base})")
+        return None
+    kind = "folder" if image_dir else "metadata"
+    if kind == "metadata" and "num_repeats" not in table:
+        repeats = values["dataset_repeats"]
+    return subset_spec(kind, found, values, repeats=repeats, tokens=tokens, is_reg=is_reg, field=FIELD, label=where)
+
+
+def _find(folder: str, base: Path) -> Path | None:
+    p = Path(folder).expanduser()
+    for candidate in ([p] if p.is_absolute() else [base / p, p]):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def _resolution(value: Any) -> str:
+    """sd-scripts writes 512, [768, 512] or "768,512"; ours is the text 'N' or 'W,H'."""
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        value = f"{value[0]},{value[1]}"
+    text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else repr(value)
+    parse_resolution(text)
+    return text
+
+
+def _misplaced(key: str, where: str, allowed: tuple[str, ...]) -> str:
+    if key in DATASET_OPTIONS + ("batch_size",):
+        return f"{where}: {key} belongs to [[datasets]] or [general], not to a subset"
+    if key in SUBSET_ONLY:
+        return f"{where}: {key} belongs to a [[datasets.subsets]] entry"
+    known = list(SUBSET_OPTIONS + SUBSET_ONLY + DATASET_OPTIONS + ("batch_size",)) + list(IGNORED)
+    guess = closest(key, known)
+    return f"{where}: unknown key {key!r}" + (f"; did you mean {guess!r}?" if guess else "")
+
+
+def dataset_specs(values: Mapping[str, Any], warnings: list[str]) -> list[DatasetSpec]:
+    """The run's datasets: from its dataset_config when set, else from the flat options."""
+    config = str(values.get("dataset_config") or "").strip()
+    if not config:
+        return [specs_from_values(values)]
+    for name in ("train_data_dir", "reg_data_dir", "metadata_dir"):
+        if str(values.get(name) or "").strip():
+            warnings.append(f"{name} is ignored: dataset_config is set (as in sd-scripts)")
+    specs = load_dataset_config(Path(config), values, warnings)
+    issues = _caching_issues(specs, values)
+    if issues:
+        raise ConfigError(issues)
+    return specs
+
+
+def _caching_issues(specs: list[DatasetSpec], values: Mapping[str, Any]) -> list[ConfigIssue]:
+    """Subset settings that caching cannot honour (the flat options are checked by validation)."""
+    issues = []
+    for sub in (sub for spec in specs for sub in spec.subsets):
+        if sub.random_crop and (values["cache_latents"] or values["cache_latents_to_disk"]):
+            issues.append(ConfigIssue("cache_latents", f"{sub.label} uses random_crop, which changes every epoch: "
+                                      "turn latent caching or that random_crop off", "dataset"))
+        if values["cache_text_encoder_outputs"] and not sub.captions.is_fixed:
+            issues.append(ConfigIssue("cache_text_encoder_outputs", f"{sub.label} shuffles or drops caption tags, so "
+                                      "its captions change every epoch: turn caching or those options off", "dataset"))
+    return issues

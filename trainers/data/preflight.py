@@ -1,0 +1,191 @@
+"""The preflight report: what a run would train on, before it starts. Torch-free (the GUI's Validate calls it).
+
+    report = preflight(cfg, num_processes=2)
+    report.ok, report.errors, report.warnings, report.steps_per_epoch, report.total_steps
+    print(report.text())          # or report.to_dict() for JSON
+
+Images per folder, captions found and missing, buckets with their image counts, buckets smaller
+than batch x processes x accumulation, duplicate basenames, skipped files with the reason,
+metadata filter counts, and the steps an epoch takes on `num_processes` processes.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..config import ConfigError, ConfigIssue, TrainConfig, validate
+from ..plan import StepPlan, plan_steps
+from .catalog import Catalog, build_catalog
+from .kohya_folders import DatasetLayoutError
+
+MAX_LISTED = 20  # skipped files and duplicates shown in the text (all are in the fields)
+
+
+@dataclass
+class SubsetSummary:
+    name: str
+    folder: str
+    dataset: int  # 1-based
+    kind: str  # "train", "reg" or "metadata"
+    repeats: int
+    images: int
+    captions_found: int
+    captions_missing: int
+    tokens: str
+    samples_per_epoch: int
+    skipped: int
+    metadata_files: int = 0
+    metadata_dropped: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class BucketSummary:
+    dataset: int  # 1-based
+    width: int
+    height: int
+    images: int
+    samples_per_epoch: int
+    batch_size: int
+    too_small: bool  # fewer images than batch x processes x accumulation
+
+
+@dataclass
+class PreflightReport:
+    num_processes: int
+    errors: list[ConfigIssue] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    subsets: list[SubsetSummary] = field(default_factory=list)
+    buckets: list[BucketSummary] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    duplicates: list[tuple[str, list[str]]] = field(default_factory=list)
+    train_samples: int = 0
+    reg_samples: int = 0
+    plan: StepPlan | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        return self.plan.steps_per_epoch if self.plan else None
+
+    @property
+    def total_steps(self) -> int | None:
+        return self.plan.total_steps if self.plan else None
+
+    def to_dict(self, max_listed: int | None = None) -> dict[str, Any]:
+        """JSON-ready; `max_listed` caps the skipped and duplicate lists (their full counts are kept)."""
+        out = asdict(self)
+        out["errors"] = [{"field": i.field, "message": i.message, "group": i.group} for i in self.errors]
+        out.update(ok=self.ok, steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps,
+                   num_skipped=len(self.skipped), num_duplicates=len(self.duplicates))
+        if max_listed is not None:
+            out["skipped"], out["duplicates"] = out["skipped"][:max_listed], out["duplicates"][:max_listed]
+        return out
+
+    def text(self) -> str:
+        lines = [f"Preflight for {self.num_processes} process{'es' if self.num_processes != 1 else ''}:"]
+        if self.subsets:
+            lines.append("Folders:")
+            lines += [f"  {_subset_line(s)}" for s in self.subsets]
+        if self.buckets:
+            lines.append("Buckets:")
+            for b in self.buckets:
+                flag = "  <- fewer images than one global batch" if b.too_small else ""
+                lines.append(f"  dataset {b.dataset}, {b.width}x{b.height}: {b.images} image(s), "
+                             f"{b.samples_per_epoch} sample(s) an epoch (batch {b.batch_size}){flag}")
+        if self.skipped:
+            lines.append(f"Skipped files ({len(self.skipped)}):")
+            lines += [f"  {path}: {reason}" for path, reason in self.skipped[:MAX_LISTED]]
+            if len(self.skipped) > MAX_LISTED:
+                lines.append(f"  ... and {len(self.skipped) - MAX_LISTED} more")
+        if self.duplicates:
+            lines.append(f"Duplicate basenames ({len(self.duplicates)}):")
+            lines += [f"  {name}: {', '.join(paths)}" for name, paths in self.duplicates[:MAX_LISTED]]
+        if self.plan:
+            p = self.plan
+            reg = f" + {self.reg_samples} regularization" if self.reg_samples else ""
+            lines.append(f"Steps: {self.train_samples} training{reg} samples an epoch; batch {p.per_device_batch} x "
+                         f"{p.num_processes} process(es) x {p.gradient_accumulation_steps} accumulation -> "
+                         f"{p.steps_per_epoch} steps an epoch, {p.epochs} epoch(s) = {p.total_steps} steps")
+        lines += [f"warning: {w}" for w in self.warnings]
+        lines += [f"error: {issue}" for issue in self.errors]
+        lines.append("OK: ready to train." if self.ok else f"{len(self.errors)} problem(s) to fix before training.")
+        return "\n".join(lines)
+
+
+def _subset_line(s: SubsetSummary) -> str:
+    if s.kind == "metadata":
+        dropped = "; ".join(f"{n} {reason}" for reason, n in s.metadata_dropped.items())
+        head = (f"[metadata] {s.name} (dataset {s.dataset}): {s.metadata_files} JSON file(s), {s.images} image(s) "
+                f"kept" + (f"; dropped: {dropped}" if dropped else ""))
+    else:
+        head = (f"[{s.kind}] {s.name} (dataset {s.dataset}): {s.images} image(s), {s.captions_found} caption(s) "
+                f"found, {s.captions_missing} missing")
+        if s.captions_missing:
+            head += f' (using "{s.tokens}")' if s.tokens else " (empty caption)"
+    head += f", x{s.repeats} repeats = {s.samples_per_epoch} sample(s) an epoch"
+    if s.kind == "reg":
+        head += " after balancing"
+    return head + (f"; {s.skipped} file(s) skipped" if s.skipped else "")
+
+
+def preflight(cfg: TrainConfig, num_processes: int = 1) -> PreflightReport:
+    """Check the config and read the dataset as a run on `num_processes` processes would; never raises."""
+    report = PreflightReport(num_processes, errors=validate(cfg))
+    if any(issue.group == "dataset" for issue in report.errors):
+        report.warnings.append("the dataset is read once the dataset errors are fixed")
+        return report
+    try:
+        catalog = build_catalog(cfg.values, report.warnings)
+    except ConfigError as err:
+        report.errors += err.issues
+        return report
+    except DatasetLayoutError as err:
+        report.errors.append(ConfigIssue(err.field, str(err), "dataset"))
+        return report
+    fill_report(report, catalog, cfg)
+    return report
+
+
+def catalog_report(cfg: TrainConfig, catalog: Catalog, num_processes: int, warnings: list[str]) -> PreflightReport:
+    """The report of a dataset already read (the trainer prints it when it starts)."""
+    report = PreflightReport(num_processes, warnings=list(warnings))
+    fill_report(report, catalog, cfg)
+    return report
+
+
+def fill_report(report: PreflightReport, catalog: Catalog, cfg: TrainConfig) -> None:
+    """The catalog's numbers into `report`."""
+    accumulation = cfg.gradient_accumulation_steps
+    for s in catalog.subsets:
+        found = sum(1 for i in s.images if catalog.images[i].caption_from_file)
+        kind = "metadata" if s.spec.kind == "metadata" else "reg" if s.is_reg else "train"
+        report.subsets.append(SubsetSummary(
+            s.name, str(s.folder), s.dataset + 1, kind, s.repeats, len(s.images), found, len(s.images) - found,
+            s.tokens, s.samples, len(s.skipped), s.metadata_files, dict(s.metadata_dropped)))
+    for (d, width, height), (images, samples) in catalog.bucket_counts().items():
+        batch = catalog.datasets[d].batch_size
+        small = images < batch * report.num_processes * accumulation
+        report.buckets.append(BucketSummary(d + 1, width, height, images, samples, batch, small))
+        if small:
+            report.warnings.append(
+                f"bucket {width}x{height} (dataset {d + 1}) holds {images} image(s), fewer than batch {batch} x "
+                f"{report.num_processes} process(es) x {accumulation} accumulation: its batches repeat images or "
+                "are partial; add images of that shape or use fewer buckets")
+    report.skipped = [(str(s.path), s.reason) for s in catalog.skipped]
+    if report.skipped:
+        reasons = Counter(reason.split(" (")[0] for _, reason in report.skipped)
+        report.warnings.append(f"{len(report.skipped)} file(s) skipped: "
+                               + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common()))
+    report.duplicates = [(name, [str(p) for p in paths]) for name, paths in catalog.duplicate_basenames()]
+    if report.duplicates:
+        report.warnings.append(f"{len(report.duplicates)} duplicate basename(s): images that share a caption file "
+                               "or the same file name in several folders (listed under 'Duplicate basenames')")
+    report.train_samples, report.reg_samples = catalog.num_train_samples, catalog.num_reg_samples
+    if cfg.max_train_epochs or cfg.max_train_steps:
+        sampler = catalog.batch_sampler(report.num_processes, cfg.seed)
+        report.plan = plan_steps(len(catalog.samples), cfg.train_batch_size, report.num_processes, accumulation,
+                                 cfg.max_train_epochs, cfg.max_train_steps, sampler.groups_per_epoch())

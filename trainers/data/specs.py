@@ -1,0 +1,86 @@
+"""What a run's data is made of, before any file is read: datasets and their subsets.
+
+A flat config gives one dataset (train_data_dir, reg_data_dir, metadata_dir); an sd-scripts
+dataset config gives several. Both become the same specs here. Torch-free.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..config.validation import parse_resolution
+from .buckets import BucketSettings
+from .captions import CaptionOptions
+from .metadata_json import MetadataFilters, parse_replacements, parse_score_tags, parse_tag_bonus
+
+SubsetKind = Literal["kohya_root", "folder", "metadata"]
+
+
+@dataclass(frozen=True)
+class SubsetSpec:
+    kind: SubsetKind  # kohya_root: <repeats>_<tokens> subfolders; folder: images inside; metadata: JSON tree
+    path: Path
+    repeats: int
+    tokens: str  # class tokens: the caption of an image without a caption file
+    is_reg: bool
+    caption_extension: str
+    captions: CaptionOptions
+    flip_aug: bool
+    random_crop: bool
+    metadata: MetadataFilters | None
+    field: str  # the config field to name in messages
+    label: str = ""  # where in a dataset config it was declared
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    buckets: BucketSettings
+    batch_size: int
+    subsets: tuple[SubsetSpec, ...]
+    label: str = ""
+
+
+def caption_options(values: Mapping[str, Any], metadata: bool) -> CaptionOptions:
+    separator = values["metadata_tag_separator"] if metadata else ", "
+    shuffle = 1.0 if values["shuffle_caption"] else (values["metadata_shuffle_tag_p"] if metadata else 0.0)
+    return CaptionOptions(
+        split_on=(separator.strip() or separator) if metadata else ",", join_with=separator, shuffle_p=shuffle,
+        keep_tokens=values["keep_tokens"], keep_tokens_separator=values["keep_tokens_separator"],
+        dropout_rate=values["caption_dropout_rate"], tag_dropout_rate=values["caption_tag_dropout_rate"],
+        prefix=values["caption_prefix"], suffix=values["caption_suffix"])
+
+
+def metadata_filters(values: Mapping[str, Any]) -> MetadataFilters:
+    return MetadataFilters(
+        abs_min_score=values["metadata_abs_min_score"], min_score=values["metadata_min_score"],
+        tag_bonus=parse_tag_bonus(values["metadata_tag_bonus"]),
+        blacklist=frozenset(values["metadata_blacklist_tags"]), remove=frozenset(values["metadata_remove_tags"]),
+        replacements=parse_replacements(values["metadata_tag_replacements"]),
+        separator=values["metadata_tag_separator"], score_tags=parse_score_tags(values["metadata_score_tags"]),
+        consider_every_nth=values["metadata_consider_every_nth"])
+
+
+def bucket_settings(values: Mapping[str, Any]) -> BucketSettings:
+    return BucketSettings(parse_resolution(values["resolution"]), values["enable_bucket"], values["min_bucket_reso"],
+                          values["max_bucket_reso"], values["bucket_reso_steps"], values["bucket_no_upscale"])
+
+
+def subset_spec(kind: SubsetKind, path: Path, values: Mapping[str, Any], *, repeats: int = 1, tokens: str = "",
+                is_reg: bool = False, field: str, label: str = "") -> SubsetSpec:
+    metadata = kind == "metadata"
+    return SubsetSpec(kind, Path(path).expanduser(), repeats, tokens, is_reg, values["caption_extension"],
+                      caption_options(values, metadata), values["flip_aug"], values["random_crop"],
+                      metadata_filters(values) if metadata else None, field, label)
+
+
+def specs_from_values(values: Mapping[str, Any]) -> DatasetSpec:
+    """The one dataset of a flat config."""
+    subsets = []
+    for name, kind, is_reg in (("train_data_dir", "kohya_root", False), ("reg_data_dir", "kohya_root", True),
+                               ("metadata_dir", "metadata", False)):
+        if str(values[name]).strip():
+            repeats = values["dataset_repeats"] if kind == "metadata" else 1
+            subsets.append(subset_spec(kind, Path(values[name]), values, repeats=repeats, is_reg=is_reg, field=name))
+    return DatasetSpec(bucket_settings(values), values["train_batch_size"], tuple(subsets))
