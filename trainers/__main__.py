@@ -1,6 +1,7 @@
 """`python -m trainers <method> --config run.toml --run-dir DIR [--set name=value ...]`
 
-Also: `python -m trainers demo --out DIR` (tiny model + dataset, offline) and
+Also: `python -m trainers demo --out DIR` (tiny model + dataset, offline),
+`python -m trainers preflight --config run.toml [--num-processes N]` (the dataset report, no training) and
 `python -m trainers options` (the option table, as markdown).
 """
 from __future__ import annotations
@@ -35,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", type=Path, required=True)
     demo.add_argument("--sdxl", action="store_true", help="also build a tiny SDXL model")
     sub.add_parser("options", help="print the table of options (markdown)")
+    pre = sub.add_parser("preflight", help="check a config and its dataset without training (no model is loaded)")
+    pre.add_argument("--config", type=Path, help="TOML config, as for training")
+    pre.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE")
+    pre.add_argument("--num-processes", type=int, default=1, help="processes the run will use (for steps an epoch)")
+    pre.add_argument("--method", choices=sorted(METHODS), default="lora")
+    pre.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -51,7 +58,28 @@ def main(argv: list[str] | None = None) -> int:
 
         print(options_markdown())
         return 0
+    if args.command == "preflight":
+        return run_preflight(args.method, args.config, args.overrides, args.num_processes, args.json)
     return run_method(args.command, args.config, args.run_dir, args.overrides, args.print_config)
+
+
+def run_preflight(method: str, config: Path | None, overrides: list[str], num_processes: int, as_json: bool) -> int:
+    """Exit 0 when the run can start, 2 when the report lists errors. Loads no model (nor torch)."""
+    import json
+
+    from .config import ConfigError, load_config
+    from .data.preflight import PreflightReport, preflight
+
+    warnings: list[str] = []
+    try:
+        cfg = load_config(method, config, overrides, warnings)
+    except ConfigError as err:
+        report = PreflightReport(num_processes, errors=err.issues, warnings=warnings)
+    else:
+        report = preflight(cfg, num_processes)
+        report.warnings[:0] = warnings
+    print(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) if as_json else report.text())
+    return 0 if report.ok else EXIT_BAD_INPUT
 
 
 def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str],

@@ -19,11 +19,13 @@ class NoisePredictor(nn.Module):
     that is trained and gradients are reduced in DDP's large buckets.
     """
 
-    def __init__(self, model: LoadedModel, extra: nn.Module | None, clip_skip: int, train_text_encoder: bool) -> None:
+    def __init__(self, model: LoadedModel, extra: nn.Module | None, clip_skip: int, train_text_encoder: bool,
+                 text_encoders_cached: bool = False) -> None:
         super().__init__()
         self.family = model.family
         self.unet = model.unet
-        self.text_encoders = nn.ModuleList(model.text_encoders)
+        # With cached text-encoder outputs the encoders stay out (and off the accelerator).
+        self.text_encoders = nn.ModuleList([] if text_encoders_cached else model.text_encoders)
         self.extra = extra
         self.clip_skip = clip_skip
         self.train_text_encoder = train_text_encoder
@@ -31,10 +33,15 @@ class NoisePredictor(nn.Module):
         self._ddp_params_and_buffers_to_ignore = [n for n, p in self.named_parameters() if not p.requires_grad] + [
             n for n, _ in self.named_buffers()]
 
-    def forward(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, input_ids: list[torch.Tensor],
-                sizes: SizeConditioning) -> torch.Tensor:
-        with torch.set_grad_enabled(self.train_text_encoder and torch.is_grad_enabled()):
-            hidden, pooled = self.family.encode_prompts(list(self.text_encoders), input_ids, self.clip_skip)
+    def forward(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, input_ids: list[torch.Tensor] | None,
+                sizes: SizeConditioning, embeds: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+                ) -> torch.Tensor:
+        """`embeds`: cached text-encoder outputs (hidden states, pooled) instead of `input_ids`."""
+        if embeds is not None:
+            hidden, pooled = embeds
+        else:
+            with torch.set_grad_enabled(self.train_text_encoder and torch.is_grad_enabled()):
+                hidden, pooled = self.family.encode_prompts(list(self.text_encoders), input_ids, self.clip_skip)
         kwargs = self.family.unet_kwargs(pooled, sizes)
         return self.unet(noisy_latents, timesteps, hidden.to(noisy_latents.dtype), **kwargs).sample
 
@@ -54,9 +61,14 @@ def _per_sample(keys: torch.Tensor, seed: int, stream: str, draw) -> torch.Tenso
 @torch.no_grad()
 def encode_latents(vae: nn.Module, pixels: torch.Tensor, keys: torch.Tensor, seed: int) -> torch.Tensor:
     dist = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
-    eps = _per_sample(keys, seed, "latent", lambda g: torch.randn(dist.mean.shape[1:], generator=g))
-    latents = dist.mean + dist.std * eps.to(dist.mean.device, dist.mean.dtype)
-    return latents * vae.config.scaling_factor
+    return sample_latents(dist.mean, dist.std, keys, seed, vae.config.scaling_factor)
+
+
+def sample_latents(mean: torch.Tensor, std: torch.Tensor, keys: torch.Tensor, seed: int,
+                   scaling_factor: float) -> torch.Tensor:
+    """A latent drawn from the VAE's distribution with per-sample noise (cached or fresh, the same draw)."""
+    eps = _per_sample(keys, seed, "latent", lambda g: torch.randn(mean.shape[1:], generator=g))
+    return (mean + std * eps.to(mean.device, mean.dtype)) * scaling_factor
 
 
 def diffusion_loss(predictor: nn.Module, model: LoadedModel, batch: dict[str, Any], opts: NoiseOptions,
@@ -64,7 +76,11 @@ def diffusion_loss(predictor: nn.Module, model: LoadedModel, batch: dict[str, An
     """Noise the batch's latents at random timesteps and score the model's prediction."""
     device = next(p for p in model.unet.parameters()).device
     keys = batch["keys"]
-    latents = encode_latents(model.vae, batch["pixels"], keys, opts.seed).to(device, weight_dtype)
+    if "latent_mean" in batch:
+        latents = sample_latents(batch["latent_mean"], batch["latent_std"], keys, opts.seed,
+                                 model.vae.config.scaling_factor).to(device, weight_dtype)
+    else:
+        latents = encode_latents(model.vae, batch["pixels"], keys, opts.seed).to(device, weight_dtype)
     shape = latents.shape[1:]
     num_t = model.noise_scheduler.config.num_train_timesteps
     noise = _per_sample(keys, opts.seed, "noise", lambda g: torch.randn(shape, generator=g))
@@ -79,11 +95,17 @@ def diffusion_loss(predictor: nn.Module, model: LoadedModel, batch: dict[str, An
     else:
         target = noise
     sizes = SizeConditioning(batch["original_size"], batch["crop_top_left"], batch["target_size"])
-    input_ids = [ids.to(device) for ids in batch["input_ids"]]
-    pred = predictor(noisy, timesteps, input_ids, sizes)
+    input_ids = [ids.to(device) for ids in batch["input_ids"]] if "input_ids" in batch else None
+    embeds = None
+    if "prompt_embeds" in batch:
+        pooled = batch.get("pooled_embeds")
+        embeds = (batch["prompt_embeds"].to(device), None if pooled is None else pooled.to(device))
+    pred = predictor(noisy, timesteps, input_ids, sizes, embeds)
     loss = F.mse_loss(pred.float(), target.float(), reduction="none").mean(dim=(1, 2, 3))
     if opts.min_snr_gamma:
         loss = loss * min_snr_weights(model.noise_scheduler, timesteps, opts.min_snr_gamma, opts.prediction_type)
+    if "loss_weights" in batch:  # regularization images (prior_loss_weight) and padding samples (0)
+        loss = loss * batch["loss_weights"].to(loss.device)
     return loss.mean()
 
 

@@ -1,6 +1,7 @@
 """The training loop shared by every method. Methods supply a Trainable; this runs it."""
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -82,13 +83,14 @@ def train(session: Session, trainable: Trainable) -> Path:
         accelerator.init_trackers(cfg.method, config=hparams)
     events.emit("start", plan=asdict(plan), family=trainable.model.family.name,
                 trainable_params=sum(p.numel() for p in params))
-    step, epoch, data_wait = 0, 0, 0.0
+    step, epoch, data_wait, unloadable = 0, 0, 0.0, set()
     predictor.train()
     meter.start()
     for epoch in range(1, plan.epochs + 1):
         session.sampler.set_epoch(epoch - 1)
         for batch, waited in _timed(loader):
             data_wait += waited
+            _warn_unloadable(batch.pop("problems", ()), events, unloadable)
             with accelerator.accumulate(predictor):
                 loss = diffusion_loss(predictor, trainable.model, batch, noise, session.weight_dtype)
                 accelerator.backward(loss)
@@ -117,6 +119,16 @@ def train(session: Session, trainable: Trainable) -> Path:
     final = save(cfg.output_name, epoch, step, final=True)
     accelerator.end_training()
     return final
+
+
+def _warn_unloadable(problems: Any, events: Any, seen: set[str]) -> None:
+    """Files that failed to decode mid-epoch (another image of their bucket trained instead), once each."""
+    for problem in problems:
+        if problem not in seen:
+            seen.add(problem)
+            message = f"an image failed to load; another image of its bucket was trained instead: {problem}"
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+            events.warning(message)
 
 
 def _due(every: int | None, count: int) -> bool:

@@ -1,6 +1,7 @@
 """LoRA training: pick the pieces, hand them to the shared loop."""
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import torch
 from safetensors import SafetensorError
 
 from .config import ConfigError, ConfigIssue, TrainConfig, parse_resolution
-from .data.kohya_folders import DatasetScan
+from .data.catalog import Catalog
 from .diffusion import NoisePredictor
 from .lora_format import DatasetDir, TrainingMetadata, build_metadata, read_lora_file, save_lora_file
 from .lora_network import LoRANetwork
@@ -37,7 +38,7 @@ def build_network(cfg: TrainConfig, model: LoadedModel) -> LoRANetwork:
 
 
 def metadata_for(cfg: TrainConfig, session: Session, network_epoch: int, step: int) -> dict[str, str]:
-    scan: DatasetScan = session.scan
+    catalog: Catalog = session.catalog
     width, height = parse_resolution(cfg.resolution)
     info = TrainingMetadata(
         base_model_version=session.model.family.base_model_version,
@@ -48,14 +49,32 @@ def metadata_for(cfg: TrainConfig, session: Session, network_epoch: int, step: i
         resolution=(width, height), epoch=network_epoch, num_epochs=session.plan.epochs, steps=step,
         max_train_steps=session.plan.total_steps, learning_rate=cfg.learning_rate,
         unet_lr=cfg.unet_lr, text_encoder_lr=cfg.text_encoder_lr,
-        num_train_images=scan.num_repeated_images, batch_size=cfg.train_batch_size, output_name=cfg.output_name,
+        num_train_images=catalog.num_train_samples, num_reg_images=catalog.num_reg_samples,
+        batch_size=cfg.train_batch_size, output_name=cfg.output_name,
         clip_skip=cfg.clip_skip if session.model.family.supports_clip_skip else None,
         mixed_precision=cfg.mixed_precision, seed=cfg.seed, training_started_at=session.started_at,
         training_finished_at=time.time(),
-        dataset_dirs={name: DatasetDir(**d) for name, d in scan.dataset_dirs_summary().items()},
-        tag_frequency=scan.tag_frequency(),
+        dataset_dirs={name: DatasetDir(**d) for name, d in catalog.dataset_dirs().items()},
+        tag_frequency=catalog.tag_frequency(),
     )
-    return {**build_metadata(info), "ss_training_comment": cfg.training_comment}
+    return {**build_metadata(info), **dataset_metadata(cfg, catalog), "ss_training_comment": cfg.training_comment}
+
+
+def dataset_metadata(cfg: TrainConfig, catalog: Catalog) -> dict[str, str]:
+    """sd-scripts' ss_* keys about the data (buckets, caption handling, regularization, caching)."""
+    counts = catalog.bucket_counts()
+    buckets = {str(i): {"resolution": [w, h], "count": n} for i, ((_, w, h), (_, n)) in enumerate(counts.items())}
+    values = {
+        "ss_enable_bucket": cfg.enable_bucket, "ss_min_bucket_reso": cfg.min_bucket_reso,
+        "ss_max_bucket_reso": cfg.max_bucket_reso, "ss_bucket_no_upscale": cfg.bucket_no_upscale,
+        "ss_bucket_info": json.dumps({"buckets": buckets}),
+        "ss_reg_dataset_dirs": json.dumps(catalog.dataset_dirs(reg=True)), "ss_prior_loss_weight": cfg.prior_loss_weight,
+        "ss_shuffle_caption": cfg.shuffle_caption, "ss_keep_tokens": cfg.keep_tokens,
+        "ss_caption_dropout_rate": cfg.caption_dropout_rate, "ss_caption_tag_dropout_rate": cfg.caption_tag_dropout_rate,
+        "ss_flip_aug": cfg.flip_aug, "ss_random_crop": cfg.random_crop,
+        "ss_cache_latents": cfg.cache_latents or cfg.cache_latents_to_disk,
+    }
+    return {key: str(value) for key, value in values.items()}
 
 
 def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
@@ -74,7 +93,8 @@ def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
     if network.text_encoder_parameters():
         te_lr = cfg.text_encoder_lr if cfg.text_encoder_lr is not None else cfg.learning_rate
         groups.append({"params": network.text_encoder_parameters(), "lr": te_lr})
-    predictor = NoisePredictor(model, network, cfg.clip_skip, train_text_encoder=train_te)
+    predictor = NoisePredictor(model, network, cfg.clip_skip, train_text_encoder=train_te,
+                               text_encoders_cached=cfg.cache_text_encoder_outputs)
     save_dtype = SAVE_DTYPES[cfg.save_precision]
 
     def save(path: Path, epoch: int, step: int) -> None:

@@ -12,9 +12,11 @@ from typing import Any
 
 import torch
 
-from .config import TrainConfig, check, parse_resolution
-from .data.dataset import CaptionedImages, EpochSampler, ImageOptions, collate, expand_repeats
-from .data.kohya_folders import DatasetScan, scan_kohya_folders
+from .config import TrainConfig, check
+from .data.buckets import BucketBatchSampler
+from .data.catalog import Catalog, build_catalog
+from .data.pipeline import build_pipeline
+from .data.preflight import catalog_report
 from .events import EventLog, process_info, update_status
 from .control import Control
 from .plan import StepPlan, plan_steps
@@ -27,24 +29,21 @@ class Session:
     run_dir: Path | None
     events: EventLog
     accelerator: Any
-    scan: DatasetScan
+    catalog: Catalog
     model: LoadedModel
     plan: StepPlan
     loader: Any
-    sampler: EpochSampler
+    sampler: BucketBatchSampler
     weight_dtype: torch.dtype
     started_at: float
     control: Control
 
 
-def scan_dataset(cfg: TrainConfig) -> DatasetScan:
-    return scan_kohya_folders(Path(cfg.train_data_dir).expanduser(), cfg.caption_extension)
-
-
 def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = False) -> Session:
     """`random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
     check(cfg)
-    scan = scan_dataset(cfg)
+    dataset_warnings: list[str] = []
+    catalog = build_catalog(cfg.values, dataset_warnings)  # every image checked (cheaply) before a model loads
     Path(cfg.output_dir).expanduser().mkdir(parents=True, exist_ok=True)
     accelerator = make_accelerator(cfg)
     if accelerator.device.type == "cpu":
@@ -52,9 +51,11 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = Fa
     events = EventLog(run_dir, accelerator.is_main_process)
     if accelerator.is_main_process:
         update_status(run_dir, state="running", started=time.time(), **process_info())
-        for warning in scan.warnings:
+        report = catalog_report(cfg, catalog, accelerator.num_processes, dataset_warnings)
+        for warning in report.warnings:
             events.warning(warning)
-        print(scan.report(), flush=True)
+        events.emit("dataset", **report.to_dict(max_listed=200))
+        print(report.text(), flush=True)
 
     weight_dtype = weight_dtype_for(cfg.mixed_precision)
     model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip(),
@@ -66,19 +67,12 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = Fa
         model.prediction_type = "v_prediction"
     _place_models(cfg, model, accelerator.device, weight_dtype)
 
-    width, height = parse_resolution(cfg.resolution)
-    samples = expand_repeats(scan)
-    dataset = CaptionedImages(samples, lambda caps: model.family.tokenize(model.tokenizers, caps),
-                              ImageOptions(width, height, cfg.random_crop, cfg.flip_aug, cfg.seed))
-    sampler = EpochSampler(len(samples), cfg.seed)
-    workers = cfg.max_data_loader_n_workers
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_size=cfg.train_batch_size, sampler=sampler, collate_fn=collate, num_workers=workers,
-        persistent_workers=workers > 0, pin_memory=accelerator.device.type == "cuda",
-    )
-    plan = plan_steps(len(samples), cfg.train_batch_size, accelerator.num_processes,
-                      cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps)
-    return Session(cfg, run_dir, events, accelerator, scan, model, plan, loader, sampler, weight_dtype, time.time(),
+    data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
+    plan = plan_steps(len(data.catalog.samples), cfg.train_batch_size, accelerator.num_processes,
+                      cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps,
+                      batches_per_epoch=data.sampler.groups_per_epoch())
+    return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
+                   weight_dtype, time.time(),
                    Control(run_dir, accelerator))
 
 

@@ -1,101 +1,141 @@
-"""Torch side of the data: the epoch's sample order and per-sample randomness.
+"""Torch side of the data: one sample of the catalog, ready for the loss.
 
-Every random choice about a sample (crop, flip, noise, timestep) comes from a generator
-seeded by (seed, epoch, sample index), never from a per-process stream, so the result does
-not depend on how samples are spread over processes.
+Every random choice about a sample (crop, flip, caption variant, noise, timestep) comes from
+a generator seeded by (seed, epoch, sample index), never from a per-process stream, so the
+result does not depend on how samples are spread over processes.
+
+A file that passed the cheap checks but still fails to decode is replaced by another image
+of the same bucket (reported in the batch's "problems"), so a run never stops mid-epoch on it.
 """
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import random
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset
 
-from .images import load_image_rgb, prepare_image
-from .kohya_folders import DatasetScan, ImageItem
+from .captions import process_caption
+from .catalog import Catalog
+from .images import ImageLoadError, PreparedImage, cover_size, load_image_rgb, prepare_image
+from .seeds import sample_seed
+
+MAX_SUBSTITUTES = 8  # other images of the bucket tried before giving up on a batch
 
 
 def sample_generator(seed: int, epoch: int, index: int, stream: str) -> torch.Generator:
     """A generator owned by one sample of one epoch; `stream` separates independent uses."""
-    digest = hashlib.blake2b(f"{seed}:{epoch}:{index}:{stream}".encode(), digest_size=8).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
+    return torch.Generator().manual_seed(sample_seed(seed, epoch, index, stream))
 
 
-def expand_repeats(scan: DatasetScan) -> list[ImageItem]:
-    """Each image as many times as its folder's repeats: one epoch's samples."""
-    return [item for subset in scan.subsets for _ in range(subset.repeats) for item in subset.images]
-
-
-class EpochSampler(Sampler[tuple[int, int]]):
-    """Yields (epoch, sample index) in an order shuffled from seed + epoch."""
-
-    def __init__(self, num_samples: int, seed: int, shuffle: bool = True) -> None:
-        self.num_samples = num_samples
-        self.seed = seed
-        self.shuffle = shuffle
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        if self.shuffle:
-            order = torch.randperm(self.num_samples, generator=torch.Generator().manual_seed(self.seed + self.epoch))
-        else:
-            order = torch.arange(self.num_samples)
-        return iter([(self.epoch, int(i)) for i in order])
-
-
-@dataclass
-class ImageOptions:
-    width: int
-    height: int
-    random_crop: bool
-    flip_aug: bool
-    seed: int
+def flip_of(flip_aug: bool, seed: int, epoch: int, index: int) -> tuple[bool, torch.Generator]:
+    """Whether a sample is flipped this epoch, and its augmentation generator (for the crop)."""
+    gen = sample_generator(seed, epoch, index, "augment")
+    return flip_aug and bool(torch.rand((), generator=gen) < 0.5), gen
 
 
 class CaptionedImages(Dataset):
-    """One epoch's samples: pixels in [-1, 1], token ids per tokenizer, and SDXL size conditioning."""
+    """The catalog's samples: pixels in [-1, 1] (or cached latents), token ids (or cached text-encoder
+    outputs), SDXL size conditioning, the per-sample key and the loss weight."""
 
-    def __init__(self, samples: list[ImageItem], tokenize: Callable[[list[str]], list[torch.Tensor]],
-                 options: ImageOptions) -> None:
-        self.samples = samples
+    def __init__(self, catalog: Catalog, tokenize: Callable[[list[str]], list[torch.Tensor]], seed: int,
+                 prior_loss_weight: float = 1.0, latents: Any = None, texts: Any = None) -> None:
+        self.catalog = catalog
         self.tokenize = tokenize
-        self.options = options
+        self.seed = seed
+        self.prior_loss_weight = prior_loss_weight
+        self.latents = latents  # a LatentCache, or None: decode and encode every step
+        self.texts = texts  # a TextCache, or None: run the text encoders every step
+        self.bucket_members: dict[Any, list[int]] = {}
+        for index in range(len(catalog.samples)):
+            self.bucket_members.setdefault(catalog.bucket_of(index), []).append(index)
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return len(self.catalog.samples)
 
-    def __getitem__(self, key: tuple[int, int]) -> dict[str, Any]:
-        epoch, index = key
-        item = self.samples[index]
-        o = self.options
-        gen = sample_generator(o.seed, epoch, index, "augment")
-        flip = o.flip_aug and bool(torch.rand((), generator=gen) < 0.5)
-        prepared = prepare_image(load_image_rgb(item.path), o.width, o.height, o.random_crop, gen, flip)
-        return {
-            "pixels": prepared.pixels,
-            "input_ids": [ids[0] for ids in self.tokenize([item.caption])],
-            "original_size": torch.tensor(prepared.original_size),
-            "crop_top_left": torch.tensor(prepared.crop_top_left),
-            "target_size": torch.tensor(prepared.target_size),
-            "key": torch.tensor([epoch, index]),
-        }
+    def caption(self, epoch: int, index: int) -> str:
+        image = self.catalog.images[self.catalog.samples[index]]
+        rng = random.Random(sample_seed(self.seed, epoch, index, "caption"))
+        return process_caption(image.caption, self.catalog.subsets[image.subset].captions, rng)
+
+    def __getitem__(self, key: tuple[int, int, int]) -> dict[str, Any]:
+        epoch, index, padding = key
+        problems: list[str] = []
+        for alternative in self._alternatives(index):
+            try:
+                sample = self._sample(epoch, alternative)
+            except ImageLoadError as err:
+                problems.append(f"{err.path}: {err.reason}")
+                continue
+            subset = self.catalog.subset_of(alternative)
+            weight = 0.0 if padding else self.prior_loss_weight if subset.is_reg else 1.0
+            return {**sample, "key": torch.tensor([epoch, alternative]), "loss_weight": torch.tensor(weight),
+                    "problems": problems}
+        raise RuntimeError("could not load any image of this bucket; last problems:\n" + "\n".join(problems))
+
+    def _alternatives(self, index: int) -> list[int]:
+        """The sample itself, then samples of other images in its bucket."""
+        members = self.bucket_members[self.catalog.bucket_of(index)]
+        start = members.index(index)
+        seen = {self.catalog.samples[index]}
+        out = [index]
+        for other in members[start + 1:] + members[:start]:
+            if len(out) > MAX_SUBSTITUTES:
+                break
+            if self.catalog.samples[other] not in seen:
+                seen.add(self.catalog.samples[other])
+                out.append(other)
+        return out
+
+    def _sample(self, epoch: int, index: int) -> dict[str, Any]:
+        image = self.catalog.images[self.catalog.samples[index]]
+        spec = self.catalog.subsets[image.subset].spec
+        flip, gen = flip_of(spec.flip_aug, self.seed, epoch, index)
+        out: dict[str, Any] = {}
+        if self.latents is not None:
+            entry = self.latents.get(image, flip)
+            out.update(latent_mean=entry.mean, latent_std=entry.std, original_size=entry.original_size,
+                       crop_top_left=entry.crop_top_left, target_size=entry.target_size)
+        else:
+            prepared = prepare_sample_image(image, spec.random_crop, gen, flip)
+            out.update(pixels=prepared.pixels, original_size=torch.tensor(prepared.original_size),
+                       crop_top_left=torch.tensor(prepared.crop_top_left),
+                       target_size=torch.tensor(prepared.target_size))
+        caption = self.caption(epoch, index)
+        if self.texts is not None:
+            hidden, pooled = self.texts.get(caption)
+            out["prompt_embeds"] = hidden
+            if pooled is not None:
+                out["pooled_embeds"] = pooled
+        else:
+            out["input_ids"] = [ids[0] for ids in self.tokenize([caption])]
+        return out
+
+
+def prepare_sample_image(image: Any, random_crop: bool, gen: torch.Generator | None, flip: bool,
+                         pil: Any = None) -> PreparedImage:
+    """Fit a catalog image to its bucket; `pil` is the image already decoded by `decode_for_bucket`."""
+    width, height = image.bucket
+    pil = decode_for_bucket(image) if pil is None else pil
+    drafted = pil.size[0] < image.size[0] and pil.size[1] < image.size[1]
+    original = (image.size[1], image.size[0]) if drafted else None
+    return prepare_image(pil, width, height, random_crop, gen, flip, original_size=original)
+
+
+def decode_for_bucket(image: Any) -> Any:
+    """Decode a catalog image, large JPEGs at a reduced scale that still covers its bucket."""
+    return load_image_rgb(image.path, min_side=max(cover_size(*image.size, *image.bucket)))
 
 
 def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "pixels": torch.stack([s["pixels"] for s in samples]),
-        "input_ids": [torch.stack(ids) for ids in zip(*(s["input_ids"] for s in samples))],
-        "original_size": torch.stack([s["original_size"] for s in samples]),
-        "crop_top_left": torch.stack([s["crop_top_left"] for s in samples]),
-        "target_size": torch.stack([s["target_size"] for s in samples]),
-        "keys": torch.stack([s["key"] for s in samples]),
-    }
+    first = samples[0]
+    out: dict[str, Any] = {name: torch.stack([s[name] for s in samples]) for name in (
+        "pixels", "latent_mean", "latent_std", "original_size", "crop_top_left", "target_size", "prompt_embeds",
+        "pooled_embeds") if name in first}
+    if "input_ids" in first:
+        out["input_ids"] = [torch.stack(ids) for ids in zip(*(s["input_ids"] for s in samples))]
+    out["keys"] = torch.stack([s["key"] for s in samples])
+    out["loss_weights"] = torch.stack([s["loss_weight"] for s in samples])
+    out["problems"] = [p for s in samples for p in s["problems"]]
+    return out
