@@ -62,9 +62,14 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
 
 def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, stop: gr.Button,
                 page: gr.Blocks) -> None:
-    def refresh(run_id: str) -> list[Any]:
+    def refresh(run_id: str, shown: list[Any] | None) -> list[Any]:
         view = view_for(services.watchers, services.runs_dir, run_id)
-        return render(view) if view else [gr.update()] * len(panel.outputs)
+        if view is None:
+            return [gr.skip()] * len(panel.outputs) + [shown]
+        pairs = render(view)
+        keys = [(run_id, key) for key, _ in pairs]
+        old = shown if shown and len(shown) == len(keys) else [None] * len(keys)
+        return [value if key != before else gr.skip() for (_, value), key, before in zip(pairs, keys, old)] + [keys]
 
     def on_load(run_id: str) -> str:
         if view_for(services.watchers, services.runs_dir, run_id):
@@ -77,9 +82,11 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
             services.jobs.stop(services.runs_dir / run_id)
             gr.Info("Asked the trainer to save and stop.")
 
+    shown = gr.State(None)  # change keys of what this browser tab shows now
     timer = gr.Timer(1.0)
-    timer.tick(refresh, inputs=viewed, outputs=panel.outputs, show_progress="hidden")
-    page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=viewed, outputs=panel.outputs)
+    timer.tick(refresh, inputs=[viewed, shown], outputs=panel.outputs + [shown], show_progress="hidden")
+    page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=[viewed, shown],
+                                                            outputs=panel.outputs + [shown])
     stop.click(stop_run, inputs=viewed)
 
 

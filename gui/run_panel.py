@@ -51,8 +51,12 @@ def _bar(step: int, total: int) -> str:
             f'<span>{step} / {total} steps</span></div>')
 
 
-def render(view: RunView) -> list[Any]:
-    """Panel values for one run view, in RunPanel.outputs order."""
+def render(view: RunView) -> list[tuple[Any, Any]]:
+    """(change key, panel value) for one run view, in RunPanel.outputs order.
+
+    The page sends a value only when its key changed since the last tick, so an idle panel
+    costs the browser nothing (re-drawing the chart every second is not free).
+    """
     p, plan = view.progress, view.plan
     step, total = p.get("step", 0), p.get("total_steps") or plan.get("total_steps", 0)
     state = STATE_LABEL.get(view.state, view.state)
@@ -64,12 +68,15 @@ def render(view: RunView) -> list[Any]:
                  f"({p['peak_mem_kind']})")
     else:
         stats = "Loading the model and data…" if view.state in ACTIVE_STATES else ""
+    chart_key = (len(view.losses), view.losses[-1] if view.losses else None)
     frame = pd.DataFrame(
         [(s, loss, "raw") for s, loss, _ in view.losses] + [(s, sm, "smoothed") for s, _, sm in view.losses],
         columns=["step", "loss", "series"])
-    samples = [s for s in view.samples if Path(s).exists()]
-    return [title, _bar(step, total), stats, gr.LinePlot(frame, visible=bool(view.losses)),
-            gr.Gallery(value=samples[-12:], visible=bool(samples)), result_text(view), "\n".join(view.log_tail)]
+    samples = [s for s in view.samples if Path(s).exists()][-12:]
+    result, bar, log = result_text(view), _bar(step, total), "\n".join(view.log_tail)
+    return [(title, title), (bar, bar), (stats, stats),
+            (chart_key, gr.LinePlot(frame, visible=bool(view.losses))),
+            (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log)]
 
 
 def result_text(view: RunView) -> str:
