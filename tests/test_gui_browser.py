@@ -1,0 +1,426 @@
+"""Browser tests: a real `app.py` process driven by Playwright with Debian's chromium, on CPU.
+
+One app process (``--demo``, a fresh ``--runs-dir``) serves the page tests; the login tests start
+their own. Assertions are about what a user sees. Screenshots of every tab and of a running job go
+to $ATELIER_SCREENSHOTS when set, else to a temporary folder.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/test_gui_browser.py
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+APP_READY_S = 120  # first start builds the demo model and data (~10 s) and imports torch + gradio
+RUN_S = 150  # one short demo run on a busy 2-core CPU, trainer start-up included
+UI_MS = 30_000  # a page update that needs no training
+VIEWPORT = {"width": 1400, "height": 1000}
+
+try:
+    import playwright.sync_api as playwright_api
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=UI_MS)
+except ImportError:  # the tests that need no browser still run
+    playwright_api = expect = None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# app processes
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1",
+            **extra}
+
+
+@dataclass
+class App:
+    url: str
+    proc: subprocess.Popen
+    log: Path
+    runs_dir: Path
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")[-4000:]
+
+
+def _start_app(args: list[str], workdir: Path, env: dict[str, str] | None = None) -> App:
+    port = _free_port()
+    runs_dir = workdir / "runs"
+    log = workdir / "app.log"
+    cmd = [sys.executable, "app.py", "--headless", "--runs-dir", str(runs_dir),
+           "--presets-dir", str(workdir / "presets"), "--server-port", str(port), *args]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env or _env(), stdout=fh, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    app = App(f"http://127.0.0.1:{port}/", proc, log, runs_dir)
+    deadline = time.monotonic() + APP_READY_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"app.py exited with code {proc.returncode} before serving:\n{app.output()}")
+        try:
+            with urllib.request.urlopen(app.url, timeout=5) as response:
+                if response.status == 200:
+                    return app
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        time.sleep(0.5)
+    _stop_app(app)
+    pytest.fail(f"app.py did not answer on {app.url} within {APP_READY_S} s:\n{app.output()}")
+
+
+def _stop_app(app: App) -> None:
+    if app.proc.poll() is None:
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(app.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                app.proc.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def _stop_runs(runs_dir: Path, wait_s: float = 60) -> None:
+    """Leave no trainer running: ask active runs to stop, kill what does not (each run has its own group)."""
+    from gui.run_files import ACTIVE_STATES, effective_state, read_status
+    from trainers.control import request
+
+    if not runs_dir.is_dir():
+        return
+    active = [r for r in runs_dir.iterdir() if r.is_dir() and effective_state(read_status(r)) in ACTIVE_STATES]
+    for run in active:
+        request(run, "stop")
+    deadline = time.monotonic() + wait_s
+    while active and time.monotonic() < deadline:
+        active = [r for r in active if effective_state(read_status(r)) in ACTIVE_STATES]
+        time.sleep(0.5)
+    for run in active:
+        pgid = read_status(run).get("pgid")
+        if pgid:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def demo_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+    app = _start_app(["--demo"], tmp_path_factory.mktemp("atelier_app"))
+    try:
+        yield app
+    finally:
+        _stop_runs(app.runs_dir, wait_s=30)
+        _stop_app(app)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    if playwright_api is None:
+        pytest.skip("the playwright package is missing (bash setup.sh --dev)")
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (bash setup.sh --dev installs Debian's chromium)")
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator:
+    context = browser.new_context(viewport=VIEWPORT)
+    pg = context.new_page()
+    pg.set_default_timeout(UI_MS)
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = os.environ.get("ATELIER_SCREENSHOTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def demo_tab(browser, demo_app: App) -> Iterator:
+    """One page on the demo app, shared by the page tests (a page load costs seconds on a busy CPU)."""
+    context = browser.new_context(viewport=VIEWPORT)
+    pg = context.new_page()
+    pg.set_default_timeout(UI_MS)
+    pg.goto(demo_app.url)
+    expect(pg.locator("#report-lora")).to_contain_text("Loaded preset demo", timeout=90_000)
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def lora(demo_tab, demo_app: App) -> Iterator:
+    """The shared page on its LoRA tab; no run is left active afterwards."""
+    demo_tab.get_by_role("tab", name="LoRA", exact=True).click()
+    expect(demo_tab.locator("#start-lora")).to_be_visible()
+    try:
+        yield demo_tab
+    finally:
+        _stop_runs(demo_app.runs_dir)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# page helpers
+
+
+def _fill(page, option: str, value: str) -> None:
+    field = page.locator(f"#opt-{option}").locator("textarea, input").first
+    field.fill(value)
+    field.press("Tab")  # commit the value (change/blur) before a button reads it
+    expect(field).to_have_value(value)
+
+
+def _configure(page, out: Path, steps: int) -> None:
+    """The demo preset's model and data, `steps` optimizer steps, LoRA files under `out` (not the repo)."""
+    _fill(page, "train_data_dir", "demo/data")
+    _fill(page, "output_dir", str(out))
+    _fill(page, "max_train_epochs", "")  # epochs win over max_train_steps when both are set
+    _fill(page, "max_train_steps", str(steps))
+
+
+def _progress(page) -> tuple[int, int]:
+    text = page.locator("#run-progress").inner_text()
+    found = re.search(r"(\d+)\s*/\s*(\d+)\s*steps", text)
+    assert found, f"no 'N / T steps' in the progress bar: {text!r}"
+    return int(found.group(1)), int(found.group(2))
+
+
+def _wait_steps(page, at_least: int, timeout_s: float = RUN_S) -> int:
+    """Wait until the progress bar shows at least `at_least` steps; return the step shown."""
+    deadline = time.monotonic() + timeout_s
+    step = -1
+    while time.monotonic() < deadline:
+        step, _ = _progress(page)
+        if step >= at_least:
+            return step
+        page.wait_for_timeout(500)
+    pytest.fail(f"progress stayed at {step} (wanted >= {at_least}) for {timeout_s:.0f} s; "
+                f"title: {page.locator('#run-title').inner_text()!r}; log: {_log(page)[-1500:]!r}")
+
+
+def _log(page) -> str:
+    try:
+        return page.locator("#run-log").locator("textarea").input_value(timeout=2000)
+    except playwright_api.Error:
+        return ""
+
+
+def _runs(app: App) -> set[str]:
+    return {p.name for p in app.runs_dir.iterdir() if p.is_dir()} if app.runs_dir.is_dir() else set()
+
+
+def _start(page) -> str:
+    """Press Start on the LoRA tab; return the id of the run it started (shown in the run panel)."""
+    page.locator("#start-lora").click()
+    report = page.locator("#report-lora")
+    expect(report).to_contain_text("Started", timeout=60_000)
+    run_id = re.search(r"Started\s+(\S+)", report.inner_text()).group(1)
+    expect(page.locator("#run-title")).to_contain_text(run_id)
+    return run_id
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the page
+
+
+def test_empty_dataset_folder_is_reported_in_the_dataset_group(lora, demo_app: App, tmp_path: Path) -> None:
+    page = lora
+    empty = tmp_path / "empty_dataset"
+    empty.mkdir()
+    problem = page.locator("#group-lora-dataset").locator(".block.group-problems")
+    expect(problem).to_be_hidden()
+    runs_before = _runs(demo_app)
+
+    _fill(page, "train_data_dir", str(empty))
+    page.locator("#validate-lora").click()
+    report = page.locator("#report-lora")
+    expect(report).to_contain_text("problem(s) to fix")
+    expect(report).to_contain_text("the dataset: see the Dataset group")
+    expect(problem).to_be_visible()  # the Dataset accordion was opened to show it
+    expect(problem).to_contain_text("this folder is empty")
+    expect(problem).to_contain_text(str(empty))
+    expect(problem).to_contain_text("10_sks dog")  # the expected layout, by example
+
+    # Start runs the same checks and starts nothing (another empty folder, to see this answer arrive).
+    other = tmp_path / "another_empty_dataset"
+    other.mkdir()
+    _fill(page, "train_data_dir", str(other))
+    page.locator("#start-lora").click()
+    expect(problem).to_contain_text(str(other))
+    expect(report).to_contain_text("problem(s) to fix")
+    expect(report).not_to_contain_text("Started")
+    assert _runs(demo_app) == runs_before
+
+    # A good folder clears the message.
+    _fill(page, "train_data_dir", "demo/data")
+    page.locator("#validate-lora").click()
+    expect(report).to_contain_text("Ready to start")
+    expect(report).to_contain_text("steps in total")
+    expect(problem).to_be_hidden()
+
+
+def test_start_shows_progress_to_total_and_the_lora_file(lora, shots: Path, tmp_path: Path) -> None:
+    page = lora
+    _configure(page, tmp_path / "out", steps=6)
+    run_id = _start(page)
+    title = page.locator("#run-title")
+    expect(title).to_contain_text(re.compile(r"(Starting|Training): " + re.escape(run_id)))
+
+    # Only one run at a time on a machine without GPUs: a second Start is refused and says why.
+    page.locator("#start-lora").click()
+    report = page.locator("#report-lora")
+    expect(report).to_contain_text("Not started")
+    expect(report).to_contain_text(f"Run {run_id} is still active")
+    expect(report).to_contain_text("two runs never share a GPU")
+
+    _wait_steps(page, 1)
+    expect(page.locator("#run-stats")).to_contain_text(re.compile(r"Epoch\s+\d+ / \d+.*it/s"))
+    page.screenshot(path=str(shots / "running_job.png"), full_page=True)
+
+    expect(page.locator("#run-progress")).to_contain_text("6 / 6 steps", timeout=RUN_S * 1000)
+    expect(title).to_contain_text(f"Finished: {run_id}", timeout=60_000)
+    lora_file = tmp_path / "out" / "demo_lora.safetensors"
+    expect(page.locator("#run-result")).to_contain_text(f"Saved: {lora_file}")
+    assert lora_file.is_file()
+    page.screenshot(path=str(shots / "finished_job.png"), full_page=True)
+
+
+def test_reload_mid_run_keeps_streaming_then_stop_saves_a_checkpoint(lora, tmp_path: Path) -> None:
+    page = lora
+    _configure(page, tmp_path / "out", steps=200)  # far more than the test waits for
+    run_id = _start(page)
+    before = _wait_steps(page, 1)
+
+    # Reload: the page finds the run again (kept in localStorage) and progress keeps coming.
+    page.reload()
+    title = page.locator("#run-title")
+    expect(title).to_contain_text(f"Training: {run_id}", timeout=90_000)
+    after_reload = _wait_steps(page, before)
+    moving = _wait_steps(page, after_reload + 1)  # still moving, not a snapshot taken at load
+    assert _progress(page)[1] == 200
+    expect(page.locator("#run-stats")).to_contain_text("it/s")
+
+    # Stop: the trainer saves where it is and exits; the panel says so and lists the checkpoint.
+    page.locator("#stop-run").click()
+    expect(page.get_by_text("Asked the trainer to save and stop.")).to_be_visible()
+    expect(title).to_contain_text(f"Stopped: {run_id}", timeout=90_000)
+    result = page.locator("#run-result")
+    expect(result).to_contain_text(re.compile(r"Checkpoints \(\d+\)"))
+    expect(result).to_contain_text(re.compile(r"demo_lora-step\d{8}\.safetensors"))
+    saved_step = int(re.search(r"demo_lora-step(\d{8})\.safetensors", result.inner_text()).group(1))
+    assert moving <= saved_step < 200
+    assert (tmp_path / "out" / f"demo_lora-step{saved_step:08d}.safetensors").is_file()
+    assert not (tmp_path / "out" / "demo_lora.safetensors").exists(), "a stopped run is not a finished one"
+
+
+def test_screenshots_of_every_tab(lora, demo_app: App, shots: Path) -> None:
+    page = lora
+    for title, method in (("LoRA", "lora"), ("Dreambooth", "dreambooth"), ("Finetune", "finetune")):
+        page.get_by_role("tab", name=title, exact=True).click()
+        expect(page.locator(f"#start-{method}")).to_be_visible()
+        expect(page.locator(f"#validate-{method}")).to_be_visible()
+        page.screenshot(path=str(shots / f"tab_{method}.png"), full_page=True)
+
+    page.get_by_role("tab", name="Runs", exact=True).click()
+    table = page.locator("#runs-table")
+    expect(table).to_be_visible()
+    page.get_by_role("button", name="Refresh", exact=True).click()
+    from gui.run_files import read_status
+
+    for run in _runs(demo_app):  # the tests above started some: each is listed with its state
+        row = table.get_by_role("row").filter(has_text=run)
+        expect(row).to_have_count(1)
+        expect(row).to_contain_text(read_status(demo_app.runs_dir / run)["state"])
+    page.screenshot(path=str(shots / "tab_runs.png"), full_page=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# exposure and login
+
+
+@pytest.mark.parametrize("flags", [["--listen", "0.0.0.0"], ["--listen"]], ids=["listen-0.0.0.0", "listen-flag"])
+def test_listen_on_all_interfaces_without_login_refuses_to_start(flags: list[str], tmp_path: Path) -> None:
+    port = _free_port()
+    env = _env()
+    env.pop("ATELIER_PASSWORD", None)
+    done = subprocess.run([sys.executable, "app.py", "--headless", "--server-port", str(port),
+                           "--runs-dir", str(tmp_path / "runs"), *flags],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--listen 0.0.0.0" in done.stderr
+    assert "--username/--password" in done.stderr and "--auth-file" in done.stderr and "--no-auth" in done.stderr
+    assert "serving on" not in done.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def test_listen_with_login_asks_for_it(page, tmp_path: Path) -> None:
+    password = secrets.token_urlsafe(16)  # it listens on all interfaces for a few seconds: no guessable login
+    app = _start_app(["--listen", "0.0.0.0", "--username", "tester"], tmp_path,
+                     env=_env(ATELIER_PASSWORD=password))
+    try:
+        assert "login required" in app.output()
+        # Without logging in, the app's configuration (its forms and endpoints) is not served.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(app.url + "config", timeout=30)
+        assert refused.value.code in (401, 403)
+
+        page.goto(app.url)
+        username = page.get_by_label("username")
+        password_field = page.locator("input[type=password]")
+        login = page.get_by_role("button", name="Login", exact=True)
+        expect(password_field).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("Atelier: please log in.")).to_be_visible()
+        expect(page.locator("#start-lora")).to_have_count(0)
+
+        username.fill("tester")
+        password_field.fill("wrong-" + password)
+        login.click()
+        expect(page.get_by_text(re.compile("incorrect credentials", re.IGNORECASE))).to_be_visible()
+        expect(page.locator("#start-lora")).to_have_count(0)
+
+        username.fill("tester")  # the login form empties both fields after a failed attempt
+        password_field.fill(password)
+        login.click()
+        expect(page.locator("#start-lora")).to_be_visible(timeout=60_000)
+        expect(page.get_by_role("tab", name="LoRA", exact=True)).to_be_visible()
+    finally:
+        _stop_app(app)
