@@ -53,9 +53,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("enable_bucket", "bool", False, "Aspect-ratio buckets: train each image at the bucket size nearest its "
            "aspect ratio (area up to the resolution's) instead of cropping it to the resolution.", "dataset"),
     Option("min_bucket_reso", "int", 256, "Smallest bucket side in pixels (at most the resolution's smaller side).",
-           "dataset", min=64, max=8192, advanced=True),
+           "dataset", min=32, max=8192, advanced=True),
     Option("max_bucket_reso", "int", 1024, "Largest bucket side in pixels (at least the resolution's larger side).",
-           "dataset", min=64, max=8192, advanced=True),
+           "dataset", min=32, max=8192, advanced=True),
     Option("bucket_reso_steps", "int", 64, "Bucket sides are multiples of this (a multiple of 8; 64 is safest).",
            "dataset", min=8, max=512, advanced=True),
     Option("bucket_no_upscale", "bool", False, "Never enlarge an image: small images get a bucket of their own size "

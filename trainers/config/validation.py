@@ -142,13 +142,13 @@ def _dataset_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue
     return issues
 
 
-def bucket_issues(resolution: str, min_reso: int, max_reso: int, steps: int, group: dict[str, str] | None = None,
-                  where: str = "") -> list[ConfigIssue]:
+def bucket_issues(resolution: str, min_reso: int, max_reso: int, steps: int,
+                  group: dict[str, str] | None = None) -> list[ConfigIssue]:
     """Bucket settings against the resolution (also used for each dataset of a dataset_config)."""
     issues: list[ConfigIssue] = []
 
     def bad(name: str, message: str) -> None:
-        issues.append(ConfigIssue(name, where + message, (group or {}).get(name, "dataset")))
+        issues.append(ConfigIssue(name, message, (group or {}).get(name, "dataset")))
 
     try:
         width, height = parse_resolution(resolution)

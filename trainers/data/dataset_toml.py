@@ -90,8 +90,8 @@ def load_dataset_config(path: Path, values: Mapping[str, Any], warnings: list[st
                      where, SUBSET_OPTIONS + DATASET_OPTIONS + ("batch_size",), issues, warnings)
         merged = {**values, **general, **own}
         for issue in bucket_issues(merged["resolution"], merged["min_bucket_reso"], merged["max_bucket_reso"],
-                                   merged["bucket_reso_steps"], where=f"{where}: ") if merged["enable_bucket"] else []:
-            issues.append(f"{issue.field}: {issue.message}")
+                                   merged["bucket_reso_steps"]) if merged["enable_bucket"] else []:
+            issues.append(f"{where}: {issue.field}: {issue.message}")
         if not isinstance(subsets, list) or not subsets:
             issues.append(f"{where} has no [[datasets.subsets]]: add one with image_dir (or metadata_dir)")
             continue

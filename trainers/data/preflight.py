@@ -118,9 +118,7 @@ class PreflightReport:
 
 def _subset_line(s: SubsetSummary) -> str:
     if s.kind == "metadata":
-        dropped = "; ".join(f"{n} {reason}" for reason, n in s.metadata_dropped.items())
-        head = (f"[metadata] {s.name} (dataset {s.dataset}): {s.metadata_files} JSON file(s), {s.images} image(s) "
-                f"kept" + (f"; dropped: {dropped}" if dropped else ""))
+        head = f"[metadata] {s.name} (dataset {s.dataset}): {s.metadata_files} JSON file(s), {s.images} image(s) kept"
     else:
         head = (f"[{s.kind}] {s.name} (dataset {s.dataset}): {s.images} image(s), {s.captions_found} caption(s) "
                 f"found, {s.captions_missing} missing")
@@ -129,7 +127,8 @@ def _subset_line(s: SubsetSummary) -> str:
     head += f", x{s.repeats} repeats = {s.samples_per_epoch} sample(s) an epoch"
     if s.kind == "reg":
         head += " after balancing"
-    return head + (f"; {s.skipped} file(s) skipped" if s.skipped else "")
+    head += f"; {s.skipped} file(s) skipped" if s.skipped else ""
+    return "\n    ".join([head] + [f"dropped: {n} x {reason}" for reason, n in s.metadata_dropped.items()])
 
 
 def preflight(cfg: TrainConfig, num_processes: int = 1) -> PreflightReport:
