@@ -262,7 +262,8 @@ def _start(page) -> str:
 # the page
 
 
-def test_empty_dataset_folder_is_reported_in_the_dataset_group(lora, demo_app: App, tmp_path: Path) -> None:
+def test_empty_dataset_folder_is_reported_in_the_dataset_group(lora, demo_app: App, shots: Path,
+                                                                tmp_path: Path) -> None:
     page = lora
     empty = tmp_path / "empty_dataset"
     empty.mkdir()
@@ -279,6 +280,7 @@ def test_empty_dataset_folder_is_reported_in_the_dataset_group(lora, demo_app: A
     expect(problem).to_contain_text("this folder is empty")
     expect(problem).to_contain_text(str(empty))
     expect(problem).to_contain_text("10_sks dog")  # the expected layout, by example
+    page.locator("#group-lora-dataset").screenshot(path=str(shots / "dataset_error.png"))
 
     # Start runs the same checks and starts nothing (another empty folder, to see this answer arrive).
     other = tmp_path / "another_empty_dataset"
