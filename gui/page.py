@@ -13,9 +13,9 @@ from trainers.config import ConfigError, load_config
 
 from .checks import CheckReport, check_form
 from .forms import Form, build_form
-from .jobs import JobError, JobManager
+from .jobs import AVAILABLE_METHODS, JobError, JobManager
 from .presets import PresetError, Presets
-from .run_files import Watchers, list_runs
+from .run_files import ACTIVE_STATES, Watchers, list_runs
 from .run_panel import RunPanel, build_run_panel, render, view_for
 
 METHOD_TITLES = {"lora": "LoRA", "dreambooth": "Dreambooth", "finetune": "Finetune"}
@@ -27,6 +27,7 @@ CSS = """
 .atelier-bar span {position: absolute; inset: 0; text-align: center; line-height: 26px; font-weight: 600;}
 .group-problems {color: var(--error-text-color); border-left: 3px solid var(--error-border-color);
   padding-left: .6em;}
+.group-problems pre, .group-problems code {white-space: pre-wrap; overflow-wrap: anywhere;}
 .essentials {padding: .4em;}
 """
 
@@ -43,7 +44,7 @@ class Services:
 def build_page(services: Services, initial_preset: str | None = None) -> gr.Blocks:
     with gr.Blocks(title="Atelier") as page:
         viewed = gr.BrowserState("", storage_key="atelier-viewed-run")
-        gr.Markdown("# Atelier\nTrain LoRAs for Stable Diffusion 1.x, 2.x and SDXL.")
+        gr.Markdown("# Atelier\nTrain LoRAs, Dreambooth models and finetunes of Stable Diffusion 1.x, 2.x and SDXL.")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 with gr.Tabs():
@@ -55,7 +56,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                         _runs_tab(services, viewed)
             with gr.Column(scale=2):
                 panel = build_run_panel()
-                stop = gr.Button("Stop this run", variant="stop", elem_id="stop-run")
+                stop = gr.Button("Stop this run", variant="stop", visible=False, elem_id="stop-run")
         _wire_panel(services, viewed, panel, stop, page)
     return page
 
@@ -65,8 +66,9 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
     def refresh(run_id: str, shown: list[Any] | None) -> list[Any]:
         view = view_for(services.watchers, services.runs_dir, run_id)
         if view is None:
-            return [gr.skip()] * len(panel.outputs) + [shown]
-        pairs = render(view)
+            return [gr.skip()] * (len(panel.outputs) + 1) + [shown]
+        active = view.state in ACTIVE_STATES
+        pairs = render(view) + [(active, gr.Button(visible=active))]
         keys = [(run_id, key) for key, _ in pairs]
         old = shown if shown and len(shown) == len(keys) else [None] * len(keys)
         return [value if key != before else gr.skip() for (_, value), key, before in zip(pairs, keys, old)] + [keys]
@@ -84,9 +86,9 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
 
     shown = gr.State(None)  # change keys of what this browser tab shows now
     timer = gr.Timer(1.0)
-    timer.tick(refresh, inputs=[viewed, shown], outputs=panel.outputs + [shown], show_progress="hidden")
-    page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=[viewed, shown],
-                                                            outputs=panel.outputs + [shown])
+    outputs = panel.outputs + [stop, shown]
+    timer.tick(refresh, inputs=[viewed, shown], outputs=outputs, show_progress="hidden")
+    page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=[viewed, shown], outputs=outputs)
     stop.click(stop_run, inputs=viewed)
 
 
@@ -94,20 +96,23 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
                 page: gr.Blocks) -> None:
     presets = services.presets
     with gr.Accordion("Presets", open=True):
-        with gr.Row(equal_height=True):
-            preset = gr.Dropdown(presets.names(method), label="Preset", value=None, scale=4,
+        with gr.Row():
+            preset = gr.Dropdown(presets.names(method), label="Preset", value=None, scale=3,
                                  elem_id=f"preset-{method}")
-            load = gr.Button("Load", scale=1, elem_id=f"load-preset-{method}")
-            delete = gr.Button("Delete", scale=1)
-        with gr.Row(equal_height=True):
-            save_name = gr.Textbox(label="Save current settings as", placeholder="my preset", scale=4)
-            save = gr.Button("Save", scale=1)
+            save_name = gr.Textbox(label="Save current settings as", placeholder="my preset", scale=3)
+        with gr.Row():
+            load = gr.Button("Load preset", size="sm", elem_id=f"load-preset-{method}")
+            delete = gr.Button("Delete preset", size="sm")
+            save = gr.Button("Save as preset", size="sm")
+    can_start = method in AVAILABLE_METHODS
     with gr.Row():
         validate_btn = gr.Button("Validate", elem_id=f"validate-{method}")
-        start = gr.Button("Start", variant="primary", elem_id=f"start-{method}")
-        show_cmd = gr.Button("Show command")
-        export = gr.Button("Export TOML")
-        upload = gr.UploadButton("Import TOML", file_types=[".toml"])
+        start = gr.Button("Start" if can_start else "Start (trainer not available yet)", variant="primary",
+                          interactive=can_start, elem_id=f"start-{method}")
+    with gr.Row():
+        show_cmd = gr.Button("Show command", size="sm")
+        export = gr.Button("Export TOML", size="sm")
+        upload = gr.UploadButton("Import TOML", file_types=[".toml"], size="sm")
     report_md = gr.Markdown(elem_id=f"report-{method}")
     command = gr.Code(language="shell", visible=False, label="Command")
     exported = gr.File(visible=False, label="Config")
@@ -218,7 +223,7 @@ def _keep_launch_consistent(form: "Form") -> None:
 
 
 def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
-    table = gr.Dataframe(headers=["run", "method", "state", "output", "message"], interactive=False,
+    table = gr.Dataframe(headers=["run", "method", "state", "output", "message"], interactive=False, wrap=True,
                          elem_id="runs-table")
     with gr.Row():
         pick = gr.Dropdown(label="Open run", choices=[], scale=3, elem_id="runs-pick")
@@ -227,7 +232,7 @@ def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
 
     def rows() -> tuple[list[list[str]], dict]:
         runs = list_runs(services.runs_dir)
-        data = [[r.run_id, r.method, r.state, r.output, r.message] for r in runs]
+        data = [[r.run_id, r.method, r.state, Path(r.output).name if r.output else "", r.message] for r in runs]
         return data, gr.Dropdown(choices=[r.run_id for r in runs])
 
     refresh.click(rows, outputs=[table, pick])

@@ -61,11 +61,14 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
     step, total = p.get("step", 0), p.get("total_steps") or plan.get("total_steps", 0)
     state = STATE_LABEL.get(view.state, view.state)
     title = f"### {state}: `{view.run_id}`"
-    if p:
+    if p and view.state in ACTIVE_STATES:
         stats = (f"Epoch **{p['epoch']} / {p['total_epochs']}** · **{p['it_per_s']:.2f} it/s** · "
                  f"{p['images_per_s']:.2f} images/s · ETA {format_duration(p.get('eta_s'))} · "
                  f"loss {p['loss_smoothed']:.4f} · LR {p['lr']:.2e} · peak memory {p['peak_mem_gb']:.2f} GB "
                  f"({p['peak_mem_kind']})")
+    elif p:  # a run that ended: what it reached, no live rates
+        stats = (f"Epoch **{p['epoch']} / {p['total_epochs']}** · final loss {p['loss_smoothed']:.4f} · "
+                 f"peak memory {p['peak_mem_gb']:.2f} GB ({p['peak_mem_kind']})")
     else:
         stats = "Loading the model and data…" if view.state in ACTIVE_STATES else ""
     chart_key = (len(view.losses), view.losses[-1] if view.losses else None)
@@ -75,17 +78,19 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
     samples = [s for s in view.samples if Path(s).exists()][-12:]
     result, bar, log = result_text(view), _bar(step, total), "\n".join(view.log_tail)
     return [(title, title), (bar, bar), (stats, stats),
-            (chart_key, gr.LinePlot(frame, visible=bool(view.losses))),
+            (chart_key, gr.LinePlot(frame, visible=len(view.losses) > 1, x_axis_format="d")),
             (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log)]
 
 
 def result_text(view: RunView) -> str:
     lines = []
     if view.output:
-        lines.append(f"**Saved:** `{view.output}`")
-    if view.checkpoints:
-        saves = "\n".join(f"- `{c}`" for c in view.checkpoints[-8:])
-        lines.append(f"**Checkpoints ({len(view.checkpoints)})**\n{saves}")
+        label = "Checkpoint saved when stopped" if view.state == "stopped" else "Saved"
+        lines.append(f"**{label}:** `{view.output}`")
+    earlier = [c for c in view.checkpoints if c != view.output]
+    if earlier:
+        saves = "\n".join(f"- `{c}`" for c in earlier[-8:])
+        lines.append(f"**Checkpoints ({len(earlier)})**\n{saves}")
     if view.state == "failed":
         code = view.status.get("exit_code", view.error.get("exit_code", "?"))
         message = view.error.get("message") or view.status.get("message") or "see the log"

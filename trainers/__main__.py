@@ -90,7 +90,9 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
     from .events import EventLog, update_status
     from .loop import TrainingStopped
     from .models import ModelLoadError
+    from .secrets import install_redaction
 
+    install_redaction()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     is_main = os.environ.get("RANK", "0") == "0"
     warnings: list[str] = []
