@@ -3,6 +3,7 @@
     python benchmarks/train_benchmark.py --model tiny-sd1 --steps 20            # CPU, seconds
     python benchmarks/train_benchmark.py --model sd15 --resolution 512 --batch 4 --mixed-precision bf16
     python benchmarks/train_benchmark.py --model sdxl --resolution 1024 --gradient-checkpointing
+    python benchmarks/train_benchmark.py --model sd15 --cache-latents --buckets   # data-loading share with cached latents
 
 `sd15` and `sdxl` are real-size architectures with random weights, built from the published
 configs in ../shared/arch (nothing is downloaded). The run goes through the real trainer
@@ -36,6 +37,9 @@ def main() -> None:
     p.add_argument("--network-dim", type=int, default=16)
     p.add_argument("--unet-only", action="store_true", help="train the UNet LoRA only")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--cache-latents", action="store_true", help="encode the images once before training")
+    p.add_argument("--cache-text", action="store_true", help="cache text-encoder outputs (implies --unet-only)")
+    p.add_argument("--buckets", action="store_true", help="aspect-ratio buckets (the demo images are 3 shapes)")
     args = p.parse_args()
 
     from trainers.config import load_config
@@ -59,8 +63,10 @@ def main() -> None:
         f"output_dir={json.dumps(str(work / 'out'))}", f"resolution='{resolution}'", f"max_train_steps={args.steps}",
         f"train_batch_size={args.batch}", f"mixed_precision='{args.mixed_precision}'",
         f"gradient_checkpointing={str(args.gradient_checkpointing).lower()}", f"optimizer_type='{args.optimizer}'",
-        f"network_dim={args.network_dim}", f"network_train_unet_only={str(args.unet_only).lower()}",
+        f"network_dim={args.network_dim}", f"network_train_unet_only={str(args.unet_only or args.cache_text).lower()}",
         f"max_data_loader_n_workers={args.workers}", "save_precision='fp16'",
+        f"cache_latents={str(args.cache_latents).lower()}", f"cache_text_encoder_outputs={str(args.cache_text).lower()}",
+        f"enable_bucket={str(args.buckets).lower()}", f"min_bucket_reso={min(256, resolution // 2)}",
     ])
     session = start_session(cfg, work / "run", random_init=random_init)
     loaded = time.time()
@@ -72,6 +78,7 @@ def main() -> None:
     print(json.dumps({
         "model": args.model, "resolution": resolution, "batch": args.batch, "mixed_precision": args.mixed_precision,
         "gradient_checkpointing": args.gradient_checkpointing, "optimizer": args.optimizer, "steps": args.steps,
+        "cache_latents": args.cache_latents, "cache_text": args.cache_text, "buckets": args.buckets,
         "it_per_s": last["it_per_s"], "images_per_s": last["images_per_s"],
         "peak_mem_gb": last["peak_mem_gb"], "peak_mem_kind": last["peak_mem_kind"],
         "seconds_to_first_step": round(progress[0]["time"] - started, 2),

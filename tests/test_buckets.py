@@ -140,3 +140,40 @@ def test_partial_last_batch_pads_with_zero_loss_weight(shapes: Path) -> None:
     dataset = CaptionedImages(catalog, lambda caps: [], seed=0)
     real, padding = dataset[(0, square[0], 0)], dataset[(0, square[0], 1)]
     assert real["loss_weight"] == 1.0 and padding["loss_weight"] == 0.0
+
+
+def test_two_processes_train_a_dataset_config_with_buckets_and_disk_cache(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    """DDP over gloo: each step both processes train the same bucket, the disk cache is split between them,
+    and the steps run are the preflight's steps for 2 processes."""
+    import json
+    import sys
+
+    from test_lora_training import events, run_trainer, sets
+
+    from trainers.data.preflight import preflight
+
+    for name, size in (("wide", (128, 40)), ("a", (64, 64)), ("b", (72, 64))):
+        save_image(tmp_path / "imgs" / f"{name}.png", size)
+    save_image(tmp_path / "reg" / "r.png", (64, 64))
+    (tmp_path / "dataset.toml").write_text(
+        "[[datasets]]\nresolution = 64\nbatch_size = 1\nenable_bucket = true\nmin_bucket_reso = 32\n"
+        "max_bucket_reso = 128\nbucket_reso_steps = 32\n"
+        '  [[datasets.subsets]]\n  image_dir = "imgs"\n  class_tokens = "sks thing"\n'
+        '  [[datasets.subsets]]\n  image_dir = "reg"\n  class_tokens = "thing"\n  is_reg = true\n')
+    options = dict(pretrained_model_name_or_path=str(tiny_sd1_dir), dataset_config=str(tmp_path / "dataset.toml"),
+                   output_dir=str(tmp_path / "out"), max_train_epochs=1, cache_latents_to_disk=True,
+                   network_train_unet_only=True, network_dim=4, max_data_loader_n_workers=0)
+    expected = preflight(TrainConfig("lora", options), num_processes=2)
+    assert expected.ok and expected.total_steps == 3 + 1  # 64x64: (2 + 3 balanced reg samples) / 2; 96x32: 1
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                "--main_process_port", "29531"]
+    result = run_trainer(sets(**options), tmp_path / "run", launcher, env={"ACCELERATE_USE_CPU": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    evs = events(tmp_path / "run")
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2, 3, 4]
+    assert next(e for e in evs if e["type"] == "start")["plan"]["num_processes"] == 2
+    assert any(e["type"] == "cache" and e["done"] == e["total"] for e in evs)
+    cached = sorted(p.name for p in (tmp_path / "imgs" / ".atelier-cache").iterdir())
+    assert cached == ["a.png.64x64.safetensors", "b.png.64x64.safetensors", "wide.png.96x32.safetensors"]
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "finished"
