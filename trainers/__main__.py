@@ -39,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     pre = sub.add_parser("preflight", help="check a config and its dataset without training (no model is loaded)")
     pre.add_argument("--config", type=Path, help="TOML config, as for training")
     pre.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE")
-    pre.add_argument("--num-processes", type=int, default=1, help="processes the run will use (for steps an epoch)")
+    pre.add_argument("--num-processes", type=int, default=None,
+                     help="processes the run will use, for its steps (default: the config's num_processes)")
     pre.add_argument("--method", choices=sorted(METHODS), default="lora")
     pre.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     return run_method(args.command, args.config, args.run_dir, args.overrides, args.print_config)
 
 
-def run_preflight(method: str, config: Path | None, overrides: list[str], num_processes: int, as_json: bool) -> int:
+def run_preflight(method: str, config: Path | None, overrides: list[str], num_processes: int | None,
+                  as_json: bool) -> int:
     """Exit 0 when the run can start, 2 when the report lists errors. Loads no model (nor torch)."""
     import json
 
@@ -74,7 +76,7 @@ def run_preflight(method: str, config: Path | None, overrides: list[str], num_pr
     try:
         cfg = load_config(method, config, overrides, warnings)
     except ConfigError as err:
-        report = PreflightReport(num_processes, errors=err.issues, warnings=warnings)
+        report = PreflightReport(num_processes or 1, errors=err.issues, warnings=warnings)
     else:
         report = preflight(cfg, num_processes)
         report.warnings[:0] = warnings

@@ -131,8 +131,13 @@ def _subset_line(s: SubsetSummary) -> str:
     return "\n    ".join([head] + [f"dropped: {n} x {reason}" for reason, n in s.metadata_dropped.items()])
 
 
-def preflight(cfg: TrainConfig, num_processes: int = 1) -> PreflightReport:
-    """Check the config and read the dataset as a run on `num_processes` processes would; never raises."""
+def preflight(cfg: TrainConfig, num_processes: int | None = None) -> PreflightReport:
+    """Check the config and read the dataset as a run on `num_processes` processes would; never raises.
+
+    `num_processes` defaults to the config's launch options (num_processes x num_machines) when it has them.
+    """
+    if num_processes is None:
+        num_processes = int(cfg.values.get("num_processes") or 1) * int(cfg.values.get("num_machines") or 1)
     report = PreflightReport(num_processes, errors=validate(cfg))
     if any(issue.group == "dataset" for issue in report.errors):
         report.warnings.append("the dataset is read once the dataset errors are fixed")
