@@ -235,3 +235,29 @@ def test_stop_request_saves_and_marks_the_run_stopped(tiny_sd1_dir: Path, datase
     assert saved and all(Path(p).exists() for p in saved) and "-step" in saved[-1]
     assert evs[-1]["type"] == "done" and evs[-1]["stopped"] is True
     assert max(e["step"] for e in evs if e["type"] == "progress") < 500
+
+
+def test_sample_images_are_made_and_announced(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    prompts = tmp_path / "prompts ü.txt"
+    prompts.write_text("# samples\nsks shape, red circle --d 7 --s 2\nblue square --n blurry --w 32 --h 64 --s 2\n",
+                       encoding="utf-8")
+    args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
+                output_dir=str(tmp_path / "o"), max_train_steps=4, sample_prompts=str(prompts),
+                sample_every_n_steps=2, sample_at_first=True, sample_sampler="ddim")
+    result = run_trainer(args + [a for kv in FAST for a in ("--set", kv)], tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    samples = [e for e in events(tmp_path / "run") if e["type"] == "sample"]
+    assert [(e["step"], e["index"]) for e in samples] == [(0, 0), (0, 1), (2, 0), (2, 1), (4, 0), (4, 1)]
+    for e in samples:
+        image = Image.open(e["path"])
+        assert image.size == ((32, 64) if e["index"] == 1 else (64, 64))
+        assert "Sampler: DDIM" in image.text["parameters"]
+    assert Path(samples[0]["path"]).parent == tmp_path / "run" / "samples"
+
+
+def test_bad_sample_prompt_is_a_clear_error_before_training(tmp_path: Path) -> None:
+    result = run_trainer(sets(max_train_steps=1, sample_prompt_lines=["a cat --w 500"], sample_every_n_steps=1),
+                         tmp_path / "run")
+    assert result.returncode == 2 and "sample_prompt_lines: line 1: --w '500' must be a multiple of 8" in result.stderr

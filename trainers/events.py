@@ -1,7 +1,7 @@
 """The run directory's event stream (events.jsonl), status.json, and the progress meter.
 
 Only rank 0 writes. Each event is one JSON object a line with at least `type` and `time`.
-Types: start, progress, checkpoint, warning, error, done; also `dataset` (the preflight report of the
+Types: start, progress, checkpoint, sample, warning, error, done; also `dataset` (the preflight report of the
 data the run trains on: folders, buckets, skipped files, steps) and `cache` (what, done, total) while
 latents or text-encoder outputs are cached.
 """

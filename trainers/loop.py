@@ -15,6 +15,7 @@ from .config import TrainConfig
 from .diffusion import NoiseOptions, NoisePredictor, diffusion_loss
 from .events import ProgressMeter
 from .models import LoadedModel
+from .sample_hook import sample_hook
 from .session import Session
 from .optim import build_lr_scheduler, build_optimizer
 
@@ -84,6 +85,9 @@ def train(session: Session, trainable: Trainable) -> Path:
     events.emit("start", plan=asdict(plan), family=trainable.model.family.name,
                 trainable_params=sum(p.numel() for p in params))
     step, epoch, data_wait, unloadable = 0, 0, 0.0, set()
+    sample = sample_hook(session, trainable.model)
+    if sample and cfg.sample_at_first:
+        sample(0, 0)
     predictor.train()
     meter.start()
     for epoch in range(1, plan.epochs + 1):
@@ -109,10 +113,14 @@ def train(session: Session, trainable: Trainable) -> Path:
                 raise TrainingStopped(save(save_name(cfg.output_name, step=step), epoch, step))
             if "save_now" in requests or _due(cfg.save_every_n_steps, step) and step < plan.total_steps:
                 save(save_name(cfg.output_name, step=step), epoch, step)
+            if sample and _due(cfg.sample_every_n_steps, step):
+                sample(step, epoch)
             if step >= plan.total_steps:
                 break
         if _due(cfg.save_every_n_epochs, epoch) and epoch < plan.epochs:
             save(save_name(cfg.output_name, epoch=epoch), epoch, step)
+        if sample and _due(cfg.sample_every_n_epochs, epoch):
+            sample(step, epoch)
         if step >= plan.total_steps:
             break
     bar.close()

@@ -127,3 +127,12 @@ def read_prompts(path: Path) -> list[SamplePrompt]:
         return parse_prompt_lines(text.split("\n"))
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
+
+
+def config_prompts(prompts_file: str, lines: list[str]) -> list[SamplePrompt]:
+    """A run's sample prompts: those of `prompts_file` (if any), then the inline `lines`, numbered on."""
+    found = read_prompts(Path(prompts_file)) if prompts_file.strip() else []
+    for prompt in parse_prompt_lines(lines):
+        prompt.index += len(found)
+        found.append(prompt)
+    return found

@@ -23,10 +23,6 @@ IGNORED: dict[str, str] = {
     "color_aug": "color augmentation is not available",
     "face_crop_aug_range": "face-crop augmentation is not available",
     "caption_dropout_every_n_epochs": "use caption_dropout_rate",
-    "sample_every_n_epochs": "sample images during training are not available yet",
-    "sample_every_n_steps": "sample images during training are not available yet",
-    "sample_prompts": "sample images during training are not available yet",
-    "sample_sampler": "sample images during training are not available yet",
 }
 
 

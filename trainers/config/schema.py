@@ -21,6 +21,7 @@ GROUPS: dict[str, str] = {
     "network": "Network",
     "optimizer": "Optimizer and schedule",
     "precision": "Precision and memory",
+    "sampling": "Sample images",
     "saving": "Saving",
     "logging": "Logging",
     "launch": "Multi-GPU launch",

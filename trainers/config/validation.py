@@ -84,6 +84,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
             bad("conv_alpha", "is set but conv_dim is not; set conv_dim to train the convolutions")
     issues.extend(_launch_issues(cfg, group))
     issues.extend(_dataset_issues(cfg, group))
+    issues.extend(_sample_prompt_issues(cfg))
     if check_paths:
         issues.extend(_path_issues(cfg, group))
     return issues
@@ -181,24 +182,38 @@ def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
         elif not HUB_ID.match(model):
             issues.append(ConfigIssue("pretrained_model_name_or_path", f"{model!r} does not exist; give a "
                           "diffusers folder or a hub id like 'org/model'", "model"))
-    checks = {"train_data_dir": "dir", "reg_data_dir": "dir", "metadata_dir": "dir", "dataset_config": "file",
-              "vae": "dir"}
-    if cfg.method == "lora":
-        checks["network_weights"] = "file"
-    for name, kind in checks.items():
-        value = str(cfg.values.get(name) or "").strip()
-        if not value:
+    for opt in options_for(cfg.method):
+        value = str(cfg.values[opt.name] or "").strip()
+        if opt.path not in ("dir", "file") or not value:
             continue
         p = Path(value).expanduser()
-        ok = p.is_dir() if kind == "dir" else p.is_file()
-        if not ok:
-            what = "folder" if kind == "dir" else "file"
-            issues.append(ConfigIssue(name, f"{what} not found: {value}", group.get(name, "")))
+        if not (p.is_dir() if opt.path == "dir" else p.is_file()):
+            what = "folder" if opt.path == "dir" else "file"
+            issues.append(ConfigIssue(opt.name, f"{what} not found: {value}", opt.group))
     if cfg.output_dir.strip() and cfg.output_name.strip():
         final = final_output_file(cfg)
         if final.exists() and not cfg.overwrite_output:
             issues.append(ConfigIssue("output_name", f"{final} already exists; choose another output_name or "
                           "set overwrite_output = true", "saving"))
+    return issues
+
+
+def _sample_prompt_issues(cfg: TrainConfig) -> list[ConfigIssue]:
+    from ..prompts import parse_prompt_lines, read_prompts
+
+    issues, count = [], 0
+    sources = [("sample_prompt_lines", lambda: parse_prompt_lines(cfg.sample_prompt_lines))]
+    if Path(cfg.sample_prompts).expanduser().is_file():  # a missing file is reported with the other paths
+        sources.append(("sample_prompts", lambda: read_prompts(Path(cfg.sample_prompts))))
+    for name, parse in sources:
+        try:
+            count += len(parse())
+        except ValueError as err:
+            issues.append(ConfigIssue(name, str(err), "sampling"))
+    wants_samples = cfg.sample_every_n_steps or cfg.sample_every_n_epochs or cfg.sample_at_first
+    if wants_samples and not count and not issues and not cfg.sample_prompts.strip():
+        issues.append(ConfigIssue("sample_prompts", "samples are scheduled but there are no prompts: give a "
+                                  "prompts file or sample_prompt_lines", "sampling"))
     return issues
 
 
