@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -117,7 +118,9 @@ def test_a_file_that_fails_mid_epoch_is_replaced_by_another_of_its_bucket(tmp_pa
 def test_preflight_lists_skipped_files_and_duplicates(messy: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
     data, files = messy
     save_image(data / "3_sks thing" / "transparent.jpg", (64, 64))  # shares transparent.txt with the PNG
-    save_image(data / "1_other" / "palette.png", (64, 64))  # same name in two folders
+    (data / "1_other").mkdir()
+    shutil.copy(files["palette"], data / "1_other" / "palette.png")  # the same picture in two folders
+    save_image(data / "1_other" / "grey16.png", (64, 64))  # same name as in the other folder, another picture
     report = preflight(TrainConfig("lora", {"train_data_dir": str(data), "resolution": "64", "max_train_epochs": 1,
                                             "pretrained_model_name_or_path": "org/model",
                                             "output_dir": str(tmp_path / "out")}))

@@ -87,7 +87,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("metadata_consider_every_nth", "int", 1, "Use only every n-th JSON file (sorted by path), e.g. 10 for a "
            "small validation set.", "dataset", min=1, max=1000000, advanced=True),
     Option("cache_latents", "bool", False, "Encode every image with the VAE once, before training, and keep the "
-           "latents in memory (faster steps; not with random_crop).", "dataset"),
+           "latents in memory (faster steps; not with random_crop). Each process encodes every image; "
+           "cache_latents_to_disk splits the work.", "dataset"),
     Option("cache_latents_to_disk", "bool", False, "Cache latents in files beside the images (.atelier-cache/), "
            "reused by later runs while the VAE, size and crop stay the same; the work is split across processes.",
            "dataset"),

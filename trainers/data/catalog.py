@@ -106,15 +106,19 @@ class Catalog:
         return {key: (images[key], samples[key]) for key in sorted(images)}
 
     def duplicate_basenames(self) -> list[tuple[str, list[Path]]]:
-        """Images whose file names differ only in extension (they share a caption file), and the
-        same file name in several folders (often the same picture copied twice)."""
-        by_stem: dict[tuple[Path, str], list[Path]] = {}
-        by_name: dict[str, list[Path]] = {}
+        """Images in one folder whose names differ only in extension (they share a caption file), and
+        files of the same name and size in several folders (the same picture copied twice; numbered
+        files like 001.png in every folder are normal and not listed)."""
+        by_stem: dict[tuple[Path, str], set[Path]] = {}
+        by_name: dict[tuple[str, int], set[Path]] = {}
         for image in self.images:
-            by_stem.setdefault((image.path.parent, image.path.stem), []).append(image.path)
-            by_name.setdefault(image.path.name, []).append(image.path)
-        found = [(f"{stem}.*", paths) for (_, stem), paths in by_stem.items() if len(paths) > 1]
-        found += [(name, paths) for name, paths in by_name.items() if len({p.parent for p in paths}) > 1]
+            by_stem.setdefault((image.path.parent, image.path.stem), set()).add(image.path)
+            try:
+                by_name.setdefault((image.path.name, image.path.stat().st_size), set()).add(image.path)
+            except OSError:
+                pass
+        found = [(f"{stem}.*", sorted(paths)) for (_, stem), paths in by_stem.items() if len(paths) > 1]
+        found += [(name, sorted(paths)) for (name, _), paths in by_name.items() if len({p.parent for p in paths}) > 1]
         return sorted(found, key=lambda item: item[0])
 
     def dataset_dirs(self, reg: bool = False) -> dict[str, dict[str, int]]:
