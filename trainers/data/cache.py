@@ -84,8 +84,8 @@ def vae_fingerprint(vae: torch.nn.Module) -> str:
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"{type(vae).__name__}:{getattr(vae.config, 'scaling_factor', '')}".encode())
     for name, tensor in vae.state_dict().items():
-        data = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{data.dtype}:{tuple(data.shape)}".encode())
+        data = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}:{data.dtype}:{tuple(tensor.shape)}".encode())
         digest.update(data.view(torch.uint8).numpy() if data.numel() else b"")
     return digest.hexdigest()
 
@@ -96,8 +96,12 @@ def cache_file(image: CatalogImage) -> Path:
 
 
 def entry_key(image: CatalogImage, vae_key: str, flips: tuple[bool, ...]) -> str:
-    stat = image.path.stat()
-    text = f"{FORMAT}|{vae_key}|{stat.st_size}|{stat.st_mtime_ns}|{image.size}|{image.bucket}|{flips}"
+    try:
+        stat = image.path.stat()
+        version = f"{stat.st_size}|{stat.st_mtime_ns}"
+    except OSError:  # gone since the scan: encoding it fails and reports it
+        version = "missing"
+    text = f"{FORMAT}|{vae_key}|{version}|{image.size}|{image.bucket}|{flips}"
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 

@@ -261,6 +261,9 @@ def _balance_reg(reg: list[tuple[int, int]], num_train: int) -> dict[int, int]:
 
 def _nothing_left(catalog: Catalog) -> str:
     reasons = Counter(s.reason for s in catalog.skipped)
+    if any(s.images for s in catalog.subsets):
+        return ("no training images: only regularization images are left, and they only balance training "
+                "images. Fix: add training images (train_data_dir, or subsets without is_reg).")
     lines = ["no usable images: every image was skipped"]
     lines += [f"  {count} x {reason}" for reason, count in reasons.most_common()]
     for subset in catalog.subsets:

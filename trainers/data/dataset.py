@@ -10,7 +10,7 @@ of the same bucket (reported in the batch's "problems"), so a run never stops mi
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -48,8 +48,11 @@ class CaptionedImages(Dataset):
         self.latents = latents  # a LatentCache, or None: decode and encode every step
         self.texts = texts  # a TextCache, or None: run the text encoders every step
         self.bucket_members: dict[Any, list[int]] = {}
+        self.position: list[int] = []  # of each sample in its bucket's members
         for index in range(len(catalog.samples)):
-            self.bucket_members.setdefault(catalog.bucket_of(index), []).append(index)
+            members = self.bucket_members.setdefault(catalog.bucket_of(index), [])
+            self.position.append(len(members))
+            members.append(index)
 
     def __len__(self) -> int:
         return len(self.catalog.samples)
@@ -62,7 +65,7 @@ class CaptionedImages(Dataset):
     def __getitem__(self, key: tuple[int, int, int]) -> dict[str, Any]:
         epoch, index, padding = key
         problems: list[str] = []
-        for alternative in self._alternatives(index):
+        for alternative in self._candidates(index):
             try:
                 sample = self._sample(epoch, alternative)
             except ImageLoadError as err:
@@ -74,19 +77,18 @@ class CaptionedImages(Dataset):
                     "problems": problems}
         raise RuntimeError("could not load any image of this bucket; last problems:\n" + "\n".join(problems))
 
-    def _alternatives(self, index: int) -> list[int]:
-        """The sample itself, then samples of other images in its bucket."""
+    def _candidates(self, index: int) -> Iterator[int]:
+        """The sample itself, then (only if it fails) samples of other images in its bucket."""
+        yield index
         members = self.bucket_members[self.catalog.bucket_of(index)]
-        start = members.index(index)
+        start = self.position[index]
         seen = {self.catalog.samples[index]}
-        out = [index]
         for other in members[start + 1:] + members[:start]:
-            if len(out) > MAX_SUBSTITUTES:
-                break
+            if len(seen) > MAX_SUBSTITUTES:
+                return
             if self.catalog.samples[other] not in seen:
                 seen.add(self.catalog.samples[other])
-                out.append(other)
-        return out
+                yield other
 
     def _sample(self, epoch: int, index: int) -> dict[str, Any]:
         image = self.catalog.images[self.catalog.samples[index]]
