@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from trainers.config import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict, validate
-from trainers.data.kohya_folders import DatasetLayoutError, scan_kohya_folders
-from trainers.plan import plan_steps
+from trainers.data.preflight import preflight
+from trainers.plan import StepPlan
 
 from .forms import ESSENTIALS
 
@@ -56,25 +56,30 @@ class CheckReport:
 
 
 def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | None = None) -> CheckReport:
-    """Everything Validate shows. `allowed_roots`: folders typed paths must lie under (None: anywhere)."""
+    """Everything Validate shows. `allowed_roots`: folders typed paths must lie under (None: anywhere).
+
+    The dataset is read by the trainer's own preflight, so the page shows the buckets, skipped
+    files and step count the run will really have.
+    """
     warnings: list[str] = []
     try:
         cfg = config_from_dict(method, values, warnings=warnings)
     except ConfigError as err:
         return CheckReport(None, err.issues, warnings)
-    report = CheckReport(cfg, validate(cfg) + outside_roots(cfg, allowed_roots), warnings)
-    if any(i.message.startswith("is outside") for i in report.issues):
-        return report  # never look inside a folder the GUI may not use
-    data_dir = cfg.train_data_dir.strip()
-    if data_dir and Path(data_dir).expanduser().is_dir():
-        try:
-            scan = scan_kohya_folders(Path(data_dir).expanduser(), cfg.caption_extension)
-        except DatasetLayoutError as err:
-            report.dataset_problem = str(err)
-            return report
-        report.dataset = scan.report()
-        report.warnings += scan.warnings
-        report.steps = step_preview(cfg, scan.num_repeated_images)
+    outside = outside_roots(cfg, allowed_roots)
+    if outside:  # never look inside a folder the GUI may not use
+        return CheckReport(cfg, validate(cfg) + outside, warnings)
+    pre = preflight(cfg)
+    report = CheckReport(cfg, [], warnings + pre.warnings)
+    for issue in pre.errors:
+        if issue.group == "dataset" and issue.field not in BY_NAME or "\n" in issue.message:
+            report.dataset_problem += ("\n\n" if report.dataset_problem else "") + issue.message
+        else:
+            report.issues.append(issue)
+    if pre.subsets:
+        report.dataset = pre.text()
+    if pre.plan is not None:
+        report.steps = step_preview(pre.plan, pre.train_samples + pre.reg_samples)
     return report
 
 
@@ -95,14 +100,9 @@ def outside_roots(cfg: TrainConfig, roots: list[Path] | None) -> list[ConfigIssu
     return issues
 
 
-def step_preview(cfg: TrainConfig, samples_per_epoch: int) -> str:
+def step_preview(plan: StepPlan, samples_per_epoch: int) -> str:
     """images x repeats x epochs / (batch x processes x gradient accumulation) = steps, in words."""
-    if cfg.max_train_epochs is None and cfg.max_train_steps is None:
-        return ""
-    processes = cfg.num_processes * cfg.num_machines
-    plan = plan_steps(samples_per_epoch, cfg.train_batch_size, processes, cfg.gradient_accumulation_steps,
-                      cfg.max_train_epochs, cfg.max_train_steps)
-    return (f"{samples_per_epoch} samples per epoch (images x repeats) / (batch {plan.per_device_batch} x {processes} "
-            f"process(es) x accumulation {plan.gradient_accumulation_steps} = global batch {plan.global_batch}) "
-            f"= **{plan.steps_per_epoch} steps per epoch**; {plan.epochs} epoch(s) = "
+    return (f"{samples_per_epoch} samples per epoch (images x repeats) / (batch {plan.per_device_batch} x "
+            f"{plan.num_processes} process(es) x accumulation {plan.gradient_accumulation_steps} = global batch "
+            f"{plan.global_batch}) = **{plan.steps_per_epoch} steps per epoch**; {plan.epochs} epoch(s) = "
             f"**{plan.total_steps} steps** in total.")
