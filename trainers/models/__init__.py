@@ -9,11 +9,12 @@ from pathlib import Path
 from .base import LoadedModel, ModelFamily, ModelLoadError, SizeConditioning, read_json
 from .sd import SD1, SD2
 from .sdxl import SDXL
+from .single_file import SINGLE_FILE_SUFFIXES, load_single_file, save_full_model
 
 FAMILIES: dict[str, ModelFamily] = {f.name: f for f in (SD1, SD2, SDXL)}
 
-__all__ = ["FAMILIES", "LoadedModel", "ModelFamily", "ModelLoadError", "SizeConditioning", "detect_family",
-           "resolve_model_folder"]
+__all__ = ["FAMILIES", "SINGLE_FILE_SUFFIXES", "LoadedModel", "ModelFamily", "ModelLoadError", "SizeConditioning",
+           "detect_family", "load_model", "load_single_file", "resolve_model_folder", "save_full_model"]
 
 
 def resolve_model_folder(name_or_path: str) -> Path:
@@ -22,7 +23,8 @@ def resolve_model_folder(name_or_path: str) -> Path:
     if path.is_dir():
         return path
     if path.exists():
-        raise ModelLoadError(f"pretrained_model_name_or_path: {path} is a file; give a diffusers model folder")
+        raise ModelLoadError(f"pretrained_model_name_or_path: {path} is a file but not a .safetensors or .ckpt "
+                             "checkpoint; give a diffusers model folder or a single-file checkpoint")
     from huggingface_hub import snapshot_download
 
     try:
@@ -55,6 +57,9 @@ def detect_family(folder: Path) -> ModelFamily:
 
 def load_model(name_or_path: str, requested_family: str, weight_dtype, vae_path: str = "",
                random_init: bool = False) -> LoadedModel:
+    path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES:  # SD1.x/2.x/SDXL in the original layout
+        return load_single_file(path, requested_family, weight_dtype, vae_path)
     folder = resolve_model_folder(name_or_path)
     detected = detect_family(folder)
     if requested_family != "auto" and requested_family != detected.name:
