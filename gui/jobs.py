@@ -23,7 +23,7 @@ from trainers.launch import accelerate_command, launch_env
 from .run_files import ACTIVE_STATES, effective_state, list_runs, read_status
 
 REPO = Path(__file__).resolve().parents[1]
-AVAILABLE_METHODS = ("lora",)  # trainers that exist; the others' tabs validate only
+AVAILABLE_METHODS = ("lora", "dreambooth", "finetune")  # tabs whose Start button launches a trainer
 
 
 class JobError(RuntimeError):

@@ -19,8 +19,8 @@ FAST = ["resolution=64", "train_batch_size=2", "max_data_loader_n_workers=0", "l
 
 
 def run_trainer(args: list[str], run_dir: Path, launcher: list[str] | None = None,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    cmd = (launcher or [sys.executable]) + ["-m", "trainers", "lora", "--run-dir", str(run_dir)] + args
+                env: dict[str, str] | None = None, method: str = "lora") -> subprocess.CompletedProcess:
+    cmd = (launcher or [sys.executable]) + ["-m", "trainers", method, "--run-dir", str(run_dir)] + args
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .config import TrainConfig
     from .events import EventLog
 
-METHODS = {"lora": "trainers.lora"}
+METHODS = {"lora": "trainers.lora", "dreambooth": "trainers.dreambooth", "finetune": "trainers.finetune"}
 EXIT_BAD_INPUT = 2
 
 

@@ -27,8 +27,11 @@ class Trainable:
     model: LoadedModel
     predictor: NoisePredictor
     param_groups: list[dict[str, Any]]
-    save: Callable[[Path, int, int], None]  # (path, epoch, step): write the method's output file
-    file_suffix: str = ".safetensors"
+    save: Callable[[Path, int, int], None]  # (path, epoch, step): write the method's output file (or folder)
+    file_suffix: str = ".safetensors"  # "" when the output is a folder (a diffusers model)
+    after_step: Callable[[int], None] | None = None  # (step): after each optimizer update (EMA, freezing a module)
+    before_update: Callable[[], None] | None = None  # after backward, before clipping and the optimizer step
+    sampling_weights: Callable[[], Any] | None = None  # a context manager factory: weights to sample with (EMA)
 
 
 def save_name(output_name: str, epoch: int | None = None, step: int | None = None) -> str:
@@ -86,6 +89,8 @@ def train(session: Session, trainable: Trainable) -> Path:
                 trainable_params=sum(p.numel() for p in params))
     step, epoch, data_wait, unloadable = 0, 0, 0.0, set()
     sample = sample_hook(session, trainable.model)
+    if sample and trainable.sampling_weights is not None:
+        sample = _with_weights(sample, trainable.sampling_weights)
     if sample and cfg.sample_at_first:
         sample(0, 0)
     predictor.train()
@@ -98,6 +103,8 @@ def train(session: Session, trainable: Trainable) -> Path:
             with accelerator.accumulate(predictor):
                 loss = diffusion_loss(predictor, trainable.model, batch, noise, session.weight_dtype)
                 accelerator.backward(loss)
+                if trainable.before_update is not None:
+                    trainable.before_update()
                 if accelerator.sync_gradients and cfg.max_grad_norm:
                     accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
                 optimizer.step()
@@ -106,6 +113,8 @@ def train(session: Session, trainable: Trainable) -> Path:
                 continue
             lr_scheduler.step()
             step += 1
+            if trainable.after_step is not None:
+                trainable.after_step(step)
             report(step, epoch, loss, data_wait)
             data_wait = 0.0
             requests = session.control.poll()
@@ -137,6 +146,14 @@ def _warn_unloadable(problems: Any, events: Any, seen: set[str]) -> None:
             message = f"an image failed to load; another image of its bucket was trained instead: {problem}"
             print(f"warning: {message}", file=sys.stderr, flush=True)
             events.warning(message)
+
+
+def _with_weights(sample: Callable[[int, int], None], weights: Callable[[], Any]) -> Callable[[int, int], None]:
+    def wrapped(step: int, epoch: int) -> None:
+        with weights():
+            sample(step, epoch)
+
+    return wrapped
 
 
 def _due(every: int | None, count: int) -> bool:

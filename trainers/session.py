@@ -43,9 +43,16 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = Fa
     """`random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
     check(cfg)
     dataset_warnings: list[str] = []
+    accelerator = None
+    if cfg.method == "dreambooth" and cfg.num_class_images:  # the class folder is complete before it is read
+        from .class_images import generate_class_images
+
+        accelerator = make_accelerator(cfg)
+        generate_class_images(cfg, accelerator, EventLog(run_dir, accelerator.is_main_process),
+                              weight_dtype_for(cfg.mixed_precision))
     catalog = build_catalog(cfg.values, dataset_warnings)  # every image checked (cheaply) before a model loads
     Path(cfg.output_dir).expanduser().mkdir(parents=True, exist_ok=True)
-    accelerator = make_accelerator(cfg)
+    accelerator = accelerator or make_accelerator(cfg)
     if accelerator.device.type == "cpu":
         torch.set_flush_denormal(True)  # tiny values would otherwise slow CPU math 5-20x
     events = EventLog(run_dir, accelerator.is_main_process)

@@ -5,14 +5,15 @@ from .schema import Option
 
 LORA = frozenset({"lora"})
 FULL = frozenset({"dreambooth", "finetune"})
+DREAMBOOTH = frozenset({"dreambooth"})
 
 OPTIMIZERS = ("AdamW", "AdamW8bit", "Lion8bit", "Adafactor")
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "cosine", "cosine_with_restarts", "linear", "polynomial")
 
 OPTIONS: tuple[Option, ...] = (
     # --- model ---
-    Option("pretrained_model_name_or_path", "str", "", "Base model: a local diffusers folder or a hub id "
-           "(SD1.x, SD2.x or SDXL).", "model", required=True, path="any"),
+    Option("pretrained_model_name_or_path", "str", "", "Base model: a local diffusers folder, a hub id, or a "
+           "single-file .safetensors/.ckpt checkpoint (SD1.x, SD2.x or SDXL).", "model", required=True, path="any"),
     Option("model_family", "str", "auto", "Model family; 'auto' detects it from the model files.", "model",
            choices=("auto", "sd1", "sd2", "sdxl"), advanced=True),
     Option("v_parameterization", "bool", False, "Train with v-prediction. Models whose scheduler says "
@@ -29,6 +30,12 @@ OPTIONS: tuple[Option, ...] = (
            "dataset", path="dir"),
     Option("prior_loss_weight", "float", 1.0, "Loss weight of the regularization images (1 = same as training "
            "images).", "dataset", min=0, advanced=True),
+    Option("class_prompt", "str", "", "Dreambooth: prompt of the class images (e.g. 'a photo of a dog'). With "
+           "num_class_images, the missing ones are generated with the base model into "
+           "<reg_data_dir>/1_<class_prompt>/ before training (kept for later runs).", "dataset", methods=DREAMBOOTH),
+    Option("num_class_images", "int", 0, "Dreambooth: how many class images reg_data_dir's class folder should "
+           "hold; fewer are topped up by generating (0 = generate none).", "dataset", methods=DREAMBOOTH, min=0,
+           max=100000),
     Option("dataset_config", "str", "", "An sd-scripts dataset config (TOML: [general], [[datasets]], "
            "[[datasets.subsets]] with image_dir, num_repeats, class_tokens, is_reg, ...). When set, train_data_dir, "
            "reg_data_dir and metadata_dir are ignored; the options here are its defaults.", "dataset", path="file",
@@ -112,6 +119,24 @@ OPTIONS: tuple[Option, ...] = (
            "network", methods=LORA),
     Option("network_train_text_encoder_only", "bool", False, "Train the text-encoder LoRA only.", "network",
            methods=LORA, advanced=True),
+    # --- full-model training (dreambooth, finetune) ---
+    Option("train_text_encoder", "bool", False, "Also train the text encoder(s), not only the UNet (more memory; "
+           "learns new words better).", "training", methods=FULL),
+    Option("stop_text_encoder_training", "int", None, "Freeze the text encoder(s) after this many steps and train "
+           "the UNet alone from then on (unset: train them to the end).", "training", methods=DREAMBOOTH, min=1,
+           nullable=True, advanced=True),
+    Option("use_ema", "str", "off", "Keep an exponential moving average (EMA) of the trained weights: 'gpu' keeps "
+           "the float32 copy in GPU memory (fast), 'cpu' in CPU memory (saves GPU memory, slower updates).",
+           "training", methods=FULL, choices=("off", "gpu", "cpu")),
+    Option("ema_decay", "float", 0.9999, "EMA decay per step (closer to 1 = slower, smoother average).", "training",
+           methods=FULL, min=0, max=1, advanced=True),
+    Option("ema_update_every", "int", 1, "Update the EMA every N optimizer steps (the decay is raised to the power "
+           "N, so the average spans the same steps).", "training", methods=FULL, min=1, max=100000, advanced=True),
+    Option("save_ema", "str", "ema", "With EMA, what to save: the EMA weights, the trained (non-EMA) weights, or both "
+           "(<output_name> non-EMA and <output_name>-ema).", "training", methods=FULL,
+           choices=("ema", "non_ema", "both"), advanced=True),
+    Option("sample_with_ema", "bool", True, "With EMA, make sample images with the EMA weights.", "training",
+           methods=FULL, advanced=True),
     # --- optimizer and schedule ---
     Option("optimizer_type", "str", "AdamW", "Optimizer. 8-bit ones (bitsandbytes) save memory.", "optimizer",
            choices=OPTIMIZERS),
@@ -119,9 +144,10 @@ OPTIONS: tuple[Option, ...] = (
            "optimizer", advanced=True),
     Option("learning_rate", "float", 1e-4, "Learning rate (used where unet_lr / text_encoder_lr are unset).",
            "optimizer", min=0),
-    Option("unet_lr", "float", None, "Learning rate of the UNet LoRA.", "optimizer", methods=LORA, min=0, nullable=True),
-    Option("text_encoder_lr", "float", None, "Learning rate of the text-encoder LoRA.", "optimizer", methods=LORA,
-           min=0, nullable=True),
+    Option("unet_lr", "float", None, "Learning rate of the UNet (of its LoRA in LoRA training).", "optimizer", min=0,
+           nullable=True),
+    Option("text_encoder_lr", "float", None, "Learning rate of the text encoder(s) (of their LoRA in LoRA "
+           "training).", "optimizer", min=0, nullable=True),
     Option("lr_scheduler", "str", "constant", "How the learning rate changes over training.", "optimizer",
            choices=LR_SCHEDULERS),
     Option("lr_warmup_steps", "number", 0, "Warmup: a step count (>= 1), or a fraction of all steps (< 1).",

@@ -19,6 +19,7 @@ GROUPS: dict[str, str] = {
     "model": "Model",
     "dataset": "Dataset",
     "network": "Network",
+    "training": "What to train",
     "optimizer": "Optimizer and schedule",
     "precision": "Precision and memory",
     "sampling": "Sample images",

@@ -41,7 +41,9 @@ def parse_key_values(entries: list[str]) -> dict[str, object]:
 
 
 def final_output_file(cfg: TrainConfig) -> Path:
-    return Path(cfg.output_dir).expanduser() / f"{cfg.output_name}.safetensors"
+    """The method's final output: a LoRA .safetensors file, or a diffusers model folder for full training."""
+    suffix = ".safetensors" if cfg.method == "lora" else ""
+    return Path(cfg.output_dir).expanduser() / f"{cfg.output_name}{suffix}"
 
 
 def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
@@ -82,6 +84,11 @@ def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
                 "would be trained")
         if cfg.conv_alpha is not None and cfg.conv_dim is None:
             bad("conv_alpha", "is set but conv_dim is not; set conv_dim to train the convolutions")
+    if cfg.method == "dreambooth" and cfg.num_class_images:
+        if not cfg.class_prompt.strip():
+            bad("class_prompt", "is needed to generate class images (num_class_images > 0), e.g. 'a photo of a dog'")
+        if not cfg.reg_data_dir.strip():
+            bad("reg_data_dir", "is needed for class images: the folder they are read from (and generated into)")
     issues.extend(_launch_issues(cfg, group))
     issues.extend(_dataset_issues(cfg, group))
     issues.extend(_sample_prompt_issues(cfg))
@@ -136,6 +143,9 @@ def _dataset_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue
         if cfg.method == "lora" and not cfg.network_train_unet_only:
             bad("cache_text_encoder_outputs", "needs frozen text encoders: set network_train_unet_only = true, or "
                 "turn caching off")
+        if cfg.method != "lora" and cfg.train_text_encoder:
+            bad("cache_text_encoder_outputs", "needs frozen text encoders: set train_text_encoder = false, or "
+                "turn caching off")
         for name in ("shuffle_caption", "caption_dropout_rate", "caption_tag_dropout_rate", "metadata_shuffle_tag_p"):
             if cfg.values[name]:
                 bad(name, "changes captions every epoch, so text-encoder outputs cannot be cached: turn it off or "
@@ -176,9 +186,11 @@ def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
             if not (p / "model_index.json").exists() and not (p / "unet").is_dir():
                 issues.append(ConfigIssue("pretrained_model_name_or_path", f"{model!r} is a folder but not a "
                               "diffusers model (no model_index.json or unet/ inside)", "model"))
-        elif p.exists():
-            issues.append(ConfigIssue("pretrained_model_name_or_path", f"{model!r} is a file; single-file "
-                          "checkpoints are not supported yet: give a diffusers folder", "model"))
+        elif p.is_file():
+            if p.suffix.lower() not in (".safetensors", ".ckpt", ".pt", ".pth"):
+                issues.append(ConfigIssue("pretrained_model_name_or_path", f"{model!r} is a file but not a "
+                              ".safetensors or .ckpt checkpoint; give a diffusers folder, a hub id or a "
+                              "single-file checkpoint", "model"))
         elif not HUB_ID.match(model):
             issues.append(ConfigIssue("pretrained_model_name_or_path", f"{model!r} does not exist; give a "
                           "diffusers folder or a hub id like 'org/model'", "model"))
@@ -191,10 +203,13 @@ def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
             what = "folder" if opt.path == "dir" else "file"
             issues.append(ConfigIssue(opt.name, f"{what} not found: {value}", opt.group))
     if cfg.output_dir.strip() and cfg.output_name.strip():
-        final = final_output_file(cfg)
-        if final.exists() and not cfg.overwrite_output:
-            issues.append(ConfigIssue("output_name", f"{final} already exists; choose another output_name or "
-                          "set overwrite_output = true", "saving"))
+        finals = [final_output_file(cfg)]
+        if cfg.method != "lora" and cfg.use_ema != "off" and cfg.save_ema == "both":
+            finals.append(finals[0].with_name(f"{finals[0].name}-ema"))
+        for final in finals:
+            if final.exists() and not cfg.overwrite_output:
+                issues.append(ConfigIssue("output_name", f"{final} already exists; choose another output_name or "
+                              "set overwrite_output = true", "saving"))
     return issues
 
 
