@@ -20,7 +20,7 @@ def test_dreambooth_generates_missing_class_images_and_trains_with_them(tiny_sd1
     args = full_args(tiny_sd1_dir, dataset, out, output_name="db", max_train_steps=3, reg_data_dir=str(tmp_path / "reg"),
                      class_prompt="shape", num_class_images=2, prior_loss_weight=0.5, sample_steps=2,
                      train_text_encoder=True, stop_text_encoder_training=1, use_ema="cpu", ema_decay=0.5,
-                     save_ema="both")
+                     save_ema="both", save_model_as="both")
     result = run_trainer(args, tmp_path / "run", method="dreambooth")
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in class_dir.iterdir()) == ["class_00.png", "mine.png"]
@@ -32,7 +32,9 @@ def test_dreambooth_generates_missing_class_images_and_trains_with_them(tiny_sd1
     assert any("text encoder training stopped at step 1" in e.get("message", "") for e in evs)
     assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2, 3]
     assert (out / "db" / "unet").is_dir() and evs[-1]["type"] == "done"
-    assert sorted(p.name for p in out.iterdir()) == ["db", "db-ema"], "save_ema = both: trained and EMA weights"
+    # save_ema = both: trained and EMA weights; save_model_as = both: diffusers folder and single file
+    assert sorted(p.name for p in out.iterdir()) == ["db", "db-ema", "db-ema.safetensors", "db.safetensors"]
+    assert evs[-1]["output"] == str(out / "db")
     from safetensors.torch import load_file
 
     trained = load_file(out / "db" / "unet" / "diffusion_pytorch_model.safetensors")

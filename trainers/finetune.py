@@ -7,12 +7,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import TrainConfig
+from .config import TrainConfig, output_suffix
 from .diffusion import NoisePredictor
 from .ema import EMA
-from .full_model import save_diffusers_folder
 from .lora import SAVE_DTYPES
 from .loop import Trainable, freeze
+from .models import save_full_model
 from .session import Session
 
 
@@ -55,17 +55,21 @@ def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
     save_dtype = SAVE_DTYPES[cfg.save_precision]
     ema = build_ema(cfg, unet, text_encoders)
 
+    suffix = output_suffix(cfg)
+    formats = {"as_diffusers": cfg.save_model_as != "safetensors", "as_single_file": cfg.save_model_as != "diffusers"}
+
     def save(path: Path, epoch: int, step: int) -> None:
+        stem = path.with_name(path.name[:len(path.name) - len(suffix)])  # <name>: folder and/or <name>.safetensors
         if ema is None or cfg.save_ema in ("non_ema", "both"):
-            save_diffusers_folder(model, path, save_dtype)
+            save_full_model(model, stem, dtype=save_dtype, **formats)
         if ema is not None and cfg.save_ema in ("ema", "both"):
-            ema_path = path.with_name(f"{path.name}-ema") if cfg.save_ema == "both" else path
+            ema_stem = stem.with_name(f"{stem.name}-ema") if cfg.save_ema == "both" else stem
             te_states = [ema.state_dict(f"text_encoder_{i}") if cfg.train_text_encoder else None
                          for i in range(len(model.text_encoders))]
-            save_diffusers_folder(model, ema_path, save_dtype, unet_state=ema.state_dict("unet"),
-                                  text_encoder_states=te_states)
+            save_full_model(model, ema_stem, dtype=save_dtype, unet_state=ema.state_dict("unet"),
+                            text_encoder_states=te_states, **formats)
 
-    trainable = Trainable(model, predictor, groups, save, file_suffix="")
+    trainable = Trainable(model, predictor, groups, save, file_suffix=suffix)
     if ema is not None:
         trainable.after_step = ema.update
         if cfg.sample_with_ema:

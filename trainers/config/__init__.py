@@ -2,10 +2,10 @@
 from .loading import TrainConfig, config_from_dict, load_config, parse_set
 from .options import BY_NAME, OPTIONS, options_for
 from .schema import GROUPS, ConfigError, ConfigIssue, Option
-from .validation import check, final_output_file, parse_key_values, parse_resolution, validate
+from .validation import check, final_output_file, output_suffix, parse_key_values, parse_resolution, validate
 
 __all__ = [
     "BY_NAME", "GROUPS", "OPTIONS", "ConfigError", "ConfigIssue", "Option", "TrainConfig", "check",
-    "config_from_dict", "final_output_file", "load_config", "options_for", "parse_key_values", "parse_resolution",
+    "config_from_dict", "final_output_file", "load_config", "options_for", "output_suffix", "parse_key_values", "parse_resolution",
     "parse_set", "validate",
 ]

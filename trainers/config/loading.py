@@ -110,7 +110,7 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
     values: dict[str, Any] = {}
     translated: dict[str, Any] = {}
     for name, value in flat.items():
-        if name in kohya_compat.TRANSLATED:
+        if name in kohya_compat.TRANSLATED and not (name in BY_NAME and method in BY_NAME[name].methods):
             problems: list[str] = []
             kohya_compat.TRANSLATED[name](value, translated, problems)
             issues.extend(ConfigIssue(name, p) for p in problems)

@@ -201,6 +201,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("output_name", "str", "lora", "File name of the result, without extension.", "saving"),
     Option("save_precision", "str", "fp16", "Precision of the saved weights.", "saving",
            choices=("float", "fp16", "bf16")),
+    Option("save_model_as", "str", "diffusers", "Format of a full model: a diffusers folder <output_name>/, one "
+           "single-file <output_name>.safetensors in the original layout (A1111, ComfyUI, Forge), or both.", "saving",
+           methods=FULL, choices=("diffusers", "safetensors", "both")),
     Option("save_every_n_epochs", "int", None, "Also save every N epochs.", "saving", min=1, nullable=True),
     Option("save_every_n_steps", "int", None, "Also save every N steps.", "saving", min=1, nullable=True,
            advanced=True),

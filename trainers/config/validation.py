@@ -40,10 +40,24 @@ def parse_key_values(entries: list[str]) -> dict[str, object]:
     return out
 
 
+def output_suffix(cfg: TrainConfig) -> str:
+    """".safetensors" for a LoRA or a single-file model, "" for a diffusers folder (reported when both are saved)."""
+    return ".safetensors" if cfg.method == "lora" or cfg.save_model_as == "safetensors" else ""
+
+
 def final_output_file(cfg: TrainConfig) -> Path:
-    """The method's final output: a LoRA .safetensors file, or a diffusers model folder for full training."""
-    suffix = ".safetensors" if cfg.method == "lora" else ""
-    return Path(cfg.output_dir).expanduser() / f"{cfg.output_name}{suffix}"
+    """The method's final output: a LoRA .safetensors file, or a full model (diffusers folder or single file)."""
+    return Path(cfg.output_dir).expanduser() / f"{cfg.output_name}{output_suffix(cfg)}"
+
+
+def final_outputs(cfg: TrainConfig) -> list[Path]:
+    """Every path the final save writes (single file and folder, EMA copies)."""
+    out = Path(cfg.output_dir).expanduser()
+    if cfg.method == "lora":
+        return [final_output_file(cfg)]
+    names = [cfg.output_name] + ([f"{cfg.output_name}-ema"] if cfg.use_ema != "off" and cfg.save_ema == "both" else [])
+    suffixes = {"diffusers": [""], "safetensors": [".safetensors"], "both": ["", ".safetensors"]}[cfg.save_model_as]
+    return [out / f"{n}{s}" for n in names for s in suffixes]
 
 
 def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
@@ -203,10 +217,7 @@ def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
             what = "folder" if opt.path == "dir" else "file"
             issues.append(ConfigIssue(opt.name, f"{what} not found: {value}", opt.group))
     if cfg.output_dir.strip() and cfg.output_name.strip():
-        finals = [final_output_file(cfg)]
-        if cfg.method != "lora" and cfg.use_ema != "off" and cfg.save_ema == "both":
-            finals.append(finals[0].with_name(f"{finals[0].name}-ema"))
-        for final in finals:
+        for final in final_outputs(cfg):
             if final.exists() and not cfg.overwrite_output:
                 issues.append(ConfigIssue("output_name", f"{final} already exists; choose another output_name or "
                               "set overwrite_output = true", "saving"))
