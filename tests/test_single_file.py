@@ -404,3 +404,16 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def test_a_folder_saved_from_bf16_training_loads_without_torch_dtype(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    import torch
+    from diffusers import StableDiffusionPipeline
+
+    from trainers.models import load_model
+    from trainers.models.single_file import save_full_model
+
+    model = load_model(str(tiny_sd1_dir), "auto", torch.bfloat16)
+    save_full_model(model, tmp_path / "ft", as_diffusers=True, as_single_file=False, dtype="bf16")
+    pipe = StableDiffusionPipeline.from_pretrained(tmp_path / "ft")
+    pipe("a", num_inference_steps=1, height=64, width=64, output_type="np")

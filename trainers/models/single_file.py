@@ -561,6 +561,7 @@ def save_diffusers_folder(model: LoadedModel, folder: Path, dtype: torch.dtype =
         for i, (te, te_sd, tok) in enumerate(zip(tes, te_sds, model.tokenizers)):
             suffix = f"_{i + 1}" if i else ""
             te.save_pretrained(tmp / f"text_encoder{suffix}", state_dict=_cast(te_sd, dtype))
+            _load_as_float32_by_default(tmp / f"text_encoder{suffix}" / "config.json")
             tok.save_pretrained(tmp / f"tokenizer{suffix}")
             index[f"text_encoder{suffix}"] = ["transformers", type(te).__name__]
             index[f"tokenizer{suffix}"] = ["transformers", "CLIPTokenizer"]
@@ -568,6 +569,16 @@ def save_diffusers_folder(model: LoadedModel, folder: Path, dtype: torch.dtype =
         (tmp / "model_index.json").write_text(json.dumps(dict(sorted(index.items())), indent=2) + "\n",
                                               encoding="utf-8")
     return folder
+
+
+def _load_as_float32_by_default(config: Path) -> None:
+    """transformers loads a text encoder in the dtype its config names, diffusers loads the UNet in float32:
+    a config saved from a bf16 training run would make `from_pretrained(folder)` mix dtypes and fail."""
+    data = json.loads(config.read_text(encoding="utf-8"))
+    for key in ("dtype", "torch_dtype"):
+        if key in data:
+            data[key] = "float32"
+    config.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def save_full_model(model: LoadedModel, out: str | os.PathLike, *, as_diffusers: bool = True,
