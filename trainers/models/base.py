@@ -108,7 +108,7 @@ def load_tokenizer(folder: Path, subfolder: str, random_init: bool) -> Any:
 def load_common(folder: Path, weight_dtype: torch.dtype, vae_path: str,
                 random_init: bool = False) -> tuple[nn.Module, nn.Module, Any, str]:
     """UNet, VAE, DDPM training scheduler and prediction type: the same for every SD family."""
-    from diffusers import AutoencoderKL, DDPMScheduler, UNet2DConditionModel
+    from diffusers import AutoencoderKL, UNet2DConditionModel
 
     unet = load_component(UNet2DConditionModel, folder, "unet", weight_dtype, random_init)
     if vae_path:
@@ -117,7 +117,14 @@ def load_common(folder: Path, weight_dtype: torch.dtype, vae_path: str,
         vae = load_component(AutoencoderKL, folder, "vae", torch.float32, random_init)
     sched_cfg = read_json(folder / "scheduler" / "scheduler_config.json")
     prediction_type = sched_cfg.get("prediction_type", "epsilon")
-    noise_scheduler = DDPMScheduler(
+    return unet, vae, training_scheduler(sched_cfg, prediction_type), prediction_type
+
+
+def training_scheduler(sched_cfg: dict[str, Any], prediction_type: str) -> Any:
+    """The DDPM noise schedule training adds noise with, from a model's (inference) scheduler config."""
+    from diffusers import DDPMScheduler
+
+    return DDPMScheduler(
         num_train_timesteps=sched_cfg.get("num_train_timesteps", 1000),
         beta_start=sched_cfg.get("beta_start", 0.00085),
         beta_end=sched_cfg.get("beta_end", 0.012),
@@ -125,7 +132,6 @@ def load_common(folder: Path, weight_dtype: torch.dtype, vae_path: str,
         clip_sample=False,
         prediction_type=prediction_type,
     )
-    return unet, vae, noise_scheduler, prediction_type
 
 
 def final_layer_norm(text_encoder: nn.Module) -> nn.Module:

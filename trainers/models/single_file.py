@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ..fsutil import atomic_path, current_umask
-from .base import LoadedModel, ModelFamily, ModelLoadError, read_json
+from .base import LoadedModel, ModelFamily, ModelLoadError, read_json, training_scheduler
 from .convert import (
     SD1_TE_PREFIX,
     SD2_TE_PREFIX,
@@ -300,7 +300,7 @@ def load_single_file(path: str | os.PathLike, family_hint: str = "auto", weight_
     tokenizers = [_tokenizer(folder, name) for name in ("tokenizer", "tokenizer_2")[:len(text_encoders)]]
     sched_cfg = read_json(folder / "scheduler" / "scheduler_config.json")
     prediction = prediction_type or _prediction_type(ckpt, detected, sched_cfg.get("prediction_type", "epsilon"))
-    scheduler = _training_scheduler(sched_cfg, prediction)
+    scheduler = training_scheduler(sched_cfg, prediction)
     return LoadedModel(family, unet, vae, text_encoders, tokenizers, scheduler, prediction, str(ckpt.path))
 
 
@@ -368,19 +368,6 @@ def build_components(state: Mapping[str, torch.Tensor], family: ModelFamily, fol
             weights = convert(what, convert_ldm_clip_checkpoint, own, remove_prefix=prefix)
         text_encoders.append(fill(te, _clip_weights(te, weights), weight_dtype, what))
     return unet, vae, text_encoders
-
-
-def _training_scheduler(sched_cfg: Mapping[str, Any], prediction_type: str) -> Any:
-    from diffusers import DDPMScheduler
-
-    return DDPMScheduler(
-        num_train_timesteps=sched_cfg.get("num_train_timesteps", 1000),
-        beta_start=sched_cfg.get("beta_start", 0.00085),
-        beta_end=sched_cfg.get("beta_end", 0.012),
-        beta_schedule=sched_cfg.get("beta_schedule", "scaled_linear"),
-        clip_sample=False,
-        prediction_type=prediction_type,
-    )
 
 
 # ----------------------------------------------------------------------------------------------
