@@ -13,18 +13,30 @@ from trainers.demo import build_dataset
 FULL_FAST = [kv for kv in FAST if not kv.startswith("network_")]
 
 
-def full_args(model: Path, dataset: Path, out: Path, **values: object) -> list[str]:
-    return [*sets(pretrained_model_name_or_path=str(model), train_data_dir=str(dataset), output_dir=str(out),
-                  **values), *[a for kv in FULL_FAST for a in ("--set", kv)]]
+def full_args(model: Path, dataset: Path | None, out: Path, **values: object) -> list[str]:
+    data = {"train_data_dir": str(dataset)} if dataset is not None else {}
+    return [*sets(pretrained_model_name_or_path=str(model), output_dir=str(out), **data, **values),
+            *[a for kv in FULL_FAST for a in ("--set", kv)]]
+
+
+def metadata_dataset(root: Path) -> Path:
+    """The demo images as a metadata-JSON dataset (one JSON a file: path, tags, score)."""
+    images = build_dataset(root / "images", folder="1_sks shape")
+    boards = root / "boards"
+    boards.mkdir(parents=True)
+    for png in sorted(images.rglob("*.png")):
+        tags = png.with_suffix(".txt").read_text(encoding="utf-8").split(", ")
+        (boards / f"{png.stem}.json").write_text(json.dumps({"path": str(png), "tags": tags, "score": 8}))
+    return boards
 
 
 @pytest.fixture(scope="module")
 def finetune_run(tiny_sd1_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("finetune")
-    dataset = build_dataset(base / "data", folder="2_sks shape")
     out = base / "out"
-    result = run_trainer(full_args(tiny_sd1_dir, dataset, out, output_name="my model", max_train_steps=3,
-                                   train_text_encoder=True, save_precision="float"),
+    result = run_trainer(full_args(tiny_sd1_dir, None, out, metadata_dir=str(metadata_dataset(base)),
+                                   output_name="my model", max_train_steps=3, train_text_encoder=True,
+                                   save_precision="float"),
                          base / "run", method="finetune")
     return out, base / "run", result
 
@@ -38,6 +50,8 @@ def test_finetune_folder_loads_in_diffusers_and_changes_the_image(finetune_run, 
     evs = events(run_dir)
     assert evs[-1]["type"] == "done" and evs[-1]["output"] == str(folder)
     assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2, 3]
+    dataset = next(e for e in evs if e["type"] == "dataset")
+    assert [(s["kind"], s["images"]) for s in dataset["subsets"]] == [("metadata", 8)]
     assert sorted(p.name for p in out.iterdir()) == ["my model"], "no temp folders left behind"
     for part in ("unet", "vae", "text_encoder", "tokenizer", "scheduler", "model_index.json"):
         assert (folder / part).exists(), part
