@@ -10,6 +10,7 @@ from typing import Any
 import gradio as gr
 
 from trainers.config import ConfigError, load_config
+from trainers.launch import other_machine_commands
 
 from .checks import CheckReport, check_form
 from .forms import Form, build_form
@@ -149,8 +150,11 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         report = check_form(method, form.values(data), services.allowed_roots)
         if report.cfg is None:
             return show_report(report)
-        run_dir = services.jobs.new_run_dir(report.cfg)
-        return {command: gr.Code(shlex.join(services.jobs.command(report.cfg, run_dir)), visible=True)}
+        cfg, run_dir = report.cfg, services.jobs.new_run_dir(report.cfg)
+        text = f"# this machine\n{shlex.join(services.jobs.command(cfg, run_dir))}"
+        for rank, line in enumerate(other_machine_commands(cfg, run_dir / "config.toml", run_dir), start=1):
+            text += f"\n# machine {rank} (copy {run_dir / 'config.toml'} there first)\n{line}"
+        return {command: gr.Code(text, visible=True)}
 
     def on_export(data: dict) -> dict:
         report = check_form(method, form.values(data), services.allowed_roots)
