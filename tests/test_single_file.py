@@ -183,7 +183,7 @@ def _count(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-# SD1.5 and SDXL: as published in ../shared/arch/README.md. SD2.x 768-v: stabilityai/stable-diffusion-2
+# SD1.5 and SDXL: as published in ../shared/arch/README.md. SD2.x 768-v: the published SD2 release
 # (UNet 865,910,724; its diffusers text encoder keeps 23 of OpenCLIP ViT-H's 24 layers).
 @pytest.mark.parametrize(("family", "unet", "text_encoders"), [
     ("sd1", 859_520_964, [123_060_480]),
