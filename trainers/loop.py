@@ -1,21 +1,18 @@
 """The training loop shared by every method. Methods supply a Trainable; this runs it."""
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
-from .config import TrainConfig
 from .diffusion import NoiseOptions, NoisePredictor, diffusion_loss
-from .events import ProgressMeter
 from .models import LoadedModel
 from .sample_hook import sample_hook
+from .reporting import Reporter, Saver
 from .session import Session
 from .optim import build_lr_scheduler, build_optimizer
 
@@ -51,55 +48,27 @@ class TrainingStopped(Exception):
 
 def train(session: Session, trainable: Trainable) -> Path:
     """Run the whole training and return the final output file."""
-    cfg, accelerator, plan, events = session.cfg, session.accelerator, session.plan, session.events
+    cfg, accelerator, plan = session.cfg, session.accelerator, session.plan
     params = [p for group in trainable.param_groups for p in group["params"]]
     optimizer = build_optimizer(cfg, trainable.param_groups)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps)
     predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader)
     noise = NoiseOptions(cfg.seed, cfg.noise_offset, cfg.min_snr_gamma, trainable.model.prediction_type)
-    out_dir = Path(cfg.output_dir).expanduser()
-
-    def save(name: str, epoch: int, step: int, final: bool = False) -> Path:
-        accelerator.wait_for_everyone()
-        path = out_dir / f"{name}{trainable.file_suffix}"
-        if accelerator.is_main_process:
-            trainable.save(path, epoch, step)
-            events.emit("checkpoint", path=str(path), epoch=epoch, step=step, final=final)
-        accelerator.wait_for_everyone()
-        return path
-
-    meter = ProgressMeter(plan.total_steps, plan.global_batch)
-    bar = _progress_bar(plan.total_steps, accelerator.is_main_process)
-
-    def report(step: int, epoch: int, loss: torch.Tensor, data_wait: float) -> None:
-        loss_value = accelerator.reduce(loss.detach(), reduction="mean").item()
-        if not accelerator.is_main_process:
-            return
-        progress = meter.update(step, epoch, plan.epochs, loss_value, lr_scheduler.get_last_lr()[0], data_wait)
-        events.emit("progress", **progress)
-        accelerator.log({k: progress[k] for k in ("loss", "loss_smoothed", "lr")}, step=step)
-        bar.update(1)
-        bar.set_postfix(loss=f"{progress['loss_smoothed']:.4f}", epoch=epoch)
-
-    if cfg.logging_dir.strip():
-        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in cfg.values.items()
-                   if v is not None}
-        accelerator.init_trackers(cfg.method, config=hparams)
-    events.emit("start", plan=asdict(plan), family=trainable.model.family.name,
-                trainable_params=sum(p.numel() for p in params))
-    step, epoch, data_wait, unloadable = 0, 0, 0.0, set()
+    save = Saver(session, trainable.save, trainable.file_suffix)
+    report = Reporter(session, lr_scheduler, trainable.model.family.name, sum(p.numel() for p in params))
     sample = sample_hook(session, trainable.model)
     if sample and trainable.sampling_weights is not None:
         sample = _with_weights(sample, trainable.sampling_weights)
     if sample and cfg.sample_at_first:
         sample(0, 0)
+    step, epoch, data_wait = 0, 0, 0.0
     predictor.train()
-    meter.start()
+    report.start_timing()
     for epoch in range(1, plan.epochs + 1):
         session.sampler.set_epoch(epoch - 1)
         for batch, waited in _timed(loader):
             data_wait += waited
-            _warn_unloadable(batch.pop("problems", ()), events, unloadable)
+            report.unloadable_files(batch.pop("problems", ()))
             with accelerator.accumulate(predictor):
                 loss = diffusion_loss(predictor, trainable.model, batch, noise, session.weight_dtype)
                 accelerator.backward(loss)
@@ -115,7 +84,7 @@ def train(session: Session, trainable: Trainable) -> Path:
             step += 1
             if trainable.after_step is not None:
                 trainable.after_step(step)
-            report(step, epoch, loss, data_wait)
+            report.step(step, epoch, loss, data_wait)
             data_wait = 0.0
             requests = session.control.poll()
             if "stop" in requests:
@@ -132,23 +101,14 @@ def train(session: Session, trainable: Trainable) -> Path:
             sample(step, epoch)
         if step >= plan.total_steps:
             break
-    bar.close()
+    report.close()
     final = save(cfg.output_name, epoch, step, final=True)
     accelerator.end_training()
     return final
 
 
-def _warn_unloadable(problems: Any, events: Any, seen: set[str]) -> None:
-    """Files that failed to decode mid-epoch (another image of their bucket trained instead), once each."""
-    for problem in problems:
-        if problem not in seen:
-            seen.add(problem)
-            message = f"an image failed to load; another image of its bucket was trained instead: {problem}"
-            print(f"warning: {message}", file=sys.stderr, flush=True)
-            events.warning(message)
-
-
 def _with_weights(sample: Callable[[int, int], None], weights: Callable[[], Any]) -> Callable[[int, int], None]:
+    """Samples made under other weights (e.g. EMA), swapped in and back by the `weights` context."""
     def wrapped(step: int, epoch: int) -> None:
         with weights():
             sample(step, epoch)
@@ -170,12 +130,6 @@ def _timed(iterable: Any) -> Any:
         except StopIteration:
             return
         yield item, time.perf_counter() - started
-
-
-def _progress_bar(total: int, enabled: bool) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, disable=not enabled, desc="steps", dynamic_ncols=True)
 
 
 def freeze(*modules: nn.Module) -> None:

@@ -1,0 +1,77 @@
+"""What the loop tells the world: progress events, the terminal bar, TensorBoard, and saves."""
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .events import ProgressMeter
+from .session import Session
+
+
+class Reporter:
+    """Progress of a run on every channel; only rank 0 writes, every rank joins the loss average."""
+
+    def __init__(self, session: Session, lr_scheduler: Any, family: str, trainable_params: int) -> None:
+        cfg, plan = session.cfg, session.plan
+        self.accelerator, self.events, self.plan = session.accelerator, session.events, plan
+        self.lr_scheduler = lr_scheduler
+        self.meter = ProgressMeter(plan.total_steps, plan.global_batch)
+        self.unloadable: set[str] = set()
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=plan.total_steps, disable=not self.accelerator.is_main_process, desc="steps",
+                        dynamic_ncols=True)
+        if cfg.logging_dir.strip():
+            hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in cfg.values.items()
+                       if v is not None}
+            self.accelerator.init_trackers(cfg.method, config=hparams)
+        self.events.emit("start", plan=asdict(plan), family=family, trainable_params=trainable_params)
+
+    def start_timing(self) -> None:
+        """Rates count from here (after any samples made before the first step)."""
+        self.meter.start()
+
+    def step(self, step: int, epoch: int, loss: torch.Tensor, data_wait: float) -> None:
+        loss_value = self.accelerator.reduce(loss.detach(), reduction="mean").item()
+        if not self.accelerator.is_main_process:
+            return
+        progress = self.meter.update(step, epoch, self.plan.epochs, loss_value,
+                                     self.lr_scheduler.get_last_lr()[0], data_wait)
+        self.events.emit("progress", **progress)
+        self.accelerator.log({k: progress[k] for k in ("loss", "loss_smoothed", "lr")}, step=step)
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{progress['loss_smoothed']:.4f}", epoch=epoch)
+
+    def unloadable_files(self, problems: Any) -> None:
+        """Files that failed to decode mid-epoch (another image of their bucket trained instead), once each."""
+        for problem in problems:
+            if problem not in self.unloadable:
+                self.unloadable.add(problem)
+                message = f"an image failed to load; another image of its bucket was trained instead: {problem}"
+                print(f"warning: {message}", file=sys.stderr, flush=True)
+                self.events.warning(message)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class Saver:
+    """Writes the method's output on rank 0 behind barriers and announces it."""
+
+    def __init__(self, session: Session, save: Any, file_suffix: str) -> None:
+        self.session, self.save_fn, self.file_suffix = session, save, file_suffix
+        self.out_dir = Path(session.cfg.output_dir).expanduser()
+
+    def __call__(self, name: str, epoch: int, step: int, final: bool = False) -> Path:
+        accelerator = self.session.accelerator
+        accelerator.wait_for_everyone()
+        path = self.out_dir / f"{name}{self.file_suffix}"
+        if accelerator.is_main_process:
+            self.save_fn(path, epoch, step)
+            self.session.events.emit("checkpoint", path=str(path), epoch=epoch, step=step, final=final)
+        accelerator.wait_for_everyone()
+        return path
