@@ -10,7 +10,6 @@ names such as `input_blocks_4_1` we compute from the diffusers UNet's config).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -216,41 +215,17 @@ def _target_layers(root: nn.Module, target_classes: frozenset[str]) -> Iterator[
                 yield path, child
 
 
-_RESNET_SGM_NAMES = {"conv1": "in_layers.2", "conv2": "out_layers.3", "time_emb_proj": "emb_layers.1",
-                     "conv_shortcut": "skip_connection"}
-_MID_SGM_INDEX = {("resnets", 0): 0, ("attentions", 0): 1, ("resnets", 1): 2}
-_BLOCK_PATH = re.compile(r"(down_blocks|up_blocks)\.(\d+)\.(resnets|attentions|downsamplers|upsamplers)\.(\d+)\.(.+)")
-_MID_PATH = re.compile(r"mid_block\.(resnets|attentions)\.(\d+)\.(.+)")
-
-
 def _sgm_renamer(unet: nn.Module) -> Callable[[str], str]:
-    """Return a function mapping diffusers UNet module paths to original SGM (LDM) paths."""
-    layers = getattr(unet, "config").layers_per_block
-    if not isinstance(layers, int):
-        raise ValueError(f"SGM key names need one layers_per_block for all blocks, got {layers}")
-    up_has_attention = [hasattr(block, "attentions") for block in getattr(unet, "up_blocks")]
-    per_block = layers + 1  # resnet/attention layers plus the down/up sampler
+    """Map diffusers UNet module paths to original SGM (LDM) paths, with the full-model converter's table."""
+    from .models.convert import ConversionError, unet_to_ldm_key
+
+    config = getattr(unet, "config")
 
     def rename(path: str) -> str:
-        if match := _BLOCK_PATH.fullmatch(path):
-            direction, block, kind, layer, rest = match.groups()
-            i, j = int(block), int(layer)
-            if direction == "down_blocks":
-                if kind == "downsamplers":
-                    return f"input_blocks.{(i + 1) * per_block}.0.op"
-                head = f"input_blocks.{1 + i * per_block + j}.{0 if kind == 'resnets' else 1}"
-            else:
-                if kind == "upsamplers":
-                    return f"output_blocks.{i * per_block + layers}.{2 if up_has_attention[i] else 1}.{rest}"
-                head = f"output_blocks.{i * per_block + j}.{0 if kind == 'resnets' else 1}"
-        elif match := _MID_PATH.fullmatch(path):
-            kind, layer, rest = match.groups()
-            head = f"middle_block.{_MID_SGM_INDEX[kind, int(layer)]}"
-        else:
-            raise ValueError(f"no SGM name known for UNet module {path!r}")
-        if kind == "resnets":
-            rest = _RESNET_SGM_NAMES[rest]
-        return f"{head}.{rest}"
+        try:  # the converter names weights; a module's name is its weight's without ".weight"
+            return unet_to_ldm_key(path + ".weight", config).removesuffix(".weight")
+        except ConversionError as err:
+            raise ValueError(f"no SGM name known for UNet module {path!r}: {err}") from None
 
     return rename
 
