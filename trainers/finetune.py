@@ -10,7 +10,7 @@ from torch import nn
 from .config import TrainConfig, output_suffix
 from .diffusion import NoisePredictor
 from .ema import EMA
-from .lora import SAVE_DTYPES
+from .models.single_file import SAVE_DTYPES
 from .loop import Trainable, freeze
 from .models import save_full_model
 from .session import Session

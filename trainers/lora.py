@@ -15,9 +15,8 @@ from .lora_format import DatasetDir, TrainingMetadata, build_metadata, read_lora
 from .lora_network import LoRANetwork
 from .loop import Trainable, freeze
 from .models import LoadedModel
+from .models.single_file import SAVE_DTYPES
 from .session import Session
-
-SAVE_DTYPES = {"float": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def build_network(cfg: TrainConfig, model: LoadedModel) -> LoRANetwork:
