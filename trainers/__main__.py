@@ -2,7 +2,8 @@
 
 Also: `python -m trainers demo --out DIR` (tiny model + dataset, offline),
 `python -m trainers preflight --config run.toml [--num-processes N]` (the dataset report, no training) and
-`python -m trainers options` (the option table, as markdown).
+`python -m trainers options` (the option table, as markdown), and
+`python -m trainers generate|compare` (images and compare grids; see trainers/generate/).
 """
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="processes the run will use, for its steps (default: the config's num_processes)")
     pre.add_argument("--method", choices=sorted(METHODS), default="lora")
     pre.add_argument("--json", action="store_true", help="print the report as JSON")
+    from .generate.cli import add_arguments as add_generate_arguments
+
+    add_generate_arguments(sub.add_parser("generate", help="generate images (every GPU, one pipeline each)"))
+    add_generate_arguments(sub.add_parser("compare", help="render a run's saves against prompts into a grid"))
     return parser
 
 
@@ -59,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(options_markdown())
         return 0
+    if args.command in ("generate", "compare"):
+        from .generate.cli import main as generate_main
+
+        return generate_main(args, args.command)
     if args.command == "preflight":
         return run_preflight(args.method, args.config, args.overrides, args.num_processes, args.json)
     return run_method(args.command, args.config, args.run_dir, args.overrides, args.print_config)

@@ -52,6 +52,11 @@ def _sampler(name: str) -> Sampler:
     return _SAMPLERS[name]
 
 
+def sampler_title(name: str) -> str:
+    """A1111's name of a sampler (written into the PNG's parameters)."""
+    return _sampler(name).title
+
+
 def build_scheduler(model: LoadedModel, sampler: str) -> Any:
     """A new inference scheduler built from the training noise scheduler's config (prediction type included)."""
     import diffusers
@@ -109,14 +114,12 @@ class _Settings:
 
     def parameters(self) -> str:
         """A1111's "parameters" text, which A1111/Forge/ComfyUI and image viewers read back."""
-        lines = [self.prompt.prompt]
-        if self.prompt.negative:
-            lines.append(f"Negative prompt: {self.prompt.negative}")
-        fields = [f"Steps: {self.steps}", f"Sampler: {_SAMPLERS[self.sampler].title}", f"CFG scale: {self.cfg_scale}",
-                  f"Seed: {self.seed}", f"Size: {self.width}x{self.height}"]
-        if self.clip_skip > 1:
-            fields.append(f"Clip skip: {self.clip_skip}")
-        return "\n".join(lines + [", ".join(fields)])
+        from .generate.pnginfo import parameters_text
+
+        return parameters_text(self.prompt.prompt, self.prompt.negative, {
+            "Steps": self.steps, "Sampler": sampler_title(self.sampler), "CFG scale": self.cfg_scale,
+            "Seed": self.seed, "Size": f"{self.width}x{self.height}",
+            "Clip skip": self.clip_skip if self.clip_skip > 1 else None})
 
 
 def generate_samples(model: LoadedModel, prompts: list[SamplePrompt], out_dir: Path, tag: str, *,
@@ -147,7 +150,7 @@ def generate_samples(model: LoadedModel, prompts: list[SamplePrompt], out_dir: P
                 seed=base_seed + prompt.index if prompt.seed is None else prompt.seed,
                 sampler=sampler, clip_skip=clip_skip)
             image = _render(pipe, model, settings, device, dtype)
-            written.append(_save_png(image, sample_path(out_dir, tag, prompt), settings.parameters()))
+            written.append(save_png(image, sample_path(out_dir, tag, prompt), settings.parameters()))
     return written
 
 
@@ -169,7 +172,7 @@ def _sampling_mode(modules: list[nn.Module]) -> Iterator[None]:
 def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, dtype: torch.dtype | None) -> Any:
     half = dtype in (torch.float16, torch.bfloat16)
     with torch.autocast(device.type, dtype=dtype, enabled=half):
-        embeds = _encode(model, [s.prompt.prompt, s.prompt.negative], s.clip_skip, device)
+        embeds = encode_for_pipeline(model, [s.prompt.prompt, s.prompt.negative], s.clip_skip, device)
         latents = pipe(
             **embeds, width=s.width, height=s.height, num_inference_steps=s.steps, guidance_scale=s.cfg_scale,
             generator=torch.Generator("cpu").manual_seed(s.seed), output_type="latent",
@@ -179,7 +182,8 @@ def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, d
     return pipe.image_processor.postprocess(pixels.float(), output_type="pil")[0]
 
 
-def _encode(model: LoadedModel, texts: list[str], clip_skip: int, device: torch.device) -> dict[str, torch.Tensor]:
+def encode_for_pipeline(model: LoadedModel, texts: list[str], clip_skip: int,
+                        device: torch.device) -> dict[str, torch.Tensor]:
     """Prompt and negative embeddings the way training encodes captions (same clip skip, same layers).
 
     The text encoders run where they are (they may sit on the CPU when their outputs were cached).
@@ -195,7 +199,8 @@ def _encode(model: LoadedModel, texts: list[str], clip_skip: int, device: torch.
     return embeds
 
 
-def _save_png(image: Any, path: Path, parameters: str) -> Path:
+def save_png(image: Any, path: Path, parameters: str) -> Path:
+    """Write a PNG with its A1111 parameters, atomically (readers never see half a file)."""
     from PIL.PngImagePlugin import PngInfo
 
     info = PngInfo()

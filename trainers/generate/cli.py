@@ -1,0 +1,114 @@
+"""`python -m trainers generate|compare`: flags come from the option declarations (one flag per option).
+
+    python -m trainers generate --model /models/sd15 --prompt "a dog --d 42" --lora my.safetensors:0.8 --images-per-prompt 4
+    python -m trainers generate --config gen.toml --run-dir runs/my-job
+    python -m trainers compare --compare-run runs/20260101-lora-dog --prompt "sks dog on a beach" --seed 42
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ..config.schema import ConfigError
+from .options import GEN_OPTIONS, GenerateConfig, check_config, job_dir_name, load_generate_config
+
+EXIT_BAD_INPUT = 2
+_SINGULAR = {"prompts": "prompt", "loras": "lora", "compare_loras": "compare-lora", "compare_weights": "weight"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="TOML file of generation options (see docs/generate.md)")
+    parser.add_argument("--run-dir", type=Path, help="job folder (default: runs/<time>-<mode>-<name>)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                        help="set one option; VALUE is read as TOML")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    options = parser.add_argument_group("options (each also settable in the TOML file)")
+    for opt in GEN_OPTIONS:
+        if opt.name == "mode":
+            continue
+        flag = "--" + _SINGULAR.get(opt.name, opt.name).replace("_", "-")
+        if opt.kind == "list":
+            options.add_argument(flag, dest=f"opt_{opt.name}", action="append", metavar="VALUE",
+                                 help=f"{opt.help} (repeatable)")
+        elif opt.kind == "bool":
+            options.add_argument(flag, dest=f"opt_{opt.name}", action=argparse.BooleanOptionalAction, help=opt.help)
+        else:
+            options.add_argument(flag, dest=f"opt_{opt.name}", metavar=opt.kind.upper(), help=opt.help,
+                                 type={"int": int, "float": float}.get(opt.kind, str),
+                                 choices=list(opt.choices) if opt.choices else None)
+
+
+def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
+    return {key.removeprefix("opt_"): value for key, value in vars(args).items()
+            if key.startswith("opt_") and value is not None}
+
+
+def main(args: argparse.Namespace, mode: str) -> int:
+    from ..events import EventLog, process_info, update_status
+    from ..secrets import install_redaction
+
+    install_redaction()
+    values = _flag_values(args)
+    if mode == "compare":
+        values["mode"] = "compare"
+    try:
+        cfg = load_generate_config(args.config, args.overrides, values)
+        issues = check_config(cfg)
+        if issues:
+            raise ConfigError(issues)
+    except ConfigError as err:
+        print(f"error: the generation config has problems:\n{err}", file=sys.stderr)
+        if args.run_dir is not None:
+            _fail(EventLog(args.run_dir), args.run_dir, str(err), EXIT_BAD_INPUT)
+        return EXIT_BAD_INPUT
+    if args.print_config:
+        print(cfg.to_toml())
+        return 0
+    job_dir = args.run_dir or Path("runs") / job_dir_name(cfg)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    if not (job_dir / "config.toml").exists():
+        cfg.save(job_dir / "config.toml")
+    events = EventLog(job_dir)
+    update_status(job_dir, state="running", method=cfg.mode, started=time.time(), **process_info())
+    return run(cfg, job_dir, events)
+
+
+def run(cfg: GenerateConfig, job_dir: Path, events: Any) -> int:
+    from ..events import update_status
+    from ..models import ModelLoadError
+    from .job import GenerationFailed, GenerationStopped, run_job
+
+    try:
+        result = run_job(cfg, job_dir, events)
+    except GenerationStopped as stopped:
+        events.emit("done", output=str(job_dir), stopped=True)
+        update_status(job_dir, state="stopped", finished=time.time(), exit_code=0, message=str(stopped))
+        print(str(stopped))
+        return 0
+    except (ModelLoadError, ConfigError, GenerationFailed, ValueError) as err:
+        return _fail(events, job_dir, str(err), EXIT_BAD_INPUT if not isinstance(err, GenerationFailed) else 1)
+    except KeyboardInterrupt:
+        return _fail(events, job_dir, "stopped by the user (interrupt)", 130, state="stopped")
+    except Exception as err:  # noqa: BLE001 - report anything to the job folder, then fail
+        traceback.print_exc()
+        return _fail(events, job_dir, f"{type(err).__name__}: {err}", 1, trace=traceback.format_exc(limit=-8))
+    events.emit("done", output=str(result.output), images=len(result.images), prompt_encodes=result.prompt_encodes,
+                failed_workers=result.failed_workers)
+    update_status(job_dir, state="finished", finished=time.time(), exit_code=0, output=str(result.output),
+                  message=f"{len(result.images)} images" + (f", grid {result.grid}" if result.grid else ""))
+    print(json.dumps({"output": str(result.output), "images": len(result.images)}, ensure_ascii=False))
+    return 0
+
+
+def _fail(events: Any, job_dir: Path, message: str, code: int, state: str = "failed", **extra: Any) -> int:
+    from ..events import update_status
+
+    print(f"error: {message}", file=sys.stderr)
+    events.emit("error", message=message, exit_code=code, **extra)
+    update_status(job_dir, state=state, finished=time.time(), exit_code=code, message=message)
+    return code

@@ -1,0 +1,138 @@
+"""The compare grid: rows are saves (epochs or steps), columns are prompts (and LoRA weights), labelled.
+
+The layout is also written into the PNG ("atelier-grid": rows, columns, cell size) so tools and tests
+can read it back.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..events import EventLog
+from ..fsutil import atomic_path
+from .options import GenerateConfig
+from .plan import Plan
+
+PAD = 8
+MAX_HEADER_LINES = 4
+
+
+@dataclass
+class GridLayout:
+    rows: list[str]  # row labels, top to bottom
+    columns: list[str]  # column labels, left to right ("prompt" or "prompt\nweight 0.5")
+    cells: list[list[str]]  # image path of each (row, column)
+    cell_size: tuple[int, int]  # (width, height) of a cell
+
+
+def layout(plan: Plan) -> GridLayout:
+    """Rows: the variants' saves in order; columns: prompts x weights; every cell one image."""
+    rows = list(dict.fromkeys(v.save or v.label or "base" for v in plan.variants))
+    weights = list(dict.fromkeys(v.weight_label for v in plan.variants))
+    columns = [p.prompt + (f"\n{w}" if w else "") for p in plan.prompts for w in weights]
+    cells = [["" for _ in columns] for _ in rows]
+    for item in plan.items:
+        v = plan.variants[item.variant]
+        row = rows.index(v.save or v.label or "base")
+        col = [p.index for p in plan.prompts].index(item.prompt.index) * len(weights) + weights.index(v.weight_label)
+        cells[row][col] = item.images[0].path
+    from PIL import Image
+
+    sizes = []
+    for path in (p for line in cells for p in line if p):
+        with Image.open(path) as im:
+            sizes.append(im.size)
+    cell = (max(w for w, _ in sizes), max(h for _, h in sizes)) if sizes else (64, 64)
+    return GridLayout(rows, columns, cells, cell)
+
+
+def _font(size: int) -> Any:
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, OSError):  # Pillow without FreeType: the fixed bitmap font
+        return ImageFont.load_default()
+
+
+def _wrap(draw: Any, text: str, font: Any, width: int) -> list[str]:
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split():
+            candidate = f"{line} {word}".strip()
+            if draw.textlength(candidate, font=font) <= width or not line:
+                line = candidate
+            else:
+                lines.append(line)
+                line = word
+        lines.append(line)
+    if len(lines) > MAX_HEADER_LINES:
+        lines = lines[:MAX_HEADER_LINES - 1] + [lines[MAX_HEADER_LINES - 1] + " …"]
+    return lines
+
+
+def render_grid(grid: GridLayout, title: str = "") -> Any:
+    """The labelled grid as a PIL image."""
+    from PIL import Image, ImageDraw
+
+    cw, ch = grid.cell_size
+    font = _font(max(12, min(32, ch // 12)))
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    line_h = int(font.size * 1.25) if hasattr(font, "size") else 14
+    left = int(max([probe.textlength(r, font=font) for r in grid.rows] + [0])) + 2 * PAD
+    headers = [_wrap(probe, c, font, cw - PAD) for c in grid.columns]
+    title_h = line_h + PAD if title else 0
+    top = title_h + max(len(h) for h in headers) * line_h + 2 * PAD
+    canvas = Image.new("RGB", (left + len(grid.columns) * cw, top + len(grid.rows) * ch), "white")
+    draw = ImageDraw.Draw(canvas)
+    if title:
+        draw.text((PAD, PAD // 2), title, fill="black", font=font)
+    for c, lines in enumerate(headers):
+        for n, line in enumerate(lines):
+            draw.text((left + c * cw + PAD // 2, title_h + PAD + n * line_h), line, fill="black", font=font)
+    for r, label in enumerate(grid.rows):
+        draw.text((PAD, top + r * ch + ch // 2 - line_h // 2), label, fill="black", font=font)
+        for c, path in enumerate(grid.cells[r]):
+            if not path:
+                continue
+            with Image.open(path) as im:
+                canvas.paste(im.convert("RGB"), (left + c * cw + (cw - im.width) // 2, top + r * ch + (ch - im.height) // 2))
+    return canvas
+
+
+def save_grid(image: Any, path: Path, grid: GridLayout, extra: dict[str, Any] | None = None) -> Path:
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("atelier-grid", json.dumps({**asdict(grid), **(extra or {})}, ensure_ascii=False))
+    with atomic_path(path) as tmp:
+        image.save(tmp, format="PNG", pnginfo=info)
+    return path
+
+
+def read_grid_layout(path: Path) -> dict[str, Any]:
+    """The layout written into a grid PNG (rows, columns, cells, cell_size, seed, ...)."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return json.loads(im.text["atelier-grid"])  # type: ignore[attr-defined]
+
+
+def save_compare_grid(cfg: GenerateConfig, plan: Plan, job_dir: Path, events: EventLog) -> Path:
+    """Assemble the grid into the job folder and, for a training run, into `<run>/compare/grid-<stamp>.png`."""
+    grid = layout(plan)
+    run = Path(cfg.compare_run).expanduser() if cfg.compare_run.strip() else None
+    title = f"{run.name if run else 'LoRA files'} · seed {plan.seed} · {cfg.sampler} · {cfg.steps} steps"
+    path = save_grid(render_grid(grid, title), Path(job_dir) / "grid.png", grid, {"seed": plan.seed})
+    copy = None
+    if run is not None and run.is_dir():
+        copy = run / "compare" / f"grid-{time.strftime('%Y%m%d-%H%M%S')}.png"
+        with atomic_path(copy) as tmp:
+            shutil.copyfile(path, tmp)
+    events.emit("grid", path=str(path), copy=str(copy) if copy else None, rows=grid.rows, columns=grid.columns)
+    return copy or path

@@ -1,0 +1,305 @@
+"""Generation options, declared once: TOML sections, `--set`, CLI flags, GUI widgets and checks come from here.
+
+Torch-free: the GUI imports this on the request path.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import toml
+
+from ..config.loading import closest, parse_set
+from ..config.options import BY_NAME as TRAIN_OPTIONS
+from ..config.schema import ConfigError, ConfigIssue, Option, coerce
+from ..prompts import SamplePrompt, config_prompts
+
+MODES = ("generate", "compare")
+SAMPLER_CHOICES: tuple[str, ...] = TRAIN_OPTIONS["sample_sampler"].choices or ()
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+MODEL_SUFFIXES = (".safetensors", ".ckpt")
+
+# (section id, title): TOML sections and GUI groups, in order.
+GEN_GROUPS: dict[str, str] = {
+    "model": "Model and LoRAs",
+    "prompts": "Prompts",
+    "render": "Size, steps and sampler",
+    "compare": "Compare saves",
+    "launch": "Devices",
+    "output": "Output",
+}
+_ANY = frozenset({"generate"})
+
+
+def _opt(name: str, kind: str, default: Any, help: str, group: str, **kw: Any) -> Option:
+    return Option(name, kind, default, help, group, methods=_ANY, **kw)  # type: ignore[arg-type]
+
+
+GEN_OPTIONS: tuple[Option, ...] = (
+    _opt("model", "str", "", "Base model: a diffusers folder, a hub id or a single .safetensors/.ckpt file.",
+         "model", required=True, path="any"),
+    _opt("loras", "list", [], "LoRA files, one a line: `path` or `path:weight` (weight 1 when left out; "
+         "0 leaves it off).", "model"),
+    _opt("model_family", "str", "auto", "Model family; auto detects it.", "model",
+         choices=("auto", "sd1", "sd2", "sdxl"), advanced=True),
+    _opt("vae", "str", "", "Another VAE (a diffusers AutoencoderKL folder) instead of the model's.", "model",
+         path="dir", advanced=True),
+    _opt("prompts", "list", [], "One prompt a line: `a dog --n blurry --w 512 --h 768 --s 28 --d 42 --l 7` "
+         "(--n negative, --w/--h size, --s steps, --d seed, --l CFG; # lines skipped).", "prompts"),
+    _opt("prompts_file", "str", "", "Or a prompts file in the same syntax (read before the lines above).",
+         "prompts", path="file"),
+    _opt("negative_prompt", "str", "", "Negative prompt of the lines without --n.", "prompts"),
+    _opt("images_per_prompt", "int", 1, "Images of each prompt (seeds: the prompt's seed + 0, 1, 2, ...).",
+         "prompts", min=1, max=10000),
+    _opt("seed", "int", 0, "Seed of the prompts without --d; -1 picks one at random (written in every image).",
+         "prompts", min=-1, max=2**32 - 1),
+    _opt("width", "int", None, "Width of the prompts without --w; unset: the model's native size.", "render",
+         min=64, max=4096, nullable=True),
+    _opt("height", "int", None, "Height of the prompts without --h; unset: the model's native size.", "render",
+         min=64, max=4096, nullable=True),
+    _opt("steps", "int", 20, "Denoising steps of the prompts without --s.", "render", min=1, max=1000),
+    _opt("cfg_scale", "float", 7.0, "CFG scale of the prompts without --l.", "render", min=0, max=50),
+    _opt("sampler", "str", "euler_a", "Sampler.", "render", choices=SAMPLER_CHOICES),
+    _opt("batch_size", "int", 1, "Images of one prompt rendered together by a worker.", "render", min=1, max=64),
+    _opt("precision", "str", "auto", "Weights' precision; auto: bf16 (or fp16) on a GPU, fp32 on the CPU.",
+         "render", choices=PRECISIONS),
+    _opt("clip_skip", "int", 1, "Clip skip as in A1111 and kohya (1: the last layer). SD1/SD2 only.", "render",
+         min=1, max=12, advanced=True),
+    _opt("compare_run", "str", "", "A training run folder: its saves (epochs or steps) become the grid's rows.",
+         "compare", path="dir"),
+    _opt("compare_loras", "list", [], "Or LoRA files, one a line, as the rows (used with compare_run too).",
+         "compare"),
+    _opt("compare_weights", "list", ["1"], "LoRA weights to render each save at (a column per prompt and weight).",
+         "compare"),
+    _opt("devices", "str", "auto", "auto: every GPU (a worker each), else the CPU; or `cpu`, or GPU ids `0,1`.",
+         "launch"),
+    _opt("num_workers", "int", 0, "Workers on the CPU (each GPU gets one); 0: one.", "launch", min=0, max=64,
+         advanced=True),
+    _opt("cpu_threads", "int", 0, "Torch threads of each CPU worker; 0: the cores shared among the workers.",
+         "launch", min=0, max=512, advanced=True),
+    _opt("name", "str", "", "Job name, part of the job folder's name.", "output"),
+    _opt("output_dir", "str", "", "Folder for the images; empty: images/ in the job folder.", "output",
+         path="out"),
+    _opt("mode", "str", "generate", "generate: every prompt's images; compare: the grid of saves by prompts.",
+         "output", choices=MODES, advanced=True),
+)
+GEN_BY_NAME: dict[str, Option] = {o.name: o for o in GEN_OPTIONS}
+
+
+class GenerateConfig:
+    """Every generation option with its value (defaults filled in)."""
+
+    def __init__(self, values: dict[str, Any] | None = None) -> None:
+        self.__dict__["values"] = {o.name: list(o.default) if isinstance(o.default, list) else o.default
+                                   for o in GEN_OPTIONS}
+        self.values.update(values or {})
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(f"no generation option {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("GenerateConfig is read-only; use replace()")
+
+    def replace(self, **changes: Any) -> "GenerateConfig":
+        return GenerateConfig({**self.values, **changes})
+
+    def to_toml(self) -> str:
+        sections: dict[str, dict[str, Any]] = {}
+        for opt in GEN_OPTIONS:
+            if self.values[opt.name] is not None:
+                sections.setdefault(opt.group, {})[opt.name] = self.values[opt.name]
+        return "# Atelier generation job\n" + toml.dumps({g: sections[g] for g in GEN_GROUPS if g in sections})
+
+    def save(self, path: Path) -> None:
+        from ..fsutil import atomic_write_text
+
+        atomic_write_text(Path(path), self.to_toml())
+
+
+def config_from_values(values: dict[str, Any]) -> GenerateConfig:
+    """Check names and types of {name: value}; raise ConfigError naming every bad field."""
+    issues: list[ConfigIssue] = []
+    checked: dict[str, Any] = {}
+    for name, value in values.items():
+        opt = GEN_BY_NAME.get(name)
+        if opt is None:
+            guess = closest(name, list(GEN_BY_NAME) + list(GEN_GROUPS))
+            hint = f"; did you mean {guess!r}?" if guess else "; see docs/generate.md for the options"
+            issues.append(ConfigIssue(name, f"unknown option {name!r}{hint}"))
+            continue
+        try:
+            checked[name] = coerce(opt, value)
+        except ValueError as err:
+            issues.append(ConfigIssue(name, str(err), opt.group))
+    if issues:
+        raise ConfigError(issues)
+    return GenerateConfig(checked)
+
+
+def load_generate_config(path: Path | None = None, overrides: list[str] | None = None,
+                         values: dict[str, Any] | None = None) -> GenerateConfig:
+    """A TOML file (sections or flat keys), then `--set name=value` overrides, then `values` (CLI flags)."""
+    flat: dict[str, Any] = {}
+    issues: list[ConfigIssue] = []
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError([ConfigIssue("--config", f"file not found: {path}")]) from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError([ConfigIssue("--config", f"{path} is not valid TOML: {err}")]) from None
+        for key, value in raw.items():
+            if isinstance(value, dict):
+                if key not in GEN_GROUPS:
+                    guess = closest(key, list(GEN_GROUPS))
+                    hint = f"; did you mean [{guess}]?" if guess else f"; sections are {', '.join(GEN_GROUPS)}"
+                    issues.append(ConfigIssue(key, f"unknown section [{key}]{hint}"))
+                    continue
+                flat.update(value)
+            else:
+                flat[key] = value
+    for assignment in overrides or []:
+        name, value = parse_set(assignment)
+        flat[name] = value
+    flat.update(values or {})
+    try:
+        cfg = config_from_values(flat)
+    except ConfigError as err:
+        raise ConfigError(issues + err.issues) from None
+    if issues:
+        raise ConfigError(issues)
+    return cfg
+
+
+# ---- values that need more than a type check ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class LoraRef:
+    path: str
+    weight: float = 1.0
+
+    def line(self) -> str:
+        return f"{self.path}:{self.weight:g}"
+
+
+def parse_lora_line(line: str, field: str = "loras", number: int = 1) -> LoraRef:
+    """`path` or `path:weight` (the last colon splits only when a number follows it)."""
+    text = line.strip()
+    path, sep, tail = text.rpartition(":")
+    weight = 1.0
+    if sep and path and re.fullmatch(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*", tail):
+        weight = float(tail)
+        text = path.strip()
+    if not math.isfinite(weight) or abs(weight) > 10:
+        raise ConfigError([ConfigIssue(field, f"line {number}: weight {tail.strip()} must be between -10 and 10")])
+    return LoraRef(text, weight)
+
+
+def parse_loras(lines: list[str], field: str = "loras") -> list[LoraRef]:
+    return [parse_lora_line(line, field, n) for n, line in enumerate(lines, start=1) if line.strip()]
+
+
+def parse_weights(lines: list[str]) -> list[float]:
+    weights = []
+    for text in lines:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError([ConfigIssue("compare_weights", f"{text!r} is not a number (e.g. 0.5 or 1)")]) from None
+        if not math.isfinite(value) or abs(value) > 10:
+            raise ConfigError([ConfigIssue("compare_weights", f"{text!r} must be between -10 and 10")])
+        weights.append(value)
+    return weights or [1.0]
+
+
+def job_prompts(cfg: GenerateConfig) -> list[SamplePrompt]:
+    """The job's prompts (file first, then lines), with the default negative filled in."""
+    try:
+        prompts = config_prompts(cfg.prompts_file, cfg.prompts)
+    except ValueError as err:
+        field = "prompts_file" if cfg.prompts_file.strip() and str(err).startswith(str(Path(cfg.prompts_file))) \
+            else "prompts"
+        raise ConfigError([ConfigIssue(field, str(err), "prompts")]) from None
+    for p in prompts:
+        if not p.negative and cfg.negative_prompt:
+            p.negative = cfg.negative_prompt
+    return prompts
+
+
+def check_config(cfg: GenerateConfig) -> list[ConfigIssue]:
+    """Every problem found without loading a model, each naming its field and how to fix it."""
+    issues: list[ConfigIssue] = []
+
+    def add(name: str, message: str) -> None:
+        issues.append(ConfigIssue(name, message, GEN_BY_NAME[name].group))
+
+    if not cfg.model.strip():
+        add("model", "give the base model: a diffusers folder, a hub id (org/name) or a .safetensors/.ckpt file")
+    else:
+        model = Path(cfg.model).expanduser()
+        looks_local = model.is_absolute() or cfg.model.startswith((".", "~")) or model.suffix in MODEL_SUFFIXES
+        if model.is_file() and model.suffix.lower() not in MODEL_SUFFIXES:
+            add("model", f"{model} is a file but not a .safetensors or .ckpt checkpoint")
+        elif not model.exists() and looks_local:
+            add("model", f"{model} does not exist; check the path")
+    for name in ("loras", "compare_loras"):
+        try:
+            for ref in parse_loras(getattr(cfg, name), name):
+                path = Path(ref.path).expanduser()
+                if not path.is_file():
+                    add(name, f"{path}: no such LoRA file")
+                elif path.suffix.lower() != ".safetensors":
+                    add(name, f"{path}: LoRA files must be .safetensors")
+        except ConfigError as err:
+            issues.extend(err.issues)
+    try:
+        prompts = job_prompts(cfg)
+        if not prompts:
+            add("prompts", "write at least one prompt (one a line), or give a prompts_file")
+    except ConfigError as err:
+        issues.extend(err.issues)
+    for name in ("prompts_file", "vae"):
+        value = getattr(cfg, name).strip()
+        if value and not Path(value).expanduser().exists():
+            add(name, f"{Path(value).expanduser()} does not exist")
+    for name in ("width", "height"):
+        value = getattr(cfg, name)
+        if value is not None and value % 8:
+            add(name, f"{value} must be a multiple of 8 (e.g. {value - value % 8})")
+    devices = cfg.devices.strip().lower()
+    if devices not in ("auto", "cpu") and not re.fullmatch(r"\d+(\s*,\s*\d+)*", devices):
+        add("devices", f"{cfg.devices!r}: write auto, cpu, or GPU ids such as 0,1")
+    if cfg.mode == "compare":
+        try:
+            parse_weights(cfg.compare_weights)
+        except ConfigError as err:
+            issues.extend(err.issues)
+        run = cfg.compare_run.strip()
+        if run:
+            from .saves import find_saves
+
+            folder = Path(run).expanduser()
+            if not folder.is_dir():
+                add("compare_run", f"{folder} is not a folder; pick a training run folder (runs/<id>)")
+            elif not find_saves(folder) and not cfg.compare_loras:
+                add("compare_run", f"{folder} has no saves yet (no checkpoint events nor output files)")
+        elif not cfg.compare_loras:
+            add("compare_run", "pick a training run, or list LoRA files in compare_loras, to compare")
+    return issues
+
+
+def job_dir_name(cfg: GenerateConfig) -> str:
+    """`<stamp>-<mode>-<name>-<pid>`: sorts by time, unique per launcher process."""
+    name = cfg.name or (Path(cfg.compare_run).name if cfg.mode == "compare" and cfg.compare_run else "") or \
+        Path(cfg.model.rstrip("/\\")).stem
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:48] or "job"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.mode}-{safe}-{os.getpid()}"

@@ -1,0 +1,103 @@
+"""A job as work items: what each image is, its seed and its file, fixed before any worker starts.
+
+Nothing here depends on the number of workers: an item's images, seeds and file names follow only
+from (variant, prompt, image index), so any worker can render any item and the result is the same.
+Torch-free.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..prompts import SamplePrompt
+from .options import GenerateConfig, LoraRef, job_prompts, parse_loras, parse_weights
+
+NATIVE_SIZE = {"sd1": 512, "sd2": 512, "sdxl": 1024}  # default size of each family
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One model setup: the base (or a full-model save) and the LoRAs with their weights."""
+
+    label: str
+    loras: tuple[LoraRef, ...] = ()
+    model: str = ""  # a full-model save to use instead of the job's model
+    save: str = ""  # grid row label (the save)
+    weight_label: str = ""  # grid sub-column label (the LoRA weight)
+
+
+@dataclass(frozen=True)
+class Image:
+    """One image of a work item."""
+
+    index: int  # the image's number within its prompt
+    seed: int
+    path: str
+    order: int  # position in the job's image list (gallery and grid order)
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """Images of one prompt and variant that a worker renders as one batch."""
+
+    id: int
+    variant: int
+    prompt: SamplePrompt
+    images: tuple[Image, ...]
+    width: int | None
+    height: int | None
+    steps: int
+    cfg_scale: float
+
+
+@dataclass
+class Plan:
+    variants: list[Variant]
+    prompts: list[SamplePrompt]
+    items: list[WorkItem]
+    seed: int
+    weights: list[float] = field(default_factory=lambda: [1.0])
+
+    @property
+    def total_images(self) -> int:
+        return sum(len(item.images) for item in self.items)
+
+
+def resolve_seed(seed: int) -> int:
+    return random.SystemRandom().randrange(2**32) if seed < 0 else seed
+
+
+def image_seed(prompt: SamplePrompt, job_seed: int, index: int) -> int:
+    """The prompt's --d (or the job seed) plus the image's index, as A1111 numbers a batch."""
+    return (job_seed if prompt.seed is None else prompt.seed) + index
+
+
+def build_plan(cfg: GenerateConfig, out_dir: Path, seed: int, variants: list[Variant] | None = None) -> Plan:
+    """Work items in a fixed order: variant, then prompt, then batches of `batch_size` images."""
+    prompts = job_prompts(cfg)
+    weights = [1.0]
+    if variants is None:
+        if cfg.mode == "compare":
+            from .saves import compare_variants
+
+            weights = parse_weights(cfg.compare_weights)
+            variants = compare_variants(cfg, weights)
+        else:
+            variants = [Variant("", tuple(parse_loras(cfg.loras)))]
+    per_prompt = 1 if cfg.mode == "compare" else cfg.images_per_prompt
+    batch = 1 if cfg.mode == "compare" else cfg.batch_size
+    items: list[WorkItem] = []
+    order = 0
+    for v, _ in enumerate(variants):
+        for prompt in prompts:
+            images = []
+            for index in range(per_prompt):
+                stem = f"{prompt.index:03d}-{index:04d}" if len(variants) == 1 else f"v{v:03d}-{prompt.index:03d}"
+                images.append(Image(index, image_seed(prompt, seed, index), str(Path(out_dir) / f"{stem}.png"), order))
+                order += 1
+            for start in range(0, len(images), batch):
+                items.append(WorkItem(len(items), v, prompt, tuple(images[start:start + batch]), prompt.width or cfg.width,
+                                      prompt.height or cfg.height, prompt.steps or cfg.steps,
+                                      cfg.cfg_scale if prompt.cfg_scale is None else prompt.cfg_scale))
+    return Plan(variants, prompts, items, seed, weights)

@@ -1,0 +1,175 @@
+"""One worker's pipeline: the model on its device, its LoRAs, the prompt-embedding cache, and rendering.
+
+LoRAs load through diffusers' `load_lora_weights` (kohya files as we and other trainers write them) as
+named adapters; `set_adapters` gives each its weight. A weight-0 LoRA is not loaded at all, so it
+renders exactly the base image. Each distinct (prompt, negative) is encoded once per worker and
+text-encoder setup: the cache key includes the LoRAs that change the text encoders.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..models import LoadedModel, ModelLoadError, load_model
+from ..sampling import build_pipeline, encode_for_pipeline, sampler_title, save_png
+from .options import GenerateConfig, LoraRef
+from .plan import NATIVE_SIZE, Variant, WorkItem
+from .pnginfo import lora_short_hash, lora_tag, parameters_text
+from .saves import lora_touches_text_encoder
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def weight_dtype(precision: str, device: torch.device) -> torch.dtype:
+    if precision == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return DTYPES[precision]
+
+
+def model_name(source: str) -> str:
+    """What A1111 writes as `Model:`: the file or folder name, or the hub id's last part."""
+    return Path(source.rstrip("/\\")).stem or source
+
+
+class Renderer:
+    def __init__(self, cfg: GenerateConfig, device: str, variants: list[Variant]) -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.dtype = weight_dtype(cfg.precision, self.device)
+        self.variants = variants
+        self.model: LoadedModel | None = None
+        self.model_source = ""
+        self.pipe: Any = None
+        self.adapters: dict[str, str] = {}  # LoRA path -> adapter name
+        self.variant: int | None = None
+        self._embeds: dict[tuple, dict[str, torch.Tensor]] = {}
+        self._hashes: dict[str, str] = {}
+        self._touches_te: dict[str, bool] = {}
+        self._adapter_count = 0
+        self.encodes = 0  # prompt encodings done (the cache's misses)
+        self.load_s = 0.0
+
+    # ---- model and LoRAs -------------------------------------------------------------------------------------
+
+    def load(self, source: str) -> None:
+        if self.model is not None and source == self.model_source:
+            return
+        started = time.perf_counter()
+        self.model = self.pipe = None
+        self.adapters, self.variant, self._embeds = {}, None, {}
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        model = load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae)
+        vae_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
+        model.unet.to(self.device).eval().requires_grad_(False)
+        model.vae.to(self.device, vae_dtype).eval().requires_grad_(False)
+        for te in model.text_encoders:
+            te.to(self.device).eval().requires_grad_(False)
+        self.model, self.model_source = model, source
+        self.pipe = build_pipeline(model, self.cfg.sampler)
+        self.load_s += time.perf_counter() - started
+
+    def use_variant(self, index: int) -> None:
+        """Load the variant's model (when it has its own) and LoRAs; unload the LoRAs it does not use."""
+        if index == self.variant:
+            return
+        variant = self.variants[index]
+        self.load(variant.model or self.cfg.model)
+        active = {str(Path(r.path).expanduser()): r.weight for r in variant.loras if r.weight != 0}
+        unused = [name for path, name in self.adapters.items() if path not in active]
+        if unused:
+            self.pipe.delete_adapters(unused)
+            self.adapters = {p: n for p, n in self.adapters.items() if p in active}
+        for path in active:
+            if path not in self.adapters:
+                self._load_lora(path)
+        if active:
+            self.pipe.set_adapters([self.adapters[p] for p in active], adapter_weights=list(active.values()))
+        self.variant = index
+
+    def _load_lora(self, path: str) -> None:
+        from safetensors.torch import load_file
+
+        self._adapter_count += 1
+        name = f"lora{self._adapter_count}"  # unique for the worker's life (deleted names are not reused)
+        try:
+            state = load_file(path)
+            self.pipe.load_lora_weights(state, adapter_name=name)
+        except FileNotFoundError:
+            raise ModelLoadError(f"loras: {path}: no such file") from None
+        except Exception as err:  # noqa: BLE001 - diffusers/peft raise many types; say which file
+            assert self.model is not None
+            raise ModelLoadError(f"loras: {path} cannot be loaded as a LoRA of this {self.model.family.title} model "
+                                 f"({type(err).__name__}: {err})") from None
+        self.adapters[path] = name
+
+    # ---- prompts ---------------------------------------------------------------------------------------------
+
+    def embeds(self, prompt: str, negative: str) -> dict[str, torch.Tensor]:
+        """Prompt and negative embeddings of batch 1, encoded once per text-encoder setup."""
+        assert self.model is not None and self.variant is not None
+        te_loras = tuple(sorted((p, self._weight(p)) for p in self.adapters if self._touches(p)))
+        key = (self.model_source, te_loras, self.cfg.clip_skip, prompt, negative)
+        if key not in self._embeds:
+            with torch.no_grad():
+                self._embeds[key] = encode_for_pipeline(self.model, [prompt, negative], self.cfg.clip_skip,
+                                                        self.device)
+            self.encodes += 1
+        return self._embeds[key]
+
+    def _weight(self, path: str) -> float:
+        assert self.variant is not None
+        return next(r.weight for r in self.variants[self.variant].loras if str(Path(r.path).expanduser()) == path)
+
+    def _touches(self, path: str) -> bool:
+        if path not in self._touches_te:
+            self._touches_te[path] = lora_touches_text_encoder(Path(path))
+        return self._touches_te[path]
+
+    # ---- rendering -------------------------------------------------------------------------------------------
+
+    def native_size(self) -> int:
+        assert self.model is not None
+        if self.model.family.name == "sd2" and self.model.prediction_type == "v_prediction":
+            return 768
+        return NATIVE_SIZE.get(self.model.family.name, 512)
+
+    def render(self, item: WorkItem) -> list[Path]:
+        """Render one work item (a batch of one prompt's images) and write its PNGs."""
+        self.use_variant(item.variant)
+        assert self.model is not None
+        width, height = item.width or self.native_size(), item.height or self.native_size()
+        batch = len(item.images)
+        one = self.embeds(item.prompt.prompt, item.prompt.negative)
+        embeds = {k: v.repeat(batch, *[1] * (v.dim() - 1)) for k, v in one.items()}
+        generators = [torch.Generator("cpu").manual_seed(image.seed) for image in item.images]
+        with torch.no_grad():
+            latents = self.pipe(**embeds, width=width, height=height, num_inference_steps=item.steps,
+                                guidance_scale=item.cfg_scale, generator=generators, output_type="latent").images
+            vae = self.model.vae
+            pixels = vae.decode(latents.to(vae.dtype) / vae.config.scaling_factor).sample
+        pictures = self.pipe.image_processor.postprocess(pixels.float(), output_type="pil")
+        written = []
+        for image, picture in zip(item.images, pictures):
+            text = self.parameters(item, image.seed, width, height)
+            written.append(save_png(picture, Path(image.path), text))
+        return written
+
+    def parameters(self, item: WorkItem, seed: int, width: int, height: int) -> str:
+        loras = [r for r in self.variants[item.variant].loras if r.weight != 0]
+        prompt = " ".join([item.prompt.prompt] + [lora_tag(Path(r.path), r.weight) for r in loras])
+        hashes = ", ".join(f"{Path(r.path).stem}: {self._hash(r)}" for r in loras)
+        return parameters_text(prompt, item.prompt.negative, {
+            "Steps": item.steps, "Sampler": sampler_title(self.cfg.sampler), "CFG scale": item.cfg_scale,
+            "Seed": seed, "Size": f"{width}x{height}", "Model": model_name(self.model_source),
+            "Clip skip": self.cfg.clip_skip if self.cfg.clip_skip > 1 else None, "Lora hashes": hashes or None})
+
+    def _hash(self, ref: LoraRef) -> str:
+        if ref.path not in self._hashes:
+            self._hashes[ref.path] = lora_short_hash(Path(ref.path).expanduser())
+        return self._hashes[ref.path]
