@@ -101,8 +101,10 @@ def outside_roots(cfg: TrainConfig, roots: list[Path] | None) -> list[ConfigIssu
 
 
 def step_preview(plan: StepPlan, samples_per_epoch: int) -> str:
-    """images x repeats x epochs / (batch x processes x gradient accumulation) = steps, in words."""
-    return (f"{samples_per_epoch} samples per epoch (images x repeats) / (batch {plan.per_device_batch} x "
-            f"{plan.num_processes} process(es) x accumulation {plan.gradient_accumulation_steps} = global batch "
-            f"{plan.global_batch}) = **{plan.steps_per_epoch} steps per epoch**; {plan.epochs} epoch(s) = "
-            f"**{plan.total_steps} steps** in total.")
+    """images x repeats x epochs / (per-device batch x processes x gradient accumulation) = steps, in words."""
+    procs = f"{plan.num_processes} process{'es' if plan.num_processes != 1 else ''}"
+    kept = " (train_batch_size, kept fixed by keep_global_batch)" if plan.keep_global_batch else ""
+    return (f"{samples_per_epoch} samples per epoch (images x repeats) / (per-device batch "
+            f"**{plan.per_device_batch}** x {procs} x accumulation {plan.gradient_accumulation_steps} = "
+            f"global batch **{plan.global_batch}**{kept}) = **{plan.steps_per_epoch} steps per epoch**; "
+            f"{plan.epochs} epoch(s) = **{plan.total_steps} steps** in total.")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from trainers.config import TrainConfig
 from trainers.control import request
+from trainers.distributed import write_accelerate_config
 from trainers.events import update_status
 from trainers.launch import accelerate_command, launch_env
 
@@ -77,6 +78,7 @@ class JobManager:
             run_dir = self.new_run_dir(cfg)
             run_dir.mkdir(parents=True)
             cfg.save(run_dir / "config.toml")
+            write_accelerate_config(cfg, run_dir)  # DeepSpeed / FSDP only; the command names it
             argv = self.command(cfg, run_dir)
             (run_dir / "command.txt").write_text(shlex.join(argv) + "\n", encoding="utf-8")
             env = {**os.environ, **launch_env(cfg), "PYTHONUNBUFFERED": "1"}

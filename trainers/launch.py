@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from .config import TrainConfig
+from .distributed import ACCELERATE_CONFIG, needs_config_file
 
 
 def accelerate_command(cfg: TrainConfig, config_path: Path, run_dir: Path, machine_rank: int | None = None,
@@ -17,11 +18,14 @@ def accelerate_command(cfg: TrainConfig, config_path: Path, run_dir: Path, machi
     """argv of `accelerate launch … -m trainers <method> --config … --run-dir …`.
 
     num_processes in the config counts processes on each machine; accelerate wants the total.
+    DeepSpeed and FSDP runs read `<run_dir>/accelerate.yaml` (written by `write_accelerate_config`).
     """
     rank = cfg.machine_rank if machine_rank is None else machine_rank
     total = cfg.num_processes * cfg.num_machines
     cmd = [python, "-m", "accelerate.commands.launch"]
-    if total > 1:
+    if needs_config_file(cfg):  # DeepSpeed / FSDP: the run's accelerate.yaml says how (the flags below agree)
+        cmd += ["--config_file", str(Path(run_dir) / ACCELERATE_CONFIG)]
+    elif total > 1:
         cmd.append("--multi_gpu")
     cmd += ["--num_processes", str(total), "--num_machines", str(cfg.num_machines),
             "--mixed_precision", cfg.mixed_precision, "--dynamo_backend", cfg.dynamo_backend,

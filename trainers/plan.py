@@ -15,12 +15,38 @@ class StepPlan:
     steps_per_epoch: int
     epochs: int
     total_steps: int
+    keep_global_batch: bool = False  # train_batch_size was the global batch, split over the processes
+
+    def describe(self) -> str:
+        """The batch arithmetic in words, e.g. 'batch 2 x 4 processes x 1 accumulation = global batch 8'."""
+        procs = f"{self.num_processes} process{'es' if self.num_processes != 1 else ''}"
+        kept = " (kept fixed: keep_global_batch)" if self.keep_global_batch else ""
+        return (f"per-device batch {self.per_device_batch} x {procs} x accumulation "
+                f"{self.gradient_accumulation_steps} = global batch {self.global_batch}{kept}")
+
+
+class BatchSplitError(ValueError):
+    """A global batch that does not split evenly over the processes."""
+
+
+def per_device_batch(batch_size: int, num_processes: int, keep_global_batch: bool) -> int:
+    """The batch each process trains: `batch_size` itself, or its share of it with keep_global_batch."""
+    if not keep_global_batch:
+        return batch_size
+    if batch_size % num_processes:
+        lower = max(num_processes, batch_size // num_processes * num_processes)
+        raise BatchSplitError(f"is {batch_size} but keep_global_batch splits it over {num_processes} processes: use "
+                              f"a multiple of {num_processes} (e.g. {lower} or {lower + num_processes}), or turn "
+                              "keep_global_batch off")
+    return batch_size // num_processes
 
 
 def plan_steps(samples_per_epoch: int, per_device_batch: int, num_processes: int, accumulation: int,
-               max_epochs: int | None, max_steps: int | None, batches_per_epoch: int | None = None) -> StepPlan:
+               max_epochs: int | None, max_steps: int | None, batches_per_epoch: int | None = None,
+               keep_global_batch: bool = False) -> StepPlan:
     """images x repeats x epochs / (batch x processes x accumulation) = steps; epochs win over steps.
 
+    `per_device_batch`: what each process trains a step (see `per_device_batch()` for keep_global_batch).
     `batches_per_epoch`: the batches each process runs an epoch when the data loader knows better
     than the plain division (aspect-ratio buckets end in partial batches, one bucket at a time).
     """
@@ -34,4 +60,5 @@ def plan_steps(samples_per_epoch: int, per_device_batch: int, num_processes: int
     else:
         raise ValueError("set max_train_epochs or max_train_steps")
     return StepPlan(samples_per_epoch, per_device_batch, num_processes, accumulation,
-                    per_device_batch * num_processes * accumulation, steps_per_epoch, epochs, total)
+                    per_device_batch * num_processes * accumulation, steps_per_epoch, epochs, total,
+                    keep_global_batch)

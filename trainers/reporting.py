@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from . import distributed
+from .distributed import StragglerCheck, injected_failure, install_rank_timer
 from .events import ProgressMeter
 from .session import Session
 
@@ -30,17 +32,36 @@ class Reporter:
                        if v is not None}
             self.accelerator.init_trackers(cfg.method, config=hparams)
         self.events.emit("start", plan=asdict(plan), family=family, trainable_params=trainable_params)
+        self.rank_timer = install_rank_timer(self.accelerator, cfg.ddp_gradient_precision)
+        self.stragglers = StragglerCheck(self.accelerator)
+        self.collectives = distributed.COUNTER  # tests only (ATELIER_COUNT_COLLECTIVES=1)
 
     def start_timing(self) -> None:
         """Rates count from here (after any samples made before the first step)."""
         self.meter.start()
+        self.rank_timer.restart()
 
     def step(self, step: int, epoch: int, loss: torch.Tensor, data_wait: float) -> None:
+        injected_failure(step)
+        own_s = self.rank_timer.step_done(data_wait)
+        buckets, self.rank_timer.buckets = self.rank_timer.buckets, 0
+        collectives = self.collectives.take() if self.collectives is not None else None
+        per_rank, straggler = self.stragglers.add(step, own_s)
         loss_value = self.accelerator.reduce(loss.detach(), reduction="mean").item()
         if not self.accelerator.is_main_process:
             return
         progress = self.meter.update(step, epoch, self.plan.epochs, loss_value,
                                      self.lr_scheduler.get_last_lr()[0], data_wait)
+        progress["step_s_own"] = round(own_s, 4)  # rank 0's own work (without waiting for the others)
+        if per_rank is not None:
+            progress["rank_step_s"] = [round(t, 4) for t in per_rank]
+        if self.rank_timer.ddp:
+            progress["grad_buckets"] = buckets
+        if collectives is not None:
+            progress["collectives"] = collectives  # of the previous step (this step's reduce and poll come after)
+        if straggler:
+            print(f"warning: {straggler}", file=sys.stderr, flush=True)
+            self.events.warning(straggler)
         self.events.emit("progress", **progress)
         self.accelerator.log({k: progress[k] for k in ("loss", "loss_smoothed", "lr")}, step=step)
         self.bar.update(1)

@@ -75,9 +75,11 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = Fa
     _place_models(cfg, model, accelerator.device, weight_dtype)
 
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
-    plan = plan_steps(len(data.catalog.samples), cfg.train_batch_size, accelerator.num_processes,
+    per_device = data.catalog.per_device_batches(accelerator.num_processes, cfg.keep_global_batch)
+    plan = plan_steps(len(data.catalog.samples), per_device[0], accelerator.num_processes,
                       cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps,
-                      batches_per_epoch=data.sampler.groups_per_epoch())
+                      batches_per_epoch=data.sampler.groups_per_epoch(), keep_global_batch=cfg.keep_global_batch)
+    set_deepspeed_micro_batch(accelerator, plan.per_device_batch)
     return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
                    weight_dtype, time.time(),
                    Control(run_dir, accelerator))
@@ -111,15 +113,31 @@ def weight_dtype_for(mixed_precision: str) -> torch.dtype:
 
 
 def make_accelerator(cfg: TrainConfig) -> Any:
+    """The run's Accelerator: DDP buckets, the collective timeout (ddp_timeout), logging."""
     from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
+    from accelerate.utils import ProjectConfiguration
 
+    from .config import ConfigError, ConfigIssue
+    from .distributed import accelerator_handlers, maybe_count_collectives
+
+    if cfg.distributed_backend != "ddp" and (
+            os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()):
+        raise ConfigError([ConfigIssue("distributed_backend", f"{cfg.distributed_backend!r} needs NVIDIA GPUs "
+                                       "(accelerate runs CPU processes as plain DDP): choose 'ddp'", "launch")])
     logging_dir = str(Path(cfg.logging_dir).expanduser()) if cfg.logging_dir.strip() else None
-    return Accelerator(
+    accelerator = Accelerator(
         mixed_precision=cfg.mixed_precision,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
         log_with="tensorboard" if logging_dir else None,
         project_config=ProjectConfiguration(project_dir=logging_dir or ".", logging_dir=logging_dir),
-        kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True,
-                                                       static_graph=cfg.gradient_checkpointing)],
+        kwargs_handlers=accelerator_handlers(cfg),
     )
+    maybe_count_collectives()
+    return accelerator
+
+
+def set_deepspeed_micro_batch(accelerator: Any, per_device_batch: int) -> None:
+    """DeepSpeed wants the per-device batch; our bucket sampler has no `batch_size` for it to read."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is not None:
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = per_device_batch

@@ -155,7 +155,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("lr_scheduler_num_cycles", "int", 1, "Restarts for cosine_with_restarts.", "optimizer", min=1,
            advanced=True),
     Option("lr_scheduler_power", "float", 1.0, "Power of the polynomial schedule.", "optimizer", min=0, advanced=True),
-    Option("train_batch_size", "int", 1, "Images per step on each process.", "optimizer", min=1, max=1024),
+    Option("train_batch_size", "int", 1, "Images per step on each process (with keep_global_batch: on all processes "
+           "together).", "optimizer", min=1, max=1024),
+    Option("keep_global_batch", "bool", False, "train_batch_size is the global batch: each of P processes trains "
+           "train_batch_size / P images a step, so any number of GPUs takes the same steps with the same batches "
+           "as one GPU (only faster). Off: every process trains train_batch_size images, the global batch grows "
+           "with P and an epoch takes fewer steps.", "optimizer", advanced=True),
     Option("gradient_accumulation_steps", "int", 1, "Steps whose gradients are summed before an update.",
            "optimizer", min=1, max=1024, advanced=True),
     Option("max_train_epochs", "int", None, "Epochs to train (wins over max_train_steps when both are set).",
@@ -225,6 +230,23 @@ OPTIONS: tuple[Option, ...] = (
            advanced=True),
     Option("main_process_port", "int", 29500, "Port of the main process for process communication.", "launch",
            min=1, max=65535, advanced=True),
+    Option("distributed_backend", "str", "ddp", "How several processes share the work: 'ddp' copies the model to "
+           "every GPU (best for LoRAs and models that fit); 'deepspeed' (ZeRO) shards optimizer states and gradients "
+           "(full finetunes that do not fit; needs the deepspeed package); 'fsdp' shards the weights too (full "
+           "finetunes only). DeepSpeed and FSDP go through a per-run accelerate config (accelerate.yaml).", "launch",
+           choices=("ddp", "deepspeed", "fsdp"), advanced=True),
+    Option("zero_stage", "int", 2, "DeepSpeed ZeRO stage: 1 shards optimizer states, 2 also gradients.", "launch",
+           min=1, max=2, advanced=True),
+    Option("offload_optimizer", "bool", False, "DeepSpeed: keep optimizer states in CPU memory and step them on the "
+           "CPU (ZeRO-Offload; much less GPU memory, slower steps; needs optimizer_type = 'AdamW').", "launch",
+           advanced=True),
+    Option("ddp_gradient_precision", "str", "fp32", "DDP: precision of the gradients exchanged between processes each "
+           "step. 'bf16' halves the traffic (the update itself stays in full precision); helps most across machines "
+           "or GPUs without NVLink.", "launch", choices=("fp32", "bf16", "fp16"), advanced=True),
+    Option("ddp_timeout", "int", 180, "Minutes a process waits for the others at a synchronisation point before the "
+           "run fails. Long enough for uneven work such as caching latents, generating class images or saving a large "
+           "model on a slow disk; a process that crashes stops the run at once regardless.", "launch", min=1,
+           max=10080, advanced=True),
     Option("dynamo_backend", "str", "no", "torch.compile backend ('no' to skip compiling).", "launch",
            choices=("no", "inductor", "eager", "aot_eager"), advanced=True),
 )

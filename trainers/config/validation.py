@@ -104,6 +104,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
         if not cfg.reg_data_dir.strip():
             bad("reg_data_dir", "is needed for class images: the folder they are read from (and generated into)")
     issues.extend(_launch_issues(cfg, group))
+    issues.extend(distributed_issues(cfg))
     issues.extend(_dataset_issues(cfg, group))
     issues.extend(_sample_prompt_issues(cfg))
     if check_paths:
@@ -125,6 +126,55 @@ def _launch_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]
     if cfg.machine_rank >= cfg.num_machines:
         issues.append(ConfigIssue("machine_rank", f"is {cfg.machine_rank} but there are only {cfg.num_machines} "
                                   "machine(s): ranks go from 0 to num_machines - 1", "launch"))
+    return issues
+
+
+def distributed_issues(cfg: TrainConfig) -> list[ConfigIssue]:
+    """keep_global_batch against the process count, and DDP / DeepSpeed / FSDP against the rest of the config."""
+    import importlib.util
+
+    from ..plan import BatchSplitError, per_device_batch
+
+    issues: list[ConfigIssue] = []
+
+    def bad(name: str, message: str, where: str = "launch") -> None:
+        issues.append(ConfigIssue(name, message, where))
+
+    total = cfg.num_processes * cfg.num_machines
+    try:
+        per_device_batch(cfg.train_batch_size, total, cfg.keep_global_batch)
+    except BatchSplitError as err:
+        count = f" ({cfg.num_processes} x {cfg.num_machines} machines)" if cfg.num_machines > 1 else ""
+        bad("train_batch_size", str(err).replace("processes:", f"processes{count}:", 1), "optimizer")
+    backend = cfg.distributed_backend
+    if backend != "ddp" and cfg.ddp_gradient_precision != "fp32":
+        bad("ddp_gradient_precision", f"applies to distributed_backend = 'ddp' only ({backend} sets its own "
+            "communication precision): set it to 'fp32' or choose 'ddp'")
+    if cfg.offload_optimizer and backend != "deepspeed":
+        bad("offload_optimizer", "is a DeepSpeed feature (ZeRO-Offload): set distributed_backend = 'deepspeed' or "
+            "turn offload_optimizer off")
+    if backend == "ddp":
+        return issues
+    name = "DeepSpeed" if backend == "deepspeed" else "FSDP"
+    if cfg.method == "lora":
+        bad("distributed_backend", f"{name} shards the weights, gradients or optimizer states of full finetunes; "
+            "a LoRA's few weights train fastest with 'ddp' (they fit on every GPU): choose 'ddp'")
+    if cfg.optimizer_type.endswith("8bit"):
+        bad("optimizer_type", f"{cfg.optimizer_type} (bitsandbytes) keeps its own quantized states, which {name} "
+            "cannot shard: choose 'AdamW' or 'Adafactor', or distributed_backend = 'ddp'", "optimizer")
+    if backend == "deepspeed":
+        if importlib.util.find_spec("deepspeed") is None:
+            bad("distributed_backend", "DeepSpeed is not installed: pip install deepspeed (in this environment), "
+                "or choose 'ddp' or 'fsdp'")
+        if cfg.full_bf16:
+            bad("full_bf16", "DeepSpeed keeps its own float32 master weights and trains in bf16 with "
+                "mixed_precision = 'bf16' already: turn full_bf16 off", "precision")
+        if cfg.offload_optimizer and cfg.optimizer_type != "AdamW":
+            bad("offload_optimizer", f"steps the optimizer on the CPU with DeepSpeed's CPU Adam, not "
+                f"{cfg.optimizer_type}: set optimizer_type = 'AdamW' or turn offload_optimizer off")
+    if backend == "fsdp" and cfg.method != "lora" and cfg.use_ema != "off":
+        bad("use_ema", "needs the whole weights on every process, which FSDP shards: set use_ema = 'off', or use "
+            "distributed_backend = 'deepspeed' (ZeRO 1/2 keeps whole weights) or 'ddp'", "training")
     return issues
 
 

@@ -78,10 +78,31 @@ class Catalog:
         image = self.images[self.samples[sample]]
         return (self.subsets[image.subset].dataset, *image.bucket)
 
-    def batch_sampler(self, num_processes: int, seed: int, shuffle: bool = True) -> BucketBatchSampler:
+    def batch_sampler(self, num_processes: int, seed: int, shuffle: bool = True,
+                      keep_global_batch: bool = False) -> BucketBatchSampler:
+        """Bucket batches for `num_processes`; with `keep_global_batch` each dataset's batch size is the global one."""
         buckets = [self.bucket_of(i) for i in range(len(self.samples))]
-        sizes = {b: self.datasets[b[0]].batch_size for b in set(buckets)}
+        per_device = self.per_device_batches(num_processes, keep_global_batch)
+        sizes = {b: per_device[b[0]] for b in set(buckets)}
         return BucketBatchSampler(buckets, sizes, num_processes, seed, shuffle)
+
+    def per_device_batches(self, num_processes: int, keep_global_batch: bool) -> list[int]:
+        """Each dataset's per-process batch; a global batch that does not split evenly is a ConfigError."""
+        from ..config import ConfigError, ConfigIssue
+        from ..plan import BatchSplitError, per_device_batch
+
+        out, issues = [], []
+        for spec in self.datasets:
+            try:
+                out.append(per_device_batch(spec.batch_size, num_processes, keep_global_batch))
+            except BatchSplitError as err:
+                field = "dataset_config" if spec.label else "train_batch_size"
+                where = f"batch_size of {spec.label} " if spec.label else ""
+                issues.append(ConfigIssue(field, f"{where}{err}", "optimizer" if not spec.label else "dataset"))
+                out.append(1)
+        if issues:
+            raise ConfigError(issues)
+        return out
 
     def subset_of(self, sample: int) -> CatalogSubset:
         return self.subsets[self.images[self.samples[sample]].subset]

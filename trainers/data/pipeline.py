@@ -47,7 +47,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
                                          _text_encoder(model, cfg.clip_skip), progress=_progress("text", main, events))
         for te in model.text_encoders:
             te.to("cpu")  # not needed any more: free the accelerator's memory
-    sampler = catalog.batch_sampler(accelerator.num_processes, cfg.seed)
+    sampler = catalog.batch_sampler(accelerator.num_processes, cfg.seed, keep_global_batch=cfg.keep_global_batch)
     workers = cfg.max_data_loader_n_workers
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers, persistent_workers=workers > 0,

@@ -107,8 +107,7 @@ class PreflightReport:
         if self.plan:
             p = self.plan
             reg = f" + {self.reg_samples} regularization" if self.reg_samples else ""
-            lines.append(f"Steps: {self.train_samples} training{reg} samples an epoch; batch {p.per_device_batch} x "
-                         f"{p.num_processes} process(es) x {p.gradient_accumulation_steps} accumulation -> "
+            lines.append(f"Steps: {self.train_samples} training{reg} samples an epoch; {p.describe()} -> "
                          f"{p.steps_per_epoch} steps an epoch, {p.epochs} epoch(s) = {p.total_steps} steps")
         lines += [f"warning: {w}" for w in self.warnings]
         lines += [f"error: {issue}" for issue in self.errors]
@@ -164,6 +163,13 @@ def catalog_report(cfg: TrainConfig, catalog: Catalog, num_processes: int, warni
 def fill_report(report: PreflightReport, catalog: Catalog, cfg: TrainConfig) -> None:
     """The catalog's numbers into `report`."""
     accumulation = cfg.gradient_accumulation_steps
+    split_ok = True
+    try:
+        per_device = catalog.per_device_batches(report.num_processes, cfg.keep_global_batch)
+    except ConfigError as err:  # a global batch that does not split over the processes
+        known = {str(issue) for issue in report.errors}
+        report.errors += [issue for issue in err.issues if str(issue) not in known]
+        per_device, split_ok = [spec.batch_size for spec in catalog.datasets], False
     for s in catalog.subsets:
         found = sum(1 for i in s.images if catalog.images[i].caption_from_file)
         kind = "metadata" if s.spec.kind == "metadata" else "reg" if s.is_reg else "train"
@@ -171,7 +177,7 @@ def fill_report(report: PreflightReport, catalog: Catalog, cfg: TrainConfig) -> 
             s.name, str(s.folder), s.dataset + 1, kind, s.repeats, len(s.images), found, len(s.images) - found,
             s.tokens, s.samples, len(s.skipped), s.metadata_files, dict(s.metadata_dropped)))
     for (d, width, height), (images, samples) in catalog.bucket_counts().items():
-        batch = catalog.datasets[d].batch_size
+        batch = per_device[d]
         small = images < batch * report.num_processes * accumulation
         report.buckets.append(BucketSummary(d + 1, width, height, images, samples, batch, small))
         if small:
@@ -189,7 +195,9 @@ def fill_report(report: PreflightReport, catalog: Catalog, cfg: TrainConfig) -> 
         report.warnings.append(f"{len(report.duplicates)} duplicate basename(s): images that share a caption file "
                                "or the same file name in several folders (listed under 'Duplicate basenames')")
     report.train_samples, report.reg_samples = catalog.num_train_samples, catalog.num_reg_samples
-    if cfg.max_train_epochs or cfg.max_train_steps:
-        sampler = catalog.batch_sampler(report.num_processes, cfg.seed)
-        report.plan = plan_steps(len(catalog.samples), cfg.train_batch_size, report.num_processes, accumulation,
-                                 cfg.max_train_epochs, cfg.max_train_steps, sampler.groups_per_epoch())
+    if (cfg.max_train_epochs or cfg.max_train_steps) and split_ok:
+        sampler = catalog.batch_sampler(report.num_processes, cfg.seed, keep_global_batch=cfg.keep_global_batch)
+        report.plan = plan_steps(len(catalog.samples), per_device[0] if per_device else cfg.train_batch_size,
+                                 report.num_processes, accumulation,
+                                 cfg.max_train_epochs, cfg.max_train_steps, sampler.groups_per_epoch(),
+                                 cfg.keep_global_batch)
