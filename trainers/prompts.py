@@ -132,7 +132,8 @@ def read_prompts(path: Path) -> list[SamplePrompt]:
 def config_prompts(prompts_file: str, lines: list[str]) -> list[SamplePrompt]:
     """A run's sample prompts: those of `prompts_file` (if any), then the inline `lines`, numbered on."""
     found = read_prompts(Path(prompts_file)) if prompts_file.strip() else []
+    offset = len(found)
     for prompt in parse_prompt_lines(lines):
-        prompt.index += len(found)
+        prompt.index += offset
         found.append(prompt)
     return found

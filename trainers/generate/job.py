@@ -148,7 +148,7 @@ def _announce(events: EventLog, meter: _Meter, plan: Plan, item: WorkItem, worke
 
 def _cpu_threads(cfg: GenerateConfig, devices: list[str]) -> int:
     cpu_workers = sum(d == "cpu" for d in devices) or 1
-    return cfg.cpu_threads or max(1, (os.cpu_count() or 1) // cpu_workers)
+    return cfg.cpu_threads or max(1, len(os.sched_getaffinity(0)) // cpu_workers)
 
 
 def _run_in_process(cfg: GenerateConfig, plan: Plan, devices: list[str], events: EventLog, meter: _Meter,
