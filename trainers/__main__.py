@@ -99,6 +99,7 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
     from .data.images import ImageLoadError
     from .data.kohya_folders import DatasetLayoutError
     from .events import EventLog, update_status
+    from .faults import TrainingFailed
     from .loop import TrainingStopped
     from .models import ModelLoadError
     from .secrets import install_redaction
@@ -137,6 +138,8 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
         return _fail(events, run_dir, is_main, str(err), EXIT_BAD_INPUT, kind=type(err).__name__)
     except KeyboardInterrupt:
         return _fail(events, run_dir, is_main, "stopped by the user (interrupt)", 130, state="stopped")
+    except TrainingFailed as err:  # a known cause (NaN loss, out of memory, full disk): no traceback
+        return _fail(events, run_dir, is_main, str(err), 1, kind=err.kind, **err.details)
     except Exception as err:  # noqa: BLE001 - report anything to the run directory, then fail
         traceback.print_exc()
         return _fail(events, run_dir, is_main, f"{type(err).__name__}: {err}", 1, kind=type(err).__name__,

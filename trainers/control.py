@@ -1,28 +1,76 @@
-"""Requests from outside a running trainer: flag files in <run-dir>/control/ and signals.
+"""Requests from outside a running trainer: flag files in <run-dir>/control/, signals, and timers.
 
 Rank 0 looks, then tells every rank, so all processes act on the same step.
+
+SIGINT/SIGTERM ask for a stop: the loop saves the training state at the end of the current step
+and exits. If no step ends within STOP_DEADLINE_S (a hung step), the process exits anyway with a
+message; once the stop save has begun it is allowed to finish. A second signal stops at once.
 """
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 REQUESTS = ("stop", "save_now")
+STOP_DEADLINE_S = 120.0
+EXIT_STOP_TIMEOUT = 124
 
 
 class Control:
     def __init__(self, run_dir: Path | None, accelerator: Any) -> None:
-        self.folder = Path(run_dir) / "control" if run_dir is not None else None
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.folder = self.run_dir / "control" if self.run_dir is not None else None
         self.accelerator = accelerator
         self._signalled = False
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
+        self._acknowledged = threading.Event()
+        self._timers: dict[str, tuple[float, float]] = {}  # name -> (every_s, last time)
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self._signalled:  # a second Ctrl-C means now
             raise KeyboardInterrupt
         self._signalled = True
+        name = signal.Signals(signum).name
+        print(f"{name}: stopping after this step (the training state is saved); send it again to stop at once",
+              file=sys.stderr, flush=True)
+        watchdog = threading.Timer(STOP_DEADLINE_S, self._deadline, args=(name,))
+        watchdog.daemon = True
+        watchdog.start()
+
+    def _deadline(self, name: str) -> None:
+        """No step ended in time after the signal: leave without saving rather than hang."""
+        if self._acknowledged.is_set():
+            return
+        message = f"{name}: no training step ended within {STOP_DEADLINE_S:.0f} s; exited without saving"
+        print(message, file=sys.stderr, flush=True)
+        if self.accelerator.is_main_process:
+            from .events import update_status
+
+            update_status(self.run_dir, state="stopped", finished=time.time(), exit_code=EXIT_STOP_TIMEOUT,
+                          message=message)
+        os._exit(EXIT_STOP_TIMEOUT)
+
+    def schedule(self, name: str, every_s: float) -> None:
+        """Make `name` a request every `every_s` seconds (decided on rank 0, so every rank agrees)."""
+        self._timers[name] = (every_s, time.monotonic())
+
+    def acknowledge(self) -> None:
+        """The stop save has begun: the signal deadline no longer applies; the GUI waits for the save."""
+        if self._acknowledged.is_set():
+            return
+        self._acknowledged.set()
+        if self.accelerator.is_main_process and self.run_dir is not None:
+            from .events import update_status
+
+            update_status(self.run_dir, stop_acknowledged=time.time())
 
     def poll(self) -> set[str]:
         """Requests pending now (the same set on every rank); flag files are consumed."""
@@ -36,6 +84,11 @@ class Control:
                     if flag.exists():
                         found.add(name)
                         flag.unlink(missing_ok=True)
+            now = time.monotonic()
+            for name, (every, last) in self._timers.items():
+                if now - last >= every:
+                    found.add(name)
+                    self._timers[name] = (every, now)
         if self.accelerator.num_processes > 1:
             from accelerate.utils import broadcast_object_list
 
@@ -43,6 +96,12 @@ class Control:
             broadcast_object_list(holder, from_process=0)
             found = set(holder[0])
         return found
+
+    def close(self) -> None:
+        """Give the signals back (a trainer run in-process, e.g. by tests, leaves no handler behind)."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
 
 
 def request(run_dir: Path, name: str) -> None:

@@ -27,7 +27,7 @@ def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
     # weights do not move. Rebuilding DDP mid-run would be the other way; this one is simpler.
     single = session.accelerator.num_processes == 1
 
-    def after_step(step: int) -> None:
+    def after_step(step: int, announce: bool = True) -> None:
         nonlocal frozen
         if frozen or step < stop_at:
             return
@@ -36,7 +36,7 @@ def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
             trainable.predictor.train_text_encoder = False
             for te in text_encoders:
                 te.requires_grad_(False)
-        if session.accelerator.is_main_process:
+        if announce and session.accelerator.is_main_process:
             session.events.emit("info", message=f"text encoder training stopped at step {step}")
 
     def before_update() -> None:
@@ -51,6 +51,15 @@ def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
             chained(step)
         after_step(step)
 
+    restore = trainable.restore_extra_state
+
+    def resumed(tensors: dict, step: int) -> None:
+        """A run resumed after stop_text_encoder_training steps keeps the encoders frozen from its first step."""
+        if restore is not None:
+            restore(tensors, step)
+        after_step(step, announce=False)
+
     trainable.after_step = after
     trainable.before_update = before_update
+    trainable.restore_extra_state = resumed
     return trainable

@@ -52,6 +52,19 @@ class EMA:
             state[k] = v
         return state
 
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The averages, for a training state: '<module>.<weight name>' -> tensor."""
+        return {f"{name}.{k}": v for name, shadow in self.shadow.items() for k, v in shadow.items()}
+
+    @torch.no_grad()
+    def load_state_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Put back averages of `state_tensors`; without them (EMA newly turned on) start from the current weights."""
+        for name, module in self.modules.items():
+            params = dict(module.named_parameters())
+            for k, s in self.shadow[name].items():
+                saved = tensors.get(f"{name}.{k}")
+                s.copy_(saved if saved is not None and saved.shape == s.shape else params[k].detach())
+
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
         """The averaged weights swapped into the modules for the block (e.g. sample images), then restored."""

@@ -69,9 +69,18 @@ def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
             save_full_model(model, ema_stem, dtype=save_dtype, unet_state=ema.state_dict("unet"),
                             text_encoder_states=te_states, **formats)
 
-    trainable = Trainable(model, predictor, groups, save, file_suffix=suffix)
+    def save_bytes() -> int:
+        """Every format and copy a save writes, the VAE included (the single file holds it in save_precision)."""
+        item = torch.empty((), dtype=save_dtype).element_size()
+        weights = sum(p.numel() for m in (model.unet, *model.text_encoders, model.vae) for p in m.parameters())
+        copies = 2 if ema is not None and cfg.save_ema == "both" else 1
+        return weights * item * copies * (int(formats["as_diffusers"]) + int(formats["as_single_file"]))
+
+    trainable = Trainable(model, predictor, groups, save, file_suffix=suffix, save_bytes=save_bytes)
     if ema is not None:
         trainable.after_step = ema.update
+        trainable.extra_state = ema.state_tensors
+        trainable.restore_extra_state = lambda tensors, step: ema.load_state_tensors(tensors)
         if cfg.sample_with_ema:
             trainable.sampling_weights = ema.applied
     return trainable

@@ -99,4 +99,7 @@ def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
     def save(path: Path, epoch: int, step: int) -> None:
         save_lora_file(path, network.kohya_state_dict(save_dtype), metadata_for(cfg, session, epoch, step))
 
-    return Trainable(model, predictor, groups, save)
+    def save_bytes() -> int:
+        return sum(p.numel() for p in network.parameters()) * torch.empty((), dtype=save_dtype).element_size()
+
+    return Trainable(model, predictor, groups, save, save_bytes=save_bytes)

@@ -1,9 +1,8 @@
-"""What the loop tells the world: progress events, the terminal bar, TensorBoard, and saves."""
+"""What the loop tells the world: progress events, the terminal bar and TensorBoard (saves: saving.py)."""
 from __future__ import annotations
 
 import sys
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -78,21 +77,3 @@ class Reporter:
 
     def close(self) -> None:
         self.bar.close()
-
-
-class Saver:
-    """Writes the method's output on rank 0 behind barriers and announces it."""
-
-    def __init__(self, session: Session, save: Any, file_suffix: str) -> None:
-        self.session, self.save_fn, self.file_suffix = session, save, file_suffix
-        self.out_dir = Path(session.cfg.output_dir).expanduser()
-
-    def __call__(self, name: str, epoch: int, step: int, final: bool = False) -> Path:
-        accelerator = self.session.accelerator
-        accelerator.wait_for_everyone()
-        path = self.out_dir / f"{name}{self.file_suffix}"
-        if accelerator.is_main_process:
-            self.save_fn(path, epoch, step)
-            self.session.events.emit("checkpoint", path=str(path), epoch=epoch, step=step, final=final)
-        accelerator.wait_for_everyone()
-        return path

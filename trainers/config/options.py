@@ -216,6 +216,32 @@ OPTIONS: tuple[Option, ...] = (
            "saving", advanced=True),
     Option("training_comment", "str", "", "Free text stored in the LoRA's metadata (ss_training_comment).",
            "saving", methods=LORA, advanced=True),
+    Option("save_state", "bool", False, "Also save a training state with every save: a <save name>-state folder "
+           "(trained weights, optimizer, LR schedule, RNG, step and place in the epoch) that resume continues from as "
+           "if the run had never stopped.", "saving"),
+    Option("save_state_every_n_minutes", "float", 30.0, "Also save a rolling training state every N minutes (0 = "
+           "never). Only the newest is kept, and it is removed when the run finishes: a crash or a killed process "
+           "costs at most N minutes. Skipped with a warning when the disk is too full.", "saving", min=0),
+    Option("resume", "str", "", "Continue from a training state: a '<name>-state' folder, or 'latest' for the newest "
+           "state of output_name in output_dir. Restores the trained weights, optimizer, LR schedule, RNG, step and "
+           "place in the epoch (the other options come from this config).", "saving"),
+    Option("save_state_on_train_end", "bool", False, "Save a training state <output_name>-state at the end, to train "
+           "on later (raise max_train_epochs or max_train_steps and resume from it).", "saving", advanced=True),
+    Option("save_last_n_epochs", "int", None, "Keep only the newest N saves made every save_every_n_epochs; older "
+           "ones are deleted (unset: keep all).", "saving", min=1, nullable=True, advanced=True),
+    Option("save_last_n_steps", "int", None, "Keep only the step saves of the last N steps, e.g. 1000 with "
+           "save_every_n_steps = 200 keeps 5; older ones are deleted (unset: keep all).", "saving", min=1,
+           nullable=True, advanced=True),
+    Option("save_last_n_epochs_state", "int", None, "Like save_last_n_epochs, for training states (unset: as "
+           "save_last_n_epochs). The newest state is always kept.", "saving", min=1, nullable=True, advanced=True),
+    Option("save_last_n_steps_state", "int", None, "Like save_last_n_steps, for training states (unset: as "
+           "save_last_n_steps). The newest state is always kept.", "saving", min=1, nullable=True, advanced=True),
+    Option("keep_every_n_saves", "int", None, "Saves that retention never deletes: every N-th save of its kind, e.g. "
+           "5 with save_every_n_epochs = 2 keeps epochs 10, 20, 30... for good.", "saving", min=1, nullable=True,
+           advanced=True),
+    Option("nan_steps_before_stop", "int", 10, "Stop the run when the loss is NaN/inf this many steps in a row. "
+           "Such updates are skipped, and weights that are not finite are never saved.", "saving", min=1,
+           max=100000, advanced=True),
     # --- logging ---
     Option("logging_dir", "str", "", "Write TensorBoard logs to this folder (empty: no TensorBoard).",
            "logging", path="out"),

@@ -107,6 +107,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
     issues.extend(distributed_issues(cfg))
     issues.extend(_dataset_issues(cfg, group))
     issues.extend(_sample_prompt_issues(cfg))
+    issues.extend(_resume_issues(cfg, check_paths))
     if check_paths:
         issues.extend(_path_issues(cfg, group))
     return issues
@@ -272,6 +273,25 @@ def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
                 issues.append(ConfigIssue("output_name", f"{final} already exists; choose another output_name or "
                               "set overwrite_output = true", "saving"))
     return issues
+
+
+def _resume_issues(cfg: TrainConfig, check_paths: bool) -> list[ConfigIssue]:
+    """`resume` names a complete training state (a folder, or 'latest' of output_name in output_dir)."""
+    from ..checkpoints import resolve_resume
+
+    if not cfg.resume.strip():
+        return []
+    backend = cfg.values.get("distributed_backend", "ddp")
+    if backend != "ddp":
+        return [ConfigIssue("resume", f"training states are saved and resumed with distributed_backend = 'ddp' only "
+                            f"(this config has {backend!r})", "saving")]
+    if not check_paths:
+        return []
+    try:
+        resolve_resume(cfg.resume, cfg.output_dir, cfg.output_name)
+    except ValueError as err:
+        return [ConfigIssue("resume", str(err), "saving")]
+    return []
 
 
 def _sample_prompt_issues(cfg: TrainConfig) -> list[ConfigIssue]:
