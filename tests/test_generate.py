@@ -1,0 +1,192 @@
+"""Generating images: the same pictures on 1 and 2 workers, PNG parameters, LoRA weights, the prompt cache,
+a failing worker, and config errors. CPU, tiny models, 64 px, 2 steps."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from trainers.config.schema import ConfigError
+from trainers.generate.options import GenerateConfig, LoraRef, check_config, load_generate_config, parse_lora_line
+from trainers.generate.plan import Variant, build_plan
+from trainers.generate.pnginfo import lora_short_hash, parse_parameters, parameters_text, read_parameters
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = {"width": 64, "height": 64, "steps": 2, "cpu_threads": 1, "devices": "cpu"}
+PROMPTS = ["a red fox --n blurry, lowres", "ünïcode cat 🐈 --w 48 --d 42 --l 5", "a red fox --n blurry, lowres"]
+
+
+def make_lora(model_dir: Path, path: Path, seed: int) -> Path:
+    """A kohya-format LoRA file of the tiny model with random (as if trained) weights."""
+    from trainers.lora_format import save_lora_file
+    from trainers.lora_network import LoRANetwork
+    from trainers.models import load_model
+
+    model = load_model(str(model_dir), "auto", torch.float32)
+    network = LoRANetwork(model.unet, model.text_encoders, unet_key_style=model.family.unet_key_style,
+                          network_dim=4, network_alpha=4)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in network.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator) * 0.3)
+    save_lora_file(path, network.kohya_state_dict(torch.float32), {"ss_network_dim": "4"})
+    return path
+
+
+def run_cli(args: list[str], env: dict[str, str] | None = None, command: str = "generate") -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "trainers", command, *args], cwd=REPO, env=full_env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def run_main(args: list[str], command: str = "generate") -> int:
+    """The CLI in this process (no interpreter start-up); spawned workers are still real processes."""
+    from trainers.__main__ import main
+
+    return main([command, *args])
+
+
+def events(job_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (job_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def pixels(path: Path | str) -> np.ndarray:
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def cli_args(model: Path, job_dir: Path, **values: object) -> list[str]:
+    args = ["--model", str(model), "--run-dir", str(job_dir)]
+    for prompt in PROMPTS:
+        args += ["--prompt", prompt]
+    for name, value in {**FAST, **values}.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    return args
+
+
+@pytest.fixture(scope="module")
+def one_worker(tiny_sd1_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference job: one worker (in the CLI's own process), 2 images a prompt in batches of 2."""
+    job = tmp_path_factory.mktemp("gen one") / "job ü"
+    assert run_main(cli_args(tiny_sd1_dir, job, images_per_prompt=2, batch_size=2)) == 0
+    return job
+
+
+def test_images_carry_a1111_parameters_and_the_cache_encodes_each_prompt_once(one_worker: Path,
+                                                                              tiny_sd1_dir: Path) -> None:
+    evs = events(one_worker)
+    images = [e for e in evs if e["type"] == "image"]
+    assert [Path(e["path"]).name for e in images] == [
+        "000-0000.png", "000-0001.png", "001-0000.png", "001-0001.png", "002-0000.png", "002-0001.png"]
+    assert [e["seed"] for e in images] == [0, 1, 42, 43, 0, 1]
+    done = evs[-1]
+    assert done["type"] == "done" and done["images"] == 6 and done["prompt_encodes"] == 2  # prompt 0 == prompt 2
+    progress = [e for e in evs if e["type"] == "generate_progress"]
+    assert progress[-1]["done"] == progress[-1]["total"] == 6 and progress[-1]["images_per_s"] > 0
+    assert json.loads((one_worker / "status.json").read_text())["state"] == "finished"
+    assert "[prompts]" in (one_worker / "config.toml").read_text(encoding="utf-8")
+
+    second = read_parameters(Path(images[3]["path"]))
+    assert second == {"prompt": "ünïcode cat 🐈", "negative_prompt": "", "Steps": "2", "Sampler": "Euler a",
+                      "CFG scale": "5.0", "Seed": "43", "Size": "48x64", "Model": tiny_sd1_dir.name}
+    first = read_parameters(Path(images[0]["path"]))
+    assert first["negative_prompt"] == "blurry, lowres" and first["Seed"] == "0" and first["Size"] == "64x64"
+    assert pixels(images[2]["path"]).shape == (64, 48, 3)
+    np.testing.assert_array_equal(pixels(images[0]["path"]), pixels(images[4]["path"]))  # same prompt, same seed
+
+
+def test_two_workers_make_the_same_images(one_worker: Path, tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    job = tmp_path / "two"
+    assert run_main(cli_args(tiny_sd1_dir, job, images_per_prompt=2, batch_size=2, num_workers=2)) == 0
+    evs = events(job)
+    assert next(e for e in evs if e["type"] == "start")["workers"] == ["cpu", "cpu"]
+    assert {e["worker"] for e in evs if e["type"] == "image"} <= {0, 1}
+    for reference in sorted((one_worker / "images").iterdir()):
+        np.testing.assert_array_equal(pixels(job / "images" / reference.name), pixels(reference))
+        assert read_parameters(job / "images" / reference.name) == read_parameters(reference)
+
+
+def test_a_failing_worker_is_reported_and_the_job_completes(tiny_sd1_dir: Path, one_worker: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    job = tmp_path / "fail"
+    monkeypatch.setenv("ATELIER_TEST_FAIL_WORKER", "1")
+    assert run_main(cli_args(tiny_sd1_dir, job, images_per_prompt=2, batch_size=2, num_workers=2)) == 0
+    evs = events(job)
+    [warning] = [e for e in evs if e["type"] == "warning"]
+    assert "worker 1 on cpu failed" in warning["message"] and "injected failure" in warning["message"]
+    assert len([e for e in evs if e["type"] == "image"]) == 6 and evs[-1]["type"] == "done"
+    assert all(e["worker"] == 0 for e in evs if e["type"] == "image")
+    for reference in sorted((one_worker / "images").iterdir()):
+        np.testing.assert_array_equal(pixels(job / "images" / reference.name), pixels(reference))
+
+
+@pytest.mark.parametrize("family", ["sd1", "sdxl"])
+def test_lora_weight_zero_is_the_base_image_and_one_is_not(family: str, tiny_sd1_dir: Path, tiny_sdxl_dir: Path,
+                                                           tmp_path: Path) -> None:
+    from trainers.generate.renderer import Renderer
+
+    model = tiny_sd1_dir if family == "sd1" else tiny_sdxl_dir
+    lora = make_lora(model, tmp_path / "my lora é.safetensors", seed=1)
+    cfg = GenerateConfig({**FAST, "model": str(model), "prompts": ["a red fox --n blurry"]})
+    variants = [Variant("base"), Variant("w0", (LoraRef(str(lora), 0.0),)), Variant("w1", (LoraRef(str(lora), 1.0),)),
+                Variant("w0 again", (LoraRef(str(lora), 0.0),))]
+    plan = build_plan(cfg, tmp_path / "out", 7, variants)
+    renderer = Renderer(cfg, "cpu", variants)
+    torch.set_flush_denormal(True)
+    base, zero, one, zero_again = (pixels(renderer.render(item)[0]) for item in plan.items)
+    np.testing.assert_array_equal(zero, base)
+    assert np.abs(one.astype(int) - base.astype(int)).mean() > 1
+    np.testing.assert_array_equal(zero_again, base)  # unloading the LoRA restores the base exactly
+    assert renderer.encodes == 2  # the LoRA changes the text encoder: its prompts are encoded apart
+    params = read_parameters(Path(plan.items[2].images[0].path))
+    assert params["prompt"] == "a red fox <lora:my lora é:1>"
+    assert params["Lora hashes"] == f"my lora é: {lora_short_hash(lora)}"
+    assert "Lora hashes" not in read_parameters(Path(plan.items[1].images[0].path))
+
+
+def test_parameters_text_round_trips() -> None:
+    text = parameters_text("a, b\nsecond line", "ugly, blurry", {
+        "Steps": 20, "Sampler": "DPM++ 2M", "CFG scale": 7.5, "Seed": 123, "Size": "512x768", "Model": "sd 1.5",
+        "Lora hashes": "x: 0123456789ab, y: ba9876543210", "Clip skip": None})
+    assert text.splitlines()[-1] == ('Steps: 20, Sampler: DPM++ 2M, CFG scale: 7.5, Seed: 123, Size: 512x768, '
+                                     'Model: sd 1.5, Lora hashes: "x: 0123456789ab, y: ba9876543210"')
+    assert parse_parameters(text) == {
+        "prompt": "a, b\nsecond line", "negative_prompt": "ugly, blurry", "Steps": "20", "Sampler": "DPM++ 2M",
+        "CFG scale": "7.5", "Seed": "123", "Size": "512x768", "Model": "sd 1.5",
+        "Lora hashes": "x: 0123456789ab, y: ba9876543210"}
+
+
+def test_config_errors_name_the_field_and_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "gen.toml").write_text('[prompts]\nprompts = ["a fox"]\nimages_per_promt = 2\n[rendr]\nsteps = 3\n',
+                                       encoding="utf-8")
+    with pytest.raises(ConfigError) as err:
+        load_generate_config(tmp_path / "gen.toml", ["batch_size=0"])
+    text = str(err.value)
+    assert "did you mean 'images_per_prompt'" in text and "did you mean [render]" in text
+    assert "batch_size: got 0; expected a whole number from 1 to 64" in text
+    cfg = load_generate_config(values={"model": str(tmp_path / "missing.safetensors"), "prompts": ["ok --w 33"],
+                                       "loras": [f"{tmp_path / 'no.safetensors'}:0.5"], "devices": "gpu0"})
+    issues = {i.field: i.message for i in check_config(cfg)}
+    assert "missing.safetensors does not exist" in issues["model"]
+    assert "no such LoRA file" in issues["loras"]
+    assert "line 1: --w '33' must be a multiple of 8" in issues["prompts"]
+    assert "write auto, cpu, or GPU ids" in issues["devices"]
+    assert parse_lora_line("/x/my:lora.safetensors:0.75") == LoraRef("/x/my:lora.safetensors", 0.75)
+    assert parse_lora_line("C:\\loras\\a.safetensors") == LoraRef("C:\\loras\\a.safetensors", 1.0)
+    compare = cfg.replace(mode="compare", compare_weights=["x"])
+    issues = {i.field: i.message for i in check_config(compare)}
+    assert "'x' is not a number" in issues["compare_weights"] and "pick a training run" in issues["compare_run"]
+
+
+def test_cli_reports_config_problems_without_loading_a_model(tmp_path: Path) -> None:
+    result = run_cli(["--prompt", "a fox", "--run-dir", str(tmp_path / "job")])
+    assert result.returncode == 2
+    assert "model: give the base model" in result.stderr
+    assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] == "failed"
