@@ -88,7 +88,8 @@ def render_grid(grid: GridLayout, title: str = "") -> Any:
     headers = [_wrap(probe, c, font, cw - PAD) for c in grid.columns]
     title_h = line_h + PAD if title else 0
     top = title_h + max(len(h) for h in headers) * line_h + 2 * PAD
-    canvas = Image.new("RGB", (left + len(grid.columns) * cw, top + len(grid.rows) * ch), "white")
+    width = max(left + len(grid.columns) * cw, int(probe.textlength(title, font=font)) + 2 * PAD if title else 0)
+    canvas = Image.new("RGB", (width, top + len(grid.rows) * ch), "white")
     draw = ImageDraw.Draw(canvas)
     if title:
         draw.text((PAD, PAD // 2), title, fill="black", font=font)
