@@ -166,10 +166,29 @@ def _fail(events: "EventLog", run_dir: Path | None, is_main: bool, message: str,
     from .events import update_status
 
     print(f"error: {message}", file=sys.stderr)
+    if not is_main and code == 1 and run_dir is not None:
+        # A crash on another rank: the launcher stops the run, and rank 0 fails next with a lost connection,
+        # so this rank's own error goes to the run directory first (config errors are the same on every rank).
+        from .events import EventLog
+
+        rank = int(os.environ.get("RANK", "0"))
+        message = f"rank {rank}: {message}"
+        EventLog(run_dir).emit("error", message=message, exit_code=code, rank=rank, **extra)
+        update_status(run_dir, state=state, finished=time.time(), exit_code=code, message=message, failed_rank=rank)
     if is_main:
         events.emit("error", message=message, exit_code=code, **extra)
-        update_status(run_dir, state=state, finished=time.time(), exit_code=code, message=message)
+        if _failed_rank(run_dir) is None:  # else keep the message of the rank that failed first
+            update_status(run_dir, state=state, finished=time.time(), exit_code=code, message=message)
     return code
+
+
+def _failed_rank(run_dir: Path | None) -> int | None:
+    import json
+
+    try:
+        return json.loads((Path(run_dir) / "status.json").read_text(encoding="utf-8")).get("failed_rank")
+    except (TypeError, OSError, ValueError):
+        return None
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 everything that touches torch imports it inside the function.
 
 DDP: gradients are reduced in a few large buckets (`BUCKET_CAP_MB`) through one Python comm hook,
-`RankTimer.hook` (registered by the Reporter right after prepare()), which also notes when this rank's gradients are ready (its own compute time,
+`RankTimer.hook` (registered in prepare() by `install_rank_timer`), which also notes when this rank's gradients are ready (its own compute time,
 without waiting for the others), so a slow rank can be named. `ddp_gradient_precision` picks plain
 all-reduce or the bf16/fp16 compression hooks of torch.distributed.
 """
@@ -126,18 +126,27 @@ def accelerator_handlers(cfg: TrainConfig) -> list[Any]:
 
 
 def install_rank_timer(accelerator: Any, precision: str) -> "RankTimer":
-    """Register our comm hook (timing + all-reduce in `precision`) on every DDP model prepare() made.
+    """A RankTimer whose comm hook (timing + all-reduce in `precision`) goes on every DDP model prepare() makes.
 
-    Called after accelerator.prepare() and before the first backward, as DDP requires.
+    accelerate keeps the unwrapped model, so the hook is registered where the DDP wrapper is made:
+    in this accelerator's prepare_model, before any backward, as DDP requires.
     """
     from torch.nn.parallel import DistributedDataParallel
 
     timer = RankTimer(precision)
-    for model in getattr(accelerator, "_models", []):
-        model.register_forward_pre_hook(timer.forward_started)
-        if isinstance(model, DistributedDataParallel):
-            model.register_comm_hook(state=timer, hook=RankTimer.hook)
+    prepare_model = accelerator.prepare_model
+
+    def prepare_with_hook(model: Any, *args: Any, **kwargs: Any) -> Any:
+        prepared = prepare_model(model, *args, **kwargs)
+        if isinstance(prepared, DistributedDataParallel) and not timer.ddp:
+            prepared.register_comm_hook(state=timer, hook=RankTimer.hook)
             timer.ddp = True
+        if not getattr(prepared, "_atelier_timed", False):
+            prepared.register_forward_pre_hook(timer.forward_started)
+            prepared._atelier_timed = True
+        return prepared
+
+    accelerator.prepare_model = prepare_with_hook
     return timer
 
 
@@ -177,7 +186,8 @@ class RankTimer:
         return max(own, 0.0)
 
     @staticmethod
-    def hook(state: "RankTimer", bucket: Any) -> Any:
+    def hook(state, bucket):  # noqa: ANN001, ANN205 - DDP checks annotations; postponed ones are strings
+        """The comm hook: note the moment, then all-reduce the bucket (compressed to bf16/fp16 if asked)."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         state.ready = time.perf_counter()

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from . import distributed
-from .distributed import StragglerCheck, injected_failure, install_rank_timer
+from .distributed import RankTimer, StragglerCheck, injected_failure
 from .events import ProgressMeter
 from .session import Session
 
@@ -31,8 +31,9 @@ class Reporter:
                        if v is not None}
             self.accelerator.init_trackers(cfg.method, config=hparams)
         self.events.emit("start", plan=asdict(plan), family=family, trainable_params=trainable_params)
-        self.rank_timer = install_rank_timer(self.accelerator, cfg.ddp_gradient_precision)
-        self.stragglers = StragglerCheck(self.accelerator)
+        self.rank_timer = session.rank_timer or RankTimer()
+        every = max(1, min(distributed.STRAGGLER_EVERY, plan.total_steps))  # short runs compare once, at the end
+        self.stragglers = StragglerCheck(self.accelerator, every)
         self.collectives = distributed.COUNTER  # tests only (ATELIER_COUNT_COLLECTIVES=1)
 
     def start_timing(self) -> None:

@@ -19,6 +19,7 @@ from .data.pipeline import build_pipeline
 from .data.preflight import catalog_report
 from .events import EventLog, process_info, update_status
 from .control import Control
+from .distributed import RankTimer
 from .plan import StepPlan, plan_steps
 from .models import LoadedModel, ModelLoadError, load_model
 
@@ -37,6 +38,7 @@ class Session:
     weight_dtype: torch.dtype
     started_at: float
     control: Control
+    rank_timer: RankTimer | None = None  # this rank's own step time (and DDP's comm hook)
 
 
 def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = False) -> Session:
@@ -80,9 +82,12 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = Fa
                       cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps,
                       batches_per_epoch=data.sampler.groups_per_epoch(), keep_global_batch=cfg.keep_global_batch)
     set_deepspeed_micro_batch(accelerator, plan.per_device_batch)
+    from accelerate.utils import set_seed
+
+    set_seed(cfg.seed)  # the method's new weights (e.g. a LoRA's init) are the same in every run and on every rank
     return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
                    weight_dtype, time.time(),
-                   Control(run_dir, accelerator))
+                   Control(run_dir, accelerator), accelerator.rank_timer)
 
 
 def _place_models(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
@@ -118,7 +123,7 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     from accelerate.utils import ProjectConfiguration
 
     from .config import ConfigError, ConfigIssue
-    from .distributed import accelerator_handlers, maybe_count_collectives
+    from .distributed import accelerator_handlers, install_rank_timer, maybe_count_collectives
 
     if cfg.distributed_backend != "ddp" and (
             os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()):
@@ -132,6 +137,7 @@ def make_accelerator(cfg: TrainConfig) -> Any:
         project_config=ProjectConfiguration(project_dir=logging_dir or ".", logging_dir=logging_dir),
         kwargs_handlers=accelerator_handlers(cfg),
     )
+    accelerator.rank_timer = install_rank_timer(accelerator, cfg.ddp_gradient_precision)
     maybe_count_collectives()
     return accelerator
 

@@ -1,0 +1,240 @@
+"""Several processes: the global batch, DDP equivalence and cost, failures, and DeepSpeed/FSDP configs.
+
+The end-to-end runs use real DDP over gloo on CPU (`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu`).
+DeepSpeed and FSDP need NVIDIA GPUs (accelerate runs CPU processes as plain DDP), so for them the
+generated accelerate configs and commands are checked, parsed back by accelerate itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainers.config import config_from_dict, validate
+from trainers.demo import build_dataset
+from trainers.plan import BatchSplitError, per_device_batch, plan_steps
+
+from test_lora_training import events, run_trainer, sets
+
+TWO_PROCS = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port"]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_dataset(tmp_path_factory.mktemp("dist data"), folder="2_sks shape")
+
+
+def _lora_args(model: Path, data: Path, out: Path, **extra: object) -> list[str]:
+    values = dict(pretrained_model_name_or_path=str(model), train_data_dir=str(data), output_dir=str(out),
+                  resolution="64", max_data_loader_n_workers=0, learning_rate=1e-3, network_dim=4, network_alpha=2,
+                  save_precision="float", keep_global_batch=True, train_batch_size=2, max_train_steps=3)
+    return sets(**{**values, **extra})
+
+
+# --- the global batch ---------------------------------------------------------------------------------------------
+
+def test_keep_global_batch_plan_and_validation_name_the_field() -> None:
+    assert per_device_batch(8, 4, keep_global_batch=True) == 2 and per_device_batch(8, 4, False) == 8
+    with pytest.raises(BatchSplitError, match="use a multiple of 3"):
+        per_device_batch(8, 3, keep_global_batch=True)
+    one = plan_steps(16, per_device_batch(4, 1, True), 1, 1, 2, None, keep_global_batch=True)
+    four = plan_steps(16, per_device_batch(4, 4, True), 4, 1, 2, None, keep_global_batch=True)
+    assert (one.global_batch, one.steps_per_epoch, one.total_steps) == (4, 4, 8)
+    assert (four.per_device_batch, four.global_batch, four.steps_per_epoch, four.total_steps) == (1, 4, 4, 8)
+    assert "per-device batch 1 x 4 processes" in four.describe() and "keep_global_batch" in four.describe()
+
+    cfg = config_from_dict("lora", {"train_batch_size": 4, "keep_global_batch": True, "num_processes": 3,
+                                    "max_train_steps": 1})
+    issues = {i.field: i.message for i in validate(cfg, check_paths=False)}
+    assert "splits it over 3 processes: use a multiple of 3 (e.g. 3 or 6)" in issues["train_batch_size"]
+    machines = cfg.replace(num_processes=2, num_machines=3, main_process_ip="10.0.0.1")
+    issues = {i.field: i.message for i in validate(machines, check_paths=False)}
+    assert "6 processes (2 x 3 machines)" in issues["train_batch_size"]
+    assert not [i for i in validate(cfg.replace(num_processes=2), check_paths=False) if i.field == "train_batch_size"]
+
+
+def test_validate_report_shows_per_device_and_global_batch(dataset: Path) -> None:
+    from gui.checks import check_form
+
+    values = {"train_data_dir": str(dataset), "train_batch_size": 4, "keep_global_batch": True, "num_processes": 2,
+              "max_train_epochs": 2}
+    report = check_form("lora", values)
+    # 8 images x 2 repeats = 16 samples / global batch 4 = 4 steps an epoch on any number of processes
+    assert "per-device batch **2** x 2 processes" in report.steps and "global batch **4**" in report.steps
+    assert "**4 steps per epoch**" in report.steps and "**8 steps** in total" in report.steps
+    bad = check_form("lora", {**values, "num_processes": 3})
+    assert any(i.field == "train_batch_size" and "multiple of 3" in i.message for i in bad.issues)
+    assert "train_batch_size" in "".join(bad.by_group().get("optimizer", []))
+
+
+# --- DDP end to end -----------------------------------------------------------------------------------------------
+
+def test_two_processes_reproduce_one_process_with_few_collectives(tiny_sd1_dir: Path, dataset: Path,
+                                                                   tmp_path: Path) -> None:
+    from trainers.lora_format import read_lora_file
+
+    # AdamW with eps = 1 moves each weight in proportion to its gradient (plain Adam would hide a wrongly
+    # scaled gradient, e.g. a loss averaged over the wrong count): the comparison sees the gradients themselves.
+    linear = {"learning_rate": 1.0, "optimizer_args": ["eps=1.0"]}
+    one = run_trainer(_lora_args(tiny_sd1_dir, dataset, tmp_path / "one", **linear), tmp_path / "run1")
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run_trainer(_lora_args(tiny_sd1_dir, dataset, tmp_path / "two", num_processes=2, **linear),
+                      tmp_path / "run2", TWO_PROCS + ["29531"],
+                      env={"ACCELERATE_USE_CPU": "1", "ATELIER_COUNT_COLLECTIVES": "1"})
+    assert two.returncode == 0, two.stderr[-3000:]
+
+    a, _ = read_lora_file(tmp_path / "one" / "lora.safetensors")
+    b, _ = read_lora_file(tmp_path / "two" / "lora.safetensors")
+    assert a.keys() == b.keys() and len(a) > 200
+    moved = max(t.abs().max().item() for k, t in a.items() if k.endswith("lora_up.weight"))  # starts at 0
+    worst = max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+    assert moved > 1e-3 and worst < 1e-6, f"2 processes x batch 1 differ from 1 process x batch 2 by {worst}"
+    assert [p.name for p in (tmp_path / "two").iterdir()] == ["lora.safetensors"], "one output file, from rank 0"
+
+    evs = events(tmp_path / "run2")
+    plan = next(e for e in evs if e["type"] == "start")["plan"]
+    assert (plan["per_device_batch"], plan["num_processes"], plan["global_batch"]) == (1, 2, 2)
+    progress = [e for e in evs if e["type"] == "progress"]
+    assert [e["step"] for e in progress] == [1, 2, 3] and progress[-1]["images_per_s"] > 0
+    # hundreds of LoRA tensors, one or two gradient buckets, a handful of collectives a step
+    assert all(1 <= e["grad_buckets"] <= 2 for e in progress), [e["grad_buckets"] for e in progress]
+    steady = [e["collectives"] for e in progress[1:]]  # buckets + loss average + stop/save poll
+    assert all(c <= 4 for c in steady), steady
+    assert len(progress[-1]["rank_step_s"]) == 2 and all(t > 0 for t in progress[-1]["rank_step_s"])
+
+
+def test_a_failing_rank_stops_the_whole_run_with_its_error(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = run_trainer(_lora_args(tiny_sd1_dir, dataset, tmp_path / "o", num_processes=2, max_train_steps=50,
+                                    ddp_gradient_precision="bf16"),
+                         tmp_path / "run", TWO_PROCS + ["29532"],
+                         env={"ACCELERATE_USE_CPU": "1", "ATELIER_FAIL_RANK_AT_STEP": "1:2"})
+    assert result.returncode != 0
+    assert time.monotonic() - started < 120, "no hang: the launcher stops the other rank"
+    assert "injected failure on rank 1 at step 2" in result.stderr
+    evs = events(tmp_path / "run")
+    assert any(e["type"] == "progress" and e["step"] == 1 and e["grad_buckets"] >= 1 for e in evs), "bf16 hook ran"
+    errors = [e for e in evs if e["type"] == "error"]
+    assert errors and "rank 1" in errors[0]["message"] and "injected failure" in errors[0]["message"]
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["state"] == "failed" and "injected failure" in status["message"]
+    assert not (tmp_path / "o" / "lora.safetensors").exists()
+
+
+def test_straggler_is_named_and_handlers_carry_timeout_and_buckets() -> None:
+    from trainers.distributed import BUCKET_CAP_MB, StragglerCheck, accelerator_handlers
+
+    check = StragglerCheck(accelerator=None)
+    warning = check.judge([1.0, 1.05, 1.4, 0.98])
+    assert warning and warning.startswith("rank 2 is 40% slower than the others")
+    assert check.judge([1.0, 1.05, 1.4, 0.98]) is None, "each rank is reported once"
+    assert check.judge([1.0, 1.15]) is None
+    cfg = config_from_dict("lora", {"ddp_timeout": 600, "gradient_checkpointing": True})
+    ddp, init = accelerator_handlers(cfg)
+    assert ddp.to_kwargs() == {"bucket_cap_mb": BUCKET_CAP_MB, "gradient_as_bucket_view": True, "static_graph": True}
+    assert init.timeout.total_seconds() == 600 * 60
+
+
+# --- DeepSpeed and FSDP: configs, commands, validation ------------------------------------------------------------
+
+def _full(**values: object):
+    return config_from_dict("finetune", {"num_processes": 2, "max_train_steps": 1, "mixed_precision": "bf16",
+                                         **values})
+
+
+@pytest.mark.parametrize("values, kind, section", [
+    ({"distributed_backend": "deepspeed", "zero_stage": 1}, "DEEPSPEED",
+     {"zero_stage": 1, "offload_optimizer_device": "none"}),
+    ({"distributed_backend": "deepspeed", "zero_stage": 2, "offload_optimizer": True, "max_grad_norm": 0.5},
+     "DEEPSPEED", {"zero_stage": 2, "offload_optimizer_device": "cpu", "gradient_clipping": 0.5}),
+    ({"distributed_backend": "fsdp", "gradient_accumulation_steps": 2}, "FSDP",
+     {"fsdp_sharding_strategy": "FULL_SHARD", "fsdp_use_orig_params": True, "fsdp_state_dict_type": "FULL_STATE_DICT"}),
+])
+def test_accelerate_yaml_per_backend_parses_back(values: dict, kind: str, section: dict, tmp_path: Path) -> None:
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    from trainers.distributed import write_accelerate_config
+    from trainers.launch import accelerate_command
+
+    cfg = _full(**values)
+    path = write_accelerate_config(cfg, tmp_path)
+    assert path == tmp_path / "accelerate.yaml"
+    loaded = load_config_from_file(str(path))
+    assert loaded.distributed_type == kind and loaded.num_processes == 2 and loaded.mixed_precision == "bf16"
+    found = loaded.deepspeed_config if kind == "DEEPSPEED" else loaded.fsdp_config
+    assert {k: found[k] for k in section} == section
+    cmd = accelerate_command(cfg, tmp_path / "config.toml", tmp_path, python="py")
+    assert cmd[cmd.index("--config_file") + 1] == str(path) and "--multi_gpu" not in cmd
+    assert cmd[cmd.index("--num_processes") + 1] == "2"
+
+
+def test_ddp_runs_need_no_accelerate_yaml(tmp_path: Path) -> None:
+    from trainers.distributed import write_accelerate_config
+    from trainers.launch import accelerate_command
+
+    cfg = _full()
+    assert write_accelerate_config(cfg, tmp_path) is None and not (tmp_path / "accelerate.yaml").exists()
+    cmd = accelerate_command(cfg, tmp_path / "config.toml", tmp_path, python="py")
+    assert "--multi_gpu" in cmd and "--config_file" not in cmd
+
+
+def test_gui_start_writes_accelerate_yaml_and_names_it_in_the_command(tmp_path: Path, monkeypatch) -> None:
+    import subprocess
+
+    from gui.jobs import JobManager
+
+    launched: list[list[str]] = []
+
+    class FakeProc:
+        pid = 99999
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **kw: launched.append(argv) or FakeProc())
+    cfg = _full(distributed_backend="fsdp", output_dir=str(tmp_path / "o"))
+    run_dir = JobManager(tmp_path / "runs").start(cfg)
+    assert (run_dir / "accelerate.yaml").is_file()
+    assert launched[0][launched[0].index("--config_file") + 1] == str(run_dir / "accelerate.yaml")
+    assert str(run_dir / "accelerate.yaml") in (run_dir / "command.txt").read_text()
+
+
+def test_validation_rejects_impossible_combinations_with_a_reason() -> None:
+    def problems(method: str = "finetune", **values: object) -> dict[str, str]:
+        from trainers.config.validation import distributed_issues
+
+        cfg = config_from_dict(method, {"num_processes": 2, "max_train_steps": 1, "mixed_precision": "bf16", **values})
+        return {i.field: i.message for i in distributed_issues(cfg)}
+
+    lora = problems("lora", distributed_backend="fsdp")
+    assert "a LoRA's few weights train fastest with 'ddp'" in lora["distributed_backend"]
+    eight = problems(distributed_backend="fsdp", optimizer_type="AdamW8bit")
+    assert "AdamW8bit (bitsandbytes)" in eight["optimizer_type"] and "choose 'AdamW'" in eight["optimizer_type"]
+    assert "set distributed_backend = 'deepspeed'" in problems(offload_optimizer=True)["offload_optimizer"]
+    assert "only" in problems(distributed_backend="fsdp", ddp_gradient_precision="bf16")["ddp_gradient_precision"]
+    assert "FSDP shards" in problems(distributed_backend="fsdp", use_ema="gpu")["use_ema"]
+    zero = problems(distributed_backend="deepspeed", full_bf16=True, offload_optimizer=True,
+                    optimizer_type="Adafactor")
+    assert "turn full_bf16 off" in zero["full_bf16"] and "set optimizer_type = 'AdamW'" in zero["offload_optimizer"]
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        assert "DeepSpeed is not installed: pip install deepspeed" in zero["distributed_backend"]
+    assert not problems(distributed_backend="fsdp")
+    assert not problems("lora", ddp_gradient_precision="bf16", ddp_timeout=600)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_fsdp_on_cpu_is_refused_with_a_reason(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    """accelerate runs CPU processes as plain DDP (MULTI_CPU): an FSDP run on CPU would silently not shard."""
+    args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
+                output_dir=str(tmp_path / "o"), resolution="64", max_train_steps=1, distributed_backend="fsdp")
+    result = run_trainer(args, tmp_path / "run", method="finetune", env={"ACCELERATE_USE_CPU": "1"})
+    assert result.returncode == 2 and "distributed_backend: 'fsdp' needs NVIDIA GPUs" in result.stderr
+    assert os.path.exists(tmp_path / "run" / "events.jsonl")
