@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .checkpoints import (Position, Retention, check_free_space, clean_stale_temps, find_states, prune, remove_save,
                           save_name, state_name)
+from .distributed import full_weights
 from .faults import (DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped, is_out_of_memory, out_of_memory,
                      weights_finite)
 
@@ -118,8 +119,10 @@ class Saver:
         problem = self._agree(problem)
         if problem:
             raise (NonFiniteLoss if problem[0] == "NonFiniteLoss" else DiskFull)(problem[1])
+        with full_weights(accelerator):  # FSDP: rank 0 holds the whole weights while it writes (every rank joins)
+            if self.main:
+                self.trainable.save(path, at.epoch, at.step)
         if self.main:
-            self.trainable.save(path, at.epoch, at.step)
             if folder is not None:
                 self.state.write(folder, at, kind, output=path)
             self._announce(path, at, kind, state=folder)
