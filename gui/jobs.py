@@ -19,16 +19,46 @@ from trainers.config import TrainConfig
 from trainers.control import request
 from trainers.distributed import write_accelerate_config
 from trainers.events import update_status
+from trainers.generate.options import GenerateConfig, job_dir_name
 from trainers.launch import accelerate_command, launch_env
 
 from .run_files import ACTIVE_STATES, effective_state, list_runs, read_status
 
 REPO = Path(__file__).resolve().parents[1]
 AVAILABLE_METHODS = ("lora", "dreambooth", "finetune")  # tabs whose Start button launches a trainer
+SAVE_GRACE_S = 1800.0  # after Stop, a trainer that has begun saving its training state gets this long to finish
 
 
 class JobError(RuntimeError):
     """A run cannot start; the message says why and what to do."""
+
+
+def resume_config(run_dir: Path) -> TrainConfig:
+    """The config of a stopped or failed run, with `resume` set to the newest training state of its output."""
+    import tomllib
+
+    from trainers.checkpoints import latest_state
+    from trainers.config import ConfigError, load_config
+
+    state = effective_state(read_status(run_dir))
+    if state in ACTIVE_STATES:
+        raise JobError(f"Run {run_dir.name} is still {state}; stop it first.")
+    if state == "finished":
+        raise JobError(f"Run {run_dir.name} finished. To train it further, raise max_train_epochs or max_train_steps "
+                       "and set resume to its state (saved with save_state_on_train_end).")
+    path = run_dir / "config.toml"
+    try:
+        method = tomllib.loads(path.read_text(encoding="utf-8")).get("method", "lora")
+        cfg = load_config(method, path)
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise JobError(f"Run {run_dir.name} has no readable config.toml to resume from ({err}).") from None
+    except ConfigError as err:
+        raise JobError(f"The config of run {run_dir.name} no longer loads:\n{err}") from None
+    found = latest_state(cfg.output_dir, cfg.output_name)
+    if found is None:
+        raise JobError(f"Run {run_dir.name} left no training state of {cfg.output_name!r} in {cfg.output_dir} (Stop, "
+                       "save_state and save_state_every_n_minutes save one), so it cannot be resumed.")
+    return cfg.replace(resume=str(found.path))
 
 
 def gpu_set(cfg_or_status: dict) -> set[str]:
@@ -118,11 +148,18 @@ class JobManager:
         pgid = status.get("pgid")
         threading.Thread(target=self._kill_later, args=(run_dir, pgid, grace_s), daemon=True).start()
 
+    def resume(self, run_dir: Path) -> Path:
+        """Start a new run from a stopped or failed run's config, resuming from its newest training state."""
+        return self.start(resume_config(run_dir))
+
     def _kill_later(self, run_dir: Path, pgid: int | None, grace_s: float) -> None:
         deadline = time.time() + grace_s
         while time.time() < deadline:
-            if effective_state(read_status(run_dir)) not in ACTIVE_STATES:
+            status = read_status(run_dir)
+            if effective_state(status) not in ACTIVE_STATES:
                 return
+            if status.get("stop_acknowledged"):  # the trainer is saving its training state: let it finish
+                deadline = max(deadline, float(status["stop_acknowledged"]) + SAVE_GRACE_S)
             time.sleep(0.5)
         for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 0.0)):
             try:
@@ -132,3 +169,44 @@ class JobManager:
             time.sleep(wait)
         update_status(run_dir, state="stopped", finished=time.time(),
                       message=f"did not stop within {grace_s:.0f} s; its processes were killed")
+
+    def start_generate(self, cfg: GenerateConfig) -> Path:
+        """Launch `python -m trainers generate` for `cfg` in its own process group; its job folder is under runs/.
+
+        Like a training run it is refused while another run uses its GPUs (the CPU, when it runs there).
+        """
+        with self._lock:
+            ids = generate_gpu_ids(cfg.devices)
+            wanted = set(ids.split(","))
+            for other in self.active_runs():
+                status = read_status(other)
+                if wanted & gpu_set(status):
+                    where = "the CPU" if ids == "cpu" else f"GPU {', '.join(sorted(wanted & gpu_set(status)))}"
+                    raise JobError(f"Run {other.name} is still active on {where}. Stop it or wait for it to finish.")
+            run_dir = self.runs_dir / job_dir_name(cfg)
+            run_dir.mkdir(parents=True)
+            cfg.save(run_dir / "config.toml")
+            argv = [self.python, "-m", "trainers", "generate", "--config", str(run_dir / "config.toml"),
+                    "--run-dir", str(run_dir)]
+            (run_dir / "command.txt").write_text(shlex.join(argv) + "\n", encoding="utf-8")
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+            with open(run_dir / "train.log", "ab") as log:
+                proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            update_status(run_dir, state="starting", method=cfg.mode, created=time.time(), launcher_pid=proc.pid,
+                          pgid=proc.pid, gpu_ids=ids, num_processes=len(wanted), output_dir=cfg.output_dir)
+        threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
+        return run_dir
+
+
+def generate_gpu_ids(devices: str) -> str:
+    """The GPU ids a generation job uses, as status.json records them ("cpu" when it runs on the CPU)."""
+    wanted = devices.strip().lower()
+    if wanted == "auto":
+        if not _has_gpus():
+            return "cpu"
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        count = sum(line.startswith("GPU ") for line in listed.splitlines())
+        return ",".join(str(i) for i in range(count)) or "cpu"
+    return wanted.replace(" ", "")

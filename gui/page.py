@@ -14,6 +14,7 @@ from trainers.launch import other_machine_commands
 
 from .checks import CheckReport, check_form
 from .forms import Form, build_form
+from .generate_tab import build_generate_tab, wire_compare_button
 from .jobs import AVAILABLE_METHODS, JobError, JobManager
 from .presets import PresetError, Presets
 from .run_files import ACTIVE_STATES, Watchers, list_runs
@@ -48,17 +49,20 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         gr.Markdown("# Atelier\nTrain LoRAs, Dreambooth models and finetunes of Stable Diffusion 1.x, 2.x and SDXL.")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
-                with gr.Tabs():
+                with gr.Tabs() as tabs:
                     for method, title in METHOD_TITLES.items():
                         with gr.Tab(title, id=method):
                             _method_tab(method, services, viewed, initial_preset if method == "lora" else None,
                                         page)
+                    with gr.Tab("Generate", id="generate"):
+                        generate = build_generate_tab(services)
                     with gr.Tab("Runs", id="runs"):
                         _runs_tab(services, viewed)
             with gr.Column(scale=2):
                 panel = build_run_panel()
                 stop = gr.Button("Stop this run", variant="stop", visible=False, elem_id="stop-run")
         _wire_panel(services, viewed, panel, stop, page)
+        wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
     return page
 
 
@@ -232,7 +236,9 @@ def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
     with gr.Row():
         pick = gr.Dropdown(label="Open run", choices=[], scale=3, elem_id="runs-pick")
         open_btn = gr.Button("Show in run panel", scale=1)
+        resume_btn = gr.Button("Resume", scale=1, elem_id="runs-resume")
         refresh = gr.Button("Refresh", scale=1)
+    note = gr.Markdown(elem_id="runs-note")
 
     def rows() -> tuple[list[list[str]], dict]:
         runs = list_runs(services.runs_dir)
@@ -243,3 +249,14 @@ def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
     gr.Timer(5.0).tick(rows, outputs=[table, pick], show_progress="hidden")
     open_btn.click(lambda run_id: run_id or gr.update(), inputs=pick, outputs=viewed)
 
+    def resume(run_id: str) -> tuple[Any, str]:
+        """A new run from the picked (stopped or failed) run's config, from its newest training state."""
+        if not run_id:
+            return gr.update(), "Pick a stopped or failed run first."
+        try:
+            started = services.jobs.resume(services.runs_dir / run_id)
+        except JobError as err:
+            return gr.update(), f"### Not resumed\n{err}"
+        return started.name, f"### Resumed `{run_id}` as `{started.name}`"
+
+    resume_btn.click(resume, inputs=pick, outputs=[viewed, note])

@@ -28,6 +28,8 @@ STATE_VERSION = 1
 MANIFEST = "manifest.json"
 STATE_KINDS = ("epoch", "step", "stop", "rolling", "emergency", "final")
 _TMP_MARK = ".tmp-"
+_SAFETENSORS_TEMP = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")  # safetensors writes <dir>/.tmpXXXXXX, then renames it
+_TEMP_PID = re.compile(r"\.(?:tmp|old|deleting)-(\d+)$")  # temp entries of atomic_dir / remove_save: <...>-<pid>
 _STALE_TEMP_S = 600.0  # a temp entry of a save untouched this long is left over from a killed process
 
 
@@ -172,7 +174,10 @@ def remove_save(path: Path) -> None:
 
 
 def clean_stale_temps(output_dir: Path, output_name: str, now: float | None = None) -> list[Path]:
-    """Remove temp files/folders of saves of `output_name` left by a killed process; returns what went."""
+    """Remove temp files/folders of saves of `output_name` left by a killed process; returns what went.
+
+    Entries named with a process id go when that process is gone; others when untouched for 10 minutes.
+    """
     folder = Path(output_dir).expanduser()
     if not folder.is_dir():
         return []
@@ -180,18 +185,19 @@ def clean_stale_temps(output_dir: Path, output_name: str, now: float | None = No
     removed = []
     for entry in folder.iterdir():
         name = entry.name
-        if not name.startswith(f".{output_name}") or not (
-                name.endswith(".tmp") or _TMP_MARK in name or ".old-" in name or ".deleting-" in name):
+        ours = name.startswith(f".{output_name}") and (name.endswith(".tmp") or _TEMP_PID.search(name)
+                                                        or ".old-" in name)
+        if not ours and not _SAFETENSORS_TEMP.match(name):
             continue
-        pid = name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
-            continue  # another live process is writing it
+        owner = _TEMP_PID.search(name)
         try:
-            if now - entry.stat().st_mtime < _STALE_TEMP_S and not (pid.isdigit() and not _pid_alive(int(pid))):
+            if owner and int(owner.group(1)) != os.getpid() and _pid_alive(int(owner.group(1))):
+                continue  # a live process is writing it
+            if not owner and now - entry.stat().st_mtime < _STALE_TEMP_S:
                 continue  # perhaps a save in progress right now
         except FileNotFoundError:
             continue
-        if ".old-" in name:  # killed between the two renames of atomic_dir: put the old save back
+        if ".old-" in name:  # killed between the two renames of a folder save: put the old save back
             original = folder / name[1:name.index(".old-")]
             if not original.exists():
                 os.replace(entry, original)
