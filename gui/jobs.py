@@ -19,6 +19,7 @@ from trainers.config import TrainConfig
 from trainers.control import request
 from trainers.distributed import write_accelerate_config
 from trainers.events import update_status
+from trainers.generate.options import GenerateConfig, job_dir_name
 from trainers.launch import accelerate_command, launch_env
 
 from .run_files import ACTIVE_STATES, effective_state, list_runs, read_status
@@ -168,3 +169,44 @@ class JobManager:
             time.sleep(wait)
         update_status(run_dir, state="stopped", finished=time.time(),
                       message=f"did not stop within {grace_s:.0f} s; its processes were killed")
+
+    def start_generate(self, cfg: GenerateConfig) -> Path:
+        """Launch `python -m trainers generate` for `cfg` in its own process group; its job folder is under runs/.
+
+        Like a training run it is refused while another run uses its GPUs (the CPU, when it runs there).
+        """
+        with self._lock:
+            ids = generate_gpu_ids(cfg.devices)
+            wanted = set(ids.split(","))
+            for other in self.active_runs():
+                status = read_status(other)
+                if wanted & gpu_set(status):
+                    where = "the CPU" if ids == "cpu" else f"GPU {', '.join(sorted(wanted & gpu_set(status)))}"
+                    raise JobError(f"Run {other.name} is still active on {where}. Stop it or wait for it to finish.")
+            run_dir = self.runs_dir / job_dir_name(cfg)
+            run_dir.mkdir(parents=True)
+            cfg.save(run_dir / "config.toml")
+            argv = [self.python, "-m", "trainers", "generate", "--config", str(run_dir / "config.toml"),
+                    "--run-dir", str(run_dir)]
+            (run_dir / "command.txt").write_text(shlex.join(argv) + "\n", encoding="utf-8")
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+            with open(run_dir / "train.log", "ab") as log:
+                proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            update_status(run_dir, state="starting", method=cfg.mode, created=time.time(), launcher_pid=proc.pid,
+                          pgid=proc.pid, gpu_ids=ids, num_processes=len(wanted), output_dir=cfg.output_dir)
+        threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
+        return run_dir
+
+
+def generate_gpu_ids(devices: str) -> str:
+    """The GPU ids a generation job uses, as status.json records them ("cpu" when it runs on the CPU)."""
+    wanted = devices.strip().lower()
+    if wanted == "auto":
+        if not _has_gpus():
+            return "cpu"
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        count = sum(line.startswith("GPU ") for line in listed.splitlines())
+        return ",".join(str(i) for i in range(count)) or "cpu"
+    return wanted.replace(" ", "")

@@ -14,6 +14,7 @@ from trainers.launch import other_machine_commands
 
 from .checks import CheckReport, check_form
 from .forms import Form, build_form
+from .generate_tab import build_generate_tab, wire_compare_button
 from .jobs import AVAILABLE_METHODS, JobError, JobManager
 from .presets import PresetError, Presets
 from .run_files import ACTIVE_STATES, Watchers, list_runs
@@ -48,17 +49,20 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         gr.Markdown("# Atelier\nTrain LoRAs, Dreambooth models and finetunes of Stable Diffusion 1.x, 2.x and SDXL.")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
-                with gr.Tabs():
+                with gr.Tabs() as tabs:
                     for method, title in METHOD_TITLES.items():
                         with gr.Tab(title, id=method):
                             _method_tab(method, services, viewed, initial_preset if method == "lora" else None,
                                         page)
+                    with gr.Tab("Generate", id="generate"):
+                        generate = build_generate_tab(services)
                     with gr.Tab("Runs", id="runs"):
                         _runs_tab(services, viewed)
             with gr.Column(scale=2):
                 panel = build_run_panel()
                 stop = gr.Button("Stop this run", variant="stop", visible=False, elem_id="stop-run")
         _wire_panel(services, viewed, panel, stop, page)
+        wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
     return page
 
 

@@ -13,6 +13,7 @@ from .run_files import ACTIVE_STATES, RunView, Watchers, format_duration
 
 OOM_HINT = ("Out of memory: lower train_batch_size or resolution, turn on gradient_checkpointing, use "
             "mixed_precision bf16/fp16, an 8-bit optimizer (AdamW8bit), or a smaller network_dim.")
+GENERATION_MODES = ("generate", "compare")  # status "method" of generation jobs
 STATE_LABEL = {"starting": "Starting", "running": "Training", "stopping": "Stopping…", "finished": "Finished",
                "failed": "Failed", "stopped": "Stopped"}
 
@@ -26,10 +27,11 @@ class RunPanel:
     gallery: gr.Gallery
     result: gr.Markdown
     log: gr.Textbox
+    compare: gr.Button  # "Compare saves" of a finished run (wired to the Generate tab by the page)
 
     @property
     def outputs(self) -> list[gr.components.Component]:
-        return [self.title, self.progress, self.stats, self.chart, self.gallery, self.result, self.log]
+        return [self.title, self.progress, self.stats, self.chart, self.gallery, self.result, self.log, self.compare]
 
 
 def build_run_panel() -> RunPanel:
@@ -40,9 +42,10 @@ def build_run_panel() -> RunPanel:
                         title="Loss", height=220, visible=False, elem_id="run-chart")
     gallery = gr.Gallery(label="Samples", columns=4, height=200, visible=False, elem_id="run-gallery")
     result = gr.Markdown(elem_id="run-result")
+    compare = gr.Button("Compare saves", size="sm", visible=False, elem_id="run-compare")
     with gr.Accordion("Log", open=False):
         log = gr.Textbox(lines=14, max_lines=14, autoscroll=True, show_label=False, elem_id="run-log")
-    return RunPanel(title, progress, stats, chart, gallery, result, log)
+    return RunPanel(title, progress, stats, chart, gallery, result, log, compare)
 
 
 def _bar(step: int, total: int) -> str:
@@ -77,9 +80,19 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
         columns=["step", "loss", "series"])
     samples = [s for s in view.samples if Path(s).exists()][-12:]
     result, bar, log = result_text(view), _bar(step, total), "\n".join(view.log_tail)
+    comparable = can_compare(view)
+    if view.status.get("method") in GENERATION_MODES:  # a generation job: the Generate tab shows it
+        title, stats = f"### {state}: `{view.run_id}`", "A generation job: its images are on the **Generate** tab."
     return [(title, title), (bar, bar), (stats, stats),
             (chart_key, gr.LinePlot(frame, visible=len(view.losses) > 1, x_axis_format="d")),
-            (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log)]
+            (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log),
+            (comparable, gr.Button(visible=comparable))]
+
+
+def can_compare(view: RunView) -> bool:
+    """A training run that ended with at least one save can have its saves compared."""
+    return (view.state in ("finished", "stopped") and bool(view.checkpoints or view.output)
+            and view.status.get("method") not in GENERATION_MODES)
 
 
 def result_text(view: RunView) -> str:

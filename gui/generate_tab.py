@@ -1,0 +1,291 @@
+"""The Generate tab: a form generated from the generation options, Generate / Compare buttons, a live gallery.
+
+Like training, the page only writes a config and launches `python -m trainers generate` (gui/jobs.py);
+everything shown comes from the job folder's events.jsonl, tailed with a byte cursor, so a reload or
+a second browser sees the same job. No torch here.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from trainers.config.schema import ConfigError, ConfigIssue, Option
+from trainers.generate.options import (GEN_BY_NAME, GEN_GROUPS, GEN_OPTIONS, GenerateConfig, check_config,
+                                       config_from_values, parse_loras)
+from trainers.generate.saves import compare_form_values, find_saves
+
+from .forms import from_widget, make_widget, to_widget
+from .jobs import JobError
+from .run_files import ACTIVE_STATES, Tail, effective_state, format_duration, list_runs, read_status
+
+ESSENTIALS = ("model", "loras", "prompts")
+OPEN_GROUPS = ("render",)
+HIDDEN = ("mode",)  # set by the button pressed
+GALLERY_MAX = 60
+
+
+# ---- reading a job folder ---------------------------------------------------------------------------------
+
+@dataclass
+class JobView:
+    job_id: str
+    state: str = "unknown"
+    mode: str = "generate"
+    total: int = 0
+    progress: dict[str, Any] = field(default_factory=dict)
+    images: dict[int, tuple[str, str]] = field(default_factory=dict)  # order -> (path, caption)
+    warnings: list[str] = field(default_factory=list)
+    error: str = ""
+    grid: str = ""
+    status: dict[str, Any] = field(default_factory=dict)
+
+
+class JobWatcher:
+    """Follows one job folder; `refresh()` reads only what was appended to events.jsonl since last time."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = job_dir
+        self.events = Tail(job_dir / "events.jsonl")
+        self.view = JobView(job_dir.name)
+        self._lock = threading.Lock()
+
+    def refresh(self) -> JobView:
+        with self._lock:
+            for line in self.events.read_new():
+                try:
+                    self._apply(json.loads(line))
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+            v = self.view
+            v.status = read_status(self.job_dir)
+            v.state = effective_state(v.status)
+            v.mode = v.status.get("method", v.mode)
+            if not v.error and v.state == "failed":
+                v.error = v.status.get("message") or "the job ended without reporting; see train.log in its folder"
+            return v
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind, v = event.get("type"), self.view
+        if kind == "start":
+            v.total, v.mode = event["total_images"], event.get("mode", v.mode)
+        elif kind == "image":
+            label = f"{event['label']} · " if event.get("label") else ""
+            v.images[event["order"]] = (event["path"], f"{label}{event['prompt'][:60]} · seed {event['seed']}")
+        elif kind == "generate_progress":
+            v.progress = event
+        elif kind == "warning":
+            v.warnings.append(event.get("message", ""))
+        elif kind == "error":
+            v.error = event.get("message", "")
+        elif kind == "grid":
+            v.grid = event.get("copy") or event["path"]
+
+
+class JobWatchers:
+    """One watcher per job folder, shared by every browser session."""
+
+    def __init__(self) -> None:
+        self._watchers: dict[Path, JobWatcher] = {}
+        self._lock = threading.Lock()
+
+    def view(self, job_dir: Path) -> JobView:
+        with self._lock:
+            watcher = self._watchers.setdefault(job_dir, JobWatcher(job_dir))
+        return watcher.refresh()
+
+
+WATCHERS = JobWatchers()
+
+
+def status_text(v: JobView) -> str:
+    p = v.progress
+    done, total = p.get("done", 0), p.get("total") or v.total
+    title = {"starting": "Starting", "running": "Generating", "stopping": "Stopping…", "finished": "Finished",
+             "failed": "Failed", "stopped": "Stopped"}.get(v.state, v.state)
+    lines = [f"### {title}: `{v.job_id}`"]
+    if p:
+        rate = f" · **{p['images_per_s']:.2f} images/s**" if v.state in ACTIVE_STATES else ""
+        eta = f" · ETA {format_duration(p.get('eta_s'))}" if v.state in ACTIVE_STATES else ""
+        lines.append(f"**{done} / {total}** images{rate}{eta}")
+    elif v.state in ACTIVE_STATES:
+        lines.append("Loading the model…")
+    if v.error:
+        lines.append(f"**Error:** {v.error}")
+    if v.warnings:
+        lines.append("**Warnings**\n" + "\n".join(f"- {w}" for w in v.warnings[-5:]))
+    if v.grid:
+        lines.append(f"Grid saved: `{v.grid}`")
+    return "\n\n".join(lines)
+
+
+# ---- the tab ----------------------------------------------------------------------------------------------
+
+@dataclass
+class GenerateTab:
+    widgets: dict[str, gr.components.Component]
+    compare_group: gr.Accordion
+    status: gr.Markdown
+
+    def prefill(self, run_dir: Path) -> dict[gr.components.Component, Any]:
+        """Updates that fill the compare form with a finished run's model, saves and sample prompts."""
+        values = compare_form_values(run_dir)
+        updates: dict[gr.components.Component, Any] = {
+            self.widgets[n]: to_widget(GEN_BY_NAME[n], v) for n, v in values.items() if n in self.widgets}
+        saves = find_saves(run_dir)
+        updates[self.widgets["compare_run"]] = gr.Dropdown(choices=_run_choices(extra=str(run_dir)),
+                                                           value=str(run_dir))
+        updates[self.compare_group] = gr.Accordion(open=True)
+        updates[self.status] = (f"### Compare `{run_dir.name}`\n{len(saves)} saves: "
+                                f"{', '.join(s.label for s in saves)}. Check the prompts, then press "
+                                "**Render compare grid**.")
+        return updates
+
+
+def _run_choices(runs_dir: Path | None = None, extra: str = "") -> list[tuple[str, str]]:
+    choices = [(r.run_id, str(r.path)) for r in list_runs(runs_dir)
+               if r.method in ("lora", "dreambooth", "finetune") and r.state not in ACTIVE_STATES] if runs_dir else []
+    if extra and extra not in [c[1] for c in choices]:
+        choices.insert(0, (Path(extra).name, extra))
+    return choices
+
+
+def _widget(opt: Option, runs_dir: Path) -> gr.components.Component:
+    if opt.name == "compare_run":
+        widget = gr.Dropdown(choices=_run_choices(runs_dir), value=None, allow_custom_value=True, label=opt.name,
+                             info=opt.help)
+    elif opt.name == "prompts":
+        widget = gr.Textbox(lines=4, label=opt.name, info=opt.help, placeholder="a photo of a dog --n blurry --d 42")
+    else:
+        widget = make_widget(opt)
+    widget.elem_id = f"gen-{opt.name}"
+    return widget
+
+
+def _outside_roots(cfg: GenerateConfig, roots: list[Path] | None) -> list[ConfigIssue]:
+    """Paths typed into the page must lie under the allowed roots (symlinks resolved)."""
+    if roots is None:
+        return []
+    typed: list[tuple[str, str]] = [(o.name, str(cfg.values[o.name] or "")) for o in GEN_OPTIONS if o.path]
+    for name in ("loras", "compare_loras"):
+        try:
+            typed += [(name, ref.path) for ref in parse_loras(cfg.values[name], name)]
+        except ConfigError:
+            pass  # check_config names the bad line
+    issues = []
+    for name, text in typed:
+        text = text.strip()
+        if not text or (name == "model" and not text.startswith(("/", ".", "~"))):
+            continue  # empty, or a hub id
+        path = Path(text).expanduser().resolve()
+        if not any(path == root or root in path.parents for root in roots):
+            shown = ", ".join(str(r) for r in roots)
+            issues.append(ConfigIssue(name, f"{text} is outside the folders this GUI may use ({shown})",
+                                      GEN_BY_NAME[name].group))
+    return issues
+
+
+def build_generate_tab(services: Any) -> GenerateTab:
+    """Render the tab inside the current gradio context (call within `gr.Tab`)."""
+    runs_dir: Path = services.runs_dir
+    widgets: dict[str, gr.components.Component] = {}
+    by_group: dict[str, list[Option]] = {}
+    for opt in GEN_OPTIONS:
+        if opt.name not in ESSENTIALS + HIDDEN:
+            by_group.setdefault(opt.group, []).append(opt)
+    job = gr.BrowserState("", storage_key="atelier-generate-job")
+    with gr.Group():
+        for name in ESSENTIALS:
+            widgets[name] = _widget(GEN_BY_NAME[name], runs_dir)
+    compare_group = None
+    for group, title in GEN_GROUPS.items():
+        members = by_group.get(group, [])
+        if not members:
+            continue
+        with gr.Accordion(title, open=group in OPEN_GROUPS,
+                          elem_id=f"gen-group-{group}") as accordion:
+            if group == "compare":
+                compare_group = accordion
+                gr.Markdown("Render every save of a run (rows) against the prompts above (columns) with one "
+                            "seed, into one labelled grid saved next to the run.")
+            for start in range(0, len(members), 3):
+                with gr.Row():
+                    for opt in members[start:start + 3]:
+                        widgets[opt.name] = _widget(opt, runs_dir)
+            if group == "compare":
+                compare_btn = gr.Button("Render compare grid", elem_id="gen-compare")
+    with gr.Row():
+        start = gr.Button("Generate", variant="primary", elem_id="gen-start")
+        stop = gr.Button("Stop", variant="stop", elem_id="gen-stop")
+    status = gr.Markdown("Fill in the model and prompts, then press **Generate**.", elem_id="gen-status")
+    gallery = gr.Gallery(label="Images", columns=4, height=420, elem_id="gen-gallery")
+    grid = gr.Image(label="Compare grid", type="filepath", visible=False, interactive=False,
+                    elem_id="gen-grid")
+    assert compare_group is not None
+    tab = GenerateTab(widgets, compare_group, status)
+    inputs = set(widgets.values())
+
+    def launch(data: dict, mode: str) -> dict:
+        values = {n: from_widget(GEN_BY_NAME[n], data[w]) for n, w in widgets.items()}
+        values = {n: "" if v is None and GEN_BY_NAME[n].kind == "str" else v for n, v in values.items()}
+        try:
+            cfg = config_from_values({**values, "mode": mode})
+            issues = check_config(cfg) + _outside_roots(cfg, services.allowed_roots)
+            if issues:
+                raise ConfigError(issues)
+        except ConfigError as err:
+            return {status: f"### Not started: fix these first\n{err}"}
+        try:
+            job_dir = services.jobs.start_generate(cfg)
+        except JobError as err:
+            return {status: f"### Not started\n{err}"}
+        return {job: job_dir.name, status: f"### Started `{job_dir.name}`\nLoading the model…",
+                gallery: gr.Gallery(value=[]), grid: gr.Image(value=None, visible=mode == "compare")}
+
+    def on_stop(job_id: str) -> str:
+        if job_id and (runs_dir / job_id).is_dir():
+            services.jobs.stop(runs_dir / job_id)
+            return "Asked the job to stop: the images made so far are kept."
+        return "No job to stop."
+
+    def tick(job_id: str, shown: Any) -> list[Any]:
+        if not job_id or "/" in job_id or not (runs_dir / job_id).is_dir():
+            return [gr.skip(), gr.skip(), gr.skip(), shown]
+        v = WATCHERS.view(runs_dir / job_id)
+        images = [v.images[k] for k in sorted(v.images)][-GALLERY_MAX:]
+        images = [(p, c) for p, c in images if Path(p).exists()]
+        key = (job_id, status_text(v), len(images), v.grid)
+        if key == shown:
+            return [gr.skip(), gr.skip(), gr.skip(), shown]
+        old = shown or (None, None, -1, None)
+        return [status_text(v), gr.Gallery(value=images) if (key[0], key[2]) != (old[0], old[2]) else gr.skip(),
+                gr.Image(value=v.grid or None, visible=bool(v.grid)) if key[3] != old[3] or key[0] != old[0]
+                else gr.skip(), key]
+
+    shown = gr.State(None)
+    outputs = {job, status, gallery, grid}
+    start.click(lambda data: launch(data, "generate"), inputs=inputs, outputs=outputs)
+    compare_btn.click(lambda data: launch(data, "compare"), inputs=inputs, outputs=outputs)
+    stop.click(on_stop, inputs=job, outputs=status)
+    gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[status, gallery, grid, shown], show_progress="hidden")
+    compare_run = widgets["compare_run"]
+    compare_run.focus(lambda value: gr.Dropdown(choices=_run_choices(runs_dir, extra=value or "")),
+                      inputs=compare_run, outputs=compare_run)
+    return tab
+
+
+def wire_compare_button(button: gr.Button, viewed: Any, runs_dir: Path, tab: GenerateTab, tabs: gr.Tabs) -> None:
+    """The run panel's "Compare saves": fill the compare form with the viewed run and show the Generate tab."""
+    outputs = set(tab.widgets.values()) | {tab.compare_group, tab.status, tabs}
+
+    def on_click(run_id: str) -> dict:
+        run_dir = runs_dir / run_id if run_id and "/" not in run_id else None
+        if run_dir is None or not run_dir.is_dir():
+            return {tab.status: "Pick a finished run first."}
+        return {**tab.prefill(run_dir), tabs: gr.Tabs(selected="generate")}
+
+    button.click(on_click, inputs=viewed, outputs=outputs)
