@@ -123,7 +123,7 @@ def test_two_processes_batch_one_group_like_one_process_batch_two(shapes: Path) 
     one = build_catalog(bucket_cfg(shapes, train_batch_size=2).values).batch_sampler(1, seed=5)
     two = build_catalog(bucket_cfg(shapes, train_batch_size=1).values).batch_sampler(2, seed=5)
     global_one = [sorted(i for _, i, p in batch if not p) for batch in one]
-    global_two = [sorted(i for _, i, p in a + b if not p) for a, b in zip(shard(two, 0), shard(two, 1))]
+    global_two = [sorted(i for _, i, p, *_ in a + b if not p) for a, b in zip(shard(two, 0), shard(two, 1))]
     assert global_one == global_two
 
 

@@ -238,3 +238,29 @@ def test_fsdp_on_cpu_is_refused_with_a_reason(tiny_sd1_dir: Path, dataset: Path,
     result = run_trainer(args, tmp_path / "run", method="finetune", env={"ACCELERATE_USE_CPU": "1"})
     assert result.returncode == 2 and "distributed_backend: 'fsdp' needs NVIDIA GPUs" in result.stderr
     assert os.path.exists(tmp_path / "run" / "events.jsonl")
+
+
+def test_partial_global_batches_average_like_one_process() -> None:
+    """A bucket's last, uneven global batch: the loss averaged over processes equals one process's batch mean."""
+    import random
+
+    from trainers.data.buckets import BucketBatchSampler
+
+    buckets = ["a"] * 7 + ["b"] * 5 + ["c"] * 2  # 4 samples a global batch: partial batches of 3, 1 and 2
+    losses = [random.Random(i).uniform(0.5, 2.0) for i in range(len(buckets))]
+
+    def trained(per_device: int, processes: int) -> list[float]:
+        """What each optimizer step's gradient averages: DDP's mean over processes of each process's batch mean."""
+        sampler = BucketBatchSampler(buckets, {b: per_device for b in "abc"}, processes, seed=3)
+        out = []
+        for group in sampler.epoch_groups(0):
+            means = []
+            for batch in group:
+                weights = [0.0 if key[2] else (key[3] if len(key) > 3 else 1.0) for key in batch]
+                means.append(sum(w * losses[key[1]] for w, key in zip(weights, batch)) / len(batch))
+            out.append(sum(means) / processes)
+        return out
+
+    one, two, four = trained(4, 1), trained(2, 2), trained(1, 4)
+    assert len(one) == len(two) == len(four) == 5
+    assert one == pytest.approx(two) and one == pytest.approx(four)

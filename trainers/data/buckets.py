@@ -7,7 +7,9 @@ is trained once an epoch across processes. The sampler forms "global batches" of
 batch x processes samples from one bucket and lists them as one per-device batch per process;
 accelerate then hands batch k of every group of `num_processes` to process k. A bucket's
 last global batch is split evenly; a process that would get nothing gets a padding sample
-whose loss weight is 0, so no sample counts twice.
+whose loss weight is 0, so no sample counts twice. In such a partial batch each key also carries
+a loss scale (its process's share x processes / samples), so the gradient averaged over the
+processes is the mean over the batch's real samples, exactly as one process would train it.
 """
 from __future__ import annotations
 
@@ -71,7 +73,7 @@ class BucketChooser:
         return bucket if min(bucket) > 0 else None
 
 
-Key = tuple[int, int, int]  # (epoch, sample index, padding flag)
+Key = tuple  # (epoch, sample index, padding flag), plus a loss scale in a bucket's last, partial global batch
 
 
 class BucketBatchSampler:
@@ -129,7 +131,9 @@ class BucketBatchSampler:
         out, start = [], 0
         for k in range(n):  # a bucket's last, partial global batch: spread it evenly
             take = len(chunk) // n + (1 if k < len(chunk) % n else 0)
-            part = [(epoch, i, 0) for i in chunk[start:start + take]] or [(epoch, chunk[0], 1)]
-            out.append(part)
+            # each process averages its own `take` samples, DDP averages the processes: scale to the global mean
+            scale = take * n / len(chunk)
+            keys = [(epoch, i, 0) if scale == 1 else (epoch, i, 0, scale) for i in chunk[start:start + take]]
+            out.append(keys or [(epoch, chunk[0], 1)])
             start += take
         return out

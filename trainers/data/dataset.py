@@ -62,8 +62,9 @@ class CaptionedImages(Dataset):
         rng = random.Random(sample_seed(self.seed, epoch, index, "caption"))
         return process_caption(image.caption, self.catalog.subsets[image.subset].captions, rng)
 
-    def __getitem__(self, key: tuple[int, int, int]) -> dict[str, Any]:
-        epoch, index, padding = key
+    def __getitem__(self, key: tuple) -> dict[str, Any]:
+        """`key`: (epoch, index, padding flag[, loss scale]) as the bucket sampler lists them."""
+        epoch, index, padding, *scale = key
         problems: list[str] = []
         for alternative in self._candidates(index):
             try:
@@ -73,6 +74,7 @@ class CaptionedImages(Dataset):
                 continue
             subset = self.catalog.subset_of(alternative)
             weight = 0.0 if padding else self.prior_loss_weight if subset.is_reg else 1.0
+            weight *= scale[0] if scale else 1.0  # a partial global batch: see buckets.py
             return {**sample, "key": torch.tensor([epoch, alternative]), "loss_weight": torch.tensor(weight),
                     "problems": problems}
         raise RuntimeError("could not load any image of this bucket; last problems:\n" + "\n".join(problems))
