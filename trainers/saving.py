@@ -179,10 +179,10 @@ def saved_on_failure(session: "Session", saver: Saver, where: Callable[[], Posit
         state = None if isinstance(err, DiskFull) else saver.emergency(at)
         if oom:
             failure = out_of_memory(session.cfg, err, at.step)
-            failure.details["state"] = str(state) if state else None
+            failure.details["saved_state"] = str(state) if state else None
             raise failure from err
         if isinstance(err, TrainingFailed):
-            err.details["state"] = str(state) if state else None
+            err.details["saved_state"] = str(state) if state else None
         raise
     finally:
         session.control.close()
