@@ -102,3 +102,26 @@ def test_a_weight_axis_adds_columns_and_weight_zero_is_the_base(training_run: Pa
     for other in zero[1:]:
         np.testing.assert_array_equal(other, zero[0])  # every save at weight 0 is the base model
     assert not np.array_equal(one[0], zero[0]) and not np.array_equal(one[0], one[1])
+
+
+def test_compare_saves_button_prefills_the_compare_form(training_run: Path) -> None:
+    """The run panel offers "Compare saves" for a finished training run; it fills the form from the run."""
+    from types import SimpleNamespace
+
+    import gradio as gr
+
+    from gui.generate_tab import build_generate_tab
+    from gui.run_files import RunView
+    from gui.run_panel import can_compare
+
+    finished = RunView("r", state="finished", status={"method": "lora"}, checkpoints=["/x/fox.safetensors"])
+    assert can_compare(finished)
+    assert not can_compare(RunView("r", state="running", status={"method": "lora"}, checkpoints=["/x"]))
+    assert not can_compare(RunView("r", state="finished", status={"method": "compare"}, output="/x/grid.png"))
+    with gr.Blocks():
+        tab = build_generate_tab(SimpleNamespace(runs_dir=training_run.parent, jobs=None, allowed_roots=None))
+    updates = tab.prefill(training_run)
+    assert updates[tab.widgets["prompts"]] == "\n".join(SAMPLE_PROMPTS)
+    assert updates[tab.widgets["model"]] == compare_form_values(training_run)["model"]
+    assert updates[tab.widgets["compare_run"]].value == str(training_run)
+    assert "3 saves: epoch 1, epoch 2, final" in updates[tab.status]
