@@ -49,7 +49,7 @@ def metadata_for(cfg: TrainConfig, session: Session, network_epoch: int, step: i
         max_train_steps=session.plan.total_steps, learning_rate=cfg.learning_rate,
         unet_lr=cfg.unet_lr, text_encoder_lr=cfg.text_encoder_lr,
         num_train_images=catalog.num_train_samples, num_reg_images=catalog.num_reg_samples,
-        batch_size=cfg.train_batch_size, output_name=cfg.output_name,
+        batch_size=session.plan.per_device_batch, output_name=cfg.output_name,
         clip_skip=cfg.clip_skip if session.model.family.supports_clip_skip else None,
         mixed_precision=cfg.mixed_precision, seed=cfg.seed, training_started_at=session.started_at,
         training_finished_at=time.time(),
