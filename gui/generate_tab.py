@@ -25,7 +25,7 @@ from .run_files import ACTIVE_STATES, Tail, effective_state, format_duration, li
 
 ESSENTIALS = ("model", "loras", "prompts")
 OPEN_GROUPS = ("render",)
-HIDDEN = ("mode",)  # set by the button pressed
+HIDDEN = ("mode", "random_init")  # set by the button pressed; benchmarks only
 GALLERY_MAX = 60
 
 

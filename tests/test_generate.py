@@ -190,3 +190,10 @@ def test_cli_reports_config_problems_without_loading_a_model(tmp_path: Path) -> 
     assert result.returncode == 2
     assert "model: give the base model" in result.stderr
     assert json.loads((tmp_path / "job" / "status.json").read_text())["state"] == "failed"
+
+
+def test_docs_list_every_generation_option() -> None:
+    from trainers.generate.options import options_markdown
+
+    assert options_markdown() in (REPO / "docs" / "generate.md").read_text(encoding="utf-8"), \
+        "docs/generate.md is out of date: paste the output of trainers.generate.options.options_markdown()"

@@ -163,6 +163,8 @@ def _run_in_process(cfg: GenerateConfig, plan: Plan, devices: list[str], events:
             torch.set_num_threads(_cpu_threads(cfg, devices))
             torch.set_flush_denormal(True)
         renderer = Renderer(cfg, devices[0], plan.variants)
+        if plan.items:
+            renderer.use_variant(plan.items[0].variant)  # load first: images/s counts rendering only
         work = _Queue(plan.items)
         meter.start()
         while (item := work.take(renderer.variant)) is not None:

@@ -4,6 +4,7 @@ Torch-free: the GUI imports this on the request path.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -50,6 +51,8 @@ GEN_OPTIONS: tuple[Option, ...] = (
          choices=("auto", "sd1", "sd2", "sdxl"), advanced=True),
     _opt("vae", "str", "", "Another VAE (a diffusers AutoencoderKL folder) instead of the model's.", "model",
          path="dir", advanced=True),
+    _opt("random_init", "bool", False, "Benchmarks: build the model from its configs with random weights "
+         "(only the configs are read).", "model", advanced=True),
     _opt("prompts", "list", [], "One prompt a line: `a dog --n blurry --w 512 --h 768 --s 28 --d 42 --l 7` "
          "(--n negative, --w/--h size, --s steps, --d seed, --l CFG; # lines skipped).", "prompts"),
     _opt("prompts_file", "str", "", "Or a prompts file in the same syntax (read before the lines above).",
@@ -303,3 +306,15 @@ def job_dir_name(cfg: GenerateConfig) -> str:
         Path(cfg.model.rstrip("/\\")).stem
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:48] or "job"
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.mode}-{safe}-{os.getpid()}"
+
+
+def options_markdown() -> str:
+    """The table of generation options for docs/generate.md, by section."""
+    lines = []
+    for group, title in GEN_GROUPS.items():
+        lines += [f"**[{group}]** {title}", "", "| option | default | accepts | what |", "|---|---|---|---|"]
+        for opt in (o for o in GEN_OPTIONS if o.group == group):
+            default = "unset" if opt.default is None else json.dumps(opt.default, ensure_ascii=False)
+            lines.append(f"| `{opt.name}` | `{default}` | {opt.allowed()} | {opt.help.replace('|', '/')} |")
+        lines.append("")
+    return "\n".join(lines)

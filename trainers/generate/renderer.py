@@ -64,7 +64,7 @@ class Renderer:
         self.adapters, self.variant, self._embeds = {}, None, {}
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        model = load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae)
+        model = load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae, random_init=self.cfg.random_init)
         vae_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
         model.unet.to(self.device).eval().requires_grad_(False)
         model.vae.to(self.device, vae_dtype).eval().requires_grad_(False)
