@@ -172,9 +172,18 @@ def test_accelerate_yaml_per_backend_parses_back(values: dict, kind: str, sectio
     cmd = accelerate_command(cfg, tmp_path / "config.toml", tmp_path, python="py")
     assert cmd[cmd.index("--config_file") + 1] == str(path) and "--multi_gpu" not in cmd
     assert cmd[cmd.index("--num_processes") + 1] == "2"
+    # accelerate's own launcher reads the command and the file as DeepSpeed / FSDP
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    args = _validate_launch_command(launch_command_parser().parse_args(cmd[3:]))[0]
+    assert (args.use_deepspeed, args.use_fsdp, args.num_processes) == (kind == "DEEPSPEED", kind == "FSDP", 2)
 
 
-def test_ddp_runs_need_no_accelerate_yaml(tmp_path: Path) -> None:
+def test_ddp_runs_need_no_accelerate_yaml_and_headless_users_can_print_one(tmp_path: Path) -> None:
+    import subprocess
+
+    import yaml
+
     from trainers.distributed import write_accelerate_config
     from trainers.launch import accelerate_command
 
@@ -182,6 +191,12 @@ def test_ddp_runs_need_no_accelerate_yaml(tmp_path: Path) -> None:
     assert write_accelerate_config(cfg, tmp_path) is None and not (tmp_path / "accelerate.yaml").exists()
     cmd = accelerate_command(cfg, tmp_path / "config.toml", tmp_path, python="py")
     assert "--multi_gpu" in cmd and "--config_file" not in cmd
+    printed = subprocess.run([sys.executable, "-m", "trainers", "accelerate-config", "--set", "num_processes=4",
+                              "--set", 'distributed_backend="deepspeed"', "--set", "zero_stage=1"],
+                             capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert printed.returncode == 0, printed.stderr
+    loaded = yaml.safe_load(printed.stdout)
+    assert loaded["distributed_type"] == "DEEPSPEED" and loaded["deepspeed_config"]["zero_stage"] == 1
 
 
 def test_gui_start_writes_accelerate_yaml_and_names_it_in_the_command(tmp_path: Path, monkeypatch) -> None:
@@ -264,3 +279,20 @@ def test_partial_global_batches_average_like_one_process() -> None:
     one, two, four = trained(4, 1), trained(2, 2), trained(1, 4)
     assert len(one) == len(two) == len(four) == 5
     assert one == pytest.approx(two) and one == pytest.approx(four)
+
+
+def test_a_launch_that_does_not_match_distributed_backend_is_refused() -> None:
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from trainers.config import ConfigError
+    from trainers.distributed import check_launch
+
+    ddp_launch = SimpleNamespace(distributed_type=DistributedType.MULTI_GPU)
+    with pytest.raises(ConfigError, match="launched for 'ddp': launch with `accelerate launch --config_file"):
+        check_launch(_full(distributed_backend="deepspeed"), ddp_launch)
+    with pytest.raises(ConfigError, match="set distributed_backend = 'fsdp'"):
+        check_launch(_full(), SimpleNamespace(distributed_type=DistributedType.FSDP))
+    check_launch(_full(), ddp_launch)
+    check_launch(_full(distributed_backend="fsdp"), SimpleNamespace(distributed_type=DistributedType.FSDP))

@@ -44,6 +44,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="processes the run will use, for its steps (default: the config's num_processes)")
     pre.add_argument("--method", choices=sorted(METHODS), default="lora")
     pre.add_argument("--json", action="store_true", help="print the report as JSON")
+    acc = sub.add_parser("accelerate-config", help="print the accelerate config (YAML) of a config's launch options, "
+                         "for `accelerate launch --config_file` (needed for DeepSpeed and FSDP)")
+    acc.add_argument("--config", type=Path, help="TOML config, as for training")
+    acc.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE")
+    acc.add_argument("--method", choices=sorted(METHODS), default="finetune")
     from .generate.cli import add_arguments as add_generate_arguments
 
     add_generate_arguments(sub.add_parser("generate", help="generate images (every GPU, one pipeline each)"))
@@ -68,6 +73,16 @@ def main(argv: list[str] | None = None) -> int:
         from .generate.cli import main as generate_main
 
         return generate_main(args, args.command)
+    if args.command == "accelerate-config":
+        from .config import ConfigError, load_config
+        from .distributed import accelerate_config_text
+
+        try:
+            print(accelerate_config_text(load_config(args.method, args.config, args.overrides)), end="")
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        return 0
     if args.command == "preflight":
         return run_preflight(args.method, args.config, args.overrides, args.num_processes, args.json)
     return run_method(args.command, args.config, args.run_dir, args.overrides, args.print_config)

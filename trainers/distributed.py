@@ -105,14 +105,37 @@ def write_accelerate_config(cfg: TrainConfig, run_dir: Path) -> Path | None:
     """Write <run_dir>/accelerate.yaml when the run needs one (DeepSpeed, FSDP); return its path."""
     if not needs_config_file(cfg):
         return None
-    import yaml
-
     from .fsutil import atomic_write_text
 
     path = Path(run_dir) / ACCELERATE_CONFIG
-    header = f"# accelerate config of this run (distributed_backend = {cfg.distributed_backend}); written by Atelier\n"
-    atomic_write_text(path, header + yaml.safe_dump(accelerate_config(cfg), sort_keys=True))
+    atomic_write_text(path, accelerate_config_text(cfg))
     return path
+
+
+def accelerate_config_text(cfg: TrainConfig) -> str:
+    import yaml
+
+    header = f"# accelerate config of this run (distributed_backend = {cfg.distributed_backend}); written by Atelier\n"
+    return header + yaml.safe_dump(accelerate_config(cfg), sort_keys=True)
+
+
+def check_launch(cfg: TrainConfig, accelerator: Any) -> None:
+    """The processes were launched the way distributed_backend says (else DeepSpeed/FSDP would silently be DDP)."""
+    from accelerate.utils import DistributedType
+
+    from .config import ConfigError, ConfigIssue
+
+    launched = {DistributedType.DEEPSPEED: "deepspeed", DistributedType.FSDP: "fsdp"}.get(
+        accelerator.distributed_type, "ddp")
+    if launched == cfg.distributed_backend:
+        return
+    if cfg.distributed_backend != "ddp":
+        how = (f"launch with `accelerate launch --config_file accelerate.yaml ...`, the file written by "
+               f"`python -m trainers accelerate-config --config <config.toml>` (the GUI writes it into the run folder)")
+    else:
+        how = f"set distributed_backend = {launched!r}, or launch without the {launched} accelerate config"
+    raise ConfigError([ConfigIssue("distributed_backend", f"is {cfg.distributed_backend!r} but the processes were "
+                                   f"launched for {launched!r}: {how}", "launch")])
 
 
 def accelerator_handlers(cfg: TrainConfig) -> list[Any]:

@@ -123,7 +123,7 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     from accelerate.utils import ProjectConfiguration
 
     from .config import ConfigError, ConfigIssue
-    from .distributed import accelerator_handlers, install_rank_timer, maybe_count_collectives
+    from .distributed import accelerator_handlers, check_launch, install_rank_timer, maybe_count_collectives
 
     if cfg.distributed_backend != "ddp" and (
             os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()):
@@ -137,6 +137,7 @@ def make_accelerator(cfg: TrainConfig) -> Any:
         project_config=ProjectConfiguration(project_dir=logging_dir or ".", logging_dir=logging_dir),
         kwargs_handlers=accelerator_handlers(cfg),
     )
+    check_launch(cfg, accelerator)
     accelerator.rank_timer = install_rank_timer(accelerator, cfg.ddp_gradient_precision)
     maybe_count_collectives()
     return accelerator
