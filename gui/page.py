@@ -10,6 +10,7 @@ from typing import Any
 import gradio as gr
 
 from trainers.config import ConfigError, load_config
+from trainers.distributed import needs_config_file
 from trainers.launch import other_machine_commands
 
 from .checks import CheckReport, check_form
@@ -156,8 +157,9 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
             return show_report(report)
         cfg, run_dir = report.cfg, services.jobs.new_run_dir(report.cfg)
         text = f"# this machine\n{shlex.join(services.jobs.command(cfg, run_dir))}"
+        files = " and accelerate.yaml" if needs_config_file(cfg) else ""  # DeepSpeed / FSDP
         for rank, line in enumerate(other_machine_commands(cfg, run_dir / "config.toml", run_dir), start=1):
-            text += f"\n# machine {rank} (copy {run_dir / 'config.toml'} there first)\n{line}"
+            text += f"\n# machine {rank} (copy {run_dir / 'config.toml'}{files} there first)\n{line}"
         return {command: gr.Code(text, visible=True)}
 
     def on_export(data: dict) -> dict:
