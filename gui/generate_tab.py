@@ -42,6 +42,7 @@ class JobView:
     warnings: list[str] = field(default_factory=list)
     error: str = ""
     grid: str = ""
+    out_dir: str = ""
     status: dict[str, Any] = field(default_factory=dict)
 
 
@@ -72,7 +73,7 @@ class JobWatcher:
     def _apply(self, event: dict[str, Any]) -> None:
         kind, v = event.get("type"), self.view
         if kind == "start":
-            v.total, v.mode = event["total_images"], event.get("mode", v.mode)
+            v.total, v.mode, v.out_dir = event["total_images"], event.get("mode", v.mode), event.get("out_dir", "")
         elif kind == "image":
             label = f"{event['label']} · " if event.get("label") else ""
             v.images[event["order"]] = (event["path"], f"{label}{event['prompt'][:60]} · seed {event['seed']}")
@@ -111,7 +112,7 @@ def status_text(v: JobView) -> str:
     if p:
         rate = f" · **{p['images_per_s']:.2f} images/s**" if v.state in ACTIVE_STATES else ""
         eta = f" · ETA {format_duration(p.get('eta_s'))}" if v.state in ACTIVE_STATES else ""
-        lines.append(f"**{done} / {total}** images{rate}{eta}")
+        lines.append(f"**{done} / {total}** images{rate}{eta} · in `{v.out_dir}`")
     elif v.state in ACTIVE_STATES:
         lines.append("Loading the model…")
     if v.error:
@@ -152,6 +153,14 @@ def _run_choices(runs_dir: Path | None = None, extra: str = "") -> list[tuple[st
     if extra and extra not in [c[1] for c in choices]:
         choices.insert(0, (Path(extra).name, extra))
     return choices
+
+
+def _servable(path: Path, runs_dir: Path) -> bool:
+    """The page can show files under the runs folder only (the app's allowed path); others stay on disk."""
+    try:
+        return path.exists() and path.resolve().is_relative_to(runs_dir.resolve())
+    except OSError:
+        return False
 
 
 def _widget(opt: Option, runs_dir: Path) -> gr.components.Component:
@@ -257,13 +266,13 @@ def build_generate_tab(services: Any) -> GenerateTab:
             return [gr.skip(), gr.skip(), gr.skip(), shown]
         v = WATCHERS.view(runs_dir / job_id)
         images = [v.images[k] for k in sorted(v.images)][-GALLERY_MAX:]
-        images = [(p, c) for p, c in images if Path(p).exists()]
+        images = [(p, c) for p, c in images if _servable(Path(p), runs_dir)]
         key = (job_id, status_text(v), len(images), v.grid)
         if key == shown:
             return [gr.skip(), gr.skip(), gr.skip(), shown]
         old = shown or (None, None, -1, None)
         return [status_text(v), gr.Gallery(value=images) if (key[0], key[2]) != (old[0], old[2]) else gr.skip(),
-                gr.Image(value=v.grid or None, visible=bool(v.grid)) if key[3] != old[3] or key[0] != old[0]
+                gr.Image(value=v.grid if v.grid and _servable(Path(v.grid), runs_dir) else None, visible=bool(v.grid)) if key[3] != old[3] or key[0] != old[0]
                 else gr.skip(), key]
 
     shown = gr.State(None)

@@ -259,8 +259,8 @@ def _run_workers(cfg: GenerateConfig, plan: Plan, devices: list[str], events: Ev
             alive = [w for w in workers if w.state in ("starting", "working", "idle")]
             if not alive:
                 raise GenerationFailed("every worker failed:\n" + "\n".join(failed))
-            if not work.pending and all(w.state in ("idle", "finished", "failed") for w in workers):
-                break
+            if not work.pending and not any(w.state == "working" for w in workers):
+                break  # all done; workers still loading are told to stop below
             try:
                 kind, wid, payload = results.get(timeout=POLL_S)
             except queue.Empty:
@@ -279,16 +279,19 @@ def _run_workers(cfg: GenerateConfig, plan: Plan, devices: list[str], events: Ev
                 w.holding = None
                 _announce(events, meter, plan, by_id[item_id], wid, seconds)
                 dispatch(w)
-            elif kind == "failed":
+            elif kind == "failed" and w.state != "failed":  # (its death may have been noticed first)
                 fail(w, *payload)
             elif kind == "bye":
                 encodes += payload
                 w.state = "finished"
         for w in workers:
-            if w.state == "idle":
-                w.commands.put(None)
+            if w.state == "starting":  # still loading, nothing left for it
+                w.process.terminate()
+        waiting = [w for w in workers if w.state == "idle"]
+        for w in waiting:
+            w.commands.put(None)
         deadline = time.monotonic() + 30
-        while any(w.state == "idle" for w in workers) and time.monotonic() < deadline:
+        while any(w.state == "idle" for w in waiting) and time.monotonic() < deadline:
             try:
                 kind, wid, payload = results.get(timeout=POLL_S)
             except queue.Empty:

@@ -229,8 +229,8 @@ def job_prompts(cfg: GenerateConfig) -> list[SamplePrompt]:
     try:
         prompts = config_prompts(cfg.prompts_file, cfg.prompts)
     except ValueError as err:
-        field = "prompts_file" if cfg.prompts_file.strip() and str(err).startswith(str(Path(cfg.prompts_file))) \
-            else "prompts"
+        from_file = cfg.prompts_file.strip() and str(err).startswith(str(Path(cfg.prompts_file).expanduser()))
+        field = "prompts_file" if from_file else "prompts"
         raise ConfigError([ConfigIssue(field, str(err), "prompts")]) from None
     for p in prompts:
         if not p.negative and cfg.negative_prompt:
