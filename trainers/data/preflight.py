@@ -169,7 +169,7 @@ def fill_report(report: PreflightReport, catalog: Catalog, cfg: TrainConfig) -> 
     except ConfigError as err:  # a global batch that does not split over the processes
         known = {str(issue) for issue in report.errors}
         report.errors += [issue for issue in err.issues if str(issue) not in known]
-        per_device, split_ok = [spec.batch_size for spec in catalog.datasets], False
+        per_device, split_ok = [max(1, spec.batch_size // report.num_processes) for spec in catalog.datasets], False
     for s in catalog.subsets:
         found = sum(1 for i in s.images if catalog.images[i].caption_from_file)
         kind = "metadata" if s.spec.kind == "metadata" else "reg" if s.is_reg else "train"
