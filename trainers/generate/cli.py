@@ -2,7 +2,8 @@
 
     python -m trainers generate --model /models/sd15 --prompt "a dog --d 42" --lora my.safetensors:0.8 --images-per-prompt 4
     python -m trainers generate --config gen.toml --run-dir runs/my-job
-    python -m trainers compare --compare-run runs/20260101-lora-dog --prompt "sks dog on a beach" --seed 42
+    python -m trainers compare --compare-run runs/20260101-lora-dog --seed 42     # the run's model and sample prompts
+    python -m trainers compare --compare-run runs/20260101-lora-dog --prompt "sks dog on a beach" --weight 0.5 --weight 1
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from ..config.schema import ConfigError
 from .options import GEN_OPTIONS, GenerateConfig, check_config, job_dir_name, load_generate_config
+from .saves import fill_from_run
 
 EXIT_BAD_INPUT = 2
 _SINGULAR = {"prompts": "prompt", "loras": "lora", "compare_loras": "compare-lora", "compare_weights": "weight"}
@@ -57,7 +59,7 @@ def main(args: argparse.Namespace, mode: str) -> int:
     if mode == "compare":
         values["mode"] = "compare"
     try:
-        cfg = load_generate_config(args.config, args.overrides, values)
+        cfg = fill_from_run(load_generate_config(args.config, args.overrides, values))
         issues = check_config(cfg)
         if issues:
             raise ConfigError(issues)

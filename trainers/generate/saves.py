@@ -169,3 +169,17 @@ def lora_touches_text_encoder(path: Path) -> bool:
     except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError):
         return True  # unknown: never reuse embeddings across it
     return any(k.startswith(("lora_te", "text_encoder", "te_", "te1", "te2")) for k in header)
+
+
+def fill_from_run(cfg: GenerateConfig) -> GenerateConfig:
+    """A compare job without a model or prompts takes the run's base model and sample prompts."""
+    run = cfg.compare_run.strip()
+    if cfg.mode != "compare" or not run or not Path(run).expanduser().is_dir():
+        return cfg
+    folder = Path(run).expanduser()
+    changes: dict[str, Any] = {}
+    if not cfg.model.strip():
+        changes["model"] = run_base_model(folder)
+    if not cfg.prompts and not cfg.prompts_file.strip():
+        changes["prompts"] = run_sample_prompts(folder)
+    return cfg.replace(**changes) if changes else cfg
