@@ -82,7 +82,8 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
     result, bar, log = result_text(view), _bar(step, total), "\n".join(view.log_tail)
     comparable = can_compare(view)
     if view.status.get("method") in GENERATION_MODES:  # a generation job: the Generate tab shows it
-        title, stats = f"### {state}: `{view.run_id}`", "A generation job: its images are on the **Generate** tab."
+        shown = "Generating" if view.state == "running" else state
+        title, stats = f"### {shown}: `{view.run_id}`", "A generation job: its images are on the **Generate** tab."
     return [(title, title), (bar, bar), (stats, stats),
             (chart_key, gr.LinePlot(frame, visible=len(view.losses) > 1, x_axis_format="d")),
             (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log),
