@@ -78,7 +78,8 @@ GEN_OPTIONS: tuple[Option, ...] = (
          "compare", path="dir"),
     _opt("compare_loras", "list", [], "Or LoRA files, one a line, as the rows (used with compare_run too).",
          "compare"),
-    _opt("compare_weights", "list", ["1"], "LoRA weights to render each save at (a column per prompt and weight).",
+    _opt("compare_weights", "list", ["1"], "LoRA weights to render each save at (a column per prompt and weight); "
+         "full-model saves are rendered once.",
          "compare"),
     _opt("devices", "str", "auto", "auto: every GPU (a worker each), else the CPU; or `cpu`, or GPU ids `0,1`.",
          "launch"),
