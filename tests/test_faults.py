@@ -109,9 +109,9 @@ def test_weights_that_are_not_finite_are_never_saved(tmp_path: Path) -> None:
     from trainers.saving import Saver
 
     saver = Saver.__new__(Saver)
-    saver.state = SimpleNamespace(named={"w": torch.tensor([1.0, float("nan")])})
+    saver.state = SimpleNamespace(params=[torch.ones(3), torch.tensor([1.0, float("nan")])])
     saver.out_dir = tmp_path
     with pytest.raises(NonFiniteLoss, match="contain NaN/inf; lora.safetensors was not saved"):
         saver._check("lora.safetensors", 10)
-    saver.state.named["w"] = torch.ones(2)
+    saver.state.params[1] = torch.ones(2)
     saver._check("lora.safetensors", 10)

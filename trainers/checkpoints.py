@@ -77,7 +77,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"{folder} is not a training state (no {MANIFEST} inside)") from None
+        kohya = any((Path(folder) / n).exists() for n in ("optimizer.bin", "random_states_0.pkl", "scheduler.bin"))
+        hint = ("; it looks like a kohya/accelerate state, which Atelier cannot read: resume from an Atelier "
+                "'<name>-state' folder, or start from the LoRA file with network_weights") if kohya else ""
+        raise ValueError(f"{folder} is not a training state (no {MANIFEST} inside){hint}") from None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{folder}/{MANIFEST} cannot be read: {err}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != STATE_FORMAT:

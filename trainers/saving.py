@@ -134,7 +134,7 @@ class Saver:
 
     def _check(self, what: str, needed: int) -> None:
         """Raise NonFiniteLoss for non-finite weights, DiskFull for too little space."""
-        if not weights_finite(list(self.state.named.values())):
+        if not weights_finite(self.state.params):
             raise NonFiniteLoss(f"the trained weights contain NaN/inf; {what} was not saved (earlier saves are "
                                 "kept). Lower learning_rate, or resume from an earlier training state")
         check_free_space(self.out_dir, needed, what)
@@ -142,7 +142,7 @@ class Saver:
     def _output_bytes(self) -> int:
         if self.trainable.save_bytes is not None:
             return self.trainable.save_bytes()
-        return sum(p.numel() * 2 for p in self.state.named.values())
+        return sum(p.numel() * 2 for p in self.state.params)
 
     def _agree(self, problem: tuple[str, str] | None) -> tuple[str, str] | None:
         """The main process's verdict, on every process (they raise together or not at all)."""

@@ -35,18 +35,18 @@ class TrainingState:
                  lr_scheduler: Any, params: list[torch.Tensor]) -> None:
         self.session, self.trainable = session, trainable
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
+        self.params = params
         module = session.accelerator.unwrap_model(predictor)
         wanted = {id(p) for p in params}
         self.named = {name: p for name, p in module.named_parameters() if id(p) in wanted}
-        if len(self.named) != len(wanted):
-            raise RuntimeError("some trained parameters are not part of the trained module; cannot save a state")
+        self.complete = len(self.named) == len(wanted)  # not under FSDP (flattened parameters): no states there
         self.resumed_at: Position | None = None
 
     # --- writing ---
 
     def nbytes(self) -> int:
         """About what a state takes on disk (weights, optimizer state, extras)."""
-        total = sum(p.numel() * p.element_size() for p in self.named.values())
+        total = sum(p.numel() * p.element_size() for p in self.params)
         for per_param in self.optimizer.state.values():
             total += sum(t.numel() * t.element_size() for t in per_param.values() if isinstance(t, torch.Tensor))
         if self.trainable.extra_state is not None:
@@ -54,13 +54,16 @@ class TrainingState:
         return total
 
     def finite(self) -> bool:
-        return weights_finite(list(self.named.values()))
+        return weights_finite(self.params)
 
     def write(self, folder: Path, at: Position, kind: str, output: Path | None = None) -> Path:
         """Write the state to `folder` (atomically; main process only)."""
         from safetensors.torch import save_file
 
         cfg, session = self.session.cfg, self.session
+        if not self.complete:
+            raise RuntimeError("the trained weights are not all named parameters of the trained module (FSDP?); "
+                               "training states need distributed_backend = 'ddp'")
         with atomic_dir(folder) as tmp:
             save_file({n: p.detach().to("cpu").contiguous() for n, p in self.named.items()}, tmp / WEIGHTS)
             if self.trainable.extra_state is not None:
