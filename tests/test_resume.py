@@ -148,3 +148,29 @@ def test_gui_resume_starts_from_the_newest_state_of_a_stopped_run(tmp_path: Path
     (run / "status.json").write_text(json.dumps({"state": "finished", "method": "lora"}))
     with pytest.raises(JobError, match="finished"):
         resume_config(run)
+
+
+def test_a_run_that_dies_unsaved_resumes_from_its_rolling_state(lora: dict, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainers.loop as loop
+
+    real, calls = loop.diffusion_loss, [0]
+
+    def dies_at_third_batch(*args, **kwargs) -> torch.Tensor:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt  # like a kill: no step end, no emergency save
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "diffusion_loss", dies_at_third_batch)
+    every_step = {**lora, "max_train_steps": 4, "save_state_every_n_minutes": 1e-6}
+    assert train("lora", tmp_path / "run", **every_step) == 130
+    rolling = [e for e in events(tmp_path / "run") if e["type"] == "checkpoint"]
+    assert [(e["kind"], e["step"]) for e in rolling] == [("rolling", 1), ("rolling", 2)]
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["lora-step00000002-state"], "a rolling state replaces the last"
+
+    monkeypatch.setattr(loop, "diffusion_loss", real)
+    assert train("lora", tmp_path / "again", **every_step, resume="latest") == 0
+    assert [e["step"] for e in events(tmp_path / "again") if e["type"] == "progress"] == [3, 4]
+    assert sorted(p.name for p in out.iterdir()) == ["lora.safetensors"], "rolling states go when the run is done"
