@@ -4,14 +4,13 @@
 everything that touches torch imports it inside the function.
 
 DDP: gradients are reduced in a few large buckets (`BUCKET_CAP_MB`) through one Python comm hook,
-`RankTimer.hook` (registered in prepare() by `install_rank_timer`), which also notes when this rank's gradients are ready (its own compute time,
-without waiting for the others), so a slow rank can be named. `ddp_gradient_precision` picks plain
-all-reduce or the bf16/fp16 compression hooks of torch.distributed.
+`RankTimer.hook` (registered in prepare() by `install_rank_timer`), which also notes when this
+rank's gradients are ready (its own work, without waiting for the others), so a slow rank can be
+named. `ddp_gradient_precision` picks plain all-reduce or torch's bf16/fp16 compression hooks.
 """
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import statistics
 import time
@@ -22,18 +21,13 @@ from typing import Any
 
 from .config import TrainConfig
 
-BACKENDS = ("ddp", "deepspeed", "fsdp")
 BUCKET_CAP_MB = 100  # a LoRA's gradients fit in one or two buckets; a full SDXL UNet in ~100
 FSDP_MIN_NUM_PARAMS = 10_000_000  # FSDP wraps (and gathers) submodules of at least this many parameters
 ACCELERATE_CONFIG = "accelerate.yaml"
-COUNT_ENV = "ATELIER_COUNT_COLLECTIVES"  # tests: count torch.distributed calls per step (see count_collectives)
+COUNT_ENV = "ATELIER_COUNT_COLLECTIVES"  # tests: count torch.distributed calls per step (CollectiveCounter)
 FAIL_ENV = "ATELIER_FAIL_RANK_AT_STEP"  # tests: "RANK:STEP" makes that rank raise at that step
 STRAGGLER_EVERY = 20  # steps between comparisons of the ranks' step times (one small all_gather)
 STRAGGLER_RATIO = 1.2  # a rank this much slower than the median of the others is reported
-
-
-def deepspeed_installed() -> bool:
-    return importlib.util.find_spec("deepspeed") is not None
 
 
 def total_processes(cfg: TrainConfig) -> int:
@@ -130,8 +124,8 @@ def check_launch(cfg: TrainConfig, accelerator: Any) -> None:
     if launched == cfg.distributed_backend:
         return
     if cfg.distributed_backend != "ddp":
-        how = (f"launch with `accelerate launch --config_file accelerate.yaml ...`, the file written by "
-               f"`python -m trainers accelerate-config --config <config.toml>` (the GUI writes it into the run folder)")
+        how = ("launch with `accelerate launch --config_file accelerate.yaml ...`, the file written by "
+               "`python -m trainers accelerate-config --config <config.toml>` (the GUI writes it into the run folder)")
     else:
         how = f"set distributed_backend = {launched!r}, or launch without the {launched} accelerate config"
     raise ConfigError([ConfigIssue("distributed_backend", f"is {cfg.distributed_backend!r} but the processes were "
