@@ -189,21 +189,23 @@ def _fail(events: "EventLog", run_dir: Path | None, is_main: bool, message: str,
         rank = int(os.environ.get("RANK", "0"))
         message = f"rank {rank}: {message}"
         EventLog(run_dir).emit("error", message=message, exit_code=code, rank=rank, **extra)
-        update_status(run_dir, state=state, finished=time.time(), exit_code=code, message=message, failed_rank=rank)
+        if _status(run_dir).get("state") != "failed":  # else another rank failed first: its error is the cause
+            update_status(run_dir, state=state, finished=time.time(), exit_code=code, message=message,
+                          failed_rank=rank)
     if is_main:
         events.emit("error", message=message, exit_code=code, **extra)
-        if _failed_rank(run_dir) is None:  # else keep the message of the rank that failed first
+        if _status(run_dir).get("failed_rank") is None:  # else keep the message of the rank that failed first
             update_status(run_dir, state=state, finished=time.time(), exit_code=code, message=message)
     return code
 
 
-def _failed_rank(run_dir: Path | None) -> int | None:
+def _status(run_dir: Path | None) -> dict:
     import json
 
     try:
-        return json.loads((Path(run_dir) / "status.json").read_text(encoding="utf-8")).get("failed_rank")
+        return json.loads((Path(run_dir) / "status.json").read_text(encoding="utf-8"))
     except (TypeError, OSError, ValueError):
-        return None
+        return {}
 
 
 if __name__ == "__main__":
