@@ -7,7 +7,7 @@ Torch-free.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..prompts import SamplePrompt
@@ -57,7 +57,6 @@ class Plan:
     prompts: list[SamplePrompt]
     items: list[WorkItem]
     seed: int
-    weights: list[float] = field(default_factory=lambda: [1.0])
 
     @property
     def total_images(self) -> int:
@@ -76,13 +75,11 @@ def image_seed(prompt: SamplePrompt, job_seed: int, index: int) -> int:
 def build_plan(cfg: GenerateConfig, out_dir: Path, seed: int, variants: list[Variant] | None = None) -> Plan:
     """Work items in a fixed order: variant, then prompt, then batches of `batch_size` images."""
     prompts = job_prompts(cfg)
-    weights = [1.0]
     if variants is None:
         if cfg.mode == "compare":
             from .saves import compare_variants
 
-            weights = parse_weights(cfg.compare_weights)
-            variants = compare_variants(cfg, weights)
+            variants = compare_variants(cfg, parse_weights(cfg.compare_weights))
         else:
             variants = [Variant("", tuple(parse_loras(cfg.loras)))]
     per_prompt = 1 if cfg.mode == "compare" else cfg.images_per_prompt
@@ -100,4 +97,4 @@ def build_plan(cfg: GenerateConfig, out_dir: Path, seed: int, variants: list[Var
                 items.append(WorkItem(len(items), v, prompt, tuple(images[start:start + batch]), prompt.width or cfg.width,
                                       prompt.height or cfg.height, prompt.steps or cfg.steps,
                                       cfg.cfg_scale if prompt.cfg_scale is None else prompt.cfg_scale))
-    return Plan(variants, prompts, items, seed, weights)
+    return Plan(variants, prompts, items, seed)

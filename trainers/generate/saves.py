@@ -11,9 +11,12 @@ import struct
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .options import GenerateConfig, LoraRef, parse_loras
+
+if TYPE_CHECKING:
+    from .plan import Variant
 
 
 @dataclass(frozen=True)
@@ -137,9 +140,9 @@ def compare_saves(cfg: GenerateConfig) -> list[Save]:
     return rows
 
 
-def compare_variants(cfg: GenerateConfig, weights: list[float]) -> list[Any]:
+def compare_variants(cfg: GenerateConfig, weights: list[float]) -> list["Variant"]:
     """One variant per (save, weight); full-model saves (finetune, dreambooth) are rendered at weight 1 only."""
-    from .plan import Variant
+    from .plan import Variant  # plan imports this module
 
     base_loras = tuple(parse_loras(cfg.loras))
     saves = compare_saves(cfg)
