@@ -42,6 +42,36 @@ def test_generate_tab_shows_images_as_they_are_made(page, demo_app: App, shots) 
     assert json.loads((demo_app.runs_dir / job_id / "status.json").read_text())["method"] == "generate"
 
 
+def test_compare_saves_fills_the_compare_form_from_a_finished_run(page, demo_app: App) -> None:  # noqa: F811
+    """A finished run's panel offers "Compare saves": the Generate tab opens with its model, saves and prompts."""
+    run = demo_app.runs_dir / "20260101-000000-lora-fox-1"
+    saves = run.parent.parent / "fox out"
+    saves.mkdir(parents=True, exist_ok=True)
+    run.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for epoch in (1, 2):
+        (saves / f"fox-{epoch:06d}.safetensors").write_bytes(b"")
+        lines.append(json.dumps({"type": "checkpoint", "path": str(saves / f"fox-{epoch:06d}.safetensors"),
+                                 "epoch": epoch, "step": epoch, "final": False}))
+    (run / "events.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (run / "config.toml").write_text('method = "lora"\n[model]\npretrained_model_name_or_path = "demo/tiny-sd1"\n'
+                                     '[sampling]\nsample_prompt_lines = ["a red fox --d 4", "a cat"]\n', encoding="utf-8")
+    (run / "status.json").write_text(json.dumps({"state": "finished", "method": "lora", "created": 1.0}))
+    page.goto(demo_app.url)
+    page.get_by_role("tab", name="Runs", exact=True).click()
+    pick = page.locator("#runs-pick input")
+    expect(page.locator("#runs-table")).to_contain_text(run.name, timeout=15_000)
+    pick.click()
+    page.get_by_role("option", name=run.name).click()
+    page.get_by_role("button", name="Show in run panel").click()
+    expect(page.locator("#run-title")).to_contain_text(run.name)
+    page.locator("#run-compare").click()
+    expect(page.locator("#gen-status")).to_contain_text("2 saves: epoch 1, epoch 2")
+    expect(page.locator("#gen-prompts textarea")).to_have_value("a red fox --d 4\na cat")
+    expect(page.locator("#gen-model input, #gen-model textarea").first).to_have_value("demo/tiny-sd1")
+    expect(page.locator("#gen-compare")).to_be_visible()
+
+
 @pytest.fixture(autouse=True)
 def _no_job_left(demo_app: App):  # noqa: F811
     yield
