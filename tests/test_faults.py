@@ -115,3 +115,28 @@ def test_weights_that_are_not_finite_are_never_saved(tmp_path: Path) -> None:
         saver._check("lora.safetensors", 10)
     saver.state.params[1] = torch.ones(2)
     saver._check("lora.safetensors", 10)
+
+
+def test_a_stop_signal_during_a_hung_step_exits_within_the_deadline(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    script = """
+import os, signal, sys, time
+from pathlib import Path
+import trainers.control as control
+control.STOP_DEADLINE_S = 0.5
+class Accelerator: is_main_process, num_processes = True, 1
+ctl = control.Control(Path(sys.argv[1]), Accelerator())
+ctl.poll(); time.sleep(0.3); ctl.poll()  # steps take 0.3 s: the deadline is 0.5 + 2 x 0.3 s
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(60)  # a step that never ends
+"""
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert result.returncode == 124 and time.monotonic() - started < 30
+    assert "no training step ended within" in result.stderr
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["state"] == "stopped" and "exited without saving" in status["message"]

@@ -3,8 +3,9 @@
 Rank 0 looks, then tells every rank, so all processes act on the same step.
 
 SIGINT/SIGTERM ask for a stop: the loop saves the training state at the end of the current step
-and exits. If no step ends within STOP_DEADLINE_S (a hung step), the process exits anyway with a
-message; once the stop save has begun it is allowed to finish. A second signal stops at once.
+and exits. If no step ends within STOP_DEADLINE_S plus twice the longest step seen (steps with saves
+or samples included), the step is taken as hung and the process exits anyway with a message; once
+the stop save has begun it is allowed to finish. A second signal stops at once.
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ class Control:
         self._signalled = False
         self._acknowledged = threading.Event()
         self._timers: dict[str, tuple[float, float]] = {}  # name -> (every_s, last time)
+        self._last_poll: float | None = None
+        self._longest_step = 0.0  # between two polls: a step with its saves and samples
+        self._signalled_at = 0.0
         self._previous = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -38,10 +42,14 @@ class Control:
         if self._signalled:  # a second Ctrl-C means now
             raise KeyboardInterrupt
         self._signalled = True
+        self._signalled_at = time.monotonic()
         name = signal.Signals(signum).name
         print(f"{name}: stopping after this step (the training state is saved); send it again to stop at once",
               file=sys.stderr, flush=True)
-        watchdog = threading.Timer(STOP_DEADLINE_S, self._deadline, args=(name,))
+        self._arm(STOP_DEADLINE_S, name)
+
+    def _arm(self, seconds: float, name: str) -> None:
+        watchdog = threading.Timer(seconds, self._deadline, args=(name,))
         watchdog.daemon = True
         watchdog.start()
 
@@ -49,7 +57,11 @@ class Control:
         """No step ended in time after the signal: leave without saving rather than hang."""
         if self._acknowledged.is_set():
             return
-        message = f"{name}: no training step ended within {STOP_DEADLINE_S:.0f} s; exited without saving"
+        waited, allowed = time.monotonic() - self._signalled_at, STOP_DEADLINE_S + 2 * self._longest_step
+        if waited < allowed:  # this run has steps (with saves or samples) that long: wait for this one too
+            self._arm(allowed - waited, name)
+            return
+        message = f"{name}: no training step ended within {waited:.0f} s; exited without saving"
         print(message, file=sys.stderr, flush=True)
         if self.accelerator.is_main_process:
             from .events import update_status
@@ -75,6 +87,10 @@ class Control:
     def poll(self) -> set[str]:
         """Requests pending now (the same set on every rank); flag files are consumed."""
         found: set[str] = set()
+        now = time.monotonic()
+        if self._last_poll is not None:
+            self._longest_step = max(self._longest_step, now - self._last_poll)
+        self._last_poll = now
         if self.accelerator.is_main_process:
             if self._signalled:
                 found.add("stop")
@@ -84,7 +100,6 @@ class Control:
                     if flag.exists():
                         found.add(name)
                         flag.unlink(missing_ok=True)
-            now = time.monotonic()
             for name, (every, last) in self._timers.items():
                 if now - last >= every:
                     found.add(name)
