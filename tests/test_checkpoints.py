@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from trainers.checkpoints import (MANIFEST, Position, Retention, SavedItem, atomic_dir, check_free_space,
-                                  clean_stale_temps, find_states, latest_state, list_saves, manifest_for, prune,
-                                  resolve_resume, to_remove)
+from trainers.checkpoints import (MANIFEST, Position, atomic_dir, check_free_space, clean_stale_temps, find_states,
+                                  latest_state, manifest_for, resolve_resume)
 from trainers.faults import DiskFull
+from trainers.retention import Retention, SavedItem, list_saves, prune, to_remove
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.test_lora_training import events
-from tests.test_resume import FAST, dataset, lora, lora_file, train  # noqa: F401 - fixtures
+from tests.test_resume import dataset, lora, lora_file, train  # noqa: F401 - fixtures
 from trainers.config import TrainConfig
 from trainers.faults import NonFiniteLoss, is_out_of_memory, memory_suggestions, out_of_memory
 

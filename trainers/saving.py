@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .checkpoints import (Position, Retention, check_free_space, clean_stale_temps, find_states, prune, remove_save,
-                          save_name, state_name)
+from .checkpoints import (Position, check_free_space, clean_stale_temps, find_states, remove_save, save_name,
+                          state_name)
 from .distributed import full_weights
 from .faults import (DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped, is_out_of_memory, out_of_memory,
                      weights_finite)
+from .retention import Retention, prune
 
 if TYPE_CHECKING:
     from .loop import Trainable

@@ -91,7 +91,7 @@ class TrainingState:
         """Load the state of `folder` into the run (every process) and return where to continue."""
         from safetensors.torch import load_file
 
-        cfg, session = self.session.cfg, self.session
+        session = self.session
         try:
             manifest = read_manifest(folder)
         except ValueError as err:
