@@ -7,6 +7,7 @@ weights are sound (`saved_on_failure`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import sys
 from collections.abc import Callable, Iterator
@@ -177,6 +178,9 @@ def saved_on_failure(session: "Session", saver: Saver, where: Callable[[], Posit
         oom = is_out_of_memory(err)
         if oom:
             _free_memory()
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:  # the size estimate was short
+            raise DiskFull(f"the disk of output_dir ({saver.out_dir}) is full ({err}); free some space, then resume "
+                           "(resume = 'latest')") from err
         state = None if isinstance(err, DiskFull) else saver.emergency(at)
         if oom:
             failure = out_of_memory(session.cfg, err, at.step)
