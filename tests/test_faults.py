@@ -103,6 +103,7 @@ def test_out_of_memory_is_recognised_and_advice_follows_the_config() -> None:
     assert memory_suggestions(lean) == []
     err = out_of_memory(lean, torch.cuda.OutOfMemoryError("CUDA out of memory."), 0)
     assert "in the first step" in str(err) and "already save memory" in str(err)
+    assert str(out_of_memory(lean, MemoryError(), 7)).startswith("out of system memory at step 8")
 
 
 def test_weights_that_are_not_finite_are_never_saved(tmp_path: Path) -> None:

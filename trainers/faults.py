@@ -102,7 +102,8 @@ def out_of_memory(cfg: "TrainConfig", err: BaseException, step: int) -> OutOfMem
     """The error a run ends with when memory runs out: where, how much was asked, and what to change."""
     import torch
 
-    device = "GPU" if isinstance(err, torch.cuda.OutOfMemoryError) or "CUDA" in str(err) else "memory"
+    gpu = isinstance(err, torch.cuda.OutOfMemoryError) or any(k in str(err) for k in ("CUDA", "CUBLAS", "MPS"))
+    device = "GPU" if gpu else "system"
     asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]iB)", str(err))
     where = f"at step {step + 1}" if step else "in the first step"
     tips = memory_suggestions(cfg)
