@@ -56,6 +56,9 @@ def test_latest_skips_incomplete_states_and_resume_names_the_problem(tmp_path: P
     write_state(tmp_path / "other-step00000020-state", 20)  # another output_name
     (tmp_path / ".run-step00000010-state.tmp-999999").mkdir()  # a save in progress (or killed)
     assert [s.step for s in find_states(tmp_path, "run")] == [2]
+    write_state(tmp_path / "run-step00000001-state", 1)  # resumed from an older state: this is the newest now
+    assert latest_state(tmp_path, "run").step == 1
+    (tmp_path / "run-step00000001-state" / "manifest.json").unlink()
     assert resolve_resume("latest", str(tmp_path), "run") == tmp_path / "run-step00000002-state"
     with pytest.raises(ValueError, match="incomplete: weights.bin"):
         resolve_resume(str(broken), str(tmp_path), "run")
@@ -100,7 +103,8 @@ def _saves(tmp_path: Path) -> None:
     for step in range(100, 1100, 100):
         (tmp_path / f"m-step{step:08d}.safetensors").write_bytes(b"x")
         write_state(tmp_path / f"m-step{step:08d}-state", step)
-    write_state(tmp_path / "m-step00000950-state", 950, kind="rolling")
+        if step == 900:
+            write_state(tmp_path / "m-step00000950-state", 950, kind="rolling")
     (tmp_path / "m-step00001200.safetensors").write_bytes(b"x")  # saved before a resume from an older state
     for epoch in range(1, 7):
         (tmp_path / f"m-{epoch:06d}.safetensors").write_bytes(b"x")

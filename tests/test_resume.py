@@ -137,8 +137,8 @@ def test_gui_resume_starts_from_the_newest_state_of_a_stopped_run(tmp_path: Path
     (run / "status.json").write_text(json.dumps({"state": "stopped", "method": "lora"}))
     with pytest.raises(JobError, match="left no training state of 'x'"):
         resume_config(run)
-    write_state(out / "x-step00000004-state", 4)
     write_state(out / "x-step00000002-state", 2)
+    write_state(out / "x-step00000004-state", 4)
     assert resume_config(run).resume == str(out / "x-step00000004-state")
 
     started = []

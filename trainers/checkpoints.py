@@ -96,7 +96,11 @@ def read_manifest(folder: Path) -> dict[str, Any]:
 
 
 def find_states(output_dir: Path, output_name: str) -> list[StateInfo]:
-    """Every complete training state of `output_name` in `output_dir`, oldest first (by step, then time)."""
+    """Every complete training state of `output_name` in `output_dir`, in the order they were written.
+
+    The last is what 'latest' resumes: after a resume from an older state, the states this run writes are
+    newer than the higher steps of the run it branched from.
+    """
     folder = Path(output_dir).expanduser()
     if not folder.is_dir():
         return []
@@ -108,7 +112,7 @@ def find_states(output_dir: Path, output_name: str) -> list[StateInfo]:
                 found.append(StateInfo(entry, read_manifest(entry)))
             except ValueError:
                 continue  # incomplete or foreign: never resumed from
-    return sorted(found, key=lambda s: (s.step, float(s.manifest.get("time", 0))))
+    return sorted(found, key=lambda s: (float(s.manifest.get("time", 0)), s.step))
 
 
 def latest_state(output_dir: Path, output_name: str) -> StateInfo | None:

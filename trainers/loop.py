@@ -90,8 +90,8 @@ def train(session: Session, trainable: Trainable) -> Path:
                     raise save.stop(at)
                 if "save_now" in requests or _due(cfg.save_every_n_steps, at.step) and at.step < plan.total_steps:
                     save.step(at)
-                elif "save_state" in requests:
-                    save.rolling(at)
+                if "save_state" in requests:
+                    save.rolling(at)  # unless that save wrote a state of this step
                 if sample and _due(cfg.sample_every_n_steps, at.step):
                     sample(at.step, epoch)
                 if at.step >= plan.total_steps:

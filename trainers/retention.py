@@ -92,17 +92,15 @@ def to_remove(items: list[SavedItem], policy: Retention, at: Position) -> list[S
 
 
 def _newest_state(states: list[SavedItem]) -> SavedItem | None:
-    """The state a resume would pick: the highest step (an epoch state knows its step only from its manifest)."""
-    def step_of(item: SavedItem) -> tuple[int, float]:
-        if item.kind == "step":
-            return item.number, 0.0
+    """The state a resume from 'latest' would pick: the one written last."""
+    def written(item: SavedItem) -> tuple[float, int]:
         try:
             manifest = read_manifest(item.path)
         except ValueError:
-            return -1, 0.0
-        return int(manifest.get("step", 0)), float(manifest.get("time", 0))
+            return -1.0, -1
+        return float(manifest.get("time", 0)), int(manifest.get("step", 0))
 
-    return max(states, key=step_of, default=None)
+    return max(states, key=written, default=None)
 
 
 def _kept_numbers(numbers: list[int], kind: str, is_state: bool, policy: Retention, at: Position) -> set[int]:
