@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent
 
@@ -80,10 +81,8 @@ def main(argv: list[str] | None = None) -> int:
               "or pass --no-auth if you really want it open.", file=sys.stderr)
         return 2
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    import gradio as gr
-
     from gui.jobs import JobManager
-    from gui.page import CSS, Services, build_page
+    from gui.page import Services, build_page
     from gui.presets import Presets
     from gui.run_files import Watchers
 
@@ -101,11 +100,23 @@ def main(argv: list[str] | None = None) -> int:
           f"(listening on {args.listen}{', login required' if users else ''})", flush=True)
     if args.listen in ("0.0.0.0", "::"):
         print(f"  from other machines: http://{socket.gethostname()}:{args.server_port}{args.root_path}", flush=True)
-    page.launch(server_name=args.listen, server_port=args.server_port, share=args.share,
+    page.launch(**launch_options(args, users, runs_dir))
+    return 0
+
+
+def launch_options(args: argparse.Namespace, users: list[tuple[str, str]], runs_dir: Path) -> dict[str, Any]:
+    """Keyword arguments of Blocks.launch: files only from the runs folder; with a login, no route without it."""
+    import gradio as gr
+    from starlette.middleware import Middleware
+
+    from gui.page import CSS
+    from gui.session_guard import RequireSession
+
+    return dict(server_name=args.listen, server_port=args.server_port, share=args.share,
                 auth=users or None, auth_message="Atelier: please log in.", root_path=args.root_path or None,
                 inbrowser=not args.headless and bool(os.environ.get("DISPLAY")), allowed_paths=[str(runs_dir)],
-                show_error=True, css=CSS, footer_links=[], theme=gr.themes.Soft())
-    return 0
+                show_error=True, css=CSS, footer_links=[], theme=gr.themes.Soft(),
+                app_kwargs={"middleware": [Middleware(RequireSession)]})
 
 
 def _ensure_demo() -> None:

@@ -1,0 +1,116 @@
+"""A GUI with a login: no route answers without a session, and files come only from the runs folder.
+
+The app is served in this process exactly as app.py serves it (same launch options), and every route
+Gradio registers is called without a session: a route added by a future Gradio is covered too.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+httpx = pytest.importorskip("httpx")
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET_LOG = "loss=0.123 secret-marker-7f3a"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, object]]:
+    from app import launch_options, parse_args
+    from gui.jobs import JobManager
+    from gui.page import Services, build_page
+    from gui.presets import Presets
+    from gui.run_files import Watchers
+
+    base = tmp_path_factory.mktemp("exposed")
+    runs = base / "runs"
+    (runs / "20260101-run-1").mkdir(parents=True)
+    (runs / "20260101-run-1" / "train.log").write_text(SECRET_LOG, encoding="utf-8")
+    port = _free_port()
+    args = parse_args(["--headless", "--server-port", str(port), "--runs-dir", str(runs)])
+    page = build_page(Services(runs, JobManager(runs), Presets(base / "presets"), Watchers(), [base]))
+    page.queue()
+    page.launch(**launch_options(args, [("tester", "pa ss'wörd")], runs), prevent_thread_lock=True)
+    try:
+        yield f"http://127.0.0.1:{port}", runs, page.server_app
+    finally:
+        page.close()
+
+
+def _routes(routes: list, prefix: str = "") -> Iterator[tuple[str, str]]:
+    for route in routes:
+        if hasattr(route, "original_router"):  # an included router (the /gradio_api routes)
+            yield from _routes(route.original_router.routes, prefix + route.include_context.prefix)
+        else:
+            for method in sorted(getattr(route, "methods", None) or ["GET"]):
+                if method != "HEAD":
+                    yield method, prefix + route.path
+
+
+def _concrete(path: str, file: Path) -> str:
+    path = re.sub(r"\{path_or_url:path\}", str(file), path)
+    return re.sub(r"\{[^}]+\}", "1", path)
+
+
+def _call(client: "httpx.Client", method: str, path: str) -> tuple[int, str]:
+    """Status and the start of the body; event streams (heartbeats, queues) are not read to their end."""
+    request = client.build_request(method, path, json={} if method == "POST" else None)
+    response = client.send(request, stream=True)
+    try:
+        body = b""
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > 65536 or "event-stream" in response.headers.get("content-type", ""):
+                break
+        return response.status_code, body.decode("utf-8", "replace")
+    finally:
+        response.close()
+
+
+def test_every_route_needs_a_session(served) -> None:
+    from gui.session_guard import is_public
+
+    url, runs, server_app = served
+    log = runs / "20260101-run-1" / "train.log"
+    routes = sorted(set(_routes(server_app.routes)))
+    assert len(routes) > 40  # the walk reached Gradio's API routes, not just the page
+    open_routes = []
+    with httpx.Client(base_url=url, timeout=20, follow_redirects=False) as client:
+        for method, path in routes:
+            status, text = _call(client, method, _concrete(path, log))
+            assert SECRET_LOG not in text and "20260101-run-1" not in text, (method, path)
+            if status not in (401, 403):
+                open_routes.append((method, path, status))
+        # files of a run, by every spelling, are refused without a session
+        for file_url in (f"/gradio_api/file={log}", f"/gradio_api/file/{log}", f"/file={log}"):
+            assert client.get(file_url).status_code in (401, 403, 404), file_url
+    unexpected = [r for r in open_routes if not is_public(r[1])]
+    assert not unexpected, f"routes answering without a session: {unexpected}"
+    assert all(status < 500 for *_, status in open_routes), open_routes
+
+
+def test_with_a_session_files_come_only_from_the_runs_folder(served) -> None:
+    url, runs, _ = served
+    log = runs / "20260101-run-1" / "train.log"
+    with httpx.Client(base_url=url, timeout=20) as client:
+        wrong = client.post("/login", data={"username": "tester", "password": "nope"})
+        assert wrong.status_code in (400, 401)
+        logged_in = client.post("/login", data={"username": "tester", "password": "pa ss'wörd"})
+        assert logged_in.status_code == 200, logged_in.text
+        assert client.get("/config").status_code == 200
+        assert client.get(f"/gradio_api/file={log}").text == SECRET_LOG
+        for outside in (REPO / "app.py", Path("/etc/passwd"), runs.parent / "presets",
+                        runs / ".." / "runs" / ".." / "secret.txt"):
+            assert client.get(f"/gradio_api/file={outside}").status_code in (403, 404), outside
