@@ -11,9 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import toml
 
-from trainers.config import BY_NAME, ConfigError, config_from_dict
+from trainers.config import BY_NAME, ConfigError, config_from_dict, toml_text
 from trainers.config.schema import SCHEMA_VERSION
 from trainers.config.loading import flatten
 from trainers.fsutil import atomic_write_text
@@ -87,7 +86,7 @@ class Presets:
         """Save every non-empty value as a user preset; secrets are never written."""
         path = self.user_dir / f"{_slug(name)}.toml"
         kept = {k: v for k, v in values.items() if v is not None and k in BY_NAME and not SECRET_KEY.search(k)}
-        text = toml.dumps({"schema_version": SCHEMA_VERSION, "method": method, **kept})
+        text = toml_text.dumps({"schema_version": SCHEMA_VERSION, "method": method, **kept})
         atomic_write_text(path, f"# Atelier user preset\n{text}")
         return "user: " + path.stem
 

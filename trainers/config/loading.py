@@ -6,10 +6,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import toml
 
 from ..secrets import SECRET_KEY, redact
-from . import kohya_compat
+from . import kohya_compat, toml_text
 from .options import BY_NAME, options_for
 from .schema import GROUPS, SCHEMA_VERSION, ConfigError, ConfigIssue, coerce
 
@@ -44,7 +43,7 @@ class TrainConfig:
                 sections.setdefault(opt.group, {})[opt.name] = value
         ordered = {g: sections[g] for g in GROUPS if g in sections}
         header = {"schema_version": SCHEMA_VERSION, "method": self.method}
-        return redact(f"# Atelier {self.method} config\n" + toml.dumps({**header, **ordered}))
+        return redact(f"# Atelier {self.method} config\n" + toml_text.dumps({**header, **ordered}))
 
     def save(self, path: Path) -> None:
         from ..fsutil import atomic_write_text

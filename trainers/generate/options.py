@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import toml
 
+from ..config import toml_text
 from ..config.loading import closest, parse_set
 from ..config.options import BY_NAME as TRAIN_OPTIONS
 from ..config.schema import ConfigError, ConfigIssue, Option, coerce
@@ -121,7 +121,7 @@ class GenerateConfig:
         for opt in GEN_OPTIONS:
             if self.values[opt.name] is not None:
                 sections.setdefault(opt.group, {})[opt.name] = self.values[opt.name]
-        return "# Atelier generation job\n" + toml.dumps({g: sections[g] for g in GEN_GROUPS if g in sections})
+        return "# Atelier generation job\n" + toml_text.dumps({g: sections[g] for g in GEN_GROUPS if g in sections})
 
     def save(self, path: Path) -> None:
         from ..fsutil import atomic_write_text

@@ -1,0 +1,66 @@
+"""Text fields full of shell metacharacters reach the trainer literally: argv lists and a TOML library only.
+
+The GUI's launcher (JobManager.start) runs a stand-in for Python that records the argv it was given;
+the config it points to must load back with every fuzzed value unchanged, and nothing is executed.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainers.config import TrainConfig, load_config, options_for
+
+SHELLISH = " \t\n\r'\"`$(){}[]<>|&;*?!~#%^=\\,.:/-_éü漢字🙂"
+MARKER = Path("/tmp") / f"atelier-fuzz-{uuid.uuid4().hex}"
+INJECTIONS = [f"$(touch {MARKER})", f"`touch {MARKER}`", f"; touch {MARKER}", f"\" && touch {MARKER} && \"",
+              f"' ; touch {MARKER} ; '", f"\ntouch {MARKER}\n", f"x = 1\n[model]\npretrained = '{MARKER}'"]
+TEXT_FIELDS = [o.name for o in options_for("lora") if o.kind == "str" and not o.choices]
+LIST_FIELDS = [o.name for o in options_for("lora") if o.kind == "list"]
+
+text = st.one_of(st.sampled_from(INJECTIONS), st.text(alphabet=SHELLISH, min_size=1, max_size=40),
+                 st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20))
+FUZZ = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _stand_in_python(folder: Path) -> Path:
+    """An executable that writes its argv next to the config it is given, then exits."""
+    script = folder / "python stand-in 'é'"
+    script.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                      "run_dir = sys.argv[sys.argv.index('--run-dir') + 1]\n"
+                      "open(run_dir + '/argv.tmp', 'w', encoding='utf-8').write(json.dumps(sys.argv[1:]))\n"
+                      "os.replace(run_dir + '/argv.tmp', run_dir + '/argv.json')\n", encoding="utf-8")
+    script.chmod(0o755)
+    return script
+
+
+@FUZZ
+@given(st.fixed_dictionaries({name: text for name in TEXT_FIELDS}),
+       st.fixed_dictionaries({name: st.lists(text, max_size=3) for name in LIST_FIELDS}))
+def test_fuzzed_text_fields_reach_the_trainer_literally(tmp_path: Path, texts: dict, lists: dict) -> None:
+    from gui.jobs import JobManager
+
+    python = _stand_in_python(tmp_path)
+    jobs = JobManager(tmp_path / f"runs {uuid.uuid4().hex[:6]} ü", python=str(python))
+    cfg = TrainConfig("lora", {**texts, **lists, "max_train_steps": 1})
+    run_dir = jobs.start(cfg)
+
+    argv_file = run_dir / "argv.json"
+    deadline = time.time() + 60
+    while not argv_file.exists() and time.time() < deadline:
+        time.sleep(0.02)
+    argv = json.loads(argv_file.read_text(encoding="utf-8"))
+    expected = jobs.command(cfg, run_dir)
+    assert argv == expected[1:]
+    with open(run_dir / "command.txt", encoding="utf-8", newline="") as shown:  # keep a '\r' in a value
+        assert shlex.split(shown.read()) == expected
+    loaded = load_config("lora", run_dir / "config.toml")
+    for name, value in {**texts, **lists}.items():
+        assert loaded.values[name] == value, name
+    assert not MARKER.exists(), "a value was executed by a shell"
