@@ -98,32 +98,36 @@ class JobManager:
         if cfg.method not in AVAILABLE_METHODS:
             raise JobError(f"The {cfg.method} trainer is not available yet; Validate works, Start does not.")
         with self._lock:
-            wanted = gpu_set(cfg.values)
-            for other in self.active_runs():
-                status = read_status(other)
-                if wanted & gpu_set(status):
-                    where = "this machine" if "cpu" in wanted else f"GPU {', '.join(sorted(wanted & gpu_set(status)))}"
-                    raise JobError(f"Run {other.name} is still active on {where}. Stop it or wait for it to finish: "
-                                   "two runs never share a GPU.")
+            self._refuse_busy(gpu_set(cfg.values))
             run_dir = self.new_run_dir(cfg)
             run_dir.mkdir(parents=True)
             cfg.save(run_dir / "config.toml")
             write_accelerate_config(cfg, run_dir)  # DeepSpeed / FSDP only; the command names it
-            argv = self.command(cfg, run_dir)
-            (run_dir / "command.txt").write_text(shlex.join(argv) + "\n", encoding="utf-8")
-            env = {**os.environ, **launch_env(cfg), "PYTHONUNBUFFERED": "1"}
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-            log = open(run_dir / "train.log", "ab")
-            try:
-                proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
-            finally:
-                log.close()
+            proc = self._launch(self.command(cfg, run_dir), run_dir, launch_env(cfg))
             update_status(run_dir, state="starting", method=cfg.method, created=time.time(), launcher_pid=proc.pid,
                           pgid=proc.pid, gpu_ids=cfg.gpu_ids, num_processes=cfg.num_processes,
                           output_dir=cfg.output_dir, output_name=cfg.output_name)
         threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
         return run_dir
+
+    def _refuse_busy(self, wanted: set[str]) -> None:
+        """Two jobs never share a GPU (or, without GPUs, the machine)."""
+        for other in self.active_runs():
+            shared = wanted & gpu_set(read_status(other))
+            if shared:
+                where = "this machine" if "cpu" in shared else f"GPU {', '.join(sorted(shared))}"
+                raise JobError(f"Run {other.name} is still active on {where}. Stop it or wait for it to finish: "
+                               "two runs never share a GPU.")
+
+    @staticmethod
+    def _launch(argv: list[str], run_dir: Path, extra_env: dict[str, str]) -> subprocess.Popen:
+        """Start `argv` in its own process group, output to <run>/train.log, the command in command.txt."""
+        (run_dir / "command.txt").write_text(shlex.join(argv) + "\n", encoding="utf-8")
+        env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+        with open(run_dir / "train.log", "ab") as log:
+            return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
 
     def _reap(self, proc: subprocess.Popen, run_dir: Path) -> None:
         """Record how the launcher ended when the trainer could not say so itself."""
@@ -178,22 +182,13 @@ class JobManager:
         with self._lock:
             ids = generate_gpu_ids(cfg.devices)
             wanted = set(ids.split(","))
-            for other in self.active_runs():
-                status = read_status(other)
-                if wanted & gpu_set(status):
-                    where = "the CPU" if ids == "cpu" else f"GPU {', '.join(sorted(wanted & gpu_set(status)))}"
-                    raise JobError(f"Run {other.name} is still active on {where}. Stop it or wait for it to finish.")
+            self._refuse_busy(wanted)
             run_dir = self.runs_dir / job_dir_name(cfg)
             run_dir.mkdir(parents=True)
             cfg.save(run_dir / "config.toml")
             argv = [self.python, "-m", "trainers", "generate", "--config", str(run_dir / "config.toml"),
                     "--run-dir", str(run_dir)]
-            (run_dir / "command.txt").write_text(shlex.join(argv) + "\n", encoding="utf-8")
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-            with open(run_dir / "train.log", "ab") as log:
-                proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = self._launch(argv, run_dir, {})
             update_status(run_dir, state="starting", method=cfg.mode, created=time.time(), launcher_pid=proc.pid,
                           pgid=proc.pid, gpu_ids=ids, num_processes=len(wanted), output_dir=cfg.output_dir)
         threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
