@@ -61,7 +61,7 @@ def train(session: Session, trainable: Trainable) -> Path:
         if sample and cfg.sample_at_first and not at.step:
             sample(0, 0)
         predictor.train()
-        report.start_timing()
+        report.start_timing(at.step)
         for epoch in range(at.next_epoch(), plan.epochs + 1):
             skip = at.batches if epoch == at.epoch else 0
             for index, (batch, waited) in enumerate(_timed(epoch_batches(session, loader, epoch, skip)), skip + 1):

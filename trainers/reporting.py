@@ -36,9 +36,11 @@ class Reporter:
         self.stragglers = StragglerCheck(self.accelerator, every)
         self.collectives = distributed.COUNTER  # tests only (ATELIER_COUNT_COLLECTIVES=1)
 
-    def start_timing(self) -> None:
-        """Rates count from here (after any samples made before the first step)."""
+    def start_timing(self, from_step: int = 0) -> None:
+        """Rates count from here (after any samples made before the first step); a resumed run's bar starts at its step."""
         self.meter.start()
+        if from_step:
+            self.bar.update(from_step)
         self.rank_timer.restart()
 
     def step(self, step: int, epoch: int, loss: torch.Tensor, data_wait: float) -> None:
