@@ -231,3 +231,23 @@ def test_paths_outside_allowed_roots_are_refused(tmp_path: Path) -> None:
     fields = {i.field for i in report.issues if i.message.startswith("is outside")}
     assert fields == {"train_data_dir", "logging_dir"}
     assert not report.dataset and "etc" not in report.dataset  # nothing was read from /etc
+
+
+def _update_many(run_dir: str, key: str) -> None:
+    from trainers.events import update_status
+
+    for i in range(150):
+        update_status(Path(run_dir), **{f"{key}{i}": i})
+
+
+def test_status_updates_from_gui_and_trainer_at_once_are_all_kept(tmp_path: Path) -> None:
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_update_many, args=(str(tmp_path), who)) for who in ("gui", "trainer")]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+    status = json.loads((tmp_path / "status.json").read_text(encoding="utf-8"))
+    assert {k for k in status if k != "updated"} == {f"{who}{i}" for who in ("gui", "trainer") for i in range(150)}

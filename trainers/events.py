@@ -13,6 +13,8 @@ import os
 import resource
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +43,37 @@ class EventLog:
 
 
 def update_status(run_dir: Path | None, **fields: Any) -> None:
-    """Merge `fields` into status.json (atomically: readers never see half a file)."""
+    """Merge `fields` into status.json (atomically: readers never see half a file).
+
+    The GUI and the trainer both update it; a lock on status.lock keeps one's update from
+    erasing the other's (read-modify-write).
+    """
     if run_dir is None:
         return
     path = Path(run_dir) / "status.json"
+    with _locked(path.with_name("status.lock")):
+        try:
+            status = json.loads(path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            status = {}
+        status.update(redact(fields), updated=time.time())
+        atomic_write_text(path, json.dumps(status, indent=1, ensure_ascii=False))
+
+
+@contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    """An exclusive advisory lock (POSIX); elsewhere, no lock."""
     try:
-        status = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        status = {}
-    status.update(redact(fields), updated=time.time())
-    atomic_write_text(path, json.dumps(status, indent=1, ensure_ascii=False))
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(lock_path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def peak_memory_gb() -> tuple[float, str]:
