@@ -195,3 +195,11 @@ def test_methods_see_only_their_options(tmp_path: Path) -> None:
 def test_committed_options_doc_is_current() -> None:
     committed = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text(encoding="utf-8")
     assert committed.strip() == options_markdown().strip(), "run: python -m trainers options > docs/options.md"
+
+
+def test_each_method_names_its_output_after_itself_by_default(tmp_path) -> None:
+    assert {m: TrainConfig(m).output_name for m in ("lora", "dreambooth", "finetune")} == \
+        {"lora": "lora", "dreambooth": "dreambooth", "finetune": "finetune"}
+    cfg = TrainConfig("finetune")
+    cfg.save(tmp_path / "c.toml")
+    assert load_config("finetune", tmp_path / "c.toml").output_name == "finetune"

@@ -12,6 +12,7 @@ def options_markdown() -> str:
                   "|---|---|---|---|---|"]
         for o in (o for o in OPTIONS if o.group == group):
             default = "unset" if o.default is None else repr(o.default)
+            default += "".join(f"; {m}: {d!r}" for m, d in o.method_defaults)
             lines.append(f"| `{o.name}` | `{default}` | {o.allowed()} | {', '.join(sorted(o.methods))} | {o.help} |")
         lines.append("")
     return "\n".join(lines)

@@ -203,7 +203,8 @@ OPTIONS: tuple[Option, ...] = (
            max=50, advanced=True),
     # --- saving ---
     Option("output_dir", "str", "", "Folder the trained files are written to.", "saving", required=True, path="out"),
-    Option("output_name", "str", "lora", "File name of the result, without extension.", "saving"),
+    Option("output_name", "str", "lora", "File name of the result, without extension.", "saving",
+           method_defaults=(("dreambooth", "dreambooth"), ("finetune", "finetune"))),
     Option("save_precision", "str", "fp16", "Precision of the saved weights.", "saving",
            choices=("float", "fp16", "bf16")),
     Option("save_model_as", "str", "diffusers", "Format of a full model: a diffusers folder <output_name>/, one "
@@ -282,4 +283,4 @@ assert len(BY_NAME) == len(OPTIONS), "option names must be unique"
 
 
 def options_for(method: str) -> list[Option]:
-    return [o for o in OPTIONS if method in o.methods]
+    return [o.for_method(method) for o in OPTIONS if method in o.methods]

@@ -6,7 +6,7 @@ the GUI widgets and the docs table are all computed from these declarations.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1  # bump when an option is renamed or changes meaning; add a migration in gui/presets.py
@@ -46,6 +46,12 @@ class Option:
     required: bool = False  # must be non-empty before training starts
     path: Literal["dir", "file", "any", "out"] | None = None  # checked on disk by validation
     advanced: bool = False  # shown collapsed in the GUI
+    method_defaults: tuple[tuple[str, Any], ...] = ()  # (method, default) where a method's default differs
+
+    def for_method(self, method: str) -> "Option":
+        """This option as `method` sees it (its own default)."""
+        own = dict(self.method_defaults)
+        return replace(self, default=own[method]) if method in own else self
 
     def allowed(self) -> str:
         """Human description of what this option accepts."""
