@@ -18,3 +18,13 @@ def tiny_sd1_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_sdxl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-init SDXL diffusers pipeline folder, built once per test session."""
     return build_tiny_sdxl(tmp_path_factory.mktemp("tiny_sdxl"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _denormals_back_on():
+    """Training or generating in this process turns on flush-to-zero for denormals (see session.py);
+    the next test file (hypothesis' float strategies among them) gets the default IEEE behaviour back."""
+    yield
+    import torch
+
+    torch.set_flush_denormal(False)
