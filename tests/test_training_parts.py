@@ -39,11 +39,11 @@ def test_every_optimizer_steps(name: str) -> None:
     assert param.detach().mean() < 1.0, f"{name} did not move the weights"
 
 
-def lrs(scheduler: str, warmup: float, total: int = 100, **extra: object) -> list[float]:
+def lrs(scheduler: str, warmup: float, total: int = 100, num_processes: int = 1, **extra: object) -> list[float]:
     cfg = TrainConfig("lora", {"lr_scheduler": scheduler, "lr_warmup_steps": warmup, "learning_rate": 1.0, **extra})
     param = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([param], lr=1.0)
-    sched = build_lr_scheduler(cfg, opt, total)
+    sched = build_lr_scheduler(cfg, opt, total, num_processes)
     out = []
     for _ in range(total):
         out.append(sched.get_last_lr()[0])
@@ -58,6 +58,19 @@ def test_warmup_as_steps_or_ratio() -> None:
     ratio = lrs("constant_with_warmup", 0.1)
     assert ratio[0] == 0 and ratio[5] == pytest.approx(0.5) and ratio[10:] == [1.0] * 90
     assert lrs("constant_with_warmup", 10) == ratio
+
+
+@pytest.mark.parametrize("warmup", [4, 0.25])
+@pytest.mark.parametrize("scheduler", ["cosine", "linear", "constant_with_warmup"])
+def test_lr_at_each_share_of_training_is_the_same_on_one_and_two_processes(scheduler: str, warmup: float) -> None:
+    from trainers.plan import plan_steps
+
+    one, two = (plan_steps(32, 2, p, 1, 2, None) for p in (1, 2))  # 2 epochs of 32 images, batch 2 a process
+    assert (one.total_steps, two.total_steps) == (32, 16)
+    single = lrs(scheduler, warmup, one.total_steps, max_train_epochs=2)
+    double = lrs(scheduler, warmup, two.total_steps, num_processes=2, max_train_epochs=2)
+    assert double == pytest.approx(single[::2])  # step j of 16 is the same share of training as step 2j of 32
+    assert max(single) == pytest.approx(1.0) and single[0] == 0.0
 
 
 @pytest.mark.parametrize("scheduler", ["constant", "cosine", "cosine_with_restarts", "linear", "polynomial"])

@@ -45,7 +45,7 @@ def train(session: Session, trainable: Trainable) -> Path:
     cfg, accelerator, plan = session.cfg, session.accelerator, session.plan
     params = [p for group in trainable.param_groups for p in group["params"]]
     optimizer = build_optimizer(cfg, trainable.param_groups)
-    lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps)
+    lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps, plan.num_processes)
     predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader)
     noise = NoiseOptions(cfg.seed, cfg.noise_offset, cfg.min_snr_gamma, trainable.model.prediction_type)
     state = TrainingState(session, trainable, predictor, optimizer, lr_scheduler, params)

@@ -26,17 +26,27 @@ def build_optimizer(cfg: TrainConfig, param_groups: list[dict[str, Any]]) -> tor
     raise ValueError(f"optimizer_type: unknown optimizer {name!r}")
 
 
-def warmup_steps(cfg: TrainConfig, total_steps: int) -> int:
-    """lr_warmup_steps below 1 is a fraction of all steps; from 1 up it is a step count."""
+def warmup_steps(cfg: TrainConfig, total_steps: int, num_processes: int = 1) -> int:
+    """lr_warmup_steps below 1 is a fraction of all steps; from 1 up it is a step count.
+
+    A count is in steps of a one-process run: when epochs set the length, P processes take 1/P of the
+    steps, so the warmup takes 1/P of its steps too and ends at the same share of training (and of
+    images seen). With max_train_steps or keep_global_batch the steps are the same on any P.
+    """
     warmup = cfg.lr_warmup_steps
-    return int(round(warmup * total_steps)) if 0 < warmup < 1 else int(warmup)
+    if 0 < warmup < 1:
+        return int(round(warmup * total_steps))
+    if cfg.max_train_epochs and not cfg.keep_global_batch and num_processes > 1:
+        return min(total_steps, max(1, int(round(warmup / num_processes)))) if warmup else 0
+    return int(warmup)
 
 
-def build_lr_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, total_steps: int) -> Any:
-    """Stepped once per optimizer step, by us: the schedule is the same on any number of processes."""
+def build_lr_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, total_steps: int,
+                       num_processes: int = 1) -> Any:
+    """Stepped once per optimizer step, by us: the same share of training on any number of processes."""
     from diffusers.optimization import get_scheduler
 
     return get_scheduler(
-        cfg.lr_scheduler, optimizer, num_warmup_steps=warmup_steps(cfg, total_steps),
+        cfg.lr_scheduler, optimizer, num_warmup_steps=warmup_steps(cfg, total_steps, num_processes),
         num_training_steps=total_steps, num_cycles=cfg.lr_scheduler_num_cycles, power=cfg.lr_scheduler_power,
     )

@@ -150,8 +150,9 @@ OPTIONS: tuple[Option, ...] = (
            "training).", "optimizer", min=0, nullable=True),
     Option("lr_scheduler", "str", "constant", "How the learning rate changes over training.", "optimizer",
            choices=LR_SCHEDULERS),
-    Option("lr_warmup_steps", "number", 0, "Warmup: a step count (>= 1), or a fraction of all steps (< 1).",
-           "optimizer", min=0),
+    Option("lr_warmup_steps", "number", 0, "Warmup: a step count (>= 1), or a fraction of all steps (< 1). A count "
+           "is in steps of a one-process run: when epochs set the length, P processes warm up for 1/P as many "
+           "steps, the same share of training.", "optimizer", min=0),
     Option("lr_scheduler_num_cycles", "int", 1, "Restarts for cosine_with_restarts.", "optimizer", min=1,
            advanced=True),
     Option("lr_scheduler_power", "float", 1.0, "Power of the polynomial schedule.", "optimizer", min=0, advanced=True),
