@@ -8,6 +8,7 @@ to $ATELIER_SCREENSHOTS when set, else to a temporary folder.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -326,7 +327,7 @@ def test_start_shows_progress_to_total_and_the_lora_file(lora, shots: Path, tmp_
     page.screenshot(path=str(shots / "finished_job.png"), full_page=True)
 
 
-def test_reload_mid_run_keeps_streaming_then_stop_saves_a_checkpoint(lora, tmp_path: Path) -> None:
+def test_reload_mid_run_keeps_streaming_then_stop_saves_a_checkpoint(lora, demo_app: App, tmp_path: Path) -> None:
     page = lora
     _configure(page, tmp_path / "out", steps=200)  # far more than the test waits for
     run_id = _start(page)
@@ -352,6 +353,24 @@ def test_reload_mid_run_keeps_streaming_then_stop_saves_a_checkpoint(lora, tmp_p
     assert moving <= saved_step < 200
     assert (tmp_path / "out" / f"demo_lora-step{saved_step:08d}.safetensors").is_file()
     assert not (tmp_path / "out" / "demo_lora.safetensors").exists(), "a stopped run is not a finished one"
+    assert (tmp_path / "out" / f"demo_lora-step{saved_step:08d}-state" / "manifest.json").is_file()
+
+    # One click resumes it: a new run continues from the saved step, not from 0.
+    page.get_by_role("tab", name="Runs", exact=True).click()
+    expect(page.locator("#runs-table")).to_contain_text(run_id, timeout=15_000)
+    page.locator("#runs-pick input").click()
+    page.get_by_role("option", name=run_id).click()
+    page.locator("#runs-resume").click()
+    expect(page.locator("#runs-note")).to_contain_text(f"Resumed {run_id} as", timeout=60_000)
+    resumed_id = re.search(r"as\s+(\S+)", page.locator("#runs-note").inner_text()).group(1)
+    expect(title).to_contain_text(f"Training: {resumed_id}", timeout=90_000)
+    _wait_steps(page, saved_step + 1)
+    assert _progress(page)[1] == 200
+    lines = (demo_app.runs_dir / resumed_id / "events.jsonl").read_text(encoding="utf-8").splitlines()
+    steps = [e["step"] for e in map(json.loads, lines) if e["type"] == "progress"]
+    assert steps[0] == saved_step + 1, f"the resumed run started at step {steps[0]}, not {saved_step + 1}"
+    page.locator("#stop-run").click()
+    expect(title).to_contain_text(f"Stopped: {resumed_id}", timeout=90_000)
 
 
 def test_screenshots_of_every_tab(lora, demo_app: App, shots: Path) -> None:
