@@ -2,8 +2,9 @@
 
 Only rank 0 writes. Each event is one JSON object a line with at least `type` and `time`.
 Types: start, progress, checkpoint, sample, warning, error, done; also `dataset` (the preflight report of the
-data the run trains on: folders, buckets, skipped files, steps) and `cache` (what, done, total) while
-latents or text-encoder outputs are cached.
+data the run trains on: folders, buckets, skipped files, steps), `cache` (what, done, total) while
+latents or text-encoder outputs are cached, `resume` (the state a run continues from), `class_images` and
+`info` (dreambooth). Generation jobs write start, image, generate_progress, grid, warning, error, done.
 """
 from __future__ import annotations
 
