@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainers.processes import pid_alive
+
 ACTIVE_STATES = ("starting", "running", "stopping")
 MAX_CHART_POINTS = 400
 MAX_KEPT_POINTS = 20_000
@@ -55,21 +57,6 @@ def read_status(run_dir: Path) -> dict[str, Any]:
         return json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def effective_state(status: dict[str, Any]) -> str:

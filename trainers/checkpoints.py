@@ -22,6 +22,7 @@ from typing import Any
 
 from .faults import DiskFull
 from .fsutil import _fsync_dir, current_umask
+from .processes import pid_alive
 
 STATE_FORMAT = "atelier-training-state"
 STATE_VERSION = 1
@@ -198,7 +199,7 @@ def clean_stale_temps(output_dir: Path, output_name: str, now: float | None = No
             continue
         owner = _TEMP_PID.search(name)
         try:
-            if owner and int(owner.group(1)) != os.getpid() and _pid_alive(int(owner.group(1))):
+            if owner and int(owner.group(1)) != os.getpid() and pid_alive(int(owner.group(1))):
                 continue  # a live process is writing it
             if not owner and now - entry.stat().st_mtime < _STALE_TEMP_S:
                 continue  # perhaps a save in progress right now
@@ -212,16 +213,6 @@ def clean_stale_temps(output_dir: Path, output_name: str, now: float | None = No
         shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
         removed.append(entry)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def check_free_space(folder: Path, needed_bytes: int, what: str) -> None:
