@@ -62,19 +62,21 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
             with gr.Column(scale=2):
                 panel = build_run_panel()
                 stop = gr.Button("Stop this run", variant="stop", visible=False, elem_id="stop-run")
-        _wire_panel(services, viewed, panel, stop, page)
+                resume = gr.Button("Resume this run", visible=False, elem_id="resume-run")
+        _wire_panel(services, viewed, panel, stop, resume, page)
         wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
     return page
 
 
-def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, stop: gr.Button,
+def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, stop: gr.Button, resume: gr.Button,
                 page: gr.Blocks) -> None:
     def refresh(run_id: str, shown: list[Any] | None) -> list[Any]:
         view = view_for(services.watchers, services.runs_dir, run_id)
         if view is None:
-            return [gr.skip()] * (len(panel.outputs) + 1) + [shown]
+            return [gr.skip()] * (len(panel.outputs) + 2) + [shown]
         active = view.state in ACTIVE_STATES
-        pairs = render(view) + [(active, gr.Button(visible=active))]
+        resumable = view.state in ("stopped", "failed") and view.status.get("method") in AVAILABLE_METHODS
+        pairs = render(view) + [(active, gr.Button(visible=active)), (resumable, gr.Button(visible=resumable))]
         keys = [(run_id, key) for key, _ in pairs]
         old = shown if shown and len(shown) == len(keys) else [None] * len(keys)
         return [value if key != before else gr.skip() for (_, value), key, before in zip(pairs, keys, old)] + [keys]
@@ -90,12 +92,29 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
             services.jobs.stop(services.runs_dir / run_id)
             gr.Info("Asked the trainer to save and stop.")
 
+    def resume_run(run_id: str) -> Any:
+        started, message = _resume(services, run_id)
+        (gr.Info if started else gr.Warning)(message)
+        return started or gr.update()
+
     shown = gr.State(None)  # change keys of what this browser tab shows now
     timer = gr.Timer(1.0)
-    outputs = panel.outputs + [stop, shown]
+    outputs = panel.outputs + [stop, resume, shown]
     timer.tick(refresh, inputs=[viewed, shown], outputs=outputs, show_progress="hidden")
     page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=[viewed, shown], outputs=outputs)
     stop.click(stop_run, inputs=viewed)
+    resume.click(resume_run, inputs=viewed, outputs=viewed)
+
+
+def _resume(services: Services, run_id: str) -> tuple[str | None, str]:
+    """(the new run's id or None, what to tell the user) for resuming run `run_id` from its newest state."""
+    if not run_id:
+        return None, "Pick a stopped or failed run first."
+    try:
+        started = services.jobs.resume(services.runs_dir / run_id)
+    except JobError as err:
+        return None, f"Not resumed: {err}"
+    return started.name, f"Resumed {run_id} as {started.name}"
 
 
 def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initial_preset: str | None,
@@ -253,12 +272,7 @@ def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
 
     def resume(run_id: str) -> tuple[Any, str]:
         """A new run from the picked (stopped or failed) run's config, from its newest training state."""
-        if not run_id:
-            return gr.update(), "Pick a stopped or failed run first."
-        try:
-            started = services.jobs.resume(services.runs_dir / run_id)
-        except JobError as err:
-            return gr.update(), f"### Not resumed\n{err}"
-        return started.name, f"### Resumed `{run_id}` as `{started.name}`"
+        started, message = _resume(services, run_id)
+        return started or gr.update(), message
 
     resume_btn.click(resume, inputs=pick, outputs=[viewed, note])

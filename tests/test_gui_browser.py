@@ -356,14 +356,13 @@ def test_reload_mid_run_keeps_streaming_then_stop_saves_a_checkpoint(lora, demo_
     assert (tmp_path / "out" / f"demo_lora-step{saved_step:08d}-state" / "manifest.json").is_file()
 
     # One click resumes it: a new run continues from the saved step, not from 0.
-    page.get_by_role("tab", name="Runs", exact=True).click()
-    expect(page.locator("#runs-table")).to_contain_text(run_id, timeout=15_000)
-    page.locator("#runs-pick input").click()
-    page.get_by_role("option", name=run_id).click()
-    page.locator("#runs-resume").click()
-    expect(page.locator("#runs-note")).to_contain_text(f"Resumed {run_id} as", timeout=60_000)
-    resumed_id = re.search(r"as\s+(\S+)", page.locator("#runs-note").inner_text()).group(1)
+    expect(page.locator("#stop-run")).to_be_hidden()
+    page.locator("#resume-run").click()
+    told = page.get_by_text(f"Resumed {run_id} as").first
+    expect(told).to_be_visible(timeout=60_000)
+    resumed_id = re.search(rf"Resumed {re.escape(run_id)} as\s+(\S+)", told.inner_text()).group(1)
     expect(title).to_contain_text(f"Training: {resumed_id}", timeout=90_000)
+    expect(page.locator("#resume-run")).to_be_hidden()
     _wait_steps(page, saved_step + 1)
     assert _progress(page)[1] == 200
     lines = (demo_app.runs_dir / resumed_id / "events.jsonl").read_text(encoding="utf-8").splitlines()
