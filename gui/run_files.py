@@ -75,6 +75,7 @@ class RunView:
     state: str = "unknown"
     status: dict[str, Any] = field(default_factory=dict)
     progress: dict[str, Any] = field(default_factory=dict)
+    rank_step_s: list[float] = field(default_factory=list)  # each process's own seconds a step (multi-GPU runs)
     plan: dict[str, Any] = field(default_factory=dict)
     losses: list[tuple[int, float, float]] = field(default_factory=list)
     checkpoints: list[str] = field(default_factory=list)
@@ -126,6 +127,7 @@ class RunWatcher:
         kind, v = event.get("type"), self.view
         if kind == "progress":
             v.progress = event
+            v.rank_step_s = event.get("rank_step_s", v.rank_step_s)  # sent every few steps only
             self._losses.append((event["step"], event["loss"], event["loss_smoothed"]))
             if len(self._losses) > MAX_KEPT_POINTS:  # keep memory bounded on very long runs
                 self._losses = self._losses[::2]

@@ -69,6 +69,8 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
                  f"{p['images_per_s']:.2f} images/s · ETA {format_duration(p.get('eta_s'))} · "
                  f"loss {p['loss_smoothed']:.4f} · LR {p['lr']:.2e} · peak memory {p['peak_mem_gb']:.2f} GB "
                  f"({p['peak_mem_kind']})")
+        if len(view.rank_step_s) > 1:
+            stats += " · step time per process " + " / ".join(f"{t:.2f} s" for t in view.rank_step_s)
     elif p:  # a run that ended: what it reached, no live rates
         stats = (f"Epoch **{p['epoch']} / {p['total_epochs']}** · final loss {p['loss_smoothed']:.4f} · "
                  f"peak memory {p['peak_mem_gb']:.2f} GB ({p['peak_mem_kind']})")

@@ -251,3 +251,17 @@ def test_status_updates_from_gui_and_trainer_at_once_are_all_kept(tmp_path: Path
         w.join(60)
     status = json.loads((tmp_path / "status.json").read_text(encoding="utf-8"))
     assert {k for k in status if k != "updated"} == {f"{who}{i}" for who in ("gui", "trainer") for i in range(150)}
+
+
+def test_panel_shows_each_process_step_time_of_a_multi_gpu_run(tmp_path: Path) -> None:
+    from gui.run_panel import render
+
+    run = tmp_path / "run2"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "running", "launcher_pid": os.getpid(), "method": "lora"}))
+    base = {"type": "progress", "total_steps": 40, "epoch": 1, "total_epochs": 1, "loss": 1.0, "loss_smoothed": 1.0,
+            "lr": 1e-4, "it_per_s": 2.0, "images_per_s": 4.0, "eta_s": 10, "peak_mem_gb": 1.0, "peak_mem_kind": "cuda"}
+    events = [{**base, "step": 20, "rank_step_s": [0.41, 0.63]}, {**base, "step": 21}]  # times come every 20 steps
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    stats = render(RunWatcher(run).refresh())[2][1]
+    assert "step time per process 0.41 s / 0.63 s" in stats and "4.00 images/s" in stats
