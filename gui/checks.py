@@ -85,18 +85,33 @@ def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | 
 
 def outside_roots(cfg: TrainConfig, roots: list[Path] | None) -> list[ConfigIssue]:
     """Paths typed into the page must lie under the allowed roots (symlinks resolved)."""
+    typed = [TypedPath(o.name, str(cfg.values[o.name] or ""), o.group, o.path == "any")
+             for o in (BY_NAME[name] for name in cfg.values) if o.path]
+    return paths_outside(typed, roots)
+
+
+@dataclass(frozen=True)
+class TypedPath:
+    field: str
+    text: str
+    group: str
+    may_be_hub_id: bool = False  # a model: text that does not start with /, . or ~ is a hub id
+
+
+def paths_outside(typed: list[TypedPath], roots: list[Path] | None) -> list[ConfigIssue]:
+    """An issue for each typed path outside every root (None: anywhere is fine)."""
     if roots is None:
         return []
     issues = []
-    for opt in (BY_NAME[name] for name in cfg.values if BY_NAME[name].path):
-        text = str(cfg.values[opt.name] or "").strip()
-        if not text or (opt.path == "any" and not text.startswith(("/", ".", "~"))):
+    for item in typed:
+        text = item.text.strip()
+        if not text or (item.may_be_hub_id and not text.startswith(("/", ".", "~"))):
             continue  # empty, or a hub id
         path = Path(text).expanduser().resolve()
         if not any(path == root or root in path.parents for root in roots):
             shown = ", ".join(str(r) for r in roots)
-            issues.append(ConfigIssue(opt.name, f"is outside the folders this GUI may use ({shown}); the admin "
-                                      "can add one with --allowed-root", opt.group))
+            issues.append(ConfigIssue(item.field, f"{text} is outside the folders this GUI may use ({shown}); the "
+                                      "admin can add one with --allowed-root", item.group))
     return issues
 
 

@@ -19,6 +19,7 @@ from trainers.generate.options import (GEN_BY_NAME, GEN_GROUPS, GEN_OPTIONS, Gen
                                        config_from_values, parse_loras)
 from trainers.generate.saves import compare_form_values, find_saves
 
+from .checks import TypedPath, paths_outside
 from .forms import from_widget, make_widget, to_widget
 from .jobs import JobError
 from .run_files import ACTIVE_STATES, Tail, effective_state, format_duration, list_runs, read_status
@@ -177,25 +178,14 @@ def _widget(opt: Option, runs_dir: Path) -> gr.components.Component:
 
 def _outside_roots(cfg: GenerateConfig, roots: list[Path] | None) -> list[ConfigIssue]:
     """Paths typed into the page must lie under the allowed roots (symlinks resolved)."""
-    if roots is None:
-        return []
-    typed: list[tuple[str, str]] = [(o.name, str(cfg.values[o.name] or "")) for o in GEN_OPTIONS if o.path]
+    typed = [TypedPath(o.name, str(cfg.values[o.name] or ""), o.group, o.name == "model") for o in GEN_OPTIONS
+             if o.path]
     for name in ("loras", "compare_loras"):
         try:
-            typed += [(name, ref.path) for ref in parse_loras(cfg.values[name], name)]
+            typed += [TypedPath(name, ref.path, GEN_BY_NAME[name].group) for ref in parse_loras(cfg.values[name], name)]
         except ConfigError:
             pass  # check_config names the bad line
-    issues = []
-    for name, text in typed:
-        text = text.strip()
-        if not text or (name == "model" and not text.startswith(("/", ".", "~"))):
-            continue  # empty, or a hub id
-        path = Path(text).expanduser().resolve()
-        if not any(path == root or root in path.parents for root in roots):
-            shown = ", ".join(str(r) for r in roots)
-            issues.append(ConfigIssue(name, f"{text} is outside the folders this GUI may use ({shown})",
-                                      GEN_BY_NAME[name].group))
-    return issues
+    return paths_outside(typed, roots)
 
 
 def build_generate_tab(services: Any) -> GenerateTab:
@@ -271,9 +261,11 @@ def build_generate_tab(services: Any) -> GenerateTab:
         if key == shown:
             return [gr.skip(), gr.skip(), gr.skip(), shown]
         old = shown or (None, None, -1, None)
-        return [status_text(v), gr.Gallery(value=images) if (key[0], key[2]) != (old[0], old[2]) else gr.skip(),
-                gr.Image(value=v.grid if v.grid and _servable(Path(v.grid), runs_dir) else None, visible=bool(v.grid)) if key[3] != old[3] or key[0] != old[0]
-                else gr.skip(), key]
+        same_job = key[0] == old[0]
+        gallery_update = gr.Gallery(value=images) if not same_job or key[2] != old[2] else gr.skip()
+        grid_file = v.grid if v.grid and _servable(Path(v.grid), runs_dir) else None
+        grid_update = gr.Image(value=grid_file, visible=bool(v.grid)) if not same_job or key[3] != old[3] else gr.skip()
+        return [status_text(v), gallery_update, grid_update, key]
 
     shown = gr.State(None)
     outputs = {job, status, gallery, grid}
