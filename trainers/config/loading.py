@@ -6,53 +6,30 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-
 from ..secrets import SECRET_KEY, redact
 from . import kohya_compat, toml_text
 from .options import BY_NAME, options_for
 from .schema import GROUPS, SCHEMA_VERSION, ConfigError, ConfigIssue, coerce
+from .values import OptionValues
 
 
-class TrainConfig:
+class TrainConfig(OptionValues):
     """The resolved options of one run: every option of the method, with its value."""
 
     def __init__(self, method: str, values: dict[str, Any] | None = None) -> None:
         self.__dict__["method"] = method
-        self.__dict__["values"] = {o.name: _copy(o.default) for o in options_for(method)}
-        for name, value in (values or {}).items():
-            self.values[name] = value
+        super().__init__(options_for(method), values)
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["values"][name]
-        except KeyError:
-            raise AttributeError(f"option {name!r} is not used by method {self.method!r}") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("TrainConfig is read-only; use replace()")
+    def _unknown(self, name: str) -> str:
+        return f"option {name!r} is not used by method {self.method!r}"
 
     def replace(self, **changes: Any) -> "TrainConfig":
         return TrainConfig(self.method, {**self.values, **changes})
 
     def to_toml(self) -> str:
         """Every option, sectioned by group. Unset (None) options are left out."""
-        sections: dict[str, dict[str, Any]] = {}
-        for opt in options_for(self.method):
-            value = self.values[opt.name]
-            if value is not None:
-                sections.setdefault(opt.group, {})[opt.name] = value
-        ordered = {g: sections[g] for g in GROUPS if g in sections}
         header = {"schema_version": SCHEMA_VERSION, "method": self.method}
-        return redact(f"# Atelier {self.method} config\n" + toml_text.dumps({**header, **ordered}))
-
-    def save(self, path: Path) -> None:
-        from ..fsutil import atomic_write_text
-
-        atomic_write_text(Path(path), self.to_toml())
-
-
-def _copy(value: Any) -> Any:
-    return list(value) if isinstance(value, list) else value
+        return redact(f"# Atelier {self.method} config\n" + toml_text.dumps({**header, **self.sections(GROUPS)}))
 
 
 def closest(name: str, candidates: list[str]) -> str | None:

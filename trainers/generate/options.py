@@ -19,6 +19,7 @@ from ..config import toml_text
 from ..config.loading import closest, parse_set
 from ..config.options import BY_NAME as TRAIN_OPTIONS
 from ..config.schema import ConfigError, ConfigIssue, Option, coerce
+from ..config.values import OptionValues
 from ..prompts import SamplePrompt, config_prompts
 
 MODES = ("generate", "compare")
@@ -96,37 +97,20 @@ GEN_OPTIONS: tuple[Option, ...] = (
 GEN_BY_NAME: dict[str, Option] = {o.name: o for o in GEN_OPTIONS}
 
 
-class GenerateConfig:
+class GenerateConfig(OptionValues):
     """Every generation option with its value (defaults filled in)."""
 
     def __init__(self, values: dict[str, Any] | None = None) -> None:
-        self.__dict__["values"] = {o.name: list(o.default) if isinstance(o.default, list) else o.default
-                                   for o in GEN_OPTIONS}
-        self.values.update(values or {})
+        super().__init__(GEN_OPTIONS, values)
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["values"][name]
-        except KeyError:
-            raise AttributeError(f"no generation option {name!r}") from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("GenerateConfig is read-only; use replace()")
+    def _unknown(self, name: str) -> str:
+        return f"no generation option {name!r}"
 
     def replace(self, **changes: Any) -> "GenerateConfig":
         return GenerateConfig({**self.values, **changes})
 
     def to_toml(self) -> str:
-        sections: dict[str, dict[str, Any]] = {}
-        for opt in GEN_OPTIONS:
-            if self.values[opt.name] is not None:
-                sections.setdefault(opt.group, {})[opt.name] = self.values[opt.name]
-        return "# Atelier generation job\n" + toml_text.dumps({g: sections[g] for g in GEN_GROUPS if g in sections})
-
-    def save(self, path: Path) -> None:
-        from ..fsutil import atomic_write_text
-
-        atomic_write_text(Path(path), self.to_toml())
+        return "# Atelier generation job\n" + toml_text.dumps(self.sections(GEN_GROUPS))
 
 
 def config_from_values(values: dict[str, Any]) -> GenerateConfig:
