@@ -22,7 +22,7 @@ from trainers.generate.saves import compare_form_values, find_saves
 from .checks import TypedPath, paths_outside
 from .forms import from_widget, make_widget, to_widget
 from .jobs import JobError
-from .run_files import ACTIVE_STATES, Tail, effective_state, format_duration, list_runs, read_status
+from .run_files import ACTIVE_STATES, Tail, Watchers, effective_state, format_duration, list_runs, read_status
 
 ESSENTIALS = ("model", "loras", "prompts")
 OPEN_GROUPS = ("render",)
@@ -88,20 +88,7 @@ class JobWatcher:
             v.grid = event.get("copy") or event["path"]
 
 
-class JobWatchers:
-    """One watcher per job folder, shared by every browser session."""
-
-    def __init__(self) -> None:
-        self._watchers: dict[Path, JobWatcher] = {}
-        self._lock = threading.Lock()
-
-    def view(self, job_dir: Path) -> JobView:
-        with self._lock:
-            watcher = self._watchers.setdefault(job_dir, JobWatcher(job_dir))
-        return watcher.refresh()
-
-
-WATCHERS = JobWatchers()
+WATCHERS = Watchers(JobWatcher)  # one per job folder, shared by every browser session
 
 
 def status_text(v: JobView) -> str:

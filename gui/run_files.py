@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,17 +180,19 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
 
 
 class Watchers:
-    """One RunWatcher per run directory, shared by all browser sessions."""
+    """One watcher per run (or job) directory, shared by all browser sessions; `make` builds a watcher
+    (RunWatcher for training runs) whose `refresh()` reads what was appended and returns the view."""
 
-    def __init__(self) -> None:
-        self._watchers: dict[Path, RunWatcher] = {}
+    def __init__(self, make: Callable[[Path], Any] | None = None) -> None:
+        self._make = make or RunWatcher
+        self._watchers: dict[Path, Any] = {}
         self._lock = threading.Lock()
 
-    def view(self, run_dir: Path) -> RunView:
+    def view(self, run_dir: Path) -> Any:
         with self._lock:
             watcher = self._watchers.get(run_dir)
             if watcher is None:
-                watcher = self._watchers[run_dir] = RunWatcher(run_dir)
+                watcher = self._watchers[run_dir] = self._make(run_dir)
         return watcher.refresh()
 
 
