@@ -9,7 +9,7 @@ from trainers.config import BY_NAME, ConfigError, ConfigIssue, TrainConfig, conf
 from trainers.data.preflight import preflight
 from trainers.plan import StepPlan
 
-from .forms import ESSENTIALS
+from gui.forms import ESSENTIALS
 
 
 @dataclass

@@ -19,10 +19,10 @@ from trainers.generate.options import (GEN_BY_NAME, GEN_GROUPS, GEN_OPTIONS, Gen
                                        config_from_values, parse_loras)
 from trainers.generate.saves import compare_form_values, find_saves
 
-from .checks import TypedPath, paths_outside
-from .forms import from_widget, make_widget, to_widget
-from .jobs import JobError
-from .run_files import ACTIVE_STATES, Tail, Watchers, effective_state, format_duration, list_runs, read_status
+from gui.checks import TypedPath, paths_outside
+from gui.forms import from_widget, make_widget, to_widget
+from gui.jobs import JobError
+from gui.run_files import ACTIVE_STATES, Tail, Watchers, effective_state, format_duration, list_runs, read_status
 
 ESSENTIALS = ("model", "loras", "prompts")
 OPEN_GROUPS = ("render",)

@@ -22,7 +22,7 @@ from trainers.events import update_status
 from trainers.generate.options import GenerateConfig, job_dir_name
 from trainers.launch import accelerate_command, launch_env
 
-from .run_files import ACTIVE_STATES, effective_state, list_runs, read_status
+from gui.run_files import ACTIVE_STATES, effective_state, list_runs, read_status
 
 REPO = Path(__file__).resolve().parents[1]
 AVAILABLE_METHODS = ("lora", "dreambooth", "finetune")  # tabs whose Start button launches a trainer

@@ -13,13 +13,13 @@ from trainers.config import ConfigError, load_config
 from trainers.distributed import needs_config_file
 from trainers.launch import other_machine_commands
 
-from .checks import CheckReport, check_form
-from .forms import Form, build_form
-from .generate_tab import build_generate_tab, wire_compare_button
-from .jobs import AVAILABLE_METHODS, JobError, JobManager
-from .presets import PresetError, Presets
-from .run_files import ACTIVE_STATES, Watchers, list_runs
-from .run_panel import RunPanel, build_run_panel, render, view_for
+from gui.checks import CheckReport, check_form
+from gui.forms import Form, build_form
+from gui.generate_tab import build_generate_tab, wire_compare_button
+from gui.jobs import AVAILABLE_METHODS, JobError, JobManager
+from gui.presets import PresetError, Presets
+from gui.run_files import ACTIVE_STATES, Watchers, list_runs
+from gui.run_panel import RunPanel, build_run_panel, render, view_for
 
 METHOD_TITLES = {"lora": "LoRA", "dreambooth": "Dreambooth", "finetune": "Finetune"}
 

@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from .run_files import ACTIVE_STATES, RunView, Watchers, format_duration
+from gui.run_files import ACTIVE_STATES, RunView, Watchers, format_duration
 
 OOM_HINT = ("Out of memory: lower train_batch_size or resolution, turn on gradient_checkpointing, use "
             "mixed_precision bf16/fp16, an 8-bit optimizer (AdamW8bit), or a smaller network_dim.")

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .config import TrainConfig
-    from .events import EventLog
+    from trainers.config import TrainConfig
+    from trainers.events import EventLog
 
 METHODS = {"lora": "trainers.lora", "dreambooth": "trainers.dreambooth", "finetune": "trainers.finetune"}
 EXIT_BAD_INPUT = 2
@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     acc.add_argument("--config", type=Path, help="TOML config, as for training")
     acc.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE")
     acc.add_argument("--method", choices=sorted(METHODS), default="finetune")
-    from .generate.cli import add_arguments as add_generate_arguments
+    from trainers.generate.cli import add_arguments as add_generate_arguments
 
     add_generate_arguments(sub.add_parser("generate", help="generate images (every GPU, one pipeline each)"))
     add_generate_arguments(sub.add_parser("compare", help="render a run's saves against prompts into a grid"))
@@ -59,23 +59,23 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
-        from .demo import build_demo
+        from trainers.demo import build_demo
 
         for line in build_demo(args.out, sdxl=args.sdxl):
             print(line)
         return 0
     if args.command == "options":
-        from .config.docs import options_markdown
+        from trainers.config.docs import options_markdown
 
         print(options_markdown())
         return 0
     if args.command in ("generate", "compare"):
-        from .generate.cli import main as generate_main
+        from trainers.generate.cli import main as generate_main
 
         return generate_main(args, args.command)
     if args.command == "accelerate-config":
-        from .config import ConfigError, load_config
-        from .distributed import accelerate_config_text
+        from trainers.config import ConfigError, load_config
+        from trainers.distributed import accelerate_config_text
 
         try:
             print(accelerate_config_text(load_config(args.method, args.config, args.overrides)), end="")
@@ -93,8 +93,8 @@ def run_preflight(method: str, config: Path | None, overrides: list[str], num_pr
     """Exit 0 when the run can start, 2 when the report lists errors. Loads no model (nor torch)."""
     import json
 
-    from .config import ConfigError, load_config
-    from .data.preflight import PreflightReport, preflight
+    from trainers.config import ConfigError, load_config
+    from trainers.data.preflight import PreflightReport, preflight
 
     warnings: list[str] = []
     try:
@@ -110,14 +110,14 @@ def run_preflight(method: str, config: Path | None, overrides: list[str], num_pr
 
 def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str],
                print_only: bool = False) -> int:
-    from .config import ConfigError, load_config
-    from .data.images import ImageLoadError
-    from .data.kohya_folders import DatasetLayoutError
-    from .events import EventLog, update_status
-    from .faults import TrainingFailed
-    from .loop import TrainingStopped
-    from .models import ModelLoadError
-    from .secrets import install_redaction
+    from trainers.config import ConfigError, load_config
+    from trainers.data.images import ImageLoadError
+    from trainers.data.kohya_folders import DatasetLayoutError
+    from trainers.events import EventLog, update_status
+    from trainers.faults import TrainingFailed
+    from trainers.loop import TrainingStopped
+    from trainers.models import ModelLoadError
+    from trainers.secrets import install_redaction
 
     install_redaction()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -130,7 +130,7 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
             print(cfg.to_toml())
             return 0
         if run_dir is None:
-            from .session import default_run_dir
+            from trainers.session import default_run_dir
 
             run_dir = default_run_dir(Path("runs"), cfg.output_name)
             events = EventLog(run_dir, is_main)
@@ -169,8 +169,8 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
 def _train(method: str, cfg: "TrainConfig", run_dir: Path) -> Path:
     import importlib
 
-    from .loop import train
-    from .session import start_session
+    from trainers.loop import train
+    from trainers.session import start_session
 
     session = start_session(cfg, run_dir)
     return train(session, importlib.import_module(METHODS[method]).make_trainable(cfg, session))
@@ -178,13 +178,13 @@ def _train(method: str, cfg: "TrainConfig", run_dir: Path) -> Path:
 
 def _fail(events: "EventLog", run_dir: Path | None, is_main: bool, message: str, code: int, state: str = "failed",
           **extra) -> int:
-    from .events import update_status
+    from trainers.events import update_status
 
     print(f"error: {message}", file=sys.stderr)
     if not is_main and code == 1 and run_dir is not None:
         # A crash on another rank: the launcher stops the run, and rank 0 fails next with a lost connection,
         # so this rank's own error goes to the run directory first (config errors are the same on every rank).
-        from .events import EventLog
+        from trainers.events import EventLog
 
         rank = int(os.environ.get("RANK", "0"))
         message = f"rank {rank}: {message}"

@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .faults import DiskFull
-from .fsutil import _fsync_dir, current_umask
-from .processes import pid_alive
+from trainers.faults import DiskFull
+from trainers.fsutil import _fsync_dir, current_umask
+from trainers.processes import pid_alive
 
 STATE_FORMAT = "atelier-training-state"
 STATE_VERSION = 1

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .config import TrainConfig, parse_resolution
-from .data.kohya_folders import IMAGE_EXTENSIONS, parse_folder_name
+from trainers.config import TrainConfig, parse_resolution
+from trainers.data.kohya_folders import IMAGE_EXTENSIONS, parse_folder_name
 
 
 def class_folder(reg_dir: Path, class_prompt: str) -> Path:
@@ -34,8 +34,8 @@ def missing_class_images(cfg: TrainConfig) -> tuple[Path, list[int]]:
 
 
 def _name(index: int) -> str:
-    from .prompts import SamplePrompt
-    from .sampling import sample_path
+    from trainers.prompts import SamplePrompt
+    from trainers.sampling import sample_path
 
     return sample_path(Path("."), "class", SamplePrompt("", index=index)).name
 
@@ -50,9 +50,9 @@ def generate_class_images(cfg: TrainConfig, accelerator: Any, events: Any, weigh
         return 0
     import torch
 
-    from .models import load_model
-    from .prompts import SamplePrompt
-    from .sampling import generate_samples
+    from trainers.models import load_model
+    from trainers.prompts import SamplePrompt
+    from trainers.sampling import generate_samples
 
     if accelerator.is_main_process:
         message = f"generating {len(indices)} class image(s) for {cfg.class_prompt!r} in {folder}"

@@ -64,7 +64,7 @@ class Control:
         message = f"{name}: no training step ended within {waited:.0f} s; exited without saving"
         print(message, file=sys.stderr, flush=True)
         if self.accelerator.is_main_process:
-            from .events import update_status
+            from trainers.events import update_status
 
             update_status(self.run_dir, state="stopped", finished=time.time(), exit_code=EXIT_STOP_TIMEOUT,
                           message=message)
@@ -80,7 +80,7 @@ class Control:
             return
         self._acknowledged.set()
         if self.accelerator.is_main_process and self.run_dir is not None:
-            from .events import update_status
+            from trainers.events import update_status
 
             update_status(self.run_dir, stop_acknowledged=time.time())
 

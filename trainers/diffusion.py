@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .data.dataset import sample_generator
-from .models import LoadedModel, SizeConditioning
+from trainers.data.dataset import sample_generator
+from trainers.models import LoadedModel, SizeConditioning
 
 
 class NoisePredictor(nn.Module):

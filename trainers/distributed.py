@@ -19,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .config import TrainConfig
+from trainers.config import TrainConfig
 
 BUCKET_CAP_MB = 100  # a LoRA's gradients fit in one or two buckets; a full SDXL UNet in ~100
 FSDP_MIN_NUM_PARAMS = 10_000_000  # FSDP wraps (and gathers) submodules of at least this many parameters
@@ -99,7 +99,7 @@ def write_accelerate_config(cfg: TrainConfig, run_dir: Path) -> Path | None:
     """Write <run_dir>/accelerate.yaml when the run needs one (DeepSpeed, FSDP); return its path."""
     if not needs_config_file(cfg):
         return None
-    from .fsutil import atomic_write_text
+    from trainers.fsutil import atomic_write_text
 
     path = Path(run_dir) / ACCELERATE_CONFIG
     atomic_write_text(path, accelerate_config_text(cfg))
@@ -117,7 +117,7 @@ def check_launch(cfg: TrainConfig, accelerator: Any) -> None:
     """The processes were launched the way distributed_backend says (else DeepSpeed/FSDP would silently be DDP)."""
     from accelerate.utils import DistributedType
 
-    from .config import ConfigError, ConfigIssue
+    from trainers.config import ConfigError, ConfigIssue
 
     launched = {DistributedType.DEEPSPEED: "deepspeed", DistributedType.FSDP: "fsdp"}.get(
         accelerator.distributed_type, "ddp")

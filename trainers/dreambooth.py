@@ -6,10 +6,10 @@ Trains like a finetune; `stop_text_encoder_training` freezes the text encoders a
 """
 from __future__ import annotations
 
-from .config import TrainConfig
-from .finetune import make_trainable as finetune_trainable
-from .loop import Trainable
-from .session import Session
+from trainers.config import TrainConfig
+from trainers.finetune import make_trainable as finetune_trainable
+from trainers.loop import Trainable
+from trainers.session import Session
 
 
 def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from .fsutil import atomic_write_text
-from .secrets import redact
+from trainers.fsutil import atomic_write_text
+from trainers.secrets import redact
 
 
 class EventLog:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from .config import TrainConfig
-    from .events import EventLog
+    from trainers.config import TrainConfig
+    from trainers.events import EventLog
 
 
 class TrainingStopped(Exception):
@@ -85,7 +85,7 @@ def memory_suggestions(cfg: "TrainConfig") -> list[str]:
         tips.append("set network_train_unet_only = true with cache_text_encoder_outputs = true")
     if cfg.method == "lora" and v["network_dim"] > 64:
         tips.append(f"lower network_dim (now {v['network_dim']})")
-    from .config import parse_resolution
+    from trainers.config import parse_resolution
 
     try:
         width, height = parse_resolution(v["resolution"])

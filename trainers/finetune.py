@@ -7,13 +7,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import TrainConfig, output_suffix
-from .diffusion import NoisePredictor
-from .ema import EMA
-from .models.single_file import SAVE_DTYPES
-from .loop import Trainable, freeze
-from .models import save_full_model
-from .session import Session
+from trainers.config import TrainConfig, output_suffix
+from trainers.diffusion import NoisePredictor
+from trainers.ema import EMA
+from trainers.models.single_file import SAVE_DTYPES
+from trainers.loop import Trainable, freeze
+from trainers.models import save_full_model
+from trainers.session import Session
 
 
 def trained_modules(cfg: TrainConfig, session: Session) -> tuple[nn.Module, list[nn.Module]]:

@@ -9,8 +9,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from .config import TrainConfig
-from .distributed import ACCELERATE_CONFIG, needs_config_file
+from trainers.config import TrainConfig
+from trainers.distributed import ACCELERATE_CONFIG, needs_config_file
 
 
 def accelerate_command(cfg: TrainConfig, config_path: Path, run_dir: Path, machine_rank: int | None = None,

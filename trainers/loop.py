@@ -9,16 +9,16 @@ from typing import Any
 
 from torch import nn
 
-from .checkpoints import Position, save_name
-from .diffusion import NoiseOptions, NoisePredictor, diffusion_loss
-from .faults import LossGuard, TrainingStopped
-from .models import LoadedModel
-from .optim import build_lr_scheduler, build_optimizer
-from .reporting import Reporter
-from .sample_hook import sample_hook
-from .saving import Saver, saved_on_failure
-from .session import Session
-from .train_state import TrainingState, resume_folder
+from trainers.checkpoints import Position, save_name
+from trainers.diffusion import NoiseOptions, NoisePredictor, diffusion_loss
+from trainers.faults import LossGuard, TrainingStopped
+from trainers.models import LoadedModel
+from trainers.optim import build_lr_scheduler, build_optimizer
+from trainers.reporting import Reporter
+from trainers.sample_hook import sample_hook
+from trainers.saving import Saver, saved_on_failure
+from trainers.session import Session
+from trainers.train_state import TrainingState, resume_folder
 
 __all__ = ["Trainable", "TrainingStopped", "freeze", "save_name", "train"]
 

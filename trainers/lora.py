@@ -8,15 +8,15 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 
-from .config import ConfigError, ConfigIssue, TrainConfig, parse_resolution
-from .data.catalog import Catalog
-from .diffusion import NoisePredictor
-from .lora_format import DatasetDir, TrainingMetadata, build_metadata, read_lora_file, save_lora_file
-from .lora_network import LoRANetwork
-from .loop import Trainable, freeze
-from .models import LoadedModel
-from .models.single_file import SAVE_DTYPES
-from .session import Session
+from trainers.config import ConfigError, ConfigIssue, TrainConfig, parse_resolution
+from trainers.data.catalog import Catalog
+from trainers.diffusion import NoisePredictor
+from trainers.lora_format import DatasetDir, TrainingMetadata, build_metadata, read_lora_file, save_lora_file
+from trainers.lora_network import LoRANetwork
+from trainers.loop import Trainable, freeze
+from trainers.models import LoadedModel
+from trainers.models.single_file import SAVE_DTYPES
+from trainers.session import Session
 
 
 def build_network(cfg: TrainConfig, model: LoadedModel) -> LoRANetwork:

@@ -17,7 +17,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from .fsutil import atomic_path
+from trainers.fsutil import atomic_path
 
 BaseModelVersion = Literal["sd_v1", "sd_v2", "sdxl_base_v1-0"]
 

@@ -217,7 +217,7 @@ def _target_layers(root: nn.Module, target_classes: frozenset[str]) -> Iterator[
 
 def _sgm_renamer(unet: nn.Module) -> Callable[[str], str]:
     """Map diffusers UNet module paths to original SGM (LDM) paths, with the full-model converter's table."""
-    from .models.convert import ConversionError, unet_to_ldm_key
+    from trainers.models.convert import ConversionError, unet_to_ldm_key
 
     config = getattr(unet, "config")
 

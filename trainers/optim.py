@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from .config import TrainConfig, parse_key_values
+from trainers.config import TrainConfig, parse_key_values
 
 
 def build_optimizer(cfg: TrainConfig, param_groups: list[dict[str, Any]]) -> torch.optim.Optimizer:

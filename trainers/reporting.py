@@ -7,10 +7,10 @@ from typing import Any
 
 import torch
 
-from . import distributed
-from .distributed import RankTimer, StragglerCheck, injected_failure
-from .events import ProgressMeter
-from .session import Session
+import trainers.distributed as distributed
+from trainers.distributed import RankTimer, StragglerCheck, injected_failure
+from trainers.events import ProgressMeter
+from trainers.session import Session
 
 
 class Reporter:

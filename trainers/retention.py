@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .checkpoints import Position, read_manifest, remove_save
+from trainers.checkpoints import Position, read_manifest, remove_save
 
 
 @dataclass(frozen=True)

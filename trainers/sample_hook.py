@@ -4,10 +4,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from .config import parse_resolution
-from .models import LoadedModel
-from .prompts import config_prompts
-from .session import Session
+from trainers.config import parse_resolution
+from trainers.models import LoadedModel
+from trainers.prompts import config_prompts
+from trainers.session import Session
 
 
 def sample_hook(session: Session, model: LoadedModel) -> Callable[[int, int], None] | None:
@@ -20,7 +20,7 @@ def sample_hook(session: Session, model: LoadedModel) -> Callable[[int, int], No
     prompts = config_prompts(cfg.sample_prompts, cfg.sample_prompt_lines)
     if not prompts:
         return None
-    from .sampling import generate_samples, sample_event, sample_path
+    from trainers.sampling import generate_samples, sample_event, sample_path
 
     out_dir = (session.run_dir or Path(cfg.output_dir).expanduser()) / "samples"
     size = parse_resolution(cfg.resolution)

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .fsutil import atomic_path
-from .models import LoadedModel
-from .prompts import SamplePrompt
+from trainers.fsutil import atomic_path
+from trainers.models import LoadedModel
+from trainers.prompts import SamplePrompt
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class _Settings:
 
     def parameters(self) -> str:
         """A1111's "parameters" text, which A1111/Forge/ComfyUI and image viewers read back."""
-        from .generate.pnginfo import parameters_text
+        from trainers.generate.pnginfo import parameters_text
 
         return parameters_text(self.prompt.prompt, self.prompt.negative, {
             "Steps": self.steps, "Sampler": sampler_title(self.sampler), "CFG scale": self.cfg_scale,

@@ -14,17 +14,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .checkpoints import (Position, check_free_space, clean_stale_temps, find_states, remove_save, save_name,
+from trainers.checkpoints import (Position, check_free_space, clean_stale_temps, find_states, remove_save, save_name,
                           state_name)
-from .distributed import full_weights
-from .faults import (DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped, is_out_of_memory, out_of_memory,
+from trainers.distributed import full_weights
+from trainers.faults import (DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped, is_out_of_memory, out_of_memory,
                      weights_finite)
-from .retention import Retention, prune
+from trainers.retention import Retention, prune
 
 if TYPE_CHECKING:
-    from .loop import Trainable
-    from .session import Session
-    from .train_state import TrainingState
+    from trainers.loop import Trainable
+    from trainers.session import Session
+    from trainers.train_state import TrainingState
 
 
 class Saver:

@@ -12,16 +12,16 @@ from typing import Any
 
 import torch
 
-from .config import TrainConfig, check
-from .data.buckets import BucketBatchSampler
-from .data.catalog import Catalog, build_catalog
-from .data.pipeline import build_pipeline
-from .data.preflight import catalog_report
-from .events import EventLog, process_info, update_status
-from .control import Control
-from .distributed import RankTimer
-from .plan import StepPlan, plan_steps
-from .models import LoadedModel, ModelLoadError, load_model
+from trainers.config import TrainConfig, check
+from trainers.data.buckets import BucketBatchSampler
+from trainers.data.catalog import Catalog, build_catalog
+from trainers.data.pipeline import build_pipeline
+from trainers.data.preflight import catalog_report
+from trainers.events import EventLog, process_info, update_status
+from trainers.control import Control
+from trainers.distributed import RankTimer
+from trainers.plan import StepPlan, plan_steps
+from trainers.models import LoadedModel, ModelLoadError, load_model
 
 
 @dataclass
@@ -47,7 +47,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = Fa
     dataset_warnings: list[str] = []
     accelerator = None
     if cfg.method == "dreambooth" and cfg.num_class_images:  # the class folder is complete before it is read
-        from .class_images import generate_class_images
+        from trainers.class_images import generate_class_images
 
         accelerator = make_accelerator(cfg)
         generate_class_images(cfg, accelerator, EventLog(run_dir, accelerator.is_main_process),
@@ -122,8 +122,8 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration
 
-    from .config import ConfigError, ConfigIssue
-    from .distributed import accelerator_handlers, check_launch, install_rank_timer, maybe_count_collectives
+    from trainers.config import ConfigError, ConfigIssue
+    from trainers.distributed import accelerator_handlers, check_launch, install_rank_timer, maybe_count_collectives
 
     if cfg.distributed_backend != "ddp" and (
             os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()):

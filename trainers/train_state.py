@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .checkpoints import MANIFEST, Position, atomic_dir, manifest_for, read_manifest, resolve_resume
-from .config import ConfigError, ConfigIssue
-from .faults import weights_finite
+from trainers.checkpoints import MANIFEST, Position, atomic_dir, manifest_for, read_manifest, resolve_resume
+from trainers.config import ConfigError, ConfigIssue
+from trainers.faults import weights_finite
 
 if TYPE_CHECKING:
-    from .loop import Trainable
-    from .session import Session
+    from trainers.loop import Trainable
+    from trainers.session import Session
 
 WEIGHTS, EXTRA, OPTIMIZER, SCHEDULER, RNG, SCALER = (
     "weights.safetensors", "extra.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt", "scaler.pt")
@@ -227,7 +227,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _training_options(values: dict[str, Any]) -> dict[str, Any]:
-    from .config.options import BY_NAME
+    from trainers.config.options import BY_NAME
 
     return {k: v for k, v in values.items() if k != "resume" and BY_NAME[k].group not in _NOT_TRAINING}
 

@@ -1,8 +1,8 @@
 """The option schema and everything derived from it: TOML load/save, overrides, validation."""
-from .loading import TrainConfig, config_from_dict, load_config, parse_set
-from .options import BY_NAME, OPTIONS, options_for
-from .schema import GROUPS, ConfigError, ConfigIssue, Option
-from .validation import check, final_output_file, output_suffix, parse_key_values, parse_resolution, validate
+from trainers.config.loading import TrainConfig, config_from_dict, load_config, parse_set
+from trainers.config.options import BY_NAME, OPTIONS, options_for
+from trainers.config.schema import GROUPS, ConfigError, ConfigIssue, Option
+from trainers.config.validation import check, final_output_file, output_suffix, parse_key_values, parse_resolution, validate
 
 __all__ = [
     "BY_NAME", "GROUPS", "OPTIONS", "ConfigError", "ConfigIssue", "Option", "TrainConfig", "check",

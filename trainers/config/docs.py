@@ -1,8 +1,8 @@
 """The options table (docs/options.md), generated from the schema."""
 from __future__ import annotations
 
-from .options import OPTIONS
-from .schema import GROUPS
+from trainers.config.options import OPTIONS
+from trainers.config.schema import GROUPS
 
 
 def options_markdown() -> str:

@@ -6,11 +6,11 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ..secrets import SECRET_KEY, redact
-from . import kohya_compat, toml_text
-from .options import BY_NAME, options_for
-from .schema import GROUPS, SCHEMA_VERSION, ConfigError, ConfigIssue, coerce
-from .values import OptionValues
+from trainers.secrets import SECRET_KEY, redact
+from trainers.config import kohya_compat, toml_text
+from trainers.config.options import BY_NAME, options_for
+from trainers.config.schema import GROUPS, SCHEMA_VERSION, ConfigError, ConfigIssue, coerce
+from trainers.config.values import OptionValues
 
 
 class TrainConfig(OptionValues):

@@ -1,7 +1,7 @@
 """Every training option, declared once. Names follow kohya sd-scripts where one exists."""
 from __future__ import annotations
 
-from .schema import Option
+from trainers.config.schema import Option
 
 LORA = frozenset({"lora"})
 FULL = frozenset({"dreambooth", "finetune"})

@@ -4,9 +4,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .loading import TrainConfig
-from .options import options_for
-from .schema import ConfigError, ConfigIssue
+from trainers.config.loading import TrainConfig
+from trainers.config.options import options_for
+from trainers.config.schema import ConfigError, ConfigIssue
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -134,7 +134,7 @@ def distributed_issues(cfg: TrainConfig) -> list[ConfigIssue]:
     """keep_global_batch against the process count, and DDP / DeepSpeed / FSDP against the rest of the config."""
     import importlib.util
 
-    from ..plan import BatchSplitError, per_device_batch
+    from trainers.plan import BatchSplitError, per_device_batch
 
     issues: list[ConfigIssue] = []
 
@@ -181,7 +181,7 @@ def distributed_issues(cfg: TrainConfig) -> list[ConfigIssue]:
 
 def _dataset_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
     """Dataset options that only make sense together; each message says how to fix it."""
-    from ..data.metadata_json import parse_replacements, parse_score_tags, parse_tag_bonus
+    from trainers.data.metadata_json import parse_replacements, parse_score_tags, parse_tag_bonus
 
     issues: list[ConfigIssue] = []
 
@@ -277,7 +277,7 @@ def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
 
 def _resume_issues(cfg: TrainConfig, check_paths: bool) -> list[ConfigIssue]:
     """`resume` names a complete training state (a folder, or 'latest' of output_name in output_dir)."""
-    from ..checkpoints import resolve_resume
+    from trainers.checkpoints import resolve_resume
 
     if not cfg.resume.strip():
         return []
@@ -295,7 +295,7 @@ def _resume_issues(cfg: TrainConfig, check_paths: bool) -> list[ConfigIssue]:
 
 
 def _sample_prompt_issues(cfg: TrainConfig) -> list[ConfigIssue]:
-    from ..prompts import parse_prompt_lines, read_prompts
+    from trainers.prompts import parse_prompt_lines, read_prompts
 
     issues, count = [], 0
     sources = [("sample_prompt_lines", lambda: parse_prompt_lines(cfg.sample_prompt_lines))]

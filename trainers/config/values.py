@@ -5,7 +5,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .schema import Option
+from trainers.config.schema import Option
 
 
 class OptionValues:
@@ -42,6 +42,6 @@ class OptionValues:
         raise NotImplementedError
 
     def save(self, path: Path) -> None:
-        from ..fsutil import atomic_write_text
+        from trainers.fsutil import atomic_write_text
 
         atomic_write_text(Path(path), self.to_toml())

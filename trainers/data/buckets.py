@@ -18,7 +18,7 @@ import random
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 
-from .seeds import sample_seed
+from trainers.data.seeds import sample_seed
 
 
 @dataclass(frozen=True)

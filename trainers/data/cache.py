@@ -22,9 +22,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from .catalog import Catalog, CatalogImage
-from .dataset import decode_for_bucket, prepare_sample_image
-from .images import ImageLoadError
+from trainers.data.catalog import Catalog, CatalogImage
+from trainers.data.dataset import decode_for_bucket, prepare_sample_image
+from trainers.data.images import ImageLoadError
 
 CACHE_DIR = ".atelier-cache"
 FORMAT = "atelier-latents-1"

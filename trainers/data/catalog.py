@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .buckets import BucketBatchSampler, BucketChooser
-from .captions import CaptionOptions
-from .dataset_toml import dataset_specs
-from .kohya_folders import DatasetLayoutError, ImageItem, scan_image_folder, scan_kohya_folders
-from .metadata_json import scan_metadata_dir
-from .probe import ImageSkipped, probe_image
-from .specs import DatasetSpec, SubsetSpec
+from trainers.data.buckets import BucketBatchSampler, BucketChooser
+from trainers.data.captions import CaptionOptions
+from trainers.data.dataset_toml import dataset_specs
+from trainers.data.kohya_folders import DatasetLayoutError, ImageItem, scan_image_folder, scan_kohya_folders
+from trainers.data.metadata_json import scan_metadata_dir
+from trainers.data.probe import ImageSkipped, probe_image
+from trainers.data.specs import DatasetSpec, SubsetSpec
 
 BucketKey = tuple[int, int, int]  # (dataset, width, height)
 
@@ -88,8 +88,8 @@ class Catalog:
 
     def per_device_batches(self, num_processes: int, keep_global_batch: bool) -> list[int]:
         """Each dataset's per-process batch; a global batch that does not split evenly is a ConfigError."""
-        from ..config import ConfigError, ConfigIssue
-        from ..plan import BatchSplitError, per_device_batch
+        from trainers.config import ConfigError, ConfigIssue
+        from trainers.plan import BatchSplitError, per_device_batch
 
         out, issues = [], []
         for spec in self.datasets:

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from .captions import process_caption
-from .catalog import Catalog
-from .images import ImageLoadError, PreparedImage, cover_size, load_image_rgb, prepare_image
-from .seeds import sample_seed
+from trainers.data.captions import process_caption
+from trainers.data.catalog import Catalog
+from trainers.data.images import ImageLoadError, PreparedImage, cover_size, load_image_rgb, prepare_image
+from trainers.data.seeds import sample_seed
 
 MAX_SUBSTITUTES = 8  # other images of the bucket tried before giving up on a batch
 

@@ -27,11 +27,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config.loading import closest
-from ..config.options import BY_NAME
-from ..config.schema import ConfigError, ConfigIssue, coerce
-from ..config.validation import bucket_issues, parse_resolution
-from .specs import DatasetSpec, SubsetSpec, bucket_settings, specs_from_values, subset_spec
+from trainers.config.loading import closest
+from trainers.config.options import BY_NAME
+from trainers.config.schema import ConfigError, ConfigIssue, coerce
+from trainers.config.validation import bucket_issues, parse_resolution
+from trainers.data.specs import DatasetSpec, SubsetSpec, bucket_settings, specs_from_values, subset_spec
 
 FIELD = "dataset_config"
 # Subset-level keys that are also options of ours (same name, same meaning).

@@ -8,12 +8,12 @@ from typing import Any
 
 import torch
 
-from ..config import ConfigError, ConfigIssue, TrainConfig
-from ..events import EventLog
-from .buckets import BucketBatchSampler
-from .cache import CacheWriteError, Dist, build_latent_cache, build_text_cache
-from .catalog import Catalog
-from .dataset import CaptionedImages, collate
+from trainers.config import ConfigError, ConfigIssue, TrainConfig
+from trainers.events import EventLog
+from trainers.data.buckets import BucketBatchSampler
+from trainers.data.cache import CacheWriteError, Dist, build_latent_cache, build_text_cache
+from trainers.data.catalog import Catalog
+from trainers.data.dataset import CaptionedImages, collate
 
 
 @dataclass

@@ -14,10 +14,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config import ConfigError, ConfigIssue, TrainConfig, validate
-from ..plan import StepPlan, plan_steps
-from .catalog import Catalog, build_catalog
-from .kohya_folders import DatasetLayoutError
+from trainers.config import ConfigError, ConfigIssue, TrainConfig, validate
+from trainers.plan import StepPlan, plan_steps
+from trainers.data.catalog import Catalog, build_catalog
+from trainers.data.kohya_folders import DatasetLayoutError
 
 MAX_LISTED = 20  # skipped files and duplicates shown in the text (all are in the fields)
 

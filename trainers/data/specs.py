@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config.validation import parse_resolution
-from .buckets import BucketSettings
-from .captions import CaptionOptions
-from .metadata_json import MetadataFilters, parse_replacements, parse_score_tags, parse_tag_bonus
+from trainers.config.validation import parse_resolution
+from trainers.data.buckets import BucketSettings
+from trainers.data.captions import CaptionOptions
+from trainers.data.metadata_json import MetadataFilters, parse_replacements, parse_score_tags, parse_tag_bonus
 
 SubsetKind = Literal["kohya_root", "folder", "metadata"]
 

@@ -15,9 +15,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..config.schema import ConfigError
-from .options import GEN_OPTIONS, GenerateConfig, check_config, job_dir_name, load_generate_config
-from .saves import fill_from_run
+from trainers.config.schema import ConfigError
+from trainers.generate.options import GEN_OPTIONS, GenerateConfig, check_config, job_dir_name, load_generate_config
+from trainers.generate.saves import fill_from_run
 
 EXIT_BAD_INPUT = 2
 _SINGULAR = {"prompts": "prompt", "loras": "lora", "compare_loras": "compare-lora", "compare_weights": "weight"}
@@ -51,8 +51,8 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace, mode: str) -> int:
-    from ..events import EventLog, process_info, update_status
-    from ..secrets import install_redaction
+    from trainers.events import EventLog, process_info, update_status
+    from trainers.secrets import install_redaction
 
     install_redaction()
     values = _flag_values(args)
@@ -81,9 +81,9 @@ def main(args: argparse.Namespace, mode: str) -> int:
 
 
 def run(cfg: GenerateConfig, job_dir: Path, events: Any) -> int:
-    from ..events import update_status
-    from ..models import ModelLoadError
-    from .job import GenerationFailed, GenerationStopped, run_job
+    from trainers.events import update_status
+    from trainers.models import ModelLoadError
+    from trainers.generate.job import GenerationFailed, GenerationStopped, run_job
 
     try:
         result = run_job(cfg, job_dir, events)
@@ -108,7 +108,7 @@ def run(cfg: GenerateConfig, job_dir: Path, events: Any) -> int:
 
 
 def _fail(events: Any, job_dir: Path, message: str, code: int, state: str = "failed", **extra: Any) -> int:
-    from ..events import update_status
+    from trainers.events import update_status
 
     print(f"error: {message}", file=sys.stderr)
     events.emit("error", message=message, exit_code=code, **extra)

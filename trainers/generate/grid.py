@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..events import EventLog
-from ..fsutil import atomic_path
-from .options import GenerateConfig
-from .plan import Plan
+from trainers.events import EventLog
+from trainers.fsutil import atomic_path
+from trainers.generate.options import GenerateConfig
+from trainers.generate.plan import Plan
 
 PAD = 8
 MAX_HEADER_LINES = 4

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..events import EventLog
-from .options import GenerateConfig
-from .plan import Plan, WorkItem, build_plan, resolve_seed
+from trainers.events import EventLog
+from trainers.generate.options import GenerateConfig
+from trainers.generate.plan import Plan, WorkItem, build_plan, resolve_seed
 
 FAIL_ENV = "ATELIER_TEST_FAIL_WORKER"  # tests: the worker with this id raises on its first item
 POLL_S = 0.5
@@ -130,7 +130,7 @@ def run_job(cfg: GenerateConfig, job_dir: Path | None, events: EventLog | None =
     images = [Path(image.path) for item in plan.items for image in item.images]
     result = JobResult(images, out_dir, encodes, failed)
     if cfg.mode == "compare":
-        from .grid import save_compare_grid
+        from trainers.generate.grid import save_compare_grid
 
         result.grid = save_compare_grid(cfg, plan, job_dir or out_dir, events)
         result.output = result.grid
@@ -155,7 +155,7 @@ def _run_in_process(cfg: GenerateConfig, plan: Plan, devices: list[str], events:
                     job_dir: Path | None) -> tuple[int, list[str]]:
     import torch
 
-    from .renderer import Renderer
+    from trainers.generate.renderer import Renderer
 
     threads = torch.get_num_threads()
     try:
@@ -184,7 +184,7 @@ def worker_main(wid: int, device: str, cfg_values: dict[str, Any], plan: Plan, t
     try:
         import torch
 
-        from .renderer import Renderer
+        from trainers.generate.renderer import Renderer
 
         if device == "cpu":
             torch.set_num_threads(threads)

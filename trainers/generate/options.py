@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 
-from ..config import toml_text
-from ..config.loading import closest, parse_set
-from ..config.options import BY_NAME as TRAIN_OPTIONS
-from ..config.schema import ConfigError, ConfigIssue, Option, coerce
-from ..config.values import OptionValues
-from ..prompts import SamplePrompt, config_prompts
+from trainers.config import toml_text
+from trainers.config.loading import closest, parse_set
+from trainers.config.options import BY_NAME as TRAIN_OPTIONS
+from trainers.config.schema import ConfigError, ConfigIssue, Option, coerce
+from trainers.config.values import OptionValues
+from trainers.prompts import SamplePrompt, config_prompts
 
 MODES = ("generate", "compare")
 SAMPLER_CHOICES: tuple[str, ...] = TRAIN_OPTIONS["sample_sampler"].choices or ()
@@ -273,7 +273,7 @@ def check_config(cfg: GenerateConfig) -> list[ConfigIssue]:
             issues.extend(err.issues)
         run = cfg.compare_run.strip()
         if run:
-            from .saves import find_saves
+            from trainers.generate.saves import find_saves
 
             folder = Path(run).expanduser()
             if not folder.is_dir():

@@ -10,8 +10,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..prompts import SamplePrompt
-from .options import GenerateConfig, LoraRef, job_prompts, parse_loras, parse_weights
+from trainers.prompts import SamplePrompt
+from trainers.generate.options import GenerateConfig, LoraRef, job_prompts, parse_loras, parse_weights
 
 NATIVE_SIZE = {"sd1": 512, "sd2": 512, "sdxl": 1024}  # default size of each family
 
@@ -77,7 +77,7 @@ def build_plan(cfg: GenerateConfig, out_dir: Path, seed: int, variants: list[Var
     prompts = job_prompts(cfg)
     if variants is None:
         if cfg.mode == "compare":
-            from .saves import compare_variants
+            from trainers.generate.saves import compare_variants
 
             variants = compare_variants(cfg, parse_weights(cfg.compare_weights))
         else:

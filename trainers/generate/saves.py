@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .options import GenerateConfig, LoraRef, parse_loras
+from trainers.generate.options import GenerateConfig, LoraRef, parse_loras
 
 if TYPE_CHECKING:
-    from .plan import Variant
+    from trainers.generate.plan import Variant
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def compare_saves(cfg: GenerateConfig) -> list[Save]:
 
 def compare_variants(cfg: GenerateConfig, weights: list[float]) -> list["Variant"]:
     """One variant per (save, weight); full-model saves (finetune, dreambooth) are rendered at weight 1 only."""
-    from .plan import Variant  # plan imports this module
+    from trainers.generate.plan import Variant  # plan imports this module
 
     base_loras = tuple(parse_loras(cfg.loras))
     saves = compare_saves(cfg)

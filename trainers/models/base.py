@@ -97,7 +97,7 @@ def load_tokenizer(folder: Path, subfolder: str, random_init: bool) -> Any:
     if random_init and not (folder / subfolder).is_dir():
         import tempfile
 
-        from .tiny import write_tiny_tokenizer
+        from trainers.models.tiny import write_tiny_tokenizer
 
         tmp = Path(tempfile.mkdtemp(prefix="atelier-tokenizer-"))
         write_tiny_tokenizer(tmp)

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .base import LoadedModel, ModelFamily, final_layer_norm, load_common, load_component, load_tokenizer
+from trainers.models.base import LoadedModel, ModelFamily, final_layer_norm, load_common, load_component, load_tokenizer
 
 
 class StableDiffusion(ModelFamily):

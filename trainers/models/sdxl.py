@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .base import LoadedModel, ModelFamily, SizeConditioning, load_common, load_component, load_tokenizer
+from trainers.models.base import LoadedModel, ModelFamily, SizeConditioning, load_common, load_component, load_tokenizer
 
 
 class StableDiffusionXL(ModelFamily):

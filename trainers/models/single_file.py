@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..fsutil import atomic_path, current_umask
-from .base import LoadedModel, ModelFamily, ModelLoadError, read_json, training_scheduler
-from .convert import (
+from trainers.fsutil import atomic_path, current_umask
+from trainers.models.base import LoadedModel, ModelFamily, ModelLoadError, read_json, training_scheduler
+from trainers.models.convert import (
     SD1_TE_PREFIX,
     SD2_TE_PREFIX,
     SDXL_TE1_PREFIX,
@@ -45,8 +45,8 @@ from .convert import (
     unet_to_ldm,
     vae_to_ldm,
 )
-from .sd import SD1, SD2
-from .sdxl import SDXL
+from trainers.models.sd import SD1, SD2
+from trainers.models.sdxl import SDXL
 
 ARCH_DIR = Path(__file__).with_name("arch")
 BPE_FILE = ARCH_DIR / "bpe_simple_vocab_16e6.txt.gz"
@@ -71,7 +71,7 @@ def clip_vocabulary() -> tuple[dict[str, int], tuple[tuple[str, str], ...]]:
     256 byte symbols, the same with `</w>`, one token per merge, then <|startoftext|> (49406)
     and <|endoftext|> (49407): 49408 tokens.
     """
-    from .tiny import _bytes_to_unicode
+    from trainers.models.tiny import _bytes_to_unicode
 
     lines = gzip.decompress(BPE_FILE.read_bytes()).decode("utf-8").split("\n")
     merges = tuple(tuple(line.split()) for line in lines[1:49152 - 256 - 2 + 1])
