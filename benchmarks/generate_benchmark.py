@@ -39,7 +39,7 @@ def main() -> None:
     p.add_argument("--cpu-threads", type=int, default=0, help="torch threads per CPU worker (0: cores / workers)")
     args = p.parse_args()
 
-    from trainers.events import EventLog
+    from trainers.core.events import EventLog
     from trainers.generate.job import run_job, worker_devices
     from trainers.generate.options import GenerateConfig
 

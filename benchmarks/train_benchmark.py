@@ -42,11 +42,11 @@ def main() -> None:
     p.add_argument("--buckets", action="store_true", help="aspect-ratio buckets (the demo images are 3 shapes)")
     args = p.parse_args()
 
-    from trainers.config import load_config
+    from trainers.core.options import load_config
     from trainers.demo import build_dataset
-    from trainers.loop import train
-    from trainers.lora import make_trainable
-    from trainers.session import start_session
+    from trainers.train.loop import train
+    from trainers.methods.lora.trainer import make_trainable
+    from trainers.train.session import start_session
 
     work = Path(tempfile.mkdtemp(prefix="atelier-bench-"))
     if args.model.startswith("tiny"):

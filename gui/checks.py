@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.config import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict, validate
+from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict, validate
 from trainers.data.preflight import preflight
-from trainers.plan import StepPlan
+from trainers.core.plan import StepPlan
 
 from gui.forms import ESSENTIALS
 

@@ -1,7 +1,7 @@
 """A method's form, generated from the option schema: one widget per option, grouped.
 
 Nothing here lists fields: names, widgets, help, ranges and grouping all come from
-trainers.config. Values cross between widgets and configs as {name: value} dicts.
+trainers.core.options. Values cross between widgets and configs as {name: value} dicts.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from trainers.config import GROUPS, Option, options_for
+from trainers.core.options import GROUPS, Option, options_for
 
 # What a first-time user fills in first, shown at the top of every tab.
 ESSENTIALS = ("pretrained_model_name_or_path", "train_data_dir", "output_dir", "output_name")

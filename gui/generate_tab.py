@@ -14,7 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from trainers.config.schema import ConfigError, ConfigIssue, Option
+from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.generate.options import (GEN_BY_NAME, GEN_GROUPS, GEN_OPTIONS, GenerateConfig, check_config,
                                        config_from_values, parse_loras)
 from trainers.generate.saves import compare_form_values, find_saves

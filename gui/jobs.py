@@ -15,12 +15,12 @@ import threading
 import time
 from pathlib import Path
 
-from trainers.config import TrainConfig
-from trainers.control import request
-from trainers.distributed import write_accelerate_config
-from trainers.events import update_status
+from trainers.core.options import TrainConfig
+from trainers.train.control import request
+from trainers.train.distributed import write_accelerate_config
+from trainers.core.events import update_status
 from trainers.generate.options import GenerateConfig, job_dir_name
-from trainers.launch import accelerate_command, launch_env
+from trainers.core.launch import accelerate_command, launch_env
 
 from gui.run_files import ACTIVE_STATES, effective_state, list_runs, read_status
 
@@ -37,8 +37,8 @@ def resume_config(run_dir: Path) -> TrainConfig:
     """The config of a stopped or failed run, with `resume` set to the newest training state of its output."""
     import tomllib
 
-    from trainers.checkpoints import latest_state
-    from trainers.config import ConfigError, load_config
+    from trainers.core.saves import latest_state
+    from trainers.core.options import ConfigError, load_config
 
     state = effective_state(read_status(run_dir))
     if state in ACTIVE_STATES:
@@ -86,7 +86,7 @@ class JobManager:
         return [r.path for r in list_runs(self.runs_dir) if r.state in ACTIVE_STATES]
 
     def new_run_dir(self, cfg: TrainConfig) -> Path:
-        from trainers.session import default_run_dir
+        from trainers.train.session import default_run_dir
 
         return default_run_dir(self.runs_dir, f"{cfg.method}-{cfg.output_name}")
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import gradio as gr
 
-from trainers.config import ConfigError, load_config
-from trainers.distributed import needs_config_file
-from trainers.launch import other_machine_commands
+from trainers.core.options import ConfigError, load_config
+from trainers.train.distributed import needs_config_file
+from trainers.core.launch import other_machine_commands
 
 from gui.checks import CheckReport, check_form
 from gui.forms import Form, build_form

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 
-from trainers.config import BY_NAME, ConfigError, config_from_dict, toml_text
-from trainers.config.schema import SCHEMA_VERSION
-from trainers.config.loading import flatten
-from trainers.fsutil import atomic_write_text
-from trainers.secrets import SECRET_KEY
+from trainers.core.options import BY_NAME, ConfigError, config_from_dict, toml_text
+from trainers.core.options.schema import SCHEMA_VERSION
+from trainers.core.options.loading import flatten
+from trainers.core.fsio import atomic_write_text
+from trainers.core.secrets import SECRET_KEY
 
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "presets"
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.processes import pid_alive
+from trainers.core.processes import pid_alive
 
 ACTIVE_STATES = ("starting", "running", "stopping")
 MAX_CHART_POINTS = 400

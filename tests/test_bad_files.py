@@ -11,7 +11,7 @@ import pytest
 from image_files import bad_and_odd_files, corrupt_middle_png, save_image
 from PIL import Image
 
-from trainers.config import TrainConfig
+from trainers.core.options import TrainConfig
 from trainers.data import kohya_folders
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages, prepare_sample_image

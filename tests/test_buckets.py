@@ -8,11 +8,11 @@ import pytest
 from accelerate.data_loader import BatchSamplerShard
 from image_files import save_image
 
-from trainers.config import TrainConfig
+from trainers.core.options import TrainConfig
 from trainers.data.buckets import BucketBatchSampler, BucketChooser, BucketSettings, bucket_resolutions
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages, prepare_sample_image
-from trainers.plan import plan_steps
+from trainers.core.plan import plan_steps
 
 SD15 = BucketSettings((512, 512), enable=True, min_reso=256, max_reso=1024, steps=64)
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 from image_files import save_image
 
-from trainers.config import TrainConfig
+from trainers.core.options import TrainConfig
 from trainers.data import cache as cache_module
 from trainers.data.cache import CacheWriteError, Dist, build_latent_cache, build_text_cache, cache_file
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages, collate, flip_of
-from trainers.diffusion import NoisePredictor, encode_latents, sample_latents
+from trainers.train.diffusion import NoisePredictor, encode_latents, sample_latents
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +162,7 @@ def test_an_unwritable_cache_folder_is_a_clear_error(data: Path, vae: torch.nn.M
 
 
 def test_text_encoder_outputs_cached_for_sdxl(tiny_sdxl_dir: Path, data: Path) -> None:
-    from trainers.diffusion import diffusion_loss, NoiseOptions
+    from trainers.train.diffusion import diffusion_loss, NoiseOptions
     from trainers.models import load_model
 
     model = load_model(str(tiny_sdxl_dir), "auto", torch.float32)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from image_files import save_image
 
-from trainers.config import TrainConfig
+from trainers.core.options import TrainConfig
 from trainers.data.captions import CaptionOptions, process_caption
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from trainers.checkpoints import (MANIFEST, Position, atomic_dir, check_free_space, clean_stale_temps, find_states,
+from trainers.core.saves import (MANIFEST, Position, atomic_dir, check_free_space, clean_stale_temps, find_states,
                                   latest_state, manifest_for, resolve_resume)
-from trainers.faults import DiskFull
-from trainers.retention import Retention, SavedItem, list_saves, prune, to_remove
+from trainers.train.faults import DiskFull
+from trainers.core.retention import Retention, SavedItem, list_saves, prune, to_remove
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,8 +71,8 @@ def test_latest_skips_incomplete_states_and_resume_names_the_problem(tmp_path: P
 
 
 def test_resume_field_is_validated_before_training(tmp_path: Path) -> None:
-    from trainers.config import load_config
-    from trainers.config.validation import validate
+    from trainers.core.options import load_config
+    from trainers.core.options.validation import validate
 
     cfg = load_config("lora", overrides=[f"output_dir={json.dumps(str(tmp_path))}", "max_train_steps=1",
                                          f"resume={json.dumps(str(tmp_path / 'gone-state'))}"])
@@ -87,7 +87,7 @@ def test_resume_field_is_validated_before_training(tmp_path: Path) -> None:
 def test_free_disk_check_names_output_dir_and_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    import trainers.checkpoints as ck
+    import trainers.core.saves as ck
 
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(ck.shutil, "disk_usage", lambda p: usage._replace(free=40 << 20))
@@ -166,8 +166,8 @@ import json, sys
 from pathlib import Path
 import torch
 from safetensors.torch import save_file
-from trainers.checkpoints import MANIFEST, Position, atomic_dir, manifest_for
-from trainers.lora_format import save_lora_file
+from trainers.core.saves import MANIFEST, Position, atomic_dir, manifest_for
+from trainers.methods.lora.file_format import save_lora_file
 
 out = Path(sys.argv[1])
 base = torch.zeros(3_000_000)

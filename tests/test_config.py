@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from trainers.config import (OPTIONS, ConfigError, TrainConfig, load_config, options_for, parse_resolution,
+from trainers.core.options import (OPTIONS, ConfigError, TrainConfig, load_config, options_for, parse_resolution,
                              validate)
-from trainers.config.docs import options_markdown
+from trainers.core.options.docs import options_markdown
 
 
 def write(tmp_path: Path, text: str, name: str = "c.toml") -> Path:

@@ -7,8 +7,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainers.config import OPTIONS, ConfigError, config_from_dict, load_config, validate
-from trainers.config.schema import GROUPS
+from trainers.core.options import OPTIONS, ConfigError, config_from_dict, load_config, validate
+from trainers.core.options.schema import GROUPS
 
 NAMES = [o.name for o in OPTIONS]
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
@@ -38,7 +38,7 @@ def test_random_values_give_clear_messages(flat: dict, method: str) -> None:
 @given(st.dictionaries(st.sampled_from(list(GROUPS) + ["bogus"]), st.dictionaries(keys, values, max_size=4),
                        max_size=4))
 def test_random_sections_give_clear_messages(sections: dict) -> None:
-    from trainers.config.loading import flatten
+    from trainers.core.options.loading import flatten
 
     issues: list = []
     flat = flatten(sections, issues)

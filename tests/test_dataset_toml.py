@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from image_files import save_image
 
-from trainers.config import ConfigError, TrainConfig
+from trainers.core.options import ConfigError, TrainConfig
 from trainers.data.catalog import _balance_reg, build_catalog
 from trainers.data.dataset import CaptionedImages
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers.config import config_from_dict, validate
+from trainers.core.options import config_from_dict, validate
 from trainers.demo import build_dataset
-from trainers.plan import BatchSplitError, per_device_batch, plan_steps
+from trainers.core.plan import BatchSplitError, per_device_batch, plan_steps
 
 from test_lora_training import events, run_trainer, sets
 
@@ -77,7 +77,7 @@ def test_validate_report_shows_per_device_and_global_batch(dataset: Path) -> Non
 
 def test_two_processes_reproduce_one_process_with_few_collectives(tiny_sd1_dir: Path, dataset: Path,
                                                                    tmp_path: Path) -> None:
-    from trainers.lora_format import read_lora_file
+    from trainers.methods.lora.file_format import read_lora_file
 
     # AdamW with eps = 1 moves each weight in proportion to its gradient (plain Adam would hide a wrongly
     # scaled gradient, e.g. a loss averaged over the wrong count): the comparison sees the gradients themselves.
@@ -128,7 +128,7 @@ def test_a_failing_rank_stops_the_whole_run_with_its_error(tiny_sd1_dir: Path, d
 
 
 def test_straggler_is_named_and_handlers_carry_timeout_and_buckets() -> None:
-    from trainers.distributed import BUCKET_CAP_MB, StragglerCheck, accelerator_handlers
+    from trainers.train.distributed import BUCKET_CAP_MB, StragglerCheck, accelerator_handlers
 
     check = StragglerCheck(accelerator=None)
     warning = check.judge([1.0, 1.05, 1.4, 0.98])
@@ -159,8 +159,8 @@ def _full(**values: object):
 def test_accelerate_yaml_per_backend_parses_back(values: dict, kind: str, section: dict, tmp_path: Path) -> None:
     from accelerate.commands.config.config_args import load_config_from_file
 
-    from trainers.distributed import write_accelerate_config
-    from trainers.launch import accelerate_command
+    from trainers.train.distributed import write_accelerate_config
+    from trainers.core.launch import accelerate_command
 
     cfg = _full(**values)
     path = write_accelerate_config(cfg, tmp_path)
@@ -184,8 +184,8 @@ def test_ddp_runs_need_no_accelerate_yaml_and_headless_users_can_print_one(tmp_p
 
     import yaml
 
-    from trainers.distributed import write_accelerate_config
-    from trainers.launch import accelerate_command
+    from trainers.train.distributed import write_accelerate_config
+    from trainers.core.launch import accelerate_command
 
     cfg = _full()
     assert write_accelerate_config(cfg, tmp_path) is None and not (tmp_path / "accelerate.yaml").exists()
@@ -222,7 +222,7 @@ def test_gui_start_writes_accelerate_yaml_and_names_it_in_the_command(tmp_path: 
 
 def test_validation_rejects_impossible_combinations_with_a_reason() -> None:
     def problems(method: str = "finetune", **values: object) -> dict[str, str]:
-        from trainers.config.validation import distributed_issues
+        from trainers.core.options.validation import distributed_issues
 
         cfg = config_from_dict(method, {"num_processes": 2, "max_train_steps": 1, "mixed_precision": "bf16", **values})
         return {i.field: i.message for i in distributed_issues(cfg)}
@@ -286,8 +286,8 @@ def test_a_launch_that_does_not_match_distributed_backend_is_refused() -> None:
 
     from accelerate.utils import DistributedType
 
-    from trainers.config import ConfigError
-    from trainers.distributed import check_launch
+    from trainers.core.options import ConfigError
+    from trainers.train.distributed import check_launch
 
     ddp_launch = SimpleNamespace(distributed_type=DistributedType.MULTI_GPU)
     with pytest.raises(ConfigError, match="launched for 'ddp': launch with `accelerate launch --config_file"):

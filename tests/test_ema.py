@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainers.ema import EMA
+from trainers.train.ema import EMA
 
 
 def test_ema_is_the_hand_computed_average_after_two_steps() -> None:

@@ -14,13 +14,13 @@ import torch
 
 from tests.test_lora_training import events
 from tests.test_resume import dataset, lora, lora_file, train  # noqa: F401 - fixtures
-from trainers.config import TrainConfig
-from trainers.faults import NonFiniteLoss, is_out_of_memory, memory_suggestions, out_of_memory
+from trainers.core.options import TrainConfig
+from trainers.train.faults import NonFiniteLoss, is_out_of_memory, memory_suggestions, out_of_memory
 
 
 def inject(monkeypatch: pytest.MonkeyPatch, fault: Callable[[int, torch.Tensor], torch.Tensor]) -> None:
     """Replace the loop's loss with `fault(call number, real loss)` (one call per batch; 1-based)."""
-    import trainers.loop as loop
+    import trainers.train.loop as loop
 
     real, calls = loop.diffusion_loss, [0]
 
@@ -107,7 +107,7 @@ def test_out_of_memory_is_recognised_and_advice_follows_the_config() -> None:
 
 
 def test_weights_that_are_not_finite_are_never_saved(tmp_path: Path) -> None:
-    from trainers.saving import Saver
+    from trainers.train.saving import Saver
 
     saver = Saver.__new__(Saver)
     saver.state = SimpleNamespace(params=[torch.ones(3), torch.tensor([1.0, float("nan")])])
@@ -126,7 +126,7 @@ def test_a_stop_signal_during_a_hung_step_exits_within_the_deadline(tmp_path: Pa
     script = """
 import os, signal, sys, time
 from pathlib import Path
-import trainers.control as control
+import trainers.train.control as control
 control.STOP_DEADLINE_S = 0.5
 class Accelerator: is_main_process, num_processes = True, 1
 ctl = control.Control(Path(sys.argv[1]), Accelerator())

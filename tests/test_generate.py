@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from trainers.config.schema import ConfigError
+from trainers.core.options.schema import ConfigError
 from trainers.generate.options import GenerateConfig, LoraRef, check_config, load_generate_config, parse_lora_line
 from trainers.generate.plan import Variant, build_plan
 from trainers.generate.pnginfo import lora_short_hash, parse_parameters, parameters_text, read_parameters
@@ -25,8 +25,8 @@ PROMPTS = ["a red fox --n blurry, lowres", "ünïcode cat 🐈 --w 48 --d 42 --l
 
 def make_lora(model_dir: Path, path: Path, seed: int) -> Path:
     """A kohya-format LoRA file of the tiny model with random (as if trained) weights."""
-    from trainers.lora_format import save_lora_file
-    from trainers.lora_network import LoRANetwork
+    from trainers.methods.lora.file_format import save_lora_file
+    from trainers.methods.lora.network import LoRANetwork
     from trainers.models import load_model
 
     model = load_model(str(model_dir), "auto", torch.float32)

@@ -17,9 +17,9 @@ from gui.forms import ESSENTIALS, build_form, from_widget, option_for, to_widget
 from gui.jobs import JobError, JobManager
 from gui.presets import PresetError, Presets
 from gui.run_files import RunWatcher, Tail, list_runs
-from trainers.config import TrainConfig, load_config, options_for
+from trainers.core.options import TrainConfig, load_config, options_for
 from trainers.demo import build_dataset
-from trainers.launch import accelerate_command, other_machine_commands
+from trainers.core.launch import accelerate_command, other_machine_commands
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ("lora", "dreambooth", "finetune")
@@ -42,7 +42,7 @@ def test_widget_values_round_trip_to_the_same_config(method: str) -> None:
     cfg = load_config(method, overrides=["max_train_epochs=3", "noise_offset=0", "optimizer_args=['a=1','b=2']",
                                          "seed=0", "output_name='x y'"])
     back = {o.name: from_widget(o, to_widget(o, cfg.values[o.name])) for o in options_for(method)}
-    from trainers.config import config_from_dict
+    from trainers.core.options import config_from_dict
 
     assert config_from_dict(method, back).values == cfg.values
 
@@ -234,7 +234,7 @@ def test_paths_outside_allowed_roots_are_refused(tmp_path: Path) -> None:
 
 
 def _update_many(run_dir: str, key: str) -> None:
-    from trainers.events import update_status
+    from trainers.core.events import update_status
 
     for i in range(150):
         update_status(Path(run_dir), **{f"{key}{i}": i})

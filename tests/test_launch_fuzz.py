@@ -15,7 +15,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainers.config import TrainConfig, load_config, options_for
+from trainers.core.options import TrainConfig, load_config, options_for
 
 SHELLISH = " \t\n\r'\"`$(){}[]<>|&;*?!~#%^=\\,.:/-_éü漢字🙂"
 MARKER = Path("/tmp") / f"atelier-fuzz-{uuid.uuid4().hex}"

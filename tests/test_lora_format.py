@@ -15,8 +15,8 @@ import torch
 from diffusers import DiffusionPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline
 from peft.tuners.tuners_utils import BaseTunerLayer
 
-from trainers.lora_format import DatasetDir, TrainingMetadata, build_metadata, read_lora_file, save_lora_file
-from trainers.lora_network import LoRANetwork, NetworkDims
+from trainers.methods.lora.file_format import DatasetDir, TrainingMetadata, build_metadata, read_lora_file, save_lora_file
+from trainers.methods.lora.network import LoRANetwork, NetworkDims
 
 DIM, ALPHA, CONV_DIM, CONV_ALPHA = 4, 2.0, 2, 1.0
 

@@ -168,7 +168,7 @@ def test_two_processes_train_the_same_images_in_half_the_steps(tiny_sd1_dir: Pat
 
 
 def test_v_prediction_full_bf16_and_resume_from_lora_weights(dataset: Path, tmp_path: Path) -> None:
-    from trainers.lora_format import read_lora_file
+    from trainers.methods.lora.file_format import read_lora_file
     from trainers.models.tiny import build_tiny_sd1
 
     model = build_tiny_sd1(tmp_path / "v-model", v_prediction=True)
@@ -210,7 +210,7 @@ def test_demo_command_and_preset_work_from_a_fresh_folder(tmp_path: Path) -> Non
 def test_stop_request_saves_and_marks_the_run_stopped(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
     import time
 
-    from trainers.control import request
+    from trainers.train.control import request
 
     run_dir = tmp_path / "run"
     args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),

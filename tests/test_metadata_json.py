@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from image_files import save_image
 
-from trainers.config import ConfigError, TrainConfig, load_config, validate
+from trainers.core.options import ConfigError, TrainConfig, load_config, validate
 from trainers.data import metadata_json as mj
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages

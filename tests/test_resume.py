@@ -39,7 +39,7 @@ def lora(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> dict[str, object]
 
 
 def lora_file(path: Path) -> dict[str, torch.Tensor]:
-    from trainers.lora_format import read_lora_file
+    from trainers.methods.lora.file_format import read_lora_file
 
     return read_lora_file(path)[0]
 
@@ -128,7 +128,7 @@ def test_gui_resume_starts_from_the_newest_state_of_a_stopped_run(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from gui.jobs import JobError, JobManager, resume_config
     from tests.test_checkpoints import write_state
-    from trainers.config import load_config
+    from trainers.core.options import load_config
 
     out, run = tmp_path / "out", tmp_path / "runs" / "r1"
     run.mkdir(parents=True)
@@ -152,7 +152,7 @@ def test_gui_resume_starts_from_the_newest_state_of_a_stopped_run(tmp_path: Path
 
 def test_a_run_that_dies_unsaved_resumes_from_its_rolling_state(lora: dict, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainers.loop as loop
+    import trainers.train.loop as loop
 
     real, calls = loop.diffusion_loss, [0]
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
-from trainers.lora_network import LoRANetwork
+from trainers.methods.lora.network import LoRANetwork
 from trainers.models import LoadedModel, load_model
 from trainers.models.tiny import build_tiny_sd1
-from trainers.prompts import SamplePrompt, parse_prompt_line, parse_prompt_lines, read_prompts
-from trainers.sampling import SAMPLERS, build_pipeline, build_scheduler, generate_samples, sample_event, sample_path
+from trainers.core.prompts import SamplePrompt, parse_prompt_line, parse_prompt_lines, read_prompts
+from trainers.sampling.pipeline import SAMPLERS, build_pipeline, build_scheduler, generate_samples, sample_event, sample_path
 
 PROMPT_LINES = ["a red fox --n blurry, lowres", "ünïcode cat 🐈 --w 48 --h 32 --d 42 --l 5"]
 

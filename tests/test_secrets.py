@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.events import EventLog, update_status
+from trainers.core.events import EventLog, update_status
 
 TOKEN = "hf_SECRETsecret123456"
 REPO = Path(__file__).resolve().parents[1]

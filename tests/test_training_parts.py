@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers.config import TrainConfig
+from trainers.core.options import TrainConfig
 from trainers.data.dataset import sample_generator
-from trainers.diffusion import _per_sample, min_snr_weights
-from trainers.events import ProgressMeter
-from trainers.loop import save_name
-from trainers.plan import plan_steps
+from trainers.train.diffusion import _per_sample, min_snr_weights
+from trainers.core.events import ProgressMeter
+from trainers.train.loop import save_name
+from trainers.core.plan import plan_steps
 from trainers.models import FAMILIES, ModelLoadError, detect_family, load_model
-from trainers.optim import build_lr_scheduler, build_optimizer, warmup_steps
+from trainers.train.optim import build_lr_scheduler, build_optimizer, warmup_steps
 
 
 def test_step_plan_arithmetic() -> None:
@@ -63,7 +63,7 @@ def test_warmup_as_steps_or_ratio() -> None:
 @pytest.mark.parametrize("warmup", [4, 0.25])
 @pytest.mark.parametrize("scheduler", ["cosine", "linear", "constant_with_warmup"])
 def test_lr_at_each_share_of_training_is_the_same_on_one_and_two_processes(scheduler: str, warmup: float) -> None:
-    from trainers.plan import plan_steps
+    from trainers.core.plan import plan_steps
 
     one, two = (plan_steps(32, 2, p, 1, 2, None) for p in (1, 2))  # 2 epochs of 32 images, batch 2 a process
     assert (one.total_steps, two.total_steps) == (32, 16)
@@ -107,7 +107,7 @@ def test_min_snr_weights() -> None:
 
 def test_progress_rates_follow_a_recent_window(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter([0.0] + [10.0 + i for i in range(30)] + [39.0 + 0.5 * i for i in range(1, 11)])
-    monkeypatch.setattr("trainers.events.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("trainers.core.events.time.perf_counter", lambda: next(clock))
     meter = ProgressMeter(total_steps=100, images_per_step=4, window=10)
     meter.start()
     event = {}

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trainers.config import TrainConfig
-    from trainers.events import EventLog
+    from trainers.core.options import TrainConfig
+    from trainers.core.events import EventLog
 
-METHODS = {"lora": "trainers.lora", "dreambooth": "trainers.dreambooth", "finetune": "trainers.finetune"}
+METHODS = {"lora": "trainers.methods.lora.trainer", "dreambooth": "trainers.methods.dreambooth.trainer", "finetune": "trainers.methods.finetune.trainer"}
 EXIT_BAD_INPUT = 2
 
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         return 0
     if args.command == "options":
-        from trainers.config.docs import options_markdown
+        from trainers.core.options.docs import options_markdown
 
         print(options_markdown())
         return 0
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return generate_main(args, args.command)
     if args.command == "accelerate-config":
-        from trainers.config import ConfigError, load_config
-        from trainers.distributed import accelerate_config_text
+        from trainers.core.options import ConfigError, load_config
+        from trainers.train.distributed import accelerate_config_text
 
         try:
             print(accelerate_config_text(load_config(args.method, args.config, args.overrides)), end="")
@@ -93,7 +93,7 @@ def run_preflight(method: str, config: Path | None, overrides: list[str], num_pr
     """Exit 0 when the run can start, 2 when the report lists errors. Loads no model (nor torch)."""
     import json
 
-    from trainers.config import ConfigError, load_config
+    from trainers.core.options import ConfigError, load_config
     from trainers.data.preflight import PreflightReport, preflight
 
     warnings: list[str] = []
@@ -110,14 +110,14 @@ def run_preflight(method: str, config: Path | None, overrides: list[str], num_pr
 
 def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str],
                print_only: bool = False) -> int:
-    from trainers.config import ConfigError, load_config
+    from trainers.core.options import ConfigError, load_config
     from trainers.data.images import ImageLoadError
     from trainers.data.kohya_folders import DatasetLayoutError
-    from trainers.events import EventLog, update_status
-    from trainers.faults import TrainingFailed
-    from trainers.loop import TrainingStopped
+    from trainers.core.events import EventLog, update_status
+    from trainers.train.faults import TrainingFailed
+    from trainers.train.loop import TrainingStopped
     from trainers.models import ModelLoadError
-    from trainers.secrets import install_redaction
+    from trainers.core.secrets import install_redaction
 
     install_redaction()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -130,7 +130,7 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
             print(cfg.to_toml())
             return 0
         if run_dir is None:
-            from trainers.session import default_run_dir
+            from trainers.train.session import default_run_dir
 
             run_dir = default_run_dir(Path("runs"), cfg.output_name)
             events = EventLog(run_dir, is_main)
@@ -169,8 +169,8 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
 def _train(method: str, cfg: "TrainConfig", run_dir: Path) -> Path:
     import importlib
 
-    from trainers.loop import train
-    from trainers.session import start_session
+    from trainers.train.loop import train
+    from trainers.train.session import start_session
 
     session = start_session(cfg, run_dir)
     return train(session, importlib.import_module(METHODS[method]).make_trainable(cfg, session))
@@ -178,13 +178,13 @@ def _train(method: str, cfg: "TrainConfig", run_dir: Path) -> Path:
 
 def _fail(events: "EventLog", run_dir: Path | None, is_main: bool, message: str, code: int, state: str = "failed",
           **extra) -> int:
-    from trainers.events import update_status
+    from trainers.core.events import update_status
 
     print(f"error: {message}", file=sys.stderr)
     if not is_main and code == 1 and run_dir is not None:
         # A crash on another rank: the launcher stops the run, and rank 0 fails next with a lost connection,
         # so this rank's own error goes to the run directory first (config errors are the same on every rank).
-        from trainers.events import EventLog
+        from trainers.core.events import EventLog
 
         rank = int(os.environ.get("RANK", "0"))
         message = f"rank {rank}: {message}"

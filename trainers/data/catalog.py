@@ -88,8 +88,8 @@ class Catalog:
 
     def per_device_batches(self, num_processes: int, keep_global_batch: bool) -> list[int]:
         """Each dataset's per-process batch; a global batch that does not split evenly is a ConfigError."""
-        from trainers.config import ConfigError, ConfigIssue
-        from trainers.plan import BatchSplitError, per_device_batch
+        from trainers.core.options import ConfigError, ConfigIssue
+        from trainers.core.plan import BatchSplitError, per_device_batch
 
         out, issues = [], []
         for spec in self.datasets:

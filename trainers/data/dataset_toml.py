@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainers.config.loading import closest
-from trainers.config.options import BY_NAME
-from trainers.config.schema import ConfigError, ConfigIssue, coerce
-from trainers.config.validation import bucket_issues, parse_resolution
+from trainers.core.options.loading import closest
+from trainers.core.options.training import BY_NAME
+from trainers.core.options.schema import ConfigError, ConfigIssue, coerce
+from trainers.core.options.validation import bucket_issues, parse_resolution
 from trainers.data.specs import DatasetSpec, SubsetSpec, bucket_settings, specs_from_values, subset_spec
 
 FIELD = "dataset_config"

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from trainers.config import ConfigError, ConfigIssue, TrainConfig
-from trainers.events import EventLog
+from trainers.core.options import ConfigError, ConfigIssue, TrainConfig
+from trainers.core.events import EventLog
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.cache import CacheWriteError, Dist, build_latent_cache, build_text_cache
 from trainers.data.catalog import Catalog

@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trainers.config import ConfigError, ConfigIssue, TrainConfig, validate
-from trainers.plan import StepPlan, plan_steps
+from trainers.core.options import ConfigError, ConfigIssue, TrainConfig, validate
+from trainers.core.plan import StepPlan, plan_steps
 from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.kohya_folders import DatasetLayoutError
 

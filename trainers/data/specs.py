@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from trainers.config.validation import parse_resolution
+from trainers.core.options.validation import parse_resolution
 from trainers.data.buckets import BucketSettings
 from trainers.data.captions import CaptionOptions
 from trainers.data.metadata_json import MetadataFilters, parse_replacements, parse_score_tags, parse_tag_bonus

@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from trainers.config.schema import ConfigError
+from trainers.core.options.schema import ConfigError
 from trainers.generate.options import GEN_OPTIONS, GenerateConfig, check_config, job_dir_name, load_generate_config
 from trainers.generate.saves import fill_from_run
 
@@ -51,8 +51,8 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace, mode: str) -> int:
-    from trainers.events import EventLog, process_info, update_status
-    from trainers.secrets import install_redaction
+    from trainers.core.events import EventLog, process_info, update_status
+    from trainers.core.secrets import install_redaction
 
     install_redaction()
     values = _flag_values(args)
@@ -81,7 +81,7 @@ def main(args: argparse.Namespace, mode: str) -> int:
 
 
 def run(cfg: GenerateConfig, job_dir: Path, events: Any) -> int:
-    from trainers.events import update_status
+    from trainers.core.events import update_status
     from trainers.models import ModelLoadError
     from trainers.generate.job import GenerationFailed, GenerationStopped, run_job
 
@@ -108,7 +108,7 @@ def run(cfg: GenerateConfig, job_dir: Path, events: Any) -> int:
 
 
 def _fail(events: Any, job_dir: Path, message: str, code: int, state: str = "failed", **extra: Any) -> int:
-    from trainers.events import update_status
+    from trainers.core.events import update_status
 
     print(f"error: {message}", file=sys.stderr)
     events.emit("error", message=message, exit_code=code, **extra)

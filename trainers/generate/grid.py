@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainers.events import EventLog
-from trainers.fsutil import atomic_path
+from trainers.core.events import EventLog
+from trainers.core.fsio import atomic_path
 from trainers.generate.options import GenerateConfig
 from trainers.generate.plan import Plan
 

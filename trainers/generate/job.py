@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.events import EventLog
+from trainers.core.events import EventLog
 from trainers.generate.options import GenerateConfig
 from trainers.generate.plan import Plan, WorkItem, build_plan, resolve_seed
 

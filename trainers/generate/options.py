@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 
-from trainers.config import toml_text
-from trainers.config.loading import closest, parse_set
-from trainers.config.options import BY_NAME as TRAIN_OPTIONS
-from trainers.config.schema import ConfigError, ConfigIssue, Option, coerce
-from trainers.config.values import OptionValues
-from trainers.prompts import SamplePrompt, config_prompts
+from trainers.core.options import toml_text
+from trainers.core.options.loading import closest, parse_set
+from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
+from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce
+from trainers.core.options.values import OptionValues
+from trainers.core.prompts import SamplePrompt, config_prompts
 
 MODES = ("generate", "compare")
 SAMPLER_CHOICES: tuple[str, ...] = TRAIN_OPTIONS["sample_sampler"].choices or ()

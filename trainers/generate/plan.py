@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainers.prompts import SamplePrompt
+from trainers.core.prompts import SamplePrompt
 from trainers.generate.options import GenerateConfig, LoraRef, job_prompts, parse_loras, parse_weights
 
 NATIVE_SIZE = {"sd1": 512, "sd2": 512, "sdxl": 1024}  # default size of each family

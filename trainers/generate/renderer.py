@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from trainers.models import LoadedModel, ModelLoadError, load_model
-from trainers.sampling import build_pipeline, encode_for_pipeline, sampler_title, save_png
+from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
 from trainers.generate.options import GenerateConfig, LoraRef
 from trainers.generate.plan import NATIVE_SIZE, Variant, WorkItem
 from trainers.generate.pnginfo import lora_short_hash, lora_tag, parameters_text

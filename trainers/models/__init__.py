@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainers.models.base import LoadedModel, ModelFamily, ModelLoadError, SizeConditioning, read_json
-from trainers.models.sd import SD1, SD2
-from trainers.models.sdxl import SDXL
+from trainers.models.sd.family import SD1, SD2
+from trainers.models.sdxl.family import SDXL
 from trainers.models.single_file import SINGLE_FILE_SUFFIXES, load_single_file, save_full_model
 
 FAMILIES: dict[str, ModelFamily] = {f.name: f for f in (SD1, SD2, SDXL)}

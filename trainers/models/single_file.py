@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.fsutil import atomic_path, current_umask
+from trainers.core.fsio import atomic_path, current_umask
 from trainers.models.base import LoadedModel, ModelFamily, ModelLoadError, read_json, training_scheduler
 from trainers.models.convert import (
     SD1_TE_PREFIX,
@@ -45,8 +45,8 @@ from trainers.models.convert import (
     unet_to_ldm,
     vae_to_ldm,
 )
-from trainers.models.sd import SD1, SD2
-from trainers.models.sdxl import SDXL
+from trainers.models.sd.family import SD1, SD2
+from trainers.models.sdxl.family import SDXL
 
 ARCH_DIR = Path(__file__).with_name("arch")
 BPE_FILE = ARCH_DIR / "bpe_simple_vocab_16e6.txt.gz"

@@ -1,0 +1,147 @@
+"""Saving/reading LoRA .safetensors files with kohya sd-scripts compatible metadata.
+
+The `ss_*` keys are what kohya's train_network.py writes (A1111/Forge/ComfyUI and civitai
+read them); the `modelspec.*` keys follow Stability AI's model spec 1.0.0 as kohya's
+`library/sai_model_spec.py` fills them for LoRAs.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import Tensor
+
+from trainers.core.fsio import atomic_path
+
+BaseModelVersion = Literal["sd_v1", "sd_v2", "sdxl_base_v1-0"]
+
+IMPL_STABILITY_AI = "https://github.com/Stability-AI/generative-models"
+IMPL_DIFFUSERS = "diffusers"
+
+
+@dataclass(frozen=True)
+class DatasetDir:
+    n_repeats: int
+    img_count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingMetadata:
+    """What a LoRA file records about its training run (see `build_metadata`)."""
+
+    base_model_version: BaseModelVersion
+    v_parameterization: bool = False
+    sd_model_name: str
+    network_dim: int
+    network_alpha: float
+    conv_dim: int | None = None
+    conv_alpha: float | None = None
+    resolution: tuple[int, int]  # (width, height)
+    epoch: int  # epochs done when saved
+    num_epochs: int
+    steps: int  # steps done when saved
+    max_train_steps: int
+    learning_rate: float
+    unet_lr: float | None = None
+    text_encoder_lr: float | None = None
+    num_train_images: int
+    num_reg_images: int = 0
+    batch_size: int
+    output_name: str
+    title: str | None = None  # modelspec.title; defaults to output_name
+    clip_skip: int | None = None
+    mixed_precision: str = "no"
+    seed: int
+    training_started_at: float  # unix time
+    training_finished_at: float  # unix time (of this save)
+    dataset_dirs: Mapping[str, DatasetDir] = field(default_factory=dict)
+    tag_frequency: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+def _architecture(info: TrainingMetadata) -> str:
+    if info.base_model_version == "sdxl_base_v1-0":
+        arch = "stable-diffusion-xl-v1-base"
+    elif info.base_model_version == "sd_v2":
+        arch = "stable-diffusion-v2-768-v" if info.v_parameterization else "stable-diffusion-v2-512"
+    else:
+        arch = "stable-diffusion-v1"
+    return f"{arch}/lora"
+
+
+def _network_args(info: TrainingMetadata) -> dict[str, str]:
+    if not info.conv_dim:
+        return {}
+    conv_alpha = 1.0 if info.conv_alpha is None else info.conv_alpha
+    return {"conv_dim": str(info.conv_dim), "conv_alpha": str(conv_alpha)}  # kohya keeps CLI strings
+
+
+def build_metadata(info: TrainingMetadata) -> dict[str, str]:
+    """kohya-style `ss_*` and `modelspec.*` metadata; every value is a string, None values are left out."""
+    is_sdxl = info.base_model_version == "sdxl_base_v1-0"
+    width, height = info.resolution
+    values: dict[str, object] = {
+        "ss_base_model_version": info.base_model_version,
+        "ss_v2": info.base_model_version == "sd_v2",
+        "ss_v_parameterization": info.v_parameterization,
+        "ss_sd_model_name": info.sd_model_name,
+        "ss_network_module": "networks.lora",
+        "ss_network_dim": info.network_dim,
+        "ss_network_alpha": float(info.network_alpha),
+        "ss_network_args": json.dumps(_network_args(info)) if info.conv_dim else None,
+        "ss_resolution": str((width, height)),
+        "ss_epoch": info.epoch,
+        "ss_num_epochs": info.num_epochs,
+        "ss_steps": info.steps,
+        "ss_max_train_steps": info.max_train_steps,
+        "ss_learning_rate": info.learning_rate,
+        "ss_unet_lr": info.unet_lr,
+        "ss_text_encoder_lr": info.text_encoder_lr,
+        "ss_num_train_images": info.num_train_images,
+        "ss_num_reg_images": info.num_reg_images,
+        "ss_batch_size_per_device": info.batch_size,
+        "ss_output_name": info.output_name,
+        "ss_clip_skip": info.clip_skip,
+        "ss_mixed_precision": info.mixed_precision,
+        "ss_seed": info.seed,
+        "ss_training_started_at": info.training_started_at,
+        "ss_training_finished_at": info.training_finished_at,
+        "ss_dataset_dirs": json.dumps({name: asdict(d) for name, d in info.dataset_dirs.items()}),
+        "ss_tag_frequency": json.dumps({name: dict(tags) for name, tags in info.tag_frequency.items()}),
+        "modelspec.sai_model_spec": "1.0.0",
+        "modelspec.architecture": _architecture(info),
+        # kohya trains SDXL on Stability AI's UNet (sgm key names), SD1/2 on diffusers'.
+        "modelspec.implementation": IMPL_STABILITY_AI if is_sdxl else IMPL_DIFFUSERS,
+        "modelspec.title": info.title or info.output_name,
+        "modelspec.resolution": f"{width}x{height}",
+        "modelspec.date": datetime.fromtimestamp(info.training_finished_at).isoformat(timespec="seconds"),
+        "modelspec.prediction_type": "v" if info.v_parameterization else "epsilon",
+        "modelspec.encoder_layer": info.clip_skip,
+    }
+    return {key: str(value) for key, value in values.items() if value is not None}
+
+
+def save_lora_file(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
+    """Write a .safetensors file atomically: a temp file in the same folder, fsync, then `os.replace`.
+
+    The final file gets ordinary permissions (0o666 minus the umask), not tempfile's 0600.
+    """
+    path = Path(path)
+    bad = [key for key, value in metadata.items() if not isinstance(value, str)]
+    if bad:
+        raise TypeError(f"safetensors metadata values must be strings; not for {bad}")
+    with atomic_path(path) as tmp:
+        save_file({key: value.contiguous() for key, value in tensors.items()}, tmp, metadata=metadata)
+
+
+def read_lora_file(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """(tensors on CPU, metadata) of a .safetensors file."""
+    with safe_open(str(path), framework="pt", device="cpu") as handle:
+        tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+        metadata = handle.metadata() or {}
+    return tensors, dict(metadata)

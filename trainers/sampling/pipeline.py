@@ -1,0 +1,210 @@
+"""Sample images during training: render prompts with the model as it is being trained.
+
+The pipeline is assembled from the loaded modules themselves (no copies, no reloading), so
+LoRA hooks and finetuned weights take part exactly as trained. Sampling leaves training as
+it found it: train/eval flags, autograd and the torch RNG streams are restored afterwards.
+
+Every rank calls `generate_samples` with the same prompt list and renders its share;
+image names and seeds depend only on the prompt, never on the number of processes, so
+rank 0 can announce every image (`sample_path`, `sample_event`) after a barrier.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.core.fsio import atomic_path
+from trainers.models import LoadedModel
+from trainers.core.prompts import SamplePrompt
+
+
+@dataclass(frozen=True)
+class Sampler:
+    scheduler: str  # diffusers scheduler class
+    title: str  # A1111's name, written into the PNG's parameters
+    options: dict[str, Any] = field(default_factory=dict)  # over the training scheduler's config
+
+
+_SAMPLERS: dict[str, Sampler] = {
+    "ddim": Sampler("DDIMScheduler", "DDIM", {"set_alpha_to_one": False}),
+    "euler": Sampler("EulerDiscreteScheduler", "Euler"),
+    "euler_a": Sampler("EulerAncestralDiscreteScheduler", "Euler a"),
+    "dpmpp_2m": Sampler("DPMSolverMultistepScheduler", "DPM++ 2M",
+                        {"algorithm_type": "dpmsolver++", "solver_order": 2}),
+}
+SAMPLERS: tuple[str, ...] = tuple(_SAMPLERS)
+# sd-scripts' `sample_sampler` names for the samplers we have.
+KOHYA_SAMPLERS: dict[str, str] = {"ddim": "ddim", "euler": "euler", "k_euler": "euler", "euler_a": "euler_a",
+                                  "k_euler_a": "euler_a", "dpmsolver++": "dpmpp_2m"}
+# How SD1/SD2/SDXL ship their inference schedulers; the training DDPM config does not carry these.
+_INFERENCE_DEFAULTS = {"timestep_spacing": "leading", "steps_offset": 1}
+
+
+def _sampler(name: str) -> Sampler:
+    if name not in _SAMPLERS:
+        raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+    return _SAMPLERS[name]
+
+
+def sampler_title(name: str) -> str:
+    """A1111's name of a sampler (written into the PNG's parameters)."""
+    return _sampler(name).title
+
+
+def build_scheduler(model: LoadedModel, sampler: str) -> Any:
+    """A new inference scheduler built from the training noise scheduler's config (prediction type included)."""
+    import diffusers
+
+    spec = _sampler(sampler)
+    cls = getattr(diffusers, spec.scheduler)
+    config = {k: v for k, v in model.noise_scheduler.config.items() if not k.startswith("_")}
+    return cls.from_config({**config, **_INFERENCE_DEFAULTS, "prediction_type": model.prediction_type,
+                            **spec.options})
+
+
+def build_pipeline(model: LoadedModel, sampler: str) -> Any:
+    """A diffusers pipeline over the model's own modules (same objects: LoRA hooks and trained weights apply)."""
+    from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
+
+    scheduler = build_scheduler(model, sampler)
+    if model.family.name == "sdxl":
+        te1, te2 = model.text_encoders
+        tok1, tok2 = model.tokenizers
+        pipe = StableDiffusionXLPipeline(
+            vae=model.vae, text_encoder=te1, text_encoder_2=te2, tokenizer=tok1, tokenizer_2=tok2,
+            unet=model.unet, scheduler=scheduler, add_watermarker=False)
+    elif model.family.name in ("sd1", "sd2"):
+        pipe = StableDiffusionPipeline(
+            vae=model.vae, text_encoder=model.text_encoders[0], tokenizer=model.tokenizers[0], unet=model.unet,
+            scheduler=scheduler, safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    else:
+        raise ValueError(f"sampling is not available for the {model.family.title} family")
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def sample_path(out_dir: Path, tag: str, prompt: SamplePrompt) -> Path:
+    """Where a prompt's image goes: the same on every rank, so rank 0 can announce all of them."""
+    return Path(out_dir) / f"{tag}_{prompt.index:02d}.png"
+
+
+def sample_event(path: Path, prompt: SamplePrompt, step: int, epoch: int) -> dict[str, Any]:
+    """Fields of a `sample` event: `events.emit("sample", **sample_event(...))` on rank 0."""
+    return {"path": str(path), "prompt": prompt.prompt, "step": step, "epoch": epoch, "index": prompt.index}
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """One image's resolved parameters."""
+
+    prompt: SamplePrompt
+    width: int
+    height: int
+    steps: int
+    cfg_scale: float
+    seed: int
+    sampler: str
+    clip_skip: int
+
+    def parameters(self) -> str:
+        """A1111's "parameters" text, which A1111/Forge/ComfyUI and image viewers read back."""
+        from trainers.generate.pnginfo import parameters_text
+
+        return parameters_text(self.prompt.prompt, self.prompt.negative, {
+            "Steps": self.steps, "Sampler": sampler_title(self.sampler), "CFG scale": self.cfg_scale,
+            "Seed": self.seed, "Size": f"{self.width}x{self.height}",
+            "Clip skip": self.clip_skip if self.clip_skip > 1 else None})
+
+
+def generate_samples(model: LoadedModel, prompts: list[SamplePrompt], out_dir: Path, tag: str, *,
+                     sampler: str = "euler_a", default_size: tuple[int, int], default_steps: int = 20,
+                     default_cfg: float = 7.0, base_seed: int = 0, rank: int = 0, world_size: int = 1,
+                     clip_skip: int = 1, device: torch.device | str | None = None,
+                     dtype: torch.dtype | None = None) -> list[Path]:
+    """Render this rank's share of `prompts` (`prompts[rank::world_size]`) to `out_dir/{tag}_{index:02d}.png`.
+
+    `default_size` is (width, height) for prompts without --w/--h. A prompt without --d gets the seed
+    `base_seed + prompt.index`. `clip_skip` is kohya's (1 = last layer), as in training. `device` is
+    where the UNet runs (default: where its weights are); `dtype` fp16/bf16 runs the UNet under
+    autocast (pass the training's weight dtype); the VAE decodes in its own dtype, without autocast.
+    Returns the files this rank wrote.
+    """
+    _sampler(sampler)  # fail before any work
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
+    device = torch.device(device) if device is not None else next(model.unet.parameters()).device
+    pipe = build_pipeline(model, sampler)
+    written = []
+    with _sampling_mode([model.unet, model.vae, *model.text_encoders]):
+        for prompt in prompts[rank::world_size]:
+            settings = _Settings(
+                prompt, width=prompt.width or default_size[0], height=prompt.height or default_size[1],
+                steps=prompt.steps or default_steps,
+                cfg_scale=default_cfg if prompt.cfg_scale is None else prompt.cfg_scale,
+                seed=base_seed + prompt.index if prompt.seed is None else prompt.seed,
+                sampler=sampler, clip_skip=clip_skip)
+            image = _render(pipe, model, settings, device, dtype)
+            written.append(save_png(image, sample_path(out_dir, tag, prompt), settings.parameters()))
+    return written
+
+
+@contextlib.contextmanager
+def _sampling_mode(modules: list[nn.Module]) -> Iterator[None]:
+    """Eval mode, no autograd and forked RNG streams; every module's train flag restored afterwards."""
+    flags = [(m, m.training) for root in modules for m in root.modules()]
+    cuda_devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=cuda_devices), torch.no_grad():
+            for root in modules:
+                root.eval()
+            yield
+    finally:
+        for module, training in flags:
+            module.training = training
+
+
+def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, dtype: torch.dtype | None) -> Any:
+    half = dtype in (torch.float16, torch.bfloat16)
+    with torch.autocast(device.type, dtype=dtype, enabled=half):
+        embeds = encode_for_pipeline(model, [s.prompt.prompt, s.prompt.negative], s.clip_skip, device)
+        latents = pipe(
+            **embeds, width=s.width, height=s.height, num_inference_steps=s.steps, guidance_scale=s.cfg_scale,
+            generator=torch.Generator("cpu").manual_seed(s.seed), output_type="latent",
+        ).images
+    vae = model.vae
+    pixels = vae.decode(latents.to(vae.device, vae.dtype) / vae.config.scaling_factor).sample
+    return pipe.image_processor.postprocess(pixels.float(), output_type="pil")[0]
+
+
+def encode_for_pipeline(model: LoadedModel, texts: list[str], clip_skip: int,
+                        device: torch.device) -> dict[str, torch.Tensor]:
+    """Prompt and negative embeddings the way training encodes captions (same clip skip, same layers).
+
+    The text encoders run where they are (they may sit on the CPU when their outputs were cached).
+    """
+    te_device = next(model.text_encoders[0].parameters()).device
+    ids = [t.to(te_device) for t in model.family.tokenize(model.tokenizers, texts)]
+    hidden, pooled = model.family.encode_prompts(model.text_encoders, ids, clip_skip)
+    hidden = hidden.to(device)
+    embeds = {"prompt_embeds": hidden[:1], "negative_prompt_embeds": hidden[1:]}
+    if pooled is not None:
+        pooled = pooled.to(device)
+        embeds |= {"pooled_prompt_embeds": pooled[:1], "negative_pooled_prompt_embeds": pooled[1:]}
+    return embeds
+
+
+def save_png(image: Any, path: Path, parameters: str) -> Path:
+    """Write a PNG with its A1111 parameters, atomically (readers never see half a file)."""
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("parameters", parameters)  # written as iTXt when the text is not Latin-1
+    with atomic_path(path) as tmp:
+        image.save(tmp, format="PNG", pnginfo=info)
+    return path

@@ -1,0 +1,176 @@
+"""What ends a run early, and how it is told: stops, failures with a cause, non-finite losses, out of memory.
+
+torch is imported inside functions: config validation and the GUI import this module's exceptions.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainers.core.options import TrainConfig
+    from trainers.core.events import EventLog
+
+
+class TrainingStopped(Exception):
+    """Raised after a requested stop (GUI Stop, SIGINT, SIGTERM) has saved; carries what was written."""
+
+    def __init__(self, path: Path, state: Path | None = None, step: int = 0) -> None:
+        saved = f"saved {path}" + (f" and the training state {state} (resume with resume = 'latest')" if state else "")
+        super().__init__(f"stopped on request at step {step}; {saved}")
+        self.path, self.state = path, state
+
+
+class TrainingFailed(RuntimeError):
+    """A run that cannot go on, with a short cause; `details` go into the error event (e.g. suggestions)."""
+
+    kind = "training_failed"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class NonFiniteLoss(TrainingFailed):
+    kind = "non_finite_loss"
+
+
+class OutOfMemory(TrainingFailed):
+    kind = "out_of_memory"
+
+
+class DiskFull(TrainingFailed):
+    kind = "disk_full"
+
+
+_OOM_TEXT = re.compile(r"out of memory|can't allocate memory|CUBLAS_STATUS_ALLOC_FAILED|MPS backend out of memory",
+                       re.IGNORECASE)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """A GPU (or host) allocation failure, as torch raises it."""
+    import torch
+
+    if isinstance(err, torch.cuda.OutOfMemoryError) or isinstance(err, MemoryError):
+        return True
+    return isinstance(err, RuntimeError) and bool(_OOM_TEXT.search(str(err)))
+
+
+def memory_suggestions(cfg: "TrainConfig") -> list[str]:
+    """What would make this config fit in less memory, most effective first; only what is not done yet."""
+    tips: list[str] = []
+    v = cfg.values
+    if v["train_batch_size"] > 1:
+        tips.append(f"lower train_batch_size (now {v['train_batch_size']}); raise gradient_accumulation_steps to "
+                    "keep the same effective batch")
+    if not v["gradient_checkpointing"]:
+        tips.append("turn on gradient_checkpointing (much less memory, about 20% slower)")
+    if v["mixed_precision"] == "no":
+        tips.append("set mixed_precision = 'bf16' (or 'fp16' on GPUs without bf16)")
+    elif v["mixed_precision"] == "bf16" and not v["full_bf16"] and cfg.method != "lora":
+        tips.append("turn on full_bf16 (trained weights and gradients in bf16)")
+    if v["optimizer_type"] == "AdamW":
+        tips.append("use optimizer_type = 'AdamW8bit' (or 'Adafactor')")
+    if not (v["cache_latents"] or v["cache_latents_to_disk"]):
+        tips.append("turn on cache_latents (the VAE does not run during steps)")
+    if cfg.method != "lora" and v.get("use_ema") == "gpu":
+        tips.append("set use_ema = 'cpu' (the EMA copy leaves GPU memory)")
+    if cfg.method != "lora" and v.get("train_text_encoder"):
+        tips.append("set train_text_encoder = false")
+    if cfg.method == "lora" and not v["network_train_unet_only"] and not v["cache_text_encoder_outputs"]:
+        tips.append("set network_train_unet_only = true with cache_text_encoder_outputs = true")
+    if cfg.method == "lora" and v["network_dim"] > 64:
+        tips.append(f"lower network_dim (now {v['network_dim']})")
+    from trainers.core.options import parse_resolution
+
+    try:
+        width, height = parse_resolution(v["resolution"])
+    except ValueError:
+        width = height = 0
+    if width * height > 512 * 512:
+        tips.append(f"lower resolution (now {v['resolution']}; e.g. '{max(512, width * 3 // 4 // 64 * 64)}')")
+    if not v["sdpa"]:
+        tips.append("turn sdpa back on (memory-efficient attention)")
+    return tips
+
+
+def out_of_memory(cfg: "TrainConfig", err: BaseException, step: int) -> OutOfMemory:
+    """The error a run ends with when memory runs out: where, how much was asked, and what to change."""
+    import torch
+
+    gpu = isinstance(err, torch.cuda.OutOfMemoryError) or any(k in str(err) for k in ("CUDA", "CUBLAS", "MPS"))
+    device = "GPU" if gpu else "system"
+    asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]iB)", str(err))
+    where = f"at step {step + 1}" if step else "in the first step"
+    tips = memory_suggestions(cfg)
+    message = (f"out of {device} memory {where}" + (f" (tried to allocate {asked.group(1)})" if asked else "")
+               + (". To fit: " + "; ".join(tips) if tips else ". The settings already save memory: use a smaller "
+                  "model, a lower resolution or a GPU with more memory"))
+    return OutOfMemory(message, suggestions=tips, cause=str(err).splitlines()[0][:300] if str(err) else "")
+
+
+class LossGuard:
+    """Non-finite gradients never reach the weights; `limit` such steps in a row stop the run.
+
+    A NaN/inf loss gives non-finite gradients. The gradient norm is the same on every process
+    (gradients are all-reduced), so every process skips the same updates and stops together.
+    """
+
+    def __init__(self, cfg: "TrainConfig", accelerator: Any, params: list["torch.Tensor"], events: "EventLog") -> None:
+        self.cfg, self.accelerator, self.params, self.events = cfg, accelerator, params, events
+        self.limit = int(cfg.nan_steps_before_stop)
+        self.bad: list[int] = []  # the steps of the current run of skipped updates
+        self.dropped = False
+
+    def clip_or_drop(self) -> None:
+        """Before the optimizer step: clip to max_grad_norm; drop gradients that are not finite."""
+        import torch
+
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if self.cfg.max_grad_norm:
+            norm = self.accelerator.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        elif grads:
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+        else:
+            norm = None
+        self.dropped = norm is not None and not bool(torch.isfinite(torch.as_tensor(norm)))
+        if self.dropped and getattr(self.accelerator, "scaler", None) is None:  # fp16: the grad scaler skips it
+            for p in self.params:
+                p.grad = None
+
+    def after_step(self, step: int) -> None:
+        """After optimizer step `step`; raises NonFiniteLoss when `limit` updates in a row were dropped."""
+        if not self.dropped:
+            self.bad.clear()
+            return
+        self.bad.append(step)
+        if len(self.bad) == 1 and self.accelerator.is_main_process:
+            message = f"the loss or its gradients are NaN/inf at step {step}; that update was skipped"
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+            self.events.warning(message)
+        if len(self.bad) >= self.limit:
+            raise NonFiniteLoss(self.message(), steps=list(self.bad))
+
+    def message(self) -> str:
+        cfg, first = self.cfg, self.bad[0]
+        tips = [f"lower learning_rate (now {cfg.learning_rate:g})"]
+        if cfg.mixed_precision == "fp16":
+            tips.append("use mixed_precision = 'bf16' if the GPU has it (fp16 overflows)")
+            tips.append("turn on no_half_vae")
+        if not cfg.max_grad_norm:
+            tips.append("set max_grad_norm = 1.0")
+        tips.append("check the images (a broken or blank image can do this)")
+        return (f"the loss was NaN/inf for {len(self.bad)} steps in a row (steps {first}-{self.bad[-1]}); those "
+                f"updates were skipped, so the weights are those of step {first - 1}. Try: " + "; ".join(tips))
+
+
+def weights_finite(params: list["torch.Tensor"]) -> bool:
+    """True when every trained weight is finite (checked before anything is saved)."""
+    import torch
+
+    with torch.no_grad():
+        return all(bool(torch.isfinite(p).all()) for p in params)

@@ -1,0 +1,148 @@
+"""The training loop shared by every method. Methods supply a Trainable; this runs it."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from trainers.core.saves import Position, save_name
+from trainers.train.diffusion import NoiseOptions, NoisePredictor, diffusion_loss
+from trainers.train.faults import LossGuard, TrainingStopped
+from trainers.models import LoadedModel
+from trainers.train.optim import build_lr_scheduler, build_optimizer
+from trainers.train.reporting import Reporter
+from trainers.sampling.hook import sample_hook
+from trainers.train.saving import Saver, saved_on_failure
+from trainers.train.session import Session
+from trainers.train.state import TrainingState, resume_folder
+
+__all__ = ["Trainable", "TrainingStopped", "freeze", "save_name", "train"]
+
+
+@dataclass
+class Trainable:
+    """What a method hands the loop."""
+
+    model: LoadedModel
+    predictor: NoisePredictor
+    param_groups: list[dict[str, Any]]
+    save: Callable[[Path, int, int], None]  # (path, epoch, step): write the method's output file (or folder)
+    file_suffix: str = ".safetensors"  # "" when the output is a folder (a diffusers model)
+    after_step: Callable[[int], None] | None = None  # (step): after each optimizer update (EMA, freezing a module)
+    before_update: Callable[[], None] | None = None  # after backward, before clipping and the optimizer step
+    sampling_weights: Callable[[], Any] | None = None  # a context manager factory: weights to sample with (EMA)
+    save_bytes: Callable[[], int] | None = None  # about what one save of the output takes on disk
+    extra_state: Callable[[], dict[str, Any]] | None = None  # tensors a training state needs besides the weights
+    restore_extra_state: Callable[[dict[str, Any], int], None] | None = None  # (those tensors, step) on resume
+
+
+def train(session: Session, trainable: Trainable) -> Path:
+    """Run the whole training (the rest of it, with `resume`) and return the final output file."""
+    cfg, accelerator, plan = session.cfg, session.accelerator, session.plan
+    params = [p for group in trainable.param_groups for p in group["params"]]
+    optimizer = build_optimizer(cfg, trainable.param_groups)
+    lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps, plan.num_processes)
+    predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader)
+    noise = NoiseOptions(cfg.seed, cfg.noise_offset, cfg.min_snr_gamma, trainable.model.prediction_type)
+    state = TrainingState(session, trainable, predictor, optimizer, lr_scheduler, params)
+    save, guard = Saver(session, trainable, state), LossGuard(cfg, accelerator, params, session.events)
+    report = Reporter(session, lr_scheduler, trainable.model.family.name, sum(p.numel() for p in params))
+    sample = sample_hook(session, trainable.model)
+    if sample and trainable.sampling_weights is not None:
+        sample = _with_weights(sample, trainable.sampling_weights)
+    at, data_wait = Position(), 0.0
+    with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM
+        if cfg.resume.strip():
+            at = state.restore(resume_folder(cfg))
+        if sample and cfg.sample_at_first and not at.step:
+            sample(0, 0)
+        predictor.train()
+        report.start_timing(at.step)
+        for epoch in range(at.next_epoch(), plan.epochs + 1):
+            skip = at.batches if epoch == at.epoch else 0
+            for index, (batch, waited) in enumerate(_timed(epoch_batches(session, loader, epoch, skip)), skip + 1):
+                data_wait += waited
+                report.unloadable_files(batch.pop("problems", ()))
+                with accelerator.accumulate(predictor):
+                    loss = diffusion_loss(predictor, trainable.model, batch, noise, session.weight_dtype)
+                    accelerator.backward(loss)
+                    if trainable.before_update is not None:
+                        trainable.before_update()
+                    if accelerator.sync_gradients:
+                        guard.clip_or_drop()  # clip to max_grad_norm; a NaN/inf gradient is dropped, not applied
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                if not accelerator.sync_gradients:
+                    continue
+                lr_scheduler.step()
+                at = Position(at.step + 1, epoch, index)
+                if trainable.after_step is not None:
+                    trainable.after_step(at.step)
+                report.step(at.step, epoch, loss, data_wait)
+                guard.after_step(at.step)  # nan_steps_before_stop dropped updates in a row end the run
+                data_wait = 0.0
+                requests = session.control.poll()
+                if "stop" in requests:
+                    raise save.stop(at)
+                if "save_now" in requests or _due(cfg.save_every_n_steps, at.step) and at.step < plan.total_steps:
+                    save.step(at)
+                if "save_state" in requests:
+                    save.rolling(at)  # unless that save wrote a state of this step
+                if sample and _due(cfg.sample_every_n_steps, at.step):
+                    sample(at.step, epoch)
+                if at.step >= plan.total_steps:
+                    break
+            at = replace(at, epoch_done=at.batches >= session.sampler.groups_per_epoch())
+            if _due(cfg.save_every_n_epochs, epoch) and epoch < plan.epochs:
+                save.epoch(at)
+            if sample and _due(cfg.sample_every_n_epochs, epoch):
+                sample(at.step, epoch)
+            if at.step >= plan.total_steps:
+                break
+        report.close()
+        final = save.final(at)
+    accelerator.end_training()
+    return final
+
+
+def _with_weights(sample: Callable[[int, int], None], weights: Callable[[], Any]) -> Callable[[int, int], None]:
+    """Samples made under other weights (e.g. EMA), swapped in and back by the `weights` context."""
+    def wrapped(step: int, epoch: int) -> None:
+        with weights():
+            sample(step, epoch)
+
+    return wrapped
+
+
+def epoch_batches(session: Session, loader: Any, epoch: int, skip: int) -> Any:
+    """The batches of `epoch` (1-based) after the first `skip` (a resumed epoch): the same as an uninterrupted run's."""
+    session.sampler.set_epoch(epoch - 1)
+    if hasattr(loader, "set_epoch"):  # accelerate's loader sets its sampler's epoch from its own count
+        loader.set_epoch(epoch - 1)
+    return session.accelerator.skip_first_batches(loader, skip) if skip else loader
+
+
+def _due(every: int | None, count: int) -> bool:
+    return bool(every) and count % every == 0
+
+
+def _timed(iterable: Any) -> Any:
+    """Yield (item, seconds spent waiting for it): the data-loading share of step time."""
+    iterator = iter(iterable)
+    while True:
+        started = time.perf_counter()
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        yield item, time.perf_counter() - started
+
+
+def freeze(*modules: nn.Module) -> None:
+    for m in modules:
+        m.requires_grad_(False)
+        m.eval()

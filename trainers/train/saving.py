@@ -1,0 +1,201 @@
+"""Every save of a run: the method's output and training states.
+
+Saves happen on the main process behind barriers, after a free-disk check, never with non-finite
+weights, and retention runs after each one. A failing run makes an emergency state when its
+weights are sound (`saved_on_failure`).
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import gc
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trainers.core.saves import (Position, check_free_space, clean_stale_temps, find_states, remove_save, save_name,
+                          state_name)
+from trainers.train.distributed import full_weights
+from trainers.train.faults import (DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped, is_out_of_memory, out_of_memory,
+                     weights_finite)
+from trainers.core.retention import Retention, prune
+
+if TYPE_CHECKING:
+    from trainers.train.loop import Trainable
+    from trainers.train.session import Session
+    from trainers.train.state import TrainingState
+
+
+class Saver:
+    def __init__(self, session: "Session", trainable: "Trainable", state: "TrainingState") -> None:
+        self.session, self.trainable, self.state = session, trainable, state
+        cfg = session.cfg
+        self.name = cfg.output_name
+        self.out_dir = Path(cfg.output_dir).expanduser()
+        self.retention = Retention.of(cfg.values)
+        self.main = session.accelerator.is_main_process
+        # ZeRO and FSDP shard the optimizer state across processes: a state written by one would be partial.
+        self.with_states = cfg.values.get("distributed_backend", "ddp") == "ddp"
+        if not self.with_states and self.main and (cfg.save_state or cfg.save_state_on_train_end):
+            self._warn(f"training states are not saved with distributed_backend = {cfg.distributed_backend!r} "
+                       "(only with 'ddp'); saves and Stop write the model only")
+        if cfg.save_state_every_n_minutes and self.with_states:
+            session.control.schedule("save_state", cfg.save_state_every_n_minutes * 60)
+        if self.main:
+            for left in clean_stale_temps(self.out_dir, self.name):
+                print(f"removed {left}, left over from a save that was interrupted", flush=True)
+
+    # --- what the loop calls ---
+
+    def epoch(self, at: Position) -> Path:
+        return self._save(save_name(self.name, epoch=at.epoch), at, "epoch")
+
+    def step(self, at: Position) -> Path:
+        return self._save(save_name(self.name, step=at.step), at, "step")
+
+    def final(self, at: Position) -> Path:
+        cfg = self.session.cfg
+        path = self._save(self.name, at, "final", with_state=cfg.save_state or cfg.save_state_on_train_end)
+        if self.main:  # rolling states guard against a crash; the run is complete now
+            for state in find_states(self.out_dir, self.name):
+                if state.kind == "rolling":
+                    remove_save(state.path)
+        return path
+
+    def stop(self, at: Position) -> TrainingStopped:
+        """Save the output and the training state for a requested stop; the loop raises what it returns."""
+        self.session.control.acknowledge()
+        name = save_name(self.name, step=at.step)
+        path = self._save(name, at, "stop", with_state=True)
+        return TrainingStopped(path, self.out_dir / state_name(name) if self.with_states else None, at.step)
+
+    def rolling(self, at: Position) -> None:
+        """A training state every save_state_every_n_minutes; a full disk skips it with a warning."""
+        folder = self.out_dir / state_name(save_name(self.name, step=at.step))
+        self.session.accelerator.wait_for_everyone()
+        if self.main and not folder.exists():
+            try:
+                self._check("a training state", self.state.nbytes())
+            except TrainingFailed as err:
+                self._warn(f"rolling training state skipped: {err}")
+            else:
+                self.state.write(folder, at, "rolling")
+                self._announce(folder, at, "rolling", state=folder)
+                prune(self.out_dir, self.name, self.retention, at)
+        self.session.accelerator.wait_for_everyone()
+
+    def emergency(self, at: Position) -> Path | None:
+        """After an error, on this process alone (no barriers): a state of the last finished step, if sound."""
+        resumed = self.state.resumed_at.step if self.state.resumed_at else 0
+        if not self.main or not self.with_states or at.step <= resumed:
+            return None
+        folder = self.out_dir / state_name(save_name(self.name, step=at.step))
+        if folder.exists():
+            return folder
+        try:
+            self._check("an emergency training state", self.state.nbytes())
+            self.state.write(folder, at, "emergency")
+        except Exception as err:  # noqa: BLE001 - the original error matters more
+            print(f"warning: no emergency training state: {err}", file=sys.stderr, flush=True)
+            return None
+        self._announce(folder, at, "emergency", state=folder)
+        print(f"saved an emergency training state: {folder} (resume with resume = 'latest')", flush=True)
+        return folder
+
+    # --- the work ---
+
+    def _save(self, name: str, at: Position, kind: str, with_state: bool | None = None) -> Path:
+        accelerator = self.session.accelerator
+        with_state = self.session.cfg.save_state if with_state is None else with_state
+        path = self.out_dir / f"{name}{self.trainable.file_suffix}"
+        folder = self.out_dir / state_name(name) if with_state and self.with_states else None
+        accelerator.wait_for_everyone()
+        problem = None
+        if self.main:
+            needed = self._output_bytes() + (self.state.nbytes() if folder else 0)
+            try:
+                self._check(f"{path.name}" + (" and its training state" if folder else ""), needed)
+            except TrainingFailed as err:
+                problem = (type(err).__name__, str(err))
+        problem = self._agree(problem)
+        if problem:
+            raise (NonFiniteLoss if problem[0] == "NonFiniteLoss" else DiskFull)(problem[1])
+        with full_weights(accelerator):  # FSDP: rank 0 holds the whole weights while it writes (every rank joins)
+            if self.main:
+                self.trainable.save(path, at.epoch, at.step)
+        if self.main:
+            if folder is not None:
+                self.state.write(folder, at, kind, output=path)
+            self._announce(path, at, kind, state=folder)
+            if kind != "final":
+                for gone in prune(self.out_dir, self.name, self.retention, at):
+                    print(f"removed {gone} (retention)", flush=True)
+        accelerator.wait_for_everyone()
+        return path
+
+    def _check(self, what: str, needed: int) -> None:
+        """Raise NonFiniteLoss for non-finite weights, DiskFull for too little space."""
+        if not weights_finite(self.state.params):
+            raise NonFiniteLoss(f"the trained weights contain NaN/inf; {what} was not saved (earlier saves are "
+                                "kept). Lower learning_rate, or resume from an earlier training state")
+        check_free_space(self.out_dir, needed, what)
+
+    def _output_bytes(self) -> int:
+        if self.trainable.save_bytes is not None:
+            return self.trainable.save_bytes()
+        return sum(p.numel() * 2 for p in self.state.params)
+
+    def _agree(self, problem: tuple[str, str] | None) -> tuple[str, str] | None:
+        """The main process's verdict, on every process (they raise together or not at all)."""
+        if self.session.accelerator.num_processes == 1:
+            return problem
+        from accelerate.utils import broadcast_object_list
+
+        holder = [problem]
+        broadcast_object_list(holder, from_process=0)
+        return holder[0]
+
+    def _announce(self, path: Path, at: Position, kind: str, state: Path | None) -> None:
+        self.session.events.emit("checkpoint", path=str(path), epoch=at.epoch, step=at.step, final=kind == "final",
+                                 kind=kind, state=str(state) if state else None)
+
+    def _warn(self, message: str) -> None:
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+        self.session.events.warning(message)
+
+
+@contextlib.contextmanager
+def saved_on_failure(session: "Session", saver: Saver, where: Callable[[], Position]) -> Iterator[None]:
+    """An unexpected error saves an emergency state (when the weights are sound) and ends the run with its
+    cause; running out of memory ends it with what to change in the config."""
+    try:
+        yield
+    except TrainingStopped:
+        raise
+    except Exception as err:
+        at = where()
+        oom = is_out_of_memory(err)
+        if oom:
+            _free_memory()
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:  # the size estimate was short
+            raise DiskFull(f"the disk of output_dir ({saver.out_dir}) is full ({err}); free some space, then resume "
+                           "(resume = 'latest')") from err
+        state = None if isinstance(err, DiskFull) else saver.emergency(at)
+        if oom:
+            failure = out_of_memory(session.cfg, err, at.step)
+            failure.details["saved_state"] = str(state) if state else None
+            raise failure from err
+        if isinstance(err, TrainingFailed):
+            err.details["saved_state"] = str(state) if state else None
+        raise
+    finally:
+        session.control.close()
+
+
+def _free_memory() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

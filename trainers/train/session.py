@@ -1,0 +1,150 @@
+"""Everything a run sets up before its method takes over: the same for every method.
+
+Order matters for users: config and dataset problems are reported before any model loads.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainers.core.options import TrainConfig, check
+from trainers.data.buckets import BucketBatchSampler
+from trainers.data.catalog import Catalog, build_catalog
+from trainers.data.pipeline import build_pipeline
+from trainers.data.preflight import catalog_report
+from trainers.core.events import EventLog, process_info, update_status
+from trainers.train.control import Control
+from trainers.train.distributed import RankTimer
+from trainers.core.plan import StepPlan, plan_steps
+from trainers.models import LoadedModel, ModelLoadError, load_model
+
+
+@dataclass
+class Session:
+    cfg: TrainConfig
+    run_dir: Path | None
+    events: EventLog
+    accelerator: Any
+    catalog: Catalog
+    model: LoadedModel
+    plan: StepPlan
+    loader: Any
+    sampler: BucketBatchSampler
+    weight_dtype: torch.dtype
+    started_at: float
+    control: Control
+    rank_timer: RankTimer | None = None  # this rank's own step time (and DDP's comm hook)
+
+
+def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = False) -> Session:
+    """`random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
+    check(cfg)
+    dataset_warnings: list[str] = []
+    accelerator = None
+    if cfg.method == "dreambooth" and cfg.num_class_images:  # the class folder is complete before it is read
+        from trainers.methods.dreambooth.class_images import generate_class_images
+
+        accelerator = make_accelerator(cfg)
+        generate_class_images(cfg, accelerator, EventLog(run_dir, accelerator.is_main_process),
+                              weight_dtype_for(cfg.mixed_precision))
+    catalog = build_catalog(cfg.values, dataset_warnings)  # every image checked (cheaply) before a model loads
+    Path(cfg.output_dir).expanduser().mkdir(parents=True, exist_ok=True)
+    accelerator = accelerator or make_accelerator(cfg)
+    if accelerator.device.type == "cpu":
+        torch.set_flush_denormal(True)  # tiny values would otherwise slow CPU math 5-20x
+    events = EventLog(run_dir, accelerator.is_main_process)
+    if accelerator.is_main_process:
+        update_status(run_dir, state="running", started=time.time(), **process_info())
+        report = catalog_report(cfg, catalog, accelerator.num_processes, dataset_warnings)
+        for warning in report.warnings:
+            events.warning(warning)
+        events.emit("dataset", **report.to_dict(max_listed=200))
+        print(report.text(), flush=True)
+
+    weight_dtype = weight_dtype_for(cfg.mixed_precision)
+    model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip(),
+                       random_init)
+    if cfg.clip_skip > 1 and not model.family.supports_clip_skip:
+        raise ModelLoadError(f"clip_skip = {cfg.clip_skip} is not supported for {model.family.title}; set it to 1")
+    if cfg.v_parameterization:
+        model.noise_scheduler.register_to_config(prediction_type="v_prediction")
+        model.prediction_type = "v_prediction"
+    _place_models(cfg, model, accelerator.device, weight_dtype)
+
+    data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
+    per_device = data.catalog.per_device_batches(accelerator.num_processes, cfg.keep_global_batch)
+    plan = plan_steps(len(data.catalog.samples), per_device[0], accelerator.num_processes,
+                      cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps,
+                      batches_per_epoch=data.sampler.groups_per_epoch(), keep_global_batch=cfg.keep_global_batch)
+    set_deepspeed_micro_batch(accelerator, plan.per_device_batch)
+    from accelerate.utils import set_seed
+
+    set_seed(cfg.seed)  # the method's new weights (e.g. a LoRA's init) are the same in every run and on every rank
+    return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
+                   weight_dtype, time.time(),
+                   Control(run_dir, accelerator), accelerator.rank_timer)
+
+
+def _place_models(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
+    if not cfg.sdpa:
+        from diffusers.models.attention_processor import AttnProcessor
+
+        model.unet.set_attn_processor(AttnProcessor())
+    if cfg.gradient_checkpointing:
+        model.unet.enable_gradient_checkpointing()
+        for te in model.text_encoders:
+            te.gradient_checkpointing_enable()
+    # SDXL's VAE overflows in fp16; bf16 has the range, fp32 is the safe default elsewhere.
+    keep_vae_fp32 = cfg.no_half_vae or weight_dtype == torch.float16 and model.family.name == "sdxl"
+    model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
+    model.unet.to(device)
+    for te in model.text_encoders:
+        te.to(device)
+
+
+def default_run_dir(runs_root: Path, name: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60] or "run"
+    return runs_root / f"{stamp}-{safe}-{os.getpid()}"
+
+
+def weight_dtype_for(mixed_precision: str) -> torch.dtype:
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(mixed_precision, torch.float32)
+
+
+def make_accelerator(cfg: TrainConfig) -> Any:
+    """The run's Accelerator: DDP buckets, the collective timeout (ddp_timeout), logging."""
+    from accelerate import Accelerator
+    from accelerate.utils import ProjectConfiguration
+
+    from trainers.core.options import ConfigError, ConfigIssue
+    from trainers.train.distributed import accelerator_handlers, check_launch, install_rank_timer, maybe_count_collectives
+
+    if cfg.distributed_backend != "ddp" and (
+            os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()):
+        raise ConfigError([ConfigIssue("distributed_backend", f"{cfg.distributed_backend!r} needs NVIDIA GPUs "
+                                       "(accelerate runs CPU processes as plain DDP): choose 'ddp'", "launch")])
+    logging_dir = str(Path(cfg.logging_dir).expanduser()) if cfg.logging_dir.strip() else None
+    accelerator = Accelerator(
+        mixed_precision=cfg.mixed_precision,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        log_with="tensorboard" if logging_dir else None,
+        project_config=ProjectConfiguration(project_dir=logging_dir or ".", logging_dir=logging_dir),
+        kwargs_handlers=accelerator_handlers(cfg),
+    )
+    check_launch(cfg, accelerator)
+    accelerator.rank_timer = install_rank_timer(accelerator, cfg.ddp_gradient_precision)
+    maybe_count_collectives()
+    return accelerator
+
+
+def set_deepspeed_micro_batch(accelerator: Any, per_device_batch: int) -> None:
+    """DeepSpeed wants the per-device batch; our bucket sampler has no `batch_size` for it to read."""
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    if plugin is not None:
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = per_device_batch

@@ -1,0 +1,248 @@
+"""The resumable state of a run: trained weights, optimizer, LR scheduler, RNG, grad scaler, extras (EMA)
+and the position in the data, written as one atomic folder with a manifest (see checkpoints.py).
+
+Only trained weights go in (a LoRA, or the trained UNet/text encoders); the frozen base model
+is loaded from the config again. One process writes it: under DDP every process holds the same
+weights and optimizer state.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainers.core.saves import MANIFEST, Position, atomic_dir, manifest_for, read_manifest, resolve_resume
+from trainers.core.options import ConfigError, ConfigIssue
+from trainers.train.faults import weights_finite
+
+if TYPE_CHECKING:
+    from trainers.train.loop import Trainable
+    from trainers.train.session import Session
+
+WEIGHTS, EXTRA, OPTIMIZER, SCHEDULER, RNG, SCALER = (
+    "weights.safetensors", "extra.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt", "scaler.pt")
+# Options that do not change what is trained; a resume with other values is not worth a warning.
+_NOT_TRAINING = {"saving", "logging", "sampling", "launch"}
+
+
+class TrainingState:
+    def __init__(self, session: "Session", trainable: "Trainable", predictor: torch.nn.Module, optimizer: Any,
+                 lr_scheduler: Any, params: list[torch.Tensor]) -> None:
+        self.session, self.trainable = session, trainable
+        self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
+        self.params = params
+        module = session.accelerator.unwrap_model(predictor)
+        wanted = {id(p) for p in params}
+        self.named = {name: p for name, p in module.named_parameters() if id(p) in wanted}
+        self.complete = len(self.named) == len(wanted)  # not under FSDP (flattened parameters): no states there
+        self.resumed_at: Position | None = None
+
+    # --- writing ---
+
+    def nbytes(self) -> int:
+        """About what a state takes on disk (weights, optimizer state, extras)."""
+        total = sum(p.numel() * p.element_size() for p in self.params)
+        for per_param in self.optimizer.state.values():
+            total += sum(t.numel() * t.element_size() for t in per_param.values() if isinstance(t, torch.Tensor))
+        if self.trainable.extra_state is not None:
+            total += sum(t.numel() * t.element_size() for t in self.trainable.extra_state().values())
+        return total
+
+    def finite(self) -> bool:
+        return weights_finite(self.params)
+
+    def write(self, folder: Path, at: Position, kind: str, output: Path | None = None) -> Path:
+        """Write the state to `folder` (atomically; main process only)."""
+        from safetensors.torch import save_file
+
+        cfg, session = self.session.cfg, self.session
+        if not self.complete:
+            raise RuntimeError("the trained weights are not all named parameters of the trained module (FSDP?); "
+                               "training states need distributed_backend = 'ddp'")
+        with atomic_dir(folder) as tmp:
+            save_file({n: p.detach().to("cpu").contiguous() for n, p in self.named.items()}, tmp / WEIGHTS)
+            if self.trainable.extra_state is not None:
+                save_file({k: t.detach().to("cpu").contiguous() for k, t in self.trainable.extra_state().items()},
+                          tmp / EXTRA)
+            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER)
+            torch.save(self.lr_scheduler.state_dict(), tmp / SCHEDULER)
+            torch.save(rng_state(), tmp / RNG)
+            scaler = getattr(session.accelerator, "scaler", None)
+            if scaler is not None:
+                torch.save(scaler.state_dict(), tmp / SCALER)
+            files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
+            manifest = manifest_for(
+                kind, at, method=cfg.method, model_family=session.model.family.name,
+                pretrained_model_name_or_path=cfg.pretrained_model_name_or_path, output_name=cfg.output_name,
+                output=str(output) if output else None, total_steps=session.plan.total_steps,
+                batches_per_epoch=session.sampler.groups_per_epoch(), num_processes=session.accelerator.num_processes,
+                config_hash=config_hash(cfg.values), config=_jsonable(cfg.values), files=files)
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
+        return folder
+
+    # --- resuming ---
+
+    def restore(self, folder: Path) -> Position:
+        """Load the state of `folder` into the run (every process) and return where to continue."""
+        from safetensors.torch import load_file
+
+        session = self.session
+        try:
+            manifest = read_manifest(folder)
+        except ValueError as err:
+            raise resume_error(str(err)) from None
+        problems = self._mismatches(manifest)
+        weights = load_file(folder / WEIGHTS)
+        problems += self._shape_mismatches(weights)
+        if problems:
+            raise resume_error(f"{folder} cannot continue this run: " + "; ".join(problems))
+        with torch.no_grad():
+            for name, p in self.named.items():
+                p.copy_(weights[name].to(p.device, p.dtype))
+        base_lrs = list(getattr(self.lr_scheduler, "base_lrs", []))
+        try:
+            self.optimizer.load_state_dict(torch.load(folder / OPTIMIZER, map_location="cpu", weights_only=True))
+            self.lr_scheduler.load_state_dict(torch.load(folder / SCHEDULER, weights_only=True))
+        except (ValueError, KeyError, RuntimeError) as err:
+            raise resume_error(f"the optimizer state in {folder} does not fit this run ({err}); resume with the same "
+                               "optimizer_type, optimizer_args and trained modules") from None
+        self._use_learning_rates(base_lrs)
+        if session.accelerator.is_main_process:
+            set_rng_state(torch.load(folder / RNG, weights_only=True))
+        scaler = getattr(session.accelerator, "scaler", None)
+        if scaler is not None and (folder / SCALER).is_file():
+            scaler.load_state_dict(torch.load(folder / SCALER, weights_only=True))
+        if self.trainable.restore_extra_state is not None:
+            extra = load_file(folder / EXTRA) if (folder / EXTRA).is_file() else {}
+            self.trainable.restore_extra_state(extra, int(manifest["step"]))
+        at = self._position(manifest)
+        self.resumed_at = at
+        self._announce(folder, manifest, at)
+        return at
+
+    def _mismatches(self, manifest: dict[str, Any]) -> list[str]:
+        cfg, family = self.session.cfg, self.session.model.family.name
+        problems = []
+        if manifest.get("method") != cfg.method:
+            problems.append(f"it is a {manifest.get('method')} state and this is a {cfg.method} run")
+        if manifest.get("model_family") != family:
+            problems.append(f"it was trained on a {manifest.get('model_family')} model and this model is {family}")
+        saved_optimizer = manifest.get("config", {}).get("optimizer_type")
+        if saved_optimizer and saved_optimizer != cfg.optimizer_type:
+            problems.append(f"it was trained with optimizer_type {saved_optimizer!r} and this config has "
+                            f"{cfg.optimizer_type!r}")
+        return problems
+
+    def _shape_mismatches(self, weights: dict[str, torch.Tensor]) -> list[str]:
+        missing = [n for n in self.named if n not in weights]
+        extra = [n for n in weights if n not in self.named]
+        wrong = [n for n, p in self.named.items() if n in weights and tuple(weights[n].shape) != tuple(p.shape)]
+        if not (missing or extra or wrong):
+            return []
+        if wrong:
+            n = wrong[0]
+            detail = f"{n} is {list(weights[n].shape)} there and {list(self.named[n].shape)} here"
+        else:
+            detail = f"{len(missing)} trained tensors are not in it, {len(extra)} of it are not trained here " \
+                     f"(e.g. {(missing or extra)[0]})"
+        return [f"the trained weights differ ({detail}); network_dim, conv_dim and what is trained (text encoder, "
+                "UNet) must be the same as when it was saved"]
+
+    def _use_learning_rates(self, base_lrs: list[float]) -> None:
+        """The schedule goes on from the saved step, with this config's learning rates (which may be new)."""
+        sched = self.lr_scheduler
+        lambdas = getattr(sched, "lr_lambdas", None)
+        if not base_lrs or lambdas is None:
+            return
+        sched.base_lrs = base_lrs
+        for group, base, lam in zip(self.optimizer.param_groups, base_lrs, lambdas):
+            group["initial_lr"] = base
+            group["lr"] = base * lam(sched.last_epoch)
+        sched._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def _position(self, manifest: dict[str, Any]) -> Position:
+        at = Position(int(manifest["step"]), int(manifest["epoch"]), int(manifest["batches"]),
+                      bool(manifest.get("epoch_done")))
+        saved, now = int(manifest.get("batches_per_epoch") or 0), self.session.sampler.groups_per_epoch()
+        if saved and saved != now and not at.epoch_done:  # another process count: the same share of the epoch
+            at = Position(at.step, at.epoch, min(now, round(at.batches * now / saved)), False)
+            self._warn(f"the state was saved with {saved} batches an epoch and this run has {now} (another number "
+                       f"of processes or images); the epoch goes on from batch {at.batches}")
+        return at
+
+    def _announce(self, folder: Path, manifest: dict[str, Any], at: Position) -> None:
+        cfg = self.session.cfg
+        changed = changed_options(manifest.get("config", {}), cfg.values)
+        if changed:
+            self._warn("resumed with changed options: " + ", ".join(changed))
+        if at.step >= self.session.plan.total_steps:
+            self._warn(f"the state is at step {at.step} and this run has {self.session.plan.total_steps} steps: "
+                       "nothing is left to train (raise max_train_steps or max_train_epochs to go on)")
+        if self.session.accelerator.is_main_process:
+            print(f"resuming from {folder} at step {at.step} (epoch {at.epoch}, batch {at.batches})", flush=True)
+            self.session.events.emit("resume", path=str(folder), step=at.step, epoch=at.epoch, batches=at.batches,
+                                     saved_kind=manifest.get("kind"))
+
+    def _warn(self, message: str) -> None:
+        if self.session.accelerator.is_main_process:
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+            self.session.events.warning(message)
+
+
+def resume_folder(cfg: Any) -> Path:
+    """The state folder the config's `resume` names ('latest' or a folder); a ConfigError naming `resume` if none."""
+    try:
+        return resolve_resume(cfg.resume, cfg.output_dir, cfg.output_name)
+    except ValueError as err:
+        raise resume_error(str(err)) from None
+
+
+def resume_error(message: str) -> ConfigError:
+    return ConfigError([ConfigIssue("resume", message, "saving")])
+
+
+def rng_state() -> dict[str, Any]:
+    import numpy as np
+
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": random.getstate(), "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+
+    random.setstate(state["python"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _training_options(values: dict[str, Any]) -> dict[str, Any]:
+    from trainers.core.options.training import BY_NAME
+
+    return {k: v for k, v in values.items() if k != "resume" and BY_NAME[k].group not in _NOT_TRAINING}
+
+
+def config_hash(values: dict[str, Any]) -> str:
+    """A hash of the options that shape training (not saving, logging, samples or launch)."""
+    text = json.dumps(_jsonable(_training_options(values)), sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def changed_options(saved: dict[str, Any], values: dict[str, Any]) -> list[str]:
+    """'name: old -> new' for each training option that differs from the saved config."""
+    now = _jsonable(_training_options(values))
+    return [f"{k}: {saved.get(k)!r} -> {v!r}" for k, v in now.items() if k in saved and saved[k] != v]
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(values, default=str))
