@@ -44,8 +44,8 @@ def main() -> None:
 
     from trainers.core.options import load_config
     from trainers.demo import build_dataset
+    from trainers.methods.lora.trainer import METHOD
     from trainers.train.loop import train
-    from trainers.methods.lora.trainer import make_trainable
     from trainers.train.session import start_session
 
     work = Path(tempfile.mkdtemp(prefix="atelier-bench-"))
@@ -70,7 +70,7 @@ def main() -> None:
     ])
     session = start_session(cfg, work / "run", random_init=random_init)
     loaded = time.time()
-    train(session, make_trainable(cfg, session))
+    train(session, METHOD.make_trainable(cfg, session))
     events = [json.loads(line) for line in (work / "run" / "events.jsonl").read_text().splitlines()]
     progress = [e for e in events if e["type"] == "progress"]
     start = next(e for e in events if e["type"] == "start")

@@ -5,11 +5,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict, validate
-from trainers.data.preflight import preflight
-from trainers.core.plan import StepPlan
-
 from gui.forms import ESSENTIALS
+from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict
+from trainers.core.plan import StepPlan
+from trainers.data.preflight import preflight
+from trainers.validate import validate
 
 
 @dataclass

@@ -6,7 +6,6 @@ a second browser sees the same job. No torch here.
 """
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,15 +13,24 @@ from typing import Any
 
 import gradio as gr
 
-from trainers.core.options.schema import ConfigError, ConfigIssue, Option
-from trainers.generate.options import (GEN_BY_NAME, GEN_GROUPS, GEN_OPTIONS, GenerateConfig, check_config,
-                                       config_from_values, parse_loras)
-from trainers.generate.saves import compare_form_values, find_saves
-
 from gui.checks import TypedPath, paths_outside
 from gui.forms import from_widget, make_widget, to_widget
 from gui.jobs import JobError
-from gui.run_files import ACTIVE_STATES, Tail, Watchers, effective_state, format_duration, list_runs, read_status
+from gui.run_files import Watchers, format_duration, list_runs
+from trainers.core import events as ev
+from trainers.core.options.schema import ConfigError, ConfigIssue, Option
+from trainers.core.registry import METHOD_NAMES
+from trainers.core.rundir import RunState, effective_state, read_status
+from trainers.generate.options import (
+    GEN_BY_NAME,
+    GEN_GROUPS,
+    GEN_OPTIONS,
+    GenerateConfig,
+    check_config,
+    config_from_values,
+    parse_loras,
+)
+from trainers.generate.saves import compare_form_values, find_saves
 
 ESSENTIALS = ("model", "loras", "prompts")
 OPEN_GROUPS = ("render",)
@@ -35,10 +43,10 @@ GALLERY_MAX = 60
 @dataclass
 class JobView:
     job_id: str
-    state: str = "unknown"
+    state: RunState = RunState.UNKNOWN
     mode: str = "generate"
     total: int = 0
-    progress: dict[str, Any] = field(default_factory=dict)
+    progress: ev.GenerateProgress | None = None
     images: dict[int, tuple[str, str]] = field(default_factory=dict)  # order -> (path, caption)
     warnings: list[str] = field(default_factory=list)
     error: str = ""
@@ -52,40 +60,37 @@ class JobWatcher:
 
     def __init__(self, job_dir: Path) -> None:
         self.job_dir = job_dir
-        self.events = Tail(job_dir / "events.jsonl")
+        self.events = ev.EventReader(job_dir, ev.JOB_EVENTS)
         self.view = JobView(job_dir.name)
         self._lock = threading.Lock()
 
     def refresh(self) -> JobView:
         with self._lock:
-            for line in self.events.read_new():
-                try:
-                    self._apply(json.loads(line))
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue
+            for event in self.events.read_new():
+                self._apply(event)
             v = self.view
             v.status = read_status(self.job_dir)
             v.state = effective_state(v.status)
             v.mode = v.status.get("method", v.mode)
-            if not v.error and v.state == "failed":
+            if not v.error and v.state == RunState.FAILED:
                 v.error = v.status.get("message") or "the job ended without reporting; see train.log in its folder"
             return v
 
-    def _apply(self, event: dict[str, Any]) -> None:
-        kind, v = event.get("type"), self.view
-        if kind == "start":
-            v.total, v.mode, v.out_dir = event["total_images"], event.get("mode", v.mode), event.get("out_dir", "")
-        elif kind == "image":
-            label = f"{event['label']} · " if event.get("label") else ""
-            v.images[event["order"]] = (event["path"], f"{label}{event['prompt'][:60]} · seed {event['seed']}")
-        elif kind == "generate_progress":
+    def _apply(self, event: ev.Event) -> None:
+        v = self.view
+        if isinstance(event, ev.JobStart):
+            v.total, v.mode, v.out_dir = event.total_images, event.mode, event.out_dir
+        elif isinstance(event, ev.Image):
+            label = f"{event.label} · " if event.label else ""
+            v.images[event.order] = (event.path, f"{label}{event.prompt[:60]} · seed {event.seed}")
+        elif isinstance(event, ev.GenerateProgress):
             v.progress = event
-        elif kind == "warning":
-            v.warnings.append(event.get("message", ""))
-        elif kind == "error":
-            v.error = event.get("message", "")
-        elif kind == "grid":
-            v.grid = event.get("copy") or event["path"]
+        elif isinstance(event, ev.Warning):
+            v.warnings.append(event.message)
+        elif isinstance(event, ev.Error):
+            v.error = event.message
+        elif isinstance(event, ev.Grid):
+            v.grid = event.copy or event.path
 
 
 WATCHERS = Watchers(JobWatcher)  # one per job folder, shared by every browser session
@@ -93,15 +98,14 @@ WATCHERS = Watchers(JobWatcher)  # one per job folder, shared by every browser s
 
 def status_text(v: JobView) -> str:
     p = v.progress
-    done, total = p.get("done", 0), p.get("total") or v.total
-    title = {"starting": "Starting", "running": "Generating", "stopping": "Stopping…", "finished": "Finished",
-             "failed": "Failed", "stopped": "Stopped"}.get(v.state, v.state)
+    title = {RunState.STARTING: "Starting", RunState.RUNNING: "Generating", RunState.STOPPING: "Stopping…",
+             RunState.FINISHED: "Finished", RunState.FAILED: "Failed", RunState.STOPPED: "Stopped"}.get(v.state, v.state)
     lines = [f"### {title}: `{v.job_id}`"]
     if p:
-        rate = f" · **{p['images_per_s']:.2f} images/s**" if v.state in ACTIVE_STATES else ""
-        eta = f" · ETA {format_duration(p.get('eta_s'))}" if v.state in ACTIVE_STATES else ""
-        lines.append(f"**{done} / {total}** images{rate}{eta} · in `{v.out_dir}`")
-    elif v.state in ACTIVE_STATES:
+        rate = f" · **{p.images_per_s:.2f} images/s**" if v.state.active else ""
+        eta = f" · ETA {format_duration(p.eta_s)}" if v.state.active else ""
+        lines.append(f"**{p.done} / {p.total or v.total}** images{rate}{eta} · in `{v.out_dir}`")
+    elif v.state.active:
         lines.append("Loading the model…")
     if v.error:
         lines.append(f"**Error:** {v.error}")
@@ -137,7 +141,7 @@ class GenerateTab:
 
 def _run_choices(runs_dir: Path | None = None, extra: str = "") -> list[tuple[str, str]]:
     choices = [(r.run_id, str(r.path)) for r in list_runs(runs_dir)
-               if r.method in ("lora", "dreambooth", "finetune") and r.state not in ACTIVE_STATES] if runs_dir else []
+               if r.method in METHOD_NAMES and not r.state.active] if runs_dir else []
     if extra and extra not in [c[1] for c in choices]:
         choices.insert(0, (Path(extra).name, extra))
     return choices

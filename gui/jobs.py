@@ -15,17 +15,25 @@ import threading
 import time
 from pathlib import Path
 
+from gui.run_files import list_runs
+from trainers.core import lifecycle
+from trainers.core.launch import accelerate_command, launch_env, write_accelerate_config
 from trainers.core.options import TrainConfig
-from trainers.train.control import request
-from trainers.train.distributed import write_accelerate_config
-from trainers.core.events import update_status
-from trainers.generate.options import GenerateConfig, job_dir_name
-from trainers.core.launch import accelerate_command, launch_env
-
-from gui.run_files import ACTIVE_STATES, effective_state, list_runs, read_status
+from trainers.core.registry import METHOD_NAMES
+from trainers.core.rundir import (
+    COMMAND,
+    CONFIG,
+    LOG,
+    Request,
+    RunState,
+    effective_state,
+    new_run_dir,
+    read_status,
+    request,
+)
+from trainers.generate.options import GenerateConfig, new_job_dir
 
 REPO = Path(__file__).resolve().parents[1]
-AVAILABLE_METHODS = ("lora", "dreambooth", "finetune")  # tabs whose Start button launches a trainer
 SAVE_GRACE_S = 1800.0  # after Stop, a trainer that has begun saving its training state gets this long to finish
 
 
@@ -37,16 +45,16 @@ def resume_config(run_dir: Path) -> TrainConfig:
     """The config of a stopped or failed run, with `resume` set to the newest training state of its output."""
     import tomllib
 
-    from trainers.core.saves import latest_state
     from trainers.core.options import ConfigError, load_config
+    from trainers.core.saves import latest_state
 
     state = effective_state(read_status(run_dir))
-    if state in ACTIVE_STATES:
+    if state.active:
         raise JobError(f"Run {run_dir.name} is still {state}; stop it first.")
-    if state == "finished":
+    if state == RunState.FINISHED:
         raise JobError(f"Run {run_dir.name} finished. To train it further, raise max_train_epochs or max_train_steps "
                        "and set resume to its state (saved with save_state_on_train_end).")
-    path = run_dir / "config.toml"
+    path = run_dir / CONFIG
     try:
         method = tomllib.loads(path.read_text(encoding="utf-8")).get("method", "lora")
         cfg = load_config(method, path)
@@ -83,30 +91,27 @@ class JobManager:
         self._lock = threading.Lock()
 
     def active_runs(self) -> list[Path]:
-        return [r.path for r in list_runs(self.runs_dir) if r.state in ACTIVE_STATES]
+        return [r.path for r in list_runs(self.runs_dir) if r.state.active]
 
     def new_run_dir(self, cfg: TrainConfig) -> Path:
-        from trainers.train.session import default_run_dir
-
-        return default_run_dir(self.runs_dir, f"{cfg.method}-{cfg.output_name}")
+        return new_run_dir(self.runs_dir, f"{cfg.method}-{cfg.output_name}")
 
     def command(self, cfg: TrainConfig, run_dir: Path) -> list[str]:
-        return accelerate_command(cfg, run_dir / "config.toml", run_dir, python=self.python)
+        return accelerate_command(cfg, run_dir / CONFIG, run_dir, python=self.python)
 
     def start(self, cfg: TrainConfig) -> Path:
         """Write the run directory and launch the trainer; refuse when its GPUs are busy."""
-        if cfg.method not in AVAILABLE_METHODS:
-            raise JobError(f"The {cfg.method} trainer is not available yet; Validate works, Start does not.")
+        if cfg.method not in METHOD_NAMES:
+            raise JobError(f"There is no {cfg.method!r} trainer.")
         with self._lock:
             self._refuse_busy(gpu_set(cfg.values))
             run_dir = self.new_run_dir(cfg)
             run_dir.mkdir(parents=True)
-            cfg.save(run_dir / "config.toml")
+            cfg.save(run_dir / CONFIG)
             write_accelerate_config(cfg, run_dir)  # DeepSpeed / FSDP only; the command names it
             proc = self._launch(self.command(cfg, run_dir), run_dir, launch_env(cfg))
-            update_status(run_dir, state="starting", method=cfg.method, created=time.time(), launcher_pid=proc.pid,
-                          pgid=proc.pid, gpu_ids=cfg.gpu_ids, num_processes=cfg.num_processes,
-                          output_dir=cfg.output_dir, output_name=cfg.output_name)
+            lifecycle.launched(run_dir, proc.pid, method=cfg.method, gpu_ids=cfg.gpu_ids,
+                               num_processes=cfg.num_processes, output_dir=cfg.output_dir, output_name=cfg.output_name)
         threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
         return run_dir
 
@@ -122,33 +127,24 @@ class JobManager:
     @staticmethod
     def _launch(argv: list[str], run_dir: Path, extra_env: dict[str, str]) -> subprocess.Popen:
         """Start `argv` in its own process group, output to <run>/train.log, the command in command.txt."""
-        (run_dir / "command.txt").write_text(shlex.join(argv) + "\n", encoding="utf-8")
+        (run_dir / COMMAND).write_text(shlex.join(argv) + "\n", encoding="utf-8")
         env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-        with open(run_dir / "train.log", "ab") as log:
+        with open(run_dir / LOG, "ab") as log:
             return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
 
     def _reap(self, proc: subprocess.Popen, run_dir: Path) -> None:
         """Record how the launcher ended when the trainer could not say so itself."""
-        code = proc.wait()
-        status = read_status(run_dir)
-        if status.get("state") not in ACTIVE_STATES:
-            return
-        if code < 0 and -code == signal.SIGKILL or code == 137:
-            message = "killed by the system (SIGKILL): likely out of system memory"
-        else:
-            message = f"the trainer exited with code {code} before reporting; see the log"
-        state = "stopped" if status.get("state") == "stopping" else "failed"
-        update_status(run_dir, state=state, exit_code=code, finished=time.time(), message=message)
+        lifecycle.ended_unreported(run_dir, proc.wait())
 
     def stop(self, run_dir: Path, grace_s: float = 60.0) -> None:
         """Ask the trainer to save and exit; kill its process group if it has not after `grace_s`."""
         status = read_status(run_dir)
-        if effective_state(status) not in ACTIVE_STATES:
+        if not effective_state(status).active:
             return
-        request(run_dir, "stop")
-        update_status(run_dir, state="stopping")
+        request(run_dir, Request.STOP)
+        lifecycle.stopping(run_dir)
         pgid = status.get("pgid")
         threading.Thread(target=self._kill_later, args=(run_dir, pgid, grace_s), daemon=True).start()
 
@@ -160,7 +156,7 @@ class JobManager:
         deadline = time.time() + grace_s
         while time.time() < deadline:
             status = read_status(run_dir)
-            if effective_state(status) not in ACTIVE_STATES:
+            if not effective_state(status).active:
                 return
             if status.get("stop_acknowledged"):  # the trainer is saving its training state: let it finish
                 deadline = max(deadline, float(status["stop_acknowledged"]) + SAVE_GRACE_S)
@@ -171,8 +167,7 @@ class JobManager:
             except (ProcessLookupError, TypeError):
                 return
             time.sleep(wait)
-        update_status(run_dir, state="stopped", finished=time.time(),
-                      message=f"did not stop within {grace_s:.0f} s; its processes were killed")
+        lifecycle.killed(run_dir, f"did not stop within {grace_s:.0f} s; its processes were killed")
 
     def start_generate(self, cfg: GenerateConfig) -> Path:
         """Launch `python -m trainers generate` for `cfg` in its own process group; its job folder is under runs/.
@@ -183,14 +178,14 @@ class JobManager:
             ids = generate_gpu_ids(cfg.devices)
             wanted = set(ids.split(","))
             self._refuse_busy(wanted)
-            run_dir = self.runs_dir / job_dir_name(cfg)
+            run_dir = new_job_dir(self.runs_dir, cfg)
             run_dir.mkdir(parents=True)
-            cfg.save(run_dir / "config.toml")
-            argv = [self.python, "-m", "trainers", "generate", "--config", str(run_dir / "config.toml"),
+            cfg.save(run_dir / CONFIG)
+            argv = [self.python, "-m", "trainers", "generate", "--config", str(run_dir / CONFIG),
                     "--run-dir", str(run_dir)]
             proc = self._launch(argv, run_dir, {})
-            update_status(run_dir, state="starting", method=cfg.mode, created=time.time(), launcher_pid=proc.pid,
-                          pgid=proc.pid, gpu_ids=ids, num_processes=len(wanted), output_dir=cfg.output_dir)
+            lifecycle.launched(run_dir, proc.pid, method=cfg.mode, gpu_ids=ids, num_processes=len(wanted),
+                               output_dir=cfg.output_dir)
         threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
         return run_dir
 

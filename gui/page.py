@@ -9,19 +9,17 @@ from typing import Any
 
 import gradio as gr
 
-from trainers.core.options import ConfigError, load_config
-from trainers.train.distributed import needs_config_file
-from trainers.core.launch import other_machine_commands
-
 from gui.checks import CheckReport, check_form
 from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
-from gui.jobs import AVAILABLE_METHODS, JobError, JobManager
+from gui.jobs import JobError, JobManager
 from gui.presets import PresetError, Presets
-from gui.run_files import ACTIVE_STATES, Watchers, list_runs
+from gui.run_files import Watchers, list_runs
 from gui.run_panel import RunPanel, build_run_panel, render, view_for
-
-METHOD_TITLES = {"lora": "LoRA", "dreambooth": "Dreambooth", "finetune": "Finetune"}
+from trainers.core.launch import needs_config_file, other_machine_commands
+from trainers.core.options import ConfigError, load_config
+from trainers.core.registry import METHOD_NAMES, METHODS
+from trainers.core.rundir import CONFIG, RunState
 
 CSS = """
 .atelier-bar {position: relative; height: 26px; border-radius: 13px; background: var(--block-background-fill);
@@ -51,10 +49,9 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 with gr.Tabs() as tabs:
-                    for method, title in METHOD_TITLES.items():
-                        with gr.Tab(title, id=method):
-                            _method_tab(method, services, viewed, initial_preset if method == "lora" else None,
-                                        page)
+                    for i, method in enumerate(METHODS):  # the first tab (LoRA) opens with the initial preset
+                        with gr.Tab(method.title, id=method.name):
+                            _method_tab(method.name, services, viewed, initial_preset if i == 0 else None, page)
                     with gr.Tab("Generate", id="generate"):
                         generate = build_generate_tab(services)
                     with gr.Tab("Runs", id="runs"):
@@ -74,8 +71,8 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
         view = view_for(services.watchers, services.runs_dir, run_id)
         if view is None:
             return [gr.skip()] * (len(panel.outputs) + 2) + [shown]
-        active = view.state in ACTIVE_STATES
-        resumable = view.state in ("stopped", "failed") and view.status.get("method") in AVAILABLE_METHODS
+        active = view.state.active
+        resumable = view.state in (RunState.STOPPED, RunState.FAILED) and view.status.get("method") in METHOD_NAMES
         pairs = render(view) + [(active, gr.Button(visible=active)), (resumable, gr.Button(visible=resumable))]
         keys = [(run_id, key) for key, _ in pairs]
         old = shown if shown and len(shown) == len(keys) else [None] * len(keys)
@@ -129,11 +126,9 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
             load = gr.Button("Load preset", size="sm", elem_id=f"load-preset-{method}")
             delete = gr.Button("Delete preset", size="sm")
             save = gr.Button("Save as preset", size="sm")
-    can_start = method in AVAILABLE_METHODS
     with gr.Row():
         validate_btn = gr.Button("Validate", elem_id=f"validate-{method}")
-        start = gr.Button("Start" if can_start else "Start (trainer not available yet)", variant="primary",
-                          interactive=can_start, elem_id=f"start-{method}")
+        start = gr.Button("Start", variant="primary", elem_id=f"start-{method}")
     with gr.Row():
         show_cmd = gr.Button("Show command", size="sm")
         export = gr.Button("Export TOML", size="sm")
@@ -177,8 +172,8 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         cfg, run_dir = report.cfg, services.jobs.new_run_dir(report.cfg)
         text = f"# this machine\n{shlex.join(services.jobs.command(cfg, run_dir))}"
         files = " and accelerate.yaml" if needs_config_file(cfg) else ""  # DeepSpeed / FSDP
-        for rank, line in enumerate(other_machine_commands(cfg, run_dir / "config.toml", run_dir), start=1):
-            text += f"\n# machine {rank} (copy {run_dir / 'config.toml'}{files} there first)\n{line}"
+        for rank, line in enumerate(other_machine_commands(cfg, run_dir / CONFIG, run_dir), start=1):
+            text += f"\n# machine {rank} (copy {run_dir / CONFIG}{files} there first)\n{line}"
         return {command: gr.Code(text, visible=True)}
 
     def on_export(data: dict) -> dict:

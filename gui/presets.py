@@ -1,32 +1,23 @@
 """Presets: partial TOML configs that set only the options they name.
 
 Built-in presets live in presets/ (read-only); user presets in a folder of their own.
-Each carries `schema_version`; older versions are migrated, newer ones are refused clearly.
+Each carries `schema_version`; older versions are migrated (trainers/core/options/migrations.py),
+newer ones are refused clearly.
 """
 from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-
-from trainers.core.options import BY_NAME, ConfigError, config_from_dict, toml_text
-from trainers.core.options.schema import SCHEMA_VERSION
-from trainers.core.options.loading import flatten
 from trainers.core.fsio import atomic_write_text
+from trainers.core.options import BY_NAME, ConfigError, config_from_dict, toml_text
+from trainers.core.options.loading import read_options
+from trainers.core.options.migrations import SCHEMA_VERSION
 from trainers.core.secrets import SECRET_KEY
 
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "presets"
-
-# version -> function turning that version's flat dict into the next version's. Version 0 is a
-# file without `schema_version` (hand-written, or an sd-scripts config): same names as version 1.
-# A renamed or re-typed option adds an entry here and bumps SCHEMA_VERSION.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    0: dict,
-}
-
 
 class PresetError(ValueError):
     pass
@@ -67,14 +58,8 @@ class Presets:
             raise PresetError(f"preset {name!r} not found ({path})") from None
         except tomllib.TOMLDecodeError as err:
             raise PresetError(f"preset {name!r} is not valid TOML: {err}") from None
-        version = raw.pop("schema_version", 0)
-        if not isinstance(version, int) or version > SCHEMA_VERSION:
-            raise PresetError(f"preset {name!r} was written by a newer Atelier (schema_version {version}, this "
-                              f"one reads up to {SCHEMA_VERSION}); update Atelier to use it")
         issues: list = []
-        flat = flatten(raw, issues)
-        for v in range(version, SCHEMA_VERSION):
-            flat = MIGRATIONS[v](flat)
+        flat = read_options(raw, f"preset {name!r}", issues)
         warnings: list[str] = []
         try:
             cfg = config_from_dict(method, flat, issues, warnings)

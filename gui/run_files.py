@@ -5,8 +5,6 @@ shared by every browser session, so a refresh or a second browser costs nothing 
 """
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 from collections import deque
@@ -15,57 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.core.processes import pid_alive
+from trainers.core import events as ev
+from trainers.core.events import EventReader, TextTail, progress_line
+from trainers.core.rundir import LOG, RunState, effective_state, read_status
 
-ACTIVE_STATES = ("starting", "running", "stopping")
 MAX_CHART_POINTS = 400
 MAX_KEPT_POINTS = 20_000
-PROGRESS_PREFIX = '{"type": "progress"'  # how EventLog starts a progress line
 LOG_LINES = 200
-
-
-class Tail:
-    """Incremental reader of a growing text file; returns complete new lines only."""
-
-    def __init__(self, path: Path, start_from_end_bytes: int | None = None) -> None:
-        self.path = path
-        self.offset = 0
-        self._partial = b""
-        self._start_from_end = start_from_end_bytes
-
-    def read_new(self, max_bytes: int = 64 << 20) -> list[str]:
-        try:
-            with open(self.path, "rb") as fh:
-                if self._start_from_end is not None:  # first read of a long log: only its end
-                    size = fh.seek(0, os.SEEK_END)
-                    self.offset = max(0, size - self._start_from_end)
-                    self._start_from_end = None
-                fh.seek(self.offset)
-                chunk = fh.read(max_bytes)
-        except FileNotFoundError:
-            return []
-        self.offset += len(chunk)
-        data = self._partial + chunk
-        end = data.rfind(b"\n") + 1  # complete lines end here; the rest waits for its newline
-        self._partial = data[end:]
-        if not end:
-            return []
-        return [line.rstrip("\r") for line in data[:end].decode("utf-8", "replace").split("\n")[:-1]]
-
-
-def read_status(run_dir: Path) -> dict[str, Any]:
-    try:
-        return json.loads((run_dir / "status.json").read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def effective_state(status: dict[str, Any]) -> str:
-    """The state, corrected for a process that died without saying so (SIGKILL, OOM killer)."""
-    state = status.get("state", "unknown")
-    if state in ACTIVE_STATES and not pid_alive(status.get("launcher_pid") or status.get("trainer_pid")):
-        return "failed"
-    return state
 
 
 @dataclass
@@ -73,16 +27,16 @@ class RunView:
     """What the run panel shows, built from the run's files."""
 
     run_id: str
-    state: str = "unknown"
+    state: RunState = RunState.UNKNOWN
     status: dict[str, Any] = field(default_factory=dict)
-    progress: dict[str, Any] = field(default_factory=dict)
+    progress: ev.Progress | None = None
     rank_step_s: list[float] = field(default_factory=list)  # each process's own seconds a step (multi-GPU runs)
     plan: dict[str, Any] = field(default_factory=dict)
     losses: list[tuple[int, float, float]] = field(default_factory=list)
     checkpoints: list[str] = field(default_factory=list)
     samples: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    error: dict[str, Any] = field(default_factory=dict)
+    error: ev.Error | None = None
     output: str = ""
     log_tail: list[str] = field(default_factory=list)
 
@@ -92,8 +46,8 @@ class RunWatcher:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.events = Tail(run_dir / "events.jsonl")
-        self.log = Tail(run_dir / "train.log", start_from_end_bytes=64 << 10)
+        self.events = EventReader(run_dir, ev.TRAINING_EVENTS)
+        self.log = TextTail(run_dir / LOG, start_from_end_bytes=64 << 10)
         self.view = RunView(run_dir.name)
         self._log_lines: deque[str] = deque(maxlen=LOG_LINES)
         self._losses: list[tuple[int, float, float]] = []
@@ -101,49 +55,47 @@ class RunWatcher:
 
     def refresh(self) -> RunView:
         with self._lock:
-            lines = self.events.read_new()
-            progress = [i for i, line in enumerate(lines) if line.startswith(PROGRESS_PREFIX)]
+            lines = self.events.read_lines()
+            progress = [i for i, line in enumerate(lines) if progress_line(line)]
             stride = len(progress) // MAX_KEPT_POINTS + 1  # a long backlog: parse a sample of its progress
             skip = set(progress[::1]) - set(progress[::stride]) - {progress[-1]} if stride > 1 else set()
             for i, line in enumerate(lines):
-                if i not in skip:
-                    self._apply(line)
+                event = self.events.parse(line) if i not in skip else None
+                if event is not None:
+                    self._apply(event)
             # progress bars redraw with \r: keep what the terminal would show last
             self._log_lines.extend(line.rstrip("\r").split("\r")[-1] for line in self.log.read_new())
             v = self.view
             v.status = read_status(self.run_dir)
             v.state = effective_state(v.status)
-            if v.state == "failed" and not v.error and v.status.get("state") in ACTIVE_STATES:
-                v.error = {"message": "the trainer process ended without reporting (killed by the system: likely "
-                                      "out of system memory, or stopped from outside)"}
+            if v.state == RunState.FAILED and v.error is None and RunState.of(v.status.get("state")).active:
+                v.error = ev.Error(message="the trainer process ended without reporting (killed by the system: "
+                                           "likely out of system memory, or stopped from outside)")
             v.log_tail = list(self._log_lines)
             v.losses = _downsample(self._losses, MAX_CHART_POINTS)
             return v
 
-    def _apply(self, line: str) -> None:
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            return
-        kind, v = event.get("type"), self.view
-        if kind == "progress":
+    def _apply(self, event: ev.Event) -> None:
+        v = self.view
+        if isinstance(event, ev.Progress):
             v.progress = event
-            v.rank_step_s = event.get("rank_step_s", v.rank_step_s)  # sent every few steps only
-            self._losses.append((event["step"], event["loss"], event["loss_smoothed"]))
+            if event.rank_step_s is not None:  # sent every few steps only
+                v.rank_step_s = event.rank_step_s
+            self._losses.append((event.step, event.loss, event.loss_smoothed))
             if len(self._losses) > MAX_KEPT_POINTS:  # keep memory bounded on very long runs
                 self._losses = self._losses[::2]
-        elif kind == "start":
-            v.plan = event.get("plan", {})
-        elif kind == "checkpoint":
-            v.checkpoints.append(event["path"])
-        elif kind == "sample":
-            v.samples.append(event["path"])
-        elif kind == "warning":
-            v.warnings.append(event.get("message", ""))
-        elif kind == "error":
+        elif isinstance(event, ev.Start):
+            v.plan = event.plan
+        elif isinstance(event, ev.Checkpoint):
+            v.checkpoints.append(event.path)
+        elif isinstance(event, ev.Sample):
+            v.samples.append(event.path)
+        elif isinstance(event, ev.Warning):
+            v.warnings.append(event.message)
+        elif isinstance(event, ev.Error):
             v.error = event
-        elif kind == "done":
-            v.output = event.get("output", "")
+        elif isinstance(event, ev.Done):
+            v.output = event.output
 
 
 def _downsample(points: list, limit: int) -> list:
@@ -158,7 +110,7 @@ class RunSummary:
     run_id: str
     path: Path
     method: str
-    state: str
+    state: RunState
     started: float
     output: str
     message: str

@@ -9,13 +9,14 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from gui.run_files import ACTIVE_STATES, RunView, Watchers, format_duration
+from gui.run_files import RunView, Watchers, format_duration
+from trainers.core.registry import METHOD_NAMES
+from trainers.core.rundir import RunState
 
 OOM_HINT = ("Out of memory: lower train_batch_size or resolution, turn on gradient_checkpointing, use "
             "mixed_precision bf16/fp16, an 8-bit optimizer (AdamW8bit), or a smaller network_dim.")
-GENERATION_MODES = ("generate", "compare")  # status "method" of generation jobs
-STATE_LABEL = {"starting": "Starting", "running": "Training", "stopping": "Stopping…", "finished": "Finished",
-               "failed": "Failed", "stopped": "Stopped"}
+STATE_LABEL = {RunState.STARTING: "Starting", RunState.RUNNING: "Training", RunState.STOPPING: "Stopping…",
+               RunState.FINISHED: "Finished", RunState.FAILED: "Failed", RunState.STOPPED: "Stopped"}
 
 
 @dataclass
@@ -61,21 +62,21 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
     costs the browser nothing (re-drawing the chart every second is not free).
     """
     p, plan = view.progress, view.plan
-    step, total = p.get("step", 0), p.get("total_steps") or plan.get("total_steps", 0)
-    state = STATE_LABEL.get(view.state, view.state)
+    step, total = (p.step, p.total_steps) if p else (0, plan.get("total_steps", 0))
+    state = STATE_LABEL.get(view.state, str(view.state))
     title = f"### {state}: `{view.run_id}`"
-    if p and view.state in ACTIVE_STATES:
-        stats = (f"Epoch **{p['epoch']} / {p['total_epochs']}** · **{p['it_per_s']:.2f} it/s** · "
-                 f"{p['images_per_s']:.2f} images/s · ETA {format_duration(p.get('eta_s'))} · "
-                 f"loss {p['loss_smoothed']:.4f} · LR {p['lr']:.2e} · peak memory {p['peak_mem_gb']:.2f} GB "
-                 f"({p['peak_mem_kind']})")
+    if p and view.state.active:
+        stats = (f"Epoch **{p.epoch} / {p.total_epochs}** · **{p.it_per_s:.2f} it/s** · "
+                 f"{p.images_per_s:.2f} images/s · ETA {format_duration(p.eta_s)} · "
+                 f"loss {p.loss_smoothed:.4f} · LR {p.lr:.2e} · peak memory {p.peak_mem_gb:.2f} GB "
+                 f"({p.peak_mem_kind})")
         if len(view.rank_step_s) > 1:
             stats += " · step time per process " + " / ".join(f"{t:.2f} s" for t in view.rank_step_s)
     elif p:  # a run that ended: what it reached, no live rates
-        stats = (f"Epoch **{p['epoch']} / {p['total_epochs']}** · final loss {p['loss_smoothed']:.4f} · "
-                 f"peak memory {p['peak_mem_gb']:.2f} GB ({p['peak_mem_kind']})")
+        stats = (f"Epoch **{p.epoch} / {p.total_epochs}** · final loss {p.loss_smoothed:.4f} · "
+                 f"peak memory {p.peak_mem_gb:.2f} GB ({p.peak_mem_kind})")
     else:
-        stats = "Loading the model and data…" if view.state in ACTIVE_STATES else ""
+        stats = "Loading the model and data…" if view.state.active else ""
     chart_key = (len(view.losses), view.losses[-1] if view.losses else None)
     frame = pd.DataFrame(
         [(s, loss, "raw") for s, loss, _ in view.losses] + [(s, sm, "smoothed") for s, _, sm in view.losses],
@@ -83,8 +84,8 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
     samples = [s for s in view.samples if Path(s).exists()][-12:]
     result, bar, log = result_text(view), _bar(step, total), "\n".join(view.log_tail)
     comparable = can_compare(view)
-    if view.status.get("method") in GENERATION_MODES:  # a generation job: the Generate tab shows it
-        shown = "Generating" if view.state == "running" else state
+    if is_generation_job(view):  # the Generate tab shows it
+        shown = "Generating" if view.state == RunState.RUNNING else state
         title, stats = f"### {shown}: `{view.run_id}`", "A generation job: its images are on the **Generate** tab."
     return [(title, title), (bar, bar), (stats, stats),
             (chart_key, gr.LinePlot(frame, visible=len(view.losses) > 1, x_axis_format="d")),
@@ -92,10 +93,14 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
             (comparable, gr.Button(visible=comparable))]
 
 
+def is_generation_job(view: RunView) -> bool:
+    return view.status.get("method") not in METHOD_NAMES
+
+
 def can_compare(view: RunView) -> bool:
     """A training run that ended with at least one save can have its saves compared."""
-    return (view.state in ("finished", "stopped") and bool(view.checkpoints or view.output)
-            and view.status.get("method") not in GENERATION_MODES)
+    return (view.state in (RunState.FINISHED, RunState.STOPPED) and bool(view.checkpoints or view.output)
+            and not is_generation_job(view))
 
 
 def result_text(view: RunView) -> str:
@@ -107,13 +112,17 @@ def result_text(view: RunView) -> str:
     if earlier:
         saves = "\n".join(f"- `{c}`" for c in earlier[-8:])
         lines.append(f"**Checkpoints ({len(earlier)})**\n{saves}")
-    if view.state == "failed":
-        code = view.status.get("exit_code", view.error.get("exit_code", "?"))
-        message = view.error.get("message") or view.status.get("message") or "see the log"
+    if view.state == RunState.FAILED:
+        error = view.error
+        code = view.status.get("exit_code", error.exit_code if error else "?")
+        message = (error.message if error else "") or view.status.get("message") or "see the log"
         lines.insert(0, f"**Failed** (exit code {code}): {html.escape(str(message))}")
-        hint = failure_hint(str(message) + "\n" + "\n".join(view.log_tail[-30:]))
-        if hint:
-            lines.insert(1, f"*Hint:* {hint}")
+        if error is not None and error.suggestions:  # the trainer knows what to change in this config
+            lines.insert(1, "**What to change:**\n" + "\n".join(f"- {html.escape(t)}" for t in error.suggestions))
+        else:
+            hint = failure_hint(str(message) + "\n" + "\n".join(view.log_tail[-30:]))
+            if hint:
+                lines.insert(1, f"*Hint:* {hint}")
     if view.warnings:
         lines.append("**Warnings**\n" + "\n".join(f"- {w}" for w in view.warnings[-5:]))
     return "\n\n".join(lines)

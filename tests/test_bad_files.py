@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from image_files import bad_and_odd_files, corrupt_middle_png, save_image
 from PIL import Image
 
 from trainers.core.options import TrainConfig
@@ -17,6 +16,8 @@ from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages, prepare_sample_image
 from trainers.data.images import load_image_rgb
 from trainers.data.preflight import preflight
+
+from image_files import bad_and_odd_files, corrupt_middle_png, save_image
 
 SKIP_REASONS = {
     "bad_truncated_jpeg": "truncated or corrupt",

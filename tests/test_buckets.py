@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 from accelerate.data_loader import BatchSamplerShard
-from image_files import save_image
 
 from trainers.core.options import TrainConfig
+from trainers.core.plan import plan_steps
 from trainers.data.buckets import BucketBatchSampler, BucketChooser, BucketSettings, bucket_resolutions
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages, prepare_sample_image
-from trainers.core.plan import plan_steps
+
+from image_files import save_image
 
 SD15 = BucketSettings((512, 512), enable=True, min_reso=256, max_reso=1024, steps=64)
 
@@ -148,9 +149,9 @@ def test_two_processes_train_a_dataset_config_with_buckets_and_disk_cache(tiny_s
     import json
     import sys
 
-    from test_lora_training import events, run_trainer, sets
-
     from trainers.data.preflight import preflight
+
+    from test_lora_training import events, run_trainer, sets
 
     for name, size in (("wide", (128, 40)), ("a", (64, 64)), ("b", (72, 64))):
         save_image(tmp_path / "imgs" / f"{name}.png", size)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from image_files import save_image
 
 from trainers.core.options import TrainConfig
 from trainers.data import cache as cache_module
@@ -14,6 +13,8 @@ from trainers.data.cache import CacheWriteError, Dist, build_latent_cache, build
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages, collate, flip_of
 from trainers.train.diffusion import NoisePredictor, encode_latents, sample_latents
+
+from image_files import save_image
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +163,8 @@ def test_an_unwritable_cache_folder_is_a_clear_error(data: Path, vae: torch.nn.M
 
 
 def test_text_encoder_outputs_cached_for_sdxl(tiny_sdxl_dir: Path, data: Path) -> None:
-    from trainers.train.diffusion import diffusion_loss, NoiseOptions
     from trainers.models import load_model
+    from trainers.train.diffusion import NoiseOptions, diffusion_loss
 
     model = load_model(str(tiny_sdxl_dir), "auto", torch.float32)
     catalog = catalog_for(data, flip_aug=False, **buckets())

@@ -4,12 +4,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from image_files import save_image
-
 from trainers.core.options import TrainConfig
 from trainers.data.captions import CaptionOptions, process_caption
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages
+
+from image_files import save_image
 
 CAPTION = "sks dog, red collar, grass, sunny day, running, park"
 

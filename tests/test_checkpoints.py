@@ -13,10 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from trainers.core.saves import (MANIFEST, Position, atomic_dir, check_free_space, clean_stale_temps, find_states,
-                                  latest_state, manifest_for, resolve_resume)
-from trainers.train.faults import DiskFull
+from trainers.core.errors import DiskFull
 from trainers.core.retention import Retention, SavedItem, list_saves, prune, to_remove
+from trainers.core.saves import (
+    MANIFEST,
+    Position,
+    atomic_dir,
+    check_free_space,
+    clean_stale_temps,
+    find_states,
+    latest_state,
+    manifest_for,
+    resolve_resume,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,7 +81,7 @@ def test_latest_skips_incomplete_states_and_resume_names_the_problem(tmp_path: P
 
 def test_resume_field_is_validated_before_training(tmp_path: Path) -> None:
     from trainers.core.options import load_config
-    from trainers.core.options.validation import validate
+    from trainers.validate import validate
 
     cfg = load_config("lora", overrides=[f"output_dir={json.dumps(str(tmp_path))}", "max_train_steps=1",
                                          f"resume={json.dumps(str(tmp_path / 'gone-state'))}"])

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import toml
 from PIL import Image
-
 from test_generate import FAST, events, make_lora, pixels, run_main
+
 from trainers.generate.grid import read_grid_layout
 from trainers.generate.saves import compare_form_values, find_saves, is_lora_file
 

@@ -7,8 +7,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainers.core.options import OPTIONS, ConfigError, config_from_dict, load_config, validate
+from trainers.core.options import OPTIONS, ConfigError, config_from_dict, load_config
 from trainers.core.options.schema import GROUPS
+from trainers.validate import validate
 
 NAMES = [o.name for o in OPTIONS]
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),

@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from image_files import save_image
 
 from trainers.core.options import ConfigError, TrainConfig
 from trainers.data.catalog import _balance_reg, build_catalog
 from trainers.data.dataset import CaptionedImages
+
+from image_files import save_image
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,8 +14,9 @@ import torch
 
 from tests.test_lora_training import events
 from tests.test_resume import dataset, lora, lora_file, train  # noqa: F401 - fixtures
+from trainers.core.errors import NonFiniteLoss
 from trainers.core.options import TrainConfig
-from trainers.train.faults import NonFiniteLoss, is_out_of_memory, memory_suggestions, out_of_memory
+from trainers.train.faults import is_out_of_memory, memory_suggestions, out_of_memory
 
 
 def inject(monkeypatch: pytest.MonkeyPatch, fault: Callable[[int, torch.Tensor], torch.Tensor]) -> None:

@@ -16,7 +16,9 @@ from PIL import Image
 from trainers.core.options.schema import ConfigError
 from trainers.generate.options import GenerateConfig, LoraRef, check_config, load_generate_config, parse_lora_line
 from trainers.generate.plan import Variant, build_plan
-from trainers.generate.pnginfo import lora_short_hash, parse_parameters, parameters_text, read_parameters
+from trainers.generate.pnginfo import lora_short_hash, parameters_text, parse_parameters, read_parameters
+
+from test_lora_training import hook_env
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = {"width": 64, "height": 64, "steps": 2, "cpu_threads": 1, "devices": "cpu"}
@@ -116,7 +118,8 @@ def test_two_workers_make_the_same_images(one_worker: Path, tiny_sd1_dir: Path, 
 def test_a_failing_worker_is_reported_and_the_job_completes(tiny_sd1_dir: Path, one_worker: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     job = tmp_path / "fail"
-    monkeypatch.setenv("ATELIER_TEST_FAIL_WORKER", "1")
+    for name, value in hook_env(ATELIER_TEST_FAIL_WORKER="1").items():  # loaded by the spawned worker
+        monkeypatch.setenv(name, value)
     assert run_main(cli_args(tiny_sd1_dir, job, images_per_prompt=2, batch_size=2, num_workers=2)) == 0
     evs = events(job)
     [warning] = [e for e in evs if e["type"] == "warning"]

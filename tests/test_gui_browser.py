@@ -110,8 +110,8 @@ def _stop_app(app: App) -> None:
 
 def _stop_runs(runs_dir: Path, wait_s: float = 60) -> None:
     """Leave no trainer running: ask active runs to stop, kill what does not (each run has its own group)."""
-    from gui.run_files import ACTIVE_STATES, effective_state, read_status
-    from trainers.train.control import request
+    from trainers.core.rundir import ACTIVE_STATES, effective_state, read_status
+    from trainers.core.rundir import request
 
     if not runs_dir.is_dir():
         return
@@ -384,7 +384,7 @@ def test_screenshots_of_every_tab(lora, demo_app: App, shots: Path) -> None:
     table = page.locator("#runs-table")
     expect(table).to_be_visible()
     page.get_by_role("button", name="Refresh", exact=True).click()
-    from gui.run_files import read_status
+    from trainers.core.rundir import read_status
 
     for run in _runs(demo_app):  # the tests above started some: each is listed with its state
         row = table.get_by_role("row").filter(has_text=run)

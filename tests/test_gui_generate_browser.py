@@ -8,7 +8,6 @@ import json
 import re
 
 import pytest
-
 from test_gui_browser import App, browser, demo_app, expect, page, shots  # noqa: F401 - fixtures
 
 GENERATE_S = 120  # job start-up (torch, diffusers, the tiny model) and 2 tiny images on a busy 2-core CPU

@@ -16,10 +16,12 @@ from gui.checks import check_form
 from gui.forms import ESSENTIALS, build_form, from_widget, option_for, to_widget
 from gui.jobs import JobError, JobManager
 from gui.presets import PresetError, Presets
-from gui.run_files import RunWatcher, Tail, list_runs
+from gui.run_files import RunWatcher, list_runs
+from trainers.core import events as ev
+from trainers.core.events import TextTail as Tail
+from trainers.core.launch import accelerate_command, other_machine_commands
 from trainers.core.options import TrainConfig, load_config, options_for
 from trainers.demo import build_dataset
-from trainers.core.launch import accelerate_command, other_machine_commands
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ("lora", "dreambooth", "finetune")
@@ -132,7 +134,7 @@ def test_user_presets_save_load_delete_and_never_keep_secrets(tmp_path: Path) ->
 
 
 def test_preset_versions_migrate_or_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gui.presets as module
+    import trainers.core.options.migrations as module
 
     user = tmp_path / "user"
     user.mkdir()
@@ -162,15 +164,16 @@ def test_run_watcher_builds_the_panel_view_and_notices_a_dead_process(tmp_path: 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (run / "status.json").write_text(json.dumps({"state": "running", "launcher_pid": dead.pid, "method": "lora"}))
-    events = [{"type": "start", "plan": {"total_steps": 10}},
-              {"type": "progress", "step": 1, "total_steps": 10, "loss": 1.0, "loss_smoothed": 1.0},
-              {"type": "checkpoint", "path": "/x/a-000001.safetensors"}]
-    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    writer = ev.EventWriter(run)
+    writer.emit(ev.Start(plan={"total_steps": 10}, family="sd1", trainable_params=1))
+    writer.emit(ev.Progress(step=1, total_steps=10, epoch=1, total_epochs=1, loss=1.0, loss_smoothed=1.0, lr=1e-4,
+                            it_per_s=1.0, images_per_s=1.0))
+    writer.emit(ev.Checkpoint(path="/x/a-000001.safetensors", epoch=1, step=1))
     (run / "train.log").write_text("loading\nsteps: 10%\rsteps: 20%\n")
     view = RunWatcher(run).refresh()
-    assert view.progress["step"] == 1 and view.checkpoints == ["/x/a-000001.safetensors"]
+    assert view.progress.step == 1 and view.checkpoints == ["/x/a-000001.safetensors"]
     assert view.log_tail == ["loading", "steps: 20%"]
-    assert view.state == "failed" and "out of system memory" in view.error["message"]
+    assert view.state == "failed" and "out of system memory" in view.error.message
     assert [r.state for r in list_runs(tmp_path)] == ["failed"]
 
 
@@ -234,7 +237,7 @@ def test_paths_outside_allowed_roots_are_refused(tmp_path: Path) -> None:
 
 
 def _update_many(run_dir: str, key: str) -> None:
-    from trainers.core.events import update_status
+    from trainers.core.rundir import update_status
 
     for i in range(150):
         update_status(Path(run_dir), **{f"{key}{i}": i})

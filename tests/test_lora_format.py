@@ -15,7 +15,13 @@ import torch
 from diffusers import DiffusionPipeline, StableDiffusionPipeline, StableDiffusionXLPipeline
 from peft.tuners.tuners_utils import BaseTunerLayer
 
-from trainers.methods.lora.file_format import DatasetDir, TrainingMetadata, build_metadata, read_lora_file, save_lora_file
+from trainers.methods.lora.file_format import (
+    DatasetDir,
+    TrainingMetadata,
+    build_metadata,
+    read_lora_file,
+    save_lora_file,
+)
 from trainers.methods.lora.network import LoRANetwork, NetworkDims
 
 DIM, ALPHA, CONV_DIM, CONV_ALPHA = 4, 2.0, 2, 1.0

@@ -18,6 +18,11 @@ FAST = ["resolution=64", "train_batch_size=2", "max_data_loader_n_workers=0", "l
         "network_dim=4", "network_alpha=2"]
 
 
+def hook_env(**variables: str) -> dict[str, str]:
+    """Environment that loads tests/hooks/sitecustomize.py (test-only fault injection) into every process."""
+    return {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "hooks")]), **variables}
+
+
 def run_trainer(args: list[str], run_dir: Path, launcher: list[str] | None = None,
                 env: dict[str, str] | None = None, method: str = "lora") -> subprocess.CompletedProcess:
     cmd = (launcher or [sys.executable]) + ["-m", "trainers", method, "--run-dir", str(run_dir)] + args
@@ -210,7 +215,7 @@ def test_demo_command_and_preset_work_from_a_fresh_folder(tmp_path: Path) -> Non
 def test_stop_request_saves_and_marks_the_run_stopped(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
     import time
 
-    from trainers.train.control import request
+    from trainers.core.rundir import request
 
     run_dir = tmp_path / "run"
     args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),

@@ -5,13 +5,15 @@ import json
 from pathlib import Path
 
 import pytest
-from image_files import save_image
 
-from trainers.core.options import ConfigError, TrainConfig, load_config, validate
+from trainers.core.options import ConfigError, TrainConfig, load_config
 from trainers.data import metadata_json as mj
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages
 from trainers.data.preflight import preflight
+from trainers.validate import validate
+
+from image_files import save_image
 
 
 def record(root: Path, name: str, tags: list[str], score: object, image: bool = True, **extra: object) -> None:

@@ -21,7 +21,7 @@ FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 
 
 def train(method: str, run_dir: Path, **values: object) -> int:
     """Run a trainer in this process, as `python -m trainers <method> --set ...` would."""
-    from trainers.__main__ import run_method
+    from trainers.train.run import run_method
 
     overrides = [f"{k}={json.dumps(v)}" for k, v in values.items()]
     return run_method(method, None, run_dir, overrides)

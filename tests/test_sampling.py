@@ -9,11 +9,18 @@ import pytest
 import torch
 from PIL import Image
 
+from trainers.core.prompts import SamplePrompt, parse_prompt_line, parse_prompt_lines, read_prompts
 from trainers.methods.lora.network import LoRANetwork
 from trainers.models import LoadedModel, load_model
 from trainers.models.tiny import build_tiny_sd1
-from trainers.core.prompts import SamplePrompt, parse_prompt_line, parse_prompt_lines, read_prompts
-from trainers.sampling.pipeline import SAMPLERS, build_pipeline, build_scheduler, generate_samples, sample_event, sample_path
+from trainers.sampling.pipeline import (
+    SAMPLERS,
+    build_pipeline,
+    build_scheduler,
+    generate_samples,
+    sample_event,
+    sample_path,
+)
 
 PROMPT_LINES = ["a red fox --n blurry, lowres", "ünïcode cat 🐈 --w 48 --h 32 --d 42 --l 5"]
 
@@ -190,5 +197,5 @@ def test_unknown_sampler_and_sample_event(models: dict[str, LoadedModel], tmp_pa
     prompt = parse_prompt_lines(["x", "a fox --n ugly"])[1]
     path = sample_path(tmp_path, "step00000010", prompt)
     assert path == tmp_path / "step00000010_01.png"
-    assert sample_event(path, prompt, step=10, epoch=2) == {
+    assert sample_event(path, prompt, step=10, epoch=2).to_json() == {
         "path": str(path), "prompt": "a fox", "step": 10, "epoch": 2, "index": 1}

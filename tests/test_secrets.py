@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainers.core.events import EventLog, update_status
+from trainers.core.events import Error, EventWriter
+from trainers.core.rundir import update_status
 
 TOKEN = "hf_SECRETsecret123456"
 REPO = Path(__file__).resolve().parents[1]
@@ -16,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_events_and_status_are_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    EventLog(tmp_path).emit("error", message=f"401 for token {TOKEN}", nested={"x": [TOKEN]})
+    EventWriter(tmp_path).emit(Error(message=f"401 for token {TOKEN}", suggestions=[f"x {TOKEN}"]))
     update_status(tmp_path, message=f"auth {TOKEN}")
     text = (tmp_path / "events.jsonl").read_text() + (tmp_path / "status.json").read_text()
     assert TOKEN not in text and "***" in text

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from trainers.core.options import TrainConfig
-from trainers.data.dataset import sample_generator
-from trainers.train.diffusion import _per_sample, min_snr_weights
-from trainers.core.events import ProgressMeter
-from trainers.train.loop import save_name
 from trainers.core.plan import plan_steps
+from trainers.data.dataset import sample_generator
 from trainers.models import FAMILIES, ModelLoadError, detect_family, load_model
+from trainers.train.diffusion import _per_sample, min_snr_weights
+from trainers.core.saves import save_name
 from trainers.train.optim import build_lr_scheduler, build_optimizer, warmup_steps
+from trainers.train.progress import ProgressMeter
 
 
 def test_step_plan_arithmetic() -> None:
@@ -107,16 +107,16 @@ def test_min_snr_weights() -> None:
 
 def test_progress_rates_follow_a_recent_window(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = iter([0.0] + [10.0 + i for i in range(30)] + [39.0 + 0.5 * i for i in range(1, 11)])
-    monkeypatch.setattr("trainers.core.events.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("trainers.train.progress.time.perf_counter", lambda: next(clock))
     meter = ProgressMeter(total_steps=100, images_per_step=4, window=10)
     meter.start()
-    event = {}
+    event = None
     for step in range(1, 41):
         event = meter.update(step, 1, 1, loss=1.0, lr=1e-4, data_wait_s=0.1)
-    assert event["it_per_s"] == pytest.approx(2.0)  # the last 10 steps, not the slow first one
-    assert event["images_per_s"] == pytest.approx(8.0)
-    assert event["eta_s"] == pytest.approx(30.0)
-    assert event["data_share"] == pytest.approx(0.2)
+    assert event.it_per_s == pytest.approx(2.0)  # the last 10 steps, not the slow first one
+    assert event.images_per_s == pytest.approx(8.0)
+    assert event.eta_s == pytest.approx(30.0)
+    assert event.data_share == pytest.approx(0.2)
 
 
 def test_save_names_follow_kohya() -> None:

@@ -1,137 +1,328 @@
-"""The run directory's event stream (events.jsonl), status.json, and the progress meter.
+"""The event stream of a run or generation job (events.jsonl): one typed record per event type.
 
-Only rank 0 writes. Each event is one JSON object a line with at least `type` and `time`.
-Types: start, progress, checkpoint, sample, warning, error, done; also `dataset` (the preflight report of the
-data the run trains on: folders, buckets, skipped files, steps), `cache` (what, done, total) while
-latents or text-encoder outputs are cached, `resume` (the state a run continues from), `class_images` and
-`info` (dreambooth). Generation jobs write start, image, generate_progress, grid, warning, error, done.
+Only rank 0 (or the job's coordinator) writes. Each line is one JSON object with `type`, `time`
+and the record's fields (fields left None are not written). Readers tail the file with a byte
+cursor (`EventReader`) and get records back; a line of an unknown type or a damaged line is
+skipped, fields a record does not know are ignored (an older GUI reads a newer trainer's files).
+
+A training run writes TRAINING_EVENTS, a generation job JOB_EVENTS; both share warning, error
+and done. Torch-free.
 """
 from __future__ import annotations
 
 import json
-import math
 import os
-import resource
+import sys
 import time
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
-import torch
-
-from trainers.core.fsio import atomic_write_text
+from trainers.core.rundir import EVENTS
 from trainers.core.secrets import redact
 
+E = TypeVar("E", bound="Event")
 
-class EventLog:
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    type: ClassVar[str] = ""
+    time: float = 0.0  # set by the writer
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "time"}
+
+    @classmethod
+    def from_json(cls: type[E], data: dict[str, Any]) -> E:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# ---- shared by runs and jobs --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Warning(Event):  # noqa: A001 - the event's own name
+    type: ClassVar[str] = "warning"
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Error(Event):
+    """Why a run or job failed. `kind` is the cause's class (non_finite_loss, out_of_memory, disk_full, ...);
+    `suggestions` say what to change; `saved_state` is an emergency training state to resume from."""
+
+    type: ClassVar[str] = "error"
+    message: str
+    exit_code: int = 1
+    kind: str | None = None
+    suggestions: list[str] | None = None
+    cause: str | None = None
+    saved_state: str | None = None
+    steps: list[int] | None = None
+    rank: int | None = None
+    trace: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Done(Event):
+    type: ClassVar[str] = "done"
+    output: str
+    stopped: bool | None = None
+    images: int | None = None  # generation jobs
+    prompt_encodes: int | None = None
+    failed_workers: list[str] | None = None
+
+
+# ---- training runs ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Start(Event):
+    type: ClassVar[str] = "start"
+    plan: dict[str, Any]
+    family: str
+    trainable_params: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Progress(Event):
+    """One optimizer step. Rates are wall-clock over a recent window; images_per_s counts every process."""
+
+    type: ClassVar[str] = "progress"
+    step: int
+    total_steps: int
+    epoch: int
+    total_epochs: int
+    loss: float
+    loss_smoothed: float
+    lr: float
+    it_per_s: float
+    images_per_s: float
+    eta_s: float | None = None
+    data_share: float = 0.0  # share of step time spent waiting for data
+    peak_mem_gb: float = 0.0
+    peak_mem_kind: str = "host"  # "cuda" or "host"
+    step_s_own: float | None = None  # rank 0's own work a step (without waiting for the others)
+    rank_step_s: list[float] | None = None  # each process's own seconds a step (every few steps, multi-GPU)
+    grad_buckets: int | None = None  # DDP gradient buckets reduced this step
+    collectives: int | None = None  # tests: collectives of the previous step
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint(Event):
+    type: ClassVar[str] = "checkpoint"
+    path: str
+    epoch: int
+    step: int
+    final: bool = False
+    kind: str = "step"  # epoch, step, stop, rolling, emergency, final
+    state: str | None = None  # the training state folder written with it
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample(Event):
+    type: ClassVar[str] = "sample"
+    path: str
+    prompt: str
+    step: int
+    epoch: int
+    index: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dataset(Event):
+    """The preflight report of the data the run trains on (folders, buckets, skipped files, steps)."""
+
+    type: ClassVar[str] = "dataset"
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.report)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Dataset":
+        return cls(report={k: v for k, v in data.items() if k not in ("type", "time")}, time=data.get("time", 0.0))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cache(Event):
+    """Latents or text-encoder outputs being cached before training."""
+
+    type: ClassVar[str] = "cache"
+    what: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resume(Event):
+    type: ClassVar[str] = "resume"
+    path: str
+    step: int
+    epoch: int
+    batches: int
+    saved_kind: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassImages(Event):
+    """Dreambooth: class images generated into `folder` before training."""
+
+    type: ClassVar[str] = "class_images"
+    folder: str
+    count: int
+    prompt: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Info(Event):
+    type: ClassVar[str] = "info"
+    message: str
+
+
+# ---- generation jobs ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class JobStart(Event):
+    type: ClassVar[str] = "start"
+    mode: str
+    seed: int
+    total_images: int
+    items: int
+    prompts: int
+    variants: list[str]
+    workers: list[str]
+    out_dir: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Image(Event):
+    type: ClassVar[str] = "image"
+    path: str
+    prompt: str
+    negative: str
+    prompt_index: int
+    index: int
+    seed: int
+    order: int  # position in the job's image list
+    variant: int
+    label: str
+    worker: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateProgress(Event):
+    type: ClassVar[str] = "generate_progress"
+    done: int
+    total: int
+    images_per_s: float
+    eta_s: float | None = None
+    seconds: float | None = None  # of the item just finished
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grid(Event):
+    type: ClassVar[str] = "grid"
+    path: str
+    copy: str | None = None  # the copy beside the compared run
+    rows: int = 0
+    columns: int = 0
+
+
+def _registry(*kinds: type[Event]) -> dict[str, type[Event]]:
+    return {k.type: k for k in kinds}
+
+
+_SHARED = (Warning, Error, Done)
+TRAINING_EVENTS = _registry(*_SHARED, Start, Progress, Checkpoint, Sample, Dataset, Cache, Resume, ClassImages, Info)
+JOB_EVENTS = _registry(*_SHARED, JobStart, Image, GenerateProgress, Grid)
+
+
+class EventWriter:
+    """Appends records to <run_dir>/events.jsonl; does nothing when disabled (ranks other than 0) or without a folder."""
+
     def __init__(self, run_dir: Path | None, enabled: bool = True) -> None:
         self.enabled = enabled and run_dir is not None
-        self.path = Path(run_dir) / "events.jsonl" if run_dir is not None else None
+        self.path = Path(run_dir) / EVENTS if run_dir is not None else None
         if self.enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def emit(self, type: str, **fields: Any) -> None:
+    def emit(self, record: Event) -> None:
         if not self.enabled:
             return
-        line = json.dumps(redact({"type": type, "time": round(time.time(), 3), **fields}), ensure_ascii=False)
+        data = {"type": record.type, "time": round(time.time(), 3), **record.to_json()}
+        line = json.dumps(redact(data), ensure_ascii=False)
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
 
-    def warning(self, message: str) -> None:
-        self.emit("warning", message=message)
+    def warn(self, message: str) -> None:
+        """A warning for the user: on stderr (train.log) and as an event."""
+        if self.enabled:
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+        self.emit(Warning(message=message))
 
 
-def update_status(run_dir: Path | None, **fields: Any) -> None:
-    """Merge `fields` into status.json (atomically: readers never see half a file).
+class TextTail:
+    """Incremental reader of a growing text file; returns complete new lines only."""
 
-    The GUI and the trainer both update it; a lock on status.lock keeps one's update from
-    erasing the other's (read-modify-write).
-    """
-    if run_dir is None:
-        return
-    path = Path(run_dir) / "status.json"
-    with _locked(path.with_name("status.lock")):
+    def __init__(self, path: Path, start_from_end_bytes: int | None = None) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self._partial = b""
+        self._start_from_end = start_from_end_bytes
+
+    def read_new(self, max_bytes: int = 64 << 20) -> list[str]:
         try:
-            status = json.loads(path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
-            status = {}
-        status.update(redact(fields), updated=time.time())
-        atomic_write_text(path, json.dumps(status, indent=1, ensure_ascii=False))
+            with open(self.path, "rb") as fh:
+                if self._start_from_end is not None:  # first read of a long log: only its end
+                    size = fh.seek(0, os.SEEK_END)
+                    self.offset = max(0, size - self._start_from_end)
+                    self._start_from_end = None
+                fh.seek(self.offset)
+                chunk = fh.read(max_bytes)
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        data = self._partial + chunk
+        end = data.rfind(b"\n") + 1  # complete lines end here; the rest waits for its newline
+        self._partial = data[end:]
+        if not end:
+            return []
+        return [line.rstrip("\r") for line in data[:end].decode("utf-8", "replace").split("\n")[:-1]]
 
 
-@contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    """An exclusive advisory lock (POSIX); elsewhere, no lock."""
+def progress_line(line: str) -> bool:
+    """Whether a raw events.jsonl line is a progress event (cheap: long backlogs parse only a sample of them)."""
+    return line.startswith('{"type": "progress"')
+
+
+def parse_event(line: str, kinds: dict[str, type[Event]]) -> Event | None:
+    """The record of one line; None for a damaged line, an unknown type or missing fields."""
     try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    with open(lock_path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+        data = json.loads(line)
+        kind = kinds[data["type"]]
+        record = kind.from_json(data)
+    except (ValueError, KeyError, TypeError):
+        return None
+    return record
 
 
-def peak_memory_gb() -> tuple[float, str]:
-    """Peak accelerator memory when there is one, else the process's peak resident memory."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return torch.cuda.max_memory_allocated() / 2**30, "cuda"
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "host"
+class EventReader:
+    """Reads the records appended to a run's events.jsonl since the last call (a byte cursor, never a re-read)."""
+
+    def __init__(self, run_dir: Path, kinds: dict[str, type[Event]] = TRAINING_EVENTS) -> None:
+        self.kinds = kinds
+        self.tail = TextTail(Path(run_dir) / EVENTS)
+
+    def read_lines(self) -> list[str]:
+        return self.tail.read_new()
+
+    def parse(self, line: str) -> Event | None:
+        return parse_event(line, self.kinds)
+
+    def read_new(self) -> list[Event]:
+        return [e for e in map(self.parse, self.read_lines()) if e is not None]
 
 
-class ProgressMeter:
-    """Turns step timings and losses into progress events.
-
-    Rates are wall-clock over the last `window` steps (not a whole-run average), so they
-    follow slowdowns and are not dragged down by the first, slow steps.
-    """
-
-    def __init__(self, total_steps: int, images_per_step: int, window: int = 20, smoothing: float = 0.95) -> None:
-        self.total_steps = total_steps
-        self.images_per_step = images_per_step
-        self.times: deque[float] = deque(maxlen=window + 1)
-        self.data_waits: deque[float] = deque(maxlen=window)
-        self.smoothing = smoothing
-        self._ema = 0.0
-        self._ema_weight = 0.0
-
-    def start(self) -> None:
-        self.times.clear()
-        self.times.append(time.perf_counter())
-
-    def update(self, step: int, epoch: int, total_epochs: int, loss: float, lr: float,
-               data_wait_s: float = 0.0) -> dict[str, Any]:
-        """`data_wait_s`: time this step spent waiting for its batch (reported as a share of step time)."""
-        self.times.append(time.perf_counter())
-        self.data_waits.append(data_wait_s)
-        if math.isfinite(loss):
-            self._ema = self.smoothing * self._ema + (1 - self.smoothing) * loss
-            self._ema_weight = self.smoothing * self._ema_weight + (1 - self.smoothing)
-        elapsed = self.times[-1] - self.times[0]
-        it_per_s = (len(self.times) - 1) / elapsed if elapsed > 0 else 0.0
-        memory, memory_kind = peak_memory_gb()
-        remaining = self.total_steps - step
-        return {
-            "step": step,
-            "total_steps": self.total_steps,
-            "epoch": epoch,
-            "total_epochs": total_epochs,
-            "loss": loss,
-            "loss_smoothed": self._ema / self._ema_weight if self._ema_weight else loss,
-            "lr": lr,
-            "it_per_s": round(it_per_s, 4),
-            "images_per_s": round(it_per_s * self.images_per_step, 4),
-            "eta_s": round(remaining / it_per_s, 1) if it_per_s > 0 else None,
-            "data_share": round(sum(self.data_waits) / elapsed, 4) if elapsed > 0 else 0.0,
-            "peak_mem_gb": round(memory, 3),
-            "peak_mem_kind": memory_kind,
-        }
-
-
-def process_info() -> dict[str, Any]:
-    return {"trainer_pid": os.getpid(), "pgid": os.getpgid(0)}
+def read_events(run_dir: Path, kinds: dict[str, type[Event]] = TRAINING_EVENTS) -> list[Event]:
+    """Every record of a run's events.jsonl (empty when there is none)."""
+    return EventReader(run_dir, kinds).read_new()

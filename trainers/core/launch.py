@@ -1,6 +1,7 @@
-"""The `accelerate launch` command of a run, built from the config's launch group.
+"""How a run is launched: the `accelerate launch` command and, for DeepSpeed and FSDP, the per-run accelerate config.
 
-Used by the GUI (Start, "print the command") and by headless users; argv lists only.
+Both come from the config's launch group. Used by the GUI (Start, "Show command") and by headless users
+(`python -m trainers accelerate-config`); argv lists only. Torch-free.
 """
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
+from trainers.core.errors import EXIT_BAD_INPUT
+from trainers.core.fsio import atomic_write_text
 from trainers.core.options import TrainConfig
-from trainers.train.distributed import ACCELERATE_CONFIG, needs_config_file
+from trainers.core.rundir import ACCELERATE_CONFIG
+
+FSDP_MIN_NUM_PARAMS = 10_000_000  # FSDP wraps (and gathers) submodules of at least this many parameters
 
 
 def accelerate_command(cfg: TrainConfig, config_path: Path, run_dir: Path, machine_rank: int | None = None,
@@ -21,7 +27,7 @@ def accelerate_command(cfg: TrainConfig, config_path: Path, run_dir: Path, machi
     DeepSpeed and FSDP runs read `<run_dir>/accelerate.yaml` (written by `write_accelerate_config`).
     """
     rank = cfg.machine_rank if machine_rank is None else machine_rank
-    total = cfg.num_processes * cfg.num_machines
+    total = total_processes(cfg)
     cmd = [python, "-m", "accelerate.commands.launch"]
     if needs_config_file(cfg):  # DeepSpeed / FSDP: the run's accelerate.yaml says how (the flags below agree)
         cmd += ["--config_file", str(Path(run_dir) / ACCELERATE_CONFIG)]
@@ -48,3 +54,97 @@ def other_machine_commands(cfg: TrainConfig, config_path: Path, run_dir: Path) -
     """Shell lines to run on machines 1..N-1 (same paths assumed on every machine)."""
     return [shlex.join(accelerate_command(cfg, config_path, run_dir, machine_rank=rank))
             for rank in range(1, cfg.num_machines)]
+
+
+def total_processes(cfg: TrainConfig) -> int:
+    return cfg.num_processes * cfg.num_machines
+
+
+def needs_config_file(cfg: TrainConfig) -> bool:
+    """DeepSpeed and FSDP are configured through an accelerate config file; DDP needs only launch flags."""
+    return cfg.distributed_backend != "ddp"
+
+
+def accelerate_config(cfg: TrainConfig) -> dict[str, Any]:
+    """The accelerate config (as `accelerate config` writes it) for this run's launch options."""
+    total = total_processes(cfg)
+    out: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "debug": False,
+        "distributed_type": "MULTI_GPU" if total > 1 else "NO",
+        "downcast_bf16": "no",
+        "machine_rank": cfg.machine_rank,
+        "main_training_function": "main",
+        "mixed_precision": cfg.mixed_precision,
+        "num_machines": cfg.num_machines,
+        "num_processes": total,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "tpu_env": [],
+        "tpu_use_cluster": False,
+        "tpu_use_sudo": False,
+        "use_cpu": False,
+    }
+    if cfg.gpu_ids.strip():
+        out["gpu_ids"] = cfg.gpu_ids.replace(" ", "")
+    if cfg.num_machines > 1:
+        out["main_process_ip"] = cfg.main_process_ip
+        out["main_process_port"] = cfg.main_process_port
+    if cfg.dynamo_backend != "no":
+        out["dynamo_config"] = {"dynamo_backend": cfg.dynamo_backend.upper()}
+    if cfg.distributed_backend == "deepspeed":
+        out["distributed_type"] = "DEEPSPEED"
+        out["deepspeed_config"] = {
+            "zero_stage": cfg.zero_stage,
+            "offload_optimizer_device": "cpu" if cfg.offload_optimizer else "none",
+            "offload_param_device": "none",
+            "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+            "gradient_clipping": float(cfg.max_grad_norm),  # DeepSpeed clips; accelerate's clip_grad_norm_ defers
+            "zero3_init_flag": False,
+        }
+    elif cfg.distributed_backend == "fsdp":
+        out["distributed_type"] = "FSDP"
+        out["fsdp_config"] = {
+            "fsdp_version": 1,
+            "fsdp_sharding_strategy": "FULL_SHARD",
+            "fsdp_auto_wrap_policy": "SIZE_BASED_WRAP",
+            "fsdp_min_num_params": FSDP_MIN_NUM_PARAMS,
+            "fsdp_backward_prefetch": "BACKWARD_PRE",
+            "fsdp_forward_prefetch": False,
+            "fsdp_offload_params": False,
+            "fsdp_state_dict_type": "FULL_STATE_DICT",
+            "fsdp_sync_module_states": True,
+            "fsdp_use_orig_params": True,  # the optimizer, EMA-free saving and LR groups see the model's own params
+            "fsdp_cpu_ram_efficient_loading": False,
+            "fsdp_activation_checkpointing": False,  # gradient_checkpointing is the model's own (diffusers)
+        }
+    return out
+
+
+def write_accelerate_config(cfg: TrainConfig, run_dir: Path) -> Path | None:
+    """Write <run_dir>/accelerate.yaml when the run needs one (DeepSpeed, FSDP); return its path."""
+    if not needs_config_file(cfg):
+        return None
+    path = Path(run_dir) / ACCELERATE_CONFIG
+    atomic_write_text(path, accelerate_config_text(cfg))
+    return path
+
+
+def accelerate_config_text(cfg: TrainConfig) -> str:
+    import yaml
+
+    header = f"# accelerate config of this run (distributed_backend = {cfg.distributed_backend}); written by Atelier\n"
+    return header + yaml.safe_dump(accelerate_config(cfg), sort_keys=True)
+
+
+def print_accelerate_config(method: str, config: Path | None, overrides: list[str]) -> int:
+    """`python -m trainers accelerate-config`: the YAML on stdout; exit 2 with the problems of a bad config."""
+    from trainers.core.options import ConfigError, load_config
+
+    try:
+        print(accelerate_config_text(load_config(method, config, overrides)), end="")
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainers.train.faults import DiskFull
+from trainers.core.errors import DiskFull
 from trainers.core.fsio import _fsync_dir, current_umask
 from trainers.core.processes import pid_alive
 

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.options.loading import closest
-from trainers.core.options.training import BY_NAME
 from trainers.core.options.schema import ConfigError, ConfigIssue, coerce
-from trainers.core.options.validation import bucket_issues, parse_resolution
+from trainers.core.options.training import BY_NAME
+from trainers.core.options.validation import parse_resolution
+from trainers.data.checks import bucket_issues
 from trainers.data.specs import DatasetSpec, SubsetSpec, bucket_settings, specs_from_values, subset_spec
 
 FIELD = "dataset_config"

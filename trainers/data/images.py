@@ -17,10 +17,12 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
+from trainers.core.errors import BadInput
+
 __all__ = ["ImageLoadError", "PreparedImage", "cover_size", "load_image_rgb", "to_rgb", "prepare_image"]
 
 
-class ImageLoadError(ValueError):
+class ImageLoadError(BadInput):
     """An image file could not be opened or decoded. ``path`` holds the file."""
 
     def __init__(self, path: Path, reason: str):

@@ -25,8 +25,11 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
+
+from trainers.core.errors import BadInput
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -53,7 +56,7 @@ _EXAMPLE_TOKENS = "sks dog"
 _EXAMPLE_REPEATS = 10
 
 
-class DatasetLayoutError(ValueError):
+class DatasetLayoutError(BadInput):
     """The dataset folder does not follow the kohya ``<repeats>_<tokens>`` layout.
 
     The message names the config field and the path, says what was found and

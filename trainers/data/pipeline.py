@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from trainers.core.events import Cache, EventWriter
 from trainers.core.options import ConfigError, ConfigIssue, TrainConfig
-from trainers.core.events import EventLog
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.cache import CacheWriteError, Dist, build_latent_cache, build_text_cache
 from trainers.data.catalog import Catalog
@@ -24,7 +24,7 @@ class DataPipeline:
     loader: Any
 
 
-def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: Any, events: EventLog) -> DataPipeline:
+def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: Any, events: EventWriter) -> DataPipeline:
     main = accelerator.is_main_process
     latents = None
     if cfg.cache_latents or cfg.cache_latents_to_disk:
@@ -38,7 +38,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
                                            "dataset")]) from None
         if failed:
             for index, reason in failed.items():
-                events.warning(f"skipped {catalog.images[index].path}: {reason}")
+                events.warn(f"skipped {catalog.images[index].path}: {reason}")
             catalog = catalog.without(failed)
     dataset = CaptionedImages(catalog, lambda caps: model.family.tokenize(model.tokenizers, caps), cfg.seed,
                               cfg.prior_loss_weight, latents)
@@ -66,7 +66,7 @@ def _text_encoder(model: Any, clip_skip: int) -> Callable[[list[str]], tuple[tor
     return encode
 
 
-def _progress(what: str, enabled: bool, events: EventLog) -> Callable[[int, int], None]:
+def _progress(what: str, enabled: bool, events: EventWriter) -> Callable[[int, int], None]:
     """A terminal bar and `cache` events (at most two a second) for the GUI."""
     from tqdm.auto import tqdm
 
@@ -81,7 +81,7 @@ def _progress(what: str, enabled: bool, events: EventLog) -> Callable[[int, int]
         now = time.monotonic()
         if done == total or now - last >= 0.5:
             last = now
-            events.emit("cache", what=what, done=done, total=total)
+            events.emit(Cache(what=what, done=done, total=total))
         if done == total:
             bar.close()
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from trainers.core.options import ConfigError, ConfigIssue, TrainConfig, validate
+from trainers.core.options import ConfigError, ConfigIssue, TrainConfig
 from trainers.core.plan import StepPlan, plan_steps
 from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.kohya_folders import DatasetLayoutError
+from trainers.validate import validate
 
 MAX_LISTED = 20  # skipped files and duplicates shown in the text (all are in the fields)
 
@@ -201,3 +203,27 @@ def fill_report(report: PreflightReport, catalog: Catalog, cfg: TrainConfig) -> 
                                  report.num_processes, accumulation,
                                  cfg.max_train_epochs, cfg.max_train_steps, sampler.groups_per_epoch(),
                                  cfg.keep_global_batch)
+
+
+def run_preflight(method: str, config: Path | None, overrides: list[str], num_processes: int | None,
+                  as_json: bool) -> int:
+    """`python -m trainers preflight`: print the report; exit 0 when the run can start, 2 when it lists errors.
+
+    Loads no model (nor torch).
+    """
+    import json
+
+    from trainers.core.errors import EXIT_BAD_INPUT
+    from trainers.core.options import load_config
+
+    warnings: list[str] = []
+    try:
+        cfg = load_config(method, config, overrides, warnings)
+    except ConfigError as err:
+        report = PreflightReport(num_processes or 1, errors=err.issues, warnings=warnings)
+    else:
+        report = preflight(cfg, num_processes)
+        report.warnings[:0] = warnings
+    print(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) if as_json else report.text())
+    return 0 if report.ok else EXIT_BAD_INPUT
+

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from trainers.core.options.schema import ConfigError
-from trainers.generate.options import GEN_OPTIONS, GenerateConfig, check_config, job_dir_name, load_generate_config
+from trainers.core.errors import EXIT_BAD_INPUT, ConfigError
+from trainers.generate.options import GEN_OPTIONS, GenerateConfig, check_config, load_generate_config, new_job_dir
 from trainers.generate.saves import fill_from_run
 
-EXIT_BAD_INPUT = 2
 _SINGULAR = {"prompts": "prompt", "loras": "lora", "compare_loras": "compare-lora", "compare_weights": "weight"}
 
 
@@ -51,7 +48,8 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace, mode: str) -> int:
-    from trainers.core.events import EventLog, process_info, update_status
+    from trainers.core.lifecycle import Lifecycle
+    from trainers.core.rundir import CONFIG
     from trainers.core.secrets import install_redaction
 
     install_redaction()
@@ -64,53 +62,40 @@ def main(args: argparse.Namespace, mode: str) -> int:
         if issues:
             raise ConfigError(issues)
     except ConfigError as err:
-        print(f"error: the generation config has problems:\n{err}", file=sys.stderr)
-        if args.run_dir is not None:
-            _fail(EventLog(args.run_dir), args.run_dir, str(err), EXIT_BAD_INPUT)
-        return EXIT_BAD_INPUT
+        message = f"the generation config has problems:\n{err}"
+        return Lifecycle(args.run_dir).failed(message, EXIT_BAD_INPUT)
     if args.print_config:
         print(cfg.to_toml())
         return 0
-    job_dir = args.run_dir or Path("runs") / job_dir_name(cfg)
+    job_dir = args.run_dir or new_job_dir(Path("runs"), cfg)
     job_dir.mkdir(parents=True, exist_ok=True)
-    if not (job_dir / "config.toml").exists():
-        cfg.save(job_dir / "config.toml")
-    events = EventLog(job_dir)
-    update_status(job_dir, state="running", method=cfg.mode, started=time.time(), **process_info())
-    return run(cfg, job_dir, events)
+    if not (job_dir / CONFIG).exists():
+        cfg.save(job_dir / CONFIG)
+    life = Lifecycle(job_dir)
+    life.running(method=cfg.mode)
+    return run(cfg, job_dir, life)
 
 
-def run(cfg: GenerateConfig, job_dir: Path, events: Any) -> int:
-    from trainers.core.events import update_status
-    from trainers.models import ModelLoadError
+def run(cfg: GenerateConfig, job_dir: Path, life: Any) -> int:
+    from trainers.core.rundir import RunState
     from trainers.generate.job import GenerationFailed, GenerationStopped, run_job
+    from trainers.models import ModelLoadError
 
     try:
-        result = run_job(cfg, job_dir, events)
+        result = run_job(cfg, job_dir, life.events)
     except GenerationStopped as stopped:
-        events.emit("done", output=str(job_dir), stopped=True)
-        update_status(job_dir, state="stopped", finished=time.time(), exit_code=0, message=str(stopped))
+        life.stopped(str(job_dir), str(stopped), record_output=False)
         print(str(stopped))
         return 0
     except (ModelLoadError, ConfigError, GenerationFailed, ValueError) as err:
-        return _fail(events, job_dir, str(err), EXIT_BAD_INPUT if not isinstance(err, GenerationFailed) else 1)
+        return life.failed(str(err), EXIT_BAD_INPUT if not isinstance(err, GenerationFailed) else 1)
     except KeyboardInterrupt:
-        return _fail(events, job_dir, "stopped by the user (interrupt)", 130, state="stopped")
+        return life.failed("stopped by the user (interrupt)", 130, state=RunState.STOPPED)
     except Exception as err:  # noqa: BLE001 - report anything to the job folder, then fail
         traceback.print_exc()
-        return _fail(events, job_dir, f"{type(err).__name__}: {err}", 1, trace=traceback.format_exc(limit=-8))
-    events.emit("done", output=str(result.output), images=len(result.images), prompt_encodes=result.prompt_encodes,
-                failed_workers=result.failed_workers)
-    update_status(job_dir, state="finished", finished=time.time(), exit_code=0, output=str(result.output),
-                  message=f"{len(result.images)} images" + (f", grid {result.grid}" if result.grid else ""))
+        return life.failed(f"{type(err).__name__}: {err}", 1, trace=traceback.format_exc(limit=-8))
+    life.finished(str(result.output), f"{len(result.images)} images" + (f", grid {result.grid}" if result.grid else ""),
+                  images=len(result.images), prompt_encodes=result.prompt_encodes,
+                  failed_workers=result.failed_workers)
     print(json.dumps({"output": str(result.output), "images": len(result.images)}, ensure_ascii=False))
     return 0
-
-
-def _fail(events: Any, job_dir: Path, message: str, code: int, state: str = "failed", **extra: Any) -> int:
-    from trainers.core.events import update_status
-
-    print(f"error: {message}", file=sys.stderr)
-    events.emit("error", message=message, exit_code=code, **extra)
-    update_status(job_dir, state=state, finished=time.time(), exit_code=code, message=message)
-    return code

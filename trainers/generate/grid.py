@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainers.core.events import EventLog
+from trainers.core.events import EventWriter, Grid
 from trainers.core.fsio import atomic_path
 from trainers.generate.options import GenerateConfig
 from trainers.generate.plan import Plan
@@ -124,7 +124,7 @@ def read_grid_layout(path: Path) -> dict[str, Any]:
         return json.loads(im.text["atelier-grid"])  # type: ignore[attr-defined]
 
 
-def save_compare_grid(cfg: GenerateConfig, plan: Plan, job_dir: Path, events: EventLog) -> Path:
+def save_compare_grid(cfg: GenerateConfig, plan: Plan, job_dir: Path, events: EventWriter) -> Path:
     """Assemble the grid into the job folder and, for a training run, into `<run>/compare/grid-<stamp>.png`."""
     grid = layout(plan)
     run = Path(cfg.compare_run).expanduser() if cfg.compare_run.strip() else None
@@ -135,5 +135,5 @@ def save_compare_grid(cfg: GenerateConfig, plan: Plan, job_dir: Path, events: Ev
         copy = run / "compare" / f"grid-{time.strftime('%Y%m%d-%H%M%S')}.png"
         with atomic_path(copy) as tmp:
             shutil.copyfile(path, tmp)
-    events.emit("grid", path=str(path), copy=str(copy) if copy else None, rows=grid.rows, columns=grid.columns)
+    events.emit(Grid(path=str(path), copy=str(copy) if copy else None, rows=grid.rows, columns=grid.columns))
     return copy or path

@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import sys
 import time
 import traceback
 from collections import deque
@@ -18,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.core.events import EventLog
+from trainers.core import events as ev
+from trainers.core.rundir import Request, take_requests
 from trainers.generate.options import GenerateConfig
 from trainers.generate.plan import Plan, WorkItem, build_plan, resolve_seed
 
-FAIL_ENV = "ATELIER_TEST_FAIL_WORKER"  # tests: the worker with this id raises on its first item
 POLL_S = 0.5
 
 
@@ -94,36 +95,32 @@ class _Meter:
         if not self.marks:
             self.marks.append((time.perf_counter(), 0))
 
-    def add(self, images: int) -> dict[str, Any]:
+    def add(self, images: int, seconds: float) -> ev.GenerateProgress:
         self.done += images
         self.marks.append((time.perf_counter(), images))
         elapsed = self.marks[-1][0] - self.marks[0][0]
         rate = sum(n for _, n in list(self.marks)[1:]) / elapsed if elapsed > 0 else 0.0
         remaining = self.total - self.done
-        return {"done": self.done, "total": self.total, "images_per_s": round(rate, 4),
-                "eta_s": round(remaining / rate, 1) if rate > 0 else None}
+        return ev.GenerateProgress(done=self.done, total=self.total, images_per_s=round(rate, 4),
+                                   eta_s=round(remaining / rate, 1) if rate > 0 else None, seconds=round(seconds, 3))
 
 
 def _stop_requested(job_dir: Path | None) -> bool:
-    flag = Path(job_dir) / "control" / "stop" if job_dir is not None else None
-    if flag is not None and flag.exists():
-        flag.unlink(missing_ok=True)
-        return True
-    return False
+    return Request.STOP in take_requests(job_dir)
 
 
-def run_job(cfg: GenerateConfig, job_dir: Path | None, events: EventLog | None = None) -> JobResult:
+def run_job(cfg: GenerateConfig, job_dir: Path | None, events: ev.EventWriter | None = None) -> JobResult:
     """Render every image of the job; write events to `job_dir` (when given). Returns what was made."""
-    events = events or EventLog(job_dir)
+    events = events or ev.EventWriter(job_dir)
     seed = resolve_seed(cfg.seed)
     out_dir = Path(cfg.output_dir).expanduser() if cfg.output_dir.strip() else \
         (Path(job_dir) if job_dir is not None else Path.cwd()) / "images"
     out_dir.mkdir(parents=True, exist_ok=True)
     plan = build_plan(cfg, out_dir, seed)
     devices = worker_devices(cfg)[:max(1, len(plan.items))]
-    events.emit("start", mode=cfg.mode, seed=seed, total_images=plan.total_images, items=len(plan.items),
-                prompts=len(plan.prompts), variants=[v.label for v in plan.variants], workers=devices,
-                out_dir=str(out_dir))
+    events.emit(ev.JobStart(mode=cfg.mode, seed=seed, total_images=plan.total_images, items=len(plan.items),
+                            prompts=len(plan.prompts), variants=[v.label for v in plan.variants], workers=devices,
+                            out_dir=str(out_dir)))
     meter = _Meter(plan.total_images)
     run = _run_in_process if len(devices) == 1 else _run_workers
     encodes, failed = run(cfg, plan, devices, events, meter, job_dir)
@@ -137,13 +134,13 @@ def run_job(cfg: GenerateConfig, job_dir: Path | None, events: EventLog | None =
     return result
 
 
-def _announce(events: EventLog, meter: _Meter, plan: Plan, item: WorkItem, worker: int, seconds: float) -> None:
+def _announce(events: ev.EventWriter, meter: _Meter, plan: Plan, item: WorkItem, worker: int, seconds: float) -> None:
     variant = plan.variants[item.variant]
     for image in item.images:
-        events.emit("image", path=image.path, prompt=item.prompt.prompt, negative=item.prompt.negative,
-                    prompt_index=item.prompt.index, index=image.index, seed=image.seed, order=image.order,
-                    variant=item.variant, label=variant.label, worker=worker)
-    events.emit("generate_progress", **meter.add(len(item.images)), seconds=round(seconds, 3))
+        events.emit(ev.Image(path=image.path, prompt=item.prompt.prompt, negative=item.prompt.negative,
+                             prompt_index=item.prompt.index, index=image.index, seed=image.seed, order=image.order,
+                             variant=item.variant, label=variant.label, worker=worker))
+    events.emit(meter.add(len(item.images), seconds))
 
 
 def _cpu_threads(cfg: GenerateConfig, devices: list[str]) -> int:
@@ -151,7 +148,7 @@ def _cpu_threads(cfg: GenerateConfig, devices: list[str]) -> int:
     return cfg.cpu_threads or max(1, len(os.sched_getaffinity(0)) // cpu_workers)
 
 
-def _run_in_process(cfg: GenerateConfig, plan: Plan, devices: list[str], events: EventLog, meter: _Meter,
+def _run_in_process(cfg: GenerateConfig, plan: Plan, devices: list[str], events: ev.EventWriter, meter: _Meter,
                     job_dir: Path | None) -> tuple[int, list[str]]:
     import torch
 
@@ -196,8 +193,6 @@ def worker_main(wid: int, device: str, cfg_values: dict[str, Any], plan: Plan, t
             renderer.load(renderer.cfg.model)
         results.put(("ready", wid, None))
         while (item := commands.get()) is not None:
-            if os.environ.get(FAIL_ENV) == str(wid):
-                raise RuntimeError(f"injected failure ({FAIL_ENV}={wid})")
             started = time.perf_counter()
             renderer.render(item)
             results.put(("done", wid, (item.id, time.perf_counter() - started)))
@@ -216,7 +211,7 @@ class _Worker:
     state: str = "starting"  # starting, working, idle, finished, failed
 
 
-def _run_workers(cfg: GenerateConfig, plan: Plan, devices: list[str], events: EventLog, meter: _Meter,
+def _run_workers(cfg: GenerateConfig, plan: Plan, devices: list[str], events: ev.EventWriter, meter: _Meter,
                  job_dir: Path | None) -> tuple[int, list[str]]:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -246,9 +241,10 @@ def _run_workers(cfg: GenerateConfig, plan: Plan, devices: list[str], events: Ev
         if lost is not None:
             work.give_back(lost)
         failed.append(f"worker {w.wid} ({w.device}): {message}")
-        events.emit("warning", message=f"worker {w.wid} on {w.device} failed: {message}; "
-                    f"{'its images go to the other workers' if lost else 'the others carry on'}",
-                    worker=w.wid, trace=trace)
+        if trace:
+            print(f"worker {w.wid} on {w.device} failed:\n{trace}", file=sys.stderr, flush=True)
+        events.warn(f"worker {w.wid} on {w.device} failed: {message}; "
+                    f"{'its images go to the other workers' if lost else 'the others carry on'}")
         for idle in [o for o in workers if o.state == "idle"]:  # the given-back item needs a taker
             dispatch(idle)
 

@@ -6,21 +6,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from trainers.core.options import toml_text
 from trainers.core.options.loading import closest, parse_set
-from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce
+from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
 from trainers.core.options.values import OptionValues
 from trainers.core.prompts import SamplePrompt, config_prompts
+from trainers.core.registry import FAMILY_NAMES
+from trainers.core.rundir import new_run_dir
 
 MODES = ("generate", "compare")
 SAMPLER_CHOICES: tuple[str, ...] = TRAIN_OPTIONS["sample_sampler"].choices or ()
@@ -49,7 +48,7 @@ GEN_OPTIONS: tuple[Option, ...] = (
     _opt("loras", "list", [], "LoRA files, one a line: `path` or `path:weight` (weight 1 when left out; "
          "0 leaves it off).", "model"),
     _opt("model_family", "str", "auto", "Model family; auto detects it.", "model",
-         choices=("auto", "sd1", "sd2", "sdxl"), advanced=True),
+         choices=("auto", *FAMILY_NAMES), advanced=True),
     _opt("vae", "str", "", "Another VAE (a diffusers AutoencoderKL folder) instead of the model's.", "model",
          path="dir", advanced=True),
     _opt("random_init", "bool", False, "Benchmarks: build the model from its configs with random weights "
@@ -285,12 +284,11 @@ def check_config(cfg: GenerateConfig) -> list[ConfigIssue]:
     return issues
 
 
-def job_dir_name(cfg: GenerateConfig) -> str:
-    """`<stamp>-<mode>-<name>-<pid>`: sorts by time, unique per launcher process."""
+def new_job_dir(runs_root: Path, cfg: GenerateConfig) -> Path:
+    """`<runs_root>/<stamp>-<mode>-<name>-<pid>` (not created): sorts by time, unique per launcher process."""
     name = cfg.name or (Path(cfg.compare_run).name if cfg.mode == "compare" and cfg.compare_run else "") or \
         Path(cfg.model.rstrip("/\\")).stem
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:48] or "job"
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.mode}-{safe}-{os.getpid()}"
+    return new_run_dir(runs_root, f"{cfg.mode}-{name or 'job'}")
 
 
 def options_markdown() -> str:

@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
-from trainers.models import LoadedModel, ModelLoadError, load_model
-from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
 from trainers.generate.options import GenerateConfig, LoraRef
 from trainers.generate.plan import NATIVE_SIZE, Variant, WorkItem
 from trainers.generate.pnginfo import lora_short_hash, lora_tag, parameters_text
 from trainers.generate.saves import lora_touches_text_encoder
+from trainers.models import LoadedModel, ModelLoadError, load_model
+from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -1,0 +1,35 @@
+"""Training methods as plug-ins (listed in trainers/core/registry.py), one package each:
+
+- `rules.py` (torch-free, used by Validate in the GUI): the method's own checks, the files its final save
+  writes, and what would make it fit in less memory;
+- `trainer.py`: `METHOD`, what it plugs into the shared training loop (trainers/train/method.py).
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol
+
+from trainers.core.errors import ConfigIssue
+from trainers.core.options import TrainConfig
+from trainers.core.registry import method_spec
+
+
+class MethodRules(Protocol):
+    def issues(self, cfg: TrainConfig) -> list[ConfigIssue]:
+        """Problems of `cfg` that concern this method's own options."""
+
+    def outputs(self, cfg: TrainConfig) -> list[Path]:
+        """Every path the final save writes."""
+
+    def output_suffix(self, cfg: TrainConfig) -> str:
+        """What follows a save's name: '.safetensors' for a file, '' for a folder."""
+
+    def memory_tips(self, cfg: TrainConfig) -> list[str]:
+        """What this method could change to use less memory, most effective first; only what is not done yet."""
+
+
+def rules_for(method: str) -> MethodRules:
+    module: ModuleType = importlib.import_module(method_spec(method).rules)
+    return module  # type: ignore[return-value]

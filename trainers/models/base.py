@@ -10,8 +10,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainers.core.errors import BadInput
 
-class ModelLoadError(ValueError):
+
+class ModelLoadError(BadInput):
     """The model cannot be used: the message says which file and why."""
 
 

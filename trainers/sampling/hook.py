@@ -1,20 +1,25 @@
 """Sample images during training: when to make them and how they reach the run directory."""
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ContextManager
 
 from trainers.core.options import parse_resolution
-from trainers.models import LoadedModel
 from trainers.core.prompts import config_prompts
+from trainers.core.rundir import SAMPLES
+from trainers.models import LoadedModel
 from trainers.train.session import Session
 
 
-def sample_hook(session: Session, model: LoadedModel) -> Callable[[int, int], None] | None:
+def sample_hook(session: Session, model: LoadedModel, weights: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+                ) -> Callable[[int, int], None] | None:
     """A function (step, epoch) -> None that renders the run's sample prompts, or None without prompts.
 
     Every rank renders its share of the prompts; rank 0 then announces all of them as `sample`
     events (names and seeds depend only on the prompt, so rank 0 knows the other ranks' files).
+    `weights` gives the weights to sample with (e.g. an EMA's, swapped in for the duration).
     """
     cfg, accelerator = session.cfg, session.accelerator
     prompts = config_prompts(cfg.sample_prompts, cfg.sample_prompt_lines)
@@ -22,19 +27,20 @@ def sample_hook(session: Session, model: LoadedModel) -> Callable[[int, int], No
         return None
     from trainers.sampling.pipeline import generate_samples, sample_event, sample_path
 
-    out_dir = (session.run_dir or Path(cfg.output_dir).expanduser()) / "samples"
+    out_dir = (session.run_dir or Path(cfg.output_dir).expanduser()) / SAMPLES
     size = parse_resolution(cfg.resolution)
 
     def sample(step: int, epoch: int) -> None:
         tag = f"{cfg.output_name}_{step:06d}"
         accelerator.wait_for_everyone()
-        generate_samples(model, prompts, out_dir, tag, sampler=cfg.sample_sampler, default_size=size,
-                         default_steps=cfg.sample_steps, default_cfg=cfg.sample_cfg_scale, base_seed=cfg.seed,
-                         rank=accelerator.process_index, world_size=accelerator.num_processes,
-                         clip_skip=cfg.clip_skip, device=accelerator.device, dtype=session.weight_dtype)
+        with weights():
+            generate_samples(model, prompts, out_dir, tag, sampler=cfg.sample_sampler, default_size=size,
+                             default_steps=cfg.sample_steps, default_cfg=cfg.sample_cfg_scale, base_seed=cfg.seed,
+                             rank=accelerator.process_index, world_size=accelerator.num_processes,
+                             clip_skip=cfg.clip_skip, device=accelerator.device, dtype=session.weight_dtype)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             for prompt in prompts:
-                session.events.emit("sample", **sample_event(sample_path(out_dir, tag, prompt), prompt, step, epoch))
+                session.events.emit(sample_event(sample_path(out_dir, tag, prompt), prompt, step, epoch))
 
     return sample

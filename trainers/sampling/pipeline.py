@@ -19,9 +19,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainers.core.events import Sample
 from trainers.core.fsio import atomic_path
-from trainers.models import LoadedModel
 from trainers.core.prompts import SamplePrompt
+from trainers.models import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,9 @@ def sample_path(out_dir: Path, tag: str, prompt: SamplePrompt) -> Path:
     return Path(out_dir) / f"{tag}_{prompt.index:02d}.png"
 
 
-def sample_event(path: Path, prompt: SamplePrompt, step: int, epoch: int) -> dict[str, Any]:
-    """Fields of a `sample` event: `events.emit("sample", **sample_event(...))` on rank 0."""
-    return {"path": str(path), "prompt": prompt.prompt, "step": step, "epoch": epoch, "index": prompt.index}
+def sample_event(path: Path, prompt: SamplePrompt, step: int, epoch: int) -> Sample:
+    """The `sample` event of one image (rank 0 announces every rank's images)."""
+    return Sample(path=str(path), prompt=prompt.prompt, step=step, epoch=epoch, index=prompt.index)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Requests from outside a running trainer: flag files in <run-dir>/control/, signals, and timers.
+"""Requests reaching a running trainer: flag files in <run-dir>/control/ (see core/rundir.py), signals, and timers.
 
 Rank 0 looks, then tells every rank, so all processes act on the same step.
 
@@ -17,7 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REQUESTS = ("stop", "save_now")
+from trainers.core.lifecycle import killed
+from trainers.core.rundir import Request, take_requests, update_status
+
+ROLLING_STATE = "save_state"  # the timer of the rolling training state (save_state_every_n_minutes)
 STOP_DEADLINE_S = 120.0
 EXIT_STOP_TIMEOUT = 124
 
@@ -25,7 +28,6 @@ EXIT_STOP_TIMEOUT = 124
 class Control:
     def __init__(self, run_dir: Path | None, accelerator: Any) -> None:
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.folder = self.run_dir / "control" if self.run_dir is not None else None
         self.accelerator = accelerator
         self._signalled = False
         self._acknowledged = threading.Event()
@@ -63,11 +65,8 @@ class Control:
             return
         message = f"{name}: no training step ended within {waited:.0f} s; exited without saving"
         print(message, file=sys.stderr, flush=True)
-        if self.accelerator.is_main_process:
-            from trainers.core.events import update_status
-
-            update_status(self.run_dir, state="stopped", finished=time.time(), exit_code=EXIT_STOP_TIMEOUT,
-                          message=message)
+        if self.accelerator.is_main_process and self.run_dir is not None:
+            killed(self.run_dir, message, EXIT_STOP_TIMEOUT)
         os._exit(EXIT_STOP_TIMEOUT)
 
     def schedule(self, name: str, every_s: float) -> None:
@@ -80,12 +79,10 @@ class Control:
             return
         self._acknowledged.set()
         if self.accelerator.is_main_process and self.run_dir is not None:
-            from trainers.core.events import update_status
-
             update_status(self.run_dir, stop_acknowledged=time.time())
 
     def poll(self) -> set[str]:
-        """Requests pending now (the same set on every rank); flag files are consumed."""
+        """Requests pending now (Request values and timer names; the same set on every rank); flags are consumed."""
         found: set[str] = set()
         now = time.monotonic()
         if self._last_poll is not None:
@@ -93,13 +90,8 @@ class Control:
         self._last_poll = now
         if self.accelerator.is_main_process:
             if self._signalled:
-                found.add("stop")
-            if self.folder is not None and self.folder.is_dir():
-                for name in REQUESTS:
-                    flag = self.folder / name
-                    if flag.exists():
-                        found.add(name)
-                        flag.unlink(missing_ok=True)
+                found.add(Request.STOP)
+            found |= take_requests(self.run_dir)
             for name, (every, last) in self._timers.items():
                 if now - last >= every:
                     found.add(name)
@@ -117,12 +109,3 @@ class Control:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous = {}
-
-
-def request(run_dir: Path, name: str) -> None:
-    """Ask the trainer of `run_dir` for `name` (used by the GUI)."""
-    if name not in REQUESTS:
-        raise ValueError(f"unknown request {name!r}; known: {', '.join(REQUESTS)}")
-    folder = Path(run_dir) / "control"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).touch()

@@ -1,7 +1,6 @@
-"""Several processes: the per-run accelerate config, DDP settings, and per-rank step timing.
+"""Several processes: DDP settings, the launch check, per-rank step timing and FSDP's whole weights.
 
-`accelerate_config()` and `write_accelerate_config()` are torch-free (the GUI writes accelerate.yaml);
-everything that touches torch imports it inside the function.
+(The accelerate launch command and per-run accelerate config are torch-free: trainers/core/launch.py.)
 
 DDP: gradients are reduced in a few large buckets (`BUCKET_CAP_MB`) through one Python comm hook,
 `RankTimer.hook` (registered in prepare() by `install_rank_timer`), which also notes when this
@@ -11,106 +10,17 @@ named. `ddp_gradient_precision` picks plain all-reduce or torch's bf16/fp16 comp
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from trainers.core.options import TrainConfig
 
 BUCKET_CAP_MB = 100  # a LoRA's gradients fit in one or two buckets; a full SDXL UNet in ~100
-FSDP_MIN_NUM_PARAMS = 10_000_000  # FSDP wraps (and gathers) submodules of at least this many parameters
-ACCELERATE_CONFIG = "accelerate.yaml"
-COUNT_ENV = "ATELIER_COUNT_COLLECTIVES"  # tests: count torch.distributed calls per step (CollectiveCounter)
-FAIL_ENV = "ATELIER_FAIL_RANK_AT_STEP"  # tests: "RANK:STEP" makes that rank raise at that step
 STRAGGLER_EVERY = 20  # steps between comparisons of the ranks' step times (one small all_gather)
 STRAGGLER_RATIO = 1.2  # a rank this much slower than the median of the others is reported
-
-
-def total_processes(cfg: TrainConfig) -> int:
-    return cfg.num_processes * cfg.num_machines
-
-
-def needs_config_file(cfg: TrainConfig) -> bool:
-    """DeepSpeed and FSDP are configured through an accelerate config file; DDP needs only launch flags."""
-    return cfg.distributed_backend != "ddp"
-
-
-def accelerate_config(cfg: TrainConfig) -> dict[str, Any]:
-    """The accelerate config (as `accelerate config` writes it) for this run's launch options."""
-    total = total_processes(cfg)
-    out: dict[str, Any] = {
-        "compute_environment": "LOCAL_MACHINE",
-        "debug": False,
-        "distributed_type": "MULTI_GPU" if total > 1 else "NO",
-        "downcast_bf16": "no",
-        "machine_rank": cfg.machine_rank,
-        "main_training_function": "main",
-        "mixed_precision": cfg.mixed_precision,
-        "num_machines": cfg.num_machines,
-        "num_processes": total,
-        "rdzv_backend": "static",
-        "same_network": True,
-        "tpu_env": [],
-        "tpu_use_cluster": False,
-        "tpu_use_sudo": False,
-        "use_cpu": False,
-    }
-    if cfg.gpu_ids.strip():
-        out["gpu_ids"] = cfg.gpu_ids.replace(" ", "")
-    if cfg.num_machines > 1:
-        out["main_process_ip"] = cfg.main_process_ip
-        out["main_process_port"] = cfg.main_process_port
-    if cfg.dynamo_backend != "no":
-        out["dynamo_config"] = {"dynamo_backend": cfg.dynamo_backend.upper()}
-    if cfg.distributed_backend == "deepspeed":
-        out["distributed_type"] = "DEEPSPEED"
-        out["deepspeed_config"] = {
-            "zero_stage": cfg.zero_stage,
-            "offload_optimizer_device": "cpu" if cfg.offload_optimizer else "none",
-            "offload_param_device": "none",
-            "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
-            "gradient_clipping": float(cfg.max_grad_norm),  # DeepSpeed clips; accelerate's clip_grad_norm_ defers
-            "zero3_init_flag": False,
-        }
-    elif cfg.distributed_backend == "fsdp":
-        out["distributed_type"] = "FSDP"
-        out["fsdp_config"] = {
-            "fsdp_version": 1,
-            "fsdp_sharding_strategy": "FULL_SHARD",
-            "fsdp_auto_wrap_policy": "SIZE_BASED_WRAP",
-            "fsdp_min_num_params": FSDP_MIN_NUM_PARAMS,
-            "fsdp_backward_prefetch": "BACKWARD_PRE",
-            "fsdp_forward_prefetch": False,
-            "fsdp_offload_params": False,
-            "fsdp_state_dict_type": "FULL_STATE_DICT",
-            "fsdp_sync_module_states": True,
-            "fsdp_use_orig_params": True,  # the optimizer, EMA-free saving and LR groups see the model's own params
-            "fsdp_cpu_ram_efficient_loading": False,
-            "fsdp_activation_checkpointing": False,  # gradient_checkpointing is the model's own (diffusers)
-        }
-    return out
-
-
-def write_accelerate_config(cfg: TrainConfig, run_dir: Path) -> Path | None:
-    """Write <run_dir>/accelerate.yaml when the run needs one (DeepSpeed, FSDP); return its path."""
-    if not needs_config_file(cfg):
-        return None
-    from trainers.core.fsio import atomic_write_text
-
-    path = Path(run_dir) / ACCELERATE_CONFIG
-    atomic_write_text(path, accelerate_config_text(cfg))
-    return path
-
-
-def accelerate_config_text(cfg: TrainConfig) -> str:
-    import yaml
-
-    header = f"# accelerate config of this run (distributed_backend = {cfg.distributed_backend}); written by Atelier\n"
-    return header + yaml.safe_dump(accelerate_config(cfg), sort_keys=True)
 
 
 def check_launch(cfg: TrainConfig, accelerator: Any) -> None:
@@ -245,64 +155,6 @@ class StragglerCheck:
         return (f"rank {slow} is {per_rank[slow] / median - 1:.0%} slower than the others "
                 f"({per_rank[slow]:.3f} s vs {median:.3f} s of its own work a step); every step waits for it: "
                 "check that GPU's clocks, temperature and other jobs, or its data loading")
-
-
-def injected_failure(step: int) -> None:
-    """Tests only: ATELIER_FAIL_RANK_AT_STEP="RANK:STEP" makes that rank fail at that step."""
-    spec = os.environ.get(FAIL_ENV)
-    if not spec:
-        return
-    rank, _, at = spec.partition(":")
-    if int(os.environ.get("RANK", "0")) == int(rank) and step == int(at):
-        raise RuntimeError(f"injected failure on rank {rank} at step {step} ({FAIL_ENV})")
-
-
-class CollectiveCounter:
-    """Tests only (ATELIER_COUNT_COLLECTIVES=1): counts torch.distributed collective calls, DDP's buckets included
-    (they go through our Python comm hook, which calls torch.distributed.all_reduce)."""
-
-    NAMES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-             "reduce_scatter_tensor", "barrier", "all_gather_object", "broadcast_object_list", "gather", "scatter",
-             "all_to_all", "reduce")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._depth = 0
-
-    def install(self) -> None:
-        import torch.distributed as dist
-
-        for name in self.NAMES:
-            original = getattr(dist, name, None)
-            if original is not None:
-                setattr(dist, name, self._wrap(original))
-
-    def _wrap(self, original: Any) -> Any:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            outer = self._depth == 0  # broadcast_object_list calls broadcast: count the outer call once
-            self.count += outer
-            self._depth += 1
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self._depth -= 1
-
-        return counted
-
-    def take(self) -> int:
-        count, self.count = self.count, 0
-        return count
-
-
-COUNTER: CollectiveCounter | None = None
-
-
-def maybe_count_collectives() -> CollectiveCounter | None:
-    global COUNTER
-    if COUNTER is None and os.environ.get(COUNT_ENV) == "1":
-        COUNTER = CollectiveCounter()
-        COUNTER.install()
-    return COUNTER
 
 
 @contextlib.contextmanager

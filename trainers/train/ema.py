@@ -9,20 +9,26 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import ContextManager
 
 import torch
 from torch import nn
 
+from trainers.train.method import StepHook
 
-class EMA:
+
+class EMA(StepHook):
+    """`for_sampling`: sample images are made with the averaged weights."""
+
     def __init__(self, modules: dict[str, nn.Module], decay: float, update_every: int = 1,
-                 place: str = "gpu") -> None:
+                 place: str = "gpu", for_sampling: bool = False) -> None:
         if not 0 <= decay <= 1:
             raise ValueError(f"ema_decay must be in [0, 1], got {decay}")
         self.modules = modules
         self.decay = decay
         self.update_every = max(1, int(update_every))
         self.place = place
+        self.for_sampling = for_sampling
         self.shadow: dict[str, dict[str, torch.Tensor]] = {
             name: {k: self._copy(p) for k, p in module.named_parameters() if p.requires_grad}
             for name, module in modules.items()}
@@ -44,6 +50,18 @@ class EMA:
                     s = shadow[k]
                     s.mul_(d).add_(p.detach().to(s.device, torch.float32), alpha=1 - d)
         return True
+
+    def after_step(self, step: int) -> None:
+        self.update(step)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return self.state_tensors()
+
+    def restore(self, tensors: dict[str, torch.Tensor], step: int) -> None:
+        self.load_state_tensors(tensors)
+
+    def sampling_weights(self) -> ContextManager[None]:
+        return self.applied() if self.for_sampling else contextlib.nullcontext()
 
     def state_dict(self, name: str) -> dict[str, torch.Tensor]:
         """The module's full state dict with the averaged weights in place of the trained ones."""

@@ -1,50 +1,19 @@
-"""What ends a run early, and how it is told: stops, failures with a cause, non-finite losses, out of memory.
+"""Failures met while training, told with their cause: non-finite losses and gradients, running out of memory.
 
-torch is imported inside functions: config validation and the GUI import this module's exceptions.
+(The exception types are in trainers/core/errors.py.)
 """
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from trainers.core.errors import NonFiniteLoss, OutOfMemory
 
 if TYPE_CHECKING:
     import torch
 
+    from trainers.core.events import EventWriter
     from trainers.core.options import TrainConfig
-    from trainers.core.events import EventLog
-
-
-class TrainingStopped(Exception):
-    """Raised after a requested stop (GUI Stop, SIGINT, SIGTERM) has saved; carries what was written."""
-
-    def __init__(self, path: Path, state: Path | None = None, step: int = 0) -> None:
-        saved = f"saved {path}" + (f" and the training state {state} (resume with resume = 'latest')" if state else "")
-        super().__init__(f"stopped on request at step {step}; {saved}")
-        self.path, self.state = path, state
-
-
-class TrainingFailed(RuntimeError):
-    """A run that cannot go on, with a short cause; `details` go into the error event (e.g. suggestions)."""
-
-    kind = "training_failed"
-
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.details = details
-
-
-class NonFiniteLoss(TrainingFailed):
-    kind = "non_finite_loss"
-
-
-class OutOfMemory(TrainingFailed):
-    kind = "out_of_memory"
-
-
-class DiskFull(TrainingFailed):
-    kind = "disk_full"
 
 
 _OOM_TEXT = re.compile(r"out of memory|can't allocate memory|CUBLAS_STATUS_ALLOC_FAILED|MPS backend out of memory",
@@ -62,38 +31,29 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 def memory_suggestions(cfg: "TrainConfig") -> list[str]:
     """What would make this config fit in less memory, most effective first; only what is not done yet."""
-    tips: list[str] = []
-    v = cfg.values
-    if v["train_batch_size"] > 1:
-        tips.append(f"lower train_batch_size (now {v['train_batch_size']}); raise gradient_accumulation_steps to "
-                    "keep the same effective batch")
-    if not v["gradient_checkpointing"]:
-        tips.append("turn on gradient_checkpointing (much less memory, about 20% slower)")
-    if v["mixed_precision"] == "no":
-        tips.append("set mixed_precision = 'bf16' (or 'fp16' on GPUs without bf16)")
-    elif v["mixed_precision"] == "bf16" and not v["full_bf16"] and cfg.method != "lora":
-        tips.append("turn on full_bf16 (trained weights and gradients in bf16)")
-    if v["optimizer_type"] == "AdamW":
-        tips.append("use optimizer_type = 'AdamW8bit' (or 'Adafactor')")
-    if not (v["cache_latents"] or v["cache_latents_to_disk"]):
-        tips.append("turn on cache_latents (the VAE does not run during steps)")
-    if cfg.method != "lora" and v.get("use_ema") == "gpu":
-        tips.append("set use_ema = 'cpu' (the EMA copy leaves GPU memory)")
-    if cfg.method != "lora" and v.get("train_text_encoder"):
-        tips.append("set train_text_encoder = false")
-    if cfg.method == "lora" and not v["network_train_unet_only"] and not v["cache_text_encoder_outputs"]:
-        tips.append("set network_train_unet_only = true with cache_text_encoder_outputs = true")
-    if cfg.method == "lora" and v["network_dim"] > 64:
-        tips.append(f"lower network_dim (now {v['network_dim']})")
     from trainers.core.options import parse_resolution
+    from trainers.methods import rules_for
 
+    tips: list[str] = []
+    if cfg.train_batch_size > 1:
+        tips.append(f"lower train_batch_size (now {cfg.train_batch_size}); raise gradient_accumulation_steps to "
+                    "keep the same effective batch")
+    if not cfg.gradient_checkpointing:
+        tips.append("turn on gradient_checkpointing (much less memory, about 20% slower)")
+    if cfg.mixed_precision == "no":
+        tips.append("set mixed_precision = 'bf16' (or 'fp16' on GPUs without bf16)")
+    if cfg.optimizer_type == "AdamW":
+        tips.append("use optimizer_type = 'AdamW8bit' (or 'Adafactor')")
+    if not (cfg.cache_latents or cfg.cache_latents_to_disk):
+        tips.append("turn on cache_latents (the VAE does not run during steps)")
+    tips += rules_for(cfg.method).memory_tips(cfg)
     try:
-        width, height = parse_resolution(v["resolution"])
+        width, height = parse_resolution(cfg.resolution)
     except ValueError:
         width = height = 0
     if width * height > 512 * 512:
-        tips.append(f"lower resolution (now {v['resolution']}; e.g. '{max(512, width * 3 // 4 // 64 * 64)}')")
-    if not v["sdpa"]:
+        tips.append(f"lower resolution (now {cfg.resolution}; e.g. '{max(512, width * 3 // 4 // 64 * 64)}')")
+    if not cfg.sdpa:
         tips.append("turn sdpa back on (memory-efficient attention)")
     return tips
 
@@ -120,7 +80,7 @@ class LossGuard:
     (gradients are all-reduced), so every process skips the same updates and stops together.
     """
 
-    def __init__(self, cfg: "TrainConfig", accelerator: Any, params: list["torch.Tensor"], events: "EventLog") -> None:
+    def __init__(self, cfg: "TrainConfig", accelerator: Any, params: list["torch.Tensor"], events: "EventWriter") -> None:
         self.cfg, self.accelerator, self.params, self.events = cfg, accelerator, params, events
         self.limit = int(cfg.nan_steps_before_stop)
         self.bad: list[int] = []  # the steps of the current run of skipped updates
@@ -149,9 +109,7 @@ class LossGuard:
             return
         self.bad.append(step)
         if len(self.bad) == 1 and self.accelerator.is_main_process:
-            message = f"the loss or its gradients are NaN/inf at step {step}; that update was skipped"
-            print(f"warning: {message}", file=sys.stderr, flush=True)
-            self.events.warning(message)
+            self.events.warn(f"the loss or its gradients are NaN/inf at step {step}; that update was skipped")
         if len(self.bad) >= self.limit:
             raise NonFiniteLoss(self.message(), steps=list(self.bad))
 

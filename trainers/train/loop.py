@@ -1,43 +1,23 @@
-"""The training loop shared by every method. Methods supply a Trainable; this runs it."""
+"""The training loop shared by every method. Methods supply a Trainable (trainers/train/method.py); this runs it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from torch import nn
-
-from trainers.core.saves import Position, save_name
-from trainers.train.diffusion import NoiseOptions, NoisePredictor, diffusion_loss
-from trainers.train.faults import LossGuard, TrainingStopped
-from trainers.models import LoadedModel
+from trainers.core.rundir import Request
+from trainers.core.saves import Position
+from trainers.sampling.hook import sample_hook
+from trainers.train.control import ROLLING_STATE
+from trainers.train.diffusion import NoiseOptions, diffusion_loss
+from trainers.train.faults import LossGuard
+from trainers.train.method import Trainable
 from trainers.train.optim import build_lr_scheduler, build_optimizer
 from trainers.train.reporting import Reporter
-from trainers.sampling.hook import sample_hook
 from trainers.train.saving import Saver, saved_on_failure
 from trainers.train.session import Session
 from trainers.train.state import TrainingState, resume_folder
-
-__all__ = ["Trainable", "TrainingStopped", "freeze", "save_name", "train"]
-
-
-@dataclass
-class Trainable:
-    """What a method hands the loop."""
-
-    model: LoadedModel
-    predictor: NoisePredictor
-    param_groups: list[dict[str, Any]]
-    save: Callable[[Path, int, int], None]  # (path, epoch, step): write the method's output file (or folder)
-    file_suffix: str = ".safetensors"  # "" when the output is a folder (a diffusers model)
-    after_step: Callable[[int], None] | None = None  # (step): after each optimizer update (EMA, freezing a module)
-    before_update: Callable[[], None] | None = None  # after backward, before clipping and the optimizer step
-    sampling_weights: Callable[[], Any] | None = None  # a context manager factory: weights to sample with (EMA)
-    save_bytes: Callable[[], int] | None = None  # about what one save of the output takes on disk
-    extra_state: Callable[[], dict[str, Any]] | None = None  # tensors a training state needs besides the weights
-    restore_extra_state: Callable[[dict[str, Any], int], None] | None = None  # (those tensors, step) on resume
 
 
 def train(session: Session, trainable: Trainable) -> Path:
@@ -51,9 +31,7 @@ def train(session: Session, trainable: Trainable) -> Path:
     state = TrainingState(session, trainable, predictor, optimizer, lr_scheduler, params)
     save, guard = Saver(session, trainable, state), LossGuard(cfg, accelerator, params, session.events)
     report = Reporter(session, lr_scheduler, trainable.model.family.name, sum(p.numel() for p in params))
-    sample = sample_hook(session, trainable.model)
-    if sample and trainable.sampling_weights is not None:
-        sample = _with_weights(sample, trainable.sampling_weights)
+    sample = sample_hook(session, trainable.model, trainable.sampling_weights)
     at, data_wait = Position(), 0.0
     with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM
         if cfg.resume.strip():
@@ -70,8 +48,8 @@ def train(session: Session, trainable: Trainable) -> Path:
                 with accelerator.accumulate(predictor):
                     loss = diffusion_loss(predictor, trainable.model, batch, noise, session.weight_dtype)
                     accelerator.backward(loss)
-                    if trainable.before_update is not None:
-                        trainable.before_update()
+                    for hook in trainable.hooks:
+                        hook.after_backward()
                     if accelerator.sync_gradients:
                         guard.clip_or_drop()  # clip to max_grad_norm; a NaN/inf gradient is dropped, not applied
                     optimizer.step()
@@ -80,17 +58,17 @@ def train(session: Session, trainable: Trainable) -> Path:
                     continue
                 lr_scheduler.step()
                 at = Position(at.step + 1, epoch, index)
-                if trainable.after_step is not None:
-                    trainable.after_step(at.step)
+                for hook in trainable.hooks:
+                    hook.after_step(at.step)
                 report.step(at.step, epoch, loss, data_wait)
                 guard.after_step(at.step)  # nan_steps_before_stop dropped updates in a row end the run
                 data_wait = 0.0
                 requests = session.control.poll()
-                if "stop" in requests:
+                if Request.STOP in requests:
                     raise save.stop(at)
-                if "save_now" in requests or _due(cfg.save_every_n_steps, at.step) and at.step < plan.total_steps:
+                if Request.SAVE_NOW in requests or _due(cfg.save_every_n_steps, at.step) and at.step < plan.total_steps:
                     save.step(at)
-                if "save_state" in requests:
+                if ROLLING_STATE in requests:
                     save.rolling(at)  # unless that save wrote a state of this step
                 if sample and _due(cfg.sample_every_n_steps, at.step):
                     sample(at.step, epoch)
@@ -107,15 +85,6 @@ def train(session: Session, trainable: Trainable) -> Path:
         final = save.final(at)
     accelerator.end_training()
     return final
-
-
-def _with_weights(sample: Callable[[int, int], None], weights: Callable[[], Any]) -> Callable[[int, int], None]:
-    """Samples made under other weights (e.g. EMA), swapped in and back by the `weights` context."""
-    def wrapped(step: int, epoch: int) -> None:
-        with weights():
-            sample(step, epoch)
-
-    return wrapped
 
 
 def epoch_batches(session: Session, loader: Any, epoch: int, skip: int) -> Any:
@@ -140,9 +109,3 @@ def _timed(iterable: Any) -> Any:
         except StopIteration:
             return
         yield item, time.perf_counter() - started
-
-
-def freeze(*modules: nn.Module) -> None:
-    for m in modules:
-        m.requires_grad_(False)
-        m.eval()

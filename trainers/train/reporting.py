@@ -1,15 +1,14 @@
 """What the loop tells the world: progress events, the terminal bar and TensorBoard (saves: saving.py)."""
 from __future__ import annotations
 
-import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
 
-import trainers.train.distributed as distributed
-from trainers.train.distributed import RankTimer, StragglerCheck, injected_failure
-from trainers.core.events import ProgressMeter
+from trainers.core.events import Start
+from trainers.train.distributed import STRAGGLER_EVERY, RankTimer, StragglerCheck
+from trainers.train.progress import ProgressMeter
 from trainers.train.session import Session
 
 
@@ -30,11 +29,10 @@ class Reporter:
             hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in cfg.values.items()
                        if v is not None}
             self.accelerator.init_trackers(cfg.method, config=hparams)
-        self.events.emit("start", plan=asdict(plan), family=family, trainable_params=trainable_params)
+        self.events.emit(Start(plan=asdict(plan), family=family, trainable_params=trainable_params))
         self.rank_timer = session.rank_timer or RankTimer()
-        every = max(1, min(distributed.STRAGGLER_EVERY, plan.total_steps))  # short runs compare once, at the end
+        every = max(1, min(STRAGGLER_EVERY, plan.total_steps))  # short runs compare once, at the end
         self.stragglers = StragglerCheck(self.accelerator, every)
-        self.collectives = distributed.COUNTER  # tests only (ATELIER_COUNT_COLLECTIVES=1)
 
     def start_timing(self, from_step: int = 0) -> None:
         """Rates count from here (after any samples made before the first step); a resumed run's bar starts at its step."""
@@ -44,39 +42,32 @@ class Reporter:
         self.rank_timer.restart()
 
     def step(self, step: int, epoch: int, loss: torch.Tensor, data_wait: float) -> None:
-        injected_failure(step)
         own_s = self.rank_timer.step_done(data_wait)
         buckets, self.rank_timer.buckets = self.rank_timer.buckets, 0
-        collectives = self.collectives.take() if self.collectives is not None else None
         per_rank, straggler = self.stragglers.add(step, own_s)
         loss_value = self.accelerator.reduce(loss.detach(), reduction="mean").item()
         if not self.accelerator.is_main_process:
             return
-        progress = self.meter.update(step, epoch, self.plan.epochs, loss_value,
-                                     self.lr_scheduler.get_last_lr()[0], data_wait)
-        progress["step_s_own"] = round(own_s, 4)  # rank 0's own work (without waiting for the others)
-        if per_rank is not None:
-            progress["rank_step_s"] = [round(t, 4) for t in per_rank]
-        if self.rank_timer.ddp:
-            progress["grad_buckets"] = buckets
-        if collectives is not None:
-            progress["collectives"] = collectives  # of the previous step (this step's reduce and poll come after)
+        progress = replace(
+            self.meter.update(step, epoch, self.plan.epochs, loss_value, self.lr_scheduler.get_last_lr()[0],
+                              data_wait),
+            step_s_own=round(own_s, 4),  # rank 0's own work (without waiting for the others)
+            rank_step_s=[round(t, 4) for t in per_rank] if per_rank is not None else None,
+            grad_buckets=buckets if self.rank_timer.ddp else None)
         if straggler:
-            print(f"warning: {straggler}", file=sys.stderr, flush=True)
-            self.events.warning(straggler)
-        self.events.emit("progress", **progress)
-        self.accelerator.log({k: progress[k] for k in ("loss", "loss_smoothed", "lr")}, step=step)
+            self.events.warn(straggler)
+        self.events.emit(progress)
+        self.accelerator.log({"loss": progress.loss, "loss_smoothed": progress.loss_smoothed, "lr": progress.lr},
+                             step=step)
         self.bar.update(1)
-        self.bar.set_postfix(loss=f"{progress['loss_smoothed']:.4f}", epoch=epoch)
+        self.bar.set_postfix(loss=f"{progress.loss_smoothed:.4f}", epoch=epoch)
 
     def unloadable_files(self, problems: Any) -> None:
         """Files that failed to decode mid-epoch (another image of their bucket trained instead), once each."""
         for problem in problems:
             if problem not in self.unloadable:
                 self.unloadable.add(problem)
-                message = f"an image failed to load; another image of its bucket was trained instead: {problem}"
-                print(f"warning: {message}", file=sys.stderr, flush=True)
-                self.events.warning(message)
+                self.events.warn(f"an image failed to load; another image of its bucket was trained instead: {problem}")
 
     def close(self) -> None:
         self.bar.close()

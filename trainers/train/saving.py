@@ -14,15 +14,24 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainers.core.saves import (Position, check_free_space, clean_stale_temps, find_states, remove_save, save_name,
-                          state_name)
-from trainers.train.distributed import full_weights
-from trainers.train.faults import (DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped, is_out_of_memory, out_of_memory,
-                     weights_finite)
+from trainers.core.errors import DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped
+from trainers.core.events import Checkpoint
 from trainers.core.retention import Retention, prune
+from trainers.core.saves import (
+    Position,
+    check_free_space,
+    clean_stale_temps,
+    find_states,
+    remove_save,
+    save_name,
+    state_name,
+)
+from trainers.train.control import ROLLING_STATE
+from trainers.train.distributed import full_weights
+from trainers.train.faults import is_out_of_memory, out_of_memory, weights_finite
 
 if TYPE_CHECKING:
-    from trainers.train.loop import Trainable
+    from trainers.train.method import Trainable
     from trainers.train.session import Session
     from trainers.train.state import TrainingState
 
@@ -41,7 +50,7 @@ class Saver:
             self._warn(f"training states are not saved with distributed_backend = {cfg.distributed_backend!r} "
                        "(only with 'ddp'); saves and Stop write the model only")
         if cfg.save_state_every_n_minutes and self.with_states:
-            session.control.schedule("save_state", cfg.save_state_every_n_minutes * 60)
+            session.control.schedule(ROLLING_STATE, cfg.save_state_every_n_minutes * 60)
         if self.main:
             for left in clean_stale_temps(self.out_dir, self.name):
                 print(f"removed {left}, left over from a save that was interrupted", flush=True)
@@ -108,12 +117,12 @@ class Saver:
     def _save(self, name: str, at: Position, kind: str, with_state: bool | None = None) -> Path:
         accelerator = self.session.accelerator
         with_state = self.session.cfg.save_state if with_state is None else with_state
-        path = self.out_dir / f"{name}{self.trainable.file_suffix}"
+        path = self.out_dir / f"{name}{self.trainable.output.suffix}"
         folder = self.out_dir / state_name(name) if with_state and self.with_states else None
         accelerator.wait_for_everyone()
         problem = None
         if self.main:
-            needed = self._output_bytes() + (self.state.nbytes() if folder else 0)
+            needed = self.trainable.output.nbytes() + (self.state.nbytes() if folder else 0)
             try:
                 self._check(f"{path.name}" + (" and its training state" if folder else ""), needed)
             except TrainingFailed as err:
@@ -123,7 +132,7 @@ class Saver:
             raise (NonFiniteLoss if problem[0] == "NonFiniteLoss" else DiskFull)(problem[1])
         with full_weights(accelerator):  # FSDP: rank 0 holds the whole weights while it writes (every rank joins)
             if self.main:
-                self.trainable.save(path, at.epoch, at.step)
+                self.trainable.output.save(path, at.epoch, at.step)
         if self.main:
             if folder is not None:
                 self.state.write(folder, at, kind, output=path)
@@ -141,10 +150,6 @@ class Saver:
                                 "kept). Lower learning_rate, or resume from an earlier training state")
         check_free_space(self.out_dir, needed, what)
 
-    def _output_bytes(self) -> int:
-        if self.trainable.save_bytes is not None:
-            return self.trainable.save_bytes()
-        return sum(p.numel() * 2 for p in self.state.params)
 
     def _agree(self, problem: tuple[str, str] | None) -> tuple[str, str] | None:
         """The main process's verdict, on every process (they raise together or not at all)."""
@@ -157,12 +162,11 @@ class Saver:
         return holder[0]
 
     def _announce(self, path: Path, at: Position, kind: str, state: Path | None) -> None:
-        self.session.events.emit("checkpoint", path=str(path), epoch=at.epoch, step=at.step, final=kind == "final",
-                                 kind=kind, state=str(state) if state else None)
+        self.session.events.emit(Checkpoint(path=str(path), epoch=at.epoch, step=at.step, final=kind == "final",
+                                            kind=kind, state=str(state) if state else None))
 
     def _warn(self, message: str) -> None:
-        print(f"warning: {message}", file=sys.stderr, flush=True)
-        self.session.events.warning(message)
+        self.session.events.warn(message)
 
 
 @contextlib.contextmanager

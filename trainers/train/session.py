@@ -4,6 +4,7 @@ Order matters for users: config and dataset problems are reported before any mod
 """
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from dataclasses import dataclass
@@ -12,23 +13,27 @@ from typing import Any
 
 import torch
 
-from trainers.core.options import TrainConfig, check
+from trainers.core.events import Dataset, EventWriter
+from trainers.core.lifecycle import Lifecycle
+from trainers.core.options import TrainConfig
+from trainers.core.plan import StepPlan, plan_steps
+from trainers.core.registry import method_spec
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.pipeline import build_pipeline
 from trainers.data.preflight import catalog_report
-from trainers.core.events import EventLog, process_info, update_status
+from trainers.models import LoadedModel, ModelLoadError, load_model
 from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
-from trainers.core.plan import StepPlan, plan_steps
-from trainers.models import LoadedModel, ModelLoadError, load_model
+from trainers.train.method import Method
+from trainers.validate import check
 
 
 @dataclass
 class Session:
     cfg: TrainConfig
     run_dir: Path | None
-    events: EventLog
+    events: EventWriter
     accelerator: Any
     catalog: Catalog
     model: LoadedModel
@@ -41,29 +46,25 @@ class Session:
     rank_timer: RankTimer | None = None  # this rank's own step time (and DDP's comm hook)
 
 
-def start_session(cfg: TrainConfig, run_dir: Path | None, random_init: bool = False) -> Session:
+def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None = None,
+                  random_init: bool = False) -> Session:
     """`random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
     check(cfg)
     dataset_warnings: list[str] = []
-    accelerator = None
-    if cfg.method == "dreambooth" and cfg.num_class_images:  # the class folder is complete before it is read
-        from trainers.methods.dreambooth.class_images import generate_class_images
-
-        accelerator = make_accelerator(cfg)
-        generate_class_images(cfg, accelerator, EventLog(run_dir, accelerator.is_main_process),
-                              weight_dtype_for(cfg.mixed_precision))
+    accelerator = make_accelerator(cfg)
+    life = life or Lifecycle(run_dir, is_main=accelerator.is_main_process, rank=accelerator.process_index)
+    events = life.events
+    method_of(cfg).prepare(cfg, accelerator, events, weight_dtype_for(cfg.mixed_precision))
     catalog = build_catalog(cfg.values, dataset_warnings)  # every image checked (cheaply) before a model loads
     Path(cfg.output_dir).expanduser().mkdir(parents=True, exist_ok=True)
-    accelerator = accelerator or make_accelerator(cfg)
     if accelerator.device.type == "cpu":
         torch.set_flush_denormal(True)  # tiny values would otherwise slow CPU math 5-20x
-    events = EventLog(run_dir, accelerator.is_main_process)
+    life.running()
     if accelerator.is_main_process:
-        update_status(run_dir, state="running", started=time.time(), **process_info())
         report = catalog_report(cfg, catalog, accelerator.num_processes, dataset_warnings)
         for warning in report.warnings:
-            events.warning(warning)
-        events.emit("dataset", **report.to_dict(max_listed=200))
+            events.warn(warning)
+        events.emit(Dataset(report=report.to_dict(max_listed=200)))
         print(report.text(), flush=True)
 
     weight_dtype = weight_dtype_for(cfg.mixed_precision)
@@ -107,10 +108,9 @@ def _place_models(cfg: TrainConfig, model: LoadedModel, device: torch.device, we
         te.to(device)
 
 
-def default_run_dir(runs_root: Path, name: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60] or "run"
-    return runs_root / f"{stamp}-{safe}-{os.getpid()}"
+def method_of(cfg: TrainConfig) -> Method:
+    """The training method's plug-in (its trainer module's METHOD)."""
+    return importlib.import_module(method_spec(cfg.method).trainer).METHOD
 
 
 def weight_dtype_for(mixed_precision: str) -> torch.dtype:
@@ -123,7 +123,7 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     from accelerate.utils import ProjectConfiguration
 
     from trainers.core.options import ConfigError, ConfigIssue
-    from trainers.train.distributed import accelerator_handlers, check_launch, install_rank_timer, maybe_count_collectives
+    from trainers.train.distributed import accelerator_handlers, check_launch, install_rank_timer
 
     if cfg.distributed_backend != "ddp" and (
             os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()):
@@ -139,7 +139,6 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     )
     check_launch(cfg, accelerator)
     accelerator.rank_timer = install_rank_timer(accelerator, cfg.ddp_gradient_precision)
-    maybe_count_collectives()
     return accelerator
 
 

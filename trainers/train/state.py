@@ -10,18 +10,18 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainers.core.errors import ConfigError, ConfigIssue
+from trainers.core.events import Resume
 from trainers.core.saves import MANIFEST, Position, atomic_dir, manifest_for, read_manifest, resolve_resume
-from trainers.core.options import ConfigError, ConfigIssue
 from trainers.train.faults import weights_finite
 
 if TYPE_CHECKING:
-    from trainers.train.loop import Trainable
+    from trainers.train.method import Trainable
     from trainers.train.session import Session
 
 WEIGHTS, EXTRA, OPTIMIZER, SCHEDULER, RNG, SCALER = (
@@ -49,8 +49,7 @@ class TrainingState:
         total = sum(p.numel() * p.element_size() for p in self.params)
         for per_param in self.optimizer.state.values():
             total += sum(t.numel() * t.element_size() for t in per_param.values() if isinstance(t, torch.Tensor))
-        if self.trainable.extra_state is not None:
-            total += sum(t.numel() * t.element_size() for t in self.trainable.extra_state().values())
+        total += sum(t.numel() * t.element_size() for t in self.trainable.state().values())
         return total
 
     def finite(self) -> bool:
@@ -66,9 +65,9 @@ class TrainingState:
                                "training states need distributed_backend = 'ddp'")
         with atomic_dir(folder) as tmp:
             save_file({n: p.detach().to("cpu").contiguous() for n, p in self.named.items()}, tmp / WEIGHTS)
-            if self.trainable.extra_state is not None:
-                save_file({k: t.detach().to("cpu").contiguous() for k, t in self.trainable.extra_state().items()},
-                          tmp / EXTRA)
+            extra = self.trainable.state()
+            if extra:
+                save_file({k: t.detach().to("cpu").contiguous() for k, t in extra.items()}, tmp / EXTRA)
             torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER)
             torch.save(self.lr_scheduler.state_dict(), tmp / SCHEDULER)
             torch.save(rng_state(), tmp / RNG)
@@ -117,9 +116,9 @@ class TrainingState:
         scaler = getattr(session.accelerator, "scaler", None)
         if scaler is not None and (folder / SCALER).is_file():
             scaler.load_state_dict(torch.load(folder / SCALER, weights_only=True))
-        if self.trainable.restore_extra_state is not None:
-            extra = load_file(folder / EXTRA) if (folder / EXTRA).is_file() else {}
-            self.trainable.restore_extra_state(extra, int(manifest["step"]))
+        extra = load_file(folder / EXTRA) if (folder / EXTRA).is_file() else {}
+        for hook in self.trainable.hooks:
+            hook.restore(extra, int(manifest["step"]))
         at = self._position(manifest)
         self.resumed_at = at
         self._announce(folder, manifest, at)
@@ -185,13 +184,11 @@ class TrainingState:
                        "nothing is left to train (raise max_train_steps or max_train_epochs to go on)")
         if self.session.accelerator.is_main_process:
             print(f"resuming from {folder} at step {at.step} (epoch {at.epoch}, batch {at.batches})", flush=True)
-            self.session.events.emit("resume", path=str(folder), step=at.step, epoch=at.epoch, batches=at.batches,
-                                     saved_kind=manifest.get("kind"))
+            self.session.events.emit(Resume(path=str(folder), step=at.step, epoch=at.epoch, batches=at.batches,
+                                            saved_kind=manifest.get("kind")))
 
     def _warn(self, message: str) -> None:
-        if self.session.accelerator.is_main_process:
-            print(f"warning: {message}", file=sys.stderr, flush=True)
-            self.session.events.warning(message)
+        self.session.events.warn(message)
 
 
 def resume_folder(cfg: Any) -> Path:

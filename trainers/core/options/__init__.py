@@ -1,11 +1,11 @@
-"""The option schema and everything derived from it: TOML load/save, overrides, validation."""
+"""The option schema and everything derived from it: TOML load/save (with migrations), overrides, option checks."""
+from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options.loading import TrainConfig, config_from_dict, load_config, parse_set
+from trainers.core.options.schema import GROUPS, Option
 from trainers.core.options.training import BY_NAME, OPTIONS, options_for
-from trainers.core.options.schema import GROUPS, ConfigError, ConfigIssue, Option
-from trainers.core.options.validation import check, final_output_file, output_suffix, parse_key_values, parse_resolution, validate
+from trainers.core.options.validation import parse_key_values, parse_resolution
 
 __all__ = [
-    "BY_NAME", "GROUPS", "OPTIONS", "ConfigError", "ConfigIssue", "Option", "TrainConfig", "check",
-    "config_from_dict", "final_output_file", "load_config", "options_for", "output_suffix", "parse_key_values", "parse_resolution",
-    "parse_set", "validate",
+    "BY_NAME", "GROUPS", "OPTIONS", "ConfigError", "ConfigIssue", "Option", "TrainConfig", "config_from_dict",
+    "load_config", "options_for", "parse_key_values", "parse_resolution", "parse_set",
 ]

@@ -6,11 +6,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from trainers.core.secrets import SECRET_KEY, redact
+from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options import kohya_compat, toml_text
+from trainers.core.options.migrations import SCHEMA_VERSION, migrate, version_of
+from trainers.core.options.schema import GROUPS, coerce
 from trainers.core.options.training import BY_NAME, options_for
-from trainers.core.options.schema import GROUPS, SCHEMA_VERSION, ConfigError, ConfigIssue, coerce
 from trainers.core.options.values import OptionValues
+from trainers.core.secrets import SECRET_KEY, redact
 
 
 class TrainConfig(OptionValues):
@@ -41,6 +43,17 @@ def _unknown(name: str, method: str) -> ConfigIssue:
     guess = closest(name, list(BY_NAME) + list(GROUPS))
     hint = f"; did you mean {guess!r}?" if guess else "; see docs/options.md for the list of options"
     return ConfigIssue(name, f"unknown option {name!r}{hint}")
+
+
+def read_options(raw: dict[str, Any], where: str, issues: list[ConfigIssue]) -> dict[str, Any]:
+    """The options of a loaded TOML document (a config, preset or import) as today's flat {name: value}.
+
+    Migrations from the file's schema_version run here, so every way a config is read gets them; a file
+    written by a newer Atelier adds an issue instead.
+    """
+    version = version_of(raw, where, issues)
+    flat = flatten(raw, issues)
+    return migrate(flat, version) if version is not None else flat
 
 
 def flatten(raw: dict[str, Any], issues: list[ConfigIssue]) -> dict[str, Any]:
@@ -127,7 +140,7 @@ def load_config(method: str, path: Path | None = None, overrides: list[str] | No
             raise ConfigError([ConfigIssue("--config", f"file not found: {path}")]) from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ConfigError([ConfigIssue("--config", f"{path} is not valid TOML: {err}")]) from None
-        flat = flatten(raw, issues)
+        flat = read_options(raw, str(path), issues)
     for assignment in overrides or []:
         name, value = parse_set(assignment)
         flat[name] = value

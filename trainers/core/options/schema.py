@@ -6,13 +6,13 @@ the GUI widgets and the docs table are all computed from these declarations.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-SCHEMA_VERSION = 1  # bump when an option is renamed or changes meaning; add a migration in gui/presets.py
+from trainers.core.errors import ConfigError, ConfigIssue  # noqa: F401 - re-exported
+from trainers.core.registry import METHOD_NAMES
 
-Method = Literal["lora", "dreambooth", "finetune"]
-ALL_METHODS: frozenset[str] = frozenset({"lora", "dreambooth", "finetune"})
+ALL_METHODS: frozenset[str] = frozenset(METHOD_NAMES)
 
 # (section id, title shown in the GUI and docs); also the TOML section names, in order.
 GROUPS: dict[str, str] = {
@@ -79,28 +79,6 @@ class Option:
 
 def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
-
-
-@dataclass
-class ConfigIssue:
-    """One problem with a config, tied to the option it concerns."""
-
-    field: str
-    message: str
-    group: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
-
-
-@dataclass
-class ConfigError(ValueError):
-    """Raised with every problem found, so a user can fix them all at once."""
-
-    issues: list[ConfigIssue] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        return "\n".join(f"- {i}" for i in self.issues) if self.issues else "invalid config"
 
 
 def coerce(opt: Option, value: Any) -> Any:

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from trainers.core.options.schema import Option
+from trainers.core.registry import FAMILY_NAMES, METHOD_NAMES, methods_training, only
 
-LORA = frozenset({"lora"})
-FULL = frozenset({"dreambooth", "finetune"})
-DREAMBOOTH = frozenset({"dreambooth"})
+LORA = methods_training("network")
+FULL = methods_training("full")
+DREAMBOOTH = only("dreambooth")
 
 OPTIMIZERS = ("AdamW", "AdamW8bit", "Lion8bit", "Adafactor")
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "cosine", "cosine_with_restarts", "linear", "polynomial")
@@ -15,7 +16,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("pretrained_model_name_or_path", "str", "", "Base model: a local diffusers folder, a hub id, or a "
            "single-file .safetensors/.ckpt checkpoint (SD1.x, SD2.x or SDXL).", "model", required=True, path="any"),
     Option("model_family", "str", "auto", "Model family; 'auto' detects it from the model files.", "model",
-           choices=("auto", "sd1", "sd2", "sdxl"), advanced=True),
+           choices=("auto", *FAMILY_NAMES), advanced=True),
     Option("v_parameterization", "bool", False, "Train with v-prediction. Models whose scheduler says "
            "v_prediction (SD2.x 768-v) use it even when this is off.", "model", advanced=True),
     Option("vae", "str", "", "Optional VAE to use instead of the model's own (a diffusers AutoencoderKL folder).",
@@ -204,8 +205,8 @@ OPTIONS: tuple[Option, ...] = (
            max=50, advanced=True),
     # --- saving ---
     Option("output_dir", "str", "", "Folder the trained files are written to.", "saving", required=True, path="out"),
-    Option("output_name", "str", "lora", "File name of the result, without extension.", "saving",
-           method_defaults=(("dreambooth", "dreambooth"), ("finetune", "finetune"))),
+    Option("output_name", "str", METHOD_NAMES[0], "File name of the result, without extension (default: the "
+           "method's name).", "saving", method_defaults=tuple((m, m) for m in METHOD_NAMES[1:])),
     Option("save_precision", "str", "fp16", "Precision of the saved weights.", "saving",
            choices=("float", "fp16", "bf16")),
     Option("save_model_as", "str", "diffusers", "Format of a full model: a diffusers folder <output_name>/, one "

@@ -1,12 +1,16 @@
-"""Checks across options and against the disk: every problem at once, each tied to a field."""
+"""Checks of the options themselves, across options and against the disk: every problem at once, each tied to a field.
+
+The checks of the dataset options (trainers/data/checks.py) and of each method (its rules module) are added by
+`trainers.validate`, which is what callers use.
+"""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from trainers.core.errors import ConfigIssue
 from trainers.core.options.loading import TrainConfig
 from trainers.core.options.training import options_for
-from trainers.core.options.schema import ConfigError, ConfigIssue
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -40,28 +44,8 @@ def parse_key_values(entries: list[str]) -> dict[str, object]:
     return out
 
 
-def output_suffix(cfg: TrainConfig) -> str:
-    """".safetensors" for a LoRA or a single-file model, "" for a diffusers folder (reported when both are saved)."""
-    return ".safetensors" if cfg.method == "lora" or cfg.save_model_as == "safetensors" else ""
-
-
-def final_output_file(cfg: TrainConfig) -> Path:
-    """The method's final output: a LoRA .safetensors file, or a full model (diffusers folder or single file)."""
-    return Path(cfg.output_dir).expanduser() / f"{cfg.output_name}{output_suffix(cfg)}"
-
-
-def final_outputs(cfg: TrainConfig) -> list[Path]:
-    """Every path the final save writes (single file and folder, EMA copies)."""
-    out = Path(cfg.output_dir).expanduser()
-    if cfg.method == "lora":
-        return [final_output_file(cfg)]
-    names = [cfg.output_name] + ([f"{cfg.output_name}-ema"] if cfg.use_ema != "off" and cfg.save_ema == "both" else [])
-    suffixes = {"diffusers": [""], "safetensors": [".safetensors"], "both": ["", ".safetensors"]}[cfg.save_model_as]
-    return [out / f"{n}{s}" for n in names for s in suffixes]
-
-
-def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
-    """Return every problem of `cfg`; an empty list means it can start."""
+def option_issues(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
+    """Every problem of `cfg`'s options that no dataset or method knowledge is needed for."""
     issues: list[ConfigIssue] = []
     group = {o.name: o.group for o in options_for(cfg.method)}
 
@@ -92,20 +76,8 @@ def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
         bad("caption_extension", "must not be empty, e.g. '.txt'")
     if not cfg.output_name.strip() or any(c in cfg.output_name for c in "/\\\0"):
         bad("output_name", f"got {cfg.output_name!r}; use a plain file name without folders")
-    if cfg.method == "lora":
-        if cfg.network_train_unet_only and cfg.network_train_text_encoder_only:
-            bad("network_train_text_encoder_only", "cannot be combined with network_train_unet_only: nothing "
-                "would be trained")
-        if cfg.conv_alpha is not None and cfg.conv_dim is None:
-            bad("conv_alpha", "is set but conv_dim is not; set conv_dim to train the convolutions")
-    if cfg.method == "dreambooth" and cfg.num_class_images:
-        if not cfg.class_prompt.strip():
-            bad("class_prompt", "is needed to generate class images (num_class_images > 0), e.g. 'a photo of a dog'")
-        if not cfg.reg_data_dir.strip():
-            bad("reg_data_dir", "is needed for class images: the folder they are read from (and generated into)")
     issues.extend(_launch_issues(cfg, group))
     issues.extend(distributed_issues(cfg))
-    issues.extend(_dataset_issues(cfg, group))
     issues.extend(_sample_prompt_issues(cfg))
     issues.extend(_resume_issues(cfg, check_paths))
     if check_paths:
@@ -157,9 +129,6 @@ def distributed_issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if backend == "ddp":
         return issues
     name = "DeepSpeed" if backend == "deepspeed" else "FSDP"
-    if cfg.method == "lora":
-        bad("distributed_backend", f"{name} shards the weights, gradients or optimizer states of full finetunes; "
-            "a LoRA's few weights train fastest with 'ddp' (they fit on every GPU): choose 'ddp'")
     if cfg.optimizer_type.endswith("8bit"):
         bad("optimizer_type", f"{cfg.optimizer_type} (bitsandbytes) keeps its own quantized states, which {name} "
             "cannot shard: choose 'AdamW' or 'Adafactor', or distributed_backend = 'ddp'", "optimizer")
@@ -173,72 +142,6 @@ def distributed_issues(cfg: TrainConfig) -> list[ConfigIssue]:
         if cfg.offload_optimizer and cfg.optimizer_type != "AdamW":
             bad("offload_optimizer", f"steps the optimizer on the CPU with DeepSpeed's CPU Adam, not "
                 f"{cfg.optimizer_type}: set optimizer_type = 'AdamW' or turn offload_optimizer off")
-    if backend == "fsdp" and cfg.method != "lora" and cfg.use_ema != "off":
-        bad("use_ema", "needs the whole weights on every process, which FSDP shards: set use_ema = 'off', or use "
-            "distributed_backend = 'deepspeed' (ZeRO 1/2 keeps whole weights) or 'ddp'", "training")
-    return issues
-
-
-def _dataset_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
-    """Dataset options that only make sense together; each message says how to fix it."""
-    from trainers.data.metadata_json import parse_replacements, parse_score_tags, parse_tag_bonus
-
-    issues: list[ConfigIssue] = []
-
-    def bad(name: str, message: str) -> None:
-        issues.append(ConfigIssue(name, message, group.get(name, "dataset")))
-
-    if not any(str(cfg.values[n]).strip() for n in ("train_data_dir", "metadata_dir", "dataset_config")):
-        bad("train_data_dir", "is required: give a folder of <repeats>_<tokens> subfolders (or set metadata_dir "
-            "or dataset_config)")
-    if cfg.enable_bucket:
-        issues.extend(bucket_issues(cfg.resolution, cfg.min_bucket_reso, cfg.max_bucket_reso, cfg.bucket_reso_steps,
-                                    group))
-    for name, parse in (("metadata_tag_bonus", parse_tag_bonus), ("metadata_tag_replacements", parse_replacements),
-                        ("metadata_score_tags", parse_score_tags)):
-        try:
-            parse(cfg.values[name])
-        except ValueError as err:
-            bad(name, str(err))
-    caching = cfg.cache_latents or cfg.cache_latents_to_disk
-    if caching and cfg.random_crop:
-        bad("random_crop", "cannot be combined with cache_latents: a cached latent has one fixed crop; turn off "
-            "random_crop or latent caching")
-    if cfg.cache_text_encoder_outputs:
-        if cfg.method == "lora" and not cfg.network_train_unet_only:
-            bad("cache_text_encoder_outputs", "needs frozen text encoders: set network_train_unet_only = true, or "
-                "turn caching off")
-        if cfg.method != "lora" and cfg.train_text_encoder:
-            bad("cache_text_encoder_outputs", "needs frozen text encoders: set train_text_encoder = false, or "
-                "turn caching off")
-        for name in ("shuffle_caption", "caption_dropout_rate", "caption_tag_dropout_rate", "metadata_shuffle_tag_p"):
-            if cfg.values[name]:
-                bad(name, "changes captions every epoch, so text-encoder outputs cannot be cached: turn it off or "
-                    "set cache_text_encoder_outputs = false")
-    return issues
-
-
-def bucket_issues(resolution: str, min_reso: int, max_reso: int, steps: int,
-                  group: dict[str, str] | None = None) -> list[ConfigIssue]:
-    """Bucket settings against the resolution (also used for each dataset of a dataset_config)."""
-    issues: list[ConfigIssue] = []
-
-    def bad(name: str, message: str) -> None:
-        issues.append(ConfigIssue(name, message, (group or {}).get(name, "dataset")))
-
-    try:
-        width, height = parse_resolution(resolution)
-    except ValueError:
-        return issues  # reported for resolution itself
-    for name, value in (("bucket_reso_steps", steps), ("min_bucket_reso", min_reso), ("max_bucket_reso", max_reso)):
-        if value % 8:
-            bad(name, f"got {value}; use a multiple of 8 (the VAE works in 8-pixel blocks), e.g. {value // 8 * 8 or 8}")
-    if min_reso > min(width, height):
-        bad("min_bucket_reso", f"is {min_reso}, larger than the resolution's smaller side {min(width, height)}; "
-            f"set it to {min(width, height)} or less")
-    if max_reso < max(width, height):
-        bad("max_bucket_reso", f"is {max_reso}, smaller than the resolution's larger side {max(width, height)}; "
-            f"set it to {max(width, height)} or more")
     return issues
 
 
@@ -267,12 +170,15 @@ def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
         if not (p.is_dir() if opt.path == "dir" else p.is_file()):
             what = "folder" if opt.path == "dir" else "file"
             issues.append(ConfigIssue(opt.name, f"{what} not found: {value}", opt.group))
-    if cfg.output_dir.strip() and cfg.output_name.strip():
-        for final in final_outputs(cfg):
-            if final.exists() and not cfg.overwrite_output:
-                issues.append(ConfigIssue("output_name", f"{final} already exists; choose another output_name or "
-                              "set overwrite_output = true", "saving"))
     return issues
+
+
+def existing_outputs(cfg: TrainConfig, outputs: list[Path]) -> list[ConfigIssue]:
+    """The final outputs (as the method names them) must not exist yet, unless overwrite_output is set."""
+    if not cfg.output_dir.strip() or not cfg.output_name.strip() or cfg.overwrite_output:
+        return []
+    return [ConfigIssue("output_name", f"{final} already exists; choose another output_name or set "
+                        "overwrite_output = true", "saving") for final in outputs if final.exists()]
 
 
 def _resume_issues(cfg: TrainConfig, check_paths: bool) -> list[ConfigIssue]:
@@ -311,10 +217,3 @@ def _sample_prompt_issues(cfg: TrainConfig) -> list[ConfigIssue]:
         issues.append(ConfigIssue("sample_prompts", "samples are scheduled but there are no prompts: give a "
                                   "prompts file or sample_prompt_lines", "sampling"))
     return issues
-
-
-def check(cfg: TrainConfig, check_paths: bool = True) -> None:
-    """Raise ConfigError listing every problem."""
-    issues = validate(cfg, check_paths)
-    if issues:
-        raise ConfigError(issues)

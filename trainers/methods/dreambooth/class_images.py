@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from trainers.core.events import ClassImages
 from trainers.core.options import TrainConfig, parse_resolution
 from trainers.data.kohya_folders import IMAGE_EXTENSIONS, parse_folder_name
 
@@ -50,14 +51,14 @@ def generate_class_images(cfg: TrainConfig, accelerator: Any, events: Any, weigh
         return 0
     import torch
 
-    from trainers.models import load_model
     from trainers.core.prompts import SamplePrompt
+    from trainers.models import load_model
     from trainers.sampling.pipeline import generate_samples
 
     if accelerator.is_main_process:
         message = f"generating {len(indices)} class image(s) for {cfg.class_prompt!r} in {folder}"
         print(message, flush=True)
-        events.emit("class_images", folder=str(folder), count=len(indices), prompt=cfg.class_prompt)
+        events.emit(ClassImages(folder=str(folder), count=len(indices), prompt=cfg.class_prompt))
     folder.mkdir(parents=True, exist_ok=True)
     model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip())
     for m in (model.unet, model.vae, *model.text_encoders):

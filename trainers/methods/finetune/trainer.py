@@ -7,12 +7,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.core.options import TrainConfig, output_suffix
+from trainers.core.options import TrainConfig
+from trainers.methods.finetune.rules import output_suffix
+from trainers.models import LoadedModel, save_full_model
+from trainers.models.single_file import SAVE_DTYPES
 from trainers.train.diffusion import NoisePredictor
 from trainers.train.ema import EMA
-from trainers.models.single_file import SAVE_DTYPES
-from trainers.train.loop import Trainable, freeze
-from trainers.models import save_full_model
+from trainers.train.method import Method, Trainable, freeze
 from trainers.train.session import Session
 
 
@@ -45,49 +46,54 @@ def _lr(value: float | None, cfg: TrainConfig) -> float:
     return cfg.learning_rate if value is None else value
 
 
-def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
-    model = session.model
-    unet, text_encoders = trained_modules(cfg, session)
-    groups = param_groups(cfg, unet, text_encoders)
-    # Built after requires_grad is set: DDP then covers exactly the trained modules.
-    predictor = NoisePredictor(model, None, cfg.clip_skip, train_text_encoder=bool(text_encoders),
-                               text_encoders_cached=cfg.cache_text_encoder_outputs)
-    save_dtype = SAVE_DTYPES[cfg.save_precision]
-    ema = build_ema(cfg, unet, text_encoders)
+class ModelFiles:
+    """A full model's output: a diffusers folder and/or one single file, with an -ema copy when asked."""
 
-    suffix = output_suffix(cfg)
-    formats = {"as_diffusers": cfg.save_model_as != "safetensors", "as_single_file": cfg.save_model_as != "diffusers"}
+    def __init__(self, cfg: TrainConfig, model: LoadedModel, ema: EMA | None) -> None:
+        self.cfg, self.model, self.ema = cfg, model, ema
+        self.suffix = output_suffix(cfg)
+        self.dtype = SAVE_DTYPES[cfg.save_precision]
+        self.formats = {"as_diffusers": cfg.save_model_as != "safetensors",
+                        "as_single_file": cfg.save_model_as != "diffusers"}
 
-    def save(path: Path, epoch: int, step: int) -> None:
-        stem = path.with_name(path.name[:len(path.name) - len(suffix)])  # <name>: folder and/or <name>.safetensors
+    def save(self, path: Path, epoch: int, step: int) -> None:
+        cfg, model, ema = self.cfg, self.model, self.ema
+        stem = path.with_name(path.name[:len(path.name) - len(self.suffix)])  # <name>: folder and/or <name>.safetensors
         if ema is None or cfg.save_ema in ("non_ema", "both"):
-            save_full_model(model, stem, dtype=save_dtype, **formats)
+            save_full_model(model, stem, dtype=self.dtype, **self.formats)
         if ema is not None and cfg.save_ema in ("ema", "both"):
             ema_stem = stem.with_name(f"{stem.name}-ema") if cfg.save_ema == "both" else stem
             te_states = [ema.state_dict(f"text_encoder_{i}") if cfg.train_text_encoder else None
                          for i in range(len(model.text_encoders))]
-            save_full_model(model, ema_stem, dtype=save_dtype, unet_state=ema.state_dict("unet"),
-                            text_encoder_states=te_states, **formats)
+            save_full_model(model, ema_stem, dtype=self.dtype, unet_state=ema.state_dict("unet"),
+                            text_encoder_states=te_states, **self.formats)
 
-    def save_bytes() -> int:
+    def nbytes(self) -> int:
         """Every format and copy a save writes, the VAE included (the single file holds it in save_precision)."""
-        item = torch.empty((), dtype=save_dtype).element_size()
+        model = self.model
+        item = torch.empty((), dtype=self.dtype).element_size()
         weights = sum(p.numel() for m in (model.unet, *model.text_encoders, model.vae) for p in m.parameters())
-        copies = 2 if ema is not None and cfg.save_ema == "both" else 1
-        return weights * item * copies * (int(formats["as_diffusers"]) + int(formats["as_single_file"]))
+        copies = 2 if self.ema is not None and self.cfg.save_ema == "both" else 1
+        return weights * item * copies * (int(self.formats["as_diffusers"]) + int(self.formats["as_single_file"]))
 
-    trainable = Trainable(model, predictor, groups, save, file_suffix=suffix, save_bytes=save_bytes)
-    if ema is not None:
-        trainable.after_step = ema.update
-        trainable.extra_state = ema.state_tensors
-        trainable.restore_extra_state = lambda tensors, step: ema.load_state_tensors(tensors)
-        if cfg.sample_with_ema:
-            trainable.sampling_weights = ema.applied
-    return trainable
+
+class Finetune(Method):
+    def make_trainable(self, cfg: TrainConfig, session: Session) -> Trainable:
+        model = session.model
+        unet, text_encoders = trained_modules(cfg, session)
+        groups = param_groups(cfg, unet, text_encoders)
+        # Built after requires_grad is set: DDP then covers exactly the trained modules.
+        predictor = NoisePredictor(model, None, cfg.clip_skip, train_text_encoder=bool(text_encoders),
+                                   text_encoders_cached=cfg.cache_text_encoder_outputs)
+        ema = build_ema(cfg, unet, text_encoders)
+        return Trainable(model, predictor, groups, ModelFiles(cfg, model, ema), hooks=[ema] if ema else [])
 
 
 def build_ema(cfg: TrainConfig, unet: nn.Module, text_encoders: list[nn.Module]) -> EMA | None:
     if cfg.use_ema == "off":
         return None
     modules = {"unet": unet, **{f"text_encoder_{i}": te for i, te in enumerate(text_encoders)}}
-    return EMA(modules, cfg.ema_decay, cfg.ema_update_every, cfg.use_ema)
+    return EMA(modules, cfg.ema_decay, cfg.ema_update_every, cfg.use_ema, for_sampling=cfg.sample_with_ema)
+
+
+METHOD = Finetune()

@@ -1,4 +1,4 @@
-"""LoRA training: pick the pieces, hand them to the shared loop."""
+"""LoRA training: the network on the frozen model, its file, and the pieces the shared loop needs."""
 from __future__ import annotations
 
 import json
@@ -10,12 +10,19 @@ from safetensors import SafetensorError
 
 from trainers.core.options import ConfigError, ConfigIssue, TrainConfig, parse_resolution
 from trainers.data.catalog import Catalog
-from trainers.train.diffusion import NoisePredictor
-from trainers.methods.lora.file_format import DatasetDir, TrainingMetadata, build_metadata, read_lora_file, save_lora_file
+from trainers.methods.lora.file_format import (
+    DatasetDir,
+    TrainingMetadata,
+    build_metadata,
+    read_lora_file,
+    save_lora_file,
+)
 from trainers.methods.lora.network import LoRANetwork
-from trainers.train.loop import Trainable, freeze
+from trainers.methods.lora.rules import SUFFIX
 from trainers.models import LoadedModel
 from trainers.models.single_file import SAVE_DTYPES
+from trainers.train.diffusion import NoisePredictor
+from trainers.train.method import Method, Trainable, freeze
 from trainers.train.session import Session
 
 
@@ -76,30 +83,45 @@ def dataset_metadata(cfg: TrainConfig, catalog: Catalog) -> dict[str, str]:
     return {key: str(value) for key, value in values.items()}
 
 
-def make_trainable(cfg: TrainConfig, session: Session) -> Trainable:
-    model = session.model
-    freeze(model.unet, model.vae, *model.text_encoders)
-    network = build_network(cfg, model)
-    train_te = not cfg.network_train_unet_only
-    if cfg.full_bf16:
-        network.to(torch.bfloat16)
-    if train_te:
-        for te in model.text_encoders:
-            te.train()  # so gradient checkpointing and dropout behave as in training
-    groups = []
-    if network.unet_parameters():
-        groups.append({"params": network.unet_parameters(), "lr": cfg.unet_lr if cfg.unet_lr is not None else cfg.learning_rate})
-    if network.text_encoder_parameters():
-        te_lr = cfg.text_encoder_lr if cfg.text_encoder_lr is not None else cfg.learning_rate
-        groups.append({"params": network.text_encoder_parameters(), "lr": te_lr})
-    predictor = NoisePredictor(model, network, cfg.clip_skip, train_text_encoder=train_te,
-                               text_encoders_cached=cfg.cache_text_encoder_outputs)
-    save_dtype = SAVE_DTYPES[cfg.save_precision]
+class LoRAFile:
+    """The LoRA output: one kohya-format .safetensors file with ss_* and modelspec metadata."""
 
-    def save(path: Path, epoch: int, step: int) -> None:
-        save_lora_file(path, network.kohya_state_dict(save_dtype), metadata_for(cfg, session, epoch, step))
+    suffix = SUFFIX
 
-    def save_bytes() -> int:
-        return sum(p.numel() for p in network.parameters()) * torch.empty((), dtype=save_dtype).element_size()
+    def __init__(self, cfg: TrainConfig, session: Session, network: LoRANetwork) -> None:
+        self.cfg, self.session, self.network = cfg, session, network
+        self.dtype = SAVE_DTYPES[cfg.save_precision]
 
-    return Trainable(model, predictor, groups, save, save_bytes=save_bytes)
+    def save(self, path: Path, epoch: int, step: int) -> None:
+        save_lora_file(path, self.network.kohya_state_dict(self.dtype), metadata_for(self.cfg, self.session, epoch, step))
+
+    def nbytes(self) -> int:
+        return sum(p.numel() for p in self.network.parameters()) * torch.empty((), dtype=self.dtype).element_size()
+
+
+class LoRA(Method):
+    def make_trainable(self, cfg: TrainConfig, session: Session) -> Trainable:
+        model = session.model
+        freeze(model.unet, model.vae, *model.text_encoders)
+        network = build_network(cfg, model)
+        train_te = not cfg.network_train_unet_only
+        if cfg.full_bf16:
+            network.to(torch.bfloat16)
+        if train_te:
+            for te in model.text_encoders:
+                te.train()  # so gradient checkpointing and dropout behave as in training
+        groups = []
+        if network.unet_parameters():
+            groups.append({"params": network.unet_parameters(), "lr": _lr(cfg.unet_lr, cfg)})
+        if network.text_encoder_parameters():
+            groups.append({"params": network.text_encoder_parameters(), "lr": _lr(cfg.text_encoder_lr, cfg)})
+        predictor = NoisePredictor(model, network, cfg.clip_skip, train_text_encoder=train_te,
+                                   text_encoders_cached=cfg.cache_text_encoder_outputs)
+        return Trainable(model, predictor, groups, LoRAFile(cfg, session, network))
+
+
+def _lr(value: float | None, cfg: TrainConfig) -> float:
+    return cfg.learning_rate if value is None else value
+
+
+METHOD = LoRA()

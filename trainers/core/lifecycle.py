@@ -1,0 +1,103 @@
+"""How a run's life is recorded in its folder, for training runs and generation jobs alike.
+
+The GUI's launcher records `launched`, `stopping`, and what happened when the process ended
+without saying so (`ended_unreported`, `killed`); the process itself records `running`, then one of
+`finished`, `stopped` or `failed` (status.json and the matching done / error event). Torch-free.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainers.core import events as ev
+from trainers.core.rundir import RunState, read_status, update_status
+
+
+class Lifecycle:
+    """The process's side. With several processes only the main one writes, except `failed` (see there)."""
+
+    def __init__(self, run_dir: Path | None, events: ev.EventWriter | None = None, is_main: bool = True,
+                 rank: int = 0) -> None:
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.is_main, self.rank = is_main, rank
+        self.events = events or ev.EventWriter(run_dir, is_main)
+
+    def running(self, **fields: Any) -> None:
+        if self.is_main:
+            update_status(self.run_dir, state=RunState.RUNNING, started=time.time(), trainer_pid=os.getpid(),
+                          pgid=os.getpgid(0), **fields)
+
+    def finished(self, output: str, message: str | None = None, **done: Any) -> None:
+        if not self.is_main:
+            return
+        self.events.emit(ev.Done(output=str(output), **done))
+        extra = {"message": message} if message else {}
+        update_status(self.run_dir, state=RunState.FINISHED, finished=time.time(), exit_code=0, output=str(output),
+                      **extra)
+
+    def stopped(self, output: str, message: str, record_output: bool = True) -> None:
+        """Stopped on request, after saving what there was to save."""
+        if not self.is_main:
+            return
+        self.events.emit(ev.Done(output=str(output), stopped=True))
+        extra = {"output": str(output)} if record_output else {}
+        update_status(self.run_dir, state=RunState.STOPPED, finished=time.time(), exit_code=0, message=message,
+                      **extra)
+
+    def failed(self, message: str, code: int, state: RunState = RunState.FAILED, **error: Any) -> int:
+        """Report a failure (stderr, error event, status) and return `code`.
+
+        The first process to fail names the cause: an error on another rank is written by that rank
+        itself (rank 0 would next fail with a lost connection), and a later failure does not
+        overwrite the message of the rank that failed first.
+        """
+        print(f"error: {message}", file=sys.stderr)
+        if self.run_dir is None:
+            return code
+        if not self.is_main and code == 1:
+            message = f"rank {self.rank}: {message}"
+            ev.EventWriter(self.run_dir).emit(ev.Error(message=message, exit_code=code, rank=self.rank, **error))
+            if read_status(self.run_dir).get("state") != RunState.FAILED:
+                update_status(self.run_dir, state=state, finished=time.time(), exit_code=code, message=message,
+                              failed_rank=self.rank)
+        if self.is_main:
+            self.events.emit(ev.Error(message=message, exit_code=code, **error))
+            if read_status(self.run_dir).get("failed_rank") is None:
+                update_status(self.run_dir, state=state, finished=time.time(), exit_code=code, message=message)
+        return code
+
+
+# ---- the launcher's side (the GUI) ---------------------------------------------------------------------------
+
+def launched(run_dir: Path, launcher_pid: int, **fields: Any) -> None:
+    """The process was started in its own process group (its id is the launcher's pid)."""
+    update_status(run_dir, state=RunState.STARTING, created=time.time(), launcher_pid=launcher_pid,
+                  pgid=launcher_pid, **fields)
+
+
+def stopping(run_dir: Path) -> None:
+    update_status(run_dir, state=RunState.STOPPING)
+
+
+def ended_unreported(run_dir: Path, exit_code: int) -> None:
+    """The launcher exited while the run still looked active: say how it ended."""
+    status = read_status(run_dir)
+    state = RunState.of(status.get("state"))
+    if not state.active:
+        return
+    if exit_code < 0 and -exit_code == signal.SIGKILL or exit_code == 137:
+        message = "killed by the system (SIGKILL): likely out of system memory"
+    else:
+        message = f"the trainer exited with code {exit_code} before reporting; see the log"
+    final = RunState.STOPPED if state == RunState.STOPPING else RunState.FAILED
+    update_status(run_dir, state=final, exit_code=exit_code, finished=time.time(), message=message)
+
+
+def killed(run_dir: Path, message: str, exit_code: int | None = None) -> None:
+    """The process did not stop in time and was ended from outside (or ended itself without saving)."""
+    extra = {"exit_code": exit_code} if exit_code is not None else {}
+    update_status(run_dir, state=RunState.STOPPED, finished=time.time(), message=message, **extra)

@@ -1,0 +1,40 @@
+"""Configs written by older versions of Atelier, brought up to date on every load (runs, presets, imports, resume).
+
+Each saved config and preset carries `schema_version`. A file without one (hand-written, or an
+sd-scripts config) is version 0, which has the same names as version 1. When an option is renamed
+or changes meaning, SCHEMA_VERSION goes up by one and MIGRATIONS gains the step from the old version:
+a function from that version's flat {name: value} dict to the next version's.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+
+SCHEMA_VERSION = 1
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    0: dict,
+}
+
+
+def version_of(raw: dict[str, Any], where: str, issues: list[ConfigIssue]) -> int | None:
+    """The file's schema_version (0 when absent); None, with an issue, when this Atelier cannot read it."""
+    version = raw.get("schema_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        issues.append(ConfigIssue("schema_version", f"{where}: got {version!r}; expected a whole number (the "
+                                  f"version of Atelier's option names it was written with, {SCHEMA_VERSION} today)"))
+        return None
+    if version > SCHEMA_VERSION:
+        issues.append(ConfigIssue("schema_version", f"{where} was written by a newer Atelier (schema_version "
+                                  f"{version}; this one reads up to {SCHEMA_VERSION}): update Atelier to use it"))
+        return None
+    return version
+
+
+def migrate(flat: dict[str, Any], version: int) -> dict[str, Any]:
+    """`flat` (options of `version`) as today's options."""
+    for v in range(version, SCHEMA_VERSION):
+        flat = MIGRATIONS[v](flat)
+    return flat

@@ -1,0 +1,74 @@
+"""The plug-ins: training methods and model families. Adding one is its folder plus one line here.
+
+Everything else is derived from these lists: the GUI's tabs, the CLI's subcommands, which options a
+method uses, the model_family choices. Torch-free: the packages named here are imported only when
+their code is needed (`trainers.methods.rules_for`, `trainers.models.family`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str  # the CLI subcommand and the config's `method`
+    title: str  # its tab in the GUI
+    trains: Literal["network", "full"]  # a network added to the model (LoRA), or the model's own weights
+    package: str  # its `rules` module is torch-free (checks, outputs, memory tips); `trainer` plugs into the loop
+    help: str
+
+    @property
+    def rules(self) -> str:
+        return f"{self.package}.rules"
+
+    @property
+    def trainer(self) -> str:
+        return f"{self.package}.trainer"
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    name: str  # model_family value
+    package: str  # its `family` module holds the ModelFamily object named `attribute`
+    attribute: str
+
+    @property
+    def module(self) -> str:
+        return f"{self.package}.family"
+
+
+METHODS: tuple[MethodSpec, ...] = (
+    MethodSpec("lora", "LoRA", "network", "trainers.methods.lora", "train a LoRA"),
+    MethodSpec("dreambooth", "Dreambooth", "full", "trainers.methods.dreambooth",
+               "train the model on your subject, with class (regularization) images"),
+    MethodSpec("finetune", "Finetune", "full", "trainers.methods.finetune", "train the whole model"),
+)
+
+FAMILIES: tuple[FamilySpec, ...] = (
+    FamilySpec("sd1", "trainers.models.sd", "SD1"),
+    FamilySpec("sd2", "trainers.models.sd", "SD2"),
+    FamilySpec("sdxl", "trainers.models.sdxl", "SDXL"),
+)
+
+METHOD_NAMES: tuple[str, ...] = tuple(m.name for m in METHODS)
+FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
+
+
+def method_spec(name: str) -> MethodSpec:
+    for spec in METHODS:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"unknown method {name!r}; known: {', '.join(METHOD_NAMES)}")
+
+
+def methods_training(kind: Literal["network", "full"]) -> frozenset[str]:
+    """The methods that train a network (LoRA options apply) or the full weights."""
+    return frozenset(m.name for m in METHODS if m.trains == kind)
+
+
+def only(*names: str) -> frozenset[str]:
+    """The named methods (checked against the registry: a typo fails at import, not silently)."""
+    for name in names:
+        method_spec(name)
+    return frozenset(names)

@@ -1,0 +1,172 @@
+"""The run directory: the contract between the GUI and a trainer (or generation job) process.
+
+Every file name is spelled here and nowhere else. `status.json` is the one place a run's state
+lives; the GUI and the trainer both update it under a lock (`update_status`), and `effective_state`
+corrects it for a process that died without saying so. Control requests (stop, save_now) are flag
+files in `control/` that the GUI writes and the trainer consumes. Torch-free.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from trainers.core.fsio import atomic_write_text
+from trainers.core.secrets import redact
+
+CONFIG = "config.toml"  # the full resolved config
+COMMAND = "command.txt"  # the exact argv that was launched
+ACCELERATE_CONFIG = "accelerate.yaml"  # DeepSpeed / FSDP runs only
+STATUS = "status.json"
+STATUS_LOCK = "status.lock"
+EVENTS = "events.jsonl"
+LOG = "train.log"  # stdout and stderr of every process
+CONTROL = "control"  # flag files: one per pending request
+SAMPLES = "samples"
+IMAGES = "images"  # a generation job's images (unless it names another folder)
+
+
+class RunState(str, Enum):
+    """The states status.json records; a str, so it is written and compared as its value."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+    __hash__ = str.__hash__  # equal to its value as a plain string, in sets and dicts too
+
+    @property
+    def active(self) -> bool:
+        return self in ACTIVE_STATES
+
+    @classmethod
+    def of(cls, value: Any) -> "RunState":
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+ACTIVE_STATES = frozenset({RunState.STARTING, RunState.RUNNING, RunState.STOPPING})
+
+
+class Request(str, Enum):
+    """What the GUI can ask of a running process (a flag file each)."""
+
+    STOP = "stop"
+    SAVE_NOW = "save_now"
+
+    def __str__(self) -> str:
+        return self.value
+
+    __hash__ = str.__hash__
+
+
+def read_status(run_dir: Path | None) -> dict[str, Any]:
+    """status.json as a dict; empty when there is none (yet) or it cannot be read."""
+    if run_dir is None:
+        return {}
+    try:
+        status = json.loads((Path(run_dir) / STATUS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def update_status(run_dir: Path | None, **fields: Any) -> None:
+    """Merge `fields` into status.json (atomically: readers never see half a file).
+
+    The GUI and the trainer both update it; a lock on status.lock keeps one's update from
+    erasing the other's (read-modify-write).
+    """
+    if run_dir is None:
+        return
+    path = Path(run_dir) / STATUS
+    with _locked(path.with_name(STATUS_LOCK)):
+        status = read_status(run_dir)
+        status.update(redact(fields), updated=time.time())
+        atomic_write_text(path, json.dumps(status, indent=1, ensure_ascii=False))
+
+
+@contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    """An exclusive advisory lock (POSIX); elsewhere, no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(lock_path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def effective_state(status: dict[str, Any]) -> RunState:
+    """The state, corrected for a process that died without saying so (SIGKILL, OOM killer)."""
+    state = RunState.of(status.get("state", "unknown"))
+    if state.active and not pid_alive(status.get("launcher_pid") or status.get("trainer_pid")):
+        return RunState.FAILED
+    return state
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True while `pid` runs (or belongs to another user); a zombie counts as dead."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def request(run_dir: Path, name: Request | str) -> None:
+    """Ask the process of `run_dir` for `name` (the GUI's side)."""
+    try:
+        wanted = Request(name)
+    except ValueError:
+        raise ValueError(f"unknown request {name!r}; known: {', '.join(r.value for r in Request)}") from None
+    folder = Path(run_dir) / CONTROL
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / wanted.value).touch()
+
+
+def take_requests(run_dir: Path | None) -> set[Request]:
+    """The pending requests of `run_dir`, consumed (the process's side)."""
+    folder = Path(run_dir) / CONTROL if run_dir is not None else None
+    found: set[Request] = set()
+    if folder is None or not folder.is_dir():
+        return found
+    for wanted in Request:
+        flag = folder / wanted.value
+        if flag.exists():
+            found.add(wanted)
+            flag.unlink(missing_ok=True)
+    return found
+
+
+def new_run_dir(runs_root: Path, name: str) -> Path:
+    """`<runs_root>/<time>-<name>-<pid>` (not created): unique, sortable, safe on every filesystem."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60] or "run"
+    return Path(runs_root) / f"{stamp}-{safe}-{os.getpid()}"

@@ -1,0 +1,88 @@
+"""What a training method plugs into the shared loop (each method's trainer.py defines `METHOD`).
+
+A method builds a `Trainable`: the model, the module that is trained (wrapped for DDP), its parameter
+groups, how its output is saved, and the step hooks it needs (an EMA, freezing a module at a step).
+The loop calls every hook at the same fixed points of every step, in list order.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ContextManager, Protocol
+
+from torch import Tensor, nn
+
+from trainers.core.options import TrainConfig
+from trainers.models import LoadedModel
+
+if TYPE_CHECKING:
+    from trainers.core.events import EventWriter
+    from trainers.train.session import Session
+
+
+class Output(Protocol):
+    """How a method writes what it trains (a LoRA file, a model folder and/or single file)."""
+
+    suffix: str  # after a save's name: ".safetensors", or "" for a folder
+
+    def save(self, path: Path, epoch: int, step: int) -> None: ...
+
+    def nbytes(self) -> int:
+        """About what one save takes on disk (checked against the free space before saving)."""
+
+
+class StepHook:
+    """Work a method adds at fixed points of every step; override what is needed."""
+
+    def after_backward(self) -> None:
+        """After the backward pass, before clipping and the optimizer step (gradients can be changed here)."""
+
+    def after_step(self, step: int) -> None:
+        """After optimizer step `step` (1-based)."""
+
+    def state(self) -> dict[str, Tensor]:
+        """Tensors a training state needs besides the trained weights (keys unique across hooks)."""
+        return {}
+
+    def restore(self, tensors: dict[str, Tensor], step: int) -> None:
+        """On resume: every hook's saved tensors (possibly none of its own) and the step resumed at."""
+
+    def sampling_weights(self) -> ContextManager[Any]:
+        """Weights sample images are made with, swapped in for the block (e.g. an EMA)."""
+        return contextlib.nullcontext()
+
+
+@dataclass
+class Trainable:
+    model: LoadedModel
+    predictor: nn.Module  # everything with trained weights as one module (the one DDP wraps)
+    param_groups: list[dict[str, Any]]
+    output: Output
+    hooks: list[StepHook] = field(default_factory=list)
+
+    def state(self) -> dict[str, Tensor]:
+        return {k: v for hook in self.hooks for k, v in hook.state().items()}
+
+    @contextlib.contextmanager
+    def sampling_weights(self) -> Any:
+        with contextlib.ExitStack() as stack:
+            for hook in self.hooks:
+                stack.enter_context(hook.sampling_weights())
+            yield
+
+
+class Method:
+    """A training method: what it prepares before the data is read, and what it trains."""
+
+    def prepare(self, cfg: TrainConfig, accelerator: Any, events: "EventWriter", weight_dtype: Any) -> None:
+        """Before the dataset is scanned (dreambooth generates missing class images here)."""
+
+    def make_trainable(self, cfg: TrainConfig, session: "Session") -> Trainable:
+        raise NotImplementedError
+
+
+def freeze(*modules: nn.Module) -> None:
+    for m in modules:
+        m.requires_grad_(False)
+        m.eval()

@@ -1,0 +1,68 @@
+"""One training process from start to end: load the config, set up, train, and record how it ended.
+
+Every ending reaches the run directory (status.json and a done or error event) with a message a
+user can act on; known causes (bad input, NaN loss, out of memory, full disk) carry no traceback.
+"""
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+
+from trainers.core.lifecycle import Lifecycle
+from trainers.core.options import TrainConfig, load_config
+from trainers.core.rundir import CONFIG, RunState, new_run_dir
+
+
+def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str],
+               print_only: bool = False) -> int:
+    from trainers.core.errors import EXIT_BAD_INPUT, BadInput, TrainingFailed, TrainingStopped
+    from trainers.core.secrets import install_redaction
+
+    install_redaction()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    rank = int(os.environ.get("RANK", "0"))
+    is_main = rank == 0
+    warnings: list[str] = []
+    life = Lifecycle(run_dir, is_main=is_main, rank=rank)
+    try:
+        cfg = load_config(method, config, overrides, warnings)
+        if print_only:
+            print(cfg.to_toml())
+            return 0
+        if run_dir is None:
+            run_dir = new_run_dir(Path("runs"), cfg.output_name)
+            life = Lifecycle(run_dir, is_main=is_main, rank=rank)
+        if is_main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if not (run_dir / CONFIG).exists():
+                cfg.save(run_dir / CONFIG)
+            for w in warnings:
+                life.events.warn(w)
+        final = _train(cfg, run_dir, life)
+    except TrainingStopped as stopped:
+        life.stopped(str(stopped.path), str(stopped))
+        print(str(stopped))
+        return 0
+    except BadInput as err:
+        return life.failed(str(err), EXIT_BAD_INPUT, kind=type(err).__name__)
+    except KeyboardInterrupt:
+        return life.failed("stopped by the user (interrupt)", 130, state=RunState.STOPPED)
+    except TrainingFailed as err:  # a known cause (NaN loss, out of memory, full disk): no traceback
+        return life.failed(str(err), 1, kind=err.kind, **err.details)
+    except Exception as err:  # noqa: BLE001 - report anything to the run directory, then fail
+        traceback.print_exc()
+        return life.failed(f"{type(err).__name__}: {err}", 1, kind=type(err).__name__,
+                           trace=traceback.format_exc(limit=-8))
+    life.finished(str(final))
+    if is_main:
+        print(f"done: {final}")
+    return 0
+
+
+def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle) -> Path:
+    from trainers.train.loop import train
+    from trainers.train.session import method_of, start_session
+
+    session = start_session(cfg, run_dir, life)
+    return train(session, method_of(cfg).make_trainable(cfg, session))
