@@ -50,7 +50,8 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="atelier-bench-"))
     if args.model.startswith("tiny"):
-        from trainers.models.tiny import build_tiny_sd1, build_tiny_sdxl
+        from trainers.models.sd.tiny import build_tiny_sd1
+        from trainers.models.sdxl.tiny import build_tiny_sdxl
 
         model_dir = (build_tiny_sd1 if args.model == "tiny-sd1" else build_tiny_sdxl)(work / "model")
         random_init = False

@@ -28,6 +28,7 @@ from trainers.core.rundir import (
     RunState,
     effective_state,
     new_run_dir,
+    read_run_config,
     read_status,
     request,
 )
@@ -43,8 +44,6 @@ class JobError(RuntimeError):
 
 def resume_config(run_dir: Path) -> TrainConfig:
     """The config of a stopped or failed run, with `resume` set to the newest training state of its output."""
-    import tomllib
-
     from trainers.core.options import ConfigError, load_config
     from trainers.core.saves import latest_state
 
@@ -54,12 +53,11 @@ def resume_config(run_dir: Path) -> TrainConfig:
     if state == RunState.FINISHED:
         raise JobError(f"Run {run_dir.name} finished. To train it further, raise max_train_epochs or max_train_steps "
                        "and set resume to its state (saved with save_state_on_train_end).")
-    path = run_dir / CONFIG
+    saved = read_run_config(run_dir)
+    if saved is None or saved.get("method") not in METHOD_NAMES:
+        raise JobError(f"Run {run_dir.name} has no readable config.toml of a training method to resume from.")
     try:
-        method = tomllib.loads(path.read_text(encoding="utf-8")).get("method", "lora")
-        cfg = load_config(method, path)
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise JobError(f"Run {run_dir.name} has no readable config.toml to resume from ({err}).") from None
+        cfg = load_config(saved["method"], run_dir / CONFIG)
     except ConfigError as err:
         raise JobError(f"The config of run {run_dir.name} no longer loads:\n{err}") from None
     found = latest_state(cfg.output_dir, cfg.output_name)

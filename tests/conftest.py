@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from trainers.models.tiny import build_tiny_sd1, build_tiny_sdxl
+from trainers.models.sd.tiny import build_tiny_sd1
+from trainers.models.sdxl.tiny import build_tiny_sdxl
 
 
 @pytest.fixture(scope="session")

@@ -157,7 +157,7 @@ def test_an_unwritable_cache_folder_is_a_clear_error(data: Path, vae: torch.nn.M
     def refuse(*args: object, **kwargs: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(cache_module.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(cache_module, "atomic_path", refuse)
     with pytest.raises(CacheWriteError, match="cannot write the latent cache file .*img .*Permission denied"):
         build_latent_cache(catalog_for(data), vae, to_disk=True)
 

@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 
 from trainers.core.errors import DiskFull
-from trainers.core.retention import Retention, SavedItem, list_saves, prune, to_remove
+from trainers.core.fsio import atomic_dir, clean_stale_temps
+from trainers.core.retention import Retention, SavedItem, intermediate_saves, prune, to_remove
 from trainers.core.saves import (
     MANIFEST,
     Position,
-    atomic_dir,
     check_free_space,
-    clean_stale_temps,
     find_states,
     latest_state,
     manifest_for,
@@ -142,7 +141,7 @@ def test_retention_never_drops_the_newest_state_and_unset_keeps_all(tmp_path: Pa
     items = [SavedItem(tmp_path / "a", "step", 200, True), SavedItem(tmp_path / "b", "step", 300, False)]
     assert to_remove(items, Retention.of({"save_last_n_steps": 10}), Position(step=1000)) == [items[1]]
     _saves(tmp_path)
-    before = list_saves(tmp_path, "m")
+    before = intermediate_saves(tmp_path, "m")
     assert [i.path.name for i in to_remove(before, Retention(), Position(step=1000, epoch=6))] == [
         "m-step00000950-state"]  # only the superseded rolling state
 
@@ -175,7 +174,8 @@ import json, sys
 from pathlib import Path
 import torch
 from safetensors.torch import save_file
-from trainers.core.saves import MANIFEST, Position, atomic_dir, manifest_for
+from trainers.core.fsio import atomic_dir
+from trainers.core.saves import MANIFEST, Position, manifest_for
 from trainers.methods.lora.file_format import save_lora_file
 
 out = Path(sys.argv[1])

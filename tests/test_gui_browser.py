@@ -110,8 +110,7 @@ def _stop_app(app: App) -> None:
 
 def _stop_runs(runs_dir: Path, wait_s: float = 60) -> None:
     """Leave no trainer running: ask active runs to stop, kill what does not (each run has its own group)."""
-    from trainers.core.rundir import ACTIVE_STATES, effective_state, read_status
-    from trainers.core.rundir import request
+    from trainers.core.rundir import ACTIVE_STATES, effective_state, read_status, request
 
     if not runs_dir.is_dir():
         return

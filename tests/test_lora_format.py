@@ -138,8 +138,12 @@ def render(pipe: DiffusionPipeline) -> np.ndarray:
 
 
 def metadata_for(case: Case, **changes: object) -> TrainingMetadata:
+    from trainers.models import family
+
+    if isinstance(changes.get("family"), str):
+        changes["family"] = family(changes["family"])
     info = TrainingMetadata(
-        base_model_version="sdxl_base_v1-0" if case.family == "sdxl" else "sd_v1",
+        family=family("sdxl" if case.family == "sdxl" else "sd1"),
         sd_model_name="tiny", network_dim=DIM, network_alpha=ALPHA,
         conv_dim=CONV_DIM if case.conv else None, conv_alpha=CONV_ALPHA if case.conv else None,
         resolution=(512, 512), epoch=2, num_epochs=4, steps=20, max_train_steps=40, learning_rate=1e-4,
@@ -320,16 +324,17 @@ def test_metadata_sdxl_locon(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("changes, architecture, prediction", [
-    ({"base_model_version": "sd_v1"}, "stable-diffusion-v1/lora", "epsilon"),
-    ({"base_model_version": "sd_v2", "v_parameterization": True}, "stable-diffusion-v2-768-v/lora", "v"),
-    ({"base_model_version": "sd_v2"}, "stable-diffusion-v2-512/lora", "epsilon"),
+    ({"family": "sd1"}, "stable-diffusion-v1/lora", "epsilon"),
+    ({"family": "sd2", "v_parameterization": True}, "stable-diffusion-v2-768-v/lora", "v"),
+    ({"family": "sd2"}, "stable-diffusion-v2-512/lora", "epsilon"),
 ])
 def test_metadata_sd_families(changes: dict[str, object], architecture: str, prediction: str) -> None:
     metadata = build_metadata(metadata_for(Case("sd1"), clip_skip=None, **changes))
+    assert metadata["ss_base_model_version"] == {"sd1": "sd_v1", "sd2": "sd_v2"}[str(changes["family"])]
     assert metadata["modelspec.architecture"] == architecture
     assert metadata["modelspec.prediction_type"] == prediction
     assert metadata["modelspec.implementation"] == "diffusers"
-    assert metadata["ss_v2"] == str(changes["base_model_version"] == "sd_v2")
+    assert metadata["ss_v2"] == str(changes["family"] == "sd2")
     assert "ss_network_args" not in metadata and "ss_clip_skip" not in metadata
 
 

@@ -174,7 +174,7 @@ def test_two_processes_train_the_same_images_in_half_the_steps(tiny_sd1_dir: Pat
 
 def test_v_prediction_full_bf16_and_resume_from_lora_weights(dataset: Path, tmp_path: Path) -> None:
     from trainers.methods.lora.file_format import read_lora_file
-    from trainers.models.tiny import build_tiny_sd1
+    from trainers.models.sd.tiny import build_tiny_sd1
 
     model = build_tiny_sd1(tmp_path / "v-model", v_prediction=True)
     common = sets(pretrained_model_name_or_path=str(model), train_data_dir=str(dataset),

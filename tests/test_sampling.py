@@ -12,7 +12,7 @@ from PIL import Image
 from trainers.core.prompts import SamplePrompt, parse_prompt_line, parse_prompt_lines, read_prompts
 from trainers.methods.lora.network import LoRANetwork
 from trainers.models import LoadedModel, load_model
-from trainers.models.tiny import build_tiny_sd1
+from trainers.models.sd.tiny import build_tiny_sd1
 from trainers.sampling.pipeline import (
     SAMPLERS,
     build_pipeline,

@@ -16,21 +16,19 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from trainers.models import ModelLoadError, load_model
+from trainers.models import ModelLoadError, family, load_model
 from trainers.models.base import LoadedModel
+from trainers.models.sd.tiny import build_tiny_sd1
 from trainers.models.single_file import (
-    ARCH_DIR,
-    ARCH_FOLDERS,
-    _tokenizer,
     build_components,
     clip_tokenizer,
     detect_checkpoint_family,
+    folder_tokenizer,
     load_single_file,
     open_checkpoint,
     original_layout,
     save_full_model,
 )
-from trainers.models.tiny import build_tiny_sd1
 
 SD1_KEYS = [
     "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight",
@@ -162,21 +160,19 @@ def test_text_projection_of_sdxl_is_the_openclip_matrix(sdxl: tuple[LoadedModel,
 
 # ---- real-size architectures (meta device) -------------------------------------------------------
 
-def _meta_model(family: str) -> LoadedModel:
+def _meta_model(family_name: str) -> LoadedModel:
     from diffusers import AutoencoderKL, UNet2DConditionModel
     from transformers import CLIPTextModel, CLIPTextModelWithProjection
 
-    from trainers.models import FAMILIES
-
-    folder = ARCH_DIR / ARCH_FOLDERS[family]
+    folder = family(family_name).arch_dir
     with torch.device("meta"):
         unet = UNet2DConditionModel.from_config(UNet2DConditionModel.load_config(folder / "unet"))
         vae = AutoencoderKL.from_config(AutoencoderKL.load_config(folder / "vae"))
         tes = [CLIPTextModel(CLIPTextModel.config_class.from_pretrained(folder / "text_encoder"))]
-        if family == "sdxl":
+        if family_name == "sdxl":
             cls = CLIPTextModelWithProjection
             tes.append(cls(cls.config_class.from_pretrained(folder / "text_encoder_2")))
-    return LoadedModel(FAMILIES[family], unet, vae, tes, [], None, "epsilon", str(folder))
+    return LoadedModel(family(family_name), unet, vae, tes, [], None, "epsilon", str(folder))
 
 
 def _count(module: torch.nn.Module) -> int:
@@ -221,10 +217,10 @@ def test_clip_tokenizer_from_vendored_bpe_uses_clip_ids(tmp_path: Path) -> None:
     tok = clip_tokenizer()
     assert tok("a photo of a cat").input_ids == [49406, 320, 1125, 539, 320, 2368, 49407]
     assert len(tok) == 49408 and tok.bos_token_id == 49406 and tok.eos_token_id == 49407 == tok.pad_token_id
-    open_clip = _tokenizer(ARCH_DIR / "sdxl", "tokenizer_2")  # OpenCLIP pads with "!" (id 0)
+    open_clip = folder_tokenizer(family("sdxl").arch_dir, "tokenizer_2")  # OpenCLIP pads with "!" (id 0)
     ids = open_clip("a cat", padding="max_length", max_length=77).input_ids
     assert ids[:4] == [49406, 320, 2368, 49407] and ids[4:] == [0] * 73
-    assert _tokenizer(ARCH_DIR / "sd15", "tokenizer").pad_token_id == 49407
+    assert folder_tokenizer(family("sd1").arch_dir, "tokenizer").pad_token_id == 49407
     open_clip.save_pretrained(tmp_path / "tok")  # what a diffusers folder saved from a single file holds
     from transformers import CLIPTokenizer
 
@@ -236,12 +232,12 @@ def test_clip_tokenizer_from_vendored_bpe_uses_clip_ids(tmp_path: Path) -> None:
 
 def test_family_is_detected_from_the_header_alone(sd1: tuple[LoadedModel, Path], sdxl: tuple[LoadedModel, Path],
                                                   tmp_path: Path) -> None:
-    for (_, file), family in ((sd1, "sd1"), (sdxl, "sdxl")):
+    for (_, file), name in ((sd1, "sd1"), (sdxl, "sdxl")):
         truncated = tmp_path / file.name
         with open(file, "rb") as fh:  # keep the header and drop every tensor: no weight is read
             prefix = fh.read(8)
             truncated.write_bytes(prefix + fh.read(int.from_bytes(prefix, "little")))
-        assert detect_checkpoint_family(open_checkpoint(truncated).shapes) == family
+        assert detect_checkpoint_family(open_checkpoint(truncated).shapes) == name
     sd2 = {k: tuple(v.shape) for k, v in original_layout(_meta_model("sd2")).items()}
     assert detect_checkpoint_family(sd2) == "sd2"
     unet_only = {k: s for k, s in sd2.items() if k.startswith("model.diffusion_model.")}

@@ -10,10 +10,10 @@ import torch
 
 from trainers.core.options import TrainConfig
 from trainers.core.plan import plan_steps
-from trainers.data.dataset import sample_generator
-from trainers.models import FAMILIES, ModelLoadError, detect_family, load_model
-from trainers.train.diffusion import _per_sample, min_snr_weights
 from trainers.core.saves import save_name
+from trainers.data.dataset import sample_generator
+from trainers.models import ModelLoadError, detect_family, family, load_model
+from trainers.train.diffusion import _per_sample, min_snr_weights
 from trainers.train.optim import build_lr_scheduler, build_optimizer, warmup_steps
 from trainers.train.progress import ProgressMeter
 
@@ -126,12 +126,12 @@ def test_save_names_follow_kohya() -> None:
 
 
 def test_family_detection(tiny_sd1_dir: Path, tiny_sdxl_dir: Path, tmp_path: Path) -> None:
-    assert detect_family(tiny_sd1_dir) is FAMILIES["sd1"]
-    assert detect_family(tiny_sdxl_dir) is FAMILIES["sdxl"]
+    assert detect_family(tiny_sd1_dir) is family("sd1")
+    assert detect_family(tiny_sdxl_dir) is family("sdxl")
     sd2 = tmp_path / "sd2"
     (sd2 / "unet").mkdir(parents=True)
     (sd2 / "unet" / "config.json").write_text(json.dumps({"cross_attention_dim": 1024}))
-    assert detect_family(sd2) is FAMILIES["sd2"]
+    assert detect_family(sd2) is family("sd2")
     other = tmp_path / "other"
     (other / "unet").mkdir(parents=True)
     (other / "unet" / "config.json").write_text(json.dumps({"cross_attention_dim": 4096}))

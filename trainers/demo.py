@@ -25,7 +25,8 @@ def build_dataset(root: Path, folder: str = "5_sks shape", size: int = 96) -> Pa
 
 
 def build_demo(out: Path, sdxl: bool = False) -> Iterator[str]:
-    from trainers.models.tiny import build_tiny_sd1, build_tiny_sdxl
+    from trainers.models.sd.tiny import build_tiny_sd1
+    from trainers.models.sdxl.tiny import build_tiny_sdxl
 
     out = Path(out)
     yield f"model: {build_tiny_sd1(out / 'tiny-sd1')}"

@@ -1,11 +1,38 @@
-"""Atomic file writes with ordinary (umask-following) permissions."""
+"""Files written so that a crash never leaves half a file under a final name, and the one safetensors header reader.
+
+One temp-name scheme for every file and folder we write: `.<final name>.tmp-<pid>-<random>` beside the
+final path, renamed into place when complete. A folder being replaced is first renamed to
+`.<name>.old-<pid>-<random>`, one being deleted to `.<name>.deleting-<pid>-<random>`. The pid in the
+name says who owns the entry, so `clean_stale_temps` removes a dead process's leftovers at once.
+Everything gets ordinary permissions that follow the umask (tempfile and safetensors would leave 0600,
+which a ComfyUI or A1111 running as another user cannot read). Torch-free.
+"""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import tempfile
-from collections.abc import Iterator
+import re
+import secrets
+import shutil
+import struct
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from trainers.core.processes import pid_alive
+
+TEMP_KINDS = ("tmp", "old", "deleting")
+_OURS = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old|deleting)-(?P<pid>\d+)(?:-[0-9a-f]{8})?$")
+_SAFETENSORS_TEMP = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")  # safetensors' own temp while it writes our temp file
+_UNOWNED = re.compile(r"^\.(?P<name>.+)\.[^.]+\.tmp$")  # temp files of Atelier before 2026-11 (no owner recorded)
+_UNOWNED_STALE_S = 600.0  # an unowned temp entry untouched this long is left over from a killed process
+_HEADER_LIMIT = 100_000_000
+
+
+def temp_name(final: Path, kind: str = "tmp") -> Path:
+    """A fresh temp entry beside `final`, owned by this process."""
+    return final.with_name(f".{final.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
 def current_umask() -> int:
@@ -20,32 +47,8 @@ def current_umask() -> int:
     return mask
 
 
-@contextlib.contextmanager
-def atomic_path(final: Path) -> Iterator[Path]:
-    """Yield a temp path beside `final`; when the block succeeds, fsync it and rename it into place.
-
-    A crash at any moment leaves the old file or the new one under `final`, never half a file.
-    The result gets 0o666 minus the umask (tempfile and safetensors would leave 0600, which
-    a ComfyUI or A1111 running as another user cannot read).
-    """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(final.parent)
-
-
 def _fsync_dir(folder: Path) -> None:
-    """Make the rename durable; not every platform/filesystem allows fsync on a directory."""
+    """Make a rename durable; not every platform/filesystem allows fsync on a directory."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -58,6 +61,141 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _finish_file(path: Path, durable: bool) -> None:
+    os.chmod(path, 0o666 & ~current_umask())
+    if durable:
+        with open(path, "rb") as fh:
+            os.fsync(fh.fileno())
+
+
+@contextlib.contextmanager
+def atomic_path(final: Path, durable: bool = True) -> Iterator[Path]:
+    """Yield a temp path beside `final` to write; when the block succeeds, rename it into place.
+
+    A crash at any moment leaves the old file or the new one under `final`, never half a file.
+    `durable`: fsync the file and the folder (off for caches, which are rebuilt when lost).
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(final)
+    try:
+        yield tmp
+        _finish_file(tmp, durable)
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if durable:
+        _fsync_dir(final.parent)
+
+
 def atomic_write_text(final: Path, text: str) -> None:
     with atomic_path(final) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+@contextlib.contextmanager
+def atomic_dir(final: Path, may_replace: Callable[[Path], bool] | None = None,
+               kind: str = "a save of ours") -> Iterator[Path]:
+    """Yield an empty temp folder beside `final`; when the block succeeds, rename it into place.
+
+    A SIGKILL at any moment leaves the previous `final` (or none) and at most hidden temp entries,
+    never a half-written folder under the final name. An existing `final` is replaced only when
+    `may_replace(final)` says so (default: always); otherwise FileExistsError ("... is not `kind`").
+    """
+    final = Path(final)
+    if final.exists() and may_replace is not None and not may_replace(final):
+        raise FileExistsError(f"{final} exists and is not {kind}; not replacing it")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = temp_name(final), temp_name(final, "old")
+    tmp.mkdir()
+    try:
+        yield tmp
+        mask = current_umask()
+        for part in sorted(tmp.rglob("*")):
+            if part.is_dir():
+                os.chmod(part, 0o777 & ~mask)
+            elif part.is_file():
+                _finish_file(part, durable=True)
+        os.chmod(tmp, 0o777 & ~mask)
+        _fsync_dir(tmp)
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        _fsync_dir(final.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_save(path: Path) -> None:
+    """Delete a save (file or folder); a folder is first renamed away, so it vanishes at once."""
+    path = Path(path)
+    if path.is_dir():
+        doomed = temp_name(path, "deleting")
+        os.replace(path, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def clean_stale_temps(folder: Path, prefix: str, now: float | None = None) -> list[Path]:
+    """Remove temp entries of saves named `prefix...` in `folder` left by a process that is gone; returns them.
+
+    An entry whose owner is dead goes at once (a folder replaced half-way is put back first);
+    unowned temps (safetensors' own, older Atelier versions') go when untouched for 10 minutes.
+    """
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return []
+    now = time.time() if now is None else now
+    removed = []
+    for entry in folder.iterdir():
+        ours = _OURS.match(entry.name)
+        try:
+            if ours and ours["name"].startswith(prefix):
+                owner = int(ours["pid"])
+                if owner != os.getpid() and pid_alive(owner):
+                    continue  # a live process is writing it
+                original = folder / ours["name"]
+                if ours["kind"] == "old" and not original.exists():  # killed between the two renames: put it back
+                    os.replace(entry, original)
+                    continue
+            else:
+                unowned = _UNOWNED.match(entry.name)
+                if not (_SAFETENSORS_TEMP.match(entry.name) or unowned and unowned["name"].startswith(prefix)):
+                    continue
+                if now - entry.stat().st_mtime < _UNOWNED_STALE_S:
+                    continue  # perhaps being written right now
+        except FileNotFoundError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+def read_safetensors_header(path: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """(tensor name -> shape, __metadata__) of a .safetensors file, read without loading a tensor.
+
+    ValueError says why a file is not one (too short, header unreadable or not JSON).
+    """
+    path = Path(path)
+    with open(path, "rb") as fh:
+        raw = fh.read(8)
+        (length,) = struct.unpack("<Q", raw) if len(raw) == 8 else (0,)
+        if not 2 <= length <= min(path.stat().st_size - 8, _HEADER_LIMIT):
+            raise ValueError(f"{path} is not a safetensors file (its header is unreadable)")
+        try:
+            header = json.loads(fh.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ValueError(f"{path} is not a safetensors file (its header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is not a safetensors file (its header is not a table)")
+    metadata = header.pop("__metadata__", None) or {}
+    return {k: tuple(v.get("shape", ())) for k, v in header.items() if isinstance(v, dict)}, metadata
+
+
+def safetensors_data_offset(path: Path) -> int:
+    """Where the tensor data of a .safetensors file starts (after the 8-byte length and the header)."""
+    with open(path, "rb") as fh:
+        (length,) = struct.unpack("<Q", fh.read(8))
+    return 8 + length

@@ -5,12 +5,12 @@ states; plus every N-th save kept for good. Pure decisions (`to_remove`) apart f
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainers.core.saves import Position, read_manifest, remove_save
+from trainers.core.fsio import remove_save
+from trainers.core.saves import Position, list_saves, read_manifest
 
 
 @dataclass(frozen=True)
@@ -45,28 +45,19 @@ class Retention:
                    values.get("save_every_n_epochs"), values.get("save_every_n_steps"))
 
 
-def list_saves(output_dir: Path, output_name: str) -> list[SavedItem]:
-    """The intermediate saves of `output_name`: `-000003` (epoch) and `-step00000500` (step), states too."""
-    folder = Path(output_dir).expanduser()
-    if not folder.is_dir():
-        return []
-    pattern = re.compile(rf"^{re.escape(output_name)}-(?:(\d{{6}})|step(\d{{8}}))(-ema)?(-state|\.safetensors)?$")
+def intermediate_saves(output_dir: Path, output_name: str) -> list[SavedItem]:
+    """The epoch and step saves of `output_name` (model files, folders, EMA copies) and their training states."""
     items = []
-    for entry in folder.iterdir():
-        m = pattern.match(entry.name)
-        if not m:
-            continue
-        is_state = m.group(4) == "-state"
-        if is_state and m.group(3):
+    for path, name in list_saves(output_dir, output_name):
+        if name.kind == "final" or name.state and name.ema:
             continue
         rolling = False
-        if is_state:
+        if name.state:
             try:
-                rolling = read_manifest(entry).get("kind") == "rolling"
+                rolling = read_manifest(path).get("kind") == "rolling"
             except ValueError:
                 continue  # not a complete state: not ours to delete
-        kind, number = ("epoch", int(m.group(1))) if m.group(1) else ("step", int(m.group(2)))
-        items.append(SavedItem(entry, kind, number, is_state, rolling))
+        items.append(SavedItem(path, name.kind, name.number, name.state, rolling))
     return sorted(items, key=lambda i: (i.kind, i.number, i.path.name))
 
 
@@ -120,7 +111,7 @@ def _kept_numbers(numbers: list[int], kind: str, is_state: bool, policy: Retenti
 def prune(output_dir: Path, output_name: str, policy: Retention, at: Position) -> list[Path]:
     """Delete what the retention policy drops; returns the paths removed."""
     removed = []
-    for item in to_remove(list_saves(output_dir, output_name), policy, at):
+    for item in to_remove(intermediate_saves(output_dir, output_name), policy, at):
         remove_save(item.path)
         removed.append(item.path)
     return removed

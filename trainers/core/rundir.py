@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.fsio import atomic_write_text
+from trainers.core.processes import pid_alive
 from trainers.core.secrets import redact
 
 CONFIG = "config.toml"  # the full resolved config
@@ -74,6 +76,23 @@ class Request(str, Enum):
     __hash__ = str.__hash__
 
 
+def read_run_config(run_dir: Path) -> dict[str, Any] | None:
+    """A run's config.toml as one flat {name: value} dict, its `method` included; None when missing or unreadable.
+
+    For reading what a run was (its saves, prompts, model); loading it to train again is load_config's job.
+    """
+    from trainers.core.options.loading import flatten
+
+    try:
+        raw = tomllib.loads((Path(run_dir) / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    flat = flatten(raw, [])
+    if isinstance(raw.get("method"), str):
+        flat["method"] = raw["method"]
+    return flat
+
+
 def read_status(run_dir: Path | None) -> dict[str, Any]:
     """status.json as a dict; empty when there is none (yet) or it cannot be read."""
     if run_dir is None:
@@ -122,22 +141,6 @@ def effective_state(status: dict[str, Any]) -> RunState:
     if state.active and not pid_alive(status.get("launcher_pid") or status.get("trainer_pid")):
         return RunState.FAILED
     return state
-
-
-def pid_alive(pid: int | None) -> bool:
-    """True while `pid` runs (or belongs to another user); a zombie counts as dead."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def request(run_dir: Path, name: Request | str) -> None:

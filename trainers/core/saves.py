@@ -1,37 +1,31 @@
-"""Where saves live: training-state folders and their manifests, finding 'latest', atomic folders and
-free-disk checks (retention: retention.py). No torch here: the GUI and config validation use it too.
+"""The names of saves and where they live: SaveName (format, parse, list), training-state folders and their
+manifests, 'latest', and the free-disk check. (Retention: retention.py.) Torch-free: the GUI and config
+validation use it too.
 
-A training state is a folder beside the saves it belongs to, named as kohya names them:
-`<output_name>-000003-state` (an epoch save), `<output_name>-step00000500-state` (a step save, a
-stop, a rolling or an emergency state), `<output_name>-state` (the end of training). Its
-`manifest.json` is written last and the folder is renamed into place, so a folder under a final
-name is always complete.
+Saves are named as kohya names them, beside each other in output_dir:
+`<output_name>.safetensors` (the end of training), `<output_name>-000003.safetensors` (an epoch save),
+`<output_name>-step00000500.safetensors` (a step save, or a stop); full models are folders of the same
+names and/or such files, with `-ema` copies. A training state is the folder `<save name>-state`; its
+`manifest.json` is written last and the folder is renamed into place, so a folder under a final name
+is always complete.
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from trainers.core.errors import DiskFull
-from trainers.core.fsio import _fsync_dir, current_umask
-from trainers.core.processes import pid_alive
 
 STATE_FORMAT = "atelier-training-state"
 STATE_VERSION = 1
 MANIFEST = "manifest.json"
 STATE_KINDS = ("epoch", "step", "stop", "rolling", "emergency", "final")
-_TMP_MARK = ".tmp-"
-_SAFETENSORS_TEMP = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")  # safetensors writes <dir>/.tmpXXXXXX, then renames it
-_TEMP_PID = re.compile(r"\.(?:tmp|old|deleting)-(\d+)$")  # temp entries of atomic_dir / remove_save: <...>-<pid>
-_STALE_TEMP_S = 600.0  # a temp entry of a save untouched this long is left over from a killed process
+FILE_SUFFIX = ".safetensors"
 
 
 @dataclass(frozen=True)
@@ -61,16 +55,83 @@ class StateInfo:
         return str(self.manifest.get("kind", ""))
 
 
+@dataclass(frozen=True)
+class SaveName:
+    """The name of one save: `<output_name>[-000003|-step00000500][-ema][-state]`, plus `.safetensors` for a file."""
+
+    output_name: str
+    epoch: int | None = None
+    step: int | None = None  # a step save (wins over epoch)
+    ema: bool = False
+    state: bool = False
+    suffix: str = ""  # ".safetensors" for a file, "" for a folder
+
+    @property
+    def kind(self) -> Literal["step", "epoch", "final"]:
+        return "step" if self.step is not None else "epoch" if self.epoch is not None else "final"
+
+    @property
+    def number(self) -> int:
+        """The step or epoch it was saved at (0 for the final save)."""
+        return {"step": self.step, "epoch": self.epoch}.get(self.kind) or 0
+
+    @property
+    def stem(self) -> str:
+        """The save's name without -state and suffix: what its training state and EMA copy are named after."""
+        marker = {"step": f"-step{self.step or 0:08d}", "epoch": f"-{self.epoch or 0:06d}", "final": ""}[self.kind]
+        return f"{self.output_name}{marker}"
+
+    @property
+    def filename(self) -> str:
+        return f"{self.stem}{'-ema' if self.ema else ''}{'-state' if self.state else ''}{self.suffix}"
+
+    @property
+    def label(self) -> str:
+        """How a person calls it: 'epoch 3', 'step 500', 'final' (' EMA' for an EMA copy)."""
+        base = {"step": f"step {self.step}", "epoch": f"epoch {self.epoch}", "final": "final"}[self.kind]
+        return base + (" EMA" if self.ema else "")
+
+    def state_folder(self) -> "SaveName":
+        return SaveName(self.output_name, self.epoch, self.step, state=True)
+
+    @classmethod
+    def parse(cls, filename: str, output_name: str) -> "SaveName | None":
+        """The SaveName of `filename` when it is a save of `output_name` (not of `output_name-v2`), else None."""
+        if not filename.startswith(output_name):
+            return None
+        m = _SAVE_TAIL.fullmatch(filename[len(output_name):])
+        if m is None:
+            return None
+        epoch = int(m["epoch"]) if m["epoch"] else None
+        step = int(m["step"]) if m["step"] else None
+        return cls(output_name, epoch, step, ema=bool(m["ema"]), state=bool(m["state"]), suffix=m["suffix"] or "")
+
+
+_SAVE_TAIL = re.compile(r"(?:-(?P<epoch>\d{6})|-step(?P<step>\d{8}))?(?P<ema>-ema)?(?P<state>-state)?"
+                        r"(?P<suffix>\.safetensors)?")
+
+
 def save_name(output_name: str, epoch: int | None = None, step: int | None = None) -> str:
-    """kohya's naming: name.safetensors, name-000003.safetensors, name-step00000100.safetensors."""
-    if step is not None:
-        return f"{output_name}-step{step:08d}"
-    return f"{output_name}-{epoch:06d}" if epoch is not None else output_name
+    """kohya's naming: name, name-000003, name-step00000100 (without suffix)."""
+    return SaveName(output_name, epoch, step).stem
 
 
 def state_name(name: str) -> str:
     """The state folder of a save: `lora-000002` -> `lora-000002-state`."""
     return f"{name}-state"
+
+
+def list_saves(output_dir: Path, output_name: str) -> list[tuple[Path, SaveName]]:
+    """Every save of `output_name` in `output_dir` (files, folders, EMA copies, states), by kind and number."""
+    folder = Path(output_dir).expanduser()
+    if not folder.is_dir():
+        return []
+    found = []
+    for entry in folder.iterdir():
+        name = SaveName.parse(entry.name, output_name)
+        if name is not None and (entry.is_dir() or name.suffix) and (entry.is_dir() or not name.state):
+            found.append((entry, name))
+    return sorted(found, key=lambda item: (item[1].kind, item[1].number, item[0].name))
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -102,15 +163,11 @@ def find_states(output_dir: Path, output_name: str) -> list[StateInfo]:
     The last is what 'latest' resumes: after a resume from an older state, the states this run writes are
     newer than the higher steps of the run it branched from.
     """
-    folder = Path(output_dir).expanduser()
-    if not folder.is_dir():
-        return []
-    pattern = re.compile(rf"^{re.escape(output_name)}(-\d{{6}}|-step\d{{8}})?-state$")
     found = []
-    for entry in folder.iterdir():
-        if pattern.match(entry.name) and entry.is_dir():
+    for path, name in list_saves(output_dir, output_name):
+        if name.state and not name.ema:
             try:
-                found.append(StateInfo(entry, read_manifest(entry)))
+                found.append(StateInfo(path, read_manifest(path)))
             except ValueError:
                 continue  # incomplete or foreign: never resumed from
     return sorted(found, key=lambda s: (float(s.manifest.get("time", 0)), s.step))
@@ -136,83 +193,6 @@ def resolve_resume(resume: str, output_dir: str, output_name: str) -> Path:
         raise ValueError(f"folder not found: {text}; give a '<name>-state' folder or 'latest'")
     read_manifest(folder)
     return folder
-
-
-@contextlib.contextmanager
-def atomic_dir(final: Path) -> Iterator[Path]:
-    """Yield an empty temp folder beside `final`; when the block succeeds, fsync it and rename it into place.
-
-    A SIGKILL at any moment leaves the previous `final` (or none) and at most a hidden temp
-    folder, never a half-written folder under the final name. Files get 0o666 minus the umask.
-    """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}")
-    old = final.with_name(f".{final.name}.old-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-        mode = 0o666 & ~current_umask()
-        for part in tmp.rglob("*"):
-            if part.is_file():
-                os.chmod(part, mode)
-                with open(part, "rb") as fh:
-                    os.fsync(fh.fileno())
-        os.chmod(tmp, 0o777 & ~current_umask())
-        _fsync_dir(tmp)
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-        _fsync_dir(final.parent)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def remove_save(path: Path) -> None:
-    """Delete a save (file or folder); a folder is first renamed away, so it vanishes at once."""
-    path = Path(path)
-    if path.is_dir():
-        doomed = path.with_name(f".{path.name}.deleting-{os.getpid()}")
-        os.replace(path, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def clean_stale_temps(output_dir: Path, output_name: str, now: float | None = None) -> list[Path]:
-    """Remove temp files/folders of saves of `output_name` left by a killed process; returns what went.
-
-    Entries named with a process id go when that process is gone; others when untouched for 10 minutes.
-    """
-    folder = Path(output_dir).expanduser()
-    if not folder.is_dir():
-        return []
-    now = time.time() if now is None else now
-    removed = []
-    for entry in folder.iterdir():
-        name = entry.name
-        ours = name.startswith(f".{output_name}") and (name.endswith(".tmp") or _TEMP_PID.search(name)
-                                                        or ".old-" in name)
-        if not ours and not _SAFETENSORS_TEMP.match(name):
-            continue
-        owner = _TEMP_PID.search(name)
-        try:
-            if owner and int(owner.group(1)) != os.getpid() and pid_alive(int(owner.group(1))):
-                continue  # a live process is writing it
-            if not owner and now - entry.stat().st_mtime < _STALE_TEMP_S:
-                continue  # perhaps a save in progress right now
-        except FileNotFoundError:
-            continue
-        if ".old-" in name:  # killed between the two renames of a folder save: put the old save back
-            original = folder / name[1:name.index(".old-")]
-            if not original.exists():
-                os.replace(entry, original)
-                continue
-        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-        removed.append(entry)
-    return removed
 
 
 def check_free_space(folder: Path, needed_bytes: int, what: str) -> None:

@@ -10,8 +10,6 @@ With several processes, disk caching splits the images between them.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from trainers.core.fsio import atomic_path
 from trainers.data.catalog import Catalog, CatalogImage
 from trainers.data.dataset import decode_for_bucket, prepare_sample_image
 from trainers.data.images import ImageLoadError
@@ -189,14 +188,8 @@ def _write(path: Path, entries: dict[bool, LatentEntry], key: str) -> None:
         tensors[f"mean{suffix}"], tensors[f"std{suffix}"] = e.mean.contiguous(), e.std.contiguous()
         tensors[f"sizes{suffix}"] = torch.stack([e.original_size, e.crop_top_left, e.target_size])
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with atomic_path(path, durable=False) as tmp:  # a lost cache file is rebuilt: no fsync
             save_file(tensors, tmp, metadata={"key": key, "format": FORMAT})
-            os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
     except OSError as err:
         raise CacheWriteError(f"cannot write the latent cache file {path} ({err.strerror or err})") from None
 

@@ -14,8 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import EXIT_BAD_INPUT, ConfigError
-from trainers.generate.options import GEN_OPTIONS, GenerateConfig, check_config, load_generate_config, new_job_dir
-from trainers.generate.saves import fill_from_run
+from trainers.generate.options import (
+    GEN_OPTIONS,
+    GenerateConfig,
+    check_config,
+    fill_from_run,
+    load_generate_config,
+    new_job_dir,
+)
 
 _SINGULAR = {"prompts": "prompt", "loras": "lora", "compare_loras": "compare-lora", "compare_weights": "weight"}
 

@@ -20,6 +20,7 @@ from trainers.core.options.values import OptionValues
 from trainers.core.prompts import SamplePrompt, config_prompts
 from trainers.core.registry import FAMILY_NAMES
 from trainers.core.rundir import new_run_dir
+from trainers.generate.saves import find_saves, run_base_model, run_sample_prompts
 
 MODES = ("generate", "compare")
 SAMPLER_CHOICES: tuple[str, ...] = TRAIN_OPTIONS["sample_sampler"].choices or ()
@@ -272,8 +273,6 @@ def check_config(cfg: GenerateConfig) -> list[ConfigIssue]:
             issues.extend(err.issues)
         run = cfg.compare_run.strip()
         if run:
-            from trainers.generate.saves import find_saves
-
             folder = Path(run).expanduser()
             if not folder.is_dir():
                 add("compare_run", f"{folder} is not a folder; pick a training run folder (runs/<id>)")
@@ -282,6 +281,20 @@ def check_config(cfg: GenerateConfig) -> list[ConfigIssue]:
         elif not cfg.compare_loras:
             add("compare_run", "pick a training run, or list LoRA files in compare_loras, to compare")
     return issues
+
+
+def fill_from_run(cfg: GenerateConfig) -> GenerateConfig:
+    """A compare job without a model or prompts takes the run's base model and sample prompts."""
+    run = cfg.compare_run.strip()
+    if cfg.mode != "compare" or not run or not Path(run).expanduser().is_dir():
+        return cfg
+    folder = Path(run).expanduser()
+    changes: dict[str, Any] = {}
+    if not cfg.model.strip():
+        changes["model"] = run_base_model(folder)
+    if not cfg.prompts and not cfg.prompts_file.strip():
+        changes["prompts"] = run_sample_prompts(folder)
+    return cfg.replace(**changes) if changes else cfg
 
 
 def new_job_dir(runs_root: Path, cfg: GenerateConfig) -> Path:

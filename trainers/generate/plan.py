@@ -12,8 +12,7 @@ from pathlib import Path
 
 from trainers.core.prompts import SamplePrompt
 from trainers.generate.options import GenerateConfig, LoraRef, job_prompts, parse_loras, parse_weights
-
-NATIVE_SIZE = {"sd1": 512, "sd2": 512, "sdxl": 1024}  # default size of each family
+from trainers.generate.saves import Save, find_saves, is_lora_file
 
 
 @dataclass(frozen=True)
@@ -72,13 +71,40 @@ def image_seed(prompt: SamplePrompt, job_seed: int, index: int) -> int:
     return (job_seed if prompt.seed is None else prompt.seed) + index
 
 
+def compare_saves(cfg: GenerateConfig) -> list[Save]:
+    """The grid's rows: the saves of `compare_run`, then the files of `compare_loras`."""
+    rows = find_saves(Path(cfg.compare_run).expanduser()) if cfg.compare_run.strip() else []
+    for ref in parse_loras(cfg.compare_loras, "compare_loras"):
+        rows.append(Save(ref.path, Path(ref.path).stem))
+    return rows
+
+
+def compare_variants(cfg: GenerateConfig, weights: list[float]) -> list[Variant]:
+    """One variant per (save, weight); full-model saves (finetune, dreambooth) are rendered at weight 1 only."""
+    base_loras = tuple(parse_loras(cfg.loras))
+    saves = compare_saves(cfg)
+    if not saves:
+        raise ValueError("compare_run: no saves found; pick a run that saved at least once, or list compare_loras")
+    full = [s for s in saves if not is_lora_file(Path(s.path))]
+    if full:
+        weights = [1.0]
+    variants = []
+    for save in saves:
+        for w in weights:
+            weight_label = f"weight {w:g}" if len(weights) > 1 else ""
+            if save in full:
+                variants.append(Variant(save.label, base_loras, model=save.path, save=save.label))
+            else:
+                variants.append(Variant(f"{save.label} {weight_label}".strip(), base_loras + (LoraRef(save.path, w),),
+                                        save=save.label, weight_label=weight_label))
+    return variants
+
+
 def build_plan(cfg: GenerateConfig, out_dir: Path, seed: int, variants: list[Variant] | None = None) -> Plan:
     """Work items in a fixed order: variant, then prompt, then batches of `batch_size` images."""
     prompts = job_prompts(cfg)
     if variants is None:
         if cfg.mode == "compare":
-            from trainers.generate.saves import compare_variants
-
             variants = compare_variants(cfg, parse_weights(cfg.compare_weights))
         else:
             variants = [Variant("", tuple(parse_loras(cfg.loras)))]

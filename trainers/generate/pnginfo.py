@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import struct
 from pathlib import Path
 from typing import Any
+
+from trainers.core.fsio import safetensors_data_offset
 
 NEGATIVE = "Negative prompt: "
 
@@ -70,8 +71,7 @@ def lora_short_hash(path: Path) -> str:
     """A1111's LoRA hash ("addnet" sha256 of the tensor data after the safetensors header), first 12 digits."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        (size,) = struct.unpack("<Q", fh.read(8))
-        fh.seek(8 + size)
+        fh.seek(safetensors_data_offset(path))
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()[:12]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from trainers.generate.options import GenerateConfig, LoraRef
-from trainers.generate.plan import NATIVE_SIZE, Variant, WorkItem
+from trainers.generate.plan import Variant, WorkItem
 from trainers.generate.pnginfo import lora_short_hash, lora_tag, parameters_text
 from trainers.generate.saves import lora_touches_text_encoder
 from trainers.models import LoadedModel, ModelLoadError, load_model
@@ -135,9 +135,7 @@ class Renderer:
 
     def native_size(self) -> int:
         assert self.model is not None
-        if self.model.family.name == "sd2" and self.model.prediction_type == "v_prediction":
-            return 768
-        return NATIVE_SIZE.get(self.model.family.name, 512)
+        return self.model.family.default_size(self.model.prediction_type)
 
     def render(self, item: WorkItem) -> list[Path]:
         """Render one work item (a batch of one prompt's images) and write its PNGs."""

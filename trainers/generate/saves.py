@@ -1,22 +1,18 @@
 """A training run's saves, base model and sample prompts, read from its run directory. Torch-free.
 
 Saves come from the run's `checkpoint` events (path, epoch, step); a run without events falls back to
-the files `<output_dir>/<output_name>-*.safetensors` named in its config.toml.
+the saves of `<output_dir>/<output_name>` named in its config.toml (core/saves.py tells them apart).
 """
 from __future__ import annotations
 
-import json
-import re
-import struct
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from trainers.generate.options import GenerateConfig, LoraRef, parse_loras
-
-if TYPE_CHECKING:
-    from trainers.generate.plan import Variant
+from trainers.core.events import Checkpoint, read_events
+from trainers.core.fsio import read_safetensors_header
+from trainers.core.rundir import read_run_config
+from trainers.core.saves import SaveName, list_saves
 
 
 @dataclass(frozen=True)
@@ -27,65 +23,31 @@ class Save:
     step: int | None = None
 
 
-def _events(run_dir: Path) -> list[dict[str, Any]]:
-    try:
-        text = (run_dir / "events.jsonl").read_text(encoding="utf-8")
-    except OSError:
-        return []
-    found = []
-    for line in text.splitlines():
-        try:
-            found.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return found
-
-
 def run_config(run_dir: Path) -> dict[str, Any]:
     """The run's config.toml as one flat dict (sections merged); empty when missing or unreadable."""
-    try:
-        raw = tomllib.loads((Path(run_dir) / "config.toml").read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return {}
-    flat: dict[str, Any] = {}
-    for key, value in raw.items():
-        flat.update(value) if isinstance(value, dict) else flat.__setitem__(key, value)
-    return flat
-
-
-def _label(path: Path, epoch: Any, step: Any, final: bool) -> str:
-    if final:
-        return "final"
-    if re.search(r"-step\d+$", path.stem) and step is not None:
-        return f"step {step}"
-    if epoch is not None:
-        return f"epoch {epoch}"
-    return path.stem
+    return read_run_config(run_dir) or {}
 
 
 def find_saves(run_dir: Path) -> list[Save]:
     """The run's saves that still exist, oldest first (one row each in a compare grid)."""
     run_dir = Path(run_dir)
+    cfg = run_config(run_dir)
     saves: dict[str, Save] = {}
-    for event in _events(run_dir):
-        if event.get("type") == "checkpoint" and event.get("path"):
-            path = Path(event["path"])
-            saves[str(path)] = Save(str(path), _label(path, event.get("epoch"), event.get("step"),
-                                                       bool(event.get("final"))), event.get("epoch"), event.get("step"))
-    if not saves:
-        cfg = run_config(run_dir)
-        out, name = cfg.get("output_dir"), cfg.get("output_name")
-        if out and name:
-            folder = Path(str(out)).expanduser()
-            files = sorted(folder.glob(f"{glob_escape(name)}-*.safetensors"))
-            files += [f for f in [folder / f"{name}.safetensors"] if f.exists()]
-            for f in files:
-                saves[str(f)] = Save(str(f), "final" if f.stem == name else f.stem.removeprefix(f"{name}-"))
+    for event in read_events(run_dir):
+        if isinstance(event, Checkpoint):
+            name = SaveName.parse(Path(event.path).name, str(cfg.get("output_name", "")))
+            label = "final" if event.final else name.label if name else Path(event.path).stem
+            saves[event.path] = Save(event.path, label, event.epoch, event.step)
+    if not saves and cfg.get("output_dir") and cfg.get("output_name"):
+        output_name = str(cfg["output_name"])
+        for path, name in list_saves(Path(str(cfg["output_dir"])), output_name):
+            if name.suffix and not name.state:  # the single files (LoRAs, full models), EMA copies too
+                label = "final" if name.filename == f"{output_name}{name.suffix}" else \
+                    path.name.removesuffix(name.suffix).removeprefix(f"{output_name}-")
+                saves[str(path)] = Save(str(path), label, name.epoch, name.step)
+        saves = dict(sorted(saves.items(), key=lambda kv: (kv[1].label == "final", kv[1].step or 0,
+                                                           kv[1].epoch or 0, kv[0])))
     return [s for s in saves.values() if Path(s.path).exists()]
-
-
-def glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def run_sample_prompts(run_dir: Path) -> list[str]:
@@ -118,71 +80,26 @@ def compare_form_values(run_dir: Path) -> dict[str, Any]:
     return values
 
 
+def _tensor_names(path: Path) -> list[str] | None:
+    """The tensor names of a .safetensors file (header only); None when it is not one."""
+    try:
+        return list(read_safetensors_header(path)[0])
+    except (OSError, ValueError):
+        return None
+
+
 def is_lora_file(path: Path) -> bool:
     """A .safetensors file whose tensors are LoRA weights (kohya, diffusers or PEFT names); reads the header only."""
     path = Path(path)
     if path.is_dir() or path.suffix.lower() != ".safetensors":
         return False
-    try:
-        with open(path, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(min(size, 100 << 20)))
-    except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError):
-        return False
-    return any(k.startswith(("lora_", "lycoris_")) or ".lora_" in k or "lora_A" in k for k in header)
-
-
-def compare_saves(cfg: GenerateConfig) -> list[Save]:
-    """The grid's rows: the saves of `compare_run`, then the files of `compare_loras`."""
-    rows = find_saves(Path(cfg.compare_run).expanduser()) if cfg.compare_run.strip() else []
-    for ref in parse_loras(cfg.compare_loras, "compare_loras"):
-        rows.append(Save(ref.path, Path(ref.path).stem))
-    return rows
-
-
-def compare_variants(cfg: GenerateConfig, weights: list[float]) -> list["Variant"]:
-    """One variant per (save, weight); full-model saves (finetune, dreambooth) are rendered at weight 1 only."""
-    from trainers.generate.plan import Variant  # plan imports this module
-
-    base_loras = tuple(parse_loras(cfg.loras))
-    saves = compare_saves(cfg)
-    if not saves:
-        raise ValueError("compare_run: no saves found; pick a run that saved at least once, or list compare_loras")
-    full = [s for s in saves if not is_lora_file(Path(s.path))]
-    if full:
-        weights = [1.0]
-    variants = []
-    for save in saves:
-        for w in weights:
-            weight_label = f"weight {w:g}" if len(weights) > 1 else ""
-            if save in full:
-                variants.append(Variant(save.label, base_loras, model=save.path, save=save.label))
-            else:
-                variants.append(Variant(f"{save.label} {weight_label}".strip(), base_loras + (LoraRef(save.path, w),),
-                                        save=save.label, weight_label=weight_label))
-    return variants
+    names = _tensor_names(path) or []
+    return any(k.startswith(("lora_", "lycoris_")) or ".lora_" in k or "lora_A" in k for k in names)
 
 
 def lora_touches_text_encoder(path: Path) -> bool:
     """Whether a LoRA file changes the text encoder(s) (then prompt embeddings depend on it)."""
-    try:
-        with open(path, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(min(size, 100 << 20)))
-    except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError):
+    names = _tensor_names(path)
+    if names is None:
         return True  # unknown: never reuse embeddings across it
-    return any(k.startswith(("lora_te", "text_encoder", "te_", "te1", "te2")) for k in header)
-
-
-def fill_from_run(cfg: GenerateConfig) -> GenerateConfig:
-    """A compare job without a model or prompts takes the run's base model and sample prompts."""
-    run = cfg.compare_run.strip()
-    if cfg.mode != "compare" or not run or not Path(run).expanduser().is_dir():
-        return cfg
-    folder = Path(run).expanduser()
-    changes: dict[str, Any] = {}
-    if not cfg.model.strip():
-        changes["model"] = run_base_model(folder)
-    if not cfg.prompts and not cfg.prompts_file.strip():
-        changes["prompts"] = run_sample_prompts(folder)
-    return cfg.replace(**changes) if changes else cfg
+    return any(k.startswith(("lora_te", "text_encoder", "te_", "te1", "te2")) for k in names)

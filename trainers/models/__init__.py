@@ -1,20 +1,20 @@
 """Model families as plug-ins: detect which one a model is, then load it through that plug-in.
 
-Adding a family (SD3, FLUX, ...) means a new module with a ModelFamily and one entry in FAMILIES.
+A family is one folder (trainers/models/<family>/, its ModelFamily in `family.py`) plus one line in
+trainers/core/registry.py. Single-file checkpoints are read and written by `single_file/`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.models.base import LoadedModel, ModelFamily, ModelLoadError, SizeConditioning, read_json
-from trainers.models.sd.family import SD1, SD2
-from trainers.models.sdxl.family import SDXL
+from trainers.models.base import LoadedModel, ModelFamily, ModelLoadError, SizeConditioning
+from trainers.models.components import read_json
+from trainers.models.families import all_families, family
 from trainers.models.single_file import SINGLE_FILE_SUFFIXES, load_single_file, save_full_model
 
-FAMILIES: dict[str, ModelFamily] = {f.name: f for f in (SD1, SD2, SDXL)}
-
-__all__ = ["FAMILIES", "SINGLE_FILE_SUFFIXES", "LoadedModel", "ModelFamily", "ModelLoadError", "SizeConditioning",
-           "detect_family", "load_model", "load_single_file", "resolve_model_folder", "save_full_model"]
+__all__ = ["SINGLE_FILE_SUFFIXES", "LoadedModel", "ModelFamily", "ModelLoadError", "SizeConditioning",
+           "all_families", "detect_family", "family", "load_model", "load_single_file", "resolve_model_folder",
+           "save_full_model"]
 
 
 def resolve_model_folder(name_or_path: str) -> Path:
@@ -40,33 +40,32 @@ def resolve_model_folder(name_or_path: str) -> Path:
 
 
 def detect_family(folder: Path) -> ModelFamily:
-    """Tell SD1.x, SD2.x and SDXL apart from the pipeline class and UNet config."""
+    """The family of a diffusers folder, from its pipeline class and UNet config (the most specific claim wins)."""
     index = read_json(folder / "model_index.json") if (folder / "model_index.json").exists() else {}
     unet_cfg = read_json(folder / "unet" / "config.json")
-    pipeline = str(index.get("_class_name", ""))
-    if "XL" in pipeline or unet_cfg.get("addition_embed_type") == "text_time" or (folder / "text_encoder_2").is_dir():
-        return SDXL
-    cross_dim = unet_cfg.get("cross_attention_dim")
-    if pipeline.startswith("StableDiffusion") or cross_dim in (768, 1024):
-        return SD2 if cross_dim == 1024 else SD1
+    for candidate in all_families():
+        if candidate.claims_folder(index, unet_cfg, folder):
+            return candidate
+    pipeline, cross_dim = str(index.get("_class_name", "")), unet_cfg.get("cross_attention_dim")
     found = f"pipeline class {pipeline!r}" if pipeline else f"a UNet with cross_attention_dim={cross_dim!r}"
+    known = ", ".join(f.title for f in reversed(all_families()))
     raise ModelLoadError(
         f"pretrained_model_name_or_path: cannot tell the model family of {folder}: found {found}. "
-        "Supported: SD1.x, SD2.x and SDXL diffusers folders. If it is one of these, set model_family.")
+        f"Supported: {known} diffusers folders. If it is one of these, set model_family.")
 
 
 def load_model(name_or_path: str, requested_family: str, weight_dtype, vae_path: str = "",
                random_init: bool = False) -> LoadedModel:
     path = Path(name_or_path).expanduser()
-    if path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES:  # SD1.x/2.x/SDXL in the original layout
+    if path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES:  # a checkpoint in the original layout
         return load_single_file(path, requested_family, weight_dtype, vae_path)
     folder = resolve_model_folder(name_or_path)
     detected = detect_family(folder)
     if requested_family != "auto" and requested_family != detected.name:
-        family = FAMILIES[requested_family]
-        if {family.name, detected.name} != {"sd1", "sd2"}:  # SD1/SD2 differ only in sizes; trust the user
+        wanted = family(requested_family)
+        if wanted.unet_key_style != detected.unet_key_style or type(wanted) is not type(detected):
             raise ModelLoadError(
                 f"model_family = {requested_family!r}, but {folder} looks like an {detected.title} model; "
                 "set model_family = 'auto' or pick the right model")
-        detected = family
+        detected = wanted  # families of one plug-in class (SD1/SD2) differ only in sizes: trust the user
     return detected.load(folder, weight_dtype, vae_path, random_init)

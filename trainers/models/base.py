@@ -1,7 +1,13 @@
-"""What every model family plug-in provides, and the pieces they share."""
+"""What every model family plug-in provides (ModelFamily), and what a loaded model is (LoadedModel).
+
+A family is one folder under trainers/models/ (listed in trainers/core/registry.py) whose `family`
+module holds its ModelFamily object: how to tell its models apart (diffusers folders and single-file
+checkpoints), load them, encode prompts and call the UNet, lay its weights out as a single file, name it
+in LoRA and model metadata, and render samples with it. Generic code asks the family; it never tests
+a family's name.
+"""
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,15 +44,60 @@ class LoadedModel:
     source: str  # what the user gave (folder or hub id), for metadata
 
 
-class ModelFamily(ABC):
-    """One Stable Diffusion generation: how to load it, encode prompts and call its UNet."""
+@dataclass(frozen=True)
+class CheckpointKeys:
+    """The tensor names and shapes of a single-file checkpoint (no tensor read), for family detection."""
 
-    name: str  # "sd1", "sd2", "sdxl"
+    shapes: dict[str, tuple[int, ...]]
+    name: str  # the file, for messages
+
+    def has(self, prefix: str) -> bool:
+        return any(k.startswith(prefix) for k in self.shapes)
+
+    def cross_attention_width(self, unet_prefix: str) -> int | None:
+        """The UNet's text-embedding width (from an attn2.to_k weight), None when there is none."""
+        return next((s[1] for k, s in self.shapes.items()
+                     if k.startswith(unet_prefix) and k.endswith("attn2.to_k.weight") and len(s) == 2), None)
+
+
+@dataclass(frozen=True)
+class TextEncoderPart:
+    """Where one text encoder's weights sit in a single file: its transformers class, diffusers subfolder, prefix."""
+
+    cls: str  # a transformers class name
+    subfolder: str
+    prefix: str
+
+
+class ModelFamily(ABC):
+    """One model generation: how to recognise, load, run, save and describe it."""
+
+    name: str  # model_family value (see trainers/core/registry.py)
     title: str  # for messages
     base_model_version: str  # kohya ss_base_model_version
-    modelspec_architecture: str  # modelspec.architecture prefix, "/lora" appended for LoRAs
     unet_key_style: str  # "diffusers" or "sgm": how kohya names this family's UNet modules
     supports_clip_skip: bool = True
+    detect_priority: int = 0  # when several families claim a model, the highest wins (the most specific)
+    native_size: int = 512  # generation size when none is given
+    vae_fp16_unsafe: bool = False  # its VAE overflows in fp16: kept float32 under fp16 training
+    arch_dir: Path  # configs of the architecture (diffusers layout, no weights) for single-file checkpoints
+    modelspec_architecture: str  # modelspec.architecture of its full models
+    implementation: str  # modelspec.implementation of a full single-file model
+    pipeline_class: str  # the diffusers pipeline of a saved model folder
+    single_file_text_encoders: tuple[TextEncoderPart, ...]
+
+    # --- telling models apart ---
+
+    @abstractmethod
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        """Whether a diffusers folder (its model_index.json and unet/config.json) is a model of this family."""
+
+    @abstractmethod
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        """Whether a single-file checkpoint is of this family; raises ModelLoadError for a variant it cannot
+        train (e.g. a refiner)."""
+
+    # --- loading and running ---
 
     @abstractmethod
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
@@ -68,74 +119,37 @@ class ModelFamily(ABC):
             for tok in tokenizers
         ]
 
+    def checkpoint_prediction_type(self, global_step: int | None) -> str | None:
+        """The prediction type a single file of this family has when it does not say (None: the arch default)."""
+        return None
 
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelLoadError(f"{path} is missing: is this a complete diffusers model folder?") from None
-    except json.JSONDecodeError as err:
-        raise ModelLoadError(f"{path} is not valid JSON ({err})") from None
+    def default_size(self, prediction_type: str) -> int:
+        """The size it generates at when none is given."""
+        return self.native_size
 
+    @abstractmethod
+    def build_pipeline(self, model: "LoadedModel", scheduler: Any) -> Any:
+        """A diffusers pipeline over the model's own modules (LoRA hooks and trained weights apply)."""
 
-def load_component(cls: Any, folder: Path, subfolder: str, dtype: torch.dtype, random_init: bool) -> Any:
-    """One model component from a diffusers folder; with `random_init`, only its config is read.
+    # --- saving and describing ---
 
-    Random init builds real-size architectures from published configs (benchmarks, no weights).
-    """
-    is_diffusers = hasattr(cls, "load_config")
-    if random_init:
-        if is_diffusers:
-            return cls.from_config(cls.load_config(folder / subfolder)).to(dtype)
-        return cls(cls.config_class.from_pretrained(folder / subfolder)).to(dtype)
-    if is_diffusers:
-        return cls.from_pretrained(folder, subfolder=subfolder or None, torch_dtype=dtype)
-    return cls.from_pretrained(folder, subfolder=subfolder, dtype=dtype)
+    @abstractmethod
+    def text_encoders_to_original(self, states: list[dict[str, torch.Tensor]], text_encoders: list[nn.Module],
+                                  prediction_type: str) -> dict[str, torch.Tensor]:
+        """The text encoders' weights (and any family marker) under their single-file names."""
 
+    def architecture_for(self, v_prediction: bool) -> str:
+        """modelspec.architecture of a full model ("/lora" is appended for a LoRA)."""
+        return self.modelspec_architecture
 
-def load_tokenizer(folder: Path, subfolder: str, random_init: bool) -> Any:
-    from transformers import CLIPTokenizer
+    def model_index(self) -> dict[str, Any]:
+        """Entries of a saved diffusers folder's model_index.json beyond the components."""
+        return {}
 
-    if random_init and not (folder / subfolder).is_dir():
-        import tempfile
-
-        from trainers.models.tiny import write_tiny_tokenizer
-
-        tmp = Path(tempfile.mkdtemp(prefix="atelier-tokenizer-"))
-        write_tiny_tokenizer(tmp)
-        return CLIPTokenizer.from_pretrained(tmp)
-    return CLIPTokenizer.from_pretrained(folder, subfolder=subfolder)
+    def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
+        """The family's ss_* and modelspec.* values in a LoRA file (kohya's, for the loaders that read them)."""
+        return {"ss_base_model_version": self.base_model_version, "ss_v2": False,
+                "modelspec.architecture": f"{self.architecture_for(v_prediction)}/lora",
+                "modelspec.implementation": "diffusers" if self.unet_key_style == "diffusers" else self.implementation}
 
 
-def load_common(folder: Path, weight_dtype: torch.dtype, vae_path: str,
-                random_init: bool = False) -> tuple[nn.Module, nn.Module, Any, str]:
-    """UNet, VAE, DDPM training scheduler and prediction type: the same for every SD family."""
-    from diffusers import AutoencoderKL, UNet2DConditionModel
-
-    unet = load_component(UNet2DConditionModel, folder, "unet", weight_dtype, random_init)
-    if vae_path:
-        vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
-    else:
-        vae = load_component(AutoencoderKL, folder, "vae", torch.float32, random_init)
-    sched_cfg = read_json(folder / "scheduler" / "scheduler_config.json")
-    prediction_type = sched_cfg.get("prediction_type", "epsilon")
-    return unet, vae, training_scheduler(sched_cfg, prediction_type), prediction_type
-
-
-def training_scheduler(sched_cfg: dict[str, Any], prediction_type: str) -> Any:
-    """The DDPM noise schedule training adds noise with, from a model's (inference) scheduler config."""
-    from diffusers import DDPMScheduler
-
-    return DDPMScheduler(
-        num_train_timesteps=sched_cfg.get("num_train_timesteps", 1000),
-        beta_start=sched_cfg.get("beta_start", 0.00085),
-        beta_end=sched_cfg.get("beta_end", 0.012),
-        beta_schedule=sched_cfg.get("beta_schedule", "scaled_linear"),
-        clip_sample=False,
-        prediction_type=prediction_type,
-    )
-
-
-def final_layer_norm(text_encoder: nn.Module) -> nn.Module:
-    # transformers 5 dropped the `text_model.` level from CLIPTextModel but not from ...WithProjection.
-    return getattr(text_encoder, "text_model", text_encoder).final_layer_norm

@@ -1,17 +1,12 @@
-"""Diffusers state dicts to the original single-file layouts that A1111, Forge and ComfyUI load.
+"""Diffusers state dicts to the original single-file (LDM / SGM) layouts that A1111, Forge and ComfyUI load.
 
-SD1.x/SD2.x files use the LDM layout (CompVis / Stability-AI "stablediffusion"), SDXL files the SGM
-layout (Stability-AI "generative-models"):
-
-- UNet: `model.diffusion_model.*` (SDXL adds `label_emb`), VAE: `first_stage_model.*`, for all three;
-- SD1.x text encoder (HF CLIP ViT-L): `cond_stage_model.transformer.text_model.*`;
-- SD2.x text encoder (OpenCLIP ViT-H): `cond_stage_model.model.*`;
-- SDXL: `conditioner.embedders.0.transformer.text_model.*` (CLIP ViT-L) and
-  `conditioner.embedders.1.model.*` (OpenCLIP bigG).
+The UNet is under `model.diffusion_model.*` and the VAE under `first_stage_model.*` in every such file;
+text encoders are HF CLIP (`clip_to_ldm`) or OpenCLIP (`openclip_to_ldm`) under a prefix the family
+names (trainers/models/<family>/family.py).
 
 Each mapping is written structurally (module by module) and refuses keys it does not know, so a
 new architecture fails loudly instead of losing weights. The way back (single file -> diffusers)
-uses diffusers' own converters (see single_file.py); the round-trip tests hold the two together.
+uses diffusers' own converters (see single_file/load.py); the round-trip tests hold the two together.
 """
 from __future__ import annotations
 
@@ -26,10 +21,6 @@ Tensors = dict[str, torch.Tensor]
 
 UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
-SD1_TE_PREFIX = "cond_stage_model.transformer.text_model."
-SD2_TE_PREFIX = "cond_stage_model.model."
-SDXL_TE1_PREFIX = "conditioner.embedders.0.transformer.text_model."
-SDXL_TE2_PREFIX = "conditioner.embedders.1.model."
 
 
 class ConversionError(ValueError):

@@ -1,4 +1,4 @@
-"""Tiny random-init SD1.x and SDXL pipelines, built offline in seconds.
+"""Pieces of tiny random-init pipelines, built offline in seconds (each family's `tiny.py` assembles its own).
 
 They have the same module structure as the real models (so LoRA key names, family
 detection and loading follow the real code paths) with tiny widths. The demo preset
@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 # Byte-level BPE needs a vocab with every byte symbol; with no merges the tokenizer is
 # character-level, which is all a tiny model needs.
 _SPECIAL = ["<|startoftext|>", "<|endoftext|>"]
 
 
-def _bytes_to_unicode() -> list[str]:
+def bytes_to_unicode() -> list[str]:
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
     n = 0
@@ -31,7 +29,7 @@ def _bytes_to_unicode() -> list[str]:
 def write_tiny_tokenizer(folder: Path) -> None:
     """Write a character-level CLIP tokenizer (vocab.json, merges.txt) into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    symbols = _bytes_to_unicode()
+    symbols = bytes_to_unicode()
     vocab: dict[str, int] = {}
     for s in symbols + [s + "</w>" for s in symbols] + _SPECIAL:
         vocab.setdefault(s, len(vocab))
@@ -48,7 +46,7 @@ def write_tiny_tokenizer(folder: Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def _text_config(vocab_size: int, hidden: int, projection_dim: int | None = None):
+def text_config(vocab_size: int, hidden: int, projection_dim: int | None = None):
     from transformers import CLIPTextConfig
 
     return CLIPTextConfig(
@@ -66,7 +64,7 @@ def _text_config(vocab_size: int, hidden: int, projection_dim: int | None = None
     )
 
 
-def _tiny_vae():
+def tiny_vae():
     from diffusers import AutoencoderKL
 
     return AutoencoderKL(
@@ -78,74 +76,3 @@ def _tiny_vae():
         latent_channels=4,
         sample_size=64,
     )
-
-
-def build_tiny_sd1(folder: Path, seed: int = 0, v_prediction: bool = False) -> Path:
-    """Save a tiny SD1.x-structured diffusers pipeline to `folder` and return it."""
-    from diffusers import DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
-    from transformers import CLIPTextModel, CLIPTokenizer
-
-    torch.manual_seed(seed)
-    tok_dir = folder / "tokenizer"
-    write_tiny_tokenizer(tok_dir)
-    tokenizer = CLIPTokenizer.from_pretrained(tok_dir)
-    unet = UNet2DConditionModel(
-        sample_size=32,
-        block_out_channels=(32, 64),
-        layers_per_block=2,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=32,
-        attention_head_dim=8,
-        norm_num_groups=32,
-    )
-    text_encoder = CLIPTextModel(_text_config(len(tokenizer), 32))
-    scheduler = DDIMScheduler(
-        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False,
-        set_alpha_to_one=False, steps_offset=1, prediction_type="v_prediction" if v_prediction else "epsilon",
-    )
-    pipe = StableDiffusionPipeline(
-        unet=unet, vae=_tiny_vae(), text_encoder=text_encoder, tokenizer=tokenizer, scheduler=scheduler,
-        safety_checker=None, feature_extractor=None, requires_safety_checker=False,
-    )
-    pipe.save_pretrained(folder)
-    return folder
-
-
-def build_tiny_sdxl(folder: Path, seed: int = 0) -> Path:
-    """Save a tiny SDXL-structured diffusers pipeline (two text encoders) to `folder`."""
-    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline, UNet2DConditionModel
-    from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
-
-    torch.manual_seed(seed)
-    for name in ("tokenizer", "tokenizer_2"):
-        write_tiny_tokenizer(folder / name)
-    tokenizer = CLIPTokenizer.from_pretrained(folder / "tokenizer")
-    tokenizer_2 = CLIPTokenizer.from_pretrained(folder / "tokenizer_2")
-    unet = UNet2DConditionModel(
-        sample_size=32,
-        block_out_channels=(32, 64),
-        layers_per_block=2,
-        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"),
-        up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
-        transformer_layers_per_block=(1, 2),
-        attention_head_dim=(2, 4),
-        use_linear_projection=True,
-        addition_embed_type="text_time",
-        addition_time_embed_dim=8,
-        projection_class_embeddings_input_dim=8 * 6 + 32,
-        cross_attention_dim=64,
-        norm_num_groups=32,
-    )
-    text_encoder = CLIPTextModel(_text_config(len(tokenizer), 32))
-    text_encoder_2 = CLIPTextModelWithProjection(_text_config(len(tokenizer_2), 32, projection_dim=32))
-    scheduler = EulerDiscreteScheduler(
-        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1,
-        timestep_spacing="leading",
-    )
-    pipe = StableDiffusionXLPipeline(
-        unet=unet, vae=_tiny_vae(), text_encoder=text_encoder, text_encoder_2=text_encoder_2,
-        tokenizer=tokenizer, tokenizer_2=tokenizer_2, scheduler=scheduler,
-    )
-    pipe.save_pretrained(folder)
-    return folder

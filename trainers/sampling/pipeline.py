@@ -71,21 +71,7 @@ def build_scheduler(model: LoadedModel, sampler: str) -> Any:
 
 def build_pipeline(model: LoadedModel, sampler: str) -> Any:
     """A diffusers pipeline over the model's own modules (same objects: LoRA hooks and trained weights apply)."""
-    from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
-
-    scheduler = build_scheduler(model, sampler)
-    if model.family.name == "sdxl":
-        te1, te2 = model.text_encoders
-        tok1, tok2 = model.tokenizers
-        pipe = StableDiffusionXLPipeline(
-            vae=model.vae, text_encoder=te1, text_encoder_2=te2, tokenizer=tok1, tokenizer_2=tok2,
-            unet=model.unet, scheduler=scheduler, add_watermarker=False)
-    elif model.family.name in ("sd1", "sd2"):
-        pipe = StableDiffusionPipeline(
-            vae=model.vae, text_encoder=model.text_encoders[0], tokenizer=model.tokenizers[0], unet=model.unet,
-            scheduler=scheduler, safety_checker=None, feature_extractor=None, requires_safety_checker=False)
-    else:
-        raise ValueError(f"sampling is not available for the {model.family.title} family")
+    pipe = model.family.build_pipeline(model, build_scheduler(model, sampler))
     pipe.set_progress_bar_config(disable=True)
     return pipe
 

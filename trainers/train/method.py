@@ -7,6 +7,7 @@ The loop calls every hook at the same fixed points of every step, in list order.
 from __future__ import annotations
 
 import contextlib
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, Protocol
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, Protocol
 from torch import Tensor, nn
 
 from trainers.core.options import TrainConfig
+from trainers.core.registry import method_spec
 from trainers.models import LoadedModel
 
 if TYPE_CHECKING:
@@ -80,6 +82,11 @@ class Method:
 
     def make_trainable(self, cfg: TrainConfig, session: "Session") -> Trainable:
         raise NotImplementedError
+
+
+def method_of(cfg: TrainConfig) -> Method:
+    """The training method's plug-in: `METHOD` of its trainer module (trainers/core/registry.py names it)."""
+    return importlib.import_module(method_spec(cfg.method).trainer).METHOD
 
 
 def freeze(*modules: nn.Module) -> None:

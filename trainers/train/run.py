@@ -62,7 +62,9 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
 
 def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle) -> Path:
     from trainers.train.loop import train
-    from trainers.train.session import method_of, start_session
+    from trainers.train.method import method_of
+    from trainers.train.session import start_session
 
-    session = start_session(cfg, run_dir, life)
-    return train(session, method_of(cfg).make_trainable(cfg, session))
+    method = method_of(cfg)
+    session = start_session(cfg, run_dir, life, prepare=method.prepare)
+    return train(session, method.make_trainable(cfg, session))

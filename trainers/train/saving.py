@@ -16,16 +16,9 @@ from typing import TYPE_CHECKING
 
 from trainers.core.errors import DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped
 from trainers.core.events import Checkpoint
+from trainers.core.fsio import clean_stale_temps, remove_save
 from trainers.core.retention import Retention, prune
-from trainers.core.saves import (
-    Position,
-    check_free_space,
-    clean_stale_temps,
-    find_states,
-    remove_save,
-    save_name,
-    state_name,
-)
+from trainers.core.saves import Position, check_free_space, find_states, save_name, state_name
 from trainers.train.control import ROLLING_STATE
 from trainers.train.distributed import full_weights
 from trainers.train.faults import is_out_of_memory, out_of_memory, weights_finite

@@ -4,9 +4,9 @@ Order matters for users: config and dataset problems are reported before any mod
 """
 from __future__ import annotations
 
-import importlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,6 @@ from trainers.core.events import Dataset, EventWriter
 from trainers.core.lifecycle import Lifecycle
 from trainers.core.options import TrainConfig
 from trainers.core.plan import StepPlan, plan_steps
-from trainers.core.registry import method_spec
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.pipeline import build_pipeline
@@ -25,7 +24,6 @@ from trainers.data.preflight import catalog_report
 from trainers.models import LoadedModel, ModelLoadError, load_model
 from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
-from trainers.train.method import Method
 from trainers.validate import check
 
 
@@ -47,14 +45,17 @@ class Session:
 
 
 def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None = None,
+                  prepare: Callable[[TrainConfig, Any, EventWriter, torch.dtype], None] | None = None,
                   random_init: bool = False) -> Session:
-    """`random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
+    """Set the run up for `cfg`'s method. `prepare` is its work before the dataset is read (Method.prepare);
+    `random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
     check(cfg)
     dataset_warnings: list[str] = []
     accelerator = make_accelerator(cfg)
     life = life or Lifecycle(run_dir, is_main=accelerator.is_main_process, rank=accelerator.process_index)
     events = life.events
-    method_of(cfg).prepare(cfg, accelerator, events, weight_dtype_for(cfg.mixed_precision))
+    if prepare is not None:
+        prepare(cfg, accelerator, events, weight_dtype_for(cfg.mixed_precision))
     catalog = build_catalog(cfg.values, dataset_warnings)  # every image checked (cheaply) before a model loads
     Path(cfg.output_dir).expanduser().mkdir(parents=True, exist_ok=True)
     if accelerator.device.type == "cpu":
@@ -100,17 +101,12 @@ def _place_models(cfg: TrainConfig, model: LoadedModel, device: torch.device, we
         model.unet.enable_gradient_checkpointing()
         for te in model.text_encoders:
             te.gradient_checkpointing_enable()
-    # SDXL's VAE overflows in fp16; bf16 has the range, fp32 is the safe default elsewhere.
-    keep_vae_fp32 = cfg.no_half_vae or weight_dtype == torch.float16 and model.family.name == "sdxl"
+    # Some VAEs (SDXL's) overflow in fp16; bf16 has the range, fp32 is the safe default elsewhere.
+    keep_vae_fp32 = cfg.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
     model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
     model.unet.to(device)
     for te in model.text_encoders:
         te.to(device)
-
-
-def method_of(cfg: TrainConfig) -> Method:
-    """The training method's plug-in (its trainer module's METHOD)."""
-    return importlib.import_module(method_spec(cfg.method).trainer).METHOD
 
 
 def weight_dtype_for(mixed_precision: str) -> torch.dtype:

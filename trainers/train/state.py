@@ -17,7 +17,8 @@ import torch
 
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.events import Resume
-from trainers.core.saves import MANIFEST, Position, atomic_dir, manifest_for, read_manifest, resolve_resume
+from trainers.core.fsio import atomic_dir
+from trainers.core.saves import MANIFEST, Position, manifest_for, read_manifest, resolve_resume
 from trainers.train.faults import weights_finite
 
 if TYPE_CHECKING:

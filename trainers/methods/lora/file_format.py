@@ -11,18 +11,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
 
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
 from trainers.core.fsio import atomic_path
-
-BaseModelVersion = Literal["sd_v1", "sd_v2", "sdxl_base_v1-0"]
-
-IMPL_STABILITY_AI = "https://github.com/Stability-AI/generative-models"
-IMPL_DIFFUSERS = "diffusers"
+from trainers.models.base import ModelFamily
 
 
 @dataclass(frozen=True)
@@ -35,7 +30,7 @@ class DatasetDir:
 class TrainingMetadata:
     """What a LoRA file records about its training run (see `build_metadata`)."""
 
-    base_model_version: BaseModelVersion
+    family: ModelFamily  # says ss_base_model_version, modelspec.architecture and .implementation
     v_parameterization: bool = False
     sd_model_name: str
     network_dim: int
@@ -64,16 +59,6 @@ class TrainingMetadata:
     tag_frequency: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
-def _architecture(info: TrainingMetadata) -> str:
-    if info.base_model_version == "sdxl_base_v1-0":
-        arch = "stable-diffusion-xl-v1-base"
-    elif info.base_model_version == "sd_v2":
-        arch = "stable-diffusion-v2-768-v" if info.v_parameterization else "stable-diffusion-v2-512"
-    else:
-        arch = "stable-diffusion-v1"
-    return f"{arch}/lora"
-
-
 def _network_args(info: TrainingMetadata) -> dict[str, str]:
     if not info.conv_dim:
         return {}
@@ -83,11 +68,11 @@ def _network_args(info: TrainingMetadata) -> dict[str, str]:
 
 def build_metadata(info: TrainingMetadata) -> dict[str, str]:
     """kohya-style `ss_*` and `modelspec.*` metadata; every value is a string, None values are left out."""
-    is_sdxl = info.base_model_version == "sdxl_base_v1-0"
     width, height = info.resolution
+    family = info.family.lora_metadata(info.v_parameterization)
     values: dict[str, object] = {
-        "ss_base_model_version": info.base_model_version,
-        "ss_v2": info.base_model_version == "sd_v2",
+        "ss_base_model_version": family["ss_base_model_version"],
+        "ss_v2": family["ss_v2"],
         "ss_v_parameterization": info.v_parameterization,
         "ss_sd_model_name": info.sd_model_name,
         "ss_network_module": "networks.lora",
@@ -114,9 +99,8 @@ def build_metadata(info: TrainingMetadata) -> dict[str, str]:
         "ss_dataset_dirs": json.dumps({name: asdict(d) for name, d in info.dataset_dirs.items()}),
         "ss_tag_frequency": json.dumps({name: dict(tags) for name, tags in info.tag_frequency.items()}),
         "modelspec.sai_model_spec": "1.0.0",
-        "modelspec.architecture": _architecture(info),
-        # kohya trains SDXL on Stability AI's UNet (sgm key names), SD1/2 on diffusers'.
-        "modelspec.implementation": IMPL_STABILITY_AI if is_sdxl else IMPL_DIFFUSERS,
+        "modelspec.architecture": family["modelspec.architecture"],
+        "modelspec.implementation": family["modelspec.implementation"],
         "modelspec.title": info.title or info.output_name,
         "modelspec.resolution": f"{width}x{height}",
         "modelspec.date": datetime.fromtimestamp(info.training_finished_at).isoformat(timespec="seconds"),

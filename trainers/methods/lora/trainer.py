@@ -47,7 +47,7 @@ def metadata_for(cfg: TrainConfig, session: Session, network_epoch: int, step: i
     catalog: Catalog = session.catalog
     width, height = parse_resolution(cfg.resolution)
     info = TrainingMetadata(
-        base_model_version=session.model.family.base_model_version,
+        family=session.model.family,
         v_parameterization=session.model.prediction_type == "v_prediction",
         sd_model_name=Path(cfg.pretrained_model_name_or_path).name or cfg.pretrained_model_name_or_path,
         network_dim=cfg.network_dim, network_alpha=cfg.network_alpha or cfg.network_dim,

@@ -1,22 +1,43 @@
-"""SD1.x and SD2.x: one CLIP text encoder, no added conditions."""
+"""SD1.x and SD2.x: one CLIP text encoder, no added conditions; LDM single files; kohya names the diffusers UNet."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, ModelFamily, final_layer_norm, load_common, load_component, load_tokenizer
+from trainers.models.base import CheckpointKeys, LoadedModel, ModelFamily, TextEncoderPart
+from trainers.models.components import final_layer_norm, load_common, load_component, load_tokenizer
+from trainers.models.convert import UNET_PREFIX, clip_to_ldm, openclip_to_ldm
+
+ARCH = Path(__file__).with_name("arch")
+SD1_TE_PREFIX = "cond_stage_model.transformer."  # HF CLIP ViT-L, `text_model.` below it
+SD2_TE_PREFIX = "cond_stage_model.model."  # OpenCLIP ViT-H
 
 
 class StableDiffusion(ModelFamily):
     unet_key_style = "diffusers"
+    pipeline_class = "StableDiffusionPipeline"
 
-    def __init__(self, name: str, title: str, base_model_version: str, modelspec_architecture: str) -> None:
-        self.name = name
-        self.title = title
-        self.base_model_version = base_model_version
-        self.modelspec_architecture = modelspec_architecture
+    def __init__(self, name: str, title: str, base_model_version: str, architecture: str, arch_dir: Path,
+                 implementation: str, text_encoder: TextEncoderPart, cross_attention_width: int,
+                 detect_priority: int) -> None:
+        self.name, self.title, self.base_model_version = name, title, base_model_version
+        self.modelspec_architecture, self.arch_dir, self.implementation = architecture, arch_dir, implementation
+        self.single_file_text_encoders = (text_encoder,)
+        self.width, self.detect_priority = cross_attention_width, detect_priority
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        """SD2 by its 1024-wide text embeddings; SD1 by the pipeline class (tiny models too) or 768."""
+        width = unet_config.get("cross_attention_dim")
+        pipeline = str(index.get("_class_name", ""))
+        return width == self.width or self.name == "sd1" and pipeline.startswith("StableDiffusion")
+
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        if keys.has(self.single_file_text_encoders[0].prefix):
+            return True
+        return not keys.has("cond_stage_model.") and keys.cross_attention_width(UNET_PREFIX) == self.width
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
              random_init: bool = False) -> LoadedModel:
@@ -36,6 +57,44 @@ class StableDiffusion(ModelFamily):
         # kohya/A1111 clip skip: an earlier layer's output, passed through the final layer norm.
         return final_layer_norm(text_encoder)(out.hidden_states[-clip_skip]), None
 
+    def checkpoint_prediction_type(self, global_step: int | None) -> str | None:
+        if self.name == "sd2" and global_step == 875000:
+            return "epsilon"  # Stability's SD2 512-base checkpoint (the same test diffusers' converter uses)
+        return None
 
-SD1 = StableDiffusion("sd1", "SD1.x", "sd_v1", "stable-diffusion-v1")
-SD2 = StableDiffusion("sd2", "SD2.x", "sd_v2", "stable-diffusion-v2-768-v")
+    def default_size(self, prediction_type: str) -> int:
+        return 768 if self.name == "sd2" and prediction_type == "v_prediction" else self.native_size
+
+    def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
+        from diffusers import StableDiffusionPipeline
+
+        return StableDiffusionPipeline(
+            vae=model.vae, text_encoder=model.text_encoders[0], tokenizer=model.tokenizers[0], unet=model.unet,
+            scheduler=scheduler, safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+
+    def text_encoders_to_original(self, states: list[dict[str, torch.Tensor]], text_encoders: list[nn.Module],
+                                  prediction_type: str) -> dict[str, torch.Tensor]:
+        prefix = self.single_file_text_encoders[0].prefix
+        if self.name == "sd1":
+            return clip_to_ldm(states[0], prefix + "text_model.")
+        # SD2's diffusers text encoder drops OpenCLIP's last layer; the file has it (unused) as A1111 expects.
+        return openclip_to_ldm(states[0], prefix, pad_layers_to=text_encoders[0].config.num_hidden_layers + 1)
+
+    def architecture_for(self, v_prediction: bool) -> str:
+        if self.name == "sd2":
+            return "stable-diffusion-v2-768-v" if v_prediction else "stable-diffusion-v2-512"
+        return self.modelspec_architecture
+
+    def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
+        return {**super().lora_metadata(v_prediction), "ss_v2": self.name == "sd2"}
+
+    def model_index(self) -> dict[str, Any]:
+        return {"requires_safety_checker": False, "safety_checker": [None, None]}
+
+
+SD1 = StableDiffusion("sd1", "SD1.x", "sd_v1", "stable-diffusion-v1", ARCH / "sd15",
+                      "https://github.com/CompVis/stable-diffusion",
+                      TextEncoderPart("CLIPTextModel", "text_encoder", SD1_TE_PREFIX), 768, detect_priority=0)
+SD2 = StableDiffusion("sd2", "SD2.x", "sd_v2", "stable-diffusion-v2-768-v", ARCH / "sd2_768v",
+                      "https://github.com/Stability-AI/stablediffusion",
+                      TextEncoderPart("CLIPTextModel", "text_encoder", SD2_TE_PREFIX), 1024, detect_priority=1)

@@ -1,4 +1,4 @@
-"""SDXL: two CLIP text encoders and size/crop conditioning."""
+"""SDXL: two CLIP text encoders and size/crop conditioning; SGM single files; kohya names the SGM UNet."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, ModelFamily, SizeConditioning, load_common, load_component, load_tokenizer
+from trainers.models.base import (
+    CheckpointKeys,
+    LoadedModel,
+    ModelFamily,
+    ModelLoadError,
+    SizeConditioning,
+    TextEncoderPart,
+)
+from trainers.models.components import load_common, load_component, load_tokenizer
+from trainers.models.convert import UNET_PREFIX, clip_to_ldm, openclip_to_ldm
+
+TE1_PREFIX = "conditioner.embedders.0.transformer."  # HF CLIP ViT-L, `text_model.` below it
+TE2_PREFIX = "conditioner.embedders.1.model."  # OpenCLIP bigG
+REFINER_TE_PREFIX = "conditioner.embedders.0.model."  # the refiner has only OpenCLIP bigG
 
 
 class StableDiffusionXL(ModelFamily):
@@ -15,8 +28,28 @@ class StableDiffusionXL(ModelFamily):
     title = "SDXL"
     base_model_version = "sdxl_base_v1-0"
     modelspec_architecture = "stable-diffusion-xl-v1-base"
+    implementation = "https://github.com/Stability-AI/generative-models"
     unet_key_style = "sgm"
     supports_clip_skip = False  # SDXL already uses the penultimate layer of both encoders
+    detect_priority = 2
+    native_size = 1024
+    vae_fp16_unsafe = True
+    arch_dir = Path(__file__).with_name("arch") / "sdxl"
+    pipeline_class = "StableDiffusionXLPipeline"
+    single_file_text_encoders = (TextEncoderPart("CLIPTextModel", "text_encoder", TE1_PREFIX),
+                                 TextEncoderPart("CLIPTextModelWithProjection", "text_encoder_2", TE2_PREFIX))
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        return ("XL" in str(index.get("_class_name", "")) or unet_config.get("addition_embed_type") == "text_time"
+                or (folder / "text_encoder_2").is_dir())
+
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        if keys.has(TE2_PREFIX):
+            return True
+        if keys.has(REFINER_TE_PREFIX):
+            raise ModelLoadError(f"{keys.name} looks like an SDXL refiner checkpoint, which is not supported; "
+                                 "use an SDXL base model")
+        return keys.has(UNET_PREFIX + "label_emb.") or keys.cross_attention_width(UNET_PREFIX) == 2048
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
              random_init: bool = False) -> LoadedModel:
@@ -42,6 +75,26 @@ class StableDiffusionXL(ModelFamily):
         assert pooled is not None and sizes is not None, "SDXL needs pooled text embeds and size conditioning"
         time_ids = torch.cat([sizes.original_size, sizes.crop_top_left, sizes.target_size], dim=1)
         return {"added_cond_kwargs": {"text_embeds": pooled, "time_ids": time_ids.to(pooled.device, pooled.dtype)}}
+
+    def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
+        from diffusers import StableDiffusionXLPipeline
+
+        te1, te2 = model.text_encoders
+        tok1, tok2 = model.tokenizers
+        return StableDiffusionXLPipeline(vae=model.vae, text_encoder=te1, text_encoder_2=te2, tokenizer=tok1,
+                                         tokenizer_2=tok2, unet=model.unet, scheduler=scheduler,
+                                         add_watermarker=False)
+
+    def text_encoders_to_original(self, states: list[dict[str, torch.Tensor]], text_encoders: list[nn.Module],
+                                  prediction_type: str) -> dict[str, torch.Tensor]:
+        out = clip_to_ldm(states[0], TE1_PREFIX + "text_model.")
+        out.update(openclip_to_ldm(states[1], TE2_PREFIX))
+        if prediction_type == "v_prediction":
+            out["v_pred"] = torch.zeros(0)  # ComfyUI's marker of a v-prediction SDXL model
+        return out
+
+    def model_index(self) -> dict[str, Any]:
+        return {"force_zeros_for_empty_prompt": True}
 
 
 SDXL = StableDiffusionXL()
