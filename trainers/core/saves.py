@@ -107,6 +107,14 @@ class SaveName:
         return cls(output_name, epoch, step, ema=bool(m["ema"]), state=bool(m["state"]), suffix=m["suffix"] or "")
 
 
+    @classmethod
+    def guess(cls, filename: str) -> "SaveName | None":
+        """The SaveName of a file whose output_name is not known: the part before an epoch or step marker."""
+        m = _MARKED.fullmatch(filename)
+        return cls.parse(filename, m["base"]) if m else None
+
+
+_MARKED = re.compile(r"(?P<base>.+?)(?:-\d{6}|-step\d{8})(?:-ema)?(?:-state)?(?:\.safetensors)?")
 _SAVE_TAIL = re.compile(r"(?:-(?P<epoch>\d{6})|-step(?P<step>\d{8}))?(?P<ema>-ema)?(?P<state>-state)?"
                         r"(?P<suffix>\.safetensors)?")
 

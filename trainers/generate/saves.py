@@ -35,7 +35,7 @@ def find_saves(run_dir: Path) -> list[Save]:
     saves: dict[str, Save] = {}
     for event in read_events(run_dir):
         if isinstance(event, Checkpoint):
-            name = SaveName.parse(Path(event.path).name, str(cfg.get("output_name", "")))
+            name = SaveName.guess(Path(event.path).name)
             label = "final" if event.final else name.label if name else Path(event.path).stem
             saves[event.path] = Save(event.path, label, event.epoch, event.step)
     if not saves and cfg.get("output_dir") and cfg.get("output_name"):
