@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_lora_training import FAST, events, fixed_seed_image, run_trainer, sets
 from trainers.demo import build_dataset
+
+from helpers import FAST, events, fixed_seed_image, run_trainer, sets
+
+pytestmark = pytest.mark.slow
 
 FULL_FAST = [kv for kv in FAST if not kv.startswith("network_")]
 

@@ -23,7 +23,7 @@ from trainers.data.kohya_folders import (
     scan_kohya_folders,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- helpers

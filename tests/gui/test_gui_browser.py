@@ -4,7 +4,7 @@ One app process (``--demo``, a fresh ``--runs-dir``) serves the page tests; the 
 their own. Assertions are about what a user sees. Screenshots of every tab and of a running job go
 to $ATELIER_SCREENSHOTS when set, else to a temporary folder.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/test_gui_browser.py
+    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/gui/test_gui_browser.py
 """
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]

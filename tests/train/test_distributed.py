@@ -20,7 +20,7 @@ from trainers.core.plan import BatchSplitError, per_device_batch, plan_steps
 from trainers.demo import build_dataset
 from trainers.validate import validate
 
-from test_lora_training import events, hook_env, run_trainer, sets
+from helpers import events, hook_env, run_trainer, sets
 
 TWO_PROCS = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port"]
@@ -76,6 +76,8 @@ def test_validate_report_shows_per_device_and_global_batch(dataset: Path) -> Non
 
 # --- DDP end to end -----------------------------------------------------------------------------------------------
 
+
+@pytest.mark.slow
 def test_two_processes_reproduce_one_process_with_few_collectives(tiny_sd1_dir: Path, dataset: Path,
                                                                    tmp_path: Path) -> None:
     from trainers.methods.lora.file_format import read_lora_file
@@ -111,6 +113,7 @@ def test_two_processes_reproduce_one_process_with_few_collectives(tiny_sd1_dir: 
     assert len(progress[-1]["rank_step_s"]) == 2 and all(t > 0 for t in progress[-1]["rank_step_s"])
 
 
+@pytest.mark.slow
 def test_a_failing_rank_stops_the_whole_run_with_its_error(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
     started = time.monotonic()
     result = run_trainer(_lora_args(tiny_sd1_dir, dataset, tmp_path / "o", num_processes=2, max_train_steps=50,
@@ -246,6 +249,7 @@ def test_validation_rejects_impossible_combinations_with_a_reason() -> None:
     assert not problems("lora", ddp_gradient_precision="bf16", ddp_timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
 def test_fsdp_on_cpu_is_refused_with_a_reason(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
     """accelerate runs CPU processes as plain DDP (MULTI_CPU): an FSDP run on CPU would silently not shard."""

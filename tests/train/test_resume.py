@@ -12,19 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_lora_training import events
 from trainers.demo import build_dataset
+
+from helpers import events, train
+
+pytestmark = pytest.mark.slow
 
 FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-3,
         "network_dim": 4, "network_alpha": 2}
-
-
-def train(method: str, run_dir: Path, **values: object) -> int:
-    """Run a trainer in this process, as `python -m trainers <method> --set ...` would."""
-    from trainers.train.run import run_method
-
-    overrides = [f"{k}={json.dumps(v)}" for k, v in values.items()]
-    return run_method(method, None, run_dir, overrides)
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +122,9 @@ def test_finetune_with_ema_resumes_to_the_same_weights(tiny_sd1_dir: Path, datas
 def test_gui_resume_starts_from_the_newest_state_of_a_stopped_run(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from gui.jobs import JobError, JobManager, resume_config
-    from tests.test_checkpoints import write_state
     from trainers.core.options import load_config
+
+    from helpers import write_state
 
     out, run = tmp_path / "out", tmp_path / "runs" / "r1"
     run.mkdir(parents=True)

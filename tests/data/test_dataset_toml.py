@@ -14,7 +14,7 @@ from trainers.data.dataset import CaptionedImages
 
 from image_files import save_image
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 KOHYA_TOML = """
 [general]

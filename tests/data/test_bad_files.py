@@ -134,7 +134,7 @@ def test_preflight_lists_skipped_files_and_duplicates(messy: tuple[Path, dict[st
 
 
 def run_mixed_folder_training(tiny_sd1_dir: Path, tmp_path: Path) -> tuple[Path, object]:
-    from test_lora_training import run_trainer, sets
+    from helpers import run_trainer, sets
 
     data = tmp_path / "data"
     bad_and_odd_files(data / "1_sks thing", {"bad_truncated_jpeg", "bad_zero_bytes", "bad_not_an_image", "rgba",
@@ -154,6 +154,7 @@ def run_mixed_folder_training(tiny_sd1_dir: Path, tmp_path: Path) -> tuple[Path,
     return tmp_path / "run", run_trainer(args, tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_training_over_a_folder_of_good_and_bad_files_completes(tiny_sd1_dir: Path, tmp_path: Path) -> None:
     from safetensors import safe_open
 

@@ -13,45 +13,14 @@ from safetensors import safe_open
 
 from trainers.demo import build_dataset
 
-REPO = Path(__file__).resolve().parents[1]
-FAST = ["resolution=64", "train_batch_size=2", "max_data_loader_n_workers=0", "learning_rate=1e-3",
-        "network_dim=4", "network_alpha=2"]
+from helpers import FAST, REPO, events, fixed_seed_image, run_trainer, sets
 
-
-def hook_env(**variables: str) -> dict[str, str]:
-    """Environment that loads tests/hooks/sitecustomize.py (test-only fault injection) into every process."""
-    return {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "hooks")]), **variables}
-
-
-def run_trainer(args: list[str], run_dir: Path, launcher: list[str] | None = None,
-                env: dict[str, str] | None = None, method: str = "lora") -> subprocess.CompletedProcess:
-    cmd = (launcher or [sys.executable]) + ["-m", "trainers", method, "--run-dir", str(run_dir)] + args
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
-
-
-def sets(**values: object) -> list[str]:
-    out = []
-    for k, v in values.items():
-        out += ["--set", f"{k}={json.dumps(v)}"]
-    return out
-
-
-def events(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+pytestmark = pytest.mark.slow  # every test here runs a trainer
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_dataset(tmp_path_factory.mktemp("data with spaces é"), folder="2_sks shape")
-
-
-def fixed_seed_image(pipe, lora: Path | None = None) -> torch.Tensor:
-    if lora is not None:
-        pipe.load_lora_weights(str(lora.parent), weight_name=lora.name)
-    image = pipe("sks shape, red circle", num_inference_steps=2, height=64, width=64,
-                 generator=torch.Generator().manual_seed(0), output_type="pt").images
-    return image
 
 
 @pytest.fixture(scope="module")

@@ -143,6 +143,7 @@ def test_partial_last_batch_pads_with_zero_loss_weight(shapes: Path) -> None:
     assert real["loss_weight"] == 1.0 and padding["loss_weight"] == 0.0
 
 
+@pytest.mark.slow
 def test_two_processes_train_a_dataset_config_with_buckets_and_disk_cache(tiny_sd1_dir: Path, tmp_path: Path) -> None:
     """DDP over gloo: each step both processes train the same bucket, the disk cache is split between them,
     and the steps run are the preflight's steps for 2 processes."""
@@ -151,7 +152,7 @@ def test_two_processes_train_a_dataset_config_with_buckets_and_disk_cache(tiny_s
 
     from trainers.data.preflight import preflight
 
-    from test_lora_training import events, run_trainer, sets
+    from helpers import events, run_trainer, sets
 
     for name, size in (("wide", (128, 40)), ("a", (64, 64)), ("b", (72, 64))):
         save_image(tmp_path / "imgs" / f"{name}.png", size)

@@ -18,9 +18,9 @@ from trainers.generate.options import GenerateConfig, LoraRef, check_config, loa
 from trainers.generate.plan import Variant, build_plan
 from trainers.generate.pnginfo import lora_short_hash, parameters_text, parse_parameters, read_parameters
 
-from test_lora_training import hook_env
+from helpers import hook_env
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAST = {"width": 64, "height": 64, "steps": 2, "cpu_threads": 1, "devices": "cpu"}
 PROMPTS = ["a red fox --n blurry, lowres", "ünïcode cat 🐈 --w 48 --d 42 --l 5", "a red fox --n blurry, lowres"]
 
@@ -81,6 +81,7 @@ def one_worker(tiny_sd1_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return job
 
 
+@pytest.mark.slow
 def test_images_carry_a1111_parameters_and_the_cache_encodes_each_prompt_once(one_worker: Path,
                                                                               tiny_sd1_dir: Path) -> None:
     evs = events(one_worker)
@@ -104,6 +105,7 @@ def test_images_carry_a1111_parameters_and_the_cache_encodes_each_prompt_once(on
     np.testing.assert_array_equal(pixels(images[0]["path"]), pixels(images[4]["path"]))  # same prompt, same seed
 
 
+@pytest.mark.slow
 def test_two_workers_make_the_same_images(one_worker: Path, tiny_sd1_dir: Path, tmp_path: Path) -> None:
     job = tmp_path / "two"
     assert run_main(cli_args(tiny_sd1_dir, job, images_per_prompt=2, batch_size=2, num_workers=2)) == 0
@@ -115,6 +117,7 @@ def test_two_workers_make_the_same_images(one_worker: Path, tiny_sd1_dir: Path, 
         assert read_parameters(job / "images" / reference.name) == read_parameters(reference)
 
 
+@pytest.mark.slow
 def test_a_failing_worker_is_reported_and_the_job_completes(tiny_sd1_dir: Path, one_worker: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     job = tmp_path / "fail"

@@ -12,11 +12,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.test_lora_training import events
-from tests.test_resume import dataset, lora, lora_file, train  # noqa: F401 - fixtures
 from trainers.core.errors import NonFiniteLoss
 from trainers.core.options import TrainConfig
 from trainers.train.faults import is_out_of_memory, memory_suggestions, out_of_memory
+
+from helpers import events, train
+from test_resume import dataset, lora, lora_file  # noqa: F401 - fixtures
 
 
 def inject(monkeypatch: pytest.MonkeyPatch, fault: Callable[[int, torch.Tensor], torch.Tensor]) -> None:
@@ -32,6 +33,7 @@ def inject(monkeypatch: pytest.MonkeyPatch, fault: Callable[[int, torch.Tensor],
     monkeypatch.setattr(loop, "diffusion_loss", loss)
 
 
+@pytest.mark.slow
 def test_nan_losses_are_skipped_then_stop_the_run_and_nothing_saved_is_nan(lora: dict, tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     inject(monkeypatch, lambda n, loss: loss * float("nan") if n >= 3 else loss)
@@ -54,6 +56,7 @@ def test_nan_losses_are_skipped_then_stop_the_run_and_nothing_saved_is_nan(lora:
     assert state.name == "lora-step00000005-state" and saved[-1] == state
 
 
+@pytest.mark.slow
 def test_out_of_memory_ends_with_suggestions_and_an_emergency_state(lora: dict, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     def oom(n: int, loss: torch.Tensor) -> torch.Tensor:
@@ -73,6 +76,7 @@ def test_out_of_memory_ends_with_suggestions_and_an_emergency_state(lora: dict, 
     assert Path(error["saved_state"]).name == "lora-step00000002-state" and Path(error["saved_state"]).is_dir()
 
 
+@pytest.mark.slow
 def test_sigterm_saves_the_training_state_and_exits(lora: dict, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     def term(n: int, loss: torch.Tensor) -> torch.Tensor:
@@ -137,7 +141,7 @@ time.sleep(60)  # a step that never ends
 """
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                            timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert result.returncode == 124 and time.monotonic() - started < 30
     assert "no training step ended within" in result.stderr
     status = json.loads((tmp_path / "status.json").read_text())

@@ -16,7 +16,7 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 httpx = pytest.importorskip("httpx")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SECRET_LOG = "loss=0.123 secret-marker-7f3a"
 
 

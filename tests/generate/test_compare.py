@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 import toml
 from PIL import Image
-from test_generate import FAST, events, make_lora, pixels, run_main
 
 from trainers.generate.grid import read_grid_layout
 from trainers.generate.saves import compare_form_values, find_saves, is_lora_file
+
+from test_generate import FAST, events, make_lora, pixels, run_main
+
+pytestmark = pytest.mark.slow
 
 SAMPLE_PROMPTS = ["a red fox --n blurry", "a blue bird, flying --d 5"]
 

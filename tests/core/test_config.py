@@ -193,7 +193,7 @@ def test_methods_see_only_their_options(tmp_path: Path) -> None:
 
 
 def test_committed_options_doc_is_current() -> None:
-    committed = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text(encoding="utf-8")
+    committed = (Path(__file__).resolve().parents[2] / "docs" / "options.md").read_text(encoding="utf-8")
     assert committed.strip() == options_markdown().strip(), "run: python -m trainers options > docs/options.md"
 
 
@@ -203,3 +203,19 @@ def test_each_method_names_its_output_after_itself_by_default(tmp_path) -> None:
     cfg = TrainConfig("finetune")
     cfg.save(tmp_path / "c.toml")
     assert load_config("finetune", tmp_path / "c.toml").output_name == "finetune"
+
+
+def test_migrations_run_on_every_config_load_and_newer_configs_are_refused(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainers.core.options.migrations as migrations
+
+    old = write(tmp_path, 'schema_version = 0\n[optimizer]\nlearning_rat = 0.5\n', "old.toml")
+    monkeypatch.setattr(migrations, "MIGRATIONS", {0: lambda flat: {
+        ("learning_rate" if k == "learning_rat" else k): v for k, v in flat.items()}})
+    assert load_config("lora", old).learning_rate == 0.5  # resume and --config read configs this way too
+    newer = write(tmp_path, 'schema_version = 99\nmethod = "lora"\n[optimizer]\nlearning_rate = 0.5\n', "new.toml")
+    with pytest.raises(ConfigError) as err:
+        load_config("lora", newer)
+    assert "new.toml was written by a newer Atelier (schema_version 99; this one reads up to 1)" in messages(err)
+    with pytest.raises(ConfigError, match="schema_version: .*got 'one'"):
+        load_config("lora", write(tmp_path, 'schema_version = "one"\n', "bad.toml"))

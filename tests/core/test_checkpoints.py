@@ -17,24 +17,16 @@ from trainers.core.errors import DiskFull
 from trainers.core.fsio import atomic_dir, clean_stale_temps
 from trainers.core.retention import Retention, SavedItem, intermediate_saves, prune, to_remove
 from trainers.core.saves import (
-    MANIFEST,
     Position,
     check_free_space,
     find_states,
     latest_state,
-    manifest_for,
     resolve_resume,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import write_state
 
-
-def write_state(folder: Path, step: int, kind: str = "step", epoch: int = 1) -> Path:
-    with atomic_dir(folder) as tmp:
-        (tmp / "weights.bin").write_bytes(b"w" * step)
-        manifest = manifest_for(kind, Position(step, epoch, step), files={"weights.bin": step})
-        (tmp / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
-    return folder
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_atomic_dir_replaces_whole_folders_or_leaves_the_old_one(tmp_path: Path) -> None:
@@ -191,6 +183,7 @@ for i in range(1, 100000):
 """
 
 
+@pytest.mark.slow
 def test_sigkill_during_saves_leaves_the_previous_checkpoint_loadable(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 

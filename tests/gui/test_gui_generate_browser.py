@@ -1,6 +1,6 @@
 """Browser test of the Generate tab: a tiny generation started from the page shows its images as they come.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/test_gui_generate_browser.py
+    HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q tests/gui/test_gui_generate_browser.py
 """
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import json
 import re
 
 import pytest
+
 from test_gui_browser import App, browser, demo_app, expect, page, shots  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.browser
 
 GENERATE_S = 120  # job start-up (torch, diffusers, the tiny model) and 2 tiny images on a busy 2-core CPU
 

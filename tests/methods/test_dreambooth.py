@@ -3,12 +3,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import torch
 from PIL import Image
 
-from tests.test_finetune import full_args
-from tests.test_lora_training import events, run_trainer
 from trainers.demo import build_dataset
+
+from helpers import events, run_trainer
+from test_finetune import full_args
+
+pytestmark = pytest.mark.slow
 
 
 def test_dreambooth_generates_missing_class_images_and_trains_with_them(tiny_sd1_dir: Path, tmp_path: Path) -> None:

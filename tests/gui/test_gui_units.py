@@ -23,7 +23,7 @@ from trainers.core.launch import accelerate_command, other_machine_commands
 from trainers.core.options import TrainConfig, load_config, options_for
 from trainers.demo import build_dataset
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 METHODS = ("lora", "dreambooth", "finetune")
 
 
@@ -177,6 +177,7 @@ def test_run_watcher_builds_the_panel_view_and_notices_a_dead_process(tmp_path: 
     assert [r.state for r in list_runs(tmp_path)] == ["failed"]
 
 
+@pytest.mark.slow
 def test_job_manager_starts_refuses_a_second_run_and_stops(tmp_path: Path, tiny_sd1_dir: Path) -> None:
     data = build_dataset(tmp_path / "data", folder="50_sks shape")
     cfg = load_config("lora", overrides=[f"pretrained_model_name_or_path={json.dumps(str(tiny_sd1_dir))}",
@@ -268,3 +269,17 @@ def test_panel_shows_each_process_step_time_of_a_multi_gpu_run(tmp_path: Path) -
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     stats = render(RunWatcher(run).refresh())[2][1]
     assert "step time per process 0.41 s / 0.63 s" in stats and "4.00 images/s" in stats
+
+
+def test_the_trainers_suggestions_for_a_failure_reach_the_panel(tmp_path: Path) -> None:
+    from gui.run_panel import result_text
+
+    run = tmp_path / "oom"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "failed", "exit_code": 1, "method": "lora"}))
+    ev.EventWriter(run).emit(ev.Error(message="out of GPU memory at step 3", kind="out_of_memory",
+                                      suggestions=["lower train_batch_size (now 4)", "turn on gradient_checkpointing"]))
+    text = result_text(RunWatcher(run).refresh())
+    assert "out of GPU memory at step 3" in text and "What to change" in text
+    assert "lower train_batch_size (now 4)" in text and "turn on gradient_checkpointing" in text
+    assert "8-bit optimizer" not in text  # the generic hint gives way to the config's own suggestions

@@ -12,7 +12,7 @@ from trainers.core.events import Error, EventWriter
 from trainers.core.rundir import update_status
 
 TOKEN = "hf_SECRETsecret123456"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_events_and_status_are_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,64 @@
+"""Helpers shared by tests in several folders: running trainers (as a process or in this one), reading events."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from trainers.core.fsio import atomic_dir
+from trainers.core.saves import MANIFEST, Position, manifest_for
+
+REPO = Path(__file__).resolve().parents[1]  # the repository
+FAST = ["resolution=64", "train_batch_size=2", "max_data_loader_n_workers=0", "learning_rate=1e-3",
+        "network_dim=4", "network_alpha=2"]
+
+
+def hook_env(**variables: str) -> dict[str, str]:
+    """Environment that loads tests/hooks/sitecustomize.py (test-only fault injection) into every process."""
+    return {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "hooks")]), **variables}
+
+
+def run_trainer(args: list[str], run_dir: Path, launcher: list[str] | None = None,
+                env: dict[str, str] | None = None, method: str = "lora") -> subprocess.CompletedProcess:
+    cmd = (launcher or [sys.executable]) + ["-m", "trainers", method, "--run-dir", str(run_dir)] + args
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
+
+
+def sets(**values: object) -> list[str]:
+    out = []
+    for k, v in values.items():
+        out += ["--set", f"{k}={json.dumps(v)}"]
+    return out
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def fixed_seed_image(pipe, lora: Path | None = None) -> torch.Tensor:
+    if lora is not None:
+        pipe.load_lora_weights(str(lora.parent), weight_name=lora.name)
+    image = pipe("sks shape, red circle", num_inference_steps=2, height=64, width=64,
+                 generator=torch.Generator().manual_seed(0), output_type="pt").images
+    return image
+
+
+def train(method: str, run_dir: Path, **values: object) -> int:
+    """Run a trainer in this process, as `python -m trainers <method> --set ...` would."""
+    from trainers.train.run import run_method
+
+    overrides = [f"{k}={json.dumps(v)}" for k, v in values.items()]
+    return run_method(method, None, run_dir, overrides)
+
+
+def write_state(folder: Path, step: int, kind: str = "step", epoch: int = 1) -> Path:
+    with atomic_dir(folder) as tmp:
+        (tmp / "weights.bin").write_bytes(b"w" * step)
+        manifest = manifest_for(kind, Position(step, epoch, step), files={"weights.bin": step})
+        (tmp / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    return folder
