@@ -106,7 +106,7 @@ def can_compare(view: RunView) -> bool:
 def result_text(view: RunView) -> str:
     lines = []
     if view.output:
-        label = "Checkpoint saved when stopped" if view.state == "stopped" else "Saved"
+        label = "Checkpoint saved when stopped" if view.state == RunState.STOPPED else "Saved"
         lines.append(f"**{label}:** `{view.output}`")
     earlier = [c for c in view.checkpoints if c != view.output]
     if earlier:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import math
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trainers.core.options import toml_text
-from trainers.core.options.loading import closest, parse_set
+from trainers.core.options.loading import closest, flatten, parse_set, read_toml
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce
 from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
 from trainers.core.options.values import OptionValues
@@ -139,22 +138,7 @@ def load_generate_config(path: Path | None = None, overrides: list[str] | None =
     flat: dict[str, Any] = {}
     issues: list[ConfigIssue] = []
     if path is not None:
-        try:
-            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError([ConfigIssue("--config", f"file not found: {path}")]) from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-            raise ConfigError([ConfigIssue("--config", f"{path} is not valid TOML: {err}")]) from None
-        for key, value in raw.items():
-            if isinstance(value, dict):
-                if key not in GEN_GROUPS:
-                    guess = closest(key, list(GEN_GROUPS))
-                    hint = f"; did you mean [{guess}]?" if guess else f"; sections are {', '.join(GEN_GROUPS)}"
-                    issues.append(ConfigIssue(key, f"unknown section [{key}]{hint}"))
-                    continue
-                flat.update(value)
-            else:
-                flat[key] = value
+        flat = flatten(read_toml(path), issues, GEN_GROUPS, GEN_BY_NAME)
     for assignment in overrides or []:
         name, value = parse_set(assignment)
         flat[name] = value

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +57,29 @@ def read_options(raw: dict[str, Any], where: str, issues: list[ConfigIssue]) -> 
     return migrate(flat, version) if version is not None else flat
 
 
-def flatten(raw: dict[str, Any], issues: list[ConfigIssue]) -> dict[str, Any]:
-    """Accept both `[group]` sections and flat sd-scripts keys, returning one flat dict."""
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file as data; a ConfigError naming `--config` when it is missing or not TOML."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError([ConfigIssue("--config", f"file not found: {path}")]) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError([ConfigIssue("--config", f"{path} is not valid TOML: {err}")]) from None
+
+
+def flatten(raw: dict[str, Any], issues: list[ConfigIssue], groups: Mapping[str, str] = GROUPS,
+            names: Mapping[str, Any] = BY_NAME) -> dict[str, Any]:
+    """Accept both `[group]` sections and flat keys (as sd-scripts writes them), returning one flat dict."""
     flat: dict[str, Any] = {}
     for key, value in raw.items():
         if key in ("method", "schema_version"):
             continue
-        if key in GROUPS and isinstance(value, dict):
+        if key in groups and isinstance(value, dict):
             items = value.items()
-        elif isinstance(value, dict) and key not in BY_NAME:
-            guess = closest(key, list(GROUPS))
-            hint = f"; did you mean [{guess}]?" if guess else f"; sections are {', '.join(GROUPS)}"
+        elif isinstance(value, dict) and key not in names:
+            guess = closest(key, list(groups))
+            hint = f"; did you mean [{guess}]?" if guess else f"; sections are {', '.join(groups)}"
             issues.append(ConfigIssue(key, f"unknown section [{key}]{hint}"))
             continue
         else:
@@ -133,14 +146,7 @@ def load_config(method: str, path: Path | None = None, overrides: list[str] | No
     issues: list[ConfigIssue] = []
     flat: dict[str, Any] = {}
     if path is not None:
-        path = Path(path)
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError([ConfigIssue("--config", f"file not found: {path}")]) from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-            raise ConfigError([ConfigIssue("--config", f"{path} is not valid TOML: {err}")]) from None
-        flat = read_options(raw, str(path), issues)
+        flat = read_options(read_toml(path), str(path), issues)
     for assignment in overrides or []:
         name, value = parse_set(assignment)
         flat[name] = value
