@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options import TrainConfig
+from trainers.core.options.loss_checks import loss_issues
+from trainers.core.options.optimizer_checks import optimizer_issues
 from trainers.core.options.validation import existing_outputs, option_issues
 from trainers.data.checks import dataset_issues
 from trainers.methods import rules_for
@@ -15,7 +17,8 @@ from trainers.methods import rules_for
 def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
     """Every problem of `cfg`; an empty list means it can start."""
     rules = rules_for(cfg.method)
-    issues = option_issues(cfg, check_paths) + rules.issues(cfg) + dataset_issues(cfg)
+    issues = (option_issues(cfg, check_paths) + optimizer_issues(cfg) + loss_issues(cfg) + rules.issues(cfg)
+              + dataset_issues(cfg))
     if check_paths:
         issues += existing_outputs(cfg, rules.outputs(cfg))
     return issues

@@ -45,7 +45,7 @@ def test_round_trip_keeps_zeros_false_and_empty_lists(tmp_path: Path) -> None:
     assert again.optimizer_args == [] and again.conv_alpha == 0
     assert again.training_comment == 'quote " and ünïcode\nnewline'
     raw = tomllib.loads(first)
-    assert raw["optimizer"]["noise_offset"] == 0 and raw["optimizer"]["optimizer_args"] == []
+    assert raw["loss"]["noise_offset"] == 0 and raw["optimizer"]["optimizer_args"] == []
     assert raw["precision"]["sdpa"] is False
 
 

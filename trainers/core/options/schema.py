@@ -21,6 +21,7 @@ GROUPS: dict[str, str] = {
     "network": "Network",
     "training": "What to train",
     "optimizer": "Optimizer and schedule",
+    "loss": "Loss, noise and timesteps",
     "precision": "Precision and memory",
     "sampling": "Sample images",
     "saving": "Saving",

@@ -1,0 +1,89 @@
+"""Options: Datasets, captions, buckets and caching."""
+from __future__ import annotations
+
+from trainers.core.options.method_sets import DREAMBOOTH
+from trainers.core.options.schema import Option
+
+OPTIONS: tuple[Option, ...] = (
+    Option("train_data_dir", "str", "", "Folder holding <repeats>_<tokens> subfolders of images, e.g. '10_sks dog'. "
+           "One of train_data_dir, metadata_dir or dataset_config is needed.", "dataset", path="dir"),
+    Option("reg_data_dir", "str", "", "Regularization images, in <repeats>_<class> subfolders like train_data_dir. "
+           "They are repeated (as sd-scripts does) until there are as many as training images an epoch.",
+           "dataset", path="dir"),
+    Option("prior_loss_weight", "float", 1.0, "Loss weight of the regularization images (1 = same as training "
+           "images).", "dataset", min=0, advanced=True),
+    Option("class_prompt", "str", "", "Dreambooth: prompt of the class images (e.g. 'a photo of a dog'). With "
+           "num_class_images, the missing ones are generated with the base model into "
+           "<reg_data_dir>/1_<class_prompt>/ before training (kept for later runs).", "dataset", methods=DREAMBOOTH),
+    Option("num_class_images", "int", 0, "Dreambooth: how many class images reg_data_dir's class folder should "
+           "hold; fewer are topped up by generating (0 = generate none).", "dataset", methods=DREAMBOOTH, min=0,
+           max=100000),
+    Option("dataset_config", "str", "", "An sd-scripts dataset config (TOML: [general], [[datasets]], "
+           "[[datasets.subsets]] with image_dir, num_repeats, class_tokens, is_reg, ...). When set, train_data_dir, "
+           "reg_data_dir and metadata_dir are ignored; the options here are its defaults.", "dataset", path="file",
+           advanced=True),
+    Option("caption_extension", "str", ".txt", "Extension of the caption file beside each image.", "dataset"),
+    Option("caption_prefix", "str", "", "Text put before every caption (after shuffling; joined with a space).",
+           "dataset", advanced=True),
+    Option("caption_suffix", "str", "", "Text put after every caption (after shuffling; joined with a space).",
+           "dataset", advanced=True),
+    Option("shuffle_caption", "bool", False, "Shuffle the comma-separated tags of each caption every epoch.",
+           "dataset"),
+    Option("keep_tokens", "int", 0, "Keep the first N tags of each caption in place (never shuffled or dropped).",
+           "dataset", min=0, max=255),
+    Option("keep_tokens_separator", "str", "", "A marker such as '|||': tags before it stay in place, tags after it "
+           "are shuffled/dropped, tags after a second marker stay at the end. Wins over keep_tokens.", "dataset",
+           advanced=True),
+    Option("caption_dropout_rate", "float", 0.0, "Share of samples trained with an empty caption (e.g. 0.05).",
+           "dataset", min=0, max=1, advanced=True),
+    Option("caption_tag_dropout_rate", "float", 0.0, "Share of tags left out of each caption (kept tags are never "
+           "dropped).", "dataset", min=0, max=1, advanced=True),
+    Option("resolution", "str", "512", "Training size: 'N' for NxN or 'W,H'. Multiples of 8.", "dataset"),
+    Option("enable_bucket", "bool", False, "Aspect-ratio buckets: train each image at the bucket size nearest its "
+           "aspect ratio (area up to the resolution's) instead of cropping it to the resolution.", "dataset"),
+    Option("min_bucket_reso", "int", 256, "Smallest bucket side in pixels (at most the resolution's smaller side).",
+           "dataset", min=32, max=8192, advanced=True),
+    Option("max_bucket_reso", "int", 1024, "Largest bucket side in pixels (at least the resolution's larger side).",
+           "dataset", min=32, max=8192, advanced=True),
+    Option("bucket_reso_steps", "int", 64, "Bucket sides are multiples of this (a multiple of 8; 64 is safest).",
+           "dataset", min=8, max=512, advanced=True),
+    Option("bucket_no_upscale", "bool", False, "Never enlarge an image: small images get a bucket of their own size "
+           "(rounded down to bucket_reso_steps) instead.", "dataset", advanced=True),
+    Option("random_crop", "bool", False, "Crop at a random position instead of the center.", "dataset", advanced=True),
+    Option("flip_aug", "bool", False, "Randomly flip images horizontally.", "dataset", advanced=True),
+    Option("metadata_dir", "str", "", "Folder tree of JSON files, one per image: {\"path\": ..., \"tags\": [...], "
+           "\"score\": N} (path relative to the JSON file). The caption is the tags; filters below apply.",
+           "dataset", path="dir"),
+    Option("dataset_repeats", "int", 1, "Repeats of the metadata_dir images an epoch.", "dataset", min=1, max=10000),
+    Option("metadata_abs_min_score", "float", None, "Drop images whose score (as in the JSON) is below this.",
+           "dataset", nullable=True, advanced=True),
+    Option("metadata_min_score", "float", None, "Drop images whose score plus their metadata_tag_bonus is below this.",
+           "dataset", nullable=True, advanced=True),
+    Option("metadata_tag_bonus", "list", [], "Score bonus per tag for metadata_min_score, as 'tag=number', e.g. "
+           "['masterpiece=2', 'sketch=-1'].", "dataset", advanced=True),
+    Option("metadata_blacklist_tags", "list", [], "Drop images that have any of these tags.", "dataset",
+           advanced=True),
+    Option("metadata_remove_tags", "list", [], "Tags left out of the caption (the image is kept).", "dataset",
+           advanced=True),
+    Option("metadata_tag_replacements", "list", [], "Text replaced in every tag, as 'old->new' (spaces count), e.g. "
+           "[' ->_', ':->=']. Tag filters match a tag as written or as replaced.", "dataset", advanced=True),
+    Option("metadata_tag_separator", "str", ", ", "Text that joins the tags into the caption.", "dataset",
+           advanced=True),
+    Option("metadata_score_tags", "list", [], "Score thresholds, e.g. [5, 7, 9]: an image gets the tag 'scrN' (first) "
+           "for the highest N its score reaches.", "dataset", advanced=True),
+    Option("metadata_shuffle_tag_p", "float", 0.0, "Share of metadata images whose tags are shuffled each epoch "
+           "(shuffle_caption shuffles all).", "dataset", min=0, max=1, advanced=True),
+    Option("metadata_consider_every_nth", "int", 1, "Use only every n-th JSON file (sorted by path), e.g. 10 for a "
+           "small validation set.", "dataset", min=1, max=1000000, advanced=True),
+    Option("cache_latents", "bool", False, "Encode every image with the VAE once, before training, and keep the "
+           "latents in memory (faster steps; not with random_crop). Each process encodes every image; "
+           "cache_latents_to_disk splits the work.", "dataset"),
+    Option("cache_latents_to_disk", "bool", False, "Cache latents in files beside the images (.atelier-cache/), "
+           "reused by later runs while the VAE, size and crop stay the same; the work is split across processes.",
+           "dataset"),
+    Option("cache_text_encoder_outputs", "bool", False, "Encode each caption once, before training (needs frozen "
+           "text encoders, e.g. network_train_unet_only, and fixed captions: no shuffle or dropout).", "dataset",
+           advanced=True),
+    Option("max_data_loader_n_workers", "int", 2, "Processes that load images in the background (0 = in the "
+           "training process).", "dataset", min=0, max=64, advanced=True),
+)

@@ -1,0 +1,17 @@
+"""Options: Precision and memory."""
+from __future__ import annotations
+
+from trainers.core.options.schema import Option
+
+OPTIONS: tuple[Option, ...] = (
+    Option("mixed_precision", "str", "no", "Compute precision: bf16 on recent GPUs, fp16 on older ones.",
+           "precision", choices=("no", "fp16", "bf16")),
+    Option("full_bf16", "bool", False, "Keep trained weights and gradients in bf16 too (less memory; needs "
+           "mixed_precision = bf16).", "precision", advanced=True),
+    Option("gradient_checkpointing", "bool", False, "Recompute activations in the backward pass: much less "
+           "memory, about 20% slower.", "precision"),
+    Option("sdpa", "bool", True, "Use PyTorch scaled-dot-product attention (fast, memory-efficient).",
+           "precision", advanced=True),
+    Option("no_half_vae", "bool", False, "Keep the VAE in float32 (SDXL's VAE overflows in fp16 and always "
+           "stays float32 under fp16).", "precision", advanced=True),
+)
