@@ -1,10 +1,12 @@
 """Latent and text-encoder caches: encode once before training instead of every step.
 
 Latents are cached as the VAE's distribution (mean and std), so a cached run samples the
-same per-sample latents as an uncached one. On disk they sit beside the images in
-``.atelier-cache/<image name>.<W>x<H>.safetensors``, each stamped with a key made from the
-VAE's weights, the image file (size and modification time), its bucket and flips: a run whose
-VAE, resolution, bucket or crop settings differ rebuilds exactly the entries that changed.
+same per-sample latents as an uncached one; an image's loss mask (masked_loss, alpha_mask) is
+cached with them, area-averaged to the latents' size as the loss uses it. On disk they sit beside
+the images in ``.atelier-cache/<image name>.<W>x<H>.safetensors``, each stamped with a key made
+from the VAE's weights, the image file (size and modification time), its bucket, flips and mask
+source: a run whose VAE, resolution, bucket, crop or mask settings differ rebuilds exactly the
+entries that changed.
 With several processes, disk caching splits the images between them.
 """
 from __future__ import annotations
@@ -17,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from trainers.core.fsio import atomic_path
 from trainers.data.catalog import Catalog, CatalogImage
-from trainers.data.dataset import decode_for_bucket, prepare_sample_image
+from trainers.data.dataset import decode_sample, prepare_sample_image
 from trainers.data.images import ImageLoadError
 
 CACHE_DIR = ".atelier-cache"
@@ -58,6 +61,7 @@ class LatentEntry:
     original_size: torch.Tensor  # (h, w)
     crop_top_left: torch.Tensor  # (top, left)
     target_size: torch.Tensor  # (h, w)
+    mask: torch.Tensor | None = None  # (1, h, w) at the latents' size: the loss weights, None = whole image
 
 
 ImageKey = tuple[Path, tuple[int, int]]  # (file, bucket): an image as it trains
@@ -94,13 +98,20 @@ def cache_file(image: CatalogImage) -> Path:
     return image.path.parent / CACHE_DIR / f"{image.path.name}.{width}x{height}.safetensors"
 
 
-def entry_key(image: CatalogImage, vae_key: str, flips: tuple[bool, ...]) -> str:
+def _file_version(path: Path) -> str:
     try:
-        stat = image.path.stat()
-        version = f"{stat.st_size}|{stat.st_mtime_ns}"
+        stat = path.stat()
+        return f"{stat.st_size}|{stat.st_mtime_ns}"
     except OSError:  # gone since the scan: encoding it fails and reports it
-        version = "missing"
-    text = f"{FORMAT}|{vae_key}|{version}|{image.size}|{image.bucket}|{flips}"
+        return "missing"
+
+
+def entry_key(image: CatalogImage, vae_key: str, flips: tuple[bool, ...], alpha_mask: bool = False) -> str:
+    text = f"{FORMAT}|{vae_key}|{_file_version(image.path)}|{image.size}|{image.bucket}|{flips}"
+    if image.mask is not None:  # entries without a mask keep the key they had before masks existed
+        text += f"|mask:{image.mask}|{_file_version(image.mask)}"
+    elif alpha_mask:
+        text += "|mask:alpha"
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -112,20 +123,21 @@ def build_latent_cache(catalog: Catalog, vae: torch.nn.Module, to_disk: bool, ba
     vae_key = vae_fingerprint(vae)
     flips = {i: (False, True) if catalog.subsets[img.subset].spec.flip_aug else (False,)
              for i, img in enumerate(catalog.images)}
+    alpha = {i: catalog.subsets[img.subset].spec.alpha_mask for i, img in enumerate(catalog.images)}
     failures: dict[int, str] = {}
     if not to_disk:
         memory: dict[tuple[ImageKey, bool], LatentEntry] = {}
-        for index, entries in _encode(catalog, list(range(len(catalog.images))), flips, vae, batch_size, failures,
-                                      progress, workers):
+        for index, entries in _encode(catalog, list(range(len(catalog.images))), flips, alpha, vae, batch_size,
+                                      failures, progress, workers):
             image = catalog.images[index]
             memory.update({((image.path, image.bucket), flip): entry for flip, entry in entries.items()})
         return LatentCache(memory=memory), failures
 
-    keys = {i: entry_key(img, vae_key, flips[i]) for i, img in enumerate(catalog.images)}
+    keys = {i: entry_key(img, vae_key, flips[i], alpha[i]) for i, img in enumerate(catalog.images)}
     todo = [i for i, img in enumerate(catalog.images) if _stored_key(cache_file(img)) != keys[i]]
     dist.barrier()  # every process has looked before any writes
     mine = todo[dist.rank::dist.world]
-    for index, entries in _encode(catalog, mine, flips, vae, batch_size, failures, progress, workers):
+    for index, entries in _encode(catalog, mine, flips, alpha, vae, batch_size, failures, progress, workers):
         _write(cache_file(catalog.images[index]), entries, keys[index])
     dist.barrier()
     for part in dist.gather(sorted(failures.items())):
@@ -134,8 +146,8 @@ def build_latent_cache(catalog: Catalog, vae: torch.nn.Module, to_disk: bool, ba
     return LatentCache(files=files), failures
 
 
-def _encode(catalog: Catalog, indices: list[int], flips: dict[int, tuple[bool, ...]], vae: torch.nn.Module,
-            batch_size: int, failures: dict[int, str], progress: Progress | None, workers: int):
+def _encode(catalog: Catalog, indices: list[int], flips: dict[int, tuple[bool, ...]], alpha: dict[int, bool],
+            vae: torch.nn.Module, batch_size: int, failures: dict[int, str], progress: Progress | None, workers: int):
     """Yield (image index, {flip: entry}); images are decoded in threads while the VAE encodes."""
     by_bucket: dict[tuple[int, int], list[int]] = {}
     for index in indices:
@@ -147,11 +159,12 @@ def _encode(catalog: Catalog, indices: list[int], flips: dict[int, tuple[bool, .
         for index in chunk:
             image = catalog.images[index]
             try:
-                pil = decode_for_bucket(image)
+                pil, mask = decode_sample(image, alpha[index])
             except ImageLoadError as err:
-                failures[index] = f"cannot be decoded ({err.reason})"
+                what = "its mask cannot" if err.path == image.mask else "cannot"
+                failures[index] = f"{what} be decoded ({err.reason})"
                 continue
-            out += [(index, flip, prepare_sample_image(image, False, None, flip, pil)) for flip in flips[index]]
+            out += [(index, flip, prepare_sample_image(image, False, None, flip, pil, mask)) for flip in flips[index]]
         return out
 
     done = 0
@@ -166,11 +179,18 @@ def _encode(catalog: Catalog, indices: list[int], flips: dict[int, tuple[bool, .
                 for k, (index, flip, p) in enumerate(prepared):
                     entries.setdefault(index, {})[flip] = LatentEntry(
                         mean[k].clone(), std[k].clone(), torch.tensor(p.original_size),
-                        torch.tensor(p.crop_top_left), torch.tensor(p.target_size))
+                        torch.tensor(p.crop_top_left), torch.tensor(p.target_size), _latent_mask(p.mask, mean.shape))
                 yield from entries.items()
             done += 1
             if progress:
                 progress(done, len(chunks))
+
+
+def _latent_mask(mask: torch.Tensor | None, latent_shape: torch.Size) -> torch.Tensor | None:
+    """A pixel mask (1, H, W) area-averaged to the latents' (h, w), as the loss would."""
+    if mask is None:
+        return None
+    return F.interpolate(mask[None], size=tuple(latent_shape[-2:]), mode="area")[0].contiguous()
 
 
 def _stored_key(path: Path) -> str | None:
@@ -187,6 +207,8 @@ def _write(path: Path, entries: dict[bool, LatentEntry], key: str) -> None:
         suffix = "_flip" if flip else ""
         tensors[f"mean{suffix}"], tensors[f"std{suffix}"] = e.mean.contiguous(), e.std.contiguous()
         tensors[f"sizes{suffix}"] = torch.stack([e.original_size, e.crop_top_left, e.target_size])
+        if e.mask is not None:
+            tensors[f"mask{suffix}"] = e.mask
     try:
         with atomic_path(path, durable=False) as tmp:  # a lost cache file is rebuilt: no fsync
             save_file(tensors, tmp, metadata={"key": key, "format": FORMAT})
@@ -199,7 +221,8 @@ def _entries(tensors: dict[str, torch.Tensor]) -> dict[bool, LatentEntry]:
     for flip, suffix in ((False, ""), (True, "_flip")):
         if f"mean{suffix}" in tensors:
             sizes = tensors[f"sizes{suffix}"]
-            out[flip] = LatentEntry(tensors[f"mean{suffix}"], tensors[f"std{suffix}"], sizes[0], sizes[1], sizes[2])
+            out[flip] = LatentEntry(tensors[f"mean{suffix}"], tensors[f"std{suffix}"], sizes[0], sizes[1], sizes[2],
+                                    tensors.get(f"mask{suffix}"))
     return out
 
 

@@ -18,7 +18,8 @@ from typing import Any
 from trainers.data.buckets import BucketBatchSampler, BucketChooser
 from trainers.data.captions import CaptionOptions
 from trainers.data.dataset_toml import dataset_specs
-from trainers.data.kohya_folders import DatasetLayoutError, ImageItem, scan_image_folder, scan_kohya_folders
+from trainers.data.kohya_folders import (DatasetLayoutError, ImageItem, match_masks, scan_image_folder,
+                                         scan_kohya_folders)
 from trainers.data.metadata_json import scan_metadata_dir
 from trainers.data.probe import ImageSkipped, probe_image
 from trainers.data.specs import DatasetSpec, SubsetSpec
@@ -40,6 +41,7 @@ class CatalogImage:
     size: tuple[int, int]  # (width, height), EXIF orientation applied
     bucket: tuple[int, int]  # (width, height) it trains at
     subset: int
+    mask: Path | None = None  # masked_loss: its mask image
 
 
 @dataclass
@@ -198,6 +200,7 @@ def build_catalog(values: Mapping[str, Any], warnings: list[str] | None = None) 
                 continue
             kept.append(CatalogImage(item.path, item.caption, item.caption_from_file, size, bucket, 0))
         images.append(kept)
+    _attach_masks(subsets, images, warnings)
     catalog = _assemble(specs, subsets, images, warnings)
     if not catalog.samples:
         raise DatasetLayoutError(_nothing_left(catalog), field=subsets[0].spec.field if subsets else "train_data_dir")
@@ -222,6 +225,55 @@ def _read_subset(spec: SubsetSpec, dataset: int, warnings: list[str]):
                                metadata_dropped=Counter(scan.dropped))
         separator = spec.metadata.separator
         yield subset, [ImageItem(r.image, separator.join(r.tags), True) for r in scan.records]
+
+
+def mask_folder(subset: CatalogSubset) -> Path | None:
+    """Where a subset's mask images are (masked_loss): its conditioning folder, for a kohya root the
+    subfolder of the same name in it."""
+    masks = subset.spec.masks
+    if masks is None:
+        return None
+    return masks / subset.folder.name if subset.spec.kind == "kohya_root" else masks
+
+
+def _attach_masks(subsets: list[CatalogSubset], images: list[list[CatalogImage]], warnings: list[str]) -> None:
+    """Give each image of a subset with masks its mask file; a missing or unusable mask is an error."""
+    problems: list[str] = []
+    field = "conditioning_data_dir"
+    for subset, kept in zip(subsets, images):
+        folder = mask_folder(subset)
+        if folder is None or not kept:
+            continue
+        field = "dataset_config" if subset.spec.label else field
+        found, extra = match_masks(folder, [image.path for image in kept])
+        if extra:
+            listed = ", ".join(extra[:5]) + (", ..." if len(extra) > 5 else "")
+            warnings.append(f"{folder}: {len(extra)} mask image(s) match no training image and are not used: {listed}")
+        sizes = _probe_all(list(found.values()))
+        for image in kept:
+            mask = found.get(image.path)
+            size = sizes.get(mask) if mask is not None else None
+            if mask is None:
+                problems.append(f"{image.path}: no mask image {folder / image.path.stem}.* (png, jpg, webp, ...)")
+            elif isinstance(size, str):
+                problems.append(f"{mask}: {size}")
+            elif not _same_shape(size, image.size):
+                problems.append(f"{mask} is {size[0]}x{size[1]} but its image is {image.size[0]}x{image.size[1]}: "
+                                "a mask must have its image's size (or at least its aspect ratio)")
+            else:
+                image.mask = mask
+    if problems:
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise DatasetLayoutError("masked_loss: mask images are missing or unusable:\n  " + "\n  ".join(problems[:20])
+                                 + more + "\nFix: give every training image a mask of the same name and size in its "
+                                 "conditioning folder (white = train, black = ignore), or turn masked_loss off.",
+                                 field=field)
+
+
+def _same_shape(mask: tuple[int, int], image: tuple[int, int]) -> bool:
+    """Equal sizes, or the same aspect ratio to within a pixel (such a mask is resized to its image)."""
+    (mw, mh), (w, h) = mask, image
+    return abs(mw * h - mh * w) <= max(w, h)
 
 
 def _probe_all(paths: list[Path]) -> dict[Path, tuple[int, int] | str]:

@@ -18,7 +18,8 @@ from torch.utils.data import Dataset
 
 from trainers.data.captions import process_caption
 from trainers.data.catalog import Catalog
-from trainers.data.images import ImageLoadError, PreparedImage, cover_size, load_image_rgb, prepare_image
+from trainers.data.images import (ImageLoadError, PreparedImage, alpha_of, cover_size, load_image, load_mask,
+                                  prepare_image)
 from trainers.data.seeds import sample_seed
 
 MAX_SUBSTITUTES = 8  # other images of the bucket tried before giving up on a batch
@@ -37,7 +38,8 @@ def flip_of(flip_aug: bool, seed: int, epoch: int, index: int) -> tuple[bool, to
 
 class CaptionedImages(Dataset):
     """The catalog's samples: pixels in [-1, 1] (or cached latents), token ids (or cached text-encoder
-    outputs), SDXL size conditioning, the per-sample key and the loss weight."""
+    outputs), SDXL size conditioning, the per-sample key, the loss weight and, for images with a
+    loss mask (masked_loss, alpha_mask), the mask."""
 
     def __init__(self, catalog: Catalog, tokenize: Callable[[list[str]], list[torch.Tensor]], seed: int,
                  prior_loss_weight: float = 1.0, latents: Any = None, texts: Any = None) -> None:
@@ -101,11 +103,15 @@ class CaptionedImages(Dataset):
             entry = self.latents.get(image, flip)
             out.update(latent_mean=entry.mean, latent_std=entry.std, original_size=entry.original_size,
                        crop_top_left=entry.crop_top_left, target_size=entry.target_size)
+            mask = entry.mask
         else:
-            prepared = prepare_sample_image(image, spec.random_crop, gen, flip)
+            prepared = prepare_sample_image(image, spec.random_crop, gen, flip, alpha_mask=spec.alpha_mask)
             out.update(pixels=prepared.pixels, original_size=torch.tensor(prepared.original_size),
                        crop_top_left=torch.tensor(prepared.crop_top_left),
                        target_size=torch.tensor(prepared.target_size))
+            mask = prepared.mask
+        if mask is not None:
+            out["mask"] = mask
         caption = self.caption(epoch, index)
         if self.texts is not None:
             hidden, pooled = self.texts.get(caption)
@@ -118,18 +124,25 @@ class CaptionedImages(Dataset):
 
 
 def prepare_sample_image(image: Any, random_crop: bool, gen: torch.Generator | None, flip: bool,
-                         pil: Any = None) -> PreparedImage:
-    """Fit a catalog image to its bucket; `pil` is the image already decoded by `decode_for_bucket`."""
+                         pil: Any = None, mask: Any = None, alpha_mask: bool = False) -> PreparedImage:
+    """Fit a catalog image (and its loss mask) to its bucket; `pil` and `mask` are what `decode_sample`
+    already gave, else it is called here."""
     width, height = image.bucket
-    pil = decode_for_bucket(image) if pil is None else pil
+    if pil is None:
+        pil, mask = decode_sample(image, alpha_mask)
     drafted = pil.size[0] < image.size[0] and pil.size[1] < image.size[1]
     original = (image.size[1], image.size[0]) if drafted else None
-    return prepare_image(pil, width, height, random_crop, gen, flip, original_size=original)
+    return prepare_image(pil, width, height, random_crop, gen, flip, original_size=original, mask=mask)
 
 
-def decode_for_bucket(image: Any) -> Any:
-    """Decode a catalog image, large JPEGs at a reduced scale that still covers its bucket."""
-    return load_image_rgb(image.path, min_side=max(cover_size(*image.size, *image.bucket)))
+def decode_sample(image: Any, alpha_mask: bool = False) -> tuple[Any, Any]:
+    """A catalog image, large JPEGs at a reduced scale that still covers its bucket, and its loss mask:
+    its mask file (masked_loss), else its alpha channel (`alpha_mask`; None without one), else None."""
+    pil = load_image(image.path, min_side=max(cover_size(*image.size, *image.bucket)), keep_alpha=alpha_mask)
+    mask_file = getattr(image, "mask", None)
+    if mask_file is not None:
+        return pil, load_mask(mask_file)
+    return pil, alpha_of(pil) if alpha_mask else None
 
 
 def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -139,6 +152,10 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "pooled_embeds") if name in first}
     if "input_ids" in first:
         out["input_ids"] = [torch.stack(ids) for ids in zip(*(s["input_ids"] for s in samples))]
+    masks = [s.get("mask") for s in samples]
+    if any(m is not None for m in masks):  # images without one train whole (as sd-scripts fills in ones)
+        like = next(m for m in masks if m is not None)
+        out["masks"] = torch.stack([torch.ones_like(like) if m is None else m for m in masks])
     out["keys"] = torch.stack([s["key"] for s in samples])
     out["loss_weights"] = torch.stack([s["loss_weight"] for s in samples])
     out["problems"] = [p for s in samples for p in s["problems"]]

@@ -18,6 +18,9 @@
 A value is looked up in the subset, then its dataset, then [general], then the run's own
 options. Relative folders are read from the config file's folder (else the working directory).
 Besides sd-scripts' keys a subset may have ``metadata_dir`` and the ``metadata_*`` filters.
+With masked_loss, an image_dir subset's ``conditioning_data_dir`` holds a mask image for each of
+its images (same name, any image extension), as sd-scripts reads them; ``alpha_mask`` uses the
+images' transparency instead.
 Torch-free.
 """
 from __future__ import annotations
@@ -41,9 +44,9 @@ SUBSET_OPTIONS = (
     "caption_tag_dropout_rate", "caption_prefix", "caption_suffix", "flip_aug", "random_crop",
     "metadata_abs_min_score", "metadata_min_score", "metadata_tag_bonus", "metadata_blacklist_tags",
     "metadata_remove_tags", "metadata_tag_replacements", "metadata_tag_separator", "metadata_score_tags",
-    "metadata_shuffle_tag_p", "metadata_consider_every_nth",
+    "metadata_shuffle_tag_p", "metadata_consider_every_nth", "alpha_mask",
 )
-SUBSET_ONLY = ("image_dir", "metadata_dir", "num_repeats", "class_tokens", "is_reg")
+SUBSET_ONLY = ("image_dir", "metadata_dir", "num_repeats", "class_tokens", "is_reg", "conditioning_data_dir")
 DATASET_OPTIONS = ("resolution", "enable_bucket", "min_bucket_reso", "max_bucket_reso", "bucket_reso_steps",
                    "bucket_no_upscale")
 RENAMED = {"batch_size": "train_batch_size"}  # sd-scripts dataset key -> our option
@@ -56,7 +59,6 @@ IGNORED = {  # sd-scripts keys without an effect here: loading warns about each
     "secondary_separator": "secondary separators are not available",
     "enable_wildcard": "wildcards are not available: the first non-empty caption line is used",
     "caption_separator": "tags are always separated by ','",
-    "alpha_mask": "alpha masks are not available: transparency is composited on white",
     "cache_info": "image sizes are read again each run (cheaply, from the headers)",
     "network_multiplier": "per-dataset network multipliers are not available",
     "debug_dataset": "use `python -m trainers preflight` to inspect a dataset",
@@ -151,17 +153,39 @@ def _subset(table: Any, where: str, defaults: dict[str, Any], base: Path, issues
     folder = image_dir or metadata_dir
     if not isinstance(folder, str):
         problems.append("image_dir / metadata_dir must be text")
+    masks_dir = table.get("conditioning_data_dir")
+    if masks_dir is not None:
+        problems += _masks_problems(masks_dir, values, bool(metadata_dir))
     if problems:
         issues.extend(f"{where}: {p}" for p in problems)
         return None
     found = _find(folder, base)
-    if found is None:
-        issues.append(f"{where}: folder not found: {folder} (relative folders are read from {base})")
+    masks = None if masks_dir is None else _find(masks_dir, base)
+    missing = [name for name, got in ((folder, found), (masks_dir, masks)) if name is not None and got is None]
+    if missing:
+        issues.extend(f"{where}: folder not found: {name} (relative folders are read from {base})" for name in missing)
         return None
     kind = "folder" if image_dir else "metadata"
     if kind == "metadata" and "num_repeats" not in table:
         repeats = values["dataset_repeats"]
-    return subset_spec(kind, found, values, repeats=repeats, tokens=tokens, is_reg=is_reg, field=FIELD, label=where)
+    return subset_spec(kind, found, values, repeats=repeats, tokens=tokens, is_reg=is_reg, field=FIELD, label=where,
+                       masks=masks)
+
+
+def _masks_problems(masks_dir: Any, values: Mapping[str, Any], metadata: bool) -> list[str]:
+    """A subset's conditioning_data_dir (masked_loss's mask images) against the rest of its settings."""
+    if not isinstance(masks_dir, str) or not masks_dir.strip():
+        return ["conditioning_data_dir must be a folder (text)"]
+    if not values.get("masked_loss"):
+        return ["conditioning_data_dir holds mask images for masked_loss, which is off: set masked_loss = true in "
+                "the training config, or remove conditioning_data_dir"]
+    if metadata:
+        return ["conditioning_data_dir goes with image_dir (masks are found by the image's file name there), not "
+                "with metadata_dir"]
+    if values.get("alpha_mask"):
+        return ["conditioning_data_dir and alpha_mask are two sources of the same mask: set alpha_mask = false for "
+                "this subset, or remove conditioning_data_dir"]
+    return []
 
 
 def _find(folder: str, base: Path) -> Path | None:
@@ -200,7 +224,7 @@ def dataset_specs(values: Mapping[str, Any], warnings: list[str]) -> list[Datase
         if str(values.get(name) or "").strip():
             warnings.append(f"{name} is ignored: dataset_config is set (as in sd-scripts)")
     specs = load_dataset_config(Path(config), values, warnings)
-    issues = _caching_issues(specs, values)
+    issues = _caching_issues(specs, values) + _mask_issues(specs, values)
     if issues:
         raise ConfigError(issues)
     return specs
@@ -217,3 +241,13 @@ def _caching_issues(specs: list[DatasetSpec], values: Mapping[str, Any]) -> list
             issues.append(ConfigIssue("cache_text_encoder_outputs", f"{sub.label} shuffles or drops caption tags, so "
                                       "its captions change every epoch: turn caching or those options off", "dataset"))
     return issues
+
+
+def _mask_issues(specs: list[DatasetSpec], values: Mapping[str, Any]) -> list[ConfigIssue]:
+    """masked_loss needs at least one subset with masks (the flat options are checked by validation)."""
+    subsets = [sub for spec in specs for sub in spec.subsets]
+    if not values.get("masked_loss") or any(sub.masks or sub.alpha_mask for sub in subsets):
+        return []
+    return [ConfigIssue("masked_loss", "is on, but no subset of dataset_config has masks: add conditioning_data_dir "
+                        "(a folder with a mask image for each image) or alpha_mask = true to the subsets with masks, "
+                        "or turn masked_loss off", "loss")]

@@ -4,7 +4,9 @@
 transparency composited onto white).  ``prepare_image`` resizes it to cover a
 target size, crops (center or random), optionally flips, and returns a
 ``(3, H, W)`` float tensor in ``[-1, 1]`` plus the SDXL size-conditioning
-values (original size, crop top-left, target size).
+values (original size, crop top-left, target size), and, given a loss mask
+(``load_mask``, or an image's alpha channel kept by ``load_image(keep_alpha=True)``),
+that mask resized, cropped and flipped the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from PIL import Image, ImageOps
 
 from trainers.core.errors import BadInput
 
-__all__ = ["ImageLoadError", "PreparedImage", "cover_size", "load_image_rgb", "to_rgb", "prepare_image"]
+__all__ = ["ImageLoadError", "PreparedImage", "alpha_of", "cover_size", "load_image", "load_image_rgb",
+           "load_mask", "to_rgb", "prepare_image"]
 
 
 class ImageLoadError(BadInput):
@@ -57,8 +60,13 @@ def to_rgb(img: Image.Image, background: tuple[int, int, int] = (255, 255, 255))
     return img.convert("RGB")
 
 
-def load_image_rgb(path: Path, min_side: int | None = None) -> Image.Image:
-    """Open ``path`` fully, apply EXIF orientation and convert to RGB (transparency -> white).
+def has_alpha(img: Image.Image) -> bool:
+    return img.mode in _TRANSPARENT_MODES or "transparency" in img.info
+
+
+def load_image(path: Path, min_side: int | None = None, keep_alpha: bool = False) -> Image.Image:
+    """Open ``path`` fully, apply EXIF orientation and convert to RGB (transparency -> white), or to
+    RGBA when ``keep_alpha`` and the image has transparency (``prepare_image`` composites it then).
 
     ``min_side``: the smallest side the caller needs; a JPEG much larger than that is decoded at
     a reduced scale (still at least ``min_side`` on both sides), which is far faster for photos.
@@ -76,6 +84,8 @@ def load_image_rgb(path: Path, min_side: int | None = None) -> Image.Image:
                 upright = ImageOps.exif_transpose(im)  # a new image, detached from the file
             except Exception:  # malformed EXIF block: keep the pixels as stored
                 upright = im.copy()
+        if keep_alpha and has_alpha(upright):
+            return upright.convert("RGBA")
         return to_rgb(upright)
     except FileNotFoundError as e:
         raise ImageLoadError(path, "file not found") from e
@@ -87,6 +97,21 @@ def load_image_rgb(path: Path, min_side: int | None = None) -> Image.Image:
         raise ImageLoadError(path, f"{type(e).__name__}: {e}") from e
 
 
+def load_image_rgb(path: Path, min_side: int | None = None) -> Image.Image:
+    """``load_image`` without alpha: an upright RGB image, transparency composited onto white."""
+    return load_image(path, min_side)
+
+
+def load_mask(path: Path) -> Image.Image:
+    """A loss-mask image as 8-bit grey: its red channel (as sd-scripts reads masked_loss masks)."""
+    return load_image(path).getchannel("R")
+
+
+def alpha_of(img: Image.Image) -> Image.Image | None:
+    """The alpha channel of an RGBA image as a mask (255 = opaque), None for an image without one."""
+    return img.getchannel("A") if img.mode == "RGBA" else None
+
+
 @dataclass
 class PreparedImage:
     pixels: torch.Tensor  # (3, H, W) float32 in [-1, 1]
@@ -94,6 +119,7 @@ class PreparedImage:
     crop_top_left: tuple[int, int]  # (top, left) of the crop in the resized (and, if flipped, flipped) image
     target_size: tuple[int, int]  # (h, w) == (height, width)
     flipped: bool = False
+    mask: torch.Tensor | None = None  # (1, H, W) float32 in [0, 1]: the loss weight of each pixel
 
 
 def _check_size(name: str, value: int) -> int:
@@ -116,6 +142,7 @@ def prepare_image(
     generator: torch.Generator | None = None,
     flip: bool = False,
     original_size: tuple[int, int] | None = None,
+    mask: Image.Image | None = None,
 ) -> PreparedImage:
     """Resize ``img`` to cover ``(width, height)`` keeping its aspect ratio, crop, optionally flip.
 
@@ -128,6 +155,8 @@ def prepare_image(
       image had been flipped before cropping.
     * ``original_size`` (h, w) overrides the reported original size, for an image decoded at a
       reduced scale (see ``load_image_rgb``'s ``min_side``).
+    * ``mask``: a grey-scale loss mask of the image (stretched to its size if it differs, e.g. for a
+      JPEG decoded at a reduced scale), resized, cropped and flipped with it.
     """
     width = _check_size("width", width)
     height = _check_size("height", height)
@@ -135,12 +164,18 @@ def prepare_image(
     w, h = img.size
     if w < 1 or h < 1:
         raise ValueError(f"cannot prepare an empty image of size {w}x{h}")
+    if mask is not None:
+        mask = mask if mask.mode == "L" else mask.convert("L")
+        if mask.size != (w, h):
+            mask = mask.resize((w, h), resample=Image.Resampling.LANCZOS)
 
     new_w, new_h = cover_size(w, h, width, height)
     scale = max(width / w, height / h)
     if (new_w, new_h) != (w, h):
         resample = Image.Resampling.LANCZOS if scale < 1.0 else Image.Resampling.BICUBIC
         img = img.resize((new_w, new_h), resample=resample)
+        if mask is not None:
+            mask = mask.resize((new_w, new_h), resample=resample)
 
     excess_x, excess_y = new_w - width, new_h - height
     if random_crop:
@@ -150,12 +185,18 @@ def prepare_image(
         top, left = excess_y // 2, excess_x // 2
 
     arr = np.asarray(img, dtype=np.uint8)[top : top + height, left : left + width]
+    weights = None
+    if mask is not None:
+        weights = np.asarray(mask, dtype=np.uint8)[top : top + height, left : left + width]
     if flip:
         arr = arr[:, ::-1]
+        weights = None if weights is None else weights[:, ::-1]
         left = new_w - left - width
     # float32 copy (writable, C-contiguous) -> (3, H, W) in [-1, 1]
     pixels = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32)).permute(2, 0, 1)
     pixels = (pixels / 127.5 - 1.0).contiguous()
+    if weights is not None:
+        weights = torch.from_numpy(np.ascontiguousarray(weights, dtype=np.float32))[None] / 255.0
 
     return PreparedImage(
         pixels=pixels,
@@ -163,4 +204,5 @@ def prepare_image(
         crop_top_left=(top, left),
         target_size=(height, width),
         flipped=bool(flip),
+        mask=weights,
     )

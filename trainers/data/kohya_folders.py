@@ -41,6 +41,7 @@ __all__ = [
     "normalize_caption_extension",
     "scan_image_folder",
     "scan_kohya_folders",
+    "match_masks",
 ]
 
 #: Image file extensions recognised in a subset folder (compared lower-cased).
@@ -493,3 +494,28 @@ def scan_kohya_folders(root: Path, caption_extension: str = ".txt", field: str =
         warnings=warnings,
         caption_extension=caption_ext,
     )
+
+
+def match_masks(folder: Path, images: list[Path]) -> tuple[dict[Path, Path], list[str]]:
+    """The mask image of each image in ``folder`` (masked_loss): the file with the image's stem and any
+    image extension, as sd-scripts' ``conditioning_data_dir``; the stem's case may differ, as on
+    case-insensitive filesystems. Also returns the names of mask files no image matches."""
+    try:
+        with os.scandir(folder) as it:
+            names = sorted(e.name for e in it if not e.name.startswith(".") and e.is_file() and _is_image_name(e.name))
+    except OSError:  # a missing mask folder: every image of it is reported as lacking its mask
+        names = []
+    by_stem: dict[str, str] = {}
+    by_lower: dict[str, str] = {}
+    for name in names:
+        stem = os.path.splitext(name)[0]
+        by_stem.setdefault(stem, name)
+        by_lower.setdefault(stem.lower(), name)
+    found: dict[Path, Path] = {}
+    for image in images:
+        stem = os.path.splitext(image.name)[0]
+        name = by_stem.get(stem) or by_lower.get(stem.lower())
+        if name is not None:
+            found[image] = folder / name
+    used = {path.name for path in found.values()}
+    return found, [name for name in names if name not in used]

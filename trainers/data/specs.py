@@ -32,6 +32,8 @@ class SubsetSpec:
     metadata: MetadataFilters | None
     field: str  # the config field to name in messages
     label: str = ""  # where in a dataset config it was declared
+    alpha_mask: bool = False  # the images' alpha channel weights the loss
+    masks: Path | None = None  # masked_loss: mask images (for a kohya root, in the same subfolders)
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,12 @@ def bucket_settings(values: Mapping[str, Any]) -> BucketSettings:
 
 
 def subset_spec(kind: SubsetKind, path: Path, values: Mapping[str, Any], *, repeats: int = 1, tokens: str = "",
-                is_reg: bool = False, field: str, label: str = "") -> SubsetSpec:
+                is_reg: bool = False, field: str, label: str = "", masks: Path | None = None) -> SubsetSpec:
     metadata = kind == "metadata"
     return SubsetSpec(kind, Path(path).expanduser(), repeats, tokens, is_reg, values["caption_extension"],
                       caption_options(values, metadata), values["flip_aug"], values["random_crop"],
-                      metadata_filters(values) if metadata else None, field, label)
+                      metadata_filters(values) if metadata else None, field, label,
+                      bool(values.get("alpha_mask", False)), masks)
 
 
 def specs_from_values(values: Mapping[str, Any]) -> DatasetSpec:
@@ -82,5 +85,11 @@ def specs_from_values(values: Mapping[str, Any]) -> DatasetSpec:
                                ("metadata_dir", "metadata", False)):
         if str(values[name]).strip():
             repeats = values["dataset_repeats"] if kind == "metadata" else 1
-            subsets.append(subset_spec(kind, Path(values[name]), values, repeats=repeats, is_reg=is_reg, field=name))
+            subsets.append(subset_spec(kind, Path(values[name]), values, repeats=repeats, is_reg=is_reg, field=name,
+                                       masks=_mask_folder(values) if name == "train_data_dir" else None))
     return DatasetSpec(bucket_settings(values), values["train_batch_size"], tuple(subsets))
+
+
+def _mask_folder(values: Mapping[str, Any]) -> Path | None:
+    folder = str(values.get("conditioning_data_dir") or "").strip()
+    return Path(folder).expanduser() if folder and values.get("masked_loss") else None

@@ -1,15 +1,18 @@
 """The diffusion training objective, shared by every method and family."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from trainers.data.dataset import sample_generator
+from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.models import LoadedModel, SizeConditioning
+from trainers.train.losses import (apply_mask, debiased_weights, elementwise_loss, huber_thresholds,
+                                   min_snr_weights, v_like_scale)
+from trainers.train.noise import (draw_timesteps, input_perturbation, multires_noise, offset_noise,
+                                  per_sample)
 
 
 class NoisePredictor(nn.Module):
@@ -48,14 +51,51 @@ class NoisePredictor(nn.Module):
 
 @dataclass
 class NoiseOptions:
+    """What the objective needs of the config (the loss group's options) and of the model."""
+
     seed: int
     noise_offset: float
     min_snr_gamma: float | None
     prediction_type: str  # "epsilon" or "v_prediction"
+    loss_type: str = "l2"
+    huber_schedule: str = "snr"
+    huber_c: float = 0.1
+    huber_scale: float = 1.0
+    min_timestep: int | None = None
+    max_timestep: int | None = None
+    multires_noise_iterations: int = 0  # 0 unless noise_offset_type is 'Multires'
+    multires_noise_discount: float = 0.3
+    adaptive_noise_scale: float | None = None
+    noise_offset_random_strength: bool = False
+    ip_noise_gamma: float = 0.0
+    ip_noise_gamma_random_strength: bool = False
+    debiased_estimation_loss: bool = False
+    scale_v_pred_loss_like_noise_pred: bool = False
+    v_pred_like_loss: float = 0.0
+
+    def __post_init__(self) -> None:
+        # Validation saw only v_parameterization; a model can predict v by itself (SD2 768-v).
+        v = self.prediction_type == "v_prediction"
+        issues = []
+        if self.scale_v_pred_loss_like_noise_pred and not v:
+            issues.append(ConfigIssue("scale_v_pred_loss_like_noise_pred", "works with v-prediction only, and this "
+                                      "model predicts epsilon (noise): turn it off", "loss"))
+        if self.v_pred_like_loss and v:
+            issues.append(ConfigIssue("v_pred_like_loss", "is for epsilon-prediction models, and this model predicts "
+                                      "v: set v_pred_like_loss = 0", "loss"))
+        if issues:
+            raise ConfigError(issues)
+
+    @classmethod
+    def from_config(cls, cfg: Any, prediction_type: str) -> "NoiseOptions":
+        """The options of a run's config (a TrainConfig) for a model predicting `prediction_type`."""
+        names = [f.name for f in fields(cls) if f.name not in ("seed", "prediction_type", "multires_noise_iterations")]
+        multires = cfg.multires_noise_iterations if cfg.noise_offset_type == "Multires" else 0
+        return cls(seed=cfg.seed, prediction_type=prediction_type, multires_noise_iterations=multires,
+                   **{name: cfg.values[name] for name in names})
 
 
-def _per_sample(keys: torch.Tensor, seed: int, stream: str, draw) -> torch.Tensor:
-    return torch.stack([draw(sample_generator(seed, int(e), int(i), stream)) for e, i in keys.tolist()])
+_per_sample = per_sample  # the name tests and callers have used
 
 
 @torch.no_grad()
@@ -67,8 +107,36 @@ def encode_latents(vae: nn.Module, pixels: torch.Tensor, keys: torch.Tensor, see
 def sample_latents(mean: torch.Tensor, std: torch.Tensor, keys: torch.Tensor, seed: int,
                    scaling_factor: float) -> torch.Tensor:
     """A latent drawn from the VAE's distribution with per-sample noise (cached or fresh, the same draw)."""
-    eps = _per_sample(keys, seed, "latent", lambda g: torch.randn(mean.shape[1:], generator=g))
+    eps = per_sample(keys, seed, "latent", lambda g: torch.randn(mean.shape[1:], generator=g))
     return (mean + std * eps.to(mean.device, mean.dtype)) * scaling_factor
+
+
+@dataclass
+class Noised:
+    noise: torch.Tensor  # what an epsilon model predicts (offset and multires included; input perturbation not)
+    noisy: torch.Tensor  # the model's input
+    timesteps: torch.Tensor
+
+
+def add_training_noise(latents: torch.Tensor, keys: torch.Tensor, scheduler: Any, opts: NoiseOptions) -> Noised:
+    """Noise each sample's latents at its timestep, as sd-scripts' get_noise_noisy_latents_and_timesteps does."""
+    device, shape = latents.device, latents.shape[1:]
+    noise = per_sample(keys, opts.seed, "noise", lambda g: torch.randn(shape, generator=g)).to(device)
+    if opts.noise_offset:
+        noise = noise + offset_noise(latents, keys, opts.seed, opts.noise_offset, opts.noise_offset_random_strength,
+                                     opts.adaptive_noise_scale)
+    if opts.multires_noise_iterations:
+        noise = multires_noise(noise, keys, opts.seed, opts.multires_noise_iterations, opts.multires_noise_discount)
+    num_t = scheduler.config.num_train_timesteps
+    low = opts.min_timestep or 0
+    high = num_t if opts.max_timestep is None else opts.max_timestep
+    timesteps = draw_timesteps(keys, opts.seed, low, high).to(device)
+    noise = noise.to(latents.dtype)
+    noised_with = noise
+    if opts.ip_noise_gamma:
+        extra = input_perturbation(keys, opts.seed, shape, opts.ip_noise_gamma, opts.ip_noise_gamma_random_strength)
+        noised_with = noise + extra.to(device, latents.dtype)
+    return Noised(noise, scheduler.add_noise(latents, noised_with, timesteps), timesteps)
 
 
 def diffusion_loss(predictor: nn.Module, model: LoadedModel, batch: dict[str, Any], opts: NoiseOptions,
@@ -81,37 +149,42 @@ def diffusion_loss(predictor: nn.Module, model: LoadedModel, batch: dict[str, An
                                  model.vae.config.scaling_factor).to(device, weight_dtype)
     else:
         latents = encode_latents(model.vae, batch["pixels"], keys, opts.seed).to(device, weight_dtype)
-    shape = latents.shape[1:]
-    num_t = model.noise_scheduler.config.num_train_timesteps
-    noise = _per_sample(keys, opts.seed, "noise", lambda g: torch.randn(shape, generator=g))
-    if opts.noise_offset:
-        noise += opts.noise_offset * _per_sample(keys, opts.seed, "offset", lambda g: torch.randn(shape[0], 1, 1, generator=g))
-    timesteps = _per_sample(keys, opts.seed, "timestep", lambda g: torch.randint(0, num_t, (), generator=g))
-    noise, timesteps = noise.to(device, latents.dtype), timesteps.to(device)
-
-    noisy = model.noise_scheduler.add_noise(latents, noise, timesteps)
+    scheduler = model.noise_scheduler
+    noised = add_training_noise(latents, keys, scheduler, opts)
+    timesteps = noised.timesteps
     if opts.prediction_type == "v_prediction":
-        target = model.noise_scheduler.get_velocity(latents, noise, timesteps)
+        target = scheduler.get_velocity(latents, noised.noise, timesteps)
     else:
-        target = noise
+        target = noised.noise
     sizes = SizeConditioning(batch["original_size"], batch["crop_top_left"], batch["target_size"])
     input_ids = [ids.to(device) for ids in batch["input_ids"]] if "input_ids" in batch else None
     embeds = None
     if "prompt_embeds" in batch:
         pooled = batch.get("pooled_embeds")
         embeds = (batch["prompt_embeds"].to(device), None if pooled is None else pooled.to(device))
-    pred = predictor(noisy, timesteps, input_ids, sizes, embeds)
-    loss = F.mse_loss(pred.float(), target.float(), reduction="none").mean(dim=(1, 2, 3))
+    pred = predictor(noised.noisy, timesteps, input_ids, sizes, embeds)
+    return score(pred, target, timesteps, scheduler, opts, batch.get("masks"), batch.get("loss_weights"))
+
+
+def score(pred: torch.Tensor, target: torch.Tensor, timesteps: torch.Tensor, scheduler: Any, opts: NoiseOptions,
+          masks: torch.Tensor | None = None, loss_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The batch's loss, in sd-scripts' order: element-wise loss, mask, mean per sample, sample weights,
+    SNR weightings, mean."""
+    huber_c = None
+    if opts.loss_type in ("huber", "smooth_l1"):
+        huber_c = huber_thresholds(scheduler, timesteps, opts.huber_schedule, opts.huber_c, opts.huber_scale)
+    loss = elementwise_loss(pred.float(), target.float(), opts.loss_type, huber_c)
+    if masks is not None:
+        loss = apply_mask(loss, masks)
+    loss = loss.mean(dim=tuple(range(1, loss.ndim)))
+    if loss_weights is not None:  # regularization images (prior_loss_weight) and padding samples (0)
+        loss = loss * loss_weights.to(loss.device)
     if opts.min_snr_gamma:
-        loss = loss * min_snr_weights(model.noise_scheduler, timesteps, opts.min_snr_gamma, opts.prediction_type)
-    if "loss_weights" in batch:  # regularization images (prior_loss_weight) and padding samples (0)
-        loss = loss * batch["loss_weights"].to(loss.device)
+        loss = loss * min_snr_weights(scheduler, timesteps, opts.min_snr_gamma, opts.prediction_type)
+    if opts.scale_v_pred_loss_like_noise_pred:
+        loss = loss * v_like_scale(scheduler, timesteps)
+    if opts.v_pred_like_loss:
+        loss = loss + loss / v_like_scale(scheduler, timesteps) * opts.v_pred_like_loss
+    if opts.debiased_estimation_loss:
+        loss = loss * debiased_weights(scheduler, timesteps, opts.prediction_type)
     return loss.mean()
-
-
-def min_snr_weights(scheduler: Any, timesteps: torch.Tensor, gamma: float, prediction_type: str) -> torch.Tensor:
-    """Min-SNR-gamma weighting (Hang et al. 2023), for epsilon or v targets."""
-    alphas = scheduler.alphas_cumprod.to(timesteps.device)[timesteps]
-    snr = alphas / (1 - alphas)
-    clipped = torch.clamp(snr, max=gamma)
-    return (clipped / (snr + 1) if prediction_type == "v_prediction" else clipped / snr).float()

@@ -76,6 +76,10 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     if cfg.v_parameterization:
         model.noise_scheduler.register_to_config(prediction_type="v_prediction")
         model.prediction_type = "v_prediction"
+    if cfg.zero_terminal_snr:  # a config field of the schedule: sample images follow it
+        from trainers.train.losses import zero_terminal_snr_scheduler
+
+        model.noise_scheduler = zero_terminal_snr_scheduler(model.noise_scheduler)
     _place_models(cfg, model, accelerator.device, weight_dtype)
 
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
