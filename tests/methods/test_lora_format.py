@@ -311,7 +311,7 @@ def test_metadata_sdxl_locon(tmp_path: Path) -> None:
         "ss_output_name": "my_lora", "ss_clip_skip": "2", "ss_mixed_precision": "bf16", "ss_seed": "42",
         "ss_training_started_at": "1700000000.0", "ss_training_finished_at": "1700000600.0",
         "ss_sd_model_name": "tiny", "ss_v_parameterization": "False",
-        "modelspec.sai_model_spec": "1.0.0", "modelspec.architecture": "stable-diffusion-xl-v1-base/lora",
+        "modelspec.sai_model_spec": "1.0.1", "modelspec.architecture": "stable-diffusion-xl-v1-base/lora",
         "modelspec.implementation": "https://github.com/Stability-AI/generative-models",
         "modelspec.title": "my_lora", "modelspec.resolution": "512x512", "modelspec.prediction_type": "epsilon",
     }

@@ -104,7 +104,9 @@ class Progress(Event):
     step_s_own: float | None = None  # rank 0's own work a step (without waiting for the others)
     rank_step_s: list[float] | None = None  # each process's own seconds a step (every few steps, multi-GPU)
     grad_buckets: int | None = None  # DDP gradient buckets reduced this step
-    collectives: int | None = None  # tests: collectives of the previous step
+    keys_scaled: int | None = None  # scale_weight_norms: modules scaled down after this step
+    average_key_norm: float | None = None
+    max_key_norm: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,10 +27,11 @@ def train(session: Session, trainable: Trainable) -> Path:
     optimizer = build_optimizer(cfg, trainable.param_groups)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps, plan.num_processes)
     predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader)
-    noise = NoiseOptions(cfg.seed, cfg.noise_offset, cfg.min_snr_gamma, trainable.model.prediction_type)
+    noise = NoiseOptions.from_config(cfg, trainable.model.prediction_type)
     state = TrainingState(session, trainable, predictor, optimizer, lr_scheduler, params)
     save, guard = Saver(session, trainable, state), LossGuard(cfg, accelerator, params, session.events)
-    report = Reporter(session, lr_scheduler, trainable.model.family.name, sum(p.numel() for p in params))
+    report = Reporter(session, lr_scheduler, trainable.model.family.name, sum(p.numel() for p in params),
+                      trainable.hooks)
     sample = sample_hook(session, trainable.model, trainable.sampling_weights)
     at, data_wait = Position(), 0.0
     with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM

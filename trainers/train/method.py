@@ -54,6 +54,10 @@ class StepHook:
         """Weights sample images are made with, swapped in for the block (e.g. an EMA)."""
         return contextlib.nullcontext()
 
+    def progress(self) -> dict[str, Any]:
+        """Fields this hook adds to the step's progress event (names of trainers.core.events.Progress)."""
+        return {}
+
 
 @dataclass
 class Trainable:

@@ -8,6 +8,7 @@ import torch
 
 from trainers.core.events import Start
 from trainers.train.distributed import STRAGGLER_EVERY, RankTimer, StragglerCheck
+from trainers.train.method import StepHook
 from trainers.train.progress import ProgressMeter
 from trainers.train.session import Session
 
@@ -15,8 +16,10 @@ from trainers.train.session import Session
 class Reporter:
     """Progress of a run on every channel; only rank 0 writes, every rank joins the loss average."""
 
-    def __init__(self, session: Session, lr_scheduler: Any, family: str, trainable_params: int) -> None:
+    def __init__(self, session: Session, lr_scheduler: Any, family: str, trainable_params: int,
+                 hooks: list[StepHook] | None = None) -> None:
         cfg, plan = session.cfg, session.plan
+        self.hooks = hooks or []
         self.accelerator, self.events, self.plan = session.accelerator, session.events, plan
         self.lr_scheduler = lr_scheduler
         self.meter = ProgressMeter(plan.total_steps, plan.global_batch)
@@ -53,7 +56,8 @@ class Reporter:
                               data_wait),
             step_s_own=round(own_s, 4),  # rank 0's own work (without waiting for the others)
             rank_step_s=[round(t, 4) for t in per_rank] if per_rank is not None else None,
-            grad_buckets=buckets if self.rank_timer.ddp else None)
+            grad_buckets=buckets if self.rank_timer.ddp else None,
+            **{k: v for hook in self.hooks for k, v in hook.progress().items()})
         if straggler:
             self.events.warn(straggler)
         self.events.emit(progress)

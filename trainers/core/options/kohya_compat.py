@@ -7,6 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from trainers.core.errors import ConfigIssue
+from trainers.core.options.groups.network import NETWORK_ARG_OPTIONS
+from trainers.core.options.training import BY_NAME
+
 # Key -> why it has no effect here. Loading such a key gives a warning naming it.
 IGNORED: dict[str, str] = {
     "xformers": "attention always uses PyTorch SDPA here (option sdpa)",
@@ -26,30 +30,6 @@ IGNORED: dict[str, str] = {
 }
 
 
-def _network_module(value: Any, out: dict[str, Any], problems: list[str]) -> None:
-    if value != "networks.lora":
-        problems.append(f"network_module = {value!r} is not supported; only 'networks.lora' (LoRA/LoCon) is")
-
-
-def _network_args(value: Any, out: dict[str, Any], problems: list[str]) -> None:
-    entries = [value] if isinstance(value, str) else value
-    if not isinstance(entries, list):
-        problems.append(f"network_args must be a list of 'key=value' strings, got {value!r}")
-        return
-    for entry in entries:
-        key, sep, raw = str(entry).partition("=")
-        key = key.strip()
-        if not sep or key not in ("conv_dim", "conv_alpha", "conv_rank"):
-            problems.append(f"network_args entry {entry!r} is not supported (supported: conv_dim=N, conv_alpha=X)")
-            continue
-        try:
-            number = float(raw)
-        except ValueError:
-            problems.append(f"network_args entry {entry!r}: {raw.strip()!r} is not a number")
-            continue
-        out["conv_alpha" if key == "conv_alpha" else "conv_dim"] = int(number) if number.is_integer() else number
-
-
 def _in_json(value: Any, out: dict[str, Any], problems: list[str]) -> None:
     problems.append("in_json (sd-scripts fine-tuning metadata file) is not supported; put one JSON file per image "
                     "(path, tags, score) in a folder and set metadata_dir")
@@ -61,8 +41,37 @@ def _save_model_as(value: Any, out: dict[str, Any], problems: list[str]) -> None
 
 
 TRANSLATED: dict[str, Callable[[Any, dict[str, Any], list[str]], None]] = {
-    "network_module": _network_module,
-    "network_args": _network_args,
     "save_model_as": _save_model_as,
     "in_json": _in_json,
 }
+
+
+def lift_network_args(flat: dict[str, Any], issues: list[ConfigIssue]) -> None:
+    """network_args entries whose key is an option of ours (conv_dim=8, rank_dropout=0.1, ...) become that option,
+    so the page shows them in their fields; the others stay in network_args for the network module."""
+    entries = flat.get("network_args")
+    if isinstance(entries, str):
+        entries = [entries]
+    if not isinstance(entries, list):
+        return
+    kept = []
+    for entry in entries:
+        key, sep, raw = str(entry).partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or key not in NETWORK_ARG_OPTIONS:
+            kept.append(entry)
+            continue
+        if key in flat:
+            issues.append(ConfigIssue("network_args", f"{key} is given both as an option and in network_args; "
+                                      "keep one", "network"))
+            continue
+        flat[key] = _number(raw) if BY_NAME[key].kind in ("int", "float", "number") else raw
+    flat["network_args"] = kept
+
+
+def _number(text: str) -> Any:
+    try:
+        value = float(text)
+    except ValueError:
+        return text  # the option's check names it
+    return int(value) if value.is_integer() else value

@@ -111,6 +111,9 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
     warnings = [] if warnings is None else warnings
     values: dict[str, Any] = {}
     translated: dict[str, Any] = {}
+    if "network_args" in BY_NAME and method in BY_NAME["network_args"].methods:
+        flat = dict(flat)
+        kohya_compat.lift_network_args(flat, issues)
     for name, value in flat.items():
         if name in kohya_compat.TRANSLATED and not (name in BY_NAME and method in BY_NAME[name].methods):
             problems: list[str] = []

@@ -13,6 +13,7 @@ from trainers.models import LoadedModel, save_full_model
 from trainers.models.single_file import SAVE_DTYPES
 from trainers.train.diffusion import NoisePredictor
 from trainers.train.ema import EMA
+from trainers.train.metadata import modelspec_fields
 from trainers.train.method import Method, Trainable, freeze
 from trainers.train.session import Session
 
@@ -55,18 +56,19 @@ class ModelFiles:
         self.dtype = SAVE_DTYPES[cfg.save_precision]
         self.formats = {"as_diffusers": cfg.save_model_as != "safetensors",
                         "as_single_file": cfg.save_model_as != "diffusers"}
+        self.metadata = {f"modelspec.{k}": v for k, v in modelspec_fields(cfg).items()}
 
     def save(self, path: Path, epoch: int, step: int) -> None:
         cfg, model, ema = self.cfg, self.model, self.ema
         stem = path.with_name(path.name[:len(path.name) - len(self.suffix)])  # <name>: folder and/or <name>.safetensors
         if ema is None or cfg.save_ema in ("non_ema", "both"):
-            save_full_model(model, stem, dtype=self.dtype, **self.formats)
+            save_full_model(model, stem, dtype=self.dtype, metadata=self.metadata, **self.formats)
         if ema is not None and cfg.save_ema in ("ema", "both"):
             ema_stem = stem.with_name(f"{stem.name}-ema") if cfg.save_ema == "both" else stem
             te_states = [ema.state_dict(f"text_encoder_{i}") if cfg.train_text_encoder else None
                          for i in range(len(model.text_encoders))]
             save_full_model(model, ema_stem, dtype=self.dtype, unet_state=ema.state_dict("unet"),
-                            text_encoder_states=te_states, **self.formats)
+                            text_encoder_states=te_states, metadata=self.metadata, **self.formats)
 
     def nbytes(self) -> int:
         """Every format and copy a save writes, the VAE included (the single file holds it in save_precision)."""

@@ -6,6 +6,7 @@ read them); the `modelspec.*` keys follow Stability AI's model spec 1.0.0 as koh
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -37,6 +38,9 @@ class TrainingMetadata:
     network_alpha: float
     conv_dim: int | None = None
     conv_alpha: float | None = None
+    network_module: str = "networks.lora"
+    network_args: Mapping[str, str] | None = None  # sd-scripts' network kwargs (default: from conv_dim/conv_alpha)
+    network_dropout: float | None = None
     resolution: tuple[int, int]  # (width, height)
     epoch: int  # epochs done when saved
     num_epochs: int
@@ -57,9 +61,14 @@ class TrainingMetadata:
     training_finished_at: float  # unix time (of this save)
     dataset_dirs: Mapping[str, DatasetDir] = field(default_factory=dict)
     tag_frequency: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    session_id: int | None = None  # sd-scripts: a random number shared by every save of one run
+    modelspec: Mapping[str, str | None] = field(default_factory=dict)  # author, description, license, tags...
+    extra: Mapping[str, object] = field(default_factory=dict)  # more ss_* keys of the run (optimizer, ...)
 
 
 def _network_args(info: TrainingMetadata) -> dict[str, str]:
+    if info.network_args is not None:
+        return dict(info.network_args)
     if not info.conv_dim:
         return {}
     conv_alpha = 1.0 if info.conv_alpha is None else info.conv_alpha
@@ -75,10 +84,12 @@ def build_metadata(info: TrainingMetadata) -> dict[str, str]:
         "ss_v2": family["ss_v2"],
         "ss_v_parameterization": info.v_parameterization,
         "ss_sd_model_name": info.sd_model_name,
-        "ss_network_module": "networks.lora",
+        "ss_session_id": info.session_id,
+        "ss_network_module": info.network_module,
         "ss_network_dim": info.network_dim,
         "ss_network_alpha": float(info.network_alpha),
-        "ss_network_args": json.dumps(_network_args(info)) if info.conv_dim else None,
+        "ss_network_args": json.dumps(_network_args(info)) if _network_args(info) else None,
+        "ss_network_dropout": info.network_dropout,
         "ss_resolution": str((width, height)),
         "ss_epoch": info.epoch,
         "ss_num_epochs": info.num_epochs,
@@ -98,7 +109,8 @@ def build_metadata(info: TrainingMetadata) -> dict[str, str]:
         "ss_training_finished_at": info.training_finished_at,
         "ss_dataset_dirs": json.dumps({name: asdict(d) for name, d in info.dataset_dirs.items()}),
         "ss_tag_frequency": json.dumps({name: dict(tags) for name, tags in info.tag_frequency.items()}),
-        "modelspec.sai_model_spec": "1.0.0",
+        **info.extra,
+        "modelspec.sai_model_spec": "1.0.1",
         "modelspec.architecture": family["modelspec.architecture"],
         "modelspec.implementation": family["modelspec.implementation"],
         "modelspec.title": info.title or info.output_name,
@@ -106,8 +118,20 @@ def build_metadata(info: TrainingMetadata) -> dict[str, str]:
         "modelspec.date": datetime.fromtimestamp(info.training_finished_at).isoformat(timespec="seconds"),
         "modelspec.prediction_type": "v" if info.v_parameterization else "epsilon",
         "modelspec.encoder_layer": info.clip_skip,
+        **{f"modelspec.{k}": v for k, v in info.modelspec.items()},
     }
     return {key: str(value) for key, value in values.items() if value is not None}
+
+
+def with_hashes(tensors: dict[str, Tensor], metadata: dict[str, str]) -> dict[str, str]:
+    """`metadata` plus sshs_model_hash and sshs_legacy_hash, computed as sd-scripts does for the additional-networks
+    extension and A1111 (over the file as it would be with only the ss_* metadata)."""
+    from safetensors.torch import save
+
+    data = save({k: v.contiguous() for k, v in tensors.items()}, {k: v for k, v in metadata.items() if k.startswith("ss_")})
+    header = 8 + int.from_bytes(data[:8], "little")
+    return {**metadata, "sshs_model_hash": hashlib.sha256(data[header:]).hexdigest(),
+            "sshs_legacy_hash": hashlib.sha256(data[0x100000:0x110000]).hexdigest()[:8]}
 
 
 def save_lora_file(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:

@@ -17,6 +17,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from trainers.methods.lora.blocks import block_index
+
 UNET_TARGETS = frozenset({"Transformer2DModel"})
 UNET_CONV_TARGETS = frozenset({"ResnetBlock2D", "Downsample2D", "Upsample2D"})
 TEXT_ENCODER_TARGETS = frozenset({"CLIPAttention", "CLIPSdpaAttention", "CLIPFlashAttention2", "CLIPMLP"})
@@ -24,10 +26,21 @@ TEXT_ENCODER_TARGETS = frozenset({"CLIPAttention", "CLIPSdpaAttention", "CLIPFla
 UnetKeyStyle = Literal["diffusers", "sgm"]
 
 
+@dataclass(frozen=True)
+class Dropouts:
+    """kohya's three dropouts, while training only: of the inner activations (`neuron`), of whole ranks (scaled
+    so the expected output is the same) and of the whole module."""
+
+    neuron: float | None = None
+    rank: float | None = None
+    module: float | None = None
+
+
 class LoRAModule(nn.Module):
     """`org(x) + up(down(x)) * alpha / rank * multiplier`, hooked into `org_module.forward`."""
 
-    def __init__(self, org_module: nn.Linear | nn.Conv2d, rank: int, alpha: float, multiplier: float = 1.0) -> None:
+    def __init__(self, org_module: nn.Linear | nn.Conv2d, rank: int, alpha: float, multiplier: float = 1.0,
+                 dropouts: Dropouts = Dropouts()) -> None:
         super().__init__()
         if rank < 1:
             raise ValueError(f"LoRA rank must be >= 1, got {rank}")
@@ -51,6 +64,7 @@ class LoRAModule(nn.Module):
         self.rank = rank
         self.scale = float(alpha) / rank
         self.multiplier = multiplier
+        self.dropouts = dropouts
         # Held in a list so the wrapped module is not registered as our child.
         self._org_module = [org_module]
 
@@ -68,10 +82,36 @@ class LoRAModule(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         out = self.org_forward(x)
+        drop = self.dropouts
+        if self.training and drop.module and torch.rand(1) < drop.module:
+            return out
         if not torch.is_autocast_enabled(x.device.type):
             x = x.to(self.lora_down.weight.dtype)
-        lora_out = self.lora_up(self.lora_down(x)) * (self.multiplier * self.scale)
+        inner = self.lora_down(x)
+        scale = self.scale
+        if self.training and drop.neuron:
+            inner = torch.nn.functional.dropout(inner, p=drop.neuron)
+        if self.training and drop.rank:
+            keep = (torch.rand((inner.size(0), self.rank), device=inner.device) > drop.rank).to(inner.dtype)
+            if inner.dim() == 3:  # (batch, tokens, rank)
+                keep = keep.unsqueeze(1)
+            elif inner.dim() == 4:  # (batch, rank, height, width)
+                keep = keep[:, :, None, None]
+            inner = inner * keep
+            scale = scale / (1.0 - drop.rank)
+        lora_out = self.lora_up(inner) * (self.multiplier * scale)
         return out + lora_out.to(out.dtype)
+
+    def update_weight(self) -> Tensor:
+        """The weight change this module adds, `up @ down * alpha / rank` (for max-norm and merging)."""
+        up, down = self.lora_up.weight, self.lora_down.weight
+        if down.dim() == 2:
+            delta = up @ down
+        elif down.shape[2:] == (1, 1):
+            delta = (up.flatten(1) @ down.flatten(1)).unsqueeze(2).unsqueeze(3)
+        else:
+            delta = torch.nn.functional.conv2d(down.permute(1, 0, 2, 3), up).permute(1, 0, 2, 3)
+        return delta * self.scale
 
 
 @dataclass(frozen=True)
@@ -84,7 +124,16 @@ class NetworkDims:
     conv_alpha: float | None = None
 
 
+BlockDims = tuple[list[int], list[float], "list[int] | None", "list[float] | None"]  # (dims, alphas, conv dims, conv alphas)
+
+
 class LoRANetwork(nn.Module):
+    """kohya's networks.lora: LoRA (and LoCon) modules on the UNet's and text encoders' layers.
+
+    Ranks come from network_dim/conv_dim, or per UNet block (`block_dims`, sd-scripts' block_dims/block_alphas/
+    conv_block_*), or per module from an existing file (`modules_dim`, dim_from_weights).
+    """
+
     def __init__(
         self,
         unet: nn.Module,
@@ -97,6 +146,9 @@ class LoRANetwork(nn.Module):
         conv_alpha: float | None = None,
         train_unet: bool = True,
         train_text_encoder: bool = True,
+        dropouts: Dropouts = Dropouts(),
+        block_dims: BlockDims | None = None,
+        modules_dim: Mapping[str, tuple[int, float]] | None = None,
     ) -> None:
         super().__init__()
         if not (train_unet or train_text_encoder):
@@ -106,16 +158,21 @@ class LoRANetwork(nn.Module):
         self.network_dim, self.network_alpha = network_dim, network_alpha
         self.conv_dim = conv_dim
         self.conv_alpha = (1.0 if conv_alpha is None else conv_alpha) if conv_dim else None  # kohya's default
+        self.key_style, self.dropouts = unet_key_style, dropouts
+        self._block_dims, self._modules_dim = block_dims, modules_dim
 
         self.unet_loras = nn.ModuleDict()
         self.text_encoder_loras = nn.ModuleDict()
+        self.text_encoder_index: dict[str, int] = {}  # module name -> which text encoder (0-based)
         if train_unet:
             rename = _sgm_renamer(unet) if unet_key_style == "sgm" else (lambda path: path)
-            targets = UNET_TARGETS | UNET_CONV_TARGETS if conv_dim else UNET_TARGETS
+            with_conv = conv_dim or modules_dim is not None or block_dims is not None and block_dims[2] is not None
+            targets = UNET_TARGETS | UNET_CONV_TARGETS if with_conv else UNET_TARGETS
             for path, module in _target_layers(unet, targets):
-                lora = self._make_lora(module)
+                name = "lora_unet_" + _underscored(rename(path))
+                lora = self._make_lora(name, module)
                 if lora is not None:
-                    self.unet_loras["lora_unet_" + _underscored(rename(path))] = lora
+                    self.unet_loras[name] = lora
         if train_text_encoder:
             for index, encoder in enumerate(text_encoders):
                 prefix = "lora_te_" if len(text_encoders) == 1 else f"lora_te{index + 1}_"
@@ -123,15 +180,36 @@ class LoRANetwork(nn.Module):
                     if isinstance(module, nn.Linear):
                         # transformers 5's CLIPTextModel has no `text_model.` level; kohya names always do.
                         name = prefix + _underscored("text_model." + path.removeprefix("text_model."))
-                        self.text_encoder_loras[name] = LoRAModule(module, network_dim, network_alpha)
+                        lora = self._make_lora(name, module)
+                        if lora is not None:
+                            self.text_encoder_loras[name] = lora
+                            self.text_encoder_index[name] = index
 
-    def _make_lora(self, module: nn.Linear | nn.Conv2d) -> LoRAModule | None:
-        if isinstance(module, nn.Linear) or module.kernel_size == (1, 1):
-            return LoRAModule(module, self.network_dim, self.network_alpha)
-        if self.conv_dim:
+    def _make_lora(self, name: str, module: nn.Linear | nn.Conv2d) -> LoRAModule | None:
+        """The module of `name` with its rank and alpha (None: that layer gets no LoRA), as kohya chooses them."""
+        spatial = isinstance(module, nn.Conv2d) and module.kernel_size != (1, 1)
+        if self._modules_dim is not None:
+            found = self._modules_dim.get(name)
+            dim, alpha = found if found else (0, 0.0)
+        elif self._block_dims is not None and name.startswith("lora_unet_"):
+            dims, alphas, conv_dims, conv_alphas = self._block_dims
+            block = block_index(name, self.key_style)
+            if not spatial:
+                dim, alpha = dims[block], alphas[block]
+            elif conv_dims is not None and conv_alphas is not None:
+                dim, alpha = conv_dims[block], conv_alphas[block]
+            else:
+                dim, alpha = 0, 0.0
+        elif not spatial:
+            dim, alpha = self.network_dim, self.network_alpha
+        elif self.conv_dim:
             assert self.conv_alpha is not None
-            return LoRAModule(module, self.conv_dim, self.conv_alpha)
-        return None
+            dim, alpha = self.conv_dim, self.conv_alpha
+        else:
+            return None
+        if not dim:
+            return None
+        return LoRAModule(module, dim, alpha or dim, dropouts=self.dropouts)
 
     def named_modules_for_kohya(self) -> list[tuple[str, LoRAModule]]:
         """(kohya name, module) for every LoRA module, UNet first."""
@@ -144,6 +222,23 @@ class LoRANetwork(nn.Module):
     def set_multiplier(self, multiplier: float) -> None:
         for _, lora in self.named_modules_for_kohya():
             lora.multiplier = multiplier
+
+    @torch.no_grad()
+    def max_norm_regularize(self, max_norm: float) -> tuple[int, float, float]:
+        """kohya's scale_weight_norms: scale down every module whose update's norm exceeds `max_norm`.
+
+        Returns (modules scaled, mean norm, max norm) after scaling.
+        """
+        scaled, norms = 0, []
+        for _, lora in self.named_modules_for_kohya():
+            norm = lora.update_weight().float().norm().clamp(min=max_norm / 2)
+            ratio = float(torch.clamp(norm, max=max_norm) / norm)
+            if ratio != 1:
+                scaled += 1
+                lora.lora_up.weight.mul_(ratio ** 0.5)
+                lora.lora_down.weight.mul_(ratio ** 0.5)
+            norms.append(float(norm) * ratio)
+        return scaled, sum(norms) / max(1, len(norms)), max(norms, default=0.0)
 
     def unet_parameters(self) -> list[nn.Parameter]:
         return list(self.unet_loras.parameters())
@@ -178,6 +273,18 @@ class LoRANetwork(nn.Module):
 
     def _expected_keys(self) -> set[str]:
         return {key for name, lora in self.named_modules_for_kohya() for key in _kohya_tensors(name, lora)}
+
+    @staticmethod
+    def modules_dim_from_state_dict(state_dict: Mapping[str, Tensor]) -> dict[str, tuple[int, float]]:
+        """Each module's (rank, alpha) in a kohya LoRA file (alpha = rank when the file has none), for
+        dim_from_weights."""
+        dims = {}
+        for key, down in state_dict.items():
+            if key.endswith(".lora_down.weight"):
+                name = key.removesuffix(".lora_down.weight")
+                alpha = state_dict.get(f"{name}.alpha")
+                dims[name] = (int(down.shape[0]), float(alpha) if alpha is not None else float(down.shape[0]))
+        return dims
 
     @staticmethod
     def dims_from_state_dict(state_dict: Mapping[str, Tensor]) -> NetworkDims:

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.core.errors import ConfigIssue
+from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options import TrainConfig
+from trainers.methods.lora.settings import network_settings
 
 SUFFIX = ".safetensors"
 
@@ -18,8 +19,34 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if cfg.network_train_unet_only and cfg.network_train_text_encoder_only:
         bad("network_train_text_encoder_only", "cannot be combined with network_train_unet_only: nothing would be "
             "trained")
-    if cfg.conv_alpha is not None and cfg.conv_dim is None:
-        bad("conv_alpha", "is set but conv_dim is not; set conv_dim to train the convolutions")
+    try:
+        settings = network_settings(cfg)
+    except ConfigError as err:
+        found += err.issues
+    else:
+        if settings.get("conv_alpha") is not None and settings.conv_dim is None:
+            bad("conv_alpha", "is set but conv_dim is not; set conv_dim to train the convolutions")
+    unet_lr = cfg.learning_rate if cfg.unet_lr is None else cfg.unet_lr
+    te_lrs = cfg.text_encoder_lr if isinstance(cfg.text_encoder_lr, list) else [cfg.text_encoder_lr]
+    te_lr = max(cfg.learning_rate if lr is None else float(lr) for lr in te_lrs or [None])
+    trained = ([unet_lr] if not cfg.network_train_text_encoder_only else []) + \
+        ([te_lr] if not cfg.network_train_unet_only else [])
+    if not any(trained):
+        bad("learning_rate", "every learning rate of what trains is 0: nothing would change (a group at 0 is left "
+            "out of training, as in sd-scripts); set learning_rate, unet_lr or text_encoder_lr above 0", "optimizer")
+    if cfg.dim_from_weights and not cfg.network_weights.strip():
+        bad("dim_from_weights", "needs network_weights: the file whose ranks and alphas the network takes")
+    for path in cfg.base_weights:
+        if not Path(path).expanduser().is_file():
+            bad("base_weights", f"file not found: {path}")
+    if len(cfg.base_weights_multiplier) > len(cfg.base_weights):
+        bad("base_weights_multiplier", f"has {len(cfg.base_weights_multiplier)} values for "
+            f"{len(cfg.base_weights)} base_weights file(s): one value per file, in the same order")
+    for value in cfg.base_weights_multiplier:
+        try:
+            float(value)
+        except ValueError:
+            bad("base_weights_multiplier", f"{value!r} is not a number")
     if cfg.distributed_backend != "ddp":
         name = "DeepSpeed" if cfg.distributed_backend == "deepspeed" else "FSDP"
         bad("distributed_backend", f"{name} shards the weights, gradients or optimizer states of full finetunes; a "

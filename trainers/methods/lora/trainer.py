@@ -2,48 +2,121 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
 
 from trainers.core.options import ConfigError, ConfigIssue, TrainConfig, parse_resolution
 from trainers.data.catalog import Catalog
+from trainers.methods.lora.base_weights import merge_base_weights
+from trainers.methods.lora.dylora import DyLoRANetwork, DyLoRAUnits
 from trainers.methods.lora.file_format import (
     DatasetDir,
     TrainingMetadata,
     build_metadata,
     read_lora_file,
     save_lora_file,
+    with_hashes,
 )
-from trainers.methods.lora.network import LoRANetwork
+from trainers.methods.lora.lycoris_net import LycorisNetwork
+from trainers.methods.lora.network import Dropouts, LoRANetwork
+from trainers.methods.lora.params import LearningRates, param_groups
 from trainers.methods.lora.rules import SUFFIX
+from trainers.methods.lora.settings import NetworkSettings, network_settings
 from trainers.models import LoadedModel
 from trainers.models.single_file import SAVE_DTYPES
 from trainers.train.diffusion import NoisePredictor
-from trainers.train.method import Method, Trainable, freeze
+from trainers.train.metadata import modelspec_fields, run_metadata
+from trainers.train.method import Method, StepHook, Trainable, freeze
 from trainers.train.session import Session
 
+Network = LoRANetwork | LycorisNetwork
 
-def build_network(cfg: TrainConfig, model: LoadedModel) -> LoRANetwork:
-    network = LoRANetwork(
-        model.unet, model.text_encoders, unet_key_style=model.family.unet_key_style,
-        network_dim=cfg.network_dim, network_alpha=cfg.network_alpha or cfg.network_dim,
-        conv_dim=cfg.conv_dim, conv_alpha=cfg.conv_alpha,
-        train_unet=not cfg.network_train_text_encoder_only, train_text_encoder=not cfg.network_train_unet_only,
-    )
-    if cfg.network_weights.strip():
-        path = Path(cfg.network_weights).expanduser()
+
+def _weights_issue(message: str) -> ConfigError:
+    return ConfigError([ConfigIssue("network_weights", message, "network")])
+
+
+def build_network(cfg: TrainConfig, model: LoadedModel, settings: NetworkSettings) -> Network:
+    """The network `network_module` names, attached to the model (weights from network_weights when given)."""
+    style = model.family.unet_key_style
+    train = {"train_unet": not cfg.network_train_text_encoder_only,
+             "train_text_encoder": not cfg.network_train_unet_only}
+    start = _start_weights(cfg)
+    try:
+        if settings.module == "lycoris.kohya":
+            kwargs = {**settings.kwargs(), **({"dropout": str(settings.dropout)} if settings.dropout else {})}
+            network: Network = LycorisNetwork(model.unet, model.text_encoders, model.vae, unet_key_style=style,
+                                              network_dim=settings.dim, network_alpha=settings.alpha, kwargs=kwargs,
+                                              **train)
+        elif settings.module == "networks.dylora":
+            network = DyLoRANetwork(model.unet, model.text_encoders, unet_key_style=style, network_dim=settings.dim,
+                                    network_alpha=settings.alpha, conv_dim=settings.conv_dim,
+                                    conv_alpha=settings.conv_alpha, unit=int(settings.extra.get("unit", "1")),
+                                    seed=cfg.seed, **train)
+        else:
+            dropouts = Dropouts(settings.dropout, settings.get("rank_dropout"), settings.get("module_dropout"))
+            modules_dim = LoRANetwork.modules_dim_from_state_dict(start) if cfg.dim_from_weights and start else None
+            network = LoRANetwork(model.unet, model.text_encoders, unet_key_style=style, network_dim=settings.dim,
+                                  network_alpha=settings.alpha, conv_dim=settings.conv_dim,
+                                  conv_alpha=settings.conv_alpha, dropouts=dropouts, modules_dim=modules_dim,
+                                  block_dims=settings.block_dims(style), **train)
+    except ValueError as err:  # a block list of the wrong length for this model, a unit that does not divide, ...
+        raise ConfigError([ConfigIssue("network_args", str(err), "network")]) from None
+    if start is not None:
         try:
-            network.load_kohya_state_dict(read_lora_file(path)[0])
-        except (ValueError, OSError, SafetensorError) as err:
-            raise ConfigError([ConfigIssue("network_weights", f"cannot start from {path}: {err}", "network")]) from None
-    network.apply_to()
+            network.load_kohya_state_dict(start)
+        except ValueError as err:
+            raise _weights_issue(f"cannot start from {cfg.network_weights}: {err}") from None
+    if isinstance(network, LoRANetwork):
+        network.apply_to()
     return network
 
 
-def metadata_for(cfg: TrainConfig, session: Session, network_epoch: int, step: int) -> dict[str, str]:
+def _start_weights(cfg: TrainConfig) -> dict[str, torch.Tensor] | None:
+    if not cfg.network_weights.strip():
+        return None
+    path = Path(cfg.network_weights).expanduser()
+    try:
+        return read_lora_file(path)[0]
+    except (ValueError, OSError, SafetensorError) as err:
+        raise _weights_issue(f"cannot read {path}: {err}") from None
+
+
+def learning_rates(cfg: TrainConfig, settings: NetworkSettings, key_style: str) -> LearningRates:
+    te_lrs = cfg.text_encoder_lr if isinstance(cfg.text_encoder_lr, list) else [cfg.text_encoder_lr]
+    te_lrs = [cfg.learning_rate if lr is None else float(lr) for lr in te_lrs] or [cfg.learning_rate]
+    ratio = settings.get("loraplus_lr_ratio")
+    return LearningRates(cfg.learning_rate if cfg.unet_lr is None else cfg.unet_lr, te_lrs,
+                         settings.block_lr_weights(key_style) if settings.module == "networks.lora" else None,
+                         settings.get("loraplus_unet_lr_ratio") or ratio,
+                         settings.get("loraplus_text_encoder_lr_ratio") or ratio)
+
+
+class MaxNorm(StepHook):
+    """scale_weight_norms: after every optimizer step, modules whose update is too large are scaled down."""
+
+    def __init__(self, network: Network, max_norm: float, session: Session) -> None:
+        self.network, self.max_norm, self.session = network, max_norm, session
+        self.last: tuple[int, float, float] = (0, 0.0, 0.0)
+
+    def after_step(self, step: int) -> None:
+        self.last = self.network.max_norm_regularize(self.max_norm)
+        scaled, mean, top = self.last
+        self.session.accelerator.log({"keys_scaled": scaled, "average_key_norm": mean, "max_key_norm": top},
+                                     step=step)
+
+    def progress(self) -> dict[str, Any]:
+        scaled, mean, top = self.last
+        return {"keys_scaled": scaled, "average_key_norm": round(mean, 6), "max_key_norm": round(top, 6)}
+
+
+def metadata_for(cfg: TrainConfig, session: Session, settings: NetworkSettings, session_id: int, network_epoch: int,
+                 step: int) -> dict[str, str]:
     catalog: Catalog = session.catalog
     width, height = parse_resolution(cfg.resolution)
     info = TrainingMetadata(
@@ -51,7 +124,9 @@ def metadata_for(cfg: TrainConfig, session: Session, network_epoch: int, step: i
         v_parameterization=session.model.prediction_type == "v_prediction",
         sd_model_name=Path(cfg.pretrained_model_name_or_path).name or cfg.pretrained_model_name_or_path,
         network_dim=cfg.network_dim, network_alpha=cfg.network_alpha or cfg.network_dim,
-        conv_dim=cfg.conv_dim, conv_alpha=cfg.conv_alpha,
+        conv_dim=settings.conv_dim, conv_alpha=settings.conv_alpha, network_module=settings.module,
+        network_args=settings.kwargs(), network_dropout=settings.dropout, session_id=session_id,
+        modelspec=modelspec_fields(cfg), extra=run_metadata(cfg, session),
         resolution=(width, height), epoch=network_epoch, num_epochs=session.plan.epochs, steps=step,
         max_train_steps=session.plan.total_steps, learning_rate=cfg.learning_rate,
         unet_lr=cfg.unet_lr, text_encoder_lr=cfg.text_encoder_lr,
@@ -84,16 +159,19 @@ def dataset_metadata(cfg: TrainConfig, catalog: Catalog) -> dict[str, str]:
 
 
 class LoRAFile:
-    """The LoRA output: one kohya-format .safetensors file with ss_* and modelspec metadata."""
+    """The LoRA output: one kohya-format .safetensors file with ss_*, sshs_* and modelspec metadata."""
 
     suffix = SUFFIX
 
-    def __init__(self, cfg: TrainConfig, session: Session, network: LoRANetwork) -> None:
-        self.cfg, self.session, self.network = cfg, session, network
+    def __init__(self, cfg: TrainConfig, session: Session, network: Network, settings: NetworkSettings) -> None:
+        self.cfg, self.session, self.network, self.settings = cfg, session, network, settings
         self.dtype = SAVE_DTYPES[cfg.save_precision]
+        self.session_id = random.Random(f"{cfg.seed}:{session.started_at}").randrange(2**32)
 
     def save(self, path: Path, epoch: int, step: int) -> None:
-        save_lora_file(path, self.network.kohya_state_dict(self.dtype), metadata_for(self.cfg, self.session, epoch, step))
+        tensors = self.network.kohya_state_dict(self.dtype)
+        metadata = metadata_for(self.cfg, self.session, self.settings, self.session_id, epoch, step)
+        save_lora_file(path, tensors, with_hashes(tensors, metadata))
 
     def nbytes(self) -> int:
         return sum(p.numel() for p in self.network.parameters()) * torch.empty((), dtype=self.dtype).element_size()
@@ -102,26 +180,29 @@ class LoRAFile:
 class LoRA(Method):
     def make_trainable(self, cfg: TrainConfig, session: Session) -> Trainable:
         model = session.model
+        settings = network_settings(cfg)
         freeze(model.unet, model.vae, *model.text_encoders)
-        network = build_network(cfg, model)
+        if cfg.base_weights:
+            merged = merge_base_weights(model, cfg.base_weights, [float(v) for v in cfg.base_weights_multiplier])
+            if session.accelerator.is_main_process:
+                print(f"merged base_weights into the model: {', '.join(merged)}", flush=True)
+        network = build_network(cfg, model, settings)
         train_te = not cfg.network_train_unet_only
         if cfg.full_bf16:
             network.to(torch.bfloat16)
         if train_te:
             for te in model.text_encoders:
                 te.train()  # so gradient checkpointing and dropout behave as in training
-        groups = []
-        if network.unet_parameters():
-            groups.append({"params": network.unet_parameters(), "lr": _lr(cfg.unet_lr, cfg)})
-        if network.text_encoder_parameters():
-            groups.append({"params": network.text_encoder_parameters(), "lr": _lr(cfg.text_encoder_lr, cfg)})
+        style = model.family.unet_key_style
+        groups = param_groups(network.named_modules_for_kohya(), learning_rates(cfg, settings, style), style)
         predictor = NoisePredictor(model, network, cfg.clip_skip, train_text_encoder=train_te,
                                    text_encoders_cached=cfg.cache_text_encoder_outputs)
-        return Trainable(model, predictor, groups, LoRAFile(cfg, session, network))
-
-
-def _lr(value: float | None, cfg: TrainConfig) -> float:
-    return cfg.learning_rate if value is None else value
+        hooks: list[StepHook] = []
+        if isinstance(network, DyLoRANetwork):
+            hooks.append(DyLoRAUnits(network))
+        if cfg.scale_weight_norms:
+            hooks.append(MaxNorm(network, cfg.scale_weight_norms, session))
+        return Trainable(model, predictor, groups, LoRAFile(cfg, session, network, settings), hooks=hooks)
 
 
 METHOD = LoRA()

@@ -73,7 +73,7 @@ def single_file_metadata(model: LoadedModel, title: str, extra: Mapping[str, Any
     v = model.prediction_type == "v_prediction"
     size = _resolution(model)
     values: dict[str, Any] = {
-        "modelspec.sai_model_spec": "1.0.0",
+        "modelspec.sai_model_spec": "1.0.1",
         "modelspec.architecture": model.family.architecture_for(v),
         "modelspec.implementation": model.family.implementation,
         "modelspec.title": title,
@@ -92,6 +92,8 @@ def _scheduler_config(model: LoadedModel) -> dict[str, Any]:
     cfg = read_json(own) if source.is_dir() and own.exists() else \
         read_json(model.family.arch_dir / "scheduler" / "scheduler_config.json")
     cfg["prediction_type"] = model.prediction_type
+    if getattr(model.noise_scheduler, "config", {}).get("rescale_betas_zero_snr"):  # trained with zero_terminal_snr
+        cfg["rescale_betas_zero_snr"] = True
     return cfg
 
 
@@ -131,7 +133,7 @@ def save_diffusers_folder(model: LoadedModel, folder: Path, dtype: torch.dtype =
         _save_diffusers_model(vae, vae.state_dict(), tmp / "vae", None)
         for i, (te, te_sd, tok) in enumerate(zip(tes, te_sds, model.tokenizers)):
             suffix = f"_{i + 1}" if i else ""
-            te.save_pretrained(tmp / f"text_encoder{suffix}", state_dict=_cast(te_sd, dtype))
+            te.save_pretrained(tmp / f"text_encoder{suffix}", state_dict=_classic_names(_cast(te_sd, dtype)))
             _load_as_float32_by_default(tmp / f"text_encoder{suffix}" / "config.json")
             tok.save_pretrained(tmp / f"tokenizer{suffix}")
             index[f"text_encoder{suffix}"] = ["transformers", type(te).__name__]
@@ -140,6 +142,13 @@ def save_diffusers_folder(model: LoadedModel, folder: Path, dtype: torch.dtype =
         (tmp / "model_index.json").write_text(json.dumps(dict(sorted(index.items())), indent=2) + "\n",
                                               encoding="utf-8")
     return folder
+
+
+def _classic_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """CLIP text-encoder weights under the names transformers 4.x and published SD folders use (`text_model.`):
+    transformers 5 saves CLIPTextModel without that level, and older loaders (transformers 4.x, ComfyUI's
+    diffusers loader) then leave the encoder at random weights. transformers 5 reads either."""
+    return {k if k.startswith(("text_model.", "text_projection")) else f"text_model.{k}": v for k, v in state.items()}
 
 
 def _is_model_folder(folder: Path) -> bool:

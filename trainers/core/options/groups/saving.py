@@ -47,4 +47,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("nan_steps_before_stop", "int", 10, "Stop the run when the loss is NaN/inf this many steps in a row. "
            "Such updates are skipped, and weights that are not finite are never saved.", "saving", min=1,
            max=100000, advanced=True),
+    Option("metadata_title", "str", "", "Title written in the file's metadata (modelspec.title; default: "
+           "output_name).", "saving", advanced=True),
+    Option("metadata_author", "str", "", "Author written in the file's metadata (modelspec.author).", "saving",
+           advanced=True),
+    Option("metadata_description", "str", "", "Description written in the file's metadata (modelspec.description).",
+           "saving", advanced=True),
+    Option("metadata_license", "str", "", "License written in the file's metadata (modelspec.license).", "saving",
+           advanced=True),
+    Option("metadata_tags", "str", "", "Comma-separated tags written in the file's metadata (modelspec.tags).",
+           "saving", advanced=True),
 )
