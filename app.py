@@ -72,6 +72,9 @@ def is_loopback(address: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.password:
+        print("warning: a password on the command line can be read by other users of this machine (ps, /proc): "
+              "prefer ATELIER_PASSWORD or --auth-file", file=sys.stderr)
     users = credentials(args)
     exposed = args.share or not is_loopback(args.listen)
     if exposed and not users and not args.no_auth:

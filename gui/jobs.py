@@ -18,7 +18,7 @@ from pathlib import Path
 from gui.run_files import list_runs
 from trainers.core import lifecycle
 from trainers.core.launch import accelerate_command, launch_env, write_accelerate_config
-from trainers.core.options import TrainConfig
+from trainers.core.options import TrainConfig, options_for
 from trainers.core.registry import METHOD_NAMES
 from trainers.core.rundir import (
     COMMAND,
@@ -32,6 +32,7 @@ from trainers.core.rundir import (
     read_status,
     request,
 )
+from trainers.core.secrets import trainer_environment
 from trainers.generate.options import GenerateConfig, new_job_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,6 +102,10 @@ class JobManager:
         """Write the run directory and launch the trainer; refuse when its GPUs are busy."""
         if cfg.method not in METHOD_NAMES:
             raise JobError(f"There is no {cfg.method!r} trainer.")
+        for opt in options_for(cfg.method):  # launch flags go into argv, which cannot hold a NUL character
+            value = cfg.values[opt.name]
+            if opt.group == "launch" and isinstance(value, str) and "\0" in value:
+                raise JobError(f"{opt.name} contains a NUL character; remove it (Validate lists every problem).")
         with self._lock:
             self._refuse_busy(gpu_set(cfg.values))
             run_dir = self.new_run_dir(cfg)
@@ -126,11 +131,14 @@ class JobManager:
     def _launch(argv: list[str], run_dir: Path, extra_env: dict[str, str]) -> subprocess.Popen:
         """Start `argv` in its own process group, output to <run>/train.log, the command in command.txt."""
         (run_dir / COMMAND).write_text(shlex.join(argv) + "\n", encoding="utf-8")
-        env = {**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"}
+        env = trainer_environment({**os.environ, **extra_env, "PYTHONUNBUFFERED": "1"})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
         with open(run_dir / LOG, "ab") as log:
-            return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            except (OSError, ValueError) as err:
+                raise JobError(f"The trainer could not be started: {err}") from None
 
     def _reap(self, proc: subprocess.Popen, run_dir: Path) -> None:
         """Record how the launcher ended when the trainer could not say so itself."""

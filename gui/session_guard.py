@@ -3,10 +3,12 @@
 Gradio checks the login on most of its routes, but not all (some validate the request body first,
 some serve data without a user). With login on, this middleware answers 401 to any request without
 a valid session cookie unless its path is in the short list below; new Gradio routes are closed
-until someone decides they are public.
+until someone decides they are public. Failed logins are throttled per client address (`LoginThrottle`).
 """
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,24 +30,74 @@ def is_public(path: str) -> bool:
     return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
+class LoginThrottle:
+    """Failed logins per client address: the first FREE_TRIES are free; each further failure locks that address out
+    for twice as long as the last (2 s up to 5 minutes). A success clears the count."""
+
+    FREE_TRIES = 5
+    MAX_LOCK_S = 300.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._failures: dict[str, tuple[int, float]] = {}  # address -> (failures in a row, locked until)
+        self._lock = threading.Lock()
+
+    def wait_s(self, address: str) -> float:
+        """Seconds `address` must wait before its next try (0: it may try now)."""
+        with self._lock:
+            _, until = self._failures.get(address, (0, 0.0))
+        return max(0.0, until - self.clock())
+
+    def failed(self, address: str) -> None:
+        with self._lock:
+            count, _ = self._failures.get(address, (0, 0.0))
+            count += 1
+            lock = 0.0 if count <= self.FREE_TRIES else min(self.MAX_LOCK_S, 2.0 ** (count - self.FREE_TRIES))
+            self._failures[address] = (count, self.clock() + lock)
+
+    def succeeded(self, address: str) -> None:
+        with self._lock:
+            self._failures.pop(address, None)
+
+
 class RequireSession:
     """ASGI middleware for Gradio's App: reads its tokens and cookie id, so it needs no setup of its own."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         self.app = app
+        self.throttle = LoginThrottle()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _is_login(scope):
+            await self._login(scope, receive, send)
+            return
         if scope["type"] not in ("http", "websocket") or self._allowed(scope):
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        body = b'{"detail":"Not authenticated: log in first."}'
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _reply(send, 401, b'{"detail":"Not authenticated: log in first."}')
+
+    async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
+        address = (scope.get("client") or ("unknown", 0))[0]
+        wait = self.throttle.wait_s(address)
+        if wait > 0:
+            await _reply(send, 429, f'{{"detail":"Too many failed logins: try again in {wait:.0f} s."}}'.encode(),
+                         [(b"retry-after", str(int(wait) + 1).encode())])
+            return
+        status: list[int] = []
+
+        async def watch(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, watch)
+        if status and status[0] < 400:
+            self.throttle.succeeded(address)
+        elif status:
+            self.throttle.failed(address)
 
     @staticmethod
     def _allowed(scope: Scope) -> bool:
@@ -59,6 +111,22 @@ class RequireSession:
         if is_public(path):
             return True
         return _session_user(scope, gradio_app) is not None
+
+
+def _is_login(scope: Scope) -> bool:
+    if scope.get("method") != "POST" or getattr(scope.get("app"), "auth", None) is None:
+        return False
+    path, root = scope.get("path", "/"), scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root):] or "/"
+    return path.rstrip("/") == "/login"
+
+
+async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _session_user(scope: Scope, gradio_app: Any) -> str | None:

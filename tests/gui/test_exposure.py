@@ -114,3 +114,43 @@ def test_with_a_session_files_come_only_from_the_runs_folder(served) -> None:
         for outside in (REPO / "app.py", Path("/etc/passwd"), runs.parent / "presets",
                         runs / ".." / "runs" / ".." / "secret.txt"):
             assert client.get(f"/gradio_api/file={outside}").status_code in (403, 404), outside
+
+
+def test_failed_logins_are_throttled_per_address() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from gui.session_guard import LoginThrottle, RequireSession
+
+    now = [0.0]
+    throttle = LoginThrottle(clock=lambda: now[0])
+    for _ in range(LoginThrottle.FREE_TRIES):
+        throttle.failed("10.0.0.1")
+    assert throttle.wait_s("10.0.0.1") == 0  # the first tries are free
+    throttle.failed("10.0.0.1")
+    assert throttle.wait_s("10.0.0.1") == 2 and throttle.wait_s("10.0.0.2") == 0
+    throttle.failed("10.0.0.1")
+    assert throttle.wait_s("10.0.0.1") == 4
+    throttle.succeeded("10.0.0.1")
+    assert throttle.wait_s("10.0.0.1") == 0
+
+    async def wrong_password(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 400, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    guard = RequireSession(wrong_password)
+    app = SimpleNamespace(auth=[("u", "p")])
+    statuses: list[int] = []
+
+    async def attempt() -> None:
+        async def send(message) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        scope = {"type": "http", "method": "POST", "path": "/login", "app": app, "client": ("10.0.0.9", 1)}
+        await guard(scope, None, send)
+
+    for _ in range(50):
+        asyncio.run(attempt())
+    assert statuses[:LoginThrottle.FREE_TRIES + 1] == [400] * (LoginThrottle.FREE_TRIES + 1)
+    assert statuses.count(429) >= 40  # 50 wrong passwords in a burst: almost all refused unanswered

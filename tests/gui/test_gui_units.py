@@ -86,7 +86,7 @@ def test_all_problems_are_grouped_at_once(tmp_path: Path) -> None:
 def test_accelerate_command_single_multi_gpu_and_machines(tmp_path: Path) -> None:
     cfg = TrainConfig("lora", {"mixed_precision": "bf16"})
     cmd = accelerate_command(cfg, tmp_path / "c d.toml", tmp_path / "run", python="py")
-    assert cmd[:3] == ["py", "-m", "accelerate.commands.launch"] and "--multi_gpu" not in cmd
+    assert cmd[:3] == ["py", "-m", "trainers.train.launcher"] and "--multi_gpu" not in cmd
     assert cmd[cmd.index("--num_processes") + 1] == "1" and cmd[cmd.index("--mixed_precision") + 1] == "bf16"
     assert cmd[-6:] == ["-m", "trainers", "lora", "--config", str(tmp_path / "c d.toml"), "--run-dir",
                         str(tmp_path / "run")][-6:]
@@ -188,7 +188,7 @@ def test_job_manager_starts_refuses_a_second_run_and_stops(tmp_path: Path, tiny_
     run_dir = jobs.start(cfg)
     try:
         assert (run_dir / "config.toml").exists()
-        assert "accelerate.commands.launch" in (run_dir / "command.txt").read_text()
+        assert "trainers.train.launcher" in (run_dir / "command.txt").read_text()
         assert load_config("lora", run_dir / "config.toml").values == cfg.values
         with pytest.raises(JobError, match="still active"):
             jobs.start(cfg)

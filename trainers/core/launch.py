@@ -28,7 +28,7 @@ def accelerate_command(cfg: TrainConfig, config_path: Path, run_dir: Path, machi
     """
     rank = cfg.machine_rank if machine_rank is None else machine_rank
     total = total_processes(cfg)
-    cmd = [python, "-m", "accelerate.commands.launch"]
+    cmd = [python, "-m", "trainers.train.launcher"]  # accelerate launch, with the trainer's own exit status
     if needs_config_file(cfg):  # DeepSpeed / FSDP: the run's accelerate.yaml says how (the flags below agree)
         cmd += ["--config_file", str(Path(run_dir) / ACCELERATE_CONFIG)]
     elif total > 1:

@@ -12,6 +12,7 @@ import sys
 from typing import Any, TextIO
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "ATELIER_PASSWORD")
+NOT_FOR_TRAINERS = ("ATELIER_PASSWORD", "WANDB_API_KEY")  # the GUI's login; a tracker Atelier does not use
 SECRET_KEY = re.compile(r"(^|_)(token|api_key|apikey|password|secret)($|_)", re.IGNORECASE)
 MASK = "***"
 
@@ -63,3 +64,9 @@ def install_redaction() -> None:
     if secret_values() and not isinstance(sys.stdout, _RedactingStream):
         sys.stdout = _RedactingStream(sys.stdout)
         sys.stderr = _RedactingStream(sys.stderr)
+
+
+def trainer_environment(env: dict[str, str]) -> dict[str, str]:
+    """The environment a launched trainer or job gets: without the secrets it has no use for (the hub token stays,
+    for models named by hub id)."""
+    return {k: v for k, v in env.items() if k not in NOT_FOR_TRAINERS}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainers.core.errors import ConfigIssue
 from trainers.models.base import LoadedModel, ModelFamily, ModelLoadError, SizeConditioning
 from trainers.models.components import read_json
 from trainers.models.families import all_families, family
@@ -52,6 +53,36 @@ def detect_family(folder: Path) -> ModelFamily:
     raise ModelLoadError(
         f"pretrained_model_name_or_path: cannot tell the model family of {folder}: found {found}. "
         f"Supported: {known} diffusers folders. If it is one of these, set model_family.")
+
+
+def model_option_issues(name_or_path: str, clip_skip: int) -> list[ConfigIssue]:
+    """Options that depend on the model, checked against its configs before any weight loads (a hub id is checked
+    after it is fetched, when it loads)."""
+    path = Path(name_or_path).expanduser()
+    try:
+        if path.is_dir():
+            found = detect_family(path)
+            config_dir = path
+        elif path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES and path.suffix.lower() == ".safetensors":
+            from trainers.models.single_file import detect_checkpoint_family, open_checkpoint
+
+            found = family(detect_checkpoint_family(open_checkpoint(path).shapes, str(path)))
+            config_dir = found.arch_dir
+        else:
+            return []
+    except ModelLoadError as err:
+        return [ConfigIssue("pretrained_model_name_or_path", str(err), "model")]
+    if clip_skip > 1 and not found.supports_clip_skip:
+        return [ConfigIssue("clip_skip", f"is {clip_skip}, but {found.title} models take no clip skip: set it to 1",
+                            "model")]
+    try:
+        layers = int(read_json(config_dir / "text_encoder" / "config.json").get("num_hidden_layers", 0))
+    except (ModelLoadError, ValueError):
+        return []
+    if layers and clip_skip > layers:
+        return [ConfigIssue("clip_skip", f"is {clip_skip}, but this model's text encoder has {layers} layers: use 1 to "
+                            f"{layers}", "model")]
+    return []
 
 
 def load_model(name_or_path: str, requested_family: str, weight_dtype, vae_path: str = "",

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from trainers.core.errors import ConfigError
 from trainers.core.events import Dataset, EventWriter
 from trainers.core.lifecycle import Lifecycle
 from trainers.core.options import TrainConfig
@@ -21,7 +22,7 @@ from trainers.data.buckets import BucketBatchSampler
 from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.pipeline import build_pipeline
 from trainers.data.preflight import catalog_report
-from trainers.models import LoadedModel, ModelLoadError, load_model
+from trainers.models import LoadedModel, ModelLoadError, load_model, model_option_issues
 from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
 from trainers.validate import check
@@ -50,6 +51,9 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     """Set the run up for `cfg`'s method. `prepare` is its work before the dataset is read (Method.prepare);
     `random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
     check(cfg)
+    model_issues = model_option_issues(cfg.pretrained_model_name_or_path, cfg.clip_skip)
+    if model_issues:  # read from the model's configs: before anything heavy loads
+        raise ConfigError(model_issues)
     dataset_warnings: list[str] = []
     accelerator = make_accelerator(cfg)
     life = life or Lifecycle(run_dir, is_main=accelerator.is_main_process, rank=accelerator.process_index)

@@ -66,6 +66,12 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError([ConfigIssue("--config", f"file not found: {path}")]) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError([ConfigIssue("--config", f"{path} is not valid TOML: {err}")]) from None
+    except RecursionError:
+        raise ConfigError([ConfigIssue("--config", f"{path} nests tables or lists too deeply to be a config")]) from None
+    except OSError as err:
+        raise ConfigError([ConfigIssue("--config", f"{path} cannot be read ({err.strerror or err})")]) from None
+    except ValueError as err:  # a NUL character in the path
+        raise ConfigError([ConfigIssue("--config", f"{str(path)!r} cannot be a file name ({err})")]) from None
 
 
 def flatten(raw: dict[str, Any], issues: list[ConfigIssue], groups: Mapping[str, str] = GROUPS,
@@ -99,7 +105,7 @@ def parse_set(assignment: str) -> tuple[str, Any]:
         raise ConfigError([ConfigIssue(assignment, "expected --set name=value")])
     try:
         value = tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         value = text
     return name, value
 
@@ -149,7 +155,12 @@ def load_config(method: str, path: Path | None = None, overrides: list[str] | No
     issues: list[ConfigIssue] = []
     flat: dict[str, Any] = {}
     if path is not None:
-        flat = read_options(read_toml(path), str(path), issues)
+        raw = read_toml(path)
+        written_for = raw.get("method")
+        if isinstance(written_for, str) and written_for != method and warnings is not None:
+            warnings.append(f"{path} was written for {written_for} training and is run as {method}: options only "
+                            f"{written_for} uses are ignored")
+        flat = read_options(raw, str(path), issues)
     for assignment in overrides or []:
         name, value = parse_set(assignment)
         flat[name] = value

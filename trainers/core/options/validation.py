@@ -9,10 +9,12 @@ import re
 from pathlib import Path
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.paths import name_problem, path_problem
 from trainers.core.options.loading import TrainConfig
 from trainers.core.options.training import options_for
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+LONGEST_SAVE_SUFFIX = "-step00000000-ema-state.safetensors"  # the longest name a save of output_name gets
 
 
 def parse_resolution(text: str) -> tuple[int, int]:
@@ -74,8 +76,11 @@ def option_issues(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssu
         bad("optimizer_args", str(err))
     if not cfg.caption_extension.strip(".").strip():
         bad("caption_extension", "must not be empty, e.g. '.txt'")
-    if not cfg.output_name.strip() or any(c in cfg.output_name for c in "/\\\0"):
-        bad("output_name", f"got {cfg.output_name!r}; use a plain file name without folders")
+    elif any(c in cfg.caption_extension for c in "/\\\0") or len(cfg.caption_extension) > 32:
+        bad("caption_extension", f"got {cfg.caption_extension!r}; give the ending of the caption files, e.g. '.txt'")
+    name = name_problem(cfg.output_name, LONGEST_SAVE_SUFFIX)
+    if name:
+        bad("output_name", name)
     issues.extend(_launch_issues(cfg, group))
     issues.extend(distributed_issues(cfg))
     issues.extend(_sample_prompt_issues(cfg))
@@ -147,30 +152,35 @@ def distributed_issues(cfg: TrainConfig) -> list[ConfigIssue]:
 
 def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
-    model = cfg.pretrained_model_name_or_path.strip()
-    if model:
-        p = Path(model).expanduser()
-        if p.is_dir():
-            if not (p / "model_index.json").exists() and not (p / "unet").is_dir():
-                issues.append(ConfigIssue("pretrained_model_name_or_path", f"{model!r} is a folder but not a "
-                              "diffusers model (no model_index.json or unet/ inside)", "model"))
-        elif p.is_file():
-            if p.suffix.lower() not in (".safetensors", ".ckpt", ".pt", ".pth"):
-                issues.append(ConfigIssue("pretrained_model_name_or_path", f"{model!r} is a file but not a "
-                              ".safetensors or .ckpt checkpoint; give a diffusers folder, a hub id or a "
-                              "single-file checkpoint", "model"))
-        elif not HUB_ID.match(model):
-            issues.append(ConfigIssue("pretrained_model_name_or_path", f"{model!r} does not exist; give a "
-                          "diffusers folder or a hub id like 'org/model'", "model"))
     for opt in options_for(cfg.method):
         value = str(cfg.values[opt.name] or "").strip()
-        if opt.path not in ("dir", "file") or not value:
+        if not opt.path or not value:
             continue
-        p = Path(value).expanduser()
-        if not (p.is_dir() if opt.path == "dir" else p.is_file()):
-            what = "folder" if opt.path == "dir" else "file"
-            issues.append(ConfigIssue(opt.name, f"{what} not found: {value}", opt.group))
+        problem = path_problem(value, opt.path)
+        if problem:
+            issues.append(ConfigIssue(opt.name, problem, opt.group))
+        elif opt.name == "pretrained_model_name_or_path":
+            issues += _model_path_issues(value)
+        elif opt.name == "vae" and (Path(value).expanduser() / "model_index.json").exists():
+            issues.append(ConfigIssue("vae", f"{value} is a whole model folder; give its VAE: "
+                                      f"{Path(value) / 'vae'}", "model"))
     return issues
+
+
+def _model_path_issues(model: str) -> list[ConfigIssue]:
+    p = Path(model).expanduser()
+    if p.is_dir():
+        if not (p / "model_index.json").exists() and not (p / "unet").is_dir():
+            return [ConfigIssue("pretrained_model_name_or_path", f"{model!r} is a folder but not a diffusers model (no "
+                                "model_index.json or unet/ inside)", "model")]
+    elif p.is_file():
+        if p.suffix.lower() not in (".safetensors", ".ckpt", ".pt", ".pth"):
+            return [ConfigIssue("pretrained_model_name_or_path", f"{model!r} is a file but not a .safetensors or .ckpt "
+                                "checkpoint; give a diffusers folder, a hub id or a single-file checkpoint", "model")]
+    elif not HUB_ID.match(model):
+        return [ConfigIssue("pretrained_model_name_or_path", f"{model!r} does not exist; give a diffusers folder or "
+                            "a hub id like 'org/model'", "model")]
+    return []
 
 
 def existing_outputs(cfg: TrainConfig, outputs: list[Path]) -> list[ConfigIssue]:
@@ -193,6 +203,12 @@ def _resume_issues(cfg: TrainConfig, check_paths: bool) -> list[ConfigIssue]:
                             f"(this config has {backend!r})", "saving")]
     if not check_paths:
         return []
+    if cfg.resume.strip().lower() != "latest":
+        problem = path_problem(cfg.resume.strip(), "dir")
+        if problem:
+            return [ConfigIssue("resume", problem, "saving")]
+    elif path_problem(cfg.output_dir.strip(), "out"):
+        return []  # reported for output_dir
     try:
         resolve_resume(cfg.resume, cfg.output_dir, cfg.output_name)
     except ValueError as err:
@@ -205,7 +221,7 @@ def _sample_prompt_issues(cfg: TrainConfig) -> list[ConfigIssue]:
 
     issues, count = [], 0
     sources = [("sample_prompt_lines", lambda: parse_prompt_lines(cfg.sample_prompt_lines))]
-    if Path(cfg.sample_prompts).expanduser().is_file():  # a missing file is reported with the other paths
+    if cfg.sample_prompts.strip() and path_problem(cfg.sample_prompts, "file") is None:  # else: a path issue
         sources.append(("sample_prompts", lambda: read_prompts(Path(cfg.sample_prompts))))
     for name, parse in sources:
         try:

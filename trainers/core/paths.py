@@ -1,0 +1,86 @@
+"""Whether a path a user typed can be used, decided before anything loads (torch-free).
+
+Every path-like option goes through `path_problem`: NUL characters, names and paths longer than the
+filesystem allows, system folders (/proc, /sys, /dev: reading /proc/self/environ as "sample prompts" would
+leak the environment into images and logs), and the kind: an existing folder, an existing regular file, or an
+output folder that exists as a folder or can be created. Filesystem errors become messages, never tracebacks.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+PathKind = Literal["dir", "file", "out", "any"]
+NAME_MAX = 255  # bytes in one file or folder name (ext4, xfs, btrfs, apfs, ntfs in characters)
+PATH_MAX = 4096
+SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def _too_long(text: str) -> str | None:
+    raw = os.fsencode(text)
+    if len(raw) >= PATH_MAX:
+        return f"is {len(raw)} bytes long; a path may have at most {PATH_MAX - 1}"
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if longest > NAME_MAX:
+        return f"has a name of {longest} bytes; a file or folder name may have at most {NAME_MAX}"
+    return None
+
+
+def _system(path: Path) -> bool:
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop is reported by the kind check
+        return False
+    return any(resolved == root or root in resolved.parents for root in SYSTEM_ROOTS)
+
+
+def path_problem(text: str, kind: PathKind) -> str | None:
+    """Why `text` cannot be used as a path of `kind`; None when it can. The message follows the path's name."""
+    if "\0" in text:
+        return "contains a NUL character; remove it"
+    long = _too_long(text)
+    if long:
+        return long
+    path = Path(text).expanduser()
+    if _system(path):
+        return f"{text} is a system path (/proc, /sys or /dev), not a folder or file of yours"
+    try:
+        exists, is_dir, is_file = path.exists(), path.is_dir(), path.is_file()
+    except OSError as err:
+        return f"{text} cannot be read ({err.strerror or err})"
+    if kind == "dir":
+        if not exists:
+            return f"folder not found: {text}"
+        return None if is_dir else f"{text} is a file, not a folder"
+    if kind == "file":
+        if not exists:
+            return f"file not found: {text}"
+        return None if is_file else f"{text} is {'a folder' if is_dir else 'not a regular file'}, not a file"
+    if kind == "out":
+        return _output_problem(text, path, exists, is_dir)
+    return None
+
+
+def _output_problem(text: str, path: Path, exists: bool, is_dir: bool) -> str | None:
+    """An output folder: an existing folder, or one that can be created under the nearest existing folder."""
+    if exists:
+        return None if is_dir else f"{text} exists and is not a folder; give a folder (it is created if missing)"
+    ancestor = path.absolute()
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{text} cannot be created: {ancestor} is a file"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"{text} cannot be created: {ancestor} is not writable"
+    return None
+
+
+def name_problem(name: str, longest_suffix: str = "") -> str | None:
+    """A plain file name (no folders) that still fits the filesystem with `longest_suffix` appended."""
+    if not name.strip() or any(c in name for c in "/\\\0"):
+        return f"got {name!r}; use a plain file name without folders"
+    size = len(os.fsencode(name + longest_suffix))
+    if size > NAME_MAX:
+        return f"is too long: with {longest_suffix!r} appended it has {size} bytes; a file name may have {NAME_MAX}"
+    return None
