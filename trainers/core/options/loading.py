@@ -43,7 +43,7 @@ def closest(name: str, candidates: list[str]) -> str | None:
 def _unknown(name: str, method: str) -> ConfigIssue:
     guess = closest(name, list(BY_NAME) + list(GROUPS))
     hint = f"; did you mean {guess!r}?" if guess else "; see docs/options.md for the list of options"
-    return ConfigIssue(name, f"unknown option {name!r}{hint}")
+    return ConfigIssue(name if name.strip() else repr(name), f"unknown option {name!r}{hint}")
 
 
 def read_options(raw: dict[str, Any], where: str, issues: list[ConfigIssue]) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def flatten(raw: dict[str, Any], issues: list[ConfigIssue], groups: Mapping[str,
         elif isinstance(value, dict) and key not in names:
             guess = closest(key, list(groups))
             hint = f"; did you mean [{guess}]?" if guess else f"; sections are {', '.join(groups)}"
-            issues.append(ConfigIssue(key, f"unknown section [{key}]{hint}"))
+            issues.append(ConfigIssue(key if key.strip() else repr(key), f"unknown section [{key}]{hint}"))
             continue
         else:
             items = [(key, value)]
