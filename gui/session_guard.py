@@ -3,7 +3,9 @@
 Gradio checks the login on most of its routes, but not all (some validate the request body first,
 some serve data without a user). With login on, this middleware answers 401 to any request without
 a valid session cookie unless its path is in the short list below; new Gradio routes are closed
-until someone decides they are public. Failed logins are throttled per client address (`LoginThrottle`).
+until someone decides they are public. The page itself, without a session, is our own login page
+(`gui.login_page`): Gradio's embeds the description of every endpoint. Failed logins are throttled per
+client address (`LoginThrottle`).
 """
 from __future__ import annotations
 
@@ -12,14 +14,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-# What the login page loads before anyone is logged in: the page, its assets, the login form's calls.
-PUBLIC_PATHS = frozenset({
-    "/", "/login", "/login/", "/logout", "/favicon.ico", "/theme.css", "/robots.txt", "/manifest.json",
-    "/gradio_api/theme.css", "/gradio_api/login_check", "/gradio_api/login_check/", "/gradio_api/user",
-    "/gradio_api/user/", "/gradio_api/token", "/gradio_api/token/", "/gradio_api/app_id", "/gradio_api/app_id/",
-    "/gradio_api/startup-events",
-})
-PUBLIC_PREFIXES = ("/assets/", "/static/", "/svelte/", "/pwa_icon")
+from gui.login_page import login_page
+
+# What answers before anyone is logged in: the login form's call and a few files that say nothing of the app.
+PUBLIC_PATHS = frozenset({"/login", "/login/", "/logout", "/favicon.ico", "/robots.txt",
+                          "/gradio_api/startup-events"})  # Gradio calls this itself at launch
+PUBLIC_PREFIXES: tuple[str, ...] = ()
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -77,6 +77,11 @@ class RequireSession:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
+        if _app_path(scope) == "/" and scope.get("method") in ("GET", "HEAD"):
+            message = getattr(getattr(scope["app"], "blocks", None), "auth_message", None) or "Log in to Atelier."
+            await _reply(send, 200, login_page(message),
+                         [(b"cache-control", b"no-store")], content_type=b"text/html; charset=utf-8")
+            return
         await _reply(send, 401, b'{"detail":"Not authenticated: log in first."}')
 
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -104,27 +109,29 @@ class RequireSession:
         gradio_app = scope.get("app")
         if gradio_app is None or getattr(gradio_app, "auth", None) is None:
             return True  # no login configured: nothing to guard
-        path = scope.get("path", "/")
-        root = scope.get("root_path", "")
-        if root and path.startswith(root):
-            path = path[len(root):] or "/"
-        if is_public(path):
+        if is_public(_app_path(scope)):
             return True
         return _session_user(scope, gradio_app) is not None
+
+
+def _app_path(scope: Scope) -> str:
+    """The request's path inside the app (without a --root-path prefix)."""
+    path, root = scope.get("path", "/"), scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root):] or "/"
+    return path
 
 
 def _is_login(scope: Scope) -> bool:
     if scope.get("method") != "POST" or getattr(scope.get("app"), "auth", None) is None:
         return False
-    path, root = scope.get("path", "/"), scope.get("root_path", "")
-    if root and path.startswith(root):
-        path = path[len(root):] or "/"
-    return path.rstrip("/") == "/login"
+    return _app_path(scope).rstrip("/") == "/login"
 
 
-async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None,
+                 content_type: bytes = b"application/json") -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})
     await send({"type": "http.response.body", "body": body})
 

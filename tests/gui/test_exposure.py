@@ -96,9 +96,25 @@ def test_every_route_needs_a_session(served) -> None:
         # files of a run, by every spelling, are refused without a session
         for file_url in (f"/gradio_api/file={log}", f"/gradio_api/file/{log}", f"/file={log}"):
             assert client.get(file_url).status_code in (401, 403, 404), file_url
-    unexpected = [r for r in open_routes if not is_public(r[1])]
+    unexpected = [r for r in open_routes if not is_public(r[1]) and r[1] != "/"]  # "/" is the login page
     assert not unexpected, f"routes answering without a session: {unexpected}"
     assert all(status < 500 for *_, status in open_routes), open_routes
+
+
+def test_without_a_session_the_page_is_a_login_form_carrying_nothing_of_the_app(served) -> None:
+    url, runs, _ = served
+    with httpx.Client(base_url=url, timeout=20) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        text = page.text
+        assert len(page.content) < 8_000  # Gradio's own login screen was ~740 KB: the app and every endpoint
+        assert 'type="password"' in text and "Atelier: please log in." in text
+        for leak in ("gradio_api", "dependencies", "components", "/predict", str(runs), "20260101-run-1",
+                     "learning_rate", "network_dim"):
+            assert leak not in text, leak
+        assert client.post("/login", data={"username": "tester", "password": "pa ss'wörd"}).status_code == 200
+        app_page = client.get("/")
+        assert app_page.status_code == 200 and len(app_page.content) > 50_000  # with a session: the app
 
 
 def test_with_a_session_files_come_only_from_the_runs_folder(served) -> None:

@@ -437,6 +437,7 @@ def test_listen_with_login_asks_for_it(page, tmp_path: Path) -> None:
         login.click()
         expect(page.get_by_text(re.compile("incorrect credentials", re.IGNORECASE))).to_be_visible()
         expect(page.locator("#start-lora")).to_have_count(0)
+        expect(password_field).to_have_value("")
 
         username.fill("tester")  # the login form empties both fields after a failed attempt
         password_field.fill(password)
