@@ -23,8 +23,12 @@ class PresetError(ValueError):
     pass
 
 
+USER = "user: "  # how a user preset's value (not its label) is told from a built-in of the same name
+
+
 def _slug(name: str) -> str:
-    slug = re.sub(r"[^\w\- ]+", "", name, flags=re.UNICODE).strip().replace(" ", "_")
+    """The file name of a preset called `name`: as typed, less what file systems refuse or misread."""
+    slug = re.sub(r"\s+", " ", re.sub(r"[^\w\- ]+", "", name, flags=re.UNICODE)).strip()
     if not slug:
         raise PresetError(f"preset name {name!r} has no usable characters; use letters, digits, - or _")
     return slug
@@ -36,17 +40,21 @@ class Presets:
         self.builtin_dir = builtin_dir
 
     def names(self, method: str) -> list[str]:
-        """Presets usable by `method`: built-ins first, then the user's (marked 'user: ')."""
+        """Presets usable by `method` (read from disk each time): built-ins first, then the user's."""
         found = []
-        for prefix, folder in (("", self.builtin_dir), ("user: ", self.user_dir)):
+        for prefix, folder in (("", self.builtin_dir), (USER, self.user_dir)):
             for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
                 if _method_of(path) in (method, None):
                     found.append(prefix + path.stem)
         return found
 
+    def choices(self, method: str) -> list[tuple[str, str]]:
+        """(label, name) for a dropdown: the user's presets under the name they typed, built-ins marked."""
+        return [(label(name), name) for name in self.names(method)]
+
     def _path(self, name: str) -> Path:
-        if name.startswith("user: "):
-            return self.user_dir / f"{_slug(name[6:])}.toml"
+        if name.startswith(USER):
+            return self.user_dir / f"{_slug(name[len(USER):])}.toml"
         return self.builtin_dir / f"{_slug(name)}.toml"
 
     def load(self, name: str, method: str) -> tuple[dict[str, Any], list[str]]:
@@ -73,12 +81,17 @@ class Presets:
         kept = {k: v for k, v in values.items() if v is not None and k in BY_NAME and not SECRET_KEY.search(k)}
         text = toml_text.dumps({"schema_version": SCHEMA_VERSION, "method": method, **kept})
         atomic_write_text(path, f"# Atelier user preset\n{text}")
-        return "user: " + path.stem
+        return USER + path.stem
 
     def delete(self, name: str) -> None:
-        if not name.startswith("user: "):
+        if not name.startswith(USER):
             raise PresetError("built-in presets cannot be deleted; save your own copy instead")
         self._path(name).unlink(missing_ok=True)
+
+
+def label(name: str) -> str:
+    """What the page shows for preset `name`."""
+    return name[len(USER):] if name.startswith(USER) else f"{name} (built-in)"
 
 
 def _method_of(path: Path) -> str | None:

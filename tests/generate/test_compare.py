@@ -28,7 +28,8 @@ def training_run(tiny_sd1_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     (run / "config.toml").write_text(toml.dumps({
         "method": "lora", "model": {"pretrained_model_name_or_path": str(tiny_sd1_dir)},
         "sampling": {"sample_prompt_lines": SAMPLE_PROMPTS, "sample_sampler": "euler"},
-        "saving": {"output_dir": str(out), "output_name": "fox"}}), encoding="utf-8")
+        "saving": {"output_dir": str(out), "output_name": "fox"}, "dataset": {"resolution": "64,96"}}),
+        encoding="utf-8")
     lines = []
     for epoch in (1, 2, 3):
         name = f"fox-{epoch:06d}.safetensors" if epoch < 3 else "fox.safetensors"
@@ -47,6 +48,8 @@ def test_saves_and_form_values_come_from_the_run(training_run: Path, tiny_sd1_di
     values = compare_form_values(training_run)
     assert values["model"] == str(tiny_sd1_dir) and values["prompts"] == SAMPLE_PROMPTS
     assert values["compare_run"] == str(training_run) and values["mode"] == "compare" and values["sampler"] == "euler"
+    assert (values["width"], values["height"]) == (64, 96)  # the size the run trained at, not the model's 512
+    assert values["loras"] == []  # a LoRA left in the form by an earlier Generate is not stacked on every row
     (training_run / "events.jsonl").rename(training_run / "events.bak")  # no events: the output files
     try:
         assert [s.label for s in find_saves(training_run)] == ["000001", "000002", "final"]
@@ -89,7 +92,7 @@ def test_grid_has_a_row_per_save_and_a_column_per_prompt(training_run: Path, tmp
 
 def test_a_weight_axis_adds_columns_and_weight_zero_is_the_base(training_run: Path, tmp_path: Path) -> None:
     job = tmp_path / "job"
-    args = ["--compare-run", str(training_run), "--prompt", SAMPLE_PROMPTS[0], "--weight", "0", "--weight", "1",
+    args = ["--compare-run", str(training_run), "--prompt", SAMPLE_PROMPTS[0] + " --s 3", "--weight", "0", "--weight", "1",
             "--run-dir", str(job), "--model", str(compare_form_values(training_run)["model"]), "--num-workers", "1"]
     for name, value in FAST.items():
         args += [f"--{name.replace('_', '-')}", str(value)]
@@ -97,6 +100,7 @@ def test_a_weight_axis_adds_columns_and_weight_zero_is_the_base(training_run: Pa
     layout = read_grid_layout(job / "grid.png")
     assert layout["rows"] == ["epoch 1", "epoch 2", "final"]
     assert layout["columns"] == ["a red fox\nweight 0", "a red fox\nweight 1"]
+    assert "· 3 steps" in layout["title"]  # the steps the images used (the prompt's --s), not the steps option
     zero = [pixels(row[0]) for row in layout["cells"]]
     one = [pixels(row[1]) for row in layout["cells"]]
     for other in zero[1:]:
@@ -124,4 +128,5 @@ def test_compare_saves_button_prefills_the_compare_form(training_run: Path) -> N
     assert updates[tab.widgets["prompts"]] == "\n".join(SAMPLE_PROMPTS)
     assert updates[tab.widgets["model"]] == compare_form_values(training_run)["model"]
     assert updates[tab.widgets["compare_run"]].value == str(training_run)
+    assert updates[tab.widgets["loras"]] == "" and updates[tab.widgets["width"]] == "64"
     assert "3 saves: epoch 1, epoch 2, final" in updates[tab.status]

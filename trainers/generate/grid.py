@@ -124,12 +124,18 @@ def read_grid_layout(path: Path) -> dict[str, Any]:
         return json.loads(im.text["atelier-grid"])  # type: ignore[attr-defined]
 
 
+def _steps_label(plan: Plan) -> str:
+    """The steps the images used (a prompt's --s wins over the steps option), as the header says them."""
+    used = sorted({item.steps for item in plan.items})
+    return f"{used[0]} steps" if len(used) == 1 else f"{'/'.join(map(str, used))} steps (per prompt)"
+
+
 def save_compare_grid(cfg: GenerateConfig, plan: Plan, job_dir: Path, events: EventWriter) -> Path:
     """Assemble the grid into the job folder and, for a training run, into `<run>/compare/grid-<stamp>.png`."""
     grid = layout(plan)
     run = Path(cfg.compare_run).expanduser() if cfg.compare_run.strip() else None
-    title = f"{run.name if run else 'LoRA files'} · seed {plan.seed} · {cfg.sampler} · {cfg.steps} steps"
-    path = save_grid(render_grid(grid, title), Path(job_dir) / "grid.png", grid, {"seed": plan.seed})
+    title = f"{run.name if run else 'LoRA files'} · seed {plan.seed} · {cfg.sampler} · {_steps_label(plan)}"
+    path = save_grid(render_grid(grid, title), Path(job_dir) / "grid.png", grid, {"seed": plan.seed, "title": title})
     copy = None
     if run is not None and run.is_dir():
         copy = run / "compare" / f"grid-{time.strftime('%Y%m%d-%H%M%S')}.png"

@@ -11,6 +11,7 @@ from typing import Any
 
 from trainers.core.events import Checkpoint, read_events
 from trainers.core.fsio import read_safetensors_header
+from trainers.core.options.validation import parse_resolution
 from trainers.core.rundir import read_run_config
 from trainers.core.saves import SaveName, list_saves
 
@@ -71,12 +72,16 @@ def run_base_model(run_dir: Path) -> str:
 def compare_form_values(run_dir: Path) -> dict[str, Any]:
     """What the compare form is filled with for a finished run: its model, saves and sample prompts."""
     cfg = run_config(run_dir)
-    values: dict[str, Any] = {"mode": "compare", "compare_run": str(run_dir), "compare_loras": [],
+    values: dict[str, Any] = {"mode": "compare", "compare_run": str(run_dir), "compare_loras": [], "loras": [],
                               "model": run_base_model(run_dir), "prompts": run_sample_prompts(run_dir)}
     if cfg.get("seed") is not None:
         values["seed"] = int(cfg["seed"])
     if cfg.get("sample_sampler"):
         values["sampler"] = cfg["sample_sampler"]
+    try:  # the size the run trained at, not the base model's own (a 64 px demo run would render at 512)
+        values["width"], values["height"] = parse_resolution(str(cfg.get("resolution", "")))
+    except ValueError:
+        pass
     return values
 
 
