@@ -7,6 +7,7 @@ a second browser sees the same job. No torch here.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,28 @@ def _run_choices(runs_dir: Path | None = None, extra: str = "") -> list[tuple[st
     return choices
 
 
+class ActiveJob:
+    """The generation job running now, if any, looked up at most every `ttl_s` seconds for all pages together:
+    a browser that did not start it (another machine, a cleared storage) still shows it and can stop it."""
+
+    def __init__(self, ttl_s: float = 2.0) -> None:
+        self.ttl_s = ttl_s
+        self._cached: tuple[float, Path | None, str] = (0.0, None, "")
+        self._lock = threading.Lock()
+
+    def find(self, runs_dir: Path) -> str:
+        with self._lock:
+            at, folder, job_id = self._cached
+            if folder != runs_dir or time.monotonic() - at > self.ttl_s:
+                job_id = next((r.run_id for r in list_runs(runs_dir)
+                               if r.method not in METHOD_NAMES and r.state.active), "")
+                self._cached = (time.monotonic(), runs_dir, job_id)
+            return job_id
+
+
+ACTIVE = ActiveJob()
+
+
 def _servable(path: Path, runs_dir: Path) -> bool:
     """The page can show files under the runs folder only (the app's allowed path); others stay on disk."""
     try:
@@ -237,33 +260,36 @@ def build_generate_tab(services: Any) -> GenerateTab:
                 gallery: gr.Gallery(value=[]), grid: gr.Image(value=None, visible=mode == "compare")}
 
     def on_stop(job_id: str) -> str:
+        job_id = job_id or ACTIVE.find(runs_dir)
         if job_id and (runs_dir / job_id).is_dir():
             services.jobs.stop(runs_dir / job_id)
             return "Asked the job to stop: the images made so far are kept."
         return "No job to stop."
 
     def tick(job_id: str, shown: Any) -> list[Any]:
+        adopted = not job_id and ACTIVE.find(runs_dir)
+        job_id = job_id or adopted or ""
         if not job_id or "/" in job_id or not (runs_dir / job_id).is_dir():
-            return [gr.skip(), gr.skip(), gr.skip(), shown]
+            return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
         v = WATCHERS.view(runs_dir / job_id)
         images = [v.images[k] for k in sorted(v.images)][-GALLERY_MAX:]
         images = [(p, c) for p, c in images if _servable(Path(p), runs_dir)]
         key = (job_id, status_text(v), len(images), v.grid)
         if key == shown:
-            return [gr.skip(), gr.skip(), gr.skip(), shown]
+            return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
         old = shown or (None, None, -1, None)
         same_job = key[0] == old[0]
         gallery_update = gr.Gallery(value=images) if not same_job or key[2] != old[2] else gr.skip()
         grid_file = v.grid if v.grid and _servable(Path(v.grid), runs_dir) else None
         grid_update = gr.Image(value=grid_file, visible=bool(v.grid)) if not same_job or key[3] != old[3] else gr.skip()
-        return [status_text(v), gallery_update, grid_update, key]
+        return [job_id if adopted else gr.skip(), status_text(v), gallery_update, grid_update, key]
 
     shown = gr.State(None)
     outputs = {job, status, gallery, grid}
     start.click(lambda data: launch(data, "generate"), inputs=inputs, outputs=outputs)
     compare_btn.click(lambda data: launch(data, "compare"), inputs=inputs, outputs=outputs)
     stop.click(on_stop, inputs=job, outputs=status)
-    gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[status, gallery, grid, shown], show_progress="hidden")
+    gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[job, status, gallery, grid, shown], show_progress="hidden")
     compare_run = widgets["compare_run"]
     compare_run.focus(lambda value: gr.Dropdown(choices=_run_choices(runs_dir, extra=value or "")),
                       inputs=compare_run, outputs=compare_run)

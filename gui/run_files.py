@@ -15,6 +15,7 @@ from typing import Any
 
 from trainers.core import events as ev
 from trainers.core.events import EventReader, TextTail, progress_line
+from trainers.core.registry import METHOD_NAMES
 from trainers.core.rundir import LOG, RunState, effective_state, read_status
 
 MAX_CHART_POINTS = 400
@@ -39,6 +40,7 @@ class RunView:
     error: ev.Error | None = None
     output: str = ""
     log_tail: list[str] = field(default_factory=list)
+    images: tuple[int, int] = (0, 0)  # a generation job's (done, total) images
 
 
 class RunWatcher:
@@ -46,7 +48,8 @@ class RunWatcher:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.events = EventReader(run_dir, ev.TRAINING_EVENTS)
+        job = read_status(run_dir).get("method", METHOD_NAMES[0]) not in METHOD_NAMES  # the panel shows jobs too
+        self.events = EventReader(run_dir, ev.JOB_EVENTS if job else ev.TRAINING_EVENTS)
         self.log = TextTail(run_dir / LOG, start_from_end_bytes=64 << 10)
         self.view = RunView(run_dir.name)
         self._log_lines: deque[str] = deque(maxlen=LOG_LINES)
@@ -96,6 +99,10 @@ class RunWatcher:
             v.error = event
         elif isinstance(event, ev.Done):
             v.output = event.output
+        elif isinstance(event, ev.JobStart):
+            v.images = (0, event.total_images)
+        elif isinstance(event, ev.GenerateProgress):
+            v.images = (event.done, event.total or v.images[1])
 
 
 def _downsample(points: list, limit: int) -> list:

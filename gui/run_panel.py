@@ -49,10 +49,10 @@ def build_run_panel() -> RunPanel:
     return RunPanel(title, progress, stats, chart, gallery, result, log, compare)
 
 
-def _bar(step: int, total: int) -> str:
+def _bar(step: int, total: int, unit: str = "steps") -> str:
     pct = 100 * step / total if total else 0
     return (f'<div class="atelier-bar"><div class="atelier-fill" style="width:{pct:.1f}%"></div>'
-            f'<span>{step} / {total} steps</span></div>')
+            f'<span>{step} / {total} {unit}</span></div>')
 
 
 def render(view: RunView) -> list[tuple[Any, Any]]:
@@ -87,6 +87,7 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
     if is_generation_job(view):  # the Generate tab shows it
         shown = "Generating" if view.state == RunState.RUNNING else state
         title, stats = f"### {shown}: `{view.run_id}`", "A generation job: its images are on the **Generate** tab."
+        bar = _bar(*view.images, unit="images")
     return [(title, title), (bar, bar), (stats, stats),
             (chart_key, gr.LinePlot(frame, visible=len(view.losses) > 1, x_axis_format="d")),
             (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log),

@@ -23,7 +23,7 @@ def _fill(pg, name: str, value: str) -> None:
     expect(field).to_have_value(value)
 
 
-def test_generate_tab_shows_images_as_they_are_made(page, demo_app: App, shots) -> None:  # noqa: F811
+def test_generate_tab_shows_images_as_they_are_made(page, browser, demo_app: App, shots) -> None:  # noqa: F811
     page.goto(demo_app.url)
     page.get_by_role("tab", name="Generate", exact=True).click()
     _fill(page, "model", "demo/tiny-sd1")
@@ -35,6 +35,15 @@ def test_generate_tab_shows_images_as_they_are_made(page, demo_app: App, shots) 
     status = page.locator("#gen-status")
     expect(status).to_contain_text("Started", timeout=30_000)
     job_id = re.search(r"Started\s+(\S+)", status.inner_text()).group(1)
+    other = browser.new_context().new_page()  # another browser: it did not start the job, yet shows it
+    try:
+        other.goto(demo_app.url)
+        other.get_by_role("tab", name="Generate", exact=True).click()
+        expect(other.locator("#gen-status")).to_contain_text(job_id, timeout=30_000)
+        expect(other.locator("#gen-status")).to_contain_text("Finished", timeout=GENERATE_S * 1000)
+        expect(other.locator("#gen-gallery img")).to_have_count(2, timeout=30_000)
+    finally:
+        other.context.close()
     expect(status).to_contain_text("Finished", timeout=GENERATE_S * 1000)
     expect(status).to_contain_text("2 / 2")
     expect(page.locator("#gen-gallery img")).to_have_count(2, timeout=30_000)

@@ -287,3 +287,18 @@ def test_the_trainers_suggestions_for_a_failure_reach_the_panel(tmp_path: Path) 
     assert "out of GPU memory at step 3" in text and "What to change" in text
     assert "lower train_batch_size (now 4)" in text and "turn on gradient_checkpointing" in text
     assert "8-bit optimizer" not in text  # the generic hint gives way to the config's own suggestions
+
+
+def test_panel_counts_a_generation_jobs_images_not_steps(tmp_path: Path) -> None:
+    from gui.run_panel import render
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "status.json").write_text(json.dumps({"state": "running", "launcher_pid": os.getpid(),
+                                                 "method": "generate"}))
+    writer = ev.EventWriter(job)
+    writer.emit(ev.JobStart(mode="generate", seed=0, total_images=6, items=6, prompts=3, variants=["base"],
+                         workers=["cpu"], out_dir=str(job)))
+    writer.emit(ev.GenerateProgress(done=2, total=6, images_per_s=0.5))
+    bar = render(RunWatcher(job).refresh())[1][1]
+    assert "2 / 6 images" in bar and "steps" not in bar
