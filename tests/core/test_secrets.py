@@ -33,3 +33,13 @@ def test_trainer_output_is_redacted(tmp_path: Path) -> None:
     assert TOKEN not in everything and "***" in everything
     assert TOKEN not in json.dumps(json.loads((tmp_path / "run" / "status.json").read_text()))
     assert TOKEN not in (tmp_path / "run" / "config.toml").read_text()
+
+
+def test_only_names_of_secrets_count_as_secrets() -> None:
+    from trainers.core.secrets import SECRET_KEY
+
+    for name in ("hf_token", "huggingface_token", "wandb_api_key", "token", "ATELIER_PASSWORD", "aws_secret_access_key"):
+        assert SECRET_KEY.search(name), name
+    for name in ("max_token_length", "t5xxl_max_token_length", "token_warmup_min", "token_warmup_step",
+                 "keep_tokens", "secondary_separator", "huggingface_repo_id"):
+        assert not SECRET_KEY.search(name), name

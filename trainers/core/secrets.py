@@ -13,7 +13,8 @@ from typing import Any, TextIO
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "ATELIER_PASSWORD")
 NOT_FOR_TRAINERS = ("ATELIER_PASSWORD", "WANDB_API_KEY")  # the GUI's login; a tracker Atelier does not use
-SECRET_KEY = re.compile(r"(^|_)(token|api_key|apikey|password|secret)($|_)", re.IGNORECASE)
+# The name ends in the secret's kind: `hf_token`, `wandb_api_key`; not `max_token_length` or `token_warmup_step`.
+SECRET_KEY = re.compile(r"(^|_)(token|api_key|apikey|password|passwd|secret|secret_key|access_key)$", re.IGNORECASE)
 MASK = "***"
 
 
