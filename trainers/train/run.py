@@ -61,6 +61,9 @@ def run_method(method: str, config: Path | None, run_dir: Path | None, overrides
 
 
 def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle) -> Path:
+    from trainers.train.quiet import quiet_libraries
+
+    quiet_libraries()  # before the libraries load and talk
     from trainers.train.loop import train
     from trainers.train.method import method_of
     from trainers.train.session import start_session
