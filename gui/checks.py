@@ -7,7 +7,10 @@ from typing import Any
 
 from gui.forms import ESSENTIALS
 from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict
+from trainers.core.optimizers import spec_for
+from trainers.core.options.optimizer_checks import optimizer_issues, optimizer_warnings
 from trainers.core.plan import StepPlan
+from trainers.core.schedules import lr_curve, preview_blocker, schedule_kind, step_count
 from trainers.data.preflight import preflight
 from trainers.validate import validate
 
@@ -20,6 +23,8 @@ class CheckReport:
     dataset_problem: str = ""  # what the dataset preflight found wrong (shown in the Dataset group)
     dataset: str = ""
     steps: str = ""
+    lr_curve: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # series -> (step, lr)
+    lr_note: str = ""  # what the chart shows, or why there is none
 
     @property
     def ok(self) -> bool:
@@ -52,6 +57,8 @@ class CheckReport:
             parts.append(f"**Dataset**\n```\n{self.dataset}\n```")
         if self.steps:
             parts.append(f"**Steps** {self.steps}")
+        if self.lr_note:
+            parts.append(f"**Learning rate** {self.lr_note}")
         return "\n\n".join(parts)
 
 
@@ -70,7 +77,7 @@ def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | 
     if outside:  # never look inside a folder the GUI may not use
         return CheckReport(cfg, validate(cfg) + outside, warnings)
     pre = preflight(cfg)
-    report = CheckReport(cfg, [], warnings + pre.warnings)
+    report = CheckReport(cfg, [], warnings + optimizer_warnings(cfg) + pre.warnings)
     for issue in pre.errors:
         if issue.group == "dataset" and issue.field not in BY_NAME or "\n" in issue.message:
             report.dataset_problem += ("\n\n" if report.dataset_problem else "") + issue.message
@@ -80,7 +87,38 @@ def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | 
         report.dataset = pre.text()
     if pre.plan is not None:
         report.steps = step_preview(pre.plan, pre.train_samples + pre.reg_samples)
+        report.lr_curve, report.lr_note = lr_preview(cfg, pre.plan)
     return report
+
+
+def lr_preview(cfg: TrainConfig, plan: StepPlan) -> tuple[dict[str, list[tuple[int, float]]], str]:
+    """The learning rate at each step of the planned run (one series per distinct rate), and a line about it.
+
+    The same pure functions the trainer's LambdaLR runs (trainers/core/schedules.py): the chart is the run.
+    """
+    blocker = preview_blocker(cfg)
+    if blocker:
+        return {}, f"not drawn: {blocker}."
+    if optimizer_issues(cfg):
+        return {}, "drawn once the optimizer and schedule options are fixed."
+    rates = {"learning_rate": cfg.learning_rate}
+    for name in ("unet_lr", "text_encoder_lr"):
+        value = cfg.values.get(name)
+        if value is not None and value != cfg.learning_rate:
+            rates[name] = value
+    try:
+        curves = {name: lr_curve(cfg, plan.total_steps, plan.num_processes, rate) for name, rate in rates.items()}
+    except ValueError as err:
+        return {}, f"not drawn: {err}."
+    kind = schedule_kind(cfg)
+    if kind == "schedule_free":
+        return curves, f"{cfg.optimizer_type} has no schedule: constant (its own warmup_steps is not drawn)."
+    warmup = step_count(cfg.lr_warmup_steps, cfg, plan.total_steps, plan.num_processes)
+    text = f"`{kind}` over {plan.total_steps} steps" + (f", warming up for {warmup}" if warmup else "") + "."
+    spec = spec_for(cfg.optimizer_type)
+    if spec is not None and spec.adaptive:
+        text += " D-Adaptation and Prodigy multiply it by the step size they find."
+    return curves, text
 
 
 def outside_roots(cfg: TrainConfig, roots: list[Path] | None) -> list[ConfigIssue]:

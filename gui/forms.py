@@ -73,8 +73,8 @@ def make_widget(opt: Option) -> gr.components.Component:
     common = {"label": label, "info": opt.help, "value": to_widget(opt, opt.default), "elem_id": f"opt-{opt.name}"}
     if opt.kind == "bool":
         return gr.Checkbox(**common)
-    if opt.choices:
-        return gr.Dropdown(choices=list(opt.choices), **common)
+    if opt.choices:  # with a pattern, values other than the choices may be typed (e.g. an optimizer class path)
+        return gr.Dropdown(choices=list(opt.choices), allow_custom_value=opt.pattern is not None, **common)
     if opt.kind in ("int", "float", "number") and opt.nullable:  # a Number cannot be empty: "" means unset
         return gr.Textbox(placeholder="unset", **{**common, "value": "" if opt.default is None else str(opt.default)})
     if opt.kind in ("int", "float", "number"):

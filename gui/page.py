@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+import pandas as pd
 
 from gui.checks import CheckReport, check_form
 from gui.forms import Form, build_form
@@ -134,6 +135,9 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         export = gr.Button("Export TOML", size="sm")
         upload = gr.UploadButton("Import TOML", file_types=[".toml"], size="sm")
     report_md = gr.Markdown(elem_id=f"report-{method}")
+    lr_chart = gr.LinePlot(pd.DataFrame({"step": [], "lr": [], "series": []}), x="step", y="lr", color="series",
+                           title="Learning rate over the steps", height=220, visible=False, x_axis_format="d",
+                           elem_id=f"lr-chart-{method}")
     command = gr.Code(language="shell", visible=False, label="Command")
     exported = gr.File(visible=False, label="Config")
     form = build_form(method)
@@ -148,12 +152,18 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         updates[report_md] = report.summary()
         return updates
 
+    def with_chart(report: CheckReport) -> dict:
+        """The report, and its learning-rate curve (hidden when there is none)."""
+        rows = [(step, lr, series) for series, points in report.lr_curve.items() for step, lr in points]
+        frame = pd.DataFrame(rows, columns=["step", "lr", "series"])
+        return {**show_report(report), lr_chart: gr.LinePlot(frame, visible=bool(rows))}
+
     def on_validate(data: dict) -> dict:
-        return show_report(check_form(method, form.values(data), services.allowed_roots))
+        return with_chart(check_form(method, form.values(data), services.allowed_roots))
 
     def on_start(data: dict) -> dict:
         report = check_form(method, form.values(data), services.allowed_roots)
-        updates = show_report(report)
+        updates = with_chart(report)
         if not report.ok:
             return updates
         try:
@@ -221,8 +231,8 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         return {preset: gr.Dropdown(choices=presets.names(method), value=None), report_md: f"Deleted `{name}`."}
 
     form_out = set(form.components) | {report_md}
-    validate_btn.click(on_validate, inputs=inputs, outputs=set(notes) | {report_md})
-    start.click(on_start, inputs=inputs, outputs=set(notes) | {report_md, viewed})
+    validate_btn.click(on_validate, inputs=inputs, outputs=set(notes) | {report_md, lr_chart})
+    start.click(on_start, inputs=inputs, outputs=set(notes) | {report_md, viewed, lr_chart})
     show_cmd.click(on_command, inputs=inputs, outputs=set(notes) | {report_md, command})
     export.click(on_export, inputs=inputs, outputs=set(notes) | {report_md, exported})
     upload.upload(on_import, inputs=upload, outputs=form_out)

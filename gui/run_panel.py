@@ -72,6 +72,9 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
                  f"({p.peak_mem_kind})")
         if len(view.rank_step_s) > 1:
             stats += " · step time per process " + " / ".join(f"{t:.2f} s" for t in view.rank_step_s)
+        activity = view.status.get("activity")
+        if activity:  # a sample or save between steps (left out of the rates)
+            stats = f"**{str(activity).capitalize()}…** · {stats}"
     elif p:  # a run that ended: what it reached, no live rates
         stats = (f"Epoch **{p.epoch} / {p.total_epochs}** · final loss {p.loss_smoothed:.4f} · "
                  f"peak memory {p.peak_mem_gb:.2f} GB ({p.peak_mem_kind})")

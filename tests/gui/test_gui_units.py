@@ -273,6 +273,9 @@ def test_panel_shows_each_process_step_time_of_a_multi_gpu_run(tmp_path: Path) -
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     stats = render(RunWatcher(run).refresh())[2][1]
     assert "step time per process 0.41 s / 0.63 s" in stats and "4.00 images/s" in stats
+    status = json.loads((run / "status.json").read_text())
+    (run / "status.json").write_text(json.dumps({**status, "activity": "sampling"}))
+    assert render(RunWatcher(run).refresh())[2][1].startswith("**Sampling…**")  # the pause between steps, named
 
 
 def test_the_trainers_suggestions_for_a_failure_reach_the_panel(tmp_path: Path) -> None:

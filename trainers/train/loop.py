@@ -13,7 +13,8 @@ from trainers.train.control import ROLLING_STATE
 from trainers.train.diffusion import NoiseOptions, diffusion_loss
 from trainers.train.faults import LossGuard
 from trainers.train.method import Trainable
-from trainers.train.optim import build_lr_scheduler, build_optimizer
+from trainers.train.optim import OptimizerModes, build_lr_scheduler, build_optimizer
+from trainers.train.pauses import Pauses
 from trainers.train.reporting import Reporter
 from trainers.train.saving import Saver, saved_on_failure
 from trainers.train.session import Session
@@ -24,15 +25,17 @@ def train(session: Session, trainable: Trainable) -> Path:
     """Run the whole training (the rest of it, with `resume`) and return the final output file."""
     cfg, accelerator, plan = session.cfg, session.accelerator, session.plan
     params = [p for group in trainable.param_groups for p in group["params"]]
-    optimizer = build_optimizer(cfg, trainable.param_groups)
+    optimizer = build_optimizer(cfg, trainable.param_groups, warn=session.events.warn)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps, plan.num_processes)
     predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader)
     noise = NoiseOptions.from_config(cfg, trainable.model.prediction_type)
     state = TrainingState(session, trainable, predictor, optimizer, lr_scheduler, params)
-    save, guard = Saver(session, trainable, state), LossGuard(cfg, accelerator, params, session.events)
     report = Reporter(session, lr_scheduler, trainable.model.family.name, sum(p.numel() for p in params),
                       trainable.hooks)
-    sample = sample_hook(session, trainable.model, trainable.sampling_weights)
+    modes = OptimizerModes(optimizer, cfg)  # schedule-free optimizers: eval() for samples and saves
+    pause = Pauses(session.run_dir, accelerator.is_main_process, modes, report.meter)
+    save, guard = Saver(session, trainable, state, pause), LossGuard(cfg, accelerator, params, session.events)
+    sample = pause.around(sample_hook(session, trainable.model, trainable.sampling_weights), "sampling")
     at, data_wait = Position(), 0.0
     with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM
         if cfg.resume.strip():
@@ -40,6 +43,7 @@ def train(session: Session, trainable: Trainable) -> Path:
         if sample and cfg.sample_at_first and not at.step:
             sample(0, 0)
         predictor.train()
+        modes.train()  # also after a resume: a state saved in eval mode comes back in eval mode
         report.start_timing(at.step)
         for epoch in range(at.next_epoch(), plan.epochs + 1):
             skip = at.batches if epoch == at.epoch else 0

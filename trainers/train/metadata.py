@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainers.core.options import TrainConfig
+from trainers.train.optim import optimizer_class
 
 if TYPE_CHECKING:
     from trainers.train.session import Session
@@ -31,8 +32,9 @@ def run_metadata(cfg: TrainConfig, session: "Session") -> dict[str, Any]:
     """The ss_* keys sd-scripts' train_network.py writes about the training settings (None values are left out)."""
     values: dict[str, Any] = {key: cfg.values.get(option) for key, option in _SAME_AS_OPTION.items()}
     args = ",".join(cfg.optimizer_args)
+    optimizer = optimizer_class(cfg)  # as sd-scripts records it: the class's module path, then its arguments
     values.update({
-        "ss_optimizer": cfg.optimizer_type + (f"({args})" if args else ""),
+        "ss_optimizer": f"{optimizer.__module__}.{optimizer.__name__}" + (f"({args})" if args else ""),
         "ss_total_batch_size": session.plan.global_batch,
         "ss_num_batches_per_epoch": session.plan.steps_per_epoch * session.plan.gradient_accumulation_steps,
         "ss_full_fp16": False,

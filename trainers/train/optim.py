@@ -1,52 +1,229 @@
-"""Optimizers and learning-rate schedules from the config."""
+"""Optimizers and learning-rate schedules from the config, as sd-scripts' get_optimizer / get_scheduler_fix build them.
+
+What each name builds and the arguments it takes are in trainers/core/optimizers.py; the schedules are the pure
+functions of trainers/core/schedules.py under a LambdaLR, so the GUI's preview is what the run does.
+"""
 from __future__ import annotations
 
+import contextlib
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from trainers.core.options import TrainConfig, parse_key_values
+from trainers.core.errors import ConfigError, ConfigIssue
+from trainers.core.optimizers import OptimizerSpec, class_path, is_schedule_free, parse_args, spec_for
+from trainers.core.options import TrainConfig
+from trainers.core.options.optimizer_checks import optimizer_warnings
+from trainers.core.schedules import build_schedule, schedule_kind, step_count
+
+Warn = Callable[[str], None]
 
 
-def build_optimizer(cfg: TrainConfig, param_groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
-    kwargs = parse_key_values(cfg.optimizer_args)
-    name = cfg.optimizer_type
-    if name == "AdamW":
-        return torch.optim.AdamW(param_groups, lr=cfg.learning_rate, **kwargs)
-    if name in ("AdamW8bit", "Lion8bit"):
-        import bitsandbytes as bnb
+def _error(name: str, message: str) -> ConfigError:
+    return ConfigError([ConfigIssue(name, message, "optimizer")])
 
-        return getattr(bnb.optim, name)(param_groups, lr=cfg.learning_rate, **kwargs)
-    if name == "Adafactor":
-        from transformers.optimization import Adafactor
 
-        # With an explicit learning rate Adafactor must not pick its own (kohya does the same).
-        defaults = {"scale_parameter": False, "relative_step": False, "warmup_init": False}
-        return Adafactor(param_groups, lr=cfg.learning_rate, **{**defaults, **kwargs})
-    raise ValueError(f"optimizer_type: unknown optimizer {name!r}")
+def _print_warning(message: str) -> None:
+    if os.environ.get("RANK", "0") == "0":
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def _import_class(path: str, default_module: str, option: str) -> Any:
+    module_name, name = path.rpartition(".")[0] or default_module, path.rpartition(".")[2]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise _error(option, f"cannot import module {module_name!r} for {path!r} ({err}); install its package "
+                     "in this environment or fix the path") from None
+    found = getattr(module, name, None)
+    if not callable(found):
+        raise _error(option, f"{module_name!r} has no class {name!r}; check the spelling (names are case-sensitive)")
+    return found
+
+
+def optimizer_class(cfg: TrainConfig) -> Any:
+    """The class optimizer_type names (imported); a ConfigError naming optimizer_type if it cannot be."""
+    spec = spec_for(cfg.optimizer_type)
+    if spec is not None:
+        return _import_class(spec.target, "", "optimizer_type")
+    module, name = class_path(cfg.optimizer_type)
+    return _import_class(f"{module}.{name}", "torch.optim", "optimizer_type")
+
+
+def _unknown_keywords(target: Any, keys: list[str], skip: int) -> list[str]:
+    """Keywords `target` does not take (none when it takes **kwargs or has no readable signature)."""
+    try:
+        params = list(inspect.signature(target).parameters.values())[skip:]
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return []
+    names = {p.name for p in params}
+    return [k for k in keys if k not in names]
+
+
+def check_optimizer(cfg: TrainConfig) -> None:
+    """Before any model loads: the optimizer and any lr_scheduler_type import, and a class path's optimizer_args /
+    lr_scheduler_args name arguments they take. Raises ConfigError listing every problem."""
+    issues: list[ConfigIssue] = []
+    for check in (_check_optimizer_class, _check_scheduler_class):
+        try:
+            check(cfg)
+        except ConfigError as err:
+            issues += err.issues
+    if issues:
+        raise ConfigError(issues)
+
+
+def _check_optimizer_class(cfg: TrainConfig) -> None:
+    cls = optimizer_class(cfg)
+    if spec_for(cfg.optimizer_type) is None:
+        kwargs, _ = parse_args(cfg.optimizer_args)
+        unknown = _unknown_keywords(cls, list(kwargs), skip=1)
+        if unknown:
+            raise _error("optimizer_args", f"{cfg.optimizer_type} takes no argument(s) {', '.join(unknown)}")
+
+
+def _check_scheduler_class(cfg: TrainConfig) -> None:
+    if schedule_kind(cfg) != "custom":
+        return
+    cls = _import_class(cfg.lr_scheduler_type.strip(), "torch.optim.lr_scheduler", "lr_scheduler_type")
+    kwargs, _ = parse_args(cfg.lr_scheduler_args)
+    unknown = _unknown_keywords(cls, list(kwargs), skip=1)
+    if unknown:
+        raise _error("lr_scheduler_args", f"{cfg.lr_scheduler_type} takes no argument(s) {', '.join(unknown)}")
+
+
+def build_optimizer(cfg: TrainConfig, param_groups: list[dict[str, Any]], warn: Warn | None = None
+                    ) -> torch.optim.Optimizer:
+    """The optimizer of `cfg` over `param_groups`, in train mode (schedule-free ones need it before a step).
+
+    `warn` receives what sd-scripts would log as warnings (default: printed on stderr by rank 0).
+    A ConfigError names the option when the class cannot be imported or refuses the arguments.
+    """
+    warn = warn or _print_warning
+    for message in optimizer_warnings(cfg):
+        warn(message)
+    spec = spec_for(cfg.optimizer_type)
+    cls = optimizer_class(cfg)
+    kwargs, _ = parse_args(cfg.optimizer_args)
+    lr: float | None = cfg.learning_rate
+    groups = param_groups
+    if spec is not None:
+        kwargs = {**spec.defaults, **kwargs, **spec.fixed}
+        lr, groups = _fit_to(spec, cfg, kwargs, param_groups, warn)
+    try:
+        optimizer = cls(groups, lr=lr, **kwargs)
+    except (TypeError, ValueError, AssertionError) as err:
+        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "no optimizer_args"
+        raise _error("optimizer_args", f"{cfg.optimizer_type} refused its arguments ({shown}, learning rate "
+                     f"{lr}): {err}") from None
+    if callable(getattr(optimizer, "train", None)):
+        optimizer.train()  # as sd-scripts: schedule-free optimizers start in train mode
+    return optimizer
+
+
+def _fit_to(spec: OptimizerSpec, cfg: TrainConfig, kwargs: dict[str, Any], groups: list[dict[str, Any]],
+            warn: Warn) -> tuple[float | None, list[dict[str, Any]]]:
+    """The learning rate and parameter groups `spec` is built with; fills in sd-scripts' defaults in `kwargs`."""
+    if spec.paged and not torch.cuda.is_available():
+        warn(f"{spec.name} pages its state between GPU and CPU memory; without CUDA it runs unpaged")
+    if spec.adaptive:
+        rates = {g.get("lr", cfg.learning_rate) for g in groups} - {0, 0.0}
+        if len(rates) > 1:
+            raise _error("unet_lr", f"{spec.name} adapts one learning rate for every weight, but the parameter "
+                         f"groups have {sorted(rates)}: set unet_lr and text_encoder_lr to the same value (or leave "
+                         "them unset)")
+    if spec.name == "Adafactor":
+        if not kwargs["relative_step"] and kwargs.get("warmup_init", False):
+            kwargs["relative_step"] = True
+        if kwargs["relative_step"]:  # Adafactor finds its own step size: no lr, anywhere
+            return None, [{k: v for k, v in g.items() if k != "lr"} for g in groups]
+    return cfg.learning_rate, groups
 
 
 def warmup_steps(cfg: TrainConfig, total_steps: int, num_processes: int = 1) -> int:
-    """lr_warmup_steps below 1 is a fraction of all steps; from 1 up it is a step count.
-
-    A count is in steps of a one-process run: when epochs set the length, P processes take 1/P of the
-    steps, so the warmup takes 1/P of its steps too and ends at the same share of training (and of
-    images seen). With max_train_steps or keep_global_batch the steps are the same on any P.
-    """
-    warmup = cfg.lr_warmup_steps
-    if 0 < warmup < 1:
-        return int(round(warmup * total_steps))
-    if cfg.max_train_epochs and not cfg.keep_global_batch and num_processes > 1:
-        return min(total_steps, max(1, int(round(warmup / num_processes)))) if warmup else 0
-    return int(warmup)
+    """lr_warmup_steps below 1 is a fraction of all steps; from 1 up a count of one-process steps (see step_count)."""
+    return step_count(cfg.lr_warmup_steps, cfg, total_steps, num_processes)
 
 
 def build_lr_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, total_steps: int,
                        num_processes: int = 1) -> Any:
     """Stepped once per optimizer step, by us: the same share of training on any number of processes."""
-    from diffusers.optimization import get_scheduler
+    from torch.optim.lr_scheduler import LambdaLR
 
-    return get_scheduler(
-        cfg.lr_scheduler, optimizer, num_warmup_steps=warmup_steps(cfg, total_steps, num_processes),
-        num_training_steps=total_steps, num_cycles=cfg.lr_scheduler_num_cycles, power=cfg.lr_scheduler_power,
-    )
+    kind = schedule_kind(cfg)
+    if kind == "custom":
+        return _custom_scheduler(cfg, optimizer)
+    if kind == "adafactor":
+        from transformers.optimization import Adafactor, AdafactorSchedule
+
+        if not isinstance(optimizer, Adafactor):
+            raise _error("lr_scheduler", "'adafactor' is Adafactor's own schedule: choose optimizer_type 'Adafactor' "
+                         "or another lr_scheduler")
+        return AdafactorSchedule(optimizer, cfg.learning_rate)
+    lr_init = optimizer.defaults.get("lr")
+    try:
+        schedule = build_schedule(cfg, total_steps, num_processes,
+                                  lr_init if isinstance(lr_init, (int, float)) and lr_init else None)
+    except ValueError as err:
+        raise _error("lr_scheduler", str(err)) from None
+    return LambdaLR(optimizer, lambda step: schedule(step))  # a plain function: nothing of it goes into states
+
+
+def _custom_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer) -> Any:
+    cls = _import_class(cfg.lr_scheduler_type.strip(), "torch.optim.lr_scheduler", "lr_scheduler_type")
+    kwargs, _ = parse_args(cfg.lr_scheduler_args)
+    try:
+        return cls(optimizer, **kwargs)
+    except (TypeError, ValueError) as err:
+        raise _error("lr_scheduler_args", f"{cfg.lr_scheduler_type} refused its arguments "
+                     f"({', '.join(f'{k}={v!r}' for k, v in kwargs.items()) or 'none'}): {err}") from None
+
+
+class OptimizerModes:
+    """sd-scripts' get_optimizer_train_eval_fn: a schedule-free optimizer trains in train() mode and is sampled,
+    saved and finished in eval() mode (its averaged weights). For every other optimizer both are no-ops."""
+
+    def __init__(self, optimizer: Any, cfg: TrainConfig) -> None:
+        self.optimizer = optimizer
+        self.active = is_schedule_free(cfg.optimizer_type) and callable(getattr(optimizer, "eval", None))
+        self.training = True  # build_optimizer left it in train mode
+
+    def train(self) -> None:
+        """Before training steps (also after a resume: a state saved in eval mode comes back in eval mode)."""
+        if self.active:
+            self.optimizer.train()
+        self.training = True
+
+    def eval(self) -> None:
+        if self.active:
+            self.optimizer.eval()
+        self.training = False
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """Eval mode inside (a sample, a save); train mode again after, if it was on before."""
+        was_training = self.training
+        self.eval()
+        try:
+            yield
+        finally:
+            if was_training:
+                self.train()
+
+    def around(self, fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
+        """`fn` run in eval mode (None stays None: e.g. a run without sample prompts)."""
+        if fn is None or not self.active:
+            return fn
+
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with self.evaluating():
+                return fn(*args, **kwargs)
+
+        return wrapped

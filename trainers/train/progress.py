@@ -38,6 +38,10 @@ class ProgressMeter:
         self.times.clear()
         self.times.append(time.perf_counter())
 
+    def exclude(self, seconds: float) -> None:
+        """Leave `seconds` of work between steps (a sample, a save) out of the rates: shift the window by it."""
+        self.times = deque((t + seconds for t in self.times), maxlen=self.times.maxlen)
+
     def update(self, step: int, epoch: int, total_epochs: int, loss: float, lr: float,
                data_wait_s: float = 0.0) -> Progress:
         """`data_wait_s`: time this step spent waiting for its batch (reported as a share of step time)."""

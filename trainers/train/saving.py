@@ -24,14 +24,17 @@ from trainers.train.distributed import full_weights
 from trainers.train.faults import is_out_of_memory, out_of_memory, weights_finite
 
 if TYPE_CHECKING:
+    from trainers.train.pauses import Pauses
     from trainers.train.method import Trainable
     from trainers.train.session import Session
     from trainers.train.state import TrainingState
 
 
 class Saver:
-    def __init__(self, session: "Session", trainable: "Trainable", state: "TrainingState") -> None:
+    def __init__(self, session: "Session", trainable: "Trainable", state: "TrainingState",
+                 pause: "Pauses | None" = None) -> None:
         self.session, self.trainable, self.state = session, trainable, state
+        self.pause = pause  # saves are written in the optimizer's eval mode and kept out of it/s
         cfg = session.cfg
         self.name = cfg.output_name
         self.out_dir = Path(cfg.output_dir).expanduser()
@@ -108,6 +111,10 @@ class Saver:
     # --- the work ---
 
     def _save(self, name: str, at: Position, kind: str, with_state: bool | None = None) -> Path:
+        with self.pause("saving") if self.pause else contextlib.nullcontext():
+            return self._write(name, at, kind, with_state)
+
+    def _write(self, name: str, at: Position, kind: str, with_state: bool | None = None) -> Path:
         accelerator = self.session.accelerator
         with_state = self.session.cfg.save_state if with_state is None else with_state
         path = self.out_dir / f"{name}{self.trainable.output.suffix}"

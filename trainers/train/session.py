@@ -25,6 +25,7 @@ from trainers.data.preflight import catalog_report
 from trainers.models import LoadedModel, ModelLoadError, load_model, model_option_issues
 from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
+from trainers.train.optim import check_optimizer
 from trainers.validate import check
 
 
@@ -51,6 +52,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     """Set the run up for `cfg`'s method. `prepare` is its work before the dataset is read (Method.prepare);
     `random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
     check(cfg)
+    check_optimizer(cfg)  # a class-path optimizer or lr_scheduler_type imports, and takes its arguments
     model_issues = model_option_issues(cfg.pretrained_model_name_or_path, cfg.clip_skip)
     if model_issues:  # read from the model's configs: before anything heavy loads
         raise ConfigError(model_issues)

@@ -6,6 +6,7 @@ the GUI widgets and the docs table are all computed from these declarations.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -48,6 +49,8 @@ class Option:
     path: Literal["dir", "file", "any", "out"] | None = None  # checked on disk by validation
     advanced: bool = False  # shown collapsed in the GUI
     method_defaults: tuple[tuple[str, Any], ...] = ()  # (method, default) where a method's default differs
+    pattern: str | None = None  # with choices: other values matching this regex are accepted too (kept as typed)
+    pattern_help: str = ""  # what `pattern` accepts, in words
 
     def for_method(self, method: str) -> "Option":
         """This option as `method` sees it (its own default)."""
@@ -58,6 +61,8 @@ class Option:
         """Human description of what this option accepts."""
         if self.choices:
             text = "one of " + ", ".join(repr(c) for c in self.choices)
+            if self.pattern:
+                text += f", or {self.pattern_help or 'a value matching ' + repr(self.pattern)}"
         else:
             text = {
                 "bool": "true or false",
@@ -106,9 +111,9 @@ def coerce(opt: Option, value: Any) -> Any:
             raise bad
         if opt.choices and value not in opt.choices:
             match = next((c for c in opt.choices if c.lower() == value.lower()), None)
-            if match is None:
+            if match is None and not (opt.pattern and re.fullmatch(opt.pattern, value)):
                 raise bad
-            value = match
+            value = match or value
         return value
     # numbers
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -119,7 +124,11 @@ def coerce(opt: Option, value: Any) -> Any:
                 raise bad
             value = int(value)
     else:
-        if not math.isfinite(float(value)):
+        try:
+            finite = math.isfinite(float(value))
+        except OverflowError:  # an integer beyond any float
+            finite = False
+        if not finite:
             raise bad
         if opt.kind == "float":
             value = float(value)

@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.optimizers import spec_for
+from trainers.core.schedules import schedule_kind
 from trainers.core.paths import name_problem, path_problem
 from trainers.core.options.loading import TrainConfig
 from trainers.core.options.training import options_for
@@ -68,7 +70,7 @@ def option_issues(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssu
     warmup = cfg.lr_warmup_steps
     if warmup >= 1 and not float(warmup).is_integer():
         bad("lr_warmup_steps", f"got {warmup}; use a whole number of steps, or a fraction below 1")
-    if warmup and cfg.lr_scheduler == "constant":
+    if warmup and schedule_kind(cfg) == "constant":  # schedule-free optimizers only warn (optimizer checks)
         bad("lr_warmup_steps", "the 'constant' scheduler has no warmup; choose 'constant_with_warmup' or set 0")
     try:
         parse_key_values(cfg.optimizer_args)
@@ -134,7 +136,8 @@ def distributed_issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if backend == "ddp":
         return issues
     name = "DeepSpeed" if backend == "deepspeed" else "FSDP"
-    if cfg.optimizer_type.endswith("8bit"):
+    spec = spec_for(cfg.optimizer_type)
+    if spec is not None and spec.package == "bitsandbytes":
         bad("optimizer_type", f"{cfg.optimizer_type} (bitsandbytes) keeps its own quantized states, which {name} "
             "cannot shard: choose 'AdamW' or 'Adafactor', or distributed_backend = 'ddp'", "optimizer")
     if backend == "deepspeed":
