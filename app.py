@@ -31,6 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-auth", action="store_true", help="allow --share / --listen without login (not advised)")
     p.add_argument("--root-path", default="", help="URL prefix when served behind a reverse proxy")
     p.add_argument("--runs-dir", type=Path, default=REPO / "runs", help="where run directories are written")
+    p.add_argument("--datasets-dir", type=Path, default=None,
+                   help="where datasets uploaded from the page go (default: datasets/ beside the runs folder)")
     p.add_argument("--presets-dir", type=Path, default=Path.home() / ".config" / "atelier" / "presets",
                    help="where user presets are saved")
     p.add_argument("--allowed-root", dest="allowed_roots", action="append", type=Path, default=None,
@@ -93,9 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         _ensure_demo()
     runs_dir = args.runs_dir.expanduser().resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
+    datasets_dir = (args.datasets_dir or runs_dir.parent / "datasets").expanduser().resolve()
     roots = args.allowed_roots or ([Path.home(), REPO, runs_dir] if exposed else None)
+    if roots:  # uploads land where training may read them
+        roots = [*roots, datasets_dir]
     services = Services(runs_dir, JobManager(runs_dir), Presets(args.presets_dir.expanduser()), Watchers(),
-                        [r.expanduser().resolve() for r in roots] if roots else None)
+                        [r.expanduser().resolve() for r in roots] if roots else None, datasets_dir)
     page = build_page(services, initial_preset="demo" if args.demo else None)
     page.queue(default_concurrency_limit=8)
     host = "localhost" if args.listen in ("0.0.0.0", "::") else args.listen

@@ -37,6 +37,19 @@ class Form:
         return {self.widgets[n]: to_widget(option_for(self.method, n), v) for n, v in values.items() if n in self.widgets}
 
 
+NUMBER_KINDS = ("int", "float", "number")
+_WORDS = {"lr": "LR", "te": "TE", "te1": "TE1", "te2": "TE2", "ema": "EMA", "snr": "SNR", "vae": "VAE", "gpu": "GPU",
+          "ids": "IDs", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8", "toml": "TOML", "json": "JSON", "cpu": "CPU",
+          "sdpa": "SDPA", "n": "N", "unet": "U-Net", "loraplus": "LoRA+", "ip": "IP", "fsdp": "FSDP", "dim": "rank"}
+
+
+def label(name: str) -> str:
+    """A field's label: a title in words, then the option's own name (what kohya users search for)."""
+    words = [_WORDS.get(w, w) for w in name.split("_")]
+    title = " ".join(words)
+    return f"{title[:1].upper()}{title[1:]} · {name}"
+
+
 def option_for(method: str, name: str) -> Option:
     return next(o for o in options_for(method) if o.name == name)
 
@@ -44,7 +57,7 @@ def option_for(method: str, name: str) -> Option:
 def to_widget(opt: Option, value: Any) -> Any:
     if opt.kind == "list":
         return "\n".join(value or [])
-    if opt.nullable:
+    if opt.nullable or (opt.kind in NUMBER_KINDS and not opt.choices):  # numbers are typed as text
         return "" if value is None else str(value)
     if value is None and opt.kind == "str":
         return ""
@@ -69,16 +82,16 @@ def from_widget(opt: Option, value: Any) -> Any:
 
 
 def make_widget(opt: Option) -> gr.components.Component:
-    label = opt.name
-    common = {"label": label, "info": opt.help, "value": to_widget(opt, opt.default), "elem_id": f"opt-{opt.name}"}
+    common = {"label": label(opt.name), "info": opt.help, "value": to_widget(opt, opt.default),
+              "elem_id": f"opt-{opt.name}"}
     if opt.kind == "bool":
         return gr.Checkbox(**common)
     if opt.choices:  # with a pattern, values other than the choices may be typed (e.g. an optimizer class path)
         return gr.Dropdown(choices=list(opt.choices), allow_custom_value=opt.pattern is not None, **common)
-    if opt.kind in ("int", "float", "number") and opt.nullable:  # a Number cannot be empty: "" means unset
-        return gr.Textbox(placeholder="unset", **{**common, "value": "" if opt.default is None else str(opt.default)})
-    if opt.kind in ("int", "float", "number"):
-        return gr.Number(minimum=opt.min, maximum=opt.max, precision=0 if opt.kind == "int" else None, **common)
+    if opt.kind in NUMBER_KINDS:
+        # Text, not gr.Number: a browser number field turns a typo into "no value" and checks its range in a toast
+        # that names no field; as text, the report names the field and the range, like every other problem.
+        return gr.Textbox(placeholder="unset" if opt.nullable else opt.allowed(), **common)
     if opt.kind == "list":
         return gr.Textbox(lines=2, placeholder="one per line", **common)
     placeholder = {"dir": "folder path", "file": "file path", "out": "folder path (created if missing)",

@@ -98,6 +98,16 @@ class JobManager:
     def command(self, cfg: TrainConfig, run_dir: Path) -> list[str]:
         return accelerate_command(cfg, run_dir / CONFIG, run_dir, python=self.python)
 
+    def written_command(self, cfg: TrainConfig) -> tuple[list[str], Path, Path]:
+        """(argv, config path, run dir) of the command Start would run, its config (and accelerate.yaml) written
+        to runs/.commands/<run id>/ so the command works when pasted into a terminal."""
+        run_dir = self.new_run_dir(cfg)
+        folder = self.runs_dir / COMMANDS / run_dir.name
+        folder.mkdir(parents=True, exist_ok=True)
+        cfg.save(folder / CONFIG)
+        write_accelerate_config(cfg, folder)
+        return accelerate_command(cfg, folder / CONFIG, run_dir, python=self.python), folder / CONFIG, run_dir
+
     def start(self, cfg: TrainConfig) -> Path:
         """Write the run directory and launch the trainer; refuse when its GPUs are busy."""
         if cfg.method not in METHOD_NAMES:
@@ -194,6 +204,9 @@ class JobManager:
                                output_dir=cfg.output_dir)
         threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
         return run_dir
+
+
+COMMANDS = ".commands"  # configs written for "Show command" (hidden: not runs)
 
 
 def generate_gpu_ids(devices: str) -> str:

@@ -14,13 +14,13 @@ from gui.checks import CheckReport, check_form
 from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
-from gui.presets import PresetError, Presets
+from gui.presets import PresetError, Presets, label, read_partial
 from gui.run_files import Watchers, list_runs
 from gui.run_panel import RunPanel, build_run_panel, render, view_for
+from gui.transfer_ui import build_downloads, build_upload, wire_downloads
 from trainers.core.launch import needs_config_file, other_machine_commands
-from trainers.core.options import ConfigError, load_config
 from trainers.core.registry import METHOD_NAMES, METHODS
-from trainers.core.rundir import CONFIG, RunState
+from trainers.core.rundir import RunState
 
 CSS = """
 .atelier-bar {position: relative; height: 26px; border-radius: 13px; background: var(--block-background-fill);
@@ -41,6 +41,11 @@ class Services:
     presets: Presets
     watchers: Watchers
     allowed_roots: list[Path] | None = None  # None: paths anywhere on this machine
+    datasets_dir: Path | None = None  # where uploaded datasets go (default: datasets/ beside the runs folder)
+
+    @property
+    def uploads(self) -> Path:
+        return self.datasets_dir or self.runs_dir.parent / "datasets"
 
 
 def build_page(services: Services, initial_preset: str | None = None) -> gr.Blocks:
@@ -61,7 +66,9 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                 panel = build_run_panel()
                 stop = gr.Button("Stop this run", variant="stop", visible=False, elem_id="stop-run")
                 resume = gr.Button("Resume this run", visible=False, elem_id="resume-run")
+                downloads = build_downloads()
         _wire_panel(services, viewed, panel, stop, resume, page)
+        wire_downloads(downloads, viewed, services.watchers, services.runs_dir)
         wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
     return page
 
@@ -80,10 +87,14 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
         return [value if key != before else gr.skip() for (_, value), key, before in zip(pairs, keys, old)] + [keys]
 
     def on_load(run_id: str) -> str:
+        """The run this browser viewed last; else the run going on now; else the latest run."""
         if view_for(services.watchers, services.runs_dir, run_id):
             return run_id
         active = services.jobs.active_runs()
-        return active[0].name if active else run_id
+        if active:
+            return active[0].name
+        latest = next(iter(list_runs(services.runs_dir)), None)
+        return latest.run_id if latest else run_id
 
     def stop_run(run_id: str) -> None:
         if run_id:
@@ -120,7 +131,7 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     presets = services.presets
     with gr.Accordion("Presets", open=True):
         with gr.Row():
-            preset = gr.Dropdown(presets.names(method), label="Preset", value=None, scale=3,
+            preset = gr.Dropdown(presets.choices(method), label="Preset", value=None, scale=3,
                                  elem_id=f"preset-{method}")
             save_name = gr.Textbox(label="Save current settings as", placeholder="my preset", scale=3)
         with gr.Row():
@@ -140,7 +151,9 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
                            elem_id=f"lr-chart-{method}")
     command = gr.Code(language="shell", visible=False, label="Command")
     exported = gr.File(visible=False, label="Config")
+    upload_box = build_upload(services.uploads, method)
     form = build_form(method)
+    upload_box.wire(form.widgets["train_data_dir"], report_md)
     inputs = set(form.components)
     notes = list(form.group_notes.values()) + list(form.accordions.values())
 
@@ -179,11 +192,12 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         report = check_form(method, form.values(data), services.allowed_roots)
         if report.cfg is None:
             return show_report(report)
-        cfg, run_dir = report.cfg, services.jobs.new_run_dir(report.cfg)
-        text = f"# this machine\n{shlex.join(services.jobs.command(cfg, run_dir))}"
-        files = " and accelerate.yaml" if needs_config_file(cfg) else ""  # DeepSpeed / FSDP
-        for rank, line in enumerate(other_machine_commands(cfg, run_dir / CONFIG, run_dir), start=1):
-            text += f"\n# machine {rank} (copy {run_dir / CONFIG}{files} there first)\n{line}"
+        cfg = report.cfg
+        argv, config, run_dir = services.jobs.written_command(cfg)
+        files = " and accelerate.yaml beside it" if needs_config_file(cfg) else ""  # DeepSpeed / FSDP
+        text = f"# this machine (config written to {config}{files})\n{shlex.join(argv)}"
+        for rank, line in enumerate(other_machine_commands(cfg, config, run_dir), start=1):
+            text += f"\n# machine {rank} (copy {config}{files} there first)\n{line}"
         return {command: gr.Code(text, visible=True)}
 
     def on_export(data: dict) -> dict:
@@ -195,13 +209,14 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         return {exported: gr.File(str(path), visible=True)}
 
     def on_import(file: Any) -> dict:
-        warnings: list[str] = []
+        path = Path(file if isinstance(file, str) else file.name)
         try:
-            cfg = load_config(method, Path(file if isinstance(file, str) else file.name), warnings=warnings)
-        except ConfigError as err:
+            values, warnings = read_partial(path, method, path.name)
+        except PresetError as err:
             return {report_md: f"### Import failed\n{err}"}
-        updates = form.updates(cfg.values)
-        updates[report_md] = "### Imported\n" + "\n".join(f"- {w}" for w in warnings)
+        updates = form.updates(values)
+        updates[report_md] = (f"### Imported `{path.name}`\nIt set {len(values)} option(s); the other fields are "
+                              "unchanged.\n" + "\n".join(f"- {w}" for w in warnings))
         return updates
 
     def on_load_preset(name: str) -> dict:
@@ -212,23 +227,28 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         except PresetError as err:
             return {report_md: f"### Preset not loaded\n{err}"}
         updates = form.updates(values)
-        updates[report_md] = f"### Loaded preset `{name}`\n" + "\n".join(f"- {w}" for w in warnings)
+        updates[report_md] = f"### Loaded preset {label(name)}\n" + "\n".join(f"- {w}" for w in warnings)
         return updates
 
     def on_save_preset(data: dict) -> dict:
+        typed = str(data[save_name] or "").strip()
         try:
-            saved = presets.save(data[save_name], method, form.values(data))
+            saved = presets.save(typed, method, form.values(data))
         except PresetError as err:
             return {report_md: f"### Not saved\n{err}"}
-        return {preset: gr.Dropdown(choices=presets.names(method), value=saved),
-                report_md: f"Saved preset `{saved}`."}
+        shown = label(saved)
+        renamed = "" if shown == typed else (f" (as `{shown}`: a preset name keeps letters, digits, spaces, - and _ "
+                                            "only)")
+        return {preset: gr.Dropdown(choices=presets.choices(method), value=saved),
+                report_md: f"Saved preset `{shown}`{renamed}."}
 
     def on_delete_preset(name: str) -> dict:
         try:
             presets.delete(name or "")
         except PresetError as err:
             return {report_md: f"### Not deleted\n{err}"}
-        return {preset: gr.Dropdown(choices=presets.names(method), value=None), report_md: f"Deleted `{name}`."}
+        return {preset: gr.Dropdown(choices=presets.choices(method), value=None),
+                report_md: f"Deleted `{label(name)}`."}
 
     form_out = set(form.components) | {report_md}
     validate_btn.click(on_validate, inputs=inputs, outputs=set(notes) | {report_md, lr_chart})
@@ -240,9 +260,10 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     save.click(on_save_preset, inputs={save_name} | inputs, outputs={preset, report_md})
     delete.click(on_delete_preset, inputs=preset, outputs={preset, report_md})
     _keep_launch_consistent(form)
+    # Presets are read from disk on every page load: one saved in another tab or browser is listed after a reload.
+    page.load(lambda: gr.Dropdown(choices=presets.choices(method), value=initial_preset), outputs=preset)
     if initial_preset:
         page.load(lambda: on_load_preset(initial_preset), outputs=form_out)
-        page.load(lambda: gr.Dropdown(value=initial_preset), outputs=preset)
 
 
 def _keep_launch_consistent(form: "Form") -> None:

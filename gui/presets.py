@@ -60,20 +60,9 @@ class Presets:
     def load(self, name: str, method: str) -> tuple[dict[str, Any], list[str]]:
         """(values it sets, warnings). Values are checked against the schema."""
         path = self._path(name)
-        try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise PresetError(f"preset {name!r} not found ({path})") from None
-        except tomllib.TOMLDecodeError as err:
-            raise PresetError(f"preset {name!r} is not valid TOML: {err}") from None
-        issues: list = []
-        flat = read_options(raw, f"preset {name!r}", issues)
-        warnings: list[str] = []
-        try:
-            cfg = config_from_dict(method, flat, issues, warnings)
-        except ConfigError as err:
-            raise PresetError(f"preset {name!r}: {err}") from None
-        return {k: cfg.values[k] for k in flat if k in cfg.values}, warnings
+        if not path.is_file():
+            raise PresetError(f"preset {name!r} not found ({path})")
+        return read_partial(path, method, f"preset {name!r}")
 
     def save(self, name: str, method: str, values: dict[str, Any]) -> str:
         """Save every non-empty value as a user preset; secrets are never written."""
@@ -87,6 +76,25 @@ class Presets:
         if not name.startswith(USER):
             raise PresetError("built-in presets cannot be deleted; save your own copy instead")
         self._path(name).unlink(missing_ok=True)
+
+
+def read_partial(path: Path, method: str, where: str) -> tuple[dict[str, Any], list[str]]:
+    """(the values a config file names, checked against `method`'s schema; warnings). What the file does not name
+    is not in the result: a preset or an imported file changes only the fields it sets."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise PresetError(f"{where} cannot be read: {err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise PresetError(f"{where} is not valid TOML: {err}") from None
+    issues: list = []
+    flat = read_options(raw, where, issues)
+    warnings: list[str] = []
+    try:
+        cfg = config_from_dict(method, flat, issues, warnings)
+    except ConfigError as err:
+        raise PresetError(f"{where}: {err}") from None
+    return {k: cfg.values[k] for k in flat if k in cfg.values}, warnings
 
 
 def label(name: str) -> str:

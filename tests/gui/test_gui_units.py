@@ -305,3 +305,19 @@ def test_panel_counts_a_generation_jobs_images_not_steps(tmp_path: Path) -> None
     writer.emit(ev.GenerateProgress(done=2, total=6, images_per_s=0.5))
     bar = render(RunWatcher(job).refresh())[1][1]
     assert "2 / 6 images" in bar and "steps" not in bar
+
+
+def test_out_of_range_and_mistyped_numbers_are_named_in_the_report() -> None:
+    """Numbers are typed as text: the report (not a browser toast) names every bad one with its range."""
+    with gr.Blocks():
+        form = build_form("lora")
+    assert isinstance(form.widgets["learning_rate"], gr.Textbox)
+    assert form.widgets["learning_rate"].label == "Learning rate · learning_rate"
+    values = {name: from_widget(option_for("lora", name), text) for name, text in (
+        ("learning_rate", "-0.001"), ("train_batch_size", "0"), ("network_alpha", "-5"), ("network_dim", "abc"),
+        ("max_train_epochs", "1"))}
+    report = check_form("lora", values)
+    named = {i.field: i.message for i in report.issues}
+    assert set(named) >= {"learning_rate", "train_batch_size", "network_alpha", "network_dim"}
+    assert "'abc'" in named["network_dim"] and "None" not in named["network_dim"]
+    assert ">= 1" in named["train_batch_size"] or "from 1" in named["train_batch_size"]

@@ -24,13 +24,13 @@ def accelerate_command(cfg: TrainConfig, config_path: Path, run_dir: Path, machi
     """argv of `accelerate launch … -m trainers <method> --config … --run-dir …`.
 
     num_processes in the config counts processes on each machine; accelerate wants the total.
-    DeepSpeed and FSDP runs read `<run_dir>/accelerate.yaml` (written by `write_accelerate_config`).
+    DeepSpeed and FSDP runs read the accelerate.yaml beside the config (written by `write_accelerate_config`).
     """
     rank = cfg.machine_rank if machine_rank is None else machine_rank
     total = total_processes(cfg)
     cmd = [python, "-m", "trainers.train.launcher"]  # accelerate launch, with the trainer's own exit status
     if needs_config_file(cfg):  # DeepSpeed / FSDP: the run's accelerate.yaml says how (the flags below agree)
-        cmd += ["--config_file", str(Path(run_dir) / ACCELERATE_CONFIG)]
+        cmd += ["--config_file", str(Path(config_path).parent / ACCELERATE_CONFIG)]
     elif total > 1:
         cmd.append("--multi_gpu")
     cmd += ["--num_processes", str(total), "--num_machines", str(cfg.num_machines),
