@@ -49,6 +49,7 @@ batch_size = 1
   class_tokens = "sks cat"
   caption_extension = ".txt"
   color_aug = true
+  face_crop_aug_range = [2.0, 4.0]
 """
 
 
@@ -84,7 +85,8 @@ def test_kohya_dataset_config_loads_as_it_is(kohya_dataset: Path) -> None:
     assert {image.bucket for image in catalog.images if image.subset == 0} == {(96, 32), (32, 96)}  # buckets on
     assert {image.bucket for image in catalog.images if image.subset == 2} == {(96, 64)}  # buckets off
     assert dog.samples == 6 and reg.samples == 6 and cat.samples == 2  # reg balanced within its dataset
-    assert any("color_aug" in w and "ignored" in w for w in warnings)
+    assert cat.spec.color_aug and not dog.spec.color_aug  # a subset key, as in sd-scripts
+    assert any("face_crop_aug_range" in w and "ignored" in w for w in warnings)
     assert any("train_data_dir is ignored" in w for w in warnings)
     # every batch holds one dataset's bucket; reg samples train with prior_loss_weight
     sampler = catalog.batch_sampler(1, seed=0)

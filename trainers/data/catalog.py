@@ -155,7 +155,8 @@ class Catalog:
             counts: Counter[str] = Counter()
             for index in subset.images:
                 split_on = subset.captions.split_on
-                counts.update({t.strip().lower() for t in self.images[index].caption.split(split_on) if t.strip()})
+                caption = self.images[index].caption.replace("\n", split_on)  # wildcard captions: one line each
+                counts.update({t.strip().lower() for t in caption.split(split_on) if t.strip()})
             result[subset.name] = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         return result
 
@@ -210,13 +211,13 @@ def build_catalog(values: Mapping[str, Any], warnings: list[str] | None = None) 
 def _read_subset(spec: SubsetSpec, dataset: int, warnings: list[str]):
     """Yield (subset, image items) for one spec; a kohya root yields one per <repeats>_<tokens> folder."""
     if spec.kind == "kohya_root":
-        scan = scan_kohya_folders(spec.path, spec.caption_extension, field=spec.field)
+        scan = scan_kohya_folders(spec.path, spec.caption_extension, field=spec.field, all_lines=spec.captions.wildcard)
         warnings.extend(scan.warnings)
         for sub in scan.subsets:
             yield CatalogSubset(spec, dataset, sub.folder.name, sub.folder, sub.repeats, sub.tokens), sub.images
     elif spec.kind == "folder":
         sub, folder_warnings = scan_image_folder(spec.path, spec.repeats, spec.tokens, spec.caption_extension,
-                                                 field=spec.field)
+                                                 field=spec.field, all_lines=spec.captions.wildcard)
         warnings.extend(f"{spec.label}: {w}" for w in folder_warnings)
         yield CatalogSubset(spec, dataset, spec.path.name, spec.path, spec.repeats, spec.tokens), sub.images
     else:

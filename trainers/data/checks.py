@@ -8,8 +8,10 @@ from trainers.core.errors import ConfigIssue
 from trainers.core.options import TrainConfig, parse_resolution
 from trainers.data.metadata_json import parse_replacements, parse_score_tags, parse_tag_bonus
 
-# Options that change a caption from one epoch to the next: cached text-encoder outputs cannot follow them.
-CAPTION_RANDOMNESS = ("shuffle_caption", "caption_dropout_rate", "caption_tag_dropout_rate", "metadata_shuffle_tag_p")
+# Options that change a caption from one epoch (or step) to the next: cached text-encoder outputs cannot follow them.
+CAPTION_RANDOMNESS = ("shuffle_caption", "caption_dropout_rate", "caption_tag_dropout_rate", "metadata_shuffle_tag_p",
+                      "enable_wildcard", "token_warmup_step")
+TOKEN_LENGTHS = (75, 150, 225)  # max_token_length: 75-token chunks, as sd-scripts allows
 
 
 def dataset_issues(cfg: TrainConfig) -> list[ConfigIssue]:
@@ -33,11 +35,31 @@ def dataset_issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if caching and cfg.random_crop:
         bad("random_crop", "cannot be combined with cache_latents: a cached latent has one fixed crop; turn off "
             "random_crop or latent caching")
+    if caching and cfg.values["color_aug"]:
+        bad("color_aug", "cannot be combined with cache_latents: a cached latent has one fixed color; turn off "
+            "color_aug or latent caching")
+    issues.extend(caption_issues(cfg))
     if cfg.cache_text_encoder_outputs:
         for name in CAPTION_RANDOMNESS:
             if cfg.values[name]:
-                bad(name, "changes captions every epoch, so text-encoder outputs cannot be cached: turn it off or "
-                    "set cache_text_encoder_outputs = false")
+                bad(name, "changes captions from one epoch (or step) to the next, so text-encoder outputs cannot be "
+                    "cached: turn it off or set cache_text_encoder_outputs = false")
+    return issues
+
+
+def caption_issues(cfg: TrainConfig) -> list[ConfigIssue]:
+    """Caption and prompt-length options whose values only make sense in some combinations."""
+    issues: list[ConfigIssue] = []
+    length = cfg.values["max_token_length"]
+    if length is not None and length not in TOKEN_LENGTHS:
+        issues.append(ConfigIssue("max_token_length", f"is {length}; use 150 or 225 (or leave it unset for 75): "
+                                  "CLIP reads captions in 75-token chunks", "dataset"))
+    if not cfg.values["caption_separator"]:
+        issues.append(ConfigIssue("caption_separator", "is empty; give the text between tags, e.g. ','", "dataset"))
+    secondary = cfg.values["secondary_separator"]
+    if secondary and secondary.strip() == cfg.values["caption_separator"].strip():
+        issues.append(ConfigIssue("secondary_separator", "is the same as caption_separator; use another marker "
+                                  "(e.g. ';;;') or leave it empty", "dataset"))
     return issues
 
 

@@ -1,8 +1,10 @@
 """Torch side of the data: one sample of the catalog, ready for the loss.
 
-Every random choice about a sample (crop, flip, caption variant, noise, timestep) comes from
+Every random choice about a sample (crop, flip, color, caption variant, noise, timestep) comes from
 a generator seeded by (seed, epoch, sample index), never from a per-process stream, so the
-result does not depend on how samples are spread over processes.
+result does not depend on how samples are spread over processes. Token warmup needs the step a
+sample trains at: `StepClock` computes it from the sample's global batch in the epoch, the same
+on every process and in every data-loader worker.
 
 A file that passed the cheap checks but still fails to decode is replaced by another image
 of the same bucket (reported in the batch's "problems"), so a run never stops mid-epoch on it.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,9 +21,10 @@ from torch.utils.data import Dataset
 
 from trainers.data.captions import process_caption
 from trainers.data.catalog import Catalog
-from trainers.data.images import (ImageLoadError, PreparedImage, alpha_of, cover_size, load_image, load_mask,
-                                  prepare_image)
+from trainers.data.images import (ImageLoadError, PreparedImage, alpha_of, color_jitter, cover_size, load_image,
+                                  load_mask, prepare_image)
 from trainers.data.seeds import sample_seed
+from trainers.models.prompt_chunks import WeightedIds
 
 MAX_SUBSTITUTES = 8  # other images of the bucket tried before giving up on a batch
 
@@ -36,19 +40,44 @@ def flip_of(flip_aug: bool, seed: int, epoch: int, index: int) -> tuple[bool, to
     return flip_aug and bool(torch.rand((), generator=gen) < 0.5), gen
 
 
+@dataclass
+class StepClock:
+    """The optimizer step each sample of an epoch trains at: its global batch's place in the epoch (the bucket
+    sampler's order, seeded per epoch) over the gradient accumulation, after the earlier epochs' steps."""
+
+    sampler: Any  # a BucketBatchSampler: epoch_groups(epoch) lists the epoch's global batches
+    steps_per_epoch: int
+    accumulation: int
+    total_steps: int  # the run's (token_warmup_step below 1 is a share of it)
+    _epoch: int = field(default=-1, repr=False)
+    _groups: dict[int, int] = field(default_factory=dict, repr=False)  # sample index -> global batch
+
+    def step(self, epoch: int, index: int) -> int:
+        if epoch != self._epoch:
+            self._groups = {key[1]: number for number, group in enumerate(self.sampler.epoch_groups(epoch))
+                            for batch in group for key in batch if not key[2]}
+            self._epoch = epoch
+        return epoch * self.steps_per_epoch + self._groups.get(index, 0) // self.accumulation
+
+
 class CaptionedImages(Dataset):
     """The catalog's samples: pixels in [-1, 1] (or cached latents), token ids (or cached text-encoder
     outputs), SDXL size conditioning, the per-sample key, the loss weight and, for images with a
-    loss mask (masked_loss, alpha_mask), the mask."""
+    loss mask (masked_loss, alpha_mask), the mask.
 
-    def __init__(self, catalog: Catalog, tokenize: Callable[[list[str]], list[torch.Tensor]], seed: int,
-                 prior_loss_weight: float = 1.0, latents: Any = None, texts: Any = None) -> None:
+    `tokenize` gives per tokenizer a batch of ids, or of WeightedIds (weighted captions); `clock`, the step
+    each sample trains at, is needed for token warmup only (without it captions are as at step 0)."""
+
+    def __init__(self, catalog: Catalog, tokenize: Callable[[list[str]], list[Any]], seed: int,
+                 prior_loss_weight: float = 1.0, latents: Any = None, texts: Any = None,
+                 clock: StepClock | None = None) -> None:
         self.catalog = catalog
         self.tokenize = tokenize
         self.seed = seed
         self.prior_loss_weight = prior_loss_weight
         self.latents = latents  # a LatentCache, or None: decode and encode every step
         self.texts = texts  # a TextCache, or None: run the text encoders every step
+        self.clock = clock
         self.bucket_members: dict[Any, list[int]] = {}
         self.position: list[int] = []  # of each sample in its bucket's members
         for index in range(len(catalog.samples)):
@@ -59,18 +88,25 @@ class CaptionedImages(Dataset):
     def __len__(self) -> int:
         return len(self.catalog.samples)
 
-    def caption(self, epoch: int, index: int) -> str:
+    def caption(self, epoch: int, index: int, step: int | None = None) -> str:
+        """Sample `index`'s caption in `epoch`, at `step` (default: the step it trains at)."""
         image = self.catalog.images[self.catalog.samples[index]]
+        opts = self.catalog.subsets[image.subset].captions
+        total = 0
+        if opts.token_warmup_step and self.clock is not None:
+            step = self.clock.step(epoch, index) if step is None else step
+            total = self.clock.total_steps
         rng = random.Random(sample_seed(self.seed, epoch, index, "caption"))
-        return process_caption(image.caption, self.catalog.subsets[image.subset].captions, rng)
+        return process_caption(image.caption, opts, rng, step or 0, total)
 
     def __getitem__(self, key: tuple) -> dict[str, Any]:
         """`key`: (epoch, index, padding flag[, loss scale]) as the bucket sampler lists them."""
         epoch, index, padding, *scale = key
         problems: list[str] = []
+        step = self.clock.step(epoch, index) if self.clock is not None else 0
         for alternative in self._candidates(index):
             try:
-                sample = self._sample(epoch, alternative)
+                sample = self._sample(epoch, alternative, step)
             except ImageLoadError as err:
                 problems.append(f"{err.path}: {err.reason}")
                 continue
@@ -94,7 +130,7 @@ class CaptionedImages(Dataset):
                 seen.add(self.catalog.samples[other])
                 yield other
 
-    def _sample(self, epoch: int, index: int) -> dict[str, Any]:
+    def _sample(self, epoch: int, index: int, step: int) -> dict[str, Any]:
         image = self.catalog.images[self.catalog.samples[index]]
         spec = self.catalog.subsets[image.subset].spec
         flip, gen = flip_of(spec.flip_aug, self.seed, epoch, index)
@@ -106,13 +142,16 @@ class CaptionedImages(Dataset):
             mask = entry.mask
         else:
             prepared = prepare_sample_image(image, spec.random_crop, gen, flip, alpha_mask=spec.alpha_mask)
-            out.update(pixels=prepared.pixels, original_size=torch.tensor(prepared.original_size),
+            pixels = prepared.pixels
+            if spec.color_aug:
+                pixels = color_jitter(pixels, sample_generator(self.seed, epoch, index, "color"))
+            out.update(pixels=pixels, original_size=torch.tensor(prepared.original_size),
                        crop_top_left=torch.tensor(prepared.crop_top_left),
                        target_size=torch.tensor(prepared.target_size))
             mask = prepared.mask
         if mask is not None:
             out["mask"] = mask
-        caption = self.caption(epoch, index)
+        caption = self.caption(epoch, index, step)
         if self.texts is not None:
             hidden, pooled = self.texts.get(caption)
             out["prompt_embeds"] = hidden
@@ -151,7 +190,9 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "pixels", "latent_mean", "latent_std", "original_size", "crop_top_left", "target_size", "prompt_embeds",
         "pooled_embeds") if name in first}
     if "input_ids" in first:
-        out["input_ids"] = [torch.stack(ids) for ids in zip(*(s["input_ids"] for s in samples))]
+        weighted = bool(first["input_ids"]) and isinstance(first["input_ids"][0], WeightedIds)
+        stack = WeightedIds.stack if weighted else torch.stack
+        out["input_ids"] = [stack(ids) for ids in zip(*(s["input_ids"] for s in samples))]
     masks = [s.get("mask") for s in samples]
     if any(m is not None for m in masks):  # images without one train whole (as sd-scripts fills in ones)
         like = next(m for m in masks if m is not None)

@@ -44,21 +44,16 @@ SUBSET_OPTIONS = (
     "caption_tag_dropout_rate", "caption_prefix", "caption_suffix", "flip_aug", "random_crop",
     "metadata_abs_min_score", "metadata_min_score", "metadata_tag_bonus", "metadata_blacklist_tags",
     "metadata_remove_tags", "metadata_tag_replacements", "metadata_tag_separator", "metadata_score_tags",
-    "metadata_shuffle_tag_p", "metadata_consider_every_nth", "alpha_mask",
+    "metadata_shuffle_tag_p", "metadata_consider_every_nth", "alpha_mask", "caption_separator", "secondary_separator",
+    "enable_wildcard", "token_warmup_min", "token_warmup_step", "color_aug",
 )
 SUBSET_ONLY = ("image_dir", "metadata_dir", "num_repeats", "class_tokens", "is_reg", "conditioning_data_dir")
 DATASET_OPTIONS = ("resolution", "enable_bucket", "min_bucket_reso", "max_bucket_reso", "bucket_reso_steps",
                    "bucket_no_upscale")
 RENAMED = {"batch_size": "train_batch_size"}  # sd-scripts dataset key -> our option
 IGNORED = {  # sd-scripts keys without an effect here: loading warns about each
-    "color_aug": "color augmentation is not available",
     "face_crop_aug_range": "face-crop augmentation is not available",
     "caption_dropout_every_n_epochs": "use caption_dropout_rate",
-    "token_warmup_min": "token warmup is not available",
-    "token_warmup_step": "token warmup is not available",
-    "secondary_separator": "secondary separators are not available",
-    "enable_wildcard": "wildcards are not available: the first non-empty caption line is used",
-    "caption_separator": "tags are always separated by ','",
     "cache_info": "image sizes are read again each run (cheaply, from the headers)",
     "network_multiplier": "per-dataset network multipliers are not available",
     "debug_dataset": "use `python -m trainers preflight` to inspect a dataset",
@@ -234,12 +229,14 @@ def _caching_issues(specs: list[DatasetSpec], values: Mapping[str, Any]) -> list
     """Subset settings that caching cannot honour (the flat options are checked by validation)."""
     issues = []
     for sub in (sub for spec in specs for sub in spec.subsets):
-        if sub.random_crop and (values["cache_latents"] or values["cache_latents_to_disk"]):
-            issues.append(ConfigIssue("cache_latents", f"{sub.label} uses random_crop, which changes every epoch: "
-                                      "turn latent caching or that random_crop off", "dataset"))
+        for name in ("random_crop", "color_aug"):
+            if getattr(sub, name) and (values["cache_latents"] or values["cache_latents_to_disk"]):
+                issues.append(ConfigIssue("cache_latents", f"{sub.label} uses {name}, which changes every epoch: "
+                                          f"turn latent caching or that {name} off", "dataset"))
         if values["cache_text_encoder_outputs"] and not sub.captions.is_fixed:
-            issues.append(ConfigIssue("cache_text_encoder_outputs", f"{sub.label} shuffles or drops caption tags, so "
-                                      "its captions change every epoch: turn caching or those options off", "dataset"))
+            issues.append(ConfigIssue("cache_text_encoder_outputs", f"{sub.label} shuffles or drops caption tags, or "
+                                      "uses wildcards or token warmup, so its captions change as training goes: turn "
+                                      "caching or those options off", "dataset"))
     return issues
 
 

@@ -6,7 +6,7 @@ target size, crops (center or random), optionally flips, and returns a
 ``(3, H, W)`` float tensor in ``[-1, 1]`` plus the SDXL size-conditioning
 values (original size, crop top-left, target size), and, given a loss mask
 (``load_mask``, or an image's alpha channel kept by ``load_image(keep_alpha=True)``),
-that mask resized, cropped and flipped the same way.
+that mask resized, cropped and flipped the same way. ``color_jitter`` is sd-scripts' ``color_aug``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from PIL import Image, ImageOps
 
 from trainers.core.errors import BadInput
 
-__all__ = ["ImageLoadError", "PreparedImage", "alpha_of", "cover_size", "load_image", "load_image_rgb",
-           "load_mask", "to_rgb", "prepare_image"]
+__all__ = ["ImageLoadError", "PreparedImage", "alpha_of", "color_jitter", "cover_size", "load_image",
+           "load_image_rgb", "load_mask", "to_rgb", "prepare_image"]
 
 
 class ImageLoadError(BadInput):
@@ -206,3 +206,28 @@ def prepare_image(
         flipped=bool(flip),
         mask=weights,
     )
+
+
+HUE_SHIFT = 8.0  # sd-scripts' hue limit, in OpenCV units (180 a turn): up to 16 degrees either way
+
+
+def color_jitter(pixels: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """sd-scripts' color_aug on a prepared image ((3, H, W) in [-1, 1]): a third of the time, either a hue
+    shift of up to 16 degrees or a gamma of 0.95-1.05 (half each). The draws come from ``generator``.
+
+    The gamma applies to values in [0, 1], as albumentations' RandomGamma (which sd-scripts replaced with
+    code that raises 0-255 values to it, a far larger change of brightness)."""
+    apply, hue, amount = torch.rand(3, generator=generator, dtype=torch.float64).tolist()
+    if apply > 0.33:
+        return pixels
+    arr = ((pixels + 1.0) * 127.5).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+    if hue > 0.5:
+        hsv = np.array(Image.fromarray(arr, mode="RGB").convert("HSV"))
+        shift = (amount * 2 - 1) * HUE_SHIFT * 256 / 180  # PIL's hue has 256 steps a turn
+        hsv[..., 0] = np.mod(np.round(hsv[..., 0] + shift), 256).astype(np.uint8)
+        out = np.asarray(Image.fromarray(hsv, mode="HSV").convert("RGB"))
+    else:
+        gamma = 0.95 + amount * 0.1
+        out = np.clip(np.round(255.0 * (arr / 255.0) ** gamma), 0, 255).astype(np.uint8)
+    jittered = torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32)).permute(2, 0, 1)
+    return (jittered / 127.5 - 1.0).contiguous()

@@ -246,11 +246,13 @@ def _describe_bad_folder(name: str) -> str:
     return f'"{name}" has no <repeats>_ prefix: rename it to "{suggestion}"'
 
 
-def _read_caption(path: Path, field: str, root: Path) -> tuple[str, bool]:
+def _read_caption(path: Path, field: str, root: Path, all_lines: bool = False) -> tuple[str, bool]:
     """Returns ``(caption, had_extra_lines)``; caption is "" for an empty file.
 
     Like kohya (without wildcards) only the first line is used; we skip leading
-    blank lines so a stray empty first line does not blank the caption.
+    blank lines so a stray empty first line does not blank the caption. With
+    ``all_lines`` (enable_wildcard) the non-empty lines are kept, joined by newlines:
+    each sample picks one.
     """
     try:
         raw = path.read_bytes()
@@ -274,11 +276,13 @@ def _read_caption(path: Path, field: str, root: Path) -> tuple[str, bool]:
     non_empty = [line for line in lines if line]
     if not non_empty:
         return "", False
+    if all_lines:
+        return "\n".join(non_empty), False
     return non_empty[0], len(non_empty) > 1
 
 
 def _scan_subset(folder: Path, repeats: int, tokens: str, caption_ext: str, field: str, root: Path,
-                 warnings: list[str]) -> Subset:
+                 warnings: list[str], all_lines: bool = False) -> Subset:
     try:
         with os.scandir(folder) as it:
             entries = [(e.name, e.is_file()) for e in it if not e.name.startswith(".")]
@@ -301,7 +305,7 @@ def _scan_subset(folder: Path, repeats: int, tokens: str, caption_ext: str, fiel
             cap_name = files_lower.get(cap_name.lower(), "")
         caption, from_file = "", False
         if cap_name and cap_name != name:
-            caption, extra = _read_caption(folder / cap_name, field, root)
+            caption, extra = _read_caption(folder / cap_name, field, root, all_lines)
             from_file = bool(caption)
             if extra:
                 multi_line.append(cap_name)
@@ -324,10 +328,11 @@ def _scan_subset(folder: Path, repeats: int, tokens: str, caption_ext: str, fiel
 
 
 def scan_image_folder(folder: Path, repeats: int, tokens: str, caption_extension: str = ".txt",
-                      field: str = "image_dir") -> tuple[Subset, list[str]]:
+                      field: str = "image_dir", all_lines: bool = False) -> tuple[Subset, list[str]]:
     """One folder of images (an sd-scripts dataset-config subset's ``image_dir``) and its warnings.
 
     Unlike ``train_data_dir`` the folder holds the images itself; its name carries no repeats.
+    ``all_lines``: keep every line of multi-line caption files (enable_wildcard).
     """
     folder = Path(folder).expanduser()
     warnings: list[str] = []
@@ -335,14 +340,15 @@ def scan_image_folder(folder: Path, repeats: int, tokens: str, caption_extension
         raise DatasetLayoutError(f'{_prefix(field, folder)}: folder not found (it must hold the images '
                                  "directly).", field=field, path=folder)
     subset = _scan_subset(folder, repeats, tokens, normalize_caption_extension(caption_extension), field, folder,
-                          warnings)
+                          warnings, all_lines)
     return subset, warnings
 
 
 # --------------------------------------------------------------------------- main entry point
 
 
-def scan_kohya_folders(root: Path, caption_extension: str = ".txt", field: str = "train_data_dir") -> DatasetScan:
+def scan_kohya_folders(root: Path, caption_extension: str = ".txt", field: str = "train_data_dir",
+                       all_lines: bool = False) -> DatasetScan:
     """Scan a kohya DreamBooth-style ``train_data_dir``.
 
     Raises :class:`DatasetLayoutError` (a ``ValueError``) with a specific,
@@ -463,7 +469,7 @@ def scan_kohya_folders(root: Path, caption_extension: str = ".txt", field: str =
         )
 
     subsets = [
-        _scan_subset(root / name, repeats, tokens, caption_ext, field, root, warnings)
+        _scan_subset(root / name, repeats, tokens, caption_ext, field, root, warnings, all_lines)
         for name, repeats, tokens in valid
     ]
 

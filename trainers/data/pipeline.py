@@ -1,7 +1,12 @@
-"""From the catalog to the data loader, once the model is loaded: caches, dataset, bucket batches."""
+"""From the catalog to the data loader, once the model is loaded: caches, dataset, bucket batches.
+
+Here the run's prompt format (max_token_length, weighted_captions) is set on the model, so the dataset's
+tokenization, the text-encoder cache and sample images all encode text the same way.
+"""
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -10,10 +15,15 @@ import torch
 
 from trainers.core.events import Cache, EventWriter
 from trainers.core.options import ConfigError, ConfigIssue, TrainConfig
+from trainers.core.plan import plan_steps
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.cache import CacheWriteError, Dist, build_latent_cache, build_text_cache
 from trainers.data.catalog import Catalog
-from trainers.data.dataset import CaptionedImages, collate
+from trainers.data.dataset import CaptionedImages, StepClock, collate
+from trainers.models.prompt_chunks import PromptFormat, PromptTruncated
+
+
+FULL_CAPTIONS = 2**62  # a step after any token warmup
 
 
 @dataclass
@@ -26,11 +36,13 @@ class DataPipeline:
 
 def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: Any, events: EventWriter) -> DataPipeline:
     main = accelerator.is_main_process
+    model.prompt_format = PromptFormat(cfg.max_token_length, cfg.weighted_captions)
     latents = None
     if cfg.cache_latents or cfg.cache_latents_to_disk:
         try:
             latents, failed = build_latent_cache(
-                catalog, model.vae, cfg.cache_latents_to_disk, cfg.train_batch_size, Dist.of(accelerator),
+                catalog, model.vae, cfg.cache_latents_to_disk, cfg.vae_batch_size or cfg.train_batch_size,
+                Dist.of(accelerator),
                 _progress("latents", main, events), workers=max(1, cfg.max_data_loader_n_workers))
         except CacheWriteError as err:
             raise ConfigError([ConfigIssue("cache_latents_to_disk", f"{err}: make that folder writable, or cache in "
@@ -40,30 +52,59 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
             for index, reason in failed.items():
                 events.warn(f"skipped {catalog.images[index].path}: {reason}")
             catalog = catalog.without(failed)
-    dataset = CaptionedImages(catalog, lambda caps: model.family.tokenize(model.tokenizers, caps), cfg.seed,
-                              cfg.prior_loss_weight, latents)
+    sampler = catalog.batch_sampler(accelerator.num_processes, cfg.seed, keep_global_batch=cfg.keep_global_batch)
+    dataset = CaptionedImages(catalog, _quiet(model.tokenize), cfg.seed, cfg.prior_loss_weight, latents,
+                              clock=_clock(cfg, catalog, sampler, accelerator.num_processes))
+    # The captions as read once token warmup is over (the text cache refuses warmup: there they are the same).
+    captions = sorted({dataset.caption(0, i, step=FULL_CAPTIONS) for i in range(len(dataset))})
+    if main:
+        _warn_overlong(captions, model, events)
     if cfg.cache_text_encoder_outputs:
-        dataset.texts = build_text_cache([dataset.caption(0, i) for i in range(len(dataset))],
-                                         _text_encoder(model, cfg.clip_skip), progress=_progress("text", main, events))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PromptTruncated)  # reported above
+            dataset.texts = build_text_cache(captions, lambda caps: model.encode_texts(caps, cfg.clip_skip),
+                                             progress=_progress("text", main, events))
         for te in model.text_encoders:
             te.to("cpu")  # not needed any more: free the accelerator's memory
-    sampler = catalog.batch_sampler(accelerator.num_processes, cfg.seed, keep_global_batch=cfg.keep_global_batch)
     workers = cfg.max_data_loader_n_workers
     loader = torch.utils.data.DataLoader(
-        dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers, persistent_workers=workers > 0,
+        dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+        persistent_workers=workers > 0 and cfg.persistent_data_loader_workers,
         pin_memory=accelerator.device.type == "cuda",
     )
     return DataPipeline(catalog, dataset, sampler, loader)
 
 
-def _text_encoder(model: Any, clip_skip: int) -> Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]:
-    device = next(model.text_encoders[0].parameters()).device
+def _clock(cfg: TrainConfig, catalog: Catalog, sampler: BucketBatchSampler, processes: int) -> StepClock | None:
+    """The step each sample trains at, for token warmup (None when no subset warms up): the run's step plan,
+    computed as the session computes it."""
+    if not any(sub.captions.token_warmup_step for sub in catalog.subsets):
+        return None
+    per_device = catalog.per_device_batches(processes, cfg.keep_global_batch)
+    plan = plan_steps(len(catalog.samples), per_device[0], processes, cfg.gradient_accumulation_steps,
+                      cfg.max_train_epochs, cfg.max_train_steps, batches_per_epoch=sampler.groups_per_epoch(),
+                      keep_global_batch=cfg.keep_global_batch)
+    return StepClock(sampler, plan.steps_per_epoch, plan.gradient_accumulation_steps, plan.total_steps)
 
-    def encode(captions: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        ids = [t.to(device) for t in model.family.tokenize(model.tokenizers, captions)]
-        return model.family.encode_prompts(model.text_encoders, ids, clip_skip)
 
-    return encode
+def _quiet(tokenize: Callable[[list[str]], list[Any]]) -> Callable[[list[str]], list[Any]]:
+    """The dataset's tokenization, without a truncation warning from every worker (the run warns once)."""
+    def run(captions: list[str]) -> list[Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PromptTruncated)
+            return tokenize(captions)
+
+    return run
+
+
+def _warn_overlong(captions: list[str], model: Any, events: EventWriter) -> None:
+    """One warning for the captions longer than max_token_length (as at the first epoch)."""
+    fmt = model.prompt_format
+    cut = model.family.overlong(model.tokenizers, captions, fmt)
+    if cut:
+        more = ", or set max_token_length to 150 or 225" if fmt.limit < 225 else ""
+        events.warn(f"{len(cut)} caption(s) have more than the {fmt.limit} tokens max_token_length allows and are "
+                    f"cut there (shorten them{more}); e.g. {cut[0][:200]!r}")
 
 
 def _progress(what: str, enabled: bool, events: EventWriter) -> Callable[[int, int], None]:

@@ -34,6 +34,7 @@ class SubsetSpec:
     label: str = ""  # where in a dataset config it was declared
     alpha_mask: bool = False  # the images' alpha channel weights the loss
     masks: Path | None = None  # masked_loss: mask images (for a kohya root, in the same subfolders)
+    color_aug: bool = False  # hue or gamma jitter of a third of the samples
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,13 @@ def caption_options(values: Mapping[str, Any], metadata: bool) -> CaptionOptions
     separator = values["metadata_tag_separator"] if metadata else ", "
     shuffle = 1.0 if values["shuffle_caption"] else (values["metadata_shuffle_tag_p"] if metadata else 0.0)
     return CaptionOptions(
-        split_on=(separator.strip() or separator) if metadata else ",", join_with=separator, shuffle_p=shuffle,
+        split_on=(separator.strip() or separator) if metadata else values["caption_separator"] or ",",
+        join_with=separator, shuffle_p=shuffle,
         keep_tokens=values["keep_tokens"], keep_tokens_separator=values["keep_tokens_separator"],
         dropout_rate=values["caption_dropout_rate"], tag_dropout_rate=values["caption_tag_dropout_rate"],
-        prefix=values["caption_prefix"], suffix=values["caption_suffix"])
+        prefix=values["caption_prefix"], suffix=values["caption_suffix"],
+        secondary_separator=values["secondary_separator"], wildcard=values["enable_wildcard"],
+        token_warmup_min=values["token_warmup_min"], token_warmup_step=values["token_warmup_step"])
 
 
 def metadata_filters(values: Mapping[str, Any]) -> MetadataFilters:
@@ -75,7 +79,7 @@ def subset_spec(kind: SubsetKind, path: Path, values: Mapping[str, Any], *, repe
     return SubsetSpec(kind, Path(path).expanduser(), repeats, tokens, is_reg, values["caption_extension"],
                       caption_options(values, metadata), values["flip_aug"], values["random_crop"],
                       metadata_filters(values) if metadata else None, field, label,
-                      bool(values.get("alpha_mask", False)), masks)
+                      bool(values.get("alpha_mask", False)), masks, bool(values.get("color_aug", False)))
 
 
 def specs_from_values(values: Mapping[str, Any]) -> DatasetSpec:

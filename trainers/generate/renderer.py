@@ -3,7 +3,8 @@
 LoRAs load through diffusers' `load_lora_weights` (kohya files as we and other trainers write them) as
 named adapters; `set_adapters` gives each its weight. A weight-0 LoRA is not loaded at all, so it
 renders exactly the base image. Each distinct (prompt, negative) is encoded once per worker and
-text-encoder setup: the cache key includes the LoRAs that change the text encoders.
+text-encoder setup (the cache key includes the LoRAs that change the text encoders), through the same
+chunked encoding as sample images during training (`encode_for_pipeline`).
 """
 from __future__ import annotations
 
@@ -18,9 +19,14 @@ from trainers.generate.plan import Variant, WorkItem
 from trainers.generate.pnginfo import lora_short_hash, lora_tag, parameters_text
 from trainers.generate.saves import lora_touches_text_encoder
 from trainers.models import LoadedModel, ModelLoadError, load_model
+from trainers.models.prompt_chunks import PromptFormat
 from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Prompts are encoded in as many 75-token chunks as the longer of prompt and negative needs, up to 225 tokens
+# (as A1111 and sd-scripts' sample pipeline do): a short prompt encodes as it always did, a long one is used
+# whole. The text is taken as written (no emphasis weighting).
+PROMPTS = PromptFormat(max_token_length=225, fit=True)
 
 
 def weight_dtype(precision: str, device: torch.device) -> torch.dtype:
@@ -65,6 +71,7 @@ class Renderer:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         model = load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae, random_init=self.cfg.random_init)
+        model.prompt_format = PROMPTS
         vae_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
         model.unet.to(self.device).eval().requires_grad_(False)
         model.vae.to(self.device, vae_dtype).eval().requires_grad_(False)

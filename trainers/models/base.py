@@ -9,7 +9,7 @@ a family's name.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from trainers.core.errors import BadInput
+from trainers.models.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
 
 
 class ModelLoadError(BadInput):
@@ -42,6 +43,25 @@ class LoadedModel:
     noise_scheduler: Any  # a diffusers DDPMScheduler, used for training noise
     prediction_type: str  # "epsilon" or "v_prediction"
     source: str  # what the user gave (folder or hub id), for metadata
+    # How its prompts are tokenized (max_token_length, weighted captions): set once for a run or a generation
+    # job, so training captions, cached text-encoder outputs and sample prompts are encoded alike.
+    prompt_format: PromptFormat = field(default_factory=PromptFormat)
+
+    def tokenize(self, texts: list[str]) -> list[torch.Tensor] | list[WeightedIds]:
+        """Token ids per tokenizer (WeightedIds with weighted captions), in `prompt_format`."""
+        if not self.prompt_format.weighted:
+            return self.family.tokenize(self.tokenizers, texts, self.prompt_format)
+        ids, weights = self.family.tokenize_weighted(self.tokenizers, texts, self.prompt_format)
+        return [WeightedIds(i, w) for i, w in zip(ids, weights)]
+
+    def encode_texts(self, texts: list[str], clip_skip: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(hidden states, pooled or None) of prompts, encoded as training encodes captions. The text
+        encoders run where they are (they may sit on the CPU when their outputs were cached)."""
+        device = next(self.text_encoders[0].parameters()).device
+        ids, weights = split_weighted(self.tokenize(texts))
+        ids = [t.to(device) for t in ids]
+        weights = None if weights is None else [w.to(device) for w in weights]
+        return self.family.encode_prompts(self.text_encoders, ids, clip_skip, weights)
 
 
 @dataclass(frozen=True)
@@ -104,20 +124,35 @@ class ModelFamily(ABC):
              random_init: bool = False) -> LoadedModel: ...
 
     @abstractmethod
-    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor],
-                       clip_skip: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Token ids (one tensor per tokenizer) -> (encoder_hidden_states, pooled or None)."""
+    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
+                       weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Token ids (one tensor per tokenizer, (B, chunks x 77) as `tokenize` makes them) -> (encoder_hidden_states,
+        pooled or None); the chunks are merged as sd-scripts does (prompt_chunks.py). `weights` (as
+        `tokenize_weighted` makes them) multiply each token's hidden state."""
 
     def unet_kwargs(self, pooled: torch.Tensor | None, sizes: SizeConditioning | None) -> dict[str, Any]:
         """Extra keyword arguments of the UNet call (SDXL's added conditions)."""
         return {}
 
-    def tokenize(self, tokenizers: list[Any], captions: list[str]) -> list[torch.Tensor]:
-        return [
-            tok(captions, padding="max_length", max_length=tok.model_max_length, truncation=True,
-                return_tensors="pt").input_ids
-            for tok in tokenizers
-        ]
+    def tokenize(self, tokenizers: list[Any], captions: list[str],
+                 fmt: PromptFormat | None = None) -> list[torch.Tensor]:
+        """Token ids per tokenizer, (B, chunks x 77): one chunk for max_token_length None/75, 2 for 150, 3 for 225.
+        A caption with more tokens is cut there (a PromptTruncated warning names it)."""
+        fmt = fmt or PromptFormat()
+        return [token_ids(tok, captions, fmt)[0] for tok in tokenizers]
+
+    def tokenize_weighted(self, tokenizers: list[Any], captions: list[str], fmt: PromptFormat | None = None,
+                          ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """(ids, weights) per tokenizer of captions with emphasis syntax ((word:1.2), (word), [word]), which
+        is removed from the text; weights are 1 where there is none."""
+        fmt = replace(fmt or PromptFormat(), weighted=True)
+        pairs = [token_ids(tok, captions, fmt) for tok in tokenizers]
+        return [ids for ids, _ in pairs], [weights for _, weights in pairs]
+
+    def overlong(self, tokenizers: list[Any], captions: list[str], fmt: PromptFormat) -> list[str]:
+        """The captions `tokenize` would cut."""
+        counts = token_counts(tokenizers[0], captions, fmt.weighted)
+        return [caption for caption, count in zip(captions, counts) if count > fmt.limit]
 
     def checkpoint_prediction_type(self, global_step: int | None) -> str | None:
         """The prediction type a single file of this family has when it does not say (None: the arch default)."""

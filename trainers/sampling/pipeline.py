@@ -1,7 +1,8 @@
 """Sample images during training: render prompts with the model as it is being trained.
 
 The pipeline is assembled from the loaded modules themselves (no copies, no reloading), so
-LoRA hooks and finetuned weights take part exactly as trained. Sampling leaves training as
+LoRA hooks and finetuned weights take part exactly as trained. Prompts are encoded by the model's own
+chunked encoding (max_token_length, weighted captions: see `encode_for_pipeline`) and passed as embeddings. Sampling leaves training as
 it found it: train/eval flags, autograd and the torch RNG streams are restored afterwards.
 
 Every rank calls `generate_samples` with the same prompt list and renders its share;
@@ -171,13 +172,12 @@ def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, d
 
 def encode_for_pipeline(model: LoadedModel, texts: list[str], clip_skip: int,
                         device: torch.device) -> dict[str, torch.Tensor]:
-    """Prompt and negative embeddings the way training encodes captions (same clip skip, same layers).
+    """Prompt and negative embeddings the way training encodes captions: same clip skip and layers, same
+    max_token_length chunks and emphasis weights (the model's `prompt_format`), so nothing is cut at 77 tokens.
 
     The text encoders run where they are (they may sit on the CPU when their outputs were cached).
     """
-    te_device = next(model.text_encoders[0].parameters()).device
-    ids = [t.to(te_device) for t in model.family.tokenize(model.tokenizers, texts)]
-    hidden, pooled = model.family.encode_prompts(model.text_encoders, ids, clip_skip)
+    hidden, pooled = model.encode_texts(texts, clip_skip)
     hidden = hidden.to(device)
     embeds = {"prompt_embeds": hidden[:1], "negative_prompt_embeds": hidden[1:]}
     if pooled is not None:

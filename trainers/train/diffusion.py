@@ -9,6 +9,7 @@ from torch import nn
 
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.models import LoadedModel, SizeConditioning
+from trainers.models.prompt_chunks import WeightedIds, split_weighted
 from trainers.train.losses import (apply_mask, debiased_weights, elementwise_loss, huber_thresholds,
                                    min_snr_weights, v_like_scale)
 from trainers.train.noise import (draw_timesteps, input_perturbation, multires_noise, offset_noise,
@@ -36,15 +37,17 @@ class NoisePredictor(nn.Module):
         self._ddp_params_and_buffers_to_ignore = [n for n, p in self.named_parameters() if not p.requires_grad] + [
             n for n, _ in self.named_buffers()]
 
-    def forward(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor, input_ids: list[torch.Tensor] | None,
-                sizes: SizeConditioning, embeds: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-                ) -> torch.Tensor:
-        """`embeds`: cached text-encoder outputs (hidden states, pooled) instead of `input_ids`."""
+    def forward(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor,
+                input_ids: list[torch.Tensor] | list[WeightedIds] | None, sizes: SizeConditioning,
+                embeds: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> torch.Tensor:
+        """`input_ids`: per tokenizer, the batch's ids (with weighted captions, WeightedIds: ids and token
+        weights); `embeds`: cached text-encoder outputs (hidden states, pooled) instead."""
         if embeds is not None:
             hidden, pooled = embeds
         else:
+            ids, weights = split_weighted(input_ids or [])
             with torch.set_grad_enabled(self.train_text_encoder and torch.is_grad_enabled()):
-                hidden, pooled = self.family.encode_prompts(list(self.text_encoders), input_ids, self.clip_skip)
+                hidden, pooled = self.family.encode_prompts(list(self.text_encoders), ids, self.clip_skip, weights)
         kwargs = self.family.unet_kwargs(pooled, sizes)
         return self.unet(noisy_latents, timesteps, hidden.to(noisy_latents.dtype), **kwargs).sample
 

@@ -19,12 +19,8 @@ IGNORED: dict[str, str] = {
     "v2": "the model family is detected from the model (option model_family)",
     "lowram": "not needed: models load straight to their device",
     "highvram": "not needed: models load straight to their device",
-    "persistent_data_loader_workers": "data-loader workers always persist between epochs",
     "log_with": "TensorBoard logging is on whenever logging_dir is set",
-    "max_token_length": "captions are truncated at 75 tokens (no long-prompt extension yet)",
     "cache_text_encoder_outputs_to_disk": "text-encoder outputs are cached in memory only (cache_text_encoder_outputs)",
-    "vae_batch_size": "latents are cached train_batch_size images at a time",
-    "color_aug": "color augmentation is not available",
     "face_crop_aug_range": "face-crop augmentation is not available",
     "caption_dropout_every_n_epochs": "use caption_dropout_rate",
 }

@@ -10,6 +10,7 @@ from torch import nn
 from trainers.models.base import CheckpointKeys, LoadedModel, ModelFamily, TextEncoderPart
 from trainers.models.components import final_layer_norm, load_common, load_component, load_tokenizer
 from trainers.models.convert import UNET_PREFIX, clip_to_ldm, openclip_to_ldm
+from trainers.models.prompt_chunks import apply_weights, chunk_count, merge_chunks
 
 ARCH = Path(__file__).with_name("arch")
 SD1_TE_PREFIX = "cond_stage_model.transformer."  # HF CLIP ViT-L, `text_model.` below it
@@ -48,14 +49,22 @@ class StableDiffusion(ModelFamily):
         text_encoder = load_component(CLIPTextModel, folder, "text_encoder", weight_dtype, random_init)
         return LoadedModel(self, unet, vae, [text_encoder], [tokenizer], scheduler, prediction_type, str(folder))
 
-    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor],
-                       clip_skip: int) -> tuple[torch.Tensor, None]:
+    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
+                       weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, None]:
         text_encoder = text_encoders[0]
+        ids = input_ids[0]
+        chunks = chunk_count(ids, text_encoder.config.max_position_embeddings)
+        flat = ids.reshape(ids.shape[0] * chunks, -1)
         if clip_skip <= 1:
-            return text_encoder(input_ids[0]).last_hidden_state, None
-        out = text_encoder(input_ids[0], output_hidden_states=True)
-        # kohya/A1111 clip skip: an earlier layer's output, passed through the final layer norm.
-        return final_layer_norm(text_encoder)(out.hidden_states[-clip_skip]), None
+            hidden = text_encoder(flat).last_hidden_state
+        else:
+            out = text_encoder(flat, output_hidden_states=True)
+            # kohya/A1111 clip skip: an earlier layer's output, passed through the final layer norm.
+            hidden = final_layer_norm(text_encoder)(out.hidden_states[-clip_skip])
+        # SD2's padding is not EOS; sd-scripts means to patch empty chunks' first state for it, but its test
+        # never matches (an id compared with the EOS text), so both SD1 and SD2 merge chunks the same way.
+        hidden = merge_chunks(hidden.reshape(ids.shape[0], -1, hidden.shape[-1]), chunks)
+        return apply_weights(hidden, None if weights is None else weights[0], chunks), None
 
     def checkpoint_prediction_type(self, global_step: int | None) -> str | None:
         if self.name == "sd2" and global_step == 875000:

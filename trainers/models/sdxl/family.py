@@ -17,6 +17,7 @@ from trainers.models.base import (
 )
 from trainers.models.components import load_common, load_component, load_tokenizer
 from trainers.models.convert import UNET_PREFIX, clip_to_ldm, openclip_to_ldm
+from trainers.models.prompt_chunks import apply_weights, chunk_count, merge_chunks
 
 TE1_PREFIX = "conditioner.embedders.0.transformer."  # HF CLIP ViT-L, `text_model.` below it
 TE2_PREFIX = "conditioner.embedders.1.model."  # OpenCLIP bigG
@@ -63,13 +64,22 @@ class StableDiffusionXL(ModelFamily):
         ]
         return LoadedModel(self, unet, vae, text_encoders, tokenizers, scheduler, prediction_type, str(folder))
 
-    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor],
-                       clip_skip: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
+                       weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         te1, te2 = text_encoders
-        hidden1 = te1(input_ids[0], output_hidden_states=True).hidden_states[-2]
-        out2 = te2(input_ids[1], output_hidden_states=True)
-        hidden = torch.cat([hidden1, out2.hidden_states[-2].to(hidden1.dtype)], dim=-1)
-        return hidden, out2.text_embeds
+        batch = input_ids[0].shape[0]
+        chunks = chunk_count(input_ids[0], te1.config.max_position_embeddings)
+        flat1, flat2 = (ids.reshape(batch * chunks, -1) for ids in input_ids)
+        hidden1 = te1(flat1, output_hidden_states=True).hidden_states[-2]
+        out2 = te2(flat2, output_hidden_states=True)
+        hidden2 = out2.hidden_states[-2].to(hidden1.dtype)
+        parts = []
+        for k, hidden in enumerate((hidden1, hidden2)):
+            hidden = merge_chunks(hidden.reshape(batch, -1, hidden.shape[-1]), chunks)
+            parts.append(apply_weights(hidden, None if weights is None else weights[k], chunks))
+        # The pooled embedding is the first chunk's (at its EOS), as sd-scripts takes it; it is never weighted.
+        pooled = out2.text_embeds.reshape(batch, chunks, -1)[:, 0]
+        return torch.cat(parts, dim=-1), pooled
 
     def unet_kwargs(self, pooled: torch.Tensor | None, sizes: SizeConditioning | None) -> dict[str, Any]:
         assert pooled is not None and sizes is not None, "SDXL needs pooled text embeds and size conditioning"

@@ -38,6 +38,28 @@ OPTIONS: tuple[Option, ...] = (
            "dataset", min=0, max=1, advanced=True),
     Option("caption_tag_dropout_rate", "float", 0.0, "Share of tags left out of each caption (kept tags are never "
            "dropped).", "dataset", min=0, max=1, advanced=True),
+    Option("caption_separator", "str", ",", "What separates the tags of a caption, for shuffle_caption, keep_tokens, "
+           "tag dropout and token warmup. The tags are put back together with ', ' (as sd-scripts does).", "dataset",
+           advanced=True),
+    Option("secondary_separator", "str", "", "A second separator (e.g. ';;;') that joins the parts of one tag: they "
+           "are kept, shuffled and dropped together, then it is replaced by caption_separator.", "dataset",
+           advanced=True),
+    Option("enable_wildcard", "bool", False, "Wildcards in captions: each sample picks one of {a|b|c} ({{ and }} are "
+           "literal braces), and one line of a multi-line caption file (without it, only the first line is used). "
+           "Also in caption_prefix/suffix. Captions then vary, so text-encoder outputs cannot be cached.", "dataset",
+           advanced=True),
+    Option("token_warmup_min", "int", 1, "Token warmup: how many tags (after the kept ones) captions show at the "
+           "first step.", "dataset", min=0, max=255, advanced=True),
+    Option("token_warmup_step", "float", 0.0, "Token warmup: the step from which captions show all their tags (below "
+           "1: that share of the run's steps; 0 = off). Until then they show their first tags, more as steps go "
+           "by, before shuffling and tag dropout.", "dataset", min=0, advanced=True),
+    Option("weighted_captions", "bool", False, "Read A1111 emphasis in captions and sample prompts: (word:1.3), "
+           "(word) = x1.1, [word] = /1.1. The brackets are removed and each token's embedding is multiplied by its "
+           "weight (not renormalized, as sd-scripts). Keep commas out of brackets when tags are shuffled or dropped.",
+           "dataset", advanced=True),
+    Option("max_token_length", "int", None, "Tokens a caption may have: unset (75), 150 or 225. Longer captions are "
+           "encoded in 75-token chunks as sd-scripts does; beyond it they are cut, with a warning. Sample prompts "
+           "are encoded the same way.", "dataset", nullable=True, min=75, max=225, advanced=True),
     Option("resolution", "str", "512", "Training size: 'N' for NxN or 'W,H'. Multiples of 8.", "dataset"),
     Option("enable_bucket", "bool", False, "Aspect-ratio buckets: train each image at the bucket size nearest its "
            "aspect ratio (area up to the resolution's) instead of cropping it to the resolution.", "dataset"),
@@ -51,6 +73,10 @@ OPTIONS: tuple[Option, ...] = (
            "(rounded down to bucket_reso_steps) instead.", "dataset", advanced=True),
     Option("random_crop", "bool", False, "Crop at a random position instead of the center.", "dataset", advanced=True),
     Option("flip_aug", "bool", False, "Randomly flip images horizontally.", "dataset", advanced=True),
+    Option("color_aug", "bool", False, "Weak color augmentation (as sd-scripts): a third of the samples get a hue "
+           "shift of up to 16 degrees or a gamma of 0.95-1.05. Not with latent caching. The gamma applies to 0-1 "
+           "values, as the albumentations RandomGamma it stands for (sd-scripts raises 0-255 values to it, which "
+           "changes brightness far more).", "dataset", advanced=True),
     Option("metadata_dir", "str", "", "Folder tree of JSON files, one per image: {\"path\": ..., \"tags\": [...], "
            "\"score\": N} (path relative to the JSON file). The caption is the tags; filters below apply.",
            "dataset", path="dir"),
@@ -81,9 +107,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("cache_latents_to_disk", "bool", False, "Cache latents in files beside the images (.atelier-cache/), "
            "reused by later runs while the VAE, size and crop stay the same; the work is split across processes.",
            "dataset"),
+    Option("vae_batch_size", "int", None, "Images the VAE encodes at once when caching latents (unset: "
+           "train_batch_size; sd-scripts' default is 1). Larger is faster and needs more memory.", "dataset",
+           nullable=True, min=1, max=1024, advanced=True),
     Option("cache_text_encoder_outputs", "bool", False, "Encode each caption once, before training (needs frozen "
            "text encoders, e.g. network_train_unet_only, and fixed captions: no shuffle or dropout).", "dataset",
            advanced=True),
     Option("max_data_loader_n_workers", "int", 2, "Processes that load images in the background (0 = in the "
            "training process).", "dataset", min=0, max=64, advanced=True),
+    Option("persistent_data_loader_workers", "bool", True, "Keep the data-loader workers from one epoch to the "
+           "next, so an epoch starts without starting them again. On by default here (sd-scripts: off), as before "
+           "this option existed; turn it off to free their memory between epochs.", "dataset", advanced=True),
 )
