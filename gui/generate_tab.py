@@ -29,6 +29,7 @@ from trainers.generate.options import (
     GenerateConfig,
     check_config,
     config_from_values,
+    declared_size,
     parse_loras,
 )
 from trainers.generate.saves import compare_form_values, find_saves
@@ -170,6 +171,15 @@ class ActiveJob:
 ACTIVE = ActiveJob()
 
 
+def _size_text(cfg: GenerateConfig) -> str:
+    """The size prompts without --w/--h render at, said before the job starts."""
+    if cfg.width and cfg.height:
+        return f"Images at {cfg.width}×{cfg.height} px (unless a prompt says --w/--h)."
+    size = declared_size(cfg.model)
+    own = f"{size}×{size} px, " if size else ""
+    return f"Images at {own}the model's own size (unless width/height or a prompt's --w/--h say otherwise)."
+
+
 def _servable(path: Path, runs_dir: Path) -> bool:
     """The page can show files under the runs folder only (the app's allowed path); others stay on disk."""
     try:
@@ -256,7 +266,7 @@ def build_generate_tab(services: Any) -> GenerateTab:
             job_dir = services.jobs.start_generate(cfg)
         except JobError as err:
             return {status: f"### Not started\n{err}"}
-        return {job: job_dir.name, status: f"### Started `{job_dir.name}`\nLoading the model…",
+        return {job: job_dir.name, status: f"### Started `{job_dir.name}`\n{_size_text(cfg)} Loading the model…",
                 gallery: gr.Gallery(value=[]), grid: gr.Image(value=None, visible=mode == "compare")}
 
     def on_stop(job_id: str) -> str:

@@ -203,3 +203,14 @@ def test_docs_list_every_generation_option() -> None:
 
     assert options_markdown() in (REPO / "docs" / "generate.md").read_text(encoding="utf-8"), \
         "docs/generate.md is out of date: paste the output of trainers.generate.options.options_markdown()"
+
+
+@pytest.mark.slow
+def test_without_a_size_images_come_at_the_models_own_size(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    """The tiny model says 64 px (its UNet's sample size x the VAE's scale): a 512 px default would take minutes."""
+    job = tmp_path / "job"
+    args = ["--model", str(tiny_sd1_dir), "--run-dir", str(job), "--prompt", "a fox", "--steps", "1",
+            "--cpu-threads", "1", "--devices", "cpu"]
+    assert run_main(args) == 0
+    image = next(e for e in events(job) if e["type"] == "image")
+    assert pixels(image["path"]).shape == (64, 64, 3)

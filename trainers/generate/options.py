@@ -298,3 +298,16 @@ def options_markdown() -> str:
             lines.append(f"| `{opt.name}` | `{default}` | {opt.allowed()} | {opt.help.replace('|', '/')} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def declared_size(model: str) -> int | None:
+    """The size (px) a diffusers model folder says it makes, read from its configs (torch-free); None when it
+    does not say (a single file, a hub id not fetched): then the family's own size applies."""
+    folder = Path(model).expanduser()
+    try:
+        unet = json.loads((folder / "unet" / "config.json").read_text(encoding="utf-8"))
+        vae = json.loads((folder / "vae" / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    size, blocks = unet.get("sample_size"), len(vae.get("block_out_channels") or ())
+    return size * 2 ** (blocks - 1) if isinstance(size, int) and blocks else None

@@ -141,7 +141,13 @@ class Renderer:
     # ---- rendering -------------------------------------------------------------------------------------------
 
     def native_size(self) -> int:
+        """The size the model itself says it makes (its UNet's sample size in pixels), as diffusers' pipelines
+        default to; the family's size when the model does not say. A 64 px demo model renders at 64 px."""
         assert self.model is not None
+        sample_size = getattr(self.model.unet.config, "sample_size", None)
+        vae_blocks = len(getattr(self.model.vae.config, "block_out_channels", ()) or ())
+        if isinstance(sample_size, int) and vae_blocks:
+            return sample_size * 2 ** (vae_blocks - 1)
         return self.model.family.default_size(self.model.prediction_type)
 
     def render(self, item: WorkItem) -> list[Path]:

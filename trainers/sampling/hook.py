@@ -28,6 +28,11 @@ def sample_hook(session: Session, model: LoadedModel, weights: Callable[[], Cont
     from trainers.sampling.pipeline import generate_samples, sample_event, sample_path
 
     out_dir = (session.run_dir or Path(cfg.output_dir).expanduser()) / SAMPLES
+    if accelerator.is_main_process:  # said once in the page, not at every sampling
+        texts = [p.prompt for p in prompts] + [p.negative for p in prompts if p.negative]
+        for text in model.family.overlong(model.tokenizers, texts, model.prompt_format):
+            session.events.warn(f"a sample prompt is longer than max_token_length ({model.prompt_format.limit} "
+                                f"tokens) and is cut there: {text[:200]!r}")
     size = parse_resolution(cfg.resolution)
 
     def sample(step: int, epoch: int) -> None:
