@@ -57,6 +57,8 @@ def option_for(method: str, name: str) -> Option:
 def to_widget(opt: Option, value: Any) -> Any:
     if opt.kind == "list":
         return "\n".join(value or [])
+    if opt.per_encoder and isinstance(value, list):
+        return ", ".join(str(v) for v in value)
     if opt.nullable or (opt.kind in NUMBER_KINDS and not opt.choices):  # numbers are typed as text
         return "" if value is None else str(value)
     if value is None and opt.kind == "str":

@@ -121,6 +121,20 @@ def test_loraplus_and_one_learning_rate_per_text_encoder(sdxl) -> None:
     assert list(groups)[0] == "unet"  # the first group's learning rate is the one reported
 
 
+def test_text_encoder_lr_takes_one_value_per_text_encoder_as_sd_scripts() -> None:
+    from trainers.methods.lora.trainer import learning_rates
+
+    cfg = config_from_dict("lora", {"text_encoder_lr": [2e-4, 3e-4], "learning_rate": 1e-3})
+    assert learning_rates(cfg, network_settings(cfg), "sgm").text_encoders == [2e-4, 3e-4]
+    typed = config_from_dict("lora", {"text_encoder_lr": "2e-4, 3e-4"})  # as typed in the page
+    assert typed.text_encoder_lr == [2e-4, 3e-4]
+    assert config_from_dict("lora", {"text_encoder_lr": [5e-5]}).text_encoder_lr == 5e-5
+    with pytest.raises(ConfigError, match="one per text encoder"):
+        config_from_dict("lora", {"text_encoder_lr": [1e-4, 1e-4, 1e-4]})
+    with pytest.raises(ConfigError, match="text_encoder_lr"):
+        config_from_dict("lora", {"text_encoder_lr": [1e-4, -1.0]})
+
+
 def test_dropouts_act_while_training_only(sd1) -> None:
     network = LoRANetwork(sd1.unet, sd1.text_encoders, unet_key_style="diffusers", network_dim=4, network_alpha=4,
                           dropouts=Dropouts(rank=0.5, module=0.3), train_text_encoder=False)

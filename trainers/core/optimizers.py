@@ -230,3 +230,10 @@ def parse_args(entries: list[str]) -> tuple[dict[str, Any], list[str]]:
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             kwargs[key] = raw.strip()
     return kwargs, malformed
+
+
+def text_encoder_rates(cfg: Any) -> list[float]:
+    """The text encoders' learning rates: text_encoder_lr as one value or one per encoder (sd-scripts), else
+    learning_rate. With one value, every encoder gets it."""
+    given = cfg.text_encoder_lr if isinstance(cfg.text_encoder_lr, list) else [cfg.text_encoder_lr]
+    return [cfg.learning_rate if lr is None else float(lr) for lr in given]

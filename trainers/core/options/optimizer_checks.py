@@ -9,8 +9,16 @@ import difflib
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.optimizers import (BUILT_IN, CLASS_PATH, RESERVED, TORCH_OPTIMIZERS, OptimizerSpec, parse_args,
-                                      spec_for)
+from trainers.core.optimizers import (
+    BUILT_IN,
+    CLASS_PATH,
+    RESERVED,
+    TORCH_OPTIMIZERS,
+    OptimizerSpec,
+    parse_args,
+    spec_for,
+    text_encoder_rates,
+)
 from trainers.core.options.loading import TrainConfig
 from trainers.core.schedules import SCHEDULER_ARGS, adafactor_relative_step, schedule_kind
 
@@ -32,7 +40,7 @@ def optimizer_warnings(cfg: TrainConfig) -> list[str]:
         if cfg.learning_rate <= 0.1:
             out.append(f"learning_rate {cfg.learning_rate:g} is low for {spec.name}: D-Adaptation and Prodigy "
                        "scale it by the step size they find; set it around 1.0")
-        rates = {r for r in (cfg.unet_lr, cfg.text_encoder_lr) if r} | {cfg.learning_rate}
+        rates = {r for r in (cfg.unet_lr, *text_encoder_rates(cfg)) if r} | {cfg.learning_rate}
         if len(rates) > 1:
             out.append(f"{spec.name} adapts one learning rate for all weights: if the UNet and the text encoder "
                        "train with different rates (unet_lr, text_encoder_lr), it stops at the first step")

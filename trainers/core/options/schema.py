@@ -51,6 +51,7 @@ class Option:
     method_defaults: tuple[tuple[str, Any], ...] = ()  # (method, default) where a method's default differs
     pattern: str | None = None  # with choices: other values matching this regex are accepted too (kept as typed)
     pattern_help: str = ""  # what `pattern` accepts, in words
+    per_encoder: bool = False  # a number, or a list of one per text encoder (sd-scripts' text_encoder_lr [te1, te2])
 
     def for_method(self, method: str) -> "Option":
         """This option as `method` sees it (its own default)."""
@@ -72,6 +73,8 @@ class Option:
                 "str": "a text value",
                 "list": "a list of text values",
             }[self.kind]
+            if self.per_encoder:
+                text += " (or a list, one per text encoder)"
             if self.min is not None and self.max is not None:
                 text += f" from {_fmt(self.min)} to {_fmt(self.max)}"
             elif self.min is not None:
@@ -116,6 +119,16 @@ def coerce(opt: Option, value: Any) -> Any:
             value = match or value
         return value
     # numbers
+    if opt.per_encoder and isinstance(value, str) and "," in value:  # typed in the page: "5e-5, 1e-5"
+        try:
+            value = [float(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            raise bad from None
+    if opt.per_encoder and isinstance(value, list):
+        if not 1 <= len(value) <= 2:
+            raise bad
+        values = [coerce(replace(opt, per_encoder=False, nullable=False), v) for v in value]
+        return values[0] if len(values) == 1 else values
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad
     if opt.kind == "int":

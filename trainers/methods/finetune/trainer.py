@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainers.core.optimizers import text_encoder_rates
 from trainers.core.options import TrainConfig
 from trainers.methods.finetune.rules import output_suffix
 from trainers.models import LoadedModel, save_full_model
@@ -37,9 +38,14 @@ def trained_modules(cfg: TrainConfig, session: Session) -> tuple[nn.Module, list
 def param_groups(cfg: TrainConfig, unet: nn.Module, text_encoders: list[nn.Module]) -> list[dict[str, Any]]:
     groups = [{"params": [p for p in unet.parameters() if p.requires_grad], "lr": _lr(cfg.unet_lr, cfg),
                "name": "unet"}]
-    te_params = [p for te in text_encoders for p in te.parameters() if p.requires_grad]
-    if te_params:
-        groups.append({"params": te_params, "lr": _lr(cfg.text_encoder_lr, cfg), "name": "text_encoder"})
+    rates = text_encoder_rates(cfg)
+    if len(rates) == 1:  # one group for every encoder (as training states of earlier runs hold it)
+        te_params = [p for te in text_encoders for p in te.parameters() if p.requires_grad]
+        return groups + ([{"params": te_params, "lr": rates[0], "name": "text_encoder"}] if te_params else [])
+    for i, te in enumerate(text_encoders):  # one rate per encoder (SDXL: te1, te2)
+        params = [p for p in te.parameters() if p.requires_grad]
+        if params:
+            groups.append({"params": params, "lr": rates[min(i, len(rates) - 1)], "name": f"text_encoder{i + 1}"})
     return groups
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainers.core.errors import ConfigError, ConfigIssue
+from trainers.core.optimizers import text_encoder_rates
 from trainers.core.options import TrainConfig
+from trainers.core.paths import path_problem
 from trainers.methods.lora.settings import network_settings
 
 SUFFIX = ".safetensors"
@@ -27,8 +29,7 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
         if settings.get("conv_alpha") is not None and settings.conv_dim is None:
             bad("conv_alpha", "is set but conv_dim is not; set conv_dim to train the convolutions")
     unet_lr = cfg.learning_rate if cfg.unet_lr is None else cfg.unet_lr
-    te_lrs = cfg.text_encoder_lr if isinstance(cfg.text_encoder_lr, list) else [cfg.text_encoder_lr]
-    te_lr = max(cfg.learning_rate if lr is None else float(lr) for lr in te_lrs or [None])
+    te_lr = max(text_encoder_rates(cfg))
     trained = ([unet_lr] if not cfg.network_train_text_encoder_only else []) + \
         ([te_lr] if not cfg.network_train_unet_only else [])
     if not any(trained):
@@ -37,8 +38,9 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if cfg.dim_from_weights and not cfg.network_weights.strip():
         bad("dim_from_weights", "needs network_weights: the file whose ranks and alphas the network takes")
     for path in cfg.base_weights:
-        if not Path(path).expanduser().is_file():
-            bad("base_weights", f"file not found: {path}")
+        problem = path_problem(path, "file")
+        if problem:
+            bad("base_weights", problem)
     if len(cfg.base_weights_multiplier) > len(cfg.base_weights):
         bad("base_weights_multiplier", f"has {len(cfg.base_weights_multiplier)} values for "
             f"{len(cfg.base_weights)} base_weights file(s): one value per file, in the same order")

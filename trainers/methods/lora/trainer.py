@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 
+from trainers.core.optimizers import text_encoder_rates
 from trainers.core.options import ConfigError, ConfigIssue, TrainConfig, parse_resolution
 from trainers.data.catalog import Catalog
 from trainers.methods.lora.base_weights import merge_base_weights
@@ -88,8 +89,7 @@ def _start_weights(cfg: TrainConfig) -> dict[str, torch.Tensor] | None:
 
 
 def learning_rates(cfg: TrainConfig, settings: NetworkSettings, key_style: str) -> LearningRates:
-    te_lrs = cfg.text_encoder_lr if isinstance(cfg.text_encoder_lr, list) else [cfg.text_encoder_lr]
-    te_lrs = [cfg.learning_rate if lr is None else float(lr) for lr in te_lrs] or [cfg.learning_rate]
+    te_lrs = text_encoder_rates(cfg)
     ratio = settings.get("loraplus_lr_ratio")
     return LearningRates(cfg.learning_rate if cfg.unet_lr is None else cfg.unet_lr, te_lrs,
                          settings.block_lr_weights(key_style) if settings.module == "networks.lora" else None,
