@@ -317,13 +317,14 @@ def test_error_valid_subfolders_but_no_images(tmp_path: Path):
     _assert_expected_layout_shown(msg, root)
 
 
-def test_error_undecodable_caption_names_file(tmp_path: Path):
+def test_error_undecodable_caption_names_file_when_strict(tmp_path: Path):
     root = tmp_path / "d"
     make_png(root / "1_dog" / "a.png")
     bad = root / "1_dog" / "a.txt"
     bad.write_bytes(b"caf\xe9 \xff\xfe")  # latin-1, not UTF-8
+    assert any(str(bad) in w for w in scan_kohya_folders(root).warnings)  # read anyway, and named
     with pytest.raises(DatasetLayoutError) as ei:
-        scan_kohya_folders(root)
+        scan_kohya_folders(root, strict=True)
     msg = str(ei.value)
     assert str(bad) in msg and "UTF-8" in msg
     assert ei.value.path == bad

@@ -15,11 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainers.data import downscale
 from trainers.data.buckets import BucketBatchSampler, BucketChooser
 from trainers.data.captions import CaptionOptions
 from trainers.data.dataset_toml import dataset_specs
-from trainers.data.kohya_folders import (DatasetLayoutError, ImageItem, match_masks, scan_image_folder,
-                                         scan_kohya_folders)
+from trainers.data.downscale import cover_size
+from trainers.data.kohya_folders import (
+    DatasetLayoutError,
+    ImageItem,
+    match_masks,
+    scan_image_folder,
+    scan_kohya_folders,
+)
 from trainers.data.metadata_json import scan_metadata_dir
 from trainers.data.probe import ImageSkipped, probe_image
 from trainers.data.specs import DatasetSpec, SubsetSpec
@@ -211,13 +218,15 @@ def build_catalog(values: Mapping[str, Any], warnings: list[str] | None = None) 
 def _read_subset(spec: SubsetSpec, dataset: int, warnings: list[str]):
     """Yield (subset, image items) for one spec; a kohya root yields one per <repeats>_<tokens> folder."""
     if spec.kind == "kohya_root":
-        scan = scan_kohya_folders(spec.path, spec.caption_extension, field=spec.field, all_lines=spec.captions.wildcard)
+        scan = scan_kohya_folders(spec.path, spec.caption_extension, field=spec.field, all_lines=spec.captions.wildcard,
+                                  strict=spec.captions.strict)
         warnings.extend(scan.warnings)
         for sub in scan.subsets:
             yield CatalogSubset(spec, dataset, sub.folder.name, sub.folder, sub.repeats, sub.tokens), sub.images
     elif spec.kind == "folder":
         sub, folder_warnings = scan_image_folder(spec.path, spec.repeats, spec.tokens, spec.caption_extension,
-                                                 field=spec.field, all_lines=spec.captions.wildcard)
+                                                 field=spec.field, all_lines=spec.captions.wildcard,
+                                                 strict=spec.captions.strict)
         warnings.extend(f"{spec.label}: {w}" for w in folder_warnings)
         yield CatalogSubset(spec, dataset, spec.path.name, spec.path, spec.repeats, spec.tokens), sub.images
     else:
@@ -314,7 +323,19 @@ def _assemble(specs: list[DatasetSpec], subsets: list[CatalogSubset], found: lis
             samples += [i for i in subset.images for _ in range(counts.get(i, 0))]
         if reg and not train:
             warnings.append(f"dataset {d + 1} has regularization images but no training images: they are not used")
+    _note_oversized(images, warnings)
     return Catalog(specs, subsets, images, samples, warnings)
+
+
+def _note_oversized(images: list[CatalogImage], warnings: list[str]) -> None:
+    """Say which images are decoded in full only once (downscale.py), and where their copies go."""
+    big = [i for i in images if i.bucket and downscale.wants_copy(
+        i.size, max(cover_size(*i.size, *i.bucket)), "JPEG" if i.path.suffix.lower() in (".jpg", ".jpeg") else None)]
+    if big:
+        largest = max(big, key=lambda i: i.size[0] * i.size[1])
+        warnings.append(f"{len(big)} image(s) are over {downscale.OVERSIZE}x the size their bucket needs (largest: "
+                        f"{largest.path.name}, {largest.size[0]}x{largest.size[1]}): each is decoded in full once and "
+                        f"a downscaled copy kept in {downscale.cache_dir()} for the next draws")
 
 
 def _balance_reg(reg: list[tuple[int, int]], num_train: int) -> dict[int, int]:

@@ -21,8 +21,16 @@ from torch.utils.data import Dataset
 
 from trainers.data.captions import process_caption
 from trainers.data.catalog import Catalog
-from trainers.data.images import (ImageLoadError, PreparedImage, alpha_of, color_jitter, cover_size, load_image,
-                                  load_mask, prepare_image)
+from trainers.data.images import (
+    ImageLoadError,
+    PreparedImage,
+    alpha_of,
+    color_jitter,
+    cover_size,
+    load_image,
+    load_mask,
+    prepare_image,
+)
 from trainers.data.seeds import sample_seed
 from trainers.models.prompt_chunks import WeightedIds
 

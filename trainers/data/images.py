@@ -20,6 +20,9 @@ import torch
 from PIL import Image, ImageOps
 
 from trainers.core.errors import BadInput
+from trainers.core.fsio import atomic_path
+from trainers.data import downscale
+from trainers.data.downscale import cover_size
 
 __all__ = ["ImageLoadError", "PreparedImage", "alpha_of", "color_jitter", "cover_size", "load_image",
            "load_image_rgb", "load_mask", "to_rgb", "prepare_image"]
@@ -77,6 +80,9 @@ def load_image(path: Path, min_side: int | None = None, keep_alpha: bool = False
     try:
         with warnings.catch_warnings(), Image.open(path) as im:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            copy = downscale.copy_path(path, min_side) if downscale.wants_copy(im.size, min_side, im.format) else None
+            if copy is not None and copy.is_file():
+                return load_image(copy, keep_alpha=keep_alpha)  # decoded in full once, read small ever after
             if min_side and im.format == "JPEG" and min(im.size) >= 2 * min_side:
                 im.draft("RGB", (min_side, min_side))
             im.load()
@@ -84,6 +90,9 @@ def load_image(path: Path, min_side: int | None = None, keep_alpha: bool = False
                 upright = ImageOps.exif_transpose(im)  # a new image, detached from the file
             except Exception:  # malformed EXIF block: keep the pixels as stored
                 upright = im.copy()
+        if copy is not None and min_side:
+            upright = upright.resize(downscale.scaled_size(upright.size, min_side), Image.Resampling.LANCZOS)
+            _keep(upright, copy)
         if keep_alpha and has_alpha(upright):
             return upright.convert("RGBA")
         return to_rgb(upright)
@@ -95,6 +104,15 @@ def load_image(path: Path, min_side: int | None = None, keep_alpha: bool = False
         raise ImageLoadError(path, f"image too large ({e})") from e
     except Exception as e:  # truncated data, broken chunks, bad EXIF, ...
         raise ImageLoadError(path, f"{type(e).__name__}: {e}") from e
+
+
+def _keep(image: Image.Image, copy: Path) -> None:
+    """Write the downscaled copy; a cache that cannot be written only costs speed."""
+    try:
+        with atomic_path(copy, durable=False) as tmp:
+            image.save(tmp, format="PNG", compress_level=1)
+    except OSError:
+        pass
 
 
 def load_image_rgb(path: Path, min_side: int | None = None) -> Image.Image:
@@ -126,12 +144,6 @@ def _check_size(name: str, value: int) -> int:
     if isinstance(value, bool) or int(value) != value or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
-
-
-def cover_size(w: int, h: int, width: int, height: int) -> tuple[int, int]:
-    """The size ``(w, h)`` is resized to, keeping its aspect ratio, to just cover ``(width, height)``."""
-    scale = max(width / w, height / h)
-    return max(width, int(round(w * scale))), max(height, int(round(h * scale)))
 
 
 def prepare_image(

@@ -246,7 +246,54 @@ def _describe_bad_folder(name: str) -> str:
     return f'"{name}" has no <repeats>_ prefix: rename it to "{suggestion}"'
 
 
-def _read_caption(path: Path, field: str, root: Path, all_lines: bool = False) -> tuple[str, bool]:
+def _entries(folder: Path, notes: list[str] | None = None) -> list[tuple[str, str]]:
+    """(name, kind) of each visible entry: kind "file", "dir" or "other". One entry that cannot be followed (a
+    symlink to itself, a loop, a link to nothing) is skipped and named in `notes`; it never hides its folder.
+    OSError only when the folder itself cannot be listed."""
+    found: list[tuple[str, str]] = []
+    with os.scandir(folder) as it:
+        for entry in it:
+            if entry.name.startswith("."):
+                continue
+            try:
+                kind = "file" if entry.is_file() else "dir" if entry.is_dir() else "other"
+            except OSError as e:  # ELOOP: a link to itself or a loop of links
+                if notes is not None:
+                    notes.append(f'"{folder.name}/{entry.name}" cannot be followed ({e.strerror or e}); skipped')
+                continue
+            if kind == "other" and entry.is_symlink():
+                if notes is not None and (_is_image_name(entry.name) or not os.path.splitext(entry.name)[1]):
+                    target = os.readlink(entry.path)
+                    notes.append(f'"{folder.name}/{entry.name}" is a link to {target}, which does not exist; skipped')
+                continue
+            found.append((entry.name, kind))
+    return sorted(found)
+
+
+def _decode_caption(raw: bytes, path: Path, field: str, root: Path, strict: bool,
+                    notes: list[str] | None) -> str:
+    """UTF-8 text; else (unless `strict`) Windows-1252/Latin-1, as editors on Windows save it, named in notes."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        if strict:
+            raise DatasetLayoutError(
+                f"{_prefix(field, root)}: caption file {path} is not valid UTF-8 "
+                f"(byte 0x{raw[e.start]:02x} at offset {e.start}). Fix: re-save it as UTF-8 text "
+                "(or set strict_captions = false to read it as Windows-1252).",
+                field=field, path=path) from e
+        try:
+            text, encoding = raw.decode("cp1252"), "Windows-1252"
+        except UnicodeDecodeError:
+            text, encoding = raw.decode("latin-1"), "Latin-1"
+        if notes is not None:
+            notes.append(f"caption file {path} is not UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); read "
+                         f"as {encoding}: {text.strip()[:60]!r}. Re-save it as UTF-8 to be sure")
+        return text
+
+
+def _read_caption(path: Path, field: str, root: Path, all_lines: bool = False, strict: bool = False,
+                  notes: list[str] | None = None) -> tuple[str, bool]:
     """Returns ``(caption, had_extra_lines)``; caption is "" for an empty file.
 
     Like kohya (without wildcards) only the first line is used; we skip leading
@@ -262,16 +309,7 @@ def _read_caption(path: Path, field: str, root: Path, all_lines: bool = False) -
             field=field,
             path=path,
         ) from e
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DatasetLayoutError(
-            f"{_prefix(field, root)}: caption file {path} is not valid UTF-8 "
-            f"(byte 0x{raw[e.start]:02x} at offset {e.start}). "
-            "Fix: re-save it as UTF-8 text.",
-            field=field,
-            path=path,
-        ) from e
+    text = _decode_caption(raw, path, field, root, strict, notes)
     lines = [line.strip() for line in text.splitlines()]
     non_empty = [line for line in lines if line]
     if not non_empty:
@@ -282,15 +320,14 @@ def _read_caption(path: Path, field: str, root: Path, all_lines: bool = False) -
 
 
 def _scan_subset(folder: Path, repeats: int, tokens: str, caption_ext: str, field: str, root: Path,
-                 warnings: list[str], all_lines: bool = False) -> Subset:
+                 warnings: list[str], all_lines: bool = False, strict: bool = False) -> Subset:
     try:
-        with os.scandir(folder) as it:
-            entries = [(e.name, e.is_file()) for e in it if not e.name.startswith(".")]
+        entries = _entries(folder, warnings)
     except OSError as e:  # skipped and reported: the other folders can still train
         warnings.append(f'folder "{folder}" could not be read ({e.strerror or e}); its images are skipped')
         return Subset(folder=folder, repeats=repeats, tokens=tokens, images=[])
 
-    files = {name for name, is_file in entries if is_file}
+    files = {name for name, kind in entries if kind == "file"}
     files_lower: dict[str, str] = {}
     for name in sorted(files):
         files_lower.setdefault(name.lower(), name)
@@ -305,7 +342,7 @@ def _scan_subset(folder: Path, repeats: int, tokens: str, caption_ext: str, fiel
             cap_name = files_lower.get(cap_name.lower(), "")
         caption, from_file = "", False
         if cap_name and cap_name != name:
-            caption, extra = _read_caption(folder / cap_name, field, root, all_lines)
+            caption, extra = _read_caption(folder / cap_name, field, root, all_lines, strict, warnings)
             from_file = bool(caption)
             if extra:
                 multi_line.append(cap_name)
@@ -328,7 +365,8 @@ def _scan_subset(folder: Path, repeats: int, tokens: str, caption_ext: str, fiel
 
 
 def scan_image_folder(folder: Path, repeats: int, tokens: str, caption_extension: str = ".txt",
-                      field: str = "image_dir", all_lines: bool = False) -> tuple[Subset, list[str]]:
+                      field: str = "image_dir", all_lines: bool = False, strict: bool = False
+                      ) -> tuple[Subset, list[str]]:
     """One folder of images (an sd-scripts dataset-config subset's ``image_dir``) and its warnings.
 
     Unlike ``train_data_dir`` the folder holds the images itself; its name carries no repeats.
@@ -340,7 +378,7 @@ def scan_image_folder(folder: Path, repeats: int, tokens: str, caption_extension
         raise DatasetLayoutError(f'{_prefix(field, folder)}: folder not found (it must hold the images '
                                  "directly).", field=field, path=folder)
     subset = _scan_subset(folder, repeats, tokens, normalize_caption_extension(caption_extension), field, folder,
-                          warnings, all_lines)
+                          warnings, all_lines, strict)
     return subset, warnings
 
 
@@ -348,7 +386,7 @@ def scan_image_folder(folder: Path, repeats: int, tokens: str, caption_extension
 
 
 def scan_kohya_folders(root: Path, caption_extension: str = ".txt", field: str = "train_data_dir",
-                       all_lines: bool = False) -> DatasetScan:
+                       all_lines: bool = False, strict: bool = False) -> DatasetScan:
     """Scan a kohya DreamBooth-style ``train_data_dir``.
 
     Raises :class:`DatasetLayoutError` (a ``ValueError``) with a specific,
@@ -378,16 +416,14 @@ def scan_kohya_folders(root: Path, caption_extension: str = ".txt", field: str =
             f"Fix: set {field} to the folder that contains your <repeats>_<tokens> subfolders."
         )
 
+    warnings: list[str] = []
     try:
-        with os.scandir(root) as it:
-            entries = sorted(
-                ((e.name, e.is_dir()) for e in it if not e.name.startswith(".")), key=lambda t: t[0]
-            )
+        entries = _entries(root, warnings)
     except OSError as e:
         raise fail(f"{pre}: this folder could not be read: {e.strerror or e}.") from e
 
-    dirs = [name for name, is_dir in entries if is_dir]
-    files = [name for name, is_dir in entries if not is_dir]
+    dirs = [name for name, kind in entries if kind == "dir"]
+    files = [name for name, kind in entries if kind != "dir"]
     root_images = [name for name in files if _is_image_name(name)]
     other_files = [name for name in files if not _is_image_name(name)]
 
@@ -408,13 +444,9 @@ def scan_kohya_folders(root: Path, caption_extension: str = ".txt", field: str =
 
     def dir_image_names(name: str) -> list[str]:
         try:
-            with os.scandir(root / name) as it:
-                return sorted(e.name for e in it if not e.name.startswith(".") and e.is_file()
-                              and _is_image_name(e.name))
+            return [n for n, kind in _entries(root / name) if kind == "file" and _is_image_name(n)]
         except OSError:
             return []
-
-    warnings: list[str] = []
 
     if not valid:
         if root_images:
@@ -469,7 +501,7 @@ def scan_kohya_folders(root: Path, caption_extension: str = ".txt", field: str =
         )
 
     subsets = [
-        _scan_subset(root / name, repeats, tokens, caption_ext, field, root, warnings, all_lines)
+        _scan_subset(root / name, repeats, tokens, caption_ext, field, root, warnings, all_lines, strict)
         for name, repeats, tokens in valid
     ]
 
@@ -478,8 +510,7 @@ def scan_kohya_folders(root: Path, caption_extension: str = ".txt", field: str =
         details = []
         for s in empty:
             try:
-                with os.scandir(s.folder) as it:
-                    content = sorted(e.name + ("/" if e.is_dir() else "") for e in it if not e.name.startswith("."))
+                content = [n + ("/" if kind == "dir" else "") for n, kind in _entries(s.folder)]
                 what = f"contains only {_list_names(content)}" if content else "empty"
             except OSError as e:
                 what = f"could not be read ({e.strerror or e})"
@@ -507,8 +538,7 @@ def match_masks(folder: Path, images: list[Path]) -> tuple[dict[Path, Path], lis
     image extension, as sd-scripts' ``conditioning_data_dir``; the stem's case may differ, as on
     case-insensitive filesystems. Also returns the names of mask files no image matches."""
     try:
-        with os.scandir(folder) as it:
-            names = sorted(e.name for e in it if not e.name.startswith(".") and e.is_file() and _is_image_name(e.name))
+        names = [n for n, kind in _entries(folder) if kind == "file" and _is_image_name(n)]
     except OSError:  # a missing mask folder: every image of it is reported as lacking its mask
         names = []
     by_stem: dict[str, str] = {}

@@ -22,7 +22,6 @@ from trainers.data.catalog import Catalog
 from trainers.data.dataset import CaptionedImages, StepClock, collate
 from trainers.models.prompt_chunks import PromptFormat, PromptTruncated
 
-
 FULL_CAPTIONS = 2**62  # a step after any token warmup
 
 

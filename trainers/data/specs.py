@@ -55,6 +55,7 @@ def caption_options(values: Mapping[str, Any], metadata: bool) -> CaptionOptions
         dropout_rate=values["caption_dropout_rate"], tag_dropout_rate=values["caption_tag_dropout_rate"],
         prefix=values["caption_prefix"], suffix=values["caption_suffix"],
         secondary_separator=values["secondary_separator"], wildcard=values["enable_wildcard"],
+        strict=values.get("strict_captions", False),
         token_warmup_min=values["token_warmup_min"], token_warmup_step=values["token_warmup_step"])
 
 
