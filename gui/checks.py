@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from gui.forms import ESSENTIALS
-from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict
 from trainers.core.optimizers import spec_for
+from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict
 from trainers.core.options.optimizer_checks import optimizer_issues, optimizer_warnings
 from trainers.core.plan import StepPlan
 from trainers.core.schedules import lr_curve, preview_blocker, schedule_kind, step_count

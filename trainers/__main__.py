@@ -17,7 +17,8 @@ from trainers.core.registry import METHOD_NAMES, METHODS
 
 
 def _config_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, help="TOML config (sectioned, or a flat sd-scripts config_file)")
+    p.add_argument("--config", type=Path, help="config file: ours (TOML), an sd-scripts --config_file (TOML) or a "
+                   "kohya_ss GUI config (JSON)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                    help="override one option; repeatable; VALUE is read as TOML (e.g. 1e-4, true, \"text\")")
 
@@ -29,7 +30,10 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(method.name, help=method.help)
         _config_arguments(p)
         p.add_argument("--run-dir", type=Path, help="run directory for events/status (default: runs/<time>-<name>)")
-        p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+        p.add_argument("--print-config", action="store_true", help="print the resolved config and what a run would "
+                       "say about it (warnings, errors) and exit: 2 when a run would refuse it")
+        p.add_argument("--export-sd-scripts", type=Path, metavar="OUT.toml", help="write the config as an sd-scripts "
+                       "--config_file and print the command that runs it (implies --print-config)")
     demo = sub.add_parser("demo", help="build a tiny offline model and dataset")
     demo.add_argument("--out", type=Path, required=True)
     demo.add_argument("--sdxl", action="store_true", help="also build a tiny SDXL model")
@@ -76,9 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         from trainers.data.preflight import run_preflight
 
         return run_preflight(args.method, args.config, args.overrides, args.num_processes, args.json)
+    if args.print_config or args.export_sd_scripts:
+        from trainers.config_report import print_config
+
+        return print_config(args.command, args.config, args.overrides, args.export_sd_scripts)
     from trainers.train.run import run_method
 
-    return run_method(args.command, args.config, args.run_dir, args.overrides, args.print_config)
+    return run_method(args.command, args.config, args.run_dir, args.overrides)
 
 
 if __name__ == "__main__":

@@ -99,10 +99,11 @@ def test_unknown_key_names_the_closest_valid_one(tmp_path: Path) -> None:
     assert "learning_rat" in text and "did you mean 'learning_rate'" in text
 
 
-def test_unknown_section_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as err:
-        load_config("lora", write(tmp_path, "[netwrk]\nnetwork_dim = 8\n"))
-    assert "[netwrk]" in messages(err) and "[network]" in messages(err)
+def test_unknown_section_is_read_as_sd_scripts_does_and_named(tmp_path: Path) -> None:
+    warnings: list[str] = []
+    cfg = load_config("lora", write(tmp_path, "[netwrk]\nnetwork_dim = 8\n"), warnings=warnings)
+    assert cfg.network_dim == 8
+    assert any("[netwrk]" in w and "did you mean [network]?" in w for w in warnings), warnings
 
 
 @pytest.mark.parametrize("assignment, field, fragments", [

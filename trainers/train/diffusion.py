@@ -10,10 +10,15 @@ from torch import nn
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.models import LoadedModel, SizeConditioning
 from trainers.models.prompt_chunks import WeightedIds, split_weighted
-from trainers.train.losses import (apply_mask, debiased_weights, elementwise_loss, huber_thresholds,
-                                   min_snr_weights, v_like_scale)
-from trainers.train.noise import (draw_timesteps, input_perturbation, multires_noise, offset_noise,
-                                  per_sample)
+from trainers.train.losses import (
+    apply_mask,
+    debiased_weights,
+    elementwise_loss,
+    huber_thresholds,
+    min_snr_weights,
+    v_like_scale,
+)
+from trainers.train.noise import draw_timesteps, input_perturbation, multires_noise, offset_noise, per_sample
 
 
 class NoisePredictor(nn.Module):

@@ -24,8 +24,8 @@ from trainers.train.distributed import full_weights
 from trainers.train.faults import is_out_of_memory, out_of_memory, weights_finite
 
 if TYPE_CHECKING:
-    from trainers.train.pauses import Pauses
     from trainers.train.method import Trainable
+    from trainers.train.pauses import Pauses
     from trainers.train.session import Session
     from trainers.train.state import TrainingState
 

@@ -23,7 +23,62 @@ IGNORED: dict[str, str] = {
     "cache_text_encoder_outputs_to_disk": "text-encoder outputs are cached in memory only (cache_text_encoder_outputs)",
     "face_crop_aug_range": "face-crop augmentation is not available",
     "caption_dropout_every_n_epochs": "use caption_dropout_rate",
+    # Speed and memory only: the result is the same (or computed in higher precision), memory use may be higher.
+    "lowvram": "not needed: models load straight to their device",
+    "diffusers_xformers": "attention always uses PyTorch SDPA here (option sdpa)",
+    "full_fp16": "trained weights stay float32 under fp16 autocast (more memory); the low-memory mode here is "
+                 "full_bf16 with mixed_precision = 'bf16'",
+    "fp8_base": "base weights stay in the compute precision (more memory, no fp8 rounding)",
+    "fp8_base_unet": "base weights stay in the compute precision (more memory, no fp8 rounding)",
+    "fused_backward_pass": "the optimizer steps after the backward pass (more memory, same update)",
+    "fused_optimizer_groups": "the optimizer steps after the backward pass (more memory, same update)",
+    "blocks_to_swap": "blocks are not swapped to the CPU (more GPU memory); gradient_checkpointing and 8-bit "
+                      "optimizers save memory here",
+    "cpu_offload_checkpointing": "checkpointed activations stay on the GPU (more memory)",
+    "disable_mmap_load_safetensors": "not needed: checkpoints are read with safetensors' own loader",
+    "skip_cache_check": "latent caches are always checked against the VAE, image and bucket",
+    "cache_info": "latent caches are always checked against the VAE, image and bucket",
+    "tokenizer_cache_dir": "tokenizers come with the model (or the Hugging Face cache)",
+    "ddp_gradient_as_bucket_view": "DDP is set up by Atelier (a few large gradient buckets)",
+    "ddp_static_graph": "DDP is set up by Atelier (a few large gradient buckets)",
+    "use_safetensors": "files are always written as safetensors",
+    "no_metadata": "the metadata (ss_*, modelspec.*) is always written",
+    "max_validation_steps": "used only with validation_split, which is not available",
+    "validation_seed": "used only with validation_split, which is not available",
+    "dynamo_mode": "torch.compile runs with its default mode (option dynamo_backend)",
+    "dynamo_use_fullgraph": "torch.compile runs with its default settings (option dynamo_backend)",
+    "dynamo_use_dynamic": "torch.compile runs with its default settings (option dynamo_backend)",
+    "num_cpu_threads_per_process": "accelerate's default thread count is used",
+    # Logging, trackers and uploads: what is trained is the same.
+    "log_prefix": "TensorBoard logs are named by the run",
+    "log_tracker_name": "TensorBoard logs are named by the run",
+    "log_tracker_config": "trackers other than TensorBoard are not available",
+    "log_config": "the whole config is saved in the run folder (config.toml)",
+    "wandb_run_name": "Weights & Biases logging is not available; TensorBoard logs go to logging_dir",
+    "console_log_level": "train.log in the run folder holds the full log",
+    "console_log_file": "train.log in the run folder holds the full log",
+    "console_log_simple": "train.log in the run folder holds the full log",
+    "huggingface_repo_id": "nothing is uploaded to the Hugging Face Hub; upload the saved files yourself",
+    "huggingface_repo_type": "nothing is uploaded to the Hugging Face Hub; upload the saved files yourself",
+    "huggingface_path_in_repo": "nothing is uploaded to the Hugging Face Hub; upload the saved files yourself",
+    "huggingface_repo_visibility": "nothing is uploaded to the Hugging Face Hub; upload the saved files yourself",
+    "save_state_to_huggingface": "nothing is uploaded to the Hugging Face Hub; upload the saved files yourself",
+    "async_upload": "nothing is uploaded to the Hugging Face Hub; upload the saved files yourself",
+    "output_config": "a config is not written back here; --print-config shows the resolved one",
+    "config_file": "a config cannot name another config",
 }
+
+# sd-scripts' model-type flags, and the family each one names (kohya_ss picks the script with them).
+FAMILY_FLAGS: dict[str, str] = {"sdxl": "sdxl", "v2": "sd2"}
+SDXL_FLAG = "sdxl"  # kohya_ss also names its SDXL fields after it (sdxl_no_half_vae, ...)
+# The sd-scripts script that trains each (family, method).
+_SD = {"lora": "train_network.py", "dreambooth": "train_db.py", "finetune": "fine_tune.py"}
+SD_SCRIPTS: dict[str, dict[str, str]] = {
+    "sd1": _SD, "sd2": _SD,
+    "sdxl": {"lora": "sdxl_train_network.py", "dreambooth": "sdxl_train.py", "finetune": "sdxl_train.py"},
+}
+# Whether that Dreambooth script trains the text encoder unless told not to (train_db.py does; sdxl_train.py not).
+DREAMBOOTH_TRAINS_TEXT_ENCODER: dict[str, bool] = {"sd1": True, "sd2": True, "sdxl": False}
 
 
 def _in_json(value: Any, out: dict[str, Any], problems: list[str]) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigError, ConfigIssue
-from trainers.core.options import kohya_compat, toml_text
+from trainers.core.options import kohya_compat, kohya_json, kohya_keys, kohya_reading, toml_text
 from trainers.core.options.migrations import SCHEMA_VERSION, migrate, version_of
 from trainers.core.options.schema import GROUPS, coerce
 from trainers.core.options.training import BY_NAME, options_for
@@ -46,15 +46,26 @@ def _unknown(name: str, method: str) -> ConfigIssue:
     return ConfigIssue(name if name.strip() else repr(name), f"unknown option {name!r}{hint}")
 
 
-def read_options(raw: dict[str, Any], where: str, issues: list[ConfigIssue]) -> dict[str, Any]:
+def read_options(raw: dict[str, Any], where: str, issues: list[ConfigIssue],
+                 notes: list[str] | None = None) -> dict[str, Any]:
     """The options of a loaded TOML document (a config, preset or import) as today's flat {name: value}.
 
     Migrations from the file's schema_version run here, so every way a config is read gets them; a file
-    written by a newer Atelier adds an issue instead.
+    written by a newer Atelier adds an issue instead. With `notes`, sections that are not ours are read as
+    sd-scripts reads every section (see `flatten`).
     """
     version = version_of(raw, where, issues)
-    flat = flatten(raw, issues)
+    flat = flatten(raw, issues, notes=notes)
     return migrate(flat, version) if version is not None else flat
+
+
+def is_sd_scripts_file(raw: dict[str, Any]) -> bool:
+    """Whether a TOML document is an sd-scripts `--config_file` rather than one of ours: it has no schema_version
+    or method, and it is flat or has a section that is not one of ours."""
+    if "schema_version" in raw or "method" in raw:
+        return False
+    sections = [key for key, value in raw.items() if isinstance(value, dict) and key not in BY_NAME]
+    return not sections or any(key not in GROUPS for key in sections)
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -75,26 +86,48 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 
 def flatten(raw: dict[str, Any], issues: list[ConfigIssue], groups: Mapping[str, str] = GROUPS,
-            names: Mapping[str, Any] = BY_NAME) -> dict[str, Any]:
-    """Accept both `[group]` sections and flat keys (as sd-scripts writes them), returning one flat dict."""
+            names: Mapping[str, Any] = BY_NAME, notes: list[str] | None = None) -> dict[str, Any]:
+    """Accept both `[group]` sections and flat keys (as sd-scripts writes them), returning one flat dict.
+
+    With `notes`, a section that is not one of `groups` is read as sd-scripts reads every section of a
+    `--config_file`: its keys are flat keys (one note names such sections); without, it is an error.
+    """
     flat: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    foreign: list[str] = []
     for key, value in raw.items():
         if key in ("method", "schema_version"):
             continue
-        if key in groups and isinstance(value, dict):
-            items = value.items()
-        elif isinstance(value, dict) and key not in names:
-            guess = closest(key, list(groups))
-            hint = f"; did you mean [{guess}]?" if guess else f"; sections are {', '.join(groups)}"
-            issues.append(ConfigIssue(key if key.strip() else repr(key), f"unknown section [{key}]{hint}"))
-            continue
+        section = ""
+        if isinstance(value, dict) and (key in groups or key not in names):
+            if key not in groups and notes is None:
+                guess = closest(key, list(groups))
+                hint = f"; did you mean [{guess}]?" if guess else f"; sections are {', '.join(groups)}"
+                issues.append(ConfigIssue(key if key.strip() else repr(key), f"unknown section [{key}]{hint}"))
+                continue
+            if key not in groups:
+                foreign.append(key)
+            items, section = list(value.items()), f"[{key}]"
         else:
             items = [(key, value)]
         for name, val in items:
-            if name in flat:
-                issues.append(ConfigIssue(name, f"{name!r} is given twice; keep one"))
-            flat[name] = val
+            if name in flat and flat[name] != val:
+                first, second = where[name] or "top level", section or "top level"
+                issues.append(ConfigIssue(name if name.strip() else repr(name), f"{name!r} is given twice with "
+                                          f"different values ({first}: "
+                                          f"{flat[name]!r}, {second}: {val!r}); keep one"))
+            flat[name], where[name] = val, section
+    if foreign and notes is not None:
+        notes.append(_foreign_sections_note(foreign, groups))
     return flat
+
+
+def _foreign_sections_note(foreign: list[str], groups: Mapping[str, str]) -> str:
+    typos = [f"[{key}] (did you mean [{guess}]?)" for key in foreign if (guess := closest(key, list(groups)))]
+    shown = ", ".join(f"[{key}]" for key in foreign[:6]) + (", ..." if len(foreign) > 6 else "")
+    text = (f"section names {shown} are not Atelier's: their keys are read as flat keys, as sd-scripts reads every "
+            "section of a --config_file")
+    return text + (f"; {', '.join(typos)}" if typos else "")
 
 
 def parse_set(assignment: str) -> tuple[str, Any]:
@@ -117,25 +150,39 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
     warnings = [] if warnings is None else warnings
     values: dict[str, Any] = {}
     translated: dict[str, Any] = {}
+
+    def warn(text: str) -> None:
+        if text not in warnings:
+            warnings.append(text)
+
     if "network_args" in BY_NAME and method in BY_NAME["network_args"].methods:
         flat = dict(flat)
         kohya_compat.lift_network_args(flat, issues)
+    refused, handled = kohya_keys.refusals(flat)
+    issues.extend(refused)
     for name, value in flat.items():
-        if name in kohya_compat.TRANSLATED and not (name in BY_NAME and method in BY_NAME[name].methods):
+        ours = name in BY_NAME and method in BY_NAME[name].methods
+        if name in handled:
+            continue
+        if ours:  # an option wins over an sd-scripts table entry of the same name
+            values[name] = value
+        elif name in kohya_compat.TRANSLATED:
+            if kohya_keys.blank(value):
+                continue
             problems: list[str] = []
             kohya_compat.TRANSLATED[name](value, translated, problems)
             issues.extend(ConfigIssue(name, p) for p in problems)
         elif name in kohya_compat.IGNORED:
-            warnings.append(f"{name} (sd-scripts) is ignored: {kohya_compat.IGNORED[name]}")
+            if not kohya_keys.blank(value):
+                warn(f"{name} (sd-scripts) is ignored: {kohya_compat.IGNORED[name]}")
         elif name not in BY_NAME and SECRET_KEY.search(name):
-            issues.append(ConfigIssue(name, "secrets are never read from config files (they would be saved and "
-                                      "shared with it); set HF_TOKEN or WANDB_API_KEY in the environment instead"))
+            if not kohya_keys.blank(value):
+                issues.append(ConfigIssue(name, "secrets are never read from config files (they would be saved and "
+                                          "shared with it); set HF_TOKEN or WANDB_API_KEY in the environment instead"))
         elif name not in BY_NAME:
             issues.append(_unknown(name, method))
-        elif method not in BY_NAME[name].methods:
-            warnings.append(f"{name} is not used by {method} training and is ignored")
         else:
-            values[name] = value
+            warn(f"{name} is not used by {method} training and is ignored")
     for name, value in translated.items():
         values.setdefault(name, value)
     for name, value in list(values.items()):
@@ -151,17 +198,33 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
 
 def load_config(method: str, path: Path | None = None, overrides: list[str] | None = None,
                 warnings: list[str] | None = None) -> TrainConfig:
-    """Load a TOML file (sectioned or flat sd-scripts) and apply `--set` overrides."""
+    """Load a config file and apply `--set` overrides.
+
+    The file is one of ours (TOML with [group] sections, or a run's config.toml), an sd-scripts `--config_file`
+    TOML (flat, or sections of any name, read with sd-scripts' meaning: see kohya_reading), or a kohya_ss GUI
+    JSON (what kohya_ss would pass sd-scripts for it). Notes on what was translated go to `warnings`.
+    """
     issues: list[ConfigIssue] = []
+    notes: list[str] = [] if warnings is None else warnings
     flat: dict[str, Any] = {}
-    if path is not None:
+    sd_scripts = False
+    written_for: Any = None
+    if path is not None and Path(path).suffix.lower() == ".json":
+        converted = kohya_json.read_json_file(Path(path), issues)
+        if converted is not None:
+            written_for, flat, sd_scripts = converted.method, converted.options, True
+            notes.extend(n for n in converted.notes if n not in notes)
+    elif path is not None:
         raw = read_toml(path)
         written_for = raw.get("method")
-        if isinstance(written_for, str) and written_for != method and warnings is not None:
-            warnings.append(f"{path} was written for {written_for} training and is run as {method}: options only "
-                            f"{written_for} uses are ignored")
-        flat = read_options(raw, str(path), issues)
+        sd_scripts = is_sd_scripts_file(raw)
+        flat = read_options(raw, str(path), issues, notes)
+    if isinstance(written_for, str) and written_for != method:
+        notes.append(f"{path} was written for {written_for} training and is run as {method}: options only "
+                     f"{written_for} uses are ignored")
     for assignment in overrides or []:
         name, value = parse_set(assignment)
         flat[name] = value
-    return config_from_dict(method, flat, issues, warnings)
+    if sd_scripts:
+        flat = kohya_reading.read_sd_scripts(flat, method, notes, issues)
+    return config_from_dict(method, flat, issues, notes)

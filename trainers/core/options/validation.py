@@ -10,10 +10,10 @@ from pathlib import Path
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.optimizers import spec_for
-from trainers.core.schedules import schedule_kind
-from trainers.core.paths import name_problem, path_problem
 from trainers.core.options.loading import TrainConfig
 from trainers.core.options.training import options_for
+from trainers.core.paths import name_problem, path_problem
+from trainers.core.schedules import schedule_kind
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 LONGEST_SAVE_SUFFIX = "-step00000000-ema-state.safetensors"  # the longest name a save of output_name gets

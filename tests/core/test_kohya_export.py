@@ -1,0 +1,137 @@
+"""--print-config tells what a run would say; --export-sd-scripts writes a config sd-scripts runs, which loads back
+through our loader to the same values."""
+from __future__ import annotations
+
+import io
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from trainers.__main__ import main
+from trainers.config_report import print_config
+from trainers.core.options import load_config
+from trainers.core.options.groups.network import NETWORK_ARG_OPTIONS
+from trainers.core.options.kohya_export import SAME, prompt_file_lines, sd_scripts_command
+from trainers.core.options.kohya_import import import_kohya_file
+from trainers.demo import build_dataset
+
+CORPUS = Path(__file__).parent / "kohya_corpus"
+# What both trainers understand: the same names, plus what the export and the loader translate both ways.
+BOTH = SAME | set(NETWORK_ARG_OPTIONS) | {"text_encoder_lr", "unet_lr", "network_args", "noise_offset_type",
+                                          "train_text_encoder"}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("export")
+    model = root / "model"
+    (model / "unet").mkdir(parents=True)
+    (model / "model_index.json").write_text("{}", encoding="utf-8")
+    data = build_dataset(root / "data", size=64)
+    return {"pretrained_model_name_or_path": str(model), "train_data_dir": str(data), "output_dir": str(root / "out")}
+
+
+def sets(values: dict[str, object]) -> list[str]:
+    return [f"{k}={json.dumps(v)}" for k, v in values.items()]
+
+
+def round_trip(method: str, source: Path | None, overrides: list[str], tmp_path: Path, family: str) -> None:
+    cfg = load_config(method, source, overrides)
+    argv, text, notes = sd_scripts_command(cfg, family=family, config_path=str(tmp_path / "sd.toml"),
+                                           prompts_path=str(tmp_path / "prompts.txt"))
+    (tmp_path / "sd.toml").write_text(text, encoding="utf-8")
+    back = load_config(method, tmp_path / "sd.toml", warnings=[])
+    both = BOTH - ({"sample_prompts"} if cfg.sample_prompt_lines else set())  # the lines go to a prompts file
+    differ = {k: (cfg.values[k], back.values[k]) for k in both if k in cfg.values and cfg.values[k] != back.values[k]}
+    assert not differ, differ
+    assert argv[:2] == ["accelerate", "launch"] and argv[-2:] == ["--config_file", str(tmp_path / "sd.toml")]
+
+
+@pytest.mark.parametrize("source", ["sd_scripts/kohya_ss_lora_locon.toml", "sd_scripts/sections_sd15_lora.toml",
+                                    "sd_scripts/sections_easy_scripts_style.toml",
+                                    "kohya_ss/test/config/locon-AdamW.json", "kohya_ss/test/config/iA3-Prodigy.json"])
+def test_exported_lora_loads_back_to_the_same_values(source: str, tmp_path: Path) -> None:
+    round_trip("lora", CORPUS / source, [], tmp_path, "sd1")
+
+
+@pytest.mark.parametrize("family, script", [("sd1", "train_db.py"), ("sdxl", "sdxl_train.py")])
+@pytest.mark.parametrize("train_text_encoder", [True, False])
+def test_exported_dreambooth_keeps_whether_the_text_encoder_trains(family: str, script: str, train_text_encoder: bool,
+                                                                   tmp_path: Path) -> None:
+    values = {"train_text_encoder": train_text_encoder, "text_encoder_lr": 5e-6, "learning_rate": 1e-5,
+              "max_train_steps": 100, "reg_data_dir": "/reg", "save_model_as": "safetensors"}
+    cfg = load_config("dreambooth", overrides=sets(values))
+    argv, text, _ = sd_scripts_command(cfg, family=family)
+    assert script in argv
+    raw = tomllib.loads(text)
+    if script == "train_db.py":  # it trains the text encoder unless told not to
+        assert ("stop_text_encoder_training" in raw) is not train_text_encoder
+    else:
+        assert raw["train_text_encoder"] is train_text_encoder
+    path = tmp_path / "db.toml"
+    path.write_text(text + ("sdxl = true\n" if family == "sdxl" else ""), encoding="utf-8")
+    back = load_config("dreambooth", path)
+    assert back.train_text_encoder is train_text_encoder
+    if train_text_encoder:
+        assert back.text_encoder_lr == 5e-6
+
+
+def test_export_names_the_script_of_the_family_and_what_it_leaves_out() -> None:
+    cfg = load_config("finetune", overrides=sets({"use_ema": "gpu", "max_train_epochs": 1, "save_model_as": "both"}))
+    argv, text, notes = sd_scripts_command(cfg, family="sdxl")
+    assert "sdxl_train.py" in argv
+    assert any(n.startswith("use_ema") for n in notes) and any("'both'" in n for n in notes)
+    argv, _, notes = sd_scripts_command(load_config("lora", overrides=["max_train_steps=1"]))
+    assert "train_network.py" in argv and any("model family is not known" in n for n in notes)
+    _, text, _ = sd_scripts_command(load_config("lora", overrides=["max_train_steps=1", "model_family='sd2'"]))
+    assert tomllib.loads(text)["v2"] is True
+
+
+def test_sample_prompt_lines_become_a_prompts_file_with_our_steps() -> None:
+    cfg = load_config("lora", overrides=sets({"max_train_steps": 1, "sample_every_n_steps": 1, "sample_steps": 12,
+                                              "sample_prompt_lines": ["a dog --s 4", "a cat"]}))
+    _, text, _ = sd_scripts_command(cfg, prompts_path="/x/prompts.txt")
+    assert tomllib.loads(text)["sample_prompts"] == "/x/prompts.txt"
+    assert prompt_file_lines(cfg) == ["a dog --s 4 --l 7", "a cat --s 12 --l 7"]
+
+
+def test_print_config_shows_the_config_warnings_and_errors_and_exits_2(tmp_path: Path) -> None:
+    out = io.StringIO()
+    code = print_config("lora", CORPUS / "kohya_ss/test/config/locon-AdamW.json", [], out=out)
+    text = out.getvalue()
+    assert code == 2
+    assert "[network]" in text and "conv_dim = 16" in text  # the resolved config (LoRA_type 'Kohya LoCon')
+    assert "# warning: xformers (sd-scripts) is ignored" in text
+    assert "# error: train_data_dir: folder not found: ./test/img" in text
+    assert tomllib.loads(text)["network"]["network_dim"] == 16  # the report is comments: still TOML
+
+
+def test_print_config_of_a_refused_config_lists_the_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["lora", "--config", str(CORPUS / "sd_scripts/flux_lora.toml"), "--print-config"])
+    text = capsys.readouterr().out
+    assert code == 2 and "SD3/FLUX training is not available yet" in text and "t5xxl" in text
+
+
+def test_print_config_exits_0_when_a_run_could_start(folders: dict[str, str], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    args = [a for kv in sets({**folders, "max_train_steps": 2, "resolution": "64", "min_bucket_reso": 64})
+            for a in ("--set", kv)]
+    code = main(["lora", "--config", str(CORPUS / "kohya_ss/test/config/locon-AdamW.json"), *args,
+                 "--export-sd-scripts", str(tmp_path / "out.toml")])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "0 error(s)" in text and "# accelerate launch" in text and "train_network.py" in text
+    assert (tmp_path / "out.toml").exists() and (tmp_path / "out.prompts.txt").exists()
+
+
+def test_import_kohya_file_gives_the_method_values_and_notes() -> None:
+    method, values, notes = import_kohya_file(CORPUS / "kohya_ss/test/config/dreambooth-AdamW.json")
+    assert method == "dreambooth" and values["train_text_encoder"] is True and values["text_encoder_lr"] == 1e-5
+    assert any("train_db.py" in n for n in notes)
+    method, values, notes = import_kohya_file(CORPUS / "sd_scripts/output_config_flat.toml")
+    assert method == "lora" and values["model_family"] == "sd2" and values["network_alpha"] == 1.0
+    assert any("read as a lora config" in n for n in notes)
+    method, values, _ = import_kohya_file(CORPUS / "sd_scripts/sdxl_finetune_dataset_config.toml")
+    assert method == "finetune" and values["text_encoder_lr"] == 2e-6 and values["train_text_encoder"] is True

@@ -1,0 +1,54 @@
+"""Bring your kohya setup: configs of the corpus (kohya_ss JSONs, sd-scripts TOMLs) train as they are, with only their
+paths pointed at the tiny demo model and data and the size and length made small."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import events, run_trainer, sets
+
+from trainers.demo import build_dataset
+
+pytestmark = pytest.mark.slow  # every test here runs a trainer
+
+CORPUS = Path(__file__).resolve().parents[1] / "core" / "kohya_corpus"
+CONFIGS = [  # (file, method, family of the tiny model its paths point at, other paths it names)
+    ("kohya_ss/test/config/locon-AdamW.json", "lora", "sd1", {}),
+    ("kohya_ss/test/config/dreambooth-AdamW.json", "dreambooth", "sd1", {}),
+    ("kohya_ss/presets/lora/SDXL - LoRA AI_Now ADamW v1.0.json", "lora", "sdxl", {}),
+    ("sd_scripts/sections_sd15_lora.toml", "lora", "sd1", {}),
+    ("sd_scripts/kohya_ss_lora_locon.toml", "lora", "sd1", {"sample_prompts": "<prompts>"}),
+]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight 64x64 images (square, so that every bucketing setting keeps them all in one bucket)."""
+    from PIL import Image
+
+    root = build_dataset(tmp_path_factory.mktemp("kohya data"), folder="1_sks shape", size=64)
+    for path in (root / "1_sks shape").glob("*.png"):
+        with Image.open(path) as image:
+            square = image.crop((0, 0, 64, 64))
+        square.save(path)
+    return root
+
+
+@pytest.mark.parametrize("source, method, family, extra", CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_corpus_config_trains_two_steps(source: str, method: str, family: str, extra: dict[str, object], data: Path,
+                                        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    model = request.getfixturevalue("tiny_sdxl_dir" if family == "sdxl" else "tiny_sd1_dir")
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("sks shape, red circle --s 2\n", encoding="utf-8")
+    small = {"pretrained_model_name_or_path": str(model), "train_data_dir": str(data), "output_dir": str(tmp_path / "out"),
+             "logging_dir": "", "resolution": "64", "min_bucket_reso": 64, "max_bucket_reso": 128,
+             # 8 images, batch 4: one epoch is 2 steps (a file's epochs win over its steps, as in sd-scripts)
+             "max_train_epochs": 1, "max_train_steps": 2, "train_batch_size": 4, "gradient_accumulation_steps": 1,
+             "max_data_loader_n_workers": 0, **{k: str(prompts) if v == "<prompts>" else v for k, v in extra.items()}}
+    run_dir = tmp_path / "run"
+    # a process each: accelerate keeps one mixed precision per process, and the files differ
+    result = run_trainer(["--config", str(CORPUS / source), *sets(**small)], run_dir, method=method)
+    assert result.returncode == 0, result.stderr[-3000:]
+    evs = events(run_dir)
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    assert evs[-1]["type"] == "done" and Path(evs[-1]["output"]).exists()

@@ -1,0 +1,152 @@
+"""sd-scripts files read with sd-scripts' meaning (torch-free).
+
+A file sd-scripts reads (a `--config_file` TOML, or what kohya_ss passes it for one of its JSON configs) may
+hold keys of features Atelier lacks (refused, with the reason and what to use instead), keys of model families
+Atelier does not train (one message for them all), and keys that need translating. Options such a file leaves
+out take sd-scripts' default where ours would train differently. Every translation is said once, as a note.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.core.options.training import BY_NAME
+
+# Key -> why it is refused and what to use instead. Refused only when set: an empty or off value loads quietly.
+REFUSED: dict[str, str] = {
+    "train_inpainting": "inpainting models (a 9-channel UNet) are not trained here",
+    "no_token_padding": "captions are always padded to the full token length here; leave it out",
+    "debug_dataset": "it shows the dataset instead of training; `python -m trainers preflight --config FILE` checks a "
+                     "dataset without training",
+    "dataset_class": "custom dataset classes are not loaded; use train_data_dir, metadata_dir or dataset_config",
+    "initial_epoch": "starting partway through is done by resuming a training state: save_state, then resume",
+    "initial_step": "starting partway through is done by resuming a training state: save_state, then resume",
+    "skip_until_initial_step": "starting partway through is done by resuming a training state: save_state, then "
+                               "resume",
+    "validation_split": "a validation loss is not available yet; leave it out",
+    "validate_every_n_steps": "a validation loss is not available yet; leave it out",
+    "validate_every_n_epochs": "a validation loss is not available yet; leave it out",
+    "resume_from_huggingface": "training states are read from a local folder: download it and set resume to it",
+    "block_lr": "per-block learning rates of a full finetune are not available (a LoRA has down_lr_weight, "
+                "mid_lr_weight and up_lr_weight)",
+    "offload_param_device": "DeepSpeed ZeRO-3 is not available: zero_stage 1 or 2, with offload_optimizer for CPU "
+                            "offload",
+    "offload_optimizer_nvme_path": "NVMe offload is not available: offload_optimizer keeps optimizer states in CPU "
+                                   "memory",
+    "offload_param_nvme_path": "NVMe offload is not available: offload_optimizer keeps optimizer states in CPU memory",
+    "zero3_init_flag": "DeepSpeed ZeRO-3 is not available: zero_stage 1 or 2",
+    "zero3_save_16bit_model": "DeepSpeed ZeRO-3 is not available: zero_stage 1 or 2",
+    "fp16_master_weights_and_gradients": "DeepSpeed keeps float32 master weights here; leave it out",
+    "resize_interpolation": "images are resized with Atelier's own filter; leave it out",
+    "controlnet_model_name_or_path": "ControlNet training is not available",
+    "conditioning_image_dir": "ControlNet training is not available",
+}
+
+# Keys only sd-scripts' trainers of other model families read: one message names them all.
+OTHER_FAMILIES: dict[str, frozenset[str]] = {
+    "SD3/FLUX training is not available yet": frozenset({
+        "ae", "clip_l", "clip_g", "t5xxl", "t5xxl_device", "t5xxl_dtype", "t5xxl_max_token_length", "t5xxl_lr",
+        "apply_t5_attn_mask", "apply_lg_attn_mask", "discrete_flow_shift", "guidance_scale", "timestep_sampling",
+        "model_prediction_type", "sigmoid_scale", "model_type", "split_mode", "split_qkv", "train_blocks",
+        "train_t5xxl", "mem_eff_save", "double_blocks_to_swap", "single_blocks_to_swap", "clip_g_dropout_rate",
+        "clip_l_dropout_rate", "t5_dropout_rate", "enable_scaled_pos_embed", "pos_emb_random_crop_rate", "save_clip",
+        "save_t5xxl", "use_t5xxl_cache_only", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
+        "learning_rate_te3", "num_last_block_to_freeze", "training_shift", "text_encoder_batch_size",
+        "blockwise_fused_optimizers", "skip_latents_validity_check", "img_attn_dim", "img_mlp_dim", "img_mod_dim",
+        "single_dim", "txt_attn_dim", "txt_mlp_dim", "txt_mod_dim", "single_mod_dim", "in_dims",
+        "train_double_block_indices", "train_single_block_indices", "enable_all_linear", "ggpo_sigma", "ggpo_beta",
+    }),
+    "HunyuanImage, Lumina and Anima training is not available": frozenset({
+        "qwen3", "gemma2", "byt5", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length",
+        "t5_max_token_length", "gemma2_max_token_length", "system_prompt", "use_flash_attn", "use_sage_attn",
+        "attn_mode", "split_attn", "fp8_scaled", "fp8_vl", "text_encoder_cpu", "vae_chunk_size", "vae_disable_cache",
+        "unsloth_offload_checkpointing", "qwen_image_vae_2d",
+    }),
+}
+FAMILY_OF_KEY: dict[str, str] = {key: message for message, keys in OTHER_FAMILIES.items() for key in keys}
+TRAINED_HERE = "Atelier trains SD1.x, SD2.x and SDXL"
+
+# sd-scripts' network modules for those families.
+FAMILY_NETWORK_MODULES: dict[str, str] = {
+    "networks.lora_flux": "SD3/FLUX training is not available yet",
+    "networks.oft_flux": "SD3/FLUX training is not available yet",
+    "networks.lora_sd3": "SD3/FLUX training is not available yet",
+    "networks.lora_hunyuan_image": "HunyuanImage, Lumina and Anima training is not available",
+    "networks.lora_lumina": "HunyuanImage, Lumina and Anima training is not available",
+    "networks.lora_anima": "HunyuanImage, Lumina and Anima training is not available",
+}
+# network_module values of sd-scripts that are not ours -> why, and what to use.
+NETWORK_MODULES: dict[str, str] = {
+    "networks.loha": "sd-scripts' own LoHa is not available; use network_module = 'lycoris.kohya' with "
+                     "network_args algo=loha",
+    "networks.lokr": "sd-scripts' own LoKr is not available; use network_module = 'lycoris.kohya' with "
+                     "network_args algo=lokr",
+    "networks.lora_fa": "LoRA-FA is not available; use 'networks.lora'",
+    "networks.oft": "sd-scripts' OFT is not available; use network_module = 'lycoris.kohya' with network_args "
+                    "algo=diag-oft",
+}
+# network_args LyCORIS's kohya entry point does not read (kohya_ss passes them anyway): dropped, said once.
+LYCORIS_UNREAD = ("rank_dropout_scale", "train_on_input")
+
+# sd-scripts' defaults where ours would train (or sample) differently; applied to options an sd-scripts file
+# leaves out. (Speed-only defaults such as data-loader workers keep ours.)
+SD_SCRIPTS_DEFAULTS: dict[str, Any] = {
+    "network_dim": 4,
+    "network_alpha": 1.0,
+    "learning_rate": 2e-6,
+    "caption_extension": ".caption",
+    "sample_sampler": "ddim",
+    "sample_steps": 30,
+    "sample_cfg_scale": 7.5,
+}
+SD_SCRIPTS_MAX_TRAIN_STEPS = 1600  # with neither max_train_steps nor max_train_epochs
+
+# sd-scripts' sample samplers -> ours (sample images only; training is the same).
+SAMPLERS: dict[str, str] = {
+    "k_euler": "euler", "k_euler_a": "euler_a", "dpmsolver++": "dpmpp_2m", "dpmsolver": "dpmpp_2m",
+    "pndm": "ddim", "lms": "euler", "k_lms": "euler", "heun": "euler", "dpm_2": "euler", "k_dpm_2": "euler",
+    "dpm_2_a": "euler_a", "k_dpm_2_a": "euler_a", "dpmsingle": "dpmpp_2m",
+}
+
+
+def blank(value: Any) -> bool:
+    """An empty or off value (what kohya_ss leaves out of the TOML it writes): '', false, 0, [], {} or none."""
+    if value is None or value is False or value == "":
+        return True
+    if isinstance(value, (list, dict)):
+        return not value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value == 0
+    return isinstance(value, str) and value.strip().lower() in ("none", "")
+
+
+def refusals(flat: dict[str, Any]) -> tuple[list[ConfigIssue], set[str]]:
+    """Issues for refused keys and other families' keys that are set, and every such key (set or not)."""
+    issues: list[ConfigIssue] = []
+    handled: set[str] = set()
+    families: dict[str, list[str]] = {}
+    module = flat.get("network_module")
+    if isinstance(module, str) and module in FAMILY_NETWORK_MODULES:
+        handled.add("network_module")
+        families.setdefault(FAMILY_NETWORK_MODULES[module], []).append("network_module")
+    for name, value in flat.items():
+        if name in BY_NAME:
+            continue
+        if name in FAMILY_OF_KEY:
+            handled.add(name)
+            if not blank(value):
+                families.setdefault(FAMILY_OF_KEY[name], []).append(name)
+        elif name in REFUSED:
+            handled.add(name)
+            if not blank(value):
+                issues.append(ConfigIssue(name, f"{name} = {show(value)} is refused: {REFUSED[name]}"))
+    for message, keys in families.items():
+        shown = ", ".join(f"network_module = {module!r}" if k == "network_module" else k for k in keys)
+        issues.append(ConfigIssue(", ".join(keys), f"{message}: this config is for a model family of sd-scripts' other "
+                                  f"trainers (it sets {shown}); {TRAINED_HERE}"))
+    return issues, handled
+
+
+def show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
