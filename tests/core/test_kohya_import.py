@@ -88,7 +88,6 @@ REFUSED = {
     "kohya_ss/test/config/TI-AdamW8bit.json": {"token_string"},
     "kohya_ss/test/config/TI-AdamW8bit-SDXL.json": {"token_string"},
     "kohya_ss/test/config/TI-AdamW8bit-toml.json": {"token_string"},
-    "kohya_ss/test/config/dreambooth-Prodigy-SDXL.json": {"learning_rate_te1"},
     "sd_scripts/flux_lora.toml": {"network_module, clip_l, t5xxl, ae, timestep_sampling, discrete_flow_shift, "
                                   "model_prediction_type, guidance_scale"},
     "sd_scripts/sd3_finetune.toml": {"clip_l, clip_g, t5xxl, weighting_scheme, mode_scale, enable_scaled_pos_embed"},

@@ -136,7 +136,7 @@ def _text_encoder(cfg: TrainConfig, script: str, values: dict[str, Any], notes: 
     te_lr, unet_lr = cfg.values.get("text_encoder_lr"), cfg.values.get("unet_lr")
     if "network_args" in cfg.values:  # a LoRA script: one rate per text encoder, as a list
         if te_lr is not None:
-            values["text_encoder_lr"] = [te_lr]
+            values["text_encoder_lr"] = te_lr if isinstance(te_lr, list) else [te_lr]
         if unet_lr is not None:
             values["unet_lr"] = unet_lr
         return
@@ -152,17 +152,18 @@ def _text_encoder(cfg: TrainConfig, script: str, values: dict[str, Any], notes: 
         elif cfg.values.get("stop_text_encoder_training") is not None:
             values["stop_text_encoder_training"] = cfg.stop_text_encoder_training
         if te_lr is not None and cfg.train_text_encoder:
-            values["learning_rate_te"] = te_lr
+            values["learning_rate_te"] = te_lr[0] if isinstance(te_lr, list) else te_lr
         return
     values["train_text_encoder"] = cfg.train_text_encoder
     if cfg.values.get("stop_text_encoder_training") is not None:
         notes.append(f"stop_text_encoder_training = {cfg.stop_text_encoder_training} is left out: {script} trains "
                      "the text encoders to the end")
     if te_lr is not None and cfg.train_text_encoder:
+        rates = te_lr if isinstance(te_lr, list) else [te_lr]
         if script.startswith("fine_tune"):
-            values["learning_rate_te"] = te_lr
+            values["learning_rate_te"] = rates[0]
         else:
-            values["learning_rate_te1"] = values["learning_rate_te2"] = te_lr
+            values["learning_rate_te1"], values["learning_rate_te2"] = rates[0], rates[-1]
 
 
 def _noise_and_samples(cfg: TrainConfig, values: dict[str, Any], notes: list[str], prompts_path: str | None) -> None:

@@ -153,9 +153,6 @@ class SdScriptsFile:
                 del f["text_encoder_lr"]
             elif len(set(rates)) == 1:  # the same rate for every text encoder: our one rate
                 f["text_encoder_lr"] = rates[0]
-            else:
-                self.bad("text_encoder_lr", f"{value} gives each text encoder its own rate, which is not available: "
-                         "give one rate")
         if self.uses("text_encoder_lr"):
             if "learning_rate_te" in f:
                 self.move("learning_rate_te", "text_encoder_lr", f["learning_rate_te"], "train_db.py's and "
@@ -180,9 +177,10 @@ class SdScriptsFile:
             name = "learning_rate_te1" if rates[0] == 0 else "learning_rate_te2"
             self.bad(name, "0 leaves one text encoder untrained while the other trains, which is not available: "
                      "train both (one rate, text_encoder_lr) or neither (train_text_encoder = false)")
-        elif rates[0] != rates[1]:
-            self.bad("learning_rate_te1", f"learning_rate_te1 = {rates[0]} and learning_rate_te2 = {rates[1]} differ: "
-                     "one rate for both text encoders is available (text_encoder_lr)")
+        elif rates[0] != rates[1] and "text_encoder_lr" not in f:
+            f["text_encoder_lr"] = rates
+            self.note(f"learning_rate_te1 and learning_rate_te2 are read as text_encoder_lr = [{rates[0]:g}, "
+                      f"{rates[1]:g}] (one rate per text encoder)")
         elif rates[0] == 0:
             if f.pop("train_text_encoder", False):
                 self.note("train_text_encoder = true is read as false: learning_rate_te1 and _te2 are 0")
