@@ -14,11 +14,13 @@ from gui.checks import CheckReport, check_form
 from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
-from gui.presets import PresetError, Presets, label, read_partial
+from gui.presets import PresetError, Presets, label
 from gui.run_files import Watchers, list_runs
 from gui.run_panel import RunPanel, build_run_panel, render, view_for
 from gui.transfer_ui import build_downloads, build_upload, wire_downloads
 from trainers.core.launch import needs_config_file, other_machine_commands
+from trainers.core.options import ConfigError
+from trainers.core.options.kohya_import import import_kohya_file
 from trainers.core.registry import METHOD_NAMES, METHODS
 from trainers.core.rundir import RunState
 
@@ -55,9 +57,11 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 with gr.Tabs() as tabs:
+                    method_tabs = {}
                     for i, method in enumerate(METHODS):  # the first tab (LoRA) opens with the initial preset
                         with gr.Tab(method.title, id=method.name):
-                            _method_tab(method.name, services, viewed, initial_preset if i == 0 else None, page)
+                            method_tabs[method.name] = _method_tab(method.name, services, viewed,
+                                                                   initial_preset if i == 0 else None, page)
                     with gr.Tab("Generate", id="generate"):
                         generate = build_generate_tab(services)
                     with gr.Tab("Runs", id="runs"):
@@ -67,6 +71,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                 stop = gr.Button("Stop this run", variant="stop", visible=False, elem_id="stop-run")
                 resume = gr.Button("Resume this run", visible=False, elem_id="resume-run")
                 downloads = build_downloads()
+        _wire_imports(method_tabs, tabs)
         _wire_panel(services, viewed, panel, stop, resume, page)
         wire_downloads(downloads, viewed, services.watchers, services.runs_dir)
         wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
@@ -127,7 +132,7 @@ def _resume(services: Services, run_id: str) -> tuple[str | None, str]:
 
 
 def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initial_preset: str | None,
-                page: gr.Blocks) -> None:
+                page: gr.Blocks) -> MethodTab:
     presets = services.presets
     with gr.Accordion("Presets", open=True):
         with gr.Row():
@@ -144,7 +149,8 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     with gr.Row():
         show_cmd = gr.Button("Show command", size="sm")
         export = gr.Button("Export TOML", size="sm")
-        upload = gr.UploadButton("Import TOML", file_types=[".toml"], size="sm")
+        upload = gr.UploadButton("Import config (TOML, kohya JSON)", file_types=[".toml", ".json"], size="sm",
+                                 elem_id=f"import-{method}")
     report_md = gr.Markdown(elem_id=f"report-{method}")
     lr_chart = gr.LinePlot(pd.DataFrame({"step": [], "lr": [], "series": []}), x="step", y="lr", color="series",
                            title="Learning rate over the steps", height=220, visible=False, x_axis_format="d",
@@ -208,17 +214,6 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         report.cfg.save(path)
         return {exported: gr.File(str(path), visible=True)}
 
-    def on_import(file: Any) -> dict:
-        path = Path(file if isinstance(file, str) else file.name)
-        try:
-            values, warnings = read_partial(path, method, path.name)
-        except PresetError as err:
-            return {report_md: f"### Import failed\n{err}"}
-        updates = form.updates(values)
-        updates[report_md] = (f"### Imported `{path.name}`\nIt set {len(values)} option(s); the other fields are "
-                              "unchanged.\n" + "\n".join(f"- {w}" for w in warnings))
-        return updates
-
     def on_load_preset(name: str) -> dict:
         if not name:
             return {report_md: "Pick a preset first."}
@@ -255,7 +250,6 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     start.click(on_start, inputs=inputs, outputs=set(notes) | {report_md, viewed, lr_chart})
     show_cmd.click(on_command, inputs=inputs, outputs=set(notes) | {report_md, command})
     export.click(on_export, inputs=inputs, outputs=set(notes) | {report_md, exported})
-    upload.upload(on_import, inputs=upload, outputs=form_out)
     load.click(on_load_preset, inputs=preset, outputs=form_out)
     save.click(on_save_preset, inputs={save_name} | inputs, outputs={preset, report_md})
     delete.click(on_delete_preset, inputs=preset, outputs={preset, report_md})
@@ -264,6 +258,39 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     page.load(lambda: gr.Dropdown(choices=presets.choices(method), value=initial_preset), outputs=preset)
     if initial_preset:
         page.load(lambda: on_load_preset(initial_preset), outputs=form_out)
+    return MethodTab(form, report_md, upload)
+
+
+@dataclass
+class MethodTab:
+    form: Form
+    report: gr.Markdown
+    import_button: gr.UploadButton
+
+
+def _wire_imports(method_tabs: dict[str, MethodTab], tabs: gr.Tabs) -> None:
+    """Every tab's Import takes our TOML, an sd-scripts --config_file TOML or a kohya_ss JSON, fills the tab of the
+    method the file is for (and shows it), and changes only the options the file sets."""
+    outputs = {tabs} | {t.report for t in method_tabs.values()} | {c for t in method_tabs.values()
+                                                                    for c in t.form.components}
+
+    def on_import(here: str, file: Any) -> dict:
+        path = Path(file if isinstance(file, str) else file.name)
+        try:
+            method, values, notes = import_kohya_file(path)
+        except ConfigError as err:
+            return {method_tabs[here].report: f"### Import failed: `{path.name}`\n{err}"}
+        target = method_tabs[method]
+        moved = "" if method == here else f" (a {method} config: it went to this tab)"
+        updates = target.form.updates(values)
+        updates[target.report] = (f"### Imported `{path.name}`{moved}\nIt set {len(values)} option(s); the other "
+                                  "fields are unchanged.\n" + "\n".join(f"- {n}" for n in notes))
+        updates[tabs] = gr.Tabs(selected=method)
+        return updates
+
+    for name, tab in method_tabs.items():
+        tab.import_button.upload(lambda file, here=name: on_import(here, file), inputs=tab.import_button,
+                                 outputs=outputs)
 
 
 def _keep_launch_consistent(form: "Form") -> None:

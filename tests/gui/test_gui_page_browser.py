@@ -25,6 +25,12 @@ def _open(page, group: str) -> None:
         accordion.locator("button").first.click()
 
 
+def _import(page, path: Path) -> None:
+    with page.expect_file_chooser() as chooser:
+        page.locator("#import-lora").click()
+    chooser.value.set_files(str(path))
+
+
 def test_bad_numbers_are_named_in_the_report(lora) -> None:  # noqa: F811
     page = lora
     _open(page, "network")
@@ -73,9 +79,7 @@ def test_import_changes_only_what_the_file_names_and_show_command_writes_its_con
     _fill(page, "output_name", "kept_name")
     partial = tmp_path / "only dim.toml"
     partial.write_text('[network]\nnetwork_dim = 24\n', encoding="utf-8")
-    with page.expect_file_chooser() as chooser:
-        page.get_by_role("button", name="Import TOML").click()
-    chooser.value.set_files(str(partial))
+    _import(page, partial)
     expect(page.locator("#report-lora")).to_contain_text("It set 1 option(s)")
     expect(page.locator("#opt-network_dim").locator("textarea, input").first).to_have_value("24")
     expect(page.locator("#opt-output_name").locator("textarea, input").first).to_have_value("kept_name")
@@ -86,6 +90,18 @@ def test_import_changes_only_what_the_file_names_and_show_command_writes_its_con
     argv = shlex.split(code.inner_text().splitlines()[-1])
     config = Path(argv[argv.index("--config") + 1])
     assert config.is_file() and "kept_name" in config.read_text(encoding="utf-8")
+
+
+def test_a_kohya_ss_json_imported_on_the_lora_tab_fills_the_dreambooth_tab(lora) -> None:  # noqa: F811
+    page = lora
+    corpus = Path(__file__).resolve().parents[1] / "core" / "kohya_corpus" / "kohya_ss" / "test" / "config"
+    _import(page, corpus / "dreambooth-AdamW.json")
+    report = page.locator("#report-dreambooth")
+    expect(report).to_contain_text("a dreambooth config: it went to this tab")
+    expect(page.locator("#start-dreambooth")).to_be_visible()
+    shown = page.get_by_role("tabpanel").locator("#opt-output_name").locator("textarea, input").first
+    expect(shown).to_have_value("db-AdamW")  # the Dreambooth tab's own field (each tab has its own form)
+    page.get_by_role("tab", name="LoRA", exact=True).click()
 
 
 def test_upload_a_dataset_then_download_a_runs_results(lora, demo_app: App, tmp_path: Path) -> None:  # noqa: F811
