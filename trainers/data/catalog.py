@@ -27,6 +27,7 @@ from trainers.data.kohya_folders import (
     scan_image_folder,
     scan_kohya_folders,
 )
+from trainers.data.metadata_file import read_metadata_file
 from trainers.data.metadata_json import scan_metadata_dir
 from trainers.data.probe import ImageSkipped, probe_image
 from trainers.data.specs import DatasetSpec, SubsetSpec
@@ -229,6 +230,13 @@ def _read_subset(spec: SubsetSpec, dataset: int, warnings: list[str]):
                                                  strict=spec.captions.strict)
         warnings.extend(f"{spec.label}: {w}" for w in folder_warnings)
         yield CatalogSubset(spec, dataset, spec.path.name, spec.path, spec.repeats, spec.tokens), sub.images
+    elif spec.kind == "metadata_file":
+        assert spec.metadata_file is not None
+        folder = spec.path if str(spec.path) not in ("", ".") else None
+        items, file_warnings = read_metadata_file(spec.metadata_file, folder, spec.captions.split_on, spec.field,
+                                                  spec.captions.wildcard)
+        warnings.extend(f"{spec.label}: {w}" if spec.label else w for w in file_warnings)
+        yield CatalogSubset(spec, dataset, spec.metadata_file.stem, spec.path, spec.repeats, ""), items
     else:
         scan = scan_metadata_dir(spec.path, spec.metadata)
         subset = CatalogSubset(spec, dataset, spec.path.name, spec.path, spec.repeats, "", metadata_files=scan.files,

@@ -20,7 +20,7 @@ def dataset_issues(cfg: TrainConfig) -> list[ConfigIssue]:
     def bad(name: str, message: str) -> None:
         issues.append(ConfigIssue(name, message, "dataset"))
 
-    if not any(str(cfg.values[n]).strip() for n in ("train_data_dir", "metadata_dir", "dataset_config")):
+    if not any(str(cfg.values[n]).strip() for n in ("train_data_dir", "metadata_dir", "dataset_config", "in_json")):
         bad("train_data_dir", "is required: give a folder of <repeats>_<tokens> subfolders (or set metadata_dir "
             "or dataset_config)")
     if cfg.enable_bucket:

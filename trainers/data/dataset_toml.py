@@ -47,7 +47,8 @@ SUBSET_OPTIONS = (
     "metadata_shuffle_tag_p", "metadata_consider_every_nth", "alpha_mask", "caption_separator", "secondary_separator",
     "enable_wildcard", "token_warmup_min", "token_warmup_step", "color_aug",
 )
-SUBSET_ONLY = ("image_dir", "metadata_dir", "num_repeats", "class_tokens", "is_reg", "conditioning_data_dir")
+SUBSET_ONLY = ("image_dir", "metadata_dir", "metadata_file", "num_repeats", "class_tokens", "is_reg",
+               "conditioning_data_dir")
 DATASET_OPTIONS = ("resolution", "enable_bucket", "min_bucket_reso", "max_bucket_reso", "bucket_reso_steps",
                    "bucket_no_upscale")
 RENAMED = {"batch_size": "train_batch_size"}  # sd-scripts dataset key -> our option
@@ -114,10 +115,6 @@ def _level(table: Any, where: str, allowed: tuple[str, ...], issues: list[str], 
         if key in IGNORED:
             warnings.append(f"dataset_config {where}: {key} (sd-scripts) is ignored: {IGNORED[key]}")
             continue
-        if key == "metadata_file":
-            issues.append(f"{where}: metadata_file (sd-scripts fine-tuning JSON) is not supported; put one JSON file "
-                          "per image in a folder and use metadata_dir")
-            continue
         if key not in allowed:
             issues.append(_misplaced(key, where, allowed))
             continue
@@ -138,6 +135,8 @@ def _subset(table: Any, where: str, defaults: dict[str, Any], base: Path, issues
     values = {**defaults, **own}
     image_dir, metadata_dir = table.get("image_dir"), table.get("metadata_dir")
     repeats, tokens, is_reg = table.get("num_repeats", 1), table.get("class_tokens", ""), table.get("is_reg", False)
+    if table.get("metadata_file") is not None:
+        return _metadata_file_subset(table, where, values, base, issues)
     problems = []
     if bool(image_dir) == bool(metadata_dir):
         problems.append("needs image_dir (a folder of images) or metadata_dir (a folder of JSON files), not both")
@@ -165,6 +164,33 @@ def _subset(table: Any, where: str, defaults: dict[str, Any], base: Path, issues
         repeats = values["dataset_repeats"]
     return subset_spec(kind, found, values, repeats=repeats, tokens=tokens, is_reg=is_reg, field=FIELD, label=where,
                        masks=masks)
+
+
+def _metadata_file_subset(table: dict[str, Any], where: str, values: dict[str, Any], base: Path,
+                          issues: list[str]) -> SubsetSpec | None:
+    """A fine-tuning subset: sd-scripts' metadata_file (captions of every image) and the image_dir they are in."""
+    file, image_dir, repeats = table["metadata_file"], table.get("image_dir"), table.get("num_repeats", 1)
+    problems = []
+    if not isinstance(file, str) or not file.strip():
+        problems.append("metadata_file must be a file path (text)")
+    if image_dir is not None and not isinstance(image_dir, str):
+        problems.append("image_dir must be text")
+    if table.get("metadata_dir"):
+        problems.append("metadata_file and metadata_dir are two sources of captions: keep one")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        problems.append(f"num_repeats: got {repeats!r}; expected a whole number >= 1")
+    if problems:
+        issues.extend(f"{where}: {p}" for p in problems)
+        return None
+    path = Path(file).expanduser()
+    path = path if path.is_absolute() or not (base / path).is_file() else base / path
+    folder = _find(image_dir, base) if image_dir else Path(".")
+    if not path.is_file() or folder is None:
+        issues.append(f"{where}: not found: {file if not path.is_file() else image_dir} (relative paths are read "
+                      f"from {base})")
+        return None
+    return subset_spec("metadata_file", folder, values, repeats=repeats, is_reg=bool(table.get("is_reg", False)),
+                       field=FIELD, label=where, metadata_file=path)
 
 
 def _masks_problems(masks_dir: Any, values: Mapping[str, Any], metadata: bool) -> list[str]:

@@ -81,11 +81,6 @@ SD_SCRIPTS: dict[str, dict[str, str]] = {
 DREAMBOOTH_TRAINS_TEXT_ENCODER: dict[str, bool] = {"sd1": True, "sd2": True, "sdxl": False}
 
 
-def _in_json(value: Any, out: dict[str, Any], problems: list[str]) -> None:
-    problems.append("in_json (sd-scripts fine-tuning metadata file) is not supported; put one JSON file per image "
-                    "(path, tags, score) in a folder and set metadata_dir")
-
-
 def _save_model_as(value: Any, out: dict[str, Any], problems: list[str]) -> None:
     if value != "safetensors":
         problems.append(f"save_model_as = {value!r} is not supported; files are always written as safetensors")
@@ -93,7 +88,6 @@ def _save_model_as(value: Any, out: dict[str, Any], problems: list[str]) -> None
 
 TRANSLATED: dict[str, Callable[[Any, dict[str, Any], list[str]], None]] = {
     "save_model_as": _save_model_as,
-    "in_json": _in_json,
 }
 
 

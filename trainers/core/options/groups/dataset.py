@@ -7,6 +7,10 @@ from trainers.core.options.schema import Option
 OPTIONS: tuple[Option, ...] = (
     Option("train_data_dir", "str", "", "Folder holding <repeats>_<tokens> subfolders of images, e.g. '10_sks dog'. "
            "One of train_data_dir, metadata_dir or dataset_config is needed.", "dataset", path="dir"),
+    Option("in_json", "str", "", "sd-scripts' fine-tuning metadata: one JSON (or .jsonl) of {image: {caption, tags}} "
+           "as merge_captions_to_metadata.py writes it. Its images are in train_data_dir (which then holds the images "
+           "themselves, not <repeats>_ subfolders) or at the absolute paths it names; each repeats dataset_repeats "
+           "times an epoch.", "dataset", path="file", advanced=True),
     Option("reg_data_dir", "str", "", "Regularization images, in <repeats>_<class> subfolders like train_data_dir. "
            "They are repeated (as sd-scripts does) until there are as many as training images an epoch.",
            "dataset", path="dir"),

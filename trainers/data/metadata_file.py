@@ -1,0 +1,87 @@
+"""sd-scripts' fine-tuning metadata: one JSON (`in_json`, a subset's `metadata_file`) holding every image's caption.
+
+    {"img001": {"caption": "a dog on a beach", "tags": "dog, beach, sunny", "image_size": [768, 512]}, ...}
+
+or JSON Lines, one `{"image_path": ..., "caption": ..., "tags": ...}` a line. A key is an image path, absolute or
+relative to the image folder, with or without its extension (sd-scripts' merge_captions_to_metadata.py writes the
+stem). The caption is `caption`, then `tags` after caption_separator, as sd-scripts joins them. Torch-free.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trainers.data.kohya_folders import IMAGE_EXTENSIONS, DatasetLayoutError, ImageItem
+
+
+def read_metadata_file(path: Path, image_dir: Path | None, separator: str, field: str,
+                       wildcard: bool = False) -> tuple[list[ImageItem], list[str]]:
+    """(images with their captions, warnings naming the entries skipped). Raises DatasetLayoutError when the file
+    cannot be read at all."""
+    entries = _entries(path, field)
+    images: list[ImageItem] = []
+    missing: list[str] = []
+    for key, record in entries.items():
+        found = _image(key, image_dir)
+        if found is None:
+            missing.append(key)
+            continue
+        caption = _caption(record, separator, wildcard)
+        images.append(ImageItem(found, caption, bool(caption)))
+    warnings = []
+    if missing:
+        where = f"in {image_dir}" if image_dir else "(give the image folder as train_data_dir or image_dir)"
+        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        warnings.append(f"{path.name}: {len(missing)} of {len(entries)} image(s) not found {where}; skipped: {shown}")
+    return images, warnings
+
+
+def _entries(path: Path, field: str) -> dict[str, dict[str, Any]]:
+    def fail(why: str) -> DatasetLayoutError:
+        return DatasetLayoutError(f"{field}: {path}: {why}", field=field, path=path)
+
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as err:
+        raise fail(f"cannot be read ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise fail(f"is not UTF-8 text ({err})") from None
+    try:
+        if path.suffix.lower() == ".jsonl":
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            data = {str(r["image_path"]): r for r in rows if isinstance(r, dict) and "image_path" in r}
+        else:
+            data = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise fail(f"is not valid JSON ({err})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise fail('expected {"<image>": {"caption": ..., "tags": ...}, ...} as sd-scripts\' metadata files hold')
+    if not data:
+        raise fail("holds no images")
+    return data
+
+
+def _image(key: str, image_dir: Path | None) -> Path | None:
+    """The image file a metadata key names (sd-scripts: an absolute path, else relative to image_dir)."""
+    base = Path(key).expanduser()
+    if not base.is_absolute():
+        if image_dir is None:
+            return None
+        base = image_dir / key
+    candidates = [base] + [base.with_name(base.name + ext) for ext in sorted(IMAGE_EXTENSIONS)]
+    candidates += [base.with_name(base.name + ext.upper()) for ext in sorted(IMAGE_EXTENSIONS)]
+    return next((c for c in candidates if c.suffix.lower() in IMAGE_EXTENSIONS and c.is_file()), None)
+
+
+def _caption(record: dict[str, Any], separator: str, wildcard: bool) -> str:
+    caption = str(record.get("caption") or "")
+    tags = record.get("tags")
+    tags = ", ".join(map(str, tags)) if isinstance(tags, list) else str(tags or "")
+    if not tags:
+        return caption
+    if wildcard:  # each line of the caption gets the tags
+        tags = tags.replace("\n", separator)
+        lines = [line for line in caption.split("\n") if line.strip()] or [""]
+        return "\n".join(f"{line}{separator}{tags}" if line else tags for line in lines)
+    return f"{caption}{separator}{tags}" if caption else tags
