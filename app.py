@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     from gui.page import Services, build_page
     from gui.presets import Presets
     from gui.run_files import Watchers
+    from gui.run_queue import RunQueue
 
     if args.demo:
         _ensure_demo()
@@ -99,8 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     roots = args.allowed_roots or ([Path.home(), REPO, runs_dir] if exposed else None)
     if roots:  # uploads land where training may read them
         roots = [*roots, datasets_dir]
-    services = Services(runs_dir, JobManager(runs_dir), Presets(args.presets_dir.expanduser()), Watchers(),
-                        [r.expanduser().resolve() for r in roots] if roots else None, datasets_dir)
+    jobs = JobManager(runs_dir)
+    queue = RunQueue(jobs)
+    queue.run_scheduler()  # queued runs (this session's or an earlier one's) start as their GPUs free up
+    services = Services(runs_dir, jobs, Presets(args.presets_dir.expanduser()), Watchers(),
+                        [r.expanduser().resolve() for r in roots] if roots else None, datasets_dir, queue)
     page = build_page(services, initial_preset="demo" if args.demo else None)
     page.queue(default_concurrency_limit=8)
     host = "localhost" if args.listen in ("0.0.0.0", "::") else args.listen

@@ -121,12 +121,24 @@ class JobManager:
             run_dir = self.new_run_dir(cfg)
             run_dir.mkdir(parents=True)
             cfg.save(run_dir / CONFIG)
-            write_accelerate_config(cfg, run_dir)  # DeepSpeed / FSDP only; the command names it
-            proc = self._launch(self.command(cfg, run_dir), run_dir, launch_env(cfg))
-            lifecycle.launched(run_dir, proc.pid, method=cfg.method, gpu_ids=cfg.gpu_ids,
-                               num_processes=cfg.num_processes, output_dir=cfg.output_dir, output_name=cfg.output_name)
-        threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
+            self.launch_in(run_dir, cfg)
         return run_dir
+
+    def launch_in(self, run_dir: Path, cfg: TrainConfig) -> None:
+        """Launch the trainer of `cfg` in the existing run folder `run_dir` (its config.toml written)."""
+        write_accelerate_config(cfg, run_dir)  # DeepSpeed / FSDP only; the command names it
+        proc = self._launch(self.command(cfg, run_dir), run_dir, launch_env(cfg))
+        lifecycle.launched(run_dir, proc.pid, method=cfg.method, gpu_ids=cfg.gpu_ids,
+                           num_processes=cfg.num_processes, output_dir=cfg.output_dir, output_name=cfg.output_name)
+        threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
+
+    def busy_with(self, wanted: set[str]) -> Path | None:
+        """The active run using any of `wanted` (GPU ids, or "cpu" for the machine), if one is."""
+        try:
+            self._refuse_busy(wanted)
+        except JobError:
+            return next(r for r in self.active_runs() if wanted & gpu_set(read_status(r)))
+        return None
 
     def _refuse_busy(self, wanted: set[str]) -> None:
         """Two jobs never share a GPU (or, without GPUs, the machine)."""

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import shlex
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from gui.jobs import JobError, JobManager
 from gui.presets import PresetError, Presets, label
 from gui.run_files import Watchers, list_runs
 from gui.run_panel import RunPanel, build_run_panel, render, view_for
+from gui.run_queue import RunQueue
 from gui.transfer_ui import build_downloads, build_upload, wire_downloads
 from trainers.core.launch import needs_config_file, other_machine_commands
 from trainers.core.options import ConfigError
@@ -44,6 +47,7 @@ class Services:
     watchers: Watchers
     allowed_roots: list[Path] | None = None  # None: paths anywhere on this machine
     datasets_dir: Path | None = None  # where uploaded datasets go (default: datasets/ beside the runs folder)
+    queue: RunQueue | None = None  # Start while the GPUs are busy queues the run (None: refuses it)
 
     @property
     def uploads(self) -> Path:
@@ -186,12 +190,15 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         if not report.ok:
             return updates
         try:
-            run_dir = services.jobs.start(report.cfg)
+            if services.queue is not None:
+                run_dir, said = services.queue.submit(report.cfg)
+            else:
+                run_dir, said = services.jobs.start(report.cfg), ""
         except JobError as err:
             updates[report_md] = f"### Not started\n{err}"
             return updates
         updates[viewed] = run_dir.name
-        updates[report_md] = f"### Started `{run_dir.name}`\n{report.steps}"
+        updates[report_md] = f"### {said or f'Started `{run_dir.name}`'}\n{report.steps}"
         return updates
 
     def on_command(data: dict) -> dict:
@@ -304,6 +311,26 @@ def _keep_launch_consistent(form: "Form") -> None:
     gpu_ids.change(sync, inputs=gpu_ids, outputs=processes)
 
 
+class RunList:
+    """list_runs for every page at most every `ttl_s` seconds (each call reads every run's status.json)."""
+
+    def __init__(self, ttl_s: float = 2.0) -> None:
+        self.ttl_s = ttl_s
+        self._cached: dict[Path, tuple[float, list]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, runs_dir: Path, fresh: bool = False) -> list:
+        with self._lock:
+            at, runs = self._cached.get(runs_dir, (-1e9, []))
+            if fresh or time.monotonic() - at > self.ttl_s:
+                runs = list_runs(runs_dir)
+                self._cached[runs_dir] = (time.monotonic(), runs)
+            return runs
+
+
+RUN_LIST = RunList()
+
+
 def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
     table = gr.Dataframe(headers=["run", "method", "state", "output", "message"], interactive=False, wrap=True,
                          elem_id="runs-table")
@@ -312,15 +339,22 @@ def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
         open_btn = gr.Button("Show in run panel", scale=1)
         resume_btn = gr.Button("Resume", scale=1, elem_id="runs-resume")
         refresh = gr.Button("Refresh", scale=1)
+    with gr.Row(visible=services.queue is not None):
+        sooner = gr.Button("Queue: move up", size="sm", elem_id="queue-up")
+        later = gr.Button("Queue: move down", size="sm", elem_id="queue-down")
+        cancel = gr.Button("Queue: cancel", size="sm", variant="stop", elem_id="queue-cancel")
     note = gr.Markdown(elem_id="runs-note")
 
-    def rows() -> tuple[list[list[str]], dict]:
-        runs = list_runs(services.runs_dir)
+    def rows(shown: Any = None) -> tuple[Any, Any, Any]:
+        runs = RUN_LIST.get(services.runs_dir, fresh=shown is None)
         data = [[r.run_id, r.method, r.state, Path(r.output).name if r.output else "", r.message] for r in runs]
-        return data, gr.Dropdown(choices=[r.run_id for r in runs])
+        if data == shown:  # unchanged: nothing goes to the browser
+            return gr.skip(), gr.skip(), shown
+        return data, gr.Dropdown(choices=[r.run_id for r in runs]), data
 
-    refresh.click(rows, outputs=[table, pick])
-    gr.Timer(5.0).tick(rows, outputs=[table, pick], show_progress="hidden")
+    listed = gr.State(None)
+    refresh.click(rows, outputs=[table, pick, listed])
+    gr.Timer(5.0).tick(rows, inputs=listed, outputs=[table, pick, listed], show_progress="hidden")
     open_btn.click(lambda run_id: run_id or gr.update(), inputs=pick, outputs=viewed)
 
     def resume(run_id: str) -> tuple[Any, str]:
@@ -329,3 +363,20 @@ def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
         return started or gr.update(), message
 
     resume_btn.click(resume, inputs=pick, outputs=[viewed, note])
+
+    def queue_action(run_id: str, action: str) -> tuple[Any, Any, Any, str]:
+        if services.queue is None or not run_id:
+            return gr.skip(), gr.skip(), gr.skip(), "Pick a queued run first."
+        try:
+            if action == "cancel":
+                services.queue.cancel(services.runs_dir / run_id)
+            else:
+                services.queue.move(services.runs_dir / run_id, -1 if action == "up" else 1)
+        except JobError as err:
+            return gr.skip(), gr.skip(), gr.skip(), str(err)
+        order = [p.name for p in services.queue.queued()]
+        return *rows(), f"Queue: {', '.join(order) or 'empty'}"
+
+    for button, action in ((sooner, "up"), (later, "down"), (cancel, "cancel")):
+        button.click(lambda run_id, action=action: queue_action(run_id, action), inputs=pick,
+                     outputs=[table, pick, listed, note])

@@ -41,6 +41,7 @@ class RunView:
     output: str = ""
     log_tail: list[str] = field(default_factory=list)
     images: tuple[int, int] = (0, 0)  # a generation job's (done, total) images
+    version: int = 0  # goes up whenever anything above changed (pages compare it, not the contents)
 
 
 class RunWatcher:
@@ -67,9 +68,13 @@ class RunWatcher:
                 if event is not None:
                     self._apply(event)
             # progress bars redraw with \r: keep what the terminal would show last
-            self._log_lines.extend(line.rstrip("\r").split("\r")[-1] for line in self.log.read_new())
+            log_lines = self.log.read_new()
+            self._log_lines.extend(line.rstrip("\r").split("\r")[-1] for line in log_lines)
             v = self.view
-            v.status = read_status(self.run_dir)
+            status = read_status(self.run_dir)
+            if lines or log_lines or status != v.status:
+                v.version += 1
+            v.status = status
             v.state = effective_state(v.status)
             if v.state == RunState.FAILED and v.error is None and RunState.of(v.status.get("state")).active:
                 v.error = ev.Error(message="the trainer process ended without reporting (killed by the system: "
@@ -140,11 +145,17 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
 
 class Watchers:
     """One watcher per run (or job) directory, shared by all browser sessions; `make` builds a watcher
-    (RunWatcher for training runs) whose `refresh()` reads what was appended and returns the view."""
+    (RunWatcher for training runs) whose `refresh()` reads what was appended and returns the view.
 
-    def __init__(self, make: Callable[[Path], Any] | None = None) -> None:
+    A view is read from disk at most every `min_interval_s` whatever the number of open pages: twenty pages
+    polling a run cost the server what one does.
+    """
+
+    def __init__(self, make: Callable[[Path], Any] | None = None, min_interval_s: float = 0.5) -> None:
         self._make = make or RunWatcher
+        self.min_interval_s = min_interval_s
         self._watchers: dict[Path, Any] = {}
+        self._read: dict[Path, tuple[float, Any]] = {}  # run dir -> (when read, view)
         self._lock = threading.Lock()
 
     def view(self, run_dir: Path) -> Any:
@@ -152,7 +163,13 @@ class Watchers:
             watcher = self._watchers.get(run_dir)
             if watcher is None:
                 watcher = self._watchers[run_dir] = self._make(run_dir)
-        return watcher.refresh()
+            at, view = self._read.get(run_dir, (-1e9, None))
+            now = time.monotonic()
+            if view is not None and now - at < self.min_interval_s:
+                return view
+            view = watcher.refresh()
+            self._read[run_dir] = (now, view)
+            return view
 
 
 def format_duration(seconds: float | None) -> str:

@@ -15,7 +15,8 @@ from trainers.core.rundir import RunState
 
 OOM_HINT = ("Out of memory: lower train_batch_size or resolution, turn on gradient_checkpointing, use "
             "mixed_precision bf16/fp16, an 8-bit optimizer (AdamW8bit), or a smaller network_dim.")
-STATE_LABEL = {RunState.STARTING: "Starting", RunState.RUNNING: "Training", RunState.STOPPING: "Stopping…",
+STATE_LABEL = {RunState.QUEUED: "Queued", RunState.STARTING: "Starting", RunState.RUNNING: "Training",
+               RunState.STOPPING: "Stopping…",
                RunState.FINISHED: "Finished", RunState.FAILED: "Failed", RunState.STOPPED: "Stopped"}
 
 
@@ -55,12 +56,27 @@ def _bar(step: int, total: int, unit: str = "steps") -> str:
             f'<span>{step} / {total} {unit}</span></div>')
 
 
+_RENDERED: dict[str, tuple[RunView, int, list[tuple[Any, Any]]]] = {}  # run id -> (view, its version, render)
+
+
 def render(view: RunView) -> list[tuple[Any, Any]]:
     """(change key, panel value) for one run view, in RunPanel.outputs order.
 
     The page sends a value only when its key changed since the last tick, so an idle panel
-    costs the browser nothing (re-drawing the chart every second is not free).
+    costs the browser nothing (re-drawing the chart every second is not free). A view is rendered
+    once per change, however many pages show it.
     """
+    done = _RENDERED.get(view.run_id)
+    if done is not None and done[0] is view and done[1] == view.version and view.version:
+        return done[2]
+    if len(_RENDERED) > 64:
+        _RENDERED.clear()
+    pairs = _render(view)
+    _RENDERED[view.run_id] = (view, view.version, pairs)
+    return pairs
+
+
+def _render(view: RunView) -> list[tuple[Any, Any]]:
     p, plan = view.progress, view.plan
     step, total = (p.step, p.total_steps) if p else (0, plan.get("total_steps", 0))
     state = STATE_LABEL.get(view.state, str(view.state))
@@ -78,6 +94,8 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
     elif p:  # a run that ended: what it reached, no live rates
         stats = (f"Epoch **{p.epoch} / {p.total_epochs}** · final loss {p.loss_smoothed:.4f} · "
                  f"peak memory {p.peak_mem_gb:.2f} GB ({p.peak_mem_kind})")
+    elif view.state == RunState.QUEUED:
+        stats = "Waiting in the queue for its GPUs (the Runs tab reorders or cancels it)."
     else:
         stats = "Loading the model and data…" if view.state.active else ""
     chart_key = (len(view.losses), view.losses[-1] if view.losses else None)

@@ -309,12 +309,23 @@ def test_start_shows_progress_to_total_and_the_lora_file(lora, shots: Path, tmp_
     title = page.locator("#run-title")
     expect(title).to_contain_text(re.compile(r"(Starting|Training): " + re.escape(run_id)))
 
-    # Only one run at a time on a machine without GPUs: a second Start is refused and says why.
+    # Only one run at a time on a machine without GPUs: a second Start queues behind it, and can be cancelled.
     page.locator("#start-lora").click()
     report = page.locator("#report-lora")
-    expect(report).to_contain_text("Not started")
-    expect(report).to_contain_text(f"Run {run_id} is still active")
-    expect(report).to_contain_text("two runs never share a GPU")
+    expect(report).to_contain_text("Queued")
+    expect(report).to_contain_text(f"when run {run_id} is done")
+    queued_id = re.search(r"Queued\s+(\S+)", report.inner_text()).group(1)
+    page.get_by_role("tab", name="Runs", exact=True).click()
+    page.get_by_role("button", name="Refresh", exact=True).click()
+    page.locator("#runs-pick input").click()
+    page.get_by_role("option", name=queued_id).click()
+    page.locator("#queue-cancel").click()
+    expect(page.locator("#runs-note")).to_contain_text("Queue: empty")
+    page.locator("#runs-pick input").click()
+    page.get_by_role("option", name=run_id).click()
+    page.get_by_role("button", name="Show in run panel").click()  # the panel followed the queued run: go back
+    expect(title).to_contain_text(run_id)
+    page.get_by_role("tab", name="LoRA", exact=True).click()
 
     _wait_steps(page, 1)
     expect(page.locator("#run-stats")).to_contain_text(re.compile(r"Epoch\s+\d+ / \d+.*it/s"))

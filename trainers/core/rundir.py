@@ -36,6 +36,7 @@ IMAGES = "images"  # a generation job's images (unless it names another folder)
 class RunState(str, Enum):
     """The states status.json records; a str, so it is written and compared as its value."""
 
+    QUEUED = "queued"  # waits for its GPUs (the GUI's queue starts it)
     STARTING = "starting"
     RUNNING = "running"
     STOPPING = "stopping"

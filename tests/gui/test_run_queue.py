@@ -1,0 +1,69 @@
+"""Start while the GPUs are busy queues the run; the queue is reordered, cancelled, survives a restart and starts
+the next run by itself when the GPUs free up."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gui.jobs import JobError, JobManager
+from gui.run_queue import RunQueue
+from trainers.core.options import TrainConfig
+from trainers.core.rundir import read_status
+
+
+def _stand_in_python(folder: Path) -> Path:
+    """A trainer stand-in: says it started (argv.json), then runs until its run folder holds `release`."""
+    script = folder / "python stand-in"
+    script.write_text(f"#!{sys.executable}\nimport json, os, sys, time\n"
+                      "run_dir = sys.argv[sys.argv.index('--run-dir') + 1]\n"
+                      "open(run_dir + '/argv.json', 'w').write(json.dumps(sys.argv[1:]))\n"
+                      "while not os.path.exists(run_dir + '/release'):\n    time.sleep(0.05)\n", encoding="utf-8")
+    script.chmod(0o755)
+    return script
+
+
+def _wait(predicate, what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out: {what}")
+        time.sleep(0.05)
+
+
+def test_busy_gpus_queue_runs_that_start_in_order_by_themselves(tmp_path: Path) -> None:
+    jobs = JobManager(tmp_path / "runs", python=str(_stand_in_python(tmp_path)))
+    queue = RunQueue(jobs)
+    cfg = TrainConfig("lora", {"max_train_steps": 1})
+    first, said = queue.submit(cfg.replace(output_name="first"))
+    assert said.startswith("Started") and read_status(first)["state"] != "queued"
+    _wait(lambda: (first / "argv.json").exists(), "the first run to start")
+    second, said = queue.submit(cfg.replace(output_name="second"))
+    assert f"run `{first.name}`" in said and "position 1" in said
+    third, said = queue.submit(cfg.replace(output_name="third"))
+    assert "position 2" in said
+    cancelled, _ = queue.submit(cfg.replace(output_name="cancelled"))
+    assert queue.queued() == [second, third, cancelled]
+
+    queue.move(third, -1)
+    assert queue.queued() == [third, second, cancelled]
+    queue.cancel(cancelled)
+    assert read_status(cancelled)["state"] == "stopped" and "removed from the queue" in read_status(cancelled)["message"]
+    with pytest.raises(JobError, match="not queued"):
+        queue.cancel(first)
+    assert queue.start_ready() == []  # the machine is busy with the first run
+
+    restarted = RunQueue(JobManager(tmp_path / "runs", python=jobs.python))  # a GUI restart finds its queue
+    assert restarted.queued() == [third, second]
+    restarted.run_scheduler(every_s=0.1)
+    (first / "release").touch()
+    _wait(lambda: (third / "argv.json").exists(), "the queue to start the next run")
+    assert read_status(second)["state"] == "queued"  # one at a time on the same GPUs
+    assert json.loads((third / "argv.json").read_text())[-1] == str(third)
+    (third / "release").touch()
+    _wait(lambda: (second / "argv.json").exists(), "the run after it")
+    (second / "release").touch()
+    assert not (cancelled / "argv.json").exists()
