@@ -31,6 +31,7 @@ from trainers.core.rundir import (
     read_run_config,
     read_status,
     request,
+    update_status,
 )
 from trainers.core.secrets import trainer_environment
 from trainers.generate.options import GenerateConfig, new_job_dir
@@ -178,7 +179,9 @@ class JobManager:
 
     def resume(self, run_dir: Path) -> Path:
         """Start a new run from a stopped or failed run's config, resuming from its newest training state."""
-        return self.start(resume_config(run_dir))
+        started = self.start(resume_config(run_dir))
+        update_status(started, resumed_from=run_dir.name)
+        return started
 
     def _kill_later(self, run_dir: Path, pgid: int | None, grace_s: float) -> None:
         deadline = time.time() + grace_s

@@ -17,7 +17,7 @@ from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
 from gui.presets import PresetError, Presets, label
-from gui.run_files import Watchers, list_runs
+from gui.run_files import RunSummary, Watchers, format_duration, list_runs
 from gui.run_panel import RunPanel, build_run_panel, render, view_for
 from gui.run_queue import RunQueue
 from gui.transfer_ui import build_downloads, build_upload, wire_downloads
@@ -36,6 +36,7 @@ CSS = """
   padding-left: .6em;}
 .group-problems pre, .group-problems code {white-space: pre-wrap; overflow-wrap: anywhere;}
 .essentials {padding: .4em;}
+#run-column {position: sticky; top: 0; align-self: flex-start; max-height: 100vh; overflow-y: auto;}
 """
 
 
@@ -70,7 +71,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                         generate = build_generate_tab(services)
                     with gr.Tab("Runs", id="runs"):
                         _runs_tab(services, viewed)
-            with gr.Column(scale=2):
+            with gr.Column(scale=2, elem_id="run-column"):
                 panel = build_run_panel()
                 stop = gr.Button("Stop this run", variant="stop", visible=False, elem_id="stop-run")
                 resume = gr.Button("Resume this run", visible=False, elem_id="resume-run")
@@ -331,9 +332,24 @@ class RunList:
 RUN_LIST = RunList()
 
 
+RUN_COLUMNS = ("run", "method", "state", "started", "duration", "loss", "output", "note")
+
+
+def run_row(run: RunSummary) -> list[str]:
+    """One line of the Runs table: when it started and how long it took, its last loss, what it made or said."""
+    took = run.duration_s()
+    note = run.message or (f"resumed from {run.resumed_from}" if run.resumed_from else "")
+    if run.message and run.resumed_from:
+        note += f" (resumed from {run.resumed_from})"
+    return [run.run_id, run.method, str(run.state), time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started)),
+            format_duration(took) if took is not None else "", f"{run.last_loss:.4f}" if run.last_loss else "",
+            Path(run.output).name if run.output else "", note]
+
+
 def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
-    table = gr.Dataframe(headers=["run", "method", "state", "output", "message"], interactive=False, wrap=True,
-                         elem_id="runs-table")
+    table = gr.Dataframe(headers=list(RUN_COLUMNS), interactive=False, wrap=True, elem_id="runs-table",
+                         column_widths=["22%", "9%", "8%", "11%", "8%", "8%", "14%", "20%"])
+    gr.Markdown("Click a row to show that run in the panel.")
     with gr.Row():
         pick = gr.Dropdown(label="Open run", choices=[], scale=3, elem_id="runs-pick")
         open_btn = gr.Button("Show in run panel", scale=1)
@@ -347,7 +363,7 @@ def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
 
     def rows(shown: Any = None) -> tuple[Any, Any, Any]:
         runs = RUN_LIST.get(services.runs_dir, fresh=shown is None)
-        data = [[r.run_id, r.method, r.state, Path(r.output).name if r.output else "", r.message] for r in runs]
+        data = [run_row(r) for r in runs]
         if data == shown:  # unchanged: nothing goes to the browser
             return gr.skip(), gr.skip(), shown
         return data, gr.Dropdown(choices=[r.run_id for r in runs]), data
@@ -356,6 +372,12 @@ def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
     refresh.click(rows, outputs=[table, pick, listed])
     gr.Timer(5.0).tick(rows, inputs=listed, outputs=[table, pick, listed], show_progress="hidden")
     open_btn.click(lambda run_id: run_id or gr.update(), inputs=pick, outputs=viewed)
+
+    def on_row(event: gr.SelectData) -> tuple[Any, Any]:
+        run_id = str((event.row_value or [""])[0])  # the run column of the clicked row
+        return (run_id, run_id) if run_id else (gr.skip(), gr.skip())
+
+    table.select(on_row, outputs=[viewed, pick])
 
     def resume(run_id: str) -> tuple[Any, str]:
         """A new run from the picked (stopped or failed) run's config, from its newest training state."""

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core import events as ev
-from trainers.core.events import EventReader, TextTail, progress_line
+from trainers.core.events import EventReader, TextTail, parse_event, progress_line
 from trainers.core.registry import METHOD_NAMES
-from trainers.core.rundir import LOG, RunState, effective_state, read_status
+from trainers.core.rundir import EVENTS, LOG, RunState, effective_state, read_status
 
 MAX_CHART_POINTS = 400
 MAX_KEPT_POINTS = 20_000
@@ -34,6 +34,7 @@ class RunView:
     rank_step_s: list[float] = field(default_factory=list)  # each process's own seconds a step (multi-GPU runs)
     plan: dict[str, Any] = field(default_factory=dict)
     losses: list[tuple[int, float, float]] = field(default_factory=list)
+    validation: list[tuple[int, float]] = field(default_factory=list)  # (step, validation loss)
     checkpoints: list[str] = field(default_factory=list)
     samples: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -92,6 +93,8 @@ class RunWatcher:
             self._losses.append((event.step, event.loss, event.loss_smoothed))
             if len(self._losses) > MAX_KEPT_POINTS:  # keep memory bounded on very long runs
                 self._losses = self._losses[::2]
+        elif isinstance(event, ev.Validation):
+            v.validation.append((event.step, event.loss))
         elif isinstance(event, ev.Start):
             v.plan = event.plan
         elif isinstance(event, ev.Checkpoint):
@@ -126,6 +129,13 @@ class RunSummary:
     started: float
     output: str
     message: str
+    ended: float | None = None
+    resumed_from: str = ""  # the run this one continues (Resume)
+    last_loss: float | None = None  # the smoothed loss of its last step
+
+    def duration_s(self) -> float | None:
+        end = self.ended or (time.time() if self.state.active else None)
+        return end - self.started if end else None
 
 
 def list_runs(runs_dir: Path) -> list[RunSummary]:
@@ -139,8 +149,24 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
         status = read_status(path)
         runs.append(RunSummary(path.name, path, status.get("method", "?"), effective_state(status),
                                status.get("created", path.stat().st_mtime), status.get("output", ""),
-                               status.get("message", "")))
+                               status.get("message", ""), status.get("finished"), status.get("resumed_from", ""),
+                               last_loss(path)))
     return sorted(runs, key=lambda r: r.started, reverse=True)
+
+
+def last_loss(run_dir: Path, tail_bytes: int = 8192) -> float | None:
+    """The smoothed loss of a run's last progress record, read from the end of events.jsonl only."""
+    try:
+        with open(run_dir / EVENTS, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, 2) - tail_bytes))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if progress_line(line):
+            event = parse_event(line, ev.TRAINING_EVENTS)
+            return event.loss_smoothed if isinstance(event, ev.Progress) else None
+    return None
 
 
 class Watchers:

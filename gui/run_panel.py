@@ -15,6 +15,8 @@ from trainers.core.rundir import RunState
 
 OOM_HINT = ("Out of memory: lower train_batch_size or resolution, turn on gradient_checkpointing, use "
             "mixed_precision bf16/fp16, an 8-bit optimizer (AdamW8bit), or a smaller network_dim.")
+SCROLL_LOG_TO_END = """() => { setTimeout(() => { const t = document.querySelector('#run-log textarea');
+  if (t) { t.scrollTop = t.scrollHeight; } }, 100); }"""
 STATE_LABEL = {RunState.QUEUED: "Queued", RunState.STARTING: "Starting", RunState.RUNNING: "Training",
                RunState.STOPPING: "Stopping…",
                RunState.FINISHED: "Finished", RunState.FAILED: "Failed", RunState.STOPPED: "Stopped"}
@@ -45,8 +47,9 @@ def build_run_panel() -> RunPanel:
     gallery = gr.Gallery(label="Samples", columns=4, height=200, visible=False, elem_id="run-gallery")
     result = gr.Markdown(elem_id="run-result")
     compare = gr.Button("Compare saves", size="sm", visible=False, elem_id="run-compare")
-    with gr.Accordion("Log", open=False):
+    with gr.Accordion("Log", open=False) as log_box:
         log = gr.Textbox(lines=14, max_lines=14, autoscroll=True, show_label=False, elem_id="run-log")
+    log_box.expand(None, js=SCROLL_LOG_TO_END)  # opened: show the newest lines, not the first
     return RunPanel(title, progress, stats, chart, gallery, result, log, compare)
 
 
@@ -86,6 +89,8 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
                  f"{p.images_per_s:.2f} images/s · ETA {format_duration(p.eta_s)} · "
                  f"loss {p.loss_smoothed:.4f} · LR {p.lr:.2e} · peak memory {p.peak_mem_gb:.2f} GB "
                  f"({p.peak_mem_kind})")
+        if view.validation:
+            stats += f" · validation loss {view.validation[-1][1]:.4f}"
         if len(view.rank_step_s) > 1:
             stats += " · step time per process " + " / ".join(f"{t:.2f} s" for t in view.rank_step_s)
         activity = view.status.get("activity")
@@ -94,14 +99,16 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
     elif p:  # a run that ended: what it reached, no live rates
         stats = (f"Epoch **{p.epoch} / {p.total_epochs}** · final loss {p.loss_smoothed:.4f} · "
                  f"peak memory {p.peak_mem_gb:.2f} GB ({p.peak_mem_kind})")
+        if view.validation:
+            stats += f" · validation loss {view.validation[-1][1]:.4f}"
     elif view.state == RunState.QUEUED:
         stats = "Waiting in the queue for its GPUs (the Runs tab reorders or cancels it)."
     else:
         stats = "Loading the model and data…" if view.state.active else ""
-    chart_key = (len(view.losses), view.losses[-1] if view.losses else None)
+    chart_key = (len(view.losses), view.losses[-1] if view.losses else None, len(view.validation))
     frame = pd.DataFrame(
-        [(s, loss, "raw") for s, loss, _ in view.losses] + [(s, sm, "smoothed") for s, _, sm in view.losses],
-        columns=["step", "loss", "series"])
+        [(s, loss, "raw") for s, loss, _ in view.losses] + [(s, sm, "smoothed") for s, _, sm in view.losses]
+        + [(s, loss, "validation") for s, loss in view.validation], columns=["step", "loss", "series"])
     samples = [s for s in view.samples if Path(s).exists()][-12:]
     result, bar, log = result_text(view), _bar(step, total), "\n".join(view.log_tail)
     comparable = can_compare(view)
@@ -110,7 +117,8 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
         title, stats = f"### {shown}: `{view.run_id}`", "A generation job: its images are on the **Generate** tab."
         bar = _bar(*view.images, unit="images")
     return [(title, title), (bar, bar), (stats, stats),
-            (chart_key, gr.LinePlot(frame, visible=len(view.losses) > 1, x_axis_format="d")),
+            (chart_key, gr.LinePlot(frame, visible=len(view.losses) >= 3, x_axis_format="d",  # whole-step ticks
+                                    x_lim=[0, max(10, view.losses[-1][0] if view.losses else 0)])),
             (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log),
             (comparable, gr.Button(visible=comparable))]
 

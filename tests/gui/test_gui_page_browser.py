@@ -134,10 +134,19 @@ def test_upload_a_dataset_then_download_a_runs_results(lora, demo_app: App, tmp_
         {"type": "done", "output": str(out / "done.safetensors")})), encoding="utf-8")
     (run / "status.json").write_text(json.dumps({"state": "finished", "method": "lora", "created": 2e9,
                                                  "output": str(out / "done.safetensors")}))
+    older = demo_app.runs_dir / "20250101-000000-lora-older"
+    older.mkdir()
+    (older / "status.json").write_text(json.dumps({"state": "stopped", "method": "lora", "created": 1e9}))
     fresh = page.context.browser.new_context(viewport=VIEWPORT).new_page()  # a new browser: it shows the latest run
     try:
         fresh.goto(demo_app.url)
         expect(fresh.locator("#run-title")).to_contain_text(run.name, timeout=60_000)
+        fresh.get_by_role("tab", name="Runs", exact=True).click()
+        fresh.get_by_role("button", name="Refresh", exact=True).click()
+        fresh.locator("#runs-table").get_by_text(older.name).last.click()  # a row click shows that run
+        expect(fresh.locator("#run-title")).to_contain_text(older.name)
+        fresh.locator("#runs-table").get_by_text(run.name).last.click()
+        expect(fresh.locator("#run-title")).to_contain_text(run.name)
         with fresh.expect_download() as got:
             fresh.locator("#download-all").click()
             fresh.locator("#download-file a").first.click()

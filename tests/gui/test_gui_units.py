@@ -321,3 +321,19 @@ def test_out_of_range_and_mistyped_numbers_are_named_in_the_report() -> None:
     assert set(named) >= {"learning_rate", "train_batch_size", "network_alpha", "network_dim"}
     assert "'abc'" in named["network_dim"] and "None" not in named["network_dim"]
     assert ">= 1" in named["train_batch_size"] or "from 1" in named["train_batch_size"]
+
+
+def test_the_runs_table_says_when_how_long_what_loss_and_what_a_run_continues(tmp_path: Path) -> None:
+    from gui.page import RUN_COLUMNS, run_row
+
+    run = tmp_path / "20260101-lora-b"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "finished", "method": "lora", "created": 1000.0,
+                                                 "finished": 1000.0 + 3725, "resumed_from": "20260101-lora-a",
+                                                 "output": "/x/b.safetensors"}))
+    ev.EventWriter(run).emit(ev.Progress(step=4, total_steps=4, epoch=1, total_epochs=1, loss=0.2, loss_smoothed=0.1234,
+                                         lr=1e-4, it_per_s=1.0, images_per_s=1.0, eta_s=0, peak_mem_gb=1.0,
+                                         peak_mem_kind="host"))
+    row = dict(zip(RUN_COLUMNS, run_row(list_runs(tmp_path)[0])))
+    assert row["duration"] == "1:02:05" and row["loss"] == "0.1234" and row["output"] == "b.safetensors"
+    assert row["note"] == "resumed from 20260101-lora-a" and row["started"].startswith("1970-01-01")
