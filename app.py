@@ -123,12 +123,13 @@ def launch_options(args: argparse.Namespace, users: list[tuple[str, str]], runs_
 
     from gui.page import CSS
     from gui.session_guard import RequireSession
+    from gui.tensorboard import TensorBoardProxy
 
     return dict(server_name=args.listen, server_port=args.server_port, share=args.share,
                 auth=users or None, auth_message="Atelier: please log in.", root_path=args.root_path or None,
                 inbrowser=not args.headless and bool(os.environ.get("DISPLAY")), allowed_paths=[str(runs_dir)],
                 show_error=True, css=CSS, footer_links=[], theme=gr.themes.Soft(),
-                app_kwargs={"middleware": [Middleware(RequireSession)]})
+                app_kwargs={"middleware": [Middleware(RequireSession), Middleware(TensorBoardProxy)]})
 
 
 def _ensure_demo() -> None:

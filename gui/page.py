@@ -20,7 +20,7 @@ from gui.presets import PresetError, Presets, label
 from gui.run_files import RunSummary, Watchers, format_duration, list_runs
 from gui.run_panel import RunPanel, build_run_panel, render, view_for
 from gui.run_queue import RunQueue
-from gui.transfer_ui import build_downloads, build_upload, wire_downloads
+from gui.transfer_ui import build_downloads, build_tensorboard, build_upload, wire_downloads, wire_tensorboard
 from trainers.core.launch import needs_config_file, other_machine_commands
 from trainers.core.options import ConfigError
 from trainers.core.options.kohya_import import import_kohya_file
@@ -76,9 +76,11 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                 stop = gr.Button("Stop this run", variant="stop", visible=False, elem_id="stop-run")
                 resume = gr.Button("Resume this run", visible=False, elem_id="resume-run")
                 downloads = build_downloads()
+                tensorboard = build_tensorboard()
         _wire_imports(method_tabs, tabs)
         _wire_panel(services, viewed, panel, stop, resume, page)
         wire_downloads(downloads, viewed, services.watchers, services.runs_dir)
+        wire_tensorboard(tensorboard, viewed, services.runs_dir)
         wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
     return page
 

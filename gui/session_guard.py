@@ -77,7 +77,7 @@ class RequireSession:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        if _app_path(scope) == "/" and scope.get("method") in ("GET", "HEAD"):
+        if app_path(scope) == "/" and scope.get("method") in ("GET", "HEAD"):
             message = getattr(getattr(scope["app"], "blocks", None), "auth_message", None) or "Log in to Atelier."
             await _reply(send, 200, login_page(message),
                          [(b"cache-control", b"no-store")], content_type=b"text/html; charset=utf-8")
@@ -109,12 +109,12 @@ class RequireSession:
         gradio_app = scope.get("app")
         if gradio_app is None or getattr(gradio_app, "auth", None) is None:
             return True  # no login configured: nothing to guard
-        if is_public(_app_path(scope)):
+        if is_public(app_path(scope)):
             return True
         return _session_user(scope, gradio_app) is not None
 
 
-def _app_path(scope: Scope) -> str:
+def app_path(scope: Scope) -> str:
     """The request's path inside the app (without a --root-path prefix)."""
     path, root = scope.get("path", "/"), scope.get("root_path", "")
     if root and path.startswith(root):
@@ -125,7 +125,7 @@ def _app_path(scope: Scope) -> str:
 def _is_login(scope: Scope) -> bool:
     if scope.get("method") != "POST" or getattr(scope.get("app"), "auth", None) is None:
         return False
-    return _app_path(scope).rstrip("/") == "/login"
+    return app_path(scope).rstrip("/") == "/login"
 
 
 async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None,

@@ -1,4 +1,4 @@
-"""The page's upload box (a dataset from this browser into a new folder) and the run panel's downloads."""
+"""The page's upload box (a dataset from this browser into a new folder); the run panel's downloads and TensorBoard."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +9,9 @@ import gradio as gr
 
 from gui.run_files import Watchers
 from gui.run_panel import view_for
+from gui.tensorboard import TENSORBOARDS
 from gui.transfers import TransferError, download_model, download_zip, result_files, save_upload
+from trainers.core.rundir import read_run_config
 
 
 @dataclass
@@ -88,3 +90,27 @@ def wire_downloads(buttons: tuple[gr.Button, gr.Button, gr.File], viewed: gr.Bro
 
     model.click(lambda run_id: make(run_id, False), inputs=viewed, outputs=file)
     everything.click(lambda run_id: make(run_id, True), inputs=viewed, outputs=file)
+
+
+def build_tensorboard() -> tuple[gr.Button, gr.Markdown]:
+    button = gr.Button("TensorBoard", size="sm", elem_id="run-tensorboard")
+    link = gr.Markdown(elem_id="run-tensorboard-link")
+    return button, link
+
+
+def wire_tensorboard(parts: tuple[gr.Button, gr.Markdown], viewed: gr.BrowserState, runs_dir: Path) -> None:
+    """Start (or find) the TensorBoard of the viewed run's logging_dir and link it, under this page's address."""
+    button, link = parts
+
+    def on_click(run_id: str) -> str:
+        config = read_run_config(runs_dir / run_id) if run_id and "/" not in run_id else None
+        if config is None:
+            return "Pick a run first."
+        logdir = str(config.get("logging_dir") or "").strip()
+        if not logdir:
+            return "This run wrote no TensorBoard logs: set **logging_dir** (Logging group) before Start."
+        key = TENSORBOARDS.ensure(Path(logdir))
+        return (f"[Open TensorBoard for `{logdir}`](tensorboard/{key}/) (it shows every run logged there; "
+                "it may take a few seconds to start).")
+
+    button.click(on_click, inputs=viewed, outputs=link)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,3 +171,33 @@ def test_failed_logins_are_throttled_per_address() -> None:
         asyncio.run(attempt())
     assert statuses[:LoginThrottle.FREE_TRIES + 1] == [400] * (LoginThrottle.FREE_TRIES + 1)
     assert statuses.count(429) >= 40  # 50 wrong passwords in a burst: almost all refused unanswered
+
+
+def test_tensorboard_is_served_under_the_gui_behind_its_login(served, tmp_path: Path) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from gui.tensorboard import TENSORBOARDS
+
+    url, _, _ = served
+    logdir = tmp_path / "logs é"
+    with SummaryWriter(str(logdir / "my-run")) as writer:
+        for step in range(3):
+            writer.add_scalar("loss", 1.0 / (step + 1), step)
+    key = TENSORBOARDS.ensure(logdir)
+    try:
+        with httpx.Client(base_url=url, timeout=20) as client:
+            assert client.get(f"/tensorboard/{key}/").status_code == 401  # no session: nothing of it
+            assert client.post("/login", data={"username": "tester", "password": "pa ss'wörd"}).status_code == 200
+            deadline = time.monotonic() + 90
+            runs = None
+            while time.monotonic() < deadline:
+                answer = client.get(f"/tensorboard/{key}/data/runs")
+                if answer.status_code == 200 and "my-run" in answer.text:
+                    runs = answer.json()
+                    break
+                time.sleep(1)
+            assert runs == ["my-run"]
+            assert "<" in client.get(f"/tensorboard/{key}/").text  # its page
+            assert client.get("/tensorboard/unknown/").status_code == 404
+    finally:
+        TENSORBOARDS.stop_all()

@@ -1,0 +1,121 @@
+"""TensorBoard from the page: one TensorBoard process per logging_dir, started on demand and served through the
+GUI's own address under /tensorboard/<key>/, so a --listen or --share user reaches it behind the same login.
+
+TensorBoard listens on 127.0.0.1 only, with `--path_prefix /tensorboard/<key>`; `TensorBoardProxy` (ASGI
+middleware, inside the session guard) forwards requests under that prefix to it.
+"""
+from __future__ import annotations
+
+import hashlib
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from gui.session_guard import app_path
+
+PREFIX = "/tensorboard/"
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TensorBoards:
+    """The TensorBoard processes this GUI started, by key (a hash of the log folder)."""
+
+    def __init__(self, python: str = sys.executable) -> None:
+        self.python = python
+        self._running: dict[str, tuple[int, subprocess.Popen]] = {}
+        self._lock = threading.Lock()
+
+    def ensure(self, logdir: Path) -> str:
+        """Start a TensorBoard for `logdir` unless one runs; its key (the URL is PREFIX + key + '/')."""
+        logdir = Path(logdir).expanduser().resolve()
+        key = hashlib.sha1(str(logdir).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        with self._lock:
+            running = self._running.get(key)
+            if running is not None and running[1].poll() is None:
+                return key
+            port = _free_port()
+            argv = [self.python, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
+                    "--port", str(port), "--path_prefix", f"{PREFIX}{key}", "--reload_interval", "15"]
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            self._running[key] = (port, proc)
+            return key
+
+    def port(self, key: str) -> int | None:
+        with self._lock:
+            running = self._running.get(key)
+        return running[0] if running is not None and running[1].poll() is None else None
+
+    def stop_all(self) -> None:
+        with self._lock:
+            for _, proc in self._running.values():
+                proc.terminate()
+            self._running.clear()
+
+
+TENSORBOARDS = TensorBoards()
+
+
+class TensorBoardProxy:
+    """ASGI middleware: requests under /tensorboard/<key>/ go to that TensorBoard; everything else to the app."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]],
+                 boards: TensorBoards = TENSORBOARDS) -> None:
+        self.app = app
+        self.boards = boards
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = app_path(scope)
+        if scope["type"] != "http" or not path.startswith(PREFIX):
+            await self.app(scope, receive, send)
+            return
+        port = self.boards.port(path[len(PREFIX):].split("/", 1)[0])
+        if port is None:
+            await _reply(send, 404, b"No TensorBoard runs here: press TensorBoard on the run panel to start it.")
+            return
+        await self._forward(scope, receive, send, f"http://127.0.0.1:{port}{path}")
+
+    @staticmethod
+    async def _forward(scope: Scope, receive: Receive, send: Send, url: str) -> None:
+        import httpx
+
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        query = scope.get("query_string", b"").decode("latin-1")
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() not in (b"host", b"cookie")]
+        async with httpx.AsyncClient(timeout=60) as client:
+            try:
+                answer = await client.request(scope["method"], url + (f"?{query}" if query else ""), headers=headers,
+                                              content=body)
+            except httpx.HTTPError:
+                await _reply(send, 502, b"TensorBoard is starting (or stopped): reload in a few seconds.")
+                return
+        kept = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.items()
+                if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding")]
+        content = answer.content
+        await send({"type": "http.response.start", "status": answer.status_code,
+                    "headers": kept + [(b"content-length", str(len(content)).encode())]})
+        await send({"type": "http.response.body", "body": content})
+
+
+async def _reply(send: Send, status: int, text: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(text)).encode())]})
+    await send({"type": "http.response.body", "body": text})
