@@ -220,3 +220,12 @@ def test_migrations_run_on_every_config_load_and_newer_configs_are_refused(tmp_p
     assert "new.toml was written by a newer Atelier (schema_version 99; this one reads up to 1)" in messages(err)
     with pytest.raises(ConfigError, match="schema_version: .*got 'one'"):
         load_config("lora", write(tmp_path, 'schema_version = "one"\n', "bad.toml"))
+
+
+def test_an_option_in_the_wrong_section_is_read_and_said(tmp_path: Path) -> None:
+    warnings: list[str] = []
+    path = write(tmp_path, 'schema_version = 1\nmethod = "lora"\n[network]\nlearning_rate = 0.5\nnetwork_dim = 8\n')
+    cfg = load_config("lora", path, warnings=warnings)
+    assert cfg.learning_rate == 0.5 and cfg.network_dim == 8
+    assert any("learning_rate is in [network] but belongs in [optimizer]" in w for w in warnings), warnings
+    assert not any("network_dim" in w for w in warnings)

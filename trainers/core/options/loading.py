@@ -95,6 +95,7 @@ def flatten(raw: dict[str, Any], issues: list[ConfigIssue], groups: Mapping[str,
     flat: dict[str, Any] = {}
     where: dict[str, str] = {}
     foreign: list[str] = []
+    misplaced: list[str] = []
     for key, value in raw.items():
         if key in ("method", "schema_version"):
             continue
@@ -117,8 +118,13 @@ def flatten(raw: dict[str, Any], issues: list[ConfigIssue], groups: Mapping[str,
                                           f"different values ({first}: "
                                           f"{flat[name]!r}, {second}: {val!r}); keep one"))
             flat[name], where[name] = val, section
+            home = getattr(names.get(name), "group", None)
+            if key in groups and home is not None and home != key:
+                misplaced.append(f"{name} is in [{key}] but belongs in [{home}]")
     if foreign and notes is not None:
         notes.append(_foreign_sections_note(foreign, groups))
+    if misplaced and notes is not None:
+        notes.append("; ".join(misplaced) + ": read anyway (sections only group options), but check it was meant")
     return flat
 
 
