@@ -62,3 +62,16 @@ def write_state(folder: Path, step: int, kind: str = "step", epoch: int = 1) -> 
         manifest = manifest_for(kind, Position(step, epoch, step), files={"weights.bin": step})
         (tmp / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
     return folder
+
+
+def stand_in_python(folder: Path, until_released: bool = False) -> Path:
+    """An executable standing in for the trainer's python: it writes its argv to <run dir>/argv.json, then exits
+    (or, `until_released`, runs until the run folder holds a file named `release`)."""
+    script = folder / "python stand-in 'é'"
+    wait = "while not os.path.exists(run_dir + '/release'):\n    time.sleep(0.05)\n" if until_released else ""
+    script.write_text(f"#!{sys.executable}\nimport json, os, sys, time\n"
+                      "run_dir = sys.argv[sys.argv.index('--run-dir') + 1]\n"
+                      "open(run_dir + '/argv.tmp', 'w', encoding='utf-8').write(json.dumps(sys.argv[1:]))\n"
+                      "os.replace(run_dir + '/argv.tmp', run_dir + '/argv.json')\n" + wait, encoding="utf-8")
+    script.chmod(0o755)
+    return script

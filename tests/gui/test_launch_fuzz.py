@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import stand_in_python
 from trainers.core.options import TrainConfig, load_config, options_for
 
 SHELLISH = " \t\n\r'\"`$(){}[]<>|&;*?!~#%^=\\,.:/-_éü漢字🙂"
@@ -31,17 +31,6 @@ FUZZ = settings(max_examples=30, deadline=None, derandomize=True,  # the same ex
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def _stand_in_python(folder: Path) -> Path:
-    """An executable that writes its argv next to the config it is given, then exits."""
-    script = folder / "python stand-in 'é'"
-    script.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
-                      "run_dir = sys.argv[sys.argv.index('--run-dir') + 1]\n"
-                      "open(run_dir + '/argv.tmp', 'w', encoding='utf-8').write(json.dumps(sys.argv[1:]))\n"
-                      "os.replace(run_dir + '/argv.tmp', run_dir + '/argv.json')\n", encoding="utf-8")
-    script.chmod(0o755)
-    return script
-
-
 @FUZZ
 @given(st.fixed_dictionaries({name: text.filter(lambda t: "\0" not in t) if name in LAUNCH_FIELDS else text
                               for name in TEXT_FIELDS}),
@@ -49,7 +38,7 @@ def _stand_in_python(folder: Path) -> Path:
 def test_fuzzed_text_fields_reach_the_trainer_literally(tmp_path: Path, texts: dict, lists: dict) -> None:
     from gui.jobs import JobManager
 
-    python = _stand_in_python(tmp_path)
+    python = stand_in_python(tmp_path)
     jobs = JobManager(tmp_path / f"runs {uuid.uuid4().hex[:6]} ü", python=str(python))
     cfg = TrainConfig("lora", {**texts, **lists, "max_train_steps": 1})
     run_dir = jobs.start(cfg)
@@ -74,7 +63,7 @@ def test_a_nul_character_in_a_launch_flag_is_refused_by_name(tmp_path: Path) -> 
 
     from gui.jobs import JobError, JobManager
 
-    jobs = JobManager(tmp_path / "runs", python=str(_stand_in_python(tmp_path)))
+    jobs = JobManager(tmp_path / "runs", python=str(stand_in_python(tmp_path)))
     with pytest.raises(JobError, match="gpu_ids contains a NUL character"):
         jobs.start(TrainConfig("lora", {"gpu_ids": "0\x00,1", "max_train_steps": 1}))
     assert not any((tmp_path / "runs").glob("*")) if (tmp_path / "runs").exists() else True

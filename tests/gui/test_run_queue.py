@@ -3,7 +3,6 @@ the next run by itself when the GPUs free up."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -11,19 +10,9 @@ import pytest
 
 from gui.jobs import JobError, JobManager
 from gui.run_queue import RunQueue
+from helpers import stand_in_python
 from trainers.core.options import TrainConfig
 from trainers.core.rundir import read_status
-
-
-def _stand_in_python(folder: Path) -> Path:
-    """A trainer stand-in: says it started (argv.json), then runs until its run folder holds `release`."""
-    script = folder / "python stand-in"
-    script.write_text(f"#!{sys.executable}\nimport json, os, sys, time\n"
-                      "run_dir = sys.argv[sys.argv.index('--run-dir') + 1]\n"
-                      "open(run_dir + '/argv.json', 'w').write(json.dumps(sys.argv[1:]))\n"
-                      "while not os.path.exists(run_dir + '/release'):\n    time.sleep(0.05)\n", encoding="utf-8")
-    script.chmod(0o755)
-    return script
 
 
 def _wait(predicate, what: str, timeout_s: float = 30) -> None:
@@ -35,7 +24,7 @@ def _wait(predicate, what: str, timeout_s: float = 30) -> None:
 
 
 def test_busy_gpus_queue_runs_that_start_in_order_by_themselves(tmp_path: Path) -> None:
-    jobs = JobManager(tmp_path / "runs", python=str(_stand_in_python(tmp_path)))
+    jobs = JobManager(tmp_path / "runs", python=str(stand_in_python(tmp_path, until_released=True)))
     queue = RunQueue(jobs)
     cfg = TrainConfig("lora", {"max_train_steps": 1})
     first, said = queue.submit(cfg.replace(output_name="first"))
