@@ -93,8 +93,8 @@ class LossGuard:
         grads = [p.grad for p in self.params if p.grad is not None]
         if self.cfg.max_grad_norm:
             norm = self.accelerator.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-        elif grads:
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+        elif grads:  # one foreach kernel over every gradient, not one norm each
+            norm = torch.nn.utils.get_total_norm(grads)
         else:
             norm = None
         self.dropped = norm is not None and not bool(torch.isfinite(torch.as_tensor(norm)))

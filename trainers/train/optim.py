@@ -117,6 +117,8 @@ def build_optimizer(cfg: TrainConfig, param_groups: list[dict[str, Any]], warn: 
     if spec is not None:
         kwargs = {**spec.defaults, **kwargs, **spec.fixed}
         lr, groups = _fit_to(spec, cfg, kwargs, param_groups, warn)
+    if _fusable(cls, groups) and "fused" not in kwargs and "foreach" not in kwargs:
+        kwargs["fused"] = True  # the same update in one kernel over all tensors (CUDA), not a loop of them
     try:
         optimizer = cls(groups, lr=lr, **kwargs)
     except (TypeError, ValueError, AssertionError) as err:
@@ -126,6 +128,14 @@ def build_optimizer(cfg: TrainConfig, param_groups: list[dict[str, Any]], warn: 
     if callable(getattr(optimizer, "train", None)):
         optimizer.train()  # as sd-scripts: schedule-free optimizers start in train mode
     return optimizer
+
+
+def _fusable(cls: Any, groups: list[dict[str, Any]]) -> bool:
+    """torch's Adam/AdamW over floating-point tensors all on a CUDA device take `fused=True`."""
+    if cls not in (torch.optim.AdamW, torch.optim.Adam):
+        return False
+    params = [p for g in groups for p in g["params"]]
+    return bool(params) and all(p.is_cuda and p.is_floating_point() for p in params)
 
 
 def _fit_to(spec: OptimizerSpec, cfg: TrainConfig, kwargs: dict[str, Any], groups: list[dict[str, Any]],
