@@ -99,6 +99,23 @@ def test_accelerate_command_single_multi_gpu_and_machines(tmp_path: Path) -> Non
     assert len(others) == 1 and "--machine_rank 1" in others[0]
 
 
+def test_cpu_runs_get_the_machines_cores_not_accelerates_single_thread(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+
+    import trainers.core.launch as launch
+
+    monkeypatch.setattr(launch.shutil, "which", lambda name: None)  # no nvidia-smi: a CPU machine
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 8)
+    threads = lambda cmd: cmd[cmd.index("--num_cpu_threads_per_process") + 1]  # noqa: E731
+    cfg = TrainConfig("lora", {})
+    assert threads(accelerate_command(cfg, tmp_path / "c.toml", tmp_path, python="py")) == "8"
+    assert threads(accelerate_command(cfg.replace(num_processes=2), tmp_path / "c.toml", tmp_path, python="py")) == "4"
+    assert threads(accelerate_command(cfg.replace(num_cpu_threads_per_process=3), tmp_path / "c.toml", tmp_path,
+                                      python="py")) == "3"
+    monkeypatch.setattr(launch.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    assert "--num_cpu_threads_per_process" not in accelerate_command(cfg, tmp_path / "c.toml", tmp_path, python="py")
+
+
 def test_launch_group_consistency_is_validated() -> None:
     report = check_form("lora", {"gpu_ids": "0,1,2", "num_processes": 2, "num_machines": 2})
     fields = {i.field: i.message for i in report.issues}

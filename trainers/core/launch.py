@@ -5,6 +5,7 @@ Both come from the config's launch group. Used by the GUI (Start, "Show command"
 """
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import sys
@@ -33,6 +34,9 @@ def accelerate_command(cfg: TrainConfig, config_path: Path, run_dir: Path, machi
         cmd += ["--config_file", str(Path(config_path).parent / ACCELERATE_CONFIG)]
     elif total > 1:
         cmd.append("--multi_gpu")
+    threads = cpu_threads(cfg)
+    if threads:
+        cmd += ["--num_cpu_threads_per_process", str(threads)]
     cmd += ["--num_processes", str(total), "--num_machines", str(cfg.num_machines),
             "--mixed_precision", cfg.mixed_precision, "--dynamo_backend", cfg.dynamo_backend,
             "--main_process_port", str(cfg.main_process_port)]
@@ -41,6 +45,17 @@ def accelerate_command(cfg: TrainConfig, config_path: Path, run_dir: Path, machi
     if cfg.num_machines > 1:
         cmd += ["--machine_rank", str(rank), "--main_process_ip", cfg.main_process_ip]
     return cmd + ["-m", "trainers", cfg.method, "--config", str(config_path), "--run-dir", str(run_dir)]
+
+
+def cpu_threads(cfg: TrainConfig) -> int | None:
+    """Threads per process: the option, else on a machine without GPUs the cores shared among this machine's
+    processes (accelerate's default for a single process is one thread), else accelerate's default."""
+    given = cfg.values.get("num_cpu_threads_per_process")
+    if given:
+        return int(given)
+    if shutil.which("nvidia-smi") is not None:
+        return None
+    return max(1, (os.cpu_count() or 1) // max(1, cfg.num_processes))
 
 
 def launch_env(cfg: TrainConfig) -> dict[str, str]:

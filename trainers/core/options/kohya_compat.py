@@ -48,7 +48,6 @@ IGNORED: dict[str, str] = {
     "dynamo_mode": "torch.compile runs with its default mode (option dynamo_backend)",
     "dynamo_use_fullgraph": "torch.compile runs with its default settings (option dynamo_backend)",
     "dynamo_use_dynamic": "torch.compile runs with its default settings (option dynamo_backend)",
-    "num_cpu_threads_per_process": "accelerate's default thread count is used",
     # Logging, trackers and uploads: what is trained is the same.
     "log_prefix": "TensorBoard logs are named by the run",
     "log_tracker_name": "TensorBoard logs are named by the run",

@@ -31,6 +31,10 @@ OPTIONS: tuple[Option, ...] = (
            "run fails. Long enough for uneven work such as caching latents, generating class images or saving a large "
            "model on a slow disk; a process that crashes stops the run at once regardless.", "launch", min=1,
            max=10080, advanced=True),
+    Option("num_cpu_threads_per_process", "int", None, "CPU threads of each process (accelerate's flag). Unset: on "
+           "a machine without GPUs, its cores shared among the processes (accelerate alone would give a single-process "
+           "CPU run one thread); with GPUs, accelerate's default.", "launch", min=1, max=1024, nullable=True,
+           advanced=True),
     Option("dynamo_backend", "str", "no", "torch.compile backend ('no' to skip compiling).", "launch",
            choices=("no", "inductor", "eager", "aot_eager"), advanced=True),
 )
