@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from trainers.models.flux.tiny import build_tiny_flux
 from trainers.models.sd.tiny import build_tiny_sd1
+from trainers.models.sd3.tiny import build_tiny_sd3
 from trainers.models.sdxl.tiny import build_tiny_sdxl
 
 
@@ -19,6 +21,18 @@ def tiny_sd1_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_sdxl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-init SDXL diffusers pipeline folder, built once per test session."""
     return build_tiny_sdxl(tmp_path_factory.mktemp("tiny_sdxl"))
+
+
+@pytest.fixture(scope="session")
+def tiny_sd3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-init SD3.5-medium-like diffusers pipeline folder (CLIP-L, CLIP-G, T5), built once."""
+    return build_tiny_sd3(tmp_path_factory.mktemp("tiny_sd3"))
+
+
+@pytest.fixture(scope="session")
+def tiny_flux_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-init FLUX.1-dev-like diffusers pipeline folder (CLIP-L, T5), built once."""
+    return build_tiny_flux(tmp_path_factory.mktemp("tiny_flux"))
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -111,7 +111,7 @@ def test_print_config_shows_the_config_warnings_and_errors_and_exits_2(tmp_path:
 def test_print_config_of_a_refused_config_lists_the_keys(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["lora", "--config", str(CORPUS / "sd_scripts/flux_lora.toml"), "--print-config"])
     text = capsys.readouterr().out
-    assert code == 2 and "SD3/FLUX training is not available yet" in text and "t5xxl" in text
+    assert code == 2 and "separate model files" in text and "t5xxl" in text
 
 
 def test_print_config_exits_0_when_a_run_could_start(folders: dict[str, str], tmp_path: Path,
@@ -135,3 +135,13 @@ def test_import_kohya_file_gives_the_method_values_and_notes() -> None:
     assert any("read as a lora config" in n for n in notes)
     method, values, _ = import_kohya_file(CORPUS / "sd_scripts/sdxl_finetune_dataset_config.toml")
     assert method == "finetune" and values["text_encoder_lr"] == 2e-6 and values["train_text_encoder"] is True
+
+
+def test_validation_options_go_to_the_lora_scripts_and_are_said_for_the_others() -> None:
+    values = {"validation_split": 0.2, "validate_every_n_steps": 50, "validation_seed": 7}
+    _, text, _ = sd_scripts_command(load_config("lora", overrides=[f"{k}={v}" for k, v in values.items()]))
+    exported = tomllib.loads(text)
+    assert {k: exported[k] for k in values} == values
+    _, text, notes = sd_scripts_command(load_config("finetune", overrides=["validation_split=0.2"]))
+    assert "validation_split" not in tomllib.loads(text)
+    assert any("validation_split = 0.2 is left out" in n for n in notes)

@@ -130,8 +130,11 @@ def test_builtin_presets_load_for_their_method(tmp_path: Path) -> None:
         for name in names:
             values, _ = presets.load(name, method)
             assert values and "pretrained_model_name_or_path" not in values or name == "demo"
-    assert {"demo", "sd15_lora_8gb", "sdxl_lora_12gb", "sdxl_lora_24gb", "sdxl_lora_multi_gpu"} <= set(
-        presets.names("lora"))
+    assert {"demo", "sd15_lora_8gb", "sdxl_lora_12gb", "sdxl_lora_24gb", "sdxl_lora_multi_gpu", "flux_dev_lora_16gb",
+            "flux_dev_lora_24gb", "sd35_medium_lora"} <= set(presets.names("lora"))
+    flux, _ = presets.load("flux_dev_lora_24gb", "lora")
+    assert (flux["timestep_sampling"], flux["discrete_flow_shift"], flux["model_prediction_type"]) == (
+        "shift", 3.1582, "raw")
     assert "dreambooth_sd15" in presets.names("dreambooth") and "finetune_sdxl" in presets.names("finetune")
 
 
@@ -293,6 +296,30 @@ def test_panel_shows_each_process_step_time_of_a_multi_gpu_run(tmp_path: Path) -
     status = json.loads((run / "status.json").read_text())
     (run / "status.json").write_text(json.dumps({**status, "activity": "sampling"}))
     assert render(RunWatcher(run).refresh())[2][1].startswith("**Sampling…**")  # the pause between steps, named
+
+
+def test_panel_charts_the_validation_loss_beside_the_training_loss(tmp_path: Path) -> None:
+    from gui.run_panel import render
+
+    run = tmp_path / "val"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "running", "launcher_pid": os.getpid(), "method": "lora"}))
+    writer = ev.EventWriter(run)
+    for step in (1, 2, 3, 4):
+        writer.emit(ev.Progress(step=step, total_steps=10, epoch=1, total_epochs=1, loss=1.0 / step,
+                                loss_smoothed=0.5, lr=1e-4, it_per_s=1.0, images_per_s=2.0))
+        if step % 2 == 0:
+            writer.emit(ev.Validation(step=step, epoch=1, loss=0.2 * step, divergence=0.1, batches=1))
+    watcher = RunWatcher(run)
+    panel = render(watcher.refresh())
+    chart = panel[3][1].value
+    rows = [row for row in chart["data"] if row[2] == "validation"]
+    assert [(row[0], round(row[1], 6)) for row in rows] == [(2, 0.4), (4, 0.8)]
+    assert {row[2] for row in chart["data"]} == {"raw", "smoothed", "validation"}
+    assert "validation loss 0.8000" in panel[2][1]
+    key = panel[3][0]
+    writer.emit(ev.Validation(step=4, epoch=1, loss=0.7, kind="epoch", batches=1))
+    assert render(watcher.refresh())[3][0] != key, "a new validation point redraws the chart"
 
 
 def test_the_trainers_suggestions_for_a_failure_reach_the_panel(tmp_path: Path) -> None:

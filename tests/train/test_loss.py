@@ -14,6 +14,7 @@ from trainers.core.errors import ConfigError
 from trainers.core.options import TrainConfig, load_config
 from trainers.core.options.loss_checks import loss_issues
 from trainers.data.dataset import sample_generator
+from trainers.models import family
 from trainers.train.diffusion import NoiseOptions, add_training_noise, diffusion_loss, score
 from trainers.train.losses import min_snr_weights, snr, zero_terminal_snr_scheduler
 
@@ -225,7 +226,7 @@ def test_zero_terminal_snr_ends_in_pure_noise_and_samples_follow() -> None:
     root = original.alphas_cumprod.sqrt()
     root = (root - root[-1]) * root[0] / (root[0] - root[-1])
     assert torch.allclose(rescaled.alphas_cumprod, root**2, atol=1e-6)
-    model = SimpleNamespace(noise_scheduler=rescaled, prediction_type="v_prediction")
+    model = SimpleNamespace(noise_scheduler=rescaled, prediction_type="v_prediction", family=family("sd2"))
     for sampler in SAMPLERS:
         assert build_scheduler(model, sampler).config.rescale_betas_zero_snr, sampler
     # as in sd-scripts, the SNR weightings keep the original schedule's (finite) SNR
@@ -269,7 +270,7 @@ def test_latents_outside_the_mask_do_not_change_the_loss() -> None:
     torch.manual_seed(0)
     predictor = PerPixel()
     model = SimpleNamespace(unet=predictor, vae=SimpleNamespace(config=SimpleNamespace(scaling_factor=0.18)),
-                            noise_scheduler=scheduler())
+                            noise_scheduler=scheduler(), family=family("sd1"))
     mean = torch.randn(2, 4, 4, 4)
     masks = torch.ones(2, 1, 4, 4)
     masks[:, :, :, :2] = 0.0  # the left half of every latent is ignored

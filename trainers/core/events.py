@@ -110,6 +110,21 @@ class Progress(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Validation(Event):
+    """The loss on the held-out images (validation_split), averaged over every process's share of them.
+    `kind`: "step" (validate_every_n_steps) or "epoch" (at an epoch's end); `divergence` is the loss minus the
+    smoothed training loss (sd-scripts' loss/validation/*_divergence)."""
+
+    type: ClassVar[str] = "validation"
+    step: int
+    epoch: int
+    loss: float
+    kind: str = "step"
+    divergence: float | None = None
+    batches: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Checkpoint(Event):
     type: ClassVar[str] = "checkpoint"
     path: str
@@ -235,7 +250,8 @@ def _registry(*kinds: type[Event]) -> dict[str, type[Event]]:
 
 
 _SHARED = (Warning, Error, Done)
-TRAINING_EVENTS = _registry(*_SHARED, Start, Progress, Checkpoint, Sample, Dataset, Cache, Resume, ClassImages, Info)
+TRAINING_EVENTS = _registry(*_SHARED, Start, Progress, Validation, Checkpoint, Sample, Dataset, Cache, Resume,
+                            ClassImages, Info)
 JOB_EVENTS = _registry(*_SHARED, JobStart, Image, GenerateProgress, Grid)
 
 

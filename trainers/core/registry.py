@@ -49,6 +49,8 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("sd1", "trainers.models.sd", "SD1"),
     FamilySpec("sd2", "trainers.models.sd", "SD2"),
     FamilySpec("sdxl", "trainers.models.sdxl", "SDXL"),
+    FamilySpec("sd3", "trainers.models.sd3", "SD3"),
+    FamilySpec("flux", "trainers.models.flux", "FLUX"),
 )
 
 METHOD_NAMES: tuple[str, ...] = tuple(m.name for m in METHODS)

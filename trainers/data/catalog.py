@@ -1,9 +1,9 @@
 """Everything a run will train on, found before any model loads: images, captions, sizes, buckets, samples.
 
 ``build_catalog(values)`` reads the folders (kohya, image_dir, metadata JSON), checks every image
-cheaply (header and size), assigns buckets, balances regularization images as sd-scripts does,
-and lists the files it skipped with the reason. The preflight report and the trainer share it.
-Torch-free.
+cheaply (header and size), assigns buckets, holds out the validation images (holdout.py), balances
+regularization images as sd-scripts does, and lists the files it skipped with the reason. The preflight
+report and the trainer share it. Torch-free.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from trainers.data.buckets import BucketBatchSampler, BucketChooser
 from trainers.data.captions import CaptionOptions
 from trainers.data.dataset_toml import dataset_specs
 from trainers.data.downscale import cover_size
+from trainers.data.holdout import split_images, without_augmentation
 from trainers.data.kohya_folders import (
     DatasetLayoutError,
     ImageItem,
@@ -65,6 +66,7 @@ class CatalogSubset:
     metadata_files: int = 0
     metadata_dropped: Counter = field(default_factory=Counter)
     samples: int = 0  # samples an epoch (images x repeats; for reg images after balancing)
+    held_out: int = 0  # images held out for validation (validation_split), not among `images`
 
     @property
     def is_reg(self) -> bool:
@@ -82,6 +84,7 @@ class Catalog:
     images: list[CatalogImage]
     samples: list[int]  # image index of each sample of an epoch
     warnings: list[str] = field(default_factory=list)
+    validation: Catalog | None = None  # the images held out (validation_split): each once, never trained on
 
     # --- what the trainer needs
     def bucket_of(self, sample: int) -> BucketKey:
@@ -130,6 +133,10 @@ class Catalog:
     def num_reg_samples(self) -> int:
         return sum(s.samples for s in self.subsets if s.is_reg)
 
+    @property
+    def num_validation_images(self) -> int:
+        return len(self.validation.images) if self.validation else 0
+
     def bucket_counts(self) -> dict[BucketKey, tuple[int, int]]:
         """(images, samples an epoch) per bucket."""
         images = Counter((self.subsets[i.subset].dataset, *i.bucket) for i in self.images)
@@ -171,14 +178,17 @@ class Catalog:
     def without(self, bad: dict[int, str]) -> Catalog:
         """The catalog less the images in `bad` (index -> reason), e.g. those that failed to decode."""
         subsets = [CatalogSubset(s.spec, s.dataset, s.name, s.folder, s.repeats, s.tokens, [], list(s.skipped),
-                                 s.metadata_files, Counter(s.metadata_dropped)) for s in self.subsets]
+                                 s.metadata_files, Counter(s.metadata_dropped), held_out=s.held_out)
+                   for s in self.subsets]
         items: list[list[CatalogImage]] = [[] for _ in subsets]
         for index, image in enumerate(self.images):
             if index in bad:
                 subsets[image.subset].skipped.append(SkippedFile(image.path, bad[index]))
             else:
                 items[image.subset].append(image)
-        return _assemble(self.datasets, subsets, items, list(self.warnings))
+        catalog = _assemble(self.datasets, subsets, items, list(self.warnings))
+        catalog.validation = self.validation
+        return catalog
 
 
 def build_catalog(values: Mapping[str, Any], warnings: list[str] | None = None) -> Catalog:
@@ -210,7 +220,9 @@ def build_catalog(values: Mapping[str, Any], warnings: list[str] | None = None) 
             kept.append(CatalogImage(item.path, item.caption, item.caption_from_file, size, bucket, 0))
         images.append(kept)
     _attach_masks(subsets, images, warnings)
+    held_out = _hold_out(specs, subsets, images, values.get("seed", 0))
     catalog = _assemble(specs, subsets, images, warnings)
+    catalog.validation = _validation_catalog(specs, subsets, held_out)
     if not catalog.samples:
         raise DatasetLayoutError(_nothing_left(catalog), field=subsets[0].spec.field if subsets else "train_data_dir")
     return catalog
@@ -243,6 +255,44 @@ def _read_subset(spec: SubsetSpec, dataset: int, warnings: list[str]):
                                metadata_dropped=Counter(scan.dropped))
         separator = spec.metadata.separator
         yield subset, [ImageItem(r.image, separator.join(r.tags), True) for r in scan.records]
+
+
+def _hold_out(specs: list[DatasetSpec], subsets: list[CatalogSubset], images: list[list[CatalogImage]],
+              seed: int) -> list[list[CatalogImage]]:
+    """Take each training subset's validation images out of `images` (in place) and return them, per subset."""
+    held_out: list[list[CatalogImage]] = []
+    emptied = []
+    for subset, kept in zip(subsets, images):
+        spec = specs[subset.dataset]
+        if subset.is_reg or not spec.validation_split:
+            held_out.append([])
+            continue
+        train, held = split_images(kept, spec.validation_split,
+                                   seed if spec.validation_seed is None else spec.validation_seed)
+        if kept and not train:
+            emptied.append(f"{subset.name} ({len(kept)} image(s))")
+        kept[:] = train
+        subset.held_out = len(held)
+        held_out.append(held)
+    if emptied:
+        from trainers.core.options import ConfigError, ConfigIssue
+
+        labelled = subsets[0].spec.label
+        raise ConfigError([ConfigIssue("dataset_config" if labelled else "validation_split",
+                                       f"validation_split holds out every image of {', '.join(emptied)}, leaving "
+                                       "nothing to train on there: lower validation_split or add images",
+                                       "dataset")])
+    return held_out
+
+
+def _validation_catalog(specs: list[DatasetSpec], subsets: list[CatalogSubset],
+                        held_out: list[list[CatalogImage]]) -> Catalog | None:
+    """The held-out images as a catalog of their own: each image once, without augmentation."""
+    pairs = [(s, held) for s, held in zip(subsets, held_out) if held]
+    if not pairs:
+        return None
+    own = [CatalogSubset(without_augmentation(s.spec), s.dataset, s.name, s.folder, 1, s.tokens) for s, _ in pairs]
+    return _assemble(specs, own, [held for _, held in pairs], [])
 
 
 def mask_folder(subset: CatalogSubset) -> Path | None:

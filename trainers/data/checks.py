@@ -39,6 +39,9 @@ def dataset_issues(cfg: TrainConfig) -> list[ConfigIssue]:
         bad("color_aug", "cannot be combined with cache_latents: a cached latent has one fixed color; turn off "
             "color_aug or latent caching")
     issues.extend(caption_issues(cfg))
+    if cfg.values["validation_split"] >= 1:
+        bad("validation_split", f"is {cfg.values['validation_split']}: that holds out every image; use a share below "
+            "1, e.g. 0.1")
     if cfg.cache_text_encoder_outputs:
         for name in CAPTION_RANDOMNESS:
             if cfg.values[name]:

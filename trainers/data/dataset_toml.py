@@ -18,6 +18,7 @@
 A value is looked up in the subset, then its dataset, then [general], then the run's own
 options. Relative folders are read from the config file's folder (else the working directory).
 Besides sd-scripts' keys a subset may have ``metadata_dir`` and the ``metadata_*`` filters.
+``validation_split`` and ``validation_seed`` belong to [general] or a [[datasets]] (as in sd-scripts).
 With masked_loss, an image_dir subset's ``conditioning_data_dir`` holds a mask image for each of
 its images (same name, any image extension), as sd-scripts reads them; ``alpha_mask`` uses the
 images' transparency instead.
@@ -50,7 +51,7 @@ SUBSET_OPTIONS = (
 SUBSET_ONLY = ("image_dir", "metadata_dir", "metadata_file", "num_repeats", "class_tokens", "is_reg",
                "conditioning_data_dir")
 DATASET_OPTIONS = ("resolution", "enable_bucket", "min_bucket_reso", "max_bucket_reso", "bucket_reso_steps",
-                   "bucket_no_upscale")
+                   "bucket_no_upscale", "validation_split", "validation_seed")
 RENAMED = {"batch_size": "train_batch_size"}  # sd-scripts dataset key -> our option
 IGNORED = {  # sd-scripts keys without an effect here: loading warns about each
     "face_crop_aug_range": "face-crop augmentation is not available",
@@ -96,9 +97,14 @@ def load_dataset_config(path: Path, values: Mapping[str, Any], warnings: list[st
             continue
         subset_specs = [_subset(s, f"{where} [[datasets.subsets]] #{i}", merged, path.parent, issues, warnings)
                         for i, s in enumerate(subsets, 1)]
+        split = merged.get("validation_split", 0.0)
+        if split >= 1:
+            issues.append(f"{where}: validation_split is {split}: that holds out every image; use a share below 1, "
+                          "e.g. 0.1")
         if not issues:
             specs.append(DatasetSpec(bucket_settings(merged), merged["train_batch_size"],
-                                     tuple(s for s in subset_specs if s is not None), where))
+                                     tuple(s for s in subset_specs if s is not None), where,
+                                     split, merged.get("validation_seed")))
     if issues:
         raise ConfigError([ConfigIssue(FIELD, f"{path.name}: {message}", "dataset") for message in issues])
     return specs

@@ -20,6 +20,7 @@ from trainers.data.buckets import BucketBatchSampler
 from trainers.data.cache import CacheWriteError, Dist, build_latent_cache, build_text_cache
 from trainers.data.catalog import Catalog
 from trainers.data.dataset import CaptionedImages, StepClock, collate
+from trainers.data.holdout import validation_seed
 from trainers.models.prompt_chunks import PromptFormat, PromptTruncated
 
 FULL_CAPTIONS = 2**62  # a step after any token warmup
@@ -31,6 +32,7 @@ class DataPipeline:
     dataset: CaptionedImages
     sampler: BucketBatchSampler
     loader: Any
+    validation: CaptionedImages | None = None  # the held-out images (validation_split); latents encoded as needed
 
 
 def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: Any, events: EventWriter) -> DataPipeline:
@@ -54,8 +56,12 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
     sampler = catalog.batch_sampler(accelerator.num_processes, cfg.seed, keep_global_batch=cfg.keep_global_batch)
     dataset = CaptionedImages(catalog, _quiet(model.tokenize), cfg.seed, cfg.prior_loss_weight, latents,
                               clock=_clock(cfg, catalog, sampler, accelerator.num_processes))
+    validation, held_out = None, set()
+    if catalog.validation is not None:
+        validation = CaptionedImages(catalog.validation, _quiet(model.tokenize), validation_seed(cfg.values))
+        held_out = {validation.caption(0, i) for i in range(len(validation))}
     # The captions as read once token warmup is over (the text cache refuses warmup: there they are the same).
-    captions = sorted({dataset.caption(0, i, step=FULL_CAPTIONS) for i in range(len(dataset))})
+    captions = sorted({dataset.caption(0, i, step=FULL_CAPTIONS) for i in range(len(dataset))} | held_out)
     if main:
         _warn_overlong(captions, model, events)
     if cfg.cache_text_encoder_outputs:
@@ -63,6 +69,8 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
             warnings.simplefilter("ignore", PromptTruncated)  # reported above
             dataset.texts = build_text_cache(captions, lambda caps: model.encode_texts(caps, cfg.clip_skip),
                                              progress=_progress("text", main, events))
+        if validation is not None:
+            validation.texts = dataset.texts
         for te in model.text_encoders:
             te.to("cpu")  # not needed any more: free the accelerator's memory
     workers = cfg.max_data_loader_n_workers
@@ -71,7 +79,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
         persistent_workers=workers > 0 and cfg.persistent_data_loader_workers,
         pin_memory=accelerator.device.type == "cuda",
     )
-    return DataPipeline(catalog, dataset, sampler, loader)
+    return DataPipeline(catalog, dataset, sampler, loader, validation)
 
 
 def _clock(cfg: TrainConfig, catalog: Catalog, sampler: BucketBatchSampler, processes: int) -> StepClock | None:

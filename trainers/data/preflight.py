@@ -39,6 +39,7 @@ class SubsetSummary:
     skipped: int
     metadata_files: int = 0
     metadata_dropped: dict[str, int] = field(default_factory=dict)
+    validation: int = 0  # images held out for the validation loss (not among `images`)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class PreflightReport:
     duplicates: list[tuple[str, list[str]]] = field(default_factory=list)
     train_samples: int = 0
     reg_samples: int = 0
+    validation_images: int = 0
     plan: StepPlan | None = None
 
     @property
@@ -111,6 +113,9 @@ class PreflightReport:
             reg = f" + {self.reg_samples} regularization" if self.reg_samples else ""
             lines.append(f"Steps: {self.train_samples} training{reg} samples an epoch; {p.describe()} -> "
                          f"{p.steps_per_epoch} steps an epoch, {p.epochs} epoch(s) = {p.total_steps} steps")
+        if self.validation_images:
+            lines.append(f"Validation: {self.validation_images} held-out image(s) (validation_split), never trained "
+                         "on; their loss is computed at 4 fixed timesteps")
         lines += [f"warning: {w}" for w in self.warnings]
         lines += [f"error: {issue}" for issue in self.errors]
         lines.append("OK: ready to train." if self.ok else f"{len(self.errors)} problem(s) to fix before training.")
@@ -118,10 +123,11 @@ class PreflightReport:
 
 
 def _subset_line(s: SubsetSummary) -> str:
+    images = f"{s.images} training + {s.validation} validation images" if s.validation else f"{s.images} image(s)"
     if s.kind == "metadata":
-        head = f"[metadata] {s.name} (dataset {s.dataset}): {s.metadata_files} JSON file(s), {s.images} image(s) kept"
+        head = f"[metadata] {s.name} (dataset {s.dataset}): {s.metadata_files} JSON file(s), {images} kept"
     else:
-        head = (f"[{s.kind}] {s.name} (dataset {s.dataset}): {s.images} image(s), {s.captions_found} caption(s) "
+        head = (f"[{s.kind}] {s.name} (dataset {s.dataset}): {images}, {s.captions_found} caption(s) "
                 f"found, {s.captions_missing} missing")
         if s.captions_missing:
             head += f' (using "{s.tokens}")' if s.tokens else " (empty caption)"
@@ -177,7 +183,7 @@ def fill_report(report: PreflightReport, catalog: Catalog, cfg: TrainConfig) -> 
         kind = "metadata" if s.spec.kind == "metadata" else "reg" if s.is_reg else "train"
         report.subsets.append(SubsetSummary(
             s.name, str(s.folder), s.dataset + 1, kind, s.repeats, len(s.images), found, len(s.images) - found,
-            s.tokens, s.samples, len(s.skipped), s.metadata_files, dict(s.metadata_dropped)))
+            s.tokens, s.samples, len(s.skipped), s.metadata_files, dict(s.metadata_dropped), s.held_out))
     for (d, width, height), (images, samples) in catalog.bucket_counts().items():
         batch = per_device[d]
         small = images < batch * report.num_processes * accumulation
@@ -197,6 +203,11 @@ def fill_report(report: PreflightReport, catalog: Catalog, cfg: TrainConfig) -> 
         report.warnings.append(f"{len(report.duplicates)} duplicate basename(s): images that share a caption file "
                                "or the same file name in several folders (listed under 'Duplicate basenames')")
     report.train_samples, report.reg_samples = catalog.num_train_samples, catalog.num_reg_samples
+    report.validation_images = catalog.num_validation_images
+    cadence = [n for n in ("validate_every_n_steps", "validate_every_n_epochs") if cfg.values.get(n)]
+    if cadence and not report.validation_images:
+        report.warnings.append(f"{cadence[0]} is set, but no image is held out for validation: set validation_split "
+                               "(e.g. 0.1) for a validation loss")
     if (cfg.max_train_epochs or cfg.max_train_steps) and split_ok:
         sampler = catalog.batch_sampler(report.num_processes, cfg.seed, keep_global_batch=cfg.keep_global_batch)
         report.plan = plan_steps(len(catalog.samples), per_device[0] if per_device else cfg.train_batch_size,

@@ -44,6 +44,8 @@ class DatasetSpec:
     batch_size: int
     subsets: tuple[SubsetSpec, ...]
     label: str = ""
+    validation_split: float = 0.0  # share of each (non-regularization) subset's images held out
+    validation_seed: int | None = None  # of the split's shuffle (None: the run's seed)
 
 
 def caption_options(values: Mapping[str, Any], metadata: bool) -> CaptionOptions:
@@ -100,7 +102,9 @@ def specs_from_values(values: Mapping[str, Any]) -> DatasetSpec:
             repeats = values["dataset_repeats"] if kind == "metadata" else 1
             subsets.append(subset_spec(kind, Path(values[name]), values, repeats=repeats, is_reg=is_reg, field=name,
                                        masks=_mask_folder(values) if name == "train_data_dir" else None))
-    return DatasetSpec(bucket_settings(values), values["train_batch_size"], tuple(subsets))
+    return DatasetSpec(bucket_settings(values), values["train_batch_size"], tuple(subsets),
+                       validation_split=values.get("validation_split", 0.0),
+                       validation_seed=values.get("validation_seed"))
 
 
 def _mask_folder(values: Mapping[str, Any]) -> Path | None:

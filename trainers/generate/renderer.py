@@ -105,7 +105,8 @@ class Renderer:
         self._adapter_count += 1
         name = f"lora{self._adapter_count}"  # unique for the worker's life (deleted names are not reused)
         try:
-            state = load_file(path)
+            assert self.model is not None
+            state = self.model.family.lora_for_pipeline(load_file(path), self.model)
             self.pipe.load_lora_weights(state, adapter_name=name)
         except FileNotFoundError:
             raise ModelLoadError(f"loras: {path}: no such file") from None
@@ -161,9 +162,9 @@ class Renderer:
         generators = [torch.Generator("cpu").manual_seed(image.seed) for image in item.images]
         with torch.no_grad():
             latents = self.pipe(**embeds, width=width, height=height, num_inference_steps=item.steps,
-                                guidance_scale=item.cfg_scale, generator=generators, output_type="latent").images
-            vae = self.model.vae
-            pixels = vae.decode(latents.to(vae.dtype) / vae.config.scaling_factor).sample
+                                **self.model.family.pipeline_kwargs(item.cfg_scale), generator=generators,
+                                output_type="latent").images
+            pixels = self.model.family.decode_latents(self.model.vae, latents, width, height)
         pictures = self.pipe.image_processor.postprocess(pixels.float(), output_type="pil")
         written = []
         for image, picture in zip(item.images, pictures):

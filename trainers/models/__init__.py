@@ -5,7 +5,9 @@ trainers/core/registry.py. Single-file checkpoints are read and written by `sing
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.models.base import LoadedModel, ModelFamily, ModelLoadError, SizeConditioning
@@ -43,7 +45,8 @@ def resolve_model_folder(name_or_path: str) -> Path:
 def detect_family(folder: Path) -> ModelFamily:
     """The family of a diffusers folder, from its pipeline class and UNet config (the most specific claim wins)."""
     index = read_json(folder / "model_index.json") if (folder / "model_index.json").exists() else {}
-    unet_cfg = read_json(folder / "unet" / "config.json")
+    # A pipeline whose denoiser is a transformer lists no unet (and has no unet/ folder).
+    unet_cfg = read_json(folder / "unet" / "config.json") if "unet" in index or not index else {}
     for candidate in all_families():
         if candidate.claims_folder(index, unet_cfg, folder):
             return candidate
@@ -55,9 +58,10 @@ def detect_family(folder: Path) -> ModelFamily:
         f"Supported: {known} diffusers folders. If it is one of these, set model_family.")
 
 
-def model_option_issues(name_or_path: str, clip_skip: int) -> list[ConfigIssue]:
+def model_option_issues(name_or_path: str, clip_skip: int,
+                        values: Mapping[str, Any] | None = None) -> list[ConfigIssue]:
     """Options that depend on the model, checked against its configs before any weight loads (a hub id is checked
-    after it is fetched, when it loads)."""
+    after it is fetched, when it loads). `values`: the config's options, for the family's own checks."""
     path = Path(name_or_path).expanduser()
     try:
         if path.is_dir():
@@ -72,6 +76,9 @@ def model_option_issues(name_or_path: str, clip_skip: int) -> list[ConfigIssue]:
             return []
     except ModelLoadError as err:
         return [ConfigIssue("pretrained_model_name_or_path", str(err), "model")]
+    family_issues = found.option_issues(values) if values is not None else []
+    if family_issues or found.objective != "ddpm":
+        return family_issues  # clip skip included
     if clip_skip > 1 and not found.supports_clip_skip:
         return [ConfigIssue("clip_skip", f"is {clip_skip}, but {found.title} models take no clip skip: set it to 1",
                             "model")]

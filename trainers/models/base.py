@@ -9,14 +9,16 @@ a family's name.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from trainers.core.errors import BadInput
+from trainers.core.errors import BadInput, ConfigIssue
+from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
 from trainers.models.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
 
 
@@ -33,15 +35,28 @@ class SizeConditioning:
     target_size: torch.Tensor
 
 
+@dataclass(frozen=True)
+class LoraTarget:
+    """One module of a kohya LoRA file and the model layers it covers, for families whose files name modules of
+    another implementation (FLUX's and SD3's reference code, where q, k and v are one fused layer).
+
+    `layers` share their input and are one layer in the file: their outputs are stacked in order, each taking the
+    `rows` of its output (all of them when None, in order; a permutation when the file orders them otherwise)."""
+
+    name: str  # e.g. lora_unet_double_blocks_0_img_attn_qkv
+    layers: tuple[nn.Linear, ...]
+    rows: tuple[torch.Tensor | None, ...] = ()  # per layer: its output rows in the file's order (None: as they are)
+
+
 @dataclass
 class LoadedModel:
     family: "ModelFamily"
-    unet: nn.Module
+    unet: nn.Module  # the denoiser: a UNet, or the transformer of SD3 and FLUX (the name stays for every family)
     vae: nn.Module
     text_encoders: list[nn.Module]
     tokenizers: list[Any]
-    noise_scheduler: Any  # a diffusers DDPMScheduler, used for training noise
-    prediction_type: str  # "epsilon" or "v_prediction"
+    noise_scheduler: Any  # a diffusers DDPMScheduler for training noise; flow families: their inference scheduler
+    prediction_type: str  # "epsilon" or "v_prediction"; "flow" for flow-matching families
     source: str  # what the user gave (folder or hub id), for metadata
     # How its prompts are tokenized (max_token_length, weighted captions): set once for a run or a generation
     # job, so training captions, cached text-encoder outputs and sample prompts are encoded alike.
@@ -95,7 +110,9 @@ class ModelFamily(ABC):
     name: str  # model_family value (see trainers/core/registry.py)
     title: str  # for messages
     base_model_version: str  # kohya ss_base_model_version
-    unet_key_style: str  # "diffusers" or "sgm": how kohya names this family's UNet modules
+    unet_key_style: str  # "diffusers" or "sgm": how kohya names this family's UNet modules; "own": lora_targets says
+    objective: Literal["ddpm", "flow"] = "ddpm"  # noise prediction (train/diffusion.py), flow matching (train/flow.py)
+    denoiser_folder: str = "unet"  # the denoiser's subfolder (and model_index.json entry) in a diffusers folder
     supports_clip_skip: bool = True
     detect_priority: int = 0  # when several families claim a model, the highest wins (the most specific)
     native_size: int = 512  # generation size when none is given
@@ -134,6 +151,25 @@ class ModelFamily(ABC):
         """Extra keyword arguments of the UNet call (SDXL's added conditions)."""
         return {}
 
+    def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
+                pooled: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
+        """The denoiser's prediction for noisy latents (B, C, h, w), in their shape."""
+        return unet(noisy, timesteps, hidden.to(noisy.dtype), **self.unet_kwargs(pooled, sizes)).sample
+
+    # --- a run's settings ---
+
+    def configured(self, values: Mapping[str, Any]) -> "ModelFamily":
+        """This family with a run's settings (its config's option values) that change how it encodes text or runs
+        its denoiser; the same object when it has none."""
+        return self
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """Options of a config this family cannot honour (checked before its weights load). By default the
+        flow-matching options must keep their defaults."""
+        return [ConfigIssue(o.name, f"applies to SD3 and FLUX models only; this is an {self.title} model: leave it at "
+                            f"{o.default!r}", o.group)
+                for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default]
+
     def tokenize(self, tokenizers: list[Any], captions: list[str],
                  fmt: PromptFormat | None = None) -> list[torch.Tensor]:
         """Token ids per tokenizer, (B, chunks x 77): one chunk for max_token_length None/75, 2 for 150, 3 for 225.
@@ -166,6 +202,33 @@ class ModelFamily(ABC):
     def build_pipeline(self, model: "LoadedModel", scheduler: Any) -> Any:
         """A diffusers pipeline over the model's own modules (LoRA hooks and trained weights apply)."""
 
+    def inference_scheduler(self, model: "LoadedModel", sampler: str) -> Any | None:
+        """The scheduler samples are rendered with, when the family has its own (None: the sampler's, built from
+        the training noise schedule)."""
+        return None
+
+    def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
+        """The pipeline call's guidance arguments for a CFG scale."""
+        return {"guidance_scale": cfg_scale}
+
+    def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
+        """Pixels (B, 3, H, W) in [-1, 1] of the latents a pipeline returns with output_type="latent"."""
+        return vae.decode(latents.to(vae.device, vae.dtype) / vae.config.scaling_factor).sample
+
+    def check_single_file(self, keys: CheckpointKeys) -> None:
+        """Raise ModelLoadError when a single file is in this family's own layout but cannot be loaded from one
+        (asked of every family before the Stable Diffusion layouts are looked for)."""
+
+    # --- LoRA ---
+
+    def lora_targets(self, unet: nn.Module) -> list[LoraTarget] | None:
+        """The LoRA modules of the denoiser with their kohya names (None: found by unet_key_style)."""
+        return None
+
+    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: "LoadedModel") -> dict[str, torch.Tensor]:
+        """A kohya LoRA file's tensors as this family's diffusers pipeline's load_lora_weights takes them."""
+        return state
+
     # --- saving and describing ---
 
     @abstractmethod
@@ -182,7 +245,8 @@ class ModelFamily(ABC):
         return {}
 
     def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
-        """The family's ss_* and modelspec.* values in a LoRA file (kohya's, for the loaders that read them)."""
+        """The family's ss_* and modelspec.* values in a LoRA file (kohya's, for the loaders that read them): these
+        four, and any others the family writes (they override the run's; None leaves a key out)."""
         return {"ss_base_model_version": self.base_model_version, "ss_v2": False,
                 "modelspec.architecture": f"{self.architecture_for(v_prediction)}/lora",
                 "modelspec.implementation": "diffusers" if self.unet_key_style == "diffusers" else self.implementation}

@@ -63,6 +63,9 @@ def build_scheduler(model: LoadedModel, sampler: str) -> Any:
     """A new inference scheduler built from the training noise scheduler's config (prediction type included)."""
     import diffusers
 
+    own = model.family.inference_scheduler(model, sampler)
+    if own is not None:  # flow-matching families sample with their own (flow-match Euler) scheduler
+        return own
     spec = _sampler(sampler)
     cls = getattr(diffusers, spec.scheduler)
     config = {k: v for k, v in model.noise_scheduler.config.items() if not k.startswith("_")}
@@ -162,11 +165,11 @@ def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, d
     with torch.autocast(device.type, dtype=dtype, enabled=half):
         embeds = encode_for_pipeline(model, [s.prompt.prompt, s.prompt.negative], s.clip_skip, device)
         latents = pipe(
-            **embeds, width=s.width, height=s.height, num_inference_steps=s.steps, guidance_scale=s.cfg_scale,
-            generator=torch.Generator("cpu").manual_seed(s.seed), output_type="latent",
+            **embeds, width=s.width, height=s.height, num_inference_steps=s.steps,
+            **model.family.pipeline_kwargs(s.cfg_scale), generator=torch.Generator("cpu").manual_seed(s.seed),
+            output_type="latent",
         ).images
-    vae = model.vae
-    pixels = vae.decode(latents.to(vae.device, vae.dtype) / vae.config.scaling_factor).sample
+    pixels = model.family.decode_latents(model.vae, latents, s.width, s.height)
     return pipe.image_processor.postprocess(pixels.float(), output_type="pil")[0]
 
 

@@ -53,8 +53,7 @@ class NoisePredictor(nn.Module):
             ids, weights = split_weighted(input_ids or [])
             with torch.set_grad_enabled(self.train_text_encoder and torch.is_grad_enabled()):
                 hidden, pooled = self.family.encode_prompts(list(self.text_encoders), ids, self.clip_skip, weights)
-        kwargs = self.family.unet_kwargs(pooled, sizes)
-        return self.unet(noisy_latents, timesteps, hidden.to(noisy_latents.dtype), **kwargs).sample
+        return self.family.denoise(self.unet, noisy_latents, timesteps, hidden, pooled, sizes)
 
 
 @dataclass
@@ -150,6 +149,10 @@ def add_training_noise(latents: torch.Tensor, keys: torch.Tensor, scheduler: Any
 def diffusion_loss(predictor: nn.Module, model: LoadedModel, batch: dict[str, Any], opts: NoiseOptions,
                    weight_dtype: torch.dtype) -> torch.Tensor:
     """Noise the batch's latents at random timesteps and score the model's prediction."""
+    if model.family.objective == "flow":
+        from trainers.train.flow import flow_loss
+
+        return flow_loss(predictor, model, batch, opts, weight_dtype)
     device = next(p for p in model.unet.parameters()).device
     keys = batch["keys"]
     if "latent_mean" in batch:

@@ -19,6 +19,7 @@ from trainers.train.reporting import Reporter
 from trainers.train.saving import Saver, saved_on_failure
 from trainers.train.session import Session
 from trainers.train.state import TrainingState, resume_folder
+from trainers.train.validation import validation_hook
 
 
 def train(session: Session, trainable: Trainable) -> Path:
@@ -36,6 +37,7 @@ def train(session: Session, trainable: Trainable) -> Path:
     pause = Pauses(session.run_dir, accelerator.is_main_process, modes, report.meter)
     save, guard = Saver(session, trainable, state, pause), LossGuard(cfg, accelerator, params, session.events)
     sample = pause.around(sample_hook(session, trainable.model, trainable.sampling_weights), "sampling")
+    validate = pause.around(validation_hook(session, trainable.model, predictor, noise, report.meter), "validating")
     at, data_wait = Position(), 0.0
     with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM
         if cfg.resume.strip():
@@ -77,9 +79,13 @@ def train(session: Session, trainable: Trainable) -> Path:
                     save.rolling(at)  # unless that save wrote a state of this step
                 if sample and _due(cfg.sample_every_n_steps, at.step):
                     sample(at.step, epoch)
+                if validate and _due(cfg.validate_every_n_steps, at.step):
+                    validate(at.step, epoch, "step")
                 if at.step >= plan.total_steps:
                     break
             at = replace(at, epoch_done=at.batches >= session.sampler.groups_per_epoch())
+            if validate and _due(cfg.validate_every_n_epochs or 1, epoch):  # sd-scripts: every epoch by default
+                validate(at.step, epoch, "epoch")
             if _due(cfg.save_every_n_epochs, epoch) and epoch < plan.epochs:
                 save.epoch(at)
             if sample and _due(cfg.sample_every_n_epochs, epoch):

@@ -25,6 +25,9 @@ _SAME_AS_OPTION = {
     "ss_huber_schedule": "huber_schedule", "ss_huber_c": "huber_c", "ss_huber_scale": "huber_scale",
     "ss_noise_offset_random_strength": "noise_offset_random_strength",
     "ss_ip_noise_gamma_random_strength": "ip_noise_gamma_random_strength",
+    "ss_validation_seed": "validation_seed", "ss_validation_split": "validation_split",
+    "ss_max_validation_steps": "max_validation_steps", "ss_validate_every_n_epochs": "validate_every_n_epochs",
+    "ss_validate_every_n_steps": "validate_every_n_steps",
 }
 
 
@@ -39,6 +42,7 @@ def run_metadata(cfg: TrainConfig, session: "Session") -> dict[str, Any]:
         "ss_num_batches_per_epoch": session.plan.steps_per_epoch * session.plan.gradient_accumulation_steps,
         "ss_full_fp16": False,
         "ss_lowram": False,
+        "ss_num_validation_images": session.catalog.num_validation_images,
     })
     values.update(_model_names_and_hashes(cfg.pretrained_model_name_or_path, "sd"))
     if cfg.vae.strip():

@@ -42,6 +42,11 @@ class ProgressMeter:
         """Leave `seconds` of work between steps (a sample, a save) out of the rates: shift the window by it."""
         self.times = deque((t + seconds for t in self.times), maxlen=self.times.maxlen)
 
+    @property
+    def smoothed_loss(self) -> float | None:
+        """The training loss's moving average so far (None before the first finite loss)."""
+        return self._ema / self._ema_weight if self._ema_weight else None
+
     def update(self, step: int, epoch: int, total_epochs: int, loss: float, lr: float,
                data_wait_s: float = 0.0) -> Progress:
         """`data_wait_s`: time this step spent waiting for its batch (reported as a share of step time)."""

@@ -20,6 +20,7 @@ from trainers.core.options import TrainConfig
 from trainers.core.plan import StepPlan, plan_steps
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.catalog import Catalog, build_catalog
+from trainers.data.dataset import CaptionedImages
 from trainers.data.pipeline import build_pipeline
 from trainers.data.preflight import catalog_report
 from trainers.models import LoadedModel, ModelLoadError, load_model, model_option_issues
@@ -44,6 +45,7 @@ class Session:
     started_at: float
     control: Control
     rank_timer: RankTimer | None = None  # this rank's own step time (and DDP's comm hook)
+    validation: CaptionedImages | None = None  # the held-out images (validation_split)
 
 
 def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None = None,
@@ -53,7 +55,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     `random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
     check(cfg)
     check_optimizer(cfg)  # a class-path optimizer or lr_scheduler_type imports, and takes its arguments
-    model_issues = model_option_issues(cfg.pretrained_model_name_or_path, cfg.clip_skip)
+    model_issues = model_option_issues(cfg.pretrained_model_name_or_path, cfg.clip_skip, cfg.values)
     if model_issues:  # read from the model's configs: before anything heavy loads
         raise ConfigError(model_issues)
     dataset_warnings: list[str] = []
@@ -77,6 +79,9 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     weight_dtype = weight_dtype_for(cfg.mixed_precision)
     model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip(),
                        random_init)
+    model.family = model.family.configured(cfg.values)  # the run's settings of its text encoding and denoiser
+    if family_issues := model.family.option_issues(cfg.values):  # a hub model is checked once it is here
+        raise ConfigError(family_issues)
     if cfg.clip_skip > 1 and not model.family.supports_clip_skip:
         raise ModelLoadError(f"clip_skip = {cfg.clip_skip} is not supported for {model.family.title}; set it to 1")
     if cfg.v_parameterization:
@@ -99,7 +104,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     set_seed(cfg.seed)  # the method's new weights (e.g. a LoRA's init) are the same in every run and on every rank
     return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
                    weight_dtype, time.time(),
-                   Control(run_dir, accelerator), accelerator.rank_timer)
+                   Control(run_dir, accelerator), accelerator.rank_timer, data.validation)
 
 
 def _place_models(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
@@ -115,6 +120,8 @@ def _place_models(cfg: TrainConfig, model: LoadedModel, device: torch.device, we
     keep_vae_fp32 = cfg.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
     model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
     model.unet.to(device)
+    if cfg.values.get("fp8_base"):  # stored in 8 bits, computed in the mixed-precision dtype layer by layer
+        model.unet.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=weight_dtype)
     for te in model.text_encoders:
         te.to(device)
 

@@ -28,7 +28,6 @@ IGNORED: dict[str, str] = {
     "diffusers_xformers": "attention always uses PyTorch SDPA here (option sdpa)",
     "full_fp16": "trained weights stay float32 under fp16 autocast (more memory); the low-memory mode here is "
                  "full_bf16 with mixed_precision = 'bf16'",
-    "fp8_base": "base weights stay in the compute precision (more memory, no fp8 rounding)",
     "fp8_base_unet": "base weights stay in the compute precision (more memory, no fp8 rounding)",
     "fused_backward_pass": "the optimizer steps after the backward pass (more memory, same update)",
     "fused_optimizer_groups": "the optimizer steps after the backward pass (more memory, same update)",
@@ -43,8 +42,6 @@ IGNORED: dict[str, str] = {
     "ddp_static_graph": "DDP is set up by Atelier (a few large gradient buckets)",
     "use_safetensors": "files are always written as safetensors",
     "no_metadata": "the metadata (ss_*, modelspec.*) is always written",
-    "max_validation_steps": "used only with validation_split, which is not available",
-    "validation_seed": "used only with validation_split, which is not available",
     "dynamo_mode": "torch.compile runs with its default mode (option dynamo_backend)",
     "dynamo_use_fullgraph": "torch.compile runs with its default settings (option dynamo_backend)",
     "dynamo_use_dynamic": "torch.compile runs with its default settings (option dynamo_backend)",
@@ -66,6 +63,11 @@ IGNORED: dict[str, str] = {
     "output_config": "a config is not written back here; --print-config shows the resolved one",
     "config_file": "a config cannot name another config",
 }
+
+# sd-scripts' LoRA modules of SD3 and FLUX: ours is networks.lora for every family (the family names the keys).
+FAMILY_LORA_MODULES = ("networks.lora_flux", "networks.lora_sd3")
+MODEL_TYPES_HERE = ("flux",)  # sd-scripts' model_type values trained here (FLUX.1, not Chroma)
+MODEL_TYPE_REFUSED = "Chroma (sd-scripts' model_type = 'chroma') is not trained here; FLUX.1 is (model_type = 'flux')"
 
 # sd-scripts' model-type flags, and the family each one names (kohya_ss picks the script with them).
 FAMILY_FLAGS: dict[str, str] = {"sdxl": "sdxl", "v2": "sd2"}

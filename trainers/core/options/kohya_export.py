@@ -39,8 +39,11 @@ SAME: frozenset[str] = frozenset({
     "save_precision", "save_every_n_epochs", "save_every_n_steps", "training_comment", "save_state",
     "save_state_on_train_end", "save_last_n_epochs", "save_last_n_steps", "save_last_n_epochs_state",
     "save_last_n_steps_state", "logging_dir", "ddp_timeout", "metadata_title", "metadata_author",
-    "metadata_description", "metadata_license", "metadata_tags", "dataset_repeats",
+    "metadata_description", "metadata_license", "metadata_tags", "dataset_repeats", "in_json",
 })
+# sd-scripts' network trainers read these; its train_db.py and fine_tune.py do not.
+VALIDATION = ("validation_split", "validation_seed", "validate_every_n_steps", "validate_every_n_epochs",
+              "max_validation_steps")
 # Ours only, with what a kohya user does instead (said when the option is not at its default).
 LEFT_OUT: dict[str, str] = {
     "class_prompt": "sd-scripts does not generate class images: generate them first (Atelier does, in reg_data_dir)",
@@ -95,7 +98,9 @@ def sd_scripts_command(cfg: TrainConfig, family: str | None = None, config_path:
             notes.append(f"{name} = {cfg.values[name]!r} is left out: {why}")
 
     for name, value in cfg.values.items():
-        if name in SAME and value is not None and value != "" and value != []:
+        if name in VALIDATION and "network_args" not in cfg.values:
+            note_left_out(name, f"{script} computes no validation loss (sd-scripts' LoRA scripts do)")
+        elif (name in SAME or name in VALIDATION) and value is not None and value != "" and value != []:
             values[name] = value
         elif name in LEFT_OUT:
             note_left_out(name, LEFT_OUT[name])
@@ -205,7 +210,8 @@ def _saving_and_launch(cfg: TrainConfig, values: dict[str, Any], notes: list[str
 
 
 def _launch(cfg: TrainConfig, script: str, config_path: str) -> list[str]:
-    argv = ["accelerate", "launch", "--num_cpu_threads_per_process", "2"]
+    argv = ["accelerate", "launch", "--num_cpu_threads_per_process",
+            str(cfg.values.get("num_cpu_threads_per_process") or 2)]
     processes = cfg.values.get("num_processes", 1) * cfg.values.get("num_machines", 1)
     if processes > 1:
         argv += ["--multi_gpu", "--num_processes", str(processes)]

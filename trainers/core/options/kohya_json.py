@@ -85,8 +85,11 @@ GUI_ONLY: dict[str, str] = {
     "lowvram": "",
 }
 # Model-family switches of kohya_ss, and the message when one is on.
+_FLOW_JSON = ("kohya_ss's SD3/FLUX configs name separate model files (ae, clip_l, t5xxl), which are not read here: "
+              "train SD3/FLUX from a diffusers folder, starting from the presets flux_dev_lora_16gb, flux_dev_lora_24gb "
+              "or sd35_medium_lora")
 OTHER_FAMILY_SWITCHES: dict[str, str] = {
-    "flux1_checkbox": "SD3/FLUX training is not available yet", "sd3_checkbox": "SD3/FLUX training is not available yet",
+    "flux1_checkbox": _FLOW_JSON, "sd3_checkbox": _FLOW_JSON,
     "hunyuan_image_checkbox": "HunyuanImage, Lumina and Anima training is not available",
     "anima_checkbox": "HunyuanImage, Lumina and Anima training is not available",
     "lumina_checkbox": "HunyuanImage, Lumina and Anima training is not available",
@@ -94,6 +97,10 @@ OTHER_FAMILY_SWITCHES: dict[str, str] = {
 # GUI fields of those families (every kohya_ss JSON has them; kohya_ss passes them only for that family).
 OTHER_FAMILY_PREFIXES = ("flux1_", "flux_", "sd3_", "hunyuan_", "anima_", "lumina_", "t5xxl", "show_timesteps",
                          "train_lora_ggpo", "blocks_to_swap", "cpu_offload_checkpointing")
+# The flow-matching fields of its SD3/FLUX tabs (options here too), passed by kohya_ss only for those families.
+FLOW_GUI_FIELDS = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
+                             "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
+                             "training_shift", "apply_t5_attn_mask", "apply_lg_attn_mask", "t5xxl_max_token_length"})
 TEXTUAL_INVERSION = ("token_string", "init_word", "num_vectors_per_token", "template")
 FINETUNE_FIELDS = ("image_folder", "train_dir", "caption_metadata_filename", "latent_metadata_filename",
                    "dataset_repeats", "use_latent_files", "create_caption", "create_buckets")
@@ -348,7 +355,7 @@ class _Converter:
     def _extras(self) -> None:
         """Every field is known: passed, used above, or said to be ignored."""
         for name, value in self.raw.items():
-            if name in SAME_NAME or name in RENAMED or name in FAMILY_OF_KEY:
+            if name in SAME_NAME or name in RENAMED or name in FAMILY_OF_KEY or name in FLOW_GUI_FIELDS:
                 continue
             if name in OTHER_FAMILY_SWITCHES or name.startswith(OTHER_FAMILY_PREFIXES):
                 continue

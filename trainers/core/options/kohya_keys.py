@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.options.kohya_compat import MODEL_TYPE_REFUSED, MODEL_TYPES_HERE
 from trainers.core.options.training import BY_NAME
 
 # Key -> why it is refused and what to use instead. Refused only when set: an empty or off value loads quietly.
 REFUSED: dict[str, str] = {
+    "model_type": MODEL_TYPE_REFUSED,
     "train_inpainting": "inpainting models (a 9-channel UNet) are not trained here",
     "no_token_padding": "captions are always padded to the full token length here; leave it out",
     "debug_dataset": "it shows the dataset instead of training; `python -m trainers preflight --config FILE` checks a "
@@ -23,9 +25,6 @@ REFUSED: dict[str, str] = {
     "initial_step": "starting partway through is done by resuming a training state: save_state, then resume",
     "skip_until_initial_step": "starting partway through is done by resuming a training state: save_state, then "
                                "resume",
-    "validation_split": "a validation loss is not available yet; leave it out",
-    "validate_every_n_steps": "a validation loss is not available yet; leave it out",
-    "validate_every_n_epochs": "a validation loss is not available yet; leave it out",
     "resume_from_huggingface": "training states are read from a local folder: download it and set resume to it",
     "block_lr": "per-block learning rates of a full finetune are not available (a LoRA has down_lr_weight, "
                 "mid_lr_weight and up_lr_weight)",
@@ -42,19 +41,22 @@ REFUSED: dict[str, str] = {
     "conditioning_image_dir": "ControlNet training is not available",
 }
 
+SEPARATE_FILES = ("sd-scripts' separate model files (ae, clip_l, clip_g, t5xxl) are not read: give the whole model "
+                  "as a diffusers folder (FluxPipeline or StableDiffusion3Pipeline, e.g. black-forest-labs/FLUX.1-dev)")
 # Keys only sd-scripts' trainers of other model families read: one message names them all.
 OTHER_FAMILIES: dict[str, frozenset[str]] = {
-    "SD3/FLUX training is not available yet": frozenset({
-        "ae", "clip_l", "clip_g", "t5xxl", "t5xxl_device", "t5xxl_dtype", "t5xxl_max_token_length", "t5xxl_lr",
-        "apply_t5_attn_mask", "apply_lg_attn_mask", "discrete_flow_shift", "guidance_scale", "timestep_sampling",
-        "model_prediction_type", "sigmoid_scale", "model_type", "split_mode", "split_qkv", "train_blocks",
+    # SD3 and FLUX train here from diffusers folders, with the flow options of sd-scripts (group [flow]); these
+    # keys of sd-scripts' SD3/FLUX trainers are not available (yet).
+    SEPARATE_FILES: frozenset({"ae", "clip_l", "clip_g", "t5xxl"}),
+    "this SD3/FLUX option of sd-scripts is not available here": frozenset({
+        "t5xxl_device", "t5xxl_dtype", "t5xxl_lr", "split_mode", "split_qkv", "train_blocks",
         "train_t5xxl", "mem_eff_save", "double_blocks_to_swap", "single_blocks_to_swap", "clip_g_dropout_rate",
         "clip_l_dropout_rate", "t5_dropout_rate", "enable_scaled_pos_embed", "pos_emb_random_crop_rate", "save_clip",
-        "save_t5xxl", "use_t5xxl_cache_only", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
-        "learning_rate_te3", "num_last_block_to_freeze", "training_shift", "text_encoder_batch_size",
-        "blockwise_fused_optimizers", "skip_latents_validity_check", "img_attn_dim", "img_mlp_dim", "img_mod_dim",
-        "single_dim", "txt_attn_dim", "txt_mlp_dim", "txt_mod_dim", "single_mod_dim", "in_dims",
-        "train_double_block_indices", "train_single_block_indices", "enable_all_linear", "ggpo_sigma", "ggpo_beta",
+        "save_t5xxl", "use_t5xxl_cache_only", "learning_rate_te3", "num_last_block_to_freeze",
+        "text_encoder_batch_size", "blockwise_fused_optimizers", "skip_latents_validity_check", "img_attn_dim",
+        "img_mlp_dim", "img_mod_dim", "single_dim", "txt_attn_dim", "txt_mlp_dim", "txt_mod_dim", "single_mod_dim",
+        "in_dims", "train_double_block_indices", "train_single_block_indices", "enable_all_linear", "ggpo_sigma",
+        "ggpo_beta",
     }),
     "HunyuanImage, Lumina and Anima training is not available": frozenset({
         "qwen3", "gemma2", "byt5", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length",
@@ -64,13 +66,11 @@ OTHER_FAMILIES: dict[str, frozenset[str]] = {
     }),
 }
 FAMILY_OF_KEY: dict[str, str] = {key: message for message, keys in OTHER_FAMILIES.items() for key in keys}
-TRAINED_HERE = "Atelier trains SD1.x, SD2.x and SDXL"
+TRAINED_HERE = "Atelier trains SD1.x, SD2.x, SDXL, SD3/SD3.5 and FLUX.1"
 
-# sd-scripts' network modules for those families.
+# sd-scripts' network modules for families not trained here.
 FAMILY_NETWORK_MODULES: dict[str, str] = {
-    "networks.lora_flux": "SD3/FLUX training is not available yet",
-    "networks.oft_flux": "SD3/FLUX training is not available yet",
-    "networks.lora_sd3": "SD3/FLUX training is not available yet",
+    "networks.oft_flux": "sd-scripts' FLUX OFT is not available; use network_module = 'networks.lora'",
     "networks.lora_hunyuan_image": "HunyuanImage, Lumina and Anima training is not available",
     "networks.lora_lumina": "HunyuanImage, Lumina and Anima training is not available",
     "networks.lora_anima": "HunyuanImage, Lumina and Anima training is not available",
@@ -132,6 +132,9 @@ def refusals(flat: dict[str, Any]) -> tuple[list[ConfigIssue], set[str]]:
     for name, value in flat.items():
         if name in BY_NAME:
             continue
+        if name == "model_type" and value in MODEL_TYPES_HERE:
+            handled.add(name)
+            continue
         if name in FAMILY_OF_KEY:
             handled.add(name)
             if not blank(value):
@@ -142,8 +145,7 @@ def refusals(flat: dict[str, Any]) -> tuple[list[ConfigIssue], set[str]]:
                 issues.append(ConfigIssue(name, f"{name} = {show(value)} is refused: {REFUSED[name]}"))
     for message, keys in families.items():
         shown = ", ".join(f"network_module = {module!r}" if k == "network_module" else k for k in keys)
-        issues.append(ConfigIssue(", ".join(keys), f"{message}: this config is for a model family of sd-scripts' other "
-                                  f"trainers (it sets {shown}); {TRAINED_HERE}"))
+        issues.append(ConfigIssue(", ".join(keys), f"{message} (it sets {shown}); {TRAINED_HERE}"))
     return issues, handled
 
 

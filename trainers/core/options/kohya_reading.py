@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.options.kohya_compat import DREAMBOOTH_TRAINS_TEXT_ENCODER, FAMILY_FLAGS
+from trainers.core.options.kohya_compat import DREAMBOOTH_TRAINS_TEXT_ENCODER, FAMILY_FLAGS, FAMILY_LORA_MODULES
 from trainers.core.options.kohya_keys import (
     LYCORIS_UNREAD,
     NETWORK_MODULES,
@@ -247,6 +247,9 @@ class SdScriptsFile:
     def _network(self) -> None:
         f = self.flat
         module = f.get("network_module")
+        if module in FAMILY_LORA_MODULES:
+            module = f["network_module"] = "networks.lora"
+            self.note("network_module is read as 'networks.lora': it trains SD3 and FLUX too (the model names its keys)")
         if isinstance(module, str) and module in NETWORK_MODULES:
             self.bad("network_module", f"{module!r} is refused: {NETWORK_MODULES[module]}")
         args = f.get("network_args")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from trainers.core.options.groups import (
     dataset,
+    flow,
     full_weights,
     launch,
     logging,
@@ -20,8 +21,8 @@ from trainers.core.options.groups import (
 from trainers.core.options.schema import Option
 
 OPTIONS: tuple[Option, ...] = (model.OPTIONS + dataset.OPTIONS + network.OPTIONS + full_weights.OPTIONS + optimizer.OPTIONS
-                               + loss.OPTIONS + precision.OPTIONS + sampling.OPTIONS + saving.OPTIONS + logging.OPTIONS
-                               + launch.OPTIONS)
+                               + loss.OPTIONS + flow.OPTIONS + precision.OPTIONS + sampling.OPTIONS + saving.OPTIONS
+                               + logging.OPTIONS + launch.OPTIONS)
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 assert len(BY_NAME) == len(OPTIONS), "option names must be unique"

@@ -75,6 +75,9 @@ def _network_args(info: TrainingMetadata) -> dict[str, str]:
     return {"conv_dim": str(info.conv_dim), "conv_alpha": str(conv_alpha)}  # kohya keeps CLI strings
 
 
+_FAMILY_KEYS = ("ss_base_model_version", "ss_v2", "modelspec.architecture", "modelspec.implementation")
+
+
 def build_metadata(info: TrainingMetadata) -> dict[str, str]:
     """kohya-style `ss_*` and `modelspec.*` metadata; every value is a string, None values are left out."""
     width, height = info.resolution
@@ -120,6 +123,7 @@ def build_metadata(info: TrainingMetadata) -> dict[str, str]:
         "modelspec.encoder_layer": info.clip_skip,
         **{f"modelspec.{k}": v for k, v in info.modelspec.items()},
     }
+    values.update({k: v for k, v in family.items() if k not in _FAMILY_KEYS})  # e.g. a flow family's own ss_* keys
     return {key: str(value) for key, value in values.items() if value is not None}
 
 

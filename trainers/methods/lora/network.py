@@ -10,6 +10,7 @@ names such as `input_blocks_4_1` we compute from the diffusers UNet's config).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -18,12 +19,13 @@ import torch
 from torch import Tensor, nn
 
 from trainers.methods.lora.blocks import block_index
+from trainers.models.base import LoraTarget
 
 UNET_TARGETS = frozenset({"Transformer2DModel"})
 UNET_CONV_TARGETS = frozenset({"ResnetBlock2D", "Downsample2D", "Upsample2D"})
 TEXT_ENCODER_TARGETS = frozenset({"CLIPAttention", "CLIPSdpaAttention", "CLIPFlashAttention2", "CLIPMLP"})
 
-UnetKeyStyle = Literal["diffusers", "sgm"]
+UnetKeyStyle = Literal["diffusers", "sgm", "own"]  # "own": the family names its modules (LoraTarget)
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,10 @@ class LoRAModule(nn.Module):
                 keep = keep[:, :, None, None]
             inner = inner * keep
             scale = scale / (1.0 - drop.rank)
-        lora_out = self.lora_up(inner) * (self.multiplier * scale)
-        return out + lora_out.to(out.dtype)
+        lora_out = self.lora_up(inner)
+        if lora_out.dtype != out.dtype:
+            lora_out = lora_out.to(out.dtype)
+        return torch.add(out, lora_out, alpha=self.multiplier * scale)  # one fused kernel: scale and add
 
     def update_weight(self) -> Tensor:
         """The weight change this module adds, `up @ down * alpha / rank` (for max-norm and merging)."""
@@ -112,6 +116,78 @@ class LoRAModule(nn.Module):
         else:
             delta = torch.nn.functional.conv2d(down.permute(1, 0, 2, 3), up).permute(1, 0, 2, 3)
         return delta * self.scale
+
+
+class FusedLoRAModule(LoRAModule):
+    """One kohya module over several layers that read the same input (q, k and v, or FLUX's q, k, v and MLP input):
+    one down, and one up whose rows are the layers' outputs stacked in the file's order, as sd-scripts trains the
+    fused layer of the reference implementation. Dropouts are drawn once for all of them."""
+
+    def __init__(self, target: LoraTarget, rank: int, alpha: float, multiplier: float = 1.0,
+                 dropouts: Dropouts = Dropouts()) -> None:
+        nn.Module.__init__(self)
+        if rank < 1 or alpha <= 0:
+            raise ValueError(f"LoRA rank must be >= 1 and alpha > 0, got {rank} and {alpha}")
+        first = target.layers[0]
+        device = first.weight.device
+        rows = target.rows or (None,) * len(target.layers)
+        counts = [layer.out_features if r is None else len(r) for layer, r in zip(target.layers, rows)]
+        self.lora_down = nn.Linear(first.in_features, rank, bias=False, device=device)
+        self.lora_up = nn.Linear(rank, sum(counts), bias=False, device=device)
+        nn.init.kaiming_uniform_(self.lora_down.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_up.weight)
+        self.register_buffer("alpha", torch.tensor(float(alpha), device=device))
+        self.rank, self.scale, self.multiplier, self.dropouts = rank, float(alpha) / rank, multiplier, dropouts
+        self._org_module = list(target.layers)
+        # Per layer, the up rows that make its output rows in the layer's own order.
+        self._up_rows: list[Tensor | slice] = []
+        start = 0
+        for count, order in zip(counts, rows):
+            if order is None:
+                self._up_rows.append(slice(start, start + count))
+            else:
+                inverse = torch.empty(count, dtype=torch.long)
+                inverse[order] = torch.arange(start, start + count)
+                self._up_rows.append(inverse.to(device))
+            start += count
+        self._shared: tuple[weakref.ref, Tensor | None, float] | None = None
+
+    def apply_to(self) -> None:
+        if "org_forwards" in self.__dict__:
+            raise RuntimeError("LoRA module is already applied")
+        self.org_forwards = [layer.forward for layer in self._org_module]
+        for index, layer in enumerate(self._org_module):
+            layer.forward = self._forward_of(index)
+
+    def _forward_of(self, index: int) -> Callable[[Tensor], Tensor]:
+        def forward(x: Tensor) -> Tensor:
+            out = self.org_forwards[index](x)
+            inner, scale = self._inner(x)
+            if inner is None:
+                return out
+            up = self.lora_up.weight[self._up_rows[index]]
+            return out + (torch.nn.functional.linear(inner, up) * (self.multiplier * scale)).to(out.dtype)
+        return forward
+
+    def _inner(self, x: Tensor) -> tuple[Tensor | None, float]:
+        """down(x) after the dropouts, computed once for the layers that read this same `x`."""
+        if self._shared is not None and self._shared[0]() is x:
+            return self._shared[1], self._shared[2]
+        drop, scale = self.dropouts, self.scale
+        inner: Tensor | None = None
+        if not (self.training and drop.module and torch.rand(1) < drop.module):
+            inner = self.lora_down(x if torch.is_autocast_enabled(x.device.type) else x.to(self.lora_down.weight.dtype))
+            if self.training and drop.neuron:
+                inner = torch.nn.functional.dropout(inner, p=drop.neuron)
+            if self.training and drop.rank:
+                keep = (torch.rand((inner.size(0), self.rank), device=inner.device) > drop.rank).to(inner.dtype)
+                inner = inner * (keep.unsqueeze(1) if inner.dim() == 3 else keep)
+                scale = scale / (1.0 - drop.rank)
+        self._shared = (weakref.ref(x), inner, scale)
+        return inner, scale
+
+    def forward(self, x: Tensor) -> Tensor:
+        raise RuntimeError("a fused LoRA module runs through the layers it is applied to")
 
 
 @dataclass(frozen=True)
@@ -149,12 +225,14 @@ class LoRANetwork(nn.Module):
         dropouts: Dropouts = Dropouts(),
         block_dims: BlockDims | None = None,
         modules_dim: Mapping[str, tuple[int, float]] | None = None,
+        unet_targets: list[LoraTarget] | None = None,
     ) -> None:
         super().__init__()
         if not (train_unet or train_text_encoder):
             raise ValueError("LoRA network has nothing to train: train_unet and train_text_encoder are both False")
-        if unet_key_style not in ("diffusers", "sgm"):
-            raise ValueError(f"unet_key_style must be 'diffusers' or 'sgm', got {unet_key_style!r}")
+        if unet_key_style not in ("diffusers", "sgm") and not (unet_key_style == "own" and unet_targets is not None):
+            raise ValueError(f"unet_key_style must be 'diffusers' or 'sgm' (or 'own' with unet_targets), got "
+                             f"{unet_key_style!r}")
         self.network_dim, self.network_alpha = network_dim, network_alpha
         self.conv_dim = conv_dim
         self.conv_alpha = (1.0 if conv_alpha is None else conv_alpha) if conv_dim else None  # kohya's default
@@ -164,7 +242,12 @@ class LoRANetwork(nn.Module):
         self.unet_loras = nn.ModuleDict()
         self.text_encoder_loras = nn.ModuleDict()
         self.text_encoder_index: dict[str, int] = {}  # module name -> which text encoder (0-based)
-        if train_unet:
+        if train_unet and unet_targets is not None:
+            for target in unet_targets:
+                fused = self._make_target_lora(target)
+                if fused is not None:
+                    self.unet_loras[target.name] = fused
+        elif train_unet:
             rename = _sgm_renamer(unet) if unet_key_style == "sgm" else (lambda path: path)
             with_conv = conv_dim or modules_dim is not None or block_dims is not None and block_dims[2] is not None
             targets = UNET_TARGETS | UNET_CONV_TARGETS if with_conv else UNET_TARGETS
@@ -210,6 +293,18 @@ class LoRANetwork(nn.Module):
         if not dim:
             return None
         return LoRAModule(module, dim, alpha or dim, dropouts=self.dropouts)
+
+    def _make_target_lora(self, target: LoraTarget) -> LoRAModule | None:
+        """A module of a family-named target: a plain LoRA on one layer, a fused one over several."""
+        if self._modules_dim is not None:
+            dim, alpha = self._modules_dim.get(target.name, (0, 0.0))
+        else:
+            dim, alpha = self.network_dim, self.network_alpha
+        if not dim:
+            return None
+        if len(target.layers) == 1 and not any(r is not None for r in target.rows):
+            return LoRAModule(target.layers[0], dim, alpha or dim, dropouts=self.dropouts)
+        return FusedLoRAModule(target, dim, alpha or dim, dropouts=self.dropouts)
 
     def named_modules_for_kohya(self) -> list[tuple[str, LoRAModule]]:
         """(kohya name, module) for every LoRA module, UNet first."""

@@ -53,6 +53,10 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
         name = "DeepSpeed" if cfg.distributed_backend == "deepspeed" else "FSDP"
         bad("distributed_backend", f"{name} shards the weights, gradients or optimizer states of full finetunes; a "
             "LoRA's few weights train fastest with 'ddp' (they fit on every GPU): choose 'ddp'", "launch")
+    if cfg.fp8_base and cfg.mixed_precision == "no":
+        bad("fp8_base", "computes in the mixed-precision dtype: set mixed_precision to 'bf16' (or 'fp16')", "precision")
+    if cfg.fp8_base and cfg.base_weights:
+        bad("base_weights", "cannot be merged into an 8-bit base model: turn fp8_base off", "network")
     if cfg.cache_text_encoder_outputs and not cfg.network_train_unet_only:
         bad("cache_text_encoder_outputs", "needs frozen text encoders: set network_train_unet_only = true, or turn "
             "caching off", "dataset")

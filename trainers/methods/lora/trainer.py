@@ -65,7 +65,8 @@ def build_network(cfg: TrainConfig, model: LoadedModel, settings: NetworkSetting
             network = LoRANetwork(model.unet, model.text_encoders, unet_key_style=style, network_dim=settings.dim,
                                   network_alpha=settings.alpha, conv_dim=settings.conv_dim,
                                   conv_alpha=settings.conv_alpha, dropouts=dropouts, modules_dim=modules_dim,
-                                  block_dims=settings.block_dims(style), **train)
+                                  block_dims=settings.block_dims(style) if style != "own" else None,
+                                  unet_targets=model.family.lora_targets(model.unet), **train)
     except ValueError as err:  # a block list of the wrong length for this model, a unit that does not divide, ...
         raise ConfigError([ConfigIssue("network_args", str(err), "network")]) from None
     if start is not None:

@@ -43,6 +43,8 @@ def _detect(shapes: Mapping[str, tuple[int, ...]], name: str) -> str | None:
     if has("lora_unet_") or has("lora_te") or any(".lora_down." in k or ".lora_A." in k for k in keys):
         raise ModelLoadError(f"{name} is a LoRA, not a full model: give the base model it was trained on, "
                              "and load the LoRA as network_weights")
+    for candidate in all_families():  # a family's own layout that it cannot load from one file says so
+        candidate.check_single_file(CheckpointKeys(dict(shapes), name))
     if not has(UNET_PREFIX):
         if has("encoder.down.") or has("encoder.down_blocks.") or has(VAE_PREFIX):
             what = "a VAE on its own"

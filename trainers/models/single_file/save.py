@@ -91,7 +91,8 @@ def _scheduler_config(model: LoadedModel) -> dict[str, Any]:
     own = source / "scheduler" / "scheduler_config.json"
     cfg = read_json(own) if source.is_dir() and own.exists() else \
         read_json(model.family.arch_dir / "scheduler" / "scheduler_config.json")
-    cfg["prediction_type"] = model.prediction_type
+    if model.family.objective == "ddpm":  # flow-matching schedulers have no prediction type
+        cfg["prediction_type"] = model.prediction_type
     if getattr(model.noise_scheduler, "config", {}).get("rescale_betas_zero_snr"):  # trained with zero_terminal_snr
         cfg["rescale_betas_zero_snr"] = True
     return cfg
@@ -124,20 +125,23 @@ def save_diffusers_folder(model: LoadedModel, folder: Path, dtype: torch.dtype =
         "_diffusers_version": diffusers.__version__,
         "feature_extractor": [None, None], "image_encoder": [None, None],
         "scheduler": ["diffusers", sched_cls.__name__],
-        "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"],
+        model.family.denoiser_folder: ["diffusers", type(_bare(model.unet)).__name__],
+        "vae": ["diffusers", "AutoencoderKL"],
     }
     index.update(model.family.model_index())
     with atomic_dir(folder, may_replace=_is_model_folder, kind="a diffusers model folder") as tmp:
-        _save_diffusers_model(_bare(model.unet), unet_sd, tmp / "unet", dtype)
+        _save_diffusers_model(_bare(model.unet), unet_sd, tmp / model.family.denoiser_folder, dtype)
         vae = _bare(model.vae)
         _save_diffusers_model(vae, vae.state_dict(), tmp / "vae", None)
         for i, (te, te_sd, tok) in enumerate(zip(tes, te_sds, model.tokenizers)):
             suffix = f"_{i + 1}" if i else ""
-            te.save_pretrained(tmp / f"text_encoder{suffix}", state_dict=_classic_names(_cast(te_sd, dtype)))
+            te_sd = _cast(te_sd, dtype)
+            te.save_pretrained(tmp / f"text_encoder{suffix}",
+                               state_dict=_classic_names(te_sd) if type(te).__name__.startswith("CLIP") else te_sd)
             _load_as_float32_by_default(tmp / f"text_encoder{suffix}" / "config.json")
             tok.save_pretrained(tmp / f"tokenizer{suffix}")
             index[f"text_encoder{suffix}"] = ["transformers", type(te).__name__]
-            index[f"tokenizer{suffix}"] = ["transformers", "CLIPTokenizer"]
+            index[f"tokenizer{suffix}"] = ["transformers", type(tok).__name__]
         sched_cls.from_config(sched_cfg).save_pretrained(tmp / "scheduler")
         (tmp / "model_index.json").write_text(json.dumps(dict(sorted(index.items())), indent=2) + "\n",
                                               encoding="utf-8")

@@ -107,6 +107,12 @@ OPTIONS: tuple[Option, ...] = (
            "(shuffle_caption shuffles all).", "dataset", min=0, max=1, advanced=True),
     Option("metadata_consider_every_nth", "int", 1, "Use only every n-th JSON file (sorted by path), e.g. 10 for a "
            "small validation set.", "dataset", min=1, max=1000000, advanced=True),
+    Option("validation_split", "float", 0.0, "Share of each subset's images held out for a validation loss (e.g. "
+           "0.1), as sd-scripts: they are never trained on, and the loss on them at 4 fixed timesteps is shown beside "
+           "the training loss (validate_every_n_steps / _epochs). Regularization images are not split. 0 = off.",
+           "dataset", min=0, max=1),
+    Option("validation_seed", "int", None, "Seed of the validation split and of the validation loss's noise "
+           "(unset: seed).", "dataset", nullable=True, min=0, advanced=True),
     Option("cache_latents", "bool", False, "Encode every image with the VAE once, before training, and keep the "
            "latents in memory (faster steps; not with random_crop). Each process encodes every image; "
            "cache_latents_to_disk splits the work.", "dataset"),

@@ -1,0 +1,239 @@
+"""FLUX.1 (dev, schnell): CLIP-L (pooled) and T5-XXL text encoders, a flow-matching transformer over 2x2-packed latent
+tokens, a guidance embedding (dev). Loaded from diffusers folders (FluxPipeline); kohya names its LoRA modules after
+the reference implementation (double_blocks/single_blocks, fused qkv), which trainers/models/flow_lora.py maps.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.core.errors import ConfigIssue
+from trainers.models.base import CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
+from trainers.models.components import load_component, load_tokenizer
+from trainers.models.flow import FlowFamily, huber_schedule_issue, load_t5_tokenizer, run_t5, t5_attention_mask
+from trainers.models.flow_lora import kohya_to_diffusers
+
+SAMPLE_GUIDANCE = 3.5  # the guidance embedding's value for samples (sd-scripts' --g default; FluxPipeline's too)
+_BFL_PREFIXES = ("double_blocks.", "model.diffusion_model.double_blocks.", "diffusion_model.double_blocks.")
+
+
+class Flux(FlowFamily, ModelFamily):
+    name = "flux"
+    title = "FLUX.1"
+    base_model_version = "flux1"  # sd-scripts' MODEL_VERSION_FLUX_V1
+    modelspec_architecture = "flux-1-dev"
+    implementation = "https://github.com/black-forest-labs/flux"
+    unet_key_style = "own"
+    objective = "flow"
+    denoiser_folder = "transformer"
+    supports_clip_skip = False
+    detect_priority = 3
+    native_size = 1024
+    arch_dir = Path(__file__).with_name("arch")  # none shipped: single files are refused
+    pipeline_class = "FluxPipeline"
+    single_file_text_encoders = ()
+    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
+                             "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
+                             "t5xxl_max_token_length", "apply_t5_attn_mask"})
+    default_t5_length = 512
+    schnell = False
+
+    # --- telling models apart ---
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        return str(index.get("_class_name", "")) == "FluxPipeline"
+
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        return False
+
+    def check_single_file(self, keys: CheckpointKeys) -> None:
+        if any(keys.has(prefix) for prefix in _BFL_PREFIXES):
+            raise ModelLoadError(f"{keys.name} is a FLUX.1 checkpoint in the reference (single-file) layout, which "
+                                 "cannot be loaded yet: give a diffusers FLUX.1 folder (e.g. "
+                                 "black-forest-labs/FLUX.1-dev, with its text encoders and VAE)")
+
+    def variant(self, guidance_embeds: bool) -> "Flux":
+        """dev (guidance-distilled: a guidance embedding) or schnell (none)."""
+        if guidance_embeds:
+            return self
+        clone = copy.copy(self)
+        clone.schnell, clone.default_t5_length, clone.modelspec_architecture = True, 256, "flux-1-schnell"
+        return clone
+
+    # --- loading and running ---
+
+    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
+             random_init: bool = False) -> LoadedModel:
+        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+        from transformers import CLIPTextModel, T5EncoderModel
+
+        transformer = load_component(FluxTransformer2DModel, folder, "transformer", weight_dtype, random_init)
+        if vae_path:
+            vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
+        else:
+            vae = load_component(AutoencoderKL, folder, "vae", torch.float32, random_init)
+        text_encoders = [load_component(CLIPTextModel, folder, "text_encoder", weight_dtype, random_init),
+                         load_component(T5EncoderModel, folder, "text_encoder_2", weight_dtype, random_init)]
+        tokenizers = [load_tokenizer(folder, "tokenizer", random_init), load_t5_tokenizer(folder, "tokenizer_2")]
+        scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler")
+        family = self.variant(bool(transformer.config.guidance_embeds))
+        return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(folder))
+
+    def option_issues(self, values: dict[str, Any]) -> list[ConfigIssue]:
+        issues = super().option_issues(values) + huber_schedule_issue(values, self.title)
+        for name in ("min_timestep", "max_timestep"):
+            if values.get(name) is not None:
+                issues.append(ConfigIssue(name, "is not used with FLUX.1 models (timestep_sampling draws the noise "
+                                          "level, as in sd-scripts): unset it", "loss"))
+        return issues
+
+    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
+                       weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(T5 hidden states, CLIP-L pooled output); with apply_t5_attn_mask T5 reads no padding and the padding's
+        states are zero, which is how the transformer's attention mask is found again (also from cached outputs)."""
+        clip, t5 = text_encoders
+        clip_ids, t5_ids = input_ids
+        pooled = clip(clip_ids).pooler_output
+        if not self.settings.apply_t5_attn_mask:
+            return run_t5(t5, t5_ids, None), pooled
+        mask = t5_attention_mask(t5_ids, t5.config.pad_token_id)
+        hidden = run_t5(t5, t5_ids, mask)
+        return hidden * mask[..., None].to(hidden.dtype), pooled
+
+    def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
+                pooled: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
+        """The velocity for latents (B, C, h, w): packed into (h/2 x w/2) tokens of C x 4, and back."""
+        batch, _, height, width = noisy.shape
+        tokens = pack_latents(noisy)
+        guidance = None
+        if unet.config.guidance_embeds:
+            guidance = torch.full((batch,), float(self.settings.guidance_scale), device=noisy.device)
+        kwargs: dict[str, Any] = {}
+        if self.settings.apply_t5_attn_mask:
+            kwargs["joint_attention_kwargs"] = {"attention_mask": joint_attention_mask(hidden, tokens.shape[1])}
+        out = unet(hidden_states=tokens, timestep=timesteps.to(noisy.dtype) / 1000, guidance=guidance,
+                   pooled_projections=pooled.to(noisy.dtype), encoder_hidden_states=hidden.to(noisy.dtype),
+                   txt_ids=torch.zeros(hidden.shape[1], 3, device=noisy.device, dtype=noisy.dtype),
+                   img_ids=image_ids(height // 2, width // 2, noisy.device, noisy.dtype), return_dict=False)[0]
+        return unpack_latents(out, height, width)
+
+    # --- samples ---
+
+    def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
+        from diffusers import FluxPipeline
+
+        clip, t5 = model.text_encoders
+        if self.settings.apply_t5_attn_mask:
+            mask_padding_in_attention(model.unet)
+        return FluxPipeline(scheduler=scheduler, vae=model.vae, text_encoder=clip, tokenizer=model.tokenizers[0],
+                            text_encoder_2=t5, tokenizer_2=model.tokenizers[1], transformer=model.unet)
+
+    def inference_scheduler(self, model: LoadedModel, sampler: str) -> Any:
+        return type(model.noise_scheduler).from_config(model.noise_scheduler.config)
+
+    def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
+        return {"true_cfg_scale": cfg_scale, "guidance_scale": SAMPLE_GUIDANCE}
+
+    def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
+        factor = 2 ** (len(vae.config.block_out_channels) - 1)
+        grid = unpack_latents(latents, 2 * (height // (factor * 2)), 2 * (width // (factor * 2)))
+        grid = grid.to(vae.device, vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
+        return vae.decode(grid).sample
+
+    # --- saving and describing ---
+
+    def text_encoders_to_original(self, states: list[dict[str, torch.Tensor]], text_encoders: list[nn.Module],
+                                  prediction_type: str) -> dict[str, torch.Tensor]:
+        raise ModelLoadError("FLUX.1 models are saved as diffusers folders only: set save_model_as = 'diffusers'")
+
+    def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
+        return {**super().lora_metadata(v_prediction), "modelspec.implementation": self.implementation,
+                "modelspec.prediction_type": None, "ss_network_module": "networks.lora_flux",
+                "ss_model_type": "flux", **self.flow_metadata()}
+
+    def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
+        return list(_double_block_targets(unet)) + list(_single_block_targets(unet))
+
+    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
+        return kohya_to_diffusers(state, model, self.lora_targets(model.unet), ("text_encoder", None))
+
+
+def _double_block_targets(unet: nn.Module) -> Iterator[LoraTarget]:
+    for i, block in enumerate(unet.transformer_blocks):
+        attn, prefix = block.attn, f"lora_unet_double_blocks_{i}_"
+        for name, layers in (
+                ("img_mod_lin", (block.norm1.linear,)),
+                ("img_attn_qkv", (attn.to_q, attn.to_k, attn.to_v)),
+                ("img_attn_proj", (attn.to_out[0],)),
+                ("img_mlp_0", (block.ff.net[0].proj,)),
+                ("img_mlp_2", (block.ff.net[2],)),
+                ("txt_mod_lin", (block.norm1_context.linear,)),
+                ("txt_attn_qkv", (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj)),
+                ("txt_attn_proj", (attn.to_add_out,)),
+                ("txt_mlp_0", (block.ff_context.net[0].proj,)),
+                ("txt_mlp_2", (block.ff_context.net[2],))):
+            yield LoraTarget(prefix + name, layers)
+
+
+def _single_block_targets(unet: nn.Module) -> Iterator[LoraTarget]:
+    for i, block in enumerate(unet.single_transformer_blocks):
+        attn, prefix = block.attn, f"lora_unet_single_blocks_{i}_"
+        # The reference's linear1 computes q, k, v and the MLP input in one layer, in that order.
+        yield LoraTarget(prefix + "linear1", (attn.to_q, attn.to_k, attn.to_v, block.proj_mlp))
+        yield LoraTarget(prefix + "linear2", (block.proj_out,))
+        yield LoraTarget(prefix + "modulation_lin", (block.norm.linear,))
+
+
+def pack_latents(latents: torch.Tensor) -> torch.Tensor:
+    """(B, C, h, w) -> (B, h/2 x w/2, C x 4): each 2x2 patch one token, row by row."""
+    b, c, h, w = latents.shape
+    patches = latents.reshape(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
+    return patches.reshape(b, (h // 2) * (w // 2), c * 4)
+
+
+def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """The inverse of pack_latents for latents of (height, width)."""
+    b, _, channels = tokens.shape
+    c = channels // 4
+    patches = tokens.reshape(b, height // 2, width // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5)
+    return patches.reshape(b, c, height, width)
+
+
+def image_ids(rows: int, cols: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(rows x cols, 3) position ids of the packed tokens: (0, row, column)."""
+    ids = torch.zeros(rows, cols, 3, device=device, dtype=dtype)
+    ids[..., 1] = torch.arange(rows, device=device, dtype=dtype)[:, None]
+    ids[..., 2] = torch.arange(cols, device=device, dtype=dtype)[None, :]
+    return ids.reshape(rows * cols, 3)
+
+
+def joint_attention_mask(hidden: torch.Tensor, image_tokens: int) -> torch.Tensor:
+    """(B, 1, 1, text + image tokens): every image token and the text tokens that are not zeroed padding."""
+    text = hidden.abs().amax(dim=-1) > 0
+    image = torch.ones(hidden.shape[0], image_tokens, dtype=torch.bool, device=hidden.device)
+    return torch.cat([text, image], dim=1)[:, None, None, :]
+
+
+def mask_padding_in_attention(transformer: nn.Module) -> None:
+    """Make the transformer mask zeroed text tokens in every call that does not pass a mask (the pipeline's)."""
+    if getattr(transformer, "_atelier_masks_padding", False):
+        return
+
+    def add_mask(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        joint = dict(kwargs.get("joint_attention_kwargs") or {})
+        if "attention_mask" not in joint and kwargs.get("encoder_hidden_states") is not None:
+            joint["attention_mask"] = joint_attention_mask(kwargs["encoder_hidden_states"],
+                                                           kwargs["hidden_states"].shape[1])
+            kwargs = {**kwargs, "joint_attention_kwargs": joint}
+        return args, kwargs
+
+    transformer.register_forward_pre_hook(add_mask, with_kwargs=True)
+    transformer._atelier_masks_padding = True
+
+
+FLUX = Flux()

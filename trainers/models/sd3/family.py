@@ -1,0 +1,189 @@
+"""SD3 and SD3.5 (medium, large): CLIP-L and CLIP-G (pooled outputs joined) and T5-XXL text encoders and an MMDiT
+transformer trained by flow matching, as sd-scripts' sd3_train_network.py does. Loaded from diffusers folders
+(StableDiffusion3Pipeline); kohya names its LoRA modules after the reference MMDiT (joint_blocks, fused qkv).
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.core.errors import ConfigIssue
+from trainers.models.base import CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
+from trainers.models.components import load_component, load_tokenizer
+from trainers.models.flow import (
+    FlowFamily,
+    clip_attention_mask,
+    huber_schedule_issue,
+    load_t5_tokenizer,
+    run_t5,
+    t5_attention_mask,
+)
+from trainers.models.flow_lora import kohya_to_diffusers
+
+_REFERENCE_PREFIXES = ("joint_blocks.", "model.diffusion_model.joint_blocks.")
+
+
+class StableDiffusion3(FlowFamily, ModelFamily):
+    name = "sd3"
+    title = "SD3"
+    base_model_version = "5-medium"  # sd-scripts writes the MMDiT's type: medium, 5-medium or 5-large
+    modelspec_architecture = "stable-diffusion-3-5-medium"
+    implementation = "https://github.com/Stability-AI/sd3.5"
+    unet_key_style = "own"
+    objective = "flow"
+    denoiser_folder = "transformer"
+    supports_clip_skip = False
+    detect_priority = 3
+    native_size = 1024
+    arch_dir = Path(__file__).with_name("arch")  # none shipped: single files are refused
+    pipeline_class = "StableDiffusion3Pipeline"
+    single_file_text_encoders = ()
+    own_options = frozenset({"weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
+                             "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask"})
+    default_t5_length = 256
+    flow_target = "latents"
+
+    # --- telling models apart ---
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        return str(index.get("_class_name", "")) == "StableDiffusion3Pipeline"
+
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        return False
+
+    def check_single_file(self, keys: CheckpointKeys) -> None:
+        if any(keys.has(prefix) for prefix in _REFERENCE_PREFIXES):
+            raise ModelLoadError(f"{keys.name} is an SD3 checkpoint in the reference (single-file) layout, which "
+                                 "cannot be loaded yet: give a diffusers SD3/SD3.5 folder (e.g. "
+                                 "stabilityai/stable-diffusion-3.5-medium)")
+
+    def variant(self, config: Any) -> "StableDiffusion3":
+        """sd-scripts' model type: 'medium' (SD3), '5-medium' (extra self-attention blocks) or '5-large'."""
+        kind = "medium" if not config.qk_norm else ("5-medium" if config.dual_attention_layers else "5-large")
+        clone = copy.copy(self)
+        clone.base_model_version, clone.modelspec_architecture = kind, f"stable-diffusion-3-{kind}"
+        clone.title = "SD3" if kind == "medium" else "SD3.5"
+        return clone
+
+    # --- loading and running ---
+
+    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
+             random_init: bool = False) -> LoadedModel:
+        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
+        from transformers import CLIPTextModelWithProjection, T5EncoderModel
+
+        if not (folder / "text_encoder_3").is_dir():
+            raise ModelLoadError(f"{folder} has no text_encoder_3 (T5-XXL): SD3 is trained with all three text "
+                                 "encoders")
+        transformer = load_component(SD3Transformer2DModel, folder, "transformer", weight_dtype, random_init)
+        if vae_path:
+            vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
+        else:
+            vae = load_component(AutoencoderKL, folder, "vae", torch.float32, random_init)
+        text_encoders = [load_component(CLIPTextModelWithProjection, folder, "text_encoder", weight_dtype, random_init),
+                         load_component(CLIPTextModelWithProjection, folder, "text_encoder_2", weight_dtype,
+                                        random_init),
+                         load_component(T5EncoderModel, folder, "text_encoder_3", weight_dtype, random_init)]
+        tokenizers = [load_tokenizer(folder, "tokenizer", random_init),
+                      load_tokenizer(folder, "tokenizer_2", random_init), load_t5_tokenizer(folder, "tokenizer_3")]
+        scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler")
+        family = self.variant(transformer.config)
+        return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(folder))
+
+    def option_issues(self, values: dict[str, Any]) -> list[ConfigIssue]:
+        issues = super().option_issues(values) + huber_schedule_issue(values, self.title)
+        for name in ("ip_noise_gamma", "ip_noise_gamma_random_strength"):
+            if values.get(name):
+                issues.append(ConfigIssue(name, "is not used with SD3 models (as in sd-scripts): turn it off", "loss"))
+        return issues
+
+    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
+                       weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(CLIP-L and CLIP-G penultimate states side by side, padded to T5's width, then T5's states; the two CLIP
+        pooled projections side by side), as sd-scripts and diffusers' pipeline join them."""
+        clip_l, clip_g, t5 = text_encoders
+        l_ids, g_ids, t5_ids = input_ids
+        hidden, pooled = [], []
+        for encoder, ids in ((clip_l, l_ids), (clip_g, g_ids)):
+            mask = clip_attention_mask(ids) if self.settings.apply_lg_attn_mask else None
+            out = encoder(ids, attention_mask=mask, output_hidden_states=True)
+            hidden.append(out.hidden_states[-2])
+            pooled.append(out.text_embeds)
+        t5_mask = t5_attention_mask(t5_ids, t5.config.pad_token_id) if self.settings.apply_t5_attn_mask else None
+        t5_hidden = run_t5(t5, t5_ids, t5_mask)
+        clip_hidden = torch.cat(hidden, dim=-1).to(t5_hidden.dtype)
+        clip_hidden = nn.functional.pad(clip_hidden, (0, t5_hidden.shape[-1] - clip_hidden.shape[-1]))
+        return torch.cat([clip_hidden, t5_hidden], dim=-2), torch.cat(pooled, dim=-1)
+
+    def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
+                pooled: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
+        return unet(hidden_states=noisy, timestep=timesteps, encoder_hidden_states=hidden.to(noisy.dtype),
+                    pooled_projections=pooled.to(noisy.dtype), return_dict=False)[0]
+
+    # --- samples ---
+
+    def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
+        from diffusers import StableDiffusion3Pipeline
+
+        (clip_l, clip_g, t5), (tok_l, tok_g, tok_t5) = model.text_encoders, model.tokenizers
+        return StableDiffusion3Pipeline(transformer=model.unet, scheduler=scheduler, vae=model.vae, text_encoder=clip_l,
+                                        tokenizer=tok_l, text_encoder_2=clip_g, tokenizer_2=tok_g, text_encoder_3=t5,
+                                        tokenizer_3=tok_t5)
+
+    def inference_scheduler(self, model: LoadedModel, sampler: str) -> Any:
+        return type(model.noise_scheduler).from_config(model.noise_scheduler.config)
+
+    def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
+        latents = latents.to(vae.device, vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
+        return vae.decode(latents).sample
+
+    # --- saving and describing ---
+
+    def text_encoders_to_original(self, states: list[dict[str, torch.Tensor]], text_encoders: list[nn.Module],
+                                  prediction_type: str) -> dict[str, torch.Tensor]:
+        raise ModelLoadError("SD3 models are saved as diffusers folders only: set save_model_as = 'diffusers'")
+
+    def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
+        return {**super().lora_metadata(v_prediction), "modelspec.implementation": "diffusers",
+                "ss_network_module": "networks.lora_sd3", **self.flow_metadata()}
+
+    def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
+        return [target for i, block in enumerate(unet.transformer_blocks) for target in _block_targets(i, block)]
+
+    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
+        return kohya_to_diffusers(state, model, self.lora_targets(model.unet), ("text_encoder", "text_encoder_2", None))
+
+
+def _block_targets(index: int, block: nn.Module) -> Iterator[LoraTarget]:
+    """A joint block's modules under the reference MMDiT's names (context_block and x_block)."""
+    prefix, attn = f"lora_unet_joint_blocks_{index}_", block.attn
+    context = prefix + "context_block_"
+    if block.context_pre_only:
+        # The last block's context modulation is (shift, scale) in the reference and (scale, shift) in diffusers.
+        width = block.norm1_context.linear.out_features // 2
+        order = torch.cat([torch.arange(width, 2 * width), torch.arange(width)])
+        yield LoraTarget(context + "adaLN_modulation_1", (block.norm1_context.linear,), (order,))
+    else:
+        yield LoraTarget(context + "adaLN_modulation_1", (block.norm1_context.linear,))
+    yield LoraTarget(context + "attn_qkv", (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj))
+    if not block.context_pre_only:
+        yield LoraTarget(context + "attn_proj", (attn.to_add_out,))
+        yield LoraTarget(context + "mlp_fc1", (block.ff_context.net[0].proj,))
+        yield LoraTarget(context + "mlp_fc2", (block.ff_context.net[2],))
+    x = prefix + "x_block_"
+    yield LoraTarget(x + "adaLN_modulation_1", (block.norm1.linear,))
+    yield LoraTarget(x + "attn_qkv", (attn.to_q, attn.to_k, attn.to_v))
+    yield LoraTarget(x + "attn_proj", (attn.to_out[0],))
+    if block.attn2 is not None:
+        yield LoraTarget(x + "attn2_qkv", (block.attn2.to_q, block.attn2.to_k, block.attn2.to_v))
+        yield LoraTarget(x + "attn2_proj", (block.attn2.to_out[0],))
+    yield LoraTarget(x + "mlp_fc1", (block.ff.net[0].proj,))
+    yield LoraTarget(x + "mlp_fc2", (block.ff.net[2],))
+
+
+SD3 = StableDiffusion3()

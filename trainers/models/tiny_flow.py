@@ -1,0 +1,52 @@
+"""Pieces of the tiny SD3 and FLUX pipelines (tests, demo): a T5 tokenizer and encoder, and a VAE with a latent shift.
+
+Built offline in code like trainers/models/tiny.py: the T5 tokenizer is a character-level Unigram model (every
+printable character, alone and after a word start) saved as a transformers T5 tokenizer, so loading it never
+reaches the hub.
+"""
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Any
+
+T5_SPECIAL = ("<pad>", "</s>", "<unk>")  # ids 0, 1, 2 as in T5's own vocabulary
+WORD_START = "\u2581"  # sentencepiece's word-start mark
+
+
+def write_tiny_t5_tokenizer(folder: Path, max_length: int = 512) -> None:
+    """Save a character-level T5 tokenizer (tokenizer.json and its config) into `folder`."""
+    from transformers import T5TokenizerFast
+
+    characters = [c for c in string.printable if not c.isspace()]
+    vocab: list[tuple[str, float]] = [(token, 0.0) for token in T5_SPECIAL] + [(WORD_START, -2.0)]
+    vocab += [(WORD_START + c, -1.0) for c in characters] + [(c, -1.5) for c in characters]
+    tokenizer = T5TokenizerFast(vocab=vocab, extra_ids=0, model_max_length=max_length)
+    tokenizer.save_pretrained(folder)
+
+
+def t5_config(vocab_size: int, width: int) -> Any:
+    from transformers import T5Config
+
+    return T5Config(vocab_size=vocab_size, d_model=width, d_kv=8, d_ff=width * 2, num_layers=2, num_heads=2,
+                    relative_attention_num_buckets=8, feed_forward_proj="gated-gelu", is_encoder_decoder=False,
+                    use_cache=False, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+
+
+def tiny_shifted_vae(scaling_factor: float, shift_factor: float) -> Any:
+    """A tiny AutoencoderKL with 4 latent channels whose latents are shifted and scaled, as SD3's and FLUX's are."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        block_out_channels=(32, 64),
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+        latent_channels=4,
+        sample_size=64,
+        scaling_factor=scaling_factor,
+        shift_factor=shift_factor,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
