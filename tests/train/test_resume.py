@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainers.core.rundir import read_status
 from trainers.demo import build_dataset
 
 from helpers import events, train
@@ -138,8 +139,14 @@ def test_gui_resume_starts_from_the_newest_state_of_a_stopped_run(tmp_path: Path
     assert resume_config(run).resume == str(out / "x-step00000004-state")
 
     started = []
-    monkeypatch.setattr(JobManager, "start", lambda self, cfg: started.append(cfg) or tmp_path / "runs" / "r2")
+    def start(self: JobManager, cfg: object) -> Path:  # what start does to the runs directory, without a trainer
+        started.append(cfg)
+        (tmp_path / "runs" / "r2").mkdir()
+        return tmp_path / "runs" / "r2"
+
+    monkeypatch.setattr(JobManager, "start", start)
     assert JobManager(tmp_path / "runs").resume(run) == tmp_path / "runs" / "r2"
+    assert read_status(tmp_path / "runs" / "r2")["resumed_from"] == "r1"  # the Runs table's note
     assert started[0].resume == str(out / "x-step00000004-state") and started[0].max_train_steps == 9
     (run / "status.json").write_text(json.dumps({"state": "finished", "method": "lora"}))
     with pytest.raises(JobError, match="finished"):
