@@ -16,7 +16,7 @@ from typing import Any
 from trainers.core import events as ev
 from trainers.core.events import EventReader, TextTail, parse_event, progress_line
 from trainers.core.registry import METHOD_NAMES
-from trainers.core.rundir import EVENTS, LOG, RunState, effective_state, read_status
+from trainers.core.rundir import CONFIG, EVENTS, LOG, RunState, effective_state, read_status
 
 MAX_CHART_POINTS = 400
 MAX_KEPT_POINTS = 20_000
@@ -33,7 +33,8 @@ class RunView:
     progress: ev.Progress | None = None
     rank_step_s: list[float] = field(default_factory=list)  # each process's own seconds a step (multi-GPU runs)
     plan: dict[str, Any] = field(default_factory=dict)
-    losses: list[tuple[int, float, float]] = field(default_factory=list)
+    losses: list[tuple[int, float, float, float]] = field(default_factory=list)  # (step, loss, smoothed, lr)
+    lr_planned: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # the whole run's schedule
     validation: list[tuple[int, float]] = field(default_factory=list)  # (step, validation loss)
     checkpoints: list[str] = field(default_factory=list)
     samples: list[str] = field(default_factory=list)
@@ -55,7 +56,7 @@ class RunWatcher:
         self.log = TextTail(run_dir / LOG, start_from_end_bytes=64 << 10)
         self.view = RunView(run_dir.name)
         self._log_lines: deque[str] = deque(maxlen=LOG_LINES)
-        self._losses: list[tuple[int, float, float]] = []
+        self._losses: list[tuple[int, float, float, float]] = []
         self._lock = threading.Lock()
 
     def refresh(self) -> RunView:
@@ -90,13 +91,14 @@ class RunWatcher:
             v.progress = event
             if event.rank_step_s is not None:  # sent every few steps only
                 v.rank_step_s = event.rank_step_s
-            self._losses.append((event.step, event.loss, event.loss_smoothed))
+            self._losses.append((event.step, event.loss, event.loss_smoothed, event.lr))
             if len(self._losses) > MAX_KEPT_POINTS:  # keep memory bounded on very long runs
                 self._losses = self._losses[::2]
         elif isinstance(event, ev.Validation):
             v.validation.append((event.step, event.loss))
         elif isinstance(event, ev.Start):
             v.plan = event.plan
+            v.lr_planned = planned_lr(self.run_dir, event.plan)
         elif isinstance(event, ev.Checkpoint):
             v.checkpoints.append(event.path)
         elif isinstance(event, ev.Sample):
@@ -111,6 +113,19 @@ class RunWatcher:
             v.images = (0, event.total_images)
         elif isinstance(event, ev.GenerateProgress):
             v.images = (event.done, event.total or v.images[1])
+
+
+def planned_lr(run_dir: Path, plan: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    """The learning rate over the whole run as Validate draws it, from the run's config and step plan."""
+    from gui.checks import lr_preview
+    from trainers.core.options import ConfigError, load_config
+    from trainers.core.plan import StepPlan
+
+    try:
+        cfg = load_config(read_status(run_dir).get("method", METHOD_NAMES[0]), run_dir / CONFIG)
+        return lr_preview(cfg, StepPlan(**plan))[0]
+    except (ConfigError, OSError, TypeError, ValueError):  # an old or hand-made run: no planned curve
+        return {}
 
 
 def _downsample(points: list, limit: int) -> list:

@@ -28,6 +28,7 @@ class RunPanel:
     progress: gr.HTML
     stats: gr.Markdown
     chart: gr.LinePlot
+    lr_chart: gr.LinePlot
     gallery: gr.Gallery
     result: gr.Markdown
     log: gr.Textbox
@@ -35,7 +36,7 @@ class RunPanel:
 
     @property
     def outputs(self) -> list[gr.components.Component]:
-        return [self.title, self.progress, self.stats, self.chart, self.gallery, self.result, self.log, self.compare]
+        return [self.title, self.progress, self.stats, self.chart, self.lr_chart, self.gallery, self.result, self.log, self.compare]
 
 
 def build_run_panel() -> RunPanel:
@@ -44,13 +45,15 @@ def build_run_panel() -> RunPanel:
     stats = gr.Markdown(elem_id="run-stats")
     chart = gr.LinePlot(pd.DataFrame({"step": [], "loss": [], "series": []}), x="step", y="loss", color="series",
                         title="Loss", height=220, visible=False, elem_id="run-chart")
+    lr_chart = gr.LinePlot(pd.DataFrame({"step": [], "lr": [], "series": []}), x="step", y="lr", color="series",
+                           title="Learning rate", height=180, visible=False, elem_id="run-lr-chart")
     gallery = gr.Gallery(label="Samples", columns=4, height=200, visible=False, elem_id="run-gallery")
     result = gr.Markdown(elem_id="run-result")
     compare = gr.Button("Compare saves", size="sm", visible=False, elem_id="run-compare")
     with gr.Accordion("Log", open=False) as log_box:
         log = gr.Textbox(lines=14, max_lines=14, autoscroll=True, show_label=False, elem_id="run-log")
     log_box.expand(None, js=SCROLL_LOG_TO_END)  # opened: show the newest lines, not the first
-    return RunPanel(title, progress, stats, chart, gallery, result, log, compare)
+    return RunPanel(title, progress, stats, chart, lr_chart, gallery, result, log, compare)
 
 
 def _bar(step: int, total: int, unit: str = "steps") -> str:
@@ -107,7 +110,7 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
         stats = "Loading the model and data…" if view.state.active else ""
     chart_key = (len(view.losses), view.losses[-1] if view.losses else None, len(view.validation))
     frame = pd.DataFrame(
-        [(s, loss, "raw") for s, loss, _ in view.losses] + [(s, sm, "smoothed") for s, _, sm in view.losses]
+        [(s, loss, "raw") for s, loss, _, _ in view.losses] + [(s, sm, "smoothed") for s, _, sm, _ in view.losses]
         + [(s, loss, "validation") for s, loss in view.validation], columns=["step", "loss", "series"])
     samples = [s for s in view.samples if Path(s).exists()][-12:]
     result, bar, log = result_text(view), _bar(step, total), "\n".join(view.log_tail)
@@ -119,8 +122,18 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
     return [(title, title), (bar, bar), (stats, stats),
             (chart_key, gr.LinePlot(frame, visible=len(view.losses) >= 3, x_axis_format="d",  # whole-step ticks
                                     x_lim=[0, max(10, view.losses[-1][0] if view.losses else 0)])),
+            ((chart_key, bool(view.lr_planned)), _lr_plot(view, [0, max(10, total)])),
             (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log),
             (comparable, gr.Button(visible=comparable))]
+
+
+def _lr_plot(view: RunView, steps_axis: list[int]) -> gr.LinePlot:
+    """Over the whole run's steps: the planned schedule (one line per distinct rate) and the rate each step reported."""
+    rows = [(s, lr, f"planned {name}") for name, points in view.lr_planned.items() for s, lr in points]
+    rows += [(s, lr, "reported") for s, _, _, lr in view.losses]
+    frame = pd.DataFrame(rows, columns=["step", "lr", "series"])
+    return gr.LinePlot(frame, visible=bool(view.lr_planned) or len(view.losses) >= 3, x_axis_format="d",
+                       x_lim=steps_axis)
 
 
 def is_generation_job(view: RunView) -> bool:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.core.options import ConfigError, TrainConfig, load_config
+from trainers.core.options import TrainConfig, load_config
 from trainers.data import metadata_json as mj
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages

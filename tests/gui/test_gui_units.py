@@ -322,6 +322,35 @@ def test_panel_charts_the_validation_loss_beside_the_training_loss(tmp_path: Pat
     assert render(watcher.refresh())[3][0] != key, "a new validation point redraws the chart"
 
 
+def test_panel_draws_the_whole_runs_learning_rate_and_the_rate_each_step_reported(tmp_path: Path) -> None:
+    from gui.run_panel import render
+    from trainers.core.plan import StepPlan
+
+    run = tmp_path / "lr"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "running", "launcher_pid": os.getpid(), "method": "lora"}))
+    load_config("lora", overrides=["learning_rate=0.001", "lr_scheduler='cosine'", "lr_warmup_steps=10",
+                                   "text_encoder_lr=0.0002"]).save(run / "config.toml")
+    plan = StepPlan(samples_per_epoch=80, per_device_batch=2, num_processes=1, gradient_accumulation_steps=1,
+                    global_batch=2, steps_per_epoch=40, epochs=1, total_steps=40)
+    writer = ev.EventWriter(run)
+    writer.emit(ev.Start(plan=plan.__dict__, family="sd1", trainable_params=1))
+    for step in (1, 2, 3):
+        writer.emit(ev.Progress(step=step, total_steps=40, epoch=1, total_epochs=1, loss=0.5, loss_smoothed=0.5,
+                                lr=1e-4 * step, it_per_s=1.0, images_per_s=2.0))
+    chart = render(RunWatcher(run).refresh())[4][1]
+    assert chart.visible and chart.x_lim == [0, 40], "the whole run, not only the steps so far"
+    rows = chart.value["data"]
+    planned = {name: [(s, lr) for s, lr, series in rows if series == name] for name in
+               ("planned learning_rate", "planned text_encoder_lr")}
+    assert planned["planned learning_rate"][-1][0] == 40, "the schedule reaches the last step"
+    assert max(lr for _, lr in planned["planned learning_rate"]) == pytest.approx(0.001)  # warmed up, then cosine
+    assert planned["planned learning_rate"][0][1] < 0.001 / 5 and planned["planned learning_rate"][-1][1] < 1e-5
+    assert max(lr for _, lr in planned["planned text_encoder_lr"]) == pytest.approx(0.0002)
+    reported = [(s, lr) for s, lr, series in rows if series == "reported"]
+    assert reported == pytest.approx([(1, 1e-4), (2, 2e-4), (3, 3e-4)])
+
+
 def test_the_trainers_suggestions_for_a_failure_reach_the_panel(tmp_path: Path) -> None:
     from gui.run_panel import result_text
 
