@@ -49,16 +49,22 @@ def load_tokenizer(folder: Path, subfolder: str, random_init: bool) -> Any:
     return CLIPTokenizer.from_pretrained(folder, subfolder=subfolder)
 
 
+def load_vae(folder: Path, vae_path: str, random_init: bool = False) -> nn.Module:
+    """The model's VAE in float32, or the one `vae_path` names instead."""
+    from diffusers import AutoencoderKL
+
+    if vae_path:
+        return AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
+    return load_component(AutoencoderKL, folder, "vae", torch.float32, random_init)
+
+
 def load_common(folder: Path, weight_dtype: torch.dtype, vae_path: str,
                 random_init: bool = False) -> tuple[nn.Module, nn.Module, Any, str]:
     """UNet, VAE, DDPM training scheduler and prediction type: the same for every SD family."""
-    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from diffusers import UNet2DConditionModel
 
     unet = load_component(UNet2DConditionModel, folder, "unet", weight_dtype, random_init)
-    if vae_path:
-        vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
-    else:
-        vae = load_component(AutoencoderKL, folder, "vae", torch.float32, random_init)
+    vae = load_vae(folder, vae_path, random_init)
     sched_cfg = read_json(folder / "scheduler" / "scheduler_config.json")
     prediction_type = sched_cfg.get("prediction_type", "epsilon")
     return unet, vae, training_scheduler(sched_cfg, prediction_type), prediction_type

@@ -14,7 +14,7 @@ from torch import nn
 
 from trainers.core.errors import ConfigIssue
 from trainers.models.base import CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
-from trainers.models.components import load_component, load_tokenizer
+from trainers.models.components import load_component, load_tokenizer, load_vae
 from trainers.models.flow import FlowFamily, huber_schedule_issue, load_t5_tokenizer, run_t5, t5_attention_mask
 from trainers.models.flow_lora import kohya_to_diffusers
 
@@ -69,14 +69,11 @@ class Flux(FlowFamily, ModelFamily):
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
              random_init: bool = False) -> LoadedModel:
-        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+        from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
         from transformers import CLIPTextModel, T5EncoderModel
 
         transformer = load_component(FluxTransformer2DModel, folder, "transformer", weight_dtype, random_init)
-        if vae_path:
-            vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
-        else:
-            vae = load_component(AutoencoderKL, folder, "vae", torch.float32, random_init)
+        vae = load_vae(folder, vae_path, random_init)
         text_encoders = [load_component(CLIPTextModel, folder, "text_encoder", weight_dtype, random_init),
                          load_component(T5EncoderModel, folder, "text_encoder_2", weight_dtype, random_init)]
         tokenizers = [load_tokenizer(folder, "tokenizer", random_init), load_t5_tokenizer(folder, "tokenizer_2")]

@@ -14,7 +14,7 @@ from torch import nn
 
 from trainers.core.errors import ConfigIssue
 from trainers.models.base import CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
-from trainers.models.components import load_component, load_tokenizer
+from trainers.models.components import load_component, load_tokenizer, load_vae
 from trainers.models.flow import (
     FlowFamily,
     clip_attention_mask,
@@ -74,17 +74,14 @@ class StableDiffusion3(FlowFamily, ModelFamily):
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
              random_init: bool = False) -> LoadedModel:
-        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
+        from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
         from transformers import CLIPTextModelWithProjection, T5EncoderModel
 
         if not (folder / "text_encoder_3").is_dir():
             raise ModelLoadError(f"{folder} has no text_encoder_3 (T5-XXL): SD3 is trained with all three text "
                                  "encoders")
         transformer = load_component(SD3Transformer2DModel, folder, "transformer", weight_dtype, random_init)
-        if vae_path:
-            vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
-        else:
-            vae = load_component(AutoencoderKL, folder, "vae", torch.float32, random_init)
+        vae = load_vae(folder, vae_path, random_init)
         text_encoders = [load_component(CLIPTextModelWithProjection, folder, "text_encoder", weight_dtype, random_init),
                          load_component(CLIPTextModelWithProjection, folder, "text_encoder_2", weight_dtype,
                                         random_init),
