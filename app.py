@@ -134,12 +134,9 @@ def launch_options(args: argparse.Namespace, users: list[tuple[str, str]], runs_
 
 def _ensure_demo() -> None:
     """Build the demo model and dataset the demo preset points at (relative to the repo)."""
-    demo = REPO / "demo"
-    if (demo / "tiny-sd1" / "model_index.json").exists() and (demo / "data").is_dir():
-        return
-    from trainers.demo import build_demo
+    from trainers.demo import ensure_demo
 
-    for line in build_demo(demo):
+    for line in ensure_demo(REPO / "demo"):
         print(f"demo {line}", flush=True)
 
 

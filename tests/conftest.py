@@ -5,10 +5,20 @@ from pathlib import Path
 
 import pytest
 
+from trainers.demo import ensure_demo
 from trainers.models.flux.tiny import build_tiny_flux
 from trainers.models.sd.tiny import build_tiny_sd1
 from trainers.models.sd3.tiny import build_tiny_sd3
 from trainers.models.sdxl.tiny import build_tiny_sdxl
+
+
+@pytest.fixture(scope="session")
+def built_demo() -> Path:
+    """The repo's demo/ (what `app.py --demo` builds; its model learns shapes once, a few minutes on CPU)."""
+    demo = Path(__file__).resolve().parents[1] / "demo"
+    for line in ensure_demo(demo):
+        print(f"demo {line}", flush=True)
+    return demo
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="build a tiny offline model and dataset")
     demo.add_argument("--out", type=Path, required=True)
     demo.add_argument("--sdxl", action="store_true", help="also build a tiny SDXL model")
+    demo.add_argument("--random-weights", action="store_true",
+                      help="skip teaching the model shapes (a few minutes on CPU): random weights, built in seconds")
     sub.add_parser("options", help="print the table of options (markdown)")
     pre = sub.add_parser("preflight", help="check a config and its dataset without training (no model is loaded)")
     _config_arguments(pre)
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from trainers.demo import build_demo
 
-        for line in build_demo(args.out, sdxl=args.sdxl):
+        for line in build_demo(args.out, sdxl=args.sdxl, pretrain=not args.random_weights):
             print(line)
         return 0
     if args.command == "options":

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-APP_READY_S = 120  # first start builds the demo model and data (~10 s) and imports torch + gradio
+APP_READY_S = 120  # imports torch + gradio (the built_demo fixture has built the demo beforehand)
 RUN_S = 150  # one short demo run on a busy 2-core CPU, trainer start-up included
 UI_MS = 30_000  # a page update that needs no training
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -133,7 +133,7 @@ def _stop_runs(runs_dir: Path, wait_s: float = 60) -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+def demo_app(tmp_path_factory: pytest.TempPathFactory, built_demo: Path) -> Iterator[App]:
     app = _start_app(["--demo"], tmp_path_factory.mktemp("atelier_app"))
     try:
         yield app

@@ -170,8 +170,8 @@ def test_v_prediction_full_bf16_and_resume_from_lora_weights(dataset: Path, tmp_
 
 def test_demo_command_and_preset_work_from_a_fresh_folder(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    built = subprocess.run([sys.executable, "-m", "trainers", "demo", "--out", "demo"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300)
+    built = subprocess.run([sys.executable, "-m", "trainers", "demo", "--out", "demo", "--random-weights"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-2000:]
     result = subprocess.run([sys.executable, "-m", "trainers", "lora", "--config", str(REPO / "presets" / "demo.toml"),
                              "--run-dir", "runs/demo", "--set", "max_train_epochs=1"], cwd=tmp_path, env=env,

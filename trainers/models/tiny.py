@@ -64,15 +64,16 @@ def text_config(vocab_size: int, hidden: int, projection_dim: int | None = None)
     )
 
 
-def tiny_vae():
+def tiny_vae(levels: int = 2):
+    """A tiny AutoencoderKL; its latents are 2 ** (levels - 1) times smaller than the image on each side."""
     from diffusers import AutoencoderKL
 
     return AutoencoderKL(
-        block_out_channels=(32, 64),
+        block_out_channels=(32,) + (64,) * (levels - 1),
         in_channels=3,
         out_channels=3,
-        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+        down_block_types=("DownEncoderBlock2D",) * levels,
+        up_block_types=("UpDecoderBlock2D",) * levels,
         latent_channels=4,
         sample_size=64,
     )

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from trainers.models.tiny import text_config, tiny_vae, write_tiny_tokenizer
 
 
-def build_tiny_sd1(folder: Path, seed: int = 0, v_prediction: bool = False) -> Path:
-    """Save a tiny SD1.x-structured diffusers pipeline to `folder` and return it."""
+def build_tiny_sd1(folder: Path, seed: int = 0, v_prediction: bool = False, vae: Any = None) -> Path:
+    """Save a tiny SD1.x-structured diffusers pipeline to `folder` and return it.
+
+    Its native size is 64 px whatever the VAE (`tiny_vae()` unless given) scales latents down by.
+    """
     from diffusers import DDIMScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from transformers import CLIPTextModel, CLIPTokenizer
 
@@ -18,7 +22,7 @@ def build_tiny_sd1(folder: Path, seed: int = 0, v_prediction: bool = False) -> P
     write_tiny_tokenizer(tok_dir)
     tokenizer = CLIPTokenizer.from_pretrained(tok_dir)
     unet = UNet2DConditionModel(
-        sample_size=32,
+        sample_size=32 if vae is None else 64 // 2 ** (len(vae.config.block_out_channels) - 1),
         block_out_channels=(32, 64),
         layers_per_block=2,
         down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
@@ -33,7 +37,8 @@ def build_tiny_sd1(folder: Path, seed: int = 0, v_prediction: bool = False) -> P
         set_alpha_to_one=False, steps_offset=1, prediction_type="v_prediction" if v_prediction else "epsilon",
     )
     pipe = StableDiffusionPipeline(
-        unet=unet, vae=tiny_vae(), text_encoder=text_encoder, tokenizer=tokenizer, scheduler=scheduler,
+        unet=unet, vae=tiny_vae() if vae is None else vae, text_encoder=text_encoder, tokenizer=tokenizer,
+        scheduler=scheduler,
         safety_checker=None, feature_extractor=None, requires_safety_checker=False,
     )
     pipe.save_pretrained(folder)

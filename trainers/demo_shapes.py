@@ -1,0 +1,24 @@
+"""Flat shapes on plain backgrounds: the demo's images and what its model is taught (no torch)."""
+from __future__ import annotations
+
+from PIL import Image, ImageDraw
+
+DARK_BG, LIGHT_BG = (30, 30, 40), (245, 245, 235)
+
+
+def draw_shape(shape: str, fill: tuple[int, int, int], background: tuple[int, int, int],
+               size: tuple[int, int], box: tuple[int, int, int, int]) -> Image.Image:
+    """One flat shape (circle, square, triangle or cross) filling `box` on a plain background."""
+    img = Image.new("RGB", size, background)
+    draw = ImageDraw.Draw(img)
+    left, top, right, bottom = box
+    if shape == "triangle":
+        draw.polygon([((left + right) // 2, top), (left, bottom), (right, bottom)], fill=fill)
+    elif shape == "cross":
+        arm = (right - left) // 7
+        cx, cy = (left + right) // 2, (top + bottom) // 2
+        draw.rectangle((left, cy - arm, right, cy + arm), fill=fill)
+        draw.rectangle((cx - arm, top, cx + arm, bottom), fill=fill)
+    else:
+        (draw.ellipse if shape == "circle" else draw.rectangle)(box, fill=fill)
+    return img
