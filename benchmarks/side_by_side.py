@@ -87,7 +87,8 @@ def _real_size_sd15(folder: Path) -> Path:
     return folder
 
 
-def atelier_argv(work: Path, model: Path, data: Path, s: dict, steps: int, python: str) -> list[str]:
+def atelier_argv(work: Path, model: Path, data: Path, s: dict, steps: int, python: str,
+                 extra: list[str] = ()) -> list[str]:
     from trainers.core.launch import accelerate_command
     from trainers.core.options import load_config
 
@@ -97,7 +98,7 @@ def atelier_argv(work: Path, model: Path, data: Path, s: dict, steps: int, pytho
         f"max_train_steps={steps}", f"train_batch_size={s['batch']}", "mixed_precision='no'",
         "optimizer_type='AdamW'", "learning_rate=1e-4", "lr_scheduler='constant'", f"network_dim={s['rank']}",
         f"network_alpha={s['alpha']}", "network_train_unet_only=true", "max_data_loader_n_workers=0", "seed=0",
-        "overwrite_output=true"])
+        "overwrite_output=true", *extra])
     config = work / "atelier.toml"
     cfg.save(config)
     return accelerate_command(cfg, config, work / "run-atelier", python=python)
@@ -151,11 +152,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--sd-scripts", type=Path, help="an sd-scripts checkout (its train_network.py)")
     parser.add_argument("--diffusers-example", type=Path, help="diffusers' train_text_to_image_lora.py")
+    parser.add_argument("--atelier-set", action="append", default=[], metavar="NAME=VALUE",
+                        help="an Atelier option on top of the workload's (A/B one setting, e.g. "
+                             "num_cpu_threads_per_process=1)")
     parser.add_argument("--python", default=sys.executable, help="the python the other trainers run with")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="atelier-side-by-side-"))
     model, kohya, imagefolder, s = build_workload(work, args.workload)
-    arms = [("atelier", atelier_argv(work, model, kohya, s, args.steps, sys.executable), REPO)]
+    arms = [("atelier", atelier_argv(work, model, kohya, s, args.steps, sys.executable, args.atelier_set), REPO)]
     if args.sd_scripts:
         arms.append(("sd-scripts", sd_scripts_argv(args.sd_scripts, work, model, kohya, s, args.steps, args.python),
                      args.sd_scripts))
