@@ -54,6 +54,22 @@ class FlowFamily:
     title: str
     own_options: frozenset[str]  # the flow options this family reads
     default_t5_length: int
+    pipeline_class: str  # model_index.json's _class_name of its diffusers folders
+    reference_prefixes: tuple[str, ...]  # key prefixes of its reference (single-file) checkpoints
+    diffusers_hint: str  # which diffusers folder to give instead of a single file
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        return str(index.get("_class_name", "")) == self.pipeline_class
+
+    def claims_checkpoint(self, keys: Any) -> bool:
+        return False  # single files in the reference layout are refused by check_single_file
+
+    def check_single_file(self, keys: Any) -> None:
+        from trainers.models.base import ModelLoadError
+
+        if any(keys.has(prefix) for prefix in self.reference_prefixes):
+            raise ModelLoadError(f"{keys.name}: a {self.title} checkpoint in the reference (single-file) layout, "
+                                 f"which cannot be loaded yet: give a diffusers {self.diffusers_hint}")
 
     def configured(self, values: Mapping[str, Any]) -> Any:
         clone = copy.copy(self)

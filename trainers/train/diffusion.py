@@ -10,6 +10,7 @@ from torch import nn
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.models import LoadedModel, SizeConditioning
 from trainers.models.prompt_chunks import WeightedIds, split_weighted
+from trainers.train.conditioning import conditioning
 from trainers.train.losses import (
     apply_mask,
     debiased_weights,
@@ -167,13 +168,7 @@ def diffusion_loss(predictor: nn.Module, model: LoadedModel, batch: dict[str, An
         target = scheduler.get_velocity(latents, noised.noise, timesteps)
     else:
         target = noised.noise
-    sizes = SizeConditioning(batch["original_size"], batch["crop_top_left"], batch["target_size"])
-    input_ids = [ids.to(device) for ids in batch["input_ids"]] if "input_ids" in batch else None
-    embeds = None
-    if "prompt_embeds" in batch:
-        pooled = batch.get("pooled_embeds")
-        embeds = (batch["prompt_embeds"].to(device), None if pooled is None else pooled.to(device))
-    pred = predictor(noised.noisy, timesteps, input_ids, sizes, embeds)
+    pred = predictor(noised.noisy, timesteps, *conditioning(batch, device))
     return score(pred, target, timesteps, scheduler, opts, batch.get("masks"), batch.get("loss_weights"))
 
 
@@ -199,3 +194,4 @@ def score(pred: torch.Tensor, target: torch.Tensor, timesteps: torch.Tensor, sch
     if opts.debiased_estimation_loss:
         loss = loss * debiased_weights(scheduler, timesteps, opts.prediction_type)
     return loss.mean()
+

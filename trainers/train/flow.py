@@ -17,8 +17,9 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from trainers.models import LoadedModel, SizeConditioning
+from trainers.models import LoadedModel
 from trainers.models.flow import FlowSettings
+from trainers.train.conditioning import conditioning
 from trainers.train.losses import apply_mask, elementwise_loss, huber_thresholds
 from trainers.train.noise import input_perturbation, per_sample
 
@@ -164,13 +165,7 @@ def flow_loss(predictor: nn.Module, model: LoadedModel, batch: dict[str, Any], o
     keys = batch["keys"]
     latents = flow_latents(model, batch, opts.seed).to(device, weight_dtype)
     noised = add_flow_noise(latents, keys, settings, opts, velocity)
-    sizes = SizeConditioning(batch["original_size"], batch["crop_top_left"], batch["target_size"])
-    input_ids = [ids.to(device) for ids in batch["input_ids"]] if "input_ids" in batch else None
-    embeds = None
-    if "prompt_embeds" in batch:
-        pooled = batch.get("pooled_embeds")
-        embeds = (batch["prompt_embeds"].to(device), None if pooled is None else pooled.to(device))
-    output = predictor(noised.noisy, noised.timesteps, input_ids, sizes, embeds)
+    output = predictor(noised.noisy, noised.timesteps, *conditioning(batch, device))
     pred, target, weights = prediction_and_target(output, noised, latents, settings, velocity)
     return flow_score(pred, target, weights, noised.timesteps, opts, batch.get("masks"), batch.get("loss_weights"))
 

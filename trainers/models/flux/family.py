@@ -13,13 +13,12 @@ import torch
 from torch import nn
 
 from trainers.core.errors import ConfigIssue
-from trainers.models.base import CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
 from trainers.models.components import load_component, load_tokenizer, load_vae
 from trainers.models.flow import FlowFamily, huber_schedule_issue, load_t5_tokenizer, run_t5, t5_attention_mask
 from trainers.models.flow_lora import kohya_to_diffusers
 
 SAMPLE_GUIDANCE = 3.5  # the guidance embedding's value for samples (sd-scripts' --g default; FluxPipeline's too)
-_BFL_PREFIXES = ("double_blocks.", "model.diffusion_model.double_blocks.", "diffusion_model.double_blocks.")
 
 
 class Flux(FlowFamily, ModelFamily):
@@ -42,20 +41,9 @@ class Flux(FlowFamily, ModelFamily):
                              "t5xxl_max_token_length", "apply_t5_attn_mask"})
     default_t5_length = 512
     schnell = False
-
-    # --- telling models apart ---
-
-    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
-        return str(index.get("_class_name", "")) == "FluxPipeline"
-
-    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
-        return False
-
-    def check_single_file(self, keys: CheckpointKeys) -> None:
-        if any(keys.has(prefix) for prefix in _BFL_PREFIXES):
-            raise ModelLoadError(f"{keys.name} is a FLUX.1 checkpoint in the reference (single-file) layout, which "
-                                 "cannot be loaded yet: give a diffusers FLUX.1 folder (e.g. "
-                                 "black-forest-labs/FLUX.1-dev, with its text encoders and VAE)")
+    pipeline_class = "FluxPipeline"
+    reference_prefixes = ("double_blocks.", "model.diffusion_model.double_blocks.", "diffusion_model.double_blocks.")
+    diffusers_hint = "FLUX.1 folder (e.g. black-forest-labs/FLUX.1-dev, with its text encoders and VAE)"
 
     def variant(self, guidance_embeds: bool) -> "Flux":
         """dev (guidance-distilled: a guidance embedding) or schnell (none)."""

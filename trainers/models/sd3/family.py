@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from trainers.core.errors import ConfigIssue
-from trainers.models.base import CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
 from trainers.models.components import load_component, load_tokenizer, load_vae
 from trainers.models.flow import (
     FlowFamily,
@@ -24,8 +24,6 @@ from trainers.models.flow import (
     t5_attention_mask,
 )
 from trainers.models.flow_lora import kohya_to_diffusers
-
-_REFERENCE_PREFIXES = ("joint_blocks.", "model.diffusion_model.joint_blocks.")
 
 
 class StableDiffusion3(FlowFamily, ModelFamily):
@@ -47,20 +45,9 @@ class StableDiffusion3(FlowFamily, ModelFamily):
                              "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask"})
     default_t5_length = 256
     flow_target = "latents"
-
-    # --- telling models apart ---
-
-    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
-        return str(index.get("_class_name", "")) == "StableDiffusion3Pipeline"
-
-    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
-        return False
-
-    def check_single_file(self, keys: CheckpointKeys) -> None:
-        if any(keys.has(prefix) for prefix in _REFERENCE_PREFIXES):
-            raise ModelLoadError(f"{keys.name} is an SD3 checkpoint in the reference (single-file) layout, which "
-                                 "cannot be loaded yet: give a diffusers SD3/SD3.5 folder (e.g. "
-                                 "stabilityai/stable-diffusion-3.5-medium)")
+    pipeline_class = "StableDiffusion3Pipeline"
+    reference_prefixes = ("joint_blocks.", "model.diffusion_model.joint_blocks.")
+    diffusers_hint = "SD3/SD3.5 folder (e.g. stabilityai/stable-diffusion-3.5-medium)"
 
     def variant(self, config: Any) -> "StableDiffusion3":
         """sd-scripts' model type: 'medium' (SD3), '5-medium' (extra self-attention blocks) or '5-large'."""
