@@ -80,6 +80,13 @@ class FlowFamily:
     def t5_length(self) -> int:
         return self.settings.t5xxl_max_token_length or self.default_t5_length
 
+    def text_encoders_to_original(self, states: list[dict[str, torch.Tensor]], text_encoders: list[nn.Module],
+                                  prediction_type: str) -> dict[str, torch.Tensor]:
+        from trainers.models.base import ModelLoadError
+
+        raise ModelLoadError(f"{self.title} models are saved as diffusers folders only: set save_model_as = "
+                             "'diffusers'")
+
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = [ConfigIssue(o.name, f"is not used with {self.title} models: leave it at {o.default!r}", o.group)
                   for o in FLOW_OPTIONS

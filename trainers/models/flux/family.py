@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from trainers.core.errors import ConfigIssue
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.components import load_component, load_tokenizer, load_vae
 from trainers.models.flow import FlowFamily, huber_schedule_issue, load_t5_tokenizer, run_t5, t5_attention_mask
 from trainers.models.flow_lora import kohya_to_diffusers
@@ -131,10 +131,6 @@ class Flux(FlowFamily, ModelFamily):
         return vae.decode(grid).sample
 
     # --- saving and describing ---
-
-    def text_encoders_to_original(self, states: list[dict[str, torch.Tensor]], text_encoders: list[nn.Module],
-                                  prediction_type: str) -> dict[str, torch.Tensor]:
-        raise ModelLoadError("FLUX.1 models are saved as diffusers folders only: set save_model_as = 'diffusers'")
 
     def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
         return {**super().lora_metadata(v_prediction), "modelspec.implementation": self.implementation,

@@ -128,10 +128,6 @@ class StableDiffusion3(FlowFamily, ModelFamily):
 
     # --- saving and describing ---
 
-    def text_encoders_to_original(self, states: list[dict[str, torch.Tensor]], text_encoders: list[nn.Module],
-                                  prediction_type: str) -> dict[str, torch.Tensor]:
-        raise ModelLoadError("SD3 models are saved as diffusers folders only: set save_model_as = 'diffusers'")
-
     def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
         return {**super().lora_metadata(v_prediction), "modelspec.implementation": "diffusers",
                 "ss_network_module": "networks.lora_sd3", **self.flow_metadata()}
