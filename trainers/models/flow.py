@@ -54,11 +54,11 @@ class FlowFamily:
     title: str
     own_options: frozenset[str]  # the flow options this family reads
     default_t5_length: int
-    pipeline_class: str  # model_index.json's _class_name of its diffusers folders
     reference_prefixes: tuple[str, ...]  # key prefixes of its reference (single-file) checkpoints
     diffusers_hint: str  # which diffusers folder to give instead of a single file
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        # pipeline_class (ModelFamily): model_index.json's _class_name of the family's diffusers folders
         return str(index.get("_class_name", "")) == self.pipeline_class
 
     def claims_checkpoint(self, keys: Any) -> bool:

@@ -41,7 +41,6 @@ class Flux(FlowFamily, ModelFamily):
                              "t5xxl_max_token_length", "apply_t5_attn_mask"})
     default_t5_length = 512
     schnell = False
-    pipeline_class = "FluxPipeline"
     reference_prefixes = ("double_blocks.", "model.diffusion_model.double_blocks.", "diffusion_model.double_blocks.")
     diffusers_hint = "FLUX.1 folder (e.g. black-forest-labs/FLUX.1-dev, with its text encoders and VAE)"
 

@@ -45,9 +45,8 @@ class StableDiffusion3(FlowFamily, ModelFamily):
                              "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask"})
     default_t5_length = 256
     flow_target = "latents"
-    pipeline_class = "StableDiffusion3Pipeline"
     reference_prefixes = ("joint_blocks.", "model.diffusion_model.joint_blocks.")
-    diffusers_hint = "SD3/SD3.5 folder (e.g. stabilityai/stable-diffusion-3.5-medium)"
+    diffusers_hint = "SD3/SD3.5 folder (e.g. SD3.5 Medium as published in diffusers layout)"
 
     def variant(self, config: Any) -> "StableDiffusion3":
         """sd-scripts' model type: 'medium' (SD3), '5-medium' (extra self-attention blocks) or '5-large'."""
