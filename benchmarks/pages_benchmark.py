@@ -6,7 +6,9 @@ Starts `app.py --demo` in a temporary folder and a long demo training run in its
 phases without pages and with N headless chromium pages showing the run (0, N, 0, N, ...). Prints, per phase,
 the run's steps/s and the share of a core the GUI process used, then the slowdown with pages. The pages' own
 rendering runs in chromium on this machine too, so on a small machine part of the slowdown is the browser's;
-the GUI process's CPU is the server's cost alone. Needs `bash setup.sh --dev` (playwright) and /usr/bin/chromium.
+the GUI process's CPU is the server's cost alone. `--pin-browsers` keeps them apart on one machine: the GUI and
+the trainer run on the first half of the CPUs, chromium on the rest, so the slowdown is what the server's work
+for the pages costs the run. Needs `bash setup.sh --dev` (playwright) and /usr/bin/chromium.
 """
 from __future__ import annotations
 
@@ -65,7 +67,11 @@ def main() -> int:
     parser.add_argument("--pages", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=60, help="length of each phase")
     parser.add_argument("--rounds", type=int, default=2, help="(no pages, N pages) pairs")
+    parser.add_argument("--pin-browsers", action="store_true",
+                        help="GUI and trainer on the first half of the CPUs, chromium on the other half (Linux)")
     args = parser.parse_args()
+    server_cpus, browser_cpus = _cpu_halves() if args.pin_browsers else (None, None)
+    pin = (lambda: os.sched_setaffinity(0, server_cpus)) if server_cpus else None
     from playwright.sync_api import sync_playwright
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
@@ -75,7 +81,7 @@ def main() -> int:
         app = subprocess.Popen([sys.executable, "app.py", "--demo", "--headless", "--server-port", str(port),
                                 "--runs-dir", str(work / "runs"), "--presets-dir", str(work / "presets")],
                                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=pin)
         run_dir = work / "runs" / "20260101-000000-lora-bench"
         trainer = None
         try:
@@ -86,11 +92,14 @@ def main() -> int:
             trainer = subprocess.Popen(
                 [sys.executable, "-m", "trainers", "lora", "--config", str(config), "--run-dir", str(run_dir)],
                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "trainer.log", "wb"),
-                start_new_session=True)
+                start_new_session=True, preexec_fn=pin)
             wait_for(lambda: last_step(run_dir) >= 5 or trainer.poll() is not None, 600, "the first training steps")
             if trainer.poll() is not None:
                 raise SystemExit(f"the trainer ended:\n{(work / 'trainer.log').read_text()[-2000:]}")
             results: list[tuple[int, float, float]] = []
+            if browser_cpus:
+                os.sched_setaffinity(0, browser_cpus)  # playwright's driver and chromium inherit it
+                print(f"GUI and trainer on CPUs {sorted(server_cpus)}, chromium on {sorted(browser_cpus)}", flush=True)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 for _ in range(args.rounds):
@@ -135,6 +144,14 @@ def _long_demo_config(out: Path) -> str:
     raw.pop("sampling")
     raw["saving"] = {"output_dir": str(out), "output_name": "bench"}
     return toml.dumps(raw)
+
+
+def _cpu_halves() -> tuple[set[int], set[int]]:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin-browsers needs at least 2 CPUs")
+    half = len(cpus) // 2
+    return set(cpus[:half]), set(cpus[half:])
 
 
 def _answers(url: str) -> bool:
