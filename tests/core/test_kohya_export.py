@@ -109,9 +109,9 @@ def test_print_config_shows_the_config_warnings_and_errors_and_exits_2(tmp_path:
 
 
 def test_print_config_of_a_refused_config_lists_the_keys(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["lora", "--config", str(CORPUS / "sd_scripts/flux_lora.toml"), "--print-config"])
+    code = main(["finetune", "--config", str(CORPUS / "sd_scripts/sd3_finetune.toml"), "--print-config"])
     text = capsys.readouterr().out
-    assert code == 2 and "separate model files" in text and "t5xxl" in text
+    assert code == 2 and "separate text encoder files" in text and "clip_g" in text
 
 
 def test_print_config_exits_0_when_a_run_could_start(folders: dict[str, str], tmp_path: Path,

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from trainers.core.options import ConfigError, config_from_dict
 from trainers.core.options.kohya_import import import_kohya_file
@@ -42,7 +44,12 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     prompts.write_text("sks shape, red circle --s 4\n", encoding="utf-8")
     weights = root / "weights.safetensors"
     weights.write_bytes(b"")
-    return {"pretrained_model_name_or_path": model, "vae": vae, "train_data_dir": img, "reg_data_dir": reg,
+    flux = root / "flux1-dev.safetensors"  # a FLUX.1 transformer file's header: what Validate reads of it
+    save_file({"double_blocks.0.img_attn.qkv.weight": torch.zeros(1)}, flux)
+    parts = {option: root / f"{option}.safetensors" for option in ("clip_l", "t5xxl", "ae")}
+    for part in parts.values():
+        part.write_bytes(b"")
+    return {"pretrained_model_name_or_path": model, "flux_transformer": flux, **parts, "vae": vae, "train_data_dir": img, "reg_data_dir": reg,
             "dataset_config": dataset, "masked_dataset_config": masked, "sample_prompts": prompts, "network_weights": weights,
             "output_dir": root / "out", "logging_dir": root / "logs", "conditioning_data_dir": img}
 
@@ -56,6 +63,8 @@ def pointed(values: dict[str, Any], places: dict[str, Path]) -> dict[str, Any]:
             out[key] = str(places[key])
         elif key in ("resume", "base_weights", "base_weights_multiplier"):
             out.pop(key)
+    if out.get("ae"):  # sd-scripts' FLUX.1 files: the transformer file with its parts
+        out["pretrained_model_name_or_path"] = str(places["flux_transformer"])
     if out.get("dataset_config") and out.get("masked_loss"):
         out["dataset_config"] = str(places["masked_dataset_config"])
     for key in ("pretrained_model_name_or_path", "output_dir") + (() if out.get("dataset_config") else
@@ -88,8 +97,7 @@ REFUSED = {
     "kohya_ss/test/config/TI-AdamW8bit.json": {"token_string"},
     "kohya_ss/test/config/TI-AdamW8bit-SDXL.json": {"token_string"},
     "kohya_ss/test/config/TI-AdamW8bit-toml.json": {"token_string"},
-    "sd_scripts/flux_lora.toml": {"clip_l, t5xxl, ae"},  # separate model files; the flow options themselves load
-    "sd_scripts/sd3_finetune.toml": {"clip_l, clip_g, t5xxl", "enable_scaled_pos_embed"},
+    "sd_scripts/sd3_finetune.toml": {"clip_g", "enable_scaled_pos_embed"},
     "sd_scripts/kohya_ss_finetune_in_json.toml": {"in_json"},
     "kohya_ss/presets/lora/sd15 - EDG_LoConOptiSettings.json": {"resolution"},
     "kohya_ss/presets/lora/sd15 - EDG_LoHaOptiSettings.json": {"resolution"},
@@ -217,4 +225,4 @@ def test_kohya_ss_json_for_flux_is_refused_in_one_message(tmp_path: Path) -> Non
                                 "guidance_scale": 3.5, "learning_rate": 1e-4}), encoding="utf-8")
     with pytest.raises(ConfigError) as err:
         load_config("lora", path)
-    assert len(err.value.issues) == 1 and "separate model files (ae, clip_l, t5xxl)" in str(err.value)
+    assert len(err.value.issues) == 1 and "import the TOML kohya_ss wrote for the run" in str(err.value)

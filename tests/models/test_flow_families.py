@@ -9,7 +9,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from trainers.core.options import BY_NAME
-from trainers.models import ModelLoadError, detect_family, family, load_model
+from trainers.models import ModelFiles, ModelLoadError, detect_family, family, load_model
 from trainers.models.flow import clip_attention_mask
 from trainers.models.flux.family import image_ids, joint_attention_mask, pack_latents, unpack_latents
 from trainers.models.single_file import detect_checkpoint_family
@@ -40,16 +40,24 @@ def test_flux_schnell_has_no_guidance_and_shorter_t5(tmp_path: Path) -> None:
     assert schnell.family.modelspec_architecture == "flux-1-schnell" and schnell.family.t5_length == 256
 
 
-@pytest.mark.parametrize(("keys", "message"), [
-    (["double_blocks.0.img_attn.qkv.weight", "single_blocks.0.linear1.weight"], "FLUX.1 checkpoint"),
-    (["model.diffusion_model.double_blocks.0.img_attn.qkv.weight"], "FLUX.1 checkpoint"),
-    (["model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight"], "SD3 checkpoint"),
-])
-def test_single_files_of_these_families_are_refused_by_name(tmp_path: Path, keys: list[str], message: str) -> None:
+def test_sd3_single_files_are_refused_by_name(tmp_path: Path) -> None:
+    keys = ["model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight"]
     path = tmp_path / "model.safetensors"
     save_file({k: torch.zeros(2, 2) for k in keys}, str(path))
-    with pytest.raises(ModelLoadError, match=message):
+    with pytest.raises(ModelLoadError, match="SD3 checkpoint"):
         detect_checkpoint_family({k: (2, 2) for k in keys}, str(path))
+
+
+@pytest.mark.parametrize("prefix", ["", "model.diffusion_model."])
+def test_flux_transformer_files_are_told_apart_and_an_incomplete_one_is_named(tmp_path: Path, prefix: str) -> None:
+    """(tests/models/test_flux_files.py loads complete ones.)"""
+    keys = [prefix + "double_blocks.0.img_attn.qkv.weight", prefix + "single_blocks.0.linear1.weight"]
+    path = tmp_path / "flux1-dev.safetensors"
+    save_file({k: torch.zeros(2, 2) for k in keys}, str(path))
+    assert detect_checkpoint_family({k: (2, 2) for k in keys}, str(path)) == "flux"
+    files = {o: str(path) for o in ("clip_l", "t5xxl", "ae")}
+    with pytest.raises(ModelLoadError, match="flux1-dev.safetensors: the FLUX.1 transformer has no img_in.weight"):
+        load_model(str(path), "auto", torch.float32, files=ModelFiles.from_values(files))
 
 
 def test_options_are_checked_against_the_family() -> None:

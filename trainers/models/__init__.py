@@ -10,12 +10,20 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.models.base import LoadedModel, ModelFamily, ModelLoadError, SizeConditioning
+from trainers.models.base import (
+    COMPONENT_FILE_OPTIONS,
+    CheckpointKeys,
+    LoadedModel,
+    ModelFamily,
+    ModelFiles,
+    ModelLoadError,
+    SizeConditioning,
+)
 from trainers.models.components import read_json
 from trainers.models.families import all_families, family
 from trainers.models.single_file import SINGLE_FILE_SUFFIXES, load_single_file, save_full_model
 
-__all__ = ["SINGLE_FILE_SUFFIXES", "LoadedModel", "ModelFamily", "ModelLoadError", "SizeConditioning",
+__all__ = ["SINGLE_FILE_SUFFIXES", "LoadedModel", "ModelFamily", "ModelFiles", "ModelLoadError", "SizeConditioning",
            "all_families", "detect_family", "family", "load_model", "load_single_file", "resolve_model_folder",
            "save_full_model"]
 
@@ -63,6 +71,7 @@ def model_option_issues(name_or_path: str, clip_skip: int,
     """Options that depend on the model, checked against its configs before any weight loads (a hub id is checked
     after it is fetched, when it loads). `values`: the config's options, for the family's own checks."""
     path = Path(name_or_path).expanduser()
+    file_issues: list[ConfigIssue] = []
     try:
         if path.is_dir():
             found = detect_family(path)
@@ -70,13 +79,21 @@ def model_option_issues(name_or_path: str, clip_skip: int,
         elif path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES and path.suffix.lower() == ".safetensors":
             from trainers.models.single_file import detect_checkpoint_family, open_checkpoint
 
-            found = family(detect_checkpoint_family(open_checkpoint(path).shapes, str(path)))
+            ckpt = open_checkpoint(path)
+            found = family(detect_checkpoint_family(ckpt.shapes, str(path)))
+            if values is not None:
+                file_issues = found.checkpoint_issues(CheckpointKeys(ckpt.shapes, str(path)),
+                                                      ModelFiles.from_values(values), str(values.get("vae") or ""))
             config_dir = found.arch_dir
         else:
             return []
     except ModelLoadError as err:
         return [ConfigIssue("pretrained_model_name_or_path", str(err), "model")]
-    family_issues = found.option_issues(values) if values is not None else []
+    if values is not None and not (path.is_file() and found.own_checkpoint_layout):
+        file_issues += [ConfigIssue(option, f"is read only with a FLUX.1 transformer file such as flux1-dev.safetensors "
+                                    f"(as in sd-scripts); {path.name} brings its own: leave it empty", "model")
+                        for option in COMPONENT_FILE_OPTIONS if str(values.get(option) or "").strip()]
+    family_issues = file_issues + (found.option_issues(values) if values is not None else [])
     if family_issues or found.objective != "ddpm":
         return family_issues  # clip skip included
     if clip_skip > 1 and not found.supports_clip_skip:
@@ -93,10 +110,11 @@ def model_option_issues(name_or_path: str, clip_skip: int,
 
 
 def load_model(name_or_path: str, requested_family: str, weight_dtype, vae_path: str = "",
-               random_init: bool = False) -> LoadedModel:
+               random_init: bool = False, files: ModelFiles = ModelFiles()) -> LoadedModel:
+    """The model a run names; `files`: its separate component files (FLUX.1 from a transformer-only file)."""
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES:  # a checkpoint in the original layout
-        return load_single_file(path, requested_family, weight_dtype, vae_path)
+        return load_single_file(path, requested_family, weight_dtype, vae_path, files=files)
     folder = resolve_model_folder(name_or_path)
     detected = detect_family(folder)
     if requested_family != "auto" and requested_family != detected.name:

@@ -95,6 +95,24 @@ class CheckpointKeys:
                      if k.startswith(unet_prefix) and k.endswith("attn2.to_k.weight") and len(s) == 2), None)
 
 
+COMPONENT_FILE_OPTIONS = ("clip_l", "t5xxl", "ae")  # a model's parts in files of their own (sd-scripts' names)
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """The separate component files of a run (sd-scripts' option names: FLUX from a transformer-only file) and where
+    tokenizers such files lack are kept."""
+
+    clip_l: str = ""
+    t5xxl: str = ""
+    ae: str = ""
+    tokenizer_cache_dir: str = ""
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> "ModelFiles":
+        return cls(**{name: str(values.get(name) or "").strip() for name in cls.__dataclass_fields__})
+
+
 @dataclass(frozen=True)
 class TextEncoderPart:
     """Where one text encoder's weights sit in a single file: its transformers class, diffusers subfolder, prefix."""
@@ -218,6 +236,17 @@ class ModelFamily(ABC):
     def check_single_file(self, keys: CheckpointKeys) -> None:
         """Raise ModelLoadError when a single file is in this family's own layout but cannot be loaded from one
         (asked of every family before the Stable Diffusion layouts are looked for)."""
+
+    # Families whose single files are not in the LDM/SGM layout load them themselves (load_checkpoint).
+    own_checkpoint_layout: bool = False
+
+    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        """Options a single file of this family needs besides itself (component files), before it loads."""
+        return []
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> LoadedModel:
+        """A single file in the family's own layout (own_checkpoint_layout) as a LoadedModel."""
+        raise NotImplementedError
 
     # --- LoRA ---
 

@@ -46,14 +46,14 @@ def write_tiny_tokenizer(folder: Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def text_config(vocab_size: int, hidden: int, projection_dim: int | None = None):
+def text_config(vocab_size: int, hidden: int, projection_dim: int | None = None, heads: int = 4):
     from transformers import CLIPTextConfig
 
     return CLIPTextConfig(
         vocab_size=vocab_size,
         hidden_size=hidden,
         intermediate_size=hidden * 2,
-        num_attention_heads=4,
+        num_attention_heads=heads,
         num_hidden_layers=2,
         max_position_embeddings=77,
         projection_dim=projection_dim or hidden,

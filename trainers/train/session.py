@@ -23,7 +23,7 @@ from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.dataset import CaptionedImages
 from trainers.data.pipeline import build_pipeline
 from trainers.data.preflight import catalog_report
-from trainers.models import LoadedModel, ModelLoadError, load_model, model_option_issues
+from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model, model_option_issues
 from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
 from trainers.train.optim import check_optimizer
@@ -78,7 +78,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
 
     weight_dtype = weight_dtype_for(cfg.mixed_precision)
     model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip(),
-                       random_init)
+                       random_init, ModelFiles.from_values(cfg.values))
     model.family = model.family.configured(cfg.values)  # the run's settings of its text encoding and denoiser
     if family_issues := model.family.option_issues(cfg.values):  # a hub model is checked once it is here
         raise ConfigError(family_issues)

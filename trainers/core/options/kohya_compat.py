@@ -37,7 +37,6 @@ IGNORED: dict[str, str] = {
     "disable_mmap_load_safetensors": "not needed: checkpoints are read with safetensors' own loader",
     "skip_cache_check": "latent caches are always checked against the VAE, image and bucket",
     "cache_info": "latent caches are always checked against the VAE, image and bucket",
-    "tokenizer_cache_dir": "tokenizers come with the model (or the Hugging Face cache)",
     "ddp_gradient_as_bucket_view": "DDP is set up by Atelier (a few large gradient buckets)",
     "ddp_static_graph": "DDP is set up by Atelier (a few large gradient buckets)",
     "use_safetensors": "files are always written as safetensors",

@@ -85,9 +85,9 @@ GUI_ONLY: dict[str, str] = {
     "lowvram": "",
 }
 # Model-family switches of kohya_ss, and the message when one is on.
-_FLOW_JSON = ("kohya_ss's SD3/FLUX configs name separate model files (ae, clip_l, t5xxl), which are not read here: "
-              "train SD3/FLUX from a diffusers folder, starting from the presets flux_dev_lora_16gb, flux_dev_lora_24gb "
-              "or sd35_medium_lora")
+_FLOW_JSON = ("kohya_ss's SD3/FLUX GUI configs are not read here: import the TOML kohya_ss wrote for the run "
+              "(sd-scripts' options; a FLUX.1 transformer file with ae, clip_l and t5xxl loads), or start from the "
+              "presets flux_dev_lora_16gb, flux_dev_lora_24gb or sd35_medium_lora")
 OTHER_FAMILY_SWITCHES: dict[str, str] = {
     "flux1_checkbox": _FLOW_JSON, "sd3_checkbox": _FLOW_JSON,
     "hunyuan_image_checkbox": "HunyuanImage, Lumina and Anima training is not available",
@@ -100,7 +100,8 @@ OTHER_FAMILY_PREFIXES = ("flux1_", "flux_", "sd3_", "hunyuan_", "anima_", "lumin
 # The flow-matching fields of its SD3/FLUX tabs (options here too), passed by kohya_ss only for those families.
 FLOW_GUI_FIELDS = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
                              "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
-                             "training_shift", "apply_t5_attn_mask", "apply_lg_attn_mask", "t5xxl_max_token_length"})
+                             "training_shift", "apply_t5_attn_mask", "apply_lg_attn_mask", "t5xxl_max_token_length",
+                             "ae", "clip_l", "clip_g"})
 TEXTUAL_INVERSION = ("token_string", "init_word", "num_vectors_per_token", "template")
 FINETUNE_FIELDS = ("image_folder", "train_dir", "caption_metadata_filename", "latent_metadata_filename",
                    "dataset_repeats", "use_latent_files", "create_caption", "create_buckets")

@@ -52,7 +52,7 @@ def generate_class_images(cfg: TrainConfig, accelerator: Any, events: Any, weigh
     import torch
 
     from trainers.core.prompts import SamplePrompt
-    from trainers.models import load_model
+    from trainers.models import ModelFiles, load_model
     from trainers.sampling.pipeline import generate_samples
 
     if accelerator.is_main_process:
@@ -60,7 +60,8 @@ def generate_class_images(cfg: TrainConfig, accelerator: Any, events: Any, weigh
         print(message, flush=True)
         events.emit(ClassImages(folder=str(folder), count=len(indices), prompt=cfg.class_prompt))
     folder.mkdir(parents=True, exist_ok=True)
-    model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip())
+    model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip(),
+                       files=ModelFiles.from_values(cfg.values))
     for m in (model.unet, model.vae, *model.text_encoders):
         m.to(accelerator.device)
     prompts = [SamplePrompt(cfg.class_prompt, index=i) for i in indices]

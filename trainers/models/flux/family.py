@@ -1,6 +1,8 @@
 """FLUX.1 (dev, schnell): CLIP-L (pooled) and T5-XXL text encoders, a flow-matching transformer over 2x2-packed latent
-tokens, a guidance embedding (dev). Loaded from diffusers folders (FluxPipeline); kohya names its LoRA modules after
-the reference implementation (double_blocks/single_blocks, fused qkv), which trainers/models/flow_lora.py maps.
+tokens, a guidance embedding (dev). Loaded from diffusers folders (FluxPipeline) or, as sd-scripts takes it, from the
+reference-layout transformer file (flux1-dev.safetensors) with the clip_l, t5xxl and ae files (reference.py maps
+it); kohya names its LoRA modules after the reference implementation (double_blocks/single_blocks, fused qkv), which
+trainers/models/flow_lora.py maps.
 """
 from __future__ import annotations
 
@@ -13,12 +15,17 @@ import torch
 from torch import nn
 
 from trainers.core.errors import ConfigIssue
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.base import CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelFiles, SizeConditioning
 from trainers.models.components import load_component, load_tokenizer, load_vae
 from trainers.models.flow import FlowFamily, huber_schedule_issue, load_t5_tokenizer, run_t5, t5_attention_mask
 from trainers.models.flow_lora import kohya_to_diffusers
 
 SAMPLE_GUIDANCE = 3.5  # the guidance embedding's value for samples (sd-scripts' --g default; FluxPipeline's too)
+LATENT_SCALE, LATENT_SHIFT = 0.3611, 0.1159  # the ae's latent scaling (its diffusers config; not in the ae file)
+# The components an all-in-one file may hold (ComfyUI's layout), each else a file of its own: (prefix, option, what).
+COMPONENTS = (("text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder"),
+              ("text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
+              ("vae.", "ae", "autoencoder"))
 
 
 class Flux(FlowFamily, ModelFamily):
@@ -33,8 +40,9 @@ class Flux(FlowFamily, ModelFamily):
     supports_clip_skip = False
     detect_priority = 3
     native_size = 1024
-    arch_dir = Path(__file__).with_name("arch")  # none shipped: single files are refused
+    arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     pipeline_class = "FluxPipeline"
+    own_checkpoint_layout = True
     single_file_text_encoders = ()
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
                              "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
@@ -67,6 +75,60 @@ class Flux(FlowFamily, ModelFamily):
         scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler")
         family = self.variant(bool(transformer.config.guidance_embeds))
         return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(folder))
+
+    # --- the reference layout (flux1-dev.safetensors with clip_l, t5xxl and ae files) ---
+
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        return any(keys.has(prefix) for prefix in self.reference_prefixes)
+
+    def check_single_file(self, keys: CheckpointKeys) -> None:
+        """Loaded by load_checkpoint."""
+
+    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        """The component files a transformer-only file needs, named before anything loads."""
+        return [ConfigIssue(option, f"{Path(keys.name).name} holds the FLUX.1 transformer but no {what}: set {option} "
+                            "to its .safetensors file (as for sd-scripts)", "model")
+                for prefix, option, what in COMPONENTS
+                if not keys.has(prefix) and not getattr(files, option) and not (option == "ae" and vae_path)]
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> LoadedModel:
+        from accelerate import init_empty_weights
+        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+        from transformers import CLIPTokenizer, T5TokenizerFast
+
+        from trainers.models import component_files as parts
+        from trainers.models.base import ModelLoadError
+        from trainers.models.flux import reference
+        from trainers.models.single_file.tokenizer import clip_tokenizer
+
+        if issues := self.checkpoint_issues(CheckpointKeys(ckpt.shapes, str(ckpt.path)), files, vae_path):
+            raise ModelLoadError("; ".join(f"{i.field}: {i.message}" for i in issues))
+        config = reference.config_from_shapes(reference.strip_prefix(ckpt.shapes), ckpt.path.name)
+        with init_empty_weights():
+            transformer = FluxTransformer2DModel.from_config(config)
+        weights = reference.to_diffusers(reference.strip_prefix(ckpt.tensors()), config, ckpt.path.name)
+        transformer = parts.fill_meta(transformer, weights, weight_dtype, "FLUX.1 transformer")
+        found = {option: parts.component(ckpt, prefix, getattr(files, option), what, option)
+                 for prefix, option, what in COMPONENTS if option != "ae" or not vae_path}
+        text_encoders = [parts.clip_text_encoder(found["clip_l"], weight_dtype),
+                         parts.t5_encoder(found["t5xxl"], weight_dtype)]
+        vae = (AutoencoderKL.from_pretrained(Path(vae_path).expanduser()) if vae_path
+               else parts.autoencoder(found["ae"], LATENT_SCALE, LATENT_SHIFT))
+        cache = files.tokenizer_cache_dir
+        clip_cached = cache and (Path(cache).expanduser() / parts.CLIP_L_TOKENIZER.replace("/", "_")).is_dir()
+        tokenizers = [parts.cached_tokenizer(CLIPTokenizer, parts.CLIP_L_TOKENIZER, cache) if clip_cached
+                      else clip_tokenizer(),  # the same vocabulary, vendored
+                      parts.cached_tokenizer(T5TokenizerFast, parts.T5_XXL_TOKENIZER, cache)]
+        family = self.variant(config["guidance_embeds"])
+        scheduler = FlowMatchEulerDiscreteScheduler(**family.scheduler_config())
+        return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(ckpt.path))
+
+    def scheduler_config(self) -> dict[str, Any]:
+        """The published FLUX.1 dev / schnell sampling schedules (their diffusers scheduler configs)."""
+        if self.schnell:
+            return {"shift": 1.0, "use_dynamic_shifting": False}
+        return {"shift": 3.0, "use_dynamic_shifting": True, "base_shift": 0.5, "max_shift": 1.15,
+                "base_image_seq_len": 256, "max_image_seq_len": 4096}
 
     def option_issues(self, values: dict[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values) + huber_schedule_issue(values, self.title)

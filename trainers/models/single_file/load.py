@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import CheckpointKeys, LoadedModel, ModelFamily, ModelLoadError
+from trainers.models.base import CheckpointKeys, LoadedModel, ModelFamily, ModelFiles, ModelLoadError
 from trainers.models.components import read_json, training_scheduler
 from trainers.models.convert import UNET_PREFIX, VAE_PREFIX
 from trainers.models.families import all_families
@@ -43,8 +43,11 @@ def _detect(shapes: Mapping[str, tuple[int, ...]], name: str) -> str | None:
     if has("lora_unet_") or has("lora_te") or any(".lora_down." in k or ".lora_A." in k for k in keys):
         raise ModelLoadError(f"{name} is a LoRA, not a full model: give the base model it was trained on, "
                              "and load the LoRA as network_weights")
-    for candidate in all_families():  # a family's own layout that it cannot load from one file says so
-        candidate.check_single_file(CheckpointKeys(dict(shapes), name))
+    checkpoint = CheckpointKeys(dict(shapes), name)
+    for candidate in all_families():  # a family's own layout: loaded by the family, or refused with its reason
+        if candidate.own_checkpoint_layout and candidate.claims_checkpoint(checkpoint):
+            return candidate.name
+        candidate.check_single_file(checkpoint)
     if not has(UNET_PREFIX):
         if has("encoder.down.") or has("encoder.down_blocks.") or has(VAE_PREFIX):
             what = "a VAE on its own"
@@ -57,7 +60,6 @@ def _detect(shapes: Mapping[str, tuple[int, ...]], name: str) -> str | None:
     if conv_in is not None and len(conv_in) == 4 and conv_in[1] != 4:
         raise ModelLoadError(f"{name} has a UNet with {conv_in[1]} input channels (an inpainting, depth or "
                              "instruct model); only text-to-image checkpoints (4 channels) are supported")
-    checkpoint = CheckpointKeys(dict(shapes), name)
     return next((f.name for f in all_families() if f.claims_checkpoint(checkpoint)), None)
 
 
@@ -102,8 +104,9 @@ def _clip_weights(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> dict
 
 def load_single_file(path: str | os.PathLike, family_hint: str = "auto", weight_dtype: torch.dtype = torch.float32,
                      vae_path: str = "", *, config_dir: str | os.PathLike | None = None,
-                     prediction_type: str | None = None) -> LoadedModel:
-    """A single-file SD1.x / SD2.x / SDXL checkpoint as a LoadedModel, offline.
+                     prediction_type: str | None = None, files: ModelFiles = ModelFiles()) -> LoadedModel:
+    """A single-file SD1.x / SD2.x / SDXL checkpoint as a LoadedModel, offline (FLUX.1: its family loads it, with
+    the component `files`).
 
     `family_hint` is the user's model_family ("auto" or a family that must match the file).
     `config_dir` is a diffusers-style folder of component configs (default: the shipped `arch/`
@@ -117,6 +120,8 @@ def load_single_file(path: str | os.PathLike, family_hint: str = "auto", weight_
     if hint is not None and hint != detected:
         raise ModelLoadError(f"model_family = {family_hint!r} but {ckpt.path} looks like an {family.title} "
                              "checkpoint; set model_family = 'auto' or pick the right model")
+    if family.own_checkpoint_layout:
+        return family.load_checkpoint(ckpt, weight_dtype, vae_path, files)
     folder = Path(config_dir) if config_dir is not None else family.arch_dir
     unet, vae, text_encoders = build_components(ckpt.tensors(), family, folder, weight_dtype, vae_path,
                                                 str(ckpt.path))

@@ -1,0 +1,178 @@
+"""FLUX.1 as sd-scripts' users have it: the transformer in the reference layout (flux1-dev.safetensors) with clip_l,
+t5xxl and ae files, or one all-in-one file. The layout is checked against diffusers' own converter at the real
+model's widths; a tiny model read from such files is the same model as its diffusers folder."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from trainers.core.errors import ConfigIssue
+from trainers.models import ModelFiles, ModelLoadError, load_model, model_option_issues
+from trainers.models.flux import reference
+from trainers.models.flux.tiny import build_tiny_flux, write_reference_files
+
+FLUX_DEV = {"patch_size": 1, "in_channels": 64, "num_layers": 1, "num_single_layers": 1, "attention_head_dim": 128,
+            "num_attention_heads": 24, "joint_attention_dim": 4096, "pooled_projection_dim": 768,
+            "guidance_embeds": True, "axes_dims_rope": (16, 56, 56)}
+
+
+@pytest.fixture(scope="module")
+def flux_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    root = tmp_path_factory.mktemp("flux files")
+    folder = build_tiny_flux(root / "diffusers", reference_heads=True)
+    return folder, write_reference_files(folder, root / "sd-scripts files")
+
+
+def _options(files: dict[str, Path], **changes: object) -> dict[str, str]:
+    return {k: str(v) for k, v in {**files, **changes}.items()}
+
+
+def test_reference_layout_matches_diffusers_converter_at_real_widths() -> None:
+    """Every tensor of FLUX.1-dev's blocks (one of each kind, real widths) maps to the same diffusers tensor, with
+    the same values, as diffusers' own single-file converter maps it (its column count is cut to 2)."""
+    from accelerate import init_empty_weights
+    from diffusers import FluxTransformer2DModel
+    from diffusers.loaders.single_file_utils import convert_flux_transformer_checkpoint_to_diffusers
+
+    with init_empty_weights():
+        model = FluxTransformer2DModel.from_config(FLUX_DEV)
+    shapes = {k: tuple(v.shape) for k, v in reference.to_reference(model.state_dict(), model.config).items()}
+    assert reference.config_from_shapes(shapes, "flux1-dev") == {**FLUX_DEV, "out_channels": None}
+    generator = torch.Generator().manual_seed(0)
+    state = {k: torch.randn((s[0], 2) if len(s) > 1 else s, generator=generator) for k, s in shapes.items()}
+    theirs = convert_flux_transformer_checkpoint_to_diffusers({"model.diffusion_model." + k: v
+                                                               for k, v in state.items()})
+    ours = reference.to_diffusers(state, FLUX_DEV, "flux1-dev")
+    assert set(ours) == set(theirs) == set(model.state_dict())
+    for key, value in theirs.items():
+        assert torch.equal(ours[key], value), key
+    back = reference.to_reference(ours, FLUX_DEV)
+    assert all(torch.equal(back[k], v) for k, v in state.items())
+
+
+def test_files_load_as_the_same_model_as_the_diffusers_folder(flux_files: tuple[Path, dict[str, Path]]) -> None:
+    folder, files = flux_files
+    options = _options(files)
+    from_files = load_model(options.pop("pretrained_model_name_or_path"), "auto", torch.float32,
+                            files=ModelFiles.from_values(options))
+    from_folder = load_model(str(folder), "auto", torch.float32)
+    assert from_files.family.name == "flux" and not from_files.family.schnell
+    hidden, pooled = from_files.encode_texts(["sks shape, a red circle"], 1)
+    expected_hidden, expected_pooled = from_folder.encode_texts(["sks shape, a red circle"], 1)
+    assert torch.allclose(hidden, expected_hidden, atol=1e-6) and torch.allclose(pooled, expected_pooled, atol=1e-6)
+    noisy = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(1))
+    t = torch.tensor([500.0])
+    with torch.no_grad():
+        got = from_files.family.denoise(from_files.unet, noisy, t, hidden, pooled, None)
+        want = from_folder.family.denoise(from_folder.unet, noisy, t, hidden, pooled, None)
+        assert torch.allclose(got, want, atol=1e-5)
+        pixels = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(2)) * 2 - 1
+        latents = from_files.vae.encode(pixels).latent_dist.mean
+        assert torch.allclose(latents, from_folder.vae.encode(pixels).latent_dist.mean, atol=1e-5)
+        assert torch.allclose(from_files.vae.decode(latents).sample, from_folder.vae.decode(latents).sample,
+                              atol=1e-5)
+    assert from_files.vae.config.scaling_factor == from_folder.vae.config.scaling_factor
+    assert from_files.vae.config.shift_factor == from_folder.vae.config.shift_factor
+
+
+def test_an_all_in_one_file_needs_no_component_files(flux_files: tuple[Path, dict[str, Path]],
+                                                     tmp_path: Path) -> None:
+    """ComfyUI's all-in-one layout: the transformer under model.diffusion_model., the text encoders and the VAE
+    beside it."""
+    folder, files = flux_files
+    whole = {"model.diffusion_model." + k: v for k, v in load_file(files["pretrained_model_name_or_path"]).items()}
+    for prefix, option in (("text_encoders.clip_l.transformer.", "clip_l"), ("text_encoders.t5xxl.transformer.",
+                                                                              "t5xxl"), ("vae.", "ae")):
+        whole.update({prefix + k: v for k, v in load_file(files[option]).items()})
+    save_file(whole, tmp_path / "flux1-all.safetensors")
+    assert model_option_issues(str(tmp_path / "flux1-all.safetensors"), 1, {}) == []
+    model = load_model(str(tmp_path / "flux1-all.safetensors"), "auto", torch.float32,
+                       files=ModelFiles(tokenizer_cache_dir=str(files["tokenizer_cache_dir"])))
+    expected = load_model(str(folder), "auto", torch.float32)
+    assert torch.allclose(model.encode_texts(["a cat"], 1)[0], expected.encode_texts(["a cat"], 1)[0], atol=1e-6)
+
+
+def test_missing_component_files_are_named_before_anything_loads(flux_files: tuple[Path, dict[str, Path]]) -> None:
+    _, files = flux_files
+    options = _options(files, t5xxl="", ae="")
+    issues = model_option_issues(options["pretrained_model_name_or_path"], 1, options)
+    assert [i.field for i in issues] == ["t5xxl", "ae"]
+    assert all(isinstance(i, ConfigIssue) and "flux1.safetensors" in i.message for i in issues)
+    with pytest.raises(ModelLoadError, match="t5xxl"):
+        load_model(options.pop("pretrained_model_name_or_path"), "auto", torch.float32,
+                   files=ModelFiles.from_values(options))
+
+
+def test_a_component_file_of_the_wrong_kind_is_named(flux_files: tuple[Path, dict[str, Path]]) -> None:
+    _, files = flux_files
+    options = _options(files, t5xxl=files["clip_l"])  # a CLIP file where the T5 file belongs
+    with pytest.raises(ModelLoadError, match="t5xxl"):
+        load_model(options.pop("pretrained_model_name_or_path"), "auto", torch.float32,
+                   files=ModelFiles.from_values(options))
+
+
+def test_the_t5_tokenizer_is_asked_for_when_it_is_nowhere(flux_files: tuple[Path, dict[str, Path]],
+                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _, files = flux_files
+    options = _options(files, tokenizer_cache_dir=tmp_path / "empty cache")
+    with pytest.raises(ModelLoadError, match="tokenizer_cache_dir"):
+        load_model(options.pop("pretrained_model_name_or_path"), "auto", torch.float32,
+                   files=ModelFiles.from_values(options))
+
+
+@pytest.mark.slow
+def test_an_sd_scripts_flux_toml_trains_a_lora_from_the_files(flux_files: tuple[Path, dict[str, Path]],
+                                                             tmp_path: Path) -> None:
+    """flux_train_network.py's config as its users write it, pointing at the files, trains a LoRA that diffusers'
+    FLUX pipeline of the same model loads and that changes its image."""
+    from diffusers import FluxPipeline
+    from helpers import events, run_trainer
+
+    from trainers.demo import build_dataset
+    from trainers.methods.lora.file_format import read_lora_file
+
+    folder, files = flux_files
+    data = build_dataset(tmp_path / "data", folder="2_sks shape")
+    paths = "\n".join(f'{k} = "{v.as_posix()}"' for k, v in files.items())
+    config = tmp_path / "flux_lora.toml"
+    config.write_text(f'''{paths}
+train_data_dir = "{data.as_posix()}"
+output_dir = "{(tmp_path / 'out').as_posix()}"
+output_name = "flux-lora"
+network_module = "networks.lora_flux"
+network_dim = 4
+network_alpha = 2
+network_train_unet_only = true
+learning_rate = 1e-2
+optimizer_type = "AdamW"
+resolution = "64"
+train_batch_size = 2
+max_train_steps = 2
+max_data_loader_n_workers = 0
+timestep_sampling = "shift"
+discrete_flow_shift = 3.1582
+model_prediction_type = "raw"
+guidance_scale = 1.0
+t5xxl_max_token_length = 64
+cache_text_encoder_outputs = true
+''', encoding="utf-8")
+    result = run_trainer(["--config", str(config)], tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [e["step"] for e in events(tmp_path / "run") if e["type"] == "progress"] == [1, 2]
+    state, meta = read_lora_file(tmp_path / "out" / "flux-lora.safetensors")
+    assert "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight" in state
+    assert meta["ss_base_model_version"] == "flux1" and meta["ss_network_module"] == "networks.lora_flux"
+
+    def render(pipe: FluxPipeline) -> torch.Tensor:
+        return pipe("sks shape, red circle", num_inference_steps=2, height=64, width=64, output_type="pt",
+                    max_sequence_length=64, generator=torch.Generator().manual_seed(0)).images
+
+    base = render(FluxPipeline.from_pretrained(folder))
+    pipe = FluxPipeline.from_pretrained(folder)
+    model = load_model(str(folder), "auto", torch.float32)
+    pipe.load_lora_weights(model.family.lora_for_pipeline(state, model))
+    assert (render(pipe) - base).abs().max() > 1e-4
