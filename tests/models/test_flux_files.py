@@ -3,6 +3,7 @@ t5xxl and ae files, or one all-in-one file. The layout is checked against diffus
 model's widths; a tiny model read from such files is the same model as its diffusers folder."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -127,8 +128,9 @@ def test_the_t5_tokenizer_is_asked_for_when_it_is_nowhere(flux_files: tuple[Path
 @pytest.mark.slow
 def test_an_sd_scripts_flux_toml_trains_a_lora_from_the_files(flux_files: tuple[Path, dict[str, Path]],
                                                              tmp_path: Path) -> None:
-    """flux_train_network.py's config as its users write it, pointing at the files, trains a LoRA that diffusers'
-    FLUX pipeline of the same model loads and that changes its image."""
+    """flux_train_network.py's config as its users write it, pointing at the files and choosing layers and ranks
+    in network_args, trains a LoRA that diffusers' FLUX pipeline of the same model loads and that changes its
+    image."""
     from diffusers import FluxPipeline
     from helpers import events, run_trainer
 
@@ -147,6 +149,7 @@ network_module = "networks.lora_flux"
 network_dim = 4
 network_alpha = 2
 network_train_unet_only = true
+network_args = ["img_attn_dim=8", "train_single_block_indices=none"]
 learning_rate = 1e-2
 optimizer_type = "AdamW"
 resolution = "64"
@@ -164,7 +167,10 @@ cache_text_encoder_outputs = true
     assert result.returncode == 0, result.stderr[-3000:]
     assert [e["step"] for e in events(tmp_path / "run") if e["type"] == "progress"] == [1, 2]
     state, meta = read_lora_file(tmp_path / "out" / "flux-lora.safetensors")
-    assert "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight" in state
+    assert state["lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight"].shape == (3 * 128, 8)  # img_attn_dim
+    assert state["lora_unet_double_blocks_0_txt_attn_qkv.lora_up.weight"].shape == (3 * 128, 4)
+    assert not any(k.startswith("lora_unet_single_blocks") for k in state)  # train_single_block_indices=none
+    assert json.loads(meta["ss_network_args"]) == {"img_attn_dim": "8", "train_single_block_indices": "none"}
     assert meta["ss_base_model_version"] == "flux1" and meta["ss_network_module"] == "networks.lora_flux"
 
     def render(pipe: FluxPipeline) -> torch.Tensor:
@@ -176,3 +182,33 @@ cache_text_encoder_outputs = true
     model = load_model(str(folder), "auto", torch.float32)
     pipe.load_lora_weights(model.family.lora_for_pipeline(state, model))
     assert (render(pipe) - base).abs().max() > 1e-4
+
+
+def test_flux_network_args_choose_layers_and_ranks_as_sd_scripts() -> None:
+    from trainers.models.flux.lora_layers import layer_dims
+
+    names = ["lora_unet_double_blocks_0_img_attn_qkv", "lora_unet_double_blocks_1_txt_mlp_0",
+             "lora_unet_double_blocks_2_img_mod_lin", "lora_unet_single_blocks_0_linear1",
+             "lora_unet_single_blocks_1_modulation_lin", "lora_unet_single_blocks_3_linear2"]
+    blocks = {"double": 3, "single": 4}
+    assert set(layer_dims(names, {}, 4, blocks).values()) == {4}
+    assert layer_dims(names, {"train_blocks": "single"}, 4, blocks) == {
+        names[0]: 0, names[1]: 0, names[2]: 0, names[3]: 4, names[4]: 4, names[5]: 4}
+    dims = layer_dims(names, {"img_attn_dim": "8", "txt_mlp_dim": "0", "single_mod_dim": "2",
+                              "train_single_block_indices": "0,2-3"}, 4, blocks)
+    assert dims == {names[0]: 8, names[1]: 0, names[2]: 4, names[3]: 4, names[4]: 0, names[5]: 4}
+    with pytest.raises(ValueError, match="train_double_block_indices='0-5'.*blocks 0 to 2"):
+        layer_dims(names, {"train_double_block_indices": "0-5"}, 4, blocks)
+    with pytest.raises(ValueError, match="train_blocks='some'"):
+        layer_dims(names, {"train_blocks": "some"}, 4, blocks)
+
+
+def test_flux_layer_args_are_refused_for_other_families_and_checked_for_flux() -> None:
+    from trainers.models import family
+
+    args = {"network_args": ["train_blocks=single"]}
+    assert [i.field for i in family("sdxl").option_issues(args)] == ["network_args"]
+    assert [i.field for i in family("sd3").option_issues(args)] == ["network_args"]
+    assert family("flux").option_issues(args) == []
+    bad = family("flux").option_issues({"network_args": ["img_attn_dim=eight"]})
+    assert len(bad) == 1 and "img_attn_dim='eight' is not a whole number" in bad[0].message

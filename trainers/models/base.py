@@ -19,6 +19,7 @@ from torch import nn
 
 from trainers.core.errors import BadInput, ConfigIssue
 from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
+from trainers.core.options.groups.network import FLUX_NETWORK_ARGS
 from trainers.models.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
 
 
@@ -186,7 +187,21 @@ class ModelFamily(ABC):
         flow-matching options must keep their defaults."""
         return [ConfigIssue(o.name, f"applies to SD3 and FLUX models only; this is an {self.title} model: leave it at "
                             f"{o.default!r}", o.group)
-                for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default]
+                for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default] + self.network_arg_issues(values)
+
+    network_arg_keys: frozenset[str] = frozenset()  # family-only network_args it reads (FLUX's layer choices)
+
+    def network_arg_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """network_args keys of another family's LoRAs."""
+        keys = [str(a).split("=")[0].strip() for a in values.get("network_args") or []]
+        return [ConfigIssue("network_args", f"{key} chooses FLUX.1 layers (sd-scripts' networks.lora_flux); this is "
+                            f"an {self.title} model: leave it out", "network")
+                for key in keys if key in FLUX_NETWORK_ARGS and key not in self.network_arg_keys]
+
+    def lora_target_dims(self, targets: list[LoraTarget], args: Mapping[str, str], dim: int) -> dict[str, int] | None:
+        """The rank of each of lora_targets' modules under the run's network_args (0: not trained); None: all
+        at network_dim."""
+        return None
 
     def tokenize(self, tokenizers: list[Any], captions: list[str],
                  fmt: PromptFormat | None = None) -> list[torch.Tensor]:

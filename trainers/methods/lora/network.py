@@ -226,6 +226,7 @@ class LoRANetwork(nn.Module):
         block_dims: BlockDims | None = None,
         modules_dim: Mapping[str, tuple[int, float]] | None = None,
         unet_targets: list[LoraTarget] | None = None,
+        target_dims: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__()
         if not (train_unet or train_text_encoder):
@@ -237,7 +238,7 @@ class LoRANetwork(nn.Module):
         self.conv_dim = conv_dim
         self.conv_alpha = (1.0 if conv_alpha is None else conv_alpha) if conv_dim else None  # kohya's default
         self.key_style, self.dropouts = unet_key_style, dropouts
-        self._block_dims, self._modules_dim = block_dims, modules_dim
+        self._block_dims, self._modules_dim, self._target_dims = block_dims, modules_dim, target_dims
 
         self.unet_loras = nn.ModuleDict()
         self.text_encoder_loras = nn.ModuleDict()
@@ -298,6 +299,8 @@ class LoRANetwork(nn.Module):
         """A module of a family-named target: a plain LoRA on one layer, a fused one over several."""
         if self._modules_dim is not None:
             dim, alpha = self._modules_dim.get(target.name, (0, 0.0))
+        elif self._target_dims is not None:  # the family's per-layer ranks (FLUX's network_args)
+            dim, alpha = self._target_dims.get(target.name, self.network_dim), self.network_alpha
         else:
             dim, alpha = self.network_dim, self.network_alpha
         if not dim:

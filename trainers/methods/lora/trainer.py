@@ -62,11 +62,13 @@ def build_network(cfg: TrainConfig, model: LoadedModel, settings: NetworkSetting
         else:
             dropouts = Dropouts(settings.dropout, settings.get("rank_dropout"), settings.get("module_dropout"))
             modules_dim = LoRANetwork.modules_dim_from_state_dict(start) if cfg.dim_from_weights and start else None
+            targets = model.family.lora_targets(model.unet)
             network = LoRANetwork(model.unet, model.text_encoders, unet_key_style=style, network_dim=settings.dim,
                                   network_alpha=settings.alpha, conv_dim=settings.conv_dim,
                                   conv_alpha=settings.conv_alpha, dropouts=dropouts, modules_dim=modules_dim,
                                   block_dims=settings.block_dims(style) if style != "own" else None,
-                                  unet_targets=model.family.lora_targets(model.unet), **train)
+                                  unet_targets=targets, target_dims=targets and model.family.lora_target_dims(
+                                      targets, settings.extra, settings.dim), **train)
     except ValueError as err:  # a block list of the wrong length for this model, a unit that does not divide, ...
         raise ConfigError([ConfigIssue("network_args", str(err), "network")]) from None
     if start is not None:

@@ -7,7 +7,7 @@ trainers/models/flow_lora.py maps.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +15,12 @@ import torch
 from torch import nn
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.options.groups.network import FLUX_NETWORK_ARGS
 from trainers.models.base import CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelFiles, SizeConditioning
 from trainers.models.components import load_component, load_tokenizer, load_vae
 from trainers.models.flow import FlowFamily, huber_schedule_issue, load_t5_tokenizer, run_t5, t5_attention_mask
 from trainers.models.flow_lora import kohya_to_diffusers
+from trainers.models.flux import lora_layers
 
 SAMPLE_GUIDANCE = 3.5  # the guidance embedding's value for samples (sd-scripts' --g default; FluxPipeline's too)
 LATENT_SCALE, LATENT_SHIFT = 0.3611, 0.1159  # the ae's latent scaling (its diffusers config; not in the ae file)
@@ -130,8 +132,22 @@ class Flux(FlowFamily, ModelFamily):
         return {"shift": 3.0, "use_dynamic_shifting": True, "base_shift": 0.5, "max_shift": 1.15,
                 "base_image_seq_len": 256, "max_image_seq_len": 4096}
 
+    network_arg_keys = frozenset(FLUX_NETWORK_ARGS)
+
+    def lora_target_dims(self, targets: list[LoraTarget], args: Mapping[str, str], dim: int) -> dict[str, int] | None:
+        if not any(key in args for key in FLUX_NETWORK_ARGS):
+            return None
+        blocks = {"double": _count_blocks(targets, "double"), "single": _count_blocks(targets, "single")}
+        return lora_layers.layer_dims([t.name for t in targets], args, dim, blocks)
+
     def option_issues(self, values: dict[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values) + huber_schedule_issue(values, self.title)
+        args = dict(str(a).split("=", 1) for a in values.get("network_args") or [] if "=" in str(a))
+        try:  # their form; the block numbers are checked against the model when it is loaded
+            lora_layers.layer_dims([], {k.strip(): v.strip() for k, v in args.items()}, 1,
+                                   {"double": 10 ** 6, "single": 10 ** 6})
+        except ValueError as err:
+            issues.append(ConfigIssue("network_args", str(err), "network"))
         for name in ("min_timestep", "max_timestep"):
             if values.get(name) is not None:
                 issues.append(ConfigIssue(name, "is not used with FLUX.1 models (timestep_sampling draws the noise "
@@ -203,6 +219,11 @@ class Flux(FlowFamily, ModelFamily):
 
     def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
         return kohya_to_diffusers(state, model, self.lora_targets(model.unet), ("text_encoder", None))
+
+
+def _count_blocks(targets: list[LoraTarget], kind: str) -> int:
+    prefix = f"lora_unet_{kind}_blocks_"
+    return len({t.name[len(prefix):].split("_")[0] for t in targets if t.name.startswith(prefix)})
 
 
 def _double_block_targets(unet: nn.Module) -> Iterator[LoraTarget]:
