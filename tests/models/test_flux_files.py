@@ -212,3 +212,38 @@ def test_flux_layer_args_are_refused_for_other_families_and_checked_for_flux() -
     assert family("flux").option_issues(args) == []
     bad = family("flux").option_issues({"network_args": ["img_attn_dim=eight"]})
     assert len(bad) == 1 and "img_attn_dim='eight' is not a whole number" in bad[0].message
+
+
+@pytest.mark.slow
+def test_a_finetune_from_the_files_saves_both_layouts(flux_files: tuple[Path, dict[str, Path]],
+                                                     tmp_path: Path) -> None:
+    """save_model_as = 'both': the transformer as flux1-dev.safetensors is laid out (what sd-scripts' flux_train.py
+    writes, for ComfyUI's and Forge's diffusion-model loaders), and a whole diffusers folder, built from files."""
+    from diffusers import FluxPipeline
+    from helpers import train
+    from safetensors import safe_open
+
+    from trainers.demo import build_dataset
+
+    folder, files = flux_files
+    options = _options(files)
+    out = tmp_path / "out"
+    assert train("finetune", tmp_path / "run", **options, train_data_dir=str(build_dataset(tmp_path / "data")),
+                 output_dir=str(out), output_name="flux-ft", save_model_as="both", save_precision="float",
+                 max_train_steps=2, resolution="64", train_batch_size=2, max_data_loader_n_workers=0,
+                 learning_rate=1e-3, t5xxl_max_token_length=32) == 0
+    with safe_open(out / "flux-ft.safetensors", "pt") as f:
+        meta = f.metadata()
+        assert "double_blocks.0.img_attn.qkv.weight" in set(f.keys())
+    assert meta["modelspec.architecture"] == "flux-1-dev" and "modelspec.prediction_type" not in meta
+    trained = load_model(str(out / "flux-ft.safetensors"), "auto", torch.float32,
+                         files=ModelFiles.from_values({k: v for k, v in options.items()
+                                                       if k != "pretrained_model_name_or_path"}))
+    saved_folder = load_model(str(out / "flux-ft"), "auto", torch.float32)
+    base = load_model(str(folder), "auto", torch.float32)
+    for name, weight in saved_folder.unet.state_dict().items():
+        assert torch.equal(trained.unet.state_dict()[name], weight), name
+    assert any(not torch.equal(w, base.unet.state_dict()[n]) for n, w in saved_folder.unet.state_dict().items())
+    pipe = FluxPipeline.from_pretrained(out / "flux-ft")
+    assert pipe("a cat", num_inference_steps=1, height=64, width=64, max_sequence_length=32,
+                output_type="pt").images.shape == (1, 3, 64, 64)

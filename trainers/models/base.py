@@ -263,6 +263,10 @@ class ModelFamily(ABC):
         """A single file in the family's own layout (own_checkpoint_layout) as a LoadedModel."""
         raise NotImplementedError
 
+    def to_checkpoint(self, denoiser_state: Mapping[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+        """The denoiser's weights as a single file of the family's own layout (own_checkpoint_layout) holds them."""
+        raise NotImplementedError
+
     # --- LoRA ---
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget] | None:

@@ -95,7 +95,7 @@ class FlowFamily:
             if name in values and refused(values[name]):
                 issues.append(ConfigIssue(name, f"{why} ({self.title} trains by flow matching)", group))
         issues += _size_issues(values, self.title) + self.network_arg_issues(values)
-        if values.get("save_model_as", "diffusers") != "diffusers":  # an option of the full-weight methods
+        if values.get("save_model_as", "diffusers") != "diffusers" and not self.own_checkpoint_layout:
             issues.append(ConfigIssue("save_model_as", f"{self.title} models are saved as diffusers folders only (a "
                                       "single file of the reference layout is not written yet): choose 'diffusers'",
                                       "saving"))

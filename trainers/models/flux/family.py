@@ -125,6 +125,12 @@ class Flux(FlowFamily, ModelFamily):
         scheduler = FlowMatchEulerDiscreteScheduler(**family.scheduler_config())
         return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(ckpt.path))
 
+    def to_checkpoint(self, denoiser_state: Mapping[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+        """flux1-dev.safetensors' layout (the transformer alone, as sd-scripts' flux_train.py saves it)."""
+        from trainers.models.flux import reference
+
+        return reference.to_reference(denoiser_state, config)
+
     def scheduler_config(self) -> dict[str, Any]:
         """The published FLUX.1 dev / schnell sampling schedules (their diffusers scheduler configs)."""
         if self.schnell:

@@ -56,6 +56,8 @@ def original_layout(model: LoadedModel, unet_state: StateDict | None = None,
     `unet_state` / `text_encoder_states` replace the modules' own weights (None: the module's).
     """
     unet_sd, te_sds = _states(model, unet_state, text_encoder_states)
+    if model.family.own_checkpoint_layout:  # the denoiser alone, in its reference layout (as sd-scripts saves FLUX)
+        return model.family.to_checkpoint(unet_sd, _bare(model.unet).config)
     vae = _bare(model.vae)
     out = unet_to_ldm(unet_sd, _bare(model.unet).config)
     out.update(vae_to_ldm(vae.state_dict(), vae.config))
@@ -65,6 +67,8 @@ def original_layout(model: LoadedModel, unet_state: StateDict | None = None,
 
 
 def _resolution(model: LoadedModel) -> int:
+    if model.family.objective == "flow":  # their VAE configs carry no image size
+        return model.family.native_size
     vae = _bare(model.vae)
     return int(getattr(vae.config, "sample_size", 512) or 512)
 
@@ -78,7 +82,7 @@ def single_file_metadata(model: LoadedModel, title: str, extra: Mapping[str, Any
         "modelspec.implementation": model.family.implementation,
         "modelspec.title": title,
         "modelspec.resolution": f"{size}x{size}",
-        "modelspec.prediction_type": "v" if v else "epsilon",
+        "modelspec.prediction_type": None if model.family.objective == "flow" else "v" if v else "epsilon",
         "modelspec.date": datetime.now().isoformat(timespec="seconds"),
     }
     values.update(extra or {})
@@ -86,11 +90,16 @@ def single_file_metadata(model: LoadedModel, title: str, extra: Mapping[str, Any
 
 
 def _scheduler_config(model: LoadedModel) -> dict[str, Any]:
-    """The inference scheduler to ship: the source folder's own, else the family's published one."""
+    """The inference scheduler to ship: the source folder's own, else the family's published one (flow families:
+    the one the model was loaded with, which is their inference scheduler)."""
     source = Path(model.source)
     own = source / "scheduler" / "scheduler_config.json"
-    cfg = read_json(own) if source.is_dir() and own.exists() else \
-        read_json(model.family.arch_dir / "scheduler" / "scheduler_config.json")
+    if source.is_dir() and own.exists():
+        cfg = read_json(own)
+    elif model.family.objective == "flow":
+        cfg = {**model.noise_scheduler.config, "_class_name": type(model.noise_scheduler).__name__}
+    else:
+        cfg = read_json(model.family.arch_dir / "scheduler" / "scheduler_config.json")
     if model.family.objective == "ddpm":  # flow-matching schedulers have no prediction type
         cfg["prediction_type"] = model.prediction_type
     if getattr(model.noise_scheduler, "config", {}).get("rescale_betas_zero_snr"):  # trained with zero_terminal_snr
