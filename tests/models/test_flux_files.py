@@ -183,6 +183,24 @@ cache_text_encoder_outputs = true
     pipe.load_lora_weights(model.family.lora_for_pipeline(state, model))
     assert (render(pipe) - base).abs().max() > 1e-4
 
+    # Generate's compare form takes the run's model with its files, and renders with and without the LoRA.
+    import numpy as np
+    from PIL import Image
+
+    from trainers.generate.options import GenerateConfig, LoraRef, fill_from_run
+    from trainers.generate.plan import Variant, build_plan
+    from trainers.generate.renderer import Renderer
+
+    cfg = fill_from_run(GenerateConfig({"mode": "compare", "compare_run": str(tmp_path / "run")}))
+    assert cfg.model == str(files["pretrained_model_name_or_path"]) and cfg.t5xxl == str(files["t5xxl"])
+    cfg = cfg.replace(mode="generate", compare_run="", prompts=["sks shape, red circle --s 2"], width=64, height=64,
+                      devices="cpu", cpu_threads=1)
+    variants = [Variant("base"), Variant("lora", (LoraRef(str(tmp_path / "out" / "flux-lora.safetensors"), 1.0),))]
+    renderer = Renderer(cfg, "cpu", variants)
+    without, with_lora = (np.asarray(Image.open(renderer.render(item)[0]).convert("RGB")).astype(int)
+                          for item in build_plan(cfg, tmp_path / "images", 7, variants).items)
+    assert np.abs(with_lora - without).max() > 0
+
 
 def test_flux_network_args_choose_layers_and_ranks_as_sd_scripts() -> None:
     from trainers.models.flux.lora_layers import layer_dims

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,14 @@ from trainers.core.options.values import OptionValues
 from trainers.core.prompts import SamplePrompt, config_prompts
 from trainers.core.registry import FAMILY_NAMES
 from trainers.core.rundir import new_run_dir
-from trainers.generate.saves import find_saves, run_base_model, run_sample_prompts
+from trainers.generate.saves import (
+    MODEL_FILE_OPTIONS,
+    find_saves,
+    run_base_model,
+    run_config,
+    run_model_files,
+    run_sample_prompts,
+)
 
 MODES = ("generate", "compare")
 SAMPLER_CHOICES: tuple[str, ...] = TRAIN_OPTIONS["sample_sampler"].choices or ()
@@ -51,6 +58,8 @@ GEN_OPTIONS: tuple[Option, ...] = (
          choices=("auto", *FAMILY_NAMES), advanced=True),
     _opt("vae", "str", "", "Another VAE (a diffusers AutoencoderKL folder) instead of the model's.", "model",
          path="dir", advanced=True),
+    # FLUX.1 from a transformer file: the same options as training (sd-scripts' names).
+    *(replace(TRAIN_OPTIONS[name], methods=_ANY) for name in MODEL_FILE_OPTIONS),
     _opt("random_init", "bool", False, "Benchmarks: build the model from its configs with random weights "
          "(only the configs are read).", "model", advanced=True),
     _opt("prompts", "list", [], "One prompt a line: `a dog --n blurry --w 512 --h 768 --s 28 --d 42 --l 7` "
@@ -276,6 +285,7 @@ def fill_from_run(cfg: GenerateConfig) -> GenerateConfig:
     changes: dict[str, Any] = {}
     if not cfg.model.strip():
         changes["model"] = run_base_model(folder)
+        changes.update({k: v for k, v in run_model_files(run_config(folder)).items() if not str(getattr(cfg, k)).strip()})
     if not cfg.prompts and not cfg.prompts_file.strip():
         changes["prompts"] = run_sample_prompts(folder)
     return cfg.replace(**changes) if changes else cfg

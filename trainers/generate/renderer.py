@@ -18,7 +18,7 @@ from trainers.generate.options import GenerateConfig, LoraRef
 from trainers.generate.plan import Variant, WorkItem
 from trainers.generate.pnginfo import lora_short_hash, lora_tag, parameters_text
 from trainers.generate.saves import lora_touches_text_encoder
-from trainers.models import LoadedModel, ModelLoadError, load_model
+from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model
 from trainers.models.prompt_chunks import PromptFormat
 from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
 
@@ -70,7 +70,8 @@ class Renderer:
         self.adapters, self.variant, self._embeds = {}, None, {}
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        model = load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae, random_init=self.cfg.random_init)
+        model = load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae, random_init=self.cfg.random_init,
+                           files=ModelFiles.from_values(self.cfg.values))
         model.prompt_format = PROMPTS
         vae_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
         model.unet.to(self.device).eval().requires_grad_(False)

@@ -11,6 +11,7 @@ from typing import Any
 
 from trainers.core.events import Checkpoint, read_events
 from trainers.core.fsio import read_safetensors_header
+from trainers.core.options.groups.model import COMPONENT_FILE_OPTIONS
 from trainers.core.options.validation import parse_resolution
 from trainers.core.rundir import read_run_config
 from trainers.core.saves import SaveName, list_saves
@@ -69,11 +70,20 @@ def run_base_model(run_dir: Path) -> str:
     return str(run_config(run_dir).get("pretrained_model_name_or_path", "") or "")
 
 
+MODEL_FILE_OPTIONS = (*COMPONENT_FILE_OPTIONS, "tokenizer_cache_dir")  # read with a FLUX.1 transformer file
+
+
+def run_model_files(cfg: dict[str, Any]) -> dict[str, str]:
+    """The separate files of a run's model (a FLUX.1 transformer file's clip_l, t5xxl, ae) and its tokenizer cache."""
+    return {name: str(cfg.get(name) or "") for name in MODEL_FILE_OPTIONS}
+
+
 def compare_form_values(run_dir: Path) -> dict[str, Any]:
     """What the compare form is filled with for a finished run: its model, saves and sample prompts."""
     cfg = run_config(run_dir)
     values: dict[str, Any] = {"mode": "compare", "compare_run": str(run_dir), "compare_loras": [], "loras": [],
-                              "model": run_base_model(run_dir), "prompts": run_sample_prompts(run_dir)}
+                              "model": run_base_model(run_dir), "prompts": run_sample_prompts(run_dir),
+                              **run_model_files(cfg)}
     if cfg.get("seed") is not None:
         values["seed"] = int(cfg["seed"])
     if cfg.get("sample_sampler"):

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.options.groups.model import COMPONENT_FILE_OPTIONS
 from trainers.models.base import (
-    COMPONENT_FILE_OPTIONS,
     CheckpointKeys,
     LoadedModel,
     ModelFamily,

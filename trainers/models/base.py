@@ -96,9 +96,6 @@ class CheckpointKeys:
                      if k.startswith(unet_prefix) and k.endswith("attn2.to_k.weight") and len(s) == 2), None)
 
 
-COMPONENT_FILE_OPTIONS = ("clip_l", "t5xxl", "ae")  # a model's parts in files of their own (sd-scripts' names)
-
-
 @dataclass(frozen=True)
 class ModelFiles:
     """The separate component files of a run (sd-scripts' option names: FLUX from a transformer-only file) and where

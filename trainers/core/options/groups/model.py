@@ -4,6 +4,8 @@ from __future__ import annotations
 from trainers.core.options.schema import Option
 from trainers.core.registry import FAMILY_NAMES
 
+COMPONENT_FILE_OPTIONS = ("clip_l", "t5xxl", "ae")  # a model's parts in files of their own (sd-scripts' names)
+
 OPTIONS: tuple[Option, ...] = (
     Option("pretrained_model_name_or_path", "str", "", "Base model: a local diffusers folder, a hub id, or a "
            "single-file .safetensors/.ckpt checkpoint (SD1.x, SD2.x, SDXL, or FLUX.1's transformer file such as "
