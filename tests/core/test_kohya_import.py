@@ -46,7 +46,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     weights.write_bytes(b"")
     flux = root / "flux1-dev.safetensors"  # a FLUX.1 transformer file's header: what Validate reads of it
     save_file({"double_blocks.0.img_attn.qkv.weight": torch.zeros(1)}, flux)
-    parts = {option: root / f"{option}.safetensors" for option in ("clip_l", "t5xxl", "ae")}
+    parts = {option: root / f"{option}.safetensors" for option in ("clip_l", "clip_g", "t5xxl", "ae")}
     for part in parts.values():
         part.write_bytes(b"")
     return {"pretrained_model_name_or_path": model, "flux_transformer": flux, **parts, "vae": vae, "train_data_dir": img, "reg_data_dir": reg,
@@ -97,7 +97,7 @@ REFUSED = {
     "kohya_ss/test/config/TI-AdamW8bit.json": {"token_string"},
     "kohya_ss/test/config/TI-AdamW8bit-SDXL.json": {"token_string"},
     "kohya_ss/test/config/TI-AdamW8bit-toml.json": {"token_string"},
-    "sd_scripts/sd3_finetune.toml": {"clip_g", "enable_scaled_pos_embed"},
+    "sd_scripts/sd3_finetune.toml": {"enable_scaled_pos_embed"},
     "sd_scripts/kohya_ss_finetune_in_json.toml": {"in_json"},
     "kohya_ss/presets/lora/sd15 - EDG_LoConOptiSettings.json": {"resolution"},
     "kohya_ss/presets/lora/sd15 - EDG_LoHaOptiSettings.json": {"resolution"},

@@ -40,24 +40,21 @@ def test_flux_schnell_has_no_guidance_and_shorter_t5(tmp_path: Path) -> None:
     assert schnell.family.modelspec_architecture == "flux-1-schnell" and schnell.family.t5_length == 256
 
 
-def test_sd3_single_files_are_refused_by_name(tmp_path: Path) -> None:
-    keys = ["model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight"]
+@pytest.mark.parametrize(("keys", "family_name", "missing"), [
+    (["double_blocks.0.img_attn.qkv.weight", "single_blocks.0.linear1.weight"], "flux", "FLUX.1 transformer has no "
+     "img_in.weight"),
+    (["model.diffusion_model.double_blocks.0.img_attn.qkv.weight"], "flux", "FLUX.1 transformer has no img_in.weight"),
+    (["model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight"], "sd3", "SD3 MMDiT has no x_embedder.proj"),
+])
+def test_flow_family_files_are_told_apart_and_an_incomplete_one_is_named(tmp_path: Path, keys: list[str],
+                                                                         family_name: str, missing: str) -> None:
+    """(tests/models/test_flow_files.py loads complete ones.)"""
     path = tmp_path / "model.safetensors"
     save_file({k: torch.zeros(2, 2) for k in keys}, str(path))
-    with pytest.raises(ModelLoadError, match="SD3 checkpoint"):
-        detect_checkpoint_family({k: (2, 2) for k in keys}, str(path))
-
-
-@pytest.mark.parametrize("prefix", ["", "model.diffusion_model."])
-def test_flux_transformer_files_are_told_apart_and_an_incomplete_one_is_named(tmp_path: Path, prefix: str) -> None:
-    """(tests/models/test_flux_files.py loads complete ones.)"""
-    keys = [prefix + "double_blocks.0.img_attn.qkv.weight", prefix + "single_blocks.0.linear1.weight"]
-    path = tmp_path / "flux1-dev.safetensors"
-    save_file({k: torch.zeros(2, 2) for k in keys}, str(path))
-    assert detect_checkpoint_family({k: (2, 2) for k in keys}, str(path)) == "flux"
-    files = {o: str(path) for o in ("clip_l", "t5xxl", "ae")}
-    with pytest.raises(ModelLoadError, match="flux1-dev.safetensors: the FLUX.1 transformer has no img_in.weight"):
-        load_model(str(path), "auto", torch.float32, files=ModelFiles.from_values(files))
+    assert detect_checkpoint_family({k: (2, 2) for k in keys}, str(path)) == family_name
+    files = {o: str(path) for o in ("clip_l", "clip_g", "t5xxl", "ae")}
+    with pytest.raises(ModelLoadError, match=f"model.safetensors: the {missing}"):
+        load_model(str(path), "auto", torch.float32, vae_path=str(tmp_path), files=ModelFiles.from_values(files))
 
 
 def test_options_are_checked_against_the_family() -> None:

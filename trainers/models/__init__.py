@@ -89,10 +89,13 @@ def model_option_issues(name_or_path: str, clip_skip: int,
             return []
     except ModelLoadError as err:
         return [ConfigIssue("pretrained_model_name_or_path", str(err), "model")]
-    if values is not None and not (path.is_file() and found.own_checkpoint_layout):
-        file_issues += [ConfigIssue(option, f"is read only with a FLUX.1 transformer file such as flux1-dev.safetensors "
-                                    f"(as in sd-scripts); {path.name} brings its own: leave it empty", "model")
-                        for option in COMPONENT_FILE_OPTIONS if str(values.get(option) or "").strip()]
+    if values is not None:
+        read = {p.option for p in found.checkpoint_parts} if path.is_file() and found.own_checkpoint_layout else set()
+        file_issues += [ConfigIssue(option, f"is not read with {path.name} (an {found.title} model: separate files "
+                                    "are read for the parts an SD3 or FLUX.1 single file lacks): leave it empty",
+                                    "model")
+                        for option in COMPONENT_FILE_OPTIONS if str(values.get(option) or "").strip()
+                        and option not in read]
     family_issues = file_issues + (found.option_issues(values) if values is not None else [])
     if family_issues or found.objective != "ddpm":
         return family_issues  # clip skip included

@@ -98,10 +98,11 @@ class CheckpointKeys:
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """The separate component files of a run (sd-scripts' option names: FLUX from a transformer-only file) and where
-    tokenizers such files lack are kept."""
+    """The separate component files of a run (sd-scripts' option names: SD3 and FLUX from single files that lack
+    them) and where tokenizers such files lack are kept."""
 
     clip_l: str = ""
+    clip_g: str = ""
     t5xxl: str = ""
     ae: str = ""
     tokenizer_cache_dir: str = ""
@@ -245,12 +246,9 @@ class ModelFamily(ABC):
         """Pixels (B, 3, H, W) in [-1, 1] of the latents a pipeline returns with output_type="latent"."""
         return vae.decode(latents.to(vae.device, vae.dtype) / vae.config.scaling_factor).sample
 
-    def check_single_file(self, keys: CheckpointKeys) -> None:
-        """Raise ModelLoadError when a single file is in this family's own layout but cannot be loaded from one
-        (asked of every family before the Stable Diffusion layouts are looked for)."""
-
     # Families whose single files are not in the LDM/SGM layout load them themselves (load_checkpoint).
     own_checkpoint_layout: bool = False
+    checkpoint_parts: tuple[Any, ...] = ()  # the parts (flow_checkpoint.Part) separate files may stand in for
 
     def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
         """Options a single file of this family needs besides itself (component files), before it loads."""
@@ -260,8 +258,8 @@ class ModelFamily(ABC):
         """A single file in the family's own layout (own_checkpoint_layout) as a LoadedModel."""
         raise NotImplementedError
 
-    def to_checkpoint(self, denoiser_state: Mapping[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
-        """The denoiser's weights as a single file of the family's own layout (own_checkpoint_layout) holds them."""
+    def to_checkpoint(self, model: LoadedModel, denoiser_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A single file of the family's own layout (own_checkpoint_layout) of `model` with these denoiser weights."""
         raise NotImplementedError
 
     # --- LoRA ---

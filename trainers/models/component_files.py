@@ -19,8 +19,6 @@ from trainers.models.base import ModelLoadError
 if TYPE_CHECKING:
     from trainers.models.single_file.checkpoint import Checkpoint
 
-T5_XXL_TOKENIZER = "google/t5-v1_1-xxl"  # the tokenizer sd-scripts pairs with a t5xxl file
-CLIP_L_TOKENIZER = "openai/clip-vit-large-patch14"
 CLIP_HEAD_WIDTH = 64  # CLIP ViT-L/G's attention heads are 64 wide; the head count is not in the weights
 
 
@@ -63,9 +61,10 @@ def fill_meta(model: nn.Module, weights: Mapping[str, torch.Tensor], dtype: torc
     return model.eval()
 
 
-def clip_text_encoder(state: Mapping[str, torch.Tensor], dtype: torch.dtype, with_projection: bool = False
-                      ) -> nn.Module:
-    """A CLIP text encoder from its transformers-layout weights (`text_model.…`), CLIP-L's activation."""
+def clip_text_encoder(state: Mapping[str, torch.Tensor], dtype: torch.dtype, with_projection: bool = False,
+                      hidden_act: str = "quick_gelu") -> nn.Module:
+    """A CLIP text encoder from its transformers-layout weights (`text_model.…`): CLIP-L (quick_gelu) or OpenCLIP's
+    bigG (gelu). A CLIP-L file without its text projection gets the identity one, as sd-scripts gives it."""
     import transformers
     from accelerate import init_empty_weights
 
@@ -80,7 +79,9 @@ def clip_text_encoder(state: Mapping[str, torch.Tensor], dtype: torch.dtype, wit
         num_hidden_layers=_count(weights, r"encoder\.layers\.(\d+)\."),
         max_position_embeddings=weights["embeddings.position_embedding.weight"].shape[0],
         projection_dim=weights["text_projection.weight"].shape[0] if "text_projection.weight" in weights else hidden,
-        hidden_act="quick_gelu", bos_token_id=vocab - 2, eos_token_id=vocab - 1, pad_token_id=vocab - 1)
+        hidden_act=hidden_act, bos_token_id=vocab - 2, eos_token_id=vocab - 1, pad_token_id=vocab - 1)
+    if with_projection and "text_projection.weight" not in weights:
+        weights["text_projection.weight"] = torch.eye(hidden)
     cls = transformers.CLIPTextModelWithProjection if with_projection else transformers.CLIPTextModel
     with init_empty_weights():
         model = cls(config)

@@ -17,6 +17,8 @@ from torch import nn
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
+from trainers.models.base import ModelFiles
+from trainers.models.flow_checkpoint import Part, part_issues
 from trainers.models.prompt_chunks import PromptTruncated
 
 CLIP_LENGTH = 77
@@ -55,21 +57,40 @@ class FlowFamily:
     own_options: frozenset[str]  # the flow options this family reads
     default_t5_length: int
     reference_prefixes: tuple[str, ...]  # key prefixes of its reference (single-file) checkpoints
-    diffusers_hint: str  # which diffusers folder to give instead of a single file
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         # pipeline_class (ModelFamily): model_index.json's _class_name of the family's diffusers folders
         return str(index.get("_class_name", "")) == self.pipeline_class
 
+    # --- single files in the reference layout (flow_checkpoint.py reads them; the family converts its denoiser) ---
+
+    own_checkpoint_layout = True
+    checkpoint_parts: tuple[Part, ...]  # its text encoders (in load order) and autoencoder
+    latent_scaling: tuple[float, float]  # the autoencoder's (scaling, shift) factors: in its config, not its file
+    writes_checkpoint = False  # whether a finetune can save the denoiser in the reference layout (to_checkpoint)
+
     def claims_checkpoint(self, keys: Any) -> bool:
-        return False  # single files in the reference layout are refused by check_single_file
+        return any(keys.has(prefix) for prefix in self.reference_prefixes)
 
-    def check_single_file(self, keys: Any) -> None:
-        from trainers.models.base import ModelLoadError
+    def checkpoint_issues(self, keys: Any, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        return part_issues(self.checkpoint_parts, keys, files, vae_path, self.title)
 
-        if any(keys.has(prefix) for prefix in self.reference_prefixes):
-            raise ModelLoadError(f"{keys.name}: a {self.title} checkpoint in the reference (single-file) layout, "
-                                 f"which cannot be loaded yet: give a diffusers {self.diffusers_hint}")
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> Any:
+        from trainers.models.flow_checkpoint import load_flow_checkpoint
+
+        return load_flow_checkpoint(self, ckpt, weight_dtype, vae_path, files)
+
+    def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype) -> nn.Module:
+        """The diffusers transformer of a reference-layout file, its config read from the tensors' shapes."""
+        raise NotImplementedError
+
+    def checkpoint_variant(self, config: Any) -> Any:
+        """This family as the loaded transformer's config makes it (dev/schnell, SD3/SD3.5 sizes)."""
+        return self
+
+    def scheduler_config(self) -> dict[str, Any]:
+        """The published sampling schedule (diffusers' FlowMatchEulerDiscreteScheduler config) of single files."""
+        return {"shift": 3.0}
 
     def configured(self, values: Mapping[str, Any]) -> Any:
         clone = copy.copy(self)
@@ -95,7 +116,7 @@ class FlowFamily:
             if name in values and refused(values[name]):
                 issues.append(ConfigIssue(name, f"{why} ({self.title} trains by flow matching)", group))
         issues += _size_issues(values, self.title) + self.network_arg_issues(values)
-        if values.get("save_model_as", "diffusers") != "diffusers" and not self.own_checkpoint_layout:
+        if values.get("save_model_as", "diffusers") != "diffusers" and not self.writes_checkpoint:
             issues.append(ConfigIssue("save_model_as", f"{self.title} models are saved as diffusers folders only (a "
                                       "single file of the reference layout is not written yet): choose 'diffusers'",
                                       "saving"))

@@ -46,7 +46,8 @@ def write_tiny_tokenizer(folder: Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def text_config(vocab_size: int, hidden: int, projection_dim: int | None = None, heads: int = 4):
+def text_config(vocab_size: int, hidden: int, projection_dim: int | None = None, heads: int = 4,
+                hidden_act: str = "quick_gelu"):
     from transformers import CLIPTextConfig
 
     return CLIPTextConfig(
@@ -60,7 +61,7 @@ def text_config(vocab_size: int, hidden: int, projection_dim: int | None = None,
         bos_token_id=vocab_size - 2,
         eos_token_id=vocab_size - 1,
         pad_token_id=vocab_size - 1,
-        hidden_act="quick_gelu",
+        hidden_act=hidden_act,
     )
 
 

@@ -50,3 +50,44 @@ def tiny_shifted_vae(scaling_factor: float, shift_factor: float) -> Any:
         use_quant_conv=False,
         use_post_quant_conv=False,
     )
+
+
+def write_reference_files(model_dir: Path, out: Path) -> dict[str, Path]:
+    """A tiny SD3 or FLUX folder (built with `reference_heads`, so that configs can be read back from the weights)
+    as sd-scripts' users have these models: the denoiser in its family's single-file layout, a file for each text
+    encoder (and FLUX's ae; SD3's VAE goes inside the model file, as Stability ships it), and a
+    tokenizer_cache_dir holding the tokenizers as sd-scripts leaves it after a first run. Returns the options
+    that name them."""
+    import torch
+    from safetensors.torch import save_file
+
+    from trainers.models import load_model
+    from trainers.models.convert import VAE_PREFIX, vae_to_ldm
+    from trainers.models.flow_checkpoint import TOKENIZERS
+
+    model = load_model(str(model_dir), "auto", torch.float32)
+    family = model.family
+    out.mkdir(parents=True, exist_ok=True)
+    main = {k: v for k, v in family.to_checkpoint(model, model.unet.state_dict()).items()
+            if not k.startswith(VAE_PREFIX)}  # the VAE goes where checkpoint_parts say
+    vae = {k.removeprefix(VAE_PREFIX): v for k, v in vae_to_ldm(model.vae.state_dict(), model.vae.config).items()}
+    files: dict[str, Path] = {"pretrained_model_name_or_path": out / f"{family.name}.safetensors",
+                              "tokenizer_cache_dir": out / "tokenizers"}
+    encoders = iter(zip(model.text_encoders, model.tokenizers))
+    for part in family.checkpoint_parts:
+        if part.kind == "vae":
+            state = vae
+        else:
+            encoder, tokenizer = next(encoders)
+            tokenizer.save_pretrained(files["tokenizer_cache_dir"] / TOKENIZERS[part.kind][0].replace("/", "_"))
+            state = ({k: v for k, v in encoder.state_dict().items() if k != "encoder.embed_tokens.weight"}
+                     if part.kind == "t5" else  # tied to shared.weight, which the files hold
+                     {k if k.startswith("text_projection") else "text_model." + k.removeprefix("text_model."): v
+                      for k, v in encoder.state_dict().items()})
+        if part.option:
+            files[part.option] = out / f"{part.option}.safetensors"
+            save_file({k: v.contiguous() for k, v in state.items()}, files[part.option])
+        else:
+            main.update({part.prefix + k: v for k, v in state.items()})
+    save_file({k: v.contiguous() for k, v in main.items()}, files["pretrained_model_name_or_path"])
+    return files

@@ -42,13 +42,10 @@ REFUSED: dict[str, str] = {
     "conditioning_image_dir": "ControlNet training is not available",
 }
 
-SEPARATE_FILES = ("SD3's separate text encoder files are not read: give SD3 as a diffusers folder "
-                  "(StableDiffusion3Pipeline)")
 # Keys only sd-scripts' trainers of other model families read: one message names them all.
 OTHER_FAMILIES: dict[str, frozenset[str]] = {
-    # SD3 trains here from diffusers folders, FLUX from those or sd-scripts' files (ae, clip_l, t5xxl), with the flow
-    # options of sd-scripts (group [flow]); these keys of sd-scripts' SD3/FLUX trainers are not available (yet).
-    SEPARATE_FILES: frozenset({"clip_g"}),
+    # SD3 and FLUX train here from diffusers folders or sd-scripts' files (with clip_l, clip_g, t5xxl, ae), with the
+    # flow options of sd-scripts (group [flow]); these keys of sd-scripts' SD3/FLUX trainers are not available (yet).
     "this SD3/FLUX option of sd-scripts is not available here": frozenset({
         "t5xxl_device", "t5xxl_dtype", "t5xxl_lr", "split_mode", "split_qkv",
         "train_t5xxl", "mem_eff_save", "double_blocks_to_swap", "single_blocks_to_swap", "clip_g_dropout_rate",

@@ -16,18 +16,14 @@ from torch import nn
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.options.groups.network import FLUX_NETWORK_ARGS
-from trainers.models.base import CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelFiles, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.components import load_component, load_tokenizer, load_vae
 from trainers.models.flow import FlowFamily, huber_schedule_issue, load_t5_tokenizer, run_t5, t5_attention_mask
+from trainers.models.flow_checkpoint import Part
 from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.flux import lora_layers
 
 SAMPLE_GUIDANCE = 3.5  # the guidance embedding's value for samples (sd-scripts' --g default; FluxPipeline's too)
-LATENT_SCALE, LATENT_SHIFT = 0.3611, 0.1159  # the ae's latent scaling (its diffusers config; not in the ae file)
-# The components an all-in-one file may hold (ComfyUI's layout), each else a file of its own: (prefix, option, what).
-COMPONENTS = (("text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder"),
-              ("text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
-              ("vae.", "ae", "autoencoder"))
 
 
 class Flux(FlowFamily, ModelFamily):
@@ -44,7 +40,6 @@ class Flux(FlowFamily, ModelFamily):
     native_size = 1024
     arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     pipeline_class = "FluxPipeline"
-    own_checkpoint_layout = True
     single_file_text_encoders = ()
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
                              "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
@@ -52,7 +47,11 @@ class Flux(FlowFamily, ModelFamily):
     default_t5_length = 512
     schnell = False
     reference_prefixes = ("double_blocks.", "model.diffusion_model.double_blocks.", "diffusion_model.double_blocks.")
-    diffusers_hint = "FLUX.1 folder (e.g. black-forest-labs/FLUX.1-dev, with its text encoders and VAE)"
+    checkpoint_parts = (Part("clip_l", "text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder"),
+                        Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
+                        Part("vae", "vae.", "ae", "autoencoder"))
+    latent_scaling = (0.3611, 0.1159)  # the ae's (its diffusers config's; not in the ae file)
+    writes_checkpoint = True
 
     def variant(self, guidance_embeds: bool) -> "Flux":
         """dev (guidance-distilled: a guidance embedding) or schnell (none)."""
@@ -80,56 +79,29 @@ class Flux(FlowFamily, ModelFamily):
 
     # --- the reference layout (flux1-dev.safetensors with clip_l, t5xxl and ae files) ---
 
-    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
-        return any(keys.has(prefix) for prefix in self.reference_prefixes)
-
-    def check_single_file(self, keys: CheckpointKeys) -> None:
-        """Loaded by load_checkpoint."""
-
-    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
-        """The component files a transformer-only file needs, named before anything loads."""
-        return [ConfigIssue(option, f"{Path(keys.name).name} holds the FLUX.1 transformer but no {what}: set {option} "
-                            "to its .safetensors file (as for sd-scripts)", "model")
-                for prefix, option, what in COMPONENTS
-                if not keys.has(prefix) and not getattr(files, option) and not (option == "ae" and vae_path)]
-
-    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> LoadedModel:
+    def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype) -> nn.Module:
         from accelerate import init_empty_weights
-        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
-        from transformers import CLIPTokenizer, T5TokenizerFast
+        from diffusers import FluxTransformer2DModel
 
-        from trainers.models import component_files as parts
-        from trainers.models.base import ModelLoadError
+        from trainers.models.component_files import fill_meta
         from trainers.models.flux import reference
-        from trainers.models.single_file.tokenizer import clip_tokenizer
 
-        if issues := self.checkpoint_issues(CheckpointKeys(ckpt.shapes, str(ckpt.path)), files, vae_path):
-            raise ModelLoadError("; ".join(f"{i.field}: {i.message}" for i in issues))
         config = reference.config_from_shapes(reference.strip_prefix(ckpt.shapes), ckpt.path.name)
         with init_empty_weights():
             transformer = FluxTransformer2DModel.from_config(config)
         weights = reference.to_diffusers(reference.strip_prefix(ckpt.tensors()), config, ckpt.path.name)
-        transformer = parts.fill_meta(transformer, weights, weight_dtype, "FLUX.1 transformer")
-        found = {option: parts.component(ckpt, prefix, getattr(files, option), what, option)
-                 for prefix, option, what in COMPONENTS if option != "ae" or not vae_path}
-        text_encoders = [parts.clip_text_encoder(found["clip_l"], weight_dtype),
-                         parts.t5_encoder(found["t5xxl"], weight_dtype)]
-        vae = (AutoencoderKL.from_pretrained(Path(vae_path).expanduser()) if vae_path
-               else parts.autoencoder(found["ae"], LATENT_SCALE, LATENT_SHIFT))
-        cache = files.tokenizer_cache_dir
-        clip_cached = cache and (Path(cache).expanduser() / parts.CLIP_L_TOKENIZER.replace("/", "_")).is_dir()
-        tokenizers = [parts.cached_tokenizer(CLIPTokenizer, parts.CLIP_L_TOKENIZER, cache) if clip_cached
-                      else clip_tokenizer(),  # the same vocabulary, vendored
-                      parts.cached_tokenizer(T5TokenizerFast, parts.T5_XXL_TOKENIZER, cache)]
-        family = self.variant(config["guidance_embeds"])
-        scheduler = FlowMatchEulerDiscreteScheduler(**family.scheduler_config())
-        return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(ckpt.path))
+        return fill_meta(transformer, weights, weight_dtype, "FLUX.1 transformer")
 
-    def to_checkpoint(self, denoiser_state: Mapping[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+    def checkpoint_variant(self, config: Any) -> "Flux":
+        return self.variant(bool(config.guidance_embeds))
+
+    def to_checkpoint(self, model: LoadedModel, denoiser_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """flux1-dev.safetensors' layout (the transformer alone, as sd-scripts' flux_train.py saves it)."""
+        from accelerate.utils import extract_model_from_parallel
+
         from trainers.models.flux import reference
 
-        return reference.to_reference(denoiser_state, config)
+        return reference.to_reference(denoiser_state, extract_model_from_parallel(model.unet).config)
 
     def scheduler_config(self) -> dict[str, Any]:
         """The published FLUX.1 dev / schnell sampling schedules (their diffusers scheduler configs)."""

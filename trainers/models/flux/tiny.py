@@ -38,36 +38,3 @@ def build_tiny_flux(folder: Path, seed: int = 0, guidance_embeds: bool = True, r
     pipe.save_pretrained(folder)
     return folder
 
-
-def write_reference_files(model_dir: Path, out: Path) -> dict[str, Path]:
-    """A tiny FLUX folder (built with `reference_heads`) as sd-scripts' users have FLUX.1: the transformer in the
-    reference layout (flux1.safetensors), clip_l, t5xxl and ae files, and a tokenizer_cache_dir holding the two
-    tokenizers (as sd-scripts leaves it after a first run). Returns the options that name them."""
-    from diffusers import AutoencoderKL, FluxTransformer2DModel
-    from safetensors.torch import save_file
-    from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
-
-    from trainers.models.component_files import CLIP_L_TOKENIZER, T5_XXL_TOKENIZER
-    from trainers.models.convert import VAE_PREFIX, vae_to_ldm
-    from trainers.models.flux.reference import to_reference
-
-    out.mkdir(parents=True, exist_ok=True)
-    transformer = FluxTransformer2DModel.from_pretrained(model_dir, subfolder="transformer")
-    vae = AutoencoderKL.from_pretrained(model_dir, subfolder="vae")
-    clip = CLIPTextModel.from_pretrained(model_dir, subfolder="text_encoder")
-    t5 = T5EncoderModel.from_pretrained(model_dir, subfolder="text_encoder_2")
-    files = {"pretrained_model_name_or_path": out / "flux1.safetensors", "clip_l": out / "clip_l.safetensors",
-             "t5xxl": out / "t5xxl.safetensors", "ae": out / "ae.safetensors", "tokenizer_cache_dir": out / "tokenizers"}
-    states = {
-        "pretrained_model_name_or_path": to_reference(transformer.state_dict(), transformer.config),
-        "clip_l": {"text_model." + k.removeprefix("text_model."): v for k, v in clip.state_dict().items()},
-        "t5xxl": {k: v for k, v in t5.state_dict().items() if k != "encoder.embed_tokens.weight"},  # tied to shared
-        "ae": {k.removeprefix(VAE_PREFIX): v for k, v in vae_to_ldm(vae.state_dict(), vae.config).items()},
-    }
-    for option, state in states.items():
-        save_file({k: v.contiguous() for k, v in state.items()}, files[option])
-    CLIPTokenizer.from_pretrained(model_dir, subfolder="tokenizer").save_pretrained(
-        files["tokenizer_cache_dir"] / CLIP_L_TOKENIZER.replace("/", "_"))
-    T5TokenizerFast.from_pretrained(model_dir, subfolder="tokenizer_2").save_pretrained(
-        files["tokenizer_cache_dir"] / T5_XXL_TOKENIZER.replace("/", "_"))
-    return files

@@ -1,11 +1,13 @@
 """SD3 and SD3.5 (medium, large): CLIP-L and CLIP-G (pooled outputs joined) and T5-XXL text encoders and an MMDiT
 transformer trained by flow matching, as sd-scripts' sd3_train_network.py does. Loaded from diffusers folders
-(StableDiffusion3Pipeline); kohya names its LoRA modules after the reference MMDiT (joint_blocks, fused qkv).
+(StableDiffusion3Pipeline) or, as sd-scripts takes it, from Stability's single file (sd3.5_large.safetensors) with
+the clip_l, clip_g and t5xxl files it may lack (reference.py maps it); kohya names its LoRA modules after the
+reference MMDiT (joint_blocks, fused qkv).
 """
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from trainers.models.flow import (
     run_t5,
     t5_attention_mask,
 )
+from trainers.models.flow_checkpoint import Part
 from trainers.models.flow_lora import kohya_to_diffusers
 
 
@@ -38,7 +41,7 @@ class StableDiffusion3(FlowFamily, ModelFamily):
     supports_clip_skip = False
     detect_priority = 3
     native_size = 1024
-    arch_dir = Path(__file__).with_name("arch")  # none shipped: single files are refused
+    arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     pipeline_class = "StableDiffusion3Pipeline"
     single_file_text_encoders = ()
     own_options = frozenset({"weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
@@ -46,7 +49,13 @@ class StableDiffusion3(FlowFamily, ModelFamily):
     default_t5_length = 256
     flow_target = "latents"
     reference_prefixes = ("joint_blocks.", "model.diffusion_model.joint_blocks.")
-    diffusers_hint = "SD3/SD3.5 folder (e.g. SD3.5 Medium as published in diffusers layout)"
+    checkpoint_parts = (
+        Part("clip_l", "text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder", projection=True),
+        Part("clip_g", "text_encoders.clip_g.transformer.", "clip_g", "CLIP-G text encoder", projection=True),
+        Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
+        Part("vae", "first_stage_model.", "", "VAE"))
+    latent_scaling = (1.5305, 0.0609)  # its VAE's (the diffusers config's; not in the file)
+    writes_checkpoint = True
 
     def variant(self, config: Any) -> "StableDiffusion3":
         """sd-scripts' model type: 'medium' (SD3), '5-medium' (extra self-attention blocks) or '5-large'."""
@@ -77,6 +86,37 @@ class StableDiffusion3(FlowFamily, ModelFamily):
         scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler")
         family = self.variant(transformer.config)
         return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(folder))
+
+    # --- the reference layout (Stability's single files) ---
+
+    def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype) -> nn.Module:
+        from accelerate import init_empty_weights
+        from diffusers import SD3Transformer2DModel
+
+        from trainers.models.component_files import fill_meta
+        from trainers.models.sd3 import reference
+
+        config = reference.config_from_shapes(reference.strip_prefix(ckpt.shapes), ckpt.path.name)
+        with init_empty_weights():
+            transformer = SD3Transformer2DModel.from_config(config)
+        weights = reference.to_diffusers(reference.strip_prefix(ckpt.tensors()), config, ckpt.path.name)
+        return fill_meta(transformer, weights, weight_dtype, "SD3 MMDiT")
+
+    def checkpoint_variant(self, config: Any) -> "StableDiffusion3":
+        return self.variant(config)
+
+    def to_checkpoint(self, model: LoadedModel, denoiser_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Stability's layout: the MMDiT (model.diffusion_model.*) and the VAE (first_stage_model.*), as sd-scripts'
+        sd3_train.py saves them (text encoders are not trained in a finetune; clip_l, clip_g, t5xxl name them)."""
+        from accelerate.utils import extract_model_from_parallel
+
+        from trainers.models.convert import vae_to_ldm
+        from trainers.models.sd3 import reference
+
+        mmdit = reference.to_reference(denoiser_state, extract_model_from_parallel(model.unet).config)
+        vae = extract_model_from_parallel(model.vae)
+        return {**{"model.diffusion_model." + k: v for k, v in mmdit.items()},
+                **vae_to_ldm(vae.state_dict(), vae.config)}
 
     def option_issues(self, values: dict[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values) + huber_schedule_issue(values, self.title)

@@ -44,10 +44,9 @@ def _detect(shapes: Mapping[str, tuple[int, ...]], name: str) -> str | None:
         raise ModelLoadError(f"{name} is a LoRA, not a full model: give the base model it was trained on, "
                              "and load the LoRA as network_weights")
     checkpoint = CheckpointKeys(dict(shapes), name)
-    for candidate in all_families():  # a family's own layout: loaded by the family, or refused with its reason
+    for candidate in all_families():  # a family's own layout (SD3's and FLUX's reference code): it loads those
         if candidate.own_checkpoint_layout and candidate.claims_checkpoint(checkpoint):
             return candidate.name
-        candidate.check_single_file(checkpoint)
     if not has(UNET_PREFIX):
         if has("encoder.down.") or has("encoder.down_blocks.") or has(VAE_PREFIX):
             what = "a VAE on its own"

@@ -56,8 +56,8 @@ def original_layout(model: LoadedModel, unet_state: StateDict | None = None,
     `unet_state` / `text_encoder_states` replace the modules' own weights (None: the module's).
     """
     unet_sd, te_sds = _states(model, unet_state, text_encoder_states)
-    if model.family.own_checkpoint_layout:  # the denoiser alone, in its reference layout (as sd-scripts saves FLUX)
-        return model.family.to_checkpoint(unet_sd, _bare(model.unet).config)
+    if model.family.own_checkpoint_layout:  # SD3's and FLUX's reference layouts
+        return model.family.to_checkpoint(model, unet_sd)
     vae = _bare(model.vae)
     out = unet_to_ldm(unet_sd, _bare(model.unet).config)
     out.update(vae_to_ldm(vae.state_dict(), vae.config))

@@ -4,12 +4,13 @@ from __future__ import annotations
 from trainers.core.options.schema import Option
 from trainers.core.registry import FAMILY_NAMES
 
-COMPONENT_FILE_OPTIONS = ("clip_l", "t5xxl", "ae")  # a model's parts in files of their own (sd-scripts' names)
+COMPONENT_FILE_OPTIONS = ("clip_l", "clip_g", "t5xxl", "ae")  # a model's parts in files of their own (sd-scripts' names)
 
 OPTIONS: tuple[Option, ...] = (
     Option("pretrained_model_name_or_path", "str", "", "Base model: a local diffusers folder, a hub id, or a "
-           "single-file .safetensors/.ckpt checkpoint (SD1.x, SD2.x, SDXL, or FLUX.1's transformer file such as "
-           "flux1-dev.safetensors with clip_l, t5xxl and ae).", "model", required=True, path="any"),
+           "single-file .safetensors/.ckpt checkpoint (SD1.x, SD2.x, SDXL; SD3/SD3.5 or FLUX.1 files such as "
+           "flux1-dev.safetensors, with clip_l, clip_g, t5xxl and ae for the parts they lack).", "model",
+           required=True, path="any"),
     Option("model_family", "str", "auto", "Model family; 'auto' detects it from the model files.", "model",
            choices=("auto", *FAMILY_NAMES), advanced=True),
     Option("v_parameterization", "bool", False, "Train with v-prediction. Models whose scheduler says "
@@ -18,14 +19,16 @@ OPTIONS: tuple[Option, ...] = (
            "model", path="dir", advanced=True),
     Option("clip_skip", "int", 1, "Use the output of the N-th text-encoder layer from the end (1 = last). "
            "SD1.x/SD2.x only.", "model", min=1, max=12, advanced=True),
-    # sd-scripts' separate component files of a FLUX.1 transformer file (flux_train_network.py's options).
-    Option("clip_l", "str", "", "FLUX.1 from a single file: the CLIP-L text encoder's .safetensors (e.g. "
+    # sd-scripts' separate component files of SD3 and FLUX.1 single files (sd3_/flux_train_network.py's options).
+    Option("clip_l", "str", "", "SD3 or FLUX.1 from a single file: the CLIP-L text encoder's .safetensors (e.g. "
            "clip_l.safetensors). Not needed when the model file holds it.", "model", path="file", advanced=True),
-    Option("t5xxl", "str", "", "FLUX.1 from a single file: the T5-XXL text encoder's .safetensors (e.g. "
+    Option("clip_g", "str", "", "SD3 from a single file: the CLIP-G text encoder's .safetensors (e.g. "
+           "clip_g.safetensors). Not needed when the model file holds it.", "model", path="file", advanced=True),
+    Option("t5xxl", "str", "", "SD3 or FLUX.1 from a single file: the T5-XXL text encoder's .safetensors (e.g. "
            "t5xxl_fp16.safetensors). Not needed when the model file holds it.", "model", path="file", advanced=True),
     Option("ae", "str", "", "FLUX.1 from a single file: the autoencoder's .safetensors (ae.safetensors). Not needed "
            "when the model file holds it.", "model", path="file", advanced=True),
-    Option("tokenizer_cache_dir", "str", "", "Where tokenizers a single file lacks are kept (FLUX.1's T5 tokenizer "
-           "is fetched from the hub once, then read from here offline), as in sd-scripts.", "model", path="out",
+    Option("tokenizer_cache_dir", "str", "", "Where tokenizers a single file lacks are kept (SD3's and FLUX.1's T5 "
+           "tokenizer is fetched from the hub once, then read from here offline), as in sd-scripts.", "model", path="out",
            advanced=True),
 )

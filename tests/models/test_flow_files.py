@@ -1,6 +1,6 @@
-"""FLUX.1 as sd-scripts' users have it: the transformer in the reference layout (flux1-dev.safetensors) with clip_l,
-t5xxl and ae files, or one all-in-one file. The layout is checked against diffusers' own converter at the real
-model's widths; a tiny model read from such files is the same model as its diffusers folder."""
+"""SD3 and FLUX.1 as sd-scripts' users have them: the denoiser in its reference layout (flux1-dev.safetensors,
+sd3.5_large.safetensors) with clip_l, clip_g, t5xxl and ae files, or one all-in-one file. Each layout is checked
+against diffusers' own converter; a tiny model read from such files is the same model as its diffusers folder."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,9 @@ from safetensors.torch import load_file, save_file
 from trainers.core.errors import ConfigIssue
 from trainers.models import ModelFiles, ModelLoadError, load_model, model_option_issues
 from trainers.models.flux import reference
-from trainers.models.flux.tiny import build_tiny_flux, write_reference_files
+from trainers.models.flux.tiny import build_tiny_flux
+from trainers.models.sd3.tiny import build_tiny_sd3
+from trainers.models.tiny_flow import write_reference_files
 
 FLUX_DEV = {"patch_size": 1, "in_channels": 64, "num_layers": 1, "num_single_layers": 1, "attention_head_dim": 128,
             "num_attention_heads": 24, "joint_attention_dim": 4096, "pooled_projection_dim": 768,
@@ -24,6 +26,13 @@ FLUX_DEV = {"patch_size": 1, "in_channels": 64, "num_layers": 1, "num_single_lay
 def flux_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
     root = tmp_path_factory.mktemp("flux files")
     folder = build_tiny_flux(root / "diffusers", reference_heads=True)
+    return folder, write_reference_files(folder, root / "sd-scripts files")
+
+
+@pytest.fixture(scope="module")
+def sd3_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    root = tmp_path_factory.mktemp("sd3 files")
+    folder = build_tiny_sd3(root / "diffusers", reference_heads=True)
     return folder, write_reference_files(folder, root / "sd-scripts files")
 
 
@@ -54,17 +63,50 @@ def test_reference_layout_matches_diffusers_converter_at_real_widths() -> None:
     assert all(torch.equal(back[k], v) for k, v in state.items())
 
 
-def test_files_load_as_the_same_model_as_the_diffusers_folder(flux_files: tuple[Path, dict[str, Path]]) -> None:
-    folder, files = flux_files
+def test_sd3_reference_layout_matches_diffusers_converter(sd3_files: tuple[Path, dict[str, Path]]) -> None:
+    """The tiny SD3.5-medium-like MMDiT (extra self-attention, q/k norms, a context-pre-only last block) written in
+    the reference layout reads back through diffusers' own converter as the same weights; SD3 Medium's and
+    SD3.5 Large's real-size layouts have the key names and shapes diffusers' converter maps."""
+    from accelerate import init_empty_weights
+    from diffusers import SD3Transformer2DModel
+    from diffusers.loaders.single_file_utils import convert_sd3_transformer_checkpoint_to_diffusers
+
+    from trainers.models.sd3 import reference
+
+    folder, files = sd3_files
+    model = SD3Transformer2DModel.from_pretrained(folder, subfolder="transformer")
+    written = reference.strip_prefix(load_file(files["pretrained_model_name_or_path"]))
+    theirs = convert_sd3_transformer_checkpoint_to_diffusers(
+        {k: v for k, v in written.items() if not k.startswith(("first_stage_model.", "text_encoders."))})
+    assert set(theirs) == set(model.state_dict())
+    assert all(torch.equal(theirs[k], v) for k, v in model.state_dict().items())
+    for size in ({"num_layers": 24, "attention_head_dim": 64, "num_attention_heads": 24, "caption_projection_dim": 1536,
+                  "pos_embed_max_size": 192},  # SD3 Medium
+                 {"num_layers": 38, "attention_head_dim": 64, "num_attention_heads": 38, "caption_projection_dim": 2432,
+                  "pos_embed_max_size": 192, "qk_norm": "rms_norm"}):  # SD3.5 Large
+        with init_empty_weights():
+            real = SD3Transformer2DModel(**size)
+        shapes = {k: tuple(v.shape) for k, v in reference.to_reference(real.state_dict(), real.config).items()}
+        config = reference.config_from_shapes(shapes, "sd3")
+        assert {k: config[k] for k in size} == size
+        meta = {k: torch.empty(s, device="meta") for k, s in shapes.items()}
+        assert set(convert_sd3_transformer_checkpoint_to_diffusers(dict(meta))) == set(real.state_dict())
+
+
+@pytest.mark.parametrize("which", ["flux_files", "sd3_files"])
+def test_files_load_as_the_same_model_as_the_diffusers_folder(which: str, request: pytest.FixtureRequest) -> None:
+    folder, files = request.getfixturevalue(which)
     options = _options(files)
     from_files = load_model(options.pop("pretrained_model_name_or_path"), "auto", torch.float32,
                             files=ModelFiles.from_values(options))
     from_folder = load_model(str(folder), "auto", torch.float32)
-    assert from_files.family.name == "flux" and not from_files.family.schnell
+    assert from_files.family.name == from_folder.family.name == which.split("_")[0]
+    assert from_files.family.modelspec_architecture == from_folder.family.modelspec_architecture
     hidden, pooled = from_files.encode_texts(["sks shape, a red circle"], 1)
     expected_hidden, expected_pooled = from_folder.encode_texts(["sks shape, a red circle"], 1)
     assert torch.allclose(hidden, expected_hidden, atol=1e-6) and torch.allclose(pooled, expected_pooled, atol=1e-6)
-    noisy = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(1))
+    channels = from_folder.vae.config.latent_channels
+    noisy = torch.randn(1, channels, 8, 8, generator=torch.Generator().manual_seed(1))
     t = torch.tensor([500.0])
     with torch.no_grad():
         got = from_files.family.denoise(from_files.unet, noisy, t, hidden, pooled, None)
@@ -101,10 +143,24 @@ def test_missing_component_files_are_named_before_anything_loads(flux_files: tup
     options = _options(files, t5xxl="", ae="")
     issues = model_option_issues(options["pretrained_model_name_or_path"], 1, options)
     assert [i.field for i in issues] == ["t5xxl", "ae"]
-    assert all(isinstance(i, ConfigIssue) and "flux1.safetensors" in i.message for i in issues)
+    assert all(isinstance(i, ConfigIssue) and "flux.safetensors holds the FLUX.1 denoiser" in i.message for i in issues)
     with pytest.raises(ModelLoadError, match="t5xxl"):
         load_model(options.pop("pretrained_model_name_or_path"), "auto", torch.float32,
                    files=ModelFiles.from_values(options))
+
+
+def test_sd3_files_name_what_they_lack_and_what_they_do_not_read(sd3_files: tuple[Path, dict[str, Path]],
+                                                                 tmp_path: Path) -> None:
+    _, files = sd3_files
+    options = _options(files, clip_g="", ae=str(files["clip_l"]))
+    issues = model_option_issues(options["pretrained_model_name_or_path"], 1, options)
+    assert [i.field for i in issues] == ["clip_g", "ae"]
+    assert "no CLIP-G text encoder: set clip_g" in issues[0].message and "is not read with" in issues[1].message
+    no_vae = {k: v for k, v in load_file(files["pretrained_model_name_or_path"]).items()
+              if not k.startswith("first_stage_model.")}
+    save_file(no_vae, tmp_path / "sd3-no-vae.safetensors")
+    issues = model_option_issues(str(tmp_path / "sd3-no-vae.safetensors"), 1, _options(files))
+    assert [i.field for i in issues] == ["vae"] and "diffusers AutoencoderKL folder" in issues[0].message
 
 
 def test_a_component_file_of_the_wrong_kind_is_named(flux_files: tuple[Path, dict[str, Path]]) -> None:
@@ -233,35 +289,59 @@ def test_flux_layer_args_are_refused_for_other_families_and_checked_for_flux() -
 
 
 @pytest.mark.slow
-def test_a_finetune_from_the_files_saves_both_layouts(flux_files: tuple[Path, dict[str, Path]],
+@pytest.mark.parametrize(("which", "key"), [("flux_files", "double_blocks.0.img_attn.qkv.weight"),
+                                            ("sd3_files", "model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight")])
+def test_a_finetune_from_the_files_saves_both_layouts(which: str, key: str, request: pytest.FixtureRequest,
                                                      tmp_path: Path) -> None:
-    """save_model_as = 'both': the transformer as flux1-dev.safetensors is laid out (what sd-scripts' flux_train.py
-    writes, for ComfyUI's and Forge's diffusion-model loaders), and a whole diffusers folder, built from files."""
-    from diffusers import FluxPipeline
+    """save_model_as = 'both': the denoiser in its reference layout, as sd-scripts' flux_train.py / sd3_train.py
+    write it (for ComfyUI's and Forge's loaders; SD3's with its VAE), and a whole diffusers folder, from files."""
+    import diffusers
     from helpers import train
     from safetensors import safe_open
 
     from trainers.demo import build_dataset
 
-    folder, files = flux_files
+    folder, files = request.getfixturevalue(which)
     options = _options(files)
     out = tmp_path / "out"
     assert train("finetune", tmp_path / "run", **options, train_data_dir=str(build_dataset(tmp_path / "data")),
-                 output_dir=str(out), output_name="flux-ft", save_model_as="both", save_precision="float",
+                 output_dir=str(out), output_name="ft", save_model_as="both", save_precision="float",
                  max_train_steps=2, resolution="64", train_batch_size=2, max_data_loader_n_workers=0,
                  learning_rate=1e-3, t5xxl_max_token_length=32) == 0
-    with safe_open(out / "flux-ft.safetensors", "pt") as f:
+    base = load_model(str(folder), "auto", torch.float32)
+    with safe_open(out / "ft.safetensors", "pt") as f:
         meta = f.metadata()
-        assert "double_blocks.0.img_attn.qkv.weight" in set(f.keys())
-    assert meta["modelspec.architecture"] == "flux-1-dev" and "modelspec.prediction_type" not in meta
-    trained = load_model(str(out / "flux-ft.safetensors"), "auto", torch.float32,
+        assert key in set(f.keys())
+    assert meta["modelspec.architecture"] == base.family.modelspec_architecture
+    assert "modelspec.prediction_type" not in meta
+    trained = load_model(str(out / "ft.safetensors"), "auto", torch.float32,
                          files=ModelFiles.from_values({k: v for k, v in options.items()
                                                        if k != "pretrained_model_name_or_path"}))
-    saved_folder = load_model(str(out / "flux-ft"), "auto", torch.float32)
-    base = load_model(str(folder), "auto", torch.float32)
+    saved_folder = load_model(str(out / "ft"), "auto", torch.float32)
     for name, weight in saved_folder.unet.state_dict().items():
         assert torch.equal(trained.unet.state_dict()[name], weight), name
     assert any(not torch.equal(w, base.unet.state_dict()[n]) for n, w in saved_folder.unet.state_dict().items())
-    pipe = FluxPipeline.from_pretrained(out / "flux-ft")
+    pipe = getattr(diffusers, base.family.pipeline_class).from_pretrained(out / "ft")
     assert pipe("a cat", num_inference_steps=1, height=64, width=64, max_sequence_length=32,
                 output_type="pt").images.shape == (1, 3, 64, 64)
+
+
+@pytest.mark.slow
+def test_an_sd3_lora_trains_from_the_files(sd3_files: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
+    from helpers import events, train
+
+    from trainers.demo import build_dataset
+    from trainers.methods.lora.file_format import read_lora_file
+
+    _, files = sd3_files
+    assert train("lora", tmp_path / "run", **_options(files), train_data_dir=str(build_dataset(tmp_path / "data")),
+                 output_dir=str(tmp_path / "out"), max_train_steps=2, resolution="64", train_batch_size=2,
+                 max_data_loader_n_workers=0, learning_rate=1e-2, network_dim=4, t5xxl_max_token_length=32,
+                 network_train_unet_only=True, cache_text_encoder_outputs=True,
+                 sample_prompt_lines=["sks shape --w 64 --h 64 --s 2"], sample_every_n_steps=2) == 0
+    evs = events(tmp_path / "run")
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    assert Path(next(e for e in evs if e["type"] == "sample")["path"]).is_file()
+    state, meta = read_lora_file(tmp_path / "out" / "lora.safetensors")
+    assert "lora_unet_joint_blocks_0_x_block_attn_qkv.lora_up.weight" in state
+    assert meta["ss_base_model_version"] == "5-medium" and meta["ss_network_module"] == "networks.lora_sd3"

@@ -1,0 +1,124 @@
+"""SD3 and FLUX.1 from single files, as sd-scripts reads them: the denoiser in its reference layout, and each text
+encoder and the autoencoder either inside the same file (ComfyUI's and Stability's all-in-one layout, under the
+prefixes below) or in a file of its own named by an option (`clip_l`, `clip_g`, `t5xxl`, `ae`). The family says
+which parts it has (Part) and converts its denoiser; everything else is here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import nn
+
+from trainers.core.errors import ConfigIssue
+from trainers.models.base import CheckpointKeys, ModelFiles, ModelLoadError
+
+if TYPE_CHECKING:
+    from trainers.models.single_file.checkpoint import Checkpoint
+
+Kind = Literal["clip_l", "clip_g", "t5", "vae"]
+# The tokenizer sd-scripts pairs with each text encoder (fetched from the hub; CLIP's are built from the vendored
+# vocabulary unless tokenizer_cache_dir holds them), and its pad token.
+TOKENIZERS: dict[str, tuple[str, str]] = {
+    "clip_l": ("openai/clip-vit-large-patch14", "<|endoftext|>"),
+    "clip_g": ("laion/CLIP-ViT-bigG-14-laion2B-39B-b160k", "!"),
+    "t5": ("google/t5-v1_1-xxl", "<pad>"),
+}
+
+
+@dataclass(frozen=True)
+class Part:
+    """A text encoder or the autoencoder of a flow family's single file."""
+
+    kind: Kind
+    prefix: str  # where an all-in-one file holds it
+    option: str  # the option naming its own file; "" when only the `vae` option (a diffusers folder) can stand in
+    what: str  # for messages
+    projection: bool = False  # a CLIP text encoder with its text projection (SD3's pooled outputs)
+
+
+def part_issues(parts: tuple[Part, ...], keys: CheckpointKeys, files: ModelFiles, vae_path: str,
+                title: str) -> list[ConfigIssue]:
+    """The parts a file lacks with no option to stand in, named before anything loads."""
+    issues = []
+    for part in parts:
+        if keys.has(part.prefix) or (part.kind == "vae" and vae_path) or (part.option and getattr(files,
+                                                                                                   part.option)):
+            continue
+        fix = (f"set {part.option} to its .safetensors file (as for sd-scripts)" if part.option else
+               "set vae to its VAE as a diffusers AutoencoderKL folder")
+        issues.append(ConfigIssue(part.option or "vae", f"{Path(keys.name).name} holds the {title} denoiser but no "
+                                  f"{part.what}: {fix}", "model"))
+    return issues
+
+
+def load_parts(ckpt: "Checkpoint", parts: tuple[Part, ...], files: ModelFiles, vae_path: str,
+               dtype: torch.dtype, latent_scale: float, latent_shift: float) -> tuple[list[nn.Module], nn.Module]:
+    """(text encoders in `parts` order, autoencoder) from the file or the files its options name."""
+    from diffusers import AutoencoderKL
+
+    from trainers.models import component_files
+
+    text_encoders: list[nn.Module] = []
+    vae: nn.Module | None = None
+    for part in parts:
+        if part.kind == "vae" and vae_path:
+            vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
+            continue
+        state = component_files.component(ckpt, part.prefix, getattr(files, part.option) if part.option else "",
+                                          part.what, part.option or "vae")
+        if part.kind == "vae":
+            vae = component_files.autoencoder(state, latent_scale, latent_shift)
+        elif part.kind == "t5":
+            text_encoders.append(component_files.t5_encoder(state, dtype))
+        else:
+            text_encoders.append(component_files.clip_text_encoder(
+                state, dtype, with_projection=part.projection,
+                hidden_act="quick_gelu" if part.kind == "clip_l" else "gelu"))
+    assert vae is not None, "a flow family's parts include its autoencoder"
+    return text_encoders, vae
+
+
+def part_tokenizers(parts: tuple[Part, ...], cache_dir: str) -> list[Any]:
+    """The tokenizer of each text encoder part, as sd-scripts loads them (tokenizer_cache_dir first)."""
+    from transformers import CLIPTokenizer, T5TokenizerFast
+
+    from trainers.models.component_files import cached_tokenizer
+    from trainers.models.single_file.tokenizer import clip_tokenizer
+
+    out = []
+    for part in parts:
+        if part.kind == "vae":
+            continue
+        model_id, pad = TOKENIZERS[part.kind]
+        cached = bool(cache_dir) and (Path(cache_dir).expanduser() / model_id.replace("/", "_")).is_dir()
+        if part.kind == "t5":
+            out.append(cached_tokenizer(T5TokenizerFast, model_id, cache_dir))
+        elif cached:
+            tokenizer = cached_tokenizer(CLIPTokenizer, model_id, cache_dir)
+            tokenizer.pad_token = pad  # as sd-scripts sets CLIP-G's
+            out.append(tokenizer)
+        else:
+            out.append(clip_tokenizer(pad))  # the same vocabulary, vendored
+    return out
+
+
+def load_flow_checkpoint(family: Any, ckpt: "Checkpoint", weight_dtype: torch.dtype, vae_path: str,
+                         files: ModelFiles) -> Any:
+    """A LoadedModel of a flow family's single file (family: its FlowFamily, which converts the denoiser)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from trainers.models.base import LoadedModel
+
+    keys = CheckpointKeys(ckpt.shapes, str(ckpt.path))
+    if issues := family.checkpoint_issues(keys, files, vae_path):
+        raise ModelLoadError("; ".join(f"{i.field}: {i.message}" for i in issues))
+    denoiser = family.denoiser_from_checkpoint(ckpt, weight_dtype)
+    text_encoders, vae = load_parts(ckpt, family.checkpoint_parts, files, vae_path, weight_dtype,
+                                    *family.latent_scaling)
+    tokenizers = part_tokenizers(family.checkpoint_parts, files.tokenizer_cache_dir)
+    variant = family.checkpoint_variant(denoiser.config)
+    scheduler = FlowMatchEulerDiscreteScheduler(**variant.scheduler_config())
+    return LoadedModel(variant, denoiser, vae, text_encoders, tokenizers, scheduler, "flow", str(ckpt.path))

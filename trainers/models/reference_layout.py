@@ -1,0 +1,68 @@
+"""Weights of a diffusers transformer in the layout of its family's reference code (Black Forest Labs' FLUX,
+Stability's MMDiT), the layout of the single files sd-scripts, ComfyUI and Forge read.
+
+A family lists Rules: each reference tensor and the diffusers tensors it holds. Both directions come from the same
+list: fused layers (q, k and v; FLUX's MLP input too) are the diffusers layers stacked by rows, and some
+modulations keep their (shift, scale) halves in the other order.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from trainers.models.base import ModelLoadError
+
+
+@dataclass(frozen=True)
+class Rule:
+    reference: str  # a reference tensor name
+    parts: tuple[str, ...]  # the diffusers tensors it holds, stacked by rows in this order
+    swap_halves: bool = False  # (shift, scale) in the reference, (scale, shift) in diffusers
+
+
+def linear(reference: str, *parts: str, swap_halves: bool = False) -> Iterator[Rule]:
+    """The weight and bias of a reference layer holding `parts` (diffusers layers)."""
+    for param in ("weight", "bias"):
+        yield Rule(f"{reference}.{param}", tuple(f"{p}.{param}" for p in parts), swap_halves)
+
+
+def strip_prefix(state: Mapping[str, object], prefixes: tuple[str, ...], marker: str) -> dict[str, object]:
+    """The denoiser's own tensors of a file: the first of `prefixes` under which `marker` is found, removed."""
+    for prefix in prefixes:
+        if any(k.startswith(prefix + marker) for k in state):
+            return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    return dict(state)
+
+
+def to_diffusers(state: Mapping[str, torch.Tensor], rules: list[Rule], width: int, name: str
+                 ) -> dict[str, torch.Tensor]:
+    """Reference tensors -> the diffusers state dict. A fused tensor is split into parts `width` rows each, the
+    last taking the rest (FLUX's MLP input)."""
+    out: dict[str, torch.Tensor] = {}
+    for rule in rules:
+        if rule.reference not in state:
+            raise ModelLoadError(f"{name}: the transformer has no {rule.reference}: is the file complete?")
+        tensor = state[rule.reference]
+        if rule.swap_halves:
+            tensor = torch.cat(tensor.chunk(2, dim=0)[::-1])
+        sizes = [width] * (len(rule.parts) - 1)
+        pieces = tensor.split(sizes + [tensor.shape[0] - sum(sizes)]) if len(rule.parts) > 1 else (tensor,)
+        out.update(zip(rule.parts, pieces))
+    return out
+
+
+def to_reference(state: Mapping[str, torch.Tensor], rules: list[Rule]) -> dict[str, torch.Tensor]:
+    """The diffusers state dict -> reference tensors."""
+    out: dict[str, torch.Tensor] = {}
+    for rule in rules:
+        tensor = torch.cat([state[p] for p in rule.parts]) if len(rule.parts) > 1 else state[rule.parts[0]]
+        out[rule.reference] = torch.cat(tensor.chunk(2, dim=0)[::-1]) if rule.swap_halves else tensor
+    return out
+
+
+def count(keys: object, prefix: str) -> int:
+    """How many numbered blocks `<prefix><n>.` the keys have."""
+    found = {int(k[len(prefix):].split(".")[0]) for k in keys if k.startswith(prefix)}  # type: ignore[attr-defined]
+    return max(found) + 1 if found else 0
