@@ -91,7 +91,6 @@ def try_import(path: Path, places: dict[str, Path]) -> tuple[str, list[str], lis
 REFUSED = {
     "kohya_ss/presets/dreambooth/sd3_bdsqlsz_v1.json": {"sd3_checkbox"},
     "kohya_ss/presets/dreambooth/sd3_bdsqlsz_v2.json": {"sd3_checkbox"},
-    "kohya_ss/presets/lora/flux1D - adamw8bit fp8.json": {"flux1_checkbox"},
     "kohya_ss/presets/finetune/SDXL - Essenz series by AI_Characters_Training v1.0.json": {"image_folder"},
     "kohya_ss/test/config/finetune-AdamW.json": {"image_folder"},
     "kohya_ss/test/config/TI-AdamW8bit.json": {"token_string"},
@@ -216,13 +215,33 @@ guidance_scale = 0
     assert len(warnings) == 2, warnings  # nothing about the empty or off keys
 
 
-def test_kohya_ss_json_for_flux_is_refused_in_one_message(tmp_path: Path) -> None:
+def test_kohya_ss_flux_lora_json_reads_as_kohya_ss_runs_it(tmp_path: Path) -> None:
+    """A 'Flux1' LoRA with the FLUX checkbox: its files, flow options and layer fields as kohya_ss passes them to
+    flux_train_network.py; the SD noise and loss settings kohya_ss passes too (sd-scripts' FLUX trainer does not
+    read them) are left out with a note; what is not available is refused by name."""
     from trainers.core.options import load_config
 
-    path = tmp_path / "flux.json"
-    path.write_text(json.dumps({"LoRA_type": "Flux1", "flux1_checkbox": True, "pretrained_model_name_or_path": "x",
-                                "t5xxl": "/t5.safetensors", "ae": "/ae.sft", "clip_l": "/c.safetensors",
-                                "guidance_scale": 3.5, "learning_rate": 1e-4}), encoding="utf-8")
-    with pytest.raises(ConfigError) as err:
-        load_config("lora", path)
-    assert len(err.value.issues) == 1 and "import the TOML kohya_ss wrote for the run" in str(err.value)
+    fields = {"LoRA_type": "Flux1", "flux1_checkbox": True, "pretrained_model_name_or_path": "/m/flux1-dev.sft",
+              "t5xxl": "/t5.safetensors", "ae": "/ae.sft", "clip_l": "/c.safetensors", "guidance_scale": 1.0,
+              "timestep_sampling": "shift", "discrete_flow_shift": 3.1582, "learning_rate": 1e-4, "network_dim": 8,
+              "img_attn_dim": "4", "train_single_block_indices": "0-9", "flux1_cache_text_encoder_outputs": True,
+              "min_snr_gamma": 5, "noise_offset": 0.05, "max_timestep": 1000, "blocks_to_swap": 8}
+    method, values, notes = import_kohya_file(_json(tmp_path, fields))
+    assert method == "lora" and values["ae"] == "/ae.sft" and values["timestep_sampling"] == "shift"
+    assert values["network_args"] == ["img_attn_dim=4", "train_single_block_indices=0-9"]
+    assert values["cache_text_encoder_outputs"] is True and values["discrete_flow_shift"] == 3.1582
+    assert not {"min_snr_gamma", "noise_offset", "max_timestep"} & set(values)
+    said = " | ".join(notes)
+    assert "min_snr_gamma, noise_offset, max_timestep (kohya_ss passes them for every model) are left out" in said
+    assert "blocks_to_swap" in said
+    for refused, extra in (("split_qkv", {"split_qkv": True}), ("flux1_checkbox", {"LoRA_type": "Flux1 OFT"}),
+                           ("sd3_checkbox", {"flux1_checkbox": False, "sd3_checkbox": True})):
+        with pytest.raises(ConfigError) as err:
+            load_config("lora", _json(tmp_path, {**fields, **extra}))
+        assert [i.field for i in err.value.issues] == [refused], err.value.issues
+
+
+def _json(tmp_path: Path, fields: dict[str, Any]) -> Path:
+    path = tmp_path / "kohya_ss.json"
+    path.write_text(json.dumps(fields), encoding="utf-8")
+    return path

@@ -18,7 +18,19 @@ CONFIGS = [  # (file, method, family of the tiny model its paths point at, other
     ("kohya_ss/presets/lora/SDXL - LoRA AI_Now ADamW v1.0.json", "lora", "sdxl", {}),
     ("sd_scripts/sections_sd15_lora.toml", "lora", "sd1", {}),
     ("sd_scripts/kohya_ss_lora_locon.toml", "lora", "sd1", {"sample_prompts": "<prompts>"}),
+    # FLUX.1 as kohya_ss users have it: flux1-dev.safetensors with ae, clip_l and t5xxl files, fp8 base, 8-bit AdamW
+    ("kohya_ss/presets/lora/flux1D - adamw8bit fp8.json", "lora", "flux files", {"t5xxl_max_token_length": 32}),
 ]
+
+
+@pytest.fixture(scope="module")
+def flux_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from trainers.models.flux.tiny import build_tiny_flux
+    from trainers.models.tiny_flow import write_reference_files
+
+    root = tmp_path_factory.mktemp("flux")
+    files = write_reference_files(build_tiny_flux(root / "diffusers", reference_heads=True), root / "files")
+    return {k: str(v) for k, v in files.items()}
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +49,14 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("source, method, family, extra", CONFIGS, ids=[c[0] for c in CONFIGS])
 def test_corpus_config_trains_two_steps(source: str, method: str, family: str, extra: dict[str, object], data: Path,
                                         tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    model = request.getfixturevalue("tiny_sdxl_dir" if family == "sdxl" else "tiny_sd1_dir")
+    if family == "flux files":
+        model_paths = request.getfixturevalue("flux_files")
+    else:
+        model_paths = {"pretrained_model_name_or_path": str(
+            request.getfixturevalue("tiny_sdxl_dir" if family == "sdxl" else "tiny_sd1_dir"))}
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("sks shape, red circle --s 2\n", encoding="utf-8")
-    small = {"pretrained_model_name_or_path": str(model), "train_data_dir": str(data), "output_dir": str(tmp_path / "out"),
+    small = {**model_paths, "train_data_dir": str(data), "output_dir": str(tmp_path / "out"),
              "logging_dir": "", "resolution": "64", "min_bucket_reso": 64, "max_bucket_reso": 128,
              # 8 images, batch 4: one epoch is 2 steps (a file's epochs win over its steps, as in sd-scripts)
              "max_train_epochs": 1, "max_train_steps": 2, "train_batch_size": 4, "gradient_accumulation_steps": 1,

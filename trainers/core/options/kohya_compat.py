@@ -34,6 +34,7 @@ IGNORED: dict[str, str] = {
     "blocks_to_swap": "blocks are not swapped to the CPU (more GPU memory); gradient_checkpointing and 8-bit "
                       "optimizers save memory here",
     "cpu_offload_checkpointing": "checkpointed activations stay on the GPU (more memory)",
+    "mem_eff_save": "checkpoints are saved the usual way (more memory while saving)",
     "disable_mmap_load_safetensors": "not needed: checkpoints are read with safetensors' own loader",
     "skip_cache_check": "latent caches are always checked against the VAE, image and bucket",
     "cache_info": "latent caches are always checked against the VAE, image and bucket",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.options import kohya_json_flux as flux
 from trainers.core.options.kohya_compat import SDXL_FLAG
 from trainers.core.options.kohya_keys import FAMILY_OF_KEY, TRAINED_HERE, blank
 from trainers.core.options.training import BY_NAME
@@ -85,8 +86,8 @@ GUI_ONLY: dict[str, str] = {
     "lowvram": "",
 }
 # Model-family switches of kohya_ss, and the message when one is on.
-_FLOW_JSON = ("kohya_ss's SD3/FLUX GUI configs are not read here: import the TOML kohya_ss wrote for the run "
-              "(sd-scripts' options; a FLUX.1 transformer file with ae, clip_l and t5xxl loads), or start from the "
+_FLOW_JSON = ("kohya_ss's SD3 configs and its FLUX.1 configs other than a 'Flux1' LoRA are not read here: import "
+              "the TOML kohya_ss wrote for the run (sd-scripts' options; SD3 and FLUX.1 files load), or start from the "
               "presets flux_dev_lora_16gb, flux_dev_lora_24gb or sd35_medium_lora")
 OTHER_FAMILY_SWITCHES: dict[str, str] = {
     "flux1_checkbox": _FLOW_JSON, "sd3_checkbox": _FLOW_JSON,
@@ -110,6 +111,7 @@ FINETUNE_FIELDS = ("image_folder", "train_dir", "caption_metadata_filename", "la
 _LYCORIS_COMMON = ("conv_dim", "conv_alpha", "use_tucker", "rank_dropout", "module_dropout")
 LORA_TYPES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
     "Standard": ("networks.lora", None, ()),
+    "Flux1": ("networks.lora", None, ()),  # with the FLUX checkbox; its layer fields: kohya_json_flux.py
     "Kohya LoCon": ("networks.lora", None, ("conv_dim", "conv_alpha")),
     "Kohya DyLoRA": ("networks.dylora", None, ("conv_dim", "conv_alpha", "unit")),
     "LoCon": ("lycoris.kohya", "locon", _LYCORIS_COMMON + ("bypass_mode", "dora_wd", "use_scalar", "train_norm")),
@@ -130,7 +132,8 @@ REFUSED_LORA_TYPES: dict[str, str] = {
     "Kohya LoHa": "sd-scripts' own LoHa is not available; choose LoRA_type 'LyCORIS/LoHa'",
     "Kohya LoKr": "sd-scripts' own LoKr is not available; choose LoRA_type 'LyCORIS/LoKr'",
     "LoRA-FA": "LoRA-FA is not available; choose LoRA_type 'Standard'",
-    "Flux1": "SD3/FLUX training is not available yet", "Flux1 OFT": "SD3/FLUX training is not available yet",
+    "Flux1": "it is the FLUX.1 LoRA: kohya_ss runs it only with flux1_checkbox = true",
+    "Flux1 OFT": "sd-scripts' FLUX OFT is not available; choose LoRA_type 'Flux1'",
     "HunyuanImage-2.1": "HunyuanImage, Lumina and Anima training is not available",
     "Anima": "HunyuanImage, Lumina and Anima training is not available",
     "Lumina": "HunyuanImage, Lumina and Anima training is not available",
@@ -219,6 +222,8 @@ class _Converter:
         self._data()
         if self.method == "lora":
             self._network()
+        if flux.is_flux_lora(self.raw):
+            flux.flux_lora(self.get, self.out, self.notes, self.refuse)
         self._extras()
         # kohya_ss leaves every empty, false or zero value out of the file (sd-scripts' default applies)
         out = {k: v for k, v in self.out.items() if not (v is None or v is False or v == "" or (
@@ -234,12 +239,12 @@ class _Converter:
                         "inversion config); train a LoRA instead")
             return False
         for switch, message in OTHER_FAMILY_SWITCHES.items():
-            if self.raw.get(switch) is True:
+            if self.raw.get(switch) is True and not (self.method == "lora" and flux.is_flux_lora(self.raw)):
                 self.refuse(switch, f"{message}: this kohya_ss config is for that model family ({switch} = true); "
                             f"{TRAINED_HERE}")
                 return False
         lora_type = self.raw.get("LoRA_type")
-        if self.method == "lora" and lora_type in REFUSED_LORA_TYPES:
+        if self.method == "lora" and lora_type in REFUSED_LORA_TYPES and not flux.is_flux_lora(self.raw):
             self.refuse("LoRA_type", f"{lora_type!r} is refused: {REFUSED_LORA_TYPES[lora_type]}")
             return False
         if self.method == "lora" and lora_type is not None and lora_type not in LORA_TYPES:
@@ -357,6 +362,8 @@ class _Converter:
         """Every field is known: passed, used above, or said to be ignored."""
         for name, value in self.raw.items():
             if name in SAME_NAME or name in RENAMED or name in FAMILY_OF_KEY or name in FLOW_GUI_FIELDS:
+                continue
+            if name in flux.KNOWN:
                 continue
             if name in OTHER_FAMILY_SWITCHES or name.startswith(OTHER_FAMILY_PREFIXES):
                 continue

@@ -48,7 +48,7 @@ OTHER_FAMILIES: dict[str, frozenset[str]] = {
     # flow options of sd-scripts (group [flow]); these keys of sd-scripts' SD3/FLUX trainers are not available (yet).
     "this SD3/FLUX option of sd-scripts is not available here": frozenset({
         "t5xxl_device", "t5xxl_dtype", "t5xxl_lr", "split_mode", "split_qkv",
-        "train_t5xxl", "mem_eff_save", "double_blocks_to_swap", "single_blocks_to_swap", "clip_g_dropout_rate",
+        "train_t5xxl", "double_blocks_to_swap", "single_blocks_to_swap", "clip_g_dropout_rate",
         "clip_l_dropout_rate", "t5_dropout_rate", "enable_scaled_pos_embed", "pos_emb_random_crop_rate", "save_clip",
         "save_t5xxl", "use_t5xxl_cache_only", "learning_rate_te3", "num_last_block_to_freeze",
         "text_encoder_batch_size", "blockwise_fused_optimizers", "skip_latents_validity_check", "in_dims",

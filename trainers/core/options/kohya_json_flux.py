@@ -1,0 +1,65 @@
+"""kohya_ss's LoRA tab with its FLUX.1 checkbox (LoRA_type 'Flux1'): what kohya_ss passes flux_train_network.py
+(torch-free). The JSON holds every field of the tab; kohya_ss passes the FLUX ones under sd-scripts' names, builds
+network_args from the layer fields, and also passes the noise and loss settings of SD models, which sd-scripts'
+FLUX trainer does not read: those are left out here with a note, so the config trains as it did there.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainers.core.options.kohya_keys import blank
+
+FLUX_SWITCH = "flux1_checkbox"
+FLUX_LORA_TYPE = "Flux1"
+# GUI fields kohya_ss passes flux_train_network.py under their own names: the model's files and flow options.
+FIELDS = ("ae", "clip_l", "t5xxl", "t5xxl_max_token_length", "guidance_scale", "apply_t5_attn_mask",
+          "discrete_flow_shift", "model_prediction_type", "timestep_sampling")
+# Its Flux1 LoRA type's network_args fields (lora_gui.py), passed when set.
+NETWORK_FIELDS = ("img_attn_dim", "img_mlp_dim", "img_mod_dim", "single_dim", "txt_attn_dim", "txt_mlp_dim",
+                  "txt_mod_dim", "single_mod_dim", "in_dims", "train_double_block_indices", "train_single_block_indices")
+# Settings kohya_ss passes for every model that sd-scripts' FLUX trainer does not read (no noise offset, no SNR
+# weighting, no clip skip, timesteps from timestep_sampling).
+UNREAD = ("min_snr_gamma", "noise_offset", "noise_offset_random_strength", "adaptive_noise_scale",
+          "multires_noise_iterations", "multires_noise_discount", "debiased_estimation_loss",
+          "scale_v_pred_loss_like_noise_pred", "v_pred_like_loss", "clip_skip", "max_token_length", "min_timestep",
+          "max_timestep", "v_parameterization", "zero_terminal_snr")
+# Memory savers of its FLUX tab: passed to sd-scripts' reading, which says each is ignored.
+MEMORY_SAVERS = ("blocks_to_swap", "cpu_offload_checkpointing", "mem_eff_save", "fp8_base_unet")
+REFUSED = {
+    "split_qkv": "separate q, k and v LoRAs (split_qkv) are not available; leave it off (q, k and v train as one "
+                 "fused layer, as sd-scripts saves them)",
+    "train_t5xxl": "T5-XXL is never trained here; leave it off",
+    "in_dims": "LoRAs on FLUX's input layers (in_dims) are not available; leave it empty",
+    "train_lora_ggpo": "LoRA-GGPO is not available; leave it off",
+}
+
+
+def is_flux_lora(raw: dict[str, Any]) -> bool:
+    return raw.get(FLUX_SWITCH) is True and raw.get("LoRA_type") == FLUX_LORA_TYPE
+
+
+def flux_lora(get: Callable[..., Any], out: dict[str, Any], notes: list[str],
+              refuse: Callable[[str, str], None]) -> None:
+    """The FLUX tab's fields into `out` (what kohya_ss writes in its --config_file), as kohya_ss passes them."""
+    for name, why in REFUSED.items():
+        if not blank(get(name)):
+            refuse(name, why)
+    for name in FIELDS + MEMORY_SAVERS:
+        if not blank(get(name)):
+            out[name] = get(name)
+    out["cache_text_encoder_outputs"] = bool(get("flux1_cache_text_encoder_outputs"))
+    out["cache_text_encoder_outputs_to_disk"] = bool(get("flux1_cache_text_encoder_outputs_to_disk"))
+    args = [f"{name}={get(name)}" for name in NETWORK_FIELDS if name != "in_dims" and not blank(get(name))]
+    if get("split_mode"):  # kohya_ss forces single blocks with split_mode (a memory saver of sd-scripts)
+        args.append("train_blocks=single")
+        notes.append("split_mode (kohya_ss) is ignored: it is a memory saver; train_blocks = single, as kohya_ss "
+                     "sets it with split_mode")
+    out["network_args"] = [*(out.get("network_args") or []), *args] or None
+    unread = [name for name in UNREAD if not blank(out.pop(name, None))]
+    if unread:
+        notes.append(f"{', '.join(unread)} (kohya_ss passes them for every model) are left out: sd-scripts' FLUX "
+                     "trainer does not read them")
+
+# Every field of the FLUX tab read above (the others have the prefixes kohya_json knows as other-family fields).
+KNOWN = frozenset((*FIELDS, *NETWORK_FIELDS, *MEMORY_SAVERS, *REFUSED, "split_mode"))
