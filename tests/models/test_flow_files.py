@@ -286,6 +286,8 @@ def test_flux_layer_args_are_refused_for_other_families_and_checked_for_flux() -
     assert family("flux").option_issues(args) == []
     bad = family("flux").option_issues({"network_args": ["img_attn_dim=eight"]})
     assert len(bad) == 1 and "img_attn_dim='eight' is not a whole number" in bad[0].message
+    assert [i.field for i in family("sdxl").option_issues({"save_diffusers_lora": True})] == ["save_diffusers_lora"]
+    assert family("sd3").option_issues({"save_diffusers_lora": True}) == []
 
 
 @pytest.mark.slow
@@ -327,21 +329,39 @@ def test_a_finetune_from_the_files_saves_both_layouts(which: str, key: str, requ
 
 
 @pytest.mark.slow
-def test_an_sd3_lora_trains_from_the_files(sd3_files: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
+def test_an_sd3_lora_trains_from_the_files_and_loads_in_diffusers(sd3_files: tuple[Path, dict[str, Path]],
+                                                                  tmp_path: Path) -> None:
+    """diffusers does not read kohya SD3 LoRA files: save_diffusers_lora also writes the folder its
+    load_lora_weights reads, which renders the LoRA."""
+    from diffusers import StableDiffusion3Pipeline
     from helpers import events, train
 
     from trainers.demo import build_dataset
     from trainers.methods.lora.file_format import read_lora_file
 
-    _, files = sd3_files
+    folder, files = sd3_files
     assert train("lora", tmp_path / "run", **_options(files), train_data_dir=str(build_dataset(tmp_path / "data")),
                  output_dir=str(tmp_path / "out"), max_train_steps=2, resolution="64", train_batch_size=2,
                  max_data_loader_n_workers=0, learning_rate=1e-2, network_dim=4, t5xxl_max_token_length=32,
-                 network_train_unet_only=True, cache_text_encoder_outputs=True,
-                 sample_prompt_lines=["sks shape --w 64 --h 64 --s 2"], sample_every_n_steps=2) == 0
+                 network_train_unet_only=True, cache_text_encoder_outputs=True, save_diffusers_lora=True,
+                 save_precision="float", sample_prompt_lines=["sks shape --w 64 --h 64 --s 2"],
+                 sample_every_n_steps=2) == 0
     evs = events(tmp_path / "run")
     assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
     assert Path(next(e for e in evs if e["type"] == "sample")["path"]).is_file()
     state, meta = read_lora_file(tmp_path / "out" / "lora.safetensors")
     assert "lora_unet_joint_blocks_0_x_block_attn_qkv.lora_up.weight" in state
     assert meta["ss_base_model_version"] == "5-medium" and meta["ss_network_module"] == "networks.lora_sd3"
+
+    def render(pipe: StableDiffusion3Pipeline) -> torch.Tensor:
+        return pipe("sks shape", num_inference_steps=2, height=64, width=64, max_sequence_length=32,
+                    output_type="pt", generator=torch.Generator().manual_seed(0)).images
+
+    base = render(StableDiffusion3Pipeline.from_pretrained(folder))
+    from_folder = StableDiffusion3Pipeline.from_pretrained(folder)
+    from_folder.load_lora_weights(tmp_path / "out" / "lora-diffusers")
+    model = load_model(str(folder), "auto", torch.float32)
+    from_kohya = StableDiffusion3Pipeline.from_pretrained(folder)
+    from_kohya.load_lora_weights(model.family.lora_for_pipeline(state, model))
+    with_lora = render(from_folder)
+    assert (with_lora - base).abs().max() > 1e-4 and torch.allclose(with_lora, render(from_kohya), atol=1e-6)

@@ -185,7 +185,9 @@ class ModelFamily(ABC):
         flow-matching options must keep their defaults."""
         return [ConfigIssue(o.name, f"applies to SD3 and FLUX models only; this is an {self.title} model: leave it at "
                             f"{o.default!r}", o.group)
-                for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default] + self.network_arg_issues(values)
+                for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default] + self.network_arg_issues(values) + (
+            [ConfigIssue("save_diffusers_lora", f"diffusers reads the kohya files of {self.title} LoRAs itself: "
+                         "leave it off", "network")] if values.get("save_diffusers_lora") else [])
 
     network_arg_keys: frozenset[str] = frozenset()  # family-only network_args it reads (FLUX's layer choices)
 

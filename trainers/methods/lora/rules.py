@@ -68,7 +68,13 @@ def output_suffix(cfg: TrainConfig) -> str:
 
 
 def outputs(cfg: TrainConfig) -> list[Path]:
-    return [Path(cfg.output_dir).expanduser() / f"{cfg.output_name}{SUFFIX}"]
+    final = Path(cfg.output_dir).expanduser() / f"{cfg.output_name}{SUFFIX}"
+    return [final, diffusers_folder(final)] if cfg.values.get("save_diffusers_lora") else [final]
+
+
+def diffusers_folder(final: Path) -> Path:
+    """Where save_diffusers_lora writes the final LoRA in diffusers' layout."""
+    return final.with_name(final.name.removesuffix(SUFFIX) + "-diffusers")
 
 
 def memory_tips(cfg: TrainConfig) -> list[str]:

@@ -26,7 +26,7 @@ from trainers.methods.lora.file_format import (
 from trainers.methods.lora.lycoris_net import LycorisNetwork
 from trainers.methods.lora.network import Dropouts, LoRANetwork
 from trainers.methods.lora.params import LearningRates, param_groups
-from trainers.methods.lora.rules import SUFFIX
+from trainers.methods.lora.rules import SUFFIX, diffusers_folder, outputs
 from trainers.methods.lora.settings import NetworkSettings, network_settings
 from trainers.models import LoadedModel
 from trainers.models.single_file import SAVE_DTYPES
@@ -161,6 +161,9 @@ def dataset_metadata(cfg: TrainConfig, catalog: Catalog) -> dict[str, str]:
     return {key: str(value) for key, value in values.items()}
 
 
+DIFFUSERS_WEIGHTS = "pytorch_lora_weights.safetensors"  # the file name diffusers' load_lora_weights(folder) reads
+
+
 class LoRAFile:
     """The LoRA output: one kohya-format .safetensors file with ss_*, sshs_* and modelspec metadata."""
 
@@ -175,6 +178,19 @@ class LoRAFile:
         tensors = self.network.kohya_state_dict(self.dtype)
         metadata = metadata_for(self.cfg, self.session, self.settings, self.session_id, epoch, step)
         save_lora_file(path, tensors, with_hashes(tensors, metadata))
+        if self.cfg.save_diffusers_lora and path == outputs(self.cfg)[0]:
+            self._save_diffusers(tensors, diffusers_folder(path))
+
+    def _save_diffusers(self, tensors: dict[str, torch.Tensor], folder: Path) -> None:
+        """The final LoRA in diffusers' layout (alpha folded in), written into a temporary folder moved into place."""
+        from trainers.core.fsio import atomic_dir
+
+        model = self.session.model
+        state = model.family.lora_for_pipeline({k: v.float() for k, v in tensors.items()}, model)
+        with atomic_dir(folder, may_replace=lambda f: (f / DIFFUSERS_WEIGHTS).exists(),
+                        kind="a diffusers LoRA folder") as tmp:
+            save_lora_file(tmp / DIFFUSERS_WEIGHTS, {k: v.to(self.dtype) for k, v in state.items()},
+                           {"format": "pt"})
 
     def nbytes(self) -> int:
         return sum(p.numel() for p in self.network.parameters()) * torch.empty((), dtype=self.dtype).element_size()

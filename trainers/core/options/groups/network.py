@@ -79,4 +79,7 @@ OPTIONS: tuple[Option, ...] = (
          "they do not), one path a line.", advanced=True),
     _net("base_weights_multiplier", "list", [], "Weight of each base_weights file, in the same order (default 1).",
          advanced=True),
+    _net("save_diffusers_lora", "bool", False, "SD3/FLUX: also write the final LoRA as diffusers loads it, "
+         "<output_name>-diffusers/pytorch_lora_weights.safetensors (PEFT names; pipe.load_lora_weights(folder)). "
+         "diffusers reads kohya files of SD/SDXL LoRAs itself.", advanced=True),
 )
