@@ -25,6 +25,7 @@ class CheckReport:
     steps: str = ""
     lr_curve: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # series -> (step, lr)
     lr_note: str = ""  # what the chart shows, or why there is none
+    memory: str = ""  # what the model's weights take in GPU memory
 
     @property
     def ok(self) -> bool:
@@ -59,6 +60,8 @@ class CheckReport:
             parts.append(f"**Steps** {self.steps}")
         if self.lr_note:
             parts.append(f"**Learning rate** {self.lr_note}")
+        if self.memory:
+            parts.append(f"**Memory** {self.memory}")
         return "\n\n".join(parts)
 
 
@@ -83,8 +86,9 @@ def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | 
             report.dataset_problem += ("\n\n" if report.dataset_problem else "") + issue.message
         else:
             report.issues.append(issue)
+    report.memory = pre.memory
     if pre.subsets:
-        report.dataset = pre.text()
+        report.dataset = pre.text(with_memory=False)  # shown as its own part
     if pre.plan is not None:
         report.steps = step_preview(pre.plan, pre.train_samples + pre.reg_samples)
         report.lr_curve, report.lr_note = lr_preview(cfg, pre.plan)

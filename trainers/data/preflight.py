@@ -17,6 +17,7 @@ from typing import Any
 
 from trainers.core.options import ConfigError, ConfigIssue, TrainConfig
 from trainers.core.plan import StepPlan, plan_steps
+from trainers.core.weights_memory import weights_note
 from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.kohya_folders import DatasetLayoutError
 from trainers.validate import validate
@@ -66,6 +67,7 @@ class PreflightReport:
     reg_samples: int = 0
     validation_images: int = 0
     plan: StepPlan | None = None
+    memory: str = ""  # what the weights take in GPU memory (trainers/core/weights_memory.py)
 
     @property
     def ok(self) -> bool:
@@ -89,7 +91,7 @@ class PreflightReport:
             out["skipped"], out["duplicates"] = out["skipped"][:max_listed], out["duplicates"][:max_listed]
         return out
 
-    def text(self) -> str:
+    def text(self, with_memory: bool = True) -> str:
         lines = [f"Preflight for {self.num_processes} process{'es' if self.num_processes != 1 else ''}:"]
         if self.subsets:
             lines.append("Folders:")
@@ -116,6 +118,8 @@ class PreflightReport:
         if self.validation_images:
             lines.append(f"Validation: {self.validation_images} held-out image(s) (validation_split), never trained "
                          "on; their loss is computed at 4 fixed timesteps")
+        if self.memory and with_memory:
+            lines.append(self.memory)
         lines += [f"warning: {w}" for w in self.warnings]
         lines += [f"error: {issue}" for issue in self.errors]
         lines.append("OK: ready to train." if self.ok else f"{len(self.errors)} problem(s) to fix before training.")
@@ -145,7 +149,7 @@ def preflight(cfg: TrainConfig, num_processes: int | None = None) -> PreflightRe
     """
     if num_processes is None:
         num_processes = int(cfg.values.get("num_processes") or 1) * int(cfg.values.get("num_machines") or 1)
-    report = PreflightReport(num_processes, errors=validate(cfg))
+    report = PreflightReport(num_processes, errors=validate(cfg), memory=weights_note(cfg))
     if any(issue.group == "dataset" for issue in report.errors):
         report.warnings.append("the dataset is read once the dataset errors are fixed")
         return report

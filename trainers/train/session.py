@@ -91,9 +91,9 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
         from trainers.train.losses import zero_terminal_snr_scheduler
 
         model.noise_scheduler = zero_terminal_snr_scheduler(model.noise_scheduler)
-    _place_models(cfg, model, accelerator.device, weight_dtype)
-
+    _place_encoders(cfg, model, accelerator.device, weight_dtype)
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
+    _place_denoiser(cfg, model, accelerator.device, weight_dtype)
     per_device = data.catalog.per_device_batches(accelerator.num_processes, cfg.keep_global_batch)
     plan = plan_steps(len(data.catalog.samples), per_device[0], accelerator.num_processes,
                       cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps,
@@ -107,23 +107,29 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
                    Control(run_dir, accelerator), accelerator.rank_timer, data.validation)
 
 
-def _place_models(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
+def _place_encoders(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
+    """The VAE and text encoders on the device, before the denoiser: caching their outputs then never holds them
+    and the denoiser at once (T5-XXL and FLUX's transformer are 9.5 and 23.8 GB in bf16)."""
+    if cfg.gradient_checkpointing:
+        for te in model.text_encoders:
+            te.gradient_checkpointing_enable()
+    # Some VAEs (SDXL's) overflow in fp16; bf16 has the range, fp32 is the safe default elsewhere.
+    keep_vae_fp32 = cfg.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
+    model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
+    for te in model.text_encoders:
+        te.to(device)
+
+
+def _place_denoiser(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
     if not cfg.sdpa:
         from diffusers.models.attention_processor import AttnProcessor
 
         model.unet.set_attn_processor(AttnProcessor())
     if cfg.gradient_checkpointing:
         model.unet.enable_gradient_checkpointing()
-        for te in model.text_encoders:
-            te.gradient_checkpointing_enable()
-    # Some VAEs (SDXL's) overflow in fp16; bf16 has the range, fp32 is the safe default elsewhere.
-    keep_vae_fp32 = cfg.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
-    model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
     model.unet.to(device)
     if cfg.values.get("fp8_base"):  # stored in 8 bits, computed in the mixed-precision dtype layer by layer
         model.unet.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=weight_dtype)
-    for te in model.text_encoders:
-        te.to(device)
 
 
 def weight_dtype_for(mixed_precision: str) -> torch.dtype:
