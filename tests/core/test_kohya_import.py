@@ -233,7 +233,7 @@ def test_kohya_ss_flux_lora_json_reads_as_kohya_ss_runs_it(tmp_path: Path) -> No
     assert not {"min_snr_gamma", "noise_offset", "max_timestep"} & set(values)
     said = " | ".join(notes)
     assert "min_snr_gamma, noise_offset, max_timestep (kohya_ss passes them for every model) are left out" in said
-    assert "blocks_to_swap" in said
+    assert values["blocks_to_swap"] == 8
     for refused, extra in (("split_qkv", {"split_qkv": True}), ("flux1_checkbox", {"LoRA_type": "Flux1 OFT"}),
                            ("sd3_checkbox", {"flux1_checkbox": False, "sd3_checkbox": True})):
         with pytest.raises(ConfigError) as err:

@@ -291,8 +291,9 @@ def test_flux_layer_args_are_refused_for_other_families_and_checked_for_flux() -
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("which", "key"), [("flux_files", "double_blocks.0.img_attn.qkv.weight"),
-                                            ("sd3_files", "model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight")])
+@pytest.mark.parametrize(("which", "key"), [
+    ("flux_files", "double_blocks.0.img_attn.qkv.weight"),
+    ("sd3_files", "model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight")])
 def test_a_finetune_from_the_files_saves_both_layouts(which: str, key: str, request: pytest.FixtureRequest,
                                                      tmp_path: Path) -> None:
     """save_model_as = 'both': the denoiser in its reference layout, as sd-scripts' flux_train.py / sd3_train.py
@@ -365,3 +366,49 @@ def test_an_sd3_lora_trains_from_the_files_and_loads_in_diffusers(sd3_files: tup
     from_kohya.load_lora_weights(model.family.lora_for_pipeline(state, model))
     with_lora = render(from_folder)
     assert (with_lora - base).abs().max() > 1e-4 and torch.allclose(with_lora, render(from_kohya), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_blocks_to_swap_trains_the_same_lora_and_is_checked(tmp_path: Path) -> None:
+    """blocks_to_swap moves weights, never numbers: on the CPU (device and offload the same) the LoRA is the one
+    trained without it, and every swapped block ran with its weights fetched. Too many blocks, no gradient
+    checkpointing, or an SD model are refused by name."""
+    from helpers import train
+
+    from trainers.core.options import TrainConfig
+    from trainers.demo import build_dataset
+    from trainers.models import family
+    from trainers.methods.lora.file_format import read_lora_file
+    from trainers.train import block_swap
+    from trainers.validate import validate
+
+    folder = build_tiny_flux(tmp_path / "flux", blocks=(4, 6))
+    data = build_dataset(tmp_path / "data")
+    common = {"pretrained_model_name_or_path": str(folder), "train_data_dir": str(data), "resolution": "64",
+              "max_train_steps": 2, "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
+              "network_dim": 4, "t5xxl_max_token_length": 32, "gradient_checkpointing": True, "seed": 3}
+    moves: list[int] = []
+    real_init = block_swap.BlockSwap.__init__
+
+    def counted(self: block_swap.BlockSwap, *args: object, **kwargs: object) -> None:
+        real_init(self, *args, **kwargs)
+        moves.append(len(self.parked))
+    block_swap.BlockSwap.__init__ = counted  # type: ignore[method-assign]
+    try:
+        assert train("lora", tmp_path / "swap", **common, output_dir=str(tmp_path / "swap-out"), blocks_to_swap=3) == 0
+    finally:
+        block_swap.BlockSwap.__init__ = real_init  # type: ignore[method-assign]
+    assert moves == [1 + 4]  # as sd-scripts counts: 3 // 2 = 1 double block, (3 - 1) x 2 = 4 single blocks
+    assert train("lora", tmp_path / "plain", **common, output_dir=str(tmp_path / "plain-out")) == 0
+    swapped, _ = read_lora_file(tmp_path / "swap-out" / "lora.safetensors")
+    plain, _ = read_lora_file(tmp_path / "plain-out" / "lora.safetensors")
+    assert swapped.keys() == plain.keys() and all(torch.equal(swapped[k], plain[k]) for k in plain)
+
+    issues = validate(TrainConfig("lora", {**common, "gradient_checkpointing": False, "blocks_to_swap": 2,
+                                          "output_dir": str(tmp_path / "x")}),
+                      check_paths=False)
+    assert [i.field for i in issues] == ["blocks_to_swap"]
+    assert [i.field for i in family("sd1").option_issues({"blocks_to_swap": 2})] == ["blocks_to_swap"]
+    assert train("lora", tmp_path / "too many", **common, output_dir=str(tmp_path / "x"), blocks_to_swap=9) != 0
+    said = (tmp_path / "too many" / "events.jsonl").read_text(encoding="utf-8")
+    assert "blocks_to_swap" in said and "at most 2 of them" in said, said[-1500:]

@@ -183,11 +183,16 @@ class ModelFamily(ABC):
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """Options of a config this family cannot honour (checked before its weights load). By default the
         flow-matching options must keep their defaults."""
-        return [ConfigIssue(o.name, f"applies to SD3 and FLUX models only; this is an {self.title} model: leave it at "
-                            f"{o.default!r}", o.group)
-                for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default] + self.network_arg_issues(values) + (
-            [ConfigIssue("save_diffusers_lora", f"diffusers reads the kohya files of {self.title} LoRAs itself: "
-                         "leave it off", "network")] if values.get("save_diffusers_lora") else [])
+        issues = [ConfigIssue(o.name, f"applies to SD3 and FLUX models only; this is an {self.title} model: leave it "
+                              f"at {o.default!r}", o.group)
+                  for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default]
+        if values.get("save_diffusers_lora"):
+            issues.append(ConfigIssue("save_diffusers_lora", f"diffusers reads the kohya files of {self.title} LoRAs "
+                                      "itself: leave it off", "network"))
+        if values.get("blocks_to_swap"):
+            issues.append(ConfigIssue("blocks_to_swap", f"swaps SD3 and FLUX transformer blocks; {self.title} models "
+                                      "fit without it: unset it", "precision"))
+        return issues + self.network_arg_issues(values)
 
     network_arg_keys: frozenset[str] = frozenset()  # family-only network_args it reads (FLUX's layer choices)
 
@@ -197,6 +202,11 @@ class ModelFamily(ABC):
         return [ConfigIssue("network_args", f"{key} chooses FLUX.1 layers (sd-scripts' networks.lora_flux); this is "
                             f"an {self.title} model: leave it out", "network")
                 for key in keys if key in FLUX_NETWORK_ARGS and key not in self.network_arg_keys]
+
+    def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
+        """The blocks blocks_to_swap keeps in CPU memory (the last ones, as sd-scripts); ValueError when `count`
+        leaves too few on the device."""
+        raise ValueError(f"{self.title} models do not swap blocks")
 
     def lora_target_dims(self, targets: list[LoraTarget], args: Mapping[str, str], dim: int) -> dict[str, int] | None:
         """The rank of each of lora_targets' modules under the run's network_args (0: not trained); None: all

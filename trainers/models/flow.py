@@ -88,6 +88,9 @@ class FlowFamily:
         """This family as the loaded transformer's config makes it (dev/schnell, SD3/SD3.5 sizes)."""
         return self
 
+    def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
+        return last_blocks(denoiser.transformer_blocks, count, "blocks")
+
     def scheduler_config(self) -> dict[str, Any]:
         """The published sampling schedule (diffusers' FlowMatchEulerDiscreteScheduler config) of single files."""
         return {"shift": 3.0}
@@ -157,6 +160,14 @@ class FlowFamily:
         """sd-scripts' ss_* keys of the flow options this family reads."""
         return {f"ss_{name}": getattr(self.settings, name) for name in sorted(self.own_options)
                 if name != "t5xxl_max_token_length"}
+
+
+def last_blocks(blocks: nn.ModuleList, count: int, what: str) -> list[nn.Module]:
+    """The last `count` of `blocks`; two at least stay on the device (sd-scripts' limit)."""
+    if count > len(blocks) - 2:
+        raise ValueError(f"this model has {len(blocks)} {what}: blocks_to_swap can keep at most {len(blocks) - 2} "
+                         "of them in CPU memory")
+    return list(blocks)[len(blocks) - count:] if count else []
 
 
 def run_t5(t5: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

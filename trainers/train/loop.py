@@ -28,7 +28,11 @@ def train(session: Session, trainable: Trainable) -> Path:
     params = [p for group in trainable.param_groups for p in group["params"]]
     optimizer = build_optimizer(cfg, trainable.param_groups, warn=session.events.warn)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps, plan.num_processes)
-    predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader)
+    swapping = session.block_swap is not None
+    if swapping:  # placed already: accelerate would move the swapped blocks' weights onto the device
+        trainable.predictor.extra.to(accelerator.device)
+    predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader,
+                                                       device_placement=[not swapping, True, True])
     noise = NoiseOptions.from_config(cfg, trainable.model.prediction_type)
     state = TrainingState(session, trainable, predictor, optimizer, lr_scheduler, params)
     report = Reporter(session, lr_scheduler, trainable.model.family.name, sum(p.numel() for p in params),

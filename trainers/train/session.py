@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from trainers.core.errors import ConfigError
+from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.events import Dataset, EventWriter
 from trainers.core.lifecycle import Lifecycle
 from trainers.core.options import TrainConfig
@@ -24,6 +24,7 @@ from trainers.data.dataset import CaptionedImages
 from trainers.data.pipeline import build_pipeline
 from trainers.data.preflight import catalog_report
 from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model, model_option_issues
+from trainers.train.block_swap import BlockSwap, place_with_swap
 from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
 from trainers.train.optim import check_optimizer
@@ -46,6 +47,7 @@ class Session:
     control: Control
     rank_timer: RankTimer | None = None  # this rank's own step time (and DDP's comm hook)
     validation: CaptionedImages | None = None  # the held-out images (validation_split)
+    block_swap: BlockSwap | None = None  # blocks_to_swap: whose weights wait in CPU memory
 
 
 def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None = None,
@@ -93,7 +95,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
         model.noise_scheduler = zero_terminal_snr_scheduler(model.noise_scheduler)
     _place_encoders(cfg, model, accelerator.device, weight_dtype)
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
-    _place_denoiser(cfg, model, accelerator.device, weight_dtype)
+    block_swap = _place_denoiser(cfg, model, accelerator.device, weight_dtype)
     per_device = data.catalog.per_device_batches(accelerator.num_processes, cfg.keep_global_batch)
     plan = plan_steps(len(data.catalog.samples), per_device[0], accelerator.num_processes,
                       cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps,
@@ -104,7 +106,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     set_seed(cfg.seed)  # the method's new weights (e.g. a LoRA's init) are the same in every run and on every rank
     return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
                    weight_dtype, time.time(),
-                   Control(run_dir, accelerator), accelerator.rank_timer, data.validation)
+                   Control(run_dir, accelerator), accelerator.rank_timer, data.validation, block_swap)
 
 
 def _place_encoders(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
@@ -120,16 +122,25 @@ def _place_encoders(cfg: TrainConfig, model: LoadedModel, device: torch.device, 
         te.to(device)
 
 
-def _place_denoiser(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
+def _place_denoiser(cfg: TrainConfig, model: LoadedModel, device: torch.device,
+                    weight_dtype: torch.dtype) -> BlockSwap | None:
     if not cfg.sdpa:
         from diffusers.models.attention_processor import AttnProcessor
 
         model.unet.set_attn_processor(AttnProcessor())
     if cfg.gradient_checkpointing:
         model.unet.enable_gradient_checkpointing()
-    model.unet.to(device)
     if cfg.values.get("fp8_base"):  # stored in 8 bits, computed in the mixed-precision dtype layer by layer
         model.unet.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=weight_dtype)
+    count = cfg.values.get("blocks_to_swap")
+    if not count:
+        model.unet.to(device)
+        return None
+    try:
+        blocks = model.family.swap_blocks(model.unet, int(count))
+    except ValueError as err:
+        raise ConfigError([ConfigIssue("blocks_to_swap", str(err), "precision")]) from None
+    return place_with_swap(model.unet, blocks, device)
 
 
 def weight_dtype_for(mixed_precision: str) -> torch.dtype:

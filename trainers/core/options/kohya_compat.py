@@ -31,8 +31,6 @@ IGNORED: dict[str, str] = {
     "fp8_base_unet": "base weights stay in the compute precision (more memory, no fp8 rounding)",
     "fused_backward_pass": "the optimizer steps after the backward pass (more memory, same update)",
     "fused_optimizer_groups": "the optimizer steps after the backward pass (more memory, same update)",
-    "blocks_to_swap": "blocks are not swapped to the CPU (more GPU memory); gradient_checkpointing and 8-bit "
-                      "optimizers save memory here",
     "cpu_offload_checkpointing": "checkpointed activations stay on the GPU (more memory)",
     "mem_eff_save": "checkpoints are saved the usual way (more memory while saving)",
     "disable_mmap_load_safetensors": "not needed: checkpoints are read with safetensors' own loader",

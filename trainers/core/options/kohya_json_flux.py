@@ -14,7 +14,7 @@ FLUX_SWITCH = "flux1_checkbox"
 FLUX_LORA_TYPE = "Flux1"
 # GUI fields kohya_ss passes flux_train_network.py under their own names: the model's files and flow options.
 FIELDS = ("ae", "clip_l", "t5xxl", "t5xxl_max_token_length", "guidance_scale", "apply_t5_attn_mask",
-          "discrete_flow_shift", "model_prediction_type", "timestep_sampling")
+          "discrete_flow_shift", "model_prediction_type", "timestep_sampling", "blocks_to_swap")
 # Its Flux1 LoRA type's network_args fields (lora_gui.py), passed when set.
 NETWORK_FIELDS = ("img_attn_dim", "img_mlp_dim", "img_mod_dim", "single_dim", "txt_attn_dim", "txt_mlp_dim",
                   "txt_mod_dim", "single_mod_dim", "in_dims", "train_double_block_indices", "train_single_block_indices")
@@ -25,7 +25,7 @@ UNREAD = ("min_snr_gamma", "noise_offset", "noise_offset_random_strength", "adap
           "scale_v_pred_loss_like_noise_pred", "v_pred_like_loss", "clip_skip", "max_token_length", "min_timestep",
           "max_timestep", "v_parameterization", "zero_terminal_snr")
 # Memory savers of its FLUX tab: passed to sd-scripts' reading, which says each is ignored.
-MEMORY_SAVERS = ("blocks_to_swap", "cpu_offload_checkpointing", "mem_eff_save", "fp8_base_unet")
+MEMORY_SAVERS = ("cpu_offload_checkpointing", "mem_eff_save", "fp8_base_unet")
 REFUSED = {
     "split_qkv": "separate q, k and v LoRAs (split_qkv) are not available; leave it off (q, k and v train as one "
                  "fused layer, as sd-scripts saves them)",

@@ -190,8 +190,17 @@ def existing_outputs(cfg: TrainConfig, outputs: list[Path]) -> list[ConfigIssue]
     """The final outputs (as the method names them) must not exist yet, unless overwrite_output is set."""
     if not cfg.output_dir.strip() or not cfg.output_name.strip() or cfg.overwrite_output:
         return []
-    return [ConfigIssue("output_name", f"{final} already exists; choose another output_name or set "
-                        "overwrite_output = true", "saving") for final in outputs if final.exists()]
+    issues = []
+    for final in outputs:
+        try:
+            if final.exists():
+                issues.append(ConfigIssue("output_name", f"{final} already exists; choose another output_name or set "
+                                          "overwrite_output = true", "saving"))
+        except OSError as err:  # e.g. a name too long for the file system
+            issues.append(ConfigIssue("output_name", f"cannot name a file in output_dir ({err.strerror}): choose a "
+                                      "shorter output_name", "saving"))
+            break
+    return issues
 
 
 def _resume_issues(cfg: TrainConfig, check_paths: bool) -> list[ConfigIssue]:

@@ -55,6 +55,9 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
             "LoRA's few weights train fastest with 'ddp' (they fit on every GPU): choose 'ddp'", "launch")
     if cfg.fp8_base and cfg.mixed_precision == "no":
         bad("fp8_base", "computes in the mixed-precision dtype: set mixed_precision to 'bf16' (or 'fp16')", "precision")
+    if cfg.values.get("blocks_to_swap") and not cfg.gradient_checkpointing:
+        bad("blocks_to_swap", "saves memory only with gradient_checkpointing (without it every block's weights "
+            "stay on the GPU until the backward pass): set gradient_checkpointing = true", "precision")
     if cfg.fp8_base and cfg.base_weights:
         bad("base_weights", "cannot be merged into an 8-bit base model: turn fp8_base off", "network")
     if cfg.cache_text_encoder_outputs and not cfg.network_train_unet_only:

@@ -18,7 +18,14 @@ from trainers.core.errors import ConfigIssue
 from trainers.core.options.groups.network import FLUX_NETWORK_ARGS
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.components import load_component, load_tokenizer, load_vae
-from trainers.models.flow import FlowFamily, huber_schedule_issue, load_t5_tokenizer, run_t5, t5_attention_mask
+from trainers.models.flow import (
+    FlowFamily,
+    huber_schedule_issue,
+    last_blocks,
+    load_t5_tokenizer,
+    run_t5,
+    t5_attention_mask,
+)
 from trainers.models.flow_checkpoint import Part
 from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.flux import lora_layers
@@ -117,6 +124,12 @@ class Flux(FlowFamily, ModelFamily):
             return None
         blocks = {"double": _count_blocks(targets, "double"), "single": _count_blocks(targets, "single")}
         return lora_layers.layer_dims([t.name for t in targets], args, dim, blocks)
+
+    def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
+        """sd-scripts' count: count // 2 double blocks and twice the rest in single blocks."""
+        double = count // 2
+        return (last_blocks(denoiser.transformer_blocks, double, "double blocks")
+                + last_blocks(denoiser.single_transformer_blocks, (count - double) * 2, "single blocks"))
 
     def option_issues(self, values: dict[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values) + huber_schedule_issue(values, self.title)

@@ -9,7 +9,8 @@ from trainers.models.tiny import text_config, write_tiny_tokenizer
 from trainers.models.tiny_flow import t5_config, tiny_shifted_vae, write_tiny_t5_tokenizer
 
 
-def build_tiny_flux(folder: Path, seed: int = 0, guidance_embeds: bool = True, reference_heads: bool = False) -> Path:
+def build_tiny_flux(folder: Path, seed: int = 0, guidance_embeds: bool = True, reference_heads: bool = False,
+                    blocks: tuple[int, int] = (1, 1)) -> Path:
     """Save a tiny FLUX pipeline (CLIP-L and T5 text encoders) to `folder`; without `guidance_embeds`, schnell-like.
     `reference_heads`: attention heads as wide as the real models' (one 128-wide transformer head, 64-wide CLIP
     heads), whose configs can be read back from the weights alone, as for sd-scripts' separate files."""
@@ -24,7 +25,7 @@ def build_tiny_flux(folder: Path, seed: int = 0, guidance_embeds: bool = True, r
     head, heads, rope, clip_width, clip_heads = ((128, 1, (16, 56, 56), 64, 1) if reference_heads
                                                 else (8, 2, (2, 2, 4), 32, 4))
     transformer = FluxTransformer2DModel(
-        patch_size=1, in_channels=16, num_layers=1, num_single_layers=1, attention_head_dim=head,
+        patch_size=1, in_channels=16, num_layers=blocks[0], num_single_layers=blocks[1], attention_head_dim=head,
         num_attention_heads=heads, joint_attention_dim=32, pooled_projection_dim=clip_width,
         guidance_embeds=guidance_embeds, axes_dims_rope=rope)
     scheduler = FlowMatchEulerDiscreteScheduler(

@@ -18,6 +18,10 @@ OPTIONS: tuple[Option, ...] = (
            "the memory of bf16 weights, e.g. FLUX.1 on 16-24 GB. LoRA only; needs mixed_precision. The text encoders "
            "keep their precision (sd-scripts casts them too).", "precision", methods=methods_training("network"),
            advanced=True),
+    Option("blocks_to_swap", "int", None, "SD3 and FLUX LoRAs: keep this many transformer blocks' weights in CPU "
+           "memory, each moved to the GPU only while it runs (as sd-scripts; FLUX counts a double block as two "
+           "single ones). Less GPU memory, slower steps; needs gradient_checkpointing.", "precision",
+           methods=methods_training("network"), min=1, nullable=True, advanced=True),
     Option("no_half_vae", "bool", False, "Keep the VAE in float32 (SDXL's VAE overflows in fp16 and always "
            "stays float32 under fp16).", "precision", advanced=True),
 )
