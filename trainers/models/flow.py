@@ -57,6 +57,7 @@ class FlowFamily:
     own_options: frozenset[str]  # the flow options this family reads
     default_t5_length: int
     reference_prefixes: tuple[str, ...]  # key prefixes of its reference (single-file) checkpoints
+    transformer_class: str  # its denoiser's diffusers class
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         # pipeline_class (ModelFamily): model_index.json's _class_name of the family's diffusers folders
@@ -81,8 +82,21 @@ class FlowFamily:
         return load_flow_checkpoint(self, ckpt, weight_dtype, vae_path, files)
 
     def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype) -> nn.Module:
-        """The diffusers transformer of a reference-layout file, its config read from the tensors' shapes."""
-        raise NotImplementedError
+        """The diffusers transformer of a reference-layout file, its config read from the tensors' shapes (the
+        family's `reference` module maps the layout)."""
+        import importlib
+
+        import diffusers
+        from accelerate import init_empty_weights
+
+        from trainers.models.component_files import fill_meta
+
+        layout = importlib.import_module(f"trainers.models.{self.name}.reference")
+        config = layout.config_from_shapes(layout.strip_prefix(ckpt.shapes), ckpt.path.name)
+        with init_empty_weights():
+            transformer = getattr(diffusers, self.transformer_class).from_config(config)
+        weights = layout.to_diffusers(layout.strip_prefix(ckpt.tensors()), config, ckpt.path.name)
+        return fill_meta(transformer, weights, weight_dtype, f"{self.title} transformer")
 
     def checkpoint_variant(self, config: Any) -> Any:
         """This family as the loaded transformer's config makes it (dev/schnell, SD3/SD3.5 sizes)."""

@@ -46,6 +46,7 @@ class Flux(FlowFamily, ModelFamily):
     detect_priority = 3
     native_size = 1024
     arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
+    transformer_class = "FluxTransformer2DModel"
     pipeline_class = "FluxPipeline"
     single_file_text_encoders = ()
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
@@ -85,19 +86,6 @@ class Flux(FlowFamily, ModelFamily):
         return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(folder))
 
     # --- the reference layout (flux1-dev.safetensors with clip_l, t5xxl and ae files) ---
-
-    def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype) -> nn.Module:
-        from accelerate import init_empty_weights
-        from diffusers import FluxTransformer2DModel
-
-        from trainers.models.component_files import fill_meta
-        from trainers.models.flux import reference
-
-        config = reference.config_from_shapes(reference.strip_prefix(ckpt.shapes), ckpt.path.name)
-        with init_empty_weights():
-            transformer = FluxTransformer2DModel.from_config(config)
-        weights = reference.to_diffusers(reference.strip_prefix(ckpt.tensors()), config, ckpt.path.name)
-        return fill_meta(transformer, weights, weight_dtype, "FLUX.1 transformer")
 
     def checkpoint_variant(self, config: Any) -> "Flux":
         return self.variant(bool(config.guidance_embeds))

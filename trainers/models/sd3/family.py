@@ -42,6 +42,7 @@ class StableDiffusion3(FlowFamily, ModelFamily):
     detect_priority = 3
     native_size = 1024
     arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
+    transformer_class = "SD3Transformer2DModel"
     pipeline_class = "StableDiffusion3Pipeline"
     single_file_text_encoders = ()
     own_options = frozenset({"weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
@@ -88,19 +89,6 @@ class StableDiffusion3(FlowFamily, ModelFamily):
         return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(folder))
 
     # --- the reference layout (Stability's single files) ---
-
-    def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype) -> nn.Module:
-        from accelerate import init_empty_weights
-        from diffusers import SD3Transformer2DModel
-
-        from trainers.models.component_files import fill_meta
-        from trainers.models.sd3 import reference
-
-        config = reference.config_from_shapes(reference.strip_prefix(ckpt.shapes), ckpt.path.name)
-        with init_empty_weights():
-            transformer = SD3Transformer2DModel.from_config(config)
-        weights = reference.to_diffusers(reference.strip_prefix(ckpt.tensors()), config, ckpt.path.name)
-        return fill_meta(transformer, weights, weight_dtype, "SD3 MMDiT")
 
     def checkpoint_variant(self, config: Any) -> "StableDiffusion3":
         return self.variant(config)
