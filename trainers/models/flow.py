@@ -51,6 +51,13 @@ class FlowSettings:
 class FlowFamily:
     """Mixin of the flow families: settings per run, shared option checks and tokenization."""
 
+    unet_key_style = "own"  # lora_targets names the modules after the reference code
+    objective = "flow"
+    denoiser_folder = "transformer"
+    supports_clip_skip = False
+    detect_priority = 3
+    native_size = 1024
+    single_file_text_encoders = ()  # their single files are read by flow_checkpoint.py, not by single_file/
     settings: FlowSettings = FlowSettings()
     flow_target: str = "velocity"  # what the loss compares: the velocity (FLUX) or a latents estimate (SD3)
     title: str

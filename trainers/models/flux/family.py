@@ -39,16 +39,9 @@ class Flux(FlowFamily, ModelFamily):
     base_model_version = "flux1"  # sd-scripts' MODEL_VERSION_FLUX_V1
     modelspec_architecture = "flux-1-dev"
     implementation = "https://github.com/black-forest-labs/flux"
-    unet_key_style = "own"
-    objective = "flow"
-    denoiser_folder = "transformer"
-    supports_clip_skip = False
-    detect_priority = 3
-    native_size = 1024
     arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     transformer_class = "FluxTransformer2DModel"
     pipeline_class = "FluxPipeline"
-    single_file_text_encoders = ()
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
                              "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
                              "t5xxl_max_token_length", "apply_t5_attn_mask"})

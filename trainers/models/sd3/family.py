@@ -35,16 +35,9 @@ class StableDiffusion3(FlowFamily, ModelFamily):
     base_model_version = "5-medium"  # sd-scripts writes the MMDiT's type: medium, 5-medium or 5-large
     modelspec_architecture = "stable-diffusion-3-5-medium"
     implementation = "https://github.com/Stability-AI/sd3.5"
-    unet_key_style = "own"
-    objective = "flow"
-    denoiser_folder = "transformer"
-    supports_clip_skip = False
-    detect_priority = 3
-    native_size = 1024
     arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     transformer_class = "SD3Transformer2DModel"
     pipeline_class = "StableDiffusion3Pipeline"
-    single_file_text_encoders = ()
     own_options = frozenset({"weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
                              "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask"})
     default_t5_length = 256
