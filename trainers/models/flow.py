@@ -75,7 +75,6 @@ class FlowFamily:
     own_checkpoint_layout = True
     checkpoint_parts: tuple[Part, ...]  # its text encoders (in load order) and autoencoder
     latent_scaling: tuple[float, float]  # the autoencoder's (scaling, shift) factors: in its config, not its file
-    writes_checkpoint = False  # whether a finetune can save the denoiser in the reference layout (to_checkpoint)
 
     def claims_checkpoint(self, keys: Any) -> bool:
         return any(keys.has(prefix) for prefix in self.reference_prefixes)
@@ -127,10 +126,7 @@ class FlowFamily:
 
     def text_encoders_to_original(self, states: list[dict[str, torch.Tensor]], text_encoders: list[nn.Module],
                                   prediction_type: str) -> dict[str, torch.Tensor]:
-        from trainers.models.base import ModelLoadError
-
-        raise ModelLoadError(f"{self.title} models are saved as diffusers folders only: set save_model_as = "
-                             "'diffusers'")
+        raise NotImplementedError("flow families write their single files with to_checkpoint")
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = [ConfigIssue(o.name, f"is not used with {self.title} models: leave it at {o.default!r}", o.group)
@@ -140,10 +136,6 @@ class FlowFamily:
             if name in values and refused(values[name]):
                 issues.append(ConfigIssue(name, f"{why} ({self.title} trains by flow matching)", group))
         issues += _size_issues(values, self.title) + self.network_arg_issues(values)
-        if values.get("save_model_as", "diffusers") != "diffusers" and not self.writes_checkpoint:
-            issues.append(ConfigIssue("save_model_as", f"{self.title} models are saved as diffusers folders only (a "
-                                      "single file of the reference layout is not written yet): choose 'diffusers'",
-                                      "saving"))
         if values.get("network_module", "networks.lora") != "networks.lora":
             issues.append(ConfigIssue("network_module", f"{self.title} LoRAs are trained with 'networks.lora' "
                                       "(sd-scripts' networks.lora_flux / networks.lora_sd3) only", "network"))

@@ -52,7 +52,6 @@ class Flux(FlowFamily, ModelFamily):
                         Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
                         Part("vae", "vae.", "ae", "autoencoder"))
     latent_scaling = (0.3611, 0.1159)  # the ae's (its diffusers config's; not in the ae file)
-    writes_checkpoint = True
 
     def variant(self, guidance_embeds: bool) -> "Flux":
         """dev (guidance-distilled: a guidance embedding) or schnell (none)."""

@@ -49,7 +49,6 @@ class StableDiffusion3(FlowFamily, ModelFamily):
         Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
         Part("vae", "first_stage_model.", "", "VAE"))
     latent_scaling = (1.5305, 0.0609)  # its VAE's (the diffusers config's; not in the file)
-    writes_checkpoint = True
 
     def variant(self, config: Any) -> "StableDiffusion3":
         """sd-scripts' model type: 'medium' (SD3), '5-medium' (extra self-attention blocks) or '5-large'."""
