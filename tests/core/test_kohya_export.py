@@ -145,3 +145,14 @@ def test_validation_options_go_to_the_lora_scripts_and_are_said_for_the_others()
     _, text, notes = sd_scripts_command(load_config("finetune", overrides=["validation_split=0.2"]))
     assert "validation_split" not in tomllib.loads(text)
     assert any("validation_split = 0.2 is left out" in n for n in notes)
+
+
+def test_a_flux_lora_exports_to_flux_train_network_and_loads_back(tmp_path: Path) -> None:
+    """The FLUX corpus TOML (files, flow options, fp8) goes to flux_train_network.py with networks.lora_flux and
+    reads back to the same values."""
+    round_trip("lora", CORPUS / "sd_scripts/flux_lora.toml", sets({"blocks_to_swap": 4}), tmp_path, "flux")
+    argv, text, _ = sd_scripts_command(load_config("lora", CORPUS / "sd_scripts/flux_lora.toml"), family="flux")
+    exported = tomllib.loads(text)
+    assert any(a.endswith("flux_train_network.py") for a in argv)
+    assert exported["network_module"] == "networks.lora_flux" and exported["ae"] == "/models/ae.safetensors"
+    assert exported["timestep_sampling"] == "shift" and exported["fp8_base"] is True

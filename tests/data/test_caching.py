@@ -191,3 +191,35 @@ def test_text_encoder_outputs_cached_for_sdxl(tiny_sdxl_dir: Path, data: Path) -
     with torch.no_grad():
         assert torch.allclose(diffusion_loss(predictor, model, cached_batch, opts, torch.float32),
                               diffusion_loss(fresh, model, fresh_batch, opts, torch.float32), atol=1e-6)
+
+
+def test_text_encoder_outputs_on_disk_are_reused_by_the_next_run(tiny_sd1_dir: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """cache_text_encoder_outputs_to_disk: the second run encodes nothing and trains the same LoRA; a setting that
+    changes the outputs (clip_skip) encodes again."""
+    from helpers import train
+
+    from trainers.data import pipeline
+    from trainers.demo import build_dataset
+    from trainers.methods.lora.file_format import read_lora_file
+
+    encoded: list[int] = []
+    real = cache_module.build_text_cache
+
+    def counting(captions, encode, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return real(captions, lambda caps: (encoded.append(len(caps)), encode(caps))[1], *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "build_text_cache", counting)
+    data = build_dataset(tmp_path / "data")
+    common = {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data), "resolution": "64",
+              "max_train_steps": 2, "max_data_loader_n_workers": 0, "network_train_unet_only": True,
+              "cache_text_encoder_outputs": True, "cache_text_encoder_outputs_to_disk": True}
+    for run in ("first", "second", "clip skip 2"):
+        extra = {"clip_skip": 2} if run == "clip skip 2" else {}
+        encoded.clear()
+        assert train("lora", tmp_path / run, **common, **extra, output_dir=str(tmp_path / run / "out")) == 0
+        assert (sum(encoded) > 0) == (run != "second"), (run, encoded)
+    assert list((data / "5_sks shape" / ".atelier-cache" / "text").glob("*.safetensors"))
+    first, _ = read_lora_file(tmp_path / "first" / "out" / "lora.safetensors")
+    second, _ = read_lora_file(tmp_path / "second" / "out" / "lora.safetensors")
+    assert all(torch.equal(first[k], second[k]) for k in first)

@@ -236,16 +236,47 @@ class TextCache:
         return self.embeds[caption]
 
 
+TEXT_FORMAT = "atelier-text-1"
+
+
 def build_text_cache(captions: list[str], encode: Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]],
-                     batch_size: int = 16, progress: Progress | None = None) -> TextCache:
+                     batch_size: int = 16, progress: Progress | None = None, folder: Path | None = None,
+                     encoder_key: str = "") -> TextCache:
+    """Each caption's outputs. With `folder`, those of an earlier run with the same `encoder_key` (the text
+    encoders and every setting that changes their outputs) are read from it, and the new ones written there."""
     unique = sorted(set(captions))
     embeds: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
-    chunks = [unique[i:i + batch_size] for i in range(0, len(unique), batch_size)]
+    files = {c: folder / f"{_text_key(encoder_key, c)}.safetensors" for c in unique} if folder else {}
+    for caption, path in files.items():
+        if path.is_file():
+            try:
+                stored = load_file(path)
+            except (OSError, ValueError, RuntimeError):  # a damaged file is encoded again
+                continue
+            embeds[caption] = (stored["hidden"], stored.get("pooled"))
+    missing = [c for c in unique if c not in embeds]
+    chunks = [missing[i:i + batch_size] for i in range(0, len(missing), batch_size)]
     for done, chunk in enumerate(chunks, 1):
         with torch.no_grad():
             hidden, pooled = encode(chunk)
         for k, caption in enumerate(chunk):
             embeds[caption] = (hidden[k].cpu().clone(), None if pooled is None else pooled[k].cpu().clone())
+            if caption in files:
+                _write_text_entry(files[caption], *embeds[caption])
         if progress:
             progress(done, len(chunks))
     return TextCache(embeds)
+
+
+def _text_key(encoder_key: str, caption: str) -> str:
+    return hashlib.blake2b(f"{TEXT_FORMAT}|{encoder_key}|{caption}".encode(), digest_size=16).hexdigest()
+
+
+def _write_text_entry(path: Path, hidden: torch.Tensor, pooled: torch.Tensor | None) -> None:
+    tensors = {"hidden": hidden.contiguous(), **({"pooled": pooled.contiguous()} if pooled is not None else {})}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            save_file(tensors, tmp)
+    except OSError as err:
+        raise CacheWriteError(f"cannot write {path} ({err.strerror or err})") from None

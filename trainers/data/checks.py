@@ -47,6 +47,9 @@ def dataset_issues(cfg: TrainConfig) -> list[ConfigIssue]:
             if cfg.values[name]:
                 bad(name, "changes captions from one epoch (or step) to the next, so text-encoder outputs cannot be "
                     "cached: turn it off or set cache_text_encoder_outputs = false")
+    if cfg.values.get("cache_text_encoder_outputs_to_disk") and not cfg.cache_text_encoder_outputs:
+        bad("cache_text_encoder_outputs_to_disk", "keeps the cached outputs in files: set cache_text_encoder_outputs "
+            "= true too (sd-scripts turns it on by itself)")
     return issues
 
 

@@ -9,6 +9,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ from trainers.core.events import Cache, EventWriter
 from trainers.core.options import ConfigError, ConfigIssue, TrainConfig
 from trainers.core.plan import plan_steps
 from trainers.data.buckets import BucketBatchSampler
-from trainers.data.cache import CacheWriteError, Dist, build_latent_cache, build_text_cache
+from trainers.data.cache import CACHE_DIR, CacheWriteError, Dist, build_latent_cache, build_text_cache
 from trainers.data.catalog import Catalog
 from trainers.data.dataset import CaptionedImages, StepClock, collate
 from trainers.data.holdout import validation_seed
@@ -65,10 +66,17 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
     if main:
         _warn_overlong(captions, model, events)
     if cfg.cache_text_encoder_outputs:
+        on_disk = cfg.values.get("cache_text_encoder_outputs_to_disk") and catalog.images
+        folder = catalog.images[0].path.parent / CACHE_DIR / "text" if on_disk else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PromptTruncated)  # reported above
-            dataset.texts = build_text_cache(captions, lambda caps: model.encode_texts(caps, cfg.clip_skip),
-                                             progress=_progress("text", main, events))
+            try:
+                dataset.texts = build_text_cache(captions, lambda caps: model.encode_texts(caps, cfg.clip_skip),
+                                                 progress=_progress("text", main, events), folder=folder,
+                                                 encoder_key=text_encoder_key(cfg, model) if folder else "")
+            except CacheWriteError as err:
+                raise ConfigError([ConfigIssue("cache_text_encoder_outputs_to_disk", f"{err}: make that folder "
+                                               "writable, or cache in memory only", "dataset")]) from None
         if validation is not None:
             validation.texts = dataset.texts
         for te in model.text_encoders:
@@ -80,6 +88,20 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
         pin_memory=accelerator.device.type == "cuda",
     )
     return DataPipeline(catalog, dataset, sampler, loader, validation)
+
+
+def text_encoder_key(cfg: TrainConfig, model: Any) -> str:
+    """What a caption's cached outputs depend on besides its text: the text encoders' files (path, size, time),
+    their dtype, and every setting of how captions are tokenized and encoded."""
+    source = Path(model.source).expanduser()
+    files = [source] if source.is_file() else sorted([*source.glob("text_encoder*/*"), *source.glob("tokenizer*/*")])
+    files += [Path(str(cfg.values.get(name))).expanduser() for name in ("clip_l", "clip_g", "t5xxl")
+              if str(cfg.values.get(name) or "").strip()]
+    versions = [f"{f}|{f.stat().st_size}|{f.stat().st_mtime_ns}" for f in files if f.is_file()]
+    dtype = next(model.text_encoders[0].parameters()).dtype
+    settings = (model.family.name, cfg.clip_skip, cfg.max_token_length, cfg.weighted_captions, str(dtype),
+                repr(getattr(model.family, "settings", "")))
+    return "|".join([*versions, *map(str, settings)])
 
 
 def _clock(cfg: TrainConfig, catalog: Catalog, sampler: BucketBatchSampler, processes: int) -> StepClock | None:

@@ -20,7 +20,6 @@ IGNORED: dict[str, str] = {
     "lowram": "not needed: models load straight to their device",
     "highvram": "not needed: models load straight to their device",
     "log_with": "TensorBoard logging is on whenever logging_dir is set",
-    "cache_text_encoder_outputs_to_disk": "text-encoder outputs are cached in memory only (cache_text_encoder_outputs)",
     "face_crop_aug_range": "face-crop augmentation is not available",
     "caption_dropout_every_n_epochs": "use caption_dropout_rate",
     # Speed and memory only: the result is the same (or computed in higher precision), memory use may be higher.
@@ -75,9 +74,14 @@ _SD = {"lora": "train_network.py", "dreambooth": "train_db.py", "finetune": "fin
 SD_SCRIPTS: dict[str, dict[str, str]] = {
     "sd1": _SD, "sd2": _SD,
     "sdxl": {"lora": "sdxl_train_network.py", "dreambooth": "sdxl_train.py", "finetune": "sdxl_train.py"},
+    "sd3": {"lora": "sd3_train_network.py", "dreambooth": "sd3_train.py", "finetune": "sd3_train.py"},
+    "flux": {"lora": "flux_train_network.py", "dreambooth": "flux_train.py", "finetune": "flux_train.py"},
 }
 # Whether that Dreambooth script trains the text encoder unless told not to (train_db.py does; sdxl_train.py not).
-DREAMBOOTH_TRAINS_TEXT_ENCODER: dict[str, bool] = {"sd1": True, "sd2": True, "sdxl": False}
+DREAMBOOTH_TRAINS_TEXT_ENCODER: dict[str, bool] = {"sd1": True, "sd2": True, "sdxl": False, "sd3": False,
+                                                   "flux": False}
+# The LoRA module sd-scripts trains each flow family with (ours is networks.lora: the family names the keys).
+FAMILY_LORA_MODULE: dict[str, str] = {"flux": "networks.lora_flux", "sd3": "networks.lora_sd3"}
 
 
 def _save_model_as(value: Any, out: dict[str, Any], problems: list[str]) -> None:

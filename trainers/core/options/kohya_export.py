@@ -11,7 +11,7 @@ from typing import Any
 
 from trainers.core.options import toml_text as toml
 from trainers.core.options.groups.network import NETWORK_ARG_OPTIONS
-from trainers.core.options.kohya_compat import FAMILY_FLAGS, SD_SCRIPTS
+from trainers.core.options.kohya_compat import FAMILY_FLAGS, FAMILY_LORA_MODULE, SD_SCRIPTS
 from trainers.core.options.kohya_keys import SAMPLERS
 from trainers.core.options.loading import TrainConfig
 
@@ -40,6 +40,11 @@ SAME: frozenset[str] = frozenset({
     "save_state_on_train_end", "save_last_n_epochs", "save_last_n_steps", "save_last_n_epochs_state",
     "save_last_n_steps_state", "logging_dir", "ddp_timeout", "metadata_title", "metadata_author",
     "metadata_description", "metadata_license", "metadata_tags", "dataset_repeats", "in_json",
+    # SD3 and FLUX (sd3_/flux_train*.py)
+    "clip_l", "clip_g", "t5xxl", "ae", "tokenizer_cache_dir", "cache_text_encoder_outputs_to_disk", "fp8_base",
+    "blocks_to_swap", "timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
+    "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
+    "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask",
 })
 # sd-scripts' network trainers read these; its train_db.py and fine_tune.py do not.
 VALIDATION = ("validation_split", "validation_seed", "validate_every_n_steps", "validate_every_n_epochs",
@@ -58,6 +63,7 @@ LEFT_OUT: dict[str, str] = {
     "nan_steps_before_stop": "sd-scripts does not stop on NaN loss",
     "resume": "Atelier's training states are not sd-scripts' (accelerate) states",
     "gpu_ids": "give --gpu_ids to accelerate launch",
+    "save_diffusers_lora": "sd-scripts writes kohya files only",
     "main_process_ip": "give --main_process_ip to accelerate launch",
     "machine_rank": "give --machine_rank to accelerate launch",
     "ddp_gradient_precision": "sd-scripts exchanges float32 gradients",
@@ -131,10 +137,12 @@ def _network(cfg: TrainConfig, values: dict[str, Any]) -> None:
 
 
 def _family(family: str | None, script: str, values: dict[str, Any]) -> None:
-    """SD2 is told with v2 = true; SDXL by its script."""
+    """SD2 is told with v2 = true; SDXL, SD3 and FLUX by their scripts, whose LoRA modules have their own names."""
     flag = next((f for f, fam in FAMILY_FLAGS.items() if fam == family and not script.startswith(f"{f}_")), None)
     if flag:
         values[flag] = True
+    if family in FAMILY_LORA_MODULE and values.get("network_module") == "networks.lora":
+        values["network_module"] = FAMILY_LORA_MODULE[family]
 
 
 def _text_encoder(cfg: TrainConfig, script: str, values: dict[str, Any], notes: list[str]) -> None:

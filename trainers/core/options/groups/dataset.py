@@ -125,6 +125,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("cache_text_encoder_outputs", "bool", False, "Encode each caption once, before training (needs frozen "
            "text encoders, e.g. network_train_unet_only, and fixed captions: no shuffle or dropout).", "dataset",
            advanced=True),
+    Option("cache_text_encoder_outputs_to_disk", "bool", False, "Also keep those outputs in files (.atelier-cache/text "
+           "in the first image's folder), so a later run with the same model, captions and text settings reads them "
+           "instead of encoding again (T5-XXL's take the longest). Needs cache_text_encoder_outputs.", "dataset",
+           advanced=True),
     Option("max_data_loader_n_workers", "int", 2, "Processes that load images in the background (0 = in the "
            "training process).", "dataset", min=0, max=64, advanced=True),
     Option("persistent_data_loader_workers", "bool", True, "Keep the data-loader workers from one epoch to the "
