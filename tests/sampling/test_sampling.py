@@ -199,3 +199,47 @@ def test_unknown_sampler_and_sample_event(models: dict[str, LoadedModel], tmp_pa
     assert path == tmp_path / "step00000010_01.png"
     assert sample_event(path, prompt, step=10, epoch=2).to_json() == {
         "path": str(path), "prompt": "a fox", "step": 10, "epoch": 2, "index": 1}
+
+
+def test_sample_prompts_are_encoded_with_the_captions_when_those_are_cached(tiny_sd1_dir: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With cache_text_encoder_outputs the text encoders leave the device after caching; the sample prompts are
+    encoded then too, so sampling runs no text encoder (a T5-XXL on the CPU would take seconds a prompt), and the
+    samples are the ones the encoders would give."""
+    from helpers import events, train
+
+    from trainers.demo import build_dataset
+    from trainers.models.sd.family import SD1
+    from trainers.sampling import pipeline
+
+    during_samples: list[int] = []
+    sampling = [False]
+    real_generate, real_encode = pipeline.generate_samples, type(SD1).encode_prompts
+
+    def generate(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sampling[0] = True
+        try:
+            return real_generate(*args, **kwargs)
+        finally:
+            sampling[0] = False
+
+    def encode(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if sampling[0]:
+            during_samples.append(1)
+        return real_encode(self, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "generate_samples", generate)
+    monkeypatch.setattr(type(SD1), "encode_prompts", encode)
+    images = {}
+    for cached in (True, False):
+        during_samples.clear()
+        run = tmp_path / f"cached {cached}"
+        assert train("lora", run, pretrained_model_name_or_path=str(tiny_sd1_dir),
+                     train_data_dir=str(build_dataset(tmp_path / "data")), output_dir=str(run / "out"),
+                     resolution="64", max_train_steps=1, max_data_loader_n_workers=0, network_train_unet_only=True,
+                     cache_text_encoder_outputs=cached, sample_every_n_steps=1,
+                     sample_prompt_lines=["sks shape, red circle --n blurry --w 64 --h 64 --s 2 --d 1"]) == 0
+        assert bool(during_samples) != cached
+        path = next(e["path"] for e in events(run) if e["type"] == "sample")
+        images[cached] = np.asarray(Image.open(path)).astype(int)
+    assert np.abs(images[True] - images[False]).max() <= 1

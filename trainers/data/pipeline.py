@@ -17,6 +17,7 @@ import torch
 from trainers.core.events import Cache, EventWriter
 from trainers.core.options import ConfigError, ConfigIssue, TrainConfig
 from trainers.core.plan import plan_steps
+from trainers.core.prompts import config_prompts
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.cache import CACHE_DIR, CacheWriteError, Dist, build_latent_cache, build_text_cache
 from trainers.data.catalog import Catalog
@@ -70,8 +71,9 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
         folder = catalog.images[0].path.parent / CACHE_DIR / "text" if on_disk else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PromptTruncated)  # reported above
-            try:
-                dataset.texts = build_text_cache(captions, lambda caps: model.encode_texts(caps, cfg.clip_skip),
+            try:  # the sample prompts too: samples then need no text encoder (they are moved off the device below)
+                texts = captions + sample_texts(cfg)
+                dataset.texts = build_text_cache(texts, lambda caps: model.encode_texts(caps, cfg.clip_skip),
                                                  progress=_progress("text", main, events), folder=folder,
                                                  encoder_key=text_encoder_key(cfg, model) if folder else "")
             except CacheWriteError as err:
@@ -79,6 +81,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
                                                "writable, or cache in memory only", "dataset")]) from None
         if validation is not None:
             validation.texts = dataset.texts
+        model.cached_texts = dataset.texts
         for te in model.text_encoders:
             te.to("cpu")  # not needed any more: free the accelerator's memory
     workers = cfg.max_data_loader_n_workers
@@ -88,6 +91,12 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
         pin_memory=accelerator.device.type == "cuda",
     )
     return DataPipeline(catalog, dataset, sampler, loader, validation)
+
+
+def sample_texts(cfg: TrainConfig) -> list[str]:
+    """The run's sample prompts and negative prompts."""
+    prompts = config_prompts(cfg.sample_prompts, cfg.sample_prompt_lines)
+    return [text for p in prompts for text in (p.prompt, p.negative)]
 
 
 def text_encoder_key(cfg: TrainConfig, model: Any) -> str:

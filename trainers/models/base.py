@@ -62,6 +62,9 @@ class LoadedModel:
     # How its prompts are tokenized (max_token_length, weighted captions): set once for a run or a generation
     # job, so training captions, cached text-encoder outputs and sample prompts are encoded alike.
     prompt_format: PromptFormat = field(default_factory=PromptFormat)
+    # Text-encoder outputs encoded before training (data/cache.py's TextCache: captions and sample prompts), read
+    # instead of running the encoders, which then may sit on the CPU.
+    cached_texts: Any = None
 
     def tokenize(self, texts: list[str]) -> list[torch.Tensor] | list[WeightedIds]:
         """Token ids per tokenizer (WeightedIds with weighted captions), in `prompt_format`."""
@@ -71,8 +74,13 @@ class LoadedModel:
         return [WeightedIds(i, w) for i, w in zip(ids, weights)]
 
     def encode_texts(self, texts: list[str], clip_skip: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(hidden states, pooled or None) of prompts, encoded as training encodes captions. The text
-        encoders run where they are (they may sit on the CPU when their outputs were cached)."""
+        """(hidden states, pooled or None) of prompts, encoded as training encodes captions: read from
+        `cached_texts` when it holds them all, else the text encoders run where they are."""
+        cached = self.cached_texts.embeds if self.cached_texts is not None else {}
+        if texts and all(text in cached for text in texts):
+            hidden = torch.stack([cached[t][0] for t in texts])
+            pooled = [cached[t][1] for t in texts]
+            return hidden, None if pooled[0] is None else torch.stack(pooled)
         device = next(self.text_encoders[0].parameters()).device
         ids, weights = split_weighted(self.tokenize(texts))
         ids = [t.to(device) for t in ids]
