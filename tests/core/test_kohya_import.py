@@ -46,10 +46,13 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     weights.write_bytes(b"")
     flux = root / "flux1-dev.safetensors"  # a FLUX.1 transformer file's header: what Validate reads of it
     save_file({"double_blocks.0.img_attn.qkv.weight": torch.zeros(1)}, flux)
+    sd3 = root / "sd3_medium.safetensors"  # an SD3 file with its VAE
+    save_file({"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight": torch.zeros(1),
+               "first_stage_model.encoder.conv_in.weight": torch.zeros(1)}, sd3)
     parts = {option: root / f"{option}.safetensors" for option in ("clip_l", "clip_g", "t5xxl", "ae")}
     for part in parts.values():
         part.write_bytes(b"")
-    return {"pretrained_model_name_or_path": model, "flux_transformer": flux, **parts, "vae": vae, "train_data_dir": img, "reg_data_dir": reg,
+    return {"pretrained_model_name_or_path": model, "flux_transformer": flux, "sd3_file": sd3, **parts, "vae": vae, "train_data_dir": img, "reg_data_dir": reg,
             "dataset_config": dataset, "masked_dataset_config": masked, "sample_prompts": prompts, "network_weights": weights,
             "output_dir": root / "out", "logging_dir": root / "logs", "conditioning_data_dir": img}
 
@@ -65,6 +68,8 @@ def pointed(values: dict[str, Any], places: dict[str, Path]) -> dict[str, Any]:
             out.pop(key)
     if out.get("ae"):  # sd-scripts' FLUX.1 files: the transformer file with its parts
         out["pretrained_model_name_or_path"] = str(places["flux_transformer"])
+    elif out.get("clip_g"):  # SD3's
+        out["pretrained_model_name_or_path"] = str(places["sd3_file"])
     if out.get("dataset_config") and out.get("masked_loss"):
         out["dataset_config"] = str(places["masked_dataset_config"])
     for key in ("pretrained_model_name_or_path", "output_dir") + (() if out.get("dataset_config") else
@@ -89,8 +94,6 @@ def try_import(path: Path, places: dict[str, Path]) -> tuple[str, list[str], lis
 # Files refused, and the keys their issues name: all for a model family, a kind of training or a setting
 # Atelier does not have.
 REFUSED = {
-    "kohya_ss/presets/dreambooth/sd3_bdsqlsz_v1.json": {"sd3_checkbox"},
-    "kohya_ss/presets/dreambooth/sd3_bdsqlsz_v2.json": {"sd3_checkbox"},
     "kohya_ss/presets/finetune/SDXL - Essenz series by AI_Characters_Training v1.0.json": {"image_folder"},
     "kohya_ss/test/config/finetune-AdamW.json": {"image_folder"},
     "kohya_ss/test/config/TI-AdamW8bit.json": {"token_string"},

@@ -3,6 +3,7 @@ paths pointed at the tiny demo model and data and the size and length made small
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import events, run_trainer, sets
@@ -20,17 +21,30 @@ CONFIGS = [  # (file, method, family of the tiny model its paths point at, other
     ("sd_scripts/kohya_ss_lora_locon.toml", "lora", "sd1", {"sample_prompts": "<prompts>"}),
     # FLUX.1 as kohya_ss users have it: flux1-dev.safetensors with ae, clip_l and t5xxl files, fp8 base, 8-bit AdamW
     ("kohya_ss/presets/lora/flux1D - adamw8bit fp8.json", "lora", "flux files", {"t5xxl_max_token_length": 32}),
+    # SD3 Medium as kohya_ss's SD3 Dreambooth runs it: the single file with clip_l, clip_g and t5xxl files
+    ("kohya_ss/presets/dreambooth/sd3_bdsqlsz_v2.json", "dreambooth", "sd3 files", {"t5xxl_max_token_length": 32}),
 ]
+
+
+def _files_of(build: Any, root: Path) -> dict[str, str]:
+    from trainers.models.tiny_flow import write_reference_files
+
+    files = write_reference_files(build(root / "diffusers", reference_heads=True), root / "files")
+    return {k: str(v) for k, v in files.items()}
 
 
 @pytest.fixture(scope="module")
 def flux_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     from trainers.models.flux.tiny import build_tiny_flux
-    from trainers.models.tiny_flow import write_reference_files
 
-    root = tmp_path_factory.mktemp("flux")
-    files = write_reference_files(build_tiny_flux(root / "diffusers", reference_heads=True), root / "files")
-    return {k: str(v) for k, v in files.items()}
+    return _files_of(build_tiny_flux, tmp_path_factory.mktemp("flux"))
+
+
+@pytest.fixture(scope="module")
+def sd3_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from trainers.models.sd3.tiny import build_tiny_sd3
+
+    return _files_of(build_tiny_sd3, tmp_path_factory.mktemp("sd3"))
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +63,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("source, method, family, extra", CONFIGS, ids=[c[0] for c in CONFIGS])
 def test_corpus_config_trains_two_steps(source: str, method: str, family: str, extra: dict[str, object], data: Path,
                                         tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    if family == "flux files":
-        model_paths = request.getfixturevalue("flux_files")
+    if family in ("flux files", "sd3 files"):
+        model_paths = request.getfixturevalue(family.replace(" ", "_"))
     else:
         model_paths = {"pretrained_model_name_or_path": str(
             request.getfixturevalue("tiny_sdxl_dir" if family == "sdxl" else "tiny_sd1_dir"))}

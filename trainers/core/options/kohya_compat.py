@@ -80,6 +80,8 @@ SD_SCRIPTS: dict[str, dict[str, str]] = {
 # Whether that Dreambooth script trains the text encoder unless told not to (train_db.py does; sdxl_train.py not).
 DREAMBOOTH_TRAINS_TEXT_ENCODER: dict[str, bool] = {"sd1": True, "sd2": True, "sdxl": False, "sd3": False,
                                                    "flux": False}
+# kohya_ss's model checkboxes for SD3 and FLUX, and the family each one names.
+SWITCH_FAMILIES: dict[str, str] = {"sd3_checkbox": "sd3", "flux1_checkbox": "flux"}
 # The LoRA module sd-scripts trains each flow family with (ours is networks.lora: the family names the keys).
 FAMILY_LORA_MODULE: dict[str, str] = {"flux": "networks.lora_flux", "sd3": "networks.lora_sd3"}
 

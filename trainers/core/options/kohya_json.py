@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.options import kohya_json_flux as flux
+from trainers.core.options import kohya_json_flow as flow
 from trainers.core.options.kohya_compat import SDXL_FLAG
 from trainers.core.options.kohya_keys import FAMILY_OF_KEY, TRAINED_HERE, blank
 from trainers.core.options.training import BY_NAME
@@ -86,7 +86,7 @@ GUI_ONLY: dict[str, str] = {
     "lowvram": "",
 }
 # Model-family switches of kohya_ss, and the message when one is on.
-_FLOW_JSON = ("kohya_ss's SD3 configs and its FLUX.1 configs other than a 'Flux1' LoRA are not read here: import "
+_FLOW_JSON = ("kohya_ss's SD3 LoRA configs and FLUX.1 configs other than a 'Flux1' LoRA are not read here: import "
               "the TOML kohya_ss wrote for the run (sd-scripts' options; SD3 and FLUX.1 files load), or start from the "
               "presets flux_dev_lora_16gb, flux_dev_lora_24gb or sd35_medium_lora")
 OTHER_FAMILY_SWITCHES: dict[str, str] = {
@@ -111,7 +111,7 @@ FINETUNE_FIELDS = ("image_folder", "train_dir", "caption_metadata_filename", "la
 _LYCORIS_COMMON = ("conv_dim", "conv_alpha", "use_tucker", "rank_dropout", "module_dropout")
 LORA_TYPES: dict[str, tuple[str, str | None, tuple[str, ...]]] = {
     "Standard": ("networks.lora", None, ()),
-    "Flux1": ("networks.lora", None, ()),  # with the FLUX checkbox; its layer fields: kohya_json_flux.py
+    "Flux1": ("networks.lora", None, ()),  # with the FLUX checkbox; its layer fields: kohya_json_flow.py
     "Kohya LoCon": ("networks.lora", None, ("conv_dim", "conv_alpha")),
     "Kohya DyLoRA": ("networks.dylora", None, ("conv_dim", "conv_alpha", "unit")),
     "LoCon": ("lycoris.kohya", "locon", _LYCORIS_COMMON + ("bypass_mode", "dora_wd", "use_scalar", "train_norm")),
@@ -222,8 +222,7 @@ class _Converter:
         self._data()
         if self.method == "lora":
             self._network()
-        if flux.is_flux_lora(self.raw):
-            flux.flux_lora(self.get, self.out, self.notes, self.refuse)
+        flow.read_flow(self.raw, self.method, self.get, self.out, self.notes, self.refuse)
         self._extras()
         # kohya_ss leaves every empty, false or zero value out of the file (sd-scripts' default applies)
         out = {k: v for k, v in self.out.items() if not (v is None or v is False or v == "" or (
@@ -239,12 +238,13 @@ class _Converter:
                         "inversion config); train a LoRA instead")
             return False
         for switch, message in OTHER_FAMILY_SWITCHES.items():
-            if self.raw.get(switch) is True and not (self.method == "lora" and flux.is_flux_lora(self.raw)):
+            if self.raw.get(switch) is True and not (self.method == "lora" and flow.is_flux_lora(self.raw)
+                                                     or flow.is_sd3_full(self.raw, self.method)):
                 self.refuse(switch, f"{message}: this kohya_ss config is for that model family ({switch} = true); "
                             f"{TRAINED_HERE}")
                 return False
         lora_type = self.raw.get("LoRA_type")
-        if self.method == "lora" and lora_type in REFUSED_LORA_TYPES and not flux.is_flux_lora(self.raw):
+        if self.method == "lora" and lora_type in REFUSED_LORA_TYPES and not flow.is_flux_lora(self.raw):
             self.refuse("LoRA_type", f"{lora_type!r} is refused: {REFUSED_LORA_TYPES[lora_type]}")
             return False
         if self.method == "lora" and lora_type is not None and lora_type not in LORA_TYPES:
@@ -363,7 +363,7 @@ class _Converter:
         for name, value in self.raw.items():
             if name in SAME_NAME or name in RENAMED or name in FAMILY_OF_KEY or name in FLOW_GUI_FIELDS:
                 continue
-            if name in flux.KNOWN:
+            if name in flow.KNOWN:
                 continue
             if name in OTHER_FAMILY_SWITCHES or name.startswith(OTHER_FAMILY_PREFIXES):
                 continue

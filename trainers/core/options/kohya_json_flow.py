@@ -1,0 +1,112 @@
+"""kohya_ss's configs for SD3 and FLUX.1, read as kohya_ss passes them to sd-scripts (torch-free): its LoRA tab with
+the FLUX checkbox (LoRA_type 'Flux1' -> flux_train_network.py) and its Dreambooth/Finetune tabs with the SD3
+checkbox (-> sd3_train.py). The JSON holds every field of a tab; kohya_ss passes the family's ones under sd-scripts'
+names (FLUX's layer fields as network_args), and also passes the noise and loss settings of SD models, which
+sd-scripts' SD3 and FLUX trainers do not read: those are left out here with a note, so the config trains as it
+did there.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainers.core.options.kohya_compat import SWITCH_FAMILIES
+from trainers.core.options.kohya_keys import blank
+
+FLUX_SWITCH, SD3_SWITCH = "flux1_checkbox", "sd3_checkbox"
+FLUX_LORA_TYPE = "Flux1"
+# GUI fields kohya_ss passes flux_train_network.py under their own names: the model's files and flow options.
+FIELDS = ("ae", "clip_l", "t5xxl", "t5xxl_max_token_length", "guidance_scale", "apply_t5_attn_mask",
+          "discrete_flow_shift", "model_prediction_type", "timestep_sampling", "blocks_to_swap")
+# Its Flux1 LoRA type's network_args fields (lora_gui.py), passed when set.
+NETWORK_FIELDS = ("img_attn_dim", "img_mlp_dim", "img_mod_dim", "single_dim", "txt_attn_dim", "txt_mlp_dim",
+                  "txt_mod_dim", "single_mod_dim", "in_dims", "train_double_block_indices",
+                  "train_single_block_indices")
+# Its SD3 tabs' fields passed under their own names (sd3_train.py).
+SD3_FIELDS = ("clip_l", "clip_g", "t5xxl", "weighting_scheme", "logit_mean", "logit_std", "mode_scale")
+# Settings kohya_ss passes for every model that sd-scripts' SD3/FLUX trainers do not read (no noise offset, no SNR
+# weighting, no clip skip or CLIP token chunks, timesteps from their own sampling).
+UNREAD = ("min_snr_gamma", "noise_offset", "noise_offset_random_strength", "adaptive_noise_scale",
+          "multires_noise_iterations", "multires_noise_discount", "debiased_estimation_loss",
+          "scale_v_pred_loss_like_noise_pred", "v_pred_like_loss", "clip_skip", "max_token_length", "min_timestep",
+          "max_timestep", "v_parameterization", "zero_terminal_snr")
+# Memory savers of its FLUX tab: passed to sd-scripts' reading, which says each is ignored.
+MEMORY_SAVERS = ("cpu_offload_checkpointing", "mem_eff_save", "fp8_base_unet")
+REFUSED = {
+    "split_qkv": "separate q, k and v LoRAs (split_qkv) are not available; leave it off (q, k and v train as one "
+                 "fused layer, as sd-scripts saves them)",
+    "train_t5xxl": "T5-XXL is never trained here; leave it off",
+    "in_dims": "LoRAs on FLUX's input layers (in_dims) are not available; leave it empty",
+    "train_lora_ggpo": "LoRA-GGPO is not available; leave it off",
+}
+
+
+def is_flux_lora(raw: dict[str, Any]) -> bool:
+    return raw.get(FLUX_SWITCH) is True and raw.get("LoRA_type") == FLUX_LORA_TYPE
+
+
+def is_sd3_full(raw: dict[str, Any], method: str) -> bool:
+    """kohya_ss's Dreambooth or Finetune tab with its SD3 checkbox (sd3_train.py)."""
+    return raw.get(SD3_SWITCH) is True and method in ("dreambooth", "finetune")
+
+
+def read_flow(raw: dict[str, Any], method: str, get: Callable[..., Any], out: dict[str, Any], notes: list[str],
+              refuse: Callable[[str, str], None]) -> None:
+    """The SD3 or FLUX fields of a config that is one of them (else nothing)."""
+    if method == "lora" and is_flux_lora(raw):
+        flux_lora(get, out, notes, refuse)
+    elif is_sd3_full(raw, method):
+        sd3_full(get, out, notes, refuse)
+
+
+def sd3_full(get: Callable[..., Any], out: dict[str, Any], notes: list[str],
+             refuse: Callable[[str, str], None]) -> None:
+    """The SD3 fields of the Dreambooth/Finetune tabs into `out`, as kohya_ss passes them to sd3_train.py."""
+    if get("sd3_enable_scaled_pos_embed"):
+        refuse("sd3_enable_scaled_pos_embed", "sd-scripts' scaled position embedding (enable_scaled_pos_embed) is not "
+               "available; turn it off")
+    for name in SD3_FIELDS:
+        if not blank(get(name)):
+            out[name] = get(name)
+    out["model_family"] = SWITCH_FAMILIES[SD3_SWITCH]
+    out["cache_text_encoder_outputs"] = bool(get("sd3_cache_text_encoder_outputs"))
+    out["cache_text_encoder_outputs_to_disk"] = bool(get("sd3_cache_text_encoder_outputs_to_disk"))
+    if out.pop("train_text_encoder", None):  # kohya_ss passes train_text_encoder (and te rates) for SDXL only
+        notes.append("train_text_encoder = false: kohya_ss passes it (and learning_rate_te1/te2) to SDXL's script "
+                     "only, so sd3_train.py trains the MMDiT alone")
+    notes[:] = [n for n in notes if not n.startswith("train_text_encoder = true: kohya_ss runs train_db.py")]
+    dtype = get("t5xxl_dtype")
+    if not blank(dtype):
+        notes.append(f"t5xxl_dtype = {dtype!r} (kohya_ss) is ignored: T5-XXL runs in the mixed_precision dtype here")
+    _leave_out_unread(out, notes, "SD3")
+
+
+def flux_lora(get: Callable[..., Any], out: dict[str, Any], notes: list[str],
+              refuse: Callable[[str, str], None]) -> None:
+    """The FLUX tab's fields into `out` (what kohya_ss writes in its --config_file), as kohya_ss passes them."""
+    for name, why in REFUSED.items():
+        if not blank(get(name)):
+            refuse(name, why)
+    for name in FIELDS + MEMORY_SAVERS:
+        if not blank(get(name)):
+            out[name] = get(name)
+    out["cache_text_encoder_outputs"] = bool(get("flux1_cache_text_encoder_outputs"))
+    out["cache_text_encoder_outputs_to_disk"] = bool(get("flux1_cache_text_encoder_outputs_to_disk"))
+    args = [f"{name}={get(name)}" for name in NETWORK_FIELDS if name != "in_dims" and not blank(get(name))]
+    if get("split_mode"):  # kohya_ss forces single blocks with split_mode (a memory saver of sd-scripts)
+        args.append("train_blocks=single")
+        notes.append("split_mode (kohya_ss) is ignored: it is a memory saver; train_blocks = single, as kohya_ss "
+                     "sets it with split_mode")
+    out["network_args"] = [*(out.get("network_args") or []), *args] or None
+    _leave_out_unread(out, notes, "FLUX")
+
+
+def _leave_out_unread(out: dict[str, Any], notes: list[str], family: str) -> None:
+    unread = [name for name in UNREAD if not blank(out.pop(name, None))]
+    if unread:
+        notes.append(f"{', '.join(unread)} (kohya_ss passes them for every model) are left out: sd-scripts' {family} "
+                     "trainer does not read them")
+
+# Every field of the FLUX tab read above (the others have the prefixes kohya_json knows as other-family fields).
+KNOWN = frozenset((*FIELDS, *NETWORK_FIELDS, *MEMORY_SAVERS, *REFUSED, *SD3_FIELDS, "split_mode", "t5xxl_dtype",
+                   "t5xxl_device", "save_clip", "save_t5xxl"))
