@@ -237,11 +237,25 @@ def test_kohya_ss_flux_lora_json_reads_as_kohya_ss_runs_it(tmp_path: Path) -> No
     said = " | ".join(notes)
     assert "min_snr_gamma, noise_offset, max_timestep (kohya_ss passes them for every model) are left out" in said
     assert values["blocks_to_swap"] == 8
-    for refused, extra in (("split_qkv", {"split_qkv": True}), ("flux1_checkbox", {"LoRA_type": "Flux1 OFT"}),
-                           ("sd3_checkbox", {"flux1_checkbox": False, "sd3_checkbox": True})):
+    for refused, extra in (("split_qkv", {"split_qkv": True}), ("flux1_checkbox", {"LoRA_type": "Flux1 OFT"})):
         with pytest.raises(ConfigError) as err:
             load_config("lora", _json(tmp_path, {**fields, **extra}))
         assert [i.field for i in err.value.issues] == [refused], err.value.issues
+
+
+def test_kohya_ss_sd3_lora_json_reads_its_files_under_the_lora_tabs_names(tmp_path: Path) -> None:
+    """kohya_ss's LoRA tab names SD3's CLIP-L and T5 files sd3_clip_l and sd3_t5xxl; it passes them as clip_l and
+    t5xxl to sd3_train_network.py, with clip_g and the weighting options."""
+    fields = {"LoRA_type": "Standard", "sd3_checkbox": True, "pretrained_model_name_or_path": "/m/sd3.5.safetensors",
+              "sd3_clip_l": "/c_l.safetensors", "clip_g": "/c_g.safetensors", "sd3_t5xxl": "/t5.safetensors",
+              "clip_l": "", "t5xxl": "", "weighting_scheme": "logit_normal", "learning_rate": 1e-4,
+              "sd3_cache_text_encoder_outputs": True, "min_snr_gamma": 5}
+    method, values, notes = import_kohya_file(_json(tmp_path, fields))
+    assert method == "lora" and values["model_family"] == "sd3"
+    assert (values["clip_l"], values["clip_g"], values["t5xxl"]) == ("/c_l.safetensors", "/c_g.safetensors",
+                                                                       "/t5.safetensors")
+    assert values["cache_text_encoder_outputs"] is True and "min_snr_gamma" not in values
+    assert any("sd-scripts' SD3 trainer does not read them" in n for n in notes)
 
 
 def _json(tmp_path: Path, fields: dict[str, Any]) -> Path:

@@ -86,7 +86,7 @@ GUI_ONLY: dict[str, str] = {
     "lowvram": "",
 }
 # Model-family switches of kohya_ss, and the message when one is on.
-_FLOW_JSON = ("kohya_ss's SD3 LoRA configs and FLUX.1 configs other than a 'Flux1' LoRA are not read here: import "
+_FLOW_JSON = ("kohya_ss's FLUX.1 configs other than a 'Flux1' LoRA are not read here: import "
               "the TOML kohya_ss wrote for the run (sd-scripts' options; SD3 and FLUX.1 files load), or start from the "
               "presets flux_dev_lora_16gb, flux_dev_lora_24gb or sd35_medium_lora")
 OTHER_FAMILY_SWITCHES: dict[str, str] = {
@@ -239,7 +239,7 @@ class _Converter:
             return False
         for switch, message in OTHER_FAMILY_SWITCHES.items():
             if self.raw.get(switch) is True and not (self.method == "lora" and flow.is_flux_lora(self.raw)
-                                                     or flow.is_sd3_full(self.raw, self.method)):
+                                                     or flow.is_sd3(self.raw)):
                 self.refuse(switch, f"{message}: this kohya_ss config is for that model family ({switch} = true); "
                             f"{TRAINED_HERE}")
                 return False

@@ -22,7 +22,7 @@ FIELDS = ("ae", "clip_l", "t5xxl", "t5xxl_max_token_length", "guidance_scale", "
 NETWORK_FIELDS = ("img_attn_dim", "img_mlp_dim", "img_mod_dim", "single_dim", "txt_attn_dim", "txt_mlp_dim",
                   "txt_mod_dim", "single_mod_dim", "in_dims", "train_double_block_indices",
                   "train_single_block_indices")
-# Its SD3 tabs' fields passed under their own names (sd3_train.py).
+# Its SD3 fields passed under their own names (sd3_train.py, sd3_train_network.py).
 SD3_FIELDS = ("clip_l", "clip_g", "t5xxl", "weighting_scheme", "logit_mean", "logit_std", "mode_scale")
 # Settings kohya_ss passes for every model that sd-scripts' SD3/FLUX trainers do not read (no noise offset, no SNR
 # weighting, no clip skip or CLIP token chunks, timesteps from their own sampling).
@@ -45,9 +45,9 @@ def is_flux_lora(raw: dict[str, Any]) -> bool:
     return raw.get(FLUX_SWITCH) is True and raw.get("LoRA_type") == FLUX_LORA_TYPE
 
 
-def is_sd3_full(raw: dict[str, Any], method: str) -> bool:
-    """kohya_ss's Dreambooth or Finetune tab with its SD3 checkbox (sd3_train.py)."""
-    return raw.get(SD3_SWITCH) is True and method in ("dreambooth", "finetune")
+def is_sd3(raw: dict[str, Any]) -> bool:
+    """Any kohya_ss tab with its SD3 checkbox (sd3_train_network.py, sd3_train.py)."""
+    return raw.get(SD3_SWITCH) is True
 
 
 def read_flow(raw: dict[str, Any], method: str, get: Callable[..., Any], out: dict[str, Any], notes: list[str],
@@ -55,19 +55,20 @@ def read_flow(raw: dict[str, Any], method: str, get: Callable[..., Any], out: di
     """The SD3 or FLUX fields of a config that is one of them (else nothing)."""
     if method == "lora" and is_flux_lora(raw):
         flux_lora(get, out, notes, refuse)
-    elif is_sd3_full(raw, method):
-        sd3_full(get, out, notes, refuse)
+    elif is_sd3(raw):
+        sd3(get, out, notes, refuse)
 
 
-def sd3_full(get: Callable[..., Any], out: dict[str, Any], notes: list[str],
-             refuse: Callable[[str, str], None]) -> None:
-    """The SD3 fields of the Dreambooth/Finetune tabs into `out`, as kohya_ss passes them to sd3_train.py."""
+def sd3(get: Callable[..., Any], out: dict[str, Any], notes: list[str], refuse: Callable[[str, str], None]) -> None:
+    """The SD3 fields of a tab into `out`, as kohya_ss passes them to sd3_train.py / sd3_train_network.py (its LoRA
+    tab names two of the files sd3_clip_l and sd3_t5xxl)."""
     if get("sd3_enable_scaled_pos_embed"):
         refuse("sd3_enable_scaled_pos_embed", "sd-scripts' scaled position embedding (enable_scaled_pos_embed) is not "
                "available; turn it off")
     for name in SD3_FIELDS:
-        if not blank(get(name)):
-            out[name] = get(name)
+        value = get(f"sd3_{name}") if name in ("clip_l", "t5xxl") and not blank(get(f"sd3_{name}")) else get(name)
+        if not blank(value):
+            out[name] = value
     out["model_family"] = SWITCH_FAMILIES[SD3_SWITCH]
     out["cache_text_encoder_outputs"] = bool(get("sd3_cache_text_encoder_outputs"))
     out["cache_text_encoder_outputs_to_disk"] = bool(get("sd3_cache_text_encoder_outputs_to_disk"))
