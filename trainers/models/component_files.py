@@ -6,7 +6,6 @@ is neither vendored nor in `tokenizer_cache_dir` (as sd-scripts does).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ import torch
 from torch import nn
 
 from trainers.models.base import ModelLoadError
+from trainers.models.reference_layout import count
 
 if TYPE_CHECKING:
     from trainers.models.single_file.checkpoint import Checkpoint
@@ -28,7 +28,7 @@ def component(ckpt: "Checkpoint", prefix: str, separate: str, what: str, option:
     from trainers.models.single_file.checkpoint import open_checkpoint
 
     if any(k.startswith(prefix) for k in ckpt.shapes):
-        source, state = ckpt.path, {k[len(prefix):]: v for k, v in ckpt.tensors().items() if k.startswith(prefix)}
+        source, state = ckpt.path, {k[len(prefix):]: v for k, v in ckpt.tensors(prefix).items()}
     elif separate:
         source, state = Path(separate).expanduser(), dict(open_checkpoint(separate).tensors())
     else:
@@ -38,11 +38,6 @@ def component(ckpt: "Checkpoint", prefix: str, separate: str, what: str, option:
         raise ModelLoadError(f"{option}: {source.name} stores the {what} as scaled fp8 (ComfyUI's *_scaled files), "
                              "which is not read here; use its fp16 or plain fp8 file")
     return state
-
-
-def _count(state: Mapping[str, Any], pattern: str) -> int:
-    found = {int(m[1]) for k in state if (m := re.match(pattern, k))}
-    return max(found) + 1 if found else 0
 
 
 def fill_meta(model: nn.Module, weights: Mapping[str, torch.Tensor], dtype: torch.dtype, what: str) -> nn.Module:
@@ -76,7 +71,7 @@ def clip_text_encoder(state: Mapping[str, torch.Tensor], dtype: torch.dtype, wit
     config = transformers.CLIPTextConfig(
         vocab_size=vocab, hidden_size=hidden, num_attention_heads=max(1, hidden // CLIP_HEAD_WIDTH),
         intermediate_size=weights["encoder.layers.0.mlp.fc1.weight"].shape[0],
-        num_hidden_layers=_count(weights, r"encoder\.layers\.(\d+)\."),
+        num_hidden_layers=count(weights, "encoder.layers."),
         max_position_embeddings=weights["embeddings.position_embedding.weight"].shape[0],
         projection_dim=weights["text_projection.weight"].shape[0] if "text_projection.weight" in weights else hidden,
         hidden_act=hidden_act, bos_token_id=vocab - 2, eos_token_id=vocab - 1, pad_token_id=vocab - 1)
@@ -109,7 +104,7 @@ def t5_encoder(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> nn.Modu
     config = transformers.T5Config(
         vocab_size=embed.shape[0], d_model=embed.shape[1], num_heads=heads,
         d_kv=weights["encoder.block.0.layer.0.SelfAttention.q.weight"].shape[0] // heads, d_ff=d_ff,
-        num_layers=_count(weights, r"encoder\.block\.(\d+)\."), relative_attention_num_buckets=bias.shape[0],
+        num_layers=count(weights, "encoder.block."), relative_attention_num_buckets=bias.shape[0],
         feed_forward_proj="gated-gelu" if gated else "relu", is_encoder_decoder=False, use_cache=False,
         pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
     with init_empty_weights():
@@ -126,13 +121,13 @@ def autoencoder(state: Mapping[str, torch.Tensor], scaling_factor: float, shift_
     if "encoder.conv_in.weight" not in state or "decoder.conv_in.weight" not in state:
         raise ModelLoadError("the ae file has no encoder.conv_in / decoder.conv_in weights: it is not an autoencoder "
                              "in the original layout")
-    levels = _count(state, r"encoder\.down\.(\d+)\.")
+    levels = count(state, "encoder.down.")
     config = {
         "in_channels": state["encoder.conv_in.weight"].shape[1],
         "out_channels": state["decoder.conv_out.weight"].shape[0],
         "latent_channels": state["decoder.conv_in.weight"].shape[1],
         "block_out_channels": [state[f"encoder.down.{i}.block.0.conv1.weight"].shape[0] for i in range(levels)],
-        "layers_per_block": _count(state, r"encoder\.down\.0\.block\.(\d+)\."),
+        "layers_per_block": count(state, "encoder.down.0.block."),
         "down_block_types": ["DownEncoderBlock2D"] * levels, "up_block_types": ["UpDecoderBlock2D"] * levels,
         "use_quant_conv": "quant_conv.weight" in state, "use_post_quant_conv": "post_quant_conv.weight" in state,
         "mid_block_add_attention": "encoder.mid.attn_1.q.weight" in state,

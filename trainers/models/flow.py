@@ -96,12 +96,14 @@ class FlowFamily:
         from accelerate import init_empty_weights
 
         from trainers.models.component_files import fill_meta
+        from trainers.models.reference_layout import prefix_of
 
         layout = importlib.import_module(f"trainers.models.{self.name}.reference")
         config = layout.config_from_shapes(layout.strip_prefix(ckpt.shapes), ckpt.path.name)
         with init_empty_weights():
             transformer = getattr(diffusers, self.transformer_class).from_config(config)
-        weights = layout.to_diffusers(layout.strip_prefix(ckpt.tensors()), config, ckpt.path.name)
+        nested = prefix_of(ckpt.shapes, layout.PREFIXES, layout.MARKER)  # read only the denoiser's tensors
+        weights = layout.to_diffusers(layout.strip_prefix(ckpt.tensors(nested)), config, ckpt.path.name)
         return fill_meta(transformer, weights, weight_dtype, f"{self.title} transformer")
 
     def checkpoint_variant(self, config: Any) -> Any:

@@ -28,12 +28,15 @@ def linear(reference: str, *parts: str, swap_halves: bool = False) -> Iterator[R
         yield Rule(f"{reference}.{param}", tuple(f"{p}.{param}" for p in parts), swap_halves)
 
 
+def prefix_of(keys: Mapping[str, object], prefixes: tuple[str, ...], marker: str) -> str:
+    """Where a file nests the denoiser: the first of `prefixes` under which `marker` is found ("" when none)."""
+    return next((prefix for prefix in prefixes if any(k.startswith(prefix + marker) for k in keys)), "")
+
+
 def strip_prefix(state: Mapping[str, object], prefixes: tuple[str, ...], marker: str) -> dict[str, object]:
-    """The denoiser's own tensors of a file: the first of `prefixes` under which `marker` is found, removed."""
-    for prefix in prefixes:
-        if any(k.startswith(prefix + marker) for k in state):
-            return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-    return dict(state)
+    """The denoiser's own tensors of a file, its nesting (prefix_of) removed."""
+    prefix = prefix_of(state, prefixes, marker)
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def to_diffusers(state: Mapping[str, torch.Tensor], rules: list[Rule], width: int, name: str

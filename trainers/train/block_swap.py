@@ -19,7 +19,6 @@ from torch import nn
 class BlockSwap:
     def __init__(self, blocks: Sequence[nn.Module], device: torch.device) -> None:
         self.device = device
-        self.moves = 0  # device copies made (each block's weights, each time it runs)
         self.parked: dict[int, list[tuple[nn.Parameter, torch.Tensor]]] = {}
         for block in blocks:
             # a LoRA's own weights live in its network, not in the block: every weight here is a frozen base weight
@@ -39,7 +38,6 @@ class BlockSwap:
     def _fetch(self, block: nn.Module, args: Any) -> None:
         for param, host in self.parked[id(block)]:
             param.data = host.to(self.device, non_blocking=True)
-        self.moves += 1
 
     def _return(self, block: nn.Module, args: Any, output: Any) -> None:
         self._park(block)

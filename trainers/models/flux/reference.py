@@ -12,6 +12,7 @@ from trainers.models import reference_layout as layout
 from trainers.models.base import ModelLoadError
 from trainers.models.reference_layout import Rule, linear
 
+MARKER = "double_blocks."  # the first key of its blocks: where the file nests the denoiser
 PREFIXES = ("model.diffusion_model.", "diffusion_model.")  # how all-in-one checkpoints nest the transformer
 ROPE_AXES = {128: (16, 56, 56)}  # position-embedding axes per attention-head width (FLUX.1: 128); not in the weights
 
@@ -53,7 +54,7 @@ def rules(double_blocks: int, single_blocks: int, guidance: bool) -> list[Rule]:
 
 def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
     """The transformer's own tensors of a file (the nesting of all-in-one checkpoints removed)."""
-    return layout.strip_prefix(state, PREFIXES, "double_blocks.")
+    return layout.strip_prefix(state, PREFIXES, MARKER)
 
 
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from trainers.models import reference_layout as layout
 from trainers.models.base import ModelLoadError
 from trainers.models.reference_layout import Rule, linear
 
+MARKER = "joint_blocks."  # the first key of its blocks: where the file nests the denoiser
 PREFIXES = ("model.diffusion_model.",)  # how Stability's files nest the MMDiT
 HEAD_WIDTH = 64  # SD3's attention heads without q/k norms (SD3 Medium); the width is not in its weights
 SAMPLE_SIZE = 128  # every published SD3/SD3.5 transformer config's sample_size (a pipeline default only)
@@ -53,7 +54,7 @@ def rules(blocks: int, dual_attention: tuple[int, ...], qk_norm: bool) -> list[R
 
 
 def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
-    return layout.strip_prefix(state, PREFIXES, "joint_blocks.")
+    return layout.strip_prefix(state, PREFIXES, MARKER)
 
 
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:

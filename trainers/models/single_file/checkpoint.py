@@ -28,11 +28,12 @@ class Checkpoint:
     shapes: dict[str, tuple[int, ...]]  # every tensor's name and shape, read without loading it
     metadata: dict[str, str] = field(default_factory=dict)  # safetensors __metadata__
     global_step: int | None = None  # .ckpt only
-    _tensors: Callable[[], Mapping[str, torch.Tensor]] | None = None
+    _tensors: Callable[[str], Mapping[str, torch.Tensor]] | None = None
 
-    def tensors(self) -> Mapping[str, torch.Tensor]:
+    def tensors(self, prefix: str = "") -> Mapping[str, torch.Tensor]:
+        """The tensors whose names start with `prefix` (all by default); a .safetensors file reads only those."""
         assert self._tensors is not None
-        return self._tensors()
+        return self._tensors(prefix)
 
 
 def _load_ckpt(path: Path) -> tuple[Mapping[str, torch.Tensor], int | None]:
@@ -68,11 +69,13 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
         except ValueError as err:
             raise ModelLoadError(str(err)) from None
 
-        def load() -> Mapping[str, torch.Tensor]:
-            from safetensors.torch import load_file
+        def load(prefix: str) -> Mapping[str, torch.Tensor]:
+            from safetensors import safe_open
 
-            return load_file(path)  # memory-mapped: tensors are read when used
+            with safe_open(str(path), framework="pt", device="cpu") as handle:
+                return {k: handle.get_tensor(k) for k in handle.keys() if k.startswith(prefix)}
 
         return Checkpoint(path, shapes, metadata, None, load)
     tensors, global_step = _load_ckpt(path)  # mmap: nothing is read until used
-    return Checkpoint(path, {k: tuple(v.shape) for k, v in tensors.items()}, {}, global_step, lambda: tensors)
+    return Checkpoint(path, {k: tuple(v.shape) for k, v in tensors.items()}, {}, global_step,
+                      lambda prefix: {k: v for k, v in tensors.items() if k.startswith(prefix)})
