@@ -271,7 +271,7 @@ class _Converter:
         if self.method == "dreambooth" and sdxl:  # kohya_ss: sdxl_train.py trains the text encoders with a rate
             rates = [number(self.get(n)) for n in ("learning_rate_te1", "learning_rate_te2")]
             self.out["train_text_encoder"] = any(isinstance(r, (int, float)) and r > 0 for r in rates)
-        elif self.method == "dreambooth":
+        elif self.method == "dreambooth" and not flow.is_sd3(self.raw):  # train_db.py's way; sd3_train.py's: below
             stop = number(self.get("stop_text_encoder_training"))
             if not (isinstance(stop, (int, float)) and stop < 0):
                 self.out["train_text_encoder"] = True

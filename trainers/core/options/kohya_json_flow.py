@@ -72,10 +72,9 @@ def sd3(get: Callable[..., Any], out: dict[str, Any], notes: list[str], refuse: 
     out["model_family"] = SWITCH_FAMILIES[SD3_SWITCH]
     out["cache_text_encoder_outputs"] = bool(get("sd3_cache_text_encoder_outputs"))
     out["cache_text_encoder_outputs_to_disk"] = bool(get("sd3_cache_text_encoder_outputs_to_disk"))
-    if out.pop("train_text_encoder", None):  # kohya_ss passes train_text_encoder (and te rates) for SDXL only
-        notes.append("train_text_encoder = false: kohya_ss passes it (and learning_rate_te1/te2) to SDXL's script "
-                     "only, so sd3_train.py trains the MMDiT alone")
-    notes[:] = [n for n in notes if not n.startswith("train_text_encoder = true: kohya_ss runs train_db.py")]
+    if any(not blank(get(name)) for name in ("learning_rate_te1", "learning_rate_te2")):
+        notes.append("learning_rate_te1/te2 are not used: kohya_ss passes them (and train_text_encoder) to SDXL's "
+                     "script only, so sd3_train.py trains the MMDiT alone")
     dtype = get("t5xxl_dtype")
     if not blank(dtype):
         notes.append(f"t5xxl_dtype = {dtype!r} (kohya_ss) is ignored: T5-XXL runs in the mixed_precision dtype here")
