@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,11 +23,35 @@ def hook_env(**variables: str) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "hooks")]), **variables}
 
 
+def free_port() -> int:
+    """A port nothing listens on now: each multi-process run gets its own, so no run meets another's leftovers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_processes() -> list[str]:
+    """`accelerate launch` of 2 CPU processes (DDP over gloo; ACCELERATE_USE_CPU=1 in the environment)."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(free_port())]
+
+
 def run_trainer(args: list[str], run_dir: Path, launcher: list[str] | None = None,
                 env: dict[str, str] | None = None, method: str = "lora") -> subprocess.CompletedProcess:
+    """Run a trainer as a process. Several processes wait at most 2 minutes for each other (ddp_timeout), so a
+    deadlock fails with both ranks' tracebacks instead of the 10-minute timeout; a timeout still shows the output."""
+    multi = launcher is not None and "--multi_gpu" in launcher and not any("ddp_timeout=" in a for a in args)
     cmd = (launcher or [sys.executable]) + ["-m", "trainers", method, "--run-dir", str(run_dir)] + args
+    cmd += ["--set", "ddp_timeout=2"] if multi else []
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
+    try:
+        return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as timeout:
+        log = run_dir / "events.jsonl"
+        tail = log.read_text(encoding="utf-8")[-3000:] if log.exists() else "(no events)"
+        raise AssertionError(f"timed out after 600 s: {cmd}\nstderr: {str(timeout.stderr or '')[-4000:]}\n"
+                             f"events: {tail}") from None
 
 
 def sets(**values: object) -> list[str]:

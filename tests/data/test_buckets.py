@@ -148,11 +148,10 @@ def test_two_processes_train_a_dataset_config_with_buckets_and_disk_cache(tiny_s
     """DDP over gloo: each step both processes train the same bucket, the disk cache is split between them,
     and the steps run are the preflight's steps for 2 processes."""
     import json
-    import sys
 
     from trainers.data.preflight import preflight
 
-    from helpers import events, run_trainer, sets
+    from helpers import events, run_trainer, sets, two_processes
 
     for name, size in (("wide", (128, 40)), ("a", (64, 64)), ("b", (72, 64))):
         save_image(tmp_path / "imgs" / f"{name}.png", size)
@@ -167,9 +166,7 @@ def test_two_processes_train_a_dataset_config_with_buckets_and_disk_cache(tiny_s
                    network_train_unet_only=True, network_dim=4, max_data_loader_n_workers=0)
     expected = preflight(TrainConfig("lora", options), num_processes=2)
     assert expected.ok and expected.total_steps == 3 + 1  # 64x64: (2 + 3 balanced reg samples) / 2; 96x32: 1
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                "--main_process_port", "29531"]
+    launcher = two_processes()
     result = run_trainer(sets(**options), tmp_path / "run", launcher, env={"ACCELERATE_USE_CPU": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     evs = events(tmp_path / "run")

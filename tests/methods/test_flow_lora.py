@@ -191,9 +191,8 @@ def test_options_flow_matching_cannot_honour_are_refused_before_loading(tiny_flu
 
 
 def test_flux_two_processes_reproduce_one_process(tiny_flux_dir: Path, dataset: Path, tmp_path: Path) -> None:
-    import sys
 
-    from helpers import hook_env, run_trainer, sets
+    from helpers import hook_env, run_trainer, sets, two_processes
 
     values = dict(pretrained_model_name_or_path=str(tiny_flux_dir), train_data_dir=str(dataset), resolution="64",
                   max_data_loader_n_workers=0, learning_rate=1.0, optimizer_args=["eps=1.0"], network_dim=4,
@@ -202,9 +201,7 @@ def test_flux_two_processes_reproduce_one_process(tiny_flux_dir: Path, dataset: 
                   model_prediction_type="raw")
     one = run_trainer(sets(**values, output_dir=str(tmp_path / "one")), tmp_path / "run1")
     assert one.returncode == 0, one.stderr[-3000:]
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-                "29541"]
+    launcher = two_processes()
     two = run_trainer(sets(**values, output_dir=str(tmp_path / "two"), num_processes=2), tmp_path / "run2", launcher,
                       env=hook_env(ACCELERATE_USE_CPU="1"))
     assert two.returncode == 0, two.stderr[-3000:]

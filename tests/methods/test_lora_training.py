@@ -13,7 +13,7 @@ from safetensors import safe_open
 
 from trainers.demo import build_dataset
 
-from helpers import FAST, REPO, events, fixed_seed_image, run_trainer, sets
+from helpers import FAST, REPO, events, fixed_seed_image, run_trainer, sets, two_processes
 
 pytestmark = pytest.mark.slow  # every test here runs a trainer
 
@@ -126,8 +126,7 @@ def test_missing_length_and_unknown_option_are_clear(tmp_path: Path) -> None:
 
 def test_two_processes_train_the_same_images_in_half_the_steps(tiny_sd1_dir: Path, dataset: Path,
                                                                 tmp_path: Path) -> None:
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517"]
+    launcher = two_processes()
     args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
                 output_dir=str(tmp_path / "o"), max_train_epochs=1, network_train_unet_only=True)
     result = run_trainer(args + [a for kv in FAST for a in ("--set", kv)], tmp_path / "run", launcher,

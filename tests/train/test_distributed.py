@@ -20,10 +20,8 @@ from trainers.core.plan import BatchSplitError, per_device_batch, plan_steps
 from trainers.demo import build_dataset
 from trainers.validate import validate
 
-from helpers import events, hook_env, run_trainer, sets
+from helpers import events, hook_env, run_trainer, sets, two_processes
 
-TWO_PROCS = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port"]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +86,7 @@ def test_two_processes_reproduce_one_process_with_few_collectives(tiny_sd1_dir: 
     one = run_trainer(_lora_args(tiny_sd1_dir, dataset, tmp_path / "one", **linear), tmp_path / "run1")
     assert one.returncode == 0, one.stderr[-3000:]
     two = run_trainer(_lora_args(tiny_sd1_dir, dataset, tmp_path / "two", num_processes=2, **linear),
-                      tmp_path / "run2", TWO_PROCS + ["29531"],
+                      tmp_path / "run2", two_processes(),
                       env=hook_env(ACCELERATE_USE_CPU="1", ATELIER_TEST_COUNT_COLLECTIVES=str(tmp_path / "counts")))
     assert two.returncode == 0, two.stderr[-3000:]
 
@@ -118,7 +116,7 @@ def test_a_failing_rank_stops_the_whole_run_with_its_error(tiny_sd1_dir: Path, d
     started = time.monotonic()
     result = run_trainer(_lora_args(tiny_sd1_dir, dataset, tmp_path / "o", num_processes=2, max_train_steps=50,
                                     ddp_gradient_precision="bf16"),
-                         tmp_path / "run", TWO_PROCS + ["29532"],
+                         tmp_path / "run", two_processes(),
                          env=hook_env(ACCELERATE_USE_CPU="1", ATELIER_TEST_FAIL_RANK_AT_STEP="1:2"))
     assert result.returncode != 0
     assert time.monotonic() - started < 120, "no hang: the launcher stops the other rank"

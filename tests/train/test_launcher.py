@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, free_port
 
 
 def launch(tmp_path: Path, *launch_args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -30,7 +30,7 @@ def test_a_refused_config_exits_2_with_the_trainers_message_only(tmp_path: Path)
 @pytest.mark.slow
 def test_two_processes_refusing_a_config_exit_2_too(tmp_path: Path) -> None:
     result = launch(tmp_path, "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-                    "--dynamo_backend", "no", "--main_process_port", "29541", env={"ACCELERATE_USE_CPU": "1"})
+                    "--dynamo_backend", "no", "--main_process_port", str(free_port()), env={"ACCELERATE_USE_CPU": "1"})
     assert result.returncode == 2, result.stderr[-2000:]
     assert "pretrained_model_name_or_path: is required" in result.stderr
     assert "Traceback" not in result.stderr

@@ -2,7 +2,6 @@
 of processes."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +17,8 @@ from trainers.models import LoadedModel, load_model
 from trainers.train.diffusion import NoiseOptions, NoisePredictor
 from trainers.train.validation import Validator, shard, validation_timesteps
 
-from helpers import events, run_trainer, sets, train
+from helpers import events, run_trainer, sets, train, two_processes
 
-TWO_PROCS = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port"]
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +127,7 @@ def test_two_processes_give_the_validation_loss_of_one(tiny_sd1_dir: Path, datas
     one = run_trainer(sets(**values, output_dir=str(tmp_path / "one")), tmp_path / "run1")
     assert one.returncode == 0, one.stderr[-3000:]
     two = run_trainer(sets(**values, output_dir=str(tmp_path / "two"), num_processes=2), tmp_path / "run2",
-                      TWO_PROCS + ["29541"], env={"ACCELERATE_USE_CPU": "1"})
+                      two_processes(), env={"ACCELERATE_USE_CPU": "1"})
     assert two.returncode == 0, two.stderr[-3000:]
     a = [(e["step"], e["loss"]) for e in events(tmp_path / "run1") if e["type"] == "validation"]
     b = [(e["step"], e["loss"]) for e in events(tmp_path / "run2") if e["type"] == "validation"]
