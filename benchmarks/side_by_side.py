@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,6 +64,8 @@ def build_workload(work: Path, name: str) -> tuple[Path, Path, Path, dict]:
         (imagefolder / image.name).write_bytes(image.read_bytes())
         rows.append(json.dumps({"file_name": image.name, "text": image.with_suffix(".txt").read_text()}))
     (imagefolder / "metadata.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    # sd-scripts loads openai/clip-vit-large-patch14's tokenizer from the hub unless its tokenizer_cache_dir has it
+    shutil.copytree(model / "tokenizer", work / "tokenizers" / "openai_clip-vit-large-patch14")
     return model, kohya, imagefolder, settings
 
 
@@ -113,7 +116,8 @@ def sd_scripts_argv(checkout: Path, work: Path, model: Path, data: Path, s: dict
             "--network_alpha", str(s["alpha"]), "--network_train_unet_only", "--optimizer_type", "AdamW",
             "--learning_rate", "1e-4", "--lr_scheduler", "constant", "--max_train_steps", str(steps),
             "--train_batch_size", str(s["batch"]), "--caption_extension", ".txt", "--sdpa",
-            "--max_data_loader_n_workers", "0", "--save_model_as", "safetensors", "--seed", "0"]
+            "--max_data_loader_n_workers", "0", "--save_model_as", "safetensors", "--seed", "0",
+            "--tokenizer_cache_dir", str(work / "tokenizers")]
 
 
 def diffusers_argv(script: Path, work: Path, model: Path, imagefolder: Path, s: dict, steps: int,
@@ -156,12 +160,15 @@ def main() -> int:
                         help="an Atelier option on top of the workload's (A/B one setting, e.g. "
                              "num_cpu_threads_per_process=1)")
     parser.add_argument("--python", default=sys.executable, help="the python the other trainers run with")
+    parser.add_argument("--sd-scripts-python", help="sd-scripts' own python, where it needs other library versions "
+                                                    "than the diffusers example (default: --python)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="atelier-side-by-side-"))
     model, kohya, imagefolder, s = build_workload(work, args.workload)
     arms = [("atelier", atelier_argv(work, model, kohya, s, args.steps, sys.executable, args.atelier_set), REPO)]
     if args.sd_scripts:
-        arms.append(("sd-scripts", sd_scripts_argv(args.sd_scripts, work, model, kohya, s, args.steps, args.python),
+        arms.append(("sd-scripts", sd_scripts_argv(args.sd_scripts, work, model, kohya, s, args.steps,
+                                                    args.sd_scripts_python or args.python),
                      args.sd_scripts))
     if args.diffusers_example:
         arms.append(("diffusers", diffusers_argv(args.diffusers_example, work, model, imagefolder, s, args.steps,

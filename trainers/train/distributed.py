@@ -42,6 +42,32 @@ def check_launch(cfg: TrainConfig, accelerator: Any) -> None:
                                    f"launched for {launched!r}: {how}", "launch")])
 
 
+_held_groups: list[Any] = []  # see hold_process_group
+
+
+def hold_process_group() -> None:
+    """Keep a Python reference to the default process group until `release_process_group`.
+
+    A DDP model's reducer frees the group it holds with the GIL taken. If its reference is the last, the group's
+    destructor waits for its gloo worker threads while one of them waits for the GIL (to free a finished
+    broadcast's tensors): the process hangs after the run has ended (seen with 2 CPU processes on a busy machine;
+    pytorch/pytorch#56297). Freed through Python's reference instead, the destructor runs with the GIL released.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and not _held_groups:
+        _held_groups.append(dist.group.WORLD)
+
+
+def release_process_group() -> None:
+    """Free the held process group, after every model that used it (called when the run has ended)."""
+    if _held_groups:
+        import gc
+
+        gc.collect()  # a DDP model caught in a reference cycle lets go of its reducer now, not at exit
+        _held_groups.clear()
+
+
 def accelerator_handlers(cfg: TrainConfig) -> list[Any]:
     """accelerate kwargs handlers: the collective timeout, and DDP's buckets (no unused-parameter search)."""
     from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs

@@ -16,6 +16,16 @@ from trainers.core.rundir import CONFIG, RunState, new_run_dir
 
 def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str],
                print_only: bool = False) -> int:
+    """Train `method` and return the exit status; every ending is recorded in the run directory."""
+    from trainers.train.distributed import release_process_group
+
+    try:
+        return _run(method, config, run_dir, overrides, print_only)
+    finally:
+        release_process_group()  # after the run's models are gone (see hold_process_group)
+
+
+def _run(method: str, config: Path | None, run_dir: Path | None, overrides: list[str], print_only: bool) -> int:
     from trainers.core.errors import EXIT_BAD_INPUT, BadInput, TrainingFailed, TrainingStopped
     from trainers.core.secrets import install_redaction
 

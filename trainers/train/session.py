@@ -153,7 +153,7 @@ def make_accelerator(cfg: TrainConfig) -> Any:
     from accelerate.utils import ProjectConfiguration
 
     from trainers.core.options import ConfigError, ConfigIssue
-    from trainers.train.distributed import accelerator_handlers, check_launch, install_rank_timer
+    from trainers.train.distributed import accelerator_handlers, check_launch, hold_process_group, install_rank_timer
 
     if cfg.distributed_backend != "ddp" and (
             os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()):
@@ -167,6 +167,7 @@ def make_accelerator(cfg: TrainConfig) -> Any:
         project_config=ProjectConfiguration(project_dir=logging_dir or ".", logging_dir=logging_dir),
         kwargs_handlers=accelerator_handlers(cfg),
     )
+    hold_process_group()
     check_launch(cfg, accelerator)
     accelerator.rank_timer = install_rank_timer(accelerator, cfg.ddp_gradient_precision)
     return accelerator
