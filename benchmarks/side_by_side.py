@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from PIL import Image
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -39,8 +41,12 @@ if _log:  # every process of the run imports torch anyway (accelerate's launcher
     from torch.optim.optimizer import register_optimizer_step_post_hook
     _fh = open(f"{_log}.{os.getpid()}", "a")
     register_optimizer_step_post_hook(lambda *a, **k: (_fh.write(f"{time.time()}\\n"), _fh.flush()))
-    atexit.register(lambda: open(f"{_log}.rss.{os.getpid()}", "w").write(
-        str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)))
+    def _peak_rss():  # this program's own peak: ru_maxrss would include the forking parent's (the benchmark's)
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    atexit.register(lambda: open(f"{_log}.rss.{os.getpid()}", "w").write(str(_peak_rss())))
 '''
 
 
@@ -57,6 +63,10 @@ def build_workload(work: Path, name: str) -> tuple[Path, Path, Path, dict]:
     else:
         model = _real_size_sd15(work / "model")
     kohya = build_dataset(work / "data", folder="1_bench", size=64)
+    for image in (kohya / "1_bench").glob("*.png"):  # square, as sd-scripts without buckets requires
+        with Image.open(image) as img:
+            square = img.crop((0, 0, 64, 64))
+        square.save(image)
     imagefolder = work / "imagefolder"
     imagefolder.mkdir()
     rows = []
@@ -130,13 +140,15 @@ def diffusers_argv(script: Path, work: Path, model: Path, imagefolder: Path, s: 
             "--dataloader_num_workers", "0", "--seed", "0"]
 
 
-def timed_run(name: str, argv: list[str], cwd: Path, work: Path, round_no: int) -> dict:
+def timed_run(name: str, argv: list[str], cwd: Path, work: Path, round_no: int, threads: int | None = None) -> dict:
     log = work / f"steps-{name}-{round_no}"
     hook = work / "hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(HOOK, encoding="utf-8")
     env = {**os.environ, "BENCH_STEP_LOG": str(log), "HF_HUB_OFFLINE": "1", "ACCELERATE_USE_CPU": "1",
            "PYTHONPATH": os.pathsep.join([str(hook), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    if threads:  # accelerate launch takes a CPU process's threads from OMP_NUM_THREADS (else 1 per process)
+        env["OMP_NUM_THREADS"] = str(threads)
     launched = time.time()
     done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
@@ -159,13 +171,16 @@ def main() -> int:
     parser.add_argument("--atelier-set", action="append", default=[], metavar="NAME=VALUE",
                         help="an Atelier option on top of the workload's (A/B one setting, e.g. "
                              "num_cpu_threads_per_process=1)")
+    parser.add_argument("--threads", type=int, help="CPU threads of every trainer (default: as each is launched: "
+                                                    "accelerate launch gives a CPU process 1, Atelier the cores)")
     parser.add_argument("--python", default=sys.executable, help="the python the other trainers run with")
     parser.add_argument("--sd-scripts-python", help="sd-scripts' own python, where it needs other library versions "
                                                     "than the diffusers example (default: --python)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="atelier-side-by-side-"))
     model, kohya, imagefolder, s = build_workload(work, args.workload)
-    arms = [("atelier", atelier_argv(work, model, kohya, s, args.steps, sys.executable, args.atelier_set), REPO)]
+    atelier_set = args.atelier_set + ([f"num_cpu_threads_per_process={args.threads}"] if args.threads else [])
+    arms = [("atelier", atelier_argv(work, model, kohya, s, args.steps, sys.executable, atelier_set), REPO)]
     if args.sd_scripts:
         arms.append(("sd-scripts", sd_scripts_argv(args.sd_scripts, work, model, kohya, s, args.steps,
                                                     args.sd_scripts_python or args.python),
@@ -176,7 +191,7 @@ def main() -> int:
     results: dict[str, list[dict]] = {name: [] for name, _, _ in arms}
     for round_no in range(args.rounds):
         for name, argv, cwd in arms:
-            result = timed_run(name, argv, cwd, work, round_no)
+            result = timed_run(name, argv, cwd, work, round_no, args.threads)
             results[name].append(result)
             print(json.dumps({"round": round_no + 1, **result}), flush=True)
     print(f"\n{args.workload}: median of {args.rounds} interleaved rounds ({args.steps} steps, steps/s over 10-end)")

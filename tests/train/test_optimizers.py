@@ -97,6 +97,15 @@ def test_sd_scripts_defaults() -> None:
     assert type(preprint).__name__ == "DAdaptAdamPreprint"
 
 
+def test_adamw_runs_fused_on_the_cpu_and_updates_as_the_per_tensor_loop() -> None:
+    fused, before, after = _step(TrainConfig("lora", {"optimizer_type": "AdamW", "learning_rate": 1e-2}), steps=3)
+    assert fused.param_groups[0]["fused"] is True
+    looped, _, reference = _step(TrainConfig("lora", {"optimizer_type": "AdamW", "learning_rate": 1e-2,
+                                                      "optimizer_args": ["foreach=False"]}), steps=3)
+    assert not looped.param_groups[0].get("fused") and (after - before).abs().max() > 1e-3
+    assert torch.allclose(after, reference, atol=1e-6)
+
+
 def test_adafactor_defaults_are_sd_scripts() -> None:
     from transformers.optimization import Adafactor, AdafactorSchedule
 
