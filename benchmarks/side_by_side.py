@@ -140,6 +140,21 @@ def diffusers_argv(script: Path, work: Path, model: Path, imagefolder: Path, s: 
             "--dataloader_num_workers", "0", "--seed", "0"]
 
 
+KOHYA_TARGETS = '["to_k", "to_q", "to_v", "to_out.0", "proj_in", "proj_out", "ff.net.0.proj", "ff.net.2"]'
+
+
+def with_kohya_targets(script: Path) -> Path:
+    """A copy of the diffusers example whose LoRA wraps the layers sd-scripts' and Atelier's UNet LoRA wraps (the
+    example's own list is attention only: fewer, smaller layers, so less work per step)."""
+    text = script.read_text(encoding="utf-8")
+    attention_only = 'target_modules=["to_k", "to_q", "to_v", "to_out.0"]'
+    if attention_only not in text:
+        raise SystemExit(f"{script}: no `{attention_only}` line to widen; compare without --diffusers-kohya-targets")
+    copy = script.parent / f"{script.stem}_kohya_targets.py"  # beside it: the example imports nothing relative
+    copy.write_text(text.replace(attention_only, f"target_modules={KOHYA_TARGETS}"), encoding="utf-8")
+    return copy
+
+
 def timed_run(name: str, argv: list[str], cwd: Path, work: Path, round_no: int, threads: int | None = None) -> dict:
     log = work / f"steps-{name}-{round_no}"
     hook = work / "hook"
@@ -168,6 +183,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--sd-scripts", type=Path, help="an sd-scripts checkout (its train_network.py)")
     parser.add_argument("--diffusers-example", type=Path, help="diffusers' train_text_to_image_lora.py")
+    parser.add_argument("--diffusers-kohya-targets", action="store_true",
+                        help="give the diffusers example's LoRA the layers Atelier and sd-scripts train (a patched "
+                             "copy beside the script), so each trainer does the same work per step")
     parser.add_argument("--atelier-set", action="append", default=[], metavar="NAME=VALUE",
                         help="an Atelier option on top of the workload's (A/B one setting, e.g. "
                              "num_cpu_threads_per_process=1)")
@@ -186,7 +204,9 @@ def main() -> int:
                                                     args.sd_scripts_python or args.python),
                      args.sd_scripts))
     if args.diffusers_example:
-        arms.append(("diffusers", diffusers_argv(args.diffusers_example, work, model, imagefolder, s, args.steps,
+        script = with_kohya_targets(args.diffusers_example) if args.diffusers_kohya_targets else \
+            args.diffusers_example
+        arms.append(("diffusers", diffusers_argv(script, work, model, imagefolder, s, args.steps,
                                                  args.python), args.diffusers_example.parent))
     results: dict[str, list[dict]] = {name: [] for name, _, _ in arms}
     for round_no in range(args.rounds):
