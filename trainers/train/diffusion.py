@@ -20,6 +20,7 @@ from trainers.train.losses import (
     v_like_scale,
 )
 from trainers.train.noise import draw_timesteps, input_perturbation, multires_noise, offset_noise, per_sample
+from trainers.train.text_memo import TextMemo
 
 
 class NoisePredictor(nn.Module):
@@ -39,6 +40,7 @@ class NoisePredictor(nn.Module):
         self.extra = extra
         self.clip_skip = clip_skip
         self.train_text_encoder = train_text_encoder
+        self.text_memo = TextMemo() if self.text_encoders and not train_text_encoder else None
         # Frozen weights take no part in DDP: not broadcast at start, not bucketed.
         self._ddp_params_and_buffers_to_ignore = [n for n, p in self.named_parameters() if not p.requires_grad] + [
             n for n, _ in self.named_buffers()]
@@ -53,8 +55,13 @@ class NoisePredictor(nn.Module):
         else:
             ids, weights = split_weighted(input_ids or [])
             with torch.set_grad_enabled(self.train_text_encoder and torch.is_grad_enabled()):
-                hidden, pooled = self.family.encode_prompts(list(self.text_encoders), ids, self.clip_skip, weights)
+                hidden, pooled = self.text_memo(self._encode, ids, weights) if self.text_memo else \
+                    self._encode(ids, weights)
         return self.family.denoise(self.unet, noisy_latents, timesteps, hidden, pooled, sizes)
+
+    def _encode(self, ids: list[torch.Tensor], weights: list[torch.Tensor] | None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.family.encode_prompts(list(self.text_encoders), ids, self.clip_skip, weights)
 
 
 @dataclass
