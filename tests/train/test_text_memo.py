@@ -77,3 +77,12 @@ def test_a_lora_run_encodes_each_caption_once_and_trains_the_same(tiny_sd1_dir: 
     a, _ = read_lora_file(tmp_path / "memo-out" / "lora.safetensors")
     b, _ = read_lora_file(tmp_path / "plain-out" / "lora.safetensors")
     assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+
+
+def test_only_encoders_without_dropout_are_memoised() -> None:
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    clip = CLIPTextModel(CLIPTextConfig(vocab_size=99, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                        num_attention_heads=2))
+    t5 = T5EncoderModel(T5Config(vocab_size=99, d_model=8, d_ff=16, num_layers=1, num_heads=2, d_kv=4))
+    assert text_memo.deterministic(clip) and not text_memo.deterministic(t5)  # T5's dropout_rate is 0.1

@@ -20,7 +20,7 @@ from trainers.train.losses import (
     v_like_scale,
 )
 from trainers.train.noise import draw_timesteps, input_perturbation, multires_noise, offset_noise, per_sample
-from trainers.train.text_memo import TextMemo
+from trainers.train.text_memo import TextMemo, deterministic
 
 
 class NoisePredictor(nn.Module):
@@ -40,7 +40,8 @@ class NoisePredictor(nn.Module):
         self.extra = extra
         self.clip_skip = clip_skip
         self.train_text_encoder = train_text_encoder
-        self.text_memo = TextMemo() if self.text_encoders and not train_text_encoder else None
+        frozen = bool(self.text_encoders) and not train_text_encoder
+        self.text_memo = TextMemo() if frozen and all(deterministic(te) for te in self.text_encoders) else None
         # Frozen weights take no part in DDP: not broadcast at start, not bucketed.
         self._ddp_params_and_buffers_to_ignore = [n for n, p in self.named_parameters() if not p.requires_grad] + [
             n for n, _ in self.named_buffers()]

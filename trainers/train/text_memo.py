@@ -1,7 +1,8 @@
 """Frozen text encoders give the same outputs for the same tokens: a batch whose every caption was encoded before is
 not encoded again.
 
-Only used while the text encoders are frozen and their outputs are not cached already (cache_text_encoder_outputs).
+Only used while the text encoders are frozen, without dropout (`deterministic`), and their outputs are not cached
+already (cache_text_encoder_outputs).
 A batch with any new caption is encoded whole, exactly as without the memo, and its rows are kept (on the CPU, up to
 MEMO_BYTES in all); a batch of known captions is put together from the kept rows. From the second epoch on, a
 dataset with fixed captions runs no text encoder (on SD1.5 at 64 px on a CPU, 9% of a step). Captions that change
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 MEMO_BYTES = 512 * 2**20  # kept outputs in all (SD1.5: ~0.24 MB per caption; T5-XXL at 512 tokens: 8 MB)
 
@@ -42,6 +44,14 @@ class TextMemo:
                                   None if pooled is None else pooled[i].detach().to("cpu", copy=True))
                 self.kept += size
         return hidden, pooled
+
+
+def deterministic(encoder: nn.Module) -> bool:
+    """No dropout in `encoder` (CLIP's is 0; T5's 0.1 is active while the predictor is in training mode, as in
+    sd-scripts with gradient checkpointing), so equal tokens give equal outputs."""
+    config = getattr(encoder, "config", None)
+    rates = [getattr(config, name, 0) or 0 for name in ("dropout", "attention_dropout", "dropout_rate")]
+    return not any(rates) and not any(isinstance(m, nn.Dropout) and m.p > 0 for m in encoder.modules())
 
 
 def _row_keys(ids: list[torch.Tensor], weights: list[torch.Tensor] | None) -> list[bytes]:
