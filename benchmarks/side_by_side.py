@@ -9,7 +9,12 @@ Workloads (built in code, nothing fetched): `tiny` is a random-init SD1-style UN
 8 images at 64 px, batch 2, fp32, LoRA rank 4 alpha 4 on the UNet only, AdamW 1e-4 constant, 60 steps, no
 caching, no samples; `sd15-64` is the real-size SD1.5 architecture (random weights, ../shared/arch/sd15) at
 64 px, batch 1, rank 8. Each trainer runs as its users start it (`accelerate launch`); the other trainers run
-only when their checkout is given (they need their own dependencies installed in the python given by --python).
+only when their checkout is given (they need their own dependencies installed in the python given by --python;
+sd-scripts' pins may need a python of their own: --sd-scripts-python). sd-scripts cannot load the tiny UNet (it
+rebuilds SD1 UNets with SD1.5's fixed channels): compare it on `sd15-64`.
+
+As launched, `accelerate launch` gives a CPU process one thread and Atelier gives a CPU run the cores, and the
+diffusers example trains attention layers only. `--threads N` and `--diffusers-kohya-targets` make the work equal.
 
 Every trainer is timed the same way, from outside its code: a sitecustomize module on PYTHONPATH registers a
 torch optimizer post-step hook that writes the wall time of each step, and records the process's peak RSS at
