@@ -25,6 +25,7 @@ class TextMemo:
         self.limit = MEMO_BYTES if limit is None else limit
         self.kept = 0  # bytes
         self.rows: dict[bytes, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self.device = torch.device("cpu")  # where the encoders' outputs were
 
     def __call__(self, encode: Callable[[list[torch.Tensor], list[torch.Tensor] | None], Encoded],
                  ids: list[torch.Tensor], weights: list[torch.Tensor] | None) -> Encoded:
@@ -32,11 +33,11 @@ class TextMemo:
         keys = _row_keys(ids, weights)
         known = [self.rows.get(k) for k in keys]
         if all(row is not None for row in known) and len({row[0].shape for row in known}) == 1:
-            device = ids[0].device
-            hidden = torch.stack([h for h, _ in known]).to(device, non_blocking=True)
-            pooled = None if known[0][1] is None else torch.stack([p for _, p in known]).to(device, non_blocking=True)
+            hidden = torch.stack([h for h, _ in known]).to(self.device)
+            pooled = None if known[0][1] is None else torch.stack([p for _, p in known]).to(self.device)
             return hidden, pooled
         hidden, pooled = encode(ids, weights)
+        self.device = hidden.device
         for i, key in enumerate(keys):
             size = hidden[i].nbytes + (0 if pooled is None else pooled[i].nbytes)
             if key not in self.rows and self.kept + size <= self.limit:
