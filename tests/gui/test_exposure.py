@@ -7,24 +7,19 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from helpers import free_port
+
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 httpx = pytest.importorskip("httpx")
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET_LOG = "loss=0.123 secret-marker-7f3a"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +34,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     runs = base / "runs"
     (runs / "20260101-run-1").mkdir(parents=True)
     (runs / "20260101-run-1" / "train.log").write_text(SECRET_LOG, encoding="utf-8")
-    port = _free_port()
+    port = free_port()
     args = parse_args(["--headless", "--server-port", str(port), "--runs-dir", str(runs)])
     page = build_page(Services(runs, JobManager(runs), Presets(base / "presets"), Watchers(), [base]))
     page.queue()

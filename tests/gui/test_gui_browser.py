@@ -13,7 +13,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from helpers import free_port
 
 pytestmark = pytest.mark.browser
 
@@ -49,12 +50,6 @@ except ImportError:  # the tests that need no browser still run
 # app processes
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1",
             **extra}
@@ -72,7 +67,7 @@ class App:
 
 
 def _start_app(args: list[str], workdir: Path, env: dict[str, str] | None = None) -> App:
-    port = _free_port()
+    port = free_port()
     runs_dir = workdir / "runs"
     log = workdir / "app.log"
     cmd = [sys.executable, "app.py", "--headless", "--runs-dir", str(runs_dir),
@@ -412,7 +407,7 @@ def test_screenshots_of_every_tab(lora, demo_app: App, shots: Path) -> None:
 
 @pytest.mark.parametrize("flags", [["--listen", "0.0.0.0"], ["--listen"]], ids=["listen-0.0.0.0", "listen-flag"])
 def test_listen_on_all_interfaces_without_login_refuses_to_start(flags: list[str], tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = _env()
     env.pop("ATELIER_PASSWORD", None)
     done = subprocess.run([sys.executable, "app.py", "--headless", "--server-port", str(port),
