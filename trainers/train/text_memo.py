@@ -48,8 +48,9 @@ class TextMemo:
 
 
 def deterministic(encoder: nn.Module) -> bool:
-    """No dropout in `encoder` (CLIP's is 0; T5's 0.1 is active while the predictor is in training mode, as in
-    sd-scripts with gradient checkpointing), so equal tokens give equal outputs."""
+    """No dropout in `encoder` (CLIP's is 0), so equal tokens give equal outputs. T5 (dropout 0.1) stays out even
+    though the flow families run it in eval mode: its share of a step is small, and runs that repeat captions
+    usually cache its outputs (cache_text_encoder_outputs)."""
     config = getattr(encoder, "config", None)
     rates = [getattr(config, name, 0) or 0 for name in ("dropout", "attention_dropout", "dropout_rate")]
     return not any(rates) and not any(isinstance(m, nn.Dropout) and m.p > 0 for m in encoder.modules())
