@@ -262,3 +262,33 @@ def _json(tmp_path: Path, fields: dict[str, Any]) -> Path:
     path = tmp_path / "kohya_ss.json"
     path.write_text(json.dumps(fields), encoding="utf-8")
     return path
+
+def test_kohya_ss_finetune_json_reads_its_image_folder_through_the_metadata_file_kohya_ss_built(
+        tmp_path: Path) -> None:
+    """kohya_ss's finetune tab passes fine_tune.py image_folder as train_data_dir and train_dir/<metadata file> as
+    in_json: with that file there (an earlier kohya_ss run built it), the config loads and trains on its captions;
+    without it, image_folder is refused naming the file."""
+    from trainers.core.options import load_config
+    from trainers.data.catalog import build_catalog
+
+    images = build_dataset(tmp_path / "img", folder="images", size=64) / "images"
+    train_dir = tmp_path / "train dir"
+    train_dir.mkdir()
+    meta = {p.stem: {"caption": f"meta {p.stem}", "train_resolution": [64, 64]} for p in images.glob("*.png")}
+    (train_dir / "meta_lat.json").write_text(json.dumps(meta), encoding="utf-8")
+    fields = {"image_folder": str(images), "train_dir": str(train_dir), "use_latent_files": "Yes",
+              "latent_metadata_filename": "meta_lat.json", "caption_metadata_filename": "meta_cap.json",
+              "dataset_repeats": "3", "pretrained_model_name_or_path": "runwayml/stable-diffusion-v1-5",
+              "learning_rate": 1e-5, "max_resolution": "64,64"}
+    method, values, notes = import_kohya_file(_json(tmp_path, fields))
+    assert method == "finetune"
+    assert values["in_json"] == str(train_dir / "meta_lat.json") and values["train_data_dir"] == str(images)
+    assert any("meta_lat.json (in_json) as kohya_ss last built it" in n for n in notes), notes
+    cfg = load_config("finetune", _json(tmp_path, fields))
+    catalog = build_catalog(cfg.values, [])
+    assert len(catalog.samples) == 3 * len(meta)  # dataset_repeats
+    assert {i.caption for i in catalog.images} == {m["caption"] for m in meta.values()}
+    with pytest.raises(ConfigError) as err:  # meta_cap.json (use_latent_files "No") was never built
+        load_config("finetune", _json(tmp_path, {**fields, "use_latent_files": "No"}))
+    assert [i.field for i in err.value.issues] == ["image_folder"]
+    assert str(train_dir / "meta_cap.json") in err.value.issues[0].message

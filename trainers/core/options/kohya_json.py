@@ -8,6 +8,7 @@ percent warmup and its epoch field into sd-scripts values, and leaves out every 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,10 +332,27 @@ class _Converter:
             if not blank(self.get("dataset_config")):
                 self.notes.append("image_folder is not used: dataset_config is given (as in kohya_ss)")
             elif not blank(folder):
-                self.refuse("image_folder", "kohya_ss's finetune tab reads a folder of images through a metadata file "
-                            "(in_json) it builds from their captions, which is not available: put the images and "
-                            "their captions in a <dataset_repeats>_<name> folder and set train_data_dir to the folder "
-                            "above it, or list the folder as image_dir in a dataset_config")
+                self._finetune_metadata(str(folder))
+
+    def _finetune_metadata(self, folder: str) -> None:
+        """kohya_ss passes fine_tune.py the image folder as train_data_dir and, as in_json, the metadata file it
+        builds in train_dir from the captions before each run (meta_lat.json, or meta_cap.json without latent
+        files). The file an earlier kohya_ss run built is read; without one there is nothing to train on."""
+        latent = str(self.get("use_latent_files", "Yes")) == "Yes"
+        name = self.get("latent_metadata_filename" if latent else "caption_metadata_filename") or \
+            ("meta_lat.json" if latent else "meta_cap.json")
+        meta = os.path.join(str(self.get("train_dir", "")), str(name))  # as kohya_ss joins them
+        if not Path(meta).expanduser().is_file():
+            self.refuse("image_folder", f"kohya_ss's finetune tab reads {folder} through the metadata file {meta} "
+                        "(in_json), which it builds from the captions before a run, and that file is not there: run "
+                        "kohya_ss's caption step once, or put the images and their captions in a "
+                        "<dataset_repeats>_<name> folder and set train_data_dir to the folder above it, or list the "
+                        "folder as image_dir in a dataset_config")
+            return
+        self.out["train_data_dir"], self.out["in_json"] = folder, meta
+        self.notes.append(f"image_folder is read through {meta} (in_json) as kohya_ss last built it; kohya_ss "
+                          "rebuilds it from the caption files at each start, so captions changed since then are not "
+                          "in it (its latent files are not used: latents are encoded or cached here)")
 
     def _network(self) -> None:
         module, algo, fields = LORA_TYPES[self.get("LoRA_type", "Standard")]
