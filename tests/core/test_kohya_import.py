@@ -237,7 +237,9 @@ def test_kohya_ss_flux_lora_json_reads_as_kohya_ss_runs_it(tmp_path: Path) -> No
     said = " | ".join(notes)
     assert "min_snr_gamma, noise_offset, max_timestep (kohya_ss passes them for every model) are left out" in said
     assert values["blocks_to_swap"] == 8
-    for refused, extra in (("split_qkv", {"split_qkv": True}), ("flux1_checkbox", {"LoRA_type": "Flux1 OFT"})):
+    _, split, _ = import_kohya_file(_json(tmp_path, {**fields, "split_qkv": True}))  # passed as kohya_ss does
+    assert split["network_args"] == ["img_attn_dim=4", "train_single_block_indices=0-9", "split_qkv=True"]
+    for refused, extra in (("train_t5xxl", {"train_t5xxl": True}), ("flux1_checkbox", {"LoRA_type": "Flux1 OFT"})):
         with pytest.raises(ConfigError) as err:
             load_config("lora", _json(tmp_path, {**fields, **extra}))
         assert [i.field for i in err.value.issues] == [refused], err.value.issues

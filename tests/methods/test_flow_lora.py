@@ -140,6 +140,41 @@ def test_flux_resumes_to_the_same_lora(tiny_flux_dir: Path, dataset: Path, tmp_p
     assert [e["step"] for e in progress] == [3, 4]
 
 
+def test_flux_split_qkv_lora_resumes_and_renders_at_the_trained_strength(tiny_flux_dir: Path, dataset: Path,
+                                                                         tmp_path: Path) -> None:
+    """split_qkv: q, k, v (and the single blocks' MLP input) each train their own rank-4 LoRA; the file holds them
+    as one fused module of rank 12 (16) and alpha 6 (8), block-diagonal, which renders in diffusers as trained."""
+    from diffusers import FluxPipeline
+
+    common = {"pretrained_model_name_or_path": str(tiny_flux_dir), "train_data_dir": str(dataset),
+              "output_dir": str(tmp_path / "out"), "max_train_steps": 4, "save_precision": "float",
+              "t5xxl_max_token_length": 32, "network_args": ["split_qkv=True"], **FAST}
+    assert train("lora", tmp_path / "straight", **common, output_name="straight", save_every_n_steps=2,
+                 save_state=True) == 0
+    state = tmp_path / "out" / "straight-step00000002-state"
+    assert train("lora", tmp_path / "resumed", **common, output_name="resumed", resume=str(state)) == 0
+    straight, meta = read_lora_file(tmp_path / "out" / "straight.safetensors")
+    resumed, _ = read_lora_file(tmp_path / "out" / "resumed.safetensors")
+    assert max((straight[k] - resumed[k]).abs().max().item() for k in straight) < 1e-6
+    qkv, linear1 = "lora_unet_double_blocks_0_img_attn_qkv", "lora_unet_single_blocks_0_linear1"
+    assert straight[f"{qkv}.lora_down.weight"].shape == (12, 16) and float(straight[f"{qkv}.alpha"]) == 6
+    assert straight[f"{linear1}.lora_up.weight"].shape == (3 * 16 + 64, 16) and float(straight[f"{linear1}.alpha"]) == 8
+    up = straight[f"{qkv}.lora_up.weight"]
+    assert up[:16, 4:].abs().max() == 0 and up[16:32, 4:8].abs().max() > 0  # block-diagonal, trained blocks
+    assert float(straight["lora_unet_double_blocks_0_img_attn_proj.alpha"]) == 2  # single layers as before
+    assert "split_qkv" in meta["ss_network_args"]
+
+    model = load_model(str(tiny_flux_dir), "auto", torch.float32)
+    pipe = FluxPipeline.from_pretrained(tiny_flux_dir)
+    base = image(pipe, max_sequence_length=64)
+    pipe.load_lora_weights(model.family.lora_for_pipeline(straight, model))
+    loaded = image(pipe, max_sequence_length=64)
+    assert (loaded - base).abs().max() > 1e-4
+    trained = network_image(FluxPipeline.from_pretrained(tiny_flux_dir), tiny_flux_dir, straight,
+                            max_sequence_length=64)
+    assert torch.allclose(loaded, trained, atol=1e-5)
+
+
 def test_generate_renders_flux_with_and_without_a_lora(tiny_flux_dir: Path, dataset: Path, tmp_path: Path) -> None:
     from trainers.generate.options import GenerateConfig, LoraRef
     from trainers.generate.plan import Variant, build_plan

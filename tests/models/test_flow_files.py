@@ -412,3 +412,12 @@ def test_blocks_to_swap_trains_the_same_lora_and_is_checked(tmp_path: Path) -> N
     assert train("lora", tmp_path / "too many", **common, output_dir=str(tmp_path / "x"), blocks_to_swap=9) != 0
     said = (tmp_path / "too many" / "events.jsonl").read_text(encoding="utf-8")
     assert "blocks_to_swap" in said and "at most 2 of them" in said, said[-1500:]
+
+
+def test_split_qkv_is_for_families_with_fused_qkv_modules() -> None:
+    from trainers.models import family
+
+    args = {"network_args": ["split_qkv=True"]}
+    assert family("flux").option_issues(args) == [] and family("sd3").option_issues(args) == []
+    refused = family("sdxl").option_issues(args)
+    assert [i.field for i in refused] == ["network_args"] and "split_qkv splits LoRA modules" in refused[0].message

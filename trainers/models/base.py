@@ -19,7 +19,7 @@ from torch import nn
 
 from trainers.core.errors import BadInput, ConfigIssue
 from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
-from trainers.core.options.groups.network import FLUX_NETWORK_ARGS
+from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
 from trainers.models.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
 
 
@@ -207,9 +207,14 @@ class ModelFamily(ABC):
     def network_arg_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """network_args keys of another family's LoRAs."""
         keys = [str(a).split("=")[0].strip() for a in values.get("network_args") or []]
-        return [ConfigIssue("network_args", f"{key} chooses FLUX.1 layers (sd-scripts' networks.lora_flux); this is "
-                            f"an {self.title} model: leave it out", "network")
-                for key in keys if key in FLUX_NETWORK_ARGS and key not in self.network_arg_keys]
+        issues = [ConfigIssue("network_args", f"{key} chooses FLUX.1 layers (sd-scripts' networks.lora_flux); this "
+                              f"is an {self.title} model: leave it out", "network")
+                  for key in keys if key in FLUX_NETWORK_ARGS and key not in self.network_arg_keys]
+        if self.unet_key_style != "own":  # only families naming their own modules have fused q/k/v ones
+            issues += [ConfigIssue("network_args", f"{key} splits LoRA modules that cover q, k and v together; an "
+                                   f"{self.title} model's LoRA has none: leave it out", "network")
+                       for key in keys if key in FUSED_LAYER_ARGS]
+        return issues
 
     def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
         """The blocks blocks_to_swap keeps in CPU memory (the last ones, as sd-scripts); ValueError when `count`

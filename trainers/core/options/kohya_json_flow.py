@@ -33,8 +33,6 @@ UNREAD = ("min_snr_gamma", "noise_offset", "noise_offset_random_strength", "adap
 # Memory savers of its FLUX tab: passed to sd-scripts' reading, which says each is ignored.
 MEMORY_SAVERS = ("cpu_offload_checkpointing", "mem_eff_save", "fp8_base_unet")
 REFUSED = {
-    "split_qkv": "separate q, k and v LoRAs (split_qkv) are not available; leave it off (q, k and v train as one "
-                 "fused layer, as sd-scripts saves them)",
     "train_t5xxl": "T5-XXL is never trained here; leave it off",
     "in_dims": "LoRAs on FLUX's input layers (in_dims) are not available; leave it empty",
     "train_lora_ggpo": "LoRA-GGPO is not available; leave it off",
@@ -93,6 +91,8 @@ def flux_lora(get: Callable[..., Any], out: dict[str, Any], notes: list[str],
     out["cache_text_encoder_outputs"] = bool(get("flux1_cache_text_encoder_outputs"))
     out["cache_text_encoder_outputs_to_disk"] = bool(get("flux1_cache_text_encoder_outputs_to_disk"))
     args = [f"{name}={get(name)}" for name in NETWORK_FIELDS if name != "in_dims" and not blank(get(name))]
+    if get("split_qkv"):
+        args.append("split_qkv=True")
     if get("split_mode"):  # kohya_ss forces single blocks with split_mode (a memory saver of sd-scripts)
         args.append("train_blocks=single")
         notes.append("split_mode (kohya_ss) is ignored: it is a memory saver; train_blocks = single, as kohya_ss "
@@ -108,5 +108,5 @@ def _leave_out_unread(out: dict[str, Any], notes: list[str], family: str) -> Non
                      "trainer does not read them")
 
 # Every field of the FLUX tab read above (the others have the prefixes kohya_json knows as other-family fields).
-KNOWN = frozenset((*FIELDS, *NETWORK_FIELDS, *MEMORY_SAVERS, *REFUSED, *SD3_FIELDS, "split_mode", "t5xxl_dtype",
+KNOWN = frozenset((*FIELDS, *NETWORK_FIELDS, *MEMORY_SAVERS, *REFUSED, *SD3_FIELDS, "split_mode", "split_qkv", "t5xxl_dtype",
                    "t5xxl_device", "save_clip", "save_t5xxl"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.options.groups.network import FLUX_NETWORK_ARGS
+from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
 from trainers.core.options.kohya_compat import MODEL_TYPE_REFUSED, MODEL_TYPES_HERE
 from trainers.core.options.training import BY_NAME
 
@@ -47,7 +47,7 @@ OTHER_FAMILIES: dict[str, frozenset[str]] = {
     # SD3 and FLUX train here from diffusers folders or sd-scripts' files (with clip_l, clip_g, t5xxl, ae), with the
     # flow options of sd-scripts (group [flow]); these keys of sd-scripts' SD3/FLUX trainers are not available (yet).
     "this SD3/FLUX option of sd-scripts is not available here": frozenset({
-        "t5xxl_device", "t5xxl_dtype", "t5xxl_lr", "split_mode", "split_qkv",
+        "t5xxl_device", "t5xxl_dtype", "t5xxl_lr", "split_mode",
         "train_t5xxl", "double_blocks_to_swap", "single_blocks_to_swap", "clip_g_dropout_rate",
         "clip_l_dropout_rate", "t5_dropout_rate", "enable_scaled_pos_embed", "pos_emb_random_crop_rate", "save_clip",
         "save_t5xxl", "use_t5xxl_cache_only", "learning_rate_te3", "num_last_block_to_freeze",
@@ -56,6 +56,8 @@ OTHER_FAMILIES: dict[str, frozenset[str]] = {
     }),
     "FLUX.1 layer choices are read from network_args, as sd-scripts' networks.lora_flux reads them (network_args = "
     "['train_blocks=single', 'img_attn_dim=8', ...])": frozenset(FLUX_NETWORK_ARGS),
+    "split_qkv is read from network_args, as sd-scripts' networks.lora_flux and lora_sd3 read it (network_args = "
+    "['split_qkv=True'])": frozenset(FUSED_LAYER_ARGS),
     "HunyuanImage, Lumina and Anima training is not available": frozenset({
         "qwen3", "gemma2", "byt5", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length",
         "t5_max_token_length", "gemma2_max_token_length", "system_prompt", "use_flash_attn", "use_sage_attn",

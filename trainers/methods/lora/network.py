@@ -106,9 +106,13 @@ class LoRAModule(nn.Module):
             lora_out = lora_out.to(out.dtype)
         return torch.add(out, lora_out, alpha=self.multiplier * scale)  # one fused kernel: scale and add
 
+    def saved_up(self) -> Tensor:
+        """The up weight as a LoRA file holds it."""
+        return self.lora_up.weight
+
     def update_weight(self) -> Tensor:
         """The weight change this module adds, `up @ down * alpha / rank` (for max-norm and merging)."""
-        up, down = self.lora_up.weight, self.lora_down.weight
+        up, down = self.saved_up(), self.lora_down.weight
         if down.dim() == 2:
             delta = up @ down
         elif down.shape[2:] == (1, 1):
@@ -190,6 +194,39 @@ class FusedLoRAModule(LoRAModule):
         raise RuntimeError("a fused LoRA module runs through the layers it is applied to")
 
 
+class SplitLoRAModule(FusedLoRAModule):
+    """sd-scripts' split_qkv: each layer of a fused target its own LoRA of rank `rank` (as diffusers splits q, k, v
+    and FLUX's MLP input), kept and saved as one fused kohya module of rank `rank` x layers: the downs stacked, the
+    ups block-diagonal (the blocks off the diagonal take no part), and alpha x layers, so that alpha / rank is the
+    trained scale in every tool that loads the file. (sd-scripts saves the trained alpha, so its split files load
+    3-4x weaker: kohya-ss/sd-scripts#2204.)"""
+
+    def __init__(self, target: LoraTarget, rank: int, alpha: float, multiplier: float = 1.0,
+                 dropouts: Dropouts = Dropouts()) -> None:
+        count = len(target.layers)
+        super().__init__(target, rank * count, alpha * count, multiplier, dropouts)
+        self.split_rank = rank
+        block = torch.zeros_like(self.lora_up.weight, dtype=torch.bool)
+        for index, rows in enumerate(self._up_rows):
+            block[rows, index * rank:(index + 1) * rank] = True
+        self.register_buffer("_block", block, persistent=False)
+
+    def _forward_of(self, index: int) -> Callable[[Tensor], Tensor]:
+        columns = slice(index * self.split_rank, (index + 1) * self.split_rank)
+
+        def forward(x: Tensor) -> Tensor:
+            out = self.org_forwards[index](x)
+            inner, scale = self._inner(x)
+            if inner is None:
+                return out
+            up = self.lora_up.weight[self._up_rows[index], columns]
+            return out + (torch.nn.functional.linear(inner[..., columns], up) * (self.multiplier * scale)).to(out.dtype)
+        return forward
+
+    def saved_up(self) -> Tensor:
+        return self.lora_up.weight * self._block
+
+
 @dataclass(frozen=True)
 class NetworkDims:
     """Rank/alpha found in a kohya LoRA file; conv_* are None when it has no 3x3 convs."""
@@ -227,6 +264,7 @@ class LoRANetwork(nn.Module):
         modules_dim: Mapping[str, tuple[int, float]] | None = None,
         unet_targets: list[LoraTarget] | None = None,
         target_dims: Mapping[str, int] | None = None,
+        split_fused: bool = False,
     ) -> None:
         super().__init__()
         if not (train_unet or train_text_encoder):
@@ -239,6 +277,7 @@ class LoRANetwork(nn.Module):
         self.conv_alpha = (1.0 if conv_alpha is None else conv_alpha) if conv_dim else None  # kohya's default
         self.key_style, self.dropouts = unet_key_style, dropouts
         self._block_dims, self._modules_dim, self._target_dims = block_dims, modules_dim, target_dims
+        self._split_fused = split_fused
 
         self.unet_loras = nn.ModuleDict()
         self.text_encoder_loras = nn.ModuleDict()
@@ -307,7 +346,15 @@ class LoRANetwork(nn.Module):
             return None
         if len(target.layers) == 1 and not any(r is not None for r in target.rows):
             return LoRAModule(target.layers[0], dim, alpha or dim, dropouts=self.dropouts)
-        return FusedLoRAModule(target, dim, alpha or dim, dropouts=self.dropouts)
+        if not self._split_fused:
+            return FusedLoRAModule(target, dim, alpha or dim, dropouts=self.dropouts)
+        count = len(target.layers)
+        if self._modules_dim is not None:  # a split module's file rank and alpha are the layers' together
+            if dim % count:
+                raise ValueError(f"split_qkv: {target.name} has rank {dim} in network_weights, not a multiple of "
+                                 f"its {count} layers (was it trained without split_qkv?)")
+            dim, alpha = dim // count, (alpha or dim) / count
+        return SplitLoRAModule(target, dim, alpha or dim, dropouts=self.dropouts)
 
     def named_modules_for_kohya(self) -> list[tuple[str, LoRAModule]]:
         """(kohya name, module) for every LoRA module, UNet first."""
@@ -438,7 +485,7 @@ def _sgm_renamer(unet: nn.Module) -> Callable[[str], str]:
 def _kohya_tensors(name: str, lora: LoRAModule) -> dict[str, Tensor]:
     return {
         f"{name}.lora_down.weight": lora.lora_down.weight,
-        f"{name}.lora_up.weight": lora.lora_up.weight,
+        f"{name}.lora_up.weight": lora.saved_up(),
         f"{name}.alpha": lora.alpha,
     }
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options import BY_NAME, TrainConfig
-from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, NETWORK_ARG_OPTIONS
+from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS, NETWORK_ARG_OPTIONS
 from trainers.methods.lora.blocks import LAYOUTS, block_lr_weights, parse_numbers
 
 # network_args keys that are options of ours (value kinds for reading them from a string).
@@ -22,7 +22,7 @@ OPTION_KEYS: dict[str, type] = {key: _KINDS[BY_NAME[key].kind] for key in NETWOR
 _LORAPLUS = {"loraplus_lr_ratio", "loraplus_unet_lr_ratio", "loraplus_text_encoder_lr_ratio"}
 # What each module takes in network_args besides nothing else (LyCORIS: lycoris/kohya.py create_network).
 MODULE_KEYS: dict[str, set[str]] = {
-    "networks.lora": set(OPTION_KEYS) | set(FLUX_NETWORK_ARGS),
+    "networks.lora": set(OPTION_KEYS) | set(FLUX_NETWORK_ARGS) | set(FUSED_LAYER_ARGS),
     "networks.dylora": {"conv_dim", "conv_alpha", "unit"} | _LORAPLUS,
     "lycoris.kohya": {"conv_dim", "conv_alpha", "dropout", "rank_dropout", "module_dropout", "algo", "preset",
                       "factor", "dora_wd", "wd_on_output", "use_tucker", "use_cp", "use_conv_cp", "disable_conv_cp",
@@ -44,6 +44,11 @@ class NetworkSettings:
 
     def get(self, key: str) -> Any:
         return self.values.get(key)
+
+    @property
+    def split_qkv(self) -> bool:
+        """sd-scripts' split_qkv network_arg: each layer of a fused q/k/v module its own LoRA."""
+        return self.extra.get("split_qkv", "False").lower() == "true"
 
     @property
     def conv_dim(self) -> int | None:
@@ -182,6 +187,8 @@ def _module_issues(module: str, extra: dict[str, str], values: dict[str, Any], c
             name = "network_dropout" if cfg.network_dropout else "dim_from_weights"
             bad("is not available with networks.dylora", name)
     if module == "networks.lora":
+        if extra.get("split_qkv", "False").lower() not in ("true", "false"):
+            bad(f"split_qkv={extra['split_qkv']!r}: write split_qkv=True (or False)")
         for key in ("block_dims", "block_alphas", "conv_block_dims", "conv_block_alphas"):
             text = values.get(key)
             if text is not None:

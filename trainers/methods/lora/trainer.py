@@ -68,7 +68,8 @@ def build_network(cfg: TrainConfig, model: LoadedModel, settings: NetworkSetting
                                   conv_alpha=settings.conv_alpha, dropouts=dropouts, modules_dim=modules_dim,
                                   block_dims=settings.block_dims(style) if style != "own" else None,
                                   unet_targets=targets, target_dims=targets and model.family.lora_target_dims(
-                                      targets, settings.extra, settings.dim), **train)
+                                      targets, settings.extra, settings.dim), split_fused=settings.split_qkv,
+                                  **train)
     except ValueError as err:  # a block list of the wrong length for this model, a unit that does not divide, ...
         raise ConfigError([ConfigIssue("network_args", str(err), "network")]) from None
     if start is not None:
