@@ -175,6 +175,32 @@ def test_flux_split_qkv_lora_resumes_and_renders_at_the_trained_strength(tiny_fl
     assert torch.allclose(loaded, trained, atol=1e-5)
 
 
+def test_flux_in_dims_train_the_input_layers_and_render_in_diffusers(tiny_flux_dir: Path, dataset: Path,
+                                                                      tmp_path: Path) -> None:
+    from diffusers import FluxPipeline
+
+    out = tmp_path / "out"
+    assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(tiny_flux_dir),
+                 train_data_dir=str(dataset), output_dir=str(out), max_train_steps=2, t5xxl_max_token_length=32,
+                 network_args=["in_dims=[4,0,0,0,2]"], **FAST) == 0
+    state, _ = read_lora_file(out / "lora.safetensors")
+    assert state["lora_unet_img_in.lora_down.weight"].shape[0] == 4  # rank 4 on img_in, 2 on txt_in
+    assert state["lora_unet_txt_in.lora_up.weight"].shape[1] == 2
+    assert not any(k.startswith(("lora_unet_time_in", "lora_unet_vector_in", "lora_unet_guidance_in")) for k in state)
+    assert state["lora_unet_img_in.lora_up.weight"].abs().max() > 0
+    model = load_model(str(tiny_flux_dir), "auto", torch.float32)
+    state = {k: v.float() for k, v in state.items()}
+    without = {k: v for k, v in state.items() if not k.startswith(("lora_unet_img_in", "lora_unet_txt_in"))}
+    renders = []
+    for lora in (state, without):
+        pipe = FluxPipeline.from_pretrained(tiny_flux_dir)
+        pipe.load_lora_weights(model.family.lora_for_pipeline(lora, model))  # as generate and save_diffusers_lora
+        renders.append(image(pipe, max_sequence_length=32))
+    assert (renders[0] - renders[1]).abs().max() > 1e-4  # the input layers' LoRAs take part
+    trained = network_image(FluxPipeline.from_pretrained(tiny_flux_dir), tiny_flux_dir, state, max_sequence_length=32)
+    assert torch.allclose(renders[0], trained, atol=1e-5)
+
+
 def test_generate_renders_flux_with_and_without_a_lora(tiny_flux_dir: Path, dataset: Path, tmp_path: Path) -> None:
     from trainers.generate.options import GenerateConfig, LoraRef
     from trainers.generate.plan import Variant, build_plan

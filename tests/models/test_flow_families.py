@@ -138,6 +138,13 @@ def test_lora_targets_cover_every_block_linear_once(name: str, tiny_sd3_dir: Pat
     targets = model.family.lora_targets(model.unet)
     covered = [id(layer) for t in targets for layer in t.layers]
     blocks = [*model.unet.transformer_blocks, *getattr(model.unet, "single_transformer_blocks", [])]
+    if name == "flux":  # and its input layers (in_dims), as sd-scripts names them
+        unet = model.unet
+        blocks += [unet.x_embedder, unet.context_embedder, unet.time_text_embed]
+        assert [t.name for t in targets[-8:]] == [
+            "lora_unet_img_in", "lora_unet_time_in_in_layer", "lora_unet_time_in_out_layer",
+            "lora_unet_vector_in_in_layer", "lora_unet_vector_in_out_layer", "lora_unet_guidance_in_in_layer",
+            "lora_unet_guidance_in_out_layer", "lora_unet_txt_in"]
     assert sorted(covered) == sorted(i for block in blocks for i in _linears(block))
     assert len({t.name for t in targets}) == len(targets)
 

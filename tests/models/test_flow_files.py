@@ -277,6 +277,21 @@ def test_flux_network_args_choose_layers_and_ranks_as_sd_scripts() -> None:
         layer_dims(names, {"train_blocks": "some"}, 4, blocks)
 
 
+def test_flux_in_dims_rank_the_input_layers_which_train_only_with_it() -> None:
+    from trainers.models.flux.lora_layers import layer_dims
+
+    names = ["lora_unet_img_in", "lora_unet_time_in_in_layer", "lora_unet_time_in_out_layer",
+             "lora_unet_guidance_in_out_layer", "lora_unet_txt_in", "lora_unet_single_blocks_0_linear2"]
+    blocks = {"double": 1, "single": 1}
+    assert layer_dims(names, {}, 4, blocks) == {**dict.fromkeys(names[:5], 0), names[5]: 4}
+    dims = layer_dims(names, {"in_dims": "[8,0,0,2,4]", "train_blocks": "double"}, 4, blocks)
+    assert dims == {names[0]: 8, names[1]: 0, names[2]: 0, names[3]: 2, names[4]: 4, names[5]: 0}
+    assert layer_dims(names, {"in_dims": "8,0,0,2,4"}, 4, blocks)[names[0]] == 8  # brackets optional, as sd-scripts
+    for bad in ("[4,0,0,4]", "[4,0,x,0,4]", "[4,0,-1,0,4]"):
+        with pytest.raises(ValueError, match=r"in_dims=.*five ranks .*img, time, vector, guidance and txt"):
+            layer_dims(names, {"in_dims": bad}, 4, blocks)
+
+
 def test_flux_layer_args_are_refused_for_other_families_and_checked_for_flux() -> None:
     from trainers.models import family
 

@@ -34,7 +34,6 @@ UNREAD = ("min_snr_gamma", "noise_offset", "noise_offset_random_strength", "adap
 MEMORY_SAVERS = ("cpu_offload_checkpointing", "mem_eff_save", "fp8_base_unet")
 REFUSED = {
     "train_t5xxl": "T5-XXL is never trained here; leave it off",
-    "in_dims": "LoRAs on FLUX's input layers (in_dims) are not available; leave it empty",
     "train_lora_ggpo": "LoRA-GGPO is not available; leave it off",
 }
 
@@ -90,7 +89,7 @@ def flux_lora(get: Callable[..., Any], out: dict[str, Any], notes: list[str],
             out[name] = get(name)
     out["cache_text_encoder_outputs"] = bool(get("flux1_cache_text_encoder_outputs"))
     out["cache_text_encoder_outputs_to_disk"] = bool(get("flux1_cache_text_encoder_outputs_to_disk"))
-    args = [f"{name}={get(name)}" for name in NETWORK_FIELDS if name != "in_dims" and not blank(get(name))]
+    args = [f"{name}={get(name)}" for name in NETWORK_FIELDS if not blank(get(name))]
     if get("split_qkv"):
         args.append("split_qkv=True")
     if get("split_mode"):  # kohya_ss forces single blocks with split_mode (a memory saver of sd-scripts)

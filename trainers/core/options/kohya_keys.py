@@ -51,7 +51,7 @@ OTHER_FAMILIES: dict[str, frozenset[str]] = {
         "train_t5xxl", "double_blocks_to_swap", "single_blocks_to_swap", "clip_g_dropout_rate",
         "clip_l_dropout_rate", "t5_dropout_rate", "enable_scaled_pos_embed", "pos_emb_random_crop_rate", "save_clip",
         "save_t5xxl", "use_t5xxl_cache_only", "learning_rate_te3", "num_last_block_to_freeze",
-        "text_encoder_batch_size", "blockwise_fused_optimizers", "skip_latents_validity_check", "in_dims",
+        "text_encoder_batch_size", "blockwise_fused_optimizers", "skip_latents_validity_check",
         "enable_all_linear", "ggpo_sigma", "ggpo_beta",
     }),
     "FLUX.1 layer choices are read from network_args, as sd-scripts' networks.lora_flux reads them (network_args = "

@@ -100,8 +100,6 @@ class Flux(FlowFamily, ModelFamily):
     network_arg_keys = frozenset(FLUX_NETWORK_ARGS)
 
     def lora_target_dims(self, targets: list[LoraTarget], args: Mapping[str, str], dim: int) -> dict[str, int] | None:
-        if not any(key in args for key in FLUX_NETWORK_ARGS):
-            return None
         blocks = {"double": _count_blocks(targets, "double"), "single": _count_blocks(targets, "single")}
         return lora_layers.layer_dims([t.name for t in targets], args, dim, blocks)
 
@@ -186,7 +184,8 @@ class Flux(FlowFamily, ModelFamily):
                 "ss_model_type": "flux", **self.flow_metadata()}
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
-        return list(_double_block_targets(unet)) + list(_single_block_targets(unet))
+        """The blocks' layers, then the input layers (trained with in_dims only)."""
+        return [*_double_block_targets(unet), *_single_block_targets(unet), *_input_targets(unet)]
 
     def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
         return kohya_to_diffusers(state, model, self.lora_targets(model.unet), ("text_encoder", None))
@@ -221,6 +220,18 @@ def _single_block_targets(unet: nn.Module) -> Iterator[LoraTarget]:
         yield LoraTarget(prefix + "linear1", (attn.to_q, attn.to_k, attn.to_v, block.proj_mlp))
         yield LoraTarget(prefix + "linear2", (block.proj_out,))
         yield LoraTarget(prefix + "modulation_lin", (block.norm.linear,))
+
+
+def _input_targets(unet: nn.Module) -> Iterator[LoraTarget]:
+    """The input layers under the reference's names (img_in, time_in, vector_in, guidance_in, txt_in)."""
+    embed = unet.time_text_embed
+    yield LoraTarget("lora_unet_img_in", (unet.x_embedder,))
+    for name, mlp in (("time_in", embed.timestep_embedder), ("vector_in", embed.text_embedder),
+                      ("guidance_in", getattr(embed, "guidance_embedder", None))):  # schnell has no guidance
+        if mlp is not None:
+            yield LoraTarget(f"lora_unet_{name}_in_layer", (mlp.linear_1,))
+            yield LoraTarget(f"lora_unet_{name}_out_layer", (mlp.linear_2,))
+    yield LoraTarget("lora_unet_txt_in", (unet.context_embedder,))
 
 
 def pack_latents(latents: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Which FLUX.1 layers a LoRA trains and at which rank: sd-scripts' networks.lora_flux network_args `train_blocks`
 (all/double/single), `train_double_block_indices` / `train_single_block_indices` ("all", "none", "0-3,7") and the
 per-type ranks `img_attn_dim`, `txt_attn_dim`, `img_mlp_dim`, `txt_mlp_dim`, `img_mod_dim`, `txt_mod_dim`,
-`single_dim`, `single_mod_dim` (0 leaves that type out). Types are matched on the kohya module name as sd-scripts
-matches them, the first that fits winning; alpha stays network_alpha.
+`single_dim`, `single_mod_dim` (0 leaves that type out), and `in_dims` = [img, time, vector, guidance, txt]: the ranks
+of the input layers, which train only with it. Types are matched on the kohya module name as sd-scripts matches
+them, the first that fits winning; alpha stays network_alpha.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ TYPE_DIMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("single_dim", ("single_blocks", "linear")), ("single_mod_dim", ("modulation",)),
 )
 _INDEX_KEYS = {"double": "train_double_block_indices", "single": "train_single_block_indices"}
+INPUT_LAYERS = ("img_in", "time_in", "vector_in", "guidance_in", "txt_in")  # in_dims' order
+_INPUT = re.compile(r"lora_unet_(" + "|".join(INPUT_LAYERS) + r")(_in_layer|_out_layer)?$")
 _NAME = re.compile(r"lora_unet_(double|single)_blocks_(\d+)_")
 
 
@@ -58,8 +61,12 @@ def layer_dims(names: Sequence[str], args: Mapping[str, str], dim: int, blocks: 
                 type_dims[key] = int(args[key])
             except ValueError:
                 raise ValueError(f"network_args: {key}={args[key]!r} is not a whole number") from None
+    inputs = dict(zip(INPUT_LAYERS, parse_in_dims(args["in_dims"]) if "in_dims" in args else [0] * 5))
     dims = {}
     for name in names:
+        if found := _INPUT.match(name):
+            dims[name] = inputs[found[1]]
+            continue
         rank = next((type_dims[key] for key, parts in TYPE_DIMS
                      if key in type_dims and all(p in name for p in parts)), dim)
         found = _NAME.match(name)
@@ -68,6 +75,19 @@ def layer_dims(names: Sequence[str], args: Mapping[str, str], dim: int, blocks: 
             if train_blocks not in ("all", kind) or (kind in chosen and not chosen[kind][index]):
                 rank = 0
         dims[name] = rank
+    return dims
+
+
+def parse_in_dims(text: str) -> list[int]:
+    """sd-scripts' in_dims: '[4,0,0,0,4]' or '4,0,0,0,4', the ranks of img, time, vector, guidance and txt in."""
+    inner = text.strip().removeprefix("[").removesuffix("]")
+    try:
+        dims = [int(part) for part in inner.split(",")]
+    except ValueError:
+        dims = []
+    if len(dims) != 5 or min(dims) < 0:
+        raise ValueError(f"network_args: in_dims={text!r}: give five ranks (0 leaves a layer out) for img, time, "
+                         "vector, guidance and txt in, e.g. in_dims=[4,0,0,0,4]")
     return dims
 
 
