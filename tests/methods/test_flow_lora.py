@@ -124,20 +124,27 @@ def test_sd3_lora_with_cached_text_and_latents_loads_in_diffusers(tiny_sd3_dir: 
     assert torch.allclose(loaded, trained, atol=1e-5)
 
 
-def test_flux_resumes_to_the_same_lora(tiny_flux_dir: Path, dataset: Path, tmp_path: Path) -> None:
-    common = {"pretrained_model_name_or_path": str(tiny_flux_dir), "train_data_dir": str(dataset),
+def straight_and_resumed(model_dir: Path, dataset: Path, tmp_path: Path, **options: object
+                         ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, str]]:
+    """A 4-step LoRA run straight through and one resumed from its step-2 state: (straight, resumed, metadata)."""
+    common = {"pretrained_model_name_or_path": str(model_dir), "train_data_dir": str(dataset),
               "output_dir": str(tmp_path / "out"), "max_train_steps": 4, "save_precision": "float",
-              "t5xxl_max_token_length": 32, "weighting_scheme": "logit_normal", **FAST}
+              "t5xxl_max_token_length": 32, **options, **FAST}
     assert train("lora", tmp_path / "straight", **common, output_name="straight", save_every_n_steps=2,
                  save_state=True) == 0
     state = tmp_path / "out" / "straight-step00000002-state"
     assert train("lora", tmp_path / "resumed", **common, output_name="resumed", resume=str(state)) == 0
-    straight, _ = read_lora_file(tmp_path / "out" / "straight.safetensors")
+    straight, meta = read_lora_file(tmp_path / "out" / "straight.safetensors")
     resumed, _ = read_lora_file(tmp_path / "out" / "resumed.safetensors")
     assert straight.keys() == resumed.keys()
     assert max((straight[k] - resumed[k]).abs().max().item() for k in straight) < 1e-6
     progress = [e for e in events(tmp_path / "resumed") if e["type"] == "progress"]
     assert [e["step"] for e in progress] == [3, 4]
+    return straight, resumed, meta
+
+
+def test_flux_resumes_to_the_same_lora(tiny_flux_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    straight_and_resumed(tiny_flux_dir, dataset, tmp_path, weighting_scheme="logit_normal")
 
 
 def test_flux_split_qkv_lora_resumes_and_renders_at_the_trained_strength(tiny_flux_dir: Path, dataset: Path,
@@ -146,16 +153,7 @@ def test_flux_split_qkv_lora_resumes_and_renders_at_the_trained_strength(tiny_fl
     as one fused module of rank 12 (16) and alpha 6 (8), block-diagonal, which renders in diffusers as trained."""
     from diffusers import FluxPipeline
 
-    common = {"pretrained_model_name_or_path": str(tiny_flux_dir), "train_data_dir": str(dataset),
-              "output_dir": str(tmp_path / "out"), "max_train_steps": 4, "save_precision": "float",
-              "t5xxl_max_token_length": 32, "network_args": ["split_qkv=True"], **FAST}
-    assert train("lora", tmp_path / "straight", **common, output_name="straight", save_every_n_steps=2,
-                 save_state=True) == 0
-    state = tmp_path / "out" / "straight-step00000002-state"
-    assert train("lora", tmp_path / "resumed", **common, output_name="resumed", resume=str(state)) == 0
-    straight, meta = read_lora_file(tmp_path / "out" / "straight.safetensors")
-    resumed, _ = read_lora_file(tmp_path / "out" / "resumed.safetensors")
-    assert max((straight[k] - resumed[k]).abs().max().item() for k in straight) < 1e-6
+    straight, _, meta = straight_and_resumed(tiny_flux_dir, dataset, tmp_path, network_args=["split_qkv=True"])
     qkv, linear1 = "lora_unet_double_blocks_0_img_attn_qkv", "lora_unet_single_blocks_0_linear1"
     assert straight[f"{qkv}.lora_down.weight"].shape == (12, 16) and float(straight[f"{qkv}.alpha"]) == 6
     assert straight[f"{linear1}.lora_up.weight"].shape == (3 * 16 + 64, 16) and float(straight[f"{linear1}.alpha"]) == 8
