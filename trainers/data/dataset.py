@@ -153,6 +153,9 @@ class CaptionedImages(Dataset):
             pixels = prepared.pixels
             if spec.color_aug:
                 pixels = color_jitter(pixels, sample_generator(self.seed, epoch, index, "color"))
+            # What decides the pixels, where they are the same every epoch: the VAE's outputs are then kept.
+            same = not (spec.random_crop or spec.color_aug)
+            out["pixel_key"] = (str(image.path), image.size, image.bucket, flip, spec.alpha_mask) if same else None
             out.update(pixels=pixels, original_size=torch.tensor(prepared.original_size),
                        crop_top_left=torch.tensor(prepared.crop_top_left),
                        target_size=torch.tensor(prepared.target_size))
@@ -197,6 +200,8 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {name: torch.stack([s[name] for s in samples]) for name in (
         "pixels", "latent_mean", "latent_std", "original_size", "crop_top_left", "target_size", "prompt_embeds",
         "pooled_embeds") if name in first}
+    if "pixel_key" in first:
+        out["pixel_keys"] = [s["pixel_key"] for s in samples]
     if "input_ids" in first:
         weighted = bool(first["input_ids"]) and isinstance(first["input_ids"][0], WeightedIds)
         stack = WeightedIds.stack if weighted else torch.stack

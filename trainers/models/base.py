@@ -65,6 +65,8 @@ class LoadedModel:
     # Text-encoder outputs encoded before training (data/cache.py's TextCache: captions and sample prompts), read
     # instead of running the encoders, which then may sit on the CPU.
     cached_texts: Any = None
+    # The VAE's outputs of images seen before in a run without cached latents (train/memo.py's RowMemo), or None.
+    latent_memo: Any = None
 
     def tokenize(self, texts: list[str]) -> list[torch.Tensor] | list[WeightedIds]:
         """Token ids per tokenizer (WeightedIds with weighted captions), in `prompt_format`."""

@@ -10,7 +10,9 @@ from torch import nn
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.models import LoadedModel, SizeConditioning
 from trainers.models.prompt_chunks import WeightedIds, split_weighted
+from trainers.train import memo
 from trainers.train.conditioning import conditioning
+from trainers.train.latents import draw_latents, latent_distribution
 from trainers.train.losses import (
     apply_mask,
     debiased_weights,
@@ -20,7 +22,6 @@ from trainers.train.losses import (
     v_like_scale,
 )
 from trainers.train.noise import draw_timesteps, input_perturbation, multires_noise, offset_noise, per_sample
-from trainers.train.text_memo import TextMemo, deterministic
 
 
 class NoisePredictor(nn.Module):
@@ -41,7 +42,8 @@ class NoisePredictor(nn.Module):
         self.clip_skip = clip_skip
         self.train_text_encoder = train_text_encoder
         frozen = bool(self.text_encoders) and not train_text_encoder
-        self.text_memo = TextMemo() if frozen and all(deterministic(te) for te in self.text_encoders) else None
+        deterministic = all(memo.deterministic(te) for te in self.text_encoders)
+        self.text_memo = memo.RowMemo(memo.TEXT_BYTES) if frozen and deterministic else None
         # Frozen weights take no part in DDP: not broadcast at start, not bucketed.
         self._ddp_params_and_buffers_to_ignore = [n for n, p in self.named_parameters() if not p.requires_grad] + [
             n for n, _ in self.named_buffers()]
@@ -56,8 +58,8 @@ class NoisePredictor(nn.Module):
         else:
             ids, weights = split_weighted(input_ids or [])
             with torch.set_grad_enabled(self.train_text_encoder and torch.is_grad_enabled()):
-                hidden, pooled = self.text_memo(self._encode, ids, weights) if self.text_memo else \
-                    self._encode(ids, weights)
+                hidden, pooled = self.text_memo(lambda: self._encode(ids, weights), memo.text_keys(ids, weights)) \
+                    if self.text_memo else self._encode(ids, weights)
         return self.family.denoise(self.unet, noisy_latents, timesteps, hidden, pooled, sizes)
 
     def _encode(self, ids: list[torch.Tensor], weights: list[torch.Tensor] | None
@@ -122,9 +124,8 @@ def encode_latents(vae: nn.Module, pixels: torch.Tensor, keys: torch.Tensor, see
 
 def sample_latents(mean: torch.Tensor, std: torch.Tensor, keys: torch.Tensor, seed: int,
                    scaling_factor: float) -> torch.Tensor:
-    """A latent drawn from the VAE's distribution with per-sample noise (cached or fresh, the same draw)."""
-    eps = per_sample(keys, seed, "latent", lambda g: torch.randn(mean.shape[1:], generator=g))
-    return (mean + std * eps.to(mean.device, mean.dtype)) * scaling_factor
+    """A latent drawn from the VAE's distribution with per-sample noise, scaled for the denoiser."""
+    return draw_latents(mean, std, keys, seed) * scaling_factor
 
 
 @dataclass
@@ -164,11 +165,8 @@ def diffusion_loss(predictor: nn.Module, model: LoadedModel, batch: dict[str, An
         return flow_loss(predictor, model, batch, opts, weight_dtype)
     device = next(p for p in model.unet.parameters()).device
     keys = batch["keys"]
-    if "latent_mean" in batch:
-        latents = sample_latents(batch["latent_mean"], batch["latent_std"], keys, opts.seed,
-                                 model.vae.config.scaling_factor).to(device, weight_dtype)
-    else:
-        latents = encode_latents(model.vae, batch["pixels"], keys, opts.seed).to(device, weight_dtype)
+    mean, std = latent_distribution(model, batch)
+    latents = sample_latents(mean, std, keys, opts.seed, model.vae.config.scaling_factor).to(device, weight_dtype)
     scheduler = model.noise_scheduler
     noised = add_training_noise(latents, keys, scheduler, opts)
     timesteps = noised.timesteps

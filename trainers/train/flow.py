@@ -20,6 +20,7 @@ from torch import nn
 from trainers.models import LoadedModel
 from trainers.models.flow import FlowSettings
 from trainers.train.conditioning import conditioning
+from trainers.train.latents import draw_latents, latent_distribution
 from trainers.train.losses import apply_mask, elementwise_loss, huber_thresholds
 from trainers.train.noise import input_perturbation, per_sample
 
@@ -142,16 +143,9 @@ def add_flow_noise(latents: torch.Tensor, keys: torch.Tensor, settings: FlowSett
 
 
 def flow_latents(model: LoadedModel, batch: dict[str, Any], seed: int) -> torch.Tensor:
-    """The batch's latents, shifted and scaled as the VAE's config says (cached distributions or fresh ones)."""
+    """The batch's latents, shifted and scaled as the VAE's config says."""
     vae = model.vae
-    if "latent_mean" in batch:
-        mean, std = batch["latent_mean"], batch["latent_std"]
-    else:
-        with torch.no_grad():
-            dist = vae.encode(batch["pixels"].to(vae.device, vae.dtype)).latent_dist
-        mean, std = dist.mean, dist.std
-    eps = per_sample(batch["keys"], seed, "latent", lambda g: torch.randn(mean.shape[1:], generator=g))
-    raw = mean + std * eps.to(mean.device, mean.dtype)  # the draw diffusion.py's sample_latents makes
+    raw = draw_latents(*latent_distribution(model, batch), batch["keys"], seed)
     shift = getattr(vae.config, "shift_factor", None) or 0.0
     return (raw - shift) * vae.config.scaling_factor
 

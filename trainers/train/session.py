@@ -26,6 +26,7 @@ from trainers.data.preflight import catalog_report
 from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model, model_option_issues
 from trainers.train.block_swap import BlockSwap, place_with_swap
 from trainers.train.control import Control
+from trainers.train import memo
 from trainers.train.distributed import RankTimer
 from trainers.train.optim import check_optimizer
 from trainers.validate import check
@@ -95,6 +96,8 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
         model.noise_scheduler = zero_terminal_snr_scheduler(model.noise_scheduler)
     _place_encoders(cfg, model, accelerator.device, weight_dtype)
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
+    if data.dataset.latents is None:  # the VAE then runs once per image (and flip), not once per epoch
+        model.latent_memo = memo.RowMemo(memo.LATENT_BYTES)
     block_swap = _place_denoiser(cfg, model, accelerator.device, weight_dtype)
     per_device = data.catalog.per_device_batches(accelerator.num_processes, cfg.keep_global_batch)
     plan = plan_steps(len(data.catalog.samples), per_device[0], accelerator.num_processes,

@@ -23,6 +23,7 @@ from trainers.data.catalog import Catalog
 from trainers.data.dataset import CaptionedImages, collate
 from trainers.models import LoadedModel
 from trainers.train.diffusion import NoiseOptions, diffusion_loss
+from trainers.train.latents import latent_distribution
 from trainers.train.progress import ProgressMeter
 from trainers.train.session import Session
 
@@ -67,10 +68,9 @@ def encoded(batch: dict[str, Any], model: LoadedModel) -> dict[str, Any]:
     """The batch with its images' latent distribution in place of pixels (encoded once for all timesteps)."""
     if "pixels" not in batch:
         return batch
-    vae = model.vae
-    dist = vae.encode(batch["pixels"].to(vae.device, vae.dtype)).latent_dist
+    mean, std = latent_distribution(model, batch)
     rest = {k: v for k, v in batch.items() if k != "pixels"}
-    return {**rest, "latent_mean": dist.mean, "latent_std": dist.std}
+    return {**rest, "latent_mean": mean, "latent_std": std}
 
 
 def batch_losses(predictor: nn.Module, model: LoadedModel, batch: dict[str, Any], noise: NoiseOptions,

@@ -1,0 +1,125 @@
+"""Frozen text encoders and the VAE are not run again for captions and images they already encoded
+(trainers/train/memo.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainers.demo import build_dataset
+from trainers.methods.lora.file_format import read_lora_file
+from trainers.train import memo as memos
+from trainers.train.diffusion import NoisePredictor
+from trainers.train.memo import RowMemo, text_keys
+
+from helpers import train
+
+
+class CountingEncoder:
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def __call__(self, ids: list[torch.Tensor], weights: list[torch.Tensor] | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.batches += 1
+        hidden = ids[0].float().unsqueeze(-1).repeat(1, 1, 3) * (1.0 if weights is None else weights[0].unsqueeze(-1))
+        return hidden, hidden.sum(1)
+
+
+def _ids(*rows: list[int]) -> list[torch.Tensor]:
+    return [torch.tensor(rows)]
+
+
+def _text(memo: RowMemo, encode: CountingEncoder, ids: list[torch.Tensor],
+          weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return memo(lambda: encode(ids, weights), text_keys(ids, weights))
+
+
+def test_a_batch_of_known_captions_is_put_together_without_encoding() -> None:
+    encode, memo = CountingEncoder(), RowMemo(memos.TEXT_BYTES)
+    first = _text(memo, encode, _ids([1, 2], [3, 4]))
+    again = _text(memo, encode, _ids([3, 4], [1, 2]))  # the same captions in another order
+    assert encode.batches == 1
+    assert torch.equal(again[0], first[0].flip(0)) and torch.equal(again[1], first[1].flip(0))
+    _text(memo, encode, _ids([3, 4], [5, 6]))  # one new caption: the whole batch is encoded
+    assert encode.batches == 2
+    weighted = _text(memo, encode, _ids([1, 2]), [torch.tensor([[2.0, 1.0]])])  # other token weights: other outputs
+    assert encode.batches == 3 and weighted[0][0, 0, 0] == 2.0
+
+
+def test_nothing_is_kept_beyond_the_budget_and_rows_without_a_key_never() -> None:
+    encode, memo = CountingEncoder(), RowMemo(limit=0)
+    for _ in range(3):
+        _text(memo, encode, _ids([1, 2]))
+    assert encode.batches == 3 and memo.kept == 0
+    memo = RowMemo(memos.LATENT_BYTES)
+    for _ in range(2):
+        memo(lambda: encode(_ids([1, 2], [3, 4]), None), ["a", None])  # a random crop has no key
+    assert encode.batches == 5 and list(memo.rows) == ["a"]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_dataset(tmp_path_factory.mktemp("memo data"), folder="1_sks shape", size=64)
+
+
+def test_a_lora_run_encodes_each_caption_and_image_once_and_trains_the_same(tiny_sd1_dir: Path, dataset: Path,
+                                                                           tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from diffusers import AutoencoderKL
+
+    captions: list[int] = []
+    images: list[int] = []
+    encode_text, encode_image = NoisePredictor._encode, AutoencoderKL.encode
+
+    def counting_text(self: NoisePredictor, ids: list[torch.Tensor], weights: list[torch.Tensor] | None):
+        captions.append(ids[0].shape[0])
+        return encode_text(self, ids, weights)
+
+    def counting_images(self: AutoencoderKL, pixels: torch.Tensor, *args, **kwargs):
+        images.append(pixels.shape[0])
+        return encode_image(self, pixels, *args, **kwargs)
+
+    monkeypatch.setattr(NoisePredictor, "_encode", counting_text)
+    monkeypatch.setattr(AutoencoderKL, "encode", counting_images)
+    values = dict(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset), resolution="64",
+                  max_data_loader_n_workers=0, network_dim=4, network_alpha=2, learning_rate=1e-3,
+                  save_precision="float", train_batch_size=2, max_train_epochs=3, network_train_unet_only=True)
+    assert train("lora", tmp_path / "memo", **values, output_dir=str(tmp_path / "memo-out")) == 0
+    # the 8 captions and images in the first epoch; epochs 2 and 3 encode nothing
+    assert sum(captions) == 8 and sum(images) == 8, (captions, images)
+    captions.clear()
+    images.clear()
+    monkeypatch.setattr(memos, "TEXT_BYTES", 0)
+    monkeypatch.setattr(memos, "LATENT_BYTES", 0)
+    assert train("lora", tmp_path / "plain", **values, output_dir=str(tmp_path / "plain-out")) == 0
+    assert sum(captions) == 24 and sum(images) == 24
+    a, _ = read_lora_file(tmp_path / "memo-out" / "lora.safetensors")
+    b, _ = read_lora_file(tmp_path / "plain-out" / "lora.safetensors")
+    assert a.keys() == b.keys() and max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+
+
+def test_only_images_whose_pixels_repeat_have_a_key(dataset: Path) -> None:
+    from trainers.core.options import load_config
+    from trainers.data.catalog import build_catalog
+    from trainers.data.dataset import CaptionedImages
+
+    def keys(**settings: object) -> list[object]:
+        cfg = load_config("lora", overrides=[f"train_data_dir='{dataset.as_posix()}'", "resolution='64'",
+                                             *(f"{k}={str(v).lower()}" for k, v in settings.items())])
+        images = CaptionedImages(build_catalog(cfg.values, []), lambda caps: [torch.zeros(len(caps), 4)], seed=1)
+        return [images[(epoch, 0, False)]["pixel_key"] for epoch in range(8)]
+
+    assert len(set(keys())) == 1
+    assert len(set(keys(flip_aug=True))) == 2  # flipped and not: two pictures of one image
+    assert set(keys(random_crop=True)) == {None} and set(keys(color_aug=True)) == {None}
+
+
+def test_only_encoders_without_dropout_are_memoised() -> None:
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    clip = CLIPTextModel(CLIPTextConfig(vocab_size=99, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                        num_attention_heads=2))
+    t5 = T5EncoderModel(T5Config(vocab_size=99, d_model=8, d_ff=16, num_layers=1, num_heads=2, d_kv=4))
+    assert memos.deterministic(clip) and not memos.deterministic(t5)  # T5's dropout_rate is 0.1
