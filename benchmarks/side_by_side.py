@@ -5,6 +5,7 @@
         --diffusers-example ~/src/diffusers/examples/text_to_image/train_text_to_image_lora.py --rounds 4
     .venv/bin/python benchmarks/side_by_side.py --workload sd15-64 --steps 30   # compute-bound, real-size UNet
     .venv/bin/python benchmarks/side_by_side.py --workload sdxl-1024 --steps 30 ...  # on a CUDA GPU
+    .venv/bin/python benchmarks/side_by_side.py --baseline /tmp/before   # A/B against an earlier Atelier checkout
 
 Workloads (built in code, nothing fetched): `tiny` is a random-init SD1-style UNet (block_out_channels 32/64) on
 8 images at 64 px, batch 2, fp32, LoRA rank 4 alpha 4 on the UNet only, AdamW 1e-4 constant, 60 steps, no
@@ -223,13 +224,13 @@ def with_kohya_targets(script: Path) -> Path:
 
 
 def timed_run(name: str, argv: list[str], cwd: Path, work: Path, round_no: int, device: str,
-              threads: int | None = None) -> dict:
+              threads: int | None = None, code: Path = REPO) -> dict:
     log = work / f"steps-{name}-{round_no}"
     hook = work / "hook"
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(HOOK, encoding="utf-8")
     env = {**os.environ, "BENCH_STEP_LOG": str(log), "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(hook), str(REPO), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(hook), str(code), os.environ.get("PYTHONPATH", "")])}
     if device == "cpu":
         env["ACCELERATE_USE_CPU"] = "1"
     if threads:  # accelerate launch takes a CPU process's threads from OMP_NUM_THREADS (else 1 per process)
@@ -264,6 +265,8 @@ def main() -> int:
                              "num_cpu_threads_per_process=1)")
     parser.add_argument("--threads", type=int, help="CPU threads of every trainer (default: as each is launched: "
                                                     "accelerate launch gives a CPU process 1, Atelier the cores)")
+    parser.add_argument("--baseline", type=Path, help="another Atelier checkout (e.g. `git worktree add /tmp/before "
+                                                      "<commit>`), timed as one more arm: what a change bought")
     parser.add_argument("--python", default=sys.executable, help="the python the other trainers run with")
     parser.add_argument("--sd-scripts-python", help="sd-scripts' own python, where it needs other library versions "
                                                     "than the diffusers example (default: --python)")
@@ -277,6 +280,8 @@ def main() -> int:
     model, kohya, imagefolder, s = build_workload(work, args.workload)
     atelier_set = args.atelier_set + ([f"num_cpu_threads_per_process={args.threads}"] if args.threads else [])
     arms = [("atelier", atelier_argv(work, model, kohya, s, args.steps, sys.executable, atelier_set), REPO)]
+    if args.baseline:  # the same config and launch, run by the other checkout's code
+        arms.append(("baseline", arms[0][1], args.baseline.resolve()))
     if args.sd_scripts:
         checkout = sd_scripts_for(args.sd_scripts, model, work, s)
         arms.append(("sd-scripts", sd_scripts_argv(checkout, work, model, kohya, s, args.steps,
@@ -289,7 +294,8 @@ def main() -> int:
     results: dict[str, list[dict]] = {name: [] for name, _, _ in arms}
     for round_no in range(args.rounds):
         for name, argv, cwd in arms:
-            result = timed_run(name, argv, cwd, work, round_no, s["device"], args.threads)
+            code = cwd if name == "baseline" else REPO
+            result = timed_run(name, argv, cwd, work, round_no, s["device"], args.threads, code)
             results[name].append(result)
             print(json.dumps({"round": round_no + 1, **result}), flush=True)
     print(f"\n{args.workload}: median of {args.rounds} interleaved rounds ({args.steps} steps, steps/s over 10-end)")
