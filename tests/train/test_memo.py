@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import train
 
 from trainers.demo import build_dataset
 from trainers.methods.lora.file_format import read_lora_file
 from trainers.train import memo as memos
 from trainers.train.diffusion import NoisePredictor
 from trainers.train.memo import RowMemo, text_keys
-
-from helpers import train
 
 
 class CountingEncoder:

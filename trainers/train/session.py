@@ -24,9 +24,9 @@ from trainers.data.dataset import CaptionedImages
 from trainers.data.pipeline import build_pipeline
 from trainers.data.preflight import catalog_report
 from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model, model_option_issues
+from trainers.train import memo
 from trainers.train.block_swap import BlockSwap, place_with_swap
 from trainers.train.control import Control
-from trainers.train import memo
 from trainers.train.distributed import RankTimer
 from trainers.train.optim import check_optimizer
 from trainers.validate import check
