@@ -279,22 +279,22 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="atelier-side-by-side-"))
     model, kohya, imagefolder, s = build_workload(work, args.workload)
     atelier_set = args.atelier_set + ([f"num_cpu_threads_per_process={args.threads}"] if args.threads else [])
-    arms = [("atelier", atelier_argv(work, model, kohya, s, args.steps, sys.executable, atelier_set), REPO)]
+    # (name, argv, working folder, the Atelier code on PYTHONPATH)
+    arms = [("atelier", atelier_argv(work, model, kohya, s, args.steps, sys.executable, atelier_set), REPO, REPO)]
     if args.baseline:  # the same config and launch, run by the other checkout's code
-        arms.append(("baseline", arms[0][1], args.baseline.resolve()))
+        arms.append(("baseline", arms[0][1], args.baseline.resolve(), args.baseline.resolve()))
     if args.sd_scripts:
         checkout = sd_scripts_for(args.sd_scripts, model, work, s)
         arms.append(("sd-scripts", sd_scripts_argv(checkout, work, model, kohya, s, args.steps,
-                                                    args.sd_scripts_python or args.python), checkout))
+                                                    args.sd_scripts_python or args.python), checkout, REPO))
     if args.diffusers_example:
         script = diffusers_script(args.diffusers_example, s)
         script = with_kohya_targets(script) if args.diffusers_kohya_targets else script
         arms.append(("diffusers", diffusers_argv(script, work, model, imagefolder, s, args.steps,
-                                                 args.python), args.diffusers_example.parent))
-    results: dict[str, list[dict]] = {name: [] for name, _, _ in arms}
+                                                 args.python), args.diffusers_example.parent, REPO))
+    results: dict[str, list[dict]] = {name: [] for name, *_ in arms}
     for round_no in range(args.rounds):
-        for name, argv, cwd in arms:
-            code = cwd if name == "baseline" else REPO
+        for name, argv, cwd, code in arms:
             result = timed_run(name, argv, cwd, work, round_no, s["device"], args.threads, code)
             results[name].append(result)
             print(json.dumps({"round": round_no + 1, **result}), flush=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from trainers.data import cache as cache_module
 from trainers.data.cache import CacheWriteError, Dist, build_latent_cache, build_text_cache, cache_file
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages, collate, flip_of
-from trainers.train.diffusion import NoisePredictor, encode_latents, sample_latents
+from trainers.train.diffusion import NoisePredictor, sample_latents
+from trainers.train.latents import latent_distribution
 
 from image_files import save_image
 
@@ -71,7 +73,8 @@ def test_cached_latents_equal_encoding_every_step(data: Path, vae: torch.nn.Modu
                 assert torch.equal(a[name], b[name]), name
             with torch.no_grad():
                 from_cache = sample_latents(a["latent_mean"], a["latent_std"], a["keys"], 3, vae.config.scaling_factor)
-                encoded = encode_latents(vae, b["pixels"], b["keys"], 3)
+                fresh_dist = latent_distribution(SimpleNamespace(vae=vae, latent_memo=None), b)  # as training encodes
+                encoded = sample_latents(*fresh_dist, b["keys"], 3, vae.config.scaling_factor)
             assert torch.allclose(from_cache, encoded, atol=1e-5)
     assert flips == {False, True}  # flipped and unflipped samples both came from the cache
 

@@ -116,12 +116,6 @@ class NoiseOptions:
 _per_sample = per_sample  # the name tests and callers have used
 
 
-@torch.no_grad()
-def encode_latents(vae: nn.Module, pixels: torch.Tensor, keys: torch.Tensor, seed: int) -> torch.Tensor:
-    dist = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
-    return sample_latents(dist.mean, dist.std, keys, seed, vae.config.scaling_factor)
-
-
 def sample_latents(mean: torch.Tensor, std: torch.Tensor, keys: torch.Tensor, seed: int,
                    scaling_factor: float) -> torch.Tensor:
     """A latent drawn from the VAE's distribution with per-sample noise, scaled for the denoiser."""

@@ -96,8 +96,9 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
         model.noise_scheduler = zero_terminal_snr_scheduler(model.noise_scheduler)
     _place_encoders(cfg, model, accelerator.device, weight_dtype)
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
-    if data.dataset.latents is None:  # the VAE then runs once per image (and flip), not once per epoch
-        model.latent_memo = memo.RowMemo(memo.LATENT_BYTES)
+    # The VAE runs once per image (and flip), not once per epoch: for training without cached latents, and for the
+    # held-out images, which are never cached.
+    model.latent_memo = memo.RowMemo(memo.LATENT_BYTES)
     block_swap = _place_denoiser(cfg, model, accelerator.device, weight_dtype)
     per_device = data.catalog.per_device_batches(accelerator.num_processes, cfg.keep_global_batch)
     plan = plan_steps(len(data.catalog.samples), per_device[0], accelerator.num_processes,
