@@ -58,7 +58,8 @@ class Services:
 def build_page(services: Services, initial_preset: str | None = None) -> gr.Blocks:
     with gr.Blocks(title="Atelier") as page:
         viewed = gr.BrowserState("", storage_key="atelier-viewed-run")
-        gr.Markdown("# Atelier\nTrain LoRAs, Dreambooth models and finetunes of Stable Diffusion 1.x, 2.x and SDXL.")
+        gr.Markdown("# Atelier\nTrain LoRAs, Dreambooth models and finetunes of Stable Diffusion 1.x, 2.x, SDXL, "
+                    "SD3/SD3.5 and FLUX.1.")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 with gr.Tabs() as tabs:
