@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gui.forms import ESSENTIALS
-from trainers.core.optimizers import spec_for
+from trainers.core.optimizers import spec_for, text_encoder_rates
 from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict
 from trainers.core.options.optimizer_checks import optimizer_issues, optimizer_warnings
 from trainers.core.plan import StepPlan
@@ -105,13 +105,9 @@ def lr_preview(cfg: TrainConfig, plan: StepPlan) -> tuple[dict[str, list[tuple[i
         return {}, f"not drawn: {blocker}."
     if optimizer_issues(cfg):
         return {}, "drawn once the optimizer and schedule options are fixed."
-    rates = {"learning_rate": cfg.learning_rate}
-    for name in ("unet_lr", "text_encoder_lr"):
-        value = cfg.values.get(name)
-        if value is not None and value != cfg.learning_rate:
-            rates[name] = value
     try:
-        curves = {name: lr_curve(cfg, plan.total_steps, plan.num_processes, rate) for name, rate in rates.items()}
+        curves = {name: lr_curve(cfg, plan.total_steps, plan.num_processes, rate)
+                  for name, rate in distinct_rates(cfg).items()}
     except ValueError as err:
         return {}, f"not drawn: {err}."
     kind = schedule_kind(cfg)
@@ -123,6 +119,21 @@ def lr_preview(cfg: TrainConfig, plan: StepPlan) -> tuple[dict[str, list[tuple[i
     if spec is not None and spec.adaptive:
         text += " D-Adaptation and Prodigy multiply it by the step size they find."
     return curves, text
+
+
+def distinct_rates(cfg: TrainConfig) -> dict[str, float]:
+    """The base learning rates of a run by series name: learning_rate, then unet_lr and each text encoder's rate
+    where they differ from it (text_encoder_lr may give one rate per encoder)."""
+    rates = {"learning_rate": cfg.learning_rate}
+    if cfg.values.get("unet_lr") is not None:
+        rates["unet_lr"] = float(cfg.values["unet_lr"])
+    if cfg.values.get("text_encoder_lr") is not None:
+        per_encoder = text_encoder_rates(cfg)
+        if len(per_encoder) == 1:
+            rates["text_encoder_lr"] = per_encoder[0]
+        else:
+            rates.update({f"text_encoder_lr (TE{i})": rate for i, rate in enumerate(per_encoder, 1)})
+    return {name: rate for name, rate in rates.items() if name == "learning_rate" or rate != cfg.learning_rate}
 
 
 def outside_roots(cfg: TrainConfig, roots: list[Path] | None) -> list[ConfigIssue]:

@@ -1,0 +1,72 @@
+"""Validate (gui/checks.py check_form) on every kind of input the schema accepts, and on several problems at once.
+
+The inputs are generated from the option schema: every list-valued, per-encoder and nullable option, typed into
+its widget as a user would (empty, typical values, one per text encoder, a typo), on top of a config that is
+ready to start. Each must give a report, never an exception: ready with its step count, or problems that each
+name a field (a typo names its option).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gui.checks import check_form
+from gui.forms import from_widget, option_for
+from trainers.core.options import Option, options_for
+from trainers.demo import build_dataset
+
+METHODS = ("lora", "dreambooth", "finetune")
+
+
+def _typed(opt: Option) -> list[str]:
+    """What a user may type into the option's widget: empty, values the schema accepts, and a typo."""
+    if opt.kind == "list":
+        return ["", "1\n2", "key=value\nother"]
+    typed = ["", "abc"]
+    if opt.per_encoder:
+        typed += ["1e-5", "1e-5, 2e-5", "3e-5,3e-5"]
+    if opt.kind in ("int", "float", "number"):
+        typed += [str(bound) for bound in (opt.min, opt.max) if bound is not None] + ["1"]
+    return typed
+
+
+def _cases(method: str) -> list[tuple[str, str]]:
+    options = [o for o in options_for(method) if o.kind == "list" or o.per_encoder or o.nullable]
+    return [(o.name, text) for o in options for text in _typed(o)]
+
+
+@pytest.fixture(scope="module")
+def ready(tmp_path_factory: pytest.TempPathFactory, tiny_sd1_dir: Path) -> dict:
+    tmp = tmp_path_factory.mktemp("validate")
+    data = build_dataset(tmp / "data", folder="3_sks shape")
+    return {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data),
+            "output_dir": str(tmp / "out"), "max_train_epochs": 2, "resolution": "64", "train_batch_size": 2}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_list_per_encoder_and_unset_option_validates_and_is_named(method: str, ready: dict) -> None:
+    assert check_form(method, ready).ok, check_form(method, ready).summary()
+    failures = []
+    for name, text in _cases(method):
+        try:
+            report = check_form(method, {**ready, name: from_widget(option_for(method, name), text)})
+            summary = report.summary()
+        except Exception as err:  # noqa: BLE001 - every failure is listed at once
+            failures.append(f"{name} = {text!r}: {type(err).__name__}: {err}")
+            continue
+        unnamed = [i for i in report.issues if not i.field or len(i.message) < 10]
+        if not report.ok and (unnamed or not report.issues and not report.dataset_problem):
+            failures.append(f"{name} = {text!r}: a problem without a field or a message: {summary}")
+        if text == "abc" and (report.ok or name not in summary):
+            failures.append(f"{name} = {text!r}: a typo not named: {summary}")
+        if report.ok and not report.steps:
+            failures.append(f"{name} = {text!r}: ready, but no step count")
+    assert not failures, "\n".join(failures)
+
+
+def test_two_text_encoder_rates_are_drawn_as_two_series(ready: dict) -> None:
+    text = "1e-5, 2e-5"
+    report = check_form("lora", {**ready, "text_encoder_lr": from_widget(option_for("lora", "text_encoder_lr"), text)})
+    assert set(report.lr_curve) == {"learning_rate", "text_encoder_lr (TE1)", "text_encoder_lr (TE2)"}
+    assert report.lr_curve["text_encoder_lr (TE2)"][-1][1] <= 2e-5
