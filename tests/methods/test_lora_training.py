@@ -59,6 +59,20 @@ def test_sd1_lora_trains_and_reports_progress(sd1_run) -> None:
     assert list((Path(out).parent / "tb").rglob("events.out.tfevents*")), "TensorBoard logs written"
 
 
+def test_the_panels_planned_and_reported_learning_rates_coincide_step_for_step(sd1_run) -> None:
+    from gui.run_files import RunWatcher
+    from gui.run_panel import render
+
+    _, run_dir, result = sd1_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    chart = render(RunWatcher(run_dir).refresh())[4][1].value["data"]  # the run panel's learning-rate chart
+    planned = {step: lr for step, lr, series in chart if series == "planned learning_rate"}
+    reported = {step: lr for step, lr, series in chart if series == "reported"}
+    assert sorted(reported) == sorted(planned) == list(range(1, 17))
+    assert [reported[s] for s in range(1, 17)] == pytest.approx([planned[s] for s in range(1, 17)], rel=1e-6)
+    assert reported[1] == 0 and reported[5] == pytest.approx(1e-3), "4 warmup steps (0.25 of 16), then cosine"
+
+
 def test_sd1_lora_file_loads_in_diffusers_and_changes_the_image(sd1_run, tiny_sd1_dir: Path) -> None:
     from diffusers import StableDiffusionPipeline
 

@@ -35,8 +35,7 @@ def train(session: Session, trainable: Trainable) -> Path:
                                                        device_placement=[not swapping, True, True])
     noise = NoiseOptions.from_config(cfg, trainable.model.prediction_type)
     state = TrainingState(session, trainable, predictor, optimizer, lr_scheduler, params)
-    report = Reporter(session, lr_scheduler, trainable.model.family.name, sum(p.numel() for p in params),
-                      trainable.hooks)
+    report = Reporter(session, trainable.model.family.name, sum(p.numel() for p in params), trainable.hooks)
     modes = OptimizerModes(optimizer, cfg)  # schedule-free optimizers: eval() for samples and saves
     pause = Pauses(session.run_dir, accelerator.is_main_process, modes, report.meter)
     save, guard = Saver(session, trainable, state, pause), LossGuard(cfg, accelerator, params, session.events)
@@ -67,11 +66,12 @@ def train(session: Session, trainable: Trainable) -> Path:
                     optimizer.zero_grad(set_to_none=True)
                 if not accelerator.sync_gradients:
                     continue
+                lr = lr_scheduler.get_last_lr()[0]  # the rate this step trained with: stepping moves to the next
                 lr_scheduler.step()
                 at = Position(at.step + 1, epoch, index)
                 for hook in trainable.hooks:
                     hook.after_step(at.step)
-                report.step(at.step, epoch, loss, data_wait)
+                report.step(at.step, epoch, loss, lr, data_wait)
                 guard.after_step(at.step)  # nan_steps_before_stop dropped updates in a row end the run
                 data_wait = 0.0
                 requests = session.control.poll()

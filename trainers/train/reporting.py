@@ -16,12 +16,11 @@ from trainers.train.session import Session
 class Reporter:
     """Progress of a run on every channel; only rank 0 writes, every rank joins the loss average."""
 
-    def __init__(self, session: Session, lr_scheduler: Any, family: str, trainable_params: int,
+    def __init__(self, session: Session, family: str, trainable_params: int,
                  hooks: list[StepHook] | None = None) -> None:
         cfg, plan = session.cfg, session.plan
         self.hooks = hooks or []
         self.accelerator, self.events, self.plan = session.accelerator, session.events, plan
-        self.lr_scheduler = lr_scheduler
         self.meter = ProgressMeter(plan.total_steps, plan.global_batch)
         self.unloadable: set[str] = set()
         from tqdm.auto import tqdm
@@ -44,7 +43,8 @@ class Reporter:
             self.bar.update(from_step)
         self.rank_timer.restart()
 
-    def step(self, step: int, epoch: int, loss: torch.Tensor, data_wait: float) -> None:
+    def step(self, step: int, epoch: int, loss: torch.Tensor, lr: float, data_wait: float) -> None:
+        """Report optimizer step `step`, which trained with learning rate `lr` (as the planned schedule counts)."""
         own_s = self.rank_timer.step_done(data_wait)
         buckets, self.rank_timer.buckets = self.rank_timer.buckets, 0
         per_rank, straggler = self.stragglers.add(step, own_s)
@@ -52,8 +52,7 @@ class Reporter:
         if not self.accelerator.is_main_process:
             return
         progress = replace(
-            self.meter.update(step, epoch, self.plan.epochs, loss_value, self.lr_scheduler.get_last_lr()[0],
-                              data_wait),
+            self.meter.update(step, epoch, self.plan.epochs, loss_value, lr, data_wait),
             step_s_own=round(own_s, 4),  # rank 0's own work (without waiting for the others)
             rank_step_s=[round(t, 4) for t in per_rank] if per_rank is not None else None,
             grad_buckets=buckets if self.rank_timer.ddp else None,
