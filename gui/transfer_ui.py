@@ -10,6 +10,7 @@ import gradio as gr
 from gui.run_files import Watchers
 from gui.run_panel import view_for
 from gui.tensorboard import TENSORBOARDS
+from gui import transfers
 from gui.transfers import TransferError, download_model, download_zip, result_files, save_upload
 from trainers.core.rundir import read_run_config
 
@@ -49,8 +50,12 @@ class UploadBox:
 def build_upload(datasets_dir: Path, method: str) -> UploadBox:
     """A closed accordion with the upload box (wired to the form's train_data_dir once the form exists)."""
     with gr.Accordion("Upload a dataset from this browser", open=False, elem_id=f"upload-{method}"):
+        limits = transfers.LIMITS
         gr.Markdown(f"Images with their .txt captions, or a .zip of them (kohya folders like `10_sks dog/` are "
-                    f"kept). They go into a new folder under `{datasets_dir}`.")
+                    f"kept). They go into a new folder under `{datasets_dir}`. At most "
+                    f"{transfers.size_text(limits.max_upload_bytes)} a file and "
+                    f"{transfers.size_text(limits.max_unpacked_bytes)} unpacked (app.py `--max-upload-size`, "
+                    "`--max-unpacked-size`).")
         files = gr.File(file_count="multiple", label="Images, captions or a zip", elem_id=f"upload-files-{method}")
         with gr.Row():
             name = gr.Textbox(label="New dataset folder name", placeholder="my subject", elem_id=f"upload-name-{method}")

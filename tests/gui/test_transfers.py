@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from gui import transfers
-from gui.transfers import TransferError, download_model, download_zip, result_files, save_upload
+from gui.transfers import TransferError, UploadLimits, download_model, download_zip, result_files, save_upload
 from trainers.data.kohya_folders import scan_kohya_folders
 
 
@@ -79,10 +79,10 @@ def test_refused_uploads_leave_nothing_and_never_touch_an_existing_folder(tmp_pa
         save_upload([caption], "empty", datasets)
     with pytest.raises(TransferError, match="plain file name"):
         save_upload([image], "../outside", datasets)
-    monkeypatch.setattr(transfers, "MAX_UPLOAD_BYTES", 10)
-    bomb = _zip(tmp_path / "bomb.zip", {"1_x/a.png": _png_bytes()})
-    with pytest.raises(TransferError, match="larger than"):
-        save_upload([bomb], "bomb", datasets)
+    monkeypatch.setattr(transfers, "LIMITS", UploadLimits(max_unpacked_bytes=10))
+    big = _zip(tmp_path / "big.zip", {"1_x/a.png": _png_bytes()})
+    with pytest.raises(TransferError, match="--max-unpacked-size"):
+        save_upload([big], "big", datasets)
     bad = tmp_path / "bad.zip"
     bad.write_bytes(b"not a zip")
     with pytest.raises(TransferError, match="not a readable zip"):
@@ -110,3 +110,132 @@ def test_downloads_hold_the_runs_files_and_are_served_from_its_folder(tmp_path: 
         assert z.read("fox.safetensors") == b"final"
     with pytest.raises(TransferError, match="no output"):
         download_model(run, "")
+
+
+def _tree(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*")}
+
+
+ESCAPES = {  # zip member names that try to land outside the new dataset folder; {out} is an absolute folder
+    "double slash": "/{out}/a.png",
+    "single slash": "{out}/a.png",
+    "dot dot": "../escaped/a.png",
+    "dot dot inside": "1_x/../../escaped/a.png",
+    "backslash dot dot": "..\\escaped\\a.png",
+    "backslash absolute": "\\{outb}\\a.png",
+    "drive letter": "C:escaped/a.png",
+    "drive letter backslash": "C:\\escaped\\a.png",
+    "drive letter slash": "c:/escaped/a.png",
+    "unc": "\\\\server\\share\\escaped\\a.png",
+    "division slash": "\u2215{outu}\u2215a.png",
+    "fullwidth dots": "\uff0e\uff0e/escaped/a.png",
+    "one dot leaders": "\u2024\u2024/escaped/a.png",
+    "fullwidth solidus": "..\uff0fescaped\uff0fa.png",
+    "nul byte": "1_x/a.png\0/../../../escaped.png",
+    "name over NAME_MAX": "1_x/" + "n" * 300 + ".png",
+    "path over PATH_MAX": "/".join(["d" * 250] * 20) + "/a.png",
+    "right-to-left override": "1_x/a\u202egnp.exe",
+}
+
+
+@pytest.mark.parametrize("trick", ESCAPES, ids=list(ESCAPES))
+def test_no_zip_member_is_written_outside_the_new_folder(trick: str, tmp_path: Path) -> None:
+    out = tmp_path / "escaped"
+    name = ESCAPES[trick].format(out=out, outb=str(out).replace("/", "\\"), outu=str(out).replace("/", "\u2215"))
+    png = _png_bytes()
+    datasets = tmp_path / "datasets"
+    accepted = _zip(tmp_path / "with a good image.zip", {name: png, "1_x/good.png": png})
+    refused = _zip(tmp_path / "only the trick.zip", {name: png})
+    before = _tree(tmp_path)
+
+    upload = save_upload([accepted], "new", datasets)
+    created = _tree(tmp_path) - before
+    assert created and all(p == datasets or p.is_relative_to(upload.folder) for p in created), sorted(created)
+    assert not out.exists()
+    written = sorted(str(p.relative_to(upload.folder)) for p in upload.folder.rglob("*") if p.is_file())
+    assert written in (["1_x/good.png"], ["1_x/a.png", "1_x/good.png"]), written  # the NUL cut the name short
+    assert written == ["1_x/good.png"] or trick == "nul byte"
+    assert written == ["1_x/a.png", "1_x/good.png"] or any("skipped" in n for n in upload.notes), upload.notes
+
+    before = _tree(tmp_path)
+    try:  # alone, the member is refused, or (a name that is safe as loose file) lands inside the new folder
+        alone = save_upload([refused], "alone", datasets).folder
+    except TransferError as err:
+        assert "no images" in str(err)
+        assert _tree(tmp_path) == before  # a refused upload creates nothing, not even a staging folder
+    else:
+        assert all(p.is_relative_to(alone) for p in _tree(tmp_path) - before)
+    assert not out.exists()
+
+
+def test_symlink_members_are_never_followed_or_created(tmp_path: Path) -> None:
+    png = _png_bytes()
+    archive = tmp_path / "links.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for name, points_to in (("1_x", str(tmp_path)), ("2_y", "../../.."), ("1_x/c.png", "/etc/passwd")):
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            z.writestr(info, points_to)
+        z.writestr("1_x/b.png", png)  # through the links' names: plain folders of the upload, never the links
+        z.writestr("2_y/c.png", png)
+    upload = save_upload([archive], "links", tmp_path / "datasets")
+    files = sorted(p for p in upload.folder.rglob("*"))
+    assert not any(p.is_symlink() for p in files)
+    assert sorted(str(p.relative_to(upload.folder)) for p in files if p.is_file()) == ["1_x/b.png", "2_y/c.png"]
+    assert sum("symbolic link" in n for n in upload.notes) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["datasets", "links.zip"]
+
+
+def test_names_that_differ_only_by_case_or_unicode_form_are_one_file(tmp_path: Path) -> None:
+    png = _png_bytes()
+    archive = _zip(tmp_path / "case.zip", {"1_x/Fox.png": png, "1_x/fox.PNG": png, "1_x/caf\u00e9.png": png,
+                                           "1_x/cafe\u0301.png": png, "1_X/other.png": png, "1_x/other.png": png})
+    upload = save_upload([archive], "case", tmp_path / "datasets")
+    assert sorted(str(p.relative_to(upload.folder)) for p in upload.folder.rglob("*.*")) == [
+        "1_x/Fox.png", "1_x/caf\u00e9.png", "1_x/other.png"] or upload.images == 3
+    assert upload.images == 3 and sum("came twice" in n for n in upload.notes) == 3
+
+
+def _bomb(path: Path, members: dict[str, int]) -> Path:
+    """A zip of members made of zeros (`name: unpacked bytes`), deflated to about a thousandth."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, size in members.items():
+            archive.writestr(name, bytes(size))
+    return path
+
+
+@pytest.mark.parametrize(("members", "limits", "hint"), [
+    ({"1_x/bomb.png": 64 << 20}, UploadLimits(), "--max-unzip-ratio"),  # one member: 64 MB from 64 KB
+    ({f"1_x/{i}.png": 1 << 20 for i in range(20)}, UploadLimits(), "--max-unzip-ratio"),  # small ones, in sum
+    ({"1_x/a.png": 3000}, UploadLimits(max_unpacked_bytes=2000), "--max-unpacked-size"),
+    ({"1_x/a.png": 10, "1_x/b.png": 10, "1_x/c.png": 10}, UploadLimits(max_files=2), "--max-upload-files"),
+], ids=["member ratio", "archive ratio", "unpacked size", "file count"])
+def test_each_upload_limit_says_which_flag_raises_it(members: dict[str, int], limits: UploadLimits, hint: str,
+                                                     tmp_path: Path) -> None:
+    archive = _bomb(tmp_path / "upload.zip", members)
+    with pytest.raises(TransferError, match=hint):
+        save_upload([archive], "limited", tmp_path / "datasets", limits=limits)
+    assert not (tmp_path / "datasets").exists() or not list((tmp_path / "datasets").iterdir())
+
+
+def test_the_free_disk_space_is_checked_before_unpacking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = _zip(tmp_path / "data.zip", {"1_x/a.png": _png_bytes()})
+    real = transfers.shutil.disk_usage
+    monkeypatch.setattr(transfers.shutil, "disk_usage", lambda p: real(p)._replace(free=100 << 20))  # a full disk
+    with pytest.raises(TransferError, match="not enough free disk space.*--datasets-dir"):
+        save_upload([archive], "full", tmp_path / "datasets")
+    assert not (tmp_path / "datasets").exists()
+
+
+def test_a_member_that_holds_more_than_it_declares_is_refused_while_unpacking(tmp_path: Path) -> None:
+    png = _png_bytes()
+    archive = _zip(tmp_path / "lies.zip", {"1_x/a.png": png, "1_x/b.png": png + b"\0" * 4000})
+    raw = archive.read_bytes()
+    with zipfile.ZipFile(archive) as z:
+        liar = z.getinfo("1_x/b.png")
+    size = (liar.file_size).to_bytes(4, "little")
+    raw = raw.replace(size, (len(png)).to_bytes(4, "little"))  # its headers now say it is as small as a.png
+    archive.write_bytes(raw)
+    with pytest.raises(TransferError, match="1_x/b.png.*cannot be unpacked"):
+        save_upload([archive], "lies", tmp_path / "datasets")
+    assert not list((tmp_path / "datasets").iterdir())
