@@ -66,7 +66,7 @@ def test_grid_has_a_row_per_save_and_a_column_per_prompt(training_run: Path, tmp
     evs = events(job)
     grid_event = next(e for e in evs if e["type"] == "grid")
     assert grid_event["rows"] == ["epoch 1", "epoch 2", "final"]
-    assert grid_event["columns"] == ["a red fox", "a blue bird, flying"]
+    assert grid_event["columns"] == ["a red fox\nseed 42", "a blue bird, flying\nseed 5"]  # the second line's --d 5
     copy = Path(grid_event["copy"])
     assert copy.parent == training_run / "compare" and copy.name.startswith("grid-")
     assert evs[-1]["type"] == "done" and evs[-1]["output"] == str(copy)

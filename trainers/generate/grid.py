@@ -24,16 +24,23 @@ MAX_HEADER_LINES = 4
 @dataclass
 class GridLayout:
     rows: list[str]  # row labels, top to bottom
-    columns: list[str]  # column labels, left to right ("prompt" or "prompt\nweight 0.5")
+    columns: list[str]  # column labels, left to right ("prompt", "prompt\nseed 5", "prompt\nweight 0.5")
     cells: list[list[str]]  # image path of each (row, column)
     cell_size: tuple[int, int]  # (width, height) of a cell
 
 
 def layout(plan: Plan) -> GridLayout:
-    """Rows: the variants' saves in order; columns: prompts x weights; every cell one image."""
+    """Rows: the variants' saves in order; columns: prompts x weights; every cell one image.
+
+    A column names its seed when the prompts' seeds differ (a prompt's --d): the title names a seed only when
+    every image used it (see `_seed_label`).
+    """
     rows = list(dict.fromkeys(v.save or v.label or "base" for v in plan.variants))
     weights = list(dict.fromkeys(v.weight_label for v in plan.variants))
-    columns = [p.prompt + (f"\n{w}" if w else "") for p in plan.prompts for w in weights]
+    seeds = column_seeds(plan)
+    per_column = len(set(seeds.values())) > 1
+    columns = [p.prompt + (f"\nseed {seeds[p.index]}" if per_column else "") + (f"\n{w}" if w else "")
+               for p in plan.prompts for w in weights]
     cells = [["" for _ in columns] for _ in rows]
     for item in plan.items:
         v = plan.variants[item.variant]
@@ -124,6 +131,17 @@ def read_grid_layout(path: Path) -> dict[str, Any]:
         return json.loads(im.text["atelier-grid"])  # type: ignore[attr-defined]
 
 
+def column_seeds(plan: Plan) -> dict[int, int]:
+    """The seed each prompt's grid cells were made with (one image per cell: the prompt's --d or the job seed)."""
+    return {item.prompt.index: item.images[0].seed for item in plan.items}
+
+
+def _seed_label(plan: Plan) -> str:
+    """The seed the title names: the one every image used, else that each column names its own."""
+    used = sorted(set(column_seeds(plan).values())) or [plan.seed]
+    return f"seed {used[0]}" if len(used) == 1 else "seed per column"
+
+
 def _steps_label(plan: Plan) -> str:
     """The steps the images used (a prompt's --s wins over the steps option), as the header says them."""
     used = sorted({item.steps for item in plan.items})
@@ -134,7 +152,7 @@ def save_compare_grid(cfg: GenerateConfig, plan: Plan, job_dir: Path, events: Ev
     """Assemble the grid into the job folder and, for a training run, into `<run>/compare/grid-<stamp>.png`."""
     grid = layout(plan)
     run = Path(cfg.compare_run).expanduser() if cfg.compare_run.strip() else None
-    title = f"{run.name if run else 'LoRA files'} · seed {plan.seed} · {cfg.sampler} · {_steps_label(plan)}"
+    title = f"{run.name if run else 'LoRA files'} · {_seed_label(plan)} · {cfg.sampler} · {_steps_label(plan)}"
     path = save_grid(render_grid(grid, title), Path(job_dir) / "grid.png", grid, {"seed": plan.seed, "title": title})
     copy = None
     if run is not None and run.is_dir():
