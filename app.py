@@ -2,17 +2,21 @@
 
     python app.py                       # http://127.0.0.1:7860, this machine only
     python app.py --demo                # build the tiny demo model + data and preselect the demo preset
-    python app.py --listen --username me --password secret     # reachable from the network, with login
+    ATELIER_PASSWORD="$(cat ~/.atelier-password)" python app.py --listen --username me   # from the network, with login
     python app.py --share --auth-file users.txt                 # public gradio link, with login
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import ipaddress
 import os
+import re
+import signal
 import socket
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 REPO = Path(__file__).resolve().parent
@@ -38,8 +42,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allowed-root", dest="allowed_roots", action="append", type=Path, default=None,
                    help="folder that paths typed into the page must lie under; repeatable (default: anywhere "
                         "when served on this machine only; the home folder and this repo when exposed)")
+    p.add_argument("--trusted-proxy", dest="trusted_proxies", action="append", type=_proxy_address, default=[],
+                   metavar="ADDR", help="address (or network, e.g. 10.0.0.0/8) of a reverse proxy whose "
+                   "X-Forwarded-For header names the real client; repeatable (default: none, every request counts "
+                   "as coming from the address it connects from, which the login throttle keys on)")
+    uploads = p.add_argument_group("dataset uploads from the page")
+    uploads.add_argument("--max-upload-size", type=_size, default=_size("8GB"), metavar="SIZE",
+                         help="largest file one upload may send, e.g. 500MB or 20GB (default 8GB)")
+    uploads.add_argument("--max-unpacked-size", type=_size, default=_size("20GB"), metavar="SIZE",
+                         help="most bytes one upload may hold once its zips are unpacked (default 20GB)")
+    uploads.add_argument("--max-upload-files", type=_positive_int, default=100_000, metavar="N",
+                         help="most files one upload may hold (default 100000)")
+    uploads.add_argument("--max-unzip-ratio", type=float, default=100.0, metavar="R",
+                         help="refuse a zip, or a member of one, that unpacks to more than R times its packed size "
+                              "(checked above 16 MB unpacked; default 100): a zip bomb")
     p.add_argument("--demo", action="store_true", help="build the demo model and data, preselect the demo preset")
     return p.parse_args(argv)
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}  # 1024-based, as Gradio's
+
+
+def _size(text: str) -> int:
+    """Bytes of a size like 500MB, 8GB, 1.5GiB or 1000000."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)I?B?\s*", text.upper())
+    if not match or float(match[1]) <= 0:
+        raise argparse.ArgumentTypeError(f"got {text!r}; give a size like 500MB or 8GB")
+    return int(float(match[1]) * _UNITS[match[2]])
+
+
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}; give a whole number of at least 1")
+    return int(text)
+
+
+def _proxy_address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text.strip(), strict=False))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}; give an IP address or network, like 127.0.0.1 or "
+                                         "10.0.0.0/8") from None
 
 
 def credentials(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -86,11 +129,16 @@ def main(argv: list[str] | None = None) -> int:
               "or pass --no-auth if you really want it open.", file=sys.stderr)
         return 2
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from gui import transfers
     from gui.jobs import JobManager
     from gui.page import Services, build_page
     from gui.presets import Presets
     from gui.run_files import Watchers
     from gui.run_queue import RunQueue
+    from gui.tensorboard import TENSORBOARDS
+
+    stop_children_on_exit(TENSORBOARDS.stop_all)
+    transfers.LIMITS = upload_limits(args)
 
     if args.demo:
         _ensure_demo()
@@ -116,8 +164,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def stop_children_on_exit(stop: Callable[[], None]) -> None:
+    """Run `stop` when the GUI exits, also by SIGTERM or SIGHUP (SIGINT already ends Gradio's launch). Training runs
+    are not the GUI's children to stop: they run in their own sessions and a restarted GUI reattaches them."""
+    atexit.register(stop)
+
+    def exit_on(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds launch(); atexit then runs `stop`
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, exit_on)
+
+
+def upload_limits(args: argparse.Namespace) -> Any:
+    """The upload flags as gui.transfers.UploadLimits."""
+    from gui.transfers import UploadLimits
+
+    return UploadLimits(max_upload_bytes=args.max_upload_size, max_unpacked_bytes=args.max_unpacked_size,
+                        max_files=args.max_upload_files, max_ratio=args.max_unzip_ratio)
+
+
 def launch_options(args: argparse.Namespace, users: list[tuple[str, str]], runs_dir: Path) -> dict[str, Any]:
-    """Keyword arguments of Blocks.launch: files only from the runs folder; with a login, no route without it."""
+    """Keyword arguments of Blocks.launch: files only from the runs folder; with a login, no route without it.
+
+    Also sets FORWARDED_ALLOW_IPS, which uvicorn reads when Gradio starts it (Gradio passes no option for it):
+    uvicorn's default trusts X-Forwarded-For from 127.0.0.1, so anyone on this machine (or behind a tunnel to it)
+    could name any client address and escape the login throttle. Only --trusted-proxy addresses are trusted.
+    """
     import gradio as gr
     from starlette.middleware import Middleware
 
@@ -125,10 +198,11 @@ def launch_options(args: argparse.Namespace, users: list[tuple[str, str]], runs_
     from gui.session_guard import RequireSession
     from gui.tensorboard import TensorBoardProxy
 
+    os.environ["FORWARDED_ALLOW_IPS"] = ",".join(args.trusted_proxies)  # empty: no one
     return dict(server_name=args.listen, server_port=args.server_port, share=args.share,
                 auth=users or None, auth_message="Atelier: please log in.", root_path=args.root_path or None,
                 inbrowser=not args.headless and bool(os.environ.get("DISPLAY")), allowed_paths=[str(runs_dir)],
-                show_error=True, css=CSS, footer_links=[], theme=gr.themes.Soft(),
+                show_error=True, css=CSS, footer_links=[], theme=gr.themes.Soft(), max_file_size=args.max_upload_size,
                 app_kwargs={"middleware": [Middleware(RequireSession), Middleware(TensorBoardProxy)]})
 
 

@@ -5,13 +5,18 @@ some serve data without a user). With login on, this middleware answers 401 to a
 a valid session cookie unless its path is in the short list below; new Gradio routes are closed
 until someone decides they are public. The page itself, without a session, is our own login page
 (`gui.login_page`): Gradio's embeds the description of every endpoint. Failed logins are throttled per
-client address (`LoginThrottle`).
+client address and username (`LoginThrottle`). The client address is the peer that connected, unless app.py's
+--trusted-proxy names that peer as a reverse proxy: then uvicorn takes it from X-Forwarded-For (app.py sets
+FORWARDED_ALLOW_IPS; uvicorn's default trusts the header from 127.0.0.1, so any local process could name a new
+address for every try).
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gui.login_page import login_page
@@ -30,34 +35,82 @@ def is_public(path: str) -> bool:
     return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
+@dataclass
+class _Failures:
+    count: int = 0  # failed logins in a row
+    until: float = 0.0  # locked until this time of the throttle's clock
+    last: float = 0.0  # when the last one failed
+
+
 class LoginThrottle:
-    """Failed logins per client address: the first FREE_TRIES are free; each further failure locks that address out
-    for twice as long as the last (2 s up to 5 minutes). A success clears the count."""
+    """Failed logins, counted per (client address, username) and per client address.
+
+    A username from an address: the first FREE_TRIES failures are free; each further one locks that username out
+    from that address for twice as long as the last (2 s up to 5 minutes), and tries during the lock are refused
+    unchecked. An address, whatever the usernames: after ADDRESS_FREE_TRIES failures it is locked the same way,
+    but a try during that lock is checked after SLOW_CHECK_S (at most SLOW_CHECKS at once per address): a right
+    password gets in, a wrong one counts. So one attacker behind a shared proxy cannot lock out everyone behind it,
+    and still gets only slow guesses. A success clears the count of that username from that address; a count is
+    forgotten FORGET_S after its last failure.
+    """
 
     FREE_TRIES = 5
+    ADDRESS_FREE_TRIES = 20
     MAX_LOCK_S = 300.0
+    SLOW_CHECK_S = 2.0
+    SLOW_CHECKS = 2
+    FORGET_S = 900.0
+    MAX_TRACKED = 10_000  # keys kept; the oldest unlocked ones go first (a flood of made-up usernames)
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._failures: dict[str, tuple[int, float]] = {}  # address -> (failures in a row, locked until)
+        self._failures: dict[tuple[str, str | None], _Failures] = {}  # (address, username or None: any) -> count
+        self._slow_checks: dict[str, int] = {}  # address -> checks waiting now
         self._lock = threading.Lock()
 
-    def wait_s(self, address: str) -> float:
-        """Seconds `address` must wait before its next try (0: it may try now)."""
+    def wait_s(self, address: str, username: str | None = None) -> float:
+        """Seconds before `username` may try again from `address` (username None: the address's own lock)."""
         with self._lock:
-            _, until = self._failures.get(address, (0, 0.0))
+            until = self._failures.get((address, username), _Failures()).until
         return max(0.0, until - self.clock())
 
-    def failed(self, address: str) -> None:
+    def failed(self, address: str, username: str) -> None:
+        now = self.clock()
         with self._lock:
-            count, _ = self._failures.get(address, (0, 0.0))
-            count += 1
-            lock = 0.0 if count <= self.FREE_TRIES else min(self.MAX_LOCK_S, 2.0 ** (count - self.FREE_TRIES))
-            self._failures[address] = (count, self.clock() + lock)
+            for key, free in (((address, username), self.FREE_TRIES), ((address, None), self.ADDRESS_FREE_TRIES)):
+                entry = self._failures.setdefault(key, _Failures())
+                if now - entry.last > self.FORGET_S:
+                    entry.count = 0
+                entry.count += 1
+                entry.last = now
+                if entry.count > free:
+                    entry.until = now + min(self.MAX_LOCK_S, 2.0 ** (entry.count - free))
+            self._forget_old(now)
 
-    def succeeded(self, address: str) -> None:
+    def succeeded(self, address: str, username: str) -> None:
         with self._lock:
-            self._failures.pop(address, None)
+            self._failures.pop((address, username), None)
+
+    def start_slow_check(self, address: str) -> bool:
+        """Hold one of the address's slow-check places; False when they are all taken."""
+        with self._lock:
+            if self._slow_checks.get(address, 0) >= self.SLOW_CHECKS:
+                return False
+            self._slow_checks[address] = self._slow_checks.get(address, 0) + 1
+            return True
+
+    def end_slow_check(self, address: str) -> None:
+        with self._lock:
+            left = self._slow_checks.pop(address, 1) - 1
+            if left:
+                self._slow_checks[address] = left
+
+    def _forget_old(self, now: float) -> None:
+        if len(self._failures) <= self.MAX_TRACKED:
+            return
+        by_age = sorted(self._failures.items(), key=lambda item: (item[1].until > now, item[1].last))
+        for key, _ in by_age[:len(self._failures) - self.MAX_TRACKED]:
+            del self._failures[key]
 
 
 class RequireSession:
@@ -85,11 +138,19 @@ class RequireSession:
         await _reply(send, 401, b'{"detail":"Not authenticated: log in first."}')
 
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
-        address = (scope.get("client") or ("unknown", 0))[0]
-        wait = self.throttle.wait_s(address)
+        address = (scope.get("client") or ("unknown", 0))[0]  # the peer, or what a --trusted-proxy says it is
+        body = await _read_body(receive, MAX_LOGIN_BODY)
+        if body is None:
+            await _reply(send, 413, b'{"detail":"The login form is too large."}')
+            return
+        username = await _username(scope, body)
+        wait = self.throttle.wait_s(address, username)
         if wait > 0:
-            await _reply(send, 429, f'{{"detail":"Too many failed logins: try again in {wait:.0f} s."}}'.encode(),
-                         [(b"retry-after", str(int(wait) + 1).encode())])
+            await _too_many(send, wait, "for this username from your address")
+            return
+        slow = self.throttle.wait_s(address) > 0
+        if slow and not self.throttle.start_slow_check(address):
+            await _too_many(send, self.throttle.SLOW_CHECK_S, "from your address")
             return
         status: list[int] = []
 
@@ -98,11 +159,17 @@ class RequireSession:
                 status.append(int(message["status"]))
             await send(message)
 
-        await self.app(scope, receive, watch)
+        try:
+            if slow:
+                await asyncio.sleep(self.throttle.SLOW_CHECK_S)
+            await self.app(scope, _replay(body, receive), watch)
+        finally:
+            if slow:
+                self.throttle.end_slow_check(address)
         if status and status[0] < 400:
-            self.throttle.succeeded(address)
+            self.throttle.succeeded(address, username)
         elif status:
-            self.throttle.failed(address)
+            self.throttle.failed(address, username)
 
     @staticmethod
     def _allowed(scope: Scope) -> bool:
@@ -112,6 +179,55 @@ class RequireSession:
         if is_public(app_path(scope)):
             return True
         return _session_user(scope, gradio_app) is not None
+
+
+MAX_LOGIN_BODY = 64 << 10
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The request's whole body; None when it is larger than `limit` bytes."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if len(body) > limit:
+            return None
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return body
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives `body` once more, then what the client sends next (its disconnect)."""
+    sent = False
+
+    async def again() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again
+
+
+async def _username(scope: Scope, body: bytes) -> str:
+    """The form's username as Gradio's /login reads it (stripped), urlencoded or multipart."""
+    from starlette.requests import Request
+
+    async def nothing_more() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    try:
+        form = await Request(scope, _replay(body, nothing_more)).form()
+    except Exception:  # a malformed form: Gradio answers it; the throttle counts it under no name
+        return ""
+    value = form.get("username")
+    return value.strip()[:256] if isinstance(value, str) else ""
+
+
+async def _too_many(send: Send, wait_s: float, whose: str) -> None:
+    detail = f"Too many failed logins {whose}: try again in {max(1, round(wait_s))} s."
+    await _reply(send, 429, f'{{"detail":"{detail}"}}'.encode(), [(b"retry-after", str(int(wait_s) + 1).encode())])
 
 
 def app_path(scope: Scope) -> str:

@@ -5,6 +5,7 @@ Gradio registers is called without a session: a route added by a future Gradio i
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -20,29 +21,36 @@ httpx = pytest.importorskip("httpx")
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET_LOG = "loss=0.123 secret-marker-7f3a"
+PASSWORD = "pa ss'wörd"
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, object]]:
+@contextlib.contextmanager
+def _serve(base: Path, flags: list[str] = ()) -> Iterator[tuple[str, Path, object]]:
+    """The app served in this process as app.py serves it (user `tester`), with app.py `flags`."""
     from app import launch_options, parse_args
     from gui.jobs import JobManager
     from gui.page import Services, build_page
     from gui.presets import Presets
     from gui.run_files import Watchers
 
-    base = tmp_path_factory.mktemp("exposed")
     runs = base / "runs"
     (runs / "20260101-run-1").mkdir(parents=True)
     (runs / "20260101-run-1" / "train.log").write_text(SECRET_LOG, encoding="utf-8")
     port = free_port()
-    args = parse_args(["--headless", "--server-port", str(port), "--runs-dir", str(runs)])
+    args = parse_args(["--headless", "--server-port", str(port), "--runs-dir", str(runs), *flags])
     page = build_page(Services(runs, JobManager(runs), Presets(base / "presets"), Watchers(), [base]))
     page.queue()
-    page.launch(**launch_options(args, [("tester", "pa ss'wörd")], runs), prevent_thread_lock=True)
+    page.launch(**launch_options(args, [("tester", PASSWORD)], runs), prevent_thread_lock=True)
     try:
         yield f"http://127.0.0.1:{port}", runs, page.server_app
     finally:
         page.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, object]]:
+    with _serve(tmp_path_factory.mktemp("exposed")) as app:
+        yield app
 
 
 def _routes(routes: list, prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -108,7 +116,7 @@ def test_without_a_session_the_page_is_a_login_form_carrying_nothing_of_the_app(
         for leak in ("gradio_api", "dependencies", "components", "/predict", str(runs), "20260101-run-1",
                      "learning_rate", "network_dim"):
             assert leak not in text, leak
-        assert client.post("/login", data={"username": "tester", "password": "pa ss'wörd"}).status_code == 200
+        assert client.post("/login", data={"username": "tester", "password": PASSWORD}).status_code == 200
         app_page = client.get("/")
         assert app_page.status_code == 200 and len(app_page.content) > 50_000  # with a session: the app
 
@@ -119,7 +127,7 @@ def test_with_a_session_files_come_only_from_the_runs_folder(served) -> None:
     with httpx.Client(base_url=url, timeout=20) as client:
         wrong = client.post("/login", data={"username": "tester", "password": "nope"})
         assert wrong.status_code in (400, 401)
-        logged_in = client.post("/login", data={"username": "tester", "password": "pa ss'wörd"})
+        logged_in = client.post("/login", data={"username": "tester", "password": PASSWORD})
         assert logged_in.status_code == 200, logged_in.text
         assert client.get("/config").status_code == 200
         assert client.get(f"/gradio_api/file={log}").text == SECRET_LOG
@@ -128,44 +136,86 @@ def test_with_a_session_files_come_only_from_the_runs_folder(served) -> None:
             assert client.get(f"/gradio_api/file={outside}").status_code in (403, 404), outside
 
 
-def test_failed_logins_are_throttled_per_address() -> None:
-    import asyncio
-    from types import SimpleNamespace
-
-    from gui.session_guard import LoginThrottle, RequireSession
+def test_failed_logins_lock_a_username_from_an_address_and_slow_the_address() -> None:
+    from gui.session_guard import LoginThrottle
 
     now = [0.0]
     throttle = LoginThrottle(clock=lambda: now[0])
     for _ in range(LoginThrottle.FREE_TRIES):
-        throttle.failed("10.0.0.1")
-    assert throttle.wait_s("10.0.0.1") == 0  # the first tries are free
-    throttle.failed("10.0.0.1")
-    assert throttle.wait_s("10.0.0.1") == 2 and throttle.wait_s("10.0.0.2") == 0
-    throttle.failed("10.0.0.1")
-    assert throttle.wait_s("10.0.0.1") == 4
-    throttle.succeeded("10.0.0.1")
-    assert throttle.wait_s("10.0.0.1") == 0
+        throttle.failed("10.0.0.1", "tester")
+    assert throttle.wait_s("10.0.0.1", "tester") == 0  # the first tries are free
+    throttle.failed("10.0.0.1", "tester")
+    assert throttle.wait_s("10.0.0.1", "tester") == 2
+    assert throttle.wait_s("10.0.0.2", "tester") == 0 and throttle.wait_s("10.0.0.1", "other") == 0
+    throttle.failed("10.0.0.1", "tester")
+    assert throttle.wait_s("10.0.0.1", "tester") == 4
+    throttle.succeeded("10.0.0.1", "tester")
+    assert throttle.wait_s("10.0.0.1", "tester") == 0
+    for n in range(LoginThrottle.ADDRESS_FREE_TRIES + 1):  # a failure each for many names: the address slows down
+        throttle.failed("10.0.0.3", f"user{n}")
+    assert throttle.wait_s("10.0.0.3") > 0 and throttle.wait_s("10.0.0.3", "tester") == 0
+    assert [throttle.start_slow_check("10.0.0.3") for _ in range(3)] == [True, True, False]
+    throttle.end_slow_check("10.0.0.3")
+    assert throttle.start_slow_check("10.0.0.3")
+    now[0] += LoginThrottle.FORGET_S + 1
+    throttle.failed("10.0.0.1", "tester")
+    assert throttle.wait_s("10.0.0.1", "tester") == 0  # a quarter of an hour later, the count starts again
 
-    async def wrong_password(scope, receive, send) -> None:
-        await send({"type": "http.response.start", "status": 400, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}"})
 
-    guard = RequireSession(wrong_password)
-    app = SimpleNamespace(auth=[("u", "p")])
-    statuses: list[int] = []
+def _login(client: "httpx.Client", password: str, username: str = "tester",
+           forwarded_for: str | None = None) -> tuple[int, float]:
+    """Status and seconds of one login, as a browser behind `forwarded_for` (a proxy's header) would send it."""
+    headers = {"x-forwarded-for": forwarded_for} if forwarded_for else {}
+    started = time.monotonic()
+    status = client.post("/login", data={"username": username, "password": password}, headers=headers).status_code
+    return status, time.monotonic() - started
 
-    async def attempt() -> None:
-        async def send(message) -> None:
-            if message["type"] == "http.response.start":
-                statuses.append(message["status"])
 
-        scope = {"type": "http", "method": "POST", "path": "/login", "app": app, "client": ("10.0.0.9", 1)}
-        await guard(scope, None, send)
+def test_a_new_x_forwarded_for_each_try_does_not_escape_the_throttle(tmp_path: Path) -> None:
+    from gui.session_guard import LoginThrottle
 
-    for _ in range(50):
-        asyncio.run(attempt())
-    assert statuses[:LoginThrottle.FREE_TRIES + 1] == [400] * (LoginThrottle.FREE_TRIES + 1)
-    assert statuses.count(429) >= 40  # 50 wrong passwords in a burst: almost all refused unanswered
+    tries = LoginThrottle.FREE_TRIES + 3
+    with _serve(tmp_path) as (url, _, _), httpx.Client(base_url=url, timeout=30) as client:
+        statuses = [_login(client, "wrong", forwarded_for=f"198.51.100.{n}")[0] for n in range(tries)]
+        assert statuses == [400] * (LoginThrottle.FREE_TRIES + 1) + [429] * 2  # the peer counts, not the header
+        answer = client.post("/login", data={"username": "tester", "password": PASSWORD},
+                             headers={"x-forwarded-for": "198.51.100.99"})
+        assert answer.status_code == 429 and int(answer.headers["retry-after"]) >= 1
+        assert "try again in" in answer.json()["detail"]
+
+
+def test_behind_a_trusted_proxy_each_client_has_its_own_throttle(tmp_path: Path) -> None:
+    from gui.session_guard import LoginThrottle
+
+    with _serve(tmp_path, ["--trusted-proxy", "127.0.0.1"]) as (url, _, _), \
+            httpx.Client(base_url=url, timeout=30) as client:
+        statuses = [_login(client, "wrong", forwarded_for="203.0.113.7")[0]
+                    for _ in range(LoginThrottle.FREE_TRIES + 2)]
+        assert statuses[-1] == 429
+        assert _login(client, PASSWORD, forwarded_for="203.0.113.7")[0] == 429  # this client, this username: locked
+        assert _login(client, PASSWORD, forwarded_for="203.0.113.8")[0] == 200  # another client of the proxy
+
+
+def test_one_attacker_behind_a_shared_address_cannot_lock_out_a_right_password(tmp_path: Path) -> None:
+    from gui.session_guard import LoginThrottle
+
+    with _serve(tmp_path) as (url, _, _), httpx.Client(base_url=url, timeout=30) as client:
+        for n in range(LoginThrottle.ADDRESS_FREE_TRIES + 1):  # guesses spread over usernames: none is locked
+            assert _login(client, "wrong", username=f"admin{n}")[0] == 400
+        status, seconds = _login(client, "wrong", username="root")
+        assert status == 400 and seconds >= LoginThrottle.SLOW_CHECK_S  # the address is slowed down
+        status, seconds = _login(client, PASSWORD)
+        assert status == 200 and seconds >= LoginThrottle.SLOW_CHECK_S  # and a right password still gets in
+
+
+def test_an_upload_larger_than_max_upload_size_is_refused_as_it_arrives(tmp_path: Path) -> None:
+    with _serve(tmp_path, ["--max-upload-size", "64KB"]) as (url, _, _), \
+            httpx.Client(base_url=url, timeout=30) as client:
+        assert _login(client, PASSWORD)[0] == 200
+        small = client.post("/gradio_api/upload", files={"files": ("a.png", b"x" * (10 << 10), "image/png")})
+        assert small.status_code == 200, small.text
+        large = client.post("/gradio_api/upload", files={"files": ("b.png", b"x" * (100 << 10), "image/png")})
+        assert large.status_code == 413, large.text
 
 
 def test_tensorboard_is_served_under_the_gui_behind_its_login(served, tmp_path: Path) -> None:
@@ -182,7 +232,7 @@ def test_tensorboard_is_served_under_the_gui_behind_its_login(served, tmp_path: 
     try:
         with httpx.Client(base_url=url, timeout=20) as client:
             assert client.get(f"/tensorboard/{key}/").status_code == 401  # no session: nothing of it
-            assert client.post("/login", data={"username": "tester", "password": "pa ss'wörd"}).status_code == 200
+            assert client.post("/login", data={"username": "tester", "password": PASSWORD}).status_code == 200
             deadline = time.monotonic() + 90
             runs = None
             while time.monotonic() < deadline:
