@@ -13,6 +13,7 @@ import gradio as gr
 import pandas as pd
 
 from gui.checks import CheckReport, check_form
+from gui.config_import import wire_imports
 from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
@@ -22,8 +23,6 @@ from gui.run_panel import RunPanel, build_run_panel, render, view_for
 from gui.run_queue import RunQueue
 from gui.transfer_ui import build_downloads, build_tensorboard, build_upload, wire_downloads, wire_tensorboard
 from trainers.core.launch import needs_config_file, other_machine_commands
-from trainers.core.options import ConfigError
-from trainers.core.options.kohya_import import import_kohya_file
 from trainers.core.registry import METHOD_NAMES, METHODS
 from trainers.core.rundir import RunState
 
@@ -78,7 +77,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                 resume = gr.Button("Resume this run", visible=False, elem_id="resume-run")
                 downloads = build_downloads()
                 tensorboard = build_tensorboard()
-        _wire_imports(method_tabs, tabs)
+        wire_imports(method_tabs, tabs, services.runs_dir)
         _wire_panel(services, viewed, panel, stop, resume, page)
         wire_downloads(downloads, viewed, services.watchers, services.runs_dir)
         wire_tensorboard(tensorboard, viewed, services.runs_dir)
@@ -277,31 +276,6 @@ class MethodTab:
     form: Form
     report: gr.Markdown
     import_button: gr.UploadButton
-
-
-def _wire_imports(method_tabs: dict[str, MethodTab], tabs: gr.Tabs) -> None:
-    """Every tab's Import takes our TOML, an sd-scripts --config_file TOML or a kohya_ss JSON, fills the tab of the
-    method the file is for (and shows it), and changes only the options the file sets."""
-    outputs = {tabs} | {t.report for t in method_tabs.values()} | {c for t in method_tabs.values()
-                                                                    for c in t.form.components}
-
-    def on_import(here: str, file: Any) -> dict:
-        path = Path(file if isinstance(file, str) else file.name)
-        try:
-            method, values, notes = import_kohya_file(path)
-        except ConfigError as err:
-            return {method_tabs[here].report: f"### Import failed: `{path.name}`\n{err}"}
-        target = method_tabs[method]
-        moved = "" if method == here else f" (a {method} config: it went to this tab)"
-        updates = target.form.updates(values)
-        updates[target.report] = (f"### Imported `{path.name}`{moved}\nIt set {len(values)} option(s); the other "
-                                  "fields are unchanged.\n" + "\n".join(f"- {n}" for n in notes))
-        updates[tabs] = gr.Tabs(selected=method)
-        return updates
-
-    for name, tab in method_tabs.items():
-        tab.import_button.upload(lambda file, here=name: on_import(here, file), inputs=tab.import_button,
-                                 outputs=outputs)
 
 
 def _keep_launch_consistent(form: "Form") -> None:

@@ -16,11 +16,24 @@ from pathlib import Path
 from trainers.core.registry import METHOD_NAMES, METHODS
 
 
+class _AppendUnset(argparse.Action):
+    """--unset NAME goes into the --set list, in command-line order (the last of --set/--unset NAME wins)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: object,
+                 option_string: str | None = None) -> None:
+        from trainers.core.options.loading import Unset
+
+        getattr(namespace, self.dest).append(Unset(str(value).strip()))
+
+
 def _config_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, help="config file: ours (TOML), an sd-scripts --config_file (TOML) or a "
                    "kohya_ss GUI config (JSON)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                    help="override one option; repeatable; VALUE is read as TOML (e.g. 1e-4, true, \"text\")")
+    p.add_argument("--unset", dest="overrides", action=_AppendUnset, metavar="NAME",
+                   help="read option NAME as if the config did not set it (its default; sd-scripts' default for an "
+                   "sd-scripts or kohya_ss file); repeatable")
 
 
 def _parser() -> argparse.ArgumentParser:

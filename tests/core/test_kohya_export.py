@@ -11,10 +11,11 @@ import pytest
 
 from trainers.__main__ import main
 from trainers.config_report import print_config
-from trainers.core.options import load_config
+from trainers.core.options import ConfigError, load_config
 from trainers.core.options.groups.network import NETWORK_ARG_OPTIONS
 from trainers.core.options.kohya_export import SAME, prompt_file_lines, sd_scripts_command
 from trainers.core.options.kohya_import import import_kohya_file
+from trainers.core.options.loading import Unset
 from trainers.demo import build_dataset
 
 CORPUS = Path(__file__).parent / "kohya_corpus"
@@ -42,6 +43,7 @@ def round_trip(method: str, source: Path | None, overrides: list[str], tmp_path:
     argv, text, notes = sd_scripts_command(cfg, family=family, config_path=str(tmp_path / "sd.toml"),
                                            prompts_path=str(tmp_path / "prompts.txt"))
     (tmp_path / "sd.toml").write_text(text, encoding="utf-8")
+    (tmp_path / "prompts.txt").write_text("\n".join(prompt_file_lines(cfg)) + "\n", encoding="utf-8")  # as the CLI
     back = load_config(method, tmp_path / "sd.toml", warnings=[])
     both = BOTH - ({"sample_prompts"} if cfg.sample_prompt_lines else set())  # the lines go to a prompts file
     differ = {k: (cfg.values[k], back.values[k]) for k in both if k in cfg.values and cfg.values[k] != back.values[k]}
@@ -156,3 +158,59 @@ def test_a_flux_lora_exports_to_flux_train_network_and_loads_back(tmp_path: Path
     assert any(a.endswith("flux_train_network.py") for a in argv)
     assert exported["network_module"] == "networks.lora_flux" and exported["ae"] == "/models/ae.safetensors"
     assert exported["timestep_sampling"] == "shift" and exported["fp8_base"] is True
+
+
+def test_an_export_carries_only_what_the_family_s_script_reads() -> None:
+    """SD1.x/SDXL scripts read none of the SD3/FLUX options, and sd-scripts' SD3/FLUX trainers none of the noise
+    and loss settings of SD models (a value other than the default is said to be left out)."""
+    flow_only = {"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
+                 "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
+                 "apply_t5_attn_mask", "apply_lg_attn_mask", "t5xxl_max_token_length", "clip_l", "clip_g", "t5xxl",
+                 "ae", "blocks_to_swap"}
+    cfg = load_config("lora", overrides=["max_train_steps=10", "min_snr_gamma=5", "noise_offset=0.05"])
+    for family in ("sd1", "sdxl", None):
+        _, text, _ = sd_scripts_command(cfg, family=family)
+        assert not flow_only & set(tomllib.loads(text)), family
+    _, text, _ = sd_scripts_command(cfg, family="sd1")
+    assert "cache_text_encoder_outputs" not in tomllib.loads(text)  # train_network.py (SD1.x) has no such cache
+    assert "cache_text_encoder_outputs" in tomllib.loads(sd_scripts_command(cfg, family="sdxl")[1])
+    _, text, notes = sd_scripts_command(cfg, family="flux")
+    exported = tomllib.loads(text)
+    assert {"timestep_sampling", "guidance_scale", "weighting_scheme"} <= set(exported)
+    assert not {"training_shift", "apply_lg_attn_mask", "min_snr_gamma", "noise_offset", "clip_skip"} & set(exported)
+    assert "min_snr_gamma = 5.0 is left out: flux_train_network.py does not read it" in notes
+    exported = tomllib.loads(sd_scripts_command(cfg, family="sd3")[1])
+    assert {"training_shift", "apply_lg_attn_mask", "weighting_scheme"} <= set(exported)
+    assert not {"timestep_sampling", "guidance_scale", "min_snr_gamma"} & set(exported)
+
+
+def test_unset_reads_an_option_as_if_the_config_did_not_set_it(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    ours = tmp_path / "ours.toml"
+    ours.write_text('schema_version = 1\nmethod = "lora"\n[optimizer]\nmax_train_epochs = 10\nlearning_rate = 0.5\n',
+                    encoding="utf-8")
+    code = main(["lora", "--config", str(ours), "--unset", "max_train_epochs", "--set", "max_train_steps=7",
+                 "--unset", "learning_rate", "--print-config"])
+    printed = tomllib.loads(capsys.readouterr().out)["optimizer"]
+    assert code == 2 and "max_train_epochs" not in printed and printed["max_train_steps"] == 7
+    assert printed["learning_rate"] == 1e-4  # Atelier's default
+    sd = load_config("lora", CORPUS / "sd_scripts/sections_sd15_lora.toml", overrides=[Unset("learning_rate")])
+    assert sd.learning_rate == 2e-6  # an sd-scripts file: sd-scripts' default
+    last = load_config("lora", ours, overrides=[Unset("learning_rate"), "learning_rate=0.25"])
+    assert last.learning_rate == 0.25  # in command-line order
+    with pytest.raises(ConfigError) as err:
+        load_config("lora", ours, overrides=[Unset("learning_rat")])
+    assert "did you mean 'learning_rate'" in str(err.value)
+
+
+def test_print_config_of_an_sd_scripts_file_whose_prompts_file_is_missing_exits_0(
+        folders: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "sd.toml"
+    config.write_text('network_module = "networks.lora"\nmax_train_steps = 2\nresolution = "64"\n'
+                      'min_bucket_reso = 64\nsample_prompts = "/gone/prompts.txt"\nsample_every_n_steps = 1\n',
+                      encoding="utf-8")
+    args = [a for kv in sets(folders) for a in ("--set", kv)]
+    code = main(["lora", "--config", str(config), *args, "--print-config"])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "# warning: sample_prompts: file not found: /gone/prompts.txt" in text and "samples are off" in text

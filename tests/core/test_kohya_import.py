@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from trainers.core.options import ConfigError, config_from_dict
+from trainers.core.options import ConfigError, TrainConfig, config_from_dict
 from trainers.core.options.kohya_import import import_kohya_file
 from trainers.demo import build_dataset
 
@@ -52,7 +52,8 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     parts = {option: root / f"{option}.safetensors" for option in ("clip_l", "clip_g", "t5xxl", "ae")}
     for part in parts.values():
         part.write_bytes(b"")
-    return {"pretrained_model_name_or_path": model, "flux_transformer": flux, "sd3_file": sd3, **parts, "vae": vae, "train_data_dir": img, "reg_data_dir": reg,
+    return {"pretrained_model_name_or_path": model, "flux_transformer": flux, "sd3_file": sd3, **parts, "vae": vae,
+            "train_data_dir": img, "image_folder": img / "5_sks shape", "reg_data_dir": reg,
             "dataset_config": dataset, "masked_dataset_config": masked, "sample_prompts": prompts, "network_weights": weights,
             "output_dir": root / "out", "logging_dir": root / "logs", "conditioning_data_dir": img}
 
@@ -70,6 +71,8 @@ def pointed(values: dict[str, Any], places: dict[str, Path]) -> dict[str, Any]:
         out["pretrained_model_name_or_path"] = str(places["flux_transformer"])
     elif out.get("clip_g"):  # SD3's
         out["pretrained_model_name_or_path"] = str(places["sd3_file"])
+    if out.get("in_json_from_captions"):  # kohya_ss's finetune image_folder: the images themselves
+        out["train_data_dir"] = str(places["image_folder"])
     if out.get("dataset_config") and out.get("masked_loss"):
         out["dataset_config"] = str(places["masked_dataset_config"])
     for key in ("pretrained_model_name_or_path", "output_dir") + (() if out.get("dataset_config") else
@@ -94,16 +97,11 @@ def try_import(path: Path, places: dict[str, Path]) -> tuple[str, list[str], lis
 # Files refused, and the keys their issues name: all for a model family, a kind of training or a setting
 # Atelier does not have.
 REFUSED = {
-    "kohya_ss/presets/finetune/SDXL - Essenz series by AI_Characters_Training v1.0.json": {"image_folder"},
-    "kohya_ss/test/config/finetune-AdamW.json": {"image_folder"},
     "kohya_ss/test/config/TI-AdamW8bit.json": {"token_string"},
     "kohya_ss/test/config/TI-AdamW8bit-SDXL.json": {"token_string"},
     "kohya_ss/test/config/TI-AdamW8bit-toml.json": {"token_string"},
     "sd_scripts/sd3_finetune.toml": {"enable_scaled_pos_embed"},
     "sd_scripts/kohya_ss_finetune_in_json.toml": {"in_json"},
-    "kohya_ss/presets/lora/sd15 - EDG_LoConOptiSettings.json": {"resolution"},
-    "kohya_ss/presets/lora/sd15 - EDG_LoHaOptiSettings.json": {"resolution"},
-    "kohya_ss/presets/lora/sd15 - EDG_LoraOptiSettings.json": {"resolution"},
 }
 
 
@@ -233,7 +231,8 @@ def test_kohya_ss_flux_lora_json_reads_as_kohya_ss_runs_it(tmp_path: Path) -> No
     assert method == "lora" and values["ae"] == "/ae.sft" and values["timestep_sampling"] == "shift"
     assert values["network_args"] == ["img_attn_dim=4", "train_single_block_indices=0-9"]
     assert values["cache_text_encoder_outputs"] is True and values["discrete_flow_shift"] == 3.1582
-    assert not {"min_snr_gamma", "noise_offset", "max_timestep"} & set(values)
+    defaults = TrainConfig("lora").values  # fields of the file that FLUX does not read: their defaults
+    assert all(values[name] == defaults[name] for name in ("min_snr_gamma", "noise_offset", "max_timestep"))
     said = " | ".join(notes)
     assert "min_snr_gamma, noise_offset, max_timestep (kohya_ss passes them for every model) are left out" in said
     assert values["blocks_to_swap"] == 8
@@ -256,7 +255,7 @@ def test_kohya_ss_sd3_lora_json_reads_its_files_under_the_lora_tabs_names(tmp_pa
     assert method == "lora" and values["model_family"] == "sd3"
     assert (values["clip_l"], values["clip_g"], values["t5xxl"]) == ("/c_l.safetensors", "/c_g.safetensors",
                                                                        "/t5.safetensors")
-    assert values["cache_text_encoder_outputs"] is True and "min_snr_gamma" not in values
+    assert values["cache_text_encoder_outputs"] is True and values["min_snr_gamma"] != 5
     assert any("sd-scripts' SD3 trainer does not read them" in n for n in notes)
 
 
@@ -265,32 +264,161 @@ def _json(tmp_path: Path, fields: dict[str, Any]) -> Path:
     path.write_text(json.dumps(fields), encoding="utf-8")
     return path
 
-def test_kohya_ss_finetune_json_reads_its_image_folder_through_the_metadata_file_kohya_ss_built(
-        tmp_path: Path) -> None:
-    """kohya_ss's finetune tab passes fine_tune.py image_folder as train_data_dir and train_dir/<metadata file> as
-    in_json: with that file there (an earlier kohya_ss run built it), the config loads and trains on its captions;
-    without it, image_folder is refused naming the file."""
+
+def _toml(tmp_path: Path, text: str, name: str = "sd_scripts.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_kohya_ss_finetune_json_builds_its_metadata_from_the_caption_files_as_kohya_ss_does(tmp_path: Path) -> None:
+    """kohya_ss's finetune tab writes image_folder's captions into train_dir/<metadata file> before each run
+    (create_caption, on by default) and passes that file as in_json: with no file there (a config from another
+    machine), the captions come from the caption files and the config trains; a file there keeps its other fields
+    (tags) with fresh captions. With create_caption off, the file is read as it is, and must be there."""
     from trainers.core.options import load_config
     from trainers.data.catalog import build_catalog
 
     images = build_dataset(tmp_path / "img", folder="images", size=64) / "images"
     train_dir = tmp_path / "train dir"
     train_dir.mkdir()
-    meta = {p.stem: {"caption": f"meta {p.stem}", "train_resolution": [64, 64]} for p in images.glob("*.png")}
-    (train_dir / "meta_lat.json").write_text(json.dumps(meta), encoding="utf-8")
     fields = {"image_folder": str(images), "train_dir": str(train_dir), "use_latent_files": "Yes",
               "latent_metadata_filename": "meta_lat.json", "caption_metadata_filename": "meta_cap.json",
               "dataset_repeats": "3", "pretrained_model_name_or_path": "runwayml/stable-diffusion-v1-5",
-              "learning_rate": 1e-5, "max_resolution": "64,64"}
+              "learning_rate": 1e-5, "max_resolution": "64,64", "caption_extension": ".txt"}
+    captions = {p.stem: p.with_suffix(".txt").read_text(encoding="utf-8") for p in images.glob("*.png")}
+
     method, values, notes = import_kohya_file(_json(tmp_path, fields))
-    assert method == "finetune"
-    assert values["in_json"] == str(train_dir / "meta_lat.json") and values["train_data_dir"] == str(images)
-    assert any("meta_lat.json (in_json) as kohya_ss last built it" in n for n in notes), notes
+    assert method == "finetune" and values["train_data_dir"] == str(images)
+    assert values["in_json_from_captions"] is True and values["in_json"] == ""
+    assert any("read from its caption files" in n and "is not there yet" in n for n in notes), notes
+    catalog = build_catalog(load_config("finetune", _json(tmp_path, fields)).values, [])
+    assert len(catalog.samples) == 3 * len(captions)  # dataset_repeats
+    assert sorted(i.caption for i in catalog.images) == sorted(captions.values())
+
+    meta = {p.stem: {"caption": "an old caption", "tags": "tag1, tag2", "train_resolution": [64, 64]}
+            for p in images.glob("*.png")}
+    (train_dir / "meta_lat.json").write_text(json.dumps(meta), encoding="utf-8")
     cfg = load_config("finetune", _json(tmp_path, fields))
-    catalog = build_catalog(cfg.values, [])
-    assert len(catalog.samples) == 3 * len(meta)  # dataset_repeats
-    assert {i.caption for i in catalog.images} == {m["caption"] for m in meta.values()}
+    assert cfg.in_json == str(train_dir / "meta_lat.json")
+    assert sorted(i.caption for i in build_catalog(cfg.values, []).images) == sorted(
+        f"{c},tag1, tag2" for c in captions.values())  # joined with caption_separator, as sd-scripts joins them
+
+    kept = load_config("finetune", _json(tmp_path, {**fields, "create_caption": False}))
+    assert not kept.in_json_from_captions
+    assert {i.caption for i in build_catalog(kept.values, []).images} == {"an old caption,tag1, tag2"}
     with pytest.raises(ConfigError) as err:  # meta_cap.json (use_latent_files "No") was never built
-        load_config("finetune", _json(tmp_path, {**fields, "use_latent_files": "No"}))
+        load_config("finetune", _json(tmp_path, {**fields, "use_latent_files": "No", "create_caption": False}))
     assert [i.field for i in err.value.issues] == ["image_folder"]
     assert str(train_dir / "meta_cap.json") in err.value.issues[0].message
+
+
+def test_import_sets_every_key_the_file_sets_even_at_atelier_s_default(tmp_path: Path) -> None:
+    """A kohya_ss JSON's learning_rate 1e-4, network_dim 16 and batch 1 (Atelier's defaults) are set, and so are the
+    fields it leaves empty (kohya_ss passes nothing for them: sd-scripts' default); an sd-scripts TOML's
+    max_train_steps unsets the epochs a form may hold (epochs win over steps, in sd-scripts as here)."""
+    fields = {"LoRA_type": "Standard", "pretrained_model_name_or_path": "/m", "learning_rate": 0.0001,
+              "network_dim": 16, "network_alpha": 8, "train_batch_size": 1, "epoch": 2, "unet_lr": 0,
+              "sample_prompts": "", "lr_warmup": 0}
+    method, values, _ = import_kohya_file(_json(tmp_path, fields))
+    assert method == "lora"
+    assert (values["learning_rate"], values["network_dim"], values["train_batch_size"]) == (1e-4, 16, 1)
+    assert values["max_train_epochs"] == 2 and values["max_train_steps"] is None
+    assert values["unet_lr"] is None and values["sample_prompt_lines"] == [] and values["lr_warmup_steps"] == 0
+    assert "conv_dim" not in values  # a field the file does not have stays the page's
+
+    _, values, _ = import_kohya_file(_toml(tmp_path, 'network_module = "networks.lora"\nmax_train_steps = 300\n'
+                                                     "network_dim = 16\n"))
+    assert values["max_train_steps"] == 300 and values["max_train_epochs"] is None and values["network_dim"] == 16
+    _, values, _ = import_kohya_file(_toml(tmp_path, 'network_module = "networks.lora"\ndataset_config = "/d.toml"\n'))
+    assert values["train_data_dir"] == "" and values["dataset_config"] == "/d.toml"
+
+
+def test_import_resolves_relative_output_folders_under_the_runs_folder_and_names_windows_paths(
+        tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    fields = {"LoRA_type": "Standard", "output_dir": "./model", "logging_dir": "logs/lora",
+              "train_data_dir": "C:/Users/me/train", "reg_data_dir": "E:\\data\\reg", "learning_rate": 1e-4}
+    _, values, notes = import_kohya_file(_json(tmp_path, fields), runs_dir=runs)
+    assert values["output_dir"] == str(runs / "model") and values["logging_dir"] == str(runs / "logs" / "lora")
+    said = " | ".join(notes)
+    assert "output_dir = './model' is relative" in said and "under the runs folder" in said
+    assert "train_data_dir = 'C:/Users/me/train'" in said and "reg_data_dir = 'E:\\\\data\\\\reg'" in said
+    _, ours, _ = import_kohya_file(_toml(tmp_path, 'schema_version = 1\nmethod = "lora"\n[saving]\n'
+                                                   'output_dir = "out"\n', "ours.toml"), runs_dir=runs)
+    assert ours["output_dir"] == "out"  # our own configs keep their paths
+
+
+def test_windows_paths_are_named_by_their_field() -> None:
+    from trainers.core.options import load_config
+    from trainers.core.options.validation import option_issues
+
+    cfg = load_config("lora", overrides=["max_train_steps=1", "output_dir='C:/Users/me/out'",
+                                         "train_data_dir='D:\\\\data'", "logging_dir='\\\\\\\\nas\\\\logs'"])
+    named = {i.field: i.message for i in option_issues(cfg)}
+    for field in ("output_dir", "train_data_dir", "logging_dir"):
+        assert "is a Windows path" in named[field], named
+
+
+def test_unknown_keys_of_kohya_files_are_warned_first_and_ours_stay_errors(tmp_path: Path) -> None:
+    from trainers.core.options import load_config
+
+    text = ('network_module = "networks.lora"\nmax_train_steps = 10\nlearning_rat = 1e-4\n'
+            "some_new_sd_scripts_flag = true\n[Basics]\nnetwork_dimm = 8\n")
+    warnings: list[str] = []
+    cfg = load_config("lora", _toml(tmp_path, text), warnings=warnings)
+    assert cfg.max_train_steps == 10
+    first = warnings[0]
+    assert "'learning_rat' (did you mean 'learning_rate'?)" in first and "'network_dimm' (did you mean " \
+        "'network_dim'?)" in first and "'some_new_sd_scripts_flag'" in first and "ignored" in first
+    json_warnings: list[str] = []
+    load_config("lora", _json(tmp_path, {"LoRA_type": "Standard", "learning_rate": 1e-4,
+                                        "additional_parameters": "--max_grad_nrm 0"}),
+                warnings=json_warnings)
+    assert "'max_grad_nrm' (did you mean 'max_grad_norm'?)" in json_warnings[0]
+    with pytest.raises(ConfigError) as err:  # our own TOML
+        load_config("lora", _toml(tmp_path, 'schema_version = 1\nmethod = "lora"\n[optimizer]\nlearning_rat = 1\n'))
+    assert "did you mean 'learning_rate'" in str(err.value)
+    with pytest.raises(ConfigError):  # and so are --set names, whatever the file
+        load_config("lora", _toml(tmp_path, text), overrides=["network_dimz=1"])
+
+
+def test_a_missing_sample_prompts_file_turns_samples_off_with_a_warning(tmp_path: Path) -> None:
+    """sd-scripts logs that the prompts file is missing and trains on without samples: so does a run here."""
+    from trainers.core.options import load_config
+
+    text = ('network_module = "networks.lora"\nmax_train_steps = 10\nsample_prompts = "/elsewhere/prompts.txt"\n'
+            "sample_every_n_steps = 5\nsample_at_first = true\n")
+    warnings: list[str] = []
+    cfg = load_config("lora", _toml(tmp_path, text), warnings=warnings)
+    assert cfg.sample_prompts == "" and cfg.sample_every_n_steps is None and cfg.sample_at_first is False
+    assert any("sample_prompts: file not found: /elsewhere/prompts.txt" in w and "samples are off" in w
+               for w in warnings), warnings
+    lines = load_config("lora", _toml(tmp_path, text), overrides=["sample_prompt_lines=['a dog']"])
+    assert lines.sample_every_n_steps == 5 and lines.sample_prompts == ""  # the lines are still sampled
+    _, values, notes = import_kohya_file(_toml(tmp_path, text))  # the page keeps it: Validate says it again
+    assert values["sample_prompts"] == "/elsewhere/prompts.txt" and any("file not found" in n for n in notes)
+
+
+def test_resolution_sides_off_multiples_of_8_are_read_as_sd_scripts_trains_them(tmp_path: Path) -> None:
+    from trainers.core.options import load_config
+
+    warnings: list[str] = []
+    cfg = load_config("lora", _json(tmp_path, {"LoRA_type": "Standard", "max_resolution": "512,650",
+                                               "enable_bucket": False}), warnings=warnings)
+    assert cfg.resolution == "512,648"
+    assert any("resolution = '512,650' is read as '512,648'" in w and "latents of 64x81" in w for w in warnings)
+    with pytest.raises(ConfigError):  # our own configs stay exact
+        from trainers.core.options.validation import option_issues
+
+        issues = option_issues(load_config("lora", overrides=["resolution='512,650'", "max_train_steps=1"]),
+                               check_paths=False)
+        raise ConfigError(issues)
+
+
+def test_resume_false_means_no_resume(tmp_path: Path) -> None:
+    from trainers.core.options import load_config
+
+    warnings: list[str] = []
+    cfg = load_config("lora", _toml(tmp_path, 'network_module = "networks.lora"\nresume = false\n'), warnings=warnings)
+    assert cfg.resume == "" and any("resume = false is read as no resume" in w for w in warnings)

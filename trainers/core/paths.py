@@ -8,6 +8,7 @@ output folder that exists as a folder or can be created. Filesystem errors becom
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -15,6 +16,16 @@ PathKind = Literal["dir", "file", "out", "any"]
 NAME_MAX = 255  # bytes in one file or folder name (ext4, xfs, btrfs, apfs, ntfs in characters)
 PATH_MAX = 4096
 SYSTEM_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+# C:/..., C:\..., \\server\share, .\x and ..\x: paths written on Windows
+_WINDOWS = re.compile(r"^(?:[A-Za-z]:(?:[\\/]|$)|\\\\|\.\.?\\)")
+
+
+def windows_path(text: str) -> bool:
+    """Whether `text` is a Windows path (a config from another machine) on this POSIX machine, where it would name
+    a relative file or folder such as ./C:/Users/..."""
+    return os.name == "posix" and bool(_WINDOWS.match(text.strip()))
 
 
 def _too_long(text: str) -> str | None:
@@ -39,6 +50,9 @@ def path_problem(text: str, kind: PathKind) -> str | None:
     """Why `text` cannot be used as a path of `kind`; None when it can. The message follows the path's name."""
     if "\0" in text:
         return "contains a NUL character; remove it"
+    if windows_path(text):
+        return (f"{text} is a Windows path (the config was written on another machine): give the "
+                f"{'folder' if kind in ('dir', 'out') else 'path'} on this machine")
     long = _too_long(text)
     if long:
         return long

@@ -243,12 +243,14 @@ def _read_subset(spec: SubsetSpec, dataset: int, warnings: list[str]):
         warnings.extend(f"{spec.label}: {w}" for w in folder_warnings)
         yield CatalogSubset(spec, dataset, spec.path.name, spec.path, spec.repeats, spec.tokens), sub.images
     elif spec.kind == "metadata_file":
-        assert spec.metadata_file is not None
         folder = spec.path if str(spec.path) not in ("", ".") else None
         items, file_warnings = read_metadata_file(spec.metadata_file, folder, spec.captions.split_on, spec.field,
-                                                  spec.captions.wildcard)
+                                                  spec.captions.wildcard,
+                                                  spec.caption_extension if spec.caption_files else None,
+                                                  spec.captions.strict)
         warnings.extend(f"{spec.label}: {w}" if spec.label else w for w in file_warnings)
-        yield CatalogSubset(spec, dataset, spec.metadata_file.stem, spec.path, spec.repeats, ""), items
+        name = spec.metadata_file.stem if spec.metadata_file else spec.path.name
+        yield CatalogSubset(spec, dataset, name, spec.path, spec.repeats, ""), items
     else:
         scan = scan_metadata_dir(spec.path, spec.metadata)
         subset = CatalogSubset(spec, dataset, spec.path.name, spec.path, spec.repeats, "", metadata_files=scan.files,

@@ -5,6 +5,9 @@
 or JSON Lines, one `{"image_path": ..., "caption": ..., "tags": ...}` a line. A key is an image path, absolute or
 relative to the image folder, with or without its extension (sd-scripts' merge_captions_to_metadata.py writes the
 stem). The caption is `caption`, then `tags` after caption_separator, as sd-scripts joins them. Torch-free.
+
+kohya_ss's finetune tab runs merge_captions_to_metadata.py before each run: the caption file beside each image of the
+folder replaces that image's `caption` in the file (created when missing). `captions_from` does the same in memory.
 """
 from __future__ import annotations
 
@@ -12,14 +15,22 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainers.data.kohya_folders import IMAGE_EXTENSIONS, DatasetLayoutError, ImageItem
+from trainers.data.kohya_folders import IMAGE_EXTENSIONS, DatasetLayoutError, ImageItem, scan_image_folder
 
 
-def read_metadata_file(path: Path, image_dir: Path | None, separator: str, field: str,
-                       wildcard: bool = False) -> tuple[list[ImageItem], list[str]]:
+def read_metadata_file(path: Path | None, image_dir: Path | None, separator: str, field: str,
+                       wildcard: bool = False, captions_from: str | None = None,
+                       strict: bool = False) -> tuple[list[ImageItem], list[str]]:
     """(images with their captions, warnings naming the entries skipped). Raises DatasetLayoutError when the file
-    cannot be read at all."""
-    entries = _entries(path, field)
+    cannot be read at all.
+
+    `captions_from`: a caption extension; the captions of image_dir's images are read from their caption files and
+    merged into the file's entries (`path` may be None: the captions alone), as merge_captions_to_metadata.py does.
+    """
+    entries = _entries(path, field) if path is not None else {}
+    warnings: list[str] = []
+    if captions_from is not None:
+        entries = _merge_caption_files(entries, image_dir, captions_from, field, wildcard, strict, warnings)
     images: list[ImageItem] = []
     missing: list[str] = []
     for key, record in entries.items():
@@ -29,12 +40,28 @@ def read_metadata_file(path: Path, image_dir: Path | None, separator: str, field
             continue
         caption = _caption(record, separator, wildcard)
         images.append(ImageItem(found, caption, bool(caption)))
-    warnings = []
     if missing:
         where = f"in {image_dir}" if image_dir else "(give the image folder as train_data_dir or image_dir)"
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
         warnings.append(f"{path.name}: {len(missing)} of {len(entries)} image(s) not found {where}; skipped: {shown}")
     return images, warnings
+
+
+def _merge_caption_files(entries: dict[str, dict[str, Any]], image_dir: Path | None, caption_extension: str,
+                         field: str, wildcard: bool, strict: bool, warnings: list[str]) -> dict[str, dict[str, Any]]:
+    """`entries` with each image of `image_dir` given the caption of its caption file (other fields kept), keyed as
+    the file keys it (full path or name without extension), else by its name in image_dir."""
+    if image_dir is None:
+        raise DatasetLayoutError(f"{field}: the captions are read beside the images, and train_data_dir (the folder "
+                                 "holding them) is not set", field="train_data_dir")
+    folder, scan_warnings = scan_image_folder(image_dir, 1, "", caption_extension, field="train_data_dir",
+                                              all_lines=wildcard, strict=strict)
+    warnings.extend(scan_warnings)
+    merged = dict(entries)
+    for item in folder.images:
+        key = next((k for k in (str(item.path), item.path.stem, item.path.name) if k in merged), item.path.name)
+        merged[key] = {**merged.get(key, {}), "caption": item.caption}
+    return merged
 
 
 def _entries(path: Path, field: str) -> dict[str, dict[str, Any]]:

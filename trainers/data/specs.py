@@ -36,6 +36,7 @@ class SubsetSpec:
     masks: Path | None = None  # masked_loss: mask images (for a kohya root, in the same subfolders)
     color_aug: bool = False  # hue or gamma jitter of a third of the samples
     metadata_file: Path | None = None  # kind metadata_file: sd-scripts' one JSON of captions (path: its image folder)
+    caption_files: bool = False  # kind metadata_file: captions from the files beside the images (in_json_from_captions)
 
 
 @dataclass(frozen=True)
@@ -79,26 +80,28 @@ def bucket_settings(values: Mapping[str, Any]) -> BucketSettings:
 
 def subset_spec(kind: SubsetKind, path: Path, values: Mapping[str, Any], *, repeats: int = 1, tokens: str = "",
                 is_reg: bool = False, field: str, label: str = "", masks: Path | None = None,
-                metadata_file: Path | None = None) -> SubsetSpec:
+                metadata_file: Path | None = None, caption_files: bool = False) -> SubsetSpec:
     metadata = kind == "metadata"
     return SubsetSpec(kind, Path(path).expanduser(), repeats, tokens, is_reg, values["caption_extension"],
                       caption_options(values, metadata), values["flip_aug"], values["random_crop"],
                       metadata_filters(values) if metadata else None, field, label,
                       bool(values.get("alpha_mask", False)), masks, bool(values.get("color_aug", False)),
-                      metadata_file)
+                      metadata_file, caption_files)
 
 
 def specs_from_values(values: Mapping[str, Any]) -> DatasetSpec:
     """The one dataset of a flat config."""
     subsets = []
     in_json = str(values.get("in_json") or "").strip()
-    if in_json:  # train_data_dir holds the images of the metadata file (fine_tune.py)
+    fine_tuning = bool(in_json) or bool(values.get("in_json_from_captions"))
+    if fine_tuning:  # train_data_dir holds the images of the metadata file (fine_tune.py)
         subsets.append(subset_spec("metadata_file", Path(str(values["train_data_dir"]).strip() or "."), values,
-                                   repeats=values["dataset_repeats"], field="in_json",
-                                   metadata_file=Path(in_json).expanduser()))
+                                   repeats=values["dataset_repeats"], field="in_json" if in_json else "train_data_dir",
+                                   metadata_file=Path(in_json).expanduser() if in_json else None,
+                                   caption_files=bool(values.get("in_json_from_captions"))))
     for name, kind, is_reg in (("train_data_dir", "kohya_root", False), ("reg_data_dir", "kohya_root", True),
                                ("metadata_dir", "metadata", False)):
-        if str(values[name]).strip() and not (in_json and name == "train_data_dir"):
+        if str(values[name]).strip() and not (fine_tuning and name == "train_data_dir"):
             repeats = values["dataset_repeats"] if kind == "metadata" else 1
             subsets.append(subset_spec(kind, Path(values[name]), values, repeats=repeats, is_reg=is_reg, field=name,
                                        masks=_mask_folder(values) if name == "train_data_dir" else None))

@@ -26,6 +26,7 @@ class KohyaJson:
     method: str  # lora, dreambooth or finetune: the kohya_ss tab the file is for
     options: dict[str, Any]  # the keys kohya_ss would write in its sd-scripts --config_file
     notes: list[str] = field(default_factory=list)
+    decided: frozenset[str] = frozenset()  # the options its fields decide, empty ones included (see decided_options)
 
 
 # Fields kohya_ss passes to sd-scripts under their own name.
@@ -85,6 +86,14 @@ GUI_ONLY: dict[str, str] = {
     # accelerate's own settings; Atelier's launch options are num_processes, gpu_ids, dynamo_backend, ...
     "num_cpu_threads_per_process": "", "dynamo_mode": "", "dynamo_use_dynamic": "", "dynamo_use_fullgraph": "",
     "lowvram": "",
+}
+# GUI fields that decide options of other names: what kohya_ss builds from them.
+DECIDES: dict[str, tuple[str, ...]] = {
+    "LoRA_type": ("network_module", "network_args"), "epoch": ("max_train_epochs",), "lr_warmup": ("lr_warmup_steps",),
+    "sample_prompts": ("sample_prompt_lines",), "xformers": ("sdpa",), f"{SDXL_FLAG}_no_half_vae": ("no_half_vae",),
+    f"{SDXL_FLAG}_cache_text_encoder_outputs": ("cache_text_encoder_outputs",),
+    "unet_lr": ("network_train_unet_only", "network_train_text_encoder_only"),
+    "image_folder": ("train_data_dir", "in_json", "in_json_from_captions"),
 }
 # Model-family switches of kohya_ss, and the message when one is on.
 _FLOW_JSON = ("kohya_ss's FLUX.1 configs other than a 'Flux1' LoRA are not read here: import "
@@ -171,6 +180,15 @@ def read_json_file(path: Path, issues: list[ConfigIssue]) -> KohyaJson | None:
     return convert(raw, issues)
 
 
+def decided_options(raw: dict[str, Any]) -> frozenset[str]:
+    """The options a kohya_ss JSON decides: those its fields name (or are renamed to) and those built from them. An
+    empty field decides its option too: kohya_ss passes nothing for it, so sd-scripts' default applies."""
+    names = {RENAMED.get(key, key) for key in raw}
+    for key in raw:
+        names.update(DECIDES.get(key, ()))
+    return frozenset(names & set(BY_NAME))
+
+
 def method_of(raw: dict[str, Any]) -> str:
     """The kohya_ss tab a JSON config is for: its fields differ (LoRA_type, or the finetune tab's image_folder)."""
     if "LoRA_type" in raw or "network_dim" in raw:
@@ -230,7 +248,7 @@ class _Converter:
             isinstance(v, (int, float)) and v == 0))}
         out["max_data_loader_n_workers"] = int(self.get("max_data_loader_n_workers", 0) or 0)
         out.update(self._additional_parameters())
-        return KohyaJson(self.method, out, self.notes)
+        return KohyaJson(self.method, out, self.notes, decided_options(self.raw))
 
     def _families(self) -> bool:
         """False (with one issue) when the file trains a model family Atelier does not."""
@@ -335,24 +353,44 @@ class _Converter:
                 self._finetune_metadata(str(folder))
 
     def _finetune_metadata(self, folder: str) -> None:
-        """kohya_ss passes fine_tune.py the image folder as train_data_dir and, as in_json, the metadata file it
-        builds in train_dir from the captions before each run (meta_lat.json, or meta_cap.json without latent
-        files). The file an earlier kohya_ss run built is read; without one there is nothing to train on."""
+        """kohya_ss passes fine_tune.py the image folder as train_data_dir and, as in_json, the metadata file in
+        train_dir (meta_lat.json, or meta_cap.json without latent files). Before each run it writes the folder's
+        captions into that file (create_caption, on unless turned off; meta_lat.json gets them with create_buckets):
+        so the captions are read from the caption files, with the file's other fields when it is there. With
+        create_caption off, the file as an earlier kohya_ss run built it is read, and it must be there."""
         latent = str(self.get("use_latent_files", "Yes")) == "Yes"
         name = self.get("latent_metadata_filename" if latent else "caption_metadata_filename") or \
             ("meta_lat.json" if latent else "meta_cap.json")
         meta = os.path.join(str(self.get("train_dir", "")), str(name))  # as kohya_ss joins them
-        if not Path(meta).expanduser().is_file():
+        there = Path(meta).expanduser().is_file()
+        rebuilt = self._switch("create_caption", "generate_caption_database") and (
+            not latent or self._switch("create_buckets", "generate_image_buckets"))
+        if not rebuilt and not there:
             self.refuse("image_folder", f"kohya_ss's finetune tab reads {folder} through the metadata file {meta} "
-                        "(in_json), which it builds from the captions before a run, and that file is not there: run "
-                        "kohya_ss's caption step once, or put the images and their captions in a "
-                        "<dataset_repeats>_<name> folder and set train_data_dir to the folder above it, or list the "
-                        "folder as image_dir in a dataset_config")
+                        "(in_json), which it builds from the captions before a run (create_caption), and that file "
+                        "is not there: turn create_caption on (the captions are then read from the caption files), "
+                        "or put the images and their captions in a <dataset_repeats>_<name> folder and set "
+                        "train_data_dir to the folder above it, or list the folder as image_dir in a dataset_config")
             return
-        self.out["train_data_dir"], self.out["in_json"] = folder, meta
-        self.notes.append(f"image_folder is read through {meta} (in_json) as kohya_ss last built it; kohya_ss "
-                          "rebuilds it from the caption files at each start, so captions changed since then are not "
-                          "in it (its latent files are not used: latents are encoded or cached here)")
+        self.out["train_data_dir"] = folder
+        if there:
+            self.out["in_json"] = meta
+        unused = "its latent files are not used: latents are encoded or cached here"
+        if rebuilt:
+            self.out["in_json_from_captions"] = True
+            kept = (f"merged into {meta}'s other fields (in_json)" if there else
+                    f"{meta} is not there yet and is not written here")
+            self.notes.append(f"image_folder's captions are read from its caption files, as kohya_ss writes them "
+                              f"into {name} before each run (merge_captions_to_metadata.py): {kept} "
+                              f"(in_json_from_captions = true); {unused}")
+        else:
+            self.notes.append(f"image_folder is read through {meta} (in_json) as kohya_ss last built it "
+                              f"(create_caption is off, so captions changed since then are not in it); {unused}")
+
+    def _switch(self, *names: str) -> bool:
+        """A kohya_ss checkbox under its saved or older name; unset: on, as kohya_ss's finetune tab starts."""
+        value = next((self.raw[n] for n in names if n in self.raw), True)
+        return value is True or str(value).lower() in ("true", "1", "yes")
 
     def _network(self) -> None:
         module, algo, fields = LORA_TYPES[self.get("LoRA_type", "Standard")]

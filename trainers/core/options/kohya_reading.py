@@ -82,6 +82,7 @@ class SdScriptsFile:
         self._noise()
         self._network()
         self._samples_and_saves()
+        self._resolution()
         self._defaults()
         return self.flat
 
@@ -320,6 +321,30 @@ class SdScriptsFile:
             elif saved_as in ("ckpt", "pt"):
                 self.bad("save_model_as", f"{saved_as!r} is refused: pickle files are not written; use "
                          "'safetensors' (one file, the original layout) or 'diffusers'")
+
+    def _resolution(self) -> None:
+        """sd-scripts takes sides that are not multiples of 8 (kohya_ss presets have '512,650'): without buckets it
+        crops the images to that size, and the VAE's 8x downscale drops the rest, so the latents trained on are
+        those of the sides rounded down to a multiple of 8; with buckets the resolution only sets their area."""
+        value = self.flat.get("resolution")
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            return
+        sides = [p.strip() for p in str(value).replace("x", ",").split(",")]
+        if len(sides) > 2 or not all(p.isdigit() for p in sides) or all(int(p) % 8 == 0 for p in sides):
+            return
+        rounded = [int(p) - int(p) % 8 for p in sides]
+        if min(rounded) < 64:
+            return  # the option's check names it
+        self.flat["resolution"] = ",".join(map(str, rounded))
+        if self.flat.get("enable_bucket"):
+            given, kept = math.prod(int(p) for p in sides), math.prod(rounded)
+            why = (f"with buckets sd-scripts reads it as the largest bucket area, here {100 * (1 - kept / given):.1f}% "
+                   "smaller")
+        else:
+            why = (f"sd-scripts crops the images to {'x'.join(sides)} and trains on latents of "
+                   f"{'x'.join(str(r // 8) for r in rounded)}, the VAE's 8x downscale dropping the rest: the same "
+                   "latents as this size")
+        self.note(f"resolution = {show(value)} is read as {self.flat['resolution']!r} (sides in multiples of 8): {why}")
 
     def _defaults(self) -> None:
         # sd-scripts saves in the trained weights' own precision when save_precision is unset

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from trainers.core.options.migrations import SCHEMA_VERSION, migrate, version_of
 from trainers.core.options.schema import GROUPS, coerce
 from trainers.core.options.training import BY_NAME, options_for
 from trainers.core.options.values import OptionValues
+from trainers.core.paths import windows_path
 from trainers.core.secrets import SECRET_KEY, redact
 
 
@@ -21,13 +22,17 @@ class TrainConfig(OptionValues):
 
     def __init__(self, method: str, values: dict[str, Any] | None = None) -> None:
         self.__dict__["method"] = method
+        # The options that were set (by a file, the page or --set); the others have their defaults.
+        self.__dict__["given"] = frozenset(values or ())
         super().__init__(options_for(method), values)
 
     def _unknown(self, name: str) -> str:
         return f"option {name!r} is not used by method {self.method!r}"
 
     def replace(self, **changes: Any) -> "TrainConfig":
-        return TrainConfig(self.method, {**self.values, **changes})
+        changed = TrainConfig(self.method, {**self.values, **changes})
+        changed.__dict__["given"] = self.given | frozenset(changes)
+        return changed
 
     def to_toml(self) -> str:
         """Every option, sectioned by group. Unset (None) options are left out."""
@@ -44,6 +49,15 @@ def _unknown(name: str, method: str) -> ConfigIssue:
     guess = closest(name, list(BY_NAME) + list(GROUPS))
     hint = f"; did you mean {guess!r}?" if guess else "; see docs/options.md for the list of options"
     return ConfigIssue(name if name.strip() else repr(name), f"unknown option {name!r}{hint}")
+
+
+def ignored_keys_warning(names: list[str], candidates: Collection[str], what: str) -> str:
+    """One warning naming the keys of a kohya file that are nothing here, each near-miss with its likely key."""
+    shown = []
+    for name in names:
+        guess = closest(name, list(candidates))
+        shown.append(f"{name!r} (did you mean {guess!r}?)" if guess else repr(name))
+    return f"{what} ignored: {', '.join(shown)}"
 
 
 def read_options(raw: dict[str, Any], where: str, issues: list[ConfigIssue],
@@ -136,6 +150,11 @@ def _foreign_sections_note(foreign: list[str], groups: Mapping[str, str]) -> str
     return text + (f"; {', '.join(typos)}" if typos else "")
 
 
+class Unset(str):
+    """`--unset NAME` among the command line's overrides (kept in order with the `--set` assignments): the option
+    is read as if the config file did not set it (its default; for an sd-scripts file, sd-scripts' default)."""
+
+
 def parse_set(assignment: str) -> tuple[str, Any]:
     """Parse one `--set name=value`; the value is read as TOML, else taken as text."""
     name, sep, text = assignment.partition("=")
@@ -150,12 +169,20 @@ def parse_set(assignment: str) -> tuple[str, Any]:
 
 
 def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue] | None = None,
-                     warnings: list[str] | None = None) -> TrainConfig:
-    """Check names and types of `flat` (name -> value) against the schema; raise ConfigError on problems."""
+                     warnings: list[str] | None = None, foreign: Collection[str] = (),
+                     keep_missing_prompts: bool = False) -> TrainConfig:
+    """Check names and types of `flat` (name -> value) against the schema; raise ConfigError on problems.
+
+    `foreign`: the keys that come from an sd-scripts or kohya_ss file. Those that are nothing here are warned about
+    (first of all warnings) and ignored, as sd-scripts ignores unknown keys of a --config_file; other unknown names
+    are errors. A sample_prompts file that is not there turns samples off with a warning, as sd-scripts trains
+    without them (`keep_missing_prompts`: warn but keep the values, for a form that is checked again later).
+    """
     issues = [] if issues is None else issues
     warnings = [] if warnings is None else warnings
     values: dict[str, Any] = {}
     translated: dict[str, Any] = {}
+    ignored: list[str] = []
 
     def warn(text: str) -> None:
         if text not in warnings:
@@ -185,33 +212,62 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
             if not kohya_keys.blank(value):
                 issues.append(ConfigIssue(name, "secrets are never read from config files (they would be saved and "
                                           "shared with it); set HF_TOKEN or WANDB_API_KEY in the environment instead"))
+        elif name not in BY_NAME and name in foreign:
+            ignored.append(name)
         elif name not in BY_NAME:
             issues.append(_unknown(name, method))
         else:
             warn(f"{name} is not used by {method} training and is ignored")
+    if ignored:
+        warnings.insert(0, ignored_keys_warning(ignored, BY_NAME, "keys that are not options here (sd-scripts ignores "
+                                                "unknown keys of a --config_file) are"))
     for name, value in translated.items():
         values.setdefault(name, value)
     for name, value in list(values.items()):
-        opt = BY_NAME[name]
+        opt = BY_NAME[name].for_method(method)
+        if value is False and opt.kind == "str" and opt.default == "":
+            values[name] = ""  # sd-scripts reads a false path (resume = false) as none
+            warn(f"{name} = false is read as no {name} (unset), as sd-scripts reads it")
+            continue
         try:
             values[name] = coerce(opt, value)
         except ValueError as err:
             issues.append(ConfigIssue(name, str(err), opt.group))
     if issues:
         raise ConfigError(issues)
+    _missing_prompts_file(values, warnings, keep_missing_prompts)
     return TrainConfig(method, values)
 
 
-def load_config(method: str, path: Path | None = None, overrides: list[str] | None = None,
-                warnings: list[str] | None = None) -> TrainConfig:
-    """Load a config file and apply `--set` overrides.
+_SCHEDULED_SAMPLES = ("sample_every_n_steps", "sample_every_n_epochs", "sample_at_first")
 
-    The file is one of ours (TOML with [group] sections, or a run's config.toml), an sd-scripts `--config_file`
-    TOML (flat, or sections of any name, read with sd-scripts' meaning: see kohya_reading), or a kohya_ss GUI
-    JSON (what kohya_ss would pass sd-scripts for it). Notes on what was translated go to `warnings`.
-    """
-    issues: list[ConfigIssue] = []
-    notes: list[str] = [] if warnings is None else warnings
+
+def _missing_prompts_file(values: dict[str, Any], warnings: list[str], keep: bool) -> None:
+    """sd-scripts trains on without samples when its sample_prompts file is not there (it logs an error at each
+    sample step): so does Atelier, saying so once. Other path problems are the path check's."""
+    text = str(values.get("sample_prompts") or "").strip()
+    try:
+        missing = bool(text) and not windows_path(text) and not Path(text).expanduser().exists()
+    except (OSError, ValueError):  # the path check names it
+        missing = False
+    if not missing:
+        return
+    lines = bool(values.get("sample_prompt_lines"))
+    what = "its prompts are left out (sample_prompt_lines are still sampled)" if lines else "samples are off"
+    warnings.append(f"sample_prompts: file not found: {text}; training goes on without it, as in sd-scripts: {what}. "
+                    "Give an existing prompts file to sample it")
+    if keep:
+        return
+    values["sample_prompts"] = ""
+    if not lines:
+        for name in _SCHEDULED_SAMPLES:
+            values.pop(name, None)
+
+
+def read_config_options(method: str, path: Path | None, overrides: list[str], notes: list[str],
+                        issues: list[ConfigIssue]) -> tuple[dict[str, Any], frozenset[str]]:
+    """(the flat options a config file and the overrides set, read with the file's meaning; the keys that came from
+    an sd-scripts or kohya_ss file, which config_from_dict warns about rather than refuses when unknown)."""
     flat: dict[str, Any] = {}
     sd_scripts = False
     written_for: Any = None
@@ -228,9 +284,40 @@ def load_config(method: str, path: Path | None = None, overrides: list[str] | No
     if isinstance(written_for, str) and written_for != method:
         notes.append(f"{path} was written for {written_for} training and is run as {method}: options only "
                      f"{written_for} uses are ignored")
+    foreign = frozenset(flat) if sd_scripts else frozenset()
+    unset: set[str] = set()
     for assignment in overrides or []:
+        if isinstance(assignment, Unset):
+            _check_unset(assignment, method, issues)
+            flat.pop(assignment, None)
+            unset.add(assignment)
+            continue
         name, value = parse_set(assignment)
         flat[name] = value
+        unset.discard(name)
     if sd_scripts:
         flat = kohya_reading.read_sd_scripts(flat, method, notes, issues)
-    return config_from_dict(method, flat, issues, notes)
+        for name in unset & set(flat):  # set again by sd-scripts' default for what a file leaves out
+            notes.append(f"--unset {name}: {name} = {flat[name]!r}, sd-scripts' default")
+    return flat, foreign
+
+
+def _check_unset(name: str, method: str, issues: list[ConfigIssue]) -> None:
+    if name not in BY_NAME:
+        issues.append(_unknown(name, method))
+    elif method not in BY_NAME[name].methods:
+        issues.append(ConfigIssue(name, f"--unset {name}: it is not an option of {method} training"))
+
+
+def load_config(method: str, path: Path | None = None, overrides: list[str] | None = None,
+                warnings: list[str] | None = None) -> TrainConfig:
+    """Load a config file and apply `--set` overrides (and `--unset` ones: Unset names among them).
+
+    The file is one of ours (TOML with [group] sections, or a run's config.toml), an sd-scripts `--config_file`
+    TOML (flat, or sections of any name, read with sd-scripts' meaning: see kohya_reading), or a kohya_ss GUI
+    JSON (what kohya_ss would pass sd-scripts for it). Notes on what was translated go to `warnings`.
+    """
+    issues: list[ConfigIssue] = []
+    notes: list[str] = [] if warnings is None else warnings
+    flat, foreign = read_config_options(method, path, overrides or [], notes, issues)
+    return config_from_dict(method, flat, issues, notes, foreign)

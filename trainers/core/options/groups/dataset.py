@@ -11,6 +11,11 @@ OPTIONS: tuple[Option, ...] = (
            "as merge_captions_to_metadata.py writes it. Its images are in train_data_dir (which then holds the images "
            "themselves, not <repeats>_ subfolders) or at the absolute paths it names; each repeats dataset_repeats "
            "times an epoch.", "dataset", path="file", advanced=True),
+    Option("in_json_from_captions", "bool", False, "Take the captions of train_data_dir's images (the images "
+           "themselves) from the caption file beside each (<image name><caption_extension>), as kohya_ss's finetune tab "
+           "rebuilds its metadata file before each run (sd-scripts' merge_captions_to_metadata.py): an in_json file's "
+           "other fields (tags) are kept, or in_json is left empty. Nothing is written. Each image repeats "
+           "dataset_repeats times an epoch.", "dataset", advanced=True),
     Option("reg_data_dir", "str", "", "Regularization images, in <repeats>_<class> subfolders like train_data_dir. "
            "They are repeated (as sd-scripts does) until there are as many as training images an epoch.",
            "dataset", path="dir"),
