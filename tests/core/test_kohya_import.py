@@ -408,12 +408,10 @@ def test_resolution_sides_off_multiples_of_8_are_read_as_sd_scripts_trains_them(
                                                "enable_bucket": False}), warnings=warnings)
     assert cfg.resolution == "512,648"
     assert any("resolution = '512,650' is read as '512,648'" in w and "latents of 64x81" in w for w in warnings)
-    with pytest.raises(ConfigError):  # our own configs stay exact
-        from trainers.core.options.validation import option_issues
+    from trainers.core.options.validation import option_issues
 
-        issues = option_issues(load_config("lora", overrides=["resolution='512,650'", "max_train_steps=1"]),
-                               check_paths=False)
-        raise ConfigError(issues)
+    ours = load_config("lora", overrides=["resolution='512,650'", "max_train_steps=1"])
+    assert "resolution" in {i.field for i in option_issues(ours, check_paths=False)}  # our own configs stay exact
 
 
 def test_resume_false_means_no_resume(tmp_path: Path) -> None:
