@@ -420,3 +420,24 @@ def test_resume_false_means_no_resume(tmp_path: Path) -> None:
     warnings: list[str] = []
     cfg = load_config("lora", _toml(tmp_path, 'network_module = "networks.lora"\nresume = false\n'), warnings=warnings)
     assert cfg.resume == "" and any("resume = false is read as no resume" in w for w in warnings)
+
+
+def test_a_config_from_another_machine_loads_and_says_what_it_changed(tmp_path: Path) -> None:
+    """The corpus' config from another machine: imported in the page, its relative outputs go under the runs folder,
+    its missing prompts file stays (Validate says samples are off), and the keys that are nothing here are the first
+    warning; run as it is, it trains without samples at 512x648."""
+    from trainers.core.options import load_config
+
+    path = CORPUS / "sd_scripts/from_another_machine.toml"
+    method, values, notes = import_kohya_file(path, runs_dir=tmp_path / "runs")
+    assert method == "lora"
+    assert values["output_dir"] == str(tmp_path / "runs" / "output" / "my_lora")
+    assert values["logging_dir"] == str(tmp_path / "runs" / "logs")
+    assert values["sample_prompts"] == "prompts/sample.txt" and values["resume"] == ""
+    assert values["max_train_steps"] == 1200 and values["max_train_epochs"] is None
+    assert notes[0].startswith("keys that are not options here") and "'perlin_noise'" in notes[0]
+    assert "'max_grad_nrom' (did you mean 'max_grad_norm'?)" in notes[0] and "'project_name'" in notes[0]
+    warnings: list[str] = []
+    cfg = load_config("lora", path, warnings=warnings)
+    assert cfg.resolution == "512,648" and cfg.sample_prompts == "" and cfg.sample_every_n_steps is None
+    assert any(w.startswith("sample_prompts: file not found: prompts/sample.txt") for w in warnings)
