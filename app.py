@@ -195,6 +195,7 @@ def launch_options(args: argparse.Namespace, users: list[tuple[str, str]], runs_
     from starlette.middleware import Middleware
 
     from gui.page import CSS
+    from gui.docs_pages import DocsPages
     from gui.session_guard import RequireSession
     from gui.tensorboard import TensorBoardProxy
 
@@ -203,7 +204,8 @@ def launch_options(args: argparse.Namespace, users: list[tuple[str, str]], runs_
                 auth=users or None, auth_message="Atelier: please log in.", root_path=args.root_path or None,
                 inbrowser=not args.headless and bool(os.environ.get("DISPLAY")), allowed_paths=[str(runs_dir)],
                 show_error=True, css=CSS, footer_links=[], theme=gr.themes.Soft(), max_file_size=args.max_upload_size,
-                app_kwargs={"middleware": [Middleware(RequireSession), Middleware(TensorBoardProxy)]})
+                app_kwargs={"middleware": [Middleware(RequireSession), Middleware(TensorBoardProxy),
+                                           Middleware(DocsPages)]})
 
 
 def _ensure_demo() -> None:

@@ -14,6 +14,7 @@ import pandas as pd
 
 from gui.checks import CheckReport, check_form
 from gui.config_import import wire_imports
+from gui.docs_pages import DOCS_LINKS
 from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
@@ -59,6 +60,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         viewed = gr.BrowserState("", storage_key="atelier-viewed-run")
         gr.Markdown("# Atelier\nTrain LoRAs, Dreambooth models and finetunes of Stable Diffusion 1.x, 2.x, SDXL, "
                     "SD3/SD3.5 and FLUX.1.")
+        gr.Markdown(DOCS_LINKS, elem_id="docs-links")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 with gr.Tabs() as tabs:

@@ -29,6 +29,7 @@ PUBLIC_PREFIXES: tuple[str, ...] = ()
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+TEXT_PLAIN = b"text/plain; charset=utf-8"
 
 
 def is_public(path: str) -> bool:
@@ -132,16 +133,16 @@ class RequireSession:
             return
         if app_path(scope) == "/" and scope.get("method") in ("GET", "HEAD"):
             message = getattr(getattr(scope["app"], "blocks", None), "auth_message", None) or "Log in to Atelier."
-            await _reply(send, 200, login_page(message),
+            await reply(send, 200, login_page(message),
                          [(b"cache-control", b"no-store")], content_type=b"text/html; charset=utf-8")
             return
-        await _reply(send, 401, b'{"detail":"Not authenticated: log in first."}')
+        await reply(send, 401, b'{"detail":"Not authenticated: log in first."}')
 
     async def _login(self, scope: Scope, receive: Receive, send: Send) -> None:
         address = (scope.get("client") or ("unknown", 0))[0]  # the peer, or what a --trusted-proxy says it is
         body = await _read_body(receive, MAX_LOGIN_BODY)
         if body is None:
-            await _reply(send, 413, b'{"detail":"The login form is too large."}')
+            await reply(send, 413, b'{"detail":"The login form is too large."}')
             return
         username = await _username(scope, body)
         wait = self.throttle.wait_s(address, username)
@@ -227,7 +228,7 @@ async def _username(scope: Scope, body: bytes) -> str:
 
 async def _too_many(send: Send, wait_s: float, whose: str) -> None:
     detail = f"Too many failed logins {whose}: try again in {max(1, round(wait_s))} s."
-    await _reply(send, 429, f'{{"detail":"{detail}"}}'.encode(), [(b"retry-after", str(int(wait_s) + 1).encode())])
+    await reply(send, 429, f'{{"detail":"{detail}"}}'.encode(), [(b"retry-after", str(int(wait_s) + 1).encode())])
 
 
 def app_path(scope: Scope) -> str:
@@ -244,7 +245,7 @@ def _is_login(scope: Scope) -> bool:
     return app_path(scope).rstrip("/") == "/login"
 
 
-async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None,
+async def reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None,
                  content_type: bytes = b"application/json") -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),

@@ -7,11 +7,12 @@ from typing import Any
 
 import gradio as gr
 
+from gui import transfers
 from gui.run_files import Watchers
 from gui.run_panel import view_for
 from gui.tensorboard import TENSORBOARDS
-from gui import transfers
 from gui.transfers import TransferError, download_model, download_zip, result_files, save_upload
+from trainers.core.logdir import tensorboard_dir
 from trainers.core.rundir import read_run_config
 
 
@@ -104,18 +105,20 @@ def build_tensorboard() -> tuple[gr.Button, gr.Markdown]:
 
 
 def wire_tensorboard(parts: tuple[gr.Button, gr.Markdown], viewed: gr.BrowserState, runs_dir: Path) -> None:
-    """Start (or find) the TensorBoard of the viewed run's logging_dir and link it, under this page's address."""
+    """Start (or find) the TensorBoard of the viewed run's logs (logging_dir, else its folder's logs/) and link it,
+    under this page's address."""
     button, link = parts
 
     def on_click(run_id: str) -> str:
         config = read_run_config(runs_dir / run_id) if run_id and "/" not in run_id else None
         if config is None:
             return "Pick a run first."
-        logdir = str(config.get("logging_dir") or "").strip()
-        if not logdir:
-            return "This run wrote no TensorBoard logs: set **logging_dir** (Logging group) before Start."
-        key = TENSORBOARDS.ensure(Path(logdir))
+        logdir = tensorboard_dir(config.get("logging_dir"), runs_dir / run_id)
+        if logdir is None or not logdir.is_dir():
+            return (f"No TensorBoard logs in `{logdir}` yet: a run writes them from its first step (runs of older "
+                    "Atelier versions only when **logging_dir** was set).")
+        key = TENSORBOARDS.ensure(logdir)
         return (f"[Open TensorBoard for `{logdir}`](tensorboard/{key}/) (it shows every run logged there; "
                 "it may take a few seconds to start).")
 
-    button.click(on_click, inputs=viewed, outputs=link)
+    button.click(on_click, inputs=viewed, outputs=link, api_name="tensorboard")

@@ -136,6 +136,23 @@ def test_with_a_session_files_come_only_from_the_runs_folder(served) -> None:
             assert client.get(f"/gradio_api/file={outside}").status_code in (403, 404), outside
 
 
+def test_the_manual_is_served_behind_the_login_and_linked_from_the_page(served) -> None:
+    url, _, _ = served
+    with httpx.Client(base_url=url, timeout=20) as client:
+        assert client.get("/manual/README.md").status_code == 401  # no session: nothing of it
+        assert _login(client, PASSWORD)[0] == 200
+        readme = client.get("/manual/README.md")
+        assert readme.status_code == 200 and readme.headers["content-type"].startswith("text/html")
+        assert 'id="the-gui"' in readme.text and 'href="docs/checkpoints.md"' in readme.text
+        options = client.get("/manual/docs/options.md")
+        assert options.status_code == 200 and "<td><code>logging_dir</code></td>" in options.text
+        for outside in ("app.py", "../app.py", "docs/../app.py", "%2e%2e/app.py", "docs/missing.md", ""):
+            assert client.get(f"/manual/{outside}").status_code == 404, outside
+        links = re.findall(r"\(manual/([^)#]+)", client.get("/config").text)
+        assert {"README.md", "docs/options.md"} <= set(links)  # the page's Docs row
+        assert all(client.get(f"/manual/{link}").status_code == 200 for link in links)
+
+
 def test_failed_logins_lock_a_username_from_an_address_and_slow_the_address() -> None:
     from gui.session_guard import LoginThrottle
 

@@ -27,10 +27,11 @@ class Reporter:
 
         self.bar = tqdm(total=plan.total_steps, disable=not self.accelerator.is_main_process, desc="steps",
                         dynamic_ncols=True)
-        if cfg.logging_dir.strip():
+        if self.accelerator.log_with:  # logging_dir, or the run folder's logs/
             hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in cfg.values.items()
                        if v is not None}
-            self.accelerator.init_trackers(cfg.method, config=hparams)
+            run_name = session.run_dir.name if session.run_dir is not None else cfg.method  # one folder per run
+            self.accelerator.init_trackers(run_name, config=hparams)
         self.events.emit(Start(plan=asdict(plan), family=family, trainable_params=trainable_params))
         self.rank_timer = session.rank_timer or RankTimer()
         every = max(1, min(STRAGGLER_EVERY, plan.total_steps))  # short runs compare once, at the end

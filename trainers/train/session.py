@@ -16,6 +16,7 @@ import torch
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.events import Dataset, EventWriter
 from trainers.core.lifecycle import Lifecycle
+from trainers.core.logdir import tensorboard_dir
 from trainers.core.options import TrainConfig
 from trainers.core.plan import StepPlan, plan_steps
 from trainers.data.buckets import BucketBatchSampler
@@ -62,7 +63,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     if model_issues:  # read from the model's configs: before anything heavy loads
         raise ConfigError(model_issues)
     dataset_warnings: list[str] = []
-    accelerator = make_accelerator(cfg)
+    accelerator = make_accelerator(cfg, run_dir)
     life = life or Lifecycle(run_dir, is_main=accelerator.is_main_process, rank=accelerator.process_index)
     events = life.events
     if prepare is not None:
@@ -151,8 +152,9 @@ def weight_dtype_for(mixed_precision: str) -> torch.dtype:
     return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(mixed_precision, torch.float32)
 
 
-def make_accelerator(cfg: TrainConfig) -> Any:
-    """The run's Accelerator: DDP buckets, the collective timeout (ddp_timeout), logging."""
+def make_accelerator(cfg: TrainConfig, run_dir: Path | None = None) -> Any:
+    """The run's Accelerator: DDP buckets, the collective timeout (ddp_timeout), TensorBoard logging (logging_dir,
+    else the run folder's logs/)."""
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration
 
@@ -163,7 +165,8 @@ def make_accelerator(cfg: TrainConfig) -> Any:
             os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()):
         raise ConfigError([ConfigIssue("distributed_backend", f"{cfg.distributed_backend!r} needs NVIDIA GPUs "
                                        "(accelerate runs CPU processes as plain DDP): choose 'ddp'", "launch")])
-    logging_dir = str(Path(cfg.logging_dir).expanduser()) if cfg.logging_dir.strip() else None
+    tensorboard = tensorboard_dir(cfg.logging_dir, run_dir)
+    logging_dir = str(tensorboard) if tensorboard is not None else None
     accelerator = Accelerator(
         mixed_precision=cfg.mixed_precision,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,

@@ -19,7 +19,7 @@ IGNORED: dict[str, str] = {
     "v2": "the model family is detected from the model (option model_family)",
     "lowram": "not needed: models load straight to their device",
     "highvram": "not needed: models load straight to their device",
-    "log_with": "TensorBoard logging is on whenever logging_dir is set",
+    "log_with": "TensorBoard logging is always on (into logging_dir, else the run folder's logs/)",
     "face_crop_aug_range": "face-crop augmentation is not available",
     "caption_dropout_every_n_epochs": "use caption_dropout_rate",
     # Speed and memory only: the result is the same (or computed in higher precision), memory use may be higher.
