@@ -2,26 +2,29 @@
 GUI's own address under /tensorboard/<key>/, so a --listen or --share user reaches it behind the same login.
 
 TensorBoard listens on 127.0.0.1 only, with `--path_prefix /tensorboard/<key>`; `TensorBoardProxy` (ASGI
-middleware, inside the session guard) forwards requests under that prefix to it.
+middleware, inside the session guard) forwards requests under that prefix to it. Each TensorBoard runs without the
+GUI's secrets in its environment, and stops with the GUI (app.py calls `stop_all` at exit): on 127.0.0.1 it would
+answer anyone on this machine without a login.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
-from gui.session_guard import app_path
+from gui.session_guard import TEXT_PLAIN, Receive, Scope, Send, app_path, reply
+from trainers.core.secrets import child_environment
 
 PREFIX = "/tensorboard/"
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def _free_port() -> int:
@@ -50,7 +53,8 @@ class TensorBoards:
             argv = [self.python, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
                     "--port", str(port), "--path_prefix", f"{PREFIX}{key}", "--reload_interval", "15"]
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, env=child_environment(os.environ),
+                                    start_new_session=True)
             self._running[key] = (port, proc)
             return key
 
@@ -59,11 +63,19 @@ class TensorBoards:
             running = self._running.get(key)
         return running[0] if running is not None and running[1].poll() is None else None
 
-    def stop_all(self) -> None:
+    def stop_all(self, grace_s: float = 5.0) -> None:
+        """Stop every TensorBoard (and what it started, e.g. its data server): SIGTERM, SIGKILL after `grace_s`."""
         with self._lock:
-            for _, proc in self._running.values():
-                proc.terminate()
+            procs = [proc for _, proc in self._running.values()]
             self._running.clear()
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
+            deadline = time.monotonic() + wait_s
+            for proc in procs:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, sig)  # its own session: the group's id is its pid, and holds its children
+            for proc in procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
 
 
 TENSORBOARDS = TensorBoards()
@@ -84,7 +96,8 @@ class TensorBoardProxy:
             return
         port = self.boards.port(path[len(PREFIX):].split("/", 1)[0])
         if port is None:
-            await _reply(send, 404, b"No TensorBoard runs here: press TensorBoard on the run panel to start it.")
+            await reply(send, 404, b"No TensorBoard runs here: press TensorBoard on the run panel to start it.",
+                        content_type=TEXT_PLAIN)
             return
         await self._forward(scope, receive, send, f"http://127.0.0.1:{port}{path}")
 
@@ -105,7 +118,8 @@ class TensorBoardProxy:
                 answer = await client.request(scope["method"], url + (f"?{query}" if query else ""), headers=headers,
                                               content=body)
             except httpx.HTTPError:
-                await _reply(send, 502, b"TensorBoard is starting (or stopped): reload in a few seconds.")
+                await reply(send, 502, b"TensorBoard is starting (or stopped): reload in a few seconds.",
+                            content_type=TEXT_PLAIN)
                 return
         kept = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.items()
                 if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding")]
@@ -113,9 +127,3 @@ class TensorBoardProxy:
         await send({"type": "http.response.start", "status": answer.status_code,
                     "headers": kept + [(b"content-length", str(len(content)).encode())]})
         await send({"type": "http.response.body", "body": content})
-
-
-async def _reply(send: Send, status: int, text: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(text)).encode())]})
-    await send({"type": "http.response.body", "body": text})

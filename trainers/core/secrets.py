@@ -9,10 +9,11 @@ import io
 import os
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "ATELIER_PASSWORD")
-NOT_FOR_TRAINERS = ("ATELIER_PASSWORD", "WANDB_API_KEY")  # the GUI's login; a tracker Atelier does not use
+HUB_TOKENS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # a trainer needs them for models named by hub id
 # The name ends in the secret's kind: `hf_token`, `wandb_api_key`; not `max_token_length` or `token_warmup_step`.
 SECRET_KEY = re.compile(r"(^|_)(token|api_key|apikey|password|passwd|secret|secret_key|access_key)$", re.IGNORECASE)
 MASK = "***"
@@ -67,7 +68,12 @@ def install_redaction() -> None:
         sys.stderr = _RedactingStream(sys.stderr)
 
 
-def trainer_environment(env: dict[str, str]) -> dict[str, str]:
-    """The environment a launched trainer or job gets: without the secrets it has no use for (the hub token stays,
-    for models named by hub id)."""
-    return {k: v for k, v in env.items() if k not in NOT_FOR_TRAINERS}
+def child_environment(env: Mapping[str, str], keep: tuple[str, ...] = ()) -> dict[str, str]:
+    """`env` for a process the GUI starts: without the GUI's login (ATELIER_PASSWORD) and every variable named like a
+    secret (WANDB_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY, ...), except the names in `keep`."""
+    return {k: v for k, v in env.items() if k in keep or not (k in SECRET_ENV or SECRET_KEY.search(k))}
+
+
+def trainer_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment a launched trainer or job gets: the hub token stays, for models named by hub id."""
+    return child_environment(env, keep=HUB_TOKENS)
