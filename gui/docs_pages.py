@@ -11,7 +11,7 @@ import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from gui.session_guard import TEXT_PLAIN, Receive, Scope, Send, app_path, reply
+from gui.session_guard import TEXT_PLAIN, PrefixMiddleware, Receive, Scope, Send, reply
 
 PREFIX = "/manual/"
 REPO = Path(__file__).resolve().parents[1]
@@ -65,19 +65,17 @@ def _slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-class DocsPages:
+class DocsPages(PrefixMiddleware):
     """ASGI middleware: GET /manual/<file> answers with that documentation page; everything else goes to the app."""
 
+    prefix = PREFIX
+
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], root: Path = REPO) -> None:
-        self.app = app
+        super().__init__(app)
         self.root = root
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = app_path(scope)
-        if scope["type"] != "http" or not path.startswith(PREFIX):
-            await self.app(scope, receive, send)
-            return
-        file = doc_files(self.root).get(path[len(PREFIX):])
+    async def handle(self, scope: Scope, receive: Receive, send: Send, rest: str) -> None:
+        file = doc_files(self.root).get(rest)
         if file is None or scope.get("method") not in ("GET", "HEAD"):
             await reply(send, 404, b"No such page: the manual has README.md and docs/*.md.", content_type=TEXT_PLAIN)
             return

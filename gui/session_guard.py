@@ -231,6 +231,26 @@ async def _too_many(send: Send, wait_s: float, whose: str) -> None:
     await reply(send, 429, f'{{"detail":"{detail}"}}'.encode(), [(b"retry-after", str(int(wait_s) + 1).encode())])
 
 
+class PrefixMiddleware:
+    """ASGI middleware that answers HTTP requests under `prefix` itself (`handle`, with the rest of the path) and
+    passes everything else on to the app."""
+
+    prefix = "/"
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = app_path(scope)
+        if scope["type"] != "http" or not path.startswith(self.prefix):
+            await self.app(scope, receive, send)
+            return
+        await self.handle(scope, receive, send, path[len(self.prefix):])
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, rest: str) -> None:
+        raise NotImplementedError
+
+
 def app_path(scope: Scope) -> str:
     """The request's path inside the app (without a --root-path prefix)."""
     path, root = scope.get("path", "/"), scope.get("root_path", "")

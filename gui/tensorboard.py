@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from gui.session_guard import TEXT_PLAIN, Receive, Scope, Send, app_path, reply
+from gui.session_guard import TEXT_PLAIN, PrefixMiddleware, Receive, Scope, Send, app_path, reply
 from trainers.core.secrets import child_environment
 
 PREFIX = "/tensorboard/"
@@ -81,25 +81,23 @@ class TensorBoards:
 TENSORBOARDS = TensorBoards()
 
 
-class TensorBoardProxy:
+class TensorBoardProxy(PrefixMiddleware):
     """ASGI middleware: requests under /tensorboard/<key>/ go to that TensorBoard; everything else to the app."""
+
+    prefix = PREFIX
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]],
                  boards: TensorBoards = TENSORBOARDS) -> None:
-        self.app = app
+        super().__init__(app)
         self.boards = boards
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = app_path(scope)
-        if scope["type"] != "http" or not path.startswith(PREFIX):
-            await self.app(scope, receive, send)
-            return
-        port = self.boards.port(path[len(PREFIX):].split("/", 1)[0])
+    async def handle(self, scope: Scope, receive: Receive, send: Send, rest: str) -> None:
+        port = self.boards.port(rest.split("/", 1)[0])
         if port is None:
             await reply(send, 404, b"No TensorBoard runs here: press TensorBoard on the run panel to start it.",
                         content_type=TEXT_PLAIN)
             return
-        await self._forward(scope, receive, send, f"http://127.0.0.1:{port}{path}")
+        await self._forward(scope, receive, send, f"http://127.0.0.1:{port}{app_path(scope)}")
 
     @staticmethod
     async def _forward(scope: Scope, receive: Receive, send: Send, url: str) -> None:
