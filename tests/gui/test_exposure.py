@@ -225,6 +225,22 @@ def test_one_attacker_behind_a_shared_address_cannot_lock_out_a_right_password(t
         assert status == 200 and seconds >= LoginThrottle.SLOW_CHECK_S  # and a right password still gets in
 
 
+def test_upload_and_proxy_flags_read_sizes_and_addresses_and_name_bad_values(capsys: pytest.CaptureFixture) -> None:
+    from app import parse_args, upload_limits
+
+    args = parse_args(["--max-upload-size", "500MB", "--max-unpacked-size", "1.5GiB", "--max-upload-files", "10",
+                       "--max-unzip-ratio", "20", "--trusted-proxy", "10.0.0.0/8", "--trusted-proxy", "::1"])
+    limits = upload_limits(args)
+    assert (limits.max_upload_bytes, limits.max_unpacked_bytes, limits.max_files, limits.max_ratio) == (
+        500 << 20, 3 << 29, 10, 20.0)
+    assert args.trusted_proxies == ["10.0.0.0/8", "::1/128"]
+    assert parse_args([]).trusted_proxies == []  # nobody's X-Forwarded-For is believed
+    for flag, value in (("--max-upload-size", "5XB"), ("--max-upload-files", "0"), ("--trusted-proxy", "proxy")):
+        with pytest.raises(SystemExit):
+            parse_args([flag, value])
+        assert f"argument {flag}: got {value!r}" in capsys.readouterr().err
+
+
 def test_an_upload_larger_than_max_upload_size_is_refused_as_it_arrives(tmp_path: Path) -> None:
     with _serve(tmp_path, ["--max-upload-size", "64KB"]) as (url, _, _), \
             httpx.Client(base_url=url, timeout=30) as client:
