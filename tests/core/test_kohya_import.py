@@ -120,7 +120,7 @@ def test_each_config_loads_or_is_refused_by_key(path: Path, places: dict[str, Pa
     else:
         assert outcome == "refused"
         assert {p.split(": ", 1)[0] for p in problems} == expected, problems
-    assert not [n for n in notes if "not a kohya_ss field known here" in n], notes
+    assert not [n for n in notes if "not kohya_ss fields known here" in n], notes
 
 
 def test_corpus_numbers(places: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,7 +146,7 @@ def test_every_kohya_ss_field_of_the_corpus_is_known() -> None:
     for path in FILES:
         if path.suffix == ".json":
             converted = convert(json.loads(path.read_text(encoding="utf-8")), [])
-            unknown = [n for n in converted.notes if "not a kohya_ss field known here" in n]
+            unknown = [n for n in converted.notes if "not kohya_ss fields known here" in n]
             assert not unknown, (name(path), unknown)
 
 
@@ -376,6 +376,11 @@ def test_unknown_keys_of_kohya_files_are_warned_first_and_ours_stay_errors(tmp_p
                                         "additional_parameters": "--max_grad_nrm 0"}),
                 warnings=json_warnings)
     assert "'max_grad_nrm' (did you mean 'max_grad_norm'?)" in json_warnings[0]
+    fields: list[str] = []
+    load_config("lora", _json(tmp_path, {"LoRA_type": "Standard", "learning_rate": 1e-4, "netwrk_dim": 8,
+                                         "my_tool_notes": "x"}), warnings=fields)
+    assert fields[0].startswith("fields that are not kohya_ss fields known here")
+    assert "'netwrk_dim' (did you mean 'network_dim'?)" in fields[0] and "'my_tool_notes'" in fields[0]
     with pytest.raises(ConfigError) as err:  # our own TOML
         load_config("lora", _toml(tmp_path, 'schema_version = 1\nmethod = "lora"\n[optimizer]\nlearning_rat = 1\n'))
     assert "did you mean 'learning_rate'" in str(err.value)

@@ -17,7 +17,7 @@ from typing import Any
 from trainers.core.errors import ConfigIssue
 from trainers.core.options import kohya_json_flow as flow
 from trainers.core.options.kohya_compat import SDXL_FLAG
-from trainers.core.options.kohya_keys import FAMILY_OF_KEY, TRAINED_HERE, blank
+from trainers.core.options.kohya_keys import FAMILY_OF_KEY, TRAINED_HERE, blank, ignored_keys_warning
 from trainers.core.options.training import BY_NAME
 
 
@@ -415,7 +415,8 @@ class _Converter:
         self.out["network_train_text_encoder_only"] = te_lr != 0 and unet_lr == 0
 
     def _extras(self) -> None:
-        """Every field is known: passed, used above, or said to be ignored."""
+        """Every field is known: passed, used above, or said to be ignored; the others are named first of all."""
+        unknown = []
         for name, value in self.raw.items():
             if name in SAME_NAME or name in RENAMED or name in FAMILY_OF_KEY or name in FLOW_GUI_FIELDS:
                 continue
@@ -427,7 +428,11 @@ class _Converter:
                 if GUI_ONLY[name] and not blank(value) and not (name == "multi_gpu" and value is False):
                     self.notes.append(f"{name} (kohya_ss) is ignored: {GUI_ONLY[name]}")
             else:
-                self.notes.append(f"{name} = {value!r} is not a kohya_ss field known here and is ignored")
+                unknown.append(name)
+        if unknown:
+            known = SAME_NAME | set(RENAMED) | set(GUI_ONLY) | flow.KNOWN | FLOW_GUI_FIELDS
+            self.notes.insert(0, ignored_keys_warning(unknown, known, "fields that are not kohya_ss fields known here "
+                                                      "(another tool's, or a newer kohya_ss's) are"))
 
     def _additional_parameters(self) -> dict[str, Any]:
         """kohya_ss appends `additional_parameters` to sd-scripts' command line: read them as its arguments."""

@@ -7,6 +7,7 @@ out take sd-scripts' default where ours would train differently. Every translati
 """
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
@@ -147,6 +148,15 @@ def refusals(flat: dict[str, Any]) -> tuple[list[ConfigIssue], set[str]]:
         shown = ", ".join(f"network_module = {module!r}" if k == "network_module" else k for k in keys)
         issues.append(ConfigIssue(", ".join(keys), f"{message} (it sets {shown}); {TRAINED_HERE}"))
     return issues, handled
+
+
+def ignored_keys_warning(names: list[str], candidates: Any, what: str) -> str:
+    """One warning naming the keys of a kohya file that are nothing here, each near-miss with its likely key."""
+    shown = []
+    for name in names:
+        guess = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+        shown.append(f"{name!r} (did you mean {guess[0]!r}?)" if guess else repr(name))
+    return f"{what} ignored: {', '.join(shown)}"
 
 
 def show(value: Any) -> str:

@@ -51,15 +51,6 @@ def _unknown(name: str, method: str) -> ConfigIssue:
     return ConfigIssue(name if name.strip() else repr(name), f"unknown option {name!r}{hint}")
 
 
-def ignored_keys_warning(names: list[str], candidates: Collection[str], what: str) -> str:
-    """One warning naming the keys of a kohya file that are nothing here, each near-miss with its likely key."""
-    shown = []
-    for name in names:
-        guess = closest(name, list(candidates))
-        shown.append(f"{name!r} (did you mean {guess!r}?)" if guess else repr(name))
-    return f"{what} ignored: {', '.join(shown)}"
-
-
 def read_options(raw: dict[str, Any], where: str, issues: list[ConfigIssue],
                  notes: list[str] | None = None) -> dict[str, Any]:
     """The options of a loaded TOML document (a config, preset or import) as today's flat {name: value}.
@@ -219,8 +210,8 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
         else:
             warn(f"{name} is not used by {method} training and is ignored")
     if ignored:
-        warnings.insert(0, ignored_keys_warning(ignored, BY_NAME, "keys that are not options here (sd-scripts ignores "
-                                                "unknown keys of a --config_file) are"))
+        warnings.insert(0, kohya_keys.ignored_keys_warning(ignored, BY_NAME, "keys that are not options here "
+                                                           "(sd-scripts ignores unknown keys of a --config_file) are"))
     for name, value in translated.items():
         values.setdefault(name, value)
     for name, value in list(values.items()):
