@@ -1,9 +1,8 @@
-"""`python -m trainers <method> --config X --print-config [--export-sd-scripts OUT.toml]` (torch-free unless the
-model family must be read from the model for the export).
+"""`python -m trainers <method> --config X --print-config [--export-sd-scripts OUT.toml]` (torch-free).
 
 Prints the resolved config, then what a run would say before it loads a model: the warnings (translated or
-ignored keys, optimizer advice, dataset notes) and the errors (option, dataset and method checks, the same ones
-the GUI's Validate shows). Exits 2 when a run would refuse the config.
+ignored keys, optimizer advice, dataset notes) and the errors (option, dataset, method and model checks, the same
+ones the GUI's Validate shows and the run refuses a config for). Exits 2 when a run would refuse the config.
 """
 from __future__ import annotations
 
@@ -85,17 +84,6 @@ def _family(cfg: TrainConfig) -> str | None:
     """The model family: the option, or read from a local model (None when it cannot be told)."""
     if cfg.model_family != "auto":
         return cfg.model_family
-    path = Path(cfg.pretrained_model_name_or_path).expanduser()
-    try:
-        if path.is_dir():
-            from trainers.models import detect_family
+    from trainers.models.checks import local_family
 
-            return detect_family(path).name
-        if path.is_file() and path.suffix.lower() == ".safetensors":
-            from trainers.models import family
-            from trainers.models.single_file import detect_checkpoint_family, open_checkpoint
-
-            return family(detect_checkpoint_family(open_checkpoint(path).shapes, str(path))).name
-    except Exception:  # noqa: BLE001 - any unreadable model: the export says the family is not known
-        return None
-    return None
+    return local_family(cfg.pretrained_model_name_or_path)

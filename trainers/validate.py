@@ -1,7 +1,8 @@
-"""Every check of a config before anything heavy starts: its options, its dataset options and its method's rules.
+"""Every check of a config before anything heavy starts: its options, its dataset options, its method's rules and
+what its model's files allow (trainers/models/checks.py).
 
-Torch-free: the GUI's Validate and the trainer's start-up run the same checks. (The dataset's files
-are read by the preflight, trainers/data/preflight.py.)
+Torch-free: the GUI's Validate, --print-config and the trainer's start-up run the same checks. (The dataset's
+files are read by the preflight, trainers/data/preflight.py.)
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from trainers.core.options.optimizer_checks import optimizer_issues
 from trainers.core.options.validation import existing_outputs, option_issues
 from trainers.data.checks import dataset_issues
 from trainers.methods import rules_for
+from trainers.models.checks import model_issues
 
 
 def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
@@ -19,8 +21,8 @@ def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
     rules = rules_for(cfg.method)
     issues = (option_issues(cfg, check_paths) + optimizer_issues(cfg) + loss_issues(cfg) + rules.issues(cfg)
               + dataset_issues(cfg))
-    if check_paths:
-        issues += existing_outputs(cfg, rules.outputs(cfg))
+    if check_paths:  # the disk: outputs a run would overwrite, and the model's files
+        issues += existing_outputs(cfg, rules.outputs(cfg)) + model_issues(cfg.values)
     return issues
 
 

@@ -28,8 +28,9 @@ BOTH = SAME | set(NETWORK_ARG_OPTIONS) | {"text_encoder_lr", "unet_lr", "network
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("export")
     model = root / "model"
-    (model / "unet").mkdir(parents=True)
-    (model / "model_index.json").write_text("{}", encoding="utf-8")
+    (model / "unet").mkdir(parents=True)  # what Validate reads of a model: its configs
+    (model / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}', encoding="utf-8")
+    (model / "unet" / "config.json").write_text('{"cross_attention_dim": 768}', encoding="utf-8")
     data = build_dataset(root / "data", size=64)
     return {"pretrained_model_name_or_path": str(model), "train_data_dir": str(data), "output_dir": str(root / "out")}
 

@@ -19,6 +19,13 @@ CORPUS = Path(__file__).parent / "kohya_corpus"
 FILES = sorted(p for p in CORPUS.rglob("*") if p.suffix in (".json", ".toml"))
 
 
+def _configs(folder: Path, files: dict[str, dict]) -> Path:
+    for relative, content in files.items():
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_text(json.dumps(content), encoding="utf-8")
+    return folder
+
+
 def name(path: Path) -> str:
     return path.relative_to(CORPUS).as_posix()
 
@@ -27,12 +34,14 @@ def name(path: Path) -> str:
 def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Stand-ins for the paths a corpus file names: a model folder, datasets, a dataset config, files."""
     root = tmp_path_factory.mktemp("kohya")
-    model = root / "model"
-    (model / "unet").mkdir(parents=True)
-    (model / "model_index.json").write_text("{}", encoding="utf-8")
-    vae = root / "vae"
-    vae.mkdir()
-    (vae / "config.json").write_text("{}", encoding="utf-8")
+    # The model folders, VAE and component files hold what Validate reads of them: their configs and names.
+    model = _configs(root / "model", {"model_index.json": {"_class_name": "StableDiffusionPipeline"},
+                                      "unet/config.json": {"cross_attention_dim": 768},
+                                      "text_encoder/config.json": {"num_hidden_layers": 12}})
+    sdxl = _configs(root / "sdxl", {"model_index.json": {"_class_name": "StableDiffusionXLPipeline"},
+                                    "unet/config.json": {"cross_attention_dim": 2048}})
+    vae = _configs(root / "vae", {"config.json": {"_class_name": "AutoencoderKL", "latent_channels": 4}})
+    (vae / "diffusion_pytorch_model.safetensors").write_bytes(b"")
     img = build_dataset(root / "img", size=256)  # big enough for 256-pixel buckets without upscaling
     reg = build_dataset(root / "reg", folder="1_shape", size=256)
     subset = f'[[datasets]]\n[[datasets.subsets]]\nimage_dir = "{img / "5_sks shape"}"\nnum_repeats = 1\n'
@@ -49,10 +58,14 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     sd3 = root / "sd3_medium.safetensors"  # an SD3 file with its VAE
     save_file({"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight": torch.zeros(1),
                "first_stage_model.encoder.conv_in.weight": torch.zeros(1)}, sd3)
-    parts = {option: root / f"{option}.safetensors" for option in ("clip_l", "clip_g", "t5xxl", "ae")}
-    for part in parts.values():
-        part.write_bytes(b"")
-    return {"pretrained_model_name_or_path": model, "flux_transformer": flux, "sd3_file": sd3, **parts, "vae": vae,
+    clip = ("text_model.embeddings.token_embedding.weight", "text_model.encoder.layers.0.mlp.fc1.weight")
+    names = {"clip_l": clip, "clip_g": clip, "ae": ("encoder.conv_in.weight", "decoder.conv_in.weight"),
+             "t5xxl": ("shared.weight", "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight")}
+    parts = {option: root / f"{option}.safetensors" for option in names}
+    for option, path in parts.items():
+        save_file({key: torch.zeros(1) for key in names[option]}, path)
+    return {"pretrained_model_name_or_path": model, "sdxl_model": sdxl, "flux_transformer": flux, "sd3_file": sd3,
+            **parts, "vae": vae,
             "train_data_dir": img, "image_folder": img / "5_sks shape", "reg_data_dir": reg,
             "dataset_config": dataset, "masked_dataset_config": masked, "sample_prompts": prompts, "network_weights": weights,
             "output_dir": root / "out", "logging_dir": root / "logs", "conditioning_data_dir": img}
@@ -71,6 +84,8 @@ def pointed(values: dict[str, Any], places: dict[str, Path]) -> dict[str, Any]:
         out["pretrained_model_name_or_path"] = str(places["flux_transformer"])
     elif out.get("clip_g"):  # SD3's
         out["pretrained_model_name_or_path"] = str(places["sd3_file"])
+    elif out.get("model_family") == "sdxl":
+        out["pretrained_model_name_or_path"] = str(places["sdxl_model"])
     if out.get("in_json_from_captions"):  # kohya_ss's finetune image_folder: the images themselves
         out["train_data_dir"] = str(places["image_folder"])
     if out.get("dataset_config") and out.get("masked_loss"):
@@ -102,6 +117,9 @@ REFUSED = {
     "kohya_ss/test/config/TI-AdamW8bit-toml.json": {"token_string"},
     "sd_scripts/sd3_finetune.toml": {"enable_scaled_pos_embed"},
     "sd_scripts/kohya_ss_finetune_in_json.toml": {"in_json"},
+    # SDXL configs with clip_skip = 2: SDXL takes no clip skip (the run refused them before Validate did too)
+    "kohya_ss/test/config/dreambooth-Prodigy-SDXL.json": {"clip_skip"},
+    "kohya_ss/test/config/t5clrs.json": {"clip_skip"},
 }
 
 

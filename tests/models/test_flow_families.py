@@ -80,9 +80,9 @@ def test_options_are_checked_against_the_family() -> None:
 
 
 def test_model_checks_run_before_weights_load(tiny_flux_dir: Path) -> None:
-    from trainers.models import model_option_issues
+    from trainers.models.checks import model_issues
 
-    issues = model_option_issues(str(tiny_flux_dir), 1, _defaults(min_snr_gamma=5.0))
+    issues = model_issues({**_defaults(min_snr_gamma=5.0), "pretrained_model_name_or_path": str(tiny_flux_dir)})
     assert [i.field for i in issues] == ["min_snr_gamma"]
 
 

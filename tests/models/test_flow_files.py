@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from trainers.core.errors import ConfigIssue
-from trainers.models import ModelFiles, ModelLoadError, load_model, model_option_issues
+from trainers.models import ModelFiles, ModelLoadError, load_model
+from trainers.models.checks import model_issues
 from trainers.models.flux import reference
 from trainers.models.flux.tiny import build_tiny_flux
 from trainers.models.sd3.tiny import build_tiny_sd3
@@ -131,7 +132,7 @@ def test_an_all_in_one_file_needs_no_component_files(flux_files: tuple[Path, dic
                                                                               "t5xxl"), ("vae.", "ae")):
         whole.update({prefix + k: v for k, v in load_file(files[option]).items()})
     save_file(whole, tmp_path / "flux1-all.safetensors")
-    assert model_option_issues(str(tmp_path / "flux1-all.safetensors"), 1, {}) == []
+    assert model_issues({"pretrained_model_name_or_path": str(tmp_path / "flux1-all.safetensors")}) == []
     model = load_model(str(tmp_path / "flux1-all.safetensors"), "auto", torch.float32,
                        files=ModelFiles(tokenizer_cache_dir=str(files["tokenizer_cache_dir"])))
     expected = load_model(str(folder), "auto", torch.float32)
@@ -141,7 +142,7 @@ def test_an_all_in_one_file_needs_no_component_files(flux_files: tuple[Path, dic
 def test_missing_component_files_are_named_before_anything_loads(flux_files: tuple[Path, dict[str, Path]]) -> None:
     _, files = flux_files
     options = _options(files, t5xxl="", ae="")
-    issues = model_option_issues(options["pretrained_model_name_or_path"], 1, options)
+    issues = model_issues(options)
     assert [i.field for i in issues] == ["t5xxl", "ae"]
     assert all(isinstance(i, ConfigIssue) and "flux.safetensors holds the FLUX.1 denoiser" in i.message for i in issues)
     with pytest.raises(ModelLoadError, match="t5xxl"):
@@ -153,19 +154,21 @@ def test_sd3_files_name_what_they_lack_and_what_they_do_not_read(sd3_files: tupl
                                                                  tmp_path: Path) -> None:
     _, files = sd3_files
     options = _options(files, clip_g="", ae=str(files["clip_l"]))
-    issues = model_option_issues(options["pretrained_model_name_or_path"], 1, options)
+    issues = model_issues(options)
     assert [i.field for i in issues] == ["clip_g", "ae"]
     assert "no CLIP-G text encoder: set clip_g" in issues[0].message and "is not read with" in issues[1].message
     no_vae = {k: v for k, v in load_file(files["pretrained_model_name_or_path"]).items()
               if not k.startswith("first_stage_model.")}
     save_file(no_vae, tmp_path / "sd3-no-vae.safetensors")
-    issues = model_option_issues(str(tmp_path / "sd3-no-vae.safetensors"), 1, _options(files))
+    no_vae_file = str(tmp_path / "sd3-no-vae.safetensors")
+    issues = model_issues({**_options(files), "pretrained_model_name_or_path": no_vae_file})
     assert [i.field for i in issues] == ["vae"] and "diffusers AutoencoderKL folder" in issues[0].message
 
 
 def test_a_component_file_of_the_wrong_kind_is_named(flux_files: tuple[Path, dict[str, Path]]) -> None:
     _, files = flux_files
     options = _options(files, t5xxl=files["clip_l"])  # a CLIP file where the T5 file belongs
+    assert [(i.field, "holds a CLIP text encoder" in i.message) for i in model_issues(options)] == [("t5xxl", True)]
     with pytest.raises(ModelLoadError, match="t5xxl"):
         load_model(options.pop("pretrained_model_name_or_path"), "auto", torch.float32,
                    files=ModelFiles.from_values(options))

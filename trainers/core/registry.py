@@ -2,7 +2,8 @@
 
 Everything else is derived from these lists: the GUI's tabs, the CLI's subcommands, which options a
 method uses, the model_family choices. Torch-free: the packages named here are imported only when
-their code is needed (`trainers.methods.rules_for`, `trainers.models.family`).
+their code is needed (`trainers.methods.rules_for`, `trainers.models.family`; the torch-free `rules` of
+both for Validate).
 """
 from __future__ import annotations
 
@@ -30,12 +31,16 @@ class MethodSpec:
 @dataclass(frozen=True)
 class FamilySpec:
     name: str  # model_family value
-    package: str  # its `family` module holds the ModelFamily object named `attribute`
+    package: str  # its `family` module holds the ModelFamily object named `attribute`; `rules` (torch-free) its rules
     attribute: str
 
     @property
     def module(self) -> str:
         return f"{self.package}.family"
+
+    @property
+    def rules(self) -> str:
+        return f"{self.package}.rules"
 
 
 METHODS: tuple[MethodSpec, ...] = (

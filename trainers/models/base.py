@@ -8,23 +8,23 @@ a family's name.
 """
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
-from trainers.core.errors import BadInput, ConfigIssue
-from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
-from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
 from trainers.models.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
-
-
-class ModelLoadError(BadInput):
-    """The model cannot be used: the message says which file and why."""
+from trainers.models.rules import (  # noqa: F401 - re-exported: the torch-free half of a family
+    CheckpointKeys,
+    FamilyRules,
+    ModelFiles,
+    ModelLoadError,
+    TextEncoderPart,
+)
 
 
 @dataclass
@@ -90,76 +90,14 @@ class LoadedModel:
         return self.family.encode_prompts(self.text_encoders, ids, clip_skip, weights)
 
 
-@dataclass(frozen=True)
-class CheckpointKeys:
-    """The tensor names and shapes of a single-file checkpoint (no tensor read), for family detection."""
+class ModelFamily(FamilyRules):
+    """One model generation: how to recognise (its FamilyRules), load, run, save and describe it."""
 
-    shapes: dict[str, tuple[int, ...]]
-    name: str  # the file, for messages
-
-    def has(self, prefix: str) -> bool:
-        return any(k.startswith(prefix) for k in self.shapes)
-
-    def cross_attention_width(self, unet_prefix: str) -> int | None:
-        """The UNet's text-embedding width (from an attn2.to_k weight), None when there is none."""
-        return next((s[1] for k, s in self.shapes.items()
-                     if k.startswith(unet_prefix) and k.endswith("attn2.to_k.weight") and len(s) == 2), None)
-
-
-@dataclass(frozen=True)
-class ModelFiles:
-    """The separate component files of a run (sd-scripts' option names: SD3 and FLUX from single files that lack
-    them) and where tokenizers such files lack are kept."""
-
-    clip_l: str = ""
-    clip_g: str = ""
-    t5xxl: str = ""
-    ae: str = ""
-    tokenizer_cache_dir: str = ""
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> "ModelFiles":
-        return cls(**{name: str(values.get(name) or "").strip() for name in cls.__dataclass_fields__})
-
-
-@dataclass(frozen=True)
-class TextEncoderPart:
-    """Where one text encoder's weights sit in a single file: its transformers class, diffusers subfolder, prefix."""
-
-    cls: str  # a transformers class name
-    subfolder: str
-    prefix: str
-
-
-class ModelFamily(ABC):
-    """One model generation: how to recognise, load, run, save and describe it."""
-
-    name: str  # model_family value (see trainers/core/registry.py)
-    title: str  # for messages
     base_model_version: str  # kohya ss_base_model_version
-    unet_key_style: str  # "diffusers" or "sgm": how kohya names this family's UNet modules; "own": lora_targets says
-    objective: Literal["ddpm", "flow"] = "ddpm"  # noise prediction (train/diffusion.py), flow matching (train/flow.py)
-    denoiser_folder: str = "unet"  # the denoiser's subfolder (and model_index.json entry) in a diffusers folder
-    supports_clip_skip: bool = True
-    detect_priority: int = 0  # when several families claim a model, the highest wins (the most specific)
     native_size: int = 512  # generation size when none is given
     vae_fp16_unsafe: bool = False  # its VAE overflows in fp16: kept float32 under fp16 training
-    arch_dir: Path  # configs of the architecture (diffusers layout, no weights) for single-file checkpoints
     modelspec_architecture: str  # modelspec.architecture of its full models
     implementation: str  # modelspec.implementation of a full single-file model
-    pipeline_class: str  # the diffusers pipeline of a saved model folder
-    single_file_text_encoders: tuple[TextEncoderPart, ...]
-
-    # --- telling models apart ---
-
-    @abstractmethod
-    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
-        """Whether a diffusers folder (its model_index.json and unet/config.json) is a model of this family."""
-
-    @abstractmethod
-    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
-        """Whether a single-file checkpoint is of this family; raises ModelLoadError for a variant it cannot
-        train (e.g. a refiner)."""
 
     # --- loading and running ---
 
@@ -189,34 +127,6 @@ class ModelFamily(ABC):
         """This family with a run's settings (its config's option values) that change how it encodes text or runs
         its denoiser; the same object when it has none."""
         return self
-
-    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
-        """Options of a config this family cannot honour (checked before its weights load). By default the
-        flow-matching options must keep their defaults."""
-        issues = [ConfigIssue(o.name, f"applies to SD3 and FLUX models only; this is an {self.title} model: leave it "
-                              f"at {o.default!r}", o.group)
-                  for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default]
-        if values.get("save_diffusers_lora"):
-            issues.append(ConfigIssue("save_diffusers_lora", f"diffusers reads the kohya files of {self.title} LoRAs "
-                                      "itself: leave it off", "network"))
-        if values.get("blocks_to_swap"):
-            issues.append(ConfigIssue("blocks_to_swap", f"swaps SD3 and FLUX transformer blocks; {self.title} models "
-                                      "fit without it: unset it", "precision"))
-        return issues + self.network_arg_issues(values)
-
-    network_arg_keys: frozenset[str] = frozenset()  # family-only network_args it reads (FLUX's layer choices)
-
-    def network_arg_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
-        """network_args keys of another family's LoRAs."""
-        keys = [str(a).split("=")[0].strip() for a in values.get("network_args") or []]
-        issues = [ConfigIssue("network_args", f"{key} chooses FLUX.1 layers (sd-scripts' networks.lora_flux); this "
-                              f"is an {self.title} model: leave it out", "network")
-                  for key in keys if key in FLUX_NETWORK_ARGS and key not in self.network_arg_keys]
-        if self.unet_key_style != "own":  # only families naming their own modules have fused q/k/v ones
-            issues += [ConfigIssue("network_args", f"{key} splits LoRA modules that cover q, k and v together; an "
-                                   f"{self.title} model's LoRA has none: leave it out", "network")
-                       for key in keys if key in FUSED_LAYER_ARGS]
-        return issues
 
     def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
         """The blocks blocks_to_swap keeps in CPU memory (the last ones, as sd-scripts); ValueError when `count`
@@ -272,14 +182,6 @@ class ModelFamily(ABC):
     def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
         """Pixels (B, 3, H, W) in [-1, 1] of the latents a pipeline returns with output_type="latent"."""
         return vae.decode(latents.to(vae.device, vae.dtype) / vae.config.scaling_factor).sample
-
-    # Families whose single files are not in the LDM/SGM layout load them themselves (load_checkpoint).
-    own_checkpoint_layout: bool = False
-    checkpoint_parts: tuple[Any, ...] = ()  # the parts (flow_checkpoint.Part) separate files may stand in for
-
-    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
-        """Options a single file of this family needs besides itself (component files), before it loads."""
-        return []
 
     def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> LoadedModel:
         """A single file in the family's own layout (own_checkpoint_layout) as a LoadedModel."""

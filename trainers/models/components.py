@@ -1,23 +1,13 @@
 """Loading diffusers components, shared by the families: configs, weights, tokenizers, the training noise schedule."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainers.models.base import ModelLoadError
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelLoadError(f"{path} is missing: is this a complete diffusers model folder?") from None
-    except json.JSONDecodeError as err:
-        raise ModelLoadError(f"{path} is not valid JSON ({err})") from None
+from trainers.models.rules import read_json
 
 
 def load_component(cls: Any, folder: Path, subfolder: str, dtype: torch.dtype, random_init: bool) -> Any:

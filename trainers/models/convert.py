@@ -17,10 +17,9 @@ from typing import Any
 
 import torch
 
-Tensors = dict[str, torch.Tensor]
+from trainers.models.rules import UNET_PREFIX, VAE_PREFIX  # noqa: F401 - re-exported for the families
 
-UNET_PREFIX = "model.diffusion_model."
-VAE_PREFIX = "first_stage_model."
+Tensors = dict[str, torch.Tensor]
 
 
 class ConversionError(ValueError):

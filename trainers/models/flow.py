@@ -1,4 +1,5 @@
-"""What the flow-matching families (SD3, FLUX) share: a run's settings, their option checks, their text tokenization.
+"""What the flow-matching families (SD3, FLUX) share: a run's settings and their text tokenization (their checks:
+flow_rules.py).
 
 Both read captions with CLIP tokenizers (77 tokens, one chunk) and a T5 tokenizer (t5xxl_max_token_length tokens),
 as sd-scripts' strategies for them do; neither takes clip skip, max_token_length or weighted captions.
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.core.errors import ConfigIssue
 from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
 from trainers.models.base import ModelFiles
-from trainers.models.flow_checkpoint import Part, part_issues
 from trainers.models.prompt_chunks import PromptTruncated
 
 CLIP_LENGTH = 77
@@ -49,38 +48,18 @@ class FlowSettings:
 
 
 class FlowFamily:
-    """Mixin of the flow families: settings per run, shared option checks and tokenization."""
+    """Mixin of the flow families (after their FlowRules): settings per run and tokenization."""
 
-    unet_key_style = "own"  # lora_targets names the modules after the reference code
-    objective = "flow"
-    denoiser_folder = "transformer"
-    supports_clip_skip = False
-    detect_priority = 3
     native_size = 1024
-    single_file_text_encoders = ()  # their single files are read by flow_checkpoint.py, not by single_file/
     settings: FlowSettings = FlowSettings()
     flow_target: str = "velocity"  # what the loss compares: the velocity (FLUX) or a latents estimate (SD3)
     title: str
-    own_options: frozenset[str]  # the flow options this family reads
     default_t5_length: int
-    reference_prefixes: tuple[str, ...]  # key prefixes of its reference (single-file) checkpoints
     transformer_class: str  # its denoiser's diffusers class
-
-    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
-        # pipeline_class (ModelFamily): model_index.json's _class_name of the family's diffusers folders
-        return str(index.get("_class_name", "")) == self.pipeline_class
 
     # --- single files in the reference layout (flow_checkpoint.py reads them; the family converts its denoiser) ---
 
-    own_checkpoint_layout = True
-    checkpoint_parts: tuple[Part, ...]  # its text encoders (in load order) and autoencoder
     latent_scaling: tuple[float, float]  # the autoencoder's (scaling, shift) factors: in its config, not its file
-
-    def claims_checkpoint(self, keys: Any) -> bool:
-        return any(keys.has(prefix) for prefix in self.reference_prefixes)
-
-    def checkpoint_issues(self, keys: Any, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
-        return part_issues(self.checkpoint_parts, keys, files, vae_path, self.title)
 
     def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> Any:
         from trainers.models.flow_checkpoint import load_flow_checkpoint
@@ -130,25 +109,6 @@ class FlowFamily:
                                   prediction_type: str) -> dict[str, torch.Tensor]:
         raise NotImplementedError("flow families write their single files with to_checkpoint")
 
-    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
-        issues = [ConfigIssue(o.name, f"is not used with {self.title} models: leave it at {o.default!r}", o.group)
-                  for o in FLOW_OPTIONS
-                  if o.name not in self.own_options and values.get(o.name, o.default) != o.default]
-        for name, group, refused, why in _REFUSED:
-            if name in values and refused(values[name]):
-                issues.append(ConfigIssue(name, f"{why} ({self.title} trains by flow matching)", group))
-        issues += _size_issues(values, self.title) + self.network_arg_issues(values)
-        if values.get("network_module", "networks.lora") != "networks.lora":
-            issues.append(ConfigIssue("network_module", f"{self.title} LoRAs are trained with 'networks.lora' "
-                                      "(sd-scripts' networks.lora_flux / networks.lora_sd3) only", "network"))
-        block_args = [key for key in _BLOCK_ARGS if values.get(key) not in (None, "")]
-        block_args += [a.split("=")[0].strip() for a in values.get("network_args", []) if
-                       a.split("=")[0].strip() in _BLOCK_ARGS]
-        issues += [ConfigIssue(key, f"is for the 3x3 convolutions of SD/SDXL UNets; {self.title} models have none"
-                               if key.startswith("conv_") else f"is for the blocks of SD/SDXL UNets; {self.title} "
-                               "models have other blocks", "network") for key in block_args]
-        return issues
-
     def tokenize(self, tokenizers: list[Any], captions: list[str], fmt: Any = None) -> list[torch.Tensor]:
         """CLIP ids (B, 77) per CLIP tokenizer, then T5 ids (B, t5_length), padded and cut as sd-scripts does."""
         *clips, t5 = tokenizers
@@ -172,9 +132,9 @@ class FlowFamily:
         return [c for c, ids in zip(captions, t5(captions, add_special_tokens=False).input_ids) if len(ids) > limit]
 
     def flow_metadata(self) -> dict[str, Any]:
-        """sd-scripts' ss_* keys of the flow options this family reads."""
+        """sd-scripts' ss_* keys of the flow options this family reads that shape its training (FlowSettings)."""
         return {f"ss_{name}": getattr(self.settings, name) for name in sorted(self.own_options)
-                if name != "t5xxl_max_token_length"}
+                if hasattr(self.settings, name) and name != "t5xxl_max_token_length"}
 
 
 def last_blocks(blocks: nn.ModuleList, count: int, what: str) -> list[nn.Module]:
@@ -221,57 +181,3 @@ def clip_attention_mask(ids: torch.Tensor) -> torch.Tensor:
 
 def t5_attention_mask(ids: torch.Tensor, pad_token_id: int) -> torch.Tensor:
     return (ids != pad_token_id).long()
-
-
-_BLOCK_ARGS = ("block_dims", "block_alphas", "conv_block_dims", "conv_block_alphas", "down_lr_weight", "mid_lr_weight",
-               "up_lr_weight", "conv_dim", "conv_alpha")
-
-
-def _on(value: Any) -> bool:
-    return bool(value)
-
-
-# (option, group, refused when, why): SD/SDXL options with no meaning for flow matching.
-_REFUSED: tuple[tuple[str, str, Callable[[Any], bool], str], ...] = (
-    ("v_parameterization", "model", _on, "v-prediction does not apply"),
-    ("clip_skip", "model", lambda v: v != 1, "the text encoders' layers are fixed: set clip_skip = 1"),
-    ("max_token_length", "dataset", lambda v: v not in (None, 75), "CLIP reads 77 tokens; the T5 encoder's length is "
-     "t5xxl_max_token_length"),
-    ("weighted_captions", "dataset", _on, "weighted captions are not available"),
-    ("min_snr_gamma", "loss", lambda v: v not in (None, 0), "min-SNR weighting needs a noise schedule's SNR; "
-     "weighting_scheme weights flow matching"),
-    ("debiased_estimation_loss", "loss", _on, "debiased estimation needs a noise schedule's SNR"),
-    ("scale_v_pred_loss_like_noise_pred", "loss", _on, "v-prediction does not apply"),
-    ("v_pred_like_loss", "loss", _on, "v-prediction does not apply"),
-    ("zero_terminal_snr", "loss", _on, "it rescales a DDPM noise schedule, which flow matching has not"),
-    ("noise_offset", "loss", _on, "noise offset is not used (as in sd-scripts)"),
-    ("multires_noise_iterations", "loss", _on, "multires noise is not used (as in sd-scripts)"),
-    ("adaptive_noise_scale", "loss", lambda v: v is not None, "noise offset is not used (as in sd-scripts)"),
-    ("train_text_encoder", "training", _on, "full finetunes train the transformer only here (sd-scripts' flux_train "
-     "does too); LoRAs can train CLIP"),
-    ("base_weights", "network", _on, "merging LoRAs into the base model is not available for it yet"),
-    ("sdpa", "precision", lambda v: v is False, "the transformer's attention is always PyTorch's scaled-dot-product "
-     "attention: set sdpa = true"),
-)
-
-
-SIZE_STEP = 16  # the VAE's 8 x the transformer's 2x2 patches (SD3) or packed tokens (FLUX)
-
-
-def _size_issues(values: Mapping[str, Any], title: str) -> list[ConfigIssue]:
-    issues = []
-    sides = [p.strip() for p in str(values.get("resolution", "")).replace("x", ",").split(",")]
-    if all(p.isdigit() for p in sides) and any(int(p) % SIZE_STEP for p in sides):
-        issues.append(ConfigIssue("resolution", f"{title} models take sizes in multiples of {SIZE_STEP}: e.g. 512 or "
-                                  "1024", "dataset"))
-    if values.get("enable_bucket") and int(values.get("bucket_reso_steps") or 64) % SIZE_STEP:
-        issues.append(ConfigIssue("bucket_reso_steps", f"must be a multiple of {SIZE_STEP} for {title} models "
-                                  "(64 is safest)", "dataset"))
-    return issues
-
-
-def huber_schedule_issue(values: Mapping[str, Any], title: str) -> list[ConfigIssue]:
-    if values.get("loss_type") in ("huber", "smooth_l1") and values.get("huber_schedule", "snr") == "snr":
-        return [ConfigIssue("huber_schedule", f"'snr' needs a noise schedule's SNR, which {title} models have not "
-                            "(as in sd-scripts): choose 'exponential' or 'constant'", "loss")]
-    return []

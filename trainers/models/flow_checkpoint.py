@@ -5,20 +5,18 @@ which parts it has (Part) and converts its denoiser; everything else is here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from trainers.core.errors import ConfigIssue
 from trainers.models.base import CheckpointKeys, ModelFiles, ModelLoadError
+from trainers.models.flow_rules import Part
 
 if TYPE_CHECKING:
     from trainers.models.single_file.checkpoint import Checkpoint
 
-Kind = Literal["clip_l", "clip_g", "t5", "vae"]
 # The tokenizer sd-scripts pairs with each text encoder (fetched from the hub; CLIP's are built from the vendored
 # vocabulary unless tokenizer_cache_dir holds them), and its pad token.
 TOKENIZERS: dict[str, tuple[str, str]] = {
@@ -26,32 +24,6 @@ TOKENIZERS: dict[str, tuple[str, str]] = {
     "clip_g": ("laion/CLIP-ViT-bigG-14-laion2B-39B-b160k", "!"),
     "t5": ("google/t5-v1_1-xxl", "<pad>"),
 }
-
-
-@dataclass(frozen=True)
-class Part:
-    """A text encoder or the autoencoder of a flow family's single file."""
-
-    kind: Kind
-    prefix: str  # where an all-in-one file holds it
-    option: str  # the option naming its own file; "" when only the `vae` option (a diffusers folder) can stand in
-    what: str  # for messages
-    projection: bool = False  # a CLIP text encoder with its text projection (SD3's pooled outputs)
-
-
-def part_issues(parts: tuple[Part, ...], keys: CheckpointKeys, files: ModelFiles, vae_path: str,
-                title: str) -> list[ConfigIssue]:
-    """The parts a file lacks with no option to stand in, named before anything loads."""
-    issues = []
-    for part in parts:
-        if keys.has(part.prefix) or (part.kind == "vae" and vae_path) or (part.option and getattr(files,
-                                                                                                   part.option)):
-            continue
-        fix = (f"set {part.option} to its .safetensors file (as for sd-scripts)" if part.option else
-               "set vae to its VAE as a diffusers AutoencoderKL folder")
-        issues.append(ConfigIssue(part.option or "vae", f"{Path(keys.name).name} holds the {title} denoiser but no "
-                                  f"{part.what}: {fix}", "model"))
-    return issues
 
 
 def load_parts(ckpt: "Checkpoint", parts: tuple[Part, ...], files: ModelFiles, vae_path: str,

@@ -24,7 +24,8 @@ from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.dataset import CaptionedImages
 from trainers.data.pipeline import build_pipeline
 from trainers.data.preflight import catalog_report
-from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model, model_option_issues
+from trainers.models import LoadedModel, ModelFiles, load_model, resolve_model_folder
+from trainers.models.checks import model_issues
 from trainers.train import memo
 from trainers.train.block_swap import BlockSwap, place_with_swap
 from trainers.train.control import Control
@@ -57,11 +58,8 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
                   random_init: bool = False) -> Session:
     """Set the run up for `cfg`'s method. `prepare` is its work before the dataset is read (Method.prepare);
     `random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
-    check(cfg)
+    check(cfg)  # the options, the dataset options and the model's files (a local model's configs and header)
     check_optimizer(cfg)  # a class-path optimizer or lr_scheduler_type imports, and takes its arguments
-    model_issues = model_option_issues(cfg.pretrained_model_name_or_path, cfg.clip_skip, cfg.values)
-    if model_issues:  # read from the model's configs: before anything heavy loads
-        raise ConfigError(model_issues)
     dataset_warnings: list[str] = []
     accelerator = make_accelerator(cfg, run_dir)
     life = life or Lifecycle(run_dir, is_main=accelerator.is_main_process, rank=accelerator.process_index)
@@ -81,13 +79,9 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
         print(report.text(), flush=True)
 
     weight_dtype = weight_dtype_for(cfg.mixed_precision)
-    model = load_model(cfg.pretrained_model_name_or_path, cfg.model_family, weight_dtype, cfg.vae.strip(),
-                       random_init, ModelFiles.from_values(cfg.values))
+    model = load_model(_checked_model(cfg), cfg.model_family, weight_dtype, cfg.vae.strip(), random_init,
+                       ModelFiles.from_values(cfg.values))
     model.family = model.family.configured(cfg.values)  # the run's settings of its text encoding and denoiser
-    if family_issues := model.family.option_issues(cfg.values):  # a hub model is checked once it is here
-        raise ConfigError(family_issues)
-    if cfg.clip_skip > 1 and not model.family.supports_clip_skip:
-        raise ModelLoadError(f"clip_skip = {cfg.clip_skip} is not supported for {model.family.title}; set it to 1")
     if cfg.v_parameterization:
         model.noise_scheduler.register_to_config(prediction_type="v_prediction")
         model.prediction_type = "v_prediction"
@@ -112,6 +106,17 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
                    weight_dtype, time.time(),
                    Control(run_dir, accelerator), accelerator.rank_timer, data.validation, block_swap)
+
+
+def _checked_model(cfg: TrainConfig) -> str:
+    """The model to load: a local one as given (`check` read its files), a hub id fetched and then checked alike."""
+    given = cfg.pretrained_model_name_or_path
+    if Path(given).expanduser().exists():
+        return given
+    folder = resolve_model_folder(given)
+    if issues := model_issues(cfg.values, folder):
+        raise ConfigError(issues)
+    return str(folder)
 
 
 def _place_encoders(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:

@@ -14,43 +14,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.core.errors import ConfigIssue
-from trainers.core.options.groups.network import FLUX_NETWORK_ARGS
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.components import load_component, load_tokenizer, load_vae
-from trainers.models.flow import (
-    FlowFamily,
-    huber_schedule_issue,
-    last_blocks,
-    load_t5_tokenizer,
-    run_t5,
-    t5_attention_mask,
-)
-from trainers.models.flow_checkpoint import Part
+from trainers.models.flow import FlowFamily, last_blocks, load_t5_tokenizer, run_t5, t5_attention_mask
 from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.flux import lora_layers
+from trainers.models.flux.rules import FluxRules
 
 SAMPLE_GUIDANCE = 3.5  # the guidance embedding's value for samples (sd-scripts' --g default; FluxPipeline's too)
 
 
-class Flux(FlowFamily, ModelFamily):
-    name = "flux"
-    title = "FLUX.1"
+class Flux(FluxRules, FlowFamily, ModelFamily):
     base_model_version = "flux1"  # sd-scripts' MODEL_VERSION_FLUX_V1
     modelspec_architecture = "flux-1-dev"
     implementation = "https://github.com/black-forest-labs/flux"
-    arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     transformer_class = "FluxTransformer2DModel"
-    pipeline_class = "FluxPipeline"
-    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
-                             "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
-                             "t5xxl_max_token_length", "apply_t5_attn_mask"})
     default_t5_length = 512
     schnell = False
-    reference_prefixes = ("double_blocks.", "model.diffusion_model.double_blocks.", "diffusion_model.double_blocks.")
-    checkpoint_parts = (Part("clip_l", "text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder"),
-                        Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
-                        Part("vae", "vae.", "ae", "autoencoder"))
     latent_scaling = (0.3611, 0.1159)  # the ae's (its diffusers config's; not in the ae file)
 
     def variant(self, guidance_embeds: bool) -> "Flux":
@@ -97,8 +77,6 @@ class Flux(FlowFamily, ModelFamily):
         return {"shift": 3.0, "use_dynamic_shifting": True, "base_shift": 0.5, "max_shift": 1.15,
                 "base_image_seq_len": 256, "max_image_seq_len": 4096}
 
-    network_arg_keys = frozenset(FLUX_NETWORK_ARGS)
-
     def lora_target_dims(self, targets: list[LoraTarget], args: Mapping[str, str], dim: int) -> dict[str, int] | None:
         blocks = {"double": _count_blocks(targets, "double"), "single": _count_blocks(targets, "single")}
         return lora_layers.layer_dims([t.name for t in targets], args, dim, blocks)
@@ -108,20 +86,6 @@ class Flux(FlowFamily, ModelFamily):
         double = count // 2
         return (last_blocks(denoiser.transformer_blocks, double, "double blocks")
                 + last_blocks(denoiser.single_transformer_blocks, (count - double) * 2, "single blocks"))
-
-    def option_issues(self, values: dict[str, Any]) -> list[ConfigIssue]:
-        issues = super().option_issues(values) + huber_schedule_issue(values, self.title)
-        args = dict(str(a).split("=", 1) for a in values.get("network_args") or [] if "=" in str(a))
-        try:  # their form; the block numbers are checked against the model when it is loaded
-            lora_layers.layer_dims([], {k.strip(): v.strip() for k, v in args.items()}, 1,
-                                   {"double": 10 ** 6, "single": 10 ** 6})
-        except ValueError as err:
-            issues.append(ConfigIssue("network_args", str(err), "network"))
-        for name in ("min_timestep", "max_timestep"):
-            if values.get(name) is not None:
-                issues.append(ConfigIssue(name, "is not used with FLUX.1 models (timestep_sampling draws the noise "
-                                          "level, as in sd-scripts): unset it", "loss"))
-        return issues
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:

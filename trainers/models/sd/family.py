@@ -7,39 +7,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import CheckpointKeys, LoadedModel, ModelFamily, TextEncoderPart
+from trainers.models.base import LoadedModel, ModelFamily
 from trainers.models.components import final_layer_norm, load_common, load_component, load_tokenizer
-from trainers.models.convert import UNET_PREFIX, clip_to_ldm, openclip_to_ldm
+from trainers.models.convert import clip_to_ldm, openclip_to_ldm
 from trainers.models.prompt_chunks import apply_weights, chunk_count, merge_chunks
-
-ARCH = Path(__file__).with_name("arch")
-SD1_TE_PREFIX = "cond_stage_model.transformer."  # HF CLIP ViT-L, `text_model.` below it
-SD2_TE_PREFIX = "cond_stage_model.model."  # OpenCLIP ViT-H
+from trainers.models.sd import rules
+from trainers.models.sd.rules import StableDiffusionRules
 
 
-class StableDiffusion(ModelFamily):
-    unet_key_style = "diffusers"
-    pipeline_class = "StableDiffusionPipeline"
-
-    def __init__(self, name: str, title: str, base_model_version: str, architecture: str, arch_dir: Path,
-                 implementation: str, text_encoder: TextEncoderPart, cross_attention_width: int,
-                 detect_priority: int) -> None:
-        self.name, self.title, self.base_model_version = name, title, base_model_version
-        self.modelspec_architecture, self.arch_dir, self.implementation = architecture, arch_dir, implementation
-        self.single_file_text_encoders = (text_encoder,)
-        self.width, self.detect_priority = cross_attention_width, detect_priority
-
-    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
-        """SD2 by its 1024-wide text embeddings; SD1 by the pipeline class (tiny models too) or 768."""
-        width = unet_config.get("cross_attention_dim")
-        pipeline = str(index.get("_class_name", ""))
-        return width == self.width or self.name == "sd1" and pipeline.startswith("StableDiffusion")
-
-    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
-        if keys.has(self.single_file_text_encoders[0].prefix):
-            return True
-        return not keys.has("cond_stage_model.") and keys.cross_attention_width(UNET_PREFIX) == self.width
-
+class StableDiffusion(StableDiffusionRules, ModelFamily):
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
              random_init: bool = False) -> LoadedModel:
         from transformers import CLIPTextModel
@@ -101,9 +77,5 @@ class StableDiffusion(ModelFamily):
         return {"requires_safety_checker": False, "safety_checker": [None, None]}
 
 
-SD1 = StableDiffusion("sd1", "SD1.x", "sd_v1", "stable-diffusion-v1", ARCH / "sd15",
-                      "https://github.com/CompVis/stable-diffusion",
-                      TextEncoderPart("CLIPTextModel", "text_encoder", SD1_TE_PREFIX), 768, detect_priority=0)
-SD2 = StableDiffusion("sd2", "SD2.x", "sd_v2", "stable-diffusion-v2-768-v", ARCH / "sd2_768v",
-                      "https://github.com/Stability-AI/stablediffusion",
-                      TextEncoderPart("CLIPTextModel", "text_encoder", SD2_TE_PREFIX), 1024, detect_priority=1)
+SD1 = StableDiffusion.of(rules.SD1)
+SD2 = StableDiffusion.of(rules.SD2)

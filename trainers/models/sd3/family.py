@@ -14,40 +14,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.core.errors import ConfigIssue
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
 from trainers.models.components import load_component, load_tokenizer, load_vae
-from trainers.models.flow import (
-    FlowFamily,
-    clip_attention_mask,
-    huber_schedule_issue,
-    load_t5_tokenizer,
-    run_t5,
-    t5_attention_mask,
-)
-from trainers.models.flow_checkpoint import Part
+from trainers.models.flow import FlowFamily, clip_attention_mask, load_t5_tokenizer, run_t5, t5_attention_mask
 from trainers.models.flow_lora import kohya_to_diffusers
+from trainers.models.sd3.rules import StableDiffusion3Rules
 
 
-class StableDiffusion3(FlowFamily, ModelFamily):
-    name = "sd3"
-    title = "SD3"
+class StableDiffusion3(StableDiffusion3Rules, FlowFamily, ModelFamily):
     base_model_version = "5-medium"  # sd-scripts writes the MMDiT's type: medium, 5-medium or 5-large
     modelspec_architecture = "stable-diffusion-3-5-medium"
     implementation = "https://github.com/Stability-AI/sd3.5"
-    arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     transformer_class = "SD3Transformer2DModel"
-    pipeline_class = "StableDiffusion3Pipeline"
-    own_options = frozenset({"weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
-                             "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask"})
     default_t5_length = 256
     flow_target = "latents"
-    reference_prefixes = ("joint_blocks.", "model.diffusion_model.joint_blocks.")
-    checkpoint_parts = (
-        Part("clip_l", "text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder", projection=True),
-        Part("clip_g", "text_encoders.clip_g.transformer.", "clip_g", "CLIP-G text encoder", projection=True),
-        Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
-        Part("vae", "first_stage_model.", "", "VAE"))
     latent_scaling = (1.5305, 0.0609)  # its VAE's (the diffusers config's; not in the file)
 
     def variant(self, config: Any) -> "StableDiffusion3":
@@ -97,13 +77,6 @@ class StableDiffusion3(FlowFamily, ModelFamily):
         vae = extract_model_from_parallel(model.vae)
         return {**{"model.diffusion_model." + k: v for k, v in mmdit.items()},
                 **vae_to_ldm(vae.state_dict(), vae.config)}
-
-    def option_issues(self, values: dict[str, Any]) -> list[ConfigIssue]:
-        issues = super().option_issues(values) + huber_schedule_issue(values, self.title)
-        for name in ("ip_noise_gamma", "ip_noise_gamma_random_strength"):
-            if values.get(name):
-                issues.append(ConfigIssue(name, "is not used with SD3 models (as in sd-scripts): turn it off", "loss"))
-        return issues
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,50 +7,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import (
-    CheckpointKeys,
-    LoadedModel,
-    ModelFamily,
-    ModelLoadError,
-    SizeConditioning,
-    TextEncoderPart,
-)
+from trainers.models.base import LoadedModel, ModelFamily, SizeConditioning
 from trainers.models.components import load_common, load_component, load_tokenizer
-from trainers.models.convert import UNET_PREFIX, clip_to_ldm, openclip_to_ldm
+from trainers.models.convert import clip_to_ldm, openclip_to_ldm
 from trainers.models.prompt_chunks import apply_weights, chunk_count, merge_chunks
-
-TE1_PREFIX = "conditioner.embedders.0.transformer."  # HF CLIP ViT-L, `text_model.` below it
-TE2_PREFIX = "conditioner.embedders.1.model."  # OpenCLIP bigG
-REFINER_TE_PREFIX = "conditioner.embedders.0.model."  # the refiner has only OpenCLIP bigG
+from trainers.models.sdxl.rules import TE1_PREFIX, TE2_PREFIX, StableDiffusionXLRules
 
 
-class StableDiffusionXL(ModelFamily):
-    name = "sdxl"
-    title = "SDXL"
+class StableDiffusionXL(StableDiffusionXLRules, ModelFamily):
     base_model_version = "sdxl_base_v1-0"
     modelspec_architecture = "stable-diffusion-xl-v1-base"
     implementation = "https://github.com/Stability-AI/generative-models"
-    unet_key_style = "sgm"
-    supports_clip_skip = False  # SDXL already uses the penultimate layer of both encoders
-    detect_priority = 2
     native_size = 1024
     vae_fp16_unsafe = True
-    arch_dir = Path(__file__).with_name("arch") / "sdxl"
-    pipeline_class = "StableDiffusionXLPipeline"
-    single_file_text_encoders = (TextEncoderPart("CLIPTextModel", "text_encoder", TE1_PREFIX),
-                                 TextEncoderPart("CLIPTextModelWithProjection", "text_encoder_2", TE2_PREFIX))
-
-    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
-        return ("XL" in str(index.get("_class_name", "")) or unet_config.get("addition_embed_type") == "text_time"
-                or (folder / "text_encoder_2").is_dir())
-
-    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
-        if keys.has(TE2_PREFIX):
-            return True
-        if keys.has(REFINER_TE_PREFIX):
-            raise ModelLoadError(f"{keys.name} looks like an SDXL refiner checkpoint, which is not supported; "
-                                 "use an SDXL base model")
-        return keys.has(UNET_PREFIX + "label_emb.") or keys.cross_attention_width(UNET_PREFIX) == 2048
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
              random_init: bool = False) -> LoadedModel:

@@ -13,9 +13,7 @@ from pathlib import Path
 import torch
 
 from trainers.core.fsio import read_safetensors_header
-from trainers.models.base import ModelLoadError
-
-SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth")  # what load_model reads as a single file
+from trainers.models.rules import SINGLE_FILE_SUFFIXES, ModelLoadError
 
 
 def is_single_file(path: str | os.PathLike) -> bool:

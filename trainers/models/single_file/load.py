@@ -14,52 +14,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import CheckpointKeys, LoadedModel, ModelFamily, ModelFiles, ModelLoadError
+from trainers.models.base import LoadedModel, ModelFamily, ModelFiles, ModelLoadError
 from trainers.models.components import read_json, training_scheduler
-from trainers.models.convert import UNET_PREFIX, VAE_PREFIX
-from trainers.models.families import all_families
 from trainers.models.families import family as find_family
+from trainers.models.rules import checkpoint_rules, unknown_checkpoint
 from trainers.models.single_file.checkpoint import Checkpoint, open_checkpoint
 from trainers.models.single_file.tokenizer import folder_tokenizer
 
 
 def detect_checkpoint_family(shapes: Mapping[str, tuple[int, ...]], name: str = "the checkpoint") -> str:
     """The family name of a checkpoint from its tensor names (and a shape or two); no tensor is read."""
-    family = _detect(shapes, name)
-    if family is None:
-        titles = ", ".join(f.title for f in reversed(all_families()))
-        raise ModelLoadError(f"{name}: cannot tell the model family (it has no text encoder weights, and its UNet's "
-                             f"cross-attention width is none of {titles}'s); set model_family")
-    return family
-
-
-def _detect(shapes: Mapping[str, tuple[int, ...]], name: str) -> str | None:
-    """The family, None when only the UNet is there and its width is unknown; raises for files that are no model."""
-    keys = list(shapes)
-
-    def has(prefix: str) -> bool:
-        return any(k.startswith(prefix) for k in keys)
-
-    if has("lora_unet_") or has("lora_te") or any(".lora_down." in k or ".lora_A." in k for k in keys):
-        raise ModelLoadError(f"{name} is a LoRA, not a full model: give the base model it was trained on, "
-                             "and load the LoRA as network_weights")
-    checkpoint = CheckpointKeys(dict(shapes), name)
-    for candidate in all_families():  # a family's own layout (SD3's and FLUX's reference code): it loads those
-        if candidate.own_checkpoint_layout and candidate.claims_checkpoint(checkpoint):
-            return candidate.name
-    if not has(UNET_PREFIX):
-        if has("encoder.down.") or has("encoder.down_blocks.") or has(VAE_PREFIX):
-            what = "a VAE on its own"
-        elif has("down_blocks.") or has("text_model.") or has("encoder.layers."):
-            what = "one component of a diffusers model; give the whole diffusers folder"
-        else:
-            what = "not a Stable Diffusion checkpoint"
-        raise ModelLoadError(f"{name} has no UNet weights ({UNET_PREFIX}*): it looks like {what}")
-    conv_in = shapes.get(UNET_PREFIX + "input_blocks.0.0.weight")
-    if conv_in is not None and len(conv_in) == 4 and conv_in[1] != 4:
-        raise ModelLoadError(f"{name} has a UNet with {conv_in[1]} input channels (an inpainting, depth or "
-                             "instruct model); only text-to-image checkpoints (4 channels) are supported")
-    return next((f.name for f in all_families() if f.claims_checkpoint(checkpoint)), None)
+    found = checkpoint_rules(shapes, name)
+    if found is None:
+        raise unknown_checkpoint(name)
+    return found.name
 
 
 def _prediction_type(ckpt: Checkpoint, family: ModelFamily, default: str) -> str:
@@ -114,7 +82,8 @@ def load_single_file(path: str | os.PathLike, family_hint: str = "auto", weight_
     """
     ckpt = open_checkpoint(path)
     hint = None if family_hint in ("auto", "", None) else family_hint
-    detected = _detect(ckpt.shapes, str(ckpt.path)) or hint or detect_checkpoint_family(ckpt.shapes, str(ckpt.path))
+    found = checkpoint_rules(ckpt.shapes, str(ckpt.path))
+    detected = found.name if found is not None else hint or detect_checkpoint_family(ckpt.shapes, str(ckpt.path))
     family = find_family(detected)
     if hint is not None and hint != detected:
         raise ModelLoadError(f"model_family = {family_hint!r} but {ckpt.path} looks like an {family.title} "

@@ -1,0 +1,159 @@
+"""Checks that depend on the model, before any weight loads: `--print-config`, the GUI's Validate and the run refuse
+the same configs for the same reasons (trainers/models/checks.py `model_issues`, reached through
+trainers/validate.py), naming the option, the path, what it holds and what is expected. Torch-free."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from gui.checks import check_form
+from trainers.config_report import print_config
+from trainers.core.errors import ConfigError
+from trainers.core.options import config_from_dict
+from trainers.demo import build_dataset
+from trainers.validate import check
+
+REPO = Path(__file__).resolve().parents[2]
+SD1_WIDTH = 768  # an SD1 UNet's cross-attention width: what tells an LDM UNet-only file's family
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory, tiny_sd1_dir: Path) -> dict:
+    tmp = tmp_path_factory.mktemp("model_checks")
+    data = build_dataset(tmp / "data", folder="3_sks shape")
+    return {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data),
+            "output_dir": str(tmp / "out"), "max_train_epochs": 1, "resolution": "64"}
+
+
+def _unet_only_file(folder: Path) -> Path:
+    """An SD1 single file (LDM layout) that holds the UNet alone: no text encoder, no VAE."""
+    path = folder / "unet-only.safetensors"
+    unet = "model.diffusion_model."
+    save_file({unet + "input_blocks.0.0.weight": torch.zeros(8, 4, 3, 3),
+               unet + "input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight": torch.zeros(8, SD1_WIDTH)}, path)
+    return path
+
+
+def _vae_of_16_channels(folder: Path) -> Path:
+    vae = folder / "flux-like-vae"
+    vae.mkdir(exist_ok=True)
+    (vae / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKL", "latent_channels": 16}))
+    save_file({"decoder.conv_in.weight": torch.zeros(1)}, vae / "diffusion_pytorch_model.safetensors")
+    return vae
+
+
+def _cases(base: dict, tmp: Path) -> dict[str, tuple[dict, str, list[str]]]:
+    """name -> (changed options, the option named, words its message must have)."""
+    model = Path(base["pretrained_model_name_or_path"])
+    (tmp / "empty").mkdir(exist_ok=True)
+    return {
+        "an SDXL config on an SD1 model": ({"model_family": "sdxl"}, "model_family",
+                                           ["'sdxl'", str(model), "SD1.x"]),
+        "clip_skip beyond the text encoder": ({"clip_skip": 3}, "clip_skip", ["3", "2 layers"]),
+        "a FLUX option on an SD1 model": ({"timestep_sampling": "shift"}, "timestep_sampling", ["SD1.x"]),
+        "a FLUX network arg on an SD1 model": ({"network_args": ["train_blocks=single"]}, "network_args",
+                                               ["train_blocks", "FLUX.1"]),
+        "a FLUX component file on an SD1 model": ({"t5xxl": str(_unet_only_file(tmp))}, "t5xxl", ["not read"]),
+        "the model's unet/ as the model": ({"pretrained_model_name_or_path": str(model / "unet")},
+                                           "pretrained_model_name_or_path",
+                                           [str(model / "unet"), "UNet2DConditionModel", "model_index.json"]),
+        "a diffusers UNet file as the model": (
+            {"pretrained_model_name_or_path": str(next((model / "unet").glob("*.safetensors")))},
+            "pretrained_model_name_or_path", ["component of a diffusers model"]),
+        "a UNet-only single file as the model": ({"pretrained_model_name_or_path": str(_unet_only_file(tmp))},
+                                                 "pretrained_model_name_or_path", ["unet-only.safetensors",
+                                                                                   "text encoder"]),
+        "an empty folder as the vae": ({"vae": str(tmp / "empty")}, "vae",
+                                       [str(tmp / "empty"), "empty folder", "AutoencoderKL"]),
+        "the dataset as the vae": ({"vae": base["train_data_dir"]}, "vae",
+                                   [base["train_data_dir"], "images", "AutoencoderKL"]),
+        "the model's unet/ as the vae": ({"vae": str(model / "unet")}, "vae",
+                                         ["UNet2DConditionModel", "not a VAE"]),
+        "the whole model as the vae": ({"vae": str(model)}, "vae", [str(model / "vae")]),
+        "a VAE of another latent size": ({"vae": str(_vae_of_16_channels(tmp))}, "vae", ["16 latent channels"]),
+    }
+
+
+def _fields(issues) -> set[str]:
+    return {issue.field for issue in issues}
+
+
+def _printed(values: dict, tmp: Path) -> tuple[int, str]:
+    config = tmp / "config.toml"
+    config_from_dict("lora", values).save(config)
+    out = io.StringIO()
+    code = print_config("lora", config, [], out=out)
+    return code, out.getvalue()
+
+
+def test_print_config_validate_and_the_run_refuse_the_same_model_problems(base: dict, tmp_path: Path) -> None:
+    assert _printed(base, tmp_path)[0] == 0 and check_form("lora", base).ok
+    failures = []
+    for name, (changes, field, words) in _cases(base, tmp_path).items():
+        values = {**base, **changes}
+        code, printed = _printed(values, tmp_path)
+        report = check_form("lora", values)
+        with pytest.raises(ConfigError) as refused:  # what the run's start (trainers/train/session.py) calls
+            check(config_from_dict("lora", values))
+        run_fields = _fields(refused.value.issues)
+        message = next((i.message for i in refused.value.issues if i.field == field), "")
+        if code != 2 or f"# error: {field}: " not in printed:
+            failures.append(f"{name}: --print-config exits {code} without naming {field}")
+        if report.ok or field not in _fields(report.issues):
+            failures.append(f"{name}: Validate does not name {field}: {report.summary()}")
+        if run_fields != _fields(report.issues):
+            failures.append(f"{name}: the run names {run_fields}, Validate {_fields(report.issues)}")
+        missing = [w for w in words if w not in message]
+        if missing:
+            failures.append(f"{name}: the message lacks {missing}: {message}")
+    assert not failures, "\n".join(failures)
+
+
+def test_the_run_refuses_before_loading_the_model(base: dict, tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config_from_dict("lora", {**base, "model_family": "sdxl", "vae": str(tmp_path)}).save(config)
+    run = subprocess.run([sys.executable, "-m", "trainers", "lora", "--config", str(config)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"})
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and "model_family" in run.stderr + run.stdout
+    assert "vae" in run.stderr + run.stdout
+
+
+def test_component_files_of_the_wrong_kind_are_named_with_what_they_hold(tmp_path: Path) -> None:
+    from trainers.models.checks import model_issues
+
+    flux = tmp_path / "flux.safetensors"
+    save_file({"double_blocks.0.img_attn.qkv.weight": torch.zeros(3, 1)}, flux)  # a transformer-only FLUX file
+    clip = tmp_path / "clip_l.safetensors"
+    save_file({"text_model.embeddings.token_embedding.weight": torch.zeros(4, 2),
+               "text_model.encoder.layers.0.mlp.fc1.weight": torch.zeros(2, 2)}, clip)
+    ae = tmp_path / "ae.safetensors"
+    save_file({"encoder.conv_in.weight": torch.zeros(1), "decoder.conv_in.weight": torch.zeros(1)}, ae)
+    text = tmp_path / "notes.safetensors"
+    text.write_text("not tensors")
+    issues = model_issues({"pretrained_model_name_or_path": str(flux), "clip_l": str(ae), "t5xxl": str(clip),
+                           "ae": str(text)})
+    said = {issue.field: issue.message for issue in issues}
+    assert set(said) == {"clip_l", "t5xxl", "ae"}, said
+    assert said["clip_l"].startswith(f"{ae} holds an autoencoder") and "not a CLIP text encoder" in said["clip_l"]
+    assert said["t5xxl"].startswith(f"{clip} holds a CLIP text encoder") and "not a T5 encoder" in said["t5xxl"]
+    assert said["ae"] == f"{text} is not a .safetensors file: give an autoencoder in the original layout " \
+                         "(encoder.conv_in, decoder.conv_in...), as FLUX.1's ae.safetensors"
+    right = model_issues({"pretrained_model_name_or_path": str(flux), "clip_l": str(clip), "t5xxl": str(clip),
+                          "ae": str(ae)})
+    assert [i.field for i in right] == ["t5xxl"]
+
+
+def test_model_checks_load_no_torch(base: dict) -> None:
+    code = ("import sys; from trainers.models.checks import model_issues; "
+            f"model_issues({{**{base!r}, 'vae': {base['train_data_dir']!r}, 'clip_skip': 3}}); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'diffusers', 'transformers')))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr[-2000:]

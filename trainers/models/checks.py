@@ -1,0 +1,283 @@
+"""The checks of a config that depend on its model, read from the model's files before any weight loads: JSON
+configs and safetensors headers only (torch-free). `model_issues` is the one function the run, --print-config and
+the GUI's Validate reach through trainers/validate.py; a hub model is checked by the run once it is fetched.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.core.fsio import read_safetensors_header
+from trainers.core.options import BY_NAME
+from trainers.core.options.groups.model import COMPONENT_FILE_OPTIONS
+from trainers.core.paths import path_problem
+from trainers.models.rules import (
+    SINGLE_FILE_SUFFIXES,
+    UNET_PREFIX,
+    CheckpointKeys,
+    FamilyRules,
+    ModelFiles,
+    ModelLoadError,
+    checkpoint_rules,
+    folder_rules,
+    not_a_unet,
+    read_json,
+    rules_of,
+    unknown_checkpoint,
+)
+
+MODEL = "pretrained_model_name_or_path"
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+VAE_WEIGHTS = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")  # what from_pretrained reads
+
+
+@dataclass(frozen=True)
+class Component:
+    """A file a component option names: what it must hold, told by tensor names (any one of `keys`, each a prefix
+    or a whole name) as the loader (trainers/models/component_files.py) reads them."""
+
+    what: str
+    keys: tuple[tuple[str, ...], ...]  # every group must have a key starting with one of its entries
+
+    def found_in(self, shapes: Mapping[str, tuple[int, ...]]) -> bool:
+        return all(any(k.startswith(key) for k in shapes for key in group) for group in self.keys)
+
+
+_CLIP = Component("a CLIP text encoder in transformers' layout (text_model.embeddings..., "
+                  "text_model.encoder.layers...)",
+                  (("text_model.embeddings.token_embedding.weight", "embeddings.token_embedding.weight"),
+                   ("text_model.encoder.layers.", "encoder.layers.")))
+COMPONENTS: dict[str, Component] = {
+    "clip_l": _CLIP,
+    "clip_g": _CLIP,
+    "t5xxl": Component("a T5 encoder in transformers' layout (shared.weight, encoder.block...)",
+                       (("shared.weight", "encoder.embed_tokens.weight"),
+                        ("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",))),
+    "ae": Component("an autoencoder in the original layout (encoder.conv_in, decoder.conv_in...), as FLUX.1's "
+                    "ae.safetensors", (("encoder.conv_in.weight",), ("decoder.conv_in.weight",))),
+}
+assert set(COMPONENTS) == set(COMPONENT_FILE_OPTIONS), "every component file option is checked"
+
+
+@dataclass
+class Model:
+    """What the model option names, as far as its files tell before loading."""
+
+    rules: FamilyRules
+    config_dir: Path  # its component configs: the folder itself, or the family's shipped arch/ for a single file
+    single_file: bool
+    reads: frozenset[str] = frozenset()  # the component file options it reads
+
+
+def model_issues(values: Mapping[str, Any], model: Path | None = None) -> list[ConfigIssue]:
+    """Every problem of a config's options (`values`) with its model: what the model path holds, model_family
+    against it, what a single file lacks, the options its family cannot honour, clip_skip against its text encoder,
+    and what each component option (vae, clip_l, clip_g, t5xxl, ae) holds. `model`: the local folder of a hub id,
+    once fetched (without it a hub id is not checked, but its component options are)."""
+    issues: list[ConfigIssue] = []
+    found = _identify(values, model, issues)
+    if found is not None:
+        issues += found.rules.option_issues(values) + _clip_skip_issues(found, values)
+    return issues + _component_issues(values, found)
+
+
+def local_family(name_or_path: str) -> str | None:
+    """The family name of a local model read from its files; None for a hub id or a model that cannot be told."""
+    path = given_path({MODEL: name_or_path}, MODEL)
+    try:
+        found = None if path is None else _folder_model(path) if path.is_dir() else _file_model(path, {}, [])
+    except ModelLoadError:
+        return None
+    return found.rules.name if found is not None else None
+
+
+def given_path(values: Mapping[str, Any], option: str) -> Path | None:
+    """The path an option names when it is one of the option's kind on disk; None when it is not set, or when the
+    option checks name its problem (missing, too long, a system path, a file for a folder...)."""
+    text = str(values.get(option) or "").strip()
+    kind = BY_NAME[option].path or "any"
+    if not text or path_problem(text, kind):
+        return None
+    path = Path(text).expanduser()
+    return path if path.exists() else None
+
+
+def _identify(values: Mapping[str, Any], model: Path | None, issues: list[ConfigIssue]) -> Model | None:
+    path = model or given_path(values, MODEL)
+    if path is None:
+        return None  # nothing given (named as required), a path the option checks name, or a hub id
+    try:
+        found = _folder_model(path) if path.is_dir() else _file_model(path, values, issues)
+    except ModelLoadError as err:
+        issues.append(ConfigIssue(MODEL, str(err).removeprefix(f"{MODEL}: "), "model"))
+        return None
+    if found is None:
+        return None
+    requested = str(values.get("model_family") or "auto")
+    if requested != "auto" and not found.rules.accepts(rules_of(requested), found.single_file):
+        issues.append(ConfigIssue("model_family", f"is {requested!r}, but {path} is an {found.rules.title} model: "
+                                  "set model_family = 'auto' or pick the right model", "model"))
+        return None  # the family's own checks would be about the wrong family
+    unread = [o for o in COMPONENT_FILE_OPTIONS if str(values.get(o) or "").strip() and o not in found.reads]
+    issues += [ConfigIssue(o, f"is not read with {path.name} (an {found.rules.title} model: separate files are read "
+                           "for the parts an SD3 or FLUX.1 single file lacks): leave it empty", "model")
+               for o in unread]
+    return found
+
+
+def _folder_model(folder: Path) -> Model:
+    if not (folder / "model_index.json").exists() and not (folder / "unet" / "config.json").exists():
+        raise ModelLoadError(f"{folder} holds {held_by(folder)}, not a model: give a diffusers model folder (with "
+                             "model_index.json) or a single-file .safetensors checkpoint")
+    return Model(folder_rules(folder), folder, single_file=False)
+
+
+def _file_model(path: Path, values: Mapping[str, Any], issues: list[ConfigIssue]) -> Model | None:
+    suffix = path.suffix.lower()
+    if suffix != ".safetensors":
+        if suffix in SINGLE_FILE_SUFFIXES:
+            return None  # a pickled checkpoint: only torch reads its names, when the run loads it
+        raise ModelLoadError(f"{path} is a file but not a .safetensors or .ckpt checkpoint; give a diffusers model "
+                             "folder or a single-file checkpoint")
+    try:
+        shapes, _ = read_safetensors_header(path)
+    except ValueError as err:
+        raise ModelLoadError(str(err)) from None
+    rules = checkpoint_rules(shapes, str(path))
+    if rules is None:  # only a UNet of unknown width: the user's model_family is trusted
+        requested = str(values.get("model_family") or "auto")
+        if requested == "auto":
+            raise unknown_checkpoint(str(path))
+        rules = rules_of(requested)
+    issues += rules.checkpoint_issues(CheckpointKeys(shapes, str(path)), ModelFiles.from_values(values),
+                                      str(values.get("vae") or "").strip())
+    reads = {p.option for p in rules.checkpoint_parts if p.option} if rules.own_checkpoint_layout else set()
+    return Model(rules, rules.arch_dir, single_file=True, reads=frozenset(reads))
+
+
+def _clip_skip_issues(found: Model, values: Mapping[str, Any]) -> list[ConfigIssue]:
+    clip_skip = values.get("clip_skip", BY_NAME["clip_skip"].default)
+    if found.rules.objective != "ddpm" or not isinstance(clip_skip, int) or clip_skip <= 1:
+        return []  # the flow families refuse clip_skip with their options
+    title = found.rules.title
+    if not found.rules.supports_clip_skip:
+        return [ConfigIssue("clip_skip", f"is {clip_skip}, but {title} models take no clip skip: set it to 1", "model")]
+    try:
+        layers = int(read_json(found.config_dir / "text_encoder" / "config.json").get("num_hidden_layers", 0))
+    except (ModelLoadError, ValueError, TypeError):
+        return []
+    if layers and clip_skip > layers:
+        return [ConfigIssue("clip_skip", f"is {clip_skip}, but this model's text encoder has {layers} layers: use 1 to "
+                            f"{layers}", "model")]
+    return []
+
+
+def _component_issues(values: Mapping[str, Any], found: Model | None) -> list[ConfigIssue]:
+    """What the vae folder and the component files hold, for those the model reads (all when it is not known)."""
+    issues = []
+    vae = given_path(values, "vae")
+    if vae is not None:
+        problem = vae_problem(vae, found)
+        if problem:
+            issues.append(ConfigIssue("vae", problem, "model"))
+    for option, component in COMPONENTS.items():
+        path = given_path(values, option)
+        if path is None or found is not None and option not in found.reads:
+            continue
+        problem = component_problem(path, component)
+        if problem:
+            issues.append(ConfigIssue(option, problem, "model"))
+    return issues
+
+
+def vae_problem(folder: Path, model: Model | None = None) -> str | None:
+    """Why `folder` cannot be read as a diffusers AutoencoderKL (for `model`, when known), or None."""
+    expected = "give a diffusers AutoencoderKL folder (config.json and diffusion_pytorch_model.safetensors), e.g. a " \
+               "model's vae/ folder"
+    config = _json_or_none(folder / "config.json")
+    if (folder / "model_index.json").exists() and (folder / "vae").is_dir():
+        return f"{folder} holds {held_by(folder)}, not a VAE: its VAE is {folder / 'vae'}"
+    if config is None or config.get("_class_name") != "AutoencoderKL":
+        return f"{folder} holds {held_by(folder)}, not a VAE: {expected}"
+    if not any((folder / name).is_file() for name in VAE_WEIGHTS):
+        return f"{folder} holds an AutoencoderKL config.json but no weights ({VAE_WEIGHTS[0]}): {expected}"
+    own = _json_or_none(model.config_dir / "vae" / "config.json") if model is not None else None
+    mine, theirs = config.get("latent_channels"), (own or {}).get("latent_channels")
+    if model is not None and mine and theirs and mine != theirs:
+        return (f"{folder} is a VAE of {mine} latent channels, but {model.rules.title} models work in {theirs}: give a "
+                f"VAE made for {model.rules.title}")
+    return None
+
+
+def component_problem(path: Path, component: Component) -> str | None:
+    """Why the file at `path` is not `component`, or None (pickled files are checked when they load)."""
+    if path.suffix.lower() in SINGLE_FILE_SUFFIXES and path.suffix.lower() != ".safetensors":
+        return None
+    try:
+        shapes, _ = read_safetensors_header(path)
+    except ValueError:
+        return f"{path} is not a .safetensors file: give {component.what}"
+    if component.found_in(shapes):
+        return None
+    return f"{path} holds {_held_in_file(shapes)}, not {component.what}"
+
+
+def held_by(path: Path) -> str:
+    """What a folder or file holds, in a few words, read from its names, JSON configs and safetensors header."""
+    if path.is_file():
+        try:
+            return _held_in_file(read_safetensors_header(path)[0])
+        except ValueError:
+            return "a file that is not a .safetensors file"
+    try:
+        entries = sorted(path.iterdir())
+    except OSError as err:
+        return f"nothing readable ({err.strerror or err})"
+    if not entries:
+        return "nothing (an empty folder)"
+    index = _json_or_none(path / "model_index.json")
+    if index is not None:
+        return f"a diffusers model ({index.get('_class_name', 'model_index.json')})"
+    config = _json_or_none(path / "config.json")
+    if config is not None:
+        kind = config.get("_class_name") or (config.get("architectures") or [None])[0]
+        return f"a {kind} (its config.json)" if kind else "a config.json that names no model class"
+    images = sum(1 for p in entries if p.suffix.lower() in IMAGE_SUFFIXES)
+    if images:
+        return f"{images} image(s)"
+    shown = ", ".join(p.name for p in entries[:3]) + (", ..." if len(entries) > 3 else "")
+    folders = [p for p in entries if p.is_dir()]
+    if any(_has_images(folder) for folder in folders[:20]):
+        return f"folders of images ({shown}), like a dataset"
+    return f"{len(folders)} folder(s) and {len(entries) - len(folders)} file(s) ({shown}) but no config.json"
+
+
+def _held_in_file(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    part = next((component for component in COMPONENTS.values() if component.found_in(shapes)), None)
+    if part is not None:
+        return part.what.split(" (")[0]
+    try:
+        rules = checkpoint_rules(shapes, "it")
+    except ModelLoadError:
+        keys = CheckpointKeys(dict(shapes), "it")
+        return "a model that is not trained here" if keys.has(UNET_PREFIX) else not_a_unet(keys)
+    return f"an {rules.title} model" if rules is not None else "a UNet of unknown width"
+
+
+def _has_images(folder: Path) -> bool:
+    try:
+        return any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir())
+    except OSError:
+        return False
+
+
+def _json_or_none(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

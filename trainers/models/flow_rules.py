@@ -1,0 +1,136 @@
+"""What the flow-matching families (SD3, FLUX) share without their weights (torch-free): how their folders and
+single files are told apart, the parts a single file may lack, and the options flow matching cannot honour.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from trainers.core.errors import ConfigIssue
+from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
+from trainers.models.rules import CheckpointKeys, FamilyRules, ModelFiles
+
+Kind = Literal["clip_l", "clip_g", "t5", "vae"]
+SIZE_STEP = 16  # the VAE's 8 x the transformer's 2x2 patches (SD3) or packed tokens (FLUX)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A text encoder or the autoencoder of a flow family's single file."""
+
+    kind: Kind
+    prefix: str  # where an all-in-one file holds it
+    option: str  # the option naming its own file; "" when only the `vae` option (a diffusers folder) can stand in
+    what: str  # for messages
+    projection: bool = False  # a CLIP text encoder with its text projection (SD3's pooled outputs)
+
+
+def part_issues(parts: tuple[Part, ...], keys: CheckpointKeys, files: ModelFiles, vae_path: str,
+                title: str) -> list[ConfigIssue]:
+    """The parts a file lacks with no option to stand in, named before anything loads."""
+    issues = []
+    for part in parts:
+        if keys.has(part.prefix) or (part.kind == "vae" and vae_path) or (part.option and getattr(files,
+                                                                                                   part.option)):
+            continue
+        fix = (f"set {part.option} to its .safetensors file (as for sd-scripts)" if part.option else
+               "set vae to its VAE as a diffusers AutoencoderKL folder")
+        issues.append(ConfigIssue(part.option or "vae", f"{Path(keys.name).name} holds the {title} denoiser but no "
+                                  f"{part.what}: {fix}", "model"))
+    return issues
+
+
+class FlowRules(FamilyRules):
+    """The rules the flow families share; each family names its own options, parts and reference layout."""
+
+    unet_key_style = "own"  # lora_targets names the modules after the reference code
+    objective = "flow"
+    denoiser_folder = "transformer"
+    supports_clip_skip = False
+    detect_priority = 3
+    single_file_text_encoders = ()  # their single files are read by flow_checkpoint.py, not by single_file/
+    own_checkpoint_layout = True
+    own_options: frozenset[str]  # the flow options this family reads
+    reference_prefixes: tuple[str, ...]  # key prefixes of its reference (single-file) checkpoints
+    checkpoint_parts: tuple[Part, ...]  # its text encoders (in load order) and autoencoder
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        return str(index.get("_class_name", "")) == self.pipeline_class
+
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        return any(keys.has(prefix) for prefix in self.reference_prefixes)
+
+    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        return part_issues(self.checkpoint_parts, keys, files, vae_path, self.title)
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = [ConfigIssue(o.name, f"is not used with {self.title} models: leave it at {o.default!r}", o.group)
+                  for o in FLOW_OPTIONS
+                  if o.name not in self.own_options and values.get(o.name, o.default) != o.default]
+        for name, group, refused, why in _REFUSED:
+            if name in values and refused(values[name]):
+                issues.append(ConfigIssue(name, f"{why} ({self.title} trains by flow matching)", group))
+        issues += _size_issues(values, self.title) + self.network_arg_issues(values)
+        if values.get("network_module", "networks.lora") != "networks.lora":
+            issues.append(ConfigIssue("network_module", f"{self.title} LoRAs are trained with 'networks.lora' "
+                                      "(sd-scripts' networks.lora_flux / networks.lora_sd3) only", "network"))
+        block_args = [key for key in _BLOCK_ARGS if values.get(key) not in (None, "")]
+        block_args += [a.split("=")[0].strip() for a in values.get("network_args", []) if
+                       a.split("=")[0].strip() in _BLOCK_ARGS]
+        issues += [ConfigIssue(key, f"is for the 3x3 convolutions of SD/SDXL UNets; {self.title} models have none"
+                               if key.startswith("conv_") else f"is for the blocks of SD/SDXL UNets; {self.title} "
+                               "models have other blocks", "network") for key in block_args]
+        return issues + huber_schedule_issue(values, self.title)
+
+
+_BLOCK_ARGS = ("block_dims", "block_alphas", "conv_block_dims", "conv_block_alphas", "down_lr_weight", "mid_lr_weight",
+               "up_lr_weight", "conv_dim", "conv_alpha")
+
+
+def _on(value: Any) -> bool:
+    return bool(value)
+
+
+# (option, group, refused when, why): SD/SDXL options with no meaning for flow matching.
+_REFUSED: tuple[tuple[str, str, Callable[[Any], bool], str], ...] = (
+    ("v_parameterization", "model", _on, "v-prediction does not apply"),
+    ("clip_skip", "model", lambda v: v != 1, "the text encoders' layers are fixed: set clip_skip = 1"),
+    ("max_token_length", "dataset", lambda v: v not in (None, 75), "CLIP reads 77 tokens; the T5 encoder's length is "
+     "t5xxl_max_token_length"),
+    ("weighted_captions", "dataset", _on, "weighted captions are not available"),
+    ("min_snr_gamma", "loss", lambda v: v not in (None, 0), "min-SNR weighting needs a noise schedule's SNR; "
+     "weighting_scheme weights flow matching"),
+    ("debiased_estimation_loss", "loss", _on, "debiased estimation needs a noise schedule's SNR"),
+    ("scale_v_pred_loss_like_noise_pred", "loss", _on, "v-prediction does not apply"),
+    ("v_pred_like_loss", "loss", _on, "v-prediction does not apply"),
+    ("zero_terminal_snr", "loss", _on, "it rescales a DDPM noise schedule, which flow matching has not"),
+    ("noise_offset", "loss", _on, "noise offset is not used (as in sd-scripts)"),
+    ("multires_noise_iterations", "loss", _on, "multires noise is not used (as in sd-scripts)"),
+    ("adaptive_noise_scale", "loss", lambda v: v is not None, "noise offset is not used (as in sd-scripts)"),
+    ("train_text_encoder", "training", _on, "full finetunes train the transformer only here (sd-scripts' flux_train "
+     "does too); LoRAs can train CLIP"),
+    ("base_weights", "network", _on, "merging LoRAs into the base model is not available for it yet"),
+    ("sdpa", "precision", lambda v: v is False, "the transformer's attention is always PyTorch's scaled-dot-product "
+     "attention: set sdpa = true"),
+)
+
+
+def _size_issues(values: Mapping[str, Any], title: str) -> list[ConfigIssue]:
+    issues = []
+    sides = [p.strip() for p in str(values.get("resolution", "")).replace("x", ",").split(",")]
+    if all(p.isdigit() for p in sides) and any(int(p) % SIZE_STEP for p in sides):
+        issues.append(ConfigIssue("resolution", f"{title} models take sizes in multiples of {SIZE_STEP}: e.g. 512 or "
+                                  "1024", "dataset"))
+    if values.get("enable_bucket") and int(values.get("bucket_reso_steps") or 64) % SIZE_STEP:
+        issues.append(ConfigIssue("bucket_reso_steps", f"must be a multiple of {SIZE_STEP} for {title} models "
+                                  "(64 is safest)", "dataset"))
+    return issues
+
+
+def huber_schedule_issue(values: Mapping[str, Any], title: str) -> list[ConfigIssue]:
+    if values.get("loss_type") in ("huber", "smooth_l1") and values.get("huber_schedule", "snr") == "snr":
+        return [ConfigIssue("huber_schedule", f"'snr' needs a noise schedule's SNR, which {title} models have not "
+                            "(as in sd-scripts): choose 'exponential' or 'constant'", "loss")]
+    return []

@@ -1,0 +1,45 @@
+"""FLUX.1 without its weights (torch-free): its pipeline, the reference-layout transformer file and the parts it
+lacks (clip_l, t5xxl, ae), its network_args, and the options it does not take."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.core.options.groups.network import FLUX_NETWORK_ARGS
+from trainers.models.flow_rules import FlowRules, Part
+from trainers.models.flux import lora_layers
+
+
+class FluxRules(FlowRules):
+    name = "flux"
+    title = "FLUX.1"
+    arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
+    pipeline_class = "FluxPipeline"
+    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
+                             "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
+                             "t5xxl_max_token_length", "apply_t5_attn_mask",
+                             "text_encoder_batch_size"})
+    reference_prefixes = ("double_blocks.", "model.diffusion_model.double_blocks.", "diffusion_model.double_blocks.")
+    checkpoint_parts = (Part("clip_l", "text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder"),
+                        Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
+                        Part("vae", "vae.", "ae", "autoencoder"))
+    network_arg_keys = frozenset(FLUX_NETWORK_ARGS)
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().option_issues(values)
+        args = dict(str(a).split("=", 1) for a in values.get("network_args") or [] if "=" in str(a))
+        try:  # their form; the block numbers are checked against the model when it is loaded
+            lora_layers.layer_dims([], {k.strip(): v.strip() for k, v in args.items()}, 1,
+                                   {"double": 10 ** 6, "single": 10 ** 6})
+        except ValueError as err:
+            issues.append(ConfigIssue("network_args", str(err), "network"))
+        for name in ("min_timestep", "max_timestep"):
+            if values.get(name) is not None:
+                issues.append(ConfigIssue(name, "is not used with FLUX.1 models (timestep_sampling draws the noise "
+                                          "level, as in sd-scripts): unset it", "loss"))
+        return issues
+
+
+FLUX = FluxRules()

@@ -1,0 +1,238 @@
+"""What a model family is without its weights (torch-free, for Validate in the GUI): how its models are told apart
+(diffusers folders by their JSON configs, single files by their tensor names and shapes) and which options it
+cannot honour. Each family's `rules` module holds its FamilyRules object; its `family` module's ModelFamily adds
+loading and running to it (trainers/models/base.py).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from trainers.core.errors import BadInput, ConfigIssue
+from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
+from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
+from trainers.core.registry import FAMILIES
+
+SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth")  # what load_model reads as a single file
+UNET_PREFIX = "model.diffusion_model."  # the UNet of an LDM/SGM single file
+VAE_PREFIX = "first_stage_model."  # its VAE
+
+
+class ModelLoadError(BadInput):
+    """The model cannot be used: the message says which file and why."""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path} is missing: is this a complete diffusers model folder?") from None
+    except OSError as err:
+        raise ModelLoadError(f"{path} cannot be read ({err.strerror or err})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"{path} is not valid JSON ({err})") from None
+
+
+@dataclass(frozen=True)
+class CheckpointKeys:
+    """The tensor names and shapes of a single-file checkpoint (no tensor read), for family detection."""
+
+    shapes: dict[str, tuple[int, ...]]
+    name: str  # the file, for messages
+
+    def has(self, prefix: str) -> bool:
+        return any(k.startswith(prefix) for k in self.shapes)
+
+    def cross_attention_width(self, unet_prefix: str) -> int | None:
+        """The UNet's text-embedding width (from an attn2.to_k weight), None when there is none."""
+        return next((s[1] for k, s in self.shapes.items()
+                     if k.startswith(unet_prefix) and k.endswith("attn2.to_k.weight") and len(s) == 2), None)
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """The separate component files of a run (sd-scripts' option names: SD3 and FLUX from single files that lack
+    them) and where tokenizers such files lack are kept."""
+
+    clip_l: str = ""
+    clip_g: str = ""
+    t5xxl: str = ""
+    ae: str = ""
+    tokenizer_cache_dir: str = ""
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> "ModelFiles":
+        return cls(**{name: str(values.get(name) or "").strip() for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class TextEncoderPart:
+    """Where one text encoder's weights sit in a single file: its transformers class, diffusers subfolder, prefix."""
+
+    cls: str  # a transformers class name
+    subfolder: str
+    prefix: str
+
+
+Rules = TypeVar("Rules", bound="FamilyRules")
+
+
+class FamilyRules(ABC):
+    """A model generation as far as checks before loading need it."""
+
+    name: str  # model_family value (see trainers/core/registry.py)
+    title: str  # for messages
+    unet_key_style: str  # "diffusers" or "sgm": how kohya names this family's UNet modules; "own": lora_targets says
+    objective: Literal["ddpm", "flow"] = "ddpm"  # noise prediction (train/diffusion.py), flow matching (train/flow.py)
+    denoiser_folder: str = "unet"  # the denoiser's subfolder (and model_index.json entry) in a diffusers folder
+    supports_clip_skip: bool = True
+    detect_priority: int = 0  # when several families claim a model, the highest wins (the most specific)
+    arch_dir: Path  # configs of the architecture (diffusers layout, no weights) for single-file checkpoints
+    pipeline_class: str  # the diffusers pipeline of a saved model folder
+    single_file_text_encoders: tuple[TextEncoderPart, ...]
+    network_arg_keys: frozenset[str] = frozenset()  # family-only network_args it reads (FLUX's layer choices)
+    # Families whose single files are not in the LDM/SGM layout load them themselves (ModelFamily.load_checkpoint).
+    own_checkpoint_layout: bool = False
+    checkpoint_parts: tuple[Any, ...] = ()  # the parts (flow_rules.Part) separate files may stand in for
+
+    @classmethod
+    def of(cls: type[Rules], rules: "FamilyRules") -> Rules:
+        """The family `rules` describe as an object of `cls`, the plug-in class that adds loading and running."""
+        family = copy.copy(rules)
+        family.__class__ = cls
+        return family
+
+    @abstractmethod
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        """Whether a diffusers folder (its model_index.json and unet/config.json) is a model of this family."""
+
+    @abstractmethod
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        """Whether a single-file checkpoint is of this family; raises ModelLoadError for a variant it cannot
+        train (e.g. a refiner)."""
+
+    def accepts(self, requested: "FamilyRules", single_file: bool) -> bool:
+        """Whether a model detected as this family may be trained as `requested` (model_family): families of one
+        plug-in class (SD1/SD2) differ only in sizes in a diffusers folder, so there the user is trusted."""
+        if requested.name == self.name:
+            return True
+        return not single_file and type(requested) is type(self) and requested.unet_key_style == self.unet_key_style
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """Options of a config this family cannot honour (checked before its weights load). By default the
+        flow-matching options must keep their defaults."""
+        issues = [ConfigIssue(o.name, f"applies to SD3 and FLUX models only; this is an {self.title} model: leave it "
+                              f"at {o.default!r}", o.group)
+                  for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default]
+        if values.get("save_diffusers_lora"):
+            issues.append(ConfigIssue("save_diffusers_lora", f"diffusers reads the kohya files of {self.title} LoRAs "
+                                      "itself: leave it off", "network"))
+        if values.get("blocks_to_swap"):
+            issues.append(ConfigIssue("blocks_to_swap", f"swaps SD3 and FLUX transformer blocks; {self.title} models "
+                                      "fit without it: unset it", "precision"))
+        return issues + self.network_arg_issues(values)
+
+    def network_arg_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """network_args keys of another family's LoRAs."""
+        keys = [str(a).split("=")[0].strip() for a in values.get("network_args") or []]
+        issues = [ConfigIssue("network_args", f"{key} chooses FLUX.1 layers (sd-scripts' networks.lora_flux); this "
+                              f"is an {self.title} model: leave it out", "network")
+                  for key in keys if key in FLUX_NETWORK_ARGS and key not in self.network_arg_keys]
+        if self.unet_key_style != "own":  # only families naming their own modules have fused q/k/v ones
+            issues += [ConfigIssue("network_args", f"{key} splits LoRA modules that cover q, k and v together; an "
+                                   f"{self.title} model's LoRA has none: leave it out", "network")
+                       for key in keys if key in FUSED_LAYER_ARGS]
+        return issues
+
+    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        """What a single file of this family lacks, with no option set to stand in, before it loads. An LDM/SGM
+        file must hold its text encoders, and its VAE unless `vae` names one."""
+        issues = [ConfigIssue("pretrained_model_name_or_path", f"{Path(keys.name).name} holds the {self.title} UNet "
+                              f"but not its text encoder ({part.prefix}*), which a single file must hold here: give "
+                              "the complete checkpoint, or the model's diffusers folder", "model")
+                  for part in self.single_file_text_encoders if not keys.has(part.prefix)][:1]
+        if not vae_path and not keys.has(VAE_PREFIX):
+            issues.append(ConfigIssue("vae", f"{Path(keys.name).name} holds no VAE ({VAE_PREFIX}*): set vae to a "
+                                      "diffusers AutoencoderKL folder", "model"))
+        return issues
+
+
+@functools.cache
+def all_rules() -> tuple[FamilyRules, ...]:
+    """Every family's rules, the most specific first (the order detection asks them in)."""
+    found = [getattr(importlib.import_module(spec.rules), spec.attribute) for spec in FAMILIES]
+    return tuple(sorted(found, key=lambda f: -f.detect_priority))
+
+
+def rules_of(name: str) -> FamilyRules:
+    for rules in all_rules():
+        if rules.name == name:
+            return rules
+    raise KeyError(f"unknown model family {name!r}; known: {', '.join(spec.name for spec in FAMILIES)}")
+
+
+def folder_rules(folder: Path) -> FamilyRules:
+    """The family of a diffusers folder, from its pipeline class and UNet config (the most specific claim wins)."""
+    index = read_json(folder / "model_index.json") if (folder / "model_index.json").exists() else {}
+    # A pipeline whose denoiser is a transformer lists no unet (and has no unet/ folder).
+    unet_cfg = read_json(folder / "unet" / "config.json") if "unet" in index or not index else {}
+    for candidate in all_rules():
+        if candidate.claims_folder(index, unet_cfg, folder):
+            return candidate
+    pipeline, cross_dim = str(index.get("_class_name", "")), unet_cfg.get("cross_attention_dim")
+    found = f"pipeline class {pipeline!r}" if pipeline else f"a UNet with cross_attention_dim={cross_dim!r}"
+    known = ", ".join(f.title for f in reversed(all_rules()))
+    raise ModelLoadError(
+        f"pretrained_model_name_or_path: cannot tell the model family of {folder}: found {found}. "
+        f"Supported: {known} diffusers folders. If it is one of these, set model_family.")
+
+
+def checkpoint_rules(shapes: Mapping[str, tuple[int, ...]], name: str) -> FamilyRules | None:
+    """The family of a single file from its tensor names (and a shape or two), None when only the UNet is there
+    and its width is unknown; raises ModelLoadError for files that are no model to train."""
+    keys = CheckpointKeys(dict(shapes), name)
+    if _is_lora(keys):
+        raise ModelLoadError(f"{name} is a LoRA, not a full model: give the base model it was trained on, "
+                             "and load the LoRA as network_weights")
+    for candidate in all_rules():  # a family's own layout (SD3's and FLUX's reference code): it loads those
+        if candidate.own_checkpoint_layout and candidate.claims_checkpoint(keys):
+            return candidate
+    if not keys.has(UNET_PREFIX):
+        what = not_a_unet(keys)
+        fix = "; give the whole diffusers folder" if what.startswith("one component") else ""
+        raise ModelLoadError(f"{name} has no UNet weights ({UNET_PREFIX}*): it looks like {what}{fix}")
+    conv_in = shapes.get(UNET_PREFIX + "input_blocks.0.0.weight")
+    if conv_in is not None and len(conv_in) == 4 and conv_in[1] != 4:
+        raise ModelLoadError(f"{name} has a UNet with {conv_in[1]} input channels (an inpainting, depth or "
+                             "instruct model); only text-to-image checkpoints (4 channels) are supported")
+    return next((f for f in all_rules() if f.claims_checkpoint(keys)), None)
+
+
+def _is_lora(keys: CheckpointKeys) -> bool:
+    return keys.has("lora_unet_") or keys.has("lora_te") or any(".lora_down." in k or ".lora_A." in k
+                                                                 for k in keys.shapes)
+
+
+def not_a_unet(keys: CheckpointKeys) -> str:
+    """What a single file without an LDM/SGM UNet holds, in a few words."""
+    if _is_lora(keys):
+        return "a LoRA"
+    if keys.has("encoder.down.") or keys.has("encoder.down_blocks.") or keys.has(VAE_PREFIX):
+        return "a VAE on its own"
+    if keys.has("down_blocks.") or keys.has("text_model.") or keys.has("encoder.layers."):
+        return "one component of a diffusers model"
+    return "something that is not a Stable Diffusion checkpoint"
+
+
+def unknown_checkpoint(name: str) -> ModelLoadError:
+    """The error of a single file whose family cannot be told (checkpoint_rules gave None)."""
+    titles = ", ".join(f.title for f in reversed(all_rules()))
+    return ModelLoadError(f"{name}: cannot tell the model family (it has no text encoder weights, and its UNet's "
+                          f"cross-attention width is none of {titles}'s); set model_family")

@@ -1,0 +1,36 @@
+"""SD3 and SD3.5 without their weights (torch-free): their pipeline, Stability's single-file layout and the parts it
+may lack (clip_l, clip_g, t5xxl), and the options they do not take."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.models.flow_rules import FlowRules, Part
+
+
+class StableDiffusion3Rules(FlowRules):
+    name = "sd3"
+    title = "SD3"
+    arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
+    pipeline_class = "StableDiffusion3Pipeline"
+    own_options = frozenset({"weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
+                             "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask",
+                             "t5xxl_dtype", "text_encoder_batch_size"})
+    reference_prefixes = ("joint_blocks.", "model.diffusion_model.joint_blocks.")
+    checkpoint_parts = (
+        Part("clip_l", "text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder", projection=True),
+        Part("clip_g", "text_encoders.clip_g.transformer.", "clip_g", "CLIP-G text encoder", projection=True),
+        Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
+        Part("vae", "first_stage_model.", "", "VAE"))
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().option_issues(values)
+        for name in ("ip_noise_gamma", "ip_noise_gamma_random_strength"):
+            if values.get(name):
+                issues.append(ConfigIssue(name, "is not used with SD3 models (as in sd-scripts): turn it off", "loss"))
+        return issues
+
+
+SD3 = StableDiffusion3Rules()
