@@ -1,8 +1,9 @@
 """One worker's pipeline: the model on its device, its LoRAs, the prompt-embedding cache, and rendering.
 
 LoRAs load through diffusers' `load_lora_weights` (kohya files as we and other trainers write them) as
-named adapters; `set_adapters` gives each its weight. A weight-0 LoRA is not loaded at all, so it
-renders exactly the base image. Each distinct (prompt, negative) is encoded once per worker and
+named adapters; `set_adapters` gives each its weight. LyCORIS files (LoHa, LoKr, IA3, ...), which diffusers does
+not read, are wrapped around the layers they change by lycoris-lora (lycoris_files.py). A weight-0 LoRA is not
+loaded at all, so it renders exactly the base image. Each distinct (prompt, negative) is encoded once per worker and
 text-encoder setup (the cache key includes the LoRAs that change the text encoders), through the same
 chunked encoding as sample images during training (`encode_for_pipeline`).
 """
@@ -14,6 +15,7 @@ from typing import Any
 
 import torch
 
+from trainers.generate.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups
 from trainers.generate.options import GenerateConfig, LoraRef
 from trainers.generate.plan import Variant, WorkItem
 from trainers.generate.pnginfo import lora_short_hash, lora_tag, parameters_text
@@ -51,7 +53,8 @@ class Renderer:
         self.model: LoadedModel | None = None
         self.model_source = ""
         self.pipe: Any = None
-        self.adapters: dict[str, str] = {}  # LoRA path -> adapter name
+        self.adapters: dict[str, str] = {}  # LoRA path -> diffusers adapter name
+        self.lycoris: dict[str, LycorisFile] = {}  # LyCORIS file path -> its modules, wrapped around the layers
         self.variant: int | None = None
         self._embeds: dict[tuple, dict[str, torch.Tensor]] = {}
         self._hashes: dict[str, str] = {}
@@ -67,7 +70,7 @@ class Renderer:
             return
         started = time.perf_counter()
         self.model = self.pipe = None
-        self.adapters, self.variant, self._embeds = {}, None, {}
+        self.adapters, self.lycoris, self.variant, self._embeds = {}, {}, None, {}
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         model = load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae, random_init=self.cfg.random_init,
@@ -93,11 +96,16 @@ class Renderer:
         if unused:
             self.pipe.delete_adapters(unused)
             self.adapters = {p: n for p, n in self.adapters.items() if p in active}
+        for path in [p for p in self.lycoris if p not in active]:
+            self.lycoris.pop(path).remove()
         for path in active:
-            if path not in self.adapters:
+            if path not in self.adapters and path not in self.lycoris:
                 self._load_lora(path)
-        if active:
-            self.pipe.set_adapters([self.adapters[p] for p in active], adapter_weights=list(active.values()))
+        adapters = {p: w for p, w in active.items() if p in self.adapters}
+        if adapters:
+            self.pipe.set_adapters([self.adapters[p] for p in adapters], adapter_weights=list(adapters.values()))
+        for path, lycoris in self.lycoris.items():
+            lycoris.set_weight(active[path])
         self.variant = index
 
     def _load_lora(self, path: str) -> None:
@@ -107,8 +115,11 @@ class Renderer:
         name = f"lora{self._adapter_count}"  # unique for the worker's life (deleted names are not reused)
         try:
             assert self.model is not None
-            state = self.model.family.lora_for_pipeline(load_file(path), self.model)
-            self.pipe.load_lora_weights(state, adapter_name=name)
+            state = with_conv_ups(load_file(path))
+            if is_lycoris_file(state):
+                self.lycoris[path] = LycorisFile(state, self.model, self.device, self.dtype)
+                return
+            self.pipe.load_lora_weights(self.model.family.lora_for_pipeline(state, self.model), adapter_name=name)
         except FileNotFoundError:
             raise ModelLoadError(f"loras: {path}: no such file") from None
         except Exception as err:  # noqa: BLE001 - diffusers/peft raise many types; say which file
@@ -122,7 +133,7 @@ class Renderer:
     def embeds(self, prompt: str, negative: str) -> dict[str, torch.Tensor]:
         """Prompt and negative embeddings of batch 1, encoded once per text-encoder setup."""
         assert self.model is not None and self.variant is not None
-        te_loras = tuple(sorted((p, self._weight(p)) for p in self.adapters if self._touches(p)))
+        te_loras = tuple(sorted((p, self._weight(p)) for p in [*self.adapters, *self.lycoris] if self._touches(p)))
         key = (self.model_source, te_loras, self.cfg.clip_skip, prompt, negative)
         if key not in self._embeds:
             with torch.no_grad():
