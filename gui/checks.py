@@ -12,7 +12,6 @@ from trainers.core.options.optimizer_checks import optimizer_issues, optimizer_w
 from trainers.core.plan import StepPlan
 from trainers.core.schedules import lr_curve, preview_blocker, schedule_kind, step_count
 from trainers.data.preflight import preflight
-from trainers.validate import validate
 
 
 @dataclass
@@ -66,33 +65,54 @@ class CheckReport:
 
 
 def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | None = None) -> CheckReport:
-    """Everything Validate shows. `allowed_roots`: folders typed paths must lie under (None: anywhere).
+    """Everything Validate shows, every problem in one pass. `allowed_roots`: folders typed paths must lie under
+    (None: anywhere).
 
     The dataset is read by the trainer's own preflight, so the page shows the buckets, skipped
     files and step count the run will really have.
     """
     warnings: list[str] = []
-    try:
-        cfg = config_from_dict(method, values, warnings=warnings)
-    except ConfigError as err:
-        return CheckReport(None, err.issues, warnings)
+    cfg, unusable = form_config(method, values, warnings)
+    if cfg is None:
+        return CheckReport(None, unusable, warnings)
     outside = outside_roots(cfg, allowed_roots)
-    if outside:  # never look inside a folder the GUI may not use
-        return CheckReport(cfg, validate(cfg) + outside, warnings)
-    pre = preflight(cfg)
-    report = CheckReport(cfg, [], warnings + optimizer_warnings(cfg) + pre.warnings)
+    # The rest is checked with what could not be used left out: values that are no option's (at their defaults)
+    # and paths outside the roots (never looked into); each is named once, by its own issue.
+    named = unusable + outside
+    pre = preflight(cfg.replace(**{i.field: "" for i in outside}))
+    complete = not named
+    report = CheckReport(cfg if complete else None, list(named), warnings + optimizer_warnings(cfg) + pre.warnings)
     for issue in pre.errors:
+        if issue.field in {i.field for i in named}:
+            continue
         if issue.group == "dataset" and issue.field not in BY_NAME or "\n" in issue.message:
             report.dataset_problem += ("\n\n" if report.dataset_problem else "") + issue.message
         else:
             report.issues.append(issue)
-    report.memory = pre.memory
-    if pre.subsets:
-        report.dataset = pre.text(with_memory=False)  # shown as its own part
-    if pre.plan is not None:
-        report.steps = step_preview(pre.plan, pre.train_samples + pre.reg_samples)
-        report.lr_curve, report.lr_note = lr_preview(cfg, pre.plan)
+    if complete:  # the numbers of a config with some values left at their defaults would mislead
+        report.memory = pre.memory
+        if pre.subsets:
+            report.dataset = pre.text(with_memory=False)  # shown as its own part
+        if pre.plan is not None:
+            report.steps = step_preview(pre.plan, pre.train_samples + pre.reg_samples)
+            report.lr_curve, report.lr_note = lr_preview(cfg, pre.plan)
     return report
+
+
+def form_config(method: str, values: dict[str, Any], warnings: list[str]) -> tuple[TrainConfig | None,
+                                                                                  list[ConfigIssue]]:
+    """(the config of the form's values, the problems of values no option takes). A value that is not valid (or a
+    name that is no option) is named and left out, so the rest of the form is checked in the same pass; None
+    when even that does not give a config."""
+    try:
+        return config_from_dict(method, values, warnings=warnings), []
+    except ConfigError as err:
+        unusable = err.issues
+    fields = {issue.field for issue in unusable}
+    try:
+        return config_from_dict(method, {k: v for k, v in values.items() if k not in fields}), unusable
+    except ConfigError as err:
+        return None, unusable + [issue for issue in err.issues if issue not in unusable]
 
 
 def lr_preview(cfg: TrainConfig, plan: StepPlan) -> tuple[dict[str, list[tuple[int, float]]], str]:

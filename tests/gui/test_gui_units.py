@@ -78,7 +78,9 @@ def test_checks_report_dataset_problem_in_dataset_group_and_steps(tmp_path: Path
 
 def test_all_problems_are_grouped_at_once(tmp_path: Path) -> None:
     report = check_form("lora", {"network_dim": 0, "learning_rate": -1, "bogus": 1})
-    assert {i.field for i in report.issues} == {"network_dim", "learning_rate", "bogus"}
+    assert {i.field for i in report.issues} == {"network_dim", "learning_rate", "bogus",  # and what is missing:
+                                                "pretrained_model_name_or_path", "train_data_dir", "output_dir",
+                                                "max_train_epochs"}
     grouped = report.by_group()
     assert "network" in grouped and "optimizer" in grouped and "essentials" in grouped
 

@@ -70,3 +70,23 @@ def test_two_text_encoder_rates_are_drawn_as_two_series(ready: dict) -> None:
     report = check_form("lora", {**ready, "text_encoder_lr": from_widget(option_for("lora", "text_encoder_lr"), text)})
     assert set(report.lr_curve) == {"learning_rate", "text_encoder_lr (TE1)", "text_encoder_lr (TE2)"}
     assert report.lr_curve["text_encoder_lr (TE2)"][-1][1] <= 2e-5
+
+
+def test_one_validate_names_every_problem_in_every_group(ready: dict, tmp_path: Path) -> None:
+    """Typos and values out of range, a missing dataset folder, a VAE that is not one and a method's rule: all in the
+    first report (a typo used to hide the rest until it was fixed)."""
+    bad = {"learning_rate": "fast", "network_dim": 0, "train_data_dir": str(tmp_path / "no such folder"),
+           "vae": ready["train_data_dir"], "network_train_unet_only": True, "network_train_text_encoder_only": True}
+    report = check_form("lora", {**ready, **bad})
+    assert not report.ok and {i.field for i in report.issues} == set(bad) - {"network_train_unet_only"}
+    grouped = report.by_group()
+    assert {"optimizer", "network", "essentials", "model"} <= set(grouped)
+    assert "no such folder" in report.summary() and "'fast'" in report.summary()
+    assert not report.steps and not report.lr_curve  # numbers of a config with a typo in it would mislead
+
+
+def test_a_typo_and_an_empty_dataset_folder_are_named_together(ready: dict, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    report = check_form("lora", {**ready, "train_batch_size": "two", "train_data_dir": str(tmp_path / "empty")})
+    assert [i.field for i in report.issues] == ["train_batch_size"]
+    assert "this folder is empty" in report.dataset_problem

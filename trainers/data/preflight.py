@@ -150,16 +150,20 @@ def preflight(cfg: TrainConfig, num_processes: int | None = None) -> PreflightRe
     if num_processes is None:
         num_processes = int(cfg.values.get("num_processes") or 1) * int(cfg.values.get("num_machines") or 1)
     report = PreflightReport(num_processes, errors=validate(cfg), memory=weights_note(cfg))
-    if any(issue.group == "dataset" for issue in report.errors):
-        report.warnings.append("the dataset is read once the dataset errors are fixed")
-        return report
-    try:
+    named = {issue.field for issue in report.errors}
+    try:  # read even with option errors, so that the dataset's own problems are named in the same pass
         catalog = build_catalog(cfg.values, report.warnings)
     except ConfigError as err:
-        report.errors += err.issues
+        report.errors += [issue for issue in err.issues if issue.field not in named]
         return report
     except DatasetLayoutError as err:
-        report.errors.append(ConfigIssue(err.field, str(err), "dataset"))
+        if err.field not in named:
+            report.errors.append(ConfigIssue(err.field, str(err), "dataset"))
+        return report
+    except (ValueError, TypeError, OSError):
+        if not any(issue.group == "dataset" for issue in report.errors):
+            raise
+        report.warnings.append("the dataset is read once the dataset errors are fixed")
         return report
     fill_report(report, catalog, cfg)
     return report
