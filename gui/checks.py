@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gui.forms import ESSENTIALS
+from gui.text import code_block, plain
 from trainers.core.optimizers import spec_for, text_encoder_rates
 from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict
 from trainers.core.options.optimizer_checks import optimizer_issues, optimizer_warnings
@@ -38,29 +39,29 @@ class CheckReport:
                 where = "essentials"
             else:
                 where = BY_NAME[issue.field].group
-            out.setdefault(where, []).append(f"**{issue.field}**: {issue.message}")
+            out.setdefault(where, []).append(f"**{plain(issue.field)}**: {plain(issue.message)}")
         if self.dataset_problem:
-            out.setdefault("dataset", []).append(f"```\n{self.dataset_problem}\n```")
+            out.setdefault("dataset", []).append(code_block(self.dataset_problem))
         return out
 
     def summary(self) -> str:
         if not self.ok:
-            lines = [f"- {i}" for i in self.issues] + (["- the dataset: see the Dataset group"]
+            lines = [f"- {plain(i)}" for i in self.issues] + (["- the dataset: see the Dataset group"]
                                                         if self.dataset_problem else [])
             head = f"### {len(lines)} problem(s) to fix\n" + "\n".join(lines)
         else:
             head = "### Ready to start"
         parts = [head]
         if self.warnings:
-            parts.append("Warnings:\n" + "\n".join(f"- {w}" for w in self.warnings))
+            parts.append("Warnings:\n" + "\n".join(f"- {plain(w)}" for w in self.warnings))
         if self.dataset:
-            parts.append(f"**Dataset**\n```\n{self.dataset}\n```")
+            parts.append(f"**Dataset**\n{code_block(self.dataset)}")
         if self.steps:
             parts.append(f"**Steps** {self.steps}")
         if self.lr_note:
             parts.append(f"**Learning rate** {self.lr_note}")
         if self.memory:
-            parts.append(f"**Memory** {self.memory}")
+            parts.append(f"**Memory** {plain(self.memory)}")
         return "\n\n".join(parts)
 
 
@@ -122,17 +123,17 @@ def lr_preview(cfg: TrainConfig, plan: StepPlan) -> tuple[dict[str, list[tuple[i
     """
     blocker = preview_blocker(cfg)
     if blocker:
-        return {}, f"not drawn: {blocker}."
+        return {}, f"not drawn: {plain(blocker)}."
     if optimizer_issues(cfg):
         return {}, "drawn once the optimizer and schedule options are fixed."
     try:
         curves = {name: lr_curve(cfg, plan.total_steps, plan.num_processes, rate)
                   for name, rate in distinct_rates(cfg).items()}
     except ValueError as err:
-        return {}, f"not drawn: {err}."
+        return {}, f"not drawn: {plain(err)}."
     kind = schedule_kind(cfg)
     if kind == "schedule_free":
-        return curves, f"{cfg.optimizer_type} has no schedule: constant (its own warmup_steps is not drawn)."
+        return curves, f"{plain(cfg.optimizer_type)} has no schedule: constant (its own warmup_steps is not drawn)."
     warmup = step_count(cfg.lr_warmup_steps, cfg, plan.total_steps, plan.num_processes)
     text = f"`{kind}` over {plan.total_steps} steps" + (f", warming up for {warmup}" if warmup else "") + "."
     spec = spec_for(cfg.optimizer_type)

@@ -7,6 +7,8 @@ name a field (a typo names its option).
 """
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 import pytest
@@ -90,3 +92,35 @@ def test_a_typo_and_an_empty_dataset_folder_are_named_together(ready: dict, tmp_
     report = check_form("lora", {**ready, "train_batch_size": "two", "train_data_dir": str(tmp_path / "empty")})
     assert [i.field for i in report.issues] == ["train_batch_size"]
     assert "this folder is empty" in report.dataset_problem
+
+
+def _rendered_text(markdown: str) -> str:
+    """What a reader sees of `markdown`: rendered (CommonMark, as gradio's Markdown), tags dropped, entities read."""
+    from markdown_it import MarkdownIt
+
+    rendered = re.sub(r"<br\s*/?>", " ", MarkdownIt("commonmark").render(markdown))
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", rendered)).split())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_options_help_reads_in_full_once_rendered(method: str) -> None:
+    import gradio as gr
+
+    from gui.forms import build_form
+
+    with gr.Blocks():
+        form = build_form(method)
+    eaten = [name for name, widget in form.widgets.items()
+             if _rendered_text(widget.info) != " ".join(option_for(method, name).help.split())]
+    assert not eaten, eaten
+    assert "Paged* ones page their state" in _rendered_text(form.widgets["optimizer_type"].info)
+
+
+def test_messages_read_in_full_once_rendered(ready: dict) -> None:
+    report = check_form("lora", {**ready, "train_data_dir": "", "optimizer_type": "my_module.Adam*"})
+    required = next(i for i in report.issues if i.field == "train_data_dir")
+    assert "<repeats>_<tokens>" in required.message
+    shown = " ".join(_rendered_text(line) for lines in report.by_group().values() for line in lines)
+    assert f"train_data_dir: {required.message}" in shown
+    summary = _rendered_text(report.summary())
+    assert all(" ".join(str(issue).split()) in summary for issue in report.issues), summary
