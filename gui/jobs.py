@@ -6,8 +6,10 @@ everything, so a restarted GUI finds its runs again through status.json.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -75,13 +77,29 @@ def gpu_set(cfg_or_status: dict) -> set[str]:
     if ids:
         return set(ids)
     count = int(cfg_or_status.get("num_processes", 1))
-    return {str(i) for i in range(count)} if _has_gpus() else {"cpu"}
+    return {str(i) for i in range(count)} if gpu_count() else {"cpu"}
 
 
-def _has_gpus() -> bool:
-    import shutil
+def devices_text(devices: set[str]) -> str:
+    """What a user calls a run's `devices` (from gpu_set): "GPU 0, 1", or "the CPU" on a machine without GPUs."""
+    return "the CPU" if "cpu" in devices else f"GPU {', '.join(sorted(devices))}"
 
-    return shutil.which("nvidia-smi") is not None
+
+@functools.lru_cache(maxsize=1)
+def gpu_count() -> int:
+    """The CUDA GPUs the trainers will see, asked of nvidia-smi (the GUI never imports torch); 0 without it, or when
+    CUDA_VISIBLE_DEVICES hides them all."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.strip().startswith("-1")):
+        return 0
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    count = sum(line.startswith("GPU ") for line in listed.splitlines())
+    return min(count, len(visible.split(","))) if visible else count
 
 
 class JobManager:
@@ -146,9 +164,9 @@ class JobManager:
         for other in self.active_runs():
             shared = wanted & gpu_set(read_status(other))
             if shared:
-                where = "this machine" if "cpu" in shared else f"GPU {', '.join(sorted(shared))}"
-                raise JobError(f"Run {other.name} is still active on {where}. Stop it or wait for it to finish: "
-                               "two runs never share a GPU.")
+                shares = "the CPU" if "cpu" in shared else "a GPU"
+                raise JobError(f"Run {other.name} is still active on {devices_text(shared)}. Stop it or wait for it "
+                               f"to finish: two runs never share {shares}.")
 
     @staticmethod
     def _launch(argv: list[str], run_dir: Path, extra_env: dict[str, str]) -> subprocess.Popen:
@@ -228,9 +246,5 @@ def generate_gpu_ids(devices: str) -> str:
     """The GPU ids a generation job uses, as status.json records them ("cpu" when it runs on the CPU)."""
     wanted = devices.strip().lower()
     if wanted == "auto":
-        if not _has_gpus():
-            return "cpu"
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-        count = sum(line.startswith("GPU ") for line in listed.splitlines())
-        return ",".join(str(i) for i in range(count)) or "cpu"
+        return ",".join(str(i) for i in range(gpu_count())) or "cpu"
     return wanted.replace(" ", "")

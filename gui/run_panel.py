@@ -9,6 +9,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from gui.jobs import devices_text, gpu_set
 from gui.run_files import RunView, Watchers, format_duration
 from trainers.core.registry import METHOD_NAMES
 from trainers.core.rundir import RunState
@@ -105,7 +106,7 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
         if view.validation:
             stats += f" · validation loss {view.validation[-1][1]:.4f}"
     elif view.state == RunState.QUEUED:
-        stats = "Waiting in the queue for its GPUs (the Runs tab reorders or cancels it)."
+        stats = f"Waiting in the queue for {devices_text(gpu_set(view.status))} (the Runs tab reorders or cancels it)."
     else:
         stats = "Loading the model and data…" if view.state.active else ""
     chart_key = (len(view.losses), view.losses[-1] if view.losses else None, len(view.validation))

@@ -56,3 +56,37 @@ def test_busy_gpus_queue_runs_that_start_in_order_by_themselves(tmp_path: Path) 
     _wait(lambda: (second / "argv.json").exists(), "the run after it")
     (second / "release").touch()
     assert not (cancelled / "argv.json").exists()
+
+
+@pytest.mark.parametrize("listed, hidden, expected", [
+    (None, None, "for the CPU"),  # no nvidia-smi: a CPU-only machine
+    ("", None, "for the CPU"),  # nvidia-smi without a GPU (a driver but no device)
+    ("GPU 0: NVIDIA H100 (UUID: GPU-1)\nGPU 1: NVIDIA H100 (UUID: GPU-2)\n", None, "for GPU 0, 1"),
+    ("GPU 0: NVIDIA H100 (UUID: GPU-1)\n", "", "for the CPU"),  # CUDA_VISIBLE_DEVICES="" hides it
+], ids=["no-nvidia-smi", "no-gpu", "two-gpus", "hidden"])
+def test_a_queued_run_names_the_devices_it_waits_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      listed: str | None, hidden: str | None, expected: str) -> None:
+    from gui import jobs
+    from gui.run_files import RunWatcher
+    from gui.run_panel import render
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if listed is not None:  # an nvidia-smi that lists these GPUs
+        (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nprintf '%s' '{listed}'\n", encoding="utf-8")
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    if hidden is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+    jobs.gpu_count.cache_clear()
+    try:
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / "status.json").write_text(json.dumps({"state": "queued", "method": "lora", "num_processes": 2}))
+        stats = render(RunWatcher(run).refresh())[2][1]
+    finally:
+        jobs.gpu_count.cache_clear()
+    assert f"Waiting in the queue {expected} " in stats
+    assert ("GPU" in stats) == ("GPU 0" in expected)
