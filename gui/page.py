@@ -20,7 +20,7 @@ from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
 from gui.presets import PresetError, Presets, label
 from gui.run_files import RunSummary, Watchers, format_duration, list_runs
-from gui.run_panel import RunPanel, build_run_panel, render, view_for
+from gui.run_panel import RunPanel, build_run_panel, is_generation_job, render, view_for
 from gui.run_queue import RunQueue
 from gui.transfer_ui import build_downloads, build_tensorboard, build_upload, wire_downloads, wire_tensorboard
 from trainers.core.launch import needs_config_file, other_machine_commands
@@ -37,6 +37,9 @@ CSS = """
 .group-problems pre, .group-problems code {white-space: pre-wrap; overflow-wrap: anywhere;}
 .essentials {padding: .4em;}
 #run-column {position: sticky; top: 0; align-self: flex-start; max-height: 100vh; overflow-y: auto;}
+#run-gallery .grid-wrap {min-height: 0; max-height: none;}
+#run-gallery .grid-container {grid-template-columns: repeat(auto-fill, minmax(72px, 1fr)); grid-auto-rows: auto;}
+#run-gallery .gallery-item {aspect-ratio: 1;}
 """
 
 
@@ -63,7 +66,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         gr.Markdown(DOCS_LINKS, elem_id="docs-links")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
-                with gr.Tabs() as tabs:
+                with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays in sight
                     method_tabs = {}
                     for i, method in enumerate(METHODS):  # the first tab (LoRA) opens with the initial preset
                         with gr.Tab(method.title, id=method.name):
@@ -101,14 +104,14 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
         return [value if key != before else gr.skip() for (_, value), key, before in zip(pairs, keys, old)] + [keys]
 
     def on_load(run_id: str) -> str:
-        """The run this browser viewed last; else the run going on now; else the latest run."""
-        if view_for(services.watchers, services.runs_dir, run_id):
+        """The training run this browser viewed last; else the one going on now; else the newest. Generation jobs
+        are left out: their images are on the Generate tab, and a reload must not trade the run for one."""
+        view = view_for(services.watchers, services.runs_dir, run_id)
+        if view is not None and not is_generation_job(view):
             return run_id
-        active = services.jobs.active_runs()
-        if active:
-            return active[0].name
-        latest = next(iter(list_runs(services.runs_dir)), None)
-        return latest.run_id if latest else run_id
+        runs = [r for r in list_runs(services.runs_dir) if r.method in METHOD_NAMES]  # newest first
+        shown = next((r for r in runs if r.state.active), runs[0] if runs else None)
+        return shown.run_id if shown else run_id
 
     def stop_run(run_id: str) -> None:
         if run_id:
@@ -311,7 +314,8 @@ class RunList:
 RUN_LIST = RunList()
 
 
-RUN_COLUMNS = ("run", "method", "state", "started", "duration", "loss", "output", "note")
+RUN_COLUMNS = ("run", "state", "started", "duration", "loss", "method", "output", "note")
+NOTE_CHARS = 80
 
 
 def run_row(run: RunSummary) -> list[str]:
@@ -320,14 +324,16 @@ def run_row(run: RunSummary) -> list[str]:
     note = run.message or (f"resumed from {run.resumed_from}" if run.resumed_from else "")
     if run.message and run.resumed_from:
         note += f" (resumed from {run.resumed_from})"
-    return [run.run_id, run.method, str(run.state), time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started)),
+    return [run.run_id, str(run.state), time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started)),
             format_duration(took) if took is not None else "", f"{run.last_loss:.4f}" if run.last_loss else "",
-            Path(run.output).name if run.output else "", note]
+            run.method, Path(run.output).name if run.output else "", note]
 
 
 def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
-    table = gr.Dataframe(headers=list(RUN_COLUMNS), interactive=False, wrap=True, elem_id="runs-table",
-                         column_widths=["22%", "9%", "8%", "11%", "8%", "8%", "14%", "20%"])
+    # Each column as wide as its content, on one line (the table scrolls sideways when narrower); a long note is cut
+    # at NOTE_CHARS (a click on it shows all of it, and the run panel shows the run's whole message).
+    table = gr.Dataframe(headers=list(RUN_COLUMNS), interactive=False, wrap=False, max_chars=NOTE_CHARS,
+                         elem_id="runs-table")
     gr.Markdown("Click a row to show that run in the panel.")
     with gr.Row():
         pick = gr.Dropdown(label="Open run", choices=[], scale=3, elem_id="runs-pick")

@@ -48,7 +48,8 @@ def build_run_panel() -> RunPanel:
                         title="Loss", height=220, visible=False, elem_id="run-chart")
     lr_chart = gr.LinePlot(pd.DataFrame({"step": [], "lr": [], "series": []}), x="step", y="lr", color="series",
                            title="Learning rate", height=180, visible=False, elem_id="run-lr-chart")
-    gallery = gr.Gallery(label="Samples", columns=4, height=200, visible=False, elem_id="run-gallery")
+    # As tall as its rows of thumbnails (a fixed height cropped the second row); columns fit the width (page CSS).
+    gallery = gr.Gallery(label="Samples", height="auto", visible=False, elem_id="run-gallery")
     result = gr.Markdown(elem_id="run-result")
     compare = gr.Button("Compare saves", size="sm", visible=False, elem_id="run-compare")
     with gr.Accordion("Log", open=False) as log_box:
