@@ -12,6 +12,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,18 @@ def layout_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
         _stop_app(app)
 
 
-def _cells_on_one_line(page) -> list[str]:
+@contextmanager
+def _page_at(browser, width: int) -> Iterator:
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(UI_MS)
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+def _broken_cells(page) -> list[str]:
     """Runs table cells (header included) whose text wraps onto a second line or is cut at the cell's edge."""
     return page.evaluate("""() => [...document.querySelectorAll('#runs-table [role=gridcell], #runs-table th')]
         .filter(c => c.offsetHeight > 0)
@@ -71,10 +83,7 @@ def _cells_on_one_line(page) -> list[str]:
 
 @pytest.mark.parametrize("width", [400, 1400])
 def test_the_page_at_a_phones_and_a_desktops_width(browser, layout_app: App, width: int, tmp_path: Path) -> None:  # noqa: F811
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(UI_MS)
-    try:
+    with _page_at(browser, width) as page:
         page.goto(layout_app.url)
         # A fresh browser shows the newest training run, not the generation job running now.
         expect(page.locator("#run-title")).to_contain_text(f"Finished: {SHAPES}", timeout=90_000)
@@ -102,7 +111,7 @@ def test_the_page_at_a_phones_and_a_desktops_width(browser, layout_app: App, wid
         for run_id, state in ((SHAPES, "finished"), (QUEUED, "queued"), (JOB, "running")):
             expect(table.get_by_role("gridcell", name=state, exact=True).first).to_be_visible()
             expect(table.get_by_role("gridcell", name=run_id, exact=True)).to_be_visible()
-        assert _cells_on_one_line(page) == [], "Runs table cells broken over lines or cut"
+        assert _broken_cells(page) == [], "Runs table cells broken over lines or cut"
         page.screenshot(path=str(tmp_path / f"runs_{width}.png"), full_page=True)
 
         table.get_by_role("gridcell", name=QUEUED, exact=True).click()
@@ -112,16 +121,11 @@ def test_the_page_at_a_phones_and_a_desktops_width(browser, layout_app: App, wid
             expect(stats).not_to_contain_text("GPU")
         else:
             expect(stats).to_contain_text("Waiting in the queue for GPU 0")
-    finally:
-        context.close()
 
 
 def test_a_reload_keeps_the_viewed_training_run_and_never_trades_it_for_a_job(browser, layout_app: App) -> None:  # noqa: F811
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(UI_MS)
-    title = page.locator("#run-title")
-    try:
+    with _page_at(browser, 1400) as page:
+        title = page.locator("#run-title")
         page.goto(layout_app.url)
         expect(title).to_contain_text(SHAPES, timeout=90_000)
         page.get_by_role("tab", name="Runs", exact=True).click()
@@ -137,5 +141,3 @@ def test_a_reload_keeps_the_viewed_training_run_and_never_trades_it_for_a_job(br
         expect(title).to_contain_text(JOB)  # a job can be looked at from the Runs tab...
         page.reload()
         expect(title).to_contain_text(f"Finished: {SHAPES}", timeout=90_000)  # ...but a reload shows a training run
-    finally:
-        context.close()
