@@ -94,7 +94,7 @@ class Progress(Event):
     total_epochs: int
     loss: float
     loss_smoothed: float
-    lr: float
+    lr: float  # the rate this step trained with (first parameter group), as the planned schedule counts steps
     it_per_s: float
     images_per_s: float
     eta_s: float | None = None
