@@ -10,7 +10,7 @@ import functools
 import importlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar
 from trainers.core.errors import BadInput, ConfigIssue
 from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
 from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
-from trainers.core.registry import FAMILIES
+from trainers.core.registry import FAMILIES, FamilySpec
 
 SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth")  # what load_model reads as a single file
 UNET_PREFIX = "model.diffusion_model."  # the UNet of an LDM/SGM single file
@@ -164,18 +164,27 @@ class FamilyRules(ABC):
         return issues
 
 
-@functools.cache
-def all_rules() -> tuple[FamilyRules, ...]:
-    """Every family's rules, the most specific first (the order detection asks them in)."""
-    found = [getattr(importlib.import_module(spec.rules), spec.attribute) for spec in FAMILIES]
+def plugins(module_of: Callable[[FamilySpec], str]) -> tuple[Any, ...]:
+    """Every family's object in the module `module_of` names (its rules or its family), the most specific first
+    (the order detection asks them in)."""
+    found = [getattr(importlib.import_module(module_of(spec)), spec.attribute) for spec in FAMILIES]
     return tuple(sorted(found, key=lambda f: -f.detect_priority))
 
 
-def rules_of(name: str) -> FamilyRules:
-    for rules in all_rules():
-        if rules.name == name:
-            return rules
+def named(name: str, among: tuple[Any, ...]) -> Any:
+    for plugin in among:
+        if plugin.name == name:
+            return plugin
     raise KeyError(f"unknown model family {name!r}; known: {', '.join(spec.name for spec in FAMILIES)}")
+
+
+@functools.cache
+def all_rules() -> tuple[FamilyRules, ...]:
+    return plugins(lambda spec: spec.rules)
+
+
+def rules_of(name: str) -> FamilyRules:
+    return named(name, all_rules())
 
 
 def folder_rules(folder: Path) -> FamilyRules:
