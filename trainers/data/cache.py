@@ -237,13 +237,16 @@ class TextCache:
 
 
 TEXT_FORMAT = "atelier-text-1"
+TEXT_BATCH_SIZE = 16  # captions encoded at once unless text_encoder_batch_size says
 
 
 def build_text_cache(captions: list[str], encode: Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]],
-                     batch_size: int = 16, progress: Progress | None = None, folder: Path | None = None,
+                     batch_size: int | None = None, progress: Progress | None = None, folder: Path | None = None,
                      encoder_key: str = "") -> TextCache:
-    """Each caption's outputs. With `folder`, those of an earlier run with the same `encoder_key` (the text
-    encoders and every setting that changes their outputs) are read from it, and the new ones written there."""
+    """Each caption's outputs, encoded `batch_size` captions at a time (text_encoder_batch_size). With `folder`,
+    those of an earlier run with the same `encoder_key` (the text encoders and every setting that changes their
+    outputs) are read from it, and the new ones written there."""
+    batch_size = batch_size or TEXT_BATCH_SIZE
     unique = sorted(set(captions))
     embeds: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
     files = {c: folder / f"{_text_key(encoder_key, c)}.safetensors" for c in unique} if folder else {}

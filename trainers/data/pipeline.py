@@ -74,6 +74,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
             try:  # the sample prompts too: samples then need no text encoder (they are moved off the device below)
                 texts = captions + sample_texts(cfg)
                 dataset.texts = build_text_cache(texts, lambda caps: model.encode_texts(caps, cfg.clip_skip),
+                                                 cfg.values.get("text_encoder_batch_size"),
                                                  progress=_progress("text", main, events), folder=folder,
                                                  encoder_key=text_encoder_key(cfg, model) if folder else "")
             except CacheWriteError as err:

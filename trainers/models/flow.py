@@ -6,6 +6,7 @@ as sd-scripts' strategies for them do; neither takes clip skip, max_token_length
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from collections.abc import Mapping
@@ -22,6 +23,9 @@ from trainers.models.prompt_chunks import PromptTruncated
 
 CLIP_LENGTH = 77
 _DEFAULTS = {o.name: o.default for o in FLOW_OPTIONS}
+T5_DTYPES = {"float32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}  # t5xxl_dtype's ('auto': none)
+# Settings of how captions are encoded that sd-scripts does not write into the files it saves.
+_NOT_IN_METADATA = ("t5xxl_max_token_length", "t5xxl_dtype")
 
 
 @dataclass(frozen=True)
@@ -41,10 +45,16 @@ class FlowSettings:
     t5xxl_max_token_length: int | None = _DEFAULTS["t5xxl_max_token_length"]
     apply_t5_attn_mask: bool = _DEFAULTS["apply_t5_attn_mask"]
     apply_lg_attn_mask: bool = _DEFAULTS["apply_lg_attn_mask"]
+    t5xxl_dtype: str = _DEFAULTS["t5xxl_dtype"]
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> "FlowSettings":
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+    @property
+    def t5_dtype(self) -> torch.dtype | None:
+        """The dtype T5-XXL runs in (t5xxl_dtype); None: the one it was loaded in, under the run's autocast."""
+        return T5_DTYPES.get(self.t5xxl_dtype)
 
 
 class FlowFamily:
@@ -134,7 +144,7 @@ class FlowFamily:
     def flow_metadata(self) -> dict[str, Any]:
         """sd-scripts' ss_* keys of the flow options this family reads that shape its training (FlowSettings)."""
         return {f"ss_{name}": getattr(self.settings, name) for name in sorted(self.own_options)
-                if hasattr(self.settings, name) and name != "t5xxl_max_token_length"}
+                if hasattr(self.settings, name) and name not in _NOT_IN_METADATA}
 
 
 def last_blocks(blocks: nn.ModuleList, count: int, what: str) -> list[nn.Module]:
@@ -145,13 +155,21 @@ def last_blocks(blocks: nn.ModuleList, count: int, what: str) -> list[nn.Module]
     return list(blocks)[len(blocks) - count:] if count else []
 
 
-def run_t5(t5: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def run_t5(t5: nn.Module, ids: torch.Tensor, mask: torch.Tensor | None,
+           dtype: torch.dtype | None = None) -> torch.Tensor:
     """T5's last hidden states. T5 is never trained here (as sd-scripts by default): it runs in eval mode even inside
-    a module in training mode (its dropout off, as sd-scripts keeps it), without autograd."""
+    a module in training mode (its dropout off, as sd-scripts keeps it), without autograd.
+
+    With `dtype` (t5xxl_dtype) T5's weights are cast to it when it first runs, and it runs in it outside the run's
+    autocast: every caption, cached or not, and every sample prompt is encoded in that precision.
+    """
+    if dtype is not None and next(t5.parameters()).dtype != dtype:
+        t5.to(dtype)
+    own_precision = torch.autocast(ids.device.type, enabled=False) if dtype is not None else contextlib.nullcontext()
     was_training = t5.training
     t5.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), own_precision:
             return t5(ids, attention_mask=mask).last_hidden_state
     finally:
         t5.train(was_training)

@@ -32,7 +32,7 @@ class NoisePredictor(nn.Module):
     """
 
     def __init__(self, model: LoadedModel, extra: nn.Module | None, clip_skip: int, train_text_encoder: bool,
-                 text_encoders_cached: bool = False) -> None:
+                 text_encoders_cached: bool = False, memoize: bool = True) -> None:
         super().__init__()
         self.family = model.family
         self.unet = model.unet
@@ -43,7 +43,7 @@ class NoisePredictor(nn.Module):
         self.train_text_encoder = train_text_encoder
         frozen = bool(self.text_encoders) and not train_text_encoder
         deterministic = all(memo.deterministic(te) for te in self.text_encoders)
-        self.text_memo = memo.RowMemo(memo.TEXT_BYTES) if frozen and deterministic else None
+        self.text_memo = memo.RowMemo(memo.TEXT_BYTES) if memoize and frozen and deterministic else None
         # Frozen weights take no part in DDP: not broadcast at start, not bucketed.
         self._ddp_params_and_buffers_to_ignore = [n for n, p in self.named_parameters() if not p.requires_grad] + [
             n for n, _ in self.named_buffers()]
@@ -58,8 +58,11 @@ class NoisePredictor(nn.Module):
         else:
             ids, weights = split_weighted(input_ids or [])
             with torch.set_grad_enabled(self.train_text_encoder and torch.is_grad_enabled()):
-                hidden, pooled = self.text_memo(lambda: self._encode(ids, weights), memo.text_keys(ids, weights)) \
-                    if self.text_memo else self._encode(ids, weights)
+                def encode(rows: memo.Select) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    return self._encode(memo.rows_of(ids, rows), memo.rows_of(weights, rows))
+
+                hidden, pooled = self.text_memo(encode, memo.text_keys(ids, weights)) if self.text_memo \
+                    else self._encode(ids, weights)
         return self.family.denoise(self.unet, noisy_latents, timesteps, hidden, pooled, sizes)
 
     def _encode(self, ids: list[torch.Tensor], weights: list[torch.Tensor] | None

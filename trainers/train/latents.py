@@ -6,6 +6,7 @@ from typing import Any
 import torch
 
 from trainers.models import LoadedModel
+from trainers.train.memo import Select
 from trainers.train.noise import per_sample
 
 
@@ -16,13 +17,13 @@ def latent_distribution(model: LoadedModel, batch: dict[str, Any]) -> tuple[torc
         return batch["latent_mean"], batch["latent_std"]
     vae = model.vae
 
-    def encode() -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(rows: Select) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
-            dist = vae.encode(batch["pixels"].to(vae.device, vae.dtype)).latent_dist
+            dist = vae.encode(batch["pixels"][rows].to(vae.device, vae.dtype)).latent_dist
         return dist.mean, dist.std
 
     memo = model.latent_memo
-    return memo(encode, batch.get("pixel_keys")) if memo is not None else encode()
+    return memo(encode, batch.get("pixel_keys")) if memo is not None else encode(slice(None))
 
 
 def draw_latents(mean: torch.Tensor, std: torch.Tensor, keys: torch.Tensor, seed: int) -> torch.Tensor:

@@ -1,14 +1,19 @@
-"""Frozen, deterministic parts of a step give the same rows for the same inputs: a batch whose every row was computed
-before is put together from kept rows instead of computed again.
+"""Frozen, deterministic parts of a step give the same rows for the same inputs: a row computed before is taken
+from a memo instead of computed again.
 
-Two such parts: the frozen text encoders (a row per caption, keyed by its token ids) and the VAE's encoder (a row per
-image, keyed by what decides its pixels: file, bucket, flip). A batch with any new row is computed whole, exactly as
-without a memo, and its rows are kept (on the CPU, up to a byte budget); a batch of known rows is put together from
-them. So from the second epoch on, a dataset with fixed captions runs no text encoder (SD1.5 at 64 px on a CPU: 9% of
-a step) and one without random crops or colour jitter runs no VAE (SD1.5 at 64 px on a CPU: 1.12x steps/s; its encoder
-costs more than the UNet forward at 512 px too).
-Rows that change every step (shuffled or dropped captions, random crops) have no key or miss and cost one lookup.
-The rows equal the computed ones up to the float rounding of another batch composition.
+Two such parts: the frozen text encoders (a row per caption, keyed by its token ids; only when no subset shuffles or
+drops tags: Session.memoize_text) and the VAE's encoder (a row per image, keyed by what decides its pixels: file,
+bucket, flip; none with random crops or colour jitter). So from the second epoch on, a dataset with fixed
+captions runs no text encoder (SD1.5 at 64 px on a CPU: 9% of a step) and one without random crops or colour jitter
+runs no VAE (SD1.5 at 64 px on a CPU: 1.12x steps/s; its encoder costs more than the UNet forward at 512 px too).
+
+A row's value must not depend on what a process has seen: a convolution or matrix product rounds a row of a batch of
+4 differently from the same row alone, so a row kept from one batch is not bit-equal to that row computed in another,
+and a resumed run (its memo empty) would train on other floats than the uninterrupted one. So every row that has a
+key is computed alone, whether it is then kept or not (the memo full); rows without a key are never kept and are
+computed together. Computed alone, a miss costs more than in a batch (on 2 CPU threads, a batch of 4 at 64 px:
+SD1.5's VAE ~1.5x, CLIP-L ~2x), once per image and caption. Kept rows live on the CPU, up to a byte budget. A run
+without memos (memoize_encoders = false) computes every batch whole, as sd-scripts does.
 """
 from __future__ import annotations
 
@@ -21,34 +26,44 @@ TEXT_BYTES = 512 * 2**20  # kept text-encoder outputs (SD1.5: ~0.24 MB per capti
 LATENT_BYTES = 1024 * 2**20  # kept latent distributions (SD1.5 at 512 px: 128 KB per image; SDXL at 1024: 256 KB)
 
 Rows = tuple[torch.Tensor, torch.Tensor | None]  # a batch's two outputs: (hidden, pooled) or (mean, std)
+Select = slice | list[int]  # which rows of the batch
+Compute = Callable[[Select], Rows]  # the outputs of the selected rows of the batch, in that order
 
 
 class RowMemo:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.kept = 0  # bytes
-        self.rows: dict[Hashable, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self.rows: dict[Hashable, Rows] = {}  # each (1, ...) on the CPU
         self.device = torch.device("cpu")  # where the computed outputs were
 
-    def __call__(self, compute: Callable[[], Rows], keys: Sequence[Hashable | None] | None) -> Rows:
-        """`compute()` for the batch whose rows are `keys` (None: a row that is never kept), or the same outputs put
-        together from rows kept before."""
-        if not keys:
-            return compute()
-        known = [None if k is None else self.rows.get(k) for k in keys]
-        if all(row is not None for row in known) and len({row[0].shape for row in known}) == 1:
-            first = torch.stack([a for a, _ in known]).to(self.device)
-            second = None if known[0][1] is None else torch.stack([b for _, b in known]).to(self.device)
-            return first, second
-        first, second = compute()
-        self.device = first.device
+    def __call__(self, compute: Compute, keys: Sequence[Hashable | None] | None) -> Rows:
+        """The batch's outputs: rows without a key (None, or no `keys`) computed together, each row with a key
+        kept from before or computed alone (and kept while the budget lasts)."""
+        unkeyed = [i for i, key in enumerate(keys or []) if key is None]
+        if not keys or len(unkeyed) == len(keys):
+            return compute(slice(None))
+        parts: list[Rows | None] = [None] * len(keys)
+        if unkeyed:
+            first, second = compute(unkeyed)
+            self.device = first.device
+            for j, i in enumerate(unkeyed):
+                parts[i] = first[j:j + 1], None if second is None else second[j:j + 1]
         for i, key in enumerate(keys):
-            size = first[i].nbytes + (0 if second is None else second[i].nbytes)
-            if key is not None and key not in self.rows and self.kept + size <= self.limit:
-                self.rows[key] = (first[i].detach().to("cpu", copy=True),
-                                  None if second is None else second[i].detach().to("cpu", copy=True))
-                self.kept += size
+            if key is not None:
+                kept = self.rows.get(key)
+                parts[i] = kept if kept is not None else self._keep(key, compute([i]))
+        first = torch.cat([p[0].to(self.device) for p in parts])
+        second = None if parts[0][1] is None else torch.cat([p[1].to(self.device) for p in parts])
         return first, second
+
+    def _keep(self, key: Hashable, row: Rows) -> Rows:
+        self.device = row[0].device
+        size = sum(t.nbytes for t in row if t is not None)
+        if self.kept + size <= self.limit:
+            self.rows[key] = tuple(None if t is None else t.detach().to("cpu", copy=True) for t in row)
+            self.kept += size
+        return row
 
 
 def deterministic(encoder: nn.Module) -> bool:
@@ -60,8 +75,13 @@ def deterministic(encoder: nn.Module) -> bool:
     return not any(rates) and not any(isinstance(m, nn.Dropout) and m.p > 0 for m in encoder.modules())
 
 
-def text_keys(ids: list[torch.Tensor], weights: list[torch.Tensor] | None) -> list[bytes]:
+def text_keys(ids: list[torch.Tensor], weights: list[torch.Tensor] | None) -> list[tuple[bytes, ...]]:
     """Per batch row: its token ids under every tokenizer (and token weights, with weighted captions)."""
     parts = [t.detach().cpu().contiguous() for t in ids + list(weights or [])]
-    return [b"|".join(p[i].reshape(-1).view(torch.uint8).numpy().tobytes() for p in parts)
+    return [tuple(p[i].reshape(-1).view(torch.uint8).numpy().tobytes() for p in parts)
             for i in range(parts[0].shape[0])]
+
+
+def rows_of(tensors: list[torch.Tensor] | None, rows: Select) -> list[torch.Tensor] | None:
+    """The selected rows of each of a batch's tensors."""
+    return None if tensors is None else [t[rows] for t in tensors]

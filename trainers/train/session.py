@@ -52,6 +52,12 @@ class Session:
     validation: CaptionedImages | None = None  # the held-out images (validation_split)
     block_swap: BlockSwap | None = None  # blocks_to_swap: whose weights wait in CPU memory
 
+    @property
+    def memoize_text(self) -> bool:
+        """memoize_encoders, and every subset's captions the same each epoch: shuffled or dropped tags seldom come
+        again, and a memo would encode them one by one (train/memo.py) and keep them for nothing."""
+        return self.cfg.memoize_encoders and all(subset.captions.is_fixed for subset in self.catalog.subsets)
+
 
 def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None = None,
                   prepare: Callable[[TrainConfig, Any, EventWriter, torch.dtype], None] | None = None,
@@ -93,7 +99,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
     # The VAE runs once per image (and flip), not once per epoch: for training without cached latents, and for the
     # held-out images, which are never cached.
-    model.latent_memo = memo.RowMemo(memo.LATENT_BYTES)
+    model.latent_memo = memo.RowMemo(memo.LATENT_BYTES) if cfg.memoize_encoders else None
     block_swap = _place_denoiser(cfg, model, accelerator.device, weight_dtype)
     per_device = data.catalog.per_device_batches(accelerator.num_processes, cfg.keep_global_batch)
     plan = plan_steps(len(data.catalog.samples), per_device[0], accelerator.num_processes,

@@ -72,9 +72,9 @@ def sd3(get: Callable[..., Any], out: dict[str, Any], notes: list[str], refuse: 
     if any(not blank(get(name)) for name in ("learning_rate_te1", "learning_rate_te2")):
         notes.append("learning_rate_te1/te2 are not used: kohya_ss passes them (and train_text_encoder) to SDXL's "
                      "script only, so sd3_train.py trains the MMDiT alone")
-    dtype = get("t5xxl_dtype")
-    if not blank(dtype):
-        notes.append(f"t5xxl_dtype = {dtype!r} (kohya_ss) is ignored: T5-XXL runs in the mixed_precision dtype here")
+    for name, field in (("t5xxl_dtype", "t5xxl_dtype"), ("text_encoder_batch_size", "sd3_text_encoder_batch_size")):
+        if not blank(get(field)):  # kohya_ss passes both for SD3 only
+            out[name] = get(field)
     _leave_out_unread(out, notes, "SD3")
 
 

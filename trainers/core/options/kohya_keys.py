@@ -48,11 +48,11 @@ OTHER_FAMILIES: dict[str, frozenset[str]] = {
     # SD3 and FLUX train here from diffusers folders or sd-scripts' files (with clip_l, clip_g, t5xxl, ae), with the
     # flow options of sd-scripts (group [flow]); these keys of sd-scripts' SD3/FLUX trainers are not available (yet).
     "this SD3/FLUX option of sd-scripts is not available here": frozenset({
-        "t5xxl_device", "t5xxl_dtype", "t5xxl_lr", "split_mode",
+        "t5xxl_device", "t5xxl_lr", "split_mode",
         "train_t5xxl", "double_blocks_to_swap", "single_blocks_to_swap", "clip_g_dropout_rate",
         "clip_l_dropout_rate", "t5_dropout_rate", "enable_scaled_pos_embed", "pos_emb_random_crop_rate", "save_clip",
         "save_t5xxl", "use_t5xxl_cache_only", "learning_rate_te3", "num_last_block_to_freeze",
-        "text_encoder_batch_size", "blockwise_fused_optimizers", "skip_latents_validity_check",
+        "blockwise_fused_optimizers", "skip_latents_validity_check",
         "enable_all_linear", "ggpo_sigma", "ggpo_beta",
     }),
     "FLUX.1 layer choices are read from network_args, as sd-scripts' networks.lora_flux reads them (network_args = "

@@ -23,6 +23,10 @@ from trainers.core.options.kohya_keys import (
 )
 from trainers.core.options.training import BY_NAME
 
+# sd-scripts' spellings of a T5 dtype (library/utils.py str_to_dtype) -> t5xxl_dtype's
+T5_DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "fp16", "fp16": "fp16",
+             "bfloat16": "bf16", "bf16": "bf16"}
+
 
 def _text(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
@@ -111,6 +115,9 @@ class SdScriptsFile:
             elif not blank(device):
                 self.bad("offload_optimizer_device", f"{device!r} is refused: only CPU offload is available "
                          "(offload_optimizer = true)")
+        dtype = f.get("t5xxl_dtype")
+        if isinstance(dtype, str) and dtype.lower() in T5_DTYPES:
+            f["t5xxl_dtype"] = T5_DTYPES[dtype.lower()]
         if "torch_compile" in f:
             if not blank(f.pop("torch_compile")) and "dynamo_backend" not in f:
                 self.move("torch_compile", "dynamo_backend", "inductor", "sd-scripts' default backend")

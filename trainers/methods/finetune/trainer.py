@@ -92,7 +92,7 @@ class Finetune(Method):
         groups = param_groups(cfg, unet, text_encoders)
         # Built after requires_grad is set: DDP then covers exactly the trained modules.
         predictor = NoisePredictor(model, None, cfg.clip_skip, train_text_encoder=bool(text_encoders),
-                                   text_encoders_cached=cfg.cache_text_encoder_outputs)
+                                   text_encoders_cached=cfg.cache_text_encoder_outputs, memoize=session.memoize_text)
         ema = build_ema(cfg, unet, text_encoders)
         return Trainable(model, predictor, groups, ModelFiles(cfg, model, ema), hooks=[ema] if ema else [])
 

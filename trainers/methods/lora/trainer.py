@@ -216,7 +216,7 @@ class LoRA(Method):
         style = model.family.unet_key_style
         groups = param_groups(network.named_modules_for_kohya(), learning_rates(cfg, settings, style), style)
         predictor = NoisePredictor(model, network, cfg.clip_skip, train_text_encoder=train_te,
-                                   text_encoders_cached=cfg.cache_text_encoder_outputs)
+                                   text_encoders_cached=cfg.cache_text_encoder_outputs, memoize=session.memoize_text)
         hooks: list[StepHook] = []
         if isinstance(network, DyLoRANetwork):
             hooks.append(DyLoRAUnits(network))

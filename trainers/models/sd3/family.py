@@ -91,7 +91,7 @@ class StableDiffusion3(StableDiffusion3Rules, FlowFamily, ModelFamily):
             hidden.append(out.hidden_states[-2])
             pooled.append(out.text_embeds)
         t5_mask = t5_attention_mask(t5_ids, t5.config.pad_token_id) if self.settings.apply_t5_attn_mask else None
-        t5_hidden = run_t5(t5, t5_ids, t5_mask)
+        t5_hidden = run_t5(t5, t5_ids, t5_mask, self.settings.t5_dtype)
         clip_hidden = torch.cat(hidden, dim=-1).to(t5_hidden.dtype)
         clip_hidden = nn.functional.pad(clip_hidden, (0, t5_hidden.shape[-1] - clip_hidden.shape[-1]))
         return torch.cat([clip_hidden, t5_hidden], dim=-2), torch.cat(pooled, dim=-1)

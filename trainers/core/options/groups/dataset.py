@@ -134,6 +134,12 @@ OPTIONS: tuple[Option, ...] = (
            "in the first image's folder), so a later run with the same model, captions and text settings reads them "
            "instead of encoding again (T5-XXL's take the longest). Needs cache_text_encoder_outputs.", "dataset",
            advanced=True),
+    Option("memoize_encoders", "bool", True, "Reuse what the frozen text encoders and the VAE computed for a caption "
+           "or image seen before (kept in CPU memory, up to 512 MB and 1 GB) instead of encoding it again: from the "
+           "second epoch on, captions run no text encoder (unless tags are shuffled or dropped) and images without "
+           "random_crop or color_aug no VAE. Each kept caption and image is encoded on its own, so a resumed run "
+           "trains exactly as one that never stopped. Off: every step encodes its whole batch, as sd-scripts does "
+           "without caching (e.g. for benchmarks).", "dataset", advanced=True),
     Option("max_data_loader_n_workers", "int", 2, "Processes that load images in the background (0 = in the "
            "training process).", "dataset", min=0, max=64, advanced=True),
     Option("persistent_data_loader_workers", "bool", True, "Keep the data-loader workers from one epoch to the "

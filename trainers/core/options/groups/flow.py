@@ -10,6 +10,7 @@ from trainers.core.options.schema import Option
 TIMESTEP_SAMPLINGS = ("sigma", "uniform", "sigmoid", "shift", "flux_shift")
 MODEL_PREDICTION_TYPES = ("raw", "additive", "sigma_scaled")
 WEIGHTING_SCHEMES = ("sigma_sqrt", "logit_normal", "mode", "cosmap", "none", "uniform")
+T5_DTYPE_CHOICES = ("auto", "float32", "fp16", "bf16")
 
 OPTIONS: tuple[Option, ...] = (
     Option("timestep_sampling", "str", "sigma", "FLUX only: how the noise level (sigma) of each image is drawn. "
@@ -46,4 +47,12 @@ OPTIONS: tuple[Option, ...] = (
            "(SD3 and FLUX) and in the transformer's attention (FLUX).", "flow", advanced=True),
     Option("apply_lg_attn_mask", "bool", False, "SD3 only: mask the padding tokens in the CLIP-L and CLIP-G text "
            "encoders.", "flow", advanced=True),
+    Option("t5xxl_dtype", "str", "auto", "SD3 only: the precision the T5-XXL text encoder runs in, outside "
+           "mixed precision ('auto': the mixed_precision dtype, under autocast, like the other text encoders). Its "
+           "weights load in the mixed_precision dtype and are cast to this one when it first runs: 'bf16' or "
+           "'fp16' halve a float32 run's T5 memory; 'float32' computes its states in full precision.", "flow",
+           choices=T5_DTYPE_CHOICES, advanced=True),
+    Option("text_encoder_batch_size", "int", None, "SD3 and FLUX: captions encoded at once when "
+           "cache_text_encoder_outputs caches them before training (unset: 16). Larger is faster and needs more "
+           "memory; the outputs are the same.", "flow", min=1, max=4096, nullable=True, advanced=True),
 )
