@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from gui.forms import from_widget, option_for, to_widget
+from gui.text import plain
 from trainers.core.options import ConfigError
 from trainers.core.options.kohya_import import import_kohya_file
 
@@ -35,7 +36,7 @@ def import_config(path: Path, here: str, shown: dict[str, dict[str, Any]], runs_
     try:
         method, values, notes = import_kohya_file(path, runs_dir)
     except ConfigError as err:
-        return Imported(None, report=f"### Import failed: `{path.name}`\n{err}")
+        return Imported(None, report=f"### Import failed: `{path.name}`\n{plain(err)}")
     before = shown.get(method, {})
     changes = [line for name, widget_value in before.items() if name in values
                if (line := _change(method, name, widget_value, values[name]))]
@@ -46,7 +47,7 @@ def import_config(path: Path, here: str, shown: dict[str, dict[str, Any]], runs_
     if changes:
         lines += ["", "**Changed**", *changes]
     if notes:
-        lines += ["", "**Notes**", *(f"- {note}" for note in notes)]
+        lines += ["", "**Notes**", *(f"- {plain(note)}" for note in notes)]
     return Imported(method, values, "\n".join(lines))
 
 

@@ -1,7 +1,6 @@
 """The live run panel: progress, rates, loss chart, samples, log tail, result or failure."""
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import pandas as pd
 
 from gui.jobs import devices_text, gpu_set
 from gui.run_files import RunView, Watchers, format_duration
+from gui.text import plain
 from trainers.core.registry import METHOD_NAMES
 from trainers.core.rundir import RunState
 
@@ -161,15 +161,15 @@ def result_text(view: RunView) -> str:
         error = view.error
         code = view.status.get("exit_code", error.exit_code if error else "?")
         message = (error.message if error else "") or view.status.get("message") or "see the log"
-        lines.insert(0, f"**Failed** (exit code {code}): {html.escape(str(message))}")
+        lines.insert(0, f"**Failed** (exit code {code}): {plain(message)}")
         if error is not None and error.suggestions:  # the trainer knows what to change in this config
-            lines.insert(1, "**What to change:**\n" + "\n".join(f"- {html.escape(t)}" for t in error.suggestions))
+            lines.insert(1, "**What to change:**\n" + "\n".join(f"- {plain(t)}" for t in error.suggestions))
         else:
             hint = failure_hint(str(message) + "\n" + "\n".join(view.log_tail[-30:]))
             if hint:
                 lines.insert(1, f"*Hint:* {hint}")
     if view.warnings:
-        lines.append("**Warnings**\n" + "\n".join(f"- {w}" for w in view.warnings[-5:]))
+        lines.append("**Warnings**\n" + "\n".join(f"- {plain(w)}" for w in view.warnings[-5:]))
     return "\n\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from gui import transfers
 from gui.run_files import Watchers
 from gui.run_panel import view_for
 from gui.tensorboard import TENSORBOARDS
+from gui.text import plain
 from gui.transfers import TransferError, download_model, download_zip, result_files, save_upload
 from trainers.core.logdir import tensorboard_dir
 from trainers.core.rundir import read_run_config
@@ -39,8 +40,8 @@ class UploadBox:
             try:
                 done = save_upload(paths, str(folder_name or "").strip(), datasets_dir, repeats=count)
             except TransferError as err:
-                return {report: f"### Not uploaded\n{err}"}
-            notes = "".join(f"\n- {n}" for n in done.notes[:20])
+                return {report: f"### Not uploaded\n{plain(err)}"}
+            notes = "".join(f"\n- {plain(n)}" for n in done.notes[:20])
             return {target: str(done.folder), files: None,
                     report: f"### Uploaded {done.images} image(s), {done.captions} caption(s)\n`train_data_dir` is "
                             f"now `{done.folder}`.{notes}"}
@@ -90,7 +91,7 @@ def wire_downloads(buttons: tuple[gr.Button, gr.Button, gr.File], viewed: gr.Bro
             else:
                 path = download_model(run_dir, view.output or (view.checkpoints[-1] if view.checkpoints else ""))
         except (TransferError, OSError) as err:
-            gr.Warning(f"Nothing to download: {err}")
+            gr.Warning(f"Nothing to download: {plain(err)}")
             return gr.File(visible=False)
         return gr.File(value=str(path), visible=True)
 
