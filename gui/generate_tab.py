@@ -18,6 +18,7 @@ from gui.checks import TypedPath, paths_outside
 from gui.forms import from_widget, make_widget, to_widget
 from gui.jobs import JobError
 from gui.run_files import Watchers, format_duration, list_runs
+from gui.text import plain
 from trainers.core import events as ev
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.registry import METHOD_NAMES
@@ -112,7 +113,7 @@ def status_text(v: JobView) -> str:
     if v.error:
         lines.append(f"**Error:** {v.error}")
     if v.warnings:
-        lines.append("**Warnings**\n" + "\n".join(f"- {w}" for w in v.warnings[-5:]))
+        lines.append("**Warnings**\n" + "\n".join(f"- {plain(w)}" for w in v.warnings[-5:]))
     if v.grid:
         lines.append(f"Grid saved: `{v.grid}`")
     return "\n\n".join(lines)
@@ -261,11 +262,11 @@ def build_generate_tab(services: Any) -> GenerateTab:
             if issues:
                 raise ConfigError(issues)
         except ConfigError as err:
-            return {status: f"### Not started: fix these first\n{err}"}
+            return {status: f"### Not started: fix these first\n{plain(err)}"}
         try:
             job_dir = services.jobs.start_generate(cfg)
         except JobError as err:
-            return {status: f"### Not started\n{err}"}
+            return {status: f"### Not started\n{plain(err)}"}
         return {job: job_dir.name, status: f"### Started `{job_dir.name}`\n{_size_text(cfg)} Loading the model…",
                 gallery: gr.Gallery(value=[]), grid: gr.Image(value=None, visible=mode == "compare")}
 

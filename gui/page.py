@@ -22,6 +22,7 @@ from gui.presets import PresetError, Presets, label
 from gui.run_files import RunSummary, Watchers, format_duration, list_runs
 from gui.run_panel import RunPanel, build_run_panel, is_generation_job, render, view_for
 from gui.run_queue import RunQueue
+from gui.text import plain
 from gui.transfer_ui import build_downloads, build_tensorboard, build_upload, wire_downloads, wire_tensorboard
 from trainers.core.launch import needs_config_file, other_machine_commands
 from trainers.core.registry import METHOD_NAMES, METHODS
@@ -139,7 +140,7 @@ def _resume(services: Services, run_id: str) -> tuple[str | None, str]:
     try:
         started = services.jobs.resume(services.runs_dir / run_id)
     except JobError as err:
-        return None, f"Not resumed: {err}"
+        return None, f"Not resumed: {plain(err)}"
     return started.name, f"Resumed {run_id} as {started.name}"
 
 
@@ -203,7 +204,7 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
             else:
                 run_dir, said = services.jobs.start(report.cfg), ""
         except JobError as err:
-            updates[report_md] = f"### Not started\n{err}"
+            updates[report_md] = f"### Not started\n{plain(err)}"
             return updates
         updates[viewed] = run_dir.name
         updates[report_md] = f"### {said or f'Started `{run_dir.name}`'}\n{report.steps}"
@@ -235,9 +236,9 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         try:
             values, warnings = presets.load(name, method)
         except PresetError as err:
-            return {report_md: f"### Preset not loaded\n{err}"}
+            return {report_md: f"### Preset not loaded\n{plain(err)}"}
         updates = form.updates(values)
-        updates[report_md] = f"### Loaded preset {label(name)}\n" + "\n".join(f"- {w}" for w in warnings)
+        updates[report_md] = f"### Loaded preset {label(name)}\n" + "\n".join(f"- {plain(w)}" for w in warnings)
         return updates
 
     def on_save_preset(data: dict) -> dict:
@@ -245,7 +246,7 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         try:
             saved = presets.save(typed, method, form.values(data))
         except PresetError as err:
-            return {report_md: f"### Not saved\n{err}"}
+            return {report_md: f"### Not saved\n{plain(err)}"}
         shown = label(saved)
         renamed = "" if shown == typed else (f" (as `{shown}`: a preset name keeps letters, digits, spaces, - and _ "
                                             "only)")
@@ -256,7 +257,7 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         try:
             presets.delete(name or "")
         except PresetError as err:
-            return {report_md: f"### Not deleted\n{err}"}
+            return {report_md: f"### Not deleted\n{plain(err)}"}
         return {preset: gr.Dropdown(choices=presets.choices(method), value=None),
                 report_md: f"Deleted `{label(name)}`."}
 
@@ -380,7 +381,7 @@ def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
             else:
                 services.queue.move(services.runs_dir / run_id, -1 if action == "up" else 1)
         except JobError as err:
-            return gr.skip(), gr.skip(), gr.skip(), str(err)
+            return gr.skip(), gr.skip(), gr.skip(), plain(err)
         order = [p.name for p in services.queue.queued()]
         return *rows(), f"Queue: {', '.join(order) or 'empty'}"
 
