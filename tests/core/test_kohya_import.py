@@ -117,9 +117,6 @@ REFUSED = {
     "kohya_ss/test/config/TI-AdamW8bit-toml.json": {"token_string"},
     "sd_scripts/sd3_finetune.toml": {"enable_scaled_pos_embed"},
     "sd_scripts/kohya_ss_finetune_in_json.toml": {"in_json"},
-    # SDXL configs with clip_skip = 2: SDXL takes no clip skip (the run refused them before Validate did too)
-    "kohya_ss/test/config/dreambooth-Prodigy-SDXL.json": {"clip_skip"},
-    "kohya_ss/test/config/t5clrs.json": {"clip_skip"},
 }
 
 
@@ -464,3 +461,15 @@ def test_a_config_from_another_machine_loads_and_says_what_it_changed(tmp_path: 
     cfg = load_config("lora", path, warnings=warnings)
     assert cfg.resolution == "512,648" and cfg.sample_prompts == "" and cfg.sample_every_n_steps is None
     assert any(w.startswith("sample_prompts: file not found: prompts/sample.txt") for w in warnings)
+
+
+def test_an_sdxl_config_s_clip_skip_is_left_out_as_sd_scripts_ignores_it(tmp_path: Path) -> None:
+    """sd-scripts' SDXL scripts warn that clip_skip "will be unexpected" and do not read it; SDXL takes none here."""
+    from trainers.core.options import load_config
+
+    warnings: list[str] = []
+    cfg = load_config("dreambooth", CORPUS / "kohya_ss/test/config/dreambooth-Prodigy-SDXL.json", warnings=warnings)
+    assert cfg.model_family == "sdxl" and cfg.clip_skip == 1
+    assert any("clip_skip = 2 is left out: sd-scripts' SDXL scripts do not read it" in w for w in warnings)
+    sd15 = load_config("lora", _toml(tmp_path, 'network_module = "networks.lora"\nclip_skip = 2\n'))
+    assert sd15.clip_skip == 2

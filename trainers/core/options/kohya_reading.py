@@ -23,6 +23,7 @@ from trainers.core.options.kohya_keys import (
 )
 from trainers.core.options.training import BY_NAME
 
+NO_CLIP_SKIP = ("sdxl", "sd3", "flux")  # families whose sd-scripts scripts ignore clip_skip
 # sd-scripts' spellings of a T5 dtype (library/utils.py str_to_dtype) -> t5xxl_dtype's
 T5_DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "fp16", "fp16": "fp16",
              "bfloat16": "bf16", "bf16": "bf16"}
@@ -87,6 +88,7 @@ class SdScriptsFile:
         self._network()
         self._samples_and_saves()
         self._resolution()
+        self._clip_skip()
         self._defaults()
         return self.flat
 
@@ -352,6 +354,16 @@ class SdScriptsFile:
                    f"{'x'.join(str(r // 8) for r in rounded)}, the VAE's 8x downscale dropping the rest: the same "
                    "latents as this size")
         self.note(f"resolution = {show(value)} is read as {self.flat['resolution']!r} (sides in multiples of 8): {why}")
+
+    def _clip_skip(self) -> None:
+        """sd-scripts' SDXL, SD3 and FLUX scripts do not read clip_skip (sdxl_train.py warns that it "will be
+        unexpected"): a config for one of them is read without it."""
+        family = self.flat.get("model_family")
+        if family in NO_CLIP_SKIP and "clip_skip" in self.flat:
+            value = self.flat.pop("clip_skip")
+            if not blank(value) and value != 1:
+                self.note(f"clip_skip = {show(value)} is left out: sd-scripts' {family.upper()} scripts do not read it "
+                          "(the text encoders' layers are fixed)")
 
     def _defaults(self) -> None:
         # sd-scripts saves in the trained weights' own precision when save_precision is unset
