@@ -316,7 +316,7 @@ RUN_LIST = RunList()
 
 
 RUN_COLUMNS = ("run", "state", "started", "duration", "loss", "method", "output", "note")
-NOTE_CHARS = 80
+CELL_CHARS = 100  # a longer cell (a note) is cut; run ids stay whole (at most 84 characters: see new_run_dir)
 
 
 def run_row(run: RunSummary) -> list[str]:
@@ -332,8 +332,8 @@ def run_row(run: RunSummary) -> list[str]:
 
 def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:
     # Each column as wide as its content, on one line (the table scrolls sideways when narrower); a long note is cut
-    # at NOTE_CHARS (a click on it shows all of it, and the run panel shows the run's whole message).
-    table = gr.Dataframe(headers=list(RUN_COLUMNS), interactive=False, wrap=False, max_chars=NOTE_CHARS,
+    # at CELL_CHARS (a click on it shows all of it, and the run panel shows the run's whole message).
+    table = gr.Dataframe(headers=list(RUN_COLUMNS), interactive=False, wrap=False, max_chars=CELL_CHARS,
                          elem_id="runs-table")
     gr.Markdown("Click a row to show that run in the panel.")
     with gr.Row():
