@@ -36,7 +36,7 @@ def test_a_caption_that_is_not_utf8_is_read_as_windows_1252_and_named_unless_str
     item = next(i for s in scan.subsets for i in s.images if i.path.stem == "000_red_circle")
     assert item.caption == "sks shape, café röd circle"
     assert any(str(caption) in w and "not UTF-8" in w and "Windows-1252" in w for w in scan.warnings)
-    with pytest.raises(DatasetLayoutError, match="not valid UTF-8.*strict_captions"):
+    with pytest.raises(DatasetLayoutError, match="not UTF-8.*strict_captions"):
         scan_kohya_folders(dataset, strict=True)
 
 

@@ -29,7 +29,7 @@ class CaptionOptions:
     suffix: str = ""
     secondary_separator: str = ""  # joins parts of one tag; becomes split_on after shuffling and dropping
     wildcard: bool = False  # {a|b|c} picks one per sample; a multi-line caption, one line per sample
-    strict: bool = False  # a caption file that is not UTF-8 stops the run (else it is read as Windows-1252)
+    strict: bool = False  # a caption file that is not UTF-8 stops the run (text_files.py: what it is read as else)
     token_warmup_min: int = 1  # tags (after the kept ones) shown at step 0
     token_warmup_step: float = 0  # step at which every tag is shown (< 1: that share of the run's steps)
 

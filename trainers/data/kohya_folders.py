@@ -30,6 +30,7 @@ from dataclasses import field as dc_field
 from pathlib import Path
 
 from trainers.core.errors import BadInput
+from trainers.data.text_files import decode_caption
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -271,25 +272,23 @@ def _entries(folder: Path, notes: list[str] | None = None) -> list[tuple[str, st
 
 
 def _decode_caption(raw: bytes, path: Path, field: str, root: Path, strict: bool,
-                    notes: list[str] | None) -> str:
-    """UTF-8 text; else (unless `strict`) Windows-1252/Latin-1, as editors on Windows save it, named in notes."""
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        if strict:
-            raise DatasetLayoutError(
-                f"{_prefix(field, root)}: caption file {path} is not valid UTF-8 "
-                f"(byte 0x{raw[e.start]:02x} at offset {e.start}). Fix: re-save it as UTF-8 text "
-                "(or set strict_captions = false to read it as Windows-1252).",
-                field=field, path=path) from e
-        try:
-            text, encoding = raw.decode("cp1252"), "Windows-1252"
-        except UnicodeDecodeError:
-            text, encoding = raw.decode("latin-1"), "Latin-1"
-        if notes is not None:
-            notes.append(f"caption file {path} is not UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); read "
-                         f"as {encoding}: {text.strip()[:60]!r}. Re-save it as UTF-8 to be sure")
-        return text
+                    notes: list[str] | None) -> str | None:
+    """The caption file's text (text_files.decode_caption); one that is not UTF-8 (or marked UTF-16/32) is named in
+    `notes`, or stops the scan when `strict`. None: not a caption, named."""
+    read = decode_caption(raw)
+    if not read.problem:
+        return read.text
+    if strict:
+        instead = f"read it as {read.read_as}" if read.read_as else "train its image without it"
+        raise DatasetLayoutError(f"{_prefix(field, root)}: caption file {path} {read.problem}. Fix: save it as "
+                                 f"UTF-8 text (or set strict_captions = false to {instead}).", field=field, path=path)
+    if notes is not None and read.text is None:
+        notes.append(f"caption file {path} {read.problem}; skipped: its image trains as if it had no caption file. "
+                     "Fix: save it as UTF-8 text")
+    elif notes is not None:
+        notes.append(f"caption file {path} {read.problem}; read as {read.read_as}: {read.text.strip()[:60]!r}. "
+                     "Re-save it as UTF-8 to be sure")
+    return read.text
 
 
 def _read_caption(path: Path, field: str, root: Path, all_lines: bool = False, strict: bool = False,
@@ -309,7 +308,7 @@ def _read_caption(path: Path, field: str, root: Path, all_lines: bool = False, s
             field=field,
             path=path,
         ) from e
-    text = _decode_caption(raw, path, field, root, strict, notes)
+    text = _decode_caption(raw, path, field, root, strict, notes) or ""
     lines = [line.strip() for line in text.splitlines()]
     non_empty = [line for line in lines if line]
     if not non_empty:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.data.kohya_folders import IMAGE_EXTENSIONS, DatasetLayoutError, ImageItem, scan_image_folder
+from trainers.data.text_files import decode_text
 
 
 def read_metadata_file(path: Path | None, image_dir: Path | None, separator: str, field: str,
@@ -69,11 +70,11 @@ def _entries(path: Path, field: str) -> dict[str, dict[str, Any]]:
         return DatasetLayoutError(f"{field}: {path}: {why}", field=field, path=path)
 
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = decode_text(path.read_bytes())
     except OSError as err:
         raise fail(f"cannot be read ({err.strerror or err})") from None
     except UnicodeDecodeError as err:
-        raise fail(f"is not UTF-8 text ({err})") from None
+        raise fail(f"is not UTF-8 text ({err}): save it as UTF-8") from None
     try:
         if path.suffix.lower() == ".jsonl":
             rows = [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -17,6 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainers.data.text_files import decode_text
+
 NOT_NTH = "not every n-th file (metadata_consider_every_nth)"
 BAD_JSON = "unreadable or invalid JSON"
 BAD_FIELDS = "no usable path, tags list or numeric score"
@@ -119,7 +121,7 @@ def _json_files(root: Path) -> list[Path]:
 
 def _read_record(path: Path, root: Path, filters: MetadataFilters) -> tuple[str, MetadataRecord | None]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        data = json.loads(decode_text(path.read_bytes()))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return BAD_JSON, None
     if not isinstance(data, dict):

@@ -57,8 +57,10 @@ OPTIONS: tuple[Option, ...] = (
            "literal braces), and one line of a multi-line caption file (without it, only the first line is used). "
            "Also in caption_prefix/suffix. Captions then vary, so text-encoder outputs cannot be cached.", "dataset",
            advanced=True),
-    Option("strict_captions", "bool", False, "Stop at a caption file that is not UTF-8. Off: it is read as "
-           "Windows-1252 (as Windows editors save text) and named in the run's warnings.", "dataset", advanced=True),
+    Option("strict_captions", "bool", False, "Stop at a caption file that is not UTF-8 (UTF-16 and UTF-32 files with "
+           "a byte-order mark are read as they say). Off: one without a mark is read as Windows-1252 (as Windows "
+           "editors save text), one that is not text (NUL characters, a broken UTF-16 file) is left out, its image "
+           "training as if it had no caption file; both are named in the run's warnings.", "dataset", advanced=True),
     Option("token_warmup_min", "int", 1, "Token warmup: how many tags (after the kept ones) captions show at the "
            "first step.", "dataset", min=0, max=255, advanced=True),
     Option("token_warmup_step", "float", 0.0, "Token warmup: the step from which captions show all their tags (below "
