@@ -7,19 +7,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import gradio as gr
 
-from gui.forms import from_widget, option_for, to_widget
+from gui.forms import Form, from_widget, option_for, to_widget
 from gui.text import plain
 from trainers.core.options import ConfigError
 from trainers.core.options.kohya_import import import_kohya_file
 
-if TYPE_CHECKING:
-    from gui.page import MethodTab
-
 SHOWN_CHARS = 48  # of a value in the list of changes
+
+
+class ImportingTab(Protocol):
+    """What a method tab of the page (gui.page.MethodTab) offers an import."""
+
+    form: Form
+    report: gr.Markdown
+    import_button: gr.UploadButton
 
 
 @dataclass
@@ -65,7 +70,7 @@ def _shown(value: Any) -> str:
     return f"`{text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + '...'}`"
 
 
-def wire_imports(method_tabs: dict[str, "MethodTab"], tabs: gr.Tabs, runs_dir: Path) -> None:
+def wire_imports(method_tabs: dict[str, ImportingTab], tabs: gr.Tabs, runs_dir: Path) -> None:
     """Every tab's Import button: the file fills the tab of its method, which is shown."""
     widgets = [c for t in method_tabs.values() for c in t.form.components]
     outputs = {tabs} | {t.report for t in method_tabs.values()} | set(widgets)

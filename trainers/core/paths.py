@@ -56,7 +56,10 @@ def path_problem(text: str, kind: PathKind) -> str | None:
     long = _too_long(text)
     if long:
         return long
-    path = Path(text).expanduser()
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # ~name, and this machine has no user of that name
+        return f"{text} starts with the home folder of a user this machine does not have; give the full path"
     if _system(path):
         return f"{text} is a system path (/proc, /sys or /dev), not a folder or file of yours"
     try:

@@ -84,6 +84,18 @@ DREAMBOOTH_TRAINS_TEXT_ENCODER: dict[str, bool] = {"sd1": True, "sd2": True, "sd
 SWITCH_FAMILIES: dict[str, str] = {"sd3_checkbox": "sd3", "flux1_checkbox": "flux"}
 # The LoRA module sd-scripts trains each flow family with (ours is networks.lora: the family names the keys).
 FAMILY_LORA_MODULE: dict[str, str] = {"flux": "networks.lora_flux", "sd3": "networks.lora_sd3"}
+# Options only some families' scripts read (sd3_train_utils.py, flux_train_utils.py, train_util.py's
+# add_dit_training_arguments, sdxl_train_util.py), by the families that read them.
+_DIT = ("text_encoder_batch_size", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "blocks_to_swap")
+_T5 = ("apply_t5_attn_mask", "t5xxl_max_token_length", "clip_l", "t5xxl")
+FAMILY_ONLY: dict[str, tuple[str, ...]] = {
+    **{name: ("sd3", "flux") for name in _DIT + _T5},
+    **{name: ("sd3",) for name in ("apply_lg_attn_mask", "training_shift", "clip_g", "t5xxl_dtype")},
+    **{name: ("flux",) for name in ("discrete_flow_shift", "guidance_scale", "model_prediction_type", "sigmoid_scale",
+                                     "timestep_sampling", "ae")},
+    **{name: ("sdxl", "sd3", "flux") for name in ("cache_text_encoder_outputs", "cache_text_encoder_outputs_to_disk")},
+}
+NO_CLIP_SKIP = ("sdxl", "sd3", "flux")  # families whose sd-scripts scripts do not read clip_skip
 
 
 def _save_model_as(value: Any, out: dict[str, Any], problems: list[str]) -> None:

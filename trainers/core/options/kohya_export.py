@@ -12,7 +12,7 @@ from typing import Any
 
 from trainers.core.options import toml_text as toml
 from trainers.core.options.groups.network import NETWORK_ARG_OPTIONS
-from trainers.core.options.kohya_compat import FAMILY_FLAGS, FAMILY_LORA_MODULE, SD_SCRIPTS
+from trainers.core.options.kohya_compat import FAMILY_FLAGS, FAMILY_LORA_MODULE, FAMILY_ONLY, SD_SCRIPTS
 from trainers.core.options.kohya_json_flow import UNREAD as UNREAD_BY_FLOW
 from trainers.core.options.kohya_keys import SAMPLERS
 from trainers.core.options.loading import TrainConfig
@@ -50,17 +50,6 @@ SAME: frozenset[str] = frozenset({
     "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
     "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask",
 })
-# Options only some families' scripts of sd-scripts read (sd3_train_utils.py, flux_train_utils.py, train_util.py's
-# add_dit_training_arguments, sdxl_train_util.py): exported only for those families.
-_DIT = ("text_encoder_batch_size", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "blocks_to_swap")
-_T5 = ("apply_t5_attn_mask", "t5xxl_max_token_length", "clip_l", "t5xxl")
-FAMILY_ONLY: dict[str, tuple[str, ...]] = {
-    **{name: ("sd3", "flux") for name in _DIT + _T5},
-    **{name: ("sd3",) for name in ("apply_lg_attn_mask", "training_shift", "clip_g", "t5xxl_dtype")},
-    **{name: ("flux",) for name in ("discrete_flow_shift", "guidance_scale", "model_prediction_type", "sigmoid_scale",
-                                     "timestep_sampling", "ae")},
-    **{name: ("sdxl", "sd3", "flux") for name in ("cache_text_encoder_outputs", "cache_text_encoder_outputs_to_disk")},
-}
 # sd-scripts' network trainers read these; its train_db.py and fine_tune.py do not.
 VALIDATION = ("validation_split", "validation_seed", "validate_every_n_steps", "validate_every_n_epochs",
               "max_validation_steps")
@@ -144,7 +133,7 @@ def sd_scripts_command(cfg: TrainConfig, family: str | None = None, config_path:
 def _family_reads(family: str | None) -> Callable[[str], bool]:
     """Whether the scripts of `family` (None or 'auto': SD1.x's) read an option: the flow families' scripts do not
     read the noise and loss settings of SD models (kohya_json_flow.UNREAD), the others not the flow options."""
-    family = family if family in SD_SCRIPTS else "sd1"
+    family = family if family in SD_SCRIPTS else next(iter(SD_SCRIPTS))  # SD1.x's, as script_for falls back
 
     def reads(name: str) -> bool:
         if name in FAMILY_ONLY:

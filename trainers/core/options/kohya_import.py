@@ -106,7 +106,7 @@ def _unset_moot(values: dict[str, Any], method: str) -> None:
 def _outputs_under(values: dict[str, Any], runs_dir: Path, notes: list[str]) -> None:
     for name in OUTPUT_FOLDERS:
         text = str(values.get(name) or "").strip()
-        if not text or windows_path(text) or Path(text).expanduser().is_absolute():
+        if not text or windows_path(text) or text.startswith(("/", "~")):
             continue
         values[name] = os.path.normpath(runs_dir.absolute() / text)
         notes.append(f"{name} = {text!r} is relative (to the folder sd-scripts ran in, on the machine the file was "

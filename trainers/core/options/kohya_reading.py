@@ -11,7 +11,12 @@ import math
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.options.kohya_compat import DREAMBOOTH_TRAINS_TEXT_ENCODER, FAMILY_FLAGS, FAMILY_LORA_MODULES
+from trainers.core.options.kohya_compat import (
+    DREAMBOOTH_TRAINS_TEXT_ENCODER,
+    FAMILY_FLAGS,
+    FAMILY_LORA_MODULES,
+    NO_CLIP_SKIP,
+)
 from trainers.core.options.kohya_keys import (
     LYCORIS_UNREAD,
     NETWORK_MODULES,
@@ -23,7 +28,6 @@ from trainers.core.options.kohya_keys import (
 )
 from trainers.core.options.training import BY_NAME
 
-NO_CLIP_SKIP = ("sdxl", "sd3", "flux")  # families whose sd-scripts scripts ignore clip_skip
 # sd-scripts' spellings of a T5 dtype (library/utils.py str_to_dtype) -> t5xxl_dtype's
 T5_DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "fp16", "fp16": "fp16",
              "bfloat16": "bf16", "bf16": "bf16"}

@@ -239,7 +239,7 @@ def _missing_prompts_file(values: dict[str, Any], warnings: list[str], keep: boo
     text = str(values.get("sample_prompts") or "").strip()
     try:
         missing = bool(text) and not windows_path(text) and not Path(text).expanduser().exists()
-    except (OSError, ValueError):  # the path check names it
+    except (OSError, ValueError, RuntimeError):  # the path check names it
         missing = False
     if not missing:
         return
