@@ -66,7 +66,7 @@ def _change(method: str, name: str, widget_value: Any, value: Any) -> str:
 def _shown(value: Any) -> str:
     if value is None or value == "":
         return "(unset)"
-    text = str(value).replace("\n", "; ")
+    text = str(value).replace("\n", "; ").replace("`", "'")  # inside a code span
     return f"`{text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + '...'}`"
 
 
