@@ -152,6 +152,21 @@ def test_only_images_whose_pixels_repeat_have_a_key(dataset: Path) -> None:
     assert set(keys(random_crop=True)) == {None} and set(keys(color_aug=True)) == {None}
 
 
+def test_captions_that_change_every_epoch_get_no_text_memo(dataset: Path) -> None:
+    from trainers.core.options import load_config
+    from trainers.data.catalog import build_catalog
+    from trainers.train.session import Session
+
+    def memoized(**settings: object) -> bool:
+        cfg = load_config("lora", overrides=[f"train_data_dir='{dataset.as_posix()}'", "resolution='64'",
+                                             *(f"{k}={str(v).lower()}" for k, v in settings.items())])
+        return Session.memoize_text.fget(SimpleNamespace(cfg=cfg, catalog=build_catalog(cfg.values, [])))
+
+    assert memoized() and memoized(flip_aug=True)
+    assert not memoized(shuffle_caption=True) and not memoized(caption_tag_dropout_rate=0.1)
+    assert not memoized(memoize_encoders=False)
+
+
 def test_only_encoders_without_dropout_are_memoised() -> None:
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
