@@ -473,3 +473,24 @@ def test_an_sdxl_config_s_clip_skip_is_left_out_as_sd_scripts_ignores_it(tmp_pat
     assert any("clip_skip = 2 is left out: sd-scripts' SDXL scripts do not read it" in w for w in warnings)
     sd15 = load_config("lora", _toml(tmp_path, 'network_module = "networks.lora"\nclip_skip = 2\n'))
     assert sd15.clip_skip == 2
+
+
+@pytest.mark.slow
+def test_a_kohya_ss_finetune_json_from_another_machine_trains_on_its_caption_files(tiny_sd1_dir: Path,
+                                                                                   tmp_path: Path) -> None:
+    """kohya_ss's finetune test config, its image_folder pointed at a folder of images and captions and nothing
+    else there (no metadata file): it trains on them for an epoch, as kohya_ss would after building the metadata."""
+    from helpers import events, run_trainer, sets
+
+    images = build_dataset(tmp_path / "img", folder="images", size=64) / "images"
+    fields = json.loads((CORPUS / "kohya_ss/test/config/finetune-AdamW.json").read_text(encoding="utf-8"))
+    fields.update(image_folder=str(images), train_dir=str(tmp_path / "train dir"))
+    config = _json(tmp_path, fields)
+    small = {"pretrained_model_name_or_path": str(tiny_sd1_dir), "output_dir": str(tmp_path / "out"),
+             "resolution": "64", "min_bucket_reso": 64, "max_bucket_reso": 128, "max_train_epochs": 1,
+             "dataset_repeats": 1, "mixed_precision": "no", "logging_dir": ""}
+    result = run_trainer(["--config", str(config), *sets(**small)], tmp_path / "run", method="finetune")
+    assert result.returncode == 0, result.stderr[-3000:]
+    evs = events(tmp_path / "run")
+    assert evs[-1]["type"] == "done" and Path(evs[-1]["output"]).exists()  # 8 images, batch 4 in size buckets
+    assert any("read from its caption files" in e.get("message", "") for e in evs if e["type"] == "warning")
