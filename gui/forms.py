@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from gui.text import plain
+from gui.text import plain_info
 from trainers.core.options import GROUPS, Option, options_for
 
 # What a first-time user fills in first, shown at the top of every tab.
@@ -85,7 +85,7 @@ def from_widget(opt: Option, value: Any) -> Any:
 
 
 def make_widget(opt: Option) -> gr.components.Component:
-    common = {"label": label(opt.name), "info": plain(opt.help), "value": to_widget(opt, opt.default),
+    common = {"label": label(opt.name), "info": plain_info(opt.help), "value": to_widget(opt, opt.default),
               "elem_id": f"opt-{opt.name}"}
     if opt.kind == "bool":
         return gr.Checkbox(**common)

@@ -297,6 +297,26 @@ def test_empty_dataset_folder_is_reported_in_the_dataset_group(lora, demo_app: A
     expect(problem).to_be_hidden()
 
 
+def test_messages_and_help_read_in_full(page, tmp_path: Path) -> None:
+    """Text with <...> or * in it is shown as written, not taken as HTML or emphasis (an app of its own: no demo)."""
+    app = _start_app([], tmp_path)
+    try:
+        page.goto(app.url)
+        page.get_by_role("tab", name="LoRA", exact=True).click()
+        help_text = page.locator("#opt-optimizer_type")
+        # a look-alike of *: gradio's info rules read no escapes
+        expect(help_text).to_contain_text("Paged\u2217 ones page their state to CPU memory and run unpaged")
+        expect(help_text.locator("em")).to_have_count(0)
+        page.locator("#validate-lora").click()  # an empty form: the images are required
+        full = ("train_data_dir: is required: give a folder of <repeats>_<tokens> subfolders (or set metadata_dir "
+                "or dataset_config)")
+        expect(page.locator("#report-lora")).to_contain_text(full)
+        note = page.locator(".group-problems").filter(has_text="train_data_dir").first  # the Essentials' note
+        expect(note).to_contain_text("<repeats>_<tokens> subfolders")
+    finally:
+        _stop_app(app)
+
+
 def test_start_shows_progress_to_total_and_the_lora_file(lora, shots: Path, tmp_path: Path) -> None:
     page = lora
     _configure(page, tmp_path / "out", steps=6)
