@@ -83,8 +83,9 @@ def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | 
     pre = preflight(cfg.replace(**{i.field: "" for i in outside}))
     complete = not named
     report = CheckReport(cfg if complete else None, list(named), warnings + optimizer_warnings(cfg) + pre.warnings)
+    named_fields = {issue.field for issue in named}
     for issue in pre.errors:
-        if issue.field in {i.field for i in named}:
+        if issue.field in named_fields:
             continue
         if issue.group == "dataset" and issue.field not in BY_NAME or "\n" in issue.message:
             report.dataset_problem += ("\n\n" if report.dataset_problem else "") + issue.message
