@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,15 +152,22 @@ def browser() -> Iterator:
             b.close()
 
 
-@pytest.fixture
-def page(browser) -> Iterator:
-    context = browser.new_context(viewport=VIEWPORT)
+@contextmanager
+def page_at(browser, viewport: dict[str, int] = VIEWPORT) -> Iterator:
+    """A page in a browser context of its own (its own localStorage), closed afterwards."""
+    context = browser.new_context(viewport=viewport)
     pg = context.new_page()
     pg.set_default_timeout(UI_MS)
     try:
         yield pg
     finally:
         context.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator:
+    with page_at(browser) as pg:
+        yield pg
 
 
 @pytest.fixture(scope="module")

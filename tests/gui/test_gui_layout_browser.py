@@ -12,14 +12,13 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from gui.jobs import gpu_count, gpu_set
-from test_gui_browser import UI_MS, App, _start_app, _stop_app, browser, expect  # noqa: F401
+from test_gui_browser import App, _start_app, _stop_app, browser, expect, page_at  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -59,17 +58,6 @@ def layout_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
         _stop_app(app)
 
 
-@contextmanager
-def _page_at(browser, width: int) -> Iterator:
-    context = browser.new_context(viewport={"width": width, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(UI_MS)
-    try:
-        yield page
-    finally:
-        context.close()
-
-
 def _broken_cells(page) -> list[str]:
     """Runs table cells (header included) whose text wraps onto a second line or is cut at the cell's edge."""
     return page.evaluate("""() => [...document.querySelectorAll('#runs-table [role=gridcell], #runs-table th')]
@@ -83,7 +71,7 @@ def _broken_cells(page) -> list[str]:
 
 @pytest.mark.parametrize("width", [400, 1400])
 def test_the_page_at_a_phones_and_a_desktops_width(browser, layout_app: App, width: int, tmp_path: Path) -> None:  # noqa: F811
-    with _page_at(browser, width) as page:
+    with page_at(browser, {"width": width, "height": 900}) as page:
         page.goto(layout_app.url)
         # A fresh browser shows the newest training run, not the generation job running now.
         expect(page.locator("#run-title")).to_contain_text(f"Finished: {SHAPES}", timeout=90_000)
@@ -124,7 +112,7 @@ def test_the_page_at_a_phones_and_a_desktops_width(browser, layout_app: App, wid
 
 
 def test_a_reload_keeps_the_viewed_training_run_and_never_trades_it_for_a_job(browser, layout_app: App) -> None:  # noqa: F811
-    with _page_at(browser, 1400) as page:
+    with page_at(browser, {"width": 1400, "height": 900}) as page:
         title = page.locator("#run-title")
         page.goto(layout_app.url)
         expect(title).to_contain_text(SHAPES, timeout=90_000)
