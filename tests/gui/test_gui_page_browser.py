@@ -80,7 +80,8 @@ def test_import_changes_only_what_the_file_names_and_show_command_writes_its_con
     partial = tmp_path / "only dim.toml"
     partial.write_text('[network]\nnetwork_dim = 24\n', encoding="utf-8")
     _import(page, partial)
-    expect(page.locator("#report-lora")).to_contain_text("It set 1 option(s)")
+    expect(page.locator("#report-lora")).to_contain_text("It decides 1 option(s)")
+    expect(page.locator("#report-lora")).to_contain_text("network_dim: 8 → 24")
     expect(page.locator("#opt-network_dim").locator("textarea, input").first).to_have_value("24")
     expect(page.locator("#opt-output_name").locator("textarea, input").first).to_have_value("kept_name")
 
@@ -90,6 +91,22 @@ def test_import_changes_only_what_the_file_names_and_show_command_writes_its_con
     argv = shlex.split(code.inner_text().splitlines()[-1])
     config = Path(argv[argv.index("--config") + 1])
     assert config.is_file() and "kept_name" in config.read_text(encoding="utf-8")
+
+
+def test_a_kohya_ss_json_at_atelier_s_defaults_replaces_the_demo_values(lora, tmp_path: Path) -> None:  # noqa: F811
+    page = lora
+    for option, value in (("learning_rate", "0.01"), ("train_batch_size", "2"), ("max_train_epochs", "5")):
+        _fill(page, option, value)  # the demo's (other tests change them)
+    kohya = tmp_path / "kohya.json"
+    kohya.write_text(json.dumps({"LoRA_type": "Standard", "learning_rate": 0.0001, "train_batch_size": 1,
+                                 "max_train_steps": 300}), encoding="utf-8")
+    _import(page, kohya)
+    report = page.locator("#report-lora")
+    expect(report).to_contain_text("learning_rate: 0.01 → 0.0001")
+    expect(report).to_contain_text("max_train_epochs: 5 → (unset)")
+    for option, value in (("learning_rate", "0.0001"), ("train_batch_size", "1"), ("max_train_steps", "300"),
+                          ("max_train_epochs", "")):
+        expect(page.locator(f"#opt-{option}").locator("textarea, input").first).to_have_value(value)
 
 
 def test_a_kohya_ss_json_imported_on_the_lora_tab_fills_the_dreambooth_tab(lora) -> None:  # noqa: F811
