@@ -409,13 +409,18 @@ def test_a_missing_sample_prompts_file_turns_samples_off_with_a_warning(tmp_path
 
     text = ('network_module = "networks.lora"\nmax_train_steps = 10\nsample_prompts = "/elsewhere/prompts.txt"\n'
             "sample_every_n_steps = 5\nsample_at_first = true\n")
+    from trainers.core.options.validation import option_issues
+    from trainers.core.prompts import config_prompts
+
     warnings: list[str] = []
     cfg = load_config("lora", _toml(tmp_path, text), warnings=warnings)
-    assert cfg.sample_prompts == "" and cfg.sample_every_n_steps is None and cfg.sample_at_first is False
+    assert cfg.sample_prompts == "/elsewhere/prompts.txt"  # kept: the saved config loses nothing
+    assert config_prompts(cfg.sample_prompts, cfg.sample_prompt_lines) == []  # nothing to sample
+    assert "sample_prompts" not in {i.field for i in option_issues(cfg)}  # and the run is not refused
     assert any("sample_prompts: file not found: /elsewhere/prompts.txt" in w and "samples are off" in w
                for w in warnings), warnings
     lines = load_config("lora", _toml(tmp_path, text), overrides=["sample_prompt_lines=['a dog']"])
-    assert lines.sample_every_n_steps == 5 and lines.sample_prompts == ""  # the lines are still sampled
+    assert [p.prompt for p in config_prompts(lines.sample_prompts, lines.sample_prompt_lines)] == ["a dog"]
     _, values, notes = import_kohya_file(_toml(tmp_path, text))  # the page keeps it: Validate says it again
     assert values["sample_prompts"] == "/elsewhere/prompts.txt" and any("file not found" in n for n in notes)
 
@@ -459,7 +464,7 @@ def test_a_config_from_another_machine_loads_and_says_what_it_changed(tmp_path: 
     assert "'max_grad_nrom' (did you mean 'max_grad_norm'?)" in notes[0] and "'project_name'" in notes[0]
     warnings: list[str] = []
     cfg = load_config("lora", path, warnings=warnings)
-    assert cfg.resolution == "512,648" and cfg.sample_prompts == "" and cfg.sample_every_n_steps is None
+    assert cfg.resolution == "512,648" and cfg.sample_prompts == "prompts/sample.txt"
     assert any(w.startswith("sample_prompts: file not found: prompts/sample.txt") for w in warnings)
 
 

@@ -129,9 +129,19 @@ def read_prompts(path: Path) -> list[SamplePrompt]:
         raise ValueError(f"{path}: {err}") from None
 
 
+def prompts_file_missing(prompts_file: str) -> bool:
+    """A prompts file is named but not there: sd-scripts trains on without its samples, and so do we (the config
+    keeps the name, and loading it says so each time)."""
+    text = prompts_file.strip()
+    try:
+        return bool(text) and not Path(text).expanduser().exists()
+    except (OSError, ValueError, RuntimeError):  # the path check names what is wrong with it
+        return False
+
+
 def config_prompts(prompts_file: str, lines: list[str]) -> list[SamplePrompt]:
-    """A run's sample prompts: those of `prompts_file` (if any), then the inline `lines`, numbered on."""
-    found = read_prompts(Path(prompts_file)) if prompts_file.strip() else []
+    """A run's sample prompts: those of `prompts_file` (if any and there), then the inline `lines`, numbered on."""
+    found = read_prompts(Path(prompts_file)) if prompts_file.strip() and not prompts_file_missing(prompts_file) else []
     offset = len(found)
     for prompt in parse_prompt_lines(lines):
         prompt.index += offset

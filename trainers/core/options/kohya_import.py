@@ -83,7 +83,7 @@ def import_kohya_file(path: Path, runs_dir: Path | None = None) -> tuple[str, di
             notes.append(f"read as a {method} config: {why}")
     flat, foreign = read_config_options(method, path, [], notes, issues)
     # A prompts file that is not here stays in the page, where Validate says that samples are off without it.
-    cfg = config_from_dict(method, flat, issues, notes, foreign, keep_missing_prompts=True)
+    cfg = config_from_dict(method, flat, issues, notes, foreign)
     decided = cfg.given | named
     values = {name: value for name, value in cfg.values.items() if name in decided}
     _unset_moot(values, cfg.method)

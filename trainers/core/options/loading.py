@@ -14,6 +14,7 @@ from trainers.core.options.schema import GROUPS, coerce
 from trainers.core.options.training import BY_NAME, options_for
 from trainers.core.options.values import OptionValues
 from trainers.core.paths import windows_path
+from trainers.core.prompts import prompts_file_missing
 from trainers.core.secrets import SECRET_KEY, redact
 
 
@@ -160,14 +161,13 @@ def parse_set(assignment: str) -> tuple[str, Any]:
 
 
 def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue] | None = None,
-                     warnings: list[str] | None = None, foreign: Collection[str] = (),
-                     keep_missing_prompts: bool = False) -> TrainConfig:
+                     warnings: list[str] | None = None, foreign: Collection[str] = ()) -> TrainConfig:
     """Check names and types of `flat` (name -> value) against the schema; raise ConfigError on problems.
 
     `foreign`: the keys that come from an sd-scripts or kohya_ss file. Those that are nothing here are warned about
     (first of all warnings) and ignored, as sd-scripts ignores unknown keys of a --config_file; other unknown names
-    are errors. A sample_prompts file that is not there turns samples off with a warning, as sd-scripts trains
-    without them (`keep_missing_prompts`: warn but keep the values, for a form that is checked again later).
+    are errors. A sample_prompts file that is not there is kept, with a warning: sd-scripts trains on without its
+    samples, and so does the run.
     """
     issues = [] if issues is None else issues
     warnings = [] if warnings is None else warnings
@@ -226,33 +226,21 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
             issues.append(ConfigIssue(name, str(err), opt.group))
     if issues:
         raise ConfigError(issues)
-    _missing_prompts_file(values, warnings, keep_missing_prompts)
+    _missing_prompts_file(values, warnings)
     return TrainConfig(method, values)
 
 
-_SCHEDULED_SAMPLES = ("sample_every_n_steps", "sample_every_n_epochs", "sample_at_first")
-
-
-def _missing_prompts_file(values: dict[str, Any], warnings: list[str], keep: bool) -> None:
+def _missing_prompts_file(values: dict[str, Any], warnings: list[str]) -> None:
     """sd-scripts trains on without samples when its sample_prompts file is not there (it logs an error at each
-    sample step): so does Atelier, saying so once. Other path problems are the path check's."""
+    sample step): so does Atelier, saying so once. The name stays in the config (a file that appears later is
+    sampled); other path problems are the path check's."""
     text = str(values.get("sample_prompts") or "").strip()
-    try:
-        missing = bool(text) and not windows_path(text) and not Path(text).expanduser().exists()
-    except (OSError, ValueError, RuntimeError):  # the path check names it
-        missing = False
-    if not missing:
+    if windows_path(text) or not prompts_file_missing(text):
         return
     lines = bool(values.get("sample_prompt_lines"))
     what = "its prompts are left out (sample_prompt_lines are still sampled)" if lines else "samples are off"
     warnings.append(f"sample_prompts: file not found: {text}; training goes on without it, as in sd-scripts: {what}. "
                     "Give an existing prompts file to sample it")
-    if keep:
-        return
-    values["sample_prompts"] = ""
-    if not lines:
-        for name in _SCHEDULED_SAMPLES:
-            values.pop(name, None)
 
 
 def read_config_options(method: str, path: Path | None, overrides: list[str], notes: list[str],

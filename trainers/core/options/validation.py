@@ -13,6 +13,7 @@ from trainers.core.optimizers import spec_for
 from trainers.core.options.loading import TrainConfig
 from trainers.core.options.training import options_for
 from trainers.core.paths import name_problem, path_problem
+from trainers.core.prompts import prompts_file_missing
 from trainers.core.schedules import schedule_kind
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -157,8 +158,8 @@ def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     for opt in options_for(cfg.method):
         value = str(cfg.values[opt.name] or "").strip()
-        if not opt.path or not value:
-            continue
+        if not opt.path or not value or (opt.name == "sample_prompts" and prompts_file_missing(value)):
+            continue  # a missing prompts file: warned when the config is read, and the run goes on without it
         problem = path_problem(value, opt.path)
         if problem:
             issues.append(ConfigIssue(opt.name, problem, opt.group))
