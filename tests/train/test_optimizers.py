@@ -153,28 +153,25 @@ def test_bad_optimizer_args_name_the_option_the_key_and_what_is_allowed() -> Non
     assert "always runs with nesterov=True" in nesterov[0].message
 
 
-def _fake_model_and_data(tmp_path: Path) -> dict[str, str]:
+def _fake_model_and_data(tmp_path: Path, model: Path) -> dict[str, str]:
     from trainers.demo import build_dataset
 
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "model_index.json").write_text("{}")  # enough for the path check: the run must stop before loading it
     return {"pretrained_model_name_or_path": str(model), "train_data_dir": str(build_dataset(tmp_path / "data")),
             "output_dir": str(tmp_path / "out")}
 
 
-def test_bad_optimizer_args_stop_the_run_before_any_model_loads(tmp_path: Path,
+def test_bad_optimizer_args_stop_the_run_before_any_model_loads(tmp_path: Path, tiny_sd1_dir: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("trainers.train.session.load_model", lambda *a, **k: pytest.fail("a model was loaded"))
-    code = train("lora", tmp_path / "run", **_fake_model_and_data(tmp_path), max_train_steps=2,
+    code = train("lora", tmp_path / "run", **_fake_model_and_data(tmp_path, tiny_sd1_dir), max_train_steps=2,
                  optimizer_args=["foo=1", "weight_decay=-1", "betas=0.9"])
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert code == 2 and status["message"].count("optimizer_args:") == 3
 
 
 @pytest.mark.slow
-def test_the_trainer_exits_with_code_2_and_the_message(tmp_path: Path) -> None:
-    args = sets(**_fake_model_and_data(tmp_path), max_train_steps=2, optimizer_args=["foo=1", "betas=0.9"])
+def test_the_trainer_exits_with_code_2_and_the_message(tmp_path: Path, tiny_sd1_dir: Path) -> None:
+    args = sets(**_fake_model_and_data(tmp_path, tiny_sd1_dir), max_train_steps=2, optimizer_args=["foo=1", "betas=0.9"])
     result = run_trainer(args, tmp_path / "run")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "optimizer_args: foo=1: AdamW (torch.optim.AdamW) has no argument 'foo'" in result.stderr
@@ -339,10 +336,10 @@ def test_schedule_free_samples_and_saves_in_eval_mode_and_resumes(tiny_sd1_dir: 
 
 # --- the GUI's Validate report ---
 
-def test_the_validate_report_draws_the_learning_rate_of_the_planned_steps(tmp_path: Path) -> None:
+def test_the_validate_report_draws_the_learning_rate_of_the_planned_steps(tmp_path: Path, tiny_sd1_dir: Path) -> None:
     from gui.checks import check_form
 
-    values = {**_fake_model_and_data(tmp_path), "max_train_epochs": 2, "train_batch_size": 4, "learning_rate": 1e-3,
+    values = {**_fake_model_and_data(tmp_path, tiny_sd1_dir), "max_train_epochs": 2, "train_batch_size": 4, "learning_rate": 1e-3,
               "text_encoder_lr": 5e-4, "lr_scheduler": "cosine", "lr_warmup_steps": 0.25}
     report = check_form("lora", values)
     assert report.ok, report.summary()
