@@ -14,7 +14,7 @@ from trainers.models.sdxl.tiny import build_tiny_sdxl
 
 @pytest.fixture(scope="session")
 def built_demo() -> Path:
-    """The repo's demo/ (what `app.py --demo` builds; its model learns shapes once, a few minutes on CPU)."""
+    """The repo's demo/ (what `app.py --demo` builds: its model from the shipped weights, in seconds)."""
     demo = Path(__file__).resolve().parents[1] / "demo"
     for line in ensure_demo(demo):
         print(f"demo {line}", flush=True)

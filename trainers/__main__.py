@@ -47,11 +47,9 @@ def _parser() -> argparse.ArgumentParser:
                        "say about it (warnings, errors) and exit: 2 when a run would refuse it")
         p.add_argument("--export-sd-scripts", type=Path, metavar="OUT.toml", help="write the config as an sd-scripts "
                        "--config_file and print the command that runs it (implies --print-config)")
-    demo = sub.add_parser("demo", help="build a tiny offline model and dataset")
-    demo.add_argument("--out", type=Path, required=True)
-    demo.add_argument("--sdxl", action="store_true", help="also build a tiny SDXL model")
-    demo.add_argument("--random-weights", action="store_true",
-                      help="skip teaching the model shapes (a few minutes on CPU): random weights, built in seconds")
+    from trainers.demo import add_arguments as add_demo_arguments
+
+    add_demo_arguments(sub.add_parser("demo", help="build a tiny offline model and dataset"))
     sub.add_parser("options", help="print the table of options (markdown)")
     pre = sub.add_parser("preflight", help="check a config and its dataset without training (no model is loaded)")
     _config_arguments(pre)
@@ -73,11 +71,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
-        from trainers.demo import build_demo
+        from trainers.demo import main as demo_main
 
-        for line in build_demo(args.out, sdxl=args.sdxl, pretrain=not args.random_weights):
-            print(line)
-        return 0
+        return demo_main(args)
     if args.command == "options":
         from trainers.core.options.docs import options_markdown
 

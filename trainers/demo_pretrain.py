@@ -11,9 +11,9 @@ drifts greys to colours and its latents sample badly. Shapes in grey need neithe
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -23,6 +23,14 @@ from trainers.demo_shapes import DARK_BG, LIGHT_BG, draw_shape
 
 SHAPES = ("circle", "square", "triangle")
 SIZE = 64  # the demo's resolution
+VAE_STEPS, UNET_STEPS = 500, 600
+REPORT_EVERY = 5  # steps between progress reports (the page's progress line)
+
+
+class Progress(NamedTuple):
+    stage: str  # "autoencoder" or "denoiser"
+    step: int
+    steps: int
 
 
 def grey_shapes(rng: random.Random, count: int) -> tuple[torch.Tensor, list[str]]:
@@ -39,15 +47,15 @@ def grey_shapes(rng: random.Random, count: int) -> tuple[torch.Tensor, list[str]
     return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 127.5 - 1, captions
 
 
-def pretrain_demo_model(folder: Path, vae_steps: int = 500, unet_steps: int = 600, seed: int = 0) -> Iterator[str]:
+def pretrain_demo_model(folder: Path, vae_steps: int = VAE_STEPS, unet_steps: int = UNET_STEPS,
+                        seed: int = 0) -> Iterator[Progress]:
     """Train the tiny SD1 pipeline saved in `folder`, in place: its VAE, then its UNet and text encoder."""
     torch.manual_seed(seed)
-    rng, started = random.Random(seed), time.monotonic()
-    yield "teaching the demo model grey shapes (once, a few minutes on CPU)"
+    rng = random.Random(seed)
     for step in teach_autoencoder(folder, vae_steps, rng):
-        yield f"  autoencoder {step}/{vae_steps} ({time.monotonic() - started:.0f} s)"
+        yield Progress("autoencoder", step, vae_steps)
     for step in teach_denoiser(folder, unet_steps, rng):
-        yield f"  denoiser {step}/{unet_steps} ({time.monotonic() - started:.0f} s)"
+        yield Progress("denoiser", step, unet_steps)
 
 
 def teach_autoencoder(folder: Path, steps: int, rng: random.Random) -> Iterator[int]:
@@ -98,7 +106,7 @@ def teach_denoiser(folder: Path, steps: int, rng: random.Random) -> Iterator[int
 
 
 def _train(model: torch.nn.Module, steps: int, lr: float, loss_of: Callable[[], torch.Tensor]) -> Iterator[int]:
-    """AdamW with a cosine decay to a tenth for `steps` steps; yields every 100th step."""
+    """AdamW with a cosine decay to a tenth for `steps` steps; yields every REPORT_EVERY-th step and the last."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps, eta_min=lr / 10)
@@ -108,6 +116,6 @@ def _train(model: torch.nn.Module, steps: int, lr: float, loss_of: Callable[[], 
         loss.backward()
         optimizer.step()
         schedule.step()
-        if step % 100 == 0 or step == steps:
+        if step % REPORT_EVERY == 0 or step == steps:
             yield step
     model.eval()
