@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from gui import transfers
+    from gui.demo_build import DemoQueue
     from gui.jobs import JobManager
     from gui.page import Services, build_page
     from gui.presets import Presets
@@ -140,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_children_on_exit(TENSORBOARDS.stop_all)
     transfers.LIMITS = upload_limits(args)
 
-    if args.demo:
-        _ensure_demo()
+    demo = _start_demo() if args.demo else None
     runs_dir = args.runs_dir.expanduser().resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     datasets_dir = (args.datasets_dir or runs_dir.parent / "datasets").expanduser().resolve()
@@ -149,10 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     if roots:  # uploads land where training may read them
         roots = [*roots, datasets_dir]
     jobs = JobManager(runs_dir)
-    queue = RunQueue(jobs)
+    queue = RunQueue(jobs) if demo is None else DemoQueue(jobs, demo)
     queue.run_scheduler()  # queued runs (this session's or an earlier one's) start as their GPUs free up
     services = Services(runs_dir, jobs, Presets(args.presets_dir.expanduser()), Watchers(),
-                        [r.expanduser().resolve() for r in roots] if roots else None, datasets_dir, queue)
+                        [r.expanduser().resolve() for r in roots] if roots else None, datasets_dir, queue, demo)
     page = build_page(services, initial_preset="demo" if args.demo else None)
     page.queue(default_concurrency_limit=8)
     host = "localhost" if args.listen in ("0.0.0.0", "::") else args.listen
@@ -208,12 +208,14 @@ def launch_options(args: argparse.Namespace, users: list[tuple[str, str]], runs_
                                            Middleware(DocsPages)]})
 
 
-def _ensure_demo() -> None:
-    """Build the demo model and dataset the demo preset points at (relative to the repo)."""
-    from trainers.demo import ensure_demo
+def _start_demo() -> Any:
+    """Start preparing the demo model and dataset the demo preset points at (demo/ in the repo) in a process of its
+    own: the page serves at once and shows how far it is."""
+    from gui.demo_build import DemoBuild
 
-    for line in ensure_demo(REPO / "demo"):
-        print(f"demo {line}", flush=True)
+    demo = DemoBuild(REPO / "demo")
+    demo.start()
+    return demo
 
 
 if __name__ == "__main__":

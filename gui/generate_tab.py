@@ -13,16 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio.context import get_render_context
 
 from gui.checks import TypedPath, paths_outside
 from gui.forms import from_widget, make_widget, to_widget
 from gui.jobs import JobError
+from gui.presets import PresetError, Presets
 from gui.run_files import Watchers, format_duration, list_runs
 from gui.text import plain
 from trainers.core import events as ev
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.registry import METHOD_NAMES
 from trainers.core.rundir import RunState, effective_state, read_status
+from trainers.core.saves import list_saves
 from trainers.generate.options import (
     GEN_BY_NAME,
     GEN_GROUPS,
@@ -33,9 +36,10 @@ from trainers.generate.options import (
     declared_size,
     parse_loras,
 )
-from trainers.generate.saves import compare_form_values, find_saves
+from trainers.generate.saves import compare_form_values, find_saves, is_lora_file
 
 ESSENTIALS = ("model", "loras", "prompts")
+DEMO_PRESET = "demo"  # what `app.py --demo` fills the tab from
 OPEN_GROUPS = ("render",)
 HIDDEN = ("mode", "random_init")  # set by the button pressed; benchmarks only
 GALLERY_MAX = 60
@@ -189,6 +193,41 @@ def _servable(path: Path, runs_dir: Path) -> bool:
         return False
 
 
+def demo_values(presets: Presets) -> dict[str, Any]:
+    """What the tab holds under `app.py --demo`, so that one click on Generate renders: the demo preset's model and
+    sample prompts, and the newest LoRA a demo run saved (none before the first run)."""
+    try:
+        preset, _ = presets.load(DEMO_PRESET, "lora")
+    except PresetError:
+        return {}
+    lora = newest_lora(Path(str(preset.get("output_dir") or "")), str(preset.get("output_name") or ""))
+    return {"model": preset.get("pretrained_model_name_or_path") or "",
+            "prompts": list(preset.get("sample_prompt_lines") or []), "loras": [lora] if lora else []}
+
+
+def newest_lora(output_dir: Path, output_name: str) -> str:
+    """The LoRA file of `output_name` saved last in `output_dir` (the final one after a whole run); "" for none."""
+    files = [path for path, _ in list_saves(output_dir, output_name) if is_lora_file(path)] if output_name else []
+    return str(max(files, key=lambda path: path.stat().st_mtime)) if files else ""
+
+
+def _wire_demo_lora(widgets: dict[str, gr.components.Component], presets: Presets, filled: str) -> None:
+    """Opening the tab puts in the newest demo LoRA (one trained since the page loaded) unless the LoRA field holds
+    something else than what was put there."""
+    tab = get_render_context()  # the Generate tab of the page, which this tab is built inside
+    if not isinstance(tab, gr.Tab):
+        return
+    last = gr.State(filled)
+
+    def on_open(current: str, put: str) -> tuple[Any, str]:
+        newest = (demo_values(presets).get("loras") or [""])[0]
+        if newest and current.strip() in ("", put) and newest != current.strip():
+            return newest, newest
+        return gr.skip(), put
+
+    tab.select(on_open, inputs=[widgets["loras"], last], outputs=[widgets["loras"], last])
+
+
 def _widget(opt: Option, runs_dir: Path) -> gr.components.Component:
     if opt.name == "compare_run":
         widget = gr.Dropdown(choices=_run_choices(runs_dir), value=None, allow_custom_value=True, label=opt.name,
@@ -222,9 +261,14 @@ def build_generate_tab(services: Any) -> GenerateTab:
         if opt.name not in ESSENTIALS + HIDDEN:
             by_group.setdefault(opt.group, []).append(opt)
     job = gr.BrowserState("", storage_key="atelier-generate-job")
+    demo = demo_values(services.presets) if getattr(services, "demo", None) is not None else {}
     with gr.Group():
         for name in ESSENTIALS:
             widgets[name] = _widget(GEN_BY_NAME[name], runs_dir)
+            if name in demo:
+                widgets[name].value = to_widget(GEN_BY_NAME[name], demo[name])
+    if demo:
+        _wire_demo_lora(widgets, services.presets, to_widget(GEN_BY_NAME["loras"], demo["loras"]))
     compare_group = None
     for group, title in GEN_GROUPS.items():
         members = by_group.get(group, [])

@@ -14,6 +14,7 @@ import pandas as pd
 
 from gui.checks import CheckReport, check_form
 from gui.config_import import wire_imports
+from gui.demo_build import DemoBuild, build_demo_notice, check_start
 from gui.docs_pages import DOCS_LINKS
 from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
@@ -53,6 +54,7 @@ class Services:
     allowed_roots: list[Path] | None = None  # None: paths anywhere on this machine
     datasets_dir: Path | None = None  # where uploaded datasets go (default: datasets/ beside the runs folder)
     queue: RunQueue | None = None  # Start while the GPUs are busy queues the run (None: refuses it)
+    demo: DemoBuild | None = None  # app.py --demo: the demo being prepared (Start on it waits for it)
 
     @property
     def uploads(self) -> Path:
@@ -65,6 +67,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         gr.Markdown("# Atelier\nTrain LoRAs, Dreambooth models and finetunes of Stable Diffusion 1.x, 2.x, SDXL, "
                     "SD3/SD3.5 and FLUX.1.")
         gr.Markdown(DOCS_LINKS, elem_id="docs-links")
+        build_demo_notice(services.demo)
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays in sight
@@ -191,10 +194,10 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         return {**show_report(report), lr_chart: gr.LinePlot(frame, visible=bool(rows))}
 
     def on_validate(data: dict) -> dict:
-        return with_chart(check_form(method, form.values(data), services.allowed_roots))
+        return with_chart(check_start(method, form.values(data), services.allowed_roots, services.demo))
 
     def on_start(data: dict) -> dict:
-        report = check_form(method, form.values(data), services.allowed_roots)
+        report = check_start(method, form.values(data), services.allowed_roots, services.demo)
         updates = with_chart(report)
         if not report.ok:
             return updates

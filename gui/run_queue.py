@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from gui.jobs import JobError, JobManager, gpu_set
 from gui.run_files import list_runs
@@ -29,15 +30,20 @@ class RunQueue:
             if busy is None and not self.queued():
                 run_dir = self.jobs.start(cfg)
                 return run_dir, f"Started `{run_dir.name}`"
-            run_dir = self.jobs.new_run_dir(cfg)
-            run_dir.mkdir(parents=True)
-            cfg.save(run_dir / CONFIG)
-            update_status(run_dir, state=RunState.QUEUED, method=cfg.method, created=time.time(),
-                          queue_position=time.time(), gpu_ids=cfg.gpu_ids, num_processes=cfg.num_processes,
-                          output_dir=cfg.output_dir, output_name=cfg.output_name)
+            run_dir = self.enqueue(cfg)
         waits_for = f"run `{busy.name}`" if busy is not None else "the runs queued before it"
         return run_dir, (f"Queued `{run_dir.name}` (position {self.queued().index(run_dir) + 1}): it starts by itself "
                          f"when {waits_for} is done. Reorder or cancel it on the Runs tab.")
+
+    def enqueue(self, cfg: TrainConfig, **status: Any) -> Path:
+        """A run folder for `cfg`, queued after the runs queued before it; `status`: more status.json keys."""
+        run_dir = self.jobs.new_run_dir(cfg)
+        run_dir.mkdir(parents=True)
+        cfg.save(run_dir / CONFIG)
+        update_status(run_dir, state=RunState.QUEUED, method=cfg.method, created=time.time(),
+                      queue_position=time.time(), gpu_ids=cfg.gpu_ids, num_processes=cfg.num_processes,
+                      output_dir=cfg.output_dir, output_name=cfg.output_name, **status)
+        return run_dir
 
     def queued(self) -> list[Path]:
         """Queued runs, first to start first."""
