@@ -87,6 +87,8 @@ def main() -> int:
         try:
             url = f"http://127.0.0.1:{port}/"
             wait_for(lambda: _answers(url), 180, "the app")
+            wait_for(lambda: (REPO / "demo" / "tiny-sd1" / "atelier_demo.json").exists(), 600,
+                     "the demo model")  # app.py prepares it behind the page
             config = work / "bench.toml"  # the demo, long, without samples or saves between steps
             config.write_text(_long_demo_config(work / "out"), encoding="utf-8")
             trainer = subprocess.Popen(
