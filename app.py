@@ -200,12 +200,42 @@ def launch_options(args: argparse.Namespace, users: list[tuple[str, str]], runs_
     from gui.tensorboard import TensorBoardProxy
 
     os.environ["FORWARDED_ALLOW_IPS"] = ",".join(args.trusted_proxies)  # empty: no one
+    patient_startup_check()
     return dict(server_name=args.listen, server_port=args.server_port, share=args.share,
                 auth=users or None, auth_message="Atelier: please log in.", root_path=args.root_path or None,
                 inbrowser=not args.headless and bool(os.environ.get("DISPLAY")), allowed_paths=[str(runs_dir)],
                 show_error=True, css=CSS, footer_links=[], theme=gr.themes.Soft(), max_file_size=args.max_upload_size,
                 app_kwargs={"middleware": [Middleware(RequireSession), Middleware(TensorBoardProxy),
                                            Middleware(DocsPages)]})
+
+
+def patient_startup_check(wait_s: float = 60.0) -> None:
+    """Gradio's launch asks its own new server for the page once, with a 3 s timeout, and exits with "localhost is
+    not accessible" when that one answer is late: on a machine busy training (a CPU demo run uses every core) a
+    restarted GUI could not start. Ask again until the server answers or `wait_s` passes."""
+    import time
+
+    import gradio.networking as networking
+    import httpx
+
+    if getattr(networking.url_ok, "patient", False):
+        return
+    quick = networking.url_ok
+
+    def url_ok(url: str) -> bool:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                if quick(url):
+                    return True
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+
+    url_ok.patient = True  # type: ignore[attr-defined]
+    networking.url_ok = url_ok
 
 
 def _start_demo() -> Any:
