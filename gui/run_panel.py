@@ -107,7 +107,9 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
         if view.validation:
             stats += f" · validation loss {view.validation[-1][1]:.4f}"
     elif view.state == RunState.QUEUED:
-        stats = f"Waiting in the queue for {devices_text(gpu_set(view.status))} (the Runs tab reorders or cancels it)."
+        why = str(view.status.get("message") or "").strip()  # e.g. a demo run: "waits for the demo model ..."
+        stats = (f"Waiting in the queue for {devices_text(gpu_set(view.status))} ({plain(why) + '; ' if why else ''}"
+                 "the Runs tab reorders or cancels it).")
     else:
         stats = "Loading the model and data…" if view.state.active else ""
     chart_key = (len(view.losses), view.losses[-1] if view.losses else None, len(view.validation))

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
+from gui.run_files import RunWatcher
+from gui.run_panel import render
 from gui.demo_build import DemoBuild, DemoQueue, check_start
 from gui.generate_tab import demo_values
 from gui.jobs import JobManager
@@ -55,6 +57,8 @@ def test_a_demo_run_waits_in_the_queue_until_the_demo_is_built(tmp_path: Path) -
     waiting, said = queue.submit(on_demo)
     assert "starts by itself when the demo model is ready" in said
     assert read_status(waiting)["state"] == "queued" and "demo model" in read_status(waiting)["message"]
+    stats = render(RunWatcher(waiting).refresh())[2][1]  # the run panel says why it waits
+    assert "Waiting in the queue" in stats and "waits for the demo model to be ready" in stats
     other, said = queue.submit(TrainConfig("lora", {"max_train_steps": 1, "output_name": "other"}))
     assert said.startswith("Started")  # a run on another model does not wait behind it
     _wait(lambda: (other / "argv.json").exists(), "the other run to start")
