@@ -3,8 +3,9 @@
 Also: `python -m trainers demo --out DIR` (tiny model + dataset, offline),
 `python -m trainers preflight --config run.toml [--num-processes N]` (the dataset report, no training),
 `python -m trainers options` (the option table, as markdown),
-`python -m trainers accelerate-config --config run.toml` (the accelerate config of DeepSpeed/FSDP runs), and
-`python -m trainers generate|compare` (images and compare grids; see trainers/generate/).
+`python -m trainers accelerate-config --config run.toml` (the accelerate config of DeepSpeed/FSDP runs),
+`python -m trainers generate|compare` (images and compare grids; see trainers/generate/), and
+`python -m trainers tools <verb>` (LoRA and model tools; see trainers/tools/).
 Methods (their subcommands) come from trainers/core/registry.py.
 """
 from __future__ import annotations
@@ -65,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
 
     add_generate_arguments(sub.add_parser("generate", help="generate images (every GPU, one pipeline each)"))
     add_generate_arguments(sub.add_parser("compare", help="render a run's saves against prompts into a grid"))
+    from trainers.tools.cli import add_arguments as add_tool_arguments
+
+    add_tool_arguments(sub.add_parser("tools", help="LoRA and model tools: inspect, resize, merge, extract, convert"))
     return parser
 
 
@@ -83,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         from trainers.generate.cli import main as generate_main
 
         return generate_main(args, args.command)
+    if args.command == "tools":
+        from trainers.tools.cli import main as tools_main
+
+        return tools_main(args)
     if args.command == "accelerate-config":
         from trainers.core.launch import print_accelerate_config
 

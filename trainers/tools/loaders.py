@@ -1,0 +1,77 @@
+"""Which programs load a LoRA file, and the keys each would leave out: a prediction from the key names and weight
+kinds each loader maps (ComfyUI's comfy/lora.py and weight adapters, A1111's and Forge's built-in Lora extension,
+diffusers' load_lora_weights, sd-scripts' networks.lora), not a run of them. Torch-free.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+ALL_TYPES = frozenset({"LoRA", "LoCon", "LoCon (Tucker)", "LoHa", "LoKr", "IA3", "full (diff)", "norm", "GLoRA", "OFT",
+                       "BOFT"})
+_ATTENTION = (".to_q", ".to_k", ".to_v", ".to_out.0")
+
+
+@dataclass(frozen=True)
+class Loader:
+    name: str
+    formats: frozenset[str]  # key formats it maps
+    types: frozenset[str]  # module types it applies (a DoRA module counts as its kind plus dora_scale)
+    own_styles: bool  # it maps kohya names of the families that name their own modules (SD3, FLUX)
+    dora: bool  # it applies dora_scale / lora_magnitude_vector
+    note: str = ""
+
+    def takes(self, kind: str, fmt: str, style: str | None) -> bool:
+        base = kind.removeprefix("DoRA (").removesuffix(")")
+        if fmt not in self.formats or base not in self.types:
+            return False
+        if fmt == "kohya" and style == "own" and not self.own_styles:
+            return False
+        return True
+
+
+LOADERS = (
+    Loader("ComfyUI", frozenset({"kohya", "comfyui", "diffusers"}), ALL_TYPES - {"IA3"}, own_styles=True, dora=True,
+           note="maps diffusers-format UNet attention layers only under their old `.processor.` names"),
+    Loader("A1111 / Forge", frozenset({"kohya"}), ALL_TYPES, own_styles=False, dora=True,
+           note="SD1, SD2 and SDXL names; Forge also reads FLUX's kohya names"),
+    Loader("diffusers", frozenset({"kohya", "diffusers"}), frozenset({"LoRA", "LoCon", "LoKr"}), own_styles=True,
+           dora=False, note="drops dora_scale with a warning; reads FLUX's kohya names but not SD3's (Atelier's "
+                            "Generate converts both)"),
+    Loader("sd-scripts", frozenset({"kohya"}), frozenset({"LoRA", "LoCon"}), own_styles=True, dora=False,
+           note="networks.lora reads lora_down/lora_up/alpha; other LyCORIS kinds load with --network_module "
+                "lycoris.kohya"),
+)
+
+
+@dataclass
+class Verdict:
+    loader: str
+    status: str  # "yes", "partly" or "no"
+    ignored: list[str] = field(default_factory=list)  # tensor names it would not load
+    note: str = ""
+
+
+def _ignored_keys(loader: Loader, module: str, kind: str, suffixes: set[str], fmt: str, style: str | None) -> list[str]:
+    keys = [f"{module}.{s}" for s in sorted(suffixes)]
+    if not loader.takes(kind, fmt, style):
+        return keys
+    if fmt == "diffusers" and loader.name == "ComfyUI" and style != "own" and module.startswith("unet.") \
+            and module.endswith(_ATTENTION):
+        return keys
+    if not loader.dora:
+        return [k for k in keys if k.endswith((".dora_scale", ".lora_magnitude_vector"))]
+    return []
+
+
+def verdicts(modules: Mapping[str, set[str]], kinds: Mapping[str, str], fmt: str, style: str | None) -> list[Verdict]:
+    """For each loader: does it load the file (every key, some, none) and which keys it would leave out.
+    `modules`: module name -> its tensors' suffixes; `kinds`: module name -> its type (lora_state.module_type)."""
+    total = sum(len(s) for s in modules.values())
+    out = []
+    for loader in LOADERS:
+        ignored = [key for name, suffixes in modules.items()
+                   for key in _ignored_keys(loader, name, kinds[name], suffixes, fmt, style)]
+        status = "yes" if not ignored else "no" if len(ignored) == total else "partly"
+        out.append(Verdict(loader.name, status, ignored, loader.note))
+    return out
