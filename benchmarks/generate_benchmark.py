@@ -39,7 +39,6 @@ def main() -> None:
     p.add_argument("--cpu-threads", type=int, default=0, help="torch threads per CPU worker (0: cores / workers)")
     args = p.parse_args()
 
-    from trainers.core.events import EventLog
     from trainers.generate.job import run_job, worker_devices
     from trainers.generate.options import GenerateConfig
 
@@ -60,13 +59,8 @@ def main() -> None:
     workers = len(worker_devices(cfg))
     cfg = cfg.replace(images_per_prompt=args.batch * args.batches_per_worker * workers)
     started = time.time()
-    result = run_job(cfg, work / "job", EventLog(work / "job"))
-    events = [json.loads(line) for line in (work / "job" / "events.jsonl").read_text().splitlines()]
-    progress = [e for e in events if e["type"] == "generate_progress"]
-    warm = progress[min(workers, len(progress)) - 1]  # each worker has rendered (about) one batch
-    steady = [e for e in progress if e["time"] > warm["time"]]
-    images = sum(e["done"] - prev["done"] for prev, e in zip([warm] + steady, steady))
-    elapsed = steady[-1]["time"] - warm["time"] if steady else 0.0
+    result = run_job(cfg, work / "job")
+    images, elapsed = steady_images(work / "job", workers)
     import torch
 
     peak = max((torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())), default=0) / 2**30
@@ -79,6 +73,16 @@ def main() -> None:
         "seconds_total": round(time.time() - started, 1),
         "peak_mem_gb_in_process": round(peak, 2), "job_dir": str(work / "job"),
     }))
+
+
+def steady_images(job_dir: Path, workers: int) -> tuple[int, float]:
+    """(images, seconds) of a finished job after each worker's first batch: model loading and warm-up left out."""
+    events = [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines()]
+    progress = [e for e in events if e["type"] == "generate_progress"]
+    warm = progress[min(workers, len(progress)) - 1]  # each worker has rendered (about) one batch
+    steady = [e for e in progress if e["time"] > warm["time"]]
+    images = sum(e["done"] - prev["done"] for prev, e in zip([warm] + steady, steady))
+    return images, steady[-1]["time"] - warm["time"] if steady else 0.0
 
 
 if __name__ == "__main__":

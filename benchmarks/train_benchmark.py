@@ -16,11 +16,18 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 ARCH = REPO.parent / "shared" / "arch"
+
+if TYPE_CHECKING:
+    from trainers.core.options import TrainConfig
+    from trainers.train.method import Trainable
+    from trainers.train.session import Session
 
 
 def main() -> None:
@@ -42,11 +49,7 @@ def main() -> None:
     p.add_argument("--buckets", action="store_true", help="aspect-ratio buckets (the demo images are 3 shapes)")
     args = p.parse_args()
 
-    from trainers.core.options import load_config
     from trainers.demo import build_dataset
-    from trainers.methods.lora.trainer import METHOD
-    from trainers.train.loop import train
-    from trainers.train.session import start_session
 
     work = Path(tempfile.mkdtemp(prefix="atelier-bench-"))
     if args.model.startswith("tiny"):
@@ -59,19 +62,18 @@ def main() -> None:
         model_dir, random_init = args.arch_dir / args.model, True
     resolution = args.resolution or {"sd15": 512, "sdxl": 1024}.get(args.model, 64)
     data = build_dataset(work / "data", folder="100_bench", size=resolution)
-    cfg = load_config("lora", overrides=[
-        f"pretrained_model_name_or_path={json.dumps(str(model_dir))}", f"train_data_dir={json.dumps(str(data))}",
-        f"output_dir={json.dumps(str(work / 'out'))}", f"resolution='{resolution}'", f"max_train_steps={args.steps}",
-        f"train_batch_size={args.batch}", f"mixed_precision='{args.mixed_precision}'",
-        f"gradient_checkpointing={str(args.gradient_checkpointing).lower()}", f"optimizer_type='{args.optimizer}'",
-        f"network_dim={args.network_dim}", f"network_train_unet_only={str(args.unet_only or args.cache_text).lower()}",
-        f"max_data_loader_n_workers={args.workers}", "save_precision='fp16'",
-        f"cache_latents={str(args.cache_latents).lower()}", f"cache_text_encoder_outputs={str(args.cache_text).lower()}",
-        f"enable_bucket={str(args.buckets).lower()}", f"min_bucket_reso={min(256, resolution // 2)}",
-    ])
-    session = start_session(cfg, work / "run", random_init=random_init)
-    loaded = time.time()
-    train(session, METHOD.make_trainable(cfg, session))
+    cfg = bench_config("lora", {
+        "pretrained_model_name_or_path": str(model_dir), "train_data_dir": str(data),
+        "output_dir": str(work / "out"), "resolution": str(resolution), "max_train_steps": args.steps,
+        "train_batch_size": args.batch, "mixed_precision": args.mixed_precision,
+        "gradient_checkpointing": args.gradient_checkpointing, "optimizer_type": args.optimizer,
+        "network_dim": args.network_dim, "network_train_unet_only": args.unet_only or args.cache_text,
+        "max_data_loader_n_workers": args.workers, "save_precision": "fp16", "cache_latents": args.cache_latents,
+        "cache_text_encoder_outputs": args.cache_text, "enable_bucket": args.buckets,
+        "min_bucket_reso": min(256, resolution // 2)})
+    marks: dict[str, float] = {}
+    session, _, _ = run_training(cfg, work / "run", random_init,
+                                 before_train=lambda *_: marks.setdefault("loaded", time.time()))
     events = [json.loads(line) for line in (work / "run" / "events.jsonl").read_text().splitlines()]
     progress = [e for e in events if e["type"] == "progress"]
     start = next(e for e in events if e["type"] == "start")
@@ -83,11 +85,34 @@ def main() -> None:
         "it_per_s": last["it_per_s"], "images_per_s": last["images_per_s"],
         "peak_mem_gb": last["peak_mem_gb"], "peak_mem_kind": last["peak_mem_kind"],
         "seconds_to_first_step": round(progress[0]["time"] - started, 2),
-        "seconds_loading_model": round(loaded - started, 2),
+        "seconds_loading_model": round(marks["loaded"] - started, 2),
         "first_step_s": round(progress[0]["time"] - start["time"], 2),
         "data_share": last["data_share"],
         "device": str(session.accelerator.device),
     }))
+
+
+def bench_config(method: str, values: dict[str, Any]) -> TrainConfig:
+    """`method`'s config with `values` set, as `--set name=value` sets them."""
+    from trainers.core.options import load_config
+
+    return load_config(method, overrides=[f"{name}={json.dumps(value)}" for name, value in values.items()])
+
+
+def run_training(cfg: TrainConfig, run_dir: Path, random_init: bool,
+                 before_train: Callable[[Session, Trainable], None] | None = None) -> tuple[Session, Trainable, Path]:
+    """A whole run of `cfg` in this process through the real trainer (session, method, loop): (session, what
+    trained, the final output). `random_init` builds the model from its configs only; `before_train` runs once
+    the model is set up, just before the first step."""
+    from trainers.train.loop import train
+    from trainers.train.method import method_of
+    from trainers.train.session import start_session
+
+    session = start_session(cfg, run_dir, random_init=random_init)
+    trainable = method_of(cfg).make_trainable(cfg, session)
+    if before_train is not None:
+        before_train(session, trainable)
+    return session, trainable, train(session, trainable)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""The models benchmarks/gpu_check.py trains and renders, as folders of configs that the trainers build with random
+weights (`random_init`: only the configs are read, nothing is downloaded).
+
+Real size: SD1.5 and SDXL from the published configs the repo ships (trainers/models/*/arch), FLUX.1-dev from its
+published hyperparameters written below (diffusers' FluxTransformer2DModel defaults with the dev guidance
+embedding; T5 v1.1 XXL; the 16-channel autoencoder). `--dry-run`: the tests' tiny models of each family.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+ARCH = {"sd15": REPO / "trainers" / "models" / "sd" / "arch" / "sd15",
+        "sdxl": REPO / "trainers" / "models" / "sdxl" / "arch" / "sdxl"}
+FAMILIES = ("sd15", "sdxl", "flux")
+
+FLUX_DEV = {  # black-forest-labs/FLUX.1-dev, as diffusers' configs of it say
+    "model_index.json": {
+        "_class_name": "FluxPipeline", "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+        "text_encoder": ["transformers", "CLIPTextModel"], "text_encoder_2": ["transformers", "T5EncoderModel"],
+        "tokenizer": ["transformers", "CLIPTokenizer"], "tokenizer_2": ["transformers", "T5TokenizerFast"],
+        "transformer": ["diffusers", "FluxTransformer2DModel"], "vae": ["diffusers", "AutoencoderKL"]},
+    "transformer/config.json": {
+        "_class_name": "FluxTransformer2DModel", "patch_size": 1, "in_channels": 64, "num_layers": 19,
+        "num_single_layers": 38, "attention_head_dim": 128, "num_attention_heads": 24, "joint_attention_dim": 4096,
+        "pooled_projection_dim": 768, "guidance_embeds": True, "axes_dims_rope": [16, 56, 56]},
+    "vae/config.json": {
+        "_class_name": "AutoencoderKL", "act_fn": "silu", "block_out_channels": [128, 256, 512, 512],
+        "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+        "in_channels": 3, "out_channels": 3, "latent_channels": 16, "layers_per_block": 2, "norm_num_groups": 32,
+        "sample_size": 1024, "scaling_factor": 0.3611, "shift_factor": 0.1159, "force_upcast": True,
+        "mid_block_add_attention": True, "use_quant_conv": False, "use_post_quant_conv": False},
+    "text_encoder_2/config.json": {  # google/t5-v1_1-xxl's encoder
+        "architectures": ["T5EncoderModel"], "model_type": "t5", "d_model": 4096, "d_ff": 10240, "d_kv": 64,
+        "num_heads": 64, "num_layers": 24, "vocab_size": 32128, "feed_forward_proj": "gated-gelu",
+        "dense_act_fn": "gelu_new", "is_gated_act": True, "layer_norm_epsilon": 1e-6,
+        "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "tie_word_embeddings": False,
+        "is_encoder_decoder": False, "use_cache": False, "pad_token_id": 0, "eos_token_id": 1,
+        "decoder_start_token_id": 0},
+    "scheduler/scheduler_config.json": {
+        "_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 3.0,
+        "use_dynamic_shifting": True, "base_shift": 0.5, "max_shift": 1.15, "base_image_seq_len": 256,
+        "max_image_seq_len": 4096},
+}
+TINY_FLUX_BLOCKS = (4, 4)  # double, single: enough that the dry run can swap some (2 of each must stay)
+
+
+def model_folder(family: str, work: Path, tiny: bool) -> Path:
+    """A folder the trainers load `family` from with random_init: real-size configs, or a tiny model's folder."""
+    folder = work / f"{'tiny-' if tiny else ''}{family}"
+    if folder.is_dir():
+        return folder
+    if tiny:
+        return _tiny(family, folder)
+    if family == "flux":
+        return write_flux_dev(folder)
+    # the shipped tokenizer folders hold only their configs: without them a random-init load uses a tiny tokenizer
+    shutil.copytree(ARCH[family], folder, ignore=shutil.ignore_patterns("tokenizer*"))
+    return folder
+
+
+def write_flux_dev(folder: Path) -> Path:
+    """FLUX.1-dev's configs (its CLIP-L text encoder is SD1.5's), no weights and no tokenizers."""
+    for name, config in FLUX_DEV.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    (folder / "text_encoder").mkdir(exist_ok=True)
+    shutil.copy(ARCH["sd15"] / "text_encoder" / "config.json", folder / "text_encoder" / "config.json")
+    return folder
+
+
+def _tiny(family: str, folder: Path) -> Path:
+    from trainers.models.flux.tiny import build_tiny_flux
+    from trainers.models.sd.tiny import build_tiny_sd1
+    from trainers.models.sdxl.tiny import build_tiny_sdxl
+
+    if family == "flux":
+        return build_tiny_flux(folder, blocks=TINY_FLUX_BLOCKS)
+    return {"sd15": build_tiny_sd1, "sdxl": build_tiny_sdxl}[family](folder)
+
+
+def component_params(folder: Path) -> dict[str, int]:
+    """Parameters of each component the trainers build from `folder`, built on the meta device (no memory, no
+    time): the same loader a run uses, so a typo in a config shows here before any GPU time is spent."""
+    import torch
+
+    from trainers.models import load_model
+
+    with torch.device("meta"):
+        model = load_model(str(folder), "auto", torch.bfloat16, random_init=True)
+    parts: dict[str, Any] = {"denoiser": model.unet, "vae": model.vae}
+    parts.update({f"text_encoder_{i + 1}": te for i, te in enumerate(model.text_encoders)})
+    return {name: sum(p.numel() for p in module.parameters()) for name, module in parts.items()}
