@@ -30,6 +30,7 @@ from trainers.generate.options import (
     GEN_BY_NAME,
     GEN_GROUPS,
     GEN_OPTIONS,
+    MODES,
     GenerateConfig,
     check_config,
     config_from_values,
@@ -155,11 +156,12 @@ def _run_choices(runs_dir: Path | None = None, extra: str = "") -> list[tuple[st
 
 
 class ActiveJob:
-    """The generation job running now, if any, looked up at most every `ttl_s` seconds for all pages together:
-    a browser that did not start it (another machine, a cleared storage) still shows it and can stop it."""
+    """The generation job (or, with other `methods`, tool job) running now, if any, looked up at most every `ttl_s`
+    seconds for all pages together: a browser that did not start it (another machine, a cleared storage) still shows
+    it and can stop it."""
 
-    def __init__(self, ttl_s: float = 2.0) -> None:
-        self.ttl_s = ttl_s
+    def __init__(self, ttl_s: float = 2.0, methods: tuple[str, ...] = MODES) -> None:
+        self.ttl_s, self.methods = ttl_s, methods
         self._cached: tuple[float, Path | None, str] = (0.0, None, "")
         self._lock = threading.Lock()
 
@@ -168,7 +170,7 @@ class ActiveJob:
             at, folder, job_id = self._cached
             if folder != runs_dir or time.monotonic() - at > self.ttl_s:
                 job_id = next((r.run_id for r in list_runs(runs_dir)
-                               if r.method not in METHOD_NAMES and r.state.active), "")
+                               if r.method in self.methods and r.state.active), "")
                 self._cached = (time.monotonic(), runs_dir, job_id)
             return job_id
 

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from gui.run_files import list_runs
 from trainers.core import lifecycle
@@ -37,6 +38,9 @@ from trainers.core.rundir import (
 )
 from trainers.core.secrets import trainer_environment
 from trainers.generate.options import GenerateConfig, new_job_dir
+from trainers.tools.options import JOB_METHOD as TOOLS_METHOD
+from trainers.tools.options import ToolConfig, gpu_device
+from trainers.tools.options import new_job_dir as new_tool_job_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SAVE_GRACE_S = 1800.0  # after Stop, a trainer that has begun saving its training state gets this long to finish
@@ -223,18 +227,32 @@ class JobManager:
 
         Like a training run it is refused while another run uses its GPUs (the CPU, when it runs there).
         """
+        ids = generate_gpu_ids(cfg.devices)
+        return self._start_job(new_job_dir(self.runs_dir, cfg), cfg, ["generate"], ids, exclusive=True,
+                               method=cfg.mode, num_processes=len(ids.split(",")), output_dir=cfg.output_dir)
+
+    def start_tool(self, cfg: ToolConfig) -> Path:
+        """Launch `python -m trainers tools <verb>`; a verb that computes (resize, merge, extract) is refused while a
+        run uses its device, as a generation job is; inspect and convert only read and write files."""
+        device = gpu_device(cfg)
+        ids = device if device is not None else ("0" if gpu_count() else "cpu")
+        exclusive = "device" in cfg.values
+        return self._start_job(new_tool_job_dir(self.runs_dir, cfg), cfg, ["tools", cfg.verb],
+                               ids if exclusive else "", exclusive=exclusive, method=TOOLS_METHOD, verb=cfg.verb,
+                               num_processes=1 if exclusive else 0)
+
+    def _start_job(self, run_dir: Path, cfg: GenerateConfig | ToolConfig, command: list[str], ids: str,
+                   exclusive: bool, **status: Any) -> Path:
+        """Write the job's folder and config, launch `python -m trainers <command>` on it, record it in status.json."""
         with self._lock:
-            ids = generate_gpu_ids(cfg.devices)
-            wanted = set(ids.split(","))
-            self._refuse_busy(wanted)
-            run_dir = new_job_dir(self.runs_dir, cfg)
+            if exclusive:
+                self._refuse_busy(set(ids.split(",")))
             run_dir.mkdir(parents=True)
             cfg.save(run_dir / CONFIG)
-            argv = [self.python, "-m", "trainers", "generate", "--config", str(run_dir / CONFIG),
+            argv = [self.python, "-m", "trainers", *command, "--config", str(run_dir / CONFIG),
                     "--run-dir", str(run_dir)]
             proc = self._launch(argv, run_dir, {})
-            lifecycle.launched(run_dir, proc.pid, method=cfg.mode, gpu_ids=ids, num_processes=len(wanted),
-                               output_dir=cfg.output_dir)
+            lifecycle.launched(run_dir, proc.pid, gpu_ids=ids, **status)
         threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
         return run_dir
 

@@ -24,6 +24,7 @@ from gui.run_files import RunSummary, Watchers, format_duration, list_runs
 from gui.run_panel import RunPanel, build_run_panel, is_generation_job, render, view_for
 from gui.run_queue import RunQueue
 from gui.text import plain
+from gui.tools_tab import build_tools_tab
 from gui.transfer_ui import build_downloads, build_tensorboard, build_upload, wire_downloads, wire_tensorboard
 from trainers.core.launch import needs_config_file, other_machine_commands
 from trainers.core.registry import METHOD_NAMES, METHODS
@@ -78,6 +79,8 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                                                                    initial_preset if i == 0 else None, page)
                     with gr.Tab("Generate", id="generate"):
                         generate = build_generate_tab(services)
+                    with gr.Tab("Tools", id="tools"):
+                        build_tools_tab(services)
                     with gr.Tab("Runs", id="runs"):
                         _runs_tab(services, viewed)
             with gr.Column(scale=2, elem_id="run-column"):

@@ -62,6 +62,31 @@ def tiny_lora(model_dir: Path, path: Path, seed: int = 1, conv: bool = True, alp
     return path
 
 
+def outputs(model_dir: Path, lora: Path, way: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(text encoder, UNet) outputs of a tiny SD1 pipeline with the LoRA: loaded by diffusers' load_lora_weights
+    (`way` = "diffusers"), or each module's up @ down x its own alpha / rank added to its layer ("exact")."""
+    from diffusers import StableDiffusionPipeline
+
+    from trainers.models import LoadedModel
+    from trainers.tools.layers import layer_map
+
+    pipe = StableDiffusionPipeline.from_pretrained(model_dir, safety_checker=None)
+    if way == "diffusers":
+        pipe.load_lora_weights(str(lora.parent), weight_name=lora.name)
+    else:
+        from trainers.models.loading import detect_family
+
+        model = LoadedModel(detect_family(model_dir), pipe.unet, pipe.vae, [pipe.text_encoder], [], None, "", "")
+        targets = layer_map(model)
+        for name, module in read_lora(lora, "lora").plain("lora").items():
+            targets[name].add(module.delta())
+    ids = pipe.tokenizer(["a red fox"], padding="max_length", max_length=77, return_tensors="pt").input_ids
+    generator = torch.Generator().manual_seed(0)
+    latents, hidden = torch.randn(1, 4, 32, 32, generator=generator), torch.randn(1, 77, 32, generator=generator)
+    with torch.no_grad():
+        return pipe.text_encoder(ids)[0], pipe.unet(latents, 10, hidden).sample
+
+
 def run(verb: str, folder: Path | None = None, **values: Any) -> Path:
     """A tool run in this process (no interpreter start-up), its job folder `folder`."""
     return run_tool(config_from_values(verb, values), folder)[0]

@@ -83,8 +83,8 @@ def test_merge_into_the_model_then_extract_at_full_rank_gives_the_change_back(ti
     worst = max(float((changes[n] - 0.6 * original[n]).abs().max()) for n in original)
     assert worst < 1e-4, worst
     tensors, metadata = read_lora_file(extracted)
-    assert metadata["ss_network_dim"] == "4" and json.loads(metadata["ss_network_args"]) == {
-        "conv_dim": "2", "conv_alpha": "2"}
+    assert metadata["ss_network_dim"] == "4" and metadata["ss_network_alpha"] == "4"
+    assert json.loads(metadata["ss_network_args"]) == {"conv_dim": "2", "conv_alpha": "4"}  # one alpha: see one_alpha
     assert metadata["ss_base_model_version"] == "sd_v1" and "sshs_model_hash" in metadata
     assert {p: digest(p) for p in tiny_sd1_dir.rglob("*.safetensors")} == model_files  # the base is untouched
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lora_samples import CONV, LINEAR, digest, deltas, module, run, sample_modules, write
+from lora_samples import CONV, LINEAR, deltas, digest, module, outputs, run, sample_modules, tiny_lora, write
 
 from trainers.methods.lora.file_format import read_lora_file, with_hashes
 from trainers.tools.job import ToolError
@@ -62,6 +62,21 @@ def test_dynamic_resize_keeps_the_ranks_the_definitions_give(method: str, param:
     kept = json.loads((tmp_path / "job" / "report.json").read_text())["modules"][0]["fro"]
     squares = [64, 16, 4, 1, 0.25, 0.0625]
     assert kept == pytest.approx((sum(squares[:rank]) / sum(squares)) ** 0.5)
+
+
+def test_a_dynamic_resize_renders_in_diffusers_as_every_loader_computes_it(tiny_sd1_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    """Its modules' ranks differ; diffusers gives attention and text-encoder layers a kohya file's most common alpha,
+    so the result holds one alpha (each module's own alpha / rank folded into its up weights)."""
+    source = tiny_lora(tiny_sd1_dir, tmp_path / "lora.safetensors")
+    out = run("resize", tmp_path / "job", lora=str(source), new_rank=4, dynamic_method="sv_fro", dynamic_param=0.8,
+              device="cpu")
+    tensors, metadata = read_lora_file(out)
+    assert len({t.shape[0] for k, t in tensors.items() if k.endswith("lora_down.weight")}) > 1
+    assert len({float(t) for k, t in tensors.items() if k.endswith(".alpha")}) == 1
+    assert metadata["ss_network_dim"] == "Dynamic" and metadata["ss_network_alpha"] != "Dynamic"
+    for loaded, exact in zip(outputs(tiny_sd1_dir, out, "diffusers"), outputs(tiny_sd1_dir, out, "exact")):
+        torch.testing.assert_close(loaded, exact, atol=1e-5, rtol=1e-5)
 
 
 def test_dynamic_rank_is_capped_by_new_rank(tmp_path: Path) -> None:

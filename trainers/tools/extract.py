@@ -13,9 +13,10 @@ from trainers.tools.compute import compute_device
 from trainers.tools.job import ToolError, ToolJob
 from trainers.tools.kept import KeptRow, kept_report
 from trainers.tools.layers import Target, layer_map, load_weights, lora_module_names, stored_dtype
-from trainers.tools.lora_state import LowRankModule, dims_text, refuse_existing, write_lora
+from trainers.tools.lora_state import LowRankModule, alpha_text, dims_text, one_alpha, refuse_existing, write_lora
 from trainers.tools.lowrank import RankRule, clamp_quantile, factor_matrix, shaped
 from trainers.tools.options import ToolConfig
+from trainers.tools.resize import is_spatial
 
 
 def run(cfg: ToolConfig, job: ToolJob) -> Path:
@@ -28,14 +29,14 @@ def run(cfg: ToolConfig, job: ToolJob) -> Path:
     base = load_weights(cfg.model_org, "model_org", files)
     job.progress("loading the models", 1, 2)
     tuned = load_weights(cfg.model_tuned, "model_tuned", files)
-    if tuned.family.name != base.family.name:
+    if len({tuned.family.name, base.family.name}) > 1:  # another family (SD1 and SD2 share a class)
         raise ToolError("model_tuned", f"it is an {tuned.family.title} model and model_org an {base.family.title} "
                         "one: extract from a finetune of the base model")
     names = lora_module_names(base, conv=cfg.conv_dim is not None)
     base_layers, tuned_layers = layer_map(base), layer_map(tuned)
     changes = _changes(names, base_layers, tuned_layers, cfg.min_diff, job)
     device = compute_device(cfg.device)
-    tensors, rows, written = {}, [], []
+    results, kept = {}, {}
     for done, (name, change) in enumerate(changes.items(), start=1):
         spatial = change.dim() == 4 and tuple(change.shape[2:]) != (1, 1)
         rule = RankRule(cfg.conv_dim if spatial else cfg.dim, cfg.dynamic_method, cfg.dynamic_param)
@@ -43,16 +44,16 @@ def run(cfg: ToolConfig, job: ToolJob) -> Path:
             factors = factor_matrix(change.flatten(1).to(device), rule)
             factors = clamp_quantile(factors, cfg.clamp_quantile)
         down, up = shaped(factors, tuple(change.shape))
-        module = LowRankModule(down.cpu(), up.cpu(), float(factors.rank))  # alpha = rank, as sd-scripts
-        tensors.update(module.tensors(name))
-        written.append((module, spatial))
-        rows.append(KeptRow.of(name, factors, module.alpha))
+        results[name] = LowRankModule(down.cpu(), up.cpu(), float(factors.rank))  # alpha = rank, as sd-scripts
+        kept[name] = factors
         job.progress("extracting", done, len(changes))
-    if not tensors:
+    if not results:
         raise ToolError("model_tuned", f"it differs from model_org by no more than min_diff ({cfg.min_diff:g}) "
                         "anywhere: there is nothing to extract (lower min_diff, or check the models)")
-    metadata = _metadata(cfg, base, out, written)
-    write_lora(out, tensors, metadata, _save_dtype(cfg))
+    results = one_alpha(results)
+    tensors = {k: v for name, m in results.items() for k, v in m.tensors(name).items()}
+    rows = [KeptRow.of(name, kept[name], m.alpha) for name, m in results.items()]
+    write_lora(out, tensors, _metadata(cfg, base, out, results), _save_dtype(cfg))
     job.wrote(out, "lora")
     summary, details, data = kept_report(rows)
     job.report(f"Extracted {out.name}", f"Wrote `{out}`: what {tuned_path.name} changed from "
@@ -93,19 +94,18 @@ def _save_dtype(cfg: ToolConfig) -> torch.dtype:
         SAVE_DTYPES[cfg.save_precision]
 
 
-def _metadata(cfg: ToolConfig, base: LoadedModel, out: Path,
-              written: list[tuple[LowRankModule, bool]]) -> dict[str, str]:
+def _metadata(cfg: ToolConfig, base: LoadedModel, out: Path, written: dict[str, LowRankModule]) -> dict[str, str]:
     """sd-scripts' minimum metadata of an extracted LoRA, with the family's own keys."""
     from datetime import datetime
 
     v_pred = base.prediction_type == "v_prediction"
     family = base.family.lora_metadata(v_pred)
-    ranks = [m.rank for m, spatial in written if not spatial]
-    args = {"conv_dim": dims_text([m.rank for m, s in written if s]), "conv_alpha": dims_text(
-        [m.rank for m, s in written if s])} if any(s for _, s in written) else {}
+    linear = [m for m in written.values() if not is_spatial(m)]
+    conv = [m for m in written.values() if is_spatial(m)]
+    args = {"conv_dim": dims_text([m.rank for m in conv]), "conv_alpha": alpha_text(conv)} if conv else {}
     values = {
         "ss_network_module": "networks.lora", **family,
-        "ss_network_dim": dims_text(ranks), "ss_network_alpha": dims_text(ranks),
+        "ss_network_dim": dims_text([m.rank for m in linear]), "ss_network_alpha": alpha_text(linear),
         "ss_network_args": json.dumps(args), "ss_sd_model_name": Path(cfg.model_org).name,
         "ss_training_comment": f"extracted from {Path(cfg.model_tuned).name} against {Path(cfg.model_org).name} "
                                f"(dim {cfg.dim}, {cfg.dynamic_method}, clamp_quantile {cfg.clamp_quantile:g})",

@@ -176,7 +176,7 @@ def _to_peft(modules: Modules, names: Names, option: str) -> tuple[dict[str, Ten
         down, up = parts["lora_down.weight"], parts["lora_up.weight"]
         alpha = float(parts["alpha"]) if "alpha" in parts else float(down.shape[0])
         for path, segment in zip(target.paths, target.split(up)):
-            tensors[f"{target.component}.{path}.lora_A.weight"] = down
+            tensors[f"{target.component}.{path}.lora_A.weight"] = down.clone()  # one tensor per key on disk
             tensors[f"{target.component}.{path}.lora_B.weight"] = segment.contiguous()
             ranks.setdefault(target.component, {})[_bare(path)] = int(down.shape[0])
             alphas.setdefault(target.component, {})[_bare(path)] = alpha

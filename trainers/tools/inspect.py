@@ -133,7 +133,8 @@ def _lora_report(path: Path, cfg: ToolConfig, job: ToolJob) -> tuple[str, dict[s
     words, tags = _trigger_words(lora.metadata)
     hashes = _hashes(lora)
     job.progress("hashing", 2, 3)
-    loaders = verdicts({n: set(p) for n, p in lora.modules.items()}, kinds, fmt, style)
+    alphas = {name: round(float(p["alpha"]), 6) for name, p in lora.modules.items() if "alpha" in p}
+    loaders = verdicts({n: set(p) for n, p in lora.modules.items()}, kinds, fmt, style, alphas)
     data: dict[str, Any] = {
         "file": str(path), "bytes": path.stat().st_size, "kind": "lora", "family": guess.text(),
         "key_format": fmt, "modules": len(lora.modules), "network_types": dict(Counter(kinds.values())),
@@ -157,6 +158,12 @@ def _model_check(lora: LoraFile, cfg: ToolConfig, guessed: Any) -> dict[str, Any
     return found
 
 
+def _cell(value: object, limit: int = 300) -> str:
+    """A value from the file (its metadata is anyone's text) as plain text in a Markdown line or table cell."""
+    text = " ".join(str(value).split())[:limit]
+    return re.sub(r"([\\`*_\[\]|<>#~$])", r"\\\1", text)
+
+
 def _lora_markdown(data: dict[str, Any]) -> str:
     meta = data["metadata"]
     types = ", ".join(f"{t} ({n})" for t, n in data["network_types"].items())
@@ -171,11 +178,12 @@ def _lora_markdown(data: dict[str, Any]) -> str:
             "every module names one of its layers") + (f" — {check['family_mismatch']}" if "family_mismatch" in check
                                                        else ""))
         lines.append("")
-    lines += ["| loader | loads it | keys it leaves out |", "|---|---|---|"]
+    lines += ["| loader | loads it | keys it leaves out | note |", "|---|---|---|---|"]
     for v in data["loaders"]:
         more = " …" if v["ignored"] > IGNORED_SHOWN else ""
         shown = ", ".join(f"`{k}`" for k in v["examples"][:IGNORED_SHOWN]) + more
-        lines.append(f"| {v['loader']} | {v['status']} | {v['ignored']}{': ' + shown if shown else ''} |")
+        note = v["note"] if v["status"] != "yes" else ""
+        lines.append(f"| {v['loader']} | {v['status']} | {v['ignored']}{': ' + shown if shown else ''} | {note} |")
     lines += ["", "| block | modules | ranks | alphas | type |", "|---|---|---|---|---|"]
     lines += [f"| {b['block']} | {b['modules']} | {b['ranks']} | {b['alphas']} | {b['types']} |"
               for b in data["blocks"]]
@@ -185,12 +193,12 @@ def _lora_markdown(data: dict[str, Any]) -> str:
                                             f" (the tensors or ss_* metadata changed since: now {v['computed']})")
         for k, v in hashes.items() if isinstance(v, dict)) + f"; A1111 short hash {hashes['a1111_short_hash']}"]
     if data["trigger_words"]:
-        lines += ["", f"**Trigger words** (dataset folders): {', '.join(data['trigger_words'])}"]
+        lines += ["", f"**Trigger words** (dataset folders): {_cell(', '.join(data['trigger_words']))}"]
     if data["top_tags"]:
-        lines += ["", "**Most frequent tags:** " + ", ".join(f"{t} ({n})" for t, n in data["top_tags"])]
+        lines += ["", "**Most frequent tags:** " + _cell(", ".join(f"{t} ({n})" for t, n in data["top_tags"]))]
     shown = [(k, meta[k]) for k in SHOWN_METADATA if meta.get(k) not in (None, "", "None")]
     if shown:
-        lines += ["", "| metadata | value |", "|---|---|"] + [f"| `{k}` | {str(v)[:200]} |" for k, v in shown]
+        lines += ["", "| metadata | value |", "|---|---|"] + [f"| `{k}` | {_cell(v)} |" for k, v in shown]
     return "\n".join(lines)
 
 

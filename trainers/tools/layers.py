@@ -118,8 +118,9 @@ def lora_module_names(model: LoadedModel, conv: bool) -> list[str]:
     from trainers.methods.lora.network import LoRANetwork
 
     targets = model.family.lora_targets(model.unet)
+    dims = model.family.lora_target_dims(targets, {}, 1) if targets else None  # FLUX: no input layers by default
     network = LoRANetwork(model.unet, model.text_encoders, unet_key_style=model.family.unet_key_style, network_dim=1,
-                          network_alpha=1.0, conv_dim=1 if conv else None, unet_targets=targets)
+                          network_alpha=1.0, conv_dim=1 if conv else None, unet_targets=targets, target_dims=dims)
     return [name for name, _ in network.named_modules_for_kohya()]
 
 

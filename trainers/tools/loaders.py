@@ -4,6 +4,8 @@ diffusers' load_lora_weights, sd-scripts' networks.lora), not a run of them. Tor
 """
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -20,6 +22,7 @@ class Loader:
     own_styles: bool  # it maps kohya names of the families that name their own modules (SD3, FLUX)
     dora: bool  # it applies dora_scale / lora_magnitude_vector
     note: str = ""
+    one_kohya_alpha: bool = False  # it gives a kohya file's attention and text-encoder layers its most common alpha
 
     def takes(self, kind: str, fmt: str, style: str | None) -> bool:
         base = kind.removeprefix("DoRA (").removesuffix(")")
@@ -37,7 +40,7 @@ LOADERS = (
            note="SD1, SD2 and SDXL names; Forge also reads FLUX's kohya names"),
     Loader("diffusers", frozenset({"kohya", "diffusers"}), frozenset({"LoRA", "LoCon", "LoKr"}), own_styles=True,
            dora=False, note="drops dora_scale with a warning; reads FLUX's kohya names but not SD3's (Atelier's "
-                            "Generate converts both)"),
+                            "Generate converts both)", one_kohya_alpha=True),
     Loader("sd-scripts", frozenset({"kohya"}), frozenset({"LoRA", "LoCon"}), own_styles=True, dora=False,
            note="networks.lora reads lora_down/lora_up/alpha; other LyCORIS kinds load with --network_module "
                 "lycoris.kohya"),
@@ -64,14 +67,34 @@ def _ignored_keys(loader: Loader, module: str, kind: str, suffixes: set[str], fm
     return []
 
 
-def verdicts(modules: Mapping[str, set[str]], kinds: Mapping[str, str], fmt: str, style: str | None) -> list[Verdict]:
+VARIED_ALPHAS = ("its modules' alphas differ, and diffusers gives its attention and text-encoder layers the most "
+                 "common one (the patterns it builds from kohya names match none of them): {count} load at the "
+                 "wrong strength. tools resize or merge write one alpha; tools convert --to diffusers keeps each")
+_PATTERNLESS = re.compile(r"^lora_te\d?_|_attn\d_to_(q|k|v|out_0)$")  # the modules whose alpha pattern misses
+
+
+def _misread_alphas(alphas: Mapping[str, float], style: str | None) -> int:
+    """How many modules diffusers would give the file's most common alpha instead of their own."""
+    if style == "own" or len(set(alphas.values())) < 2:
+        return 0
+    common = Counter(alphas.values()).most_common(1)[0][0]
+    return sum(1 for name, alpha in alphas.items() if alpha != common and _PATTERNLESS.search(name))
+
+
+def verdicts(modules: Mapping[str, set[str]], kinds: Mapping[str, str], fmt: str, style: str | None,
+             alphas: Mapping[str, float] | None = None) -> list[Verdict]:
     """For each loader: does it load the file (every key, some, none) and which keys it would leave out.
-    `modules`: module name -> its tensors' suffixes; `kinds`: module name -> its type (lora_state.module_type)."""
+    `modules`: module name -> its tensors' suffixes; `kinds`: module name -> its type (lora_state.module_type);
+    `alphas`: module name -> its alpha."""
+    misread = _misread_alphas(alphas or {}, style) if fmt == "kohya" else 0
     total = sum(len(s) for s in modules.values())
     out = []
     for loader in LOADERS:
         ignored = [key for name, suffixes in modules.items()
                    for key in _ignored_keys(loader, name, kinds[name], suffixes, fmt, style)]
         status = "yes" if not ignored else "no" if len(ignored) == total else "partly"
-        out.append(Verdict(loader.name, status, ignored, loader.note))
+        note = loader.note
+        if loader.one_kohya_alpha and misread and status != "no":
+            status, note = "partly", f"{VARIED_ALPHAS.format(count=misread)}; {note}"
+        out.append(Verdict(loader.name, status, ignored, note))
     return out

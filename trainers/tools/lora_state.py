@@ -124,6 +124,19 @@ class LowRankModule:
                 f"{name}.alpha": torch.tensor(float(self.alpha))}
 
 
+def one_alpha(modules: dict[str, LowRankModule]) -> dict[str, LowRankModule]:
+    """The same changes with one alpha for every module (the most common one), a module's own alpha / rank folded
+    into its up weights. diffusers gives every attention and text-encoder layer of a kohya file the file's most
+    common alpha (the alpha patterns it builds from kohya names match none of them), so a result whose alphas varied
+    by module (a dynamic rank, LoRAs merged side by side) would render wrongly there; every other loader computes
+    alpha / rank x up @ down per module and reads both forms alike."""
+    if len({m.alpha for m in modules.values()}) <= 1:
+        return modules
+    common = Counter(m.alpha for m in modules.values()).most_common(1)[0][0]
+    return {name: m if m.alpha == common else LowRankModule(m.down, m.up * (m.alpha / common), common)
+            for name, m in modules.items()}
+
+
 def _convert_hint(parts: Mapping[str, Tensor]) -> str:
     return " (convert it to kohya keys first: tools convert --to kohya)" if set(parts) & PEFT else ""
 
@@ -186,3 +199,9 @@ def updated_metadata(metadata: Mapping[str, str], title: str, comment: str, **ch
 def dims_text(ranks: list[int]) -> str:
     """ss_network_dim of a result: the rank when every module has the same, else sd-scripts' "Dynamic"."""
     return str(ranks[0]) if ranks and len(set(ranks)) == 1 else "Dynamic"
+
+
+def alpha_text(modules: list[LowRankModule]) -> str:
+    """ss_network_alpha of a result, as dims_text."""
+    alphas = {f"{m.alpha:g}" for m in modules}
+    return alphas.pop() if len(alphas) == 1 else "Dynamic"

@@ -22,7 +22,9 @@ from trainers.tools.lora_family import guess_family, key_style
 from trainers.tools.lora_state import (
     LoraFile,
     LowRankModule,
+    alpha_text,
     dims_text,
+    one_alpha,
     read_lora,
     refuse_existing,
     save_precision,
@@ -137,7 +139,7 @@ def _into_lora(cfg: ToolConfig, job: ToolJob, sources: list[Source]) -> Path:
     refuse_existing(out)
     device = compute_device(cfg.device)
     names = list(dict.fromkeys(name for source in sources for name in source.modules))
-    tensors, rows, written = {}, [], []
+    results, kept = {}, {}
     for done, name in enumerate(names, start=1):
         parts = [(s.modules[name], s.ratio(name)) for s in sources if name in s.modules and s.ratio(name) != 0]
         if not parts:
@@ -150,18 +152,21 @@ def _into_lora(cfg: ToolConfig, job: ToolJob, sources: list[Source]) -> Path:
             with torch.no_grad():
                 factors = factor_product(up.to(device), down.to(device), rule)
             down_t, up_t = shaped(factors, (sample.up.shape[0], *sample.down.shape[1:]))
-            rows.append(KeptRow.of(name, factors, float(factors.rank)))
+            kept[name] = factors
         else:
             down_t = down.reshape(down.shape[0], *sample.down.shape[1:])
             up_t = up.reshape(up.shape[0], up.shape[1], *sample.up.shape[2:])
-        merged = LowRankModule(down_t.cpu(), up_t.cpu(), float(down_t.shape[0]))  # alpha = rank: scale 1
-        tensors.update(merged.tensors(name))
-        written.append(merged.rank)
+        results[name] = LowRankModule(down_t.cpu(), up_t.cpu(), float(down_t.shape[0]))  # alpha = rank: scale 1
         job.progress("merging", done, len(names))
+    results = one_alpha(results)
+    tensors = {k: v for name, m in results.items() for k, v in m.tensors(name).items()}
+    rows = [KeptRow.of(name, factors, results[name].alpha) for name, factors in kept.items()]
+    written = [m.rank for m in results.values()]
     labels = " + ".join(s.label() for s in sources)
     comment = f"merged {labels} ({'ranks side by side' if cfg.lora_merge == 'concat' else how})"
     metadata = updated_metadata(first.metadata, out.stem, comment, ss_network_dim=dims_text(written),
-                                ss_network_alpha=dims_text(written), **{"modelspec.merged_from": labels})
+                                ss_network_alpha=alpha_text(list(results.values())),
+                                **{"modelspec.merged_from": labels})
     dtype = save_precision(cfg.save_precision, first.dtype())
     write_lora(out, tensors, metadata, dtype)
     job.wrote(out, "lora")

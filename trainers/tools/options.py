@@ -61,7 +61,7 @@ TOOL_OPTIONS: tuple[Option, ...] = (
          "model folder.", "input", _verbs("inspect"), required=True, path="any"),
     _opt("model", "str", "", "Optional: the base model the LoRA is for (a diffusers folder or single file). Then its "
          "keys are checked against the model's layers, and a LoRA of another family is named.", "input",
-         _verbs("inspect")),
+         _verbs("inspect"), path="any"),
     # resize
     _opt("lora", "str", "", "The LoRA (or LoCon) file to resize (sd-scripts' --model).", "input", _verbs("resize"),
          required=True, path="file"),
@@ -69,7 +69,7 @@ TOOL_OPTIONS: tuple[Option, ...] = (
     _opt("loras", "list", [], "LoRA files, one a line: `path` or `path:ratio` (ratio 1 when left out).", "input",
          _verbs("merge"), required=True),
     _opt("model", "str", "", "The base model to merge into (a diffusers folder or a single .safetensors/.ckpt file); "
-         "empty: the LoRAs are merged into one LoRA.", "input", _verbs("merge")),
+         "empty: the LoRAs are merged into one LoRA.", "input", _verbs("merge"), path="any"),
     _opt("lbws", "list", [], "Optional per-block ratios, one line per LoRA in the same order (as sd-scripts' --lbws): "
          "one number for every block, or 12, 17, 20 or 26 numbers (A1111's LoRA Block Weight: BASE, IN, MID, OUT). "
          "SD1/SD2/SDXL only.", "input", _verbs("merge"), advanced=True),
@@ -77,9 +77,9 @@ TOOL_OPTIONS: tuple[Option, ...] = (
          "sum; exact); svd recomputes the sum at new_rank.", "rank", _verbs("merge"), choices=("concat", "svd")),
     # extract
     _opt("model_org", "str", "", "The base model (a diffusers folder or single file).", "input", _verbs("extract"),
-         required=True),
+         required=True, path="any"),
     _opt("model_tuned", "str", "", "The finetuned model; the LoRA is what it changed from model_org.", "input",
-         _verbs("extract"), required=True),
+         _verbs("extract"), required=True, path="any"),
     # convert
     _opt("input", "str", "", "The LoRA or model to convert: a .safetensors file or a diffusers model folder.", "input",
          _verbs("convert"), required=True, path="any"),
@@ -89,7 +89,7 @@ TOOL_OPTIONS: tuple[Option, ...] = (
          choices=("same", *dict.fromkeys(LORA_FORMATS + MODEL_FORMATS))),
     _opt("model", "str", "", "A LoRA conversion: the model whose layers name its modules (a diffusers folder or "
          "single file of its family); empty: the family's published architecture (SD1, SD2 and SDXL ship one).",
-         "input", _verbs("convert")),
+         "input", _verbs("convert"), path="any"),
     # rank
     _opt("new_rank", "int", 4, "The rank of the result (resize; merge with lora_merge = svd). With a dynamic_method: "
          "the most any module keeps.", "rank", _verbs("resize", "merge"), min=1, max=4096),

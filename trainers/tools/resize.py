@@ -13,7 +13,9 @@ from trainers.tools.job import ToolError, ToolJob
 from trainers.tools.kept import KeptRow, kept_report
 from trainers.tools.lora_state import (
     LowRankModule,
+    alpha_text,
     dims_text,
+    one_alpha,
     read_lora,
     refuse_existing,
     save_precision,
@@ -41,24 +43,24 @@ def run(cfg: ToolConfig, job: ToolJob) -> Path:
         job.warn(f"new_rank {cfg.new_rank} is above the file's rank {max(old_ranks)}: a module's change has no more, "
                  f"so modules keep at most {max(old_ranks)}")
     device = compute_device(cfg.device)
-    tensors, rows, written = {}, [], {}
+    results, kept = {}, {}
     for done, (name, module) in enumerate(modules.items(), start=1):
-        spatial = is_spatial(module)
-        rule = RankRule(conv_rank if spatial else cfg.new_rank, cfg.dynamic_method, cfg.dynamic_param)
+        rule = RankRule(conv_rank if is_spatial(module) else cfg.new_rank, cfg.dynamic_method, cfg.dynamic_param)
         with torch.no_grad():
             factors = factor_product(module.up.flatten(1).to(device, torch.float32),
                                      module.down.flatten(1).to(device, torch.float32), rule)
         down, up = shaped(factors, (module.up.shape[0], *module.down.shape[1:]))
-        resized = LowRankModule(down.cpu(), up.cpu(), module.scale * factors.rank)  # sd-scripts: alpha / rank kept
-        tensors.update(resized.tensors(name))
-        written[name] = (resized, spatial)
-        rows.append(KeptRow.of(name, factors, resized.alpha, was=module.rank))
+        results[name] = LowRankModule(down.cpu(), up.cpu(), module.scale * factors.rank)  # sd-scripts: scale kept
+        kept[name] = factors
         job.progress("resizing", done, len(modules))
+    results = one_alpha(results)
+    tensors = {k: v for name, m in results.items() for k, v in m.tensors(name).items()}
+    rows = [KeptRow.of(name, kept[name], m.alpha, was=modules[name].rank) for name, m in results.items()]
     how = (f"dynamic resize with {cfg.dynamic_method}: {cfg.dynamic_param:g} (at most {cfg.new_rank})"
            if cfg.dynamic_method != "fixed" else f"rank resized to {cfg.new_rank}"
            + (f" (conv: {conv_rank})" if conv_rank != cfg.new_rank else ""))
     metadata = updated_metadata(lora.metadata, out.stem, f"{how}, from {_ranks_text(old_ranks)}",
-                                **_dims_metadata(written, lora.metadata.get("ss_network_args", "")))
+                                **_dims_metadata(results, lora.metadata.get("ss_network_args", "")))
     write_lora(out, tensors, metadata, save_precision(cfg.save_precision, lora.dtype()))
     job.wrote(out, "lora")
     summary, details, data = kept_report(rows)
@@ -85,16 +87,15 @@ def _check_sizes(modules: dict[str, LowRankModule], rank: int, conv_rank: int, m
                             f"{size}): give at most {size}, or a dynamic_method (which caps each module at its size)")
 
 
-def _dims_metadata(written: dict[str, tuple[LowRankModule, bool]], network_args: str) -> dict[str, str]:
+def _dims_metadata(written: dict[str, LowRankModule], network_args: str) -> dict[str, str]:
     """ss_network_dim / ss_network_alpha (linear modules) and conv_dim / conv_alpha in ss_network_args (LoCon) of
     the result: the value when every module has the same, else "Dynamic" (as sd-scripts)."""
     def of(spatial: bool) -> tuple[str, str]:
-        chosen = [m for m, s in written.values() if s == spatial]
-        alphas = sorted({m.alpha for m in chosen})
-        return dims_text([m.rank for m in chosen]), f"{alphas[0]:g}" if len(alphas) == 1 else "Dynamic"
+        chosen = [m for m in written.values() if is_spatial(m) == spatial]
+        return dims_text([m.rank for m in chosen]), alpha_text(chosen)
 
     changes = dict(zip(("ss_network_dim", "ss_network_alpha"), of(False)))
-    if any(spatial for _, spatial in written.values()):
+    if any(is_spatial(m) for m in written.values()):
         try:
             args = json.loads(network_args) if network_args else {}
         except ValueError:

@@ -1,0 +1,193 @@
+"""The Tools tab: a sub-tab per tool (inspect, resize, merge, extract, convert), each a form generated from the tools'
+option declarations (trainers/tools/options.py) and a Run button; one status, report and list of output files below.
+
+Like generation, the page only writes a job's config and launches `python -m trainers tools <verb>` (gui/jobs.py);
+what it shows comes from the job folder's events.jsonl, tailed with a byte cursor, so a reload or a second browser
+sees the same job. No torch here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from gui.checks import TypedPath, paths_outside
+from gui.forms import from_widget, make_widget
+from gui.generate_tab import ActiveJob, JobWatcher
+from gui.jobs import JobError
+from gui.run_files import Watchers, format_duration
+from gui.text import plain
+from trainers.core import events as ev
+from trainers.core.options.schema import ConfigError, ConfigIssue, Option
+from trainers.core.rundir import RunState
+from trainers.generate.options import parse_loras
+from trainers.tools.events import TOOL_EVENTS, ToolOutput, ToolProgress, ToolReport
+from trainers.tools.options import JOB_METHOD, VERBS, ToolConfig, check_config, config_from_values, options_for
+
+
+@dataclass
+class ToolView:
+    job_id: str
+    state: RunState = RunState.UNKNOWN
+    mode: str = JOB_METHOD
+    status: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    progress: ToolProgress | None = None
+    title: str = ""
+    report: str = ""
+    outputs: list[tuple[str, str]] = field(default_factory=list)  # (path, kind)
+    warnings: list[str] = field(default_factory=list)
+
+
+class ToolWatcher(JobWatcher):
+    """Follows one tool job's folder (a generation job's watcher reading the tools' events)."""
+
+    def __init__(self, job_dir: Path) -> None:
+        super().__init__(job_dir)
+        self.events = ev.EventReader(job_dir, TOOL_EVENTS)
+        self.view = ToolView(job_dir.name)  # type: ignore[assignment]
+
+    def _apply(self, event: ev.Event) -> None:
+        v: ToolView = self.view  # type: ignore[assignment]
+        if isinstance(event, ToolProgress):
+            v.progress = event
+        elif isinstance(event, ToolReport):
+            v.title, v.report = event.title, event.markdown
+        elif isinstance(event, ToolOutput):
+            v.outputs.append((event.path, event.kind))
+        elif isinstance(event, ev.Warning):
+            v.warnings.append(event.message)
+        elif isinstance(event, ev.Error):
+            v.error = event.message
+
+
+WATCHERS = Watchers(ToolWatcher)
+ACTIVE = ActiveJob(methods=(JOB_METHOD,))
+TITLES = {RunState.STARTING: "Starting", RunState.RUNNING: "Running", RunState.STOPPING: "Stopping…",
+          RunState.FINISHED: "Finished", RunState.FAILED: "Failed", RunState.STOPPED: "Stopped"}
+
+
+def status_text(v: ToolView) -> str:
+    verb = v.status.get("verb", "")
+    lines = [f"### {TITLES.get(v.state, v.state)}: tools {verb} `{v.job_id}`"]
+    p = v.progress
+    if p is not None and v.state.active:
+        eta = f" · ETA {format_duration(p.eta_s)}" if p.eta_s is not None else ""
+        lines.append(f"{p.stage.capitalize()}: **{p.done} / {p.total}**{eta}")
+    elif v.state.active:
+        lines.append("Loading…")
+    if v.error:
+        lines.append(f"**Error:** {plain(v.error)}")
+    if v.warnings:
+        lines.append("**Warnings**\n" + "\n".join(f"- {plain(w)}" for w in v.warnings[-5:]))
+    return "\n\n".join(lines)
+
+
+def _servable(path: str, runs_dir: Path) -> bool:
+    """Files under the runs folder (the app's allowed path) can be downloaded from the page; folders cannot."""
+    try:
+        found = Path(path)
+        return found.is_file() and found.resolve().is_relative_to(runs_dir.resolve())
+    except OSError:
+        return False
+
+
+def _outside_roots(cfg: ToolConfig, roots: list[Path] | None) -> list[ConfigIssue]:
+    """Paths typed into the page must lie under the allowed roots (symlinks resolved)."""
+    typed = [TypedPath(o.name, str(cfg.values[o.name] or ""), o.group) for o in cfg.options
+             if o.kind == "str" and o.path]
+    if "loras" in cfg.values:
+        try:
+            typed += [TypedPath("loras", ref.path, "input") for ref in parse_loras(cfg.loras)]
+        except ConfigError:
+            pass  # check_config names the bad line
+    return paths_outside(typed, roots)
+
+
+def _form(verb: str) -> dict[str, gr.components.Component]:
+    """The verb's widgets (the common options first, the others folded), rendered in the current context."""
+    widgets: dict[str, gr.components.Component] = {}
+    options = options_for(verb)
+    for group, members in (("", [o for o in options if not o.advanced]), ("More options",
+                                                                           [o for o in options if o.advanced])):
+        if not members:
+            continue
+        with gr.Accordion(group, open=False) if group else gr.Group():
+            for start in range(0, len(members), 3):
+                with gr.Row():
+                    for opt in members[start:start + 3]:
+                        widgets[opt.name] = _widget(verb, opt)
+    return widgets
+
+
+def _widget(verb: str, opt: Option) -> gr.components.Component:
+    widget = make_widget(opt)
+    widget.elem_id = f"tools-{verb}-{opt.name}"
+    return widget
+
+
+def build_tools_tab(services: Any) -> None:
+    """Render the tab inside the current gradio context (call within `gr.Tab`)."""
+    runs_dir: Path = services.runs_dir
+    job = gr.BrowserState("", storage_key="atelier-tools-job")
+    forms: dict[str, tuple[dict[str, gr.components.Component], gr.Button]] = {}
+    with gr.Tabs():
+        for verb, what in VERBS.items():
+            with gr.Tab(verb.capitalize(), id=f"tools-{verb}"):
+                gr.Markdown(f"**{verb.capitalize()}:** {what}. Every output is written beside its final name and "
+                            "renamed into place; the inputs are never changed. See "
+                            "[docs/tools.md](manual/docs/tools.md).")
+                widgets = _form(verb)
+                forms[verb] = (widgets, gr.Button(f"Run {verb}", variant="primary", elem_id=f"tools-{verb}-run"))
+    stop = gr.Button("Stop", variant="stop", elem_id="tools-stop")
+    status = gr.Markdown("Fill in a tool's form, then press **Run**.", elem_id="tools-status")
+    report = gr.Markdown(elem_id="tools-report")
+    files = gr.File(label="Outputs", file_count="multiple", interactive=False, visible=False, elem_id="tools-files")
+
+    def launch(verb: str, widgets: dict[str, gr.components.Component], data: dict) -> dict:
+        by_name = {o.name: o for o in options_for(verb)}
+        values = {n: from_widget(by_name[n], data[w]) for n, w in widgets.items()}
+        values = {n: "" if v is None and by_name[n].kind == "str" else v for n, v in values.items()}
+        try:
+            cfg = config_from_values(verb, values)
+            issues = check_config(cfg) + _outside_roots(cfg, services.allowed_roots)
+            if issues:
+                raise ConfigError(issues)
+            job_dir = services.jobs.start_tool(cfg)
+        except ConfigError as err:
+            return {status: f"### Not started: fix these first\n{plain(err)}"}
+        except JobError as err:
+            return {status: f"### Not started\n{plain(err)}"}
+        return {job: job_dir.name, status: f"### Started tools {verb} `{job_dir.name}`", report: "",
+                files: gr.File(value=None, visible=False)}
+
+    def on_stop(job_id: str) -> str:
+        job_id = job_id or ACTIVE.find(runs_dir)
+        if job_id and "/" not in job_id and (runs_dir / job_id).is_dir():
+            services.jobs.stop(runs_dir / job_id)
+            return "Asked the job to stop: nothing half-written is kept."
+        return "No job to stop."
+
+    def tick(job_id: str, shown: Any) -> list[Any]:
+        adopted = not job_id and ACTIVE.find(runs_dir)
+        job_id = job_id or adopted or ""
+        if not job_id or "/" in job_id or not (runs_dir / job_id).is_dir():
+            return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
+        v: ToolView = WATCHERS.view(runs_dir / job_id)
+        outputs = [p for p, kind in v.outputs if kind != "report" and _servable(p, runs_dir)]
+        outputs += [p for p, kind in v.outputs if kind == "report" and _servable(p, runs_dir)]
+        key = (job_id, status_text(v), v.report, tuple(outputs))
+        if key == shown:
+            return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
+        report_text = f"## {plain(v.title)}\n\n{v.report}" if v.report else ""
+        return [job_id if adopted else gr.skip(), key[1], report_text,
+                gr.File(value=outputs or None, visible=bool(outputs)), key]
+
+    for verb, (widgets, run) in forms.items():
+        run.click(lambda data, verb=verb, widgets=widgets: launch(verb, widgets, data),
+                  inputs=set(widgets.values()), outputs={job, status, report, files})
+    stop.click(on_stop, inputs=job, outputs=status)
+    shown = gr.State(None)
+    gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[job, status, report, files, shown], show_progress="hidden")
