@@ -158,6 +158,14 @@ def _model_check(lora: LoraFile, cfg: ToolConfig, guessed: Any) -> dict[str, Any
     return found
 
 
+def _size(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return ""
+
+
 def _cell(value: object, limit: int = 300) -> str:
     """A value from the file (its metadata is anyone's text) as plain text in a Markdown line or table cell."""
     text = " ".join(str(value).split())[:limit]
@@ -169,7 +177,7 @@ def _lora_markdown(data: dict[str, Any]) -> str:
     types = ", ".join(f"{t} ({n})" for t, n in data["network_types"].items())
     lines = [f"**Family:** {data['family']} · **key format:** {data['key_format']} · **{data['modules']} modules:** "
              f"{types} · **precision:** {', '.join(f'{d} ({n})' for d, n in data['dtypes'].items())} · "
-             f"{data['bytes'] / 2**20:.1f} MiB", ""]
+             f"{_size(data['bytes'])}", ""]
     check = data.get("model_check")
     if check:
         unknown = check["unknown_modules"]
@@ -237,7 +245,7 @@ def _checkpoint_report(path: Path) -> tuple[str, dict[str, Any]]:
     lines = [f"**Family:** {data['family']} · {data['tensors']} tensors, "
              f"{data['parameters'] / 1e9:.2f} B parameters · "
              f"**precision:** {', '.join(f'{d} ({n})' for d, n in data['dtypes'].items()) or 'as stored'} · "
-             f"{data['bytes'] / 2**30:.2f} GiB"]
+             f"{_size(data['bytes'])}"]
     if held:
         lines.append("**Parts:** " + ", ".join(f"`{p}*` ({n} tensors)" if n else f"`{p}*` missing"
                                                for p, n in held.items()))
