@@ -36,7 +36,7 @@ def test_a_trained_lora_is_described_whole(tiny_sd1_dir: Path, tmp_path: Path) -
     assert stored["stored"] and stored["computed"] != stored["stored"]
     assert "changed since" in markdown
     assert [(v["loader"], v["status"]) for v in data["loaders"]] == [
-        ("ComfyUI", "yes"), ("A1111 / Forge", "yes"), ("diffusers", "yes"), ("sd-scripts", "yes")]
+        ("ComfyUI", "yes"), ("A1111", "yes"), ("Forge", "yes"), ("diffusers", "yes"), ("sd-scripts", "yes")]
     assert r"made \<b\>here\</b\> \| by me" in markdown and r"a\|b (1)" in markdown  # file text stays text
 
 
@@ -53,7 +53,7 @@ def test_loaders_that_leave_keys_out_are_named_with_the_keys(tmp_path: Path) -> 
     data, _ = _report(tmp_path / "job")
     assert data["network_types"] == {"DoRA (LoRA)": 1, "LoCon": 1, "LoRA": 1, "LoHa": 1}
     verdicts = {v["loader"]: v for v in data["loaders"]}
-    assert verdicts["ComfyUI"]["status"] == "yes" and verdicts["A1111 / Forge"]["status"] == "yes"
+    assert verdicts["ComfyUI"]["status"] == "yes" and verdicts["A1111"]["status"] == "yes"
     assert verdicts["diffusers"]["status"] == "partly"
     assert f"{LINEAR}.dora_scale" in verdicts["diffusers"]["examples"]
     assert f"{TEXT}.hada_w1_a" in verdicts["diffusers"]["examples"] and verdicts["diffusers"]["ignored"] == 6

@@ -108,3 +108,21 @@ def test_a_merged_checkpoint_renders_what_base_plus_lora_renders(tiny_sd1_dir: P
     a, b, c = (np.asarray(Image.open(r.images[0]).convert("RGB")).astype(int) for r in (with_lora, baked, base))
     assert np.abs(a - b).max() <= 2, np.abs(a - b).max()  # within rounding: the same image
     assert np.abs(a - c).mean() > 1  # and the LoRA does change it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["flux", "sd3"])
+def test_fused_modules_merge_into_their_layers_and_extract_back(family: str, request: pytest.FixtureRequest,
+                                                                tmp_path: Path) -> None:
+    """SD3's and FLUX's kohya modules cover q, k and v (and FLUX's MLP input) of diffusers' layers at once."""
+    model = request.getfixturevalue(f"tiny_{family}_dir")
+    lora = tiny_lora(model, tmp_path / "lora.safetensors", conv=False)
+    merged = run("merge", tmp_path / "merge", model=str(model), loras=[f"{lora}:0.5"], save_precision="float",
+                 device="cpu")
+    extracted = run("extract", tmp_path / "extract", model_org=str(model), model_tuned=str(merged), dim=4,
+                    clamp_quantile=1.0, min_diff=0.0, device="cpu")
+    original, changes = deltas(lora), deltas(extracted)
+    assert any("qkv" in name or "linear1" in name for name in changes)
+    assert set(changes) <= set(original)  # training's choice of layers (FLUX: no input layers without in_dims)
+    worst = max(float((changes[n] - 0.5 * original[n]).abs().max()) for n in changes)
+    assert worst < 1e-5, worst

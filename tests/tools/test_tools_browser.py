@@ -36,7 +36,7 @@ def test_inspect_from_the_tools_tab_shows_the_report_and_its_files(page, demo_ap
     report = page.locator("#tools-report")
     expect(report).to_contain_text("LoRA my lora é.safetensors")
     expect(report).to_contain_text("SD1.x (its metadata: ss_base_model_version = sd_v1)")
-    expect(report).to_contain_text("A1111 / Forge")
+    expect(report).to_contain_text("Forge")
     expect(report).to_contain_text("sks dog")
     files = page.locator("#tools-files")
     for name in ("report.md", "report.json"):  # downloadable

@@ -36,8 +36,10 @@ class Loader:
 LOADERS = (
     Loader("ComfyUI", frozenset({"kohya", "comfyui", "diffusers"}), ALL_TYPES - {"IA3"}, own_styles=True, dora=True,
            note="maps diffusers-format UNet attention layers only under their old `.processor.` names"),
-    Loader("A1111 / Forge", frozenset({"kohya"}), ALL_TYPES, own_styles=False, dora=True,
-           note="SD1, SD2 and SDXL names; Forge also reads FLUX's kohya names"),
+    Loader("A1111", frozenset({"kohya"}), ALL_TYPES, own_styles=False, dora=True,
+           note="its built-in Lora extension maps SD1, SD2 and SDXL names"),
+    Loader("Forge", frozenset({"kohya"}), ALL_TYPES, own_styles=True, dora=True,
+           note="A1111's extension, and FLUX's kohya names (Forge runs no SD3 model)"),
     Loader("diffusers", frozenset({"kohya", "diffusers"}), frozenset({"LoRA", "LoCon", "LoKr"}), own_styles=True,
            dora=False, note="drops dora_scale with a warning; reads FLUX's kohya names but not SD3's (Atelier's "
                             "Generate converts both)", one_kohya_alpha=True),
