@@ -174,6 +174,15 @@ class ActiveJob:
                 self._cached = (time.monotonic(), runs_dir, job_id)
             return job_id
 
+    def shown(self, runs_dir: Path, job_id: str) -> tuple[str, bool]:
+        """(the job a page shows: its own `job_id`, else the one running now, or "" for none; whether it was
+        adopted so)."""
+        adopted = "" if job_id else self.find(runs_dir)
+        job_id = job_id or adopted
+        if not job_id or "/" in job_id or not (runs_dir / job_id).is_dir():
+            return "", False
+        return job_id, bool(adopted)
+
 
 ACTIVE = ActiveJob()
 
@@ -317,16 +326,15 @@ def build_generate_tab(services: Any) -> GenerateTab:
                 gallery: gr.Gallery(value=[]), grid: gr.Image(value=None, visible=mode == "compare")}
 
     def on_stop(job_id: str) -> str:
-        job_id = job_id or ACTIVE.find(runs_dir)
-        if job_id and (runs_dir / job_id).is_dir():
+        job_id, _ = ACTIVE.shown(runs_dir, job_id)
+        if job_id:
             services.jobs.stop(runs_dir / job_id)
             return "Asked the job to stop: the images made so far are kept."
         return "No job to stop."
 
     def tick(job_id: str, shown: Any) -> list[Any]:
-        adopted = not job_id and ACTIVE.find(runs_dir)
-        job_id = job_id or adopted or ""
-        if not job_id or "/" in job_id or not (runs_dir / job_id).is_dir():
+        job_id, adopted = ACTIVE.shown(runs_dir, job_id)
+        if not job_id:
             return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
         v = WATCHERS.view(runs_dir / job_id)
         images = [v.images[k] for k in sorted(v.images)][-GALLERY_MAX:]

@@ -164,16 +164,15 @@ def build_tools_tab(services: Any) -> None:
                 files: gr.File(value=None, visible=False)}
 
     def on_stop(job_id: str) -> str:
-        job_id = job_id or ACTIVE.find(runs_dir)
-        if job_id and "/" not in job_id and (runs_dir / job_id).is_dir():
+        job_id, _ = ACTIVE.shown(runs_dir, job_id)
+        if job_id:
             services.jobs.stop(runs_dir / job_id)
             return "Asked the job to stop: nothing half-written is kept."
         return "No job to stop."
 
     def tick(job_id: str, shown: Any) -> list[Any]:
-        adopted = not job_id and ACTIVE.find(runs_dir)
-        job_id = job_id or adopted or ""
-        if not job_id or "/" in job_id or not (runs_dir / job_id).is_dir():
+        job_id, adopted = ACTIVE.shown(runs_dir, job_id)
+        if not job_id:
             return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
         v: ToolView = WATCHERS.view(runs_dir / job_id)
         outputs = [p for p, kind in v.outputs if kind != "report" and _servable(p, runs_dir)]

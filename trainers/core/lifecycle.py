@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core import events as ev
-from trainers.core.rundir import RunState, read_status, update_status
+from trainers.core.rundir import CONFIG, RunState, read_status, update_status
 
 
 class Lifecycle:
@@ -69,6 +69,17 @@ class Lifecycle:
             if read_status(self.run_dir).get("failed_rank") is None:
                 update_status(self.run_dir, state=state, finished=time.time(), exit_code=code, message=message)
         return code
+
+
+def job_started(job_dir: Path, cfg: Any, **fields: Any) -> Lifecycle:
+    """A job's own start (generation and tool jobs): its folder, its config.toml (`cfg.save`; unless the launcher
+    wrote it) and `running` recorded with `fields`."""
+    job_dir.mkdir(parents=True, exist_ok=True)
+    if not (job_dir / CONFIG).exists():
+        cfg.save(job_dir / CONFIG)
+    life = Lifecycle(job_dir)
+    life.running(**fields)
+    return life
 
 
 # ---- the launcher's side (the GUI) ---------------------------------------------------------------------------

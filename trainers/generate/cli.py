@@ -54,8 +54,7 @@ def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace, mode: str) -> int:
-    from trainers.core.lifecycle import Lifecycle
-    from trainers.core.rundir import CONFIG
+    from trainers.core.lifecycle import Lifecycle, job_started
     from trainers.core.secrets import install_redaction
 
     install_redaction()
@@ -74,12 +73,7 @@ def main(args: argparse.Namespace, mode: str) -> int:
         print(cfg.to_toml())
         return 0
     job_dir = args.run_dir or new_job_dir(Path("runs"), cfg)
-    job_dir.mkdir(parents=True, exist_ok=True)
-    if not (job_dir / CONFIG).exists():
-        cfg.save(job_dir / CONFIG)
-    life = Lifecycle(job_dir)
-    life.running(method=cfg.mode)
-    return run(cfg, job_dir, life)
+    return run(cfg, job_dir, job_started(job_dir, cfg, method=cfg.mode))
 
 
 def run(cfg: GenerateConfig, job_dir: Path, life: Any) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainers.core.options import toml_text
 from trainers.core.options.loading import closest, flatten, parse_set, read_toml
-from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce
+from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce_values
 from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
 from trainers.core.options.values import OptionValues
 from trainers.core.prompts import SamplePrompt, config_prompts
@@ -123,22 +123,12 @@ class GenerateConfig(OptionValues):
 
 def config_from_values(values: dict[str, Any]) -> GenerateConfig:
     """Check names and types of {name: value}; raise ConfigError naming every bad field."""
-    issues: list[ConfigIssue] = []
-    checked: dict[str, Any] = {}
-    for name, value in values.items():
-        opt = GEN_BY_NAME.get(name)
-        if opt is None:
-            guess = closest(name, list(GEN_BY_NAME) + list(GEN_GROUPS))
-            hint = f"; did you mean {guess!r}?" if guess else "; see docs/generate.md for the options"
-            issues.append(ConfigIssue(name, f"unknown option {name!r}{hint}"))
-            continue
-        try:
-            checked[name] = coerce(opt, value)
-        except ValueError as err:
-            issues.append(ConfigIssue(name, str(err), opt.group))
-    if issues:
-        raise ConfigError(issues)
-    return GenerateConfig(checked)
+    def unknown(name: str) -> ConfigIssue:
+        guess = closest(name, list(GEN_BY_NAME) + list(GEN_GROUPS))
+        hint = f"; did you mean {guess!r}?" if guess else "; see docs/generate.md for the options"
+        return ConfigIssue(name, f"unknown option {name!r}{hint}")
+
+    return GenerateConfig(coerce_values(GEN_BY_NAME, values, unknown))
 
 
 def load_generate_config(path: Path | None = None, overrides: list[str] | None = None,

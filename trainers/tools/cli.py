@@ -46,8 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainers.core.lifecycle import Lifecycle
-    from trainers.core.rundir import CONFIG
+    from trainers.core.lifecycle import Lifecycle, job_started
     from trainers.core.secrets import install_redaction
 
     install_redaction()
@@ -63,12 +62,7 @@ def main(args: argparse.Namespace) -> int:
         print(cfg.to_toml())
         return 0
     job_dir = args.run_dir or new_job_dir(Path("runs"), cfg)
-    job_dir.mkdir(parents=True, exist_ok=True)
-    if not (job_dir / CONFIG).exists():
-        cfg.save(job_dir / CONFIG)
-    life = Lifecycle(job_dir)
-    life.running(method=JOB_METHOD, verb=cfg.verb)
-    return _run(cfg, job_dir, life)
+    return _run(cfg, job_dir, job_started(job_dir, cfg, method=JOB_METHOD, verb=cfg.verb))
 
 
 def _run(cfg: Any, job_dir: Path, life: Any) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from trainers.core.options import toml_text
 from trainers.core.options.loading import closest, flatten, parse_set, read_toml
-from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce
+from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce_values
 from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
 from trainers.core.options.values import OptionValues
 from trainers.core.rundir import new_run_dir
@@ -157,22 +157,13 @@ class ToolConfig(OptionValues):
 def config_from_values(verb: str, values: dict[str, Any]) -> ToolConfig:
     """Check names and types of {name: value}; ConfigError names every bad field."""
     options = by_name(verb)
-    issues: list[ConfigIssue] = []
-    checked: dict[str, Any] = {}
-    for name, value in values.items():
-        opt = options.get(name)
-        if opt is None:
-            guess = closest(name, list(options))
-            hint = f"; did you mean {guess!r}?" if guess else f"; see `python -m trainers tools {verb} --help`"
-            issues.append(ConfigIssue(name, f"tools {verb} has no option {name!r}{hint}"))
-            continue
-        try:
-            checked[name] = coerce(opt, value)
-        except ValueError as err:
-            issues.append(ConfigIssue(name, str(err), opt.group))
-    if issues:
-        raise ConfigError(issues)
-    return ToolConfig(verb, checked)
+
+    def unknown(name: str) -> ConfigIssue:
+        guess = closest(name, list(options))
+        hint = f"; did you mean {guess!r}?" if guess else f"; see `python -m trainers tools {verb} --help`"
+        return ConfigIssue(name, f"tools {verb} has no option {name!r}{hint}")
+
+    return ToolConfig(verb, coerce_values(options, values, unknown))
 
 
 def load_tool_config(verb: str, path: Path | None = None, overrides: list[str] | None = None,

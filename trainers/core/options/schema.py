@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -149,3 +150,23 @@ def coerce(opt: Option, value: Any) -> Any:
     if (opt.min is not None and value < opt.min) or (opt.max is not None and value > opt.max):
         raise bad
     return value
+
+
+def coerce_values(options: Mapping[str, Option], values: Mapping[str, Any],
+                  unknown: Callable[[str], ConfigIssue]) -> dict[str, Any]:
+    """{name: value} as their options' types; ConfigError names every bad value and every unknown name (the issue
+    `unknown` makes for it)."""
+    issues: list[ConfigIssue] = []
+    checked: dict[str, Any] = {}
+    for name, value in values.items():
+        opt = options.get(name)
+        if opt is None:
+            issues.append(unknown(name))
+            continue
+        try:
+            checked[name] = coerce(opt, value)
+        except ValueError as err:
+            issues.append(ConfigIssue(name, str(err), opt.group))
+    if issues:
+        raise ConfigError(issues)
+    return checked
