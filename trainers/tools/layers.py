@@ -166,12 +166,13 @@ def _reference_paths(model: LoadedModel) -> dict[str, str]:
 
 # ---- models with weights, or only their modules ------------------------------------------------------------
 
-def load_weights(path: str, option: str, files: ModelFiles) -> LoadedModel:
-    """A whole model in float32 on the CPU (SD3 and FLUX single files with their part files)."""
+def load_weights(path: str, option: str, files: ModelFiles, dtype: torch.dtype | None = None) -> LoadedModel:
+    """A whole model on the CPU, in `dtype` (None: as it is stored, so it takes the memory its files do); SD3 and FLUX
+    single files with their part files."""
     from trainers.models import ModelLoadError
 
     try:
-        return load_model(path, "auto", torch.float32, files=files)
+        return load_model(path, "auto", dtype or stored_dtype(Path(path).expanduser()), files=files)
     except ModelLoadError as err:
         raise ToolError(option, str(err)) from None
 
@@ -186,7 +187,7 @@ def skeleton(path: str, option: str, files: ModelFiles) -> LoadedModel:
         except Exception as err:  # noqa: BLE001 - a ModelLoadError or a damaged file: named either way
             raise ToolError(option, str(err)) from None
         if rules is None or rules.own_checkpoint_layout or not (rules.arch_dir / "model_index.json").exists():
-            return load_weights(path, option, files)
+            return load_weights(path, option, files, torch.float16)
         return _skeleton_of(rules.arch_dir, family_named(rules.name), str(folder))
     if not (folder / "model_index.json").exists():
         raise ToolError(option, f"{folder} is no diffusers model folder (no model_index.json) nor a single file")
@@ -223,7 +224,8 @@ def _skeleton_of(folder: Path, family: object, source: str) -> LoadedModel:
 
 
 def stored_dtype(path: Path) -> torch.dtype:
-    """The precision a model's weights are stored in (its denoiser's first floating tensor's; fp16 when unknown)."""
+    """The precision a model's weights are stored in (its denoiser's first floating tensor's; float32 when unknown,
+    e.g. for a .ckpt)."""
     from safetensors import safe_open
 
     files = [path] if path.is_file() else sorted(path.glob("*/*.safetensors"),
@@ -235,7 +237,7 @@ def stored_dtype(path: Path) -> torch.dtype:
                 found = names.get(handle.get_slice(key).get_dtype())
                 if found is not None:
                     return found
-    return torch.float16
+    return torch.float32
 
 
 def _encoder_order(name: str) -> int:

@@ -80,8 +80,10 @@ def _into_model(cfg: ToolConfig, job: ToolJob, sources: list[Source]) -> Path:
     as_file = cfg.save_as == "single_file" or (cfg.save_as == "auto" and base.is_file())
     out = job.output_path(f"{base.stem if base.is_file() else base.name}-merged" + (".safetensors" if as_file else ""))
     refuse_existing(out)
+    dtype = SAVE_DTYPES[cfg.save_precision] if cfg.save_precision != "auto" else stored_dtype(base)
     job.progress("loading the model", 0, 1)
-    model = load_weights(cfg.model, "model", ModelFiles.from_values(cfg.values))
+    # in the precision it is saved in: each change is computed in float32 and added once, rounded as the save would
+    model = load_weights(cfg.model, "model", ModelFiles.from_values(cfg.values), dtype)
     targets = layer_map(model)
     device = compute_device(cfg.device)
     total, done = sum(len(s.modules) for s in sources), 0
@@ -92,7 +94,6 @@ def _into_model(cfg: ToolConfig, job: ToolJob, sources: list[Source]) -> Path:
                 targets[name].add(module.delta(device) * source.ratio(name))
                 done += 1
                 job.progress("merging", done, total)
-    dtype = SAVE_DTYPES[cfg.save_precision] if cfg.save_precision != "auto" else stored_dtype(base)
     job.progress("saving", 0, 1)
     merged_from = ", ".join([base.name] + [s.label() for s in sources])
     written = save_full_model(model, out, as_diffusers=not as_file, as_single_file=as_file, dtype=dtype,
