@@ -122,9 +122,14 @@ def _form(verb: str) -> dict[str, gr.components.Component]:
     return widgets
 
 
+PLACEHOLDERS = {"any": "a file or a folder (a local path)", "out": "empty: into the job's folder"}
+
+
 def _widget(verb: str, opt: Option) -> gr.components.Component:
     widget = make_widget(opt)
     widget.elem_id = f"tools-{verb}-{opt.name}"
+    if opt.path in PLACEHOLDERS:  # the tools read local files only, and write a file or a folder
+        widget.placeholder = PLACEHOLDERS[opt.path]
     return widget
 
 
