@@ -87,7 +87,6 @@ def test_precision_only_and_a_lora_of_another_model_refused(tiny_sd1_dir: Path, 
         run("convert", tmp_path / "bad", input=str(source), to="comfyui", model=str(tiny_sdxl_dir))
 
 
-@pytest.mark.slow
 def test_a_model_folder_becomes_a_single_file_in_fp16(tiny_sd1_dir: Path, tmp_path: Path) -> None:
     from safetensors import safe_open
 

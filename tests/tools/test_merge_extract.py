@@ -110,7 +110,6 @@ def test_a_merged_checkpoint_renders_what_base_plus_lora_renders(tiny_sd1_dir: P
     assert np.abs(a - c).mean() > 1  # and the LoRA does change it
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("family", ["flux", "sd3"])
 def test_fused_modules_merge_into_their_layers_and_extract_back(family: str, request: pytest.FixtureRequest,
                                                                 tmp_path: Path) -> None:

@@ -64,6 +64,7 @@ def test_dynamic_resize_keeps_the_ranks_the_definitions_give(method: str, param:
     assert kept == pytest.approx((sum(squares[:rank]) / sum(squares)) ** 0.5)
 
 
+@pytest.mark.slow
 def test_a_dynamic_resize_renders_in_diffusers_as_every_loader_computes_it(tiny_sd1_dir: Path,
                                                                           tmp_path: Path) -> None:
     """Its modules' ranks differ; diffusers gives attention and text-encoder layers a kohya file's most common alpha,
