@@ -46,7 +46,7 @@ DRY_BUDGET_S = 600  # a part's budget on a CPU (tiny models, but a busy 2-core m
 # Packages the parts import (distribution names); the others pinned in requirements.txt are listed, not required.
 REQUIRED = ("torch", "diffusers", "transformers", "accelerate", "safetensors", "peft", "tomlkit", "numpy", "pillow",
             "tqdm", "huggingface_hub", "tokenizers")
-MIN_FREE_GB = 15  # the SDXL finetune saves a 7 GB model; the FLUX parts hold 33 GB of weights in host memory
+MIN_FREE_GB = 15  # the SDXL finetune saves a 7 GB model
 # Dense bf16 tensor-core peaks (TFLOP/s, from the vendors' data sheets), matched against torch's device name
 # in order; an unlisted card is measured (a large bf16 matrix product) instead.
 BF16_PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), ("H200", 989.4),
@@ -56,7 +56,7 @@ BF16_PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), 
 
 def parts(sizes: Any) -> list[Part]:
     """Every part, in the order they run: the compass figures first, so a short run still gives them."""
-    from benchmarks.gpu_parts import TrainSpec, generate_part, side_by_side_part, train_part
+    from benchmarks.gpu_parts import TrainRun, TrainSpec, generate_part, side_by_side_part
 
     swap = {"blocks_to_swap": sizes.flux_swap}
     checkpointed = {"gradient_checkpointing": True}
@@ -64,28 +64,28 @@ def parts(sizes: Any) -> list[Part]:
     res = sizes.resolution
     return [
         Part("sdxl-lora-bs1", f"SDXL LoRA {res['sdxl']} px, batch 1, gradient checkpointing", 75,
-             train_part(TrainSpec("sdxl", values=checkpointed))),
-        *[Part(f"flux-lora-{mode}", f"FLUX.1-dev LoRA {res['flux']} px, {_flux_words(values)}, gradient "
-               "checkpointing", 100, train_part(TrainSpec("flux", values={**checkpointed, **values})))
+             TrainRun(TrainSpec("sdxl", values=checkpointed))),
+        *[Part(f"flux-lora-{mode}", f"FLUX.1-dev LoRA {res['flux']} px, {_flux_words(values, sizes)}, gradient "
+               "checkpointing", 100, TrainRun(TrainSpec("flux", values={**checkpointed, **values})))
           for mode, values in flux],
         Part("sdxl-lora-bs4", f"SDXL LoRA {res['sdxl']} px, batch 4, gradient checkpointing", 75,
-             train_part(TrainSpec("sdxl", batch=4, values=checkpointed))),
-        Part("sd15-lora-bs1", f"SD1.5 LoRA {res['sd15']} px, batch 1", 45, train_part(TrainSpec("sd15"))),
-        Part("sd15-lora-bs4", f"SD1.5 LoRA {res['sd15']} px, batch 4", 45, train_part(TrainSpec("sd15", batch=4))),
+             TrainRun(TrainSpec("sdxl", batch=4, values=checkpointed))),
+        Part("sd15-lora-bs1", f"SD1.5 LoRA {res['sd15']} px, batch 1", 45, TrainRun(TrainSpec("sd15"))),
+        Part("sd15-lora-bs4", f"SD1.5 LoRA {res['sd15']} px, batch 4", 45, TrainRun(TrainSpec("sd15", batch=4))),
         Part("generate-sdxl", f"SDXL {res['sdxl']} px, {sizes.gen_steps} steps, batch 1: Generate vs diffusers", 75,
              generate_part("sdxl", lora_from="sdxl-lora-bs1")),
         Part("generate-sd15", f"SD1.5 {res['sd15']} px, {sizes.gen_steps} steps, batch 1: Generate vs diffusers", 45,
              generate_part("sd15", lora_from="sd15-lora-bs1")),
         Part("sdxl-finetune", f"SDXL full finetune {res['sdxl']} px, batch 1, full_bf16, gradient checkpointing",
-             100, train_part(TrainSpec("sdxl", method="finetune", values={**checkpointed, "full_bf16": True,
+             100, TrainRun(TrainSpec("sdxl", method="finetune", values={**checkpointed, "full_bf16": True,
                                                                           "learning_rate": 1e-6}))),
         Part("side-by-side", "benchmarks/side_by_side.py sdxl-1024: Atelier vs the diffusers SDXL LoRA example", 120,
              side_by_side_part),
     ]
 
 
-def _flux_words(values: dict[str, Any]) -> str:
-    base = "fp8 base" if values.get("fp8_base") else "bf16 base"
+def _flux_words(values: dict[str, Any], sizes: Any) -> str:
+    base = "fp8 base" if values.get("fp8_base") else f"{'bf16' if sizes.precision == 'bf16' else 'fp32'} base"
     return f"{base}, blocks_to_swap {values['blocks_to_swap']}" if values.get("blocks_to_swap") else base
 
 
@@ -139,8 +139,9 @@ def environment(ctx: PartContext) -> None:
             problems.append(f"this python's torch {torch.__version__} is a CPU build (no CUDA)")
         else:
             problems.append("torch has CUDA but sees no GPU (CUDA_VISIBLE_DEVICES? the driver?)")
-    if not sizes.tiny and info["disk_free_gb"] < MIN_FREE_GB:
-        problems.append(f"{info['disk_free_gb']} GB free in {sizes.work}; the check needs {MIN_FREE_GB} GB")
+    if not sizes.tiny and info["disk_free_gb"] < MIN_FREE_GB:  # only the finetune's save needs it: say so, go on
+        info["note"] = (f"{info['disk_free_gb']} GB free in {sizes.work}: the SDXL finetune's save needs about 7 GB "
+                        f"(give --work a folder with {MIN_FREE_GB} GB)")
     ctx.report(**info)
     measured = matmul_tflops(torch.device("cuda" if cuda else "cpu"), 8192 if cuda else 512)
     listed = next((tflops for key, tflops in BF16_PEAK_TFLOPS if key in info["device"]), None)
@@ -212,7 +213,8 @@ def markdown(result: dict) -> str:
              f"{env.get('python')}, commit {result.get('commit') or 'unknown'}; {result['total_s']:.0f} s in all. "
              f"MFU is against {_num(env.get('peak_bf16_tflops'), 3)} TFLOP/s ({env.get('peak_source', '?')}); a "
              f"{'512' if result['dry_run'] else '8192'}-wide bf16 matrix product ran at "
-             f"{_num(env.get('matmul_bf16_tflops'), 3)} TFLOP/s.", ""]
+             f"{_num(env.get('matmul_bf16_tflops'), 3)} TFLOP/s."
+             + (" Memory is each part's peak resident set (no GPU)." if result["dry_run"] else ""), ""]
     sdxl = partz.get("sdxl-lora-bs1", {})
     flux = [(name.removeprefix("flux-lora-"), p) for name, p in partz.items() if name.startswith("flux-lora-")]
     lines += [f"- **{sdxl.get('what', 'SDXL LoRA')}**: {_num(sdxl.get('s_per_step'))} s/it "
@@ -232,8 +234,8 @@ def markdown(result: dict) -> str:
                          f"| {_num(p.get('peak_reserved_gb'))} | {_sig(p.get('tflop_per_step'))} "
                          f"| {_num(p.get('mfu'), 1, 100, ' %')} | {_yes(p.get('loss_finite'))} "
                          f"| {_yes(p.get('saved_loads'))} | {_num(p.get('setup_s'), 0)} | {_status(p)} |")
-    lines += ["", "| part | what | Generate images/s | diffusers images/s | Generate / diffusers | trained LoRA renders "
-              "| status |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "| part | what | Generate images/s | diffusers images/s | Generate / diffusers "
+              "| trained LoRA renders | status |", "|---|---|---|---|---|---|---|"]
     for p in result["parts"]:
         if p["name"].startswith("generate-"):
             lines.append(f"| {p['name']} | {p['what']} | {_num(p.get('atelier_images_per_s'), 3)} "
@@ -306,48 +308,58 @@ def main(argv: list[str] | None = None) -> int:
     # initialise the driver, which a forked child cannot use; NVML's check does not.
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the parts are forked
-
-    from benchmarks.gpu_parts import DRY, REAL, Sizes  # torch-free: gpu_parts imports torch only inside the parts
-
-    work = Path(tempfile.mkdtemp(prefix="atelier-gpu-check-", dir=args.work))
-    sizes = Sizes(**(DRY if args.dry_run else REAL), work=work, diffusers_example=args.diffusers_example)
-    chosen = [p for p in parts(sizes) if not args.only or p.name in args.only]
-    if args.list or args.only and not chosen:
-        for p in parts(sizes):
-            print(f"{p.name:16s} {p.budget_s:4.0f} s  {p.what}")
-        shutil.rmtree(work, ignore_errors=True)
-        return 0 if args.list else 2
     started = time.monotonic()
     result: dict[str, Any] = {"tool": "benchmarks/gpu_check.py", "dry_run": args.dry_run, "commit": commit(),
-                              "date": datetime.datetime.now().isoformat(timespec="seconds"), "environment": {},
-                              "parts": [], "total_s": 0.0}
+                              "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                              "environment": {"packages": packages()}, "parts": [], "total_s": 0.0}
+    if missing := missing_required(result["environment"]["packages"]):  # before any of them is imported
+        result["environment"]["error"] = (f"missing packages: {', '.join(missing)}; carry them as wheels "
+                                          "(bash benchmarks/gpu_prepare.sh here, --install there)")
+        return _finish(result, args.out, started, 2)
     try:
-        listed = packages()
-        result["environment"]["packages"] = listed
-        if missing := missing_required(listed):
-            result["environment"]["error"] = (f"missing packages: {', '.join(missing)}; carry them as wheels "
-                                              "(bash benchmarks/gpu_prepare.sh here, --install there)")
-            return _finish(result, args.out, started, 2)
         preload()
+    except Exception as err:  # noqa: BLE001 - a package too old or without its own dependencies: say which
+        result["environment"]["error"] = f"importing the trainers failed: {type(err).__name__}: {err}"
+        return _finish(result, args.out, started, 2)
+    from benchmarks.gpu_parts import DRY, REAL, Sizes
+
+    sizes = Sizes(**(DRY if args.dry_run else REAL), diffusers_example=args.diffusers_example)
+    unknown = [name for name in args.only if name not in {p.name for p in parts(sizes)}]
+    if args.list or unknown:
+        if unknown:
+            print(f"--only: no part {', '.join(unknown)}; the parts:", file=sys.stderr)
+        for p in parts(sizes):
+            print(f"{p.name:20s} {p.budget_s:4.0f} s  {p.what}")
+        return 2 if unknown else 0
+    work = Path(tempfile.mkdtemp(prefix="atelier-gpu-check-", dir=args.work))
+    try:
+        sizes = replace(sizes, work=work)
         env = run_part(Part("environment", "CUDA, card, disk, bf16 rate", 120, environment), 120, sizes, {})
         result["environment"].update({k: v for k, v in env.items() if k not in ("name", "what", "budget_s")})
-        print(f"environment: {json.dumps({k: v for k, v in env.items() if k != 'packages'}, default=str)}",
-              flush=True)
+        print(f"environment: {json.dumps(env, default=str)}", flush=True)
         if env["status"] != "ok":
             return _finish(result, args.out, started, 2)
         sizes = replace(sizes, peak_flops=env["peak_bf16_tflops"] * 1e12)
-        total = args.total_s or (TOTAL_S if not args.dry_run else math.inf)
-        result["parts"] = run_parts(chosen, sizes, total, budget_s=DRY_BUDGET_S if args.dry_run else None,
-                                    on_result=lambda r: print(json.dumps(r, default=str), flush=True))
+
+        def done(part: dict) -> None:  # saved after every part: a call cut short still brings back the parts done
+            print(json.dumps(part, default=str), flush=True)
+            result["parts"].append(part)
+            result["total_s"] = round(time.monotonic() - started, 1)
+            save(result, args.out)
+
+        chosen = [p for p in parts(sizes) if not args.only or p.name in args.only]
+        run_parts(chosen, sizes, args.total_s or (math.inf if args.dry_run else TOTAL_S),
+                  budget_s=DRY_BUDGET_S if args.dry_run else None, on_result=done)
         failed = [p["name"] for p in result["parts"] if p["status"] not in ("ok", "skipped")]
         return _finish(result, args.out, started, 1 if failed else 0)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _finish(result: dict, out: Path, started: float, code: int) -> int:
+def _finish(result: dict, out: Path | None, started: float, code: int) -> int:
     result["total_s"] = round(time.monotonic() - started, 1)
-    save(result, out)
+    if out is not None:
+        save(result, out)
     print(markdown(result) if result["parts"] else result["environment"].get("error", result["environment"]))
     return code
 

@@ -17,13 +17,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.generate_benchmark import steady_images
 from benchmarks.gpu_models import REPO, model_folder
 from benchmarks.gpu_runner import PartContext, Skip
 from benchmarks.train_benchmark import bench_config, run_training
 from trainers.train.method import StepHook
+
+if TYPE_CHECKING:
+    from trainers.core.options import TrainConfig
 
 PROMPT = "a photo of a cat sitting on a windowsill, golden hour"
 NEGATIVE = "blurry"
@@ -40,15 +43,18 @@ class Sizes:
     gen_steps: int  # denoising steps of a generated image
     gen_images: int  # images timed per generator (after one more for warm-up)
     flux_swap: int  # blocks_to_swap of the FLUX parts that swap
+    precision: str  # mixed_precision of the training parts (but for those with an option of NEED_BF16)
     work: Path = Path("/tmp")
     peak_flops: float = float("nan")  # the card's bf16 peak (or the measured matmul rate): MFU's denominator
     diffusers_example: Path | None = None
 
 
 REAL = dict(tiny=False, resolution={"sd15": 512, "sdxl": 1024, "flux": 512}, warmup=3, timed=10, gen_steps=20,
-            gen_images=4, flux_swap=18)
+            gen_images=4, flux_swap=18, precision="bf16")
+# A CPU has no bf16 arithmetic of its own: bf16 autocast there is 4-5x slower than fp32, so a dry run trains in fp32
+# but for the parts whose options need bf16 (fp8 base, full_bf16).
 DRY = dict(tiny=True, resolution={"sd15": 64, "sdxl": 64, "flux": 64}, warmup=1, timed=1, gen_steps=3,
-           gen_images=1, flux_swap=2)
+           gen_images=1, flux_swap=2, precision="no")
 
 
 @dataclass(frozen=True)
@@ -59,32 +65,40 @@ class TrainSpec:
     values: dict[str, Any] = field(default_factory=dict)  # options on top of the common ones
 
 
-# Every training part: bf16, latents and text-encoder outputs cached before training (the steps then run the
-# denoiser only, as users of sd-scripts' LoRA scripts usually run them), AdamW, no samples.
-COMMON = {"mixed_precision": "bf16", "cache_latents": True, "cache_text_encoder_outputs": True, "optimizer_type": "AdamW",
+# Every training part: latents and text-encoder outputs cached before training (the steps then run the denoiser
+# only, as users of sd-scripts' LoRA scripts usually run them), AdamW, no samples.
+COMMON = {"cache_latents": True, "cache_text_encoder_outputs": True, "optimizer_type": "AdamW",
           "learning_rate": 1e-4, "max_data_loader_n_workers": 0, "seed": 0}
 LORA = {"network_dim": 16, "network_alpha": 16, "network_train_unet_only": True}
+NEED_BF16 = ("fp8_base", "full_bf16")  # options that need mixed_precision = 'bf16', also in a dry run
 
 
-def train_part(spec: TrainSpec) -> Any:
+@dataclass(frozen=True)
+class TrainRun:
     """A part that trains `spec` and reports rate, FLOPs, MFU, memory, losses and whether its output loads back."""
-    def run(ctx: PartContext) -> None:
+    spec: TrainSpec
+
+    def config(self, sizes: Sizes, data: Path, output: Path) -> TrainConfig:
+        """The run's options: the common ones, the method's, the spec's; warm-up, timed and counted steps."""
+        spec = self.spec
+        return bench_config(spec.method, {
+            **COMMON, **(LORA if spec.method == "lora" else {}), **spec.values,
+            "mixed_precision": "bf16" if any(spec.values.get(k) for k in NEED_BF16) else sizes.precision,
+            "pretrained_model_name_or_path": str(model_folder(spec.family, sizes.work, sizes.tiny)),
+            "train_data_dir": str(data), "output_dir": str(output), "resolution": str(sizes.resolution[spec.family]),
+            "train_batch_size": spec.batch, "max_train_steps": sizes.warmup + sizes.timed + 1})
+
+    def __call__(self, ctx: PartContext) -> None:
         from trainers.demo import build_dataset
 
-        sizes: Sizes = ctx.settings
+        spec, sizes = self.spec, ctx.settings
         started = time.time()
         ctx.phase("building the model and the dataset")
-        resolution = sizes.resolution[spec.family]
         work = sizes.work / f"train-{spec.family}-{spec.method}-{spec.batch}-{time.time_ns()}"
-        data = build_dataset(work / "data", folder="100_bench", size=resolution)
-        steps = sizes.warmup + sizes.timed + 1  # the last one is counted, not timed
-        cfg = bench_config(spec.method, {
-            **COMMON, **(LORA if spec.method == "lora" else {}), **spec.values,
-            "pretrained_model_name_or_path": str(model_folder(spec.family, sizes.work, sizes.tiny)),
-            "train_data_dir": str(data), "output_dir": str(work / "out"), "resolution": str(resolution),
-            "train_batch_size": spec.batch, "max_train_steps": steps})
-        flops = StepFlops(steps)
-        memory = PeakMemory()
+        data = build_dataset(work / "data", folder="100_bench", size=sizes.resolution[spec.family])
+        cfg = self.config(sizes, data, work / "out")
+        steps = cfg.max_train_steps  # the last one is counted, not timed
+        flops, memory = StepFlops(steps), PeakMemory()
 
         def ready(session: Any, trainable: Any) -> None:
             trainable.hooks.append(flops)
@@ -104,7 +118,6 @@ def train_part(spec: TrainSpec) -> Any:
         ctx.phase("loading the saved output back")
         ctx.report(saved=str(final), **(lora_loads_back(trainable, final) if spec.method == "lora"
                                         else unet_loads_back(trainable, final)))
-    return run
 
 
 class StepFlops(StepHook):

@@ -90,6 +90,25 @@ def test_the_real_size_models_are_the_published_architectures(real_folders: dict
                               "text_encoder_2": 4_762_310_656}
 
 
+def test_the_real_size_runs_pass_the_trainers_checks(tmp_path: Path) -> None:
+    """Every training part's config at real size, with its config-only model folder, as the run checks it before
+    loading anything (the dry run loads tiny models, whose folders hold weights)."""
+    from benchmarks.gpu_parts import REAL, Sizes, TrainRun
+    from trainers.demo import build_dataset
+    from trainers.train.optim import check_optimizer
+    from trainers.validate import check
+
+    sizes = Sizes(**REAL, work=tmp_path)
+    data = build_dataset(tmp_path / "data", folder="100_bench", size=64)
+    runs = [part.run for part in gpu_check.parts(sizes) if isinstance(part.run, TrainRun)]
+    assert len(runs) == 9
+    for run in runs:
+        cfg = run.config(sizes, data, tmp_path / "out")
+        check(cfg)  # raises ConfigError naming each problem
+        check_optimizer(cfg)
+        assert cfg.max_train_steps == 14 and cfg.mixed_precision == "bf16"
+
+
 def _result(parts: list[dict]) -> dict:
     return {"dry_run": False, "date": "2026-11-26T10:00:00", "commit": "abc1234", "total_s": 412.0,
             "environment": {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "torch_cuda": "13.0",
