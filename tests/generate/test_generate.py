@@ -157,6 +157,29 @@ def test_lora_weight_zero_is_the_base_image_and_one_is_not(family: str, tiny_sd1
     assert "Lora hashes" not in read_parameters(Path(plan.items[1].images[0].path))
 
 
+def test_a_lora_whose_alphas_differ_by_module_renders_at_its_own_strength(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    """diffusers alone gives every attention layer a kohya file's most common alpha: a file whose alphas differ by
+    module (a dynamic resize, a merge) must render as the same change written with one alpha."""
+    from safetensors.torch import load_file, save_file
+
+    from trainers.generate.renderer import Renderer
+
+    state = load_file(make_lora(tiny_sd1_dir, tmp_path / "one alpha.safetensors", seed=3))
+    varied = dict(state)
+    for index, key in enumerate(sorted(k for k in state if k.endswith(".alpha"))):
+        if index % 3 == 0:  # a third of the modules: alpha 1 instead of 4, the same change (up x 4)
+            module = key[:-len(".alpha")]
+            varied[key] = torch.tensor(1.0)
+            varied[f"{module}.lora_up.weight"] = state[f"{module}.lora_up.weight"] * 4
+    save_file(varied, tmp_path / "varied.safetensors")
+    cfg = GenerateConfig({**FAST, "model": str(tiny_sd1_dir), "prompts": ["a red fox"]})
+    variants = [Variant(name, (LoraRef(str(tmp_path / f"{name}.safetensors"), 1.0),)) for name in ("one alpha", "varied")]
+    renderer = Renderer(cfg, "cpu", variants)
+    same, varied_image = (pixels(renderer.render(item)[0]) for item in build_plan(cfg, tmp_path / "out", 7,
+                                                                                  variants).items)
+    assert np.abs(same.astype(int) - varied_image.astype(int)).max() <= 1
+
+
 def test_parameters_text_round_trips() -> None:
     text = parameters_text("a, b\nsecond line", "ugly, blurry", {
         "Steps": 20, "Sampler": "DPM++ 2M", "CFG scale": 7.5, "Seed": 123, "Size": "512x768", "Model": "sd 1.5",

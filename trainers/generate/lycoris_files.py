@@ -8,6 +8,7 @@ rebuilt module by module with the lycoris-lora package, whose modules wrap the f
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import torch
@@ -34,6 +35,24 @@ def with_conv_ups(state: dict[str, Tensor]) -> dict[str, Tensor]:
         down = state.get(key.replace(".lora_up.", ".lora_down."))
         if key.endswith(".lora_up.weight") and up.dim() == 2 and down is not None and down.dim() == 4:
             fixed[key] = up[:, :, None, None]
+    return fixed
+
+
+def with_one_alpha(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The same LoRA with one alpha for every module (the most common one), each module's own alpha folded into its
+    lora_up. diffusers gives every attention and text-encoder layer of a kohya file the file's most common alpha, so
+    a file whose alphas differ by module (a dynamic resize, a conv_alpha apart from network_alpha on the same kind of
+    layer, files merged side by side) would render at the wrong strength; the scale alpha / rank stays per module."""
+    alphas = {key[:-len(".alpha")]: float(value) for key, value in state.items() if key.endswith(".alpha")}
+    if len(set(alphas.values())) <= 1:
+        return state
+    common = Counter(alphas.values()).most_common(1)[0][0]
+    fixed = dict(state)
+    for module, alpha in alphas.items():
+        up = state.get(f"{module}.lora_up.weight")
+        if alpha != common and up is not None:
+            fixed[f"{module}.lora_up.weight"] = up * (alpha / common)
+            fixed[f"{module}.alpha"] = torch.tensor(common, dtype=state[f"{module}.alpha"].dtype)
     return fixed
 
 

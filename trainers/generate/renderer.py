@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from trainers.generate.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups
+from trainers.generate.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups, with_one_alpha
 from trainers.generate.options import GenerateConfig, LoraRef
 from trainers.generate.plan import Variant, WorkItem
 from trainers.generate.pnginfo import lora_short_hash, lora_tag, parameters_text
@@ -119,6 +119,7 @@ class Renderer:
             if is_lycoris_file(state):
                 self.lycoris[path] = LycorisFile(state, self.model, self.device, self.dtype)
                 return
+            state = with_one_alpha(state)
             self.pipe.load_lora_weights(self.model.family.lora_for_pipeline(state, self.model), adapter_name=name)
         except FileNotFoundError:
             raise ModelLoadError(f"loras: {path}: no such file") from None
