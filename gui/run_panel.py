@@ -13,6 +13,7 @@ from gui.run_files import RunView, Watchers, format_duration
 from gui.text import plain
 from trainers.core.registry import METHOD_NAMES
 from trainers.core.rundir import RunState
+from trainers.tools.options import JOB_METHOD as TOOLS_METHOD
 
 OOM_HINT = ("Out of memory: lower train_batch_size or resolution, turn on gradient_checkpointing, use "
             "mixed_precision bf16/fp16, an 8-bit optimizer (AdamW8bit), or a smaller network_dim.")
@@ -119,7 +120,9 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
     samples = [s for s in view.samples if Path(s).exists()][-12:]
     result, bar, log = result_text(view), _bar(step, total), "\n".join(view.log_tail)
     comparable = can_compare(view)
-    if is_generation_job(view):  # the Generate tab shows it
+    if is_tool_job(view):  # the Tools tab shows it
+        title, stats = f"### {state}: `{view.run_id}`", "A tool job: its report and files are on the **Tools** tab."
+    elif is_generation_job(view):  # the Generate tab shows it
         shown = "Generating" if view.state == RunState.RUNNING else state
         title, stats = f"### {shown}: `{view.run_id}`", "A generation job: its images are on the **Generate** tab."
         bar = _bar(*view.images, unit="images")
@@ -141,7 +144,12 @@ def _lr_plot(view: RunView, steps_axis: list[int]) -> gr.LinePlot:
 
 
 def is_generation_job(view: RunView) -> bool:
+    """Not a training run (a generation or a tool job: neither has steps, losses or saves to compare)."""
     return view.status.get("method") not in METHOD_NAMES
+
+
+def is_tool_job(view: RunView) -> bool:
+    return view.status.get("method") == TOOLS_METHOD
 
 
 def can_compare(view: RunView) -> bool:

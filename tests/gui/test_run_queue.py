@@ -90,3 +90,14 @@ def test_a_queued_run_names_the_devices_it_waits_for(tmp_path: Path, monkeypatch
         jobs.gpu_count.cache_clear()
     assert f"Waiting in the queue {expected} " in stats
     assert ("GPU" in stats) == ("GPU 0" in expected)
+
+
+@pytest.mark.parametrize(("method", "said"), [("generate", "on the **Generate** tab"), ("tools", "on the **Tools** tab")])
+def test_the_run_panel_sends_a_job_to_the_tab_that_shows_it(tmp_path: Path, method: str, said: str) -> None:
+    from gui.run_files import RunWatcher
+    from gui.run_panel import render
+
+    run = tmp_path / f"{method}-job"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "finished", "method": method}))
+    assert said in render(RunWatcher(run).refresh())[2][1]
