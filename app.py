@@ -235,6 +235,7 @@ def patient_startup_check(wait_s: float = 60.0) -> None:
             time.sleep(0.5)
 
     url_ok.patient = True  # type: ignore[attr-defined]
+    url_ok.quick = quick  # type: ignore[attr-defined]
     networking.url_ok = url_ok
 
 

@@ -51,7 +51,8 @@ def test_a_late_first_answer_does_not_stop_the_gui_from_starting(slow_first_answ
 
     from app import patient_startup_check
 
+    gradio_own = getattr(networking.url_ok, "quick", networking.url_ok)  # another test may have launched the app
+    monkeypatch.setattr(networking, "url_ok", gradio_own)  # restored after the test
     assert not networking.url_ok(slow_first_answer())  # gradio alone gives up: "localhost is not accessible"
-    monkeypatch.setattr(networking, "url_ok", networking.url_ok)  # restored after the test
     patient_startup_check(wait_s=20)
     assert networking.url_ok(slow_first_answer())
