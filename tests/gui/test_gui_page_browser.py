@@ -76,6 +76,7 @@ def test_a_saved_preset_keeps_its_name_and_survives_a_reload(lora) -> None:  # n
 def test_import_changes_only_what_the_file_names_and_show_command_writes_its_config(lora, tmp_path: Path) -> None:  # noqa: F811
     page = lora
     _open(page, "network")
+    _fill(page, "network_dim", "8")  # the demo's (the preset test before this one changes it)
     _fill(page, "output_name", "kept_name")
     partial = tmp_path / "only dim.toml"
     partial.write_text('[network]\nnetwork_dim = 24\n', encoding="utf-8")
