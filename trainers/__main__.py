@@ -4,8 +4,9 @@ Also: `python -m trainers demo --out DIR` (tiny model + dataset, offline),
 `python -m trainers preflight --config run.toml [--num-processes N]` (the dataset report, no training),
 `python -m trainers options` (the option table, as markdown),
 `python -m trainers accelerate-config --config run.toml` (the accelerate config of DeepSpeed/FSDP runs),
-`python -m trainers generate|compare` (images and compare grids; see trainers/generate/), and
-`python -m trainers tools <verb>` (LoRA and model tools; see trainers/tools/).
+`python -m trainers generate|compare` (images and compare grids; see trainers/generate/),
+`python -m trainers tools <verb>` (LoRA and model tools; see trainers/tools/), and
+`python -m trainers caption|masks` (captions and loss masks of a dataset; see trainers/caption/).
 Methods (their subcommands) come from trainers/core/registry.py.
 """
 from __future__ import annotations
@@ -69,11 +70,16 @@ def _parser() -> argparse.ArgumentParser:
     from trainers.tools.cli import add_arguments as add_tool_arguments
 
     add_tool_arguments(sub.add_parser("tools", help="LoRA and model tools: inspect, resize, merge, extract, convert"))
+    from trainers.caption.cli import add_arguments as add_caption_arguments
+
+    add_caption_arguments(sub)  # caption, masks: dataset jobs (each names its own main)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if hasattr(args, "job_main"):
+        return args.job_main(args)
     if args.command == "demo":
         from trainers.demo import main as demo_main
 

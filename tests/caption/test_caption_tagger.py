@@ -1,0 +1,114 @@
+"""Captioning with a WD14-family tagger (a tiny ONNX model of the real format): captions written beside each image,
+thresholds, filters, trigger word, existing captions, an unreadable image, resume after a stop."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.caption.conftest import image_folder
+from trainers.caption.cli import _run
+from trainers.caption.job import ImageJob, read_done
+from trainers.caption.options import check_config, config_from_values
+from trainers.caption.tagger import read_tags
+from trainers.core.rundir import Request, request
+from trainers.tools.job import ToolError, ToolStopped
+
+
+def caption_cfg(images: Path, tagger: Path, **values: object):
+    return config_from_values("caption", {"images": str(images), "model": str(tagger), "captioner": "wd14",
+                                          "device": "cpu", **values})
+
+
+def captions(images: Path, ext: str = ".txt") -> dict[str, str]:
+    return {p.stem: p.read_text(encoding="utf-8").strip() for p in sorted(images.rglob(f"*{ext}"))}
+
+
+def test_tags_follow_the_image_with_trigger_first_and_underscores_replaced(images: Path, tiny_tagger: Path,
+                                                                          tmp_path: Path) -> None:
+    _run(caption_cfg(images, tiny_tagger, trigger_word="sks"), tmp_path / "job", None)
+    written = captions(images)
+    assert written["00_red"] == "sks, red background, ^_^"
+    assert written["01_blue"] == "sks, blue sky"
+    assert written["02_green"] == "sks, hatsune miku, green theme"  # character tags first
+    assert written["03_dark"] == "sks"  # nothing is confident on a dark image: the trigger alone
+
+
+def test_thresholds_blacklist_rating_and_order(images: Path, tiny_tagger: Path, tmp_path: Path) -> None:
+    cfg = caption_cfg(images, tiny_tagger, tag_blacklist=["^_^"], replace_underscores=False, include_rating=True,
+                      character_tags_first=False, character_threshold=1.0, caption_extension=".caption")
+    _run(cfg, tmp_path / "job", None)
+    written = captions(images, ".caption")
+    assert written["00_red"] == "sensitive, red_background"
+    assert written["02_green"] == "general, green_theme"  # the character tag is below its threshold of 1
+    assert not list(images.rglob("*.txt"))
+
+
+def test_existing_captions_skipped_overwritten_or_appended(images: Path, tiny_tagger: Path, tmp_path: Path) -> None:
+    red = images / "10_sks" / "00_red.txt"
+    red.write_text("my caption, red background", encoding="utf-8")
+    _run(caption_cfg(images, tiny_tagger), tmp_path / "skip", None)
+    assert red.read_text(encoding="utf-8") == "my caption, red background"
+    assert json.loads((tmp_path / "skip" / "report.json").read_text())["skipped_existing"] == 1
+    _run(caption_cfg(images, tiny_tagger, existing="append"), tmp_path / "append", None)
+    assert red.read_text(encoding="utf-8").strip() == "my caption, red background, ^_^"  # no tag twice
+    _run(caption_cfg(images, tiny_tagger, existing="overwrite"), tmp_path / "overwrite", None)
+    assert red.read_text(encoding="utf-8").strip() == "red background, ^_^"
+
+
+def test_an_unreadable_image_is_listed_and_skipped(tmp_path: Path, tiny_tagger: Path) -> None:
+    images = image_folder(tmp_path / "data", count=2, broken=True)
+    _run(caption_cfg(images, tiny_tagger), tmp_path / "job", None)
+    assert set(captions(images)) == {"00_red", "01_blue"}
+    report = json.loads((tmp_path / "job" / "report.json").read_text())
+    assert report["written"] == 2 and len(report["unreadable"]) == 1 and "99_broken.png" in report["unreadable"][0]
+    assert "99_broken.png" in (tmp_path / "job" / "report.md").read_text()
+
+
+def test_a_stopped_job_keeps_its_captions_and_a_resume_does_only_the_rest(tmp_path: Path, tiny_tagger: Path) -> None:
+    images = image_folder(tmp_path / "data", count=6)
+    job_dir = tmp_path / "job"
+    cfg = caption_cfg(images, tiny_tagger, existing="overwrite", batch_size=2)
+    job = ImageJob(cfg, job_dir)
+    stop_after = {"calls": 0}
+    from trainers.caption import run as caption_run
+
+    real = caption_run.load_captioner
+
+    def stopping_captioner(j: ImageJob):  # the user presses Stop while the second batch is being tagged
+        tagger = real(j)
+
+        def tag(batch):
+            stop_after["calls"] += 1
+            if stop_after["calls"] == 2:
+                request(job_dir, Request.STOP)
+            return tagger(batch)
+        return tag
+
+    caption_run.load_captioner = stopping_captioner
+    try:
+        with pytest.raises(ToolStopped, match="stopped after 4 of 6 images"):
+            caption_run.run(cfg, job)
+    finally:
+        caption_run.load_captioner = real
+    assert len(captions(images)) == 4 and len(read_done(job_dir)) == 4
+    first = {p: p.stat().st_mtime_ns for p in images.rglob("*.txt")}
+    _run(cfg.replace(resume=str(job_dir)), tmp_path / "resumed", None)
+    assert len(captions(images)) == 6
+    assert all(p.stat().st_mtime_ns == t for p, t in first.items())  # existing = overwrite, yet not redone
+    assert json.loads((tmp_path / "resumed" / "report.json").read_text())["skipped_done"] == 4
+
+
+def test_bad_input_is_named(tmp_path: Path, tiny_tagger: Path) -> None:
+    issues = check_config(config_from_values("caption", {"images": str(tmp_path / "nope"), "resume": str(tmp_path),
+                                                         "model": "not a model"}))
+    named = {i.field: i.message for i in issues}
+    assert "is not a folder" in named["images"] and "done.txt" in named["resume"] and "hub id" in named["model"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ToolError, match="holds no images"):
+        _run(caption_cfg(empty, tiny_tagger), tmp_path / "job", None)
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ToolError, match="columns name and category"):
+        read_tags(tmp_path / "bad.csv")

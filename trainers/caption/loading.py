@@ -1,0 +1,61 @@
+"""Where a job's model comes from (a local folder, or a hub id downloaded once with its progress in the job's events)
+and where it runs (device and precision)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainers.caption.options import JobConfig, model_source
+from trainers.tools.job import ToolError, ToolJob
+
+
+def model_folder(job: ToolJob, patterns: list[str] | None = None) -> Path:
+    """The job's model as a local folder: the folder given, or the hub id's snapshot (only `patterns`' files),
+    downloaded now unless the hub cache has it, each file counted in a `download` progress event."""
+    source = model_source(job.cfg)  # type: ignore[arg-type]
+    local = Path(source).expanduser()
+    if local.is_dir():
+        return local
+    if local.exists():
+        raise ToolError("model", f"{local} is a file; give the model's folder (or a hub id)")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from tqdm.auto import tqdm
+
+    class Counted(tqdm):  # type: ignore[misc]
+        """huggingface_hub's per-file bar, told to the page as download progress."""
+
+        def update(self, n: float | None = 1) -> bool | None:
+            shown = super().update(n)
+            job.progress(f"download of {source}", int(self.n), int(self.total or self.n))
+            return shown
+
+    try:
+        return Path(snapshot_download(source, allow_patterns=patterns, tqdm_class=Counted))
+    except LocalEntryNotFoundError:
+        raise ToolError("model", f"{source} is not downloaded and the hub cannot be reached (offline, or "
+                                 "HF_HUB_OFFLINE=1): download it once online, or give a local model folder") from None
+    except (HfHubHTTPError, ValueError, OSError) as err:
+        raise ToolError("model", f"{source} could not be downloaded ({err}); check the id (owner/name), your "
+                                 "network, and for a gated model your HF_TOKEN") from None
+
+
+def torch_device(cfg: JobConfig) -> Any:
+    import torch
+
+    wanted = str(cfg.device).strip().lower()
+    if wanted == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if wanted.startswith("cuda") and not torch.cuda.is_available():
+        raise ToolError("device", f"{wanted}: no CUDA GPU is visible here; choose cpu or auto")
+    return torch.device(wanted)
+
+
+def torch_dtype(cfg: JobConfig, device: Any) -> Any:
+    import torch
+
+    if cfg.precision != "auto":
+        return {"float": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[cfg.precision]
+    if device.type != "cuda":
+        return torch.float32
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16

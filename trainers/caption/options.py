@@ -1,0 +1,233 @@
+"""The options of caption and mask jobs, declared once: CLI flags, the Caption tab's forms, a job's TOML and the
+checks come from here. Torch-free: the GUI imports this on the request path.
+
+Names follow kohya_ss's captioning utilities where they have one (general_threshold, character_threshold,
+undesired tags as tag_blacklist, caption_extension), so a kohya_ss user finds them.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from trainers.core.options import toml_text
+from trainers.core.options.loading import closest, flatten, parse_set, read_toml
+from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce_values
+from trainers.core.options.values import OptionValues
+from trainers.core.rundir import new_run_dir
+
+JOB_METHOD = "caption"  # status.json's method of caption and mask jobs (which one is its `verb`)
+VERBS: dict[str, str] = {
+    "caption": "write a caption file beside each image: tags (WD14 tagger) or sentences (a vision-language model)",
+    "masks": "write a loss mask for each image (masked_loss): CLIPSeg by a text prompt, or background removal",
+}
+GROUPS: dict[str, str] = {"input": "Images and model", "output": "Where captions go", "tagger": "Tagger",
+                          "text": "Sentences", "mask": "Masks", "compute": "Batch and device"}
+
+# captioner -> (model class family, the model used when `model` is empty)
+CAPTIONERS: dict[str, str] = {
+    "wd14": "SmilingWolf/wd-vit-tagger-v3",
+    "florence2": "florence-community/Florence-2-base",
+    "qwen2_5_vl": "Qwen/Qwen2.5-VL-3B-Instruct",
+    "joycaption": "fancyfeast/llama-joycaption-beta-one-hf-llava",
+    "blip": "Salesforce/blip-image-captioning-large",
+}
+# prompt_template -> the instruction a chat captioner (Qwen2.5-VL, JoyCaption) gets; Florence-2 maps these to its
+# task tokens (florence2.TASKS); BLIP takes no instruction (a custom prompt is the caption's start)
+TEMPLATES: dict[str, str] = {
+    "detailed": "Write a detailed description of this image in one paragraph, for training an image model.",
+    "short": "Write a one-sentence caption for this image.",
+    "prompt": "Write a Stable Diffusion prompt for this image: the subject first, then style, lighting and setting.",
+    "tags": "Write a comma-separated list of booru-style tags for this image.",
+}
+EXISTING = ("skip", "overwrite", "append")
+PRECISIONS = ("auto", "float", "fp16", "bf16")
+
+
+def _opt(name: str, kind: str, default: Any, help: str, group: str, verbs: tuple[str, ...], **kw: Any) -> Option:
+    return Option(name, kind, default, help, group, methods=frozenset(verbs), **kw)  # type: ignore[arg-type]
+
+
+BOTH = ("caption", "masks")
+CAPTION = ("caption",)
+
+SHARED_OPTIONS: tuple[Option, ...] = (
+    _opt("images", "str", "", "The folder of images (searched with its subfolders, so a kohya `N_name` layout works).",
+         "input", BOTH, required=True, path="dir"),
+    _opt("existing", "str", "skip", "An image that already has its file: skip it, overwrite it, or (captions) append "
+         "the new caption to it (tags that are already there are not repeated).", "output", BOTH, choices=EXISTING),
+    _opt("resume", "str", "", "A stopped or failed job's folder: the images it finished are not done again, whatever "
+         "`existing` says.", "output", BOTH, path="dir", advanced=True),
+    _opt("batch_size", "int", 1, "Images per model call (more is faster on a GPU, up to its memory).", "compute",
+         BOTH, min=1, max=256),
+    _opt("device", "str", "auto", "auto (the first GPU when there is one), cpu, cuda or cuda:N.", "compute", BOTH,
+         choices=("auto", "cpu", "cuda"), pattern=r"cuda:\d+", pattern_help="cuda:N"),
+    _opt("precision", "str", "auto", "The model's precision (float is fp32); auto: bf16 on a GPU that has it, fp16 "
+         "on other GPUs, fp32 on the CPU. The tagger always runs in its file's precision.", "compute", BOTH,
+         choices=PRECISIONS),
+)
+
+CAPTION_OPTIONS: tuple[Option, ...] = (
+    SHARED_OPTIONS[0],
+    _opt("captioner", "str", "wd14", "wd14: booru tags from a WD14-family ONNX tagger; florence2, qwen2_5_vl, "
+         "joycaption: sentences from a vision-language model; blip: short sentences (older setups).", "input",
+         CAPTION, choices=tuple(CAPTIONERS)),
+    _opt("model", "str", "", "A local model folder or a hub id (downloaded once, with progress); empty: the "
+         "captioner's usual model (see docs/captioning.md). A tagger folder holds model.onnx and selected_tags.csv.",
+         "input", CAPTION, path="any"),
+    _opt("caption_extension", "str", ".txt", "The caption file beside each image: its name with this extension.",
+         "output", CAPTION, pattern=r"\.[A-Za-z0-9_]+"),
+    SHARED_OPTIONS[1],
+    _opt("trigger_word", "str", "", "Put first in every caption (e.g. `sks`), followed by the separator.", "output",
+         CAPTION),
+    SHARED_OPTIONS[2],
+    _opt("general_threshold", "float", 0.35, "A general tag is kept when the tagger's confidence is at least this.",
+         "tagger", CAPTION, min=0, max=1),
+    _opt("character_threshold", "float", 0.85, "A character tag is kept when the tagger's confidence is at least this.",
+         "tagger", CAPTION, min=0, max=1),
+    _opt("tag_blacklist", "list", [], "Tags never written (one a line, or comma-separated), as written in "
+         "selected_tags.csv or with spaces.", "tagger", CAPTION),
+    _opt("replace_underscores", "bool", True, "Write `long hair`, not `long_hair` (emoticons such as ^_^ keep "
+         "theirs).", "tagger", CAPTION),
+    _opt("include_rating", "bool", False, "Add the most likely rating tag (general, sensitive, questionable, "
+         "explicit).", "tagger", CAPTION),
+    _opt("character_tags_first", "bool", True, "Character tags before general tags.", "tagger", CAPTION),
+    _opt("max_tags", "int", 0, "Keep at most this many general tags, the most confident first (0: all above the "
+         "threshold).", "tagger", CAPTION, min=0, advanced=True),
+    _opt("prompt_template", "str", "detailed", "What to ask a vision-language model for: detailed, short, prompt "
+         "(a text-to-image prompt) or tags. Florence-2: short is <CAPTION>, detailed <DETAILED_CAPTION>, the others "
+         "<MORE_DETAILED_CAPTION>.", "text", CAPTION, choices=tuple(TEMPLATES)),
+    _opt("prompt", "str", "", "Your own instruction instead of the template ({trigger} is replaced by the trigger "
+         "word). BLIP: the caption's first words (e.g. `a photo of`). Florence-2: a task token such as <OCR>.",
+         "text", CAPTION),
+    _opt("max_new_tokens", "int", 200, "The longest caption, in tokens.", "text", CAPTION, min=1, max=4096),
+    _opt("num_beams", "int", 1, "Beam search width (1: greedy, the fastest).", "text", CAPTION, min=1, max=16,
+         advanced=True),
+    *SHARED_OPTIONS[3:],
+)
+
+
+def options_for(verb: str) -> tuple[Option, ...]:
+    if verb == "caption":
+        return CAPTION_OPTIONS
+    if verb == "masks":
+        from trainers.masks.options import MASK_OPTIONS
+
+        return MASK_OPTIONS
+    raise KeyError(f"no job {verb!r}; the jobs are {', '.join(VERBS)}")
+
+
+def by_name(verb: str) -> dict[str, Option]:
+    return {o.name: o for o in options_for(verb)}
+
+
+class JobConfig(OptionValues):
+    """A caption or mask job's options with their values (defaults filled in)."""
+
+    def __init__(self, verb: str, values: dict[str, Any] | None = None) -> None:
+        super().__init__(options_for(verb), values)
+        self.__dict__["verb"] = verb
+
+    def _unknown(self, name: str) -> str:
+        return f"{self.verb} has no option {name!r}"
+
+    def replace(self, **changes: Any) -> "JobConfig":
+        return JobConfig(self.verb, {**self.values, **changes})
+
+    def to_toml(self) -> str:
+        return f"# Atelier {self.verb} job\nverb = {json.dumps(self.verb)}\n\n" + toml_text.dumps(self.sections(GROUPS))
+
+
+def config_from_values(verb: str, values: dict[str, Any]) -> JobConfig:
+    """Check names and types of {name: value}; ConfigError names every bad field."""
+    options = by_name(verb)
+
+    def unknown(name: str) -> ConfigIssue:
+        guess = closest(name, list(options))
+        hint = f"; did you mean {guess!r}?" if guess else f"; see `python -m trainers {verb} --help`"
+        return ConfigIssue(name, f"{verb} has no option {name!r}{hint}")
+
+    return JobConfig(verb, coerce_values(options, values, unknown))
+
+
+def load_job_config(verb: str, path: Path | None = None, overrides: list[str] | None = None,
+                    values: dict[str, Any] | None = None) -> JobConfig:
+    """A job's TOML (sections or flat keys; its `verb` must be this one), then `--set` overrides, then `values`."""
+    flat: dict[str, Any] = {}
+    issues: list[ConfigIssue] = []
+    if path is not None:
+        raw = read_toml(path)
+        written = raw.pop("verb", verb)
+        if written != verb:
+            issues.append(ConfigIssue("verb", f"{path} is a `{written}` job; run it with `python -m trainers {written}`"))
+        flat = flatten(raw, issues, GROUPS, by_name(verb))
+    for assignment in overrides or []:
+        name, value = parse_set(assignment)
+        flat[name] = value
+    flat.update(values or {})
+    try:
+        cfg = config_from_values(verb, flat)
+    except ConfigError as err:
+        raise ConfigError(issues + err.issues) from None
+    if issues:
+        raise ConfigError(issues)
+    return cfg
+
+
+def check_config(cfg: JobConfig) -> list[ConfigIssue]:
+    """Every problem found before a model loads, each naming its field and the fix."""
+    options = by_name(cfg.verb)
+    issues: list[ConfigIssue] = []
+
+    def add(name: str, message: str) -> None:
+        issues.append(ConfigIssue(name, message, options[name].group))
+
+    for opt in options.values():
+        if opt.required and not str(cfg.values[opt.name]).strip():
+            add(opt.name, "give it: it is required")
+    images = Path(cfg.images).expanduser()
+    if cfg.images.strip() and not images.is_dir():
+        add("images", f"{images} is not a folder; give the folder that holds the images")
+    if cfg.resume.strip() and not (Path(cfg.resume).expanduser() / DONE_LIST).is_file():
+        add("resume", f"{cfg.resume} is not a caption or mask job's folder (it has no {DONE_LIST}); give the folder "
+                      "of the job to continue")
+    model = str(cfg.values.get("model", "")).strip()
+    if model and not Path(model).expanduser().exists() and not HUB_ID.fullmatch(model):
+        add("model", f"{model} is neither a folder here nor a hub id (owner/name); check the path")
+    if cfg.verb == "masks":
+        from trainers.masks.options import check_masks
+
+        check_masks(cfg, add)
+    return issues
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+DONE_LIST = "done.txt"  # a job folder's list of the images it finished, one path a line (resume reads it)
+
+
+def model_source(cfg: JobConfig) -> str:
+    """The model a job loads: its `model`, or the captioner's (or mask method's) usual one."""
+    given = str(cfg.values.get("model", "")).strip()
+    if given:
+        return given
+    if cfg.verb == "masks":
+        from trainers.masks.options import METHODS
+
+        return METHODS[cfg.method]
+    return CAPTIONERS[cfg.captioner]
+
+
+def new_job_dir(runs_root: Path, cfg: JobConfig) -> Path:
+    """`<runs_root>/<stamp>-<verb>-<folder name>-<pid>` (not created)."""
+    folder = Path(cfg.images.rstrip("/\\")).name or "images"
+    return new_run_dir(runs_root, f"{cfg.verb}-{folder}")
+
+
+def options_markdown(verb: str) -> str:
+    """The table of a job's options, for docs/captioning.md."""
+    lines = ["| option | default | accepts | what |", "|---|---|---|---|"]
+    for opt in options_for(verb):
+        default = json.dumps(opt.default, ensure_ascii=False)
+        lines.append(f"| `{opt.name}` | `{default}` | {opt.allowed()} | {opt.help.replace('|', '/')} |")
+    return "\n".join(lines)

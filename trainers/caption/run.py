@@ -1,0 +1,69 @@
+"""A caption job: the captioner loaded once, then every image not done yet captioned into `<name><ext>` beside it
+(trainers/caption/job.py), with the trigger word first and `existing` honoured."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainers.caption.events import ImageResult
+from trainers.caption.job import ImageJob, run_images, summary_report
+from trainers.caption.loading import model_folder, torch_device, torch_dtype
+from trainers.caption.options import JobConfig
+from trainers.core.fsio import atomic_write_text
+
+TAG_SEPARATOR = ", "
+
+
+def caption_path(image: Path, extension: str) -> Path:
+    return image.with_suffix(extension)
+
+
+def read_caption(path: Path) -> str:
+    """An existing caption (UTF-8, a BOM dropped; another encoding is read as Latin-1 rather than refused)."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig").strip()
+    except UnicodeDecodeError:
+        return raw.decode("latin-1").strip()
+
+
+def compose(new: str | list[str], existing: str, cfg: JobConfig) -> str:
+    """The caption to write: the trigger word first, then (append) the old caption and the new one. Tags (a list)
+    join with commas and are not repeated; sentences follow the old caption after a space."""
+    trigger = cfg.trigger_word.strip()
+    if isinstance(new, list):
+        old = [t.strip() for t in existing.split(",") if t.strip()] if cfg.existing == "append" else []
+        tags = [trigger] if trigger else []
+        for tag in old + new:
+            if tag not in tags:
+                tags.append(tag)
+        return TAG_SEPARATOR.join(tags)
+    body = f"{existing} {new}".strip() if cfg.existing == "append" and existing else new
+    if trigger and not body.startswith(trigger):
+        body = f"{trigger}{TAG_SEPARATOR}{body}"
+    return body
+
+
+def load_captioner(job: ImageJob) -> Any:
+    cfg = job.cfg
+    device = torch_device(cfg)
+    if cfg.captioner == "wd14":
+        from trainers.caption.tagger import MODEL_FILE, TAGS_FILE, load_tagger
+
+        return load_tagger(model_folder(job, [MODEL_FILE, TAGS_FILE]), cfg, device)
+    from trainers.caption.vlm import Captioner
+
+    return Captioner(model_folder(job), cfg, device, torch_dtype(cfg, device))
+
+
+def run(cfg: JobConfig, job: ImageJob) -> str:
+    captioner = load_captioner(job)
+
+    def write(image: Path, target: Path, result: str | list[str]) -> ImageResult:
+        existing = read_caption(target) if target.exists() else ""
+        text = compose(result, existing, cfg)
+        atomic_write_text(target, text + "\n")
+        return ImageResult(image=str(image), written=str(target), caption=text)
+
+    summary = run_images(job, lambda image: caption_path(image, cfg.caption_extension), captioner, write)
+    return summary_report(job, summary, "captions", {"captioner": cfg.captioner})

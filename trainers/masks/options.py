@@ -1,0 +1,62 @@
+"""The options only mask jobs have (the shared ones are in trainers/caption/options.py). Torch-free."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from trainers.caption.options import SHARED_OPTIONS, _opt
+from trainers.core.options.schema import Option
+
+# method -> the model used when `model` is empty
+METHODS: dict[str, str] = {
+    "clipseg": "CIDAS/clipseg-rd64-refined",
+    "background": "briaai/RMBG-2.0",
+}
+MASKS = ("masks",)
+
+MASK_OPTIONS: tuple[Option, ...] = (
+    SHARED_OPTIONS[0],
+    _opt("method", "str", "clipseg", "clipseg: the parts of each image that match `prompt` (CLIPSegForImageSegmentation); "
+         "background: the foreground, from a background-removal model (BiRefNet / RMBG-2.0 class, which ship their "
+         "own code: needs trust_remote_code).", "input", MASKS, choices=tuple(METHODS)),
+    _opt("model", "str", "", "A local model folder or a hub id; empty: the method's usual model (see "
+         "docs/captioning.md).", "input", MASKS, path="any"),
+    _opt("prompt", "str", "the main subject", "clipseg: what to keep, in words; several, separated by `|`, are "
+         "joined (the largest value of each pixel wins).", "mask", MASKS),
+    _opt("threshold", "float", None, "Make the mask black and white at this value (0-1); unset: keep the soft "
+         "mask, which weighs the loss by the model's confidence.", "mask", MASKS, min=0, max=1, nullable=True),
+    _opt("grow", "int", 0, "Widen the kept area by this many pixels (negative: shrink it).", "mask", MASKS,
+         min=-256, max=256),
+    _opt("invert", "bool", False, "Keep what the prompt names out of the loss instead (e.g. a watermark).", "mask",
+         MASKS),
+    _opt("masks_dir", "str", "", "Where the masks go: a folder laid out like `images` (the same subfolders and "
+         "names, .png); training reads it as conditioning_data_dir with masked_loss. Empty: `<images>_masks` beside "
+         "the images' folder.", "output", MASKS, path="out"),
+    SHARED_OPTIONS[1],
+    _opt("previews", "bool", True, "Also write each image with its mask over it (red: left out of the loss) into the "
+         "job's folder, to check the masks at a glance.", "output", MASKS),
+    SHARED_OPTIONS[2],
+    _opt("trust_remote_code", "bool", False, "Run the Python code a background-removal model ships (BiRefNet and "
+         "RMBG-2.0 have no class in transformers). Only for a model you trust.", "input", MASKS, advanced=True),
+    *SHARED_OPTIONS[3:],
+)
+
+
+def masks_folder(cfg: Any) -> Path:
+    given = str(cfg.masks_dir).strip()
+    images = Path(cfg.images).expanduser()
+    return Path(given).expanduser() if given else images.parent / f"{images.name}_masks"
+
+
+def check_masks(cfg: Any, add: Callable[[str, str], None]) -> None:
+    if cfg.method == "clipseg" and not cfg.prompt.strip():
+        add("prompt", "clipseg needs a prompt: what the mask keeps, e.g. `a person`")
+    if cfg.method == "background" and not cfg.trust_remote_code:
+        add("trust_remote_code", "background-removal models (BiRefNet, RMBG-2.0) run the code they ship, which "
+                                 "transformers has no class for: turn trust_remote_code on for a model you trust")
+    images = Path(cfg.images).expanduser()
+    if cfg.images.strip() and images.is_dir():
+        out = masks_folder(cfg).resolve()
+        if out == images.resolve() or out.is_relative_to(images.resolve()):
+            add("masks_dir", f"{out} is inside the images' folder, where masks would be read as training images; "
+                             "give a folder outside it")
