@@ -3,21 +3,28 @@
 Everything else is derived from these lists: the GUI's tabs, the CLI's subcommands, which options a
 method uses, the model_family choices. Torch-free: the packages named here are imported only when
 their code is needed (`trainers.methods.rules_for`, `trainers.models.family`; the torch-free `rules` of
-both for Validate).
+both for Validate; a method's torch-free `options` when the schema is built).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 
 @dataclass(frozen=True)
 class MethodSpec:
     name: str  # the CLI subcommand and the config's `method`
     title: str  # its tab in the GUI
-    trains: Literal["network", "full"]  # a network added to the model (LoRA), or the model's own weights
-    package: str  # its `rules` module is torch-free (checks, outputs, memory tips); `trainer` plugs into the loop
+    # What it trains: "network" (a network added to the frozen model: the LoRA options apply), "full" (the model's
+    # own weights: the full-weight options apply), or a word of its own ("embeddings") that no shared option uses.
+    trains: str
+    # Its `options` module (torch-free, optional) declares its own options; `rules` (torch-free) its checks, outputs
+    # and memory tips; `trainer` what it plugs into the loop. See trainers/methods/__init__.py.
+    package: str
     help: str
+
+    @property
+    def options(self) -> str:
+        return f"{self.package}.options"
 
     @property
     def rules(self) -> str:
@@ -69,7 +76,7 @@ def method_spec(name: str) -> MethodSpec:
     raise KeyError(f"unknown method {name!r}; known: {', '.join(METHOD_NAMES)}")
 
 
-def methods_training(kind: Literal["network", "full"]) -> frozenset[str]:
+def methods_training(kind: str) -> frozenset[str]:
     """The methods that train a network (LoRA options apply) or the full weights."""
     return frozenset(m.name for m in METHODS if m.trains == kind)
 

@@ -1,19 +1,27 @@
 """Training methods as plug-ins (listed in trainers/core/registry.py), one package each:
 
-- `rules.py` (torch-free, used by Validate in the GUI): the method's own checks, the files its final save
-  writes, and what would make it fit in less memory;
-- `trainer.py`: `METHOD`, what it plugs into the shared training loop (trainers/train/method.py).
+- `options.py` (torch-free, optional): the method's own options (`OPTIONS`, each naming the method(s) that use
+  it), sections of its own (`GROUPS`, {id: title}) and the sd-scripts script that trains it (`SD_SCRIPTS`,
+  {model family: script}). They join the schema, so the GUI's tab, Validate, TOML, presets and docs/options.md
+  have them with no edit elsewhere. This module imports nothing of trainers.core.options but its schema: the
+  schema is built from it.
+- `rules.py` (torch-free, used by Validate in the GUI): the method's own checks (its dataset inputs among them),
+  the files its final save writes, and what would make it fit in less memory;
+- `trainer.py`: `METHOD`, what it plugs into the shared training loop (trainers/train/method.py): what it trains,
+  how that is saved, the step hooks it needs, the weights samples are made with.
 """
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.options import TrainConfig
 from trainers.core.registry import method_spec
+
+if TYPE_CHECKING:  # trainers.core.options imports the methods' options modules, below this package
+    from trainers.core.options import TrainConfig
 
 
 class MethodRules(Protocol):

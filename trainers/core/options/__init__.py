@@ -1,8 +1,8 @@
 """The option schema and everything derived from it: TOML load/save (with migrations), overrides, option checks."""
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options.loading import TrainConfig, config_from_dict, load_config, parse_set
-from trainers.core.options.schema import GROUPS, Option
-from trainers.core.options.training import BY_NAME, OPTIONS, options_for
+from trainers.core.options.schema import Option
+from trainers.core.options.training import BY_NAME, GROUPS, OPTIONS, options_for
 from trainers.core.options.validation import parse_key_values, parse_resolution
 
 __all__ = [

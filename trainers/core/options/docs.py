@@ -1,8 +1,7 @@
 """The options table (docs/options.md), generated from the schema."""
 from __future__ import annotations
 
-from trainers.core.options.schema import GROUPS
-from trainers.core.options.training import OPTIONS
+from trainers.core.options.training import GROUPS, OPTIONS
 
 
 def options_markdown() -> str:

@@ -69,14 +69,6 @@ MODEL_TYPE_REFUSED = "Chroma (sd-scripts' model_type = 'chroma') is not trained 
 # sd-scripts' model-type flags, and the family each one names (kohya_ss picks the script with them).
 FAMILY_FLAGS: dict[str, str] = {"sdxl": "sdxl", "v2": "sd2"}
 SDXL_FLAG = "sdxl"  # kohya_ss also names its SDXL fields after it (sdxl_no_half_vae, ...)
-# The sd-scripts script that trains each (family, method).
-_SD = {"lora": "train_network.py", "dreambooth": "train_db.py", "finetune": "fine_tune.py"}
-SD_SCRIPTS: dict[str, dict[str, str]] = {
-    "sd1": _SD, "sd2": _SD,
-    "sdxl": {"lora": "sdxl_train_network.py", "dreambooth": "sdxl_train.py", "finetune": "sdxl_train.py"},
-    "sd3": {"lora": "sd3_train_network.py", "dreambooth": "sd3_train.py", "finetune": "sd3_train.py"},
-    "flux": {"lora": "flux_train_network.py", "dreambooth": "flux_train.py", "finetune": "flux_train.py"},
-}
 # Whether that Dreambooth script trains the text encoder unless told not to (train_db.py does; sdxl_train.py not).
 DREAMBOOTH_TRAINS_TEXT_ENCODER: dict[str, bool] = {"sd1": True, "sd2": True, "sdxl": False, "sd3": False,
                                                    "flux": False}

@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options import toml_text as toml
 from trainers.core.options.groups.network import NETWORK_ARG_OPTIONS
-from trainers.core.options.kohya_compat import FAMILY_FLAGS, FAMILY_LORA_MODULE, FAMILY_ONLY, SD_SCRIPTS
+from trainers.core.options.kohya_compat import FAMILY_FLAGS, FAMILY_LORA_MODULE, FAMILY_ONLY
 from trainers.core.options.kohya_json_flow import UNREAD as UNREAD_BY_FLOW
 from trainers.core.options.kohya_keys import SAMPLERS
 from trainers.core.options.loading import TrainConfig
+from trainers.core.options.training import DECLARATIONS
+from trainers.core.registry import FAMILY_NAMES, method_spec
 
 FLOW_FAMILIES = tuple(FAMILY_LORA_MODULE)  # sd3, flux
 
@@ -81,10 +84,16 @@ assert all(SAMPLERS.get(v) == k for k, v in SAMPLERS_BACK.items())
 
 
 def script_for(method: str, family: str | None) -> tuple[str, list[str]]:
-    """The sd-scripts script of `method` for `family` ('auto' or None: not known, SD1.x's with a note)."""
-    if family in SD_SCRIPTS:
-        return SD_SCRIPTS[family][method], []
-    fallback = next(iter(SD_SCRIPTS.values()))[method]
+    """The sd-scripts script of `method` (its folder's SD_SCRIPTS) for `family` ('auto' or None: not known, SD1.x's
+    with a note); a ConfigError where sd-scripts has none."""
+    scripts: dict[str, str] = getattr(DECLARATIONS.get(method), "SD_SCRIPTS", {})
+    if family in scripts:
+        return scripts[family], []
+    title = method_spec(method).title
+    if family in FAMILY_NAMES or FAMILY_NAMES[0] not in scripts:
+        trains = f"trains {title} for {', '.join(scripts)} only" if scripts else f"has no script that trains {title}"
+        raise ConfigError([ConfigIssue("method", f"cannot be exported to sd-scripts: sd-scripts {trains}")])
+    fallback = scripts[FAMILY_NAMES[0]]
     return fallback, [f"the model family is not known, so the command runs {fallback} (SD1.x/SD2.x); set "
                       "model_family, or use the SDXL script (sdxl_...) for an SDXL model"]
 
@@ -133,7 +142,7 @@ def sd_scripts_command(cfg: TrainConfig, family: str | None = None, config_path:
 def _family_reads(family: str | None) -> Callable[[str], bool]:
     """Whether the scripts of `family` (None or 'auto': SD1.x's) read an option: the flow families' scripts do not
     read the noise and loss settings of SD models (kohya_json_flow.UNREAD), the others not the flow options."""
-    family = family if family in SD_SCRIPTS else next(iter(SD_SCRIPTS))  # SD1.x's, as script_for falls back
+    family = family if family in FAMILY_NAMES else FAMILY_NAMES[0]  # SD1.x's, as script_for falls back
 
     def reads(name: str) -> bool:
         if name in FAMILY_ONLY:

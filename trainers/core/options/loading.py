@@ -10,8 +10,8 @@ from typing import Any
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options import kohya_compat, kohya_json, kohya_keys, kohya_reading, toml_text
 from trainers.core.options.migrations import SCHEMA_VERSION, migrate, version_of
-from trainers.core.options.schema import GROUPS, coerce
-from trainers.core.options.training import BY_NAME, options_for
+from trainers.core.options.schema import coerce
+from trainers.core.options.training import BY_NAME, GROUPS, options_for
 from trainers.core.options.values import OptionValues
 from trainers.core.paths import windows_path
 from trainers.core.prompts import prompts_file_missing

@@ -16,7 +16,8 @@ from trainers.core.registry import METHOD_NAMES
 
 ALL_METHODS: frozenset[str] = frozenset(METHOD_NAMES)
 
-# (section id, title shown in the GUI and docs); also the TOML section names, in order.
+# The shared sections (section id, title shown in the GUI and docs), in order; methods may add their own
+# (trainers.core.options.training.GROUPS has them all).
 GROUPS: dict[str, str] = {
     "model": "Model",
     "dataset": "Dataset",

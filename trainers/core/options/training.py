@@ -1,8 +1,13 @@
-"""Every training option, declared once (in trainers/core/options/groups/, one module per group).
+"""Every training option, declared once: the shared ones in trainers/core/options/groups/ (one module per group),
+a method's own in its folder (trainers/methods/<name>/options.py: `OPTIONS`, and `GROUPS` for sections of its own).
 
 Names follow kohya sd-scripts where one exists.
 """
 from __future__ import annotations
+
+import importlib
+import importlib.util
+from types import ModuleType
 
 from trainers.core.options.groups import (
     dataset,
@@ -18,14 +23,43 @@ from trainers.core.options.groups import (
     sampling,
     saving,
 )
+from trainers.core.options.schema import GROUPS as SHARED_GROUPS
 from trainers.core.options.schema import Option
+from trainers.core.registry import METHODS, MethodSpec
 
-OPTIONS: tuple[Option, ...] = (model.OPTIONS + dataset.OPTIONS + network.OPTIONS + full_weights.OPTIONS + optimizer.OPTIONS
-                               + loss.OPTIONS + flow.OPTIONS + precision.OPTIONS + sampling.OPTIONS + saving.OPTIONS
-                               + logging.OPTIONS + launch.OPTIONS)
+SHARED: tuple[Option, ...] = (model.OPTIONS + dataset.OPTIONS + network.OPTIONS + full_weights.OPTIONS
+                              + optimizer.OPTIONS + loss.OPTIONS + flow.OPTIONS + precision.OPTIONS + sampling.OPTIONS
+                              + saving.OPTIONS + logging.OPTIONS + launch.OPTIONS)
+METHOD_GROUPS_AFTER = "training"  # a method's own sections come after "What to train"
+
+
+def _declarations(spec: MethodSpec) -> ModuleType | None:
+    """A method's torch-free `options` module, or None where its folder has none."""
+    return importlib.import_module(spec.options) if importlib.util.find_spec(spec.options) is not None else None
+
+
+def _with_method_groups(shared: dict[str, str], own: dict[str, str]) -> dict[str, str]:
+    groups: dict[str, str] = {}
+    for group, title in shared.items():
+        groups[group] = title
+        if group == METHOD_GROUPS_AFTER:
+            groups.update((g, t) for g, t in own.items() if g not in shared)
+    return groups
+
+
+# Each method's `options` module, by method name: OPTIONS, GROUPS, and SD_SCRIPTS (the sd-scripts script that trains
+# it, by model family, for the kohya export), each where it has them.
+DECLARATIONS: dict[str, ModuleType] = {spec.name: module for spec in METHODS
+                                       if (module := _declarations(spec)) is not None}
+OPTIONS: tuple[Option, ...] = SHARED + tuple(o for module in DECLARATIONS.values()
+                                             for o in getattr(module, "OPTIONS", ()))
+# (section id, title shown in the GUI and docs); also the TOML section names, in order.
+GROUPS: dict[str, str] = _with_method_groups(SHARED_GROUPS, {g: t for module in DECLARATIONS.values()
+                                                             for g, t in getattr(module, "GROUPS", {}).items()})
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 assert len(BY_NAME) == len(OPTIONS), "option names must be unique"
+assert {o.group for o in OPTIONS} <= set(GROUPS), "every option's group is a shared group or one its method declares"
 
 
 def options_for(method: str) -> list[Option]:

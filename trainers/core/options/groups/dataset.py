@@ -1,7 +1,6 @@
 """Options: Datasets, captions, buckets and caching."""
 from __future__ import annotations
 
-from trainers.core.options.method_sets import DREAMBOOTH
 from trainers.core.options.schema import Option
 
 OPTIONS: tuple[Option, ...] = (
@@ -21,12 +20,6 @@ OPTIONS: tuple[Option, ...] = (
            "dataset", path="dir"),
     Option("prior_loss_weight", "float", 1.0, "Loss weight of the regularization images (1 = same as training "
            "images).", "dataset", min=0, advanced=True),
-    Option("class_prompt", "str", "", "Dreambooth: prompt of the class images (e.g. 'a photo of a dog'). With "
-           "num_class_images, the missing ones are generated with the base model into "
-           "<reg_data_dir>/1_<class_prompt>/ before training (kept for later runs).", "dataset", methods=DREAMBOOTH),
-    Option("num_class_images", "int", 0, "Dreambooth: how many class images reg_data_dir's class folder should "
-           "hold; fewer are topped up by generating (0 = generate none).", "dataset", methods=DREAMBOOTH, min=0,
-           max=100000),
     Option("dataset_config", "str", "", "An sd-scripts dataset config (TOML: [general], [[datasets]], "
            "[[datasets.subsets]] with image_dir, num_repeats, class_tokens, is_reg, ...). When set, train_data_dir, "
            "reg_data_dir and metadata_dir are ignored; the options here are its defaults.", "dataset", path="file",

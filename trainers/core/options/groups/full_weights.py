@@ -1,15 +1,12 @@
 """Options: Full-weight training (dreambooth, finetune): what trains, EMA."""
 from __future__ import annotations
 
-from trainers.core.options.method_sets import DREAMBOOTH, FULL
+from trainers.core.options.method_sets import FULL
 from trainers.core.options.schema import Option
 
 OPTIONS: tuple[Option, ...] = (
     Option("train_text_encoder", "bool", False, "Also train the text encoder(s), not only the UNet (more memory; "
            "learns new words better).", "training", methods=FULL),
-    Option("stop_text_encoder_training", "int", None, "Freeze the text encoder(s) after this many steps and train "
-           "the UNet alone from then on (unset: train them to the end).", "training", methods=DREAMBOOTH, min=1,
-           nullable=True, advanced=True),
     Option("use_ema", "str", "off", "Keep an exponential moving average (EMA) of the trained weights: 'gpu' keeps "
            "the float32 copy in GPU memory (fast), 'cpu' in CPU memory (saves GPU memory, slower updates).",
            "training", methods=FULL, choices=("off", "gpu", "cpu")),

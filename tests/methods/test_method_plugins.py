@@ -1,0 +1,120 @@
+"""A method is a folder: a throwaway one, registered with one registry entry, gets its options into the schema, the
+page's tab, Validate, TOML, presets, the CLI and docs/options.md with no edit anywhere else."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+OPTIONS_PY = '''
+from trainers.core.options.schema import Option
+from trainers.core.registry import only
+
+GROUPS = {"glaze": "Glaze"}
+OPTIONS = (
+    Option("glaze_strength", "float", 0.5, "How strong the glaze is.", "glaze", methods=only("glaze"), min=0),
+    Option("glaze_word", "str", "", "The word the glaze learns.", "dataset", methods=only("glaze"), required=True),
+)
+'''
+RULES_PY = '''
+from pathlib import Path
+from trainers.core.errors import ConfigIssue
+
+def issues(cfg):
+    if cfg.glaze_strength > 1:
+        return [ConfigIssue("glaze_strength", "is above 1: the glaze would crack", "glaze")]
+    return []
+
+def outputs(cfg):
+    return [Path(cfg.output_dir) / f"{cfg.output_name}.glaze"]
+
+def output_suffix(cfg):
+    return ".glaze"
+
+def memory_tips(cfg):
+    return []
+'''
+PROBE = '''
+import json, sys
+from trainers.core import registry
+
+registry.METHODS += (registry.MethodSpec("glaze", "Glaze", "glazes", "plugins_for_test.glaze", "glaze a model"),)
+registry.METHOD_NAMES += ("glaze",)
+
+import gradio as gr
+from gui.checks import check_form
+from gui.forms import build_form
+from gui.presets import Presets
+from trainers.__main__ import _parser
+from trainers.core.errors import ConfigError
+from trainers.core.options import GROUPS, load_config
+from trainers.core.options.docs import options_markdown
+from trainers.core.options.kohya_export import sd_scripts_command
+
+preset_dir, data_dir, out_dir = sys.argv[1:4]
+with gr.Blocks():
+    form = build_form("glaze")
+presets = Presets(user_dir=__import__("pathlib").Path(preset_dir))
+cfg = load_config("glaze", overrides=["glaze_strength=0.75", "glaze_word='shiny'"])
+again = load_config("glaze", overrides=[])
+report = check_form("glaze", {"train_data_dir": data_dir, "output_dir": out_dir, "glaze_strength": 3.0,
+                              "glaze_word": ""})
+try:
+    sd_scripts_command(cfg)
+    exported = ""
+except ConfigError as err:
+    exported = str(err)
+print(json.dumps({
+    "groups": list(GROUPS),
+    "widgets": sorted(form.widgets),
+    "accordions": sorted(form.accordions),
+    "toml": cfg.to_toml(),
+    "output_name": again.output_name,
+    "issues": [[i.field, i.message] for i in report.issues],
+    "presets": presets.names("glaze"),
+    "preset": presets.load("user: mine", "glaze")[0] if presets.names("glaze") else None,
+    "docs": options_markdown(),
+    "commands": sorted(_parser()._subparsers._group_actions[0].choices),
+    "exported": exported,
+}))
+'''
+
+
+def _plugin_package(root: Path) -> None:
+    folder = root / "plugins_for_test" / "glaze"
+    folder.mkdir(parents=True)
+    (root / "plugins_for_test" / "__init__.py").write_text("")
+    (folder / "__init__.py").write_text("")
+    (folder / "options.py").write_text(textwrap.dedent(OPTIONS_PY))
+    (folder / "rules.py").write_text(textwrap.dedent(RULES_PY))
+
+
+def test_a_method_folder_is_picked_up_with_no_other_edits(tmp_path: Path) -> None:
+    _plugin_package(tmp_path / "src")
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    (presets / "mine.toml").write_text('schema_version = 1\nmethod = "glaze"\n\n[glaze]\nglaze_strength = 0.25\n')
+    (tmp_path / "data").mkdir()
+    env = {"PYTHONPATH": f"{tmp_path / 'src'}:{REPO}:{REPO / 'tests'}", "HF_HUB_OFFLINE": "1",
+           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", PROBE, str(presets), str(tmp_path / "data"), str(tmp_path / "out")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    # Its own section, after "What to train", in the schema, the page's tab, the TOML and the docs.
+    assert seen["groups"].index("glaze") == seen["groups"].index("training") + 1
+    assert {"glaze_strength", "glaze_word"} <= set(seen["widgets"]) and "glaze" in seen["accordions"]
+    assert "network_dim" not in seen["widgets"] and "use_ema" not in seen["widgets"]  # it trains neither
+    assert "[glaze]\nglaze_strength = 0.75" in seen["toml"] and "glaze_word = \"shiny\"" in seen["toml"]
+    assert seen["output_name"] == "glaze"
+    assert "## [glaze] Glaze" in seen["docs"] and "| `glaze_strength` | `0.5` |" in seen["docs"]
+    # Validate: the schema's checks (a required option) and the method's own rules, each named.
+    issues = dict(seen["issues"])
+    assert "glaze_word" in issues and "the glaze would crack" in issues["glaze_strength"]
+    assert seen["presets"] == ["user: mine"] and seen["preset"] == {"glaze_strength": 0.25}
+    assert "glaze" in seen["commands"]  # python -m trainers glaze
+    assert "sd-scripts has no script that trains Glaze" in seen["exported"]
