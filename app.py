@@ -37,11 +37,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runs-dir", type=Path, default=REPO / "runs", help="where run directories are written")
     p.add_argument("--datasets-dir", type=Path, default=None,
                    help="where datasets uploaded from the page go (default: datasets/ beside the runs folder)")
+    p.add_argument("--models-dir", type=Path, default=None,
+                   help="a folder of base models, VAEs and LoRAs the Browse buttons list (default: models/ beside "
+                        "the runs folder)")
     p.add_argument("--presets-dir", type=Path, default=Path.home() / ".config" / "atelier" / "presets",
                    help="where user presets are saved")
     p.add_argument("--allowed-root", dest="allowed_roots", action="append", type=Path, default=None,
-                   help="folder that paths typed into the page must lie under; repeatable (default: anywhere "
-                        "when served on this machine only; the home folder and this repo when exposed)")
+                   help="folder that paths typed into the page must lie under, and the only folders its Browse "
+                        "buttons list; repeatable (default: anywhere when served on this machine only, and Browse "
+                        "lists the datasets, runs and models folders and the home folder; the home folder and this "
+                        "repo when exposed)")
     p.add_argument("--trusted-proxy", dest="trusted_proxies", action="append", type=_proxy_address, default=[],
                    metavar="ADDR", help="address (or network, e.g. 10.0.0.0/8) of a reverse proxy whose "
                    "X-Forwarded-For header names the real client; repeatable (default: none, every request counts "
@@ -129,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
               "or pass --no-auth if you really want it open.", file=sys.stderr)
         return 2
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from gui import transfers
+    from gui import folder_browser, transfers
     from gui.demo_build import DemoQueue
     from gui.jobs import JobManager
     from gui.page import Services, build_page
@@ -148,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     roots = args.allowed_roots or ([Path.home(), REPO, runs_dir] if exposed else None)
     if roots:  # uploads land where training may read them
         roots = [*roots, datasets_dir]
+    models_dir = (args.models_dir or runs_dir.parent / "models").expanduser().resolve()
+    folder_browser.ROOTS = folder_browser.browse_roots(roots, runs_dir, datasets_dir, models_dir)
     jobs = JobManager(runs_dir)
     queue = RunQueue(jobs) if demo is None else DemoQueue(jobs, demo)
     queue.run_scheduler()  # queued runs (this session's or an earlier one's) start as their GPUs free up

@@ -10,6 +10,7 @@ from typing import Any
 
 import gradio as gr
 
+from gui.folder_browser import browsable_textbox
 from gui.text import plain_info
 from trainers.core.options import GROUPS, Option, options_for
 
@@ -99,6 +100,8 @@ def make_widget(opt: Option) -> gr.components.Component:
         return gr.Textbox(lines=2, placeholder="one per line", **common)
     placeholder = {"dir": "folder path", "file": "file path", "out": "folder path (created if missing)",
                    "any": "folder path or hub id"}.get(opt.path or "", None)
+    if opt.path:  # with a Browse button listing the server's folders and model files
+        return browsable_textbox(opt.path, placeholder=placeholder, **common)
     return gr.Textbox(placeholder=placeholder, **common)
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from gui.checks import CheckReport, check_form
 from gui.config_import import wire_imports
+from gui.dataset_tab import build_dataset_tab
 from gui.demo_build import DemoBuild, build_demo_notice, check_start
 from gui.docs_pages import DOCS_LINKS
 from gui.forms import Form, build_form
@@ -77,6 +78,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                         with gr.Tab(method.title, id=method.name):
                             method_tabs[method.name] = _method_tab(method.name, services, viewed,
                                                                    initial_preset if i == 0 else None, page)
+                    with gr.Tab("Dataset", id="dataset"): build_dataset_tab(services)  # noqa: E701
                     with gr.Tab("Generate", id="generate"):
                         generate = build_generate_tab(services)
                     with gr.Tab("Tools", id="tools"):

@@ -1,0 +1,298 @@
+"""The Dataset tab: open a dataset, see its images with their captions, edit a caption in place or many at once
+(previewed, then written, undoable), read its statistics and arrange its concept folders.
+
+The work is trainers.dataset_edit's (torch-free); this module only shows it. Every action opens the dataset again
+from disk, so what the tab shows follows edits made elsewhere (a captioning job, an editor). Images are shown as
+small thumbnails made in a temp folder (the page serves files from the temp and runs folders only).
+"""
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+from PIL import Image, ImageOps
+
+from gui.folder_browser import browsable_textbox, inside
+from gui.text import plain
+from trainers.core.options import parse_resolution
+from trainers.data.buckets import BucketSettings
+from trainers.dataset_edit.backups import list_backups, undo_last
+from trainers.dataset_edit.concepts import create_concept, move_images
+from trainers.dataset_edit.edits import Change, caption_edit, describe, preview, write_changes
+from trainers.dataset_edit.folders import Dataset, DatasetEditError, Entry, open_dataset
+from trainers.dataset_edit.stats import CLIP_LIMIT, DatasetStats, dataset_stats, tag_counts, token_counter
+from trainers.dataset_edit.tags import OPS, BulkOp
+
+THUMBS = Path(tempfile.gettempdir()) / "atelier-thumbs"
+THUMB_SIDE = 256
+MAX_SHOWN = 400  # images in the gallery at once; a filter narrows a larger dataset
+MAX_ROWS = 50  # rows of a preview or a list in the report
+ALL = "all concepts"
+TOKEN_LIMITS = (CLIP_LIMIT, 150, 225)  # sd-scripts' max_token_length: CLIP's 75 tokens in one to three chunks
+
+
+def thumbnail(image: Path) -> str | None:
+    """A small copy of `image` in the temp folder (made once per file version); None when it cannot be read."""
+    info = image.stat()
+    key = hashlib.sha1(f"{image}\0{info.st_size}\0{info.st_mtime_ns}".encode()).hexdigest()
+    thumb = THUMBS / f"{key}.webp"
+    if not thumb.exists():
+        try:
+            with Image.open(image) as im:
+                small = ImageOps.exif_transpose(im).convert("RGB")
+                small.thumbnail((THUMB_SIDE, THUMB_SIDE))
+                THUMBS.mkdir(parents=True, exist_ok=True)
+                small.save(thumb, quality=85)
+        except (OSError, ValueError, Image.DecompressionBombError):
+            return None
+    return str(thumb)
+
+
+def shown_entries(dataset: Dataset, concept: str = ALL, text: str = "") -> list[Entry]:
+    """The readable images the gallery shows: of one concept folder (or all), whose caption holds `text`."""
+    wanted = text.strip().casefold()
+    return [e for e in dataset.readable
+            if (concept in ("", ALL) or e.concept.folder.name == concept) and wanted in e.caption.casefold()]
+
+
+def gallery_rows(entries: Iterable[Entry]) -> list[tuple[str, str, str]]:
+    """(thumbnail, caption shown under it, image path) of each image whose thumbnail could be made."""
+    return [(thumb, e.caption or f"(no caption: {e.concept.tokens!r})", str(e.image)) for e in entries
+            if (thumb := thumbnail(e.image))]
+
+
+def gallery_items(folder: str | Path, caption_extension: str = ".txt", concept: str = ALL,
+                  text: str = "") -> list[tuple[str, str]]:
+    """(thumbnail, caption) of each image the Dataset tab's gallery shows for the dataset at `folder`: call it to
+    refresh the gallery after captions (or masks) change on disk."""
+    entries = shown_entries(open_dataset(folder, caption_extension), concept, text)[:MAX_SHOWN]
+    return [(thumb, shown) for thumb, shown, _ in gallery_rows(entries)]
+
+
+def summary(dataset: Dataset, shown: int) -> str:
+    lines = [f"**{plain(dataset.root)}** ({dataset.layout} layout): {len(dataset.readable)} image(s) in "
+             f"{len(dataset.concepts)} concept folder(s); {shown} shown"]
+    lines += [f"- {plain(c.folder.name)}: {sum(e.concept == c for e in dataset.entries)} image(s), x{c.repeats}"
+              for c in dataset.concepts]
+    unreadable = [e for e in dataset.entries if e.problem]
+    if unreadable:
+        lines.append(f"\n**{len(unreadable)} image(s) cannot be read and are skipped:**")
+        lines += [f"- {plain(e.image.name)}: {plain(e.problem)}" for e in unreadable[:MAX_ROWS]]
+    legacy = [e for e in dataset.entries if e.encoding]
+    if legacy:
+        lines.append(f"\n**{len(legacy)} caption file(s) are not plain UTF-8** (bulk edit *fix_encoding* rewrites "
+                     "them):")
+        lines += [f"- {plain(e.caption_file.name)}: {plain(e.encoding)}" for e in legacy[:MAX_ROWS]]
+    lines += [f"\nNote: {plain(n)}" for n in dataset.notes[:MAX_ROWS]]
+    backups = list_backups(dataset)
+    if backups:
+        lines.append(f"\nUndo puts back: {plain(backups[0].what)} ({len(backups)} edit(s) kept in "
+                     f"{plain(dataset.backups.name)}/)")
+    return "\n".join(lines)
+
+
+def preview_text(changes: list[Change]) -> str:
+    if not changes:
+        return "Nothing would change."
+    rows = [f"| {plain(c.entry.image.name)} | {plain(c.before) or '(none)'} | "
+            f"{'(same text, rewritten as UTF-8)' if c.reencode_only else plain(c.after) or '(empty)'} |"
+            for c in changes[:MAX_ROWS]]
+    more = f"\n\n… and {len(changes) - MAX_ROWS} more." if len(changes) > MAX_ROWS else ""
+    return (f"**{len(changes)} caption(s) would change** (nothing is written until you press Apply):\n\n"
+            "| image | before | after |\n|---|---|---|\n" + "\n".join(rows) + more)
+
+
+def stats_text(stats: DatasetStats) -> str:
+    parts = ["**Buckets** (the trainer's own bucketing)\n\n| bucket | images | x repeats |\n|---|---|---|\n" +
+             "\n".join(f"| {b} | {n} | {r} |" for b, n, r in stats.histogram())]
+    if stats.no_bucket:
+        parts.append(f"**{len(stats.no_bucket)} image(s) fit no bucket** (too small with bucket_no_upscale): " +
+                     ", ".join(plain(e.image.name) for e in stats.no_bucket[:MAX_ROWS]))
+    parts.append(f"**{len(stats.upscaled)} image(s) below the training resolution** (enlarged to their bucket)" +
+                 "".join(f"\n- {plain(e.image.name)}: {e.size[0]}x{e.size[1]} -> {w}x{h}"
+                         for e, (w, h) in stats.upscaled[:MAX_ROWS]))
+    longest = max((n for _, n in stats.lengths), default=0)
+    over = stats.over_limit
+    parts.append(f"**Caption length**: up to {longest} tokens; {len(over)} caption(s) over the limit of "
+                 f"{stats.limit} (counted with {plain(stats.tokenizer)})" +
+                 "".join(f"\n- {plain(e.image.name)}: {n}" for e, n in over[:MAX_ROWS]))
+    parts.append(f"**{len(stats.duplicates)} group(s) of duplicate images** (same bytes)" +
+                 "".join(f"\n- {', '.join(plain(e.image.relative_to(e.concept.folder.parent)) for e in group)}"
+                         for group in stats.duplicates[:MAX_ROWS]))
+    if stats.unreadable:
+        parts.append(f"**{len(stats.unreadable)} unreadable image(s)** skipped.")
+    return "\n\n".join(parts)
+
+
+@dataclass
+class DatasetTab:
+    folder: gr.Textbox
+    gallery: gr.Gallery
+    status: gr.Markdown
+
+
+def build_dataset_tab(services: Any) -> DatasetTab:
+    """Render the tab inside the current gradio context (call within `gr.Tab`)."""
+    roots: list[Path] | None = services.allowed_roots
+    gr.Markdown("Open a dataset (a folder of `<repeats>_<name>` folders, a folder of images, or a dataset `.toml`). "
+                "Every edit is previewed first and can be undone: the captions it replaces are kept in "
+                "`.atelier_backup/` inside the dataset. See [docs/datasets.md](manual/docs/datasets.md).")
+    with gr.Row():
+        folder = browsable_textbox("any", label="Dataset folder or dataset .toml", scale=4, elem_id="dataset-folder")
+        extension = gr.Textbox(".txt", label="Caption extension", scale=1, elem_id="dataset-ext")
+        open_btn = gr.Button("Open", variant="primary", scale=1, elem_id="dataset-open")
+    with gr.Row():
+        concept = gr.Dropdown([ALL], value=ALL, label="Concept folder", scale=2, elem_id="dataset-concept")
+        search = gr.Textbox(label="Show captions containing", scale=2, elem_id="dataset-search")
+    status = gr.Markdown(elem_id="dataset-status")
+    gallery = gr.Gallery(label="Images", columns=6, height=440, object_fit="contain", allow_preview=False,
+                         elem_id="dataset-gallery")
+    with gr.Row():
+        caption = gr.Textbox(label="Caption of the selected image", lines=2, scale=5, elem_id="dataset-caption")
+        save = gr.Button("Save caption", scale=1, elem_id="dataset-save")
+    with gr.Accordion("Bulk edit", open=True):
+        with gr.Row():
+            op = gr.Dropdown([(f"{kind}: {what}", kind) for kind, what in OPS.items()], value="trigger",
+                             label="Operation", scale=3, elem_id="dataset-op")
+            text = gr.Textbox(label="Text, tag or trigger word", scale=2, elem_id="dataset-op-text")
+            replacement = gr.Textbox(label="Replace with / new tag", scale=2, elem_id="dataset-op-replacement")
+        with gr.Row():
+            preview_btn = gr.Button("Preview", elem_id="dataset-preview")
+            apply_btn = gr.Button("Apply", variant="primary", elem_id="dataset-apply")
+            undo_btn = gr.Button("Undo the last edit", elem_id="dataset-undo")
+        report = gr.Markdown(elem_id="dataset-report")
+    with gr.Accordion("Statistics", open=False):
+        with gr.Row():
+            resolution = gr.Textbox("512", label="Training resolution (N or W,H)", elem_id="dataset-resolution")
+            buckets = gr.Checkbox(True, label="Aspect-ratio buckets (enable_bucket)")
+            limit = gr.Dropdown(list(TOKEN_LIMITS), value=CLIP_LIMIT, label="Caption token limit")
+            model = browsable_textbox("any", label="Model folder (its tokenizer counts tokens)",
+                                      elem_id="dataset-model")
+        stats_btn = gr.Button("Compute statistics", elem_id="dataset-stats")
+        stats_md = gr.Markdown(elem_id="dataset-stats-report")
+    with gr.Accordion("Concept folders", open=False):
+        with gr.Row():
+            new_name = gr.Textbox(label="New concept (class tokens)", placeholder="sks dog")
+            new_repeats = gr.Number(10, label="Repeats", precision=0, minimum=1)
+            create = gr.Button("Create folder", elem_id="dataset-create")
+        with gr.Row():
+            target = gr.Dropdown([], label="Move the selected image to", elem_id="dataset-move-to")
+            move = gr.Button("Move", elem_id="dataset-move")
+    listed = gr.State([])  # the image paths the gallery shows, in its order
+    selected = gr.State("")  # the picked image's path
+
+    def opened(path: str, ext: str) -> Dataset:
+        if roots is not None and str(path).strip() and inside(Path(str(path).strip()), roots) is None:
+            raise DatasetEditError(f"{path} is outside the folders this GUI may use "
+                                   f"({', '.join(str(r) for r in roots)}); the admin can add one with --allowed-root")
+        return open_dataset(path, ext or ".txt")
+
+    def view(path: str, ext: str, wanted: str, filter_text: str, message: str = "") -> dict:
+        """Everything the tab shows of the dataset, read again from disk."""
+        try:
+            dataset = opened(path, ext)
+        except DatasetEditError as err:
+            return {status: f"### Not opened\n{plain(err)}", gallery: [], listed: []}
+        names = [c.folder.name for c in dataset.concepts]
+        wanted = wanted if wanted in names else ALL
+        rows = gallery_rows(shown_entries(dataset, wanted, filter_text)[:MAX_SHOWN])
+        head = f"{message}\n\n" if message else ""
+        return {status: head + summary(dataset, len(rows)), gallery: [(t, c) for t, c, _ in rows],
+                listed: [path for _, _, path in rows],
+                concept: gr.Dropdown(choices=[ALL, *names], value=wanted), target: gr.Dropdown(choices=names)}
+
+    view_inputs = [folder, extension, concept, search]
+    view_outputs = {status, gallery, listed, concept, target}
+
+    def on_select(event: gr.SelectData, paths: list[str], path: str, ext: str) -> tuple[str, str]:
+        image = paths[event.index] if 0 <= event.index < len(paths) else ""
+        try:
+            return image, opened(path, ext).entry(image).caption if image else ""
+        except DatasetEditError as err:
+            gr.Warning(plain(err))
+            return "", ""
+
+    def act(message_of, path: str, ext: str, wanted: str, filter_text: str) -> dict:
+        """Run an edit; show its message (or why it was refused) above the dataset, read again."""
+        try:
+            message = message_of(opened(path, ext))
+        except (DatasetEditError, OSError) as err:
+            return {report: f"### Not done\n{plain(err)}"}
+        return {**view(path, ext, wanted, filter_text, message), report: message}
+
+    def bulk(kind: str, find: str, replace: str, dataset: Dataset, wanted: str) -> tuple[BulkOp, list[Change]]:
+        bulk_op = BulkOp(kind, find, replace)
+        scope = None if wanted in ("", ALL) else [e.image for e in shown_entries(dataset, wanted)]
+        return bulk_op, preview(dataset, bulk_op, scope)
+
+    def on_preview(path: str, ext: str, wanted: str, kind: str, find: str, replace: str) -> str:
+        try:
+            return preview_text(bulk(kind, find, replace, opened(path, ext), wanted)[1])
+        except DatasetEditError as err:
+            return f"### Not previewed\n{plain(err)}"
+
+    def on_apply(path: str, ext: str, wanted: str, filter_text: str, kind: str, find: str, replace: str) -> dict:
+        def apply(dataset: Dataset) -> str:
+            bulk_op, changes = bulk(kind, find, replace, dataset, wanted)
+            backup = write_changes(dataset, changes, describe(bulk_op, len(changes)))
+            return f"Applied: {plain(backup.what)}." if backup else "Nothing to change."
+        return act(apply, path, ext, wanted, filter_text)
+
+    def on_undo(path: str, ext: str, wanted: str, filter_text: str) -> dict:
+        return act(lambda dataset: f"Undid: {plain(undo_last(dataset).what)}.", path, ext, wanted, filter_text)
+
+    def on_save(path: str, ext: str, wanted: str, filter_text: str, image: str, new_text: str) -> dict:
+        def save_caption(dataset: Dataset) -> str:
+            if not image:
+                raise DatasetEditError("pick an image in the gallery first")
+            backup = write_changes(dataset, caption_edit(dataset, image, new_text), f"edit {Path(image).name}")
+            return f"Saved the caption of {plain(Path(image).name)}." if backup else "The caption is unchanged."
+        return act(save_caption, path, ext, wanted, filter_text)
+
+    def on_create(path: str, ext: str, wanted: str, filter_text: str, name: str, repeats: float | None) -> dict:
+        def make(dataset: Dataset) -> str:
+            made = create_concept(dataset, str(name or ""), int(repeats or 0))
+            return f"Created {plain(made.folder.name)}."
+        return act(make, path, ext, wanted, filter_text)
+
+    def on_move(path: str, ext: str, wanted: str, filter_text: str, image: str, to: str) -> dict:
+        def move_one(dataset: Dataset) -> str:
+            goal = next((c for c in dataset.concepts if c.folder.name == to), None)
+            if not image or goal is None:
+                raise DatasetEditError("pick an image in the gallery and a concept folder to move it to first")
+            backup = move_images(dataset, [image], goal)
+            return f"Moved {plain(Path(image).name)} to {plain(to)}." if backup else "It is in that folder already."
+        return act(move_one, path, ext, wanted, filter_text)
+
+    def on_stats(path: str, ext: str, reso: str, enable: bool, token_limit: int, model_path: str) -> str:
+        try:
+            dataset = opened(path, ext)
+            settings = BucketSettings(parse_resolution(reso), bool(enable))
+            counter = token_counter(model_path if model_path.strip() and (roots is None or inside(
+                Path(model_path.strip()), roots)) else "")
+            stats = dataset_stats(dataset, settings, counter, int(token_limit))
+        except (DatasetEditError, ValueError, OSError) as err:
+            return f"### No statistics\n{plain(err)}"
+        tags = ", ".join(f"{plain(t)} ({n})" for t, n in tag_counts(dataset).most_common(30))
+        return stats_text(stats) + (f"\n\n**Most common tags**: {tags}" if tags else "")
+
+    edits = {report} | view_outputs
+    open_btn.click(view, inputs=view_inputs, outputs=view_outputs)
+    folder.submit(view, inputs=view_inputs, outputs=view_outputs)
+    for control in (concept, search):
+        control.input(view, inputs=view_inputs, outputs=view_outputs, show_progress="hidden")
+    gallery.select(on_select, inputs=[listed, folder, extension], outputs=[selected, caption])
+    preview_btn.click(on_preview, inputs=[folder, extension, concept, op, text, replacement], outputs=report)
+    apply_btn.click(on_apply, inputs=view_inputs + [op, text, replacement], outputs=edits)
+    undo_btn.click(on_undo, inputs=view_inputs, outputs=edits)
+    save.click(on_save, inputs=view_inputs + [selected, caption], outputs=edits)
+    create.click(on_create, inputs=view_inputs + [new_name, new_repeats], outputs=edits)
+    move.click(on_move, inputs=view_inputs + [selected, target], outputs=edits)
+    stats_btn.click(on_stats, inputs=[folder, extension, resolution, buckets, limit, model], outputs=stats_md)
+    return DatasetTab(folder, gallery, status)
+
