@@ -104,8 +104,9 @@ def _lora_family(keys: CheckpointKeys, metadata: Mapping[str, str]) -> str | Non
 
 
 def _component_kind(option: str, shapes: Mapping[str, tuple[int, ...]]) -> str:
-    if option == "ae":
-        return "FLUX.1 autoencoder (ae)"
+    if option == "ae":  # the original VAE layout: SD's has 4 latent channels, FLUX.1's ae (and SD3's VAE) 16
+        channels = (shapes.get("decoder.conv_in.weight") or (0, 0))[1:2]
+        return "VAE" if channels == (4,) else "16-channel autoencoder (FLUX.1 ae, SD3 VAE)"
     if option == "t5xxl":
         return "T5 text encoder"
     embedding = next((s for k, s in shapes.items() if k.endswith("token_embedding.weight") and len(s) == 2), None)
