@@ -87,9 +87,9 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 
 def run_images(job: ImageJob, target_of: Callable[[Path], Path], process: Callable[[list[Any]], list[Any]],
-               write: Callable[[Path, Path, Any], ImageResult]) -> Summary:
+               write: Callable[[Path, Path, Any, Any], ImageResult]) -> Summary:
     """Run `process` (PIL images -> results) over the images of `job.cfg.images` whose target (`target_of(image)`)
-    is not done yet; `write(image, target, result)` writes one result and says what it wrote."""
+    is not done yet; `write(image, target, result, pil image)` writes one result and says what it wrote."""
     from trainers.data.images import ImageLoadError, load_image_rgb
 
     cfg, summary = job.cfg, Summary()
@@ -124,8 +124,8 @@ def run_images(job: ImageJob, target_of: Callable[[Path], Path], process: Callab
                     summary.unreadable.append(f"{image}: {err.reason}")
                     job.warn(f"skipped {image}: it cannot be read ({err.reason})")
             results = process([pil for _, pil in loaded]) if loaded else []
-            for (image, _), result in zip(loaded, results, strict=True):
-                job.events.emit(write(image, target_of(image), result))
+            for (image, pil), result in zip(loaded, results, strict=True):
+                job.events.emit(write(image, target_of(image), result, pil))
                 summary.written.append(str(image))
                 if done_list is not None:
                     done_list.write(f"{image}\n")

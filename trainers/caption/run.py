@@ -59,7 +59,7 @@ def load_captioner(job: ImageJob) -> Any:
 def run(cfg: JobConfig, job: ImageJob) -> str:
     captioner = load_captioner(job)
 
-    def write(image: Path, target: Path, result: str | list[str]) -> ImageResult:
+    def write(image: Path, target: Path, result: str | list[str], _: Any) -> ImageResult:
         existing = read_caption(target) if target.exists() else ""
         text = compose(result, existing, cfg)
         atomic_write_text(target, text + "\n")

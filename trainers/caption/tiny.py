@@ -52,3 +52,101 @@ def build_tiny_tagger(folder: Path) -> Path:
         for i, (name, category, _, _) in enumerate(TINY_TAGS):
             out.writerow([1000 + i, name, category, 100 - i])
     return folder
+
+
+# ---- transformers captioners: tiny configs of the real classes, random weights -------------------------------
+
+WORDS = ("a", "photo", "of", "red", "blue", "green", "cat", "dog", "the", "with", "and", "on")
+IMAGE_SIZE = 32
+
+
+def _byte_symbols() -> list[str]:
+    """The 256 printable stand-ins of bytes that byte-level BPE vocabularies (GPT-2, BART) use."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
+
+
+def build_tiny_blip(folder: Path) -> Path:
+    """BlipForConditionalGeneration + BlipProcessor (a BERT word-piece vocabulary of a few words)."""
+    import torch
+    from transformers import BertTokenizer, BlipConfig, BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]", *WORDS]
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizer(str(folder / "vocab.txt"), bos_token="[DEC]")
+    processor = BlipProcessor(BlipImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}), tokenizer)
+    tiny = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 37}
+    config = BlipConfig(text_config={**tiny, "vocab_size": len(vocab), "max_position_embeddings": 64,
+                                     "bos_token_id": vocab.index("[DEC]"), "pad_token_id": 0, "sep_token_id": 3,
+                                     "eos_token_id": 3},
+                        vision_config={**tiny, "image_size": IMAGE_SIZE, "patch_size": 8}, projection_dim=32)
+    torch.manual_seed(0)
+    BlipForConditionalGeneration(config).save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def build_tiny_florence2(folder: Path) -> Path:
+    """Florence2ForConditionalGeneration (a 2-stage DaViT and a 1-layer BART) + Florence2Processor (a byte-level BART
+    tokenizer without merges). The end token's embedding is zero, so the random model writes text until
+    max_new_tokens instead of stopping at once."""
+    import torch
+    from transformers import (BartTokenizer, CLIPImageProcessor, Florence2Config, Florence2ForConditionalGeneration,
+                              Florence2Processor)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {t: i for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>", "<mask>", "<image>", *_byte_symbols()])}
+    tokenizer = BartTokenizer(vocab=vocab, merges=[], extra_special_tokens={"image_token": "<image>"})
+    side = {"height": IMAGE_SIZE, "width": IMAGE_SIZE}
+    # a 32 px image: strides 4 then 2 leave 4 x 4 patches, plus one pooled token
+    images = CLIPImageProcessor(size=side, crop_size=side, do_center_crop=False, image_seq_length=17)
+    config = Florence2Config(
+        text_config={"model_type": "bart", "vocab_size": len(vocab), "d_model": 32, "encoder_layers": 1,
+                     "decoder_layers": 1, "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+                     "encoder_ffn_dim": 37, "decoder_ffn_dim": 37, "max_position_embeddings": 256,
+                     "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2},
+        vision_config={"depths": [1, 1], "patch_size": [7, 3], "patch_stride": [4, 2], "patch_padding": [3, 1],
+                       "patch_prenorm": [False, True], "embed_dim": [16, 32], "num_heads": [2, 2],
+                       "num_groups": [2, 2], "window_size": 2, "projection_dim": 32, "max_temporal_embeddings": 4,
+                       "max_position_embeddings": 16},
+        image_token_id=vocab["<image>"])
+    torch.manual_seed(0)
+    model = Florence2ForConditionalGeneration(config)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[vocab["</s>"]] = 0
+    model.save_pretrained(folder)
+    Florence2Processor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
+    return folder
+
+
+
+
+
+def build_tiny_clipseg(folder: Path) -> Path:
+    """CLIPSegForImageSegmentation (1-layer CLIP towers, 32 px) + CLIPSegProcessor (a byte-level CLIP tokenizer
+    without merges)."""
+    import torch
+    from transformers import (CLIPSegConfig, CLIPSegForImageSegmentation, CLIPSegProcessor, CLIPTokenizer,
+                              ViTImageProcessor)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    symbols = _byte_symbols()
+    vocab = {t: i for i, t in enumerate([*symbols, *(s + "</w>" for s in symbols), "<|startoftext|>",
+                                         "<|endoftext|>"])}
+    tokenizer = CLIPTokenizer(vocab=vocab, merges=[], pad_token="<|endoftext|>")
+    images = ViTImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    tiny = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
+    config = CLIPSegConfig(
+        text_config={**tiny, "vocab_size": len(vocab), "max_position_embeddings": 77,
+                     "bos_token_id": vocab["<|startoftext|>"], "eos_token_id": vocab["<|endoftext|>"],
+                     "pad_token_id": vocab["<|endoftext|>"]},
+        vision_config={**tiny, "image_size": IMAGE_SIZE, "patch_size": 8}, projection_dim=32, extract_layers=[1],
+        reduce_dim=16, decoder_num_attention_heads=2, decoder_intermediate_size=37)
+    torch.manual_seed(0)
+    CLIPSegForImageSegmentation(config).save_pretrained(folder)
+    CLIPSegProcessor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
+    return folder
+BUILDERS = {"wd14": build_tiny_tagger, "blip": build_tiny_blip, "florence2": build_tiny_florence2,
+            "clipseg": build_tiny_clipseg}
