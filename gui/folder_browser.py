@@ -101,8 +101,9 @@ def _entries(folder: Path, roots: list[Path], kind: str) -> tuple[list[Path], li
             folders.append(path)
         elif path.suffix.lower() in wanted:
             files.append(path)
-    listed = (folders + files)[:MAX_LISTED]
-    return [p for p in listed if p in folders], [p for p in listed if p in files], len(folders) + len(files) - len(listed)
+    shown_folders = folders[:MAX_LISTED]
+    shown_files = files[:MAX_LISTED - len(shown_folders)]
+    return shown_folders, shown_files, len(folders) + len(files) - len(shown_folders) - len(shown_files)
 
 
 def start_listing(text: str, roots: list[Path], kind: str) -> Listing:

@@ -33,8 +33,10 @@ KINDS = {  # file -> (tensor shapes, metadata, the kind listed)
     "sd15.safetensors": ({**UNET_SD1, SD1.single_file_text_encoders[0].prefix + "x": (1,)}, None,
                          "SD1.x checkpoint"),
     "xl.safetensors": ({UNET_PREFIX + "label_emb.0.0.weight": (1,), TE2_PREFIX + "x": (1,)}, None, "SDXL checkpoint"),
-    "xl_lora.safetensors": ({"lora_unet_a.lora_down.weight": (4, 8)}, {"ss_base_model_version": "sdxl_base_v1-0"},
-                            "SDXL LoRA"),
+    "xl_lora.safetensors": ({"lora_unet_input_blocks_4_1_transformer_blocks_0_attn2_to_k.lora_down.weight": (4, 2048)},
+                            None, "SDXL LoRA"),
+    "v2_lora.safetensors": ({"lora_unet_a.lora_down.weight": (4, 8)}, {"ss_base_model_version": "sd_v2"},
+                            "SD2.x LoRA"),  # told by its metadata
     "flux_lora.safetensors": ({"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight": (4, 8)}, None,
                               "FLUX.1 LoRA"),
     "sd1_lora.safetensors": ({"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k.lora_down.weight":
@@ -84,7 +86,8 @@ def test_folder_fields_list_folders_and_offer_the_folder_itself(tree: dict[str, 
     root = tree["root"]
     listing = list_folder(str(root), [root], "dir")
     assert listing.choices[0] == (f"✓ use this folder: {root}", USE + str(root))
-    assert [label for label, _ in listing.choices[1:]] == ["⬆ up", "📁 data/", "📁 models/"]  # no .hidden, no escape
+    # no .hidden folder, no link out of the root
+    assert [label for label, _ in listing.choices[1:]] == ["⬆ up", "📁 data/", "📁 models/"]
     assert dict((v, k) for k, v in listing.choices)[OPEN + ""] == "⬆ up"  # up from a root: the list of roots
     assert list_folder("", [root], "dir").choices == [(f"📁 {root}", OPEN + str(root))]
     folder, path = pick(OPEN + str(root / "data"), [root], "dir")

@@ -12,25 +12,20 @@ from trainers.core.fsio import read_safetensors_header
 from trainers.models.checks import COMPONENTS
 from trainers.models.rules import (
     CheckpointKeys,
+    FamilyRules,
     ModelLoadError,
+    all_rules,
     checkpoint_rules,
     folder_rules,
     not_a_unet,
     read_json,
-    rules_of,
 )
 
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin")
 MODEL_SUFFIXES = (".safetensors", *PICKLE_SUFFIXES)
-# LoRA metadata (sd-scripts' ss_base_model_version, modelspec.architecture) -> model_family, by how values start
-_LORA_METADATA = (("sd_v1", "sd1"), ("sd_v2", "sd2"), ("sdxl", "sdxl"), ("flux", "flux"), ("sd3", "sd3"),
-                  ("stable-diffusion-v1", "sd1"), ("stable-diffusion-v2", "sd2"), ("stable-diffusion-xl", "sdxl"),
-                  ("stable-diffusion-3", "sd3"), ("flux", "flux"))
-# LoRA module names only one family has
-_LORA_KEYS = (("lora_te2_", "sdxl"), ("lora_unet_double_blocks", "flux"), ("lora_unet_single_blocks", "flux"),
-              ("transformer.single_transformer_blocks", "flux"), ("lora_unet_joint_blocks", "sd3"),
-              ("transformer.transformer_blocks", "sd3"))
-_CROSS_WIDTHS = {768: "sd1", 1024: "sd2", 2048: "sdxl"}  # a UNet's cross-attention input: its text width
+# How kohya names the UNet modules of a LoRA (FamilyRules.unet_key_style) by the blocks they start with
+_LORA_STYLES = (("sgm", ("lora_unet_input_blocks_", "lora_unet_middle_block_", "lora_unet_output_blocks_")),
+                ("diffusers", ("lora_unet_down_blocks_", "lora_unet_mid_block_", "lora_unet_up_blocks_")))
 _CLIP_WIDTHS = {768: "CLIP-L", 1280: "CLIP-G", 1024: "OpenCLIP-H"}
 
 
@@ -77,8 +72,8 @@ def _folder_kind(folder: Path) -> str:
 def safetensors_kind(shapes: Mapping[str, tuple[int, ...]], metadata: Mapping[str, str], name: str) -> str:
     keys = CheckpointKeys(dict(shapes), name)
     if not_a_unet(keys) == "a LoRA":
-        family = _lora_family(keys, metadata)
-        return f"{rules_of(family).title} LoRA" if family else "LoRA (family unknown)"
+        families = _lora_families(keys, metadata)
+        return f"{' or '.join(f.title for f in families)} LoRA" if families else "LoRA (family unknown)"
     try:
         rules = checkpoint_rules(shapes, name)
         return f"{rules.title} checkpoint" if rules else "checkpoint (family unknown)"
@@ -90,17 +85,28 @@ def safetensors_kind(shapes: Mapping[str, tuple[int, ...]], metadata: Mapping[st
     return {"a VAE on its own": "VAE"}.get(not_a_unet(keys), "safetensors (not a model file Atelier knows)")
 
 
-def _lora_family(keys: CheckpointKeys, metadata: Mapping[str, str]) -> str | None:
-    told = " ".join(str(metadata.get(k, "")) for k in ("ss_base_model_version", "modelspec.architecture")).lower()
-    for start, family in _LORA_METADATA:
-        if told.startswith(start) or f" {start}" in told:
-            return family
-    for prefix, family in _LORA_KEYS:
-        if keys.has(prefix):
-            return family
+def _lora_families(keys: CheckpointKeys, metadata: Mapping[str, str]) -> list[FamilyRules]:
+    """The families a LoRA may be for: told by its metadata where a family names its own values, else by its module
+    names (a family's reference blocks, or kohya's UNet naming narrowed by the cross-attention width)."""
+    told = {str(metadata.get(k, "")).strip() for k in ("ss_base_model_version", "modelspec.architecture")} - {""}
+    by_metadata = [f for f in all_rules() if told & {getattr(f, "base_model_version", None),
+                                                     getattr(f, "modelspec_architecture", None)}]
+    if by_metadata:
+        return by_metadata
+    own = [f for f in all_rules() if any(keys.has("lora_unet_" + p.rstrip(".").rsplit(".", 1)[-1])
+                                         for p in getattr(f, "reference_prefixes", ()))]
+    if own:
+        return own
+    style = next((name for name, starts in _LORA_STYLES if any(keys.has(s) for s in starts)), None)
+    candidates = [f for f in all_rules() if style and f.unet_key_style == style]
     width = next((s[1] for k, s in keys.shapes.items() if "attn2_to_k" in k and "lora_down" in k and len(s) == 2),
                  None)
-    return _CROSS_WIDTHS.get(width)
+    return [f for f in candidates if width and _cross_attention_width(f) == width] or candidates
+
+
+def _cross_attention_width(family: FamilyRules) -> int | None:
+    config = Path(family.arch_dir) / "unet" / "config.json"
+    return read_json(config).get("cross_attention_dim") if config.is_file() else None
 
 
 def _component_kind(option: str, shapes: Mapping[str, tuple[int, ...]]) -> str:

@@ -4,7 +4,6 @@ Order matters for users: config and dataset problems are reported before any mod
 """
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,13 +168,10 @@ def make_accelerator(cfg: TrainConfig, run_dir: Path | None = None) -> Any:
     from accelerate import Accelerator
     from accelerate.utils import ProjectConfiguration
 
-    from trainers.core.options import ConfigError, ConfigIssue
-    from trainers.train.distributed import accelerator_handlers, check_launch, hold_process_group, install_rank_timer
+    from trainers.train.distributed import (accelerator_handlers, check_backend_device, check_launch,
+                                            hold_process_group, install_rank_timer, shard_cpu_processes)
 
-    if cfg.distributed_backend != "ddp" and (
-            os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()):
-        raise ConfigError([ConfigIssue("distributed_backend", f"{cfg.distributed_backend!r} needs NVIDIA GPUs "
-                                       "(accelerate runs CPU processes as plain DDP): choose 'ddp'", "launch")])
+    check_backend_device(cfg)
     tensorboard = tensorboard_dir(cfg.logging_dir, run_dir)
     logging_dir = str(tensorboard) if tensorboard is not None else None
     accelerator = Accelerator(
@@ -186,6 +182,7 @@ def make_accelerator(cfg: TrainConfig, run_dir: Path | None = None) -> Any:
         kwargs_handlers=accelerator_handlers(cfg),
     )
     hold_process_group()
+    shard_cpu_processes(cfg, accelerator)
     check_launch(cfg, accelerator)
     accelerator.rank_timer = install_rank_timer(accelerator, cfg.ddp_gradient_precision)
     return accelerator
