@@ -186,11 +186,18 @@ def build_dataset_tab(services: Any) -> DatasetTab:
     listed = gr.State([])  # the image paths the gallery shows, in its order
     selected = gr.State("")  # the picked image's path
 
-    def opened(path: str, ext: str) -> Dataset:
+    def allowed(path: str | Path) -> str:
+        """`path` when the GUI may read it (under the allowed roots, symlinks resolved); else a refusal."""
         if roots is not None and str(path).strip() and inside(Path(str(path).strip()), roots) is None:
             raise DatasetEditError(f"{path} is outside the folders this GUI may use "
                                    f"({', '.join(str(r) for r in roots)}); the admin can add one with --allowed-root")
-        return open_dataset(path, ext or ".txt")
+        return str(path)
+
+    def opened(path: str, ext: str) -> Dataset:
+        dataset = open_dataset(allowed(path), ext or ".txt")
+        for concept in dataset.concepts:  # a dataset .toml may name image folders anywhere
+            allowed(concept.folder)
+        return dataset
 
     def view(path: str, ext: str, wanted: str, filter_text: str, message: str = "") -> dict:
         """Everything the tab shows of the dataset, read again from disk."""
@@ -273,8 +280,7 @@ def build_dataset_tab(services: Any) -> DatasetTab:
         try:
             dataset = opened(path, ext)
             settings = BucketSettings(parse_resolution(reso), bool(enable))
-            counter = token_counter(model_path if model_path.strip() and (roots is None or inside(
-                Path(model_path.strip()), roots)) else "")
+            counter = token_counter(allowed(model_path))
             stats = dataset_stats(dataset, settings, counter, int(token_limit))
         except (DatasetEditError, ValueError, OSError) as err:
             return f"### No statistics\n{plain(err)}"
