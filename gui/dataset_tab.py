@@ -24,7 +24,15 @@ from trainers.data.buckets import BucketSettings
 from trainers.dataset_edit.backups import list_backups, undo_last
 from trainers.dataset_edit.concepts import create_concept, move_images
 from trainers.dataset_edit.edits import Change, caption_edit, describe, preview, write_changes
-from trainers.dataset_edit.folders import Dataset, DatasetEditError, Entry, open_dataset
+from trainers.dataset_edit.folders import (
+    Concept,
+    Dataset,
+    DatasetEditError,
+    Entry,
+    caption_extension_of,
+    open_dataset,
+    read_entry,
+)
 from trainers.dataset_edit.stats import CLIP_LIMIT, DatasetStats, dataset_stats, tag_counts, token_counter
 from trainers.dataset_edit.tags import OPS, BulkOp
 
@@ -216,10 +224,13 @@ def build_dataset_tab(services: Any) -> DatasetTab:
     view_inputs = [folder, extension, concept, search]
     view_outputs = {status, gallery, listed, concept, target}
 
-    def on_select(event: gr.SelectData, paths: list[str], path: str, ext: str) -> tuple[str, str]:
-        image = paths[event.index] if 0 <= event.index < len(paths) else ""
+    def on_select(event: gr.SelectData, paths: list[str], ext: str) -> tuple[str, str]:
+        """The picked image (from the paths this tab listed) and its caption file's text, read now."""
+        if not 0 <= event.index < len(paths):
+            return "", ""
+        image = Path(paths[event.index])
         try:
-            return image, opened(path, ext).entry(image).caption if image else ""
+            return str(image), read_entry(image, Concept(image.parent, 1, ""), caption_extension_of(ext)).caption
         except DatasetEditError as err:
             gr.Warning(plain(err))
             return "", ""
@@ -292,7 +303,7 @@ def build_dataset_tab(services: Any) -> DatasetTab:
     folder.submit(view, inputs=view_inputs, outputs=view_outputs)
     for control in (concept, search):
         control.input(view, inputs=view_inputs, outputs=view_outputs, show_progress="hidden")
-    gallery.select(on_select, inputs=[listed, folder, extension], outputs=[selected, caption])
+    gallery.select(on_select, inputs=[listed, extension], outputs=[selected, caption])
     preview_btn.click(on_preview, inputs=[folder, extension, concept, op, text, replacement], outputs=report)
     apply_btn.click(on_apply, inputs=view_inputs + [op, text, replacement], outputs=edits)
     undo_btn.click(on_undo, inputs=view_inputs, outputs=edits)

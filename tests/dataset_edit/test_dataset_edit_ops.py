@@ -71,6 +71,9 @@ def test_open_names_the_problem(tmp_path: Path) -> None:
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(DatasetEditError, match="is a file"):
         open_dataset(tmp_path / "x.json")
+    with pytest.raises(DatasetEditError, match="caption extension: invalid caption_extension 'a/b'"):
+        open_dataset(tmp_path, "a/b")
+    assert open_dataset(tmp_path, "caption").caption_extension == ".caption"
 
 
 @pytest.mark.parametrize("op, expected", [

@@ -78,7 +78,7 @@ def open_dataset(path: Path | str, caption_extension: str = ".txt") -> Dataset:
     """The dataset at `path`: a folder of `<repeats>_<name>` folders (kohya), a dataset TOML (its subsets' image
     folders), or a folder of images. Raises DatasetEditError naming the path and the layouts it may have."""
     path = Path(str(path).strip()).expanduser().resolve()
-    ext = normalize_caption_extension(caption_extension)
+    ext = caption_extension_of(caption_extension)
     if not str(path).strip() or not path.exists():
         raise DatasetEditError(f"dataset folder: {path} does not exist; give a folder of images, a folder of "
                                "<repeats>_<name> folders, or a dataset .toml")
@@ -91,6 +91,14 @@ def open_dataset(path: Path | str, caption_extension: str = ".txt") -> Dataset:
     if concepts:
         return _with_captions(path, "kohya", concepts, ext)
     return _with_captions(path, "flat", [Concept(path, 1, "")], ext)
+
+
+def caption_extension_of(text: str) -> str:
+    """`txt`, `.txt` or ` .TXT ` as the extension captions are read with (empty: .txt)."""
+    try:
+        return normalize_caption_extension(text or ".txt")
+    except ValueError as err:
+        raise DatasetEditError(f"caption extension: {err}") from None
 
 
 def _toml_concepts(path: Path) -> list[Concept]:
