@@ -175,6 +175,15 @@ class ModelFamily(FamilyRules):
         the training noise schedule)."""
         return None
 
+    def pipeline_embeds(self, hidden: torch.Tensor, second: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """The pipeline call's prompt arguments of encoded (prompt, negative) pairs: encode_prompts' hidden states
+        and its second output (the pooled embeddings here; a family whose second output is something else, e.g.
+        the text's attention mask, names it for its pipeline)."""
+        embeds = {"prompt_embeds": hidden[:1], "negative_prompt_embeds": hidden[1:]}
+        if second is not None:
+            embeds |= {"pooled_prompt_embeds": second[:1], "negative_pooled_prompt_embeds": second[1:]}
+        return embeds
+
     def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
         """The pipeline call's guidance arguments for a CFG scale."""
         return {"guidance_scale": cfg_scale}

@@ -55,6 +55,7 @@ class FlowRules(FamilyRules):
     own_options: frozenset[str]  # the flow options this family reads
     reference_prefixes: tuple[str, ...]  # key prefixes of its reference (single-file) checkpoints
     checkpoint_parts: tuple[Part, ...]  # its text encoders (in load order) and autoencoder
+    reads_single_files: bool = True  # False: its single files are recognised (reference_prefixes) and refused
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         return str(index.get("_class_name", "")) == self.pipeline_class
@@ -63,6 +64,10 @@ class FlowRules(FamilyRules):
         return any(keys.has(prefix) for prefix in self.reference_prefixes)
 
     def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        if not self.reads_single_files:
+            return [ConfigIssue("pretrained_model_name_or_path", f"{Path(keys.name).name} is a {self.title} single "
+                                "file, which Atelier does not read yet: give the model as a diffusers folder "
+                                f"({self.pipeline_class}) or its hub id", "model")]
         return part_issues(self.checkpoint_parts, keys, files, vae_path, self.title)
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:

@@ -180,13 +180,8 @@ def encode_for_pipeline(model: LoadedModel, texts: list[str], clip_skip: int,
 
     The text encoders run where they are (they may sit on the CPU when their outputs were cached).
     """
-    hidden, pooled = model.encode_texts(texts, clip_skip)
-    hidden = hidden.to(device)
-    embeds = {"prompt_embeds": hidden[:1], "negative_prompt_embeds": hidden[1:]}
-    if pooled is not None:
-        pooled = pooled.to(device)
-        embeds |= {"pooled_prompt_embeds": pooled[:1], "negative_pooled_prompt_embeds": pooled[1:]}
-    return embeds
+    hidden, second = model.encode_texts(texts, clip_skip)
+    return model.family.pipeline_embeds(hidden.to(device), None if second is None else second.to(device))
 
 
 def save_png(image: Any, path: Path, parameters: str) -> Path:

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
-from trainers.models.components import load_component, load_tokenizer, load_vae
-from trainers.models.flow import FlowFamily, last_blocks, load_t5_tokenizer, run_t5, t5_attention_mask
+from trainers.models.flow import CLIP_LENGTH, FlowFamily, TextEncoderSpec, last_blocks, run_t5, t5_attention_mask
+from trainers.models.flow_latents import image_ids, pack_latents, packed_grid, unpack_latents  # noqa: F401 - FLUX's packing
 from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.flux import lora_layers
 from trainers.models.flux.rules import FluxRules
@@ -32,6 +31,11 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
     default_t5_length = 512
     schnell = False
     latent_scaling = (0.3611, 0.1159)  # the ae's (its diffusers config's; not in the ae file)
+    text_encoder_specs = (
+        TextEncoderSpec("CLIPTextModel", "text_encoder", "clip", "tokenizer", "CLIP-L", max_length=CLIP_LENGTH,
+                        trainable=True),
+        TextEncoderSpec("T5EncoderModel", "text_encoder_2", "t5", "tokenizer_2", "T5-XXL",
+                        length_option="t5xxl_max_token_length"))
 
     def variant(self, guidance_embeds: bool) -> "Flux":
         """dev (guidance-distilled: a guidance embedding) or schnell (none)."""
@@ -40,22 +44,6 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
         clone = copy.copy(self)
         clone.schnell, clone.default_t5_length, clone.modelspec_architecture = True, 256, "flux-1-schnell"
         return clone
-
-    # --- loading and running ---
-
-    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
-             random_init: bool = False) -> LoadedModel:
-        from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
-        from transformers import CLIPTextModel, T5EncoderModel
-
-        transformer = load_component(FluxTransformer2DModel, folder, "transformer", weight_dtype, random_init)
-        vae = load_vae(folder, vae_path, random_init)
-        text_encoders = [load_component(CLIPTextModel, folder, "text_encoder", weight_dtype, random_init),
-                         load_component(T5EncoderModel, folder, "text_encoder_2", weight_dtype, random_init)]
-        tokenizers = [load_tokenizer(folder, "tokenizer", random_init), load_t5_tokenizer(folder, "tokenizer_2")]
-        scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler")
-        family = self.variant(bool(transformer.config.guidance_embeds))
-        return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(folder))
 
     # --- the reference layout (flux1-dev.safetensors with clip_l, t5xxl and ae files) ---
 
@@ -105,9 +93,7 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
         """The velocity for latents (B, C, h, w): packed into (h/2 x w/2) tokens of C x 4, and back."""
         batch, _, height, width = noisy.shape
         tokens = pack_latents(noisy)
-        guidance = None
-        if unet.config.guidance_embeds:
-            guidance = torch.full((batch,), float(self.settings.guidance_scale), device=noisy.device)
+        guidance = self.guidance(unet, batch, noisy.device)
         kwargs: dict[str, Any] = {}
         if self.settings.apply_t5_attn_mask:
             kwargs["joint_attention_kwargs"] = {"attention_mask": joint_attention_mask(hidden, tokens.shape[1])}
@@ -128,17 +114,11 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
         return FluxPipeline(scheduler=scheduler, vae=model.vae, text_encoder=clip, tokenizer=model.tokenizers[0],
                             text_encoder_2=t5, tokenizer_2=model.tokenizers[1], transformer=model.unet)
 
-    def inference_scheduler(self, model: LoadedModel, sampler: str) -> Any:
-        return type(model.noise_scheduler).from_config(model.noise_scheduler.config)
-
     def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
         return {"true_cfg_scale": cfg_scale, "guidance_scale": SAMPLE_GUIDANCE}
 
-    def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
-        factor = 2 ** (len(vae.config.block_out_channels) - 1)
-        grid = unpack_latents(latents, 2 * (height // (factor * 2)), 2 * (width // (factor * 2)))
-        grid = grid.to(vae.device, vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
-        return vae.decode(grid).sample
+    def latent_grid(self, latents: torch.Tensor, vae: nn.Module, width: int, height: int) -> torch.Tensor:
+        return packed_grid(latents, 2 ** (len(vae.config.block_out_channels) - 1), width, height)
 
     # --- saving and describing ---
 
@@ -149,7 +129,7 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         """The blocks' layers, then the input layers (trained with in_dims only)."""
-        return [*_double_block_targets(unet), *_single_block_targets(unet), *_input_targets(unet)]
+        return [*double_block_targets(unet), *single_block_targets(unet), *_input_targets(unet)]
 
     def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
         return kohya_to_diffusers(state, model, self.lora_targets(model.unet), ("text_encoder", None))
@@ -160,30 +140,40 @@ def _count_blocks(targets: list[LoraTarget], kind: str) -> int:
     return len({t.name[len(prefix):].split("_")[0] for t in targets if t.name.startswith(prefix)})
 
 
-def _double_block_targets(unet: nn.Module) -> Iterator[LoraTarget]:
+def double_block_targets(unet: nn.Module) -> Iterator[LoraTarget]:
+    """The double blocks' layers under the reference's names (their modulations where the blocks have their own:
+    Chroma's come from its distilled guidance layer)."""
     for i, block in enumerate(unet.transformer_blocks):
         attn, prefix = block.attn, f"lora_unet_double_blocks_{i}_"
         for name, layers in (
-                ("img_mod_lin", (block.norm1.linear,)),
+                ("img_mod_lin", _linear(block.norm1)),
                 ("img_attn_qkv", (attn.to_q, attn.to_k, attn.to_v)),
                 ("img_attn_proj", (attn.to_out[0],)),
                 ("img_mlp_0", (block.ff.net[0].proj,)),
                 ("img_mlp_2", (block.ff.net[2],)),
-                ("txt_mod_lin", (block.norm1_context.linear,)),
+                ("txt_mod_lin", _linear(block.norm1_context)),
                 ("txt_attn_qkv", (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj)),
                 ("txt_attn_proj", (attn.to_add_out,)),
                 ("txt_mlp_0", (block.ff_context.net[0].proj,)),
                 ("txt_mlp_2", (block.ff_context.net[2],))):
-            yield LoraTarget(prefix + name, layers)
+            if layers:
+                yield LoraTarget(prefix + name, layers)
 
 
-def _single_block_targets(unet: nn.Module) -> Iterator[LoraTarget]:
+def single_block_targets(unet: nn.Module) -> Iterator[LoraTarget]:
     for i, block in enumerate(unet.single_transformer_blocks):
         attn, prefix = block.attn, f"lora_unet_single_blocks_{i}_"
         # The reference's linear1 computes q, k, v and the MLP input in one layer, in that order.
         yield LoraTarget(prefix + "linear1", (attn.to_q, attn.to_k, attn.to_v, block.proj_mlp))
         yield LoraTarget(prefix + "linear2", (block.proj_out,))
-        yield LoraTarget(prefix + "modulation_lin", (block.norm.linear,))
+        if modulation := _linear(block.norm):
+            yield LoraTarget(prefix + "modulation_lin", modulation)
+
+
+def _linear(norm: nn.Module) -> tuple[nn.Linear, ...]:
+    """An adaptive norm's modulation layer (none in a pruned norm)."""
+    linear = getattr(norm, "linear", None)
+    return (linear,) if linear is not None else ()
 
 
 def _input_targets(unet: nn.Module) -> Iterator[LoraTarget]:
@@ -196,29 +186,6 @@ def _input_targets(unet: nn.Module) -> Iterator[LoraTarget]:
             yield LoraTarget(f"lora_unet_{name}_in_layer", (mlp.linear_1,))
             yield LoraTarget(f"lora_unet_{name}_out_layer", (mlp.linear_2,))
     yield LoraTarget("lora_unet_txt_in", (unet.context_embedder,))
-
-
-def pack_latents(latents: torch.Tensor) -> torch.Tensor:
-    """(B, C, h, w) -> (B, h/2 x w/2, C x 4): each 2x2 patch one token, row by row."""
-    b, c, h, w = latents.shape
-    patches = latents.reshape(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
-    return patches.reshape(b, (h // 2) * (w // 2), c * 4)
-
-
-def unpack_latents(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """The inverse of pack_latents for latents of (height, width)."""
-    b, _, channels = tokens.shape
-    c = channels // 4
-    patches = tokens.reshape(b, height // 2, width // 2, c, 2, 2).permute(0, 3, 1, 4, 2, 5)
-    return patches.reshape(b, c, height, width)
-
-
-def image_ids(rows: int, cols: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """(rows x cols, 3) position ids of the packed tokens: (0, row, column)."""
-    ids = torch.zeros(rows, cols, 3, device=device, dtype=dtype)
-    ids[..., 1] = torch.arange(rows, device=device, dtype=dtype)[:, None]
-    ids[..., 2] = torch.arange(cols, device=device, dtype=dtype)[None, :]
-    return ids.reshape(rows * cols, 3)
 
 
 def joint_attention_mask(hidden: torch.Tensor, image_tokens: int) -> torch.Tensor:

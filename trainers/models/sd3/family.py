@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
-from trainers.models.components import load_component, load_tokenizer, load_vae
-from trainers.models.flow import FlowFamily, clip_attention_mask, load_t5_tokenizer, run_t5, t5_attention_mask
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.flow import (
+    CLIP_LENGTH,
+    FlowFamily,
+    TextEncoderSpec,
+    clip_attention_mask,
+    run_t5,
+    t5_attention_mask,
+)
 from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.sd3.rules import StableDiffusion3Rules
 
@@ -29,6 +34,13 @@ class StableDiffusion3(StableDiffusion3Rules, FlowFamily, ModelFamily):
     default_t5_length = 256
     flow_target = "latents"
     latent_scaling = (1.5305, 0.0609)  # its VAE's (the diffusers config's; not in the file)
+    text_encoder_specs = (
+        TextEncoderSpec("CLIPTextModelWithProjection", "text_encoder", "clip", "tokenizer", "CLIP-L",
+                        max_length=CLIP_LENGTH, trainable=True),
+        TextEncoderSpec("CLIPTextModelWithProjection", "text_encoder_2", "clip", "tokenizer_2", "CLIP-G",
+                        max_length=CLIP_LENGTH, trainable=True),
+        TextEncoderSpec("T5EncoderModel", "text_encoder_3", "t5", "tokenizer_3", "T5-XXL",
+                        length_option="t5xxl_max_token_length"))
 
     def variant(self, config: Any) -> "StableDiffusion3":
         """sd-scripts' model type: 'medium' (SD3), '5-medium' (extra self-attention blocks) or '5-large'."""
@@ -37,28 +49,6 @@ class StableDiffusion3(StableDiffusion3Rules, FlowFamily, ModelFamily):
         clone.base_model_version, clone.modelspec_architecture = kind, f"stable-diffusion-3-{kind}"
         clone.title = "SD3" if kind == "medium" else "SD3.5"
         return clone
-
-    # --- loading and running ---
-
-    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
-             random_init: bool = False) -> LoadedModel:
-        from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
-        from transformers import CLIPTextModelWithProjection, T5EncoderModel
-
-        if not (folder / "text_encoder_3").is_dir():
-            raise ModelLoadError(f"{folder} has no text_encoder_3 (T5-XXL): SD3 is trained with all three text "
-                                 "encoders")
-        transformer = load_component(SD3Transformer2DModel, folder, "transformer", weight_dtype, random_init)
-        vae = load_vae(folder, vae_path, random_init)
-        text_encoders = [load_component(CLIPTextModelWithProjection, folder, "text_encoder", weight_dtype, random_init),
-                         load_component(CLIPTextModelWithProjection, folder, "text_encoder_2", weight_dtype,
-                                        random_init),
-                         load_component(T5EncoderModel, folder, "text_encoder_3", weight_dtype, random_init)]
-        tokenizers = [load_tokenizer(folder, "tokenizer", random_init),
-                      load_tokenizer(folder, "tokenizer_2", random_init), load_t5_tokenizer(folder, "tokenizer_3")]
-        scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler")
-        family = self.variant(transformer.config)
-        return LoadedModel(family, transformer, vae, text_encoders, tokenizers, scheduler, "flow", str(folder))
 
     # --- the reference layout (Stability's single files) ---
 
@@ -110,13 +100,6 @@ class StableDiffusion3(StableDiffusion3Rules, FlowFamily, ModelFamily):
         return StableDiffusion3Pipeline(transformer=model.unet, scheduler=scheduler, vae=model.vae, text_encoder=clip_l,
                                         tokenizer=tok_l, text_encoder_2=clip_g, tokenizer_2=tok_g, text_encoder_3=t5,
                                         tokenizer_3=tok_t5)
-
-    def inference_scheduler(self, model: LoadedModel, sampler: str) -> Any:
-        return type(model.noise_scheduler).from_config(model.noise_scheduler.config)
-
-    def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
-        latents = latents.to(vae.device, vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
-        return vae.decode(latents).sample
 
     # --- saving and describing ---
 
