@@ -48,6 +48,13 @@ class NoisePredictor(nn.Module):
         self._ddp_params_and_buffers_to_ignore = [n for n, p in self.named_parameters() if not p.requires_grad] + [
             n for n, _ in self.named_buffers()]
 
+    def train(self, mode: bool = True) -> "NoisePredictor":
+        """Train mode for what trains; frozen text encoders stay in eval mode (their dropout off)."""
+        super().train(mode)
+        if not self.train_text_encoder:
+            self.text_encoders.eval()
+        return self
+
     def forward(self, noisy_latents: torch.Tensor, timesteps: torch.Tensor,
                 input_ids: list[torch.Tensor] | list[WeightedIds] | None, sizes: SizeConditioning,
                 embeds: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> torch.Tensor:
