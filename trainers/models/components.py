@@ -39,13 +39,14 @@ def load_tokenizer(folder: Path, subfolder: str, random_init: bool) -> Any:
     return CLIPTokenizer.from_pretrained(folder, subfolder=subfolder)
 
 
-def load_vae(folder: Path, vae_path: str, random_init: bool = False) -> nn.Module:
-    """The model's VAE in float32, or the one `vae_path` names instead."""
-    from diffusers import AutoencoderKL
+def load_vae(folder: Path, vae_path: str, random_init: bool = False, vae_class: str = "AutoencoderKL") -> nn.Module:
+    """The model's VAE (a diffusers `vae_class`) in float32, or the one `vae_path` names instead."""
+    import diffusers
 
+    cls = getattr(diffusers, vae_class)
     if vae_path:
-        return AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
-    return load_component(AutoencoderKL, folder, "vae", torch.float32, random_init)
+        return cls.from_pretrained(Path(vae_path).expanduser())
+    return load_component(cls, folder, "vae", torch.float32, random_init)
 
 
 def load_common(folder: Path, weight_dtype: torch.dtype, vae_path: str,

@@ -86,6 +86,7 @@ class FlowFamily:
     title: str
     default_t5_length: int  # text_length when its length option is unset
     transformer_class: str  # its denoiser's diffusers class
+    vae_class: str = "AutoencoderKL"  # its autoencoder's diffusers class
     text_encoder_specs: tuple[TextEncoderSpec, ...]  # in the order of LoadedModel.text_encoders
 
     # --- loading a diffusers folder ---
@@ -104,7 +105,7 @@ class FlowFamily:
                                  f"{' and '.join(s.what for s in self.text_encoder_specs)} text encoders")
         transformer = load_component(getattr(diffusers, self.transformer_class), folder, "transformer", weight_dtype,
                                      random_init)
-        vae = load_vae(folder, vae_path, random_init)
+        vae = load_vae(folder, vae_path, random_init, self.vae_class)
         text_encoders = [load_component(getattr(transformers, s.encoder_class), folder, s.subfolder, weight_dtype,
                                         random_init) for s in self.text_encoder_specs]
         tokenizers = [load_spec_tokenizer(s, folder, random_init) for s in self.text_encoder_specs]
