@@ -63,6 +63,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("sdxl", "trainers.models.sdxl", "SDXL"),
     FamilySpec("sd3", "trainers.models.sd3", "SD3"),
     FamilySpec("flux", "trainers.models.flux", "FLUX"),
+    FamilySpec("chroma", "trainers.models.chroma", "CHROMA"),
 )
 
 METHOD_NAMES: tuple[str, ...] = tuple(m.name for m in METHODS)

@@ -1,0 +1,36 @@
+"""Chroma without its weights (torch-free): its pipeline, and the options it reads (sd-scripts' FLUX.1 options with
+`model_type = "chroma"`: no CLIP-L, no guidance embedding, T5's padding always masked)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
+from trainers.models.flow_rules import Part
+from trainers.models.flux.rules import FluxRules
+
+GUIDANCE_PREFIXES = ("distilled_guidance_layer.", "model.diffusion_model.distilled_guidance_layer.",
+                     "diffusion_model.distilled_guidance_layer.")
+_GUIDANCE_DEFAULT = next(o.default for o in FLOW_OPTIONS if o.name == "guidance_scale")
+
+
+class ChromaRules(FluxRules):
+    name = "chroma"
+    title = "Chroma"
+    pipeline_class = "ChromaPipeline"
+    detect_priority = 4  # its single files have FLUX.1's double blocks too
+    reference_prefixes = GUIDANCE_PREFIXES
+    reads_single_files = False
+    checkpoint_parts = (Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
+                        Part("vae", "vae.", "ae", "autoencoder"))
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().option_issues(values)
+        if values.get("guidance_scale") not in (None, 0, _GUIDANCE_DEFAULT):  # the default: Chroma reads none
+            issues.append(ConfigIssue("guidance_scale", "Chroma has no guidance embedding: set guidance_scale = 0 "
+                                      "(as sd-scripts requires for Chroma)", "flow"))
+        return issues
+
+
+CHROMA = ChromaRules()
