@@ -19,8 +19,6 @@ from PIL import Image, ImageOps
 
 from gui.folder_browser import browsable_textbox, inside
 from gui.text import plain
-from trainers.core.options import parse_resolution
-from trainers.data.buckets import BucketSettings
 from trainers.dataset_edit.backups import list_backups, undo_last
 from trainers.dataset_edit.concepts import create_concept, move_images
 from trainers.dataset_edit.edits import Change, caption_edit, describe, preview, write_changes
@@ -33,7 +31,14 @@ from trainers.dataset_edit.folders import (
     open_dataset,
     read_entry,
 )
-from trainers.dataset_edit.stats import CLIP_LIMIT, DatasetStats, dataset_stats, tag_counts, token_counter
+from trainers.dataset_edit.stats import (
+    CLIP_LIMIT,
+    DatasetStats,
+    dataset_stats,
+    tag_counts,
+    token_counter,
+    training_buckets,
+)
 from trainers.dataset_edit.tags import OPS, BulkOp
 
 THUMBS = Path(tempfile.gettempdir()) / "atelier-thumbs"
@@ -290,7 +295,7 @@ def build_dataset_tab(services: Any) -> DatasetTab:
     def on_stats(path: str, ext: str, reso: str, enable: bool, token_limit: int, model_path: str) -> str:
         try:
             dataset = opened(path, ext)
-            settings = BucketSettings(parse_resolution(reso), bool(enable))
+            settings = training_buckets(reso, enable)
             counter = token_counter(allowed(model_path))
             stats = dataset_stats(dataset, settings, counter, int(token_limit))
         except (DatasetEditError, ValueError, OSError) as err:

@@ -196,3 +196,22 @@ def test_token_counts_with_the_demo_models_tokenizer(kohya: Path) -> None:
     counter = token_counter(str(REPO / "demo" / "tiny-sd1"))
     assert "CLIP tokenizer" in counter.how
     assert counter.count("a b") > 0 and counter.count("") == 0
+
+
+def test_bucket_histogram_is_what_the_trainer_builds(tmp_path: Path) -> None:
+    """The tab's histogram and the trainer's catalog put every image in the same bucket."""
+    from trainers.data.catalog import build_catalog
+    from trainers.dataset_edit.folders import option_defaults
+    from trainers.dataset_edit.stats import training_buckets
+
+    root = tmp_path / "data"
+    for number, size in enumerate([(640, 480), (480, 640), (512, 512), (900, 300), (300, 200)]):
+        save_image(root / "3_thing" / f"{number}.png", size, seed=number)
+    stats = dataset_stats(open_dataset(root), training_buckets("512", True), token_counter())
+    catalog = build_catalog({**option_defaults(), "train_data_dir": str(root), "resolution": "512",
+                             "enable_bucket": True})
+    trained = {image.path.name: image.bucket for image in catalog.images}
+    assert {e.image.name: bucket for bucket, found in stats.buckets.items() for e in found} == trained
+    assert sorted(e.image.name for e, _ in stats.upscaled) == ["4.png"]  # 300x200 is enlarged
+    with pytest.raises(DatasetEditError, match="resolution: got 'big'"):
+        training_buckets("big", True)

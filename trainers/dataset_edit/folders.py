@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from trainers.core.errors import BadInput, ConfigError
 from trainers.core.options import options_for
+from trainers.core.registry import METHOD_NAMES
 from trainers.data.dataset_toml import load_dataset_config
 from trainers.data.kohya_folders import (
     DatasetLayoutError,
@@ -101,11 +102,15 @@ def caption_extension_of(text: str) -> str:
         raise DatasetEditError(f"caption extension: {err}") from None
 
 
+def option_defaults() -> dict[str, Any]:
+    """Every dataset option at its default (the values a dataset TOML or a bucket setting starts from)."""
+    return {o.name: o.default for o in options_for(METHOD_NAMES[0])}
+
+
 def _toml_concepts(path: Path) -> list[Concept]:
-    defaults = {o.name: o.default for o in options_for("lora")}
     warnings: list[str] = []
     try:
-        specs = load_dataset_config(path, defaults, warnings)
+        specs = load_dataset_config(path, option_defaults(), warnings)
     except ConfigError as err:
         raise DatasetEditError(f"dataset config {path}: {err}") from None
     concepts = [Concept(s.path, s.repeats, s.tokens) for d in specs for s in d.subsets if s.kind == "folder"]

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainers.data.buckets import BucketChooser, BucketSettings
-from trainers.dataset_edit.folders import Dataset, Entry
+from trainers.core.options import parse_resolution
+from trainers.data.specs import bucket_settings
+from trainers.dataset_edit.folders import Dataset, DatasetEditError, Entry, option_defaults
 from trainers.dataset_edit.tags import split_tags
 
 CLIP_LIMIT = 75  # CLIP reads 77 tokens: 75 of the caption between its start and end tokens
@@ -36,6 +38,16 @@ def token_counter(model: str = "") -> TokenCounter:
                             f"the CLIP tokenizer of {model.strip()}")
     return TokenCounter(lambda text: len(_WORDS.findall(text)),
                         "an estimate (words and punctuation marks; give a diffusers model folder for exact counts)")
+
+
+def training_buckets(resolution: str, enable: bool) -> BucketSettings:
+    """The buckets of a run at `resolution` (`512` or `W,H`), bucketing on or off, the other bucket options at their
+    defaults: the settings the trainer builds (trainers.data.specs.bucket_settings)."""
+    try:
+        parse_resolution(resolution)
+    except ValueError as err:
+        raise DatasetEditError(f"resolution: {err}") from None
+    return bucket_settings({**option_defaults(), "resolution": resolution, "enable_bucket": bool(enable)})
 
 
 @dataclass
