@@ -1,8 +1,9 @@
 """Several processes: the global batch, DDP equivalence and cost, failures, and DeepSpeed/FSDP configs.
 
 The end-to-end runs use real DDP over gloo on CPU (`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu`).
-DeepSpeed and FSDP need NVIDIA GPUs (accelerate runs CPU processes as plain DDP), so for them the
-generated accelerate configs and commands are checked, parsed back by accelerate itself.
+DeepSpeed and FSDP1 need NVIDIA GPUs (accelerate runs CPU processes as plain DDP), so for them the
+generated accelerate configs and commands are checked, parsed back by accelerate itself; FSDP2 runs on
+CPU too (tests/train/test_fsdp.py).
 """
 from __future__ import annotations
 
@@ -156,8 +157,11 @@ def _full(**values: object):
      {"zero_stage": 1, "offload_optimizer_device": "none"}),
     ({"distributed_backend": "deepspeed", "zero_stage": 2, "offload_optimizer": True, "max_grad_norm": 0.5},
      "DEEPSPEED", {"zero_stage": 2, "offload_optimizer_device": "cpu", "gradient_clipping": 0.5}),
+    ({"distributed_backend": "deepspeed", "zero_stage": 3}, "DEEPSPEED", {"zero_stage": 3, "zero3_save_16bit_model": True}),
     ({"distributed_backend": "fsdp", "gradient_accumulation_steps": 2}, "FSDP",
-     {"fsdp_sharding_strategy": "FULL_SHARD", "fsdp_use_orig_params": True, "fsdp_state_dict_type": "FULL_STATE_DICT"}),
+     {"fsdp_version": 2, "fsdp_reshard_after_forward": True, "fsdp_state_dict_type": "FULL_STATE_DICT"}),
+    ({"distributed_backend": "fsdp", "fsdp_version": 1}, "FSDP",
+     {"fsdp_version": 1, "fsdp_sharding_strategy": "FULL_SHARD", "fsdp_use_orig_params": True}),
 ])
 def test_accelerate_yaml_per_backend_parses_back(values: dict, kind: str, section: dict, tmp_path: Path) -> None:
     from accelerate.commands.config.config_args import load_config_from_file
@@ -249,12 +253,13 @@ def test_validation_rejects_impossible_combinations_with_a_reason() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
-def test_fsdp_on_cpu_is_refused_with_a_reason(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
-    """accelerate runs CPU processes as plain DDP (MULTI_CPU): an FSDP run on CPU would silently not shard."""
+def test_deepspeed_on_cpu_is_refused_with_a_reason(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    """accelerate runs CPU processes as plain DDP (MULTI_CPU): a DeepSpeed run on CPU would silently not shard."""
     args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
-                output_dir=str(tmp_path / "o"), resolution="64", max_train_steps=1, distributed_backend="fsdp")
+                output_dir=str(tmp_path / "o"), resolution="64", max_train_steps=1, distributed_backend="deepspeed")
     result = run_trainer(args, tmp_path / "run", method="finetune", env={"ACCELERATE_USE_CPU": "1"})
-    assert result.returncode == 2 and "distributed_backend: 'fsdp' needs NVIDIA GPUs" in result.stderr
+    assert result.returncode == 2 and "distributed_backend: 'deepspeed' needs NVIDIA GPUs" in result.stderr
+    assert "or 'fsdp' with fsdp_version = 2" in result.stderr
     assert os.path.exists(tmp_path / "run" / "events.jsonl")
 
 
@@ -296,6 +301,13 @@ def test_a_launch_that_does_not_match_distributed_backend_is_refused() -> None:
     with pytest.raises(ConfigError, match="launched for 'ddp': launch with `accelerate launch --config_file"):
         check_launch(_full(distributed_backend="deepspeed"), ddp_launch)
     with pytest.raises(ConfigError, match="set distributed_backend = 'fsdp'"):
-        check_launch(_full(), SimpleNamespace(distributed_type=DistributedType.FSDP))
+        check_launch(_full(), SimpleNamespace(distributed_type=DistributedType.FSDP, state=None))
     check_launch(_full(), ddp_launch)
-    check_launch(_full(distributed_backend="fsdp"), SimpleNamespace(distributed_type=DistributedType.FSDP))
+
+    def fsdp_launch(version: int) -> SimpleNamespace:
+        return SimpleNamespace(distributed_type=DistributedType.FSDP,
+                               state=SimpleNamespace(fsdp_plugin=SimpleNamespace(fsdp_version=version)))
+
+    check_launch(_full(distributed_backend="fsdp"), fsdp_launch(2))
+    with pytest.raises(ConfigError, match="fsdp_version: is 2 but the processes were launched with FSDP1"):
+        check_launch(_full(distributed_backend="fsdp"), fsdp_launch(1))

@@ -80,6 +80,13 @@ def needs_config_file(cfg: TrainConfig) -> bool:
     return cfg.distributed_backend != "ddp"
 
 
+def states_supported(values: dict[str, Any]) -> bool:
+    """Training states (save_state, resume) are written under DDP and FSDP2 (gathered whole), not under DeepSpeed
+    or FSDP1, whose shards have layouts of their own."""
+    backend = values.get("distributed_backend", "ddp")
+    return backend == "ddp" or backend == "fsdp" and values.get("fsdp_version", 2) == 2
+
+
 def accelerate_config(cfg: TrainConfig) -> dict[str, Any]:
     """The accelerate config (as `accelerate config` writes it) for this run's launch options."""
     total = total_processes(cfg)
@@ -116,24 +123,31 @@ def accelerate_config(cfg: TrainConfig) -> dict[str, Any]:
             "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
             "gradient_clipping": float(cfg.max_grad_norm),  # DeepSpeed clips; accelerate's clip_grad_norm_ defers
             "zero3_init_flag": False,
+            "zero3_save_16bit_model": cfg.zero_stage == 3,  # saves gather ZeRO-3's weight shards on rank 0
         }
     elif cfg.distributed_backend == "fsdp":
         out["distributed_type"] = "FSDP"
-        out["fsdp_config"] = {
-            "fsdp_version": 1,
-            "fsdp_sharding_strategy": "FULL_SHARD",
-            "fsdp_auto_wrap_policy": "SIZE_BASED_WRAP",
-            "fsdp_min_num_params": FSDP_MIN_NUM_PARAMS,
-            "fsdp_backward_prefetch": "BACKWARD_PRE",
-            "fsdp_forward_prefetch": False,
-            "fsdp_offload_params": False,
-            "fsdp_state_dict_type": "FULL_STATE_DICT",
-            "fsdp_sync_module_states": True,
-            "fsdp_use_orig_params": True,  # the optimizer, EMA-free saving and LR groups see the model's own params
-            "fsdp_cpu_ram_efficient_loading": False,
-            "fsdp_activation_checkpointing": False,  # gradient_checkpointing is the model's own (diffusers)
-        }
+        out["fsdp_config"] = fsdp_config(cfg)
     return out
+
+
+def fsdp_config(cfg: TrainConfig) -> dict[str, Any]:
+    """accelerate's fsdp_config: FSDP2 (torch's fully_shard: per-parameter shards, runs on CPU too) unless
+    fsdp_version = 1 asks for the older flat-parameter FSDP."""
+    common = {
+        "fsdp_version": cfg.fsdp_version,
+        "fsdp_auto_wrap_policy": "SIZE_BASED_WRAP",
+        "fsdp_min_num_params": FSDP_MIN_NUM_PARAMS,
+        "fsdp_offload_params": False,
+        "fsdp_state_dict_type": "FULL_STATE_DICT",  # saves gather whole weights (our single-file/diffusers outputs)
+        "fsdp_cpu_ram_efficient_loading": False,
+        "fsdp_activation_checkpointing": False,  # gradient_checkpointing is the model's own (diffusers)
+    }
+    if cfg.fsdp_version == 2:
+        return {**common, "fsdp_reshard_after_forward": True}
+    return {**common, "fsdp_sharding_strategy": "FULL_SHARD", "fsdp_backward_prefetch": "BACKWARD_PRE",
+            "fsdp_forward_prefetch": False, "fsdp_sync_module_states": True,
+            "fsdp_use_orig_params": True}  # the optimizer and LR groups see the model's own params
 
 
 def write_accelerate_config(cfg: TrainConfig, run_dir: Path) -> Path | None:

@@ -10,6 +10,7 @@ named. `ddp_gradient_precision` picks plain all-reduce or torch's bf16/fp16 comp
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -32,6 +33,11 @@ def check_launch(cfg: TrainConfig, accelerator: Any) -> None:
     launched = {DistributedType.DEEPSPEED: "deepspeed", DistributedType.FSDP: "fsdp"}.get(
         accelerator.distributed_type, "ddp")
     if launched == cfg.distributed_backend:
+        plugin = getattr(accelerator.state, "fsdp_plugin", None) if launched == "fsdp" else None
+        if plugin is not None and plugin.fsdp_version != cfg.fsdp_version:
+            raise ConfigError([ConfigIssue("fsdp_version", f"is {cfg.fsdp_version} but the processes were launched "
+                                           f"with FSDP{plugin.fsdp_version}: write the accelerate.yaml again (`python "
+                                           "-m trainers accelerate-config --config <config.toml>`)", "launch")])
         return
     if cfg.distributed_backend != "ddp":
         how = ("launch with `accelerate launch --config_file accelerate.yaml ...`, the file written by "
@@ -40,6 +46,51 @@ def check_launch(cfg: TrainConfig, accelerator: Any) -> None:
         how = f"set distributed_backend = {launched!r}, or launch without the {launched} accelerate config"
     raise ConfigError([ConfigIssue("distributed_backend", f"is {cfg.distributed_backend!r} but the processes were "
                                    f"launched for {launched!r}: {how}", "launch")])
+
+
+def on_cpu() -> bool:
+    """The processes run on CPUs (ACCELERATE_USE_CPU, or no CUDA device): collectives go over gloo."""
+    import torch
+
+    return os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes") or not torch.cuda.is_available()
+
+
+def check_backend_device(cfg: TrainConfig) -> None:
+    """DeepSpeed and FSDP1 need NVIDIA GPUs; FSDP2 (torch's fully_shard) also shards CPU processes over gloo."""
+    from trainers.core.options import ConfigError, ConfigIssue
+
+    if cfg.distributed_backend == "ddp" or not on_cpu():
+        return
+    if cfg.distributed_backend == "fsdp" and cfg.fsdp_version == 2:
+        return
+    what, fix = (("'deepspeed'", "choose 'ddp', or 'fsdp' with fsdp_version = 2") if cfg.distributed_backend ==
+                 "deepspeed" else ("'fsdp' with fsdp_version = 1", "set fsdp_version = 2, or choose 'ddp'"))
+    raise ConfigError([ConfigIssue("distributed_backend", f"{what} needs NVIDIA GPUs (accelerate runs CPU processes "
+                                   f"as plain DDP): {fix}", "launch")])
+
+
+def shard_cpu_processes(cfg: TrainConfig, accelerator: Any) -> None:
+    """Turn FSDP2 on for CPU processes launched with an FSDP accelerate config.
+
+    accelerate enables FSDP for GPU processes only and runs CPU ones as plain DDP (MULTI_CPU), although torch's
+    fully_shard shards CPU tensors over gloo just as well. The plugin is the one the launch describes (its FSDP_*
+    environment), so the run trains, saves and resumes exactly as the same launch does on GPUs.
+    """
+    from accelerate import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    launched_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if not (launched_fsdp and cfg.distributed_backend == "fsdp" and cfg.fsdp_version == 2
+            and accelerator.distributed_type == DistributedType.MULTI_CPU):
+        return
+    plugin = FullyShardedDataParallelPlugin()
+    if plugin.fsdp_version != 2:
+        return  # check_launch names the mismatch
+    if accelerator.mixed_precision != "no":
+        plugin.set_mixed_precision(accelerator.mixed_precision)
+    accelerator.state.distributed_type = DistributedType.FSDP
+    accelerator.state.fsdp_plugin = plugin
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP  # as accelerate does for GPU processes
 
 
 _held_groups: list[Any] = []  # see hold_process_group
@@ -185,14 +236,28 @@ class StragglerCheck:
 
 @contextlib.contextmanager
 def full_weights(accelerator: Any) -> Iterator[None]:
-    """Every rank enters; inside, rank 0's model modules hold whole weights (FSDP gathers them).
+    """Every rank enters; inside, rank 0's model modules hold (or answer state_dict() with) whole weights.
 
-    DDP and DeepSpeed ZeRO 1/2 keep whole weights on every rank already: nothing to do.
+    DDP and DeepSpeed ZeRO 1/2 keep whole weights on every rank already: nothing to do. FSDP1 gathers them into
+    the modules. FSDP2 and ZeRO-3 gather a whole state dict onto rank 0's CPU, and there every module's
+    state_dict() answers with its part of it (their own state_dict gives shards), which is what the savers read.
     """
     from accelerate.utils import DistributedType
 
-    if accelerator.distributed_type != DistributedType.FSDP:
+    kind = accelerator.distributed_type
+    if kind == DistributedType.DEEPSPEED and _zero_stage(accelerator) == 3:
+        with _whole_state_dicts(accelerator, lambda model: accelerator.get_state_dict(model, unwrap=False)):
+            yield
+        return
+    if kind != DistributedType.FSDP:
         yield
+        return
+    if accelerator.is_fsdp2:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        with _whole_state_dicts(accelerator, lambda model: get_model_state_dict(model, options=whole)):
+            yield
         return
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
@@ -201,3 +266,35 @@ def full_weights(accelerator: Any) -> Iterator[None]:
             stack.enter_context(FSDP.summon_full_params(model, writeback=False, rank0_only=True,
                                                         offload_to_cpu=True))
         yield
+
+
+def _zero_stage(accelerator: Any) -> int:
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    return int(plugin.zero_stage) if plugin is not None else 0
+
+
+@contextlib.contextmanager
+def _whole_state_dicts(accelerator: Any, gather: Any) -> Iterator[None]:
+    """`gather(model)` on every rank (whole on rank 0); rank 0's modules answer state_dict() from it."""
+    answering: list[Any] = []
+    try:
+        for model in accelerator._models:
+            whole = gather(model)
+            if accelerator.is_main_process:
+                for prefix, module in accelerator.unwrap_model(model).named_modules():
+                    module.state_dict = _part_of(whole, prefix)  # an instance attribute: the class's is back after
+                    answering.append(module)
+        yield
+    finally:
+        for module in answering:
+            del module.state_dict
+
+
+def _part_of(whole: dict[str, Any], prefix: str) -> Any:
+    """A state_dict() that answers with the entries of `whole` under the module named `prefix`."""
+    start = f"{prefix}." if prefix else ""
+
+    def state_dict(*_: Any, **__: Any) -> dict[str, Any]:
+        return {key[len(start):]: value for key, value in whole.items() if key.startswith(start)}
+
+    return state_dict

@@ -131,4 +131,5 @@ def weights_finite(params: list["torch.Tensor"]) -> bool:
     import torch
 
     with torch.no_grad():
-        return all(bool(torch.isfinite(p).all()) for p in params)
+        # a DTensor (FSDP2) is checked in the shard this process holds: no collective on the main process alone
+        return all(bool(torch.isfinite(getattr(p, "_local_tensor", p)).all()) for p in params)

@@ -33,6 +33,7 @@ def train(session: Session, trainable: Trainable) -> Path:
         trainable.predictor.extra.to(accelerator.device)
     predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader,
                                                        device_placement=[not swapping, True, True])
+    params = [p for group in optimizer.param_groups for p in group["params"]]  # FSDP2 replaced them with its shards
     noise = NoiseOptions.from_config(cfg, trainable.model.prediction_type)
     state = TrainingState(session, trainable, predictor, optimizer, lr_scheduler, params)
     report = Reporter(session, trainable.model.family.name, sum(p.numel() for p in params), trainable.hooks)

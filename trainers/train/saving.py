@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from trainers.core.errors import DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped
 from trainers.core.events import Checkpoint
 from trainers.core.fsio import clean_stale_temps, remove_save
+from trainers.core.launch import states_supported
 from trainers.core.retention import Retention, prune
 from trainers.core.saves import Position, check_free_space, find_states, save_name, state_name
 from trainers.train.control import ROLLING_STATE
@@ -40,11 +41,12 @@ class Saver:
         self.out_dir = Path(cfg.output_dir).expanduser()
         self.retention = Retention.of(cfg.values)
         self.main = session.accelerator.is_main_process
-        # ZeRO and FSDP shard the optimizer state across processes: a state written by one would be partial.
-        self.with_states = cfg.values.get("distributed_backend", "ddp") == "ddp"
+        # ZeRO and FSDP1 shard the optimizer state across processes in their own layouts: a state written by one
+        # would be partial. FSDP2's shards are gathered into the usual state (TrainingState.snapshot).
+        self.with_states = states_supported(cfg.values)
         if not self.with_states and self.main and (cfg.save_state or cfg.save_state_on_train_end):
             self._warn(f"training states are not saved with distributed_backend = {cfg.distributed_backend!r} "
-                       "(only with 'ddp'); saves and Stop write the model only")
+                       "(only with 'ddp', or 'fsdp' with fsdp_version = 2); saves and Stop write the model only")
         if cfg.save_state_every_n_minutes and self.with_states:
             session.control.schedule(ROLLING_STATE, cfg.save_state_every_n_minutes * 60)
         if self.main:
@@ -79,13 +81,14 @@ class Saver:
         """A training state every save_state_every_n_minutes; a full disk skips it with a warning."""
         folder = self.out_dir / state_name(save_name(self.name, step=at.step))
         self.session.accelerator.wait_for_everyone()
+        snapshot = self.state.snapshot()  # every process: FSDP2 gathers
         if self.main and not folder.exists():
             try:
                 self._check("a training state", self.state.nbytes())
             except TrainingFailed as err:
                 self._warn(f"rolling training state skipped: {err}")
             else:
-                self.state.write(folder, at, "rolling")
+                self.state.write(folder, at, "rolling", snapshot=snapshot)
                 self._announce(folder, at, "rolling", state=folder)
                 prune(self.out_dir, self.name, self.retention, at)
         self.session.accelerator.wait_for_everyone()
@@ -93,7 +96,7 @@ class Saver:
     def emergency(self, at: Position) -> Path | None:
         """After an error, on this process alone (no barriers): a state of the last finished step, if sound."""
         resumed = self.state.resumed_at.step if self.state.resumed_at else 0
-        if not self.main or not self.with_states or at.step <= resumed:
+        if not self.main or not self.with_states or self.state.sharded or at.step <= resumed:  # FSDP2: no gather
             return None
         folder = self.out_dir / state_name(save_name(self.name, step=at.step))
         if folder.exists():
@@ -133,9 +136,10 @@ class Saver:
         with full_weights(accelerator):  # FSDP: rank 0 holds the whole weights while it writes (every rank joins)
             if self.main:
                 self.trainable.output.save(path, at.epoch, at.step)
+        snapshot = self.state.snapshot() if folder is not None else None  # every process: FSDP2 gathers
         if self.main:
             if folder is not None:
-                self.state.write(folder, at, kind, output=path)
+                self.state.write(folder, at, kind, output=path, snapshot=snapshot)
             self._announce(path, at, kind, state=folder)
             if kind != "final":
                 for gone in prune(self.out_dir, self.name, self.retention, at):

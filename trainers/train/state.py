@@ -10,10 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions
+from torch.distributed.tensor import DTensor
 
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.events import Resume
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
 
 WEIGHTS, EXTRA, OPTIMIZER, SCHEDULER, RNG, SCALER = (
     "weights.safetensors", "extra.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt", "scaler.pt")
+_WHOLE = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered onto the main process's CPU
+_WHOLE_IN = StateDictOptions(full_state_dict=True)  # every process reads the whole state and keeps its shard
 # Options that do not change what is trained; a resume with other values is not worth a warning.
 _NOT_TRAINING = {"saving", "logging", "sampling", "launch"}
 
@@ -37,10 +42,11 @@ class TrainingState:
         self.session, self.trainable = session, trainable
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
         self.params = params
-        module = session.accelerator.unwrap_model(predictor)
+        self.module = session.accelerator.unwrap_model(predictor)
         wanted = {id(p) for p in params}
-        self.named = {name: p for name, p in module.named_parameters() if id(p) in wanted}
-        self.complete = len(self.named) == len(wanted)  # not under FSDP (flattened parameters): no states there
+        self.named = {name: p for name, p in self.module.named_parameters() if id(p) in wanted}
+        self.complete = len(self.named) == len(wanted)  # not under FSDP1 (flat parameters): no states there
+        self.sharded = any(isinstance(p, DTensor) for p in params)  # FSDP2: each process holds a shard
         self.resumed_at: Position | None = None
 
     # --- writing ---
@@ -56,20 +62,38 @@ class TrainingState:
     def finite(self) -> bool:
         return weights_finite(self.params)
 
-    def write(self, folder: Path, at: Position, kind: str, output: Path | None = None) -> Path:
-        """Write the state to `folder` (atomically; main process only)."""
+    def snapshot(self) -> Snapshot | None:
+        """The trained weights and the optimizer state, whole, on the main process (None elsewhere).
+
+        Every process calls it: under FSDP2 the shards are gathered (onto the CPU) for the main process to write,
+        with the optimizer state keyed by parameter name, so the state resumes on any number of processes.
+        """
+        if not self.complete:
+            raise RuntimeError("the trained weights are not all named parameters of the trained module (FSDP1?); "
+                               "training states need distributed_backend = 'ddp', or 'fsdp' with fsdp_version = 2")
+        main = self.session.accelerator.is_main_process
+        if not self.sharded:
+            return Snapshot({n: p.detach().to("cpu").contiguous() for n, p in self.named.items()},
+                            self.optimizer.state_dict()) if main else None
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        weights = {n: p.detach().full_tensor().to("cpu") for n, p in self.named.items()}
+        optimizer = get_optimizer_state_dict(self.module, _torch_optimizer(self.optimizer), options=_WHOLE)
+        return Snapshot(weights, optimizer) if main else None
+
+    def write(self, folder: Path, at: Position, kind: str, output: Path | None = None,
+              snapshot: Snapshot | None = None) -> Path:
+        """Write the state to `folder` (atomically; main process only): `snapshot`, else taken here (DDP)."""
         from safetensors.torch import save_file
 
         cfg, session = self.session.cfg, self.session
-        if not self.complete:
-            raise RuntimeError("the trained weights are not all named parameters of the trained module (FSDP?); "
-                               "training states need distributed_backend = 'ddp'")
+        snapshot = snapshot or self.snapshot()
         with atomic_dir(folder) as tmp:
-            save_file({n: p.detach().to("cpu").contiguous() for n, p in self.named.items()}, tmp / WEIGHTS)
+            save_file({n: t.contiguous() for n, t in snapshot.weights.items()}, tmp / WEIGHTS)
             extra = self.trainable.state()
             if extra:
                 save_file({k: t.detach().to("cpu").contiguous() for k, t in extra.items()}, tmp / EXTRA)
-            torch.save(self.optimizer.state_dict(), tmp / OPTIMIZER)
+            torch.save(snapshot.optimizer, tmp / OPTIMIZER)
             torch.save(self.lr_scheduler.state_dict(), tmp / SCHEDULER)
             torch.save(rng_state(), tmp / RNG)
             scaler = getattr(session.accelerator, "scaler", None)
@@ -101,12 +125,10 @@ class TrainingState:
         problems += self._shape_mismatches(weights)
         if problems:
             raise resume_error(f"{folder} cannot continue this run: " + "; ".join(problems))
-        with torch.no_grad():
-            for name, p in self.named.items():
-                p.copy_(weights[name].to(p.device, p.dtype))
+        self._load_weights(weights)
         base_lrs = list(getattr(self.lr_scheduler, "base_lrs", []))
         try:
-            self.optimizer.load_state_dict(torch.load(folder / OPTIMIZER, map_location="cpu", weights_only=True))
+            self._load_optimizer(torch.load(folder / OPTIMIZER, map_location="cpu", weights_only=True))
             self.lr_scheduler.load_state_dict(torch.load(folder / SCHEDULER, weights_only=True))
         except (ValueError, KeyError, RuntimeError) as err:
             raise resume_error(f"the optimizer state in {folder} does not fit this run ({err}); resume with the same "
@@ -124,6 +146,29 @@ class TrainingState:
         self.resumed_at = at
         self._announce(folder, manifest, at)
         return at
+
+    def _load_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Every process loads the whole weights; under FSDP2 each keeps its own shard of them."""
+        with torch.no_grad():
+            for name, p in self.named.items():
+                whole = weights[name]
+                if isinstance(p, DTensor):
+                    from torch.distributed.tensor import distribute_tensor
+
+                    whole = distribute_tensor(whole.to(p.dtype), p.device_mesh, p.placements, src_data_rank=None).to_local()
+                    p.to_local().copy_(whole)
+                else:
+                    p.copy_(whole.to(p.device, p.dtype))
+
+    def _load_optimizer(self, saved: dict[str, Any]) -> None:
+        """A state keyed by parameter name (saved under FSDP2) fits any sharding; one keyed by position (DDP) fits
+        the same unsharded parameters."""
+        if any(isinstance(key, str) for key in saved.get("state", {})) or self.sharded:
+            from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+            set_optimizer_state_dict(self.module, _torch_optimizer(self.optimizer), saved, options=_WHOLE_IN)
+        else:
+            self.optimizer.load_state_dict(saved)
 
     def _mismatches(self, manifest: dict[str, Any]) -> list[str]:
         cfg, family = self.session.cfg, self.session.model.family.name
@@ -190,6 +235,18 @@ class TrainingState:
 
     def _warn(self, message: str) -> None:
         self.session.events.warn(message)
+
+
+@dataclass
+class Snapshot:
+    """What a training state holds of the model and optimizer, whole and on the CPU."""
+
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+
+
+def _torch_optimizer(optimizer: Any) -> Any:
+    return getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps it
 
 
 def resume_folder(cfg: Any) -> Path:

@@ -199,10 +199,11 @@ def _resume_issues(cfg: TrainConfig, check_paths: bool) -> list[ConfigIssue]:
 
     if not cfg.resume.strip():
         return []
-    backend = cfg.values.get("distributed_backend", "ddp")
-    if backend != "ddp":
-        return [ConfigIssue("resume", f"training states are saved and resumed with distributed_backend = 'ddp' only "
-                            f"(this config has {backend!r})", "saving")]
+    from trainers.core.launch import states_supported
+
+    if not states_supported(cfg.values):
+        return [ConfigIssue("resume", "training states are saved and resumed with distributed_backend = 'ddp' or "
+                            f"'fsdp' (fsdp_version = 2) only (this config has {cfg.distributed_backend!r})", "saving")]
     if not check_paths:
         return []
     if cfg.resume.strip().lower() != "latest":

@@ -19,8 +19,11 @@ OPTIONS: tuple[Option, ...] = (
            "(full finetunes that do not fit; needs the deepspeed package); 'fsdp' shards the weights too (full "
            "finetunes only). DeepSpeed and FSDP go through a per-run accelerate config (accelerate.yaml).", "launch",
            choices=("ddp", "deepspeed", "fsdp"), advanced=True),
-    Option("zero_stage", "int", 2, "DeepSpeed ZeRO stage: 1 shards optimizer states, 2 also gradients.", "launch",
-           min=1, max=2, advanced=True),
+    Option("zero_stage", "int", 2, "DeepSpeed ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also the "
+           "weights (gathered whole for every save).", "launch", min=1, max=3, advanced=True),
+    Option("fsdp_version", "int", 2, "FSDP: 2 is torch's fully_shard (each weight sharded on its own; also runs on "
+           "CPU processes over gloo); 1 the older flat-parameter FSDP (NVIDIA GPUs only).", "launch", min=1, max=2,
+           advanced=True),
     Option("offload_optimizer", "bool", False, "DeepSpeed: keep optimizer states in CPU memory and step them on the "
            "CPU (ZeRO-Offload; much less GPU memory, slower steps; needs optimizer_type = 'AdamW').", "launch",
            advanced=True),
