@@ -109,7 +109,7 @@ def test_tabs_and_subcommands_come_from_the_method_registry() -> None:
 
     source = Path(gui.page.__file__).read_text(encoding="utf-8")
     assert "for i, method in enumerate(METHODS)" in source and not re.search(r"""["']dreambooth["']""", source)
-    assert {m.trains for m in METHODS} == {"network", "full"}
+    assert {"network", "full"} <= {m.trains for m in METHODS}
 
 
 def test_production_code_carries_no_test_hooks() -> None:

@@ -55,6 +55,8 @@ METHODS: tuple[MethodSpec, ...] = (
     MethodSpec("dreambooth", "Dreambooth", "full", "trainers.methods.dreambooth",
                "train the model on your subject, with class (regularization) images"),
     MethodSpec("finetune", "Finetune", "full", "trainers.methods.finetune", "train the whole model"),
+    MethodSpec("textual_inversion", "Textual inversion", "embeddings", "trainers.methods.textual_inversion",
+               "learn a new word (an embedding) for SD1.x/2.x or SDXL"),
 )
 
 FAMILIES: tuple[FamilySpec, ...] = (
@@ -64,6 +66,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("sd3", "trainers.models.sd3", "SD3"),
     FamilySpec("flux", "trainers.models.flux", "FLUX"),
     FamilySpec("chroma", "trainers.models.chroma", "CHROMA"),
+    FamilySpec("qwen_image", "trainers.models.qwen_image", "QWEN_IMAGE"),
 )
 
 METHOD_NAMES: tuple[str, ...] = tuple(m.name for m in METHODS)

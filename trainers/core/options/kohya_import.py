@@ -45,8 +45,10 @@ OUTPUT_FOLDERS = ("output_dir", "logging_dir")
 
 
 def guess_method(flat: dict[str, Any]) -> tuple[str, str]:
-    """(method, why) for an sd-scripts TOML, from its keys: a network trains a LoRA; regularization or class
-    images make it Dreambooth; otherwise the whole model is finetuned."""
+    """(method, why) for an sd-scripts TOML, from its keys: a new word is textual inversion; a network trains a
+    LoRA; regularization or class images make it Dreambooth; otherwise the whole model is finetuned."""
+    if "token_string" in flat:
+        return "textual_inversion", "it sets token_string (train_textual_inversion.py)"
     if any(key.startswith("network_") for key in flat):
         return "lora", "it sets network options (train_network.py)"
     if any(not blank(flat.get(key)) for key in _DREAMBOOTH_KEYS):

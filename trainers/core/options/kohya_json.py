@@ -23,7 +23,7 @@ from trainers.core.options.training import BY_NAME
 
 @dataclass
 class KohyaJson:
-    method: str  # lora, dreambooth or finetune: the kohya_ss tab the file is for
+    method: str  # lora, dreambooth, finetune or textual_inversion: the kohya_ss tab the file is for
     options: dict[str, Any]  # the keys kohya_ss would write in its sd-scripts --config_file
     notes: list[str] = field(default_factory=list)
     decided: frozenset[str] = frozenset()  # the options its fields decide, empty ones included (see decided_options)
@@ -54,7 +54,7 @@ SAME_NAME: frozenset[str] = frozenset({
     "scale_weight_norms", "seed", "shuffle_caption", "skip_cache_check", "stop_text_encoder_training",
     "train_batch_size", "train_data_dir", "train_inpainting", "train_text_encoder", "training_comment", "v2",
     "v_parameterization", "v_pred_like_loss", "vae", "vae_batch_size", "wandb_api_key", "wandb_run_name",
-    "weighted_captions",
+    "weighted_captions", "token_string", "init_word", "num_vectors_per_token",
 })
 RENAMED: dict[str, str] = {"max_resolution": "resolution", "optimizer": "optimizer_type",
                            "lora_network_weights": "network_weights", "main_process_port": "main_process_port"}
@@ -71,7 +71,7 @@ GUI_ONLY: dict[str, str] = {
     "lr_warmup_steps": "", "lr_scheduler_num_cycles": "", "epoch": "", "sample_prompts": "", "xformers": "",
     "optimizer_args": "", "lr_scheduler_args": "", "additional_parameters": "", SDXL_FLAG: "", "sdxl_checkbox": "",
     "sdxl_cache_text_encoder_outputs": "", "sdxl_no_half_vae": "", "max_data_loader_n_workers": "",
-    "image_folder": "", "train_dir": "",
+    "image_folder": "", "train_dir": "", "template": "", "weights": "",
     "multi_gpu": "several processes are multi-GPU here (num_processes)",
     "extra_accelerate_launch_args": "accelerate arguments are Atelier's launch options (num_processes, gpu_ids, ...)",
     "use_wandb": "Weights & Biases logging is not available; TensorBoard logs go to logging_dir",
@@ -113,7 +113,7 @@ FLOW_GUI_FIELDS = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flo
                              "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
                              "training_shift", "apply_t5_attn_mask", "apply_lg_attn_mask", "t5xxl_max_token_length",
                              "ae", "clip_l", "clip_g"})
-TEXTUAL_INVERSION = ("token_string", "init_word", "num_vectors_per_token", "template")
+TEXTUAL_INVERSION = ("token_string", "init_word", "num_vectors_per_token", "template")  # fields of the TI tab only
 FINETUNE_FIELDS = ("image_folder", "train_dir", "caption_metadata_filename", "latent_metadata_filename",
                    "dataset_repeats", "use_latent_files", "create_caption", "create_buckets")
 
@@ -190,7 +190,10 @@ def decided_options(raw: dict[str, Any]) -> frozenset[str]:
 
 
 def method_of(raw: dict[str, Any]) -> str:
-    """The kohya_ss tab a JSON config is for: its fields differ (LoRA_type, or the finetune tab's image_folder)."""
+    """The kohya_ss tab a JSON config is for: its fields differ (LoRA_type, the finetune tab's image_folder, the
+    textual inversion tab's token_string)."""
+    if any(name in raw for name in TEXTUAL_INVERSION):
+        return "textual_inversion"
     if "LoRA_type" in raw or "network_dim" in raw:
         return "lora"
     if any(name in raw for name in FINETUNE_FIELDS):
@@ -252,9 +255,7 @@ class _Converter:
 
     def _families(self) -> bool:
         """False (with one issue) when the file trains a model family Atelier does not."""
-        if any(name in self.raw for name in TEXTUAL_INVERSION):
-            self.refuse("token_string", "textual inversion training is not available (this is a kohya_ss textual "
-                        "inversion config); train a LoRA instead")
+        if self.method == "textual_inversion" and not self._textual_inversion():
             return False
         for switch, message in OTHER_FAMILY_SWITCHES.items():
             if self.raw.get(switch) is True and not (self.method == "lora" and flow.is_flux_lora(self.raw)
@@ -271,13 +272,26 @@ class _Converter:
             return False
         return True
 
+    def _textual_inversion(self) -> bool:
+        """False (with an issue) for what the textual inversion tab trains differently here: its fixed prompt
+        templates instead of the captions, or a start from an embedding file."""
+        template = self.get("template") or "caption"
+        if template != "caption":
+            self.refuse("template", f"{template!r} trains on sd-scripts' fixed prompts ('a painting in the style "
+                        "of {}', ...) instead of your captions, which is not available here: choose 'caption' and "
+                        "write captions that hold the word (e.g. 'a painting in the style of "
+                        f"{self.get('token_string') or 'zxc'}')")
+        if self.get("weights"):
+            self.refuse("weights", "starting from an existing embedding file is not available here; leave it empty")
+        return template == "caption" and not self.get("weights")
+
     def _copy(self) -> None:
         for name, value in self.raw.items():
             if name in SAME_NAME:
                 self.out[name] = value
             elif name in RENAMED:
                 self.out[RENAMED[name]] = value
-        if self.method == "lora":  # the LoRA tab cannot stop the text encoder early (kohya_ss sets it to 0)
+        if self.method in ("lora", "textual_inversion"):  # these tabs cannot stop the text encoder early
             self.out.pop("stop_text_encoder_training", None)
 
     def _model_flags(self) -> None:

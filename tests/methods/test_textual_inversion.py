@@ -1,0 +1,114 @@
+"""Textual inversion: a new word's vectors trained on tiny SD1.x and SDXL models, saved as files diffusers'
+load_textual_inversion (and A1111/ComfyUI) read; a word the tokenizer knows is refused before training."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from trainers.core.errors import ConfigError
+from trainers.core.options import load_config
+from trainers.core.options.kohya_import import import_kohya_file
+from trainers.demo import build_dataset
+from trainers.validate import validate
+
+from helpers import FAST, events, run_trainer, sets
+
+CORPUS_TI = Path(__file__).resolve().parents[1] / "core" / "kohya_corpus" / "kohya_ss" / "test" / "config"
+TI_FAST = [kv for kv in FAST if not kv.startswith("network_")] + ["learning_rate=0.05"]
+
+
+def ti_args(model: Path, dataset: Path, out: Path, **values: object) -> list[str]:
+    return [*sets(pretrained_model_name_or_path=str(model), train_data_dir=str(dataset), output_dir=str(out),
+                  token_string="sks", **values), *[a for kv in TI_FAST for a in ("--set", kv)]]
+
+
+def issues_of(model: Path, **values: object) -> dict[str, str]:
+    cfg = load_config("textual_inversion", overrides=[f"{k}={v!r}".replace("'", '"') for k, v in
+                                                      {"pretrained_model_name_or_path": str(model), **values}.items()])
+    return {i.field: i.message for i in validate(cfg, check_paths=False)}
+
+
+def test_a_word_the_tokenizer_knows_or_a_missing_word_is_named_before_training(tiny_sd1_dir: Path) -> None:
+    # The tiny tokenizer reads characters: "a" is a word of it already.
+    known = issues_of(tiny_sd1_dir, token_string="a")
+    assert "'a' is already a word of the model's tokenizer (tokenizer)" in known["token_string"]
+    assert "is needed: the new word to learn" in issues_of(tiny_sd1_dir, token_string="")["token_string"]
+    assert "must be one word" in issues_of(tiny_sd1_dir, token_string="my word")["token_string"]
+    assert "write it as 'mychar'" in issues_of(tiny_sd1_dir, token_string="MyChar")["token_string"]
+    assert "token_string" not in issues_of(tiny_sd1_dir, token_string="sks")
+
+
+@pytest.mark.slow
+def test_sd1_embedding_changes_only_prompts_with_its_word(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    from diffusers import StableDiffusionPipeline
+
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape")
+    out, run_dir = tmp_path / "out", tmp_path / "run"
+    result = run_trainer(ti_args(tiny_sd1_dir, dataset, out, init_word="o", num_vectors_per_token=2,
+                                 max_train_steps=3, sample_prompt_lines=["sks shape --s 2"], sample_every_n_steps=3),
+                         run_dir, method="textual_inversion")
+    assert result.returncode == 0, result.stderr[-3000:]
+    evs = events(run_dir)
+    assert evs[-1]["type"] == "done" and [e["step"] for e in evs if e["type"] == "sample"] == [3]
+    file = out / "textual_inversion.safetensors"
+    with safe_open(str(file), "pt") as handle:
+        assert list(handle.keys()) == ["emb_params"] and handle.get_tensor("emb_params").shape == (2, 32)
+        assert handle.metadata()["ss_token_string"] == "sks"
+
+    pipe = StableDiffusionPipeline.from_pretrained(str(tiny_sd1_dir), safety_checker=None)
+
+    def encoded(prompt: str) -> torch.Tensor:
+        ids = pipe.tokenizer(pipe.maybe_convert_prompt(prompt, pipe.tokenizer), padding="max_length",
+                             max_length=77, return_tensors="pt").input_ids
+        with torch.no_grad():
+            return pipe.text_encoder(ids)[0]
+
+    prompts = ["a red circle", "o o shape"]
+    before = [encoded(p) for p in prompts]
+    pipe.load_textual_inversion(str(file), token="sks")
+    assert all(torch.equal(b, encoded(p)) for b, p in zip(before, prompts))  # prompts without the word: the same
+    # The word started as its init word's vectors ("o", twice); training moved them.
+    assert not torch.allclose(encoded("sks shape"), before[1], atol=1e-4)
+
+
+@pytest.mark.slow
+def test_sdxl_embedding_holds_both_text_encoders_vectors(tiny_sdxl_dir: Path, tmp_path: Path) -> None:
+    from diffusers import StableDiffusionXLPipeline
+
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape")
+    out = tmp_path / "out"
+    result = run_trainer(ti_args(tiny_sdxl_dir, dataset, out, init_word="o", max_train_steps=1,
+                                 output_name="sks"), tmp_path / "run", method="textual_inversion")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with safe_open(str(out / "sks.safetensors"), "pt") as handle:
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+    pipe = StableDiffusionXLPipeline.from_pretrained(str(tiny_sdxl_dir))
+    assert {k: v.shape[0] for k, v in tensors.items()} == {"clip_l": 1, "clip_g": 1}
+    assert tensors["clip_l"].shape[1] == pipe.text_encoder.config.hidden_size
+    assert tensors["clip_g"].shape[1] == pipe.text_encoder_2.config.hidden_size
+    # As diffusers documents SDXL embeddings: each encoder's vectors into its own tokenizer and encoder.
+    pipe.load_textual_inversion(tensors["clip_l"], token="sks", text_encoder=pipe.text_encoder,
+                                tokenizer=pipe.tokenizer)
+    pipe.load_textual_inversion(tensors["clip_g"], token="sks", text_encoder=pipe.text_encoder_2,
+                                tokenizer=pipe.tokenizer_2)
+    with torch.no_grad():
+        with_word = pipe.encode_prompt("sks shape", do_classifier_free_guidance=False)[0]
+        init_word = pipe.encode_prompt("o shape", do_classifier_free_guidance=False)[0]
+    assert not torch.allclose(with_word, init_word, atol=1e-4)  # both encoders' vectors trained away from "o"
+
+
+def test_kohya_ss_textual_inversion_configs_import_into_the_textual_inversion_tab(tmp_path: Path) -> None:
+    raw = json.loads((CORPUS_TI / "TI-AdamW8bit.json").read_text(encoding="utf-8"))
+    (tmp_path / "styled.json").write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:  # sd-scripts' style templates instead of the captions
+        import_kohya_file(tmp_path / "styled.json")
+    assert {i.field for i in refused.value.issues} == {"template"} and "choose 'caption'" in str(refused.value)
+    (tmp_path / "captions.json").write_text(json.dumps({**raw, "template": "caption"}), encoding="utf-8")
+    method, values, _ = import_kohya_file(tmp_path / "captions.json")
+    assert method == "textual_inversion"
+    assert (values["token_string"], values["init_word"], values["num_vectors_per_token"]) == ("zxc", "*", 8)
+    assert values["max_train_epochs"] == 8 and values["learning_rate"] == 1e-4

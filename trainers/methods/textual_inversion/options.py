@@ -1,0 +1,28 @@
+"""Textual inversion's own options (torch-free): the new word, what it starts from, how many vectors it has.
+Names and meanings as sd-scripts' train_textual_inversion.py."""
+from __future__ import annotations
+
+from trainers.core.options.schema import Option
+from trainers.core.registry import only
+
+TEXTUAL_INVERSION = only("textual_inversion")
+GROUPS = {"embedding": "New word (embedding)"}
+SD_SCRIPTS: dict[str, str] = {"sd1": "train_textual_inversion.py", "sd2": "train_textual_inversion.py",
+                              "sdxl": "sdxl_train_textual_inversion.py"}
+MAX_VECTORS = 75  # one chunk of a CLIP prompt
+
+
+def _embedding(name: str, kind: str, default: object, help: str, **kw: object) -> Option:
+    return Option(name, kind, default, help, "embedding", methods=TEXTUAL_INVERSION, **kw)  # type: ignore[arg-type]
+
+
+OPTIONS: tuple[Option, ...] = (
+    _embedding("token_string", "str", "", "The new word the embedding is learned for, as your captions and prompts "
+               "write it (e.g. 'mychar'): one lowercase word the tokenizer does not know yet. Captions without it "
+               "teach it nothing."),
+    _embedding("init_word", "str", "", "The word(s) the new vectors start from, e.g. 'woman' (their tokens are "
+               "repeated or cut to num_vectors_per_token); empty: the text encoder's usual init of new tokens."),
+    _embedding("num_vectors_per_token", "int", 1, "How many vectors (tokens) the new word stands for: more learn "
+               "more, and take that many of a prompt's 75 tokens. Written as <token_string>, <token_string>1, ... "
+               "inside the text encoder.", min=1, max=MAX_VECTORS),
+)
