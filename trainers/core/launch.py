@@ -59,8 +59,8 @@ def cpu_threads(cfg: TrainConfig) -> int | None:
 
 
 def launch_env(cfg: TrainConfig) -> dict[str, str]:
-    """Extra environment: without NVIDIA GPUs, several processes run as CPU DDP (gloo)."""
-    if cfg.num_processes > 1 and shutil.which("nvidia-smi") is None:
+    """Extra environment: without NVIDIA GPUs, several processes (on this or other machines) run on CPUs (gloo)."""
+    if total_processes(cfg) > 1 and shutil.which("nvidia-smi") is None:
         return {"ACCELERATE_USE_CPU": "1"}
     return {}
 
