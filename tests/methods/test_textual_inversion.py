@@ -112,3 +112,42 @@ def test_kohya_ss_textual_inversion_configs_import_into_the_textual_inversion_ta
     assert method == "textual_inversion"
     assert (values["token_string"], values["init_word"], values["num_vectors_per_token"]) == ("zxc", "*", 8)
     assert values["max_train_epochs"] == 8 and values["learning_rate"] == 1e-4
+
+
+def test_the_kohya_export_runs_sd_scripts_textual_inversion_script_and_says_a_lora_s_word_is_left_out() -> None:
+    from trainers.core.options.kohya_export import sd_scripts_command
+
+    argv, text, _ = sd_scripts_command(load_config("textual_inversion", overrides=[
+        "token_string='zxc'", "num_vectors_per_token=4", "max_train_steps=5"]), family="sdxl")
+    assert "sdxl_train_textual_inversion.py" in argv
+    assert 'token_string = "zxc"' in text and "num_vectors_per_token = 4" in text
+    _, text, notes = sd_scripts_command(load_config("lora", overrides=["token_string='zxc'", "max_train_steps=5"]),
+                                        family="sd1")
+    assert "token_string" not in text and any("learn no new word (pivotal tuning)" in n for n in notes)
+
+
+@pytest.mark.slow
+def test_pivotal_tuning_saves_the_word_inside_the_lora_and_on_its_own(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    from diffusers import StableDiffusionPipeline
+    from safetensors.torch import load_file
+
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape")
+    out = tmp_path / "out"
+    args = [*sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset), output_dir=str(out),
+                  output_name="pivotal", token_string="sks", init_word="o", embedding_lr=0.05, max_train_steps=2),
+            *[a for kv in FAST for a in ("--set", kv)]]
+    result = run_trainer(args, tmp_path / "run", method="lora")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lora = load_file(out / "pivotal.safetensors")
+    bundled = lora.pop("bundle_emb.sks.string_to_param.*")  # A1111/Forge read the word from the LoRA file
+    alone = load_file(out / "pivotal_embeddings" / "sks.safetensors")
+    assert torch.equal(bundled, alone["emb_params"]) and bundled.shape == (1, 32)
+    assert any(k.startswith("lora_te_") for k in lora) and any(k.startswith("lora_unet_") for k in lora)
+
+    pipe = StableDiffusionPipeline.from_pretrained(str(tiny_sd1_dir), safety_checker=None)
+    pipe.load_lora_weights(lora)  # the LoRA's own weights, as diffusers reads them
+    with torch.no_grad():
+        init_word = pipe.encode_prompt("o shape", "cpu", 1, False)[0]
+        pipe.load_textual_inversion(str(out / "pivotal_embeddings" / "sks.safetensors"), token="sks")
+        with_word = pipe.encode_prompt("sks shape", "cpu", 1, False)[0]
+    assert not torch.allclose(with_word, init_word, atol=1e-4)  # the word trained away from its init word

@@ -75,6 +75,9 @@ LEFT_OUT: dict[str, str] = {
     "machine_rank": "give --machine_rank to accelerate launch",
     "ddp_gradient_precision": "sd-scripts exchanges float32 gradients",
     "metadata_dir": "sd-scripts reads captions and tags from one in_json file (finetune/merge_captions_to_metadata.py)",
+    **dict.fromkeys(("token_string", "init_word", "num_vectors_per_token", "embedding_lr"),
+                    "sd-scripts' LoRA scripts learn no new word (pivotal tuning): train the word on its own with "
+                    "train_textual_inversion.py"),
 }
 _METADATA_FILTERS = ("metadata_abs_min_score", "metadata_min_score", "metadata_tag_bonus", "metadata_blacklist_tags",
                      "metadata_remove_tags", "metadata_tag_replacements", "metadata_score_tags",
@@ -84,7 +87,8 @@ assert all(SAMPLERS.get(v) == k for k, v in SAMPLERS_BACK.items())
 
 
 def script_for(method: str, family: str | None) -> tuple[str, list[str]]:
-    """The sd-scripts script of `method` (its folder's SD_SCRIPTS) for `family` ('auto' or None: not known, SD1.x's
+    """The sd-scripts script of `method` (its folder's SD_SCRIPTS; SD_SCRIPTS_OPTIONS: its options that script
+    reads under their names) for `family` ('auto' or None: not known, SD1.x's
     with a note); a ConfigError where sd-scripts has none."""
     scripts: dict[str, str] = getattr(DECLARATIONS.get(method), "SD_SCRIPTS", {})
     if family in scripts:
@@ -117,13 +121,14 @@ def sd_scripts_command(cfg: TrainConfig, family: str | None = None, config_path:
             notes.append(f"{name} = {cfg.values[name]!r} is left out: {why}")
 
     family_reads = _family_reads(family)
+    same = SAME | set(getattr(DECLARATIONS.get(cfg.method), "SD_SCRIPTS_OPTIONS", ()))  # the method's script's own
     for name, value in cfg.values.items():
         if not family_reads(name):
             if value != defaults.get(name):
                 notes.append(f"{name} = {value!r} is left out: {script} does not read it")
         elif name in VALIDATION and "network_args" not in cfg.values:
             note_left_out(name, f"{script} computes no validation loss (sd-scripts' LoRA scripts do)")
-        elif (name in SAME or name in VALIDATION) and value is not None and value != "" and value != []:
+        elif (name in same or name in VALIDATION) and value is not None and value != "" and value != []:
             values[name] = value
         elif name in LEFT_OUT:
             note_left_out(name, LEFT_OUT[name])
@@ -175,6 +180,8 @@ def _family(family: str | None, script: str, values: dict[str, Any]) -> None:
 
 
 def _text_encoder(cfg: TrainConfig, script: str, values: dict[str, Any], notes: list[str]) -> None:
+    if method_spec(cfg.method).trains not in ("network", "full"):  # its script trains at learning_rate alone
+        return
     te_lr, unet_lr = cfg.values.get("text_encoder_lr"), cfg.values.get("unet_lr")
     if "network_args" in cfg.values:  # a LoRA script: one rate per text encoder, as a list
         if te_lr is not None:

@@ -8,6 +8,7 @@ from trainers.core.optimizers import text_encoder_rates
 from trainers.core.options import TrainConfig
 from trainers.core.paths import path_problem
 from trainers.methods.lora.settings import network_settings
+from trainers.methods.textual_inversion.rules import new_word_issues
 
 SUFFIX = ".safetensors"
 
@@ -63,7 +64,7 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if cfg.cache_text_encoder_outputs and not cfg.network_train_unet_only:
         bad("cache_text_encoder_outputs", "needs frozen text encoders: set network_train_unet_only = true, or turn "
             "caching off", "dataset")
-    return found
+    return found + new_word_issues(cfg)
 
 
 def output_suffix(cfg: TrainConfig) -> str:
@@ -72,12 +73,20 @@ def output_suffix(cfg: TrainConfig) -> str:
 
 def outputs(cfg: TrainConfig) -> list[Path]:
     final = Path(cfg.output_dir).expanduser() / f"{cfg.output_name}{SUFFIX}"
-    return [final, diffusers_folder(final)] if cfg.values.get("save_diffusers_lora") else [final]
+    word = cfg.token_string.strip()
+    return [final] + ([diffusers_folder(final)] if cfg.values.get("save_diffusers_lora") else []) + \
+        ([embedding_file(final, word)] if word else [])
 
 
 def diffusers_folder(final: Path) -> Path:
     """Where save_diffusers_lora writes the final LoRA in diffusers' layout."""
     return final.with_name(final.name.removesuffix(SUFFIX) + "-diffusers")
+
+
+def embedding_file(final: Path, word: str) -> Path:
+    """Where pivotal tuning's final save writes the new word on its own: <output_name>_embeddings/<word>.safetensors
+    (A1111 and ComfyUI name an embedding by its file)."""
+    return final.with_name(final.name.removesuffix(SUFFIX) + "_embeddings") / f"{word}{SUFFIX}"
 
 
 def memory_tips(cfg: TrainConfig) -> list[str]:

@@ -26,8 +26,10 @@ from trainers.methods.lora.file_format import (
 from trainers.methods.lora.lycoris_net import LycorisNetwork
 from trainers.methods.lora.network import Dropouts, LoRANetwork
 from trainers.methods.lora.params import LearningRates, param_groups
-from trainers.methods.lora.rules import SUFFIX, diffusers_folder, outputs
+from trainers.methods.lora.rules import SUFFIX, diffusers_folder, embedding_file, outputs
 from trainers.methods.lora.settings import NetworkSettings, network_settings
+from trainers.methods.textual_inversion.embeddings import KeepOtherWords, NewWord, add_word
+from trainers.methods.textual_inversion.rules import token_strings
 from trainers.models import LoadedModel
 from trainers.models.single_file import SAVE_DTYPES
 from trainers.train.diffusion import NoisePredictor
@@ -170,16 +172,22 @@ class LoRAFile:
 
     suffix = SUFFIX
 
-    def __init__(self, cfg: TrainConfig, session: Session, network: Network, settings: NetworkSettings) -> None:
-        self.cfg, self.session, self.network, self.settings = cfg, session, network, settings
+    def __init__(self, cfg: TrainConfig, session: Session, network: Network, settings: NetworkSettings,
+                 word: NewWord | None = None) -> None:
+        self.cfg, self.session, self.network, self.settings, self.word = cfg, session, network, settings, word
         self.dtype = SAVE_DTYPES[cfg.save_precision]
         self.session_id = random.Random(f"{cfg.seed}:{session.started_at}").randrange(2**32)
 
     def save(self, path: Path, epoch: int, step: int) -> None:
         tensors = self.network.kohya_state_dict(self.dtype)
         metadata = metadata_for(self.cfg, self.session, self.settings, self.session_id, epoch, step)
-        save_lora_file(path, tensors, with_hashes(tensors, metadata))
-        if self.cfg.save_diffusers_lora and path == outputs(self.cfg)[0]:
+        bundled = self.word.bundled(self.dtype) if self.word is not None else {}  # pivotal tuning: A1111/Forge's way
+        save_lora_file(path, {**tensors, **bundled}, with_hashes({**tensors, **bundled}, metadata))
+        final = path == outputs(self.cfg)[0]
+        if self.word is not None and final:  # and on its own, for diffusers' load_textual_inversion and ComfyUI
+            save_lora_file(embedding_file(path, self.word.word), self.word.embedding_file(self.dtype),
+                           {"ss_token_string": self.word.word, "ss_output_name": self.cfg.output_name})
+        if self.cfg.save_diffusers_lora and final:
             self._save_diffusers(tensors, diffusers_folder(path))
 
     def _save_diffusers(self, tensors: dict[str, torch.Tensor], folder: Path) -> None:
@@ -194,7 +202,9 @@ class LoRAFile:
                            {"format": "pt"})
 
     def nbytes(self) -> int:
-        return sum(p.numel() for p in self.network.parameters()) * torch.empty((), dtype=self.dtype).element_size()
+        vectors = 2 * sum(v.numel() for v in self.word.vectors()) if self.word is not None else 0
+        weights = sum(p.numel() for p in self.network.parameters()) + vectors
+        return weights * torch.empty((), dtype=self.dtype).element_size()
 
 
 class LoRA(Method):
@@ -202,6 +212,8 @@ class LoRA(Method):
         model = session.model
         settings = network_settings(cfg)
         freeze(model.unet, model.vae, *model.text_encoders)
+        word = add_word(model, cfg.token_string.strip(), token_strings(cfg), cfg.init_word) \
+            if cfg.token_string.strip() else None  # pivotal tuning: a new word learned with the LoRA
         if cfg.base_weights:
             merged = merge_base_weights(model, cfg.base_weights, [float(v) for v in cfg.base_weights_multiplier])
             if session.accelerator.is_main_process:
@@ -215,14 +227,22 @@ class LoRA(Method):
                 te.train()  # so gradient checkpointing and dropout behave as in training
         style = model.family.unet_key_style
         groups = param_groups(network.named_modules_for_kohya(), learning_rates(cfg, settings, style), style)
-        predictor = NoisePredictor(model, network, cfg.clip_skip, train_text_encoder=train_te,
+        groups += word_groups(cfg, word) if word is not None else []
+        predictor = NoisePredictor(model, network, cfg.clip_skip, train_text_encoder=train_te or word is not None,
                                    text_encoders_cached=cfg.cache_text_encoder_outputs, memoize=session.memoize_text)
-        hooks: list[StepHook] = []
+        hooks: list[StepHook] = [KeepOtherWords(word)] if word is not None else []
         if isinstance(network, DyLoRANetwork):
             hooks.append(DyLoRAUnits(network))
         if cfg.scale_weight_norms:
             hooks.append(MaxNorm(network, cfg.scale_weight_norms, session))
-        return Trainable(model, predictor, groups, LoRAFile(cfg, session, network, settings), hooks=hooks)
+        return Trainable(model, predictor, groups, LoRAFile(cfg, session, network, settings, word), hooks=hooks)
+
+
+def word_groups(cfg: TrainConfig, word: NewWord) -> list[dict[str, Any]]:
+    """The new word's vectors in each text encoder, at embedding_lr (else that encoder's text_encoder_lr)."""
+    rates = [cfg.embedding_lr] if cfg.embedding_lr is not None else text_encoder_rates(cfg)
+    return [{"params": [weight], "lr": rates[min(i, len(rates) - 1)], "name": f"embedding{i + 1}"}
+            for i, weight in enumerate(word.parameters())]
 
 
 METHOD = LoRA()

@@ -6,23 +6,30 @@ from trainers.core.options.schema import Option
 from trainers.core.registry import only
 
 TEXTUAL_INVERSION = only("textual_inversion")
+WITH_LORA = only("textual_inversion", "lora")  # a LoRA learns a new word alongside (pivotal tuning)
 GROUPS = {"embedding": "New word (embedding)"}
 SD_SCRIPTS: dict[str, str] = {"sd1": "train_textual_inversion.py", "sd2": "train_textual_inversion.py",
                               "sdxl": "sdxl_train_textual_inversion.py"}
+SD_SCRIPTS_OPTIONS = ("token_string", "init_word", "num_vectors_per_token")  # that script reads them by these names
 MAX_VECTORS = 75  # one chunk of a CLIP prompt
 
 
-def _embedding(name: str, kind: str, default: object, help: str, **kw: object) -> Option:
-    return Option(name, kind, default, help, "embedding", methods=TEXTUAL_INVERSION, **kw)  # type: ignore[arg-type]
+def _embedding(name: str, kind: str, default: object, help: str, methods: frozenset[str] = WITH_LORA,
+               **kw: object) -> Option:
+    return Option(name, kind, default, help, "embedding", methods=methods, **kw)  # type: ignore[arg-type]
 
 
 OPTIONS: tuple[Option, ...] = (
     _embedding("token_string", "str", "", "The new word the embedding is learned for, as your captions and prompts "
                "write it (e.g. 'mychar'): one lowercase word the tokenizer does not know yet. Captions without it "
-               "teach it nothing."),
+               "teach it nothing. LoRA: a word learned together with the LoRA (pivotal tuning), saved inside the "
+               "LoRA file and as its own embedding; empty: none."),
     _embedding("init_word", "str", "", "The word(s) the new vectors start from, e.g. 'woman' (their tokens are "
                "repeated or cut to num_vectors_per_token); empty: the text encoder's usual init of new tokens."),
     _embedding("num_vectors_per_token", "int", 1, "How many vectors (tokens) the new word stands for: more learn "
                "more, and take that many of a prompt's 75 tokens. Written as <token_string>, <token_string>1, ... "
                "inside the text encoder.", min=1, max=MAX_VECTORS),
+    _embedding("embedding_lr", "float", None, "Pivotal tuning: learning rate of the new word's vectors (unset: "
+               "text_encoder_lr, else learning_rate). Embeddings usually want a higher rate than the LoRA (e.g. "
+               "1e-3 beside 1e-4).", methods=only("lora"), min=0, nullable=True, advanced=True),
 )
