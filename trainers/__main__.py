@@ -5,8 +5,9 @@ Also: `python -m trainers demo --out DIR` (tiny model + dataset, offline),
 `python -m trainers options` (the option table, as markdown),
 `python -m trainers accelerate-config --config run.toml` (the accelerate config of DeepSpeed/FSDP runs),
 `python -m trainers generate|compare` (images and compare grids; see trainers/generate/),
-`python -m trainers tools <verb>` (LoRA and model tools; see trainers/tools/), and
-`python -m trainers caption|masks` (captions and loss masks of a dataset; see trainers/caption/).
+`python -m trainers tools <verb>` (LoRA and model tools; see trainers/tools/),
+`python -m trainers caption|masks` (captions and loss masks of a dataset; see trainers/caption/), and
+`python -m trainers cluster sbatch|k8s <config>` (SLURM / Kubernetes job files; see trainers/cluster/).
 Methods (their subcommands) come from trainers/core/registry.py.
 """
 from __future__ import annotations
@@ -73,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     from trainers.caption.cli import add_arguments as add_caption_arguments
 
     add_caption_arguments(sub)  # caption, masks: dataset jobs (each names its own main)
+    from trainers.cluster.cli import add_arguments as add_cluster_arguments
+
+    add_cluster_arguments(sub)  # cluster sbatch|k8s: job files
     return parser
 
 
