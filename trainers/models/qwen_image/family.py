@@ -1,0 +1,169 @@
+"""Qwen-Image (diffusers QwenImageTransformer2DModel, QwenImagePipeline), as musubi-tuner trains it: captions in the
+pipeline's chat template read by Qwen2.5-VL (its last hidden states less the template's 34 system tokens, without
+padding), a dual-stream transformer over 2x2-packed latents of its own autoencoder (AutoencoderKLQwenImage, one frame,
+latents normalised by per-channel mean and std), timestep = sigma, the velocity as output, no guidance embedding.
+Its LoRA files use musubi-tuner's names, which are ComfyUI's (`lora_unet_transformer_blocks_0_attn_to_q`: diffusers'
+module names), on every linear layer of the blocks but their modulations (musubi's lora_qwen_image).
+"""
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
+from trainers.models.flow_latents import pack_latents, packed_grid, unpack_latents
+from trainers.models.flow_lora import kohya_to_diffusers
+from trainers.models.qwen_image.rules import QwenImageRules
+
+# QwenImagePipeline's prompt_template_encode, the system tokens it drops, and its tokenizer_max_length
+CHAT_TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
+                 "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}"
+                 "<|im_end|>\n<|im_start|>assistant\n")
+TEMPLATE_TOKENS = 34
+TEXT_LENGTH = 1024
+
+
+class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
+    base_model_version = "qwen_image"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_QWEN_IMAGE_FULL)
+    modelspec_architecture = "Qwen-Image"
+    implementation = "https://github.com/QwenLM/Qwen-Image"
+    native_size = 1328
+    transformer_class = "QwenImageTransformer2DModel"
+    vae_class = "AutoencoderKLQwenImage"
+    default_t5_length = TEXT_LENGTH
+    fixed_settings = {"model_prediction_type": "raw", "guidance_scale": 0.0}  # no guidance embedding
+    text_encoder_specs = (TextEncoderSpec("Qwen2_5_VLForConditionalGeneration", "text_encoder", "auto", "tokenizer",
+                                          "Qwen2.5-VL", max_length=TEXT_LENGTH + TEMPLATE_TOKENS,
+                                          template=CHAT_TEMPLATE),)
+
+    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
+        model = super().load(folder, weight_dtype, vae_path, random_init)
+        encode_single_frames(model.vae)
+        return model
+
+    def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
+        raise NotImplementedError("Qwen-Image finetunes are saved as diffusers folders")
+
+    def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
+        return last_blocks(denoiser.transformer_blocks, count, "blocks")
+
+    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
+                       weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Qwen2.5-VL's last hidden states after the template's system tokens, zero on the padding; the text mask),
+        as QwenImagePipeline encodes. The encoder reads the batch's longest caption, not every padding token."""
+        (qwen,), (ids,) = text_encoders, input_ids
+        pad = qwen.config.get_text_config().pad_token_id
+        mask = ids != pad
+        longest = int(mask.sum(dim=1).max())
+        hidden = run_frozen(qwen, lambda: qwen(input_ids=ids[:, :longest], attention_mask=mask[:, :longest],
+                                               output_hidden_states=True).hidden_states[-1])
+        hidden = torch.cat([hidden, hidden.new_zeros(ids.shape[0], ids.shape[1] - longest, hidden.shape[-1])], dim=1)
+        mask = mask[:, TEMPLATE_TOKENS:]
+        return hidden[:, TEMPLATE_TOKENS:] * mask[..., None].to(hidden.dtype), mask.to(hidden.dtype)
+
+    def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
+                text_mask: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
+        """The velocity for latents (B, C, h, w): packed into (h/2 x w/2) tokens of C x 4, the text cut after the
+        batch's longest caption (the rest is padding the transformer masks)."""
+        batch, _, height, width = noisy.shape
+        hidden, text_mask = _trimmed(hidden, text_mask)
+        out = unet(hidden_states=pack_latents(noisy), encoder_hidden_states=hidden.to(noisy.dtype),
+                   encoder_hidden_states_mask=text_mask.to(noisy.device), timestep=timesteps.to(noisy.dtype) / 1000,
+                   img_shapes=[[(1, height // 2, width // 2)]] * batch, return_dict=False)[0]
+        return unpack_latents(out, height, width)
+
+    def vae_latents(self, raw: torch.Tensor, vae: nn.Module) -> torch.Tensor:
+        mean, std = _latent_stats(vae, raw)
+        return (raw - mean) / std
+
+    # --- samples ---
+
+    def scheduler_config(self) -> dict[str, Any]:
+        """Qwen-Image's published sampling schedule (its diffusers scheduler config)."""
+        return {"shift": 1.0, "use_dynamic_shifting": True, "base_shift": 0.5, "max_shift": 0.9,
+                "base_image_seq_len": 256, "max_image_seq_len": 8192, "shift_terminal": 0.02,
+                "time_shift_type": "exponential"}
+
+    def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
+        from diffusers import QwenImagePipeline
+
+        return QwenImagePipeline(scheduler=scheduler, vae=model.vae, text_encoder=model.text_encoders[0],
+                                 tokenizer=model.tokenizers[0], transformer=model.unet)
+
+    def pipeline_embeds(self, hidden: torch.Tensor, text_mask: torch.Tensor | None) -> dict[str, Any]:
+        hidden, text_mask = _trimmed(hidden, text_mask)
+        return {"prompt_embeds": hidden[:1], "prompt_embeds_mask": text_mask[:1],
+                "negative_prompt_embeds": hidden[1:], "negative_prompt_embeds_mask": text_mask[1:]}
+
+    def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
+        return {"true_cfg_scale": cfg_scale}
+
+    def latent_grid(self, latents: torch.Tensor, vae: nn.Module, width: int, height: int) -> torch.Tensor:
+        return packed_grid(latents, 2 ** len(vae.temperal_downsample), width, height)
+
+    def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
+        grid = self.latent_grid(latents, vae, width, height).to(vae.device, vae.dtype)
+        mean, std = _latent_stats(vae, grid)
+        return vae.decode((grid * std + mean).unsqueeze(2)).sample[:, :, 0]
+
+    # --- LoRA ---
+
+    def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
+        return {**super().lora_metadata(v_prediction), "modelspec.implementation": self.implementation,
+                "modelspec.prediction_type": None, "ss_network_module": "networks.lora_qwen_image",
+                **self.flow_metadata()}
+
+    def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
+        return [target for i, block in enumerate(unet.transformer_blocks) for target in _block_targets(i, block)]
+
+    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
+        return kohya_to_diffusers(state, model, self.lora_targets(model.unet), (None,))
+
+
+def encode_single_frames(vae: nn.Module) -> None:
+    """Make the video-shaped autoencoder encode images (B, C, H, W) as one frame, its distribution (B, C, h, w): what
+    the trainer's latent caches read (the instance's method: the saved model is unchanged)."""
+    from diffusers.models.autoencoders.autoencoder_kl import AutoencoderKLOutput
+    from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
+
+    encode_video = vae.encode
+
+    def encode(self: nn.Module, pixels: torch.Tensor, return_dict: bool = True) -> Any:
+        if pixels.ndim == 5:
+            return encode_video(pixels, return_dict=return_dict)
+        dist = encode_video(pixels.unsqueeze(2)).latent_dist
+        image = DiagonalGaussianDistribution(dist.parameters.squeeze(2))
+        return AutoencoderKLOutput(latent_dist=image) if return_dict else (image,)
+
+    vae.encode = types.MethodType(encode, vae)
+
+
+def _latent_stats(vae: nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The autoencoder's per-channel latent mean and std, shaped (1, C, 1, 1) like `like`."""
+    shape = (1, vae.config.z_dim, 1, 1)
+    mean = torch.tensor(vae.config.latents_mean).view(shape).to(like.device, like.dtype)
+    std = torch.tensor(vae.config.latents_std).view(shape).to(like.device, like.dtype)
+    return mean, std
+
+
+def _trimmed(hidden: torch.Tensor, text_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The text states and mask up to the longest caption's last token (what follows is padding for every row)."""
+    assert text_mask is not None, "Qwen-Image's encode_prompts gives the text mask"
+    longest = max(int(text_mask.sum(dim=1).max()), 1)
+    return hidden[:, :longest], text_mask[:, :longest]
+
+
+def _block_targets(index: int, block: nn.Module) -> list[LoraTarget]:
+    """A block's linear layers under musubi-tuner's (and ComfyUI's) names, its modulations (img_mod, txt_mod) left
+    out as musubi's lora_qwen_image does."""
+    prefix = f"lora_unet_transformer_blocks_{index}_"
+    return [LoraTarget(prefix + name.replace(".", "_"), (module,)) for name, module in block.named_modules()
+            if isinstance(module, nn.Linear) and not name.startswith(("img_mod", "txt_mod"))]
+
+
+QWEN_IMAGE = QwenImage()

@@ -1,0 +1,23 @@
+"""Qwen-Image without its weights (torch-free): its pipeline, and the flow options it reads (musubi-tuner's names and
+meanings for Qwen-Image: timestep_sampling, discrete_flow_shift, weighting_scheme; no guidance embedding)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainers.models.flow_rules import FlowRules
+
+
+class QwenImageRules(FlowRules):
+    name = "qwen_image"
+    title = "Qwen-Image"
+    arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
+    pipeline_class = "QwenImagePipeline"
+    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
+                             "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
+    # ComfyUI's and musubi-tuner's single files (diffusers' module names; only Qwen-Image has txt_norm)
+    reference_prefixes = ("txt_norm.", "model.diffusion_model.txt_norm.", "diffusion_model.txt_norm.")
+    reads_single_files = False
+    checkpoint_parts = ()
+
+
+QWEN_IMAGE = QwenImageRules()
