@@ -67,6 +67,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("flux", "trainers.models.flux", "FLUX"),
     FamilySpec("chroma", "trainers.models.chroma", "CHROMA"),
     FamilySpec("qwen_image", "trainers.models.qwen_image", "QWEN_IMAGE"),
+    FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2"),
 )
 
 METHOD_NAMES: tuple[str, ...] = tuple(m.name for m in METHODS)

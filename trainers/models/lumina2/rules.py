@@ -1,0 +1,29 @@
+"""Lumina Image 2.0 without its weights (torch-free): its pipeline, and the flow options it reads (sd-scripts'
+lumina_train_network.py: timestep_sampling, discrete_flow_shift, model_prediction_type, weighting_scheme)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainers.models.flow_rules import FlowRules
+from trainers.models.rules import CheckpointKeys
+
+ROOTS = ("", "model.diffusion_model.", "diffusion_model.")  # sd-scripts', ComfyUI's and other single files
+
+
+class Lumina2Rules(FlowRules):
+    name = "lumina2"
+    title = "Lumina 2"
+    arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
+    pipeline_class = "Lumina2Pipeline"
+    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
+                             "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
+    reference_prefixes = tuple(f"{root}cap_embedder." for root in ROOTS)
+    reads_single_files = False
+    checkpoint_parts = ()
+
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        """NextDiT's caption embedder beside a plain x_embedder (Z-Image's are per patch size: all_x_embedder)."""
+        return any(keys.has(f"{root}cap_embedder.") and keys.has(f"{root}x_embedder.") for root in ROOTS)
+
+
+LUMINA2 = Lumina2Rules()
