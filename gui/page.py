@@ -1,7 +1,6 @@
 """The page: one tab per method (generated form + actions), a Runs tab, and the live run panel."""
 from __future__ import annotations
 
-import shlex
 import tempfile
 import threading
 import time
@@ -21,13 +20,13 @@ from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
 from gui.presets import PresetError, Presets, label
+from gui.multinode import machines_panel
 from gui.run_files import RunSummary, Watchers, format_duration, list_runs
 from gui.run_panel import RunPanel, build_run_panel, is_generation_job, render, view_for
 from gui.run_queue import RunQueue
 from gui.text import plain
 from gui.tools_tab import build_tools_tab
 from gui.transfer_ui import build_downloads, build_tensorboard, build_upload, wire_downloads, wire_tensorboard
-from trainers.core.launch import needs_config_file, other_machine_commands
 from trainers.core.registry import METHOD_NAMES, METHODS
 from trainers.core.rundir import RunState
 
@@ -180,6 +179,7 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     exported = gr.File(visible=False, label="Config")
     upload_box = build_upload(services.uploads, method)
     form = build_form(method)
+    job_files = gr.File(visible=False, file_count="multiple", label="Cluster job files (SLURM, Kubernetes)")
     upload_box.wire(form.widgets["train_data_dir"], report_md)
     inputs = set(form.components)
     notes = list(form.group_notes.values()) + list(form.accordions.values())
@@ -223,12 +223,8 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         if report.cfg is None:
             return show_report(report)
         cfg = report.cfg
-        argv, config, run_dir = services.jobs.written_command(cfg)
-        files = " and accelerate.yaml beside it" if needs_config_file(cfg) else ""  # DeepSpeed / FSDP
-        text = f"# this machine (config written to {config}{files})\n{shlex.join(argv)}"
-        for rank, line in enumerate(other_machine_commands(cfg, config, run_dir), start=1):
-            text += f"\n# machine {rank} (copy {config}{files} there first)\n{line}"
-        return {command: gr.Code(text, visible=True)}
+        panel = machines_panel(cfg, *services.jobs.written_command(cfg))
+        return {command: gr.Code(panel.text, visible=True), job_files: gr.File(panel.files, visible=True)}
 
     def on_export(data: dict) -> dict:
         report = check_form(method, form.values(data), services.allowed_roots)
@@ -272,7 +268,7 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     form_out = set(form.components) | {report_md}
     validate_btn.click(on_validate, inputs=inputs, outputs=set(notes) | {report_md, lr_chart})
     start.click(on_start, inputs=inputs, outputs=set(notes) | {report_md, viewed, lr_chart})
-    show_cmd.click(on_command, inputs=inputs, outputs=set(notes) | {report_md, command})
+    show_cmd.click(on_command, inputs=inputs, outputs=set(notes) | {report_md, command, job_files})
     export.click(on_export, inputs=inputs, outputs=set(notes) | {report_md, exported})
     load.click(on_load_preset, inputs=preset, outputs=form_out)
     save.click(on_save_preset, inputs={save_name} | inputs, outputs={preset, report_md})

@@ -83,3 +83,37 @@ def test_processes_that_do_not_split_over_the_nodes_are_refused(config: Path, ca
     assert main(["cluster", "sbatch", str(config), "--nodes", "4", "--processes", "6"]) == 2
     err = capsys.readouterr().err
     assert "6 processes do not split evenly over 4 node(s)" in err and "multiple of 4" in err
+
+
+def test_show_command_panel_checks_the_main_address_and_offers_job_files(tmp_path: Path) -> None:
+    import socket
+
+    from gui.multinode import machines_panel
+    from trainers.core.launch import accelerate_command
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cfg = config_from_dict("lora", {"num_processes": 2, "num_machines": 2, "main_process_ip": "127.0.0.1",
+                                        "main_process_port": port})
+        config, run_dir = tmp_path / "cmd" / "config.toml", tmp_path / "runs" / "r1"
+        config.parent.mkdir()
+        panel = machines_panel(cfg, accelerate_command(cfg, config, run_dir), config, run_dir)
+        assert panel.text.startswith(f"# PROBLEM main_process_port: port {port} on 127.0.0.1 is in use")
+        elsewhere = machines_panel(cfg.replace(machine_rank=1), [], config, run_dir)  # shown on machine 1
+        assert elsewhere.text.startswith(f"# checked from this machine: 127.0.0.1:{port} answers (machine 0 is")
+    assert "# machine 1 (copy" in panel.text and "--machine_rank 1 --main_process_ip 127.0.0.1" in panel.text
+    assert [Path(f).name for f in panel.files] == ["r1.sbatch", "r1.k8s.yaml"]
+    assert subprocess.run(["bash", "-n", panel.files[0]]).returncode == 0
+    unknown = machines_panel(cfg.replace(main_process_ip="no-such-host.invalid"), [], config, run_dir)
+    assert unknown.text.startswith("# PROBLEM main_process_ip: 'no-such-host.invalid' does not resolve")
+
+
+def test_the_launcher_names_an_unreachable_main_address_before_starting(capsys) -> None:
+    from trainers.train.launcher import main as launch
+
+    code = launch(["--multi_gpu", "--num_processes", "2", "--num_machines", "2", "--machine_rank", "1",
+                   "--main_process_ip", "no-such-host.invalid", "--main_process_port", "29500", "-m", "trainers",
+                   "lora"])
+    assert code == 2 and "main_process_ip: 'no-such-host.invalid' does not resolve" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+from trainers.cluster.jobs import DEFAULT_CLAIM, DEFAULT_IMAGE
 from trainers.core.errors import EXIT_BAD_INPUT
 from trainers.core.fsio import atomic_write_text
 
@@ -26,10 +27,10 @@ def add_arguments(commands: argparse._SubParsersAction) -> None:
     cluster.add_argument("--processes", type=int, help="processes (GPUs) on all nodes together (default: "
                          "num_processes x num_machines); must split evenly over the nodes")
     cluster.add_argument("--python", help="the Python of Atelier's environment on the nodes (default: this one)")
-    cluster.add_argument("--image", default="atelier:latest", help="k8s: the container image holding Atelier")
-    cluster.add_argument("--claim", default="atelier-shared", help="k8s: the PersistentVolumeClaim of the shared "
-                         "storage")
-    cluster.add_argument("--mount", help="k8s: where the claim is mounted (default: the config's folder)")
+    cluster.add_argument("--image", default=DEFAULT_IMAGE, help="k8s: the container image holding Atelier")
+    cluster.add_argument("--claim", default=DEFAULT_CLAIM, help="k8s: the PersistentVolumeClaim of the shared storage")
+    cluster.add_argument("--mount", help="k8s: where the claim is mounted (default: the folder holding the config "
+                         "and the run directory)")
     cluster.add_argument("--out", type=Path, help="write the file here (default: stdout)")
 
 
@@ -52,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
     if args.kind == "sbatch":
         text = sbatch_script(cfg, layout)
     else:
-        text = k8s_manifest(cfg, layout, args.image, args.claim, args.mount or str(config.parent))
+        text = k8s_manifest(cfg, layout, args.image, args.claim, args.mount)
     if args.out:
         atomic_write_text(args.out, text)
         if args.kind == "sbatch":

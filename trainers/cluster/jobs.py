@@ -18,6 +18,7 @@ from trainers.core.options import ConfigError, ConfigIssue, TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]  # jobs run `-m trainers` from here (the same path on every node)
 RANK_FLAG, ADDRESS_FLAG, THREADS_FLAG = "--machine_rank", "--main_process_ip", "--num_cpu_threads_per_process"
+DEFAULT_IMAGE, DEFAULT_CLAIM = "atelier:latest", "atelier-shared"  # Kubernetes: edit them in the file, or give them
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,25 @@ class Layout:
     def config_for(self, cfg: TrainConfig) -> TrainConfig:
         return cfg.replace(num_machines=self.nodes, num_processes=self.processes_per_node, machine_rank=0,
                            main_process_ip=cfg.main_process_ip or "main")
+
+
+def shared_root(layout: Layout) -> str:
+    """The folder holding both the config and the run directory: what every node must mount."""
+    import os
+
+    return os.path.commonpath([layout.config.parent, layout.run_dir])
+
+
+def write_job_files(cfg: TrainConfig, layout: Layout, folder: Path) -> list[Path]:
+    """<run>.sbatch and <run>.k8s.yaml in `folder` (Kubernetes with the default image and claim names)."""
+    from trainers.core.fsio import atomic_write_text
+
+    sbatch = Path(folder) / f"{layout.run_dir.name}.sbatch"
+    atomic_write_text(sbatch, sbatch_script(cfg, layout))
+    sbatch.chmod(0o755)
+    k8s = Path(folder) / f"{layout.run_dir.name}.k8s.yaml"
+    atomic_write_text(k8s, k8s_manifest(cfg, layout))
+    return [sbatch, k8s]
 
 
 def node_command(cfg: TrainConfig, layout: Layout, rank: str, address: str, flags: tuple[str, ...] = ()) -> str:
@@ -87,17 +107,20 @@ set -euo pipefail
 mkdir -p {run_dir}
 cd {shlex.quote(str(REPO))}
 # the first node of the allocation is machine 0: every node's launcher meets its main process there
-MAIN_PROCESS_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export MAIN_PROCESS_IP
+mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")  # no pipe into head: pipefail and SIGPIPE
+export MAIN_PROCESS_IP="${{NODES[0]}}"
 srun --nodes={layout.nodes} --ntasks-per-node=1 bash -c {shlex.quote(line)}
 """
 
 
-def k8s_manifest(cfg: TrainConfig, layout: Layout, image: str, claim: str, mount: str) -> str:
+def k8s_manifest(cfg: TrainConfig, layout: Layout, image: str = DEFAULT_IMAGE, claim: str = DEFAULT_CLAIM,
+                 mount: str | None = None) -> str:
     """A headless Service and an Indexed Job with one pod per node: torch elastic's c10d rendezvous on the first
-    pod, each pod's rank its completion index; the shared volume `claim` mounted at `mount`."""
+    pod, each pod's rank its completion index; the shared volume `claim` mounted at `mount` (default: the folder
+    holding the config and the run directory)."""
     import yaml
 
+    mount = mount or shared_root(layout)
     name = job_name(layout.run_dir)
     address = f"{name}-0.{name}"
     line = node_command(cfg, layout, rank='"$JOB_COMPLETION_INDEX"', address=address,

@@ -177,3 +177,43 @@ def print_accelerate_config(method: str, config: Path | None, overrides: list[st
         return EXIT_BAD_INPUT
     return 0
 
+
+
+def main_address_check(ip: str, port: int, machine_rank: int, timeout_s: float = 3.0) -> tuple[str | None, str]:
+    """(problem or None, what was found) about the main process's address, as seen from this machine.
+
+    Machine 0 binds the port (it must be free; an address that is not this machine's is only noted, since a
+    cloud machine's public address is not on its interfaces); the others connect to it: refused means the machine
+    answers and nobody listens yet (machine 0 not started), which is fine; no answer at all is a problem.
+    """
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(ip, port, type=socket.SOCK_STREAM)[0]
+    except (OSError, UnicodeError) as err:
+        return (f"main_process_ip: {ip!r} does not resolve on this machine ({err}): give the main machine's IP "
+                "address, or a name every machine resolves"), ""
+    with socket.socket(family, kind, proto) as probe:
+        if machine_rank == 0:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(where)
+            except OSError as err:
+                if err.errno == errno.EADDRINUSE:
+                    return (f"main_process_port: port {port} on {ip} is in use (another run, or another program): "
+                            "choose another port"), ""
+                return None, f"{ip} is not an address of this machine: machine 0 must be the machine at {ip}"
+            return None, f"port {port} on {ip} is free (this machine is the main one)"
+        probe.settimeout(timeout_s)
+        try:
+            code = probe.connect_ex(where)
+        except OSError as err:
+            code = err.errno or errno.EHOSTUNREACH
+    if code == 0:
+        return None, f"{ip}:{port} answers (machine 0 is running)"
+    if code == errno.ECONNREFUSED:
+        return None, f"{ip} answers; nothing listens on port {port} yet: start machine 0 first"
+    reason = "no answer" if code in (errno.EAGAIN, errno.ETIMEDOUT, errno.EINPROGRESS) else os.strerror(code)
+    return (f"main_process_ip: {ip}:{port} cannot be reached from this machine ({reason}): check the address, "
+            "that machine 0 is on this network, and its firewall"), ""

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trainers.core.errors import EXIT_BAD_INPUT
+
 # The flags Atelier's own command gives a single process (trainers/core/launch.py), with accelerate's env names.
 _SIMPLE_FLAGS = {"--num_cpu_threads_per_process": "OMP_NUM_THREADS", "--num_processes": None, "--num_machines": None,
                  "--mixed_precision": "ACCELERATE_MIXED_PRECISION", "--dynamo_backend": "ACCELERATE_DYNAMO_BACKEND",
@@ -74,6 +76,17 @@ def _child_exit_code(err: BaseException) -> int | None:
     return min(exited)[2] if exited else 1
 
 
+def _main_address_problem(args: object) -> str | None:
+    """Several machines: the main address and port, checked before any process starts (else a bad address only
+    shows as a rendezvous timeout minutes later)."""
+    machines, ip = getattr(args, "num_machines", None) or 1, getattr(args, "main_process_ip", None)
+    if machines < 2 or not ip:
+        return None
+    from trainers.core.launch import main_address_check
+
+    return main_address_check(ip, int(args.main_process_port or 29500), int(args.machine_rank or 0))[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     simple = simple_launch_env(argv)
@@ -82,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     from accelerate.commands.launch import launch_command, launch_command_parser
 
     args = launch_command_parser().parse_args(argv)
+    problem = _main_address_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
     try:
         launch_command(args)
     except subprocess.CalledProcessError as err:
