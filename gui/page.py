@@ -19,8 +19,8 @@ from gui.docs_pages import DOCS_LINKS
 from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
-from gui.presets import PresetError, Presets, label
 from gui.multinode import machines_panel
+from gui.presets import PresetError, Presets, label
 from gui.run_files import RunSummary, Watchers, format_duration, list_runs
 from gui.run_panel import RunPanel, build_run_panel, is_generation_job, render, view_for
 from gui.run_queue import RunQueue
@@ -176,10 +176,10 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
                            title="Learning rate over the steps", height=220, visible=False, x_axis_format="d",
                            elem_id=f"lr-chart-{method}")
     command = gr.Code(language="shell", visible=False, label="Command")
+    job_files = gr.File(visible=False, file_count="multiple", label="Cluster job files (SLURM, Kubernetes)")
     exported = gr.File(visible=False, label="Config")
     upload_box = build_upload(services.uploads, method)
     form = build_form(method)
-    job_files = gr.File(visible=False, file_count="multiple", label="Cluster job files (SLURM, Kubernetes)")
     upload_box.wire(form.widgets["train_data_dir"], report_md)
     inputs = set(form.components)
     notes = list(form.group_notes.values()) + list(form.accordions.values())
