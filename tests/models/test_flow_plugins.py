@@ -165,9 +165,10 @@ def test_validate_names_the_family(runs: tuple[Plugin, Runs]) -> None:
 
     plugin, run = runs
     values = {**{n: o.default for n, o in BY_NAME.items()}, **plugin.options, "min_snr_gamma": 5.0,
-              "pretrained_model_name_or_path": str(run.model_dir)}
-    (issue,) = model_issues(values)
-    assert issue.field == "min_snr_gamma" and plugin.title in issue.message
+              "save_model_as": "safetensors", "pretrained_model_name_or_path": str(run.model_dir)}
+    issues = model_issues(values)
+    assert [i.field for i in issues] == ["min_snr_gamma", "save_model_as"]  # before any weight loads or trains
+    assert all(plugin.title in issue.message for issue in issues)
 
 
 def _image(pipe: Any) -> torch.Tensor:

@@ -141,6 +141,10 @@ class FlowFamily:
         weights = layout.to_diffusers(layout.strip_prefix(ckpt.tensors(nested)), config, ckpt.path.name)
         return fill_meta(transformer, weights, weight_dtype, f"{self.title} transformer")
 
+    def to_checkpoint(self, model: Any, denoiser_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Its single-file layout (families that read single files); the others save finetunes as folders."""
+        raise NotImplementedError(f"{self.title} finetunes are saved as diffusers folders")
+
     def checkpoint_variant(self, config: Any) -> Any:
         """This family as the loaded transformer's config makes it (dev/schnell, SD3/SD3.5 sizes)."""
         return self

@@ -87,6 +87,9 @@ class FlowRules(FamilyRules):
         issues += [ConfigIssue(key, f"is for the 3x3 convolutions of SD/SDXL UNets; {self.title} models have none"
                                if key.startswith("conv_") else f"is for the blocks of SD/SDXL UNets; {self.title} "
                                "models have other blocks", "network") for key in block_args]
+        if not self.reads_single_files and values.get("save_model_as", "diffusers") != "diffusers":
+            issues.append(ConfigIssue("save_model_as", f"{self.title} finetunes are saved as diffusers folders only: "
+                                      "set save_model_as = 'diffusers'", "saving"))
         return issues + huber_schedule_issue(values, self.title)
 
 

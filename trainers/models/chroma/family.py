@@ -14,15 +14,13 @@ from torch import nn
 
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.chroma.rules import ChromaRules
-from trainers.models.flow import TextEncoderSpec, run_t5, t5_attention_mask
+from trainers.models.flow import FlowFamily, TextEncoderSpec, run_t5, t5_attention_mask
 from trainers.models.flow_latents import image_ids, pack_latents, unpack_latents
 from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.flux.family import Flux, double_block_targets, single_block_targets
 
 
 class Chroma(ChromaRules, Flux, ModelFamily):
-    base_model_version = "chroma"  # sd-scripts' MODEL_VERSION_CHROMA
-    modelspec_architecture = "chroma"
     implementation = "https://huggingface.co/lodestones/Chroma"
     transformer_class = "ChromaTransformer2DModel"
     default_t5_length = 512
@@ -37,8 +35,7 @@ class Chroma(ChromaRules, Flux, ModelFamily):
     def checkpoint_variant(self, config: Any) -> "Chroma":
         return self
 
-    def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
-        raise NotImplementedError("Chroma finetunes are saved as diffusers folders")
+    to_checkpoint = FlowFamily.to_checkpoint  # not FLUX.1's layout: finetunes are saved as folders
 
     def scheduler_config(self) -> dict[str, Any]:
         return {"shift": 1.0, "use_dynamic_shifting": True, "base_shift": 0.5, "max_shift": 1.15,
