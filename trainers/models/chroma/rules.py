@@ -19,6 +19,8 @@ class ChromaRules(FluxRules):
     name = "chroma"
     title = "Chroma"
     pipeline_class = "ChromaPipeline"
+    base_model_version = "chroma"  # sd-scripts' MODEL_VERSION_CHROMA (its LoRAs' ss_base_model_version)
+    modelspec_architecture = "chroma"
     detect_priority = 4  # its single files have FLUX.1's double blocks too
     reference_prefixes = GUIDANCE_PREFIXES
     reads_single_files = False
