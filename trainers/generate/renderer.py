@@ -171,7 +171,7 @@ class Renderer:
         width, height = item.width or self.native_size(), item.height or self.native_size()
         batch = len(item.images)
         one = self.embeds(item.prompt.prompt, item.prompt.negative)
-        embeds = {k: v.repeat(batch, *[1] * (v.dim() - 1)) for k, v in one.items()}
+        embeds = {k: _repeated(v, batch) for k, v in one.items()}
         generators = [torch.Generator("cpu").manual_seed(image.seed) for image in item.images]
         with torch.no_grad():
             latents = self.pipe(**embeds, width=width, height=height, num_inference_steps=item.steps,
@@ -198,3 +198,11 @@ class Renderer:
         if ref.path not in self._hashes:
             self._hashes[ref.path] = lora_short_hash(Path(ref.path).expanduser())
         return self._hashes[ref.path]
+
+
+def _repeated(embeds: Any, times: int) -> Any:
+    """A prompt's embeddings for a batch of `times` images: a tensor repeated along its batch dimension, or a list of
+    per-prompt tensors (Z-Image's captions without padding) with each entry repeated."""
+    if isinstance(embeds, list):
+        return [entry for entry in embeds for _ in range(times)]
+    return embeds.repeat(times, *[1] * (embeds.dim() - 1))
