@@ -32,3 +32,19 @@ def test_frozen_text_encoders_stay_in_eval_mode_in_training_steps(tiny_flux_dir:
     assert {name for name, _ in modes} >= {"CLIPTextModel", "T5EncoderModel", "Dropout"}
     assert [name for name, training in modes if training] == []
     assert predictor.unet.training
+
+
+def test_zimage_captions_are_encoded_as_its_pipeline_encodes_them(tmp_path: Path) -> None:
+    """Training encodes a caption in Qwen3's chat template and reads the same states ZImagePipeline does."""
+    from diffusers import ZImagePipeline
+
+    from trainers.models.zimage.tiny import build_tiny_zimage
+
+    folder = build_tiny_zimage(tmp_path / "zimage")
+    model = load_model(str(folder), "auto", torch.float32)
+    ours = model.family.pipeline_embeds(*model.encode_texts(["sks shape, a red circle", "blurry"], 1))
+    pipe = ZImagePipeline.from_pretrained(folder)
+    with torch.no_grad():
+        theirs, negative = pipe.encode_prompt("sks shape, a red circle", negative_prompt="blurry")
+    assert torch.allclose(ours["prompt_embeds"][0], theirs[0], atol=1e-6)
+    assert torch.allclose(ours["negative_prompt_embeds"][0], negative[0], atol=1e-6)

@@ -21,6 +21,7 @@ from trainers.demo import build_dataset
 from trainers.methods.lora.file_format import read_lora_file
 from trainers.models import load_model
 from trainers.models.chroma.tiny import build_tiny_chroma
+from trainers.models.zimage.tiny import build_tiny_zimage
 
 pytestmark = pytest.mark.slow  # every test here runs a trainer
 
@@ -48,6 +49,12 @@ PLUGINS = {
          "lora_unet_single_blocks_0_linear1", "lora_unet_single_blocks_0_linear2"),
         {"ss_base_model_version": "chroma", "ss_model_type": "chroma", "ss_network_module": "networks.lora_flux",
          "modelspec.architecture": "chroma/lora", "ss_apply_t5_attn_mask": "True", "ss_timestep_sampling": "sigmoid"}),
+    "zimage": Plugin(
+        "zimage", "Z-Image", build_tiny_zimage, "ZImagePipeline",
+        {"timestep_sampling": "shift", "discrete_flow_shift": 2.0, "weighting_scheme": "none"},
+        ("lora_unet_layers_0_attention_qkv", "lora_unet_layers_0_attention_out", "lora_unet_layers_1_feed_forward_w2"),
+        {"ss_base_model_version": "z_image", "ss_network_module": "networks.lora_zimage",
+         "modelspec.architecture": "Z-Image/lora", "ss_timestep_sampling": "shift", "ss_discrete_flow_shift": "2.0"}),
 }
 
 

@@ -66,6 +66,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("sd3", "trainers.models.sd3", "SD3"),
     FamilySpec("flux", "trainers.models.flux", "FLUX"),
     FamilySpec("chroma", "trainers.models.chroma", "CHROMA"),
+    FamilySpec("zimage", "trainers.models.zimage", "ZIMAGE"),
     FamilySpec("qwen_image", "trainers.models.qwen_image", "QWEN_IMAGE"),
     FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2"),
 )
