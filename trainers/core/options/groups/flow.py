@@ -1,6 +1,7 @@
-"""Options: flow-matching training of SD3/SD3.5 and FLUX.1 models (sd-scripts' names, meanings and defaults).
+"""Options: flow-matching training of SD3/SD3.5, FLUX.1, Chroma and Z-Image models (sd-scripts' names, meanings and
+defaults; musubi-tuner uses the same for Z-Image).
 
-They apply to those families only; on SD1.x/SD2.x/SDXL models a value other than the default is refused when the
+They apply to the flow families only; on SD1.x/SD2.x/SDXL models a value other than the default is refused when the
 model is checked (trainers/models: each family's option_issues). Which family reads which option is said in its help.
 """
 from __future__ import annotations
@@ -13,38 +14,41 @@ WEIGHTING_SCHEMES = ("sigma_sqrt", "logit_normal", "mode", "cosmap", "none", "un
 T5_DTYPE_CHOICES = ("auto", "float32", "fp16", "bf16")
 
 OPTIONS: tuple[Option, ...] = (
-    Option("timestep_sampling", "str", "sigma", "FLUX only: how the noise level (sigma) of each image is drawn. "
-           "'sigma': from weighting_scheme's density over the schedule shifted by discrete_flow_shift; 'uniform': "
-           "uniform in [0, 1); 'sigmoid': sigmoid of a normal draw times sigmoid_scale; 'shift': 'sigmoid' then "
-           "shifted by discrete_flow_shift; 'flux_shift': 'sigmoid' then shifted by the image's size as FLUX.1 dev "
-           "samples. sd-scripts' docs recommend 'shift' (with discrete_flow_shift 3.1582) or 'flux_shift'.",
+    Option("timestep_sampling", "str", "sigma", "FLUX.1, Chroma and Z-Image: how the noise level (sigma) of each "
+           "image is drawn. 'sigma': from weighting_scheme's density over the schedule shifted by "
+           "discrete_flow_shift; 'uniform': uniform in [0, 1); 'sigmoid': sigmoid of a normal draw times "
+           "sigmoid_scale; 'shift': 'sigmoid' then shifted by discrete_flow_shift; 'flux_shift': 'sigmoid' then "
+           "shifted by the image's size as FLUX.1 dev samples. sd-scripts' docs recommend 'shift' (with "
+           "discrete_flow_shift 3.1582) or 'flux_shift'.",
            "flow", choices=TIMESTEP_SAMPLINGS),
-    Option("sigmoid_scale", "float", 1.0, "FLUX only: scale of the normal draw of timestep_sampling 'sigmoid', "
-           "'shift' and 'flux_shift' (larger: closer to uniform).", "flow", min=0, advanced=True),
-    Option("discrete_flow_shift", "float", 3.0, "FLUX only: the shift of timestep_sampling 'shift' and 'sigma' "
-           "(sigma' = shift * sigma / (1 + (shift - 1) * sigma)).", "flow", min=0, advanced=True),
-    Option("model_prediction_type", "str", "sigma_scaled", "FLUX only: what the transformer's output is taken "
+    Option("sigmoid_scale", "float", 1.0, "FLUX.1, Chroma and Z-Image: scale of the normal draw of "
+           "timestep_sampling 'sigmoid', 'shift' and 'flux_shift' (larger: closer to uniform).", "flow", min=0,
+           advanced=True),
+    Option("discrete_flow_shift", "float", 3.0, "FLUX.1, Chroma and Z-Image: the shift of timestep_sampling 'shift' "
+           "and 'sigma' (sigma' = shift * sigma / (1 + (shift - 1) * sigma)).", "flow", min=0, advanced=True),
+    Option("model_prediction_type", "str", "sigma_scaled", "FLUX.1 and Chroma: what the transformer's output is taken "
            "for before the loss. 'raw': the velocity (noise - latents) as it is; 'additive': added to the noisy "
            "input; 'sigma_scaled': noisy input - sigma x output, with weighting_scheme's loss weights (sd-scripts' "
            "default; its docs recommend 'raw').", "flow", choices=MODEL_PREDICTION_TYPES),
     Option("guidance_scale", "float", 3.5, "FLUX dev only: the guidance the model's guidance embedding is given "
            "while training (dev is guidance-distilled); sd-scripts' docs recommend 1.0.", "flow", min=0),
-    Option("weighting_scheme", "str", "uniform", "SD3 and FLUX: 'logit_normal' and 'mode' draw the timesteps from "
-           "that density (SD3 always, FLUX with timestep_sampling 'sigma'); 'sigma_sqrt' and 'cosmap' weight the "
-           "loss by the noise level instead (SD3, and FLUX with model_prediction_type 'sigma_scaled'); 'none' and "
-           "'uniform': neither.", "flow", choices=WEIGHTING_SCHEMES, advanced=True),
-    Option("logit_mean", "float", 0.0, "SD3 and FLUX: mean of weighting_scheme 'logit_normal'.", "flow",
+    Option("weighting_scheme", "str", "uniform", "Flow families: 'logit_normal' and 'mode' draw the timesteps from "
+           "that density (SD3 always, the others with timestep_sampling 'sigma'); 'sigma_sqrt' and 'cosmap' weight "
+           "the loss by the noise level instead (SD3, and FLUX.1/Chroma with model_prediction_type 'sigma_scaled'); "
+           "'none' and 'uniform': neither.", "flow", choices=WEIGHTING_SCHEMES, advanced=True),
+    Option("logit_mean", "float", 0.0, "Flow families: mean of weighting_scheme 'logit_normal'.", "flow",
            advanced=True),
-    Option("logit_std", "float", 1.0, "SD3 and FLUX: standard deviation of weighting_scheme 'logit_normal'.", "flow",
+    Option("logit_std", "float", 1.0, "Flow families: standard deviation of weighting_scheme 'logit_normal'.", "flow",
            min=0, advanced=True),
-    Option("mode_scale", "float", 1.29, "SD3 and FLUX: scale of weighting_scheme 'mode'.", "flow", advanced=True),
+    Option("mode_scale", "float", 1.29, "Flow families: scale of weighting_scheme 'mode'.", "flow", advanced=True),
     Option("training_shift", "float", 1.0, "SD3 only: shift of the timestep distribution (above 1: more training at "
            "high noise, the overall structure; below 1: at low noise, the details).", "flow", min=0, advanced=True),
-    Option("t5xxl_max_token_length", "int", None, "SD3 and FLUX: tokens of each caption the T5-XXL text encoder "
-           "reads (unset: 256 for SD3 and FLUX schnell, 512 for FLUX dev).", "flow", min=1, max=4096,
+    Option("t5xxl_max_token_length", "int", None, "SD3, FLUX.1 and Chroma: tokens of each caption the T5-XXL text "
+           "encoder reads (unset: 256 for SD3 and FLUX schnell, 512 for FLUX dev and Chroma).", "flow", min=1, max=4096,
            nullable=True, advanced=True),
-    Option("apply_t5_attn_mask", "bool", False, "SD3 and FLUX: mask T5-XXL's padding tokens: in the text encoder "
-           "(SD3 and FLUX) and in the transformer's attention (FLUX).", "flow", advanced=True),
+    Option("apply_t5_attn_mask", "bool", False, "SD3 and FLUX.1: mask T5-XXL's padding tokens: in the text encoder "
+           "(SD3 and FLUX) and in the transformer's attention (FLUX). Chroma always masks it (as sd-scripts "
+           "requires).", "flow", advanced=True),
     Option("apply_lg_attn_mask", "bool", False, "SD3 only: mask the padding tokens in the CLIP-L and CLIP-G text "
            "encoders.", "flow", advanced=True),
     Option("t5xxl_dtype", "str", "auto", "SD3 only: the precision the T5-XXL text encoder runs in, outside "
@@ -52,7 +56,7 @@ OPTIONS: tuple[Option, ...] = (
            "weights load in the mixed_precision dtype and are cast to this one when it first runs: 'bf16' or "
            "'fp16' halve a float32 run's T5 memory; 'float32' computes its states in full precision.", "flow",
            choices=T5_DTYPE_CHOICES, advanced=True),
-    Option("text_encoder_batch_size", "int", None, "SD3 and FLUX: captions encoded at once when "
+    Option("text_encoder_batch_size", "int", None, "Flow families: captions encoded at once when "
            "cache_text_encoder_outputs caches them before training (unset: 16). Larger is faster and needs more "
            "memory; the outputs are the same.", "flow", min=1, max=4096, nullable=True, advanced=True),
 )
