@@ -275,7 +275,10 @@ def read_config_options(method: str, path: Path | None, overrides: list[str], no
         flat[name] = value
         unset.discard(name)
     if sd_scripts:
-        flat = kohya_reading.read_sd_scripts(flat, method, notes, issues)
+        from trainers.adapters.musubi import is_musubi_file, read_musubi
+
+        read = read_musubi if is_musubi_file(flat) else kohya_reading.read_sd_scripts
+        flat = read(flat, method, notes, issues)
         for name in unset & set(flat):  # set again by sd-scripts' default for what a file leaves out
             notes.append(f"--unset {name}: {name} = {flat[name]!r}, sd-scripts' default")
     return flat, foreign

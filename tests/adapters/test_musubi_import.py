@@ -1,0 +1,90 @@
+"""musubi-tuner's Qwen-Image and Z-Image configs (its --config_file TOML) read as Atelier's options: what has the same
+meaning passes, the network module names the family, what cannot be honoured is refused by name."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainers.adapters.musubi import read_musubi
+from trainers.core.errors import ConfigError
+from trainers.core.options.kohya_import import import_kohya_file
+
+# musubi-tuner's docs/qwen_image.md example, as a --config_file TOML (its model files left out)
+QWEN_LORA = """
+network_module = "networks.lora_qwen_image"
+network_dim = 16
+mixed_precision = "bf16"
+sdpa = true
+timestep_sampling = "shift"
+weighting_scheme = "none"
+discrete_flow_shift = 2.2
+optimizer_type = "AdamW8bit"
+learning_rate = 5e-5
+gradient_checkpointing = true
+max_data_loader_n_workers = 2
+persistent_data_loader_workers = true
+max_train_epochs = 16
+save_every_n_epochs = 1
+seed = 42
+fp8_base = true
+blocks_to_swap = 16
+flash_attn = false
+use_pinned_memory_for_block_swap = true
+output_dir = "/tmp/out"
+output_name = "qwen-lora"
+"""
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "musubi.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_qwen_image_lora_config_reads_with_musubis_meaning(tmp_path: Path) -> None:
+    method, values, notes = import_kohya_file(_toml(tmp_path, QWEN_LORA))
+    assert method == "lora"
+    assert values["model_family"] == "qwen_image" and values["network_module"] == "networks.lora"
+    assert (values["timestep_sampling"], values["discrete_flow_shift"], values["weighting_scheme"]) == \
+        ("shift", 2.2, "none")
+    assert (values["fp8_base"], values["blocks_to_swap"], values["learning_rate"]) == (True, 16, 5e-5)
+    assert values["network_alpha"] == 1.0  # musubi-tuner's default, not ours
+    assert any("use_pinned_memory_for_block_swap" in n for n in notes)
+
+
+def test_its_model_files_and_dataset_config_are_refused_by_name(tmp_path: Path) -> None:
+    dataset = tmp_path / "dataset.toml"
+    dataset.write_text('[general]\nresolution = [1024, 1024]\n\n[[datasets]]\nimage_directory = "/data/img"\n'
+                       'cache_directory = "/data/cache"\n', encoding="utf-8")
+    files = (f'dit = "/m/qwen_image_bf16.safetensors"\nvae = "/m/qwen_image_vae.safetensors"\n'
+             f'text_encoder = "/m/qwen_2.5_vl_7b.safetensors"\ndataset_config = "{dataset}"\n')
+    with pytest.raises(ConfigError) as err:
+        import_kohya_file(_toml(tmp_path, QWEN_LORA + files))
+    fields = {issue.field for issue in err.value.issues}
+    assert fields == {"dit", "vae", "text_encoder", "dataset_config"}
+    assert "diffusers folder" in str(err.value) and "train_data_dir" in str(err.value)
+
+
+@pytest.mark.parametrize("line, field", [
+    ('timestep_sampling = "qwen_shift"', "timestep_sampling"),
+    ("fp8_scaled = true", "fp8_scaled"),
+    ("edit = true", "edit"),
+    ('network_module = "networks.lora_wan"', "network_module"),
+])
+def test_what_cannot_be_honoured_is_refused_by_name(tmp_path: Path, line: str, field: str) -> None:
+    text = "\n".join(x for x in QWEN_LORA.splitlines() if x.split(" = ")[0] != line.split(" = ")[0])
+    with pytest.raises(ConfigError) as err:
+        import_kohya_file(_toml(tmp_path, text + "\n" + line + "\n"))
+    assert [issue.field for issue in err.value.issues] == [field]
+
+
+def test_z_image_lora_names_its_family_and_musubis_defaults_fill_the_rest() -> None:
+    notes: list[str] = []
+    issues: list = []
+    out = read_musubi({"network_module": "networks.lora_zimage", "fp8_llm": False, "compile": True}, "lora", notes,
+                      issues)
+    assert not issues
+    assert (out["model_family"], out["network_module"]) == ("zimage", "networks.lora")
+    assert (out["timestep_sampling"], out["discrete_flow_shift"], out["max_train_steps"]) == ("sigma", 1.0, 1600)
+    assert "compile" not in out and any("compile" in n for n in notes)

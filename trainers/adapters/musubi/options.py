@@ -1,0 +1,139 @@
+"""musubi-tuner's options (src/musubi_tuner/training/parser_common.py, qwen_image_train_network.py,
+zimage_train_network.py) with musubi's meaning, as Atelier's (torch-free).
+
+Options of the same name and meaning pass through; musubi's network module names the family; options that change
+what is trained and have no counterpart here are refused by name; speed-only options are left out with a note.
+Options a file leaves out take musubi's default where ours would train differently.
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.core.options.kohya_keys import blank
+
+# musubi-tuner's network modules of the families trained here -> model_family
+FAMILY_MODULES: dict[str, str] = {"networks.lora_qwen_image": "qwen_image", "networks.lora_zimage": "zimage"}
+# Keys only musubi-tuner writes (what tells its files from sd-scripts')
+MUSUBI_KEYS = frozenset({"dit", "dit_dtype", "fp8_vl", "fp8_llm", "fp8_scaled", "vae_dtype", "flow_shift",
+                         "num_timestep_buckets", "preserve_distribution_shape", "remove_first_image_from_target",
+                         "use_32bit_attention", "img_in_txt_in_offloading", "block_swap_h2d_only"})
+_MODEL_FILES = ("dit", "text_encoder", "vae")
+_FOLDER = ("musubi-tuner's separate model files are not read for this family yet: give its diffusers folder (e.g. "
+           "Qwen/Qwen-Image or Tongyi-MAI/Z-Image) as pretrained_model_name_or_path")
+# Key -> why it is refused (only when set): it changes what is trained and has no counterpart here.
+REFUSED: dict[str, str] = {
+    **{key: _FOLDER for key in _MODEL_FILES},
+    "fp8_scaled": "scaled fp8 weights are not available; fp8_base keeps the transformer in 8-bit floats",
+    "fp8_vl": "the text encoder runs in its own precision here (cache_text_encoder_outputs encodes captions once)",
+    "fp8_llm": "the text encoder runs in its own precision here (cache_text_encoder_outputs encodes captions once)",
+    "dit_dtype": "the transformer's precision follows mixed_precision (or full_bf16)",
+    "num_layers": "a transformer with fewer layers than its file is not trained here",
+    "remove_first_image_from_target": "Qwen-Image-Edit / Layered training is not available",
+    "edit": "Qwen-Image-Edit training is not available",
+    "edit_plus": "Qwen-Image-Edit training is not available",
+    "preserve_distribution_shape": "min_timestep/max_timestep clip the noise levels here (as sd-scripts does)",
+    "num_timestep_buckets": "noise levels are drawn per sample here, not from buckets",
+    "gradient_checkpointing_cpu_offload": "gradient checkpointing keeps its activations on the GPU here",
+    "full_fp16": "full fp16 training is not available; use full_bf16",
+}
+# Options with no effect on what is trained: left out, said once.
+SPEED_ONLY = ("flash_attn", "sage_attn", "xformers", "flash3", "split_attn", "compile", "compile_backend",
+              "compile_mode", "compile_dynamic", "compile_fullgraph", "compile_cache_size_limit", "cuda_allow_tf32",
+              "cuda_cudnn_benchmark", "use_pinned_memory_for_block_swap", "block_swap_h2d_only",
+              "block_swap_ring_size", "disable_numpy_memmap", "img_in_txt_in_offloading", "vae_dtype",
+              "use_32bit_attention", "show_timesteps", "mem_eff_save", "fused_backward_pass", "dynamo_mode",
+              "dynamo_fullgraph", "dynamo_dynamic", "vae_chunk_size", "vae_spatial_tile_sample_min_size",
+              "vae_tiling")
+# Options only HunyuanVideo reads in musubi-tuner: nothing for Qwen-Image or Z-Image.
+HUNYUAN_ONLY = ("guidance_scale", "flow_shift")
+# musubi-tuner's timestep_sampling values and the option ours reads them as (None: not available here).
+TIMESTEP_SAMPLINGS: dict[str, str | None] = {
+    **{name: name for name in ("sigma", "uniform", "sigmoid", "shift", "flux_shift")},
+    **{name: None for name in ("qwen_shift", "flux2_shift", "krea2_shift", "ideogram4_shift", "logsnr",
+                               "qinglong_flux", "qinglong_qwen")},
+}
+# musubi-tuner's defaults where ours would train differently, for options a file leaves out.
+DEFAULTS: dict[str, Any] = {"timestep_sampling": "sigma", "discrete_flow_shift": 1.0, "weighting_scheme": "none",
+                            "learning_rate": 2e-6, "network_dim": 4, "network_alpha": 1.0}
+MAX_TRAIN_STEPS = 1600  # with neither max_train_steps nor max_train_epochs
+
+
+def is_musubi_file(flat: dict[str, Any]) -> bool:
+    """Whether flat TOML keys are a musubi-tuner config: a musubi network module or a key only musubi writes."""
+    module = flat.get("network_module")
+    return bool(MUSUBI_KEYS & set(flat)) or (isinstance(module, str) and module.startswith("networks.lora_")
+                                             and module in FAMILY_MODULES)
+
+
+def read_musubi(flat: dict[str, Any], method: str, notes: list[str], issues: list[ConfigIssue]) -> dict[str, Any]:
+    """`flat` (a musubi-tuner config's keys) as our options; refusals go to `issues`, translations to `notes`."""
+    out = dict(flat)
+    _family(out, notes, issues)
+    for name, why in REFUSED.items():
+        if not blank(out.get(name)):
+            issues.append(ConfigIssue(name, f"{name} = {out[name]!r} (musubi-tuner) is refused: {why}"))
+        out.pop(name, None)
+    dropped = [name for name in (*SPEED_ONLY, *HUNYUAN_ONLY) if not blank(out.pop(name, None))]
+    if dropped:
+        notes.append(f"musubi-tuner options left out: {', '.join(dropped)} (speed only here, or read by "
+                     "HunyuanVideo only)")
+    _timestep_sampling(out, issues)
+    _dataset_config(out, issues)
+    _defaults(out, method, notes)
+    return out
+
+
+def _family(out: dict[str, Any], notes: list[str], issues: list[ConfigIssue]) -> None:
+    module = out.get("network_module")
+    if not isinstance(module, str) or not module.startswith("networks.lora_"):
+        return
+    family = FAMILY_MODULES.get(module)
+    if family is None:
+        issues.append(ConfigIssue("network_module", f"network_module = {module!r} (musubi-tuner) is refused: its "
+                                  f"family is not trained here; musubi-tuner's {', '.join(FAMILY_MODULES)} are"))
+        return
+    out["network_module"] = "networks.lora"
+    out.setdefault("model_family", family)
+    notes.append(f"network_module = {module!r} (musubi-tuner) is read as model_family = {family!r} with "
+                 "network_module = 'networks.lora' (the family names the LoRA's keys as musubi-tuner does)")
+
+
+def _timestep_sampling(out: dict[str, Any], issues: list[ConfigIssue]) -> None:
+    value = out.get("timestep_sampling")
+    if isinstance(value, str) and value in TIMESTEP_SAMPLINGS and TIMESTEP_SAMPLINGS[value] is None:
+        out.pop("timestep_sampling")
+        issues.append(ConfigIssue("timestep_sampling", f"timestep_sampling = {value!r} (musubi-tuner) is refused: "
+                                  f"not available here; choose one of "
+                                  f"{', '.join(k for k, v in TIMESTEP_SAMPLINGS.items() if v)} ('shift' with "
+                                  "discrete_flow_shift is musubi-tuner's advice for Qwen-Image and Z-Image)"))
+
+
+def _dataset_config(out: dict[str, Any], issues: list[ConfigIssue]) -> None:
+    """musubi-tuner's dataset TOML (image_directory, cache_directory) is not sd-scripts': refused by name."""
+    path = out.get("dataset_config")
+    if not isinstance(path, str) or not path:
+        return
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+        musubi = "image_directory" in tomllib.loads(text).get("datasets", [{}])[0] if text else False
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, IndexError, AttributeError, TypeError):
+        return  # the dataset check names what is wrong with it
+    if musubi:
+        out.pop("dataset_config")
+        issues.append(ConfigIssue("dataset_config", f"{path} is a musubi-tuner dataset config (image_directory, "
+                                  "cache_directory), which is not read here: set train_data_dir to the image folder "
+                                  "(its captions beside the images) or write an sd-scripts dataset config"))
+
+
+def _defaults(out: dict[str, Any], method: str, notes: list[str]) -> None:
+    used = {name: value for name, value in DEFAULTS.items() if name not in out
+            and (method == "lora" or not name.startswith("network_"))}
+    if "max_train_steps" not in out and "max_train_epochs" not in out:
+        used["max_train_steps"] = MAX_TRAIN_STEPS
+    out.update(used)
+    if used:
+        notes.append("musubi-tuner's defaults for options the file leaves out: "
+                     + ", ".join(f"{name} = {value!r}" for name, value in used.items()))
