@@ -80,13 +80,6 @@ def needs_config_file(cfg: TrainConfig) -> bool:
     return cfg.distributed_backend != "ddp"
 
 
-def states_supported(values: dict[str, Any]) -> bool:
-    """Training states (save_state, resume) are written under DDP and FSDP2 (gathered whole), not under DeepSpeed
-    or FSDP1, whose shards have layouts of their own."""
-    backend = values.get("distributed_backend", "ddp")
-    return backend == "ddp" or backend == "fsdp" and values.get("fsdp_version", 2) == 2
-
-
 def accelerate_config(cfg: TrainConfig) -> dict[str, Any]:
     """The accelerate config (as `accelerate config` writes it) for this run's launch options."""
     total = total_processes(cfg)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from trainers.core.errors import DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped
 from trainers.core.events import Checkpoint
 from trainers.core.fsio import clean_stale_temps, remove_save
-from trainers.core.launch import states_supported
+from trainers.core.options.validation import states_supported
 from trainers.core.retention import Retention, prune
 from trainers.core.saves import Position, check_free_space, find_states, save_name, state_name
 from trainers.train.control import ROLLING_STATE

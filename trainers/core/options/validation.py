@@ -193,14 +193,19 @@ def existing_outputs(cfg: TrainConfig, outputs: list[Path]) -> list[ConfigIssue]
     return issues
 
 
+def states_supported(values: dict) -> bool:
+    """Training states (save_state, resume) are written under DDP and FSDP2 (gathered whole), not under DeepSpeed
+    or FSDP1, whose shards have layouts of their own."""
+    backend = values.get("distributed_backend", "ddp")
+    return backend == "ddp" or backend == "fsdp" and values.get("fsdp_version", 2) == 2
+
+
 def _resume_issues(cfg: TrainConfig, check_paths: bool) -> list[ConfigIssue]:
     """`resume` names a complete training state (a folder, or 'latest' of output_name in output_dir)."""
     from trainers.core.saves import resolve_resume
 
     if not cfg.resume.strip():
         return []
-    from trainers.core.launch import states_supported
-
     if not states_supported(cfg.values):
         return [ConfigIssue("resume", "training states are saved and resumed with distributed_backend = 'ddp' or "
                             f"'fsdp' (fsdp_version = 2) only (this config has {cfg.distributed_backend!r})", "saving")]
