@@ -7,6 +7,7 @@ from typing import Any
 
 from gui.forms import ESSENTIALS
 from gui.text import code_block, plain
+from trainers.core.memory_estimate import memory_report
 from trainers.core.optimizers import spec_for, text_encoder_rates
 from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict
 from trainers.core.options.optimizer_checks import optimizer_issues, optimizer_warnings
@@ -92,7 +93,9 @@ def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | 
         else:
             report.issues.append(issue)
     if complete:  # the numbers of a config with some values left at their defaults would mislead
-        report.memory = pre.memory
+        estimate, too_big = memory_report(cfg)
+        report.memory = estimate or pre.memory
+        report.warnings += too_big
         if pre.subsets:
             report.dataset = pre.text(with_memory=False)  # shown as its own part
         if pre.plan is not None:

@@ -93,8 +93,7 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
     if p and view.state.active:
         stats = (f"Epoch **{p.epoch} / {p.total_epochs}** · **{p.it_per_s:.2f} it/s** · "
                  f"{p.images_per_s:.2f} images/s · ETA {format_duration(p.eta_s)} · "
-                 f"loss {p.loss_smoothed:.4f} · LR {p.lr:.2e} · peak memory {p.peak_mem_gb:.2f} GB "
-                 f"({p.peak_mem_kind})")
+                 f"loss {p.loss_smoothed:.4f} · LR {p.lr:.2e} · {memory_text(view)}")
         if view.validation:
             stats += f" · validation loss {view.validation[-1][1]:.4f}"
         if len(view.rank_step_s) > 1:
@@ -103,8 +102,7 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
         if activity:  # a sample or save between steps (left out of the rates)
             stats = f"**{str(activity).capitalize()}…** · {stats}"
     elif p:  # a run that ended: what it reached, no live rates
-        stats = (f"Epoch **{p.epoch} / {p.total_epochs}** · final loss {p.loss_smoothed:.4f} · "
-                 f"peak memory {p.peak_mem_gb:.2f} GB ({p.peak_mem_kind})")
+        stats = f"Epoch **{p.epoch} / {p.total_epochs}** · final loss {p.loss_smoothed:.4f} · {memory_text(view)}"
         if view.validation:
             stats += f" · validation loss {view.validation[-1][1]:.4f}"
     elif view.state == RunState.QUEUED:
@@ -132,6 +130,19 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
             ((chart_key, bool(view.lr_planned)), _lr_plot(view, [0, max(10, total)])),
             (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log),
             (comparable, gr.Button(visible=comparable))]
+
+
+def memory_text(view: RunView) -> str:
+    """The run's peak memory, and beside it the estimate Validate showed and the peak it compares with (status.json,
+    written by trainers/train/memory_watch.py)."""
+    p, status = view.progress, view.status
+    text = f"peak memory {p.peak_mem_gb:.2f} GB ({p.peak_mem_kind})" if p else ""
+    estimate, real = status.get("memory_estimate_gb"), status.get("memory_peak_gb")
+    if isinstance(estimate, (int, float)):
+        measured = (f"{real:.2f} GB measured ({status.get('memory_peak_kind', '')})"
+                    if isinstance(real, (int, float)) else "")
+        text += f" · model memory: {estimate:.2f} GB estimated" + (f", {measured}" if measured else "")
+    return text
 
 
 def _lr_plot(view: RunView, steps_axis: list[int]) -> gr.LinePlot:

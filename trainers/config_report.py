@@ -31,8 +31,10 @@ def report_lines(warnings: list[str], errors: list[ConfigIssue]) -> list[str]:
 
 
 def check_config(method: str, config: Path | None, overrides: list[str]) -> tuple[TrainConfig | None, list[str],
-                                                                               list[ConfigIssue]]:
-    """(config or None, warnings, errors) as a run would find them, without loading a model."""
+                                                                               list[ConfigIssue], str]:
+    """(config or None, warnings, errors, the memory estimate's line) as a run would find them, without loading a
+    model."""
+    from trainers.core.memory_estimate import memory_report
     from trainers.core.options.optimizer_checks import optimizer_warnings
     from trainers.data.preflight import preflight
 
@@ -40,20 +42,23 @@ def check_config(method: str, config: Path | None, overrides: list[str]) -> tupl
     try:
         cfg = load_config(method, config, overrides, warnings)
     except ConfigError as err:
-        return None, warnings, err.issues
+        return None, warnings, err.issues, ""
     report = preflight(cfg)
-    warnings += [w for w in optimizer_warnings(cfg) + report.warnings if w not in warnings]
-    return cfg, warnings, report.errors
+    memory, too_big = memory_report(cfg)
+    warnings += [w for w in optimizer_warnings(cfg) + report.warnings + too_big if w not in warnings]
+    return cfg, warnings, report.errors, memory or report.memory
 
 
 def print_config(method: str, config: Path | None, overrides: list[str], export: Path | None = None,
                  out: TextIO | None = None) -> int:
     """The resolved config and its report on `out` (stdout); 0 when a run could start, 2 when it would refuse."""
     out = out or sys.stdout
-    cfg, warnings, errors = check_config(method, config, overrides)
+    cfg, warnings, errors, memory = check_config(method, config, overrides)
     if cfg is not None:
         print(cfg.to_toml().rstrip("\n"), file=out)
     print("\n".join(report_lines(warnings, errors)), file=out)
+    if memory:
+        print("\n".join(comment_lines("memory", memory)), file=out)
     if cfg is not None and export is not None:
         for line in export_sd_scripts(cfg, export):
             print(line, file=out)

@@ -21,12 +21,24 @@ GB = 1e9
 _TEXT_PREFIXES = ("text_encoders.", "cond_stage_model.", "conditioner.")
 _VAE_PREFIXES = ("first_stage_model.", "vae.")
 _KINDS = {"unet": "denoiser", "transformer": "denoiser", "vae": "vae"}
+_REFERENCE_PREFIX = "model.diffusion_model."
+# Layers a LoRA trains by default: the UNet's transformer blocks, a DiT's blocks, a text encoder's layers.
+_LORA_TARGETS = ("attentions.", "transformer_blocks.", "double_blocks.", "single_blocks.", "joint_blocks.", "layers.",
+                 "layer.", "block.")
+_BLOCK_LISTS = ("transformer_blocks", "single_transformer_blocks", "double_blocks", "single_blocks", "joint_blocks")
 
 
 @dataclass(frozen=True)
 class Part:
     kind: str  # "denoiser", "text_encoder" or "vae"
     params: int
+    linear: int = 0  # parameters in Linear (2-D) weights: what int8, int4 and nf4 quantize
+    lora_per_rank: int = 0  # LoRA parameters per unit of network_dim on its attention and MLP layers
+    swap_units: int = 0  # the transformer blocks blocks_to_swap counts (a FLUX double block counts as two)
+
+    def __add__(self, other: "Part") -> "Part":
+        return Part(self.kind, self.params + other.params, self.linear + other.linear,
+                    self.lora_per_rank + other.lora_per_rank, self.swap_units + other.swap_units)
 
 
 def model_parts(values: dict[str, Any]) -> list[Part]:
@@ -37,7 +49,8 @@ def model_parts(values: dict[str, Any]) -> list[Part]:
             return _folder_parts(path)
         if path.is_file() and path.suffix.lower() == ".safetensors":
             parts = _file_parts(path)
-            parts += [Part("vae" if name == "ae" else "text_encoder", _params(Path(values[name]).expanduser()))
+            parts += [_counted("vae" if name == "ae" else "text_encoder",
+                               read_safetensors_header(Path(values[name]).expanduser())[0])
                       for name in COMPONENT_FILE_OPTIONS if str(values.get(name) or "").strip()]
             return parts
     except (OSError, ValueError):
@@ -45,8 +58,17 @@ def model_parts(values: dict[str, Any]) -> list[Part]:
     return []
 
 
-def _params(path: Path) -> int:
-    return sum(math.prod(shape) for shape in read_safetensors_header(path)[0].values())
+def _counted(kind: str, shapes: dict[str, tuple[int, ...]]) -> Part:
+    """The counts of one part from its tensors' names and shapes."""
+    flat = {key.removeprefix(_REFERENCE_PREFIX): shape for key, shape in shapes.items()}
+    matrices = {key: shape for key, shape in flat.items() if key.endswith(".weight") and len(shape) == 2}
+    lora = sum(shape[0] + shape[1] for key, shape in matrices.items() if any(t in key for t in _LORA_TARGETS))
+    blocks = {kind: {key.split(".")[1] for key in flat if key.startswith(kind + ".")} for kind in _BLOCK_LISTS}
+    singles = len(blocks["single_transformer_blocks"]) + len(blocks["single_blocks"])
+    doubles = len(blocks["transformer_blocks"]) + len(blocks["double_blocks"]) + len(blocks["joint_blocks"])
+    units = (2 * doubles + singles if singles else doubles) if kind == "denoiser" else 0
+    return Part(kind, sum(math.prod(shape) for shape in flat.values()),
+                sum(math.prod(shape) for shape in matrices.values()), lora, units)
 
 
 def _folder_parts(folder: Path) -> list[Part]:
@@ -56,17 +78,18 @@ def _folder_parts(folder: Path) -> list[Part]:
         files = sorted(sub.glob("*.safetensors"))
         plain = [f for f in files if f.name.count(".") == 1]  # not a variant such as *.fp16.safetensors
         if kind and files:
-            parts.append(Part(kind, sum(_params(f) for f in plain or files)))
+            counted = [_counted(kind, read_safetensors_header(f)[0]) for f in plain or files]
+            parts.append(sum(counted[1:], counted[0]))
     return parts
 
 
 def _file_parts(path: Path) -> list[Part]:
-    counts = {"denoiser": 0, "text_encoder": 0, "vae": 0}
+    shapes: dict[str, dict[str, tuple[int, ...]]] = {"denoiser": {}, "text_encoder": {}, "vae": {}}
     for key, shape in read_safetensors_header(path)[0].items():
         kind = ("text_encoder" if key.startswith(_TEXT_PREFIXES) else "vae" if key.startswith(_VAE_PREFIXES)
                 else "denoiser")
-        counts[kind] += math.prod(shape)
-    return [Part(kind, n) for kind, n in counts.items() if n]
+        shapes[kind][key] = shape
+    return [_counted(kind, found) for kind, found in shapes.items() if found]
 
 
 def weights_note(cfg: TrainConfig) -> str:

@@ -1,25 +1,35 @@
-"""blocks_to_swap: the frozen weights of a transformer's last blocks live in CPU memory, and each of those blocks
-gets its weights on the device only while it runs (its forward, and its recomputation in the backward pass under
-gradient checkpointing), as sd-scripts' block swap does for FLUX and SD3 LoRAs.
+"""Layer offload (blocks_to_swap, layer_offload_fraction): the frozen weights of a transformer's last blocks live in
+CPU memory, and each of those blocks gets its weights on the device only while it runs (its forward, and its
+recomputation in the backward pass under gradient checkpointing), as sd-scripts' and musubi-tuner's block swap.
 
-The weights are frozen, so the CPU copy is kept (pinned on CUDA) and nothing is copied back: after a block runs,
-its weights point at the CPU copy again and the device copy is freed. Only parameters move; buffers stay on the
-device. Without gradient checkpointing autograd would keep every block's device weights until the backward pass,
-so the options require it.
+The weights are frozen, so the CPU copy is kept (pinned on CUDA) and nothing is copied back: host-to-device only.
+While a block runs, the next one's weights are copied on a side stream (the next in the forward pass, the previous
+in the backward pass, which recomputes the blocks in reverse), so the copy overlaps the compute. After a block runs
+its weights point at the CPU copy again; autograd keeps the device copy it saved until the backward pass has used it.
+Only parameters move; buffers stay on the device. Without gradient checkpointing autograd would keep every block's
+device weights until the backward pass, so the options require it.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+_LISTS = ("transformer_blocks", "single_transformer_blocks")
+
 
 class BlockSwap:
     def __init__(self, blocks: Sequence[nn.Module], device: torch.device) -> None:
         self.device = device
+        self.order = {id(block): index for index, block in enumerate(blocks)}
+        self.blocks = list(blocks)
         self.parked: dict[int, list[tuple[nn.Parameter, torch.Tensor]]] = {}
+        self.ahead: dict[int, tuple[list[torch.Tensor], Any]] = {}  # block -> (device weights, copy-done event)
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.last = -1  # the index of the block that ran last: the direction the next copy goes in
+        self.fetched = 0  # blocks whose weights arrived ahead of their turn (for tests and benchmarks)
         for block in blocks:
             # a LoRA's own weights live in its network, not in the block: every weight here is a frozen base weight
             self.parked[id(block)] = [(p, self._host(p.data)) for p in block.parameters()]
@@ -35,9 +45,45 @@ class BlockSwap:
         for param, host in self.parked[id(block)]:
             param.data = host
 
+    def _copy(self, block: nn.Module) -> list[torch.Tensor]:
+        return [host.to(self.device, non_blocking=True) for _, host in self.parked[id(block)]]
+
+    def _prefetch(self, index: int) -> None:
+        if not 0 <= index < len(self.blocks) or id(self.blocks[index]) in self.ahead:
+            return
+        block = self.blocks[index]
+        if self.stream is None:
+            self.ahead[id(block)] = (self._copy(block), None)
+            return
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            weights = self._copy(block)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        self.ahead[id(block)] = (weights, done)
+
     def _fetch(self, block: nn.Module, args: Any) -> None:
-        for param, host in self.parked[id(block)]:
-            param.data = host.to(self.device, non_blocking=True)
+        index = self.order[id(block)]
+        waiting = self.ahead.pop(id(block), None)
+        if waiting is None:
+            weights = self._copy(block)
+        else:
+            weights, done = waiting
+            self.fetched += 1
+            if done is not None:  # the copy ran on the side stream: the compute waits for it, the allocator too
+                current = torch.cuda.current_stream(self.device)
+                current.wait_event(done)
+                for tensor in weights:
+                    tensor.record_stream(current)
+        for (param, _), tensor in zip(self.parked[id(block)], weights):
+            param.data = tensor
+        self._prefetch(index + 1 if index > self.last else index - 1)  # the backward pass starts on the last block
+        self.last = index
+
+    def restart(self, module: nn.Module, args: Any) -> None:
+        """A forward pass of the whole denoiser begins: its blocks run first to last."""
+        self.last = -1
+        self._prefetch(0)
 
     def _return(self, block: nn.Module, args: Any, output: Any) -> None:
         self._park(block)
@@ -46,6 +92,7 @@ class BlockSwap:
 def place_with_swap(module: nn.Module, blocks: Sequence[nn.Module], device: torch.device) -> BlockSwap:
     """`module` on `device` except the swapped blocks' frozen weights, which stay in CPU memory."""
     swap = BlockSwap(blocks, device)
+    module.register_forward_pre_hook(swap.restart)
     parked = {id(p) for entries in swap.parked.values() for p, _ in entries}
     for param in module.parameters():
         if id(param) not in parked:
@@ -55,3 +102,18 @@ def place_with_swap(module: nn.Module, blocks: Sequence[nn.Module], device: torc
             if buffer is not None:
                 sub._buffers[name] = buffer.to(device)
     return swap
+
+
+def swap_units(denoiser: nn.Module) -> int:
+    """What blocks_to_swap counts in `denoiser`: its transformer blocks, a FLUX double block as two single ones."""
+    doubles, singles = (len(getattr(denoiser, name, ())) for name in _LISTS)
+    return 2 * doubles + singles if singles else doubles
+
+
+def offloaded_blocks(values: Mapping[str, Any], denoiser: nn.Module) -> tuple[int, str]:
+    """(the blocks_to_swap count the config asks for, the option that asked): layer_offload_fraction of the
+    denoiser's blocks, or blocks_to_swap itself."""
+    fraction = values.get("layer_offload_fraction")
+    if fraction:
+        return max(1, round(float(fraction) * swap_units(denoiser))), "layer_offload_fraction"
+    return int(values.get("blocks_to_swap") or 0), "blocks_to_swap"

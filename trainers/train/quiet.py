@@ -16,6 +16,9 @@ NOISE = re.compile("|".join((
     r"Failed to load CPU gemm_4bit_forward",
     r"requires torchvision \(not installed\); falling back",
     r"that should be kept in float32: \[\]",
+    r"torchao/_C\w*\.\S*so: Could not load",  # torchao's CUDA kernels on a CPU build of torch
+    r"is an Enum subclass and is now natively supported by torch.compile",  # torchao's registrations
+    r"Unable to import `torchao` Tensor objects",  # diffusers naming torchao classes newer torchao has not
 )))
 
 
@@ -25,9 +28,9 @@ class DropNoise(logging.Filter):
 
 
 def quiet_libraries() -> None:
-    """Import diffusers, transformers and peft without bitsandbytes (see `held_off`); filter the known chatter on
-    every handler it could reach; hide the libraries' loading bars."""
-    with held_off("bitsandbytes"):
+    """Import diffusers, transformers and peft without bitsandbytes and torchao (see `held_off`); filter the known
+    chatter on every handler it could reach; hide the libraries' loading bars."""
+    with held_off("bitsandbytes"), held_off("torchao"):
         import peft  # noqa: F401 - imported by diffusers' models; its helpers import bitsandbytes if they can
         from diffusers.utils import logging as diffusers_logging
         from transformers.utils import logging as transformers_logging
@@ -38,7 +41,7 @@ def quiet_libraries() -> None:
     diffusers_logging.disable_progress_bar()
     drop = DropNoise()
     handlers = [logging.lastResort] if logging.lastResort else []  # loggers without a handler (bitsandbytes)
-    for name in ("", "transformers", "diffusers", "bitsandbytes"):
+    for name in ("", "transformers", "diffusers", "bitsandbytes", "torchao", "torch"):
         handlers += logging.getLogger(name).handlers
     for handler in handlers:
         if not any(isinstance(f, DropNoise) for f in handler.filters):
@@ -51,7 +54,8 @@ def held_off(package: str) -> Iterator[None]:
 
     For bitsandbytes: diffusers, transformers and peft import it when it is installed, for quantized models the
     trainers never load, and its import wraps kernels in torch.compile, which imports torch's compiler (about 1 s of
-    the ~5 s before a tiny run's first step). The 8-bit optimizers import it themselves when a run uses one."""
+    the ~5 s before a tiny run's first step). The 8-bit optimizers import it themselves when a run uses one, as
+    trainers/quant does torchao and bitsandbytes for base_model_precision."""
     if package in sys.modules:
         yield
         return

@@ -8,6 +8,7 @@ import torch
 
 from trainers.core.events import Start
 from trainers.train.distributed import STRAGGLER_EVERY, RankTimer, StragglerCheck
+from trainers.train.memory_watch import MemoryWatch
 from trainers.train.method import StepHook
 from trainers.train.progress import ProgressMeter
 from trainers.train.session import Session
@@ -36,6 +37,8 @@ class Reporter:
         self.rank_timer = session.rank_timer or RankTimer()
         every = max(1, min(STRAGGLER_EVERY, plan.total_steps))  # short runs compare once, at the end
         self.stragglers = StragglerCheck(self.accelerator, every)
+        self.memory = (MemoryWatch(cfg, session.run_dir, self.accelerator.device, session.resident_before_model)
+                       if self.accelerator.is_main_process else None)
 
     def start_timing(self, from_step: int = 0) -> None:
         """Rates count from here (after any samples made before the first step); a resumed run's bar starts at its step."""
@@ -60,6 +63,11 @@ class Reporter:
             **{k: v for hook in self.hooks for k, v in hook.progress().items()})
         if straggler:
             self.events.warn(straggler)
+        spilling = self.memory.guard.step(own_s) if self.memory else None
+        if spilling:
+            self.events.warn(spilling)
+        if step == 1 and self.memory:
+            self.memory.record()
         self.events.emit(progress)
         self.accelerator.log({"loss": progress.loss, "loss_smoothed": progress.loss_smoothed, "lr": progress.lr},
                              step=step)
@@ -75,3 +83,5 @@ class Reporter:
 
     def close(self) -> None:
         self.bar.close()
+        if self.memory:
+            self.memory.record()

@@ -26,9 +26,11 @@ from trainers.data.preflight import catalog_report
 from trainers.models import LoadedModel, ModelFiles, load_model, resolve_model_folder
 from trainers.models.checks import model_issues
 from trainers.train import memo
-from trainers.train.block_swap import BlockSwap, place_with_swap
+from trainers.quant.apply import check_platform, quantize_model
+from trainers.train.block_swap import BlockSwap, offloaded_blocks, place_with_swap
 from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
+from trainers.train.memory_watch import resident_bytes
 from trainers.train.optim import check_optimizer
 from trainers.validate import check
 
@@ -50,6 +52,7 @@ class Session:
     rank_timer: RankTimer | None = None  # this rank's own step time (and DDP's comm hook)
     validation: CaptionedImages | None = None  # the held-out images (validation_split)
     block_swap: BlockSwap | None = None  # blocks_to_swap: whose weights wait in CPU memory
+    resident_before_model: int = 0  # the process's resident bytes before the model loaded (a CPU run's baseline)
 
     @property
     def memoize_text(self) -> bool:
@@ -84,6 +87,8 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
         print(report.text(), flush=True)
 
     weight_dtype = weight_dtype_for(cfg.mixed_precision)
+    check_platform(cfg, accelerator.device)  # a quantization this machine cannot do, before the model loads
+    resident_before_model = resident_bytes()
     model = load_model(_checked_model(cfg), cfg.model_family, weight_dtype, cfg.vae.strip(), random_init,
                        ModelFiles.from_values(cfg.values))
     model.family = model.family.configured(cfg.values)  # the run's settings of its text encoding and denoiser
@@ -94,12 +99,14 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
         from trainers.train.losses import zero_terminal_snr_scheduler
 
         model.noise_scheduler = zero_terminal_snr_scheduler(model.noise_scheduler)
+    offloading = bool(cfg.values.get("blocks_to_swap") or cfg.values.get("layer_offload_fraction"))
+    quantize_model(model, cfg, weight_dtype, torch.device("cpu") if offloading else accelerator.device)
     _place_encoders(cfg, model, accelerator.device, weight_dtype)
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
     # The VAE runs once per image (and flip), not once per epoch: for training without cached latents, and for the
     # held-out images, which are never cached.
     model.latent_memo = memo.RowMemo(memo.LATENT_BYTES) if cfg.memoize_encoders else None
-    block_swap = _place_denoiser(cfg, model, accelerator.device, weight_dtype)
+    block_swap = _place_denoiser(cfg, model, accelerator.device)
     per_device = data.catalog.per_device_batches(accelerator.num_processes, cfg.keep_global_batch)
     plan = plan_steps(len(data.catalog.samples), per_device[0], accelerator.num_processes,
                       cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps,
@@ -110,7 +117,8 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     set_seed(cfg.seed)  # the method's new weights (e.g. a LoRA's init) are the same in every run and on every rank
     return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
                    weight_dtype, time.time(),
-                   Control(run_dir, accelerator), accelerator.rank_timer, data.validation, block_swap)
+                   Control(run_dir, accelerator), accelerator.rank_timer, data.validation, block_swap,
+                   resident_before_model)
 
 
 def _checked_model(cfg: TrainConfig) -> str:
@@ -137,24 +145,21 @@ def _place_encoders(cfg: TrainConfig, model: LoadedModel, device: torch.device, 
         te.to(device)
 
 
-def _place_denoiser(cfg: TrainConfig, model: LoadedModel, device: torch.device,
-                    weight_dtype: torch.dtype) -> BlockSwap | None:
+def _place_denoiser(cfg: TrainConfig, model: LoadedModel, device: torch.device) -> BlockSwap | None:
     if not cfg.sdpa:
         from diffusers.models.attention_processor import AttnProcessor
 
         model.unet.set_attn_processor(AttnProcessor())
     if cfg.gradient_checkpointing:
         model.unet.enable_gradient_checkpointing()
-    if cfg.values.get("fp8_base"):  # stored in 8 bits, computed in the mixed-precision dtype layer by layer
-        model.unet.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=weight_dtype)
-    count = cfg.values.get("blocks_to_swap")
+    count, option = offloaded_blocks(cfg.values, model.unet)
     if not count:
         model.unet.to(device)
         return None
     try:
-        blocks = model.family.swap_blocks(model.unet, int(count))
+        blocks = model.family.swap_blocks(model.unet, count)
     except ValueError as err:
-        raise ConfigError([ConfigIssue("blocks_to_swap", str(err), "precision")]) from None
+        raise ConfigError([ConfigIssue(option, str(err), "precision")]) from None
     return place_with_swap(model.unet, blocks, device)
 
 

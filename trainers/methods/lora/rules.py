@@ -7,8 +7,10 @@ from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.optimizers import text_encoder_rates
 from trainers.core.options import TrainConfig
 from trainers.core.paths import path_problem
+from trainers.methods.lora.objective_rules import objective_issues
 from trainers.methods.lora.settings import network_settings
 from trainers.methods.textual_inversion.rules import new_word_issues
+from trainers.quant.rules import quant_issues
 
 SUFFIX = ".safetensors"
 
@@ -56,15 +58,14 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
             "LoRA's few weights train fastest with 'ddp' (they fit on every GPU): choose 'ddp'", "launch")
     if cfg.fp8_base and cfg.mixed_precision == "no":
         bad("fp8_base", "computes in the mixed-precision dtype: set mixed_precision to 'bf16' (or 'fp16')", "precision")
+    found += quant_issues(cfg)
     if cfg.values.get("blocks_to_swap") and not cfg.gradient_checkpointing:
         bad("blocks_to_swap", "saves memory only with gradient_checkpointing (without it every block's weights "
             "stay on the GPU until the backward pass): set gradient_checkpointing = true", "precision")
-    if cfg.fp8_base and cfg.base_weights:
-        bad("base_weights", "cannot be merged into an 8-bit base model: turn fp8_base off", "network")
     if cfg.cache_text_encoder_outputs and not cfg.network_train_unet_only:
         bad("cache_text_encoder_outputs", "needs frozen text encoders: set network_train_unet_only = true, or turn "
             "caching off", "dataset")
-    return found + new_word_issues(cfg)
+    return found + new_word_issues(cfg) + objective_issues(cfg)
 
 
 def output_suffix(cfg: TrainConfig) -> str:

@@ -1,0 +1,135 @@
+"""The memory estimate before launch: what it counts, the advice when a run does not fit the card, where Validate and
+--print-config show it, and (a CPU run) that it predicts the weights and optimizer states a run really holds."""
+from __future__ import annotations
+
+import json
+import shutil
+from io import StringIO
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainers.core import memory_estimate
+from trainers.core.memory_estimate import (Setting, estimate_memory, fits, fitting_settings, memory_report,
+                                           model_size)
+from trainers.core.memory_facts import PUBLISHED
+from trainers.core.options import TrainConfig
+
+FLUX_LORA = {"model_family": "flux", "resolution": "1024", "mixed_precision": "bf16", "gradient_checkpointing": True,
+             "network_dim": 16, "network_train_unet_only": True, "optimizer_type": "AdamW8bit",
+             "cache_text_encoder_outputs": True}
+
+
+def test_flux_lora_over_a_12_gb_card_is_told_which_settings_fit() -> None:
+    cfg = TrainConfig("lora", FLUX_LORA)
+    line, warnings = memory_report(cfg, card_gb=12)
+    assert "23.8" in line and "published FLUX.1 dev" in line  # 11.9 B parameters in bf16
+    assert len(warnings) == 1 and "12 GB card" in warnings[0] and "would fit" in warnings[0]
+    suggested = fitting_settings(cfg, 12)
+    assert suggested and all(fits(estimate, 12) for _, estimate in suggested)
+    assert any(f"{s.describe()}: ~{e.card_gb:.1f} GB" in warnings[0] for s, e in suggested)
+    assert "int8 base + 50% offload" in warnings[0]  # the issue's example: an 8-bit base, half the blocks in RAM
+    assert memory_report(cfg, card_gb=48) == (line + " Fits a 48 GB card.", [])
+
+
+def test_each_setting_lowers_what_it_should() -> None:
+    cfg = TrainConfig("lora", FLUX_LORA)
+    plain, int8, nf4 = (estimate_memory(cfg, Setting(base)) for base in ("none", "int8", "nf4"))
+    half = estimate_memory(cfg, Setting("int8", 0.5))
+    assert plain.gpu["denoiser weights"] == pytest.approx(23.8, abs=0.1)
+    assert int8.gpu["denoiser weights"] == pytest.approx(11.9, abs=0.1)
+    assert nf4.gpu["denoiser weights"] < 7.0
+    assert half.gpu["denoiser weights"] < 6.5 and half.host["offloaded blocks (pinned)"] == pytest.approx(5.95, abs=0.1)
+    fp8_base = estimate_memory(TrainConfig("lora", {**FLUX_LORA, "fp8_base": True}))
+    assert fp8_base.setting.base == "fp8" and fp8_base.gpu["denoiser weights"] == pytest.approx(11.9, abs=0.1)
+    checkpointed = estimate_memory(cfg).gpu["activations"]
+    assert estimate_memory(cfg.replace(gradient_checkpointing=False)).gpu["activations"] > 5 * checkpointed
+    assert estimate_memory(cfg.replace(train_batch_size=2)).gpu["activations"] == pytest.approx(2 * checkpointed)
+    text = estimate_memory(cfg.replace(cache_text_encoder_outputs=False)).gpu["text encoders"]
+    assert text > 9 and estimate_memory(cfg.replace(cache_text_encoder_outputs=False,
+                                                    text_encoder_precision="int8")).gpu["text encoders"] < 5.5
+
+
+def test_a_full_finetune_counts_gradients_and_optimizer_states() -> None:
+    cfg = TrainConfig("finetune", {"model_family": "sdxl", "resolution": "1024", "mixed_precision": "bf16",
+                                   "optimizer_type": "AdamW", "gradient_checkpointing": True})
+    estimate = estimate_memory(cfg)
+    params = PUBLISHED["sdxl"].denoiser
+    assert estimate.gpu["denoiser weights"] == pytest.approx(params * 4 / 1e9)
+    assert estimate.gpu["optimizer states"] == pytest.approx(params * 8 / 1e9)
+    eight_bit = estimate_memory(cfg.replace(optimizer_type="AdamW8bit", full_bf16=True))
+    assert eight_bit.gpu["optimizer states"] == pytest.approx(params * 2 / 1e9)
+    assert eight_bit.gpu["gradients"] == pytest.approx(params * 2 / 1e9)
+
+
+def test_without_a_local_model_or_a_family_there_is_no_estimate() -> None:
+    assert estimate_memory(TrainConfig("lora", {"pretrained_model_name_or_path": "some/hub-model"})) is None
+    assert memory_report(TrainConfig("lora", {}), card_gb=8) == ("", [])
+
+
+def test_a_local_model_is_counted_from_its_files(tiny_sd1_dir: Path, tiny_flux_dir: Path) -> None:
+    from trainers.models import load_model
+    from trainers.train.block_swap import swap_units
+
+    size = model_size(TrainConfig("lora", {"pretrained_model_name_or_path": str(tiny_sd1_dir)}))
+    model = load_model(str(tiny_sd1_dir), "auto", torch.float32)
+    assert size.source == "the model's files" and size.denoiser == sum(p.numel() for p in model.unet.parameters())
+    linear = sum(m.weight.numel() for m in model.unet.modules() if isinstance(m, torch.nn.Linear))
+    assert size.denoiser_linear == linear
+    flux = model_size(TrainConfig("lora", {"pretrained_model_name_or_path": str(tiny_flux_dir)}))
+    assert flux.swap_units == swap_units(load_model(str(tiny_flux_dir), "auto", torch.float32).unet)
+
+
+def test_validate_and_print_config_show_the_estimate_and_the_advice(monkeypatch, tmp_path: Path) -> None:
+    from gui.checks import check_form
+    from trainers.config_report import print_config
+
+    monkeypatch.setattr(memory_estimate, "card_memory_gb", lambda: 12.0)
+    report = check_form("lora", dict(FLUX_LORA))
+    assert "Estimated peak GPU memory" in report.memory and "Estimated peak GPU memory" in report.summary()
+    assert any("would fit: " in w and "int8 base" in w for w in report.warnings)
+    config = tmp_path / "flux.toml"
+    config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in FLUX_LORA.items()), encoding="utf-8")
+    out = StringIO()
+    print_config("lora", config, [], out=out)
+    text = out.getvalue()
+    assert "# memory: Estimated peak GPU memory ~" in text and "# warning: the run needs ~" in text
+
+
+def _medium_sd1(folder: Path) -> Path:
+    """The tiny SD1 pipeline with a 77 M-parameter UNet and latents 8 times smaller than the image: the weights,
+    gradients and optimizer states dwarf the activations."""
+    from diffusers import UNet2DConditionModel
+
+    from trainers.models.sd.tiny import build_tiny_sd1
+    from trainers.models.tiny import tiny_vae
+
+    build_tiny_sd1(folder, vae=tiny_vae(4))
+    shutil.rmtree(folder / "unet")
+    torch.manual_seed(0)
+    UNet2DConditionModel(sample_size=8, block_out_channels=(320, 640), layers_per_block=1,
+                         down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=32,
+                         attention_head_dim=8, norm_num_groups=32).save_pretrained(folder / "unet")
+    return folder
+
+
+@pytest.mark.slow
+def test_a_cpu_run_holds_the_weights_and_optimizer_states_the_estimate_predicts(tmp_path: Path) -> None:
+    from helpers import run_trainer, sets
+
+    from trainers.demo import build_dataset
+
+    model = _medium_sd1(tmp_path / "model")
+    values = dict(pretrained_model_name_or_path=str(model), train_data_dir=str(build_dataset(tmp_path / "data")),
+                  output_dir=str(tmp_path / "out"), max_train_steps=2, resolution="64", train_batch_size=1,
+                  max_data_loader_n_workers=0, learning_rate=1e-5, optimizer_type="AdamW", save_precision="float")
+    result = run_trainer(sets(**values), tmp_path / "run", method="finetune")
+    assert result.returncode == 0, result.stderr[-3000:]
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    predicted = estimate_memory(TrainConfig("finetune", values), on_gpu=False).weights_and_states_gb()
+    assert predicted > 1.2  # 77 M parameters: float32 weights and gradients, AdamW's two moments
+    assert status["memory_estimate_gb"] == pytest.approx(predicted, abs=0.02)
+    # measured: the peak resident memory from the first step on, above the process before the model loaded
+    assert abs(status["memory_peak_gb"] - predicted) <= 0.15 * predicted, (status["memory_peak_gb"], predicted)

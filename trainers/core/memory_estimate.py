@@ -1,0 +1,251 @@
+"""How much GPU memory and host RAM a config's run takes at its peak, before it starts (torch-free: Validate and
+`--print-config` show it).
+
+    estimate = estimate_memory(cfg)            # None: neither the model's files nor its family's sizes are known
+    estimate.gpu_gb, estimate.host_gb, estimate.gpu   # totals, and the GPU's share by item
+    line, warnings = memory_report(cfg, card_gb=12)   # the line to show, and advice when it does not fit
+
+The model's parameters come from its safetensors headers (trainers/core/weights_memory.py), or from the family's
+published sizes (trainers/core/memory_facts.py). Weights follow their dtype and quantization (base_model_precision,
+text_encoder_precision), layer offload moves a share of the denoiser's blocks to host RAM, and the trained
+parameters carry their gradients and optimizer states. Activations are rough (per family, scaled by resolution,
+batch and gradient checkpointing); weights and optimizer states are counted exactly. `gpu_gb` is what
+torch.cuda.max_memory_allocated would report; a card also needs the CUDA context and the allocator's slack on top
+(CARD_OVERHEAD_GB).
+"""
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from trainers.core.memory_facts import PUBLISHED, ModelSize
+from trainers.core.options import TrainConfig
+from trainers.core.registry import method_spec
+from trainers.core.weights_memory import GB, Part, model_parts
+
+CARD_OVERHEAD_GB = 1.0  # the CUDA context, cuBLAS workspaces and allocator slack beside what tensors take
+FIT_MARGIN = 0.9  # a run fits a card when its need is at most this share of the card
+QUANT_BYTES = {"fp8": 1.0, "int8": 1.0, "int4": 0.53, "nf4": 0.56}  # per weight, with their scales
+QUANT_MODES = ("none", *QUANT_BYTES)
+# Optimizer state bytes per trained parameter (sd-scripts' optimizer_type names, matched case-insensitively).
+_STATE_BYTES = (("adafactor", 0.1), ("came", 4.0), ("8bit", 2.0), ("lion", 4.0), ("sgd", 4.0), ("prodigy", 16.0),
+                ("dadapt", 12.0))
+_ADAM_STATE_BYTES = 8.0  # AdamW's two float32 moments
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the advice varies: the base model's quantization and the share of denoiser blocks offloaded."""
+
+    base: str = "none"
+    offload: float = 0.0
+
+    def describe(self) -> str:
+        parts = [f"{self.base} base"] if self.base != "none" else []
+        parts += [f"{self.offload:.0%} offload"] if self.offload else []
+        return " + ".join(parts) or "as configured"
+
+
+@dataclass
+class MemoryEstimate:
+    gpu: dict[str, float] = field(default_factory=dict)  # item -> GB on the GPU at the peak
+    host: dict[str, float] = field(default_factory=dict)  # item -> GB of host RAM held beside the process
+    source: str = ""  # where the model's sizes come from
+    setting: Setting = Setting()
+
+    @property
+    def gpu_gb(self) -> float:
+        return sum(self.gpu.values())
+
+    @property
+    def host_gb(self) -> float:
+        return sum(self.host.values())
+
+    @property
+    def card_gb(self) -> float:
+        """What a card must have free for the run."""
+        return self.gpu_gb + CARD_OVERHEAD_GB
+
+    def weights_and_states_gb(self) -> float:
+        """The exactly counted part (all but activations), wherever it lives: what a CPU run's RSS measures."""
+        return sum(gb for item, gb in {**self.gpu, **self.host}.items() if item != "activations")
+
+    def text(self) -> str:
+        items = ", ".join(f"{item} {_gb(gb)}" for item, gb in self.gpu.items() if gb >= 0.0005)
+        host = (f"; host RAM beside the process ~{_gb(self.host_gb)} GB ("
+                + ", ".join(f"{item} {_gb(gb)}" for item, gb in self.host.items()) + ")") if self.host else ""
+        return (f"Estimated peak GPU memory ~{_gb(self.gpu_gb)} GB ({items}; from {self.source}), "
+                f"~{_gb(self.card_gb)} GB of the card with the CUDA context{host}.")
+
+    def to_dict(self) -> dict[str, object]:
+        return {"gpu_gb": round(self.gpu_gb, 3), "host_gb": round(self.host_gb, 3),
+                "gpu": {k: round(v, 3) for k, v in self.gpu.items()},
+                "host": {k: round(v, 3) for k, v in self.host.items()}, "source": self.source}
+
+
+def _gb(value: float) -> str:
+    return f"{value:.1f}" if value >= 1 else f"{value:.2f}" if value >= 0.01 else f"{value:.3f}"
+
+
+def base_precision(values: dict) -> str:
+    """The base model's quantization: base_model_precision, or fp8 from sd-scripts' fp8_base."""
+    chosen = str(values.get("base_model_precision") or "none")
+    return "fp8" if chosen == "none" and values.get("fp8_base") else chosen
+
+
+def offload_share(values: dict, units: int) -> float:
+    """The share of denoiser blocks kept in host RAM: layer_offload_fraction, or blocks_to_swap of `units`."""
+    fraction = values.get("layer_offload_fraction")
+    if fraction:
+        return float(fraction)
+    count = values.get("blocks_to_swap")
+    return min(1.0, int(count) / units) if count and units else 0.0
+
+
+def model_size(cfg: TrainConfig) -> ModelSize | None:
+    """The config's model's sizes: counted from its files when they are here, else its family's published ones."""
+    published = PUBLISHED.get(cfg.model_family)
+    parts = model_parts(cfg.values)
+    if not parts:
+        return published
+    total = {kind: sum((p for p in parts if p.kind == kind), Part(kind, 0)) for kind in ("denoiser", "text_encoder",
+                                                                                        "vae")}
+    denoiser = total["denoiser"]
+    # Activations scale with the model: take the published family nearest in size (the option, else by size).
+    like = published or min(PUBLISHED.values(), key=lambda s: abs(s.denoiser - denoiser.params))
+    scale = denoiser.params / like.denoiser
+    return ModelSize(denoiser.params, denoiser.linear, total["text_encoder"].params, total["text_encoder"].linear,
+                     total["vae"].params, denoiser.lora_per_rank, total["text_encoder"].lora_per_rank,
+                     denoiser.swap_units, "the model's files", like.native_pixels, like.activations_gb * scale,
+                     like.activations_checkpointed_gb * scale)
+
+
+def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bool = True) -> MemoryEstimate | None:
+    """The peak memory of `cfg`'s run (with `setting` instead of its quantization and offload, for advice); None when
+    the model's sizes are unknown. `on_gpu` False: a CPU run, whose everything is host RAM."""
+    size = model_size(cfg)
+    if size is None:
+        return None
+    values = cfg.values
+    setting = setting or Setting(base_precision(values), offload_share(values, size.swap_units))
+    half = cfg.mixed_precision in ("bf16", "fp16")
+    dtype_bytes = 2 if half else 4
+    full = method_spec(cfg.method).trains == "full"
+    out = MemoryEstimate(source=size.source, setting=setting)
+    gpu, host = out.gpu, out.host
+    if full:
+        trained = 2 if values.get("full_bf16") or values.get("full_fp16") else 4
+        gpu["denoiser weights"] = size.denoiser * trained / GB
+        gpu["gradients"] = size.denoiser * trained / GB
+        gpu["optimizer states"] = size.denoiser * state_bytes(cfg.optimizer_type) / GB
+        trainable_text = size.text_encoders if _trains_text_encoders(cfg) else 0
+    else:
+        weights = _quantized(size.denoiser, size.denoiser_linear, setting.base, dtype_bytes)
+        kept = 1.0 - setting.offload
+        # an offloaded block is on the GPU only while it runs, and the next one arrives meanwhile
+        in_flight = 2 / size.swap_units if setting.offload and size.swap_units else 0.0
+        gpu["denoiser weights"] = weights * min(1.0, kept + in_flight) / GB
+        if setting.offload:
+            host["offloaded blocks (pinned)"] = weights * setting.offload / GB
+        rank = int(values.get("network_dim") or 4)
+        lora = size.lora_per_rank * rank * (0 if cfg.values.get("network_train_text_encoder_only") else 1)
+        lora += size.text_lora_per_rank * rank * (1 if _trains_text_encoders(cfg) else 0)
+        gpu["LoRA, gradients and optimizer states"] = lora * (4 + 4 + state_bytes(cfg.optimizer_type)) / GB
+        trainable_text = 0
+    text_quant = str(values.get("text_encoder_precision") or "none")
+    resident = not cfg.cache_text_encoder_outputs or _trains_text_encoders(cfg)
+    if size.text_encoders and resident:
+        gpu["text encoders"] = (_quantized(size.text_encoders, size.text_encoders_linear, text_quant, dtype_bytes)
+                                if not trainable_text else trainable_text * (4 + 4 + state_bytes(cfg.optimizer_type)))
+        gpu["text encoders"] /= GB
+    gpu["VAE"] = size.vae * (4 if values.get("no_half_vae") or not half else 2) / GB
+    gpu["activations"] = _activations(cfg, size)
+    if not on_gpu:
+        host.update(gpu)
+        gpu.clear()
+    return out
+
+
+def _quantized(params: int, linear: int, mode: str, dtype_bytes: int) -> float:
+    """Bytes of weights with `mode`: fp8 stores every layer in one byte; int8, int4 and nf4 quantize Linear weights."""
+    if mode == "none":
+        return params * dtype_bytes
+    if mode == "fp8":
+        return params * QUANT_BYTES["fp8"]
+    return linear * QUANT_BYTES[mode] + (params - linear) * dtype_bytes
+
+
+def _activations(cfg: TrainConfig, size: ModelSize) -> float:
+    width, _, height = str(cfg.values.get("resolution") or "512").partition(",")
+    pixels = int(width) * int(height or width)
+    per_sample = size.activations_checkpointed_gb if cfg.gradient_checkpointing else size.activations_gb
+    dtype = 1 if cfg.mixed_precision in ("bf16", "fp16") else 2
+    return per_sample * pixels / size.native_pixels * int(cfg.values.get("train_batch_size") or 1) * dtype
+
+
+def _trains_text_encoders(cfg: TrainConfig) -> bool:
+    if method_spec(cfg.method).trains == "network":
+        return not cfg.values.get("network_train_unet_only")
+    return bool(cfg.values.get("train_text_encoder"))
+
+
+def state_bytes(optimizer_type: str) -> float:
+    name = optimizer_type.lower()
+    return next((b for key, b in _STATE_BYTES if key in name), _ADAM_STATE_BYTES)
+
+
+def fitting_settings(cfg: TrainConfig, card_gb: float, limit: int = 3) -> list[tuple[Setting, MemoryEstimate]]:
+    """The lightest-touch settings (least quantization, then least offload) whose estimate fits `card_gb`."""
+    current = estimate_memory(cfg)
+    if current is None or method_spec(cfg.method).trains == "full":
+        return []
+    can_offload = model_size(cfg).swap_units > 0  # type: ignore[union-attr]
+    offloads = (0.0, 0.25, 0.5, 0.75) if can_offload else (0.0,)
+    found = []
+    for base in ("none", "int8", "nf4"):  # fp8 takes what int8 takes
+        for offload in offloads:
+            setting = Setting(base, offload)
+            if setting == current.setting:
+                continue
+            estimate = estimate_memory(cfg, setting)
+            if estimate is not None and fits(estimate, card_gb):
+                found.append((setting, estimate))
+                break  # more offload on this base only costs speed
+    return found[:limit]
+
+
+def fits(estimate: MemoryEstimate, card_gb: float) -> bool:
+    return estimate.card_gb <= card_gb * FIT_MARGIN
+
+
+def memory_report(cfg: TrainConfig, card_gb: float | None = None) -> tuple[str, list[str]]:
+    """(the estimate's line, warnings): a warning when it does not fit `card_gb` (default: the smallest GPU here),
+    naming settings that would."""
+    estimate = estimate_memory(cfg)
+    if estimate is None:
+        return "", []
+    card_gb = card_memory_gb() if card_gb is None else card_gb
+    line = estimate.text()
+    if card_gb is None or fits(estimate, card_gb):
+        return line + (f" Fits a {card_gb:.0f} GB card." if card_gb else ""), []
+    options = [f"{s.describe()}: ~{e.card_gb:.1f} GB" for s, e in fitting_settings(cfg, card_gb)]
+    advice = ("would fit: " + "; ".join(options) + " (base_model_precision, layer_offload_fraction)" if options
+              else "lower resolution or train_batch_size, turn on gradient_checkpointing or cache_text_encoder_outputs")
+    return line, [f"the run needs ~{estimate.card_gb:.1f} GB of GPU memory, more than {FIT_MARGIN:.0%} of this "
+                  f"{card_gb:.0f} GB card; {advice}"]
+
+
+@functools.lru_cache(maxsize=1)
+def card_memory_gb() -> float | None:
+    """The smallest visible GPU's memory in GB, asked of nvidia-smi (torch-free); None without NVIDIA GPUs."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                                capture_output=True, text=True, timeout=30).stdout
+        sizes = [float(line) * 2**20 / GB for line in listed.split() if line.strip()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return min(sizes) if sizes else None
