@@ -29,17 +29,10 @@ class Chroma(ChromaRules, Flux, ModelFamily):
     text_encoder_specs = (TextEncoderSpec("T5EncoderModel", "text_encoder", "t5", "tokenizer", "T5-XXL",
                                           length_option="t5xxl_max_token_length"),)
 
-    def variant(self, guidance_embeds: bool) -> "Chroma":
-        return self
-
     def checkpoint_variant(self, config: Any) -> "Chroma":
         return self
 
     to_checkpoint = FlowFamily.to_checkpoint  # not FLUX.1's layout: finetunes are saved as folders
-
-    def scheduler_config(self) -> dict[str, Any]:
-        return {"shift": 1.0, "use_dynamic_shifting": True, "base_shift": 0.5, "max_shift": 1.15,
-                "base_image_seq_len": 256, "max_image_seq_len": 4096}
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:

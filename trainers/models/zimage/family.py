@@ -27,7 +27,6 @@ CHAT_TEMPLATE = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"  # Qwe
 class ZImage(ZImageRules, FlowFamily, ModelFamily):
     implementation = "https://github.com/Tongyi-MAI/Z-Image"
     transformer_class = "ZImageTransformer2DModel"
-    default_t5_length = TEXT_LENGTH
     latent_scaling = (0.3611, 0.1159)  # FLUX.1's autoencoder
     fixed_settings = {"model_prediction_type": "raw", "guidance_scale": 0.0}  # no guidance embedding
     text_encoder_specs = (TextEncoderSpec("Qwen3Model", "text_encoder", "auto", "tokenizer", "Qwen3",
