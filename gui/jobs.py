@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from gui.run_files import list_runs
+from trainers.caption.options import JOB_METHOD as DATASET_METHOD
+from trainers.caption.options import JobConfig
+from trainers.caption.options import new_job_dir as new_dataset_job_dir
 from trainers.core import lifecycle
 from trainers.core.launch import accelerate_command, launch_env, write_accelerate_config
 from trainers.core.options import TrainConfig, options_for
@@ -241,7 +244,14 @@ class JobManager:
                                ids if exclusive else "", exclusive=exclusive, method=TOOLS_METHOD, verb=cfg.verb,
                                num_processes=1 if exclusive else 0)
 
-    def _start_job(self, run_dir: Path, cfg: GenerateConfig | ToolConfig, command: list[str], ids: str,
+    def start_dataset_job(self, cfg: JobConfig) -> Path:
+        """Launch `python -m trainers caption|masks` on one GPU (the CPU without one), refused while a run uses it."""
+        device = gpu_device(cfg)  # type: ignore[arg-type] - reads the `device` option, as a tool's
+        ids = device if device is not None else ("0" if gpu_count() else "cpu")
+        return self._start_job(new_dataset_job_dir(self.runs_dir, cfg), cfg, [cfg.verb], ids, exclusive=True,
+                               method=DATASET_METHOD, verb=cfg.verb, num_processes=1)
+
+    def _start_job(self, run_dir: Path, cfg: GenerateConfig | ToolConfig | JobConfig, command: list[str], ids: str,
                    exclusive: bool, **status: Any) -> Path:
         """Write the job's folder and config, launch `python -m trainers <command>` on it, record it in status.json."""
         with self._lock:

@@ -16,6 +16,7 @@ from gui.config_import import wire_imports
 from gui.dataset_tab import build_dataset_tab
 from gui.demo_build import DemoBuild, build_demo_notice, check_start
 from gui.docs_pages import DOCS_LINKS
+from gui.caption_tab import build_caption_tab
 from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
@@ -82,6 +83,8 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                         generate = build_generate_tab(services)
                     with gr.Tab("Tools", id="tools"):
                         build_tools_tab(services)
+                    with gr.Tab("Captions & masks", id="captions"):
+                        build_caption_tab(services)
                     with gr.Tab("Runs", id="runs"):
                         _runs_tab(services, viewed)
             with gr.Column(scale=2, elem_id="run-column"):

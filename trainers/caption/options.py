@@ -11,11 +11,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from trainers.caption.shared_options import CAPTION, SHARED_OPTIONS, job_option
 from trainers.core.options import toml_text
 from trainers.core.options.loading import closest, flatten, parse_set, read_toml
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce_values
 from trainers.core.options.values import OptionValues
 from trainers.core.rundir import new_run_dir
+from trainers.masks.options import MASK_OPTIONS, METHODS, check_masks
 
 JOB_METHOD = "caption"  # status.json's method of caption and mask jobs (which one is its `verb`)
 VERBS: dict[str, str] = {
@@ -41,68 +43,41 @@ TEMPLATES: dict[str, str] = {
     "prompt": "Write a Stable Diffusion prompt for this image: the subject first, then style, lighting and setting.",
     "tags": "Write a comma-separated list of booru-style tags for this image.",
 }
-EXISTING = ("skip", "overwrite", "append")
-PRECISIONS = ("auto", "float", "fp16", "bf16")
-
-
-def _opt(name: str, kind: str, default: Any, help: str, group: str, verbs: tuple[str, ...], **kw: Any) -> Option:
-    return Option(name, kind, default, help, group, methods=frozenset(verbs), **kw)  # type: ignore[arg-type]
-
-
-BOTH = ("caption", "masks")
-CAPTION = ("caption",)
-
-SHARED_OPTIONS: tuple[Option, ...] = (
-    _opt("images", "str", "", "The folder of images (searched with its subfolders, so a kohya `N_name` layout works).",
-         "input", BOTH, required=True, path="dir"),
-    _opt("existing", "str", "skip", "An image that already has its file: skip it, overwrite it, or (captions) append "
-         "the new caption to it (tags that are already there are not repeated).", "output", BOTH, choices=EXISTING),
-    _opt("resume", "str", "", "A stopped or failed job's folder: the images it finished are not done again, whatever "
-         "`existing` says.", "output", BOTH, path="dir", advanced=True),
-    _opt("batch_size", "int", 1, "Images per model call (more is faster on a GPU, up to its memory).", "compute",
-         BOTH, min=1, max=256),
-    _opt("device", "str", "auto", "auto (the first GPU when there is one), cpu, cuda or cuda:N.", "compute", BOTH,
-         choices=("auto", "cpu", "cuda"), pattern=r"cuda:\d+", pattern_help="cuda:N"),
-    _opt("precision", "str", "auto", "The model's precision (float is fp32); auto: bf16 on a GPU that has it, fp16 "
-         "on other GPUs, fp32 on the CPU. The tagger always runs in its file's precision.", "compute", BOTH,
-         choices=PRECISIONS),
-)
-
 CAPTION_OPTIONS: tuple[Option, ...] = (
     SHARED_OPTIONS[0],
-    _opt("captioner", "str", "wd14", "wd14: booru tags from a WD14-family ONNX tagger; florence2, qwen2_5_vl, "
+    job_option("captioner", "str", "wd14", "wd14: booru tags from a WD14-family ONNX tagger; florence2, qwen2_5_vl, "
          "joycaption: sentences from a vision-language model; blip: short sentences (older setups).", "input",
          CAPTION, choices=tuple(CAPTIONERS)),
-    _opt("model", "str", "", "A local model folder or a hub id (downloaded once, with progress); empty: the "
+    job_option("model", "str", "", "A local model folder or a hub id (downloaded once, with progress); empty: the "
          "captioner's usual model (see docs/captioning.md). A tagger folder holds model.onnx and selected_tags.csv.",
          "input", CAPTION, path="any"),
-    _opt("caption_extension", "str", ".txt", "The caption file beside each image: its name with this extension.",
+    job_option("caption_extension", "str", ".txt", "The caption file beside each image: its name with this extension.",
          "output", CAPTION, pattern=r"\.[A-Za-z0-9_]+"),
     SHARED_OPTIONS[1],
-    _opt("trigger_word", "str", "", "Put first in every caption (e.g. `sks`), followed by the separator.", "output",
+    job_option("trigger_word", "str", "", "Put first in every caption (e.g. `sks`), followed by the separator.", "output",
          CAPTION),
     SHARED_OPTIONS[2],
-    _opt("general_threshold", "float", 0.35, "A general tag is kept when the tagger's confidence is at least this.",
+    job_option("general_threshold", "float", 0.35, "A general tag is kept when the tagger's confidence is at least this.",
          "tagger", CAPTION, min=0, max=1),
-    _opt("character_threshold", "float", 0.85, "A character tag is kept when the tagger's confidence is at least this.",
+    job_option("character_threshold", "float", 0.85, "A character tag is kept when the tagger's confidence is at least this.",
          "tagger", CAPTION, min=0, max=1),
-    _opt("tag_blacklist", "list", [], "Tags never written (one a line, or comma-separated), as written in "
+    job_option("tag_blacklist", "list", [], "Tags never written (one a line, or comma-separated), as written in "
          "selected_tags.csv or with spaces.", "tagger", CAPTION),
-    _opt("replace_underscores", "bool", True, "Write `long hair`, not `long_hair` (emoticons such as ^_^ keep "
+    job_option("replace_underscores", "bool", True, "Write `long hair`, not `long_hair` (emoticons such as ^_^ keep "
          "theirs).", "tagger", CAPTION),
-    _opt("include_rating", "bool", False, "Add the most likely rating tag (general, sensitive, questionable, "
+    job_option("include_rating", "bool", False, "Add the most likely rating tag (general, sensitive, questionable, "
          "explicit).", "tagger", CAPTION),
-    _opt("character_tags_first", "bool", True, "Character tags before general tags.", "tagger", CAPTION),
-    _opt("max_tags", "int", 0, "Keep at most this many general tags, the most confident first (0: all above the "
+    job_option("character_tags_first", "bool", True, "Character tags before general tags.", "tagger", CAPTION),
+    job_option("max_tags", "int", 0, "Keep at most this many general tags, the most confident first (0: all above the "
          "threshold).", "tagger", CAPTION, min=0, advanced=True),
-    _opt("prompt_template", "str", "detailed", "What to ask a vision-language model for: detailed, short, prompt "
+    job_option("prompt_template", "str", "detailed", "What to ask a vision-language model for: detailed, short, prompt "
          "(a text-to-image prompt) or tags. Florence-2: short is <CAPTION>, detailed <DETAILED_CAPTION>, the others "
          "<MORE_DETAILED_CAPTION>.", "text", CAPTION, choices=tuple(TEMPLATES)),
-    _opt("prompt", "str", "", "Your own instruction instead of the template ({trigger} is replaced by the trigger "
+    job_option("prompt", "str", "", "Your own instruction instead of the template ({trigger} is replaced by the trigger "
          "word). BLIP: the caption's first words (e.g. `a photo of`). Florence-2: a task token such as <OCR>.",
          "text", CAPTION),
-    _opt("max_new_tokens", "int", 200, "The longest caption, in tokens.", "text", CAPTION, min=1, max=4096),
-    _opt("num_beams", "int", 1, "Beam search width (1: greedy, the fastest).", "text", CAPTION, min=1, max=16,
+    job_option("max_new_tokens", "int", 200, "The longest caption, in tokens.", "text", CAPTION, min=1, max=4096),
+    job_option("num_beams", "int", 1, "Beam search width (1: greedy, the fastest).", "text", CAPTION, min=1, max=16,
          advanced=True),
     *SHARED_OPTIONS[3:],
 )
@@ -112,8 +87,6 @@ def options_for(verb: str) -> tuple[Option, ...]:
     if verb == "caption":
         return CAPTION_OPTIONS
     if verb == "masks":
-        from trainers.masks.options import MASK_OPTIONS
-
         return MASK_OPTIONS
     raise KeyError(f"no job {verb!r}; the jobs are {', '.join(VERBS)}")
 
@@ -196,8 +169,6 @@ def check_config(cfg: JobConfig) -> list[ConfigIssue]:
     if model and not Path(model).expanduser().exists() and not HUB_ID.fullmatch(model):
         add("model", f"{model} is neither a folder here nor a hub id (owner/name); check the path")
     if cfg.verb == "masks":
-        from trainers.masks.options import check_masks
-
         check_masks(cfg, add)
     return issues
 
@@ -212,8 +183,6 @@ def model_source(cfg: JobConfig) -> str:
     if given:
         return given
     if cfg.verb == "masks":
-        from trainers.masks.options import METHODS
-
         return METHODS[cfg.method]
     return CAPTIONERS[cfg.captioner]
 

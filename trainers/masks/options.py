@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from trainers.caption.options import SHARED_OPTIONS, _opt
+from trainers.caption.shared_options import SHARED_OPTIONS, job_option
 from trainers.core.options.schema import Option
 
 # method -> the model used when `model` is empty
@@ -16,27 +16,27 @@ MASKS = ("masks",)
 
 MASK_OPTIONS: tuple[Option, ...] = (
     SHARED_OPTIONS[0],
-    _opt("method", "str", "clipseg", "clipseg: the parts of each image that match `prompt` (CLIPSegForImageSegmentation); "
+    job_option("method", "str", "clipseg", "clipseg: the parts of each image that match `prompt` (CLIPSegForImageSegmentation); "
          "background: the foreground, from a background-removal model (BiRefNet / RMBG-2.0 class, which ship their "
          "own code: needs trust_remote_code).", "input", MASKS, choices=tuple(METHODS)),
-    _opt("model", "str", "", "A local model folder or a hub id; empty: the method's usual model (see "
+    job_option("model", "str", "", "A local model folder or a hub id; empty: the method's usual model (see "
          "docs/captioning.md).", "input", MASKS, path="any"),
-    _opt("prompt", "str", "the main subject", "clipseg: what to keep, in words; several, separated by `|`, are "
+    job_option("prompt", "str", "the main subject", "clipseg: what to keep, in words; several, separated by `|`, are "
          "joined (the largest value of each pixel wins).", "mask", MASKS),
-    _opt("threshold", "float", None, "Make the mask black and white at this value (0-1); unset: keep the soft "
+    job_option("threshold", "float", None, "Make the mask black and white at this value (0-1); unset: keep the soft "
          "mask, which weighs the loss by the model's confidence.", "mask", MASKS, min=0, max=1, nullable=True),
-    _opt("grow", "int", 0, "Widen the kept area by this many pixels (negative: shrink it).", "mask", MASKS,
+    job_option("grow", "int", 0, "Widen the kept area by this many pixels (negative: shrink it).", "mask", MASKS,
          min=-256, max=256),
-    _opt("invert", "bool", False, "Keep what the prompt names out of the loss instead (e.g. a watermark).", "mask",
+    job_option("invert", "bool", False, "Keep what the prompt names out of the loss instead (e.g. a watermark).", "mask",
          MASKS),
-    _opt("masks_dir", "str", "", "Where the masks go: a folder laid out like `images` (the same subfolders and "
+    job_option("masks_dir", "str", "", "Where the masks go: a folder laid out like `images` (the same subfolders and "
          "names, .png); training reads it as conditioning_data_dir with masked_loss. Empty: `<images>_masks` beside "
          "the images' folder.", "output", MASKS, path="out"),
     SHARED_OPTIONS[1],
-    _opt("previews", "bool", True, "Also write each image with its mask over it (red: left out of the loss) into the "
+    job_option("previews", "bool", True, "Also write each image with its mask over it (red: left out of the loss) into the "
          "job's folder, to check the masks at a glance.", "output", MASKS),
     SHARED_OPTIONS[2],
-    _opt("trust_remote_code", "bool", False, "Run the Python code a background-removal model ships (BiRefNet and "
+    job_option("trust_remote_code", "bool", False, "Run the Python code a background-removal model ships (BiRefNet and "
          "RMBG-2.0 have no class in transformers). Only for a model you trust.", "input", MASKS, advanced=True),
     *SHARED_OPTIONS[3:],
 )

@@ -1,0 +1,210 @@
+"""The Captions & masks tab: caption a dataset folder (WD14 tagger or a vision-language model) or make loss masks for
+it, as jobs: one form each, generated from the jobs' option declarations (trainers/caption/options.py,
+trainers/masks/options.py), and one status below with the progress in images/s, the newest captions or mask
+previews, Stop, and Resume for a stopped or failed job (it does only the images not done yet).
+
+Like the Tools tab, the page only writes a job's config and launches `python -m trainers caption|masks`
+(gui/jobs.py); what it shows comes from the job folder's events.jsonl, tailed with a byte cursor. No torch here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from gui.checks import TypedPath, paths_outside
+from gui.forms import from_widget, make_widget
+from gui.generate_tab import ActiveJob
+from gui.jobs import JobError
+from gui.run_files import Watchers, format_duration
+from gui.text import plain
+from gui.tools_tab import TITLES, ToolView, ToolWatcher
+from trainers.caption.events import CAPTION_EVENTS, ImageResult
+from trainers.caption.options import (JOB_METHOD, VERBS, JobConfig, check_config, config_from_values, options_for)
+from trainers.core import events as ev
+from trainers.core.options.schema import ConfigError, ConfigIssue
+from trainers.core.rundir import CONFIG, RunState, read_run_config
+
+SHOWN_RESULTS = 8
+FORM_TITLES = {"caption": "Captions", "masks": "Masks"}
+
+
+@dataclass
+class CaptionView(ToolView):
+    results: list[ImageResult] = field(default_factory=list)  # the newest last
+
+
+class CaptionWatcher(ToolWatcher):
+    """Follows one caption or mask job's folder."""
+
+    def __init__(self, job_dir: Path) -> None:
+        super().__init__(job_dir)
+        self.events = ev.EventReader(job_dir, CAPTION_EVENTS)
+        self.view = CaptionView(job_dir.name, mode=JOB_METHOD)  # type: ignore[assignment]
+
+    def _apply(self, event: ev.Event) -> None:
+        if isinstance(event, ImageResult):
+            results = self.view.results  # type: ignore[attr-defined]
+            results.append(event)
+            del results[:-SHOWN_RESULTS]
+        else:
+            super()._apply(event)
+
+
+WATCHERS = Watchers(CaptionWatcher)
+ACTIVE = ActiveJob(methods=(JOB_METHOD,))
+
+
+def status_text(v: CaptionView) -> str:
+    verb = v.status.get("verb", "")
+    lines = [f"### {TITLES.get(v.state, v.state)}: {verb} `{v.job_id}`"]
+    p = v.progress
+    if p is not None and p.stage in VERBS:
+        rate = f" · **{p.images_per_s:.2f} images/s**" if getattr(p, "images_per_s", None) else ""
+        eta = f" · ETA {format_duration(p.eta_s)}" if p.eta_s is not None and v.state.active else ""
+        extra = [f"{n} {what}" for n, what in ((getattr(p, "skipped", 0), "skipped (already done)"),
+                                               (getattr(p, "unreadable", 0), "unreadable")) if n]
+        lines.append(f"**{p.done} / {p.total}** images{rate}{eta}" + (f" · {', '.join(extra)}" if extra else ""))
+    elif p is not None and v.state.active:  # the model's download
+        lines.append(f"{p.stage.capitalize()}: {p.done} / {p.total} files")
+    elif v.state.active:
+        lines.append("Loading the model…")
+    if v.error:
+        lines.append(f"**Error:** {plain(v.error)}")
+    if v.state in (RunState.STOPPED, RunState.FAILED):
+        lines.append("**Resume** does the images this job did not finish.")
+    if v.warnings:
+        lines.append("**Warnings**\n" + "\n".join(f"- {plain(w)}" for w in v.warnings[-5:]))
+    return "\n\n".join(lines)
+
+
+def results_text(v: CaptionView) -> str:
+    captions = [r for r in v.results if r.caption is not None]
+    if not captions:
+        return ""
+    rows = "\n".join(f"| `{Path(r.image).name}` | {plain(r.caption).replace('|', '/')} |" for r in captions[::-1])
+    return f"**Newest captions**\n\n| image | caption |\n|---|---|\n{rows}"
+
+
+def _outside_roots(cfg: JobConfig, roots: list[Path] | None) -> list[ConfigIssue]:
+    typed = [TypedPath(o.name, str(cfg.values[o.name] or ""), o.group, may_be_hub_id=o.name == "model")
+             for o in cfg.options if o.kind == "str" and o.path]
+    return paths_outside(typed, roots)
+
+
+def _form(verb: str) -> dict[str, gr.components.Component]:
+    """The job's widgets, three a row; the advanced ones folded."""
+    widgets: dict[str, gr.components.Component] = {}
+    options = options_for(verb)
+    for title, members in (("", [o for o in options if not o.advanced]),
+                           ("More options", [o for o in options if o.advanced])):
+        with gr.Accordion(title, open=False) if title else gr.Group():
+            for start in range(0, len(members), 3):
+                with gr.Row():
+                    for opt in members[start:start + 3]:
+                        widget = make_widget(opt)
+                        widget.elem_id = f"{verb}-{opt.name}"
+                        widgets[opt.name] = widget
+    return widgets
+
+
+def resume_values(job_dir: Path) -> dict[str, Any]:
+    """A stopped or failed job's options, to run again over what it did not finish."""
+    saved = read_run_config(job_dir) or {}
+    verb = saved.pop("verb", "")
+    if verb not in VERBS:
+        raise JobError(f"{job_dir.name} has no readable {CONFIG} of a caption or mask job to resume.")
+    from trainers.caption.options import load_job_config
+
+    cfg = load_job_config(verb, job_dir / CONFIG)
+    return {"verb": verb, **cfg.values, "resume": str(job_dir)}
+
+
+def build_caption_tab(services: Any) -> None:
+    """Render the tab inside the current gradio context (call within `gr.Tab`)."""
+    runs_dir: Path = services.runs_dir
+    job = gr.BrowserState("", storage_key="atelier-caption-job")
+    forms: dict[str, tuple[dict[str, gr.components.Component], gr.Button]] = {}
+    with gr.Tabs():
+        for verb, what in VERBS.items():
+            with gr.Tab(FORM_TITLES[verb], id=f"{verb}-form"):
+                gr.Markdown(f"**{FORM_TITLES[verb]}:** {what}. Each file is written as soon as it is made; a stopped "
+                            "job keeps them and Resume does the rest. See "
+                            "[docs/captioning.md](manual/docs/captioning.md).")
+                widgets = _form(verb)
+                forms[verb] = (widgets, gr.Button(f"Start {FORM_TITLES[verb].lower()}", variant="primary",
+                                                  elem_id=f"{verb}-run"))
+    with gr.Row():
+        stop = gr.Button("Stop", variant="stop", elem_id="caption-stop")
+        resume = gr.Button("Resume", elem_id="caption-resume")
+    status = gr.Markdown("Fill in a form, then press **Start**.", elem_id="caption-status")
+    results = gr.Markdown(elem_id="caption-results")
+    previews = gr.Gallery(label="Masks (red: left out of the loss)", visible=False, columns=4, height="auto",
+                          elem_id="caption-previews")
+    report = gr.Markdown(elem_id="caption-report")
+
+    def start(cfg_values: dict[str, Any], verb: str) -> dict:
+        try:
+            cfg = config_from_values(verb, cfg_values)
+            issues = check_config(cfg) + _outside_roots(cfg, services.allowed_roots)
+            if issues:
+                raise ConfigError(issues)
+            job_dir = services.jobs.start_dataset_job(cfg)
+        except ConfigError as err:
+            return {status: f"### Not started: fix these first\n{plain(err)}"}
+        except JobError as err:
+            return {status: f"### Not started\n{plain(err)}"}
+        return {job: job_dir.name, status: f"### Started {verb} `{job_dir.name}`", report: "", results: "",
+                previews: gr.Gallery(value=None, visible=False)}
+
+    def launch(verb: str, widgets: dict[str, gr.components.Component], data: dict) -> dict:
+        by_name = {o.name: o for o in options_for(verb)}
+        values = {n: from_widget(by_name[n], data[w]) for n, w in widgets.items()}
+        return start({n: "" if v is None and by_name[n].kind == "str" else v for n, v in values.items()}, verb)
+
+    def on_resume(job_id: str) -> dict:
+        job_id, _ = ACTIVE.shown(runs_dir, job_id)
+        if not job_id:
+            return {status: "No job to resume."}
+        v: CaptionView = WATCHERS.view(runs_dir / job_id)
+        if v.state not in (RunState.STOPPED, RunState.FAILED):
+            return {status: status_text(v) + f"\n\nOnly a stopped or failed job can be resumed; this one is {v.state}."}
+        try:
+            values = resume_values(runs_dir / job_id)
+        except (JobError, ConfigError) as err:
+            return {status: f"### Not resumed\n{plain(err)}"}
+        return start(values, values.pop("verb"))
+
+    def on_stop(job_id: str) -> str:
+        job_id, _ = ACTIVE.shown(runs_dir, job_id)
+        if not job_id:
+            return "No job to stop."
+        v: CaptionView = WATCHERS.view(runs_dir / job_id)
+        if not v.state.active:
+            return status_text(v)
+        services.jobs.stop(runs_dir / job_id)
+        return "Asked the job to stop: the files it finished stay, Resume does the rest."
+
+    def tick(job_id: str, shown: Any) -> list[Any]:
+        job_id, adopted = ACTIVE.shown(runs_dir, job_id)
+        if not job_id:
+            return [gr.skip()] * 5 + [shown]
+        v: CaptionView = WATCHERS.view(runs_dir / job_id)
+        shown_previews = [r.preview for r in v.results if r.preview and Path(r.preview).is_file()]
+        key = (job_id, status_text(v), results_text(v), tuple(shown_previews), v.report)
+        if key == shown:
+            return [gr.skip()] * 5 + [shown]
+        report_text = f"## {plain(v.title)}\n\n{v.report}" if v.report else ""
+        gallery = gr.Gallery(value=shown_previews[::-1] or None, visible=bool(shown_previews))
+        return [job_id if adopted else gr.skip(), key[1], key[2], gallery, report_text, key]
+
+    for verb, (widgets, run) in forms.items():
+        run.click(lambda data, verb=verb, widgets=widgets: launch(verb, widgets, data),
+                  inputs=set(widgets.values()), outputs={job, status, report, results, previews})
+    stop.click(on_stop, inputs=job, outputs=status)
+    resume.click(on_resume, inputs=job, outputs={job, status, report, results, previews})
+    shown = gr.State(None)
+    gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[job, status, results, previews, report, shown],
+                       show_progress="hidden")
