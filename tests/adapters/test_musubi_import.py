@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.adapters.musubi import read_musubi
+from trainers.adapters.musubi.options import read_musubi
 from trainers.core.errors import ConfigError
 from trainers.core.options.kohya_import import import_kohya_file
 

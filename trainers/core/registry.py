@@ -71,6 +71,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2"),
 )
 
+# Translators of other tools' config files (trainers/adapters/): each module's claims(flat) says whether a flat
+# TOML is that tool's, and read(flat, method, notes, issues) reads it as our options (sd-scripts' reader otherwise).
+CONFIG_ADAPTERS: tuple[str, ...] = ("trainers.adapters.musubi", "trainers.adapters.sd_scripts_families")
+
 METHOD_NAMES: tuple[str, ...] = tuple(m.name for m in METHODS)
 FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
 

@@ -63,8 +63,8 @@ IGNORED: dict[str, str] = {
 
 # sd-scripts' LoRA modules of SD3 and FLUX: ours is networks.lora for every family (the family names the keys).
 FAMILY_LORA_MODULES = ("networks.lora_flux", "networks.lora_sd3")
-MODEL_TYPES_HERE = ("flux",)  # sd-scripts' model_type values trained here (FLUX.1, not Chroma)
-MODEL_TYPE_REFUSED = "Chroma (sd-scripts' model_type = 'chroma') is not trained here; FLUX.1 is (model_type = 'flux')"
+MODEL_TYPES_HERE = ("flux", "chroma")  # sd-scripts' model_type values trained here (Chroma: trainers/adapters)
+MODEL_TYPE_REFUSED = "only FLUX.1 (model_type = 'flux') and Chroma (model_type = 'chroma') are trained with it here"
 
 # sd-scripts' model-type flags, and the family each one names (kohya_ss picks the script with them).
 FAMILY_FLAGS: dict[str, str] = {"sdxl": "sdxl", "v2": "sd2"}

@@ -73,7 +73,6 @@ TRAINED_HERE = "Atelier trains SD1.x, SD2.x, SDXL, SD3/SD3.5 and FLUX.1"
 FAMILY_NETWORK_MODULES: dict[str, str] = {
     "networks.oft_flux": "sd-scripts' FLUX OFT is not available; use network_module = 'networks.lora'",
     "networks.lora_hunyuan_image": "HunyuanImage, Lumina and Anima training is not available",
-    "networks.lora_lumina": "HunyuanImage, Lumina and Anima training is not available",
     "networks.lora_anima": "HunyuanImage, Lumina and Anima training is not available",
 }
 # network_module values of sd-scripts that are not ours -> why, and what to use.

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from trainers.core.options.training import BY_NAME, GROUPS, options_for
 from trainers.core.options.values import OptionValues
 from trainers.core.paths import windows_path
 from trainers.core.prompts import prompts_file_missing
+from trainers.core.registry import CONFIG_ADAPTERS
 from trainers.core.secrets import SECRET_KEY, redact
 
 
@@ -275,13 +277,21 @@ def read_config_options(method: str, path: Path | None, overrides: list[str], no
         flat[name] = value
         unset.discard(name)
     if sd_scripts:
-        from trainers.adapters.musubi import is_musubi_file, read_musubi
-
-        read = read_musubi if is_musubi_file(flat) else kohya_reading.read_sd_scripts
-        flat = read(flat, method, notes, issues)
+        flat = foreign_reader(flat)(flat, method, notes, issues)
         for name in unset & set(flat):  # set again by sd-scripts' default for what a file leaves out
             notes.append(f"--unset {name}: {name} = {flat[name]!r}, sd-scripts' default")
     return flat, foreign
+
+
+def foreign_reader(flat: dict[str, Any]) -> Callable[[dict[str, Any], str, list[str], list[ConfigIssue]],
+                                                      dict[str, Any]]:
+    """What reads a foreign flat TOML: the first config adapter (registry.CONFIG_ADAPTERS) that claims it, else
+    sd-scripts' reader."""
+    for name in CONFIG_ADAPTERS:
+        adapter = importlib.import_module(name)
+        if adapter.claims(flat):
+            return adapter.read
+    return kohya_reading.read_sd_scripts
 
 
 def _check_unset(name: str, method: str, issues: list[ConfigIssue]) -> None:

@@ -1,0 +1,84 @@
+"""sd-scripts' Chroma and Lumina Image 2.0 configs (flux_train_network.py with model_type = 'chroma',
+lumina_train_network.py) read as Atelier's options: the family from their keys, what cannot be honoured refused by
+name."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainers.core.errors import ConfigError
+from trainers.core.options.kohya_import import import_kohya_file
+
+# sd-scripts' docs/lumina_train_network.md example as a --config_file TOML (its model files left out)
+LUMINA_LORA = """
+network_module = "networks.lora_lumina"
+network_dim = 8
+network_alpha = 8
+learning_rate = 1e-4
+optimizer_type = "AdamW"
+lr_scheduler = "constant"
+mixed_precision = "bf16"
+max_train_epochs = 10
+save_every_n_epochs = 1
+gradient_checkpointing = true
+cache_latents = true
+cache_text_encoder_outputs = true
+use_flash_attn = true
+gemma2_max_token_length = 256
+"""
+
+# sd-scripts' docs/flux_train_network.md Chroma example (its model files left out)
+CHROMA_LORA = """
+model_type = "chroma"
+network_module = "networks.lora_flux"
+network_dim = 16
+learning_rate = 1e-4
+apply_t5_attn_mask = true
+guidance_scale = 0.0
+timestep_sampling = "sigmoid"
+model_prediction_type = "raw"
+max_train_steps = 100
+"""
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sd-scripts.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_lumina_lora_config_reads_as_lumina_2_with_sd_scripts_defaults(tmp_path: Path) -> None:
+    method, values, notes = import_kohya_file(_toml(tmp_path, LUMINA_LORA))
+    assert method == "lora"
+    assert (values["model_family"], values["network_module"]) == ("lumina2", "networks.lora")
+    assert (values["timestep_sampling"], values["discrete_flow_shift"], values["model_prediction_type"]) == \
+        ("shift", 6.0, "raw")
+    assert any("system prompt" in n for n in notes) and any("use_flash_attn" in n for n in notes)
+
+
+@pytest.mark.parametrize("line, field", [
+    ('timestep_sampling = "nextdit_shift"', "timestep_sampling"),
+    ('gemma2 = "/models/gemma_2_2b_fp16.safetensors"', "gemma2"),
+    ("gemma2_max_token_length = 512", "gemma2_max_token_length"),
+    ('system_prompt = "You are an assistant designed to generate high-quality images based on user prompts."',
+     "system_prompt"),
+])
+def test_lumina_keys_that_cannot_be_honoured_are_refused_by_name(tmp_path: Path, line: str, field: str) -> None:
+    text = "\n".join(x for x in LUMINA_LORA.splitlines() if x.split(" = ")[0] != line.split(" = ")[0])
+    with pytest.raises(ConfigError) as err:
+        import_kohya_file(_toml(tmp_path, text + "\n" + line + "\n"))
+    assert [issue.field for issue in err.value.issues] == [field]
+
+
+def test_a_chroma_config_reads_as_chroma(tmp_path: Path) -> None:
+    method, values, _ = import_kohya_file(_toml(tmp_path, CHROMA_LORA))
+    assert method == "lora"
+    assert (values["model_family"], values["network_module"], values["guidance_scale"]) == \
+        ("chroma", "networks.lora", 0.0)
+
+
+def test_another_model_type_is_still_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        import_kohya_file(_toml(tmp_path, CHROMA_LORA.replace('"chroma"', '"flux2"')))
+    assert [issue.field for issue in err.value.issues] == ["model_type"]

@@ -1,0 +1,91 @@
+"""sd-scripts' keys of the flow families that came after FLUX.1 and SD3, read as Atelier's (torch-free): Chroma
+(flux_train_network.py with `model_type = "chroma"`) and Lumina Image 2.0 (lumina_train_network.py, its
+networks.lora_lumina and library/lumina_train_util.py's options). A config adapter (trainers/core/registry.py CONFIG_ADAPTERS):
+it claims the sd-scripts files of these families, reads their own keys, and leaves the rest to sd-scripts' reader
+(trainers/core/options/kohya_reading.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.core.options.kohya_reading import read_sd_scripts
+
+# sd-scripts' model_type values trained here -> model_family (None: the model's files tell)
+MODEL_TYPES: dict[str, str | None] = {"flux": None, "chroma": "chroma"}
+LUMINA_MODULE = "networks.lora_lumina"
+# Lumina2Pipeline's system prompt, which Atelier always reads captions after (trainers/models/lumina2/family.py)
+LUMINA_SYSTEM_PROMPT = ("You are an assistant designed to generate superior images with the superior degree of "
+                        "image-text alignment based on textual prompts or user prompts.")
+LUMINA_TEXT_LENGTH = 256
+# lumina_train_network.py's defaults where ours would train differently, for options a Lumina file leaves out
+LUMINA_DEFAULTS: dict[str, Any] = {"timestep_sampling": "shift", "discrete_flow_shift": 6.0,
+                                   "model_prediction_type": "raw"}
+LUMINA_SPEED_ONLY = ("use_flash_attn", "use_sage_attn")
+_FILES = ("sd-scripts' separate Lumina 2 files are not read yet: give a diffusers Lumina 2 folder (e.g. "
+          "Alpha-VLLM/Lumina-Image-2.0) as pretrained_model_name_or_path")
+
+
+def claims(flat: dict[str, Any]) -> bool:
+    """A Chroma or Lumina 2 file of sd-scripts: its model_type, its LoRA module, or its Gemma 2 file."""
+    return (MODEL_TYPES.get(str(flat.get("model_type"))) is not None or flat.get("network_module") == LUMINA_MODULE
+            or "gemma2" in flat)
+
+
+def read(flat: dict[str, Any], method: str, notes: list[str], issues: list[ConfigIssue]) -> dict[str, Any]:
+    """`flat` as our options: the family's own keys here, the rest with sd-scripts' meaning."""
+    out = dict(flat)
+
+    def note(text: str) -> None:
+        if text not in notes:
+            notes.append(text)
+
+    read_family_keys(out, note, lambda name, message: issues.append(ConfigIssue(name, message)))
+    return read_sd_scripts(out, method, notes, issues)
+
+
+def read_family_keys(flat: dict[str, Any], note: Callable[[str], None], bad: Callable[[str, str], None]) -> None:
+    """Set model_family from sd-scripts' model_type (Chroma) or LoRA module (Lumina), and read Lumina's keys: those
+    Atelier honours are checked and left out, the others refused by name."""
+    family = MODEL_TYPES.get(str(flat.get("model_type")))
+    if family and "model_family" not in flat:
+        flat["model_family"] = family
+        note(f"model_type = {flat['model_type']!r} is read as model_family = {family!r}")
+    if flat.get("network_module") == LUMINA_MODULE:
+        flat["network_module"] = "networks.lora"
+        note(f"network_module = {LUMINA_MODULE!r} is read as model_family = 'lumina2' with network_module = "
+             "'networks.lora' (the family names the LoRA's keys as sd-scripts does)")
+    elif "gemma2" not in flat:  # lumina_train.py (a finetune) names its Gemma 2 file
+        return
+    flat.setdefault("model_family", "lumina2")
+    _lumina_keys(flat, note, bad)
+
+
+def _lumina_keys(flat: dict[str, Any], note: Callable[[str], None], bad: Callable[[str, str], None]) -> None:
+    for name in ("gemma2", "ae"):
+        if flat.pop(name, None):
+            bad(name, f"{name} is refused: {_FILES}")
+    length = flat.pop("gemma2_max_token_length", None)
+    if length not in (None, "", LUMINA_TEXT_LENGTH):
+        bad("gemma2_max_token_length", f"gemma2_max_token_length = {length!r} is refused: Gemma 2 reads "
+            f"{LUMINA_TEXT_LENGTH} tokens here (sd-scripts' default and Lumina2Pipeline's)")
+    prompt = str(flat.pop("system_prompt", "") or "").strip()
+    if prompt and prompt != LUMINA_SYSTEM_PROMPT:
+        bad("system_prompt", f"system_prompt = {prompt[:60]!r} is refused: captions are read after "
+            f"Lumina2Pipeline's system prompt ({LUMINA_SYSTEM_PROMPT!r}) here; leave it out")
+    elif not prompt:
+        note("captions are read after Lumina2Pipeline's system prompt here (sd-scripts reads them without one "
+             "when system_prompt is not set)")
+    if flat.get("timestep_sampling") == "nextdit_shift":
+        flat.pop("timestep_sampling")
+        bad("timestep_sampling", "timestep_sampling = 'nextdit_shift' is refused: not available here; 'shift' (with "
+            "discrete_flow_shift, sd-scripts' default for Lumina) or 'flux_shift' are")
+    dropped = [name for name in LUMINA_SPEED_ONLY if flat.pop(name, None)]
+    if dropped:
+        note(f"{', '.join(dropped)} left out: attention always uses PyTorch SDPA here")
+    used = {name: value for name, value in LUMINA_DEFAULTS.items() if name not in flat}
+    flat.update(used)
+    if used:
+        note("lumina_train_network.py's defaults for options the file leaves out: "
+             + ", ".join(f"{name} = {value!r}" for name, value in used.items()))
