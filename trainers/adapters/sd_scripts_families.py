@@ -11,14 +11,12 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.options.kohya_reading import read_sd_scripts
+from trainers.models.lumina2.rules import SYSTEM_PROMPT as LUMINA_SYSTEM_PROMPT
+from trainers.models.lumina2.rules import TEXT_LENGTH as LUMINA_TEXT_LENGTH
 
 # sd-scripts' model_type values trained here -> model_family (None: the model's files tell)
 MODEL_TYPES: dict[str, str | None] = {"flux": None, "chroma": "chroma"}
 LUMINA_MODULE = "networks.lora_lumina"
-# Lumina2Pipeline's system prompt, which Atelier always reads captions after (trainers/models/lumina2/family.py)
-LUMINA_SYSTEM_PROMPT = ("You are an assistant designed to generate superior images with the superior degree of "
-                        "image-text alignment based on textual prompts or user prompts.")
-LUMINA_TEXT_LENGTH = 256
 # lumina_train_network.py's defaults where ours would train differently, for options a Lumina file leaves out
 LUMINA_DEFAULTS: dict[str, Any] = {"timestep_sampling": "shift", "discrete_flow_shift": 6.0,
                                    "model_prediction_type": "raw"}

@@ -17,12 +17,8 @@ from torch import nn
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
 from trainers.models.flow_lora import kohya_to_diffusers
-from trainers.models.lumina2.rules import Lumina2Rules
+from trainers.models.lumina2.rules import SYSTEM_PROMPT, TEXT_LENGTH, Lumina2Rules
 
-TEXT_LENGTH = 256  # sd-scripts' gemma2_max_token_length default; Lumina2Pipeline's max_sequence_length
-# Lumina2Pipeline's system prompt before every caption (sd-scripts' --system_prompt, "<Prompt Start>" after it)
-SYSTEM_PROMPT = ("You are an assistant designed to generate superior images with the superior degree of image-text "
-                 "alignment based on textual prompts or user prompts.")
 TEMPLATE = SYSTEM_PROMPT + " <Prompt Start> {}"
 
 

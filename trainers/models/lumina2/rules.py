@@ -8,6 +8,10 @@ from trainers.models.flow_rules import FlowRules
 from trainers.models.rules import CheckpointKeys
 
 ROOTS = ("", "model.diffusion_model.", "diffusion_model.")  # sd-scripts', ComfyUI's and other single files
+TEXT_LENGTH = 256  # sd-scripts' gemma2_max_token_length default; Lumina2Pipeline's max_sequence_length
+# Lumina2Pipeline's system prompt before every caption (sd-scripts' --system_prompt, "<Prompt Start>" after it)
+SYSTEM_PROMPT = ("You are an assistant designed to generate superior images with the superior degree of image-text "
+                 "alignment based on textual prompts or user prompts.")
 
 
 class Lumina2Rules(FlowRules):
