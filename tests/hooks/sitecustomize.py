@@ -6,7 +6,8 @@ it patches Atelier's modules as they are imported. Production code carries no te
 - ATELIER_TEST_FAIL_RANK_AT_STEP="RANK:STEP": that rank raises at that optimizer step.
 - ATELIER_TEST_FAIL_WORKER=ID: generation worker ID raises on its first work item.
 - ATELIER_TEST_COUNT_COLLECTIVES=FILE: torch.distributed collectives per optimizer step (those since the
-  previous step's report), one JSON line per rank and step appended to FILE.
+  previous step's report) and the bytes handed to them, one JSON line per rank and step appended to FILE
+  (also read by benchmarks/collectives_benchmark.py).
 """
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ class CollectiveCounter:
 
     def __init__(self) -> None:
         self.count = 0
+        self.bytes = 0  # what this rank hands to its collectives (the last tensor argument: all_gather's input)
         self._depth = 0
         import torch.distributed as dist
 
@@ -76,6 +78,7 @@ class CollectiveCounter:
     def _wrap(self, original: Any) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.count += self._depth == 0  # broadcast_object_list calls broadcast: count the outer call once
+            self.bytes += _payload(args) if self._depth == 0 else 0
             self._depth += 1
             try:
                 return original(*args, **kwargs)
@@ -84,9 +87,24 @@ class CollectiveCounter:
 
         return counted
 
-    def take(self) -> int:
-        count, self.count = self.count, 0
-        return count
+    def take(self) -> tuple[int, int]:
+        taken = (self.count, self.bytes)
+        self.count = self.bytes = 0
+        return taken
+
+
+def _payload(args: tuple) -> int:
+    import torch
+
+    def size(arg: Any) -> int:
+        if isinstance(arg, torch.Tensor):
+            return arg.numel() * arg.element_size()
+        if isinstance(arg, (list, tuple)):
+            return sum(size(a) for a in arg)
+        return 0
+
+    sizes = [size(a) for a in args if size(a)]
+    return sizes[-1] if sizes else 0
 
 
 def _count_collectives(path: str) -> Callable[[Any], None]:
@@ -94,8 +112,9 @@ def _count_collectives(path: str) -> Callable[[Any], None]:
         counter = CollectiveCounter()
 
         def record(step: int) -> None:
+            count, sent = counter.take()
             with open(path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"rank": _rank(), "step": step, "collectives": counter.take()}) + "\n")
+                fh.write(json.dumps({"rank": _rank(), "step": step, "collectives": count, "bytes": sent}) + "\n")
 
         _wrap_report_step(reporting, record)
 
