@@ -40,7 +40,7 @@ def test_each_setting_lowers_what_it_should() -> None:
     assert plain.gpu["denoiser weights"] == pytest.approx(23.8, abs=0.1)
     assert int8.gpu["denoiser weights"] == pytest.approx(11.9, abs=0.1)
     assert nf4.gpu["denoiser weights"] < 7.0
-    assert half.gpu["denoiser weights"] < 6.5 and half.host["offloaded blocks (pinned)"] == pytest.approx(5.95, abs=0.1)
+    assert half.gpu["denoiser weights"] < 6.7 and half.host["offloaded blocks (pinned)"] == pytest.approx(5.95, abs=0.1)
     fp8_base = estimate_memory(TrainConfig("lora", {**FLUX_LORA, "fp8_base": True}))
     assert fp8_base.setting.base == "fp8" and fp8_base.gpu["denoiser weights"] == pytest.approx(11.9, abs=0.1)
     checkpointed = estimate_memory(cfg).gpu["activations"]

@@ -24,7 +24,7 @@ class ModelSize:
     vae: int
     lora_per_rank: int  # LoRA parameters per unit of network_dim on the denoiser's default targets
     text_lora_per_rank: int  # and on the text encoders' (attention and MLP layers)
-    swap_units: int  # what blocks_to_swap counts (FLUX counts a double block as two single ones)
+    swap_units: int  # what blocks_to_swap counts (two FLUX single blocks count as one)
     source: str  # where the numbers come from, for the message
     native_pixels: int = 1024 * 1024  # the resolution the activation figures below are for
     # Activations of one sample at native_pixels in a 16-bit dtype, in GB: roughly, with and without gradient
@@ -44,5 +44,5 @@ PUBLISHED: dict[str, ModelSize] = {
                      CLIP_L_LINEAR + CLIP_G_LINEAR + T5XXL_LINEAR, FLOW_AE, 2_038_272, CLIP_L_LORA + CLIP_G_LORA, 24,
                      "the published SD3.5 Medium sizes", 1024 * 1024, 8.0, 1.2),
     "flux": ModelSize(11_891_178_560, 11_888_099_328, CLIP_L + T5XXL, CLIP_L_LINEAR + T5XXL_LINEAR, FLOW_AE,
-                      5_369_856, CLIP_L_LORA, 76, "the published FLUX.1 dev sizes", 1024 * 1024, 24.0, 2.2),
+                      5_369_856, CLIP_L_LORA, 38, "the published FLUX.1 dev sizes", 1024 * 1024, 24.0, 2.2),
 }

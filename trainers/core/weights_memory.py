@@ -34,7 +34,7 @@ class Part:
     params: int
     linear: int = 0  # parameters in Linear (2-D) weights: what int8, int4 and nf4 quantize
     lora_per_rank: int = 0  # LoRA parameters per unit of network_dim on its attention and MLP layers
-    swap_units: int = 0  # the transformer blocks blocks_to_swap counts (a FLUX double block counts as two)
+    swap_units: int = 0  # the transformer blocks blocks_to_swap counts (two FLUX single blocks count as one)
 
     def __add__(self, other: "Part") -> "Part":
         return Part(self.kind, self.params + other.params, self.linear + other.linear,
@@ -66,7 +66,7 @@ def _counted(kind: str, shapes: dict[str, tuple[int, ...]]) -> Part:
     blocks = {kind: {key.split(".")[1] for key in flat if key.startswith(kind + ".")} for kind in _BLOCK_LISTS}
     singles = len(blocks["single_transformer_blocks"]) + len(blocks["single_blocks"])
     doubles = len(blocks["transformer_blocks"]) + len(blocks["double_blocks"]) + len(blocks["joint_blocks"])
-    units = (2 * doubles + singles if singles else doubles) if kind == "denoiser" else 0
+    units = doubles + singles // 2 if kind == "denoiser" else 0
     return Part(kind, sum(math.prod(shape) for shape in flat.values()),
                 sum(math.prod(shape) for shape in matrices.values()), lora, units)
 

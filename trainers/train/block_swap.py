@@ -105,9 +105,10 @@ def place_with_swap(module: nn.Module, blocks: Sequence[nn.Module], device: torc
 
 
 def swap_units(denoiser: nn.Module) -> int:
-    """What blocks_to_swap counts in `denoiser`: its transformer blocks, a FLUX double block as two single ones."""
+    """What blocks_to_swap counts in `denoiser`: its transformer blocks, two FLUX single blocks as one (a double
+    block is about two single ones' size: sd-scripts' count)."""
     doubles, singles = (len(getattr(denoiser, name, ())) for name in _LISTS)
-    return 2 * doubles + singles if singles else doubles
+    return doubles + singles // 2
 
 
 def offloaded_blocks(values: Mapping[str, Any], denoiser: nn.Module) -> tuple[int, str]:
