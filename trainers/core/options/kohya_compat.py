@@ -27,7 +27,6 @@ IGNORED: dict[str, str] = {
     "diffusers_xformers": "attention always uses PyTorch SDPA here (option sdpa)",
     "full_fp16": "trained weights stay float32 under fp16 autocast (more memory); the low-memory mode here is "
                  "full_bf16 with mixed_precision = 'bf16'",
-    "fp8_base_unet": "base weights stay in the compute precision (more memory, no fp8 rounding)",
     "fused_backward_pass": "the optimizer steps after the backward pass (more memory, same update)",
     "fused_optimizer_groups": "the optimizer steps after the backward pass (more memory, same update)",
     "cpu_offload_checkpointing": "checkpointed activations stay on the GPU (more memory)",
@@ -95,8 +94,15 @@ def _save_model_as(value: Any, out: dict[str, Any], problems: list[str]) -> None
         problems.append(f"save_model_as = {value!r} is not supported; files are always written as safetensors")
 
 
+def _fp8_base_unet(value: Any, out: dict[str, Any], problems: list[str]) -> None:
+    """sd-scripts' fp8 for the UNet or transformer only (the text encoders keep their dtype): our fp8 base."""
+    if value:
+        out["base_model_precision"] = "fp8"
+
+
 TRANSLATED: dict[str, Callable[[Any, dict[str, Any], list[str]], None]] = {
     "save_model_as": _save_model_as,
+    "fp8_base_unet": _fp8_base_unet,
 }
 
 
