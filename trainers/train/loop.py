@@ -10,7 +10,7 @@ from trainers.core.rundir import Request
 from trainers.core.saves import Position
 from trainers.sampling.hook import sample_hook
 from trainers.train.control import ROLLING_STATE
-from trainers.train.diffusion import NoiseOptions, diffusion_loss
+from trainers.train.diffusion import NoiseOptions
 from trainers.train.faults import LossGuard
 from trainers.train.method import Trainable
 from trainers.train.optim import OptimizerModes, build_lr_scheduler, build_optimizer
@@ -57,7 +57,7 @@ def train(session: Session, trainable: Trainable) -> Path:
                 data_wait += waited
                 report.unloadable_files(batch.pop("problems", ()))
                 with accelerator.accumulate(predictor):
-                    loss = diffusion_loss(predictor, trainable.model, batch, noise, session.weight_dtype)
+                    loss = trainable.objective(predictor, trainable.model, batch, noise, session.weight_dtype)
                     accelerator.backward(loss)
                     for hook in trainable.hooks:
                         hook.after_backward()

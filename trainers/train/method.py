@@ -10,6 +10,7 @@ import contextlib
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ContextManager, Protocol
 
 from torch import Tensor, nn
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 from trainers.core.options import TrainConfig
 from trainers.core.registry import method_spec
 from trainers.models import LoadedModel
+from trainers.train.diffusion import diffusion_loss
 
 if TYPE_CHECKING:
     from trainers.core.events import EventWriter
@@ -66,6 +68,9 @@ class Trainable:
     param_groups: list[dict[str, Any]]
     output: Output
     hooks: list[StepHook] = field(default_factory=list)
+    # The step's loss: (predictor, model, batch, NoiseOptions, weight dtype) -> loss; a method may score more than
+    # its images' denoising (a slider's direction, a preservation term).
+    objective: Callable[..., Tensor] = diffusion_loss
 
     def state(self) -> dict[str, Tensor]:
         return {k: v for hook in self.hooks for k, v in hook.state().items()}

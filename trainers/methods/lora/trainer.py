@@ -25,6 +25,7 @@ from trainers.methods.lora.file_format import (
 )
 from trainers.methods.lora.lycoris_net import LycorisNetwork
 from trainers.methods.lora.network import Dropouts, LoRANetwork
+from trainers.methods.lora.objectives import objective_for
 from trainers.methods.lora.params import LearningRates, param_groups
 from trainers.methods.lora.rules import SUFFIX, diffusers_folder, embedding_file, outputs
 from trainers.methods.lora.settings import NetworkSettings, network_settings
@@ -235,7 +236,8 @@ class LoRA(Method):
             hooks.append(DyLoRAUnits(network))
         if cfg.scale_weight_norms:
             hooks.append(MaxNorm(network, cfg.scale_weight_norms, session))
-        return Trainable(model, predictor, groups, LoRAFile(cfg, session, network, settings, word), hooks=hooks)
+        return Trainable(model, predictor, groups, LoRAFile(cfg, session, network, settings, word), hooks=hooks,
+                         objective=objective_for(cfg, network, model))
 
 
 def word_groups(cfg: TrainConfig, word: NewWord) -> list[dict[str, Any]]:
