@@ -34,7 +34,13 @@ class Lumina2(Lumina2Rules, FlowFamily, ModelFamily):
                                           max_length=TEXT_LENGTH, template=TEMPLATE),)
 
     def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
-        raise NotImplementedError("Lumina 2 finetunes are saved as diffusers folders")
+        """The transformer alone in the reference (NextDiT) layout: ComfyUI's diffusion_models file, sd-scripts'
+        lumina model file."""
+        from accelerate.utils import extract_model_from_parallel
+
+        from trainers.models.lumina2 import reference
+
+        return reference.to_reference(denoiser_state, extract_model_from_parallel(model.unet).config)
 
     def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
         return last_blocks(denoiser.layers, count, "layers")

@@ -47,7 +47,8 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
         return model
 
     def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
-        raise NotImplementedError("Qwen-Image finetunes are saved as diffusers folders")
+        """The transformer alone as ComfyUI's and musubi-tuner's diffusion_models file holds it: diffusers' names."""
+        return dict(denoiser_state)
 
     def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
         return last_blocks(denoiser.transformer_blocks, count, "blocks")
