@@ -34,7 +34,7 @@ def test_a_caption_job_shows_its_progress_stops_and_resumes(page, demo_app: App,
     model = build_tiny_florence2(tmp_path / "florence2")
     images = image_folder(tmp_path / "data", count=30)
     page.goto(demo_app.url)
-    page.get_by_role("tab", name="Captions & masks", exact=True).click()
+    page.get_by_role("tab", name="Captions & masks", exact=True).click(timeout=90_000)  # a busy machine: slow first paint
     fill(page, "caption-images", str(images))
     page.locator("#caption-captioner input").click()
     page.get_by_role("option", name="florence2", exact=True).click()

@@ -112,3 +112,11 @@ def test_bad_input_is_named(tmp_path: Path, tiny_tagger: Path) -> None:
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ToolError, match="columns name and category"):
         read_tags(tmp_path / "bad.csv")
+
+
+def test_docs_list_every_option_as_declared() -> None:
+    from trainers.caption.options import options_markdown
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "captioning.md").read_text(encoding="utf-8")
+    for verb in ("caption", "masks"):
+        assert options_markdown(verb) in docs, f"docs/captioning.md: paste `options_markdown({verb!r})` again"
