@@ -44,6 +44,7 @@ def _issues(path: Path, **values: object) -> list:
                          **values})
 
 
+@pytest.mark.slow  # a real-size transformer (no weights) takes seconds to build
 def test_lumina2_reference_layout_matches_diffusers_converter_at_real_widths() -> None:
     from accelerate import init_empty_weights
     from diffusers import Lumina2Transformer2DModel
