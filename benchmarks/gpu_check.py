@@ -79,6 +79,10 @@ def parts(sizes: Any) -> list[Part]:
         Part("sdxl-finetune", f"SDXL full finetune {res['sdxl']} px, batch 1, full_bf16, gradient checkpointing",
              100, TrainRun(TrainSpec("sdxl", method="finetune", values={**checkpointed, "full_bf16": True,
                                                                           "learning_rate": 1e-6}))),
+        Part("flux-lora-int8-offload", f"FLUX.1-dev LoRA {res['flux']} px, int8 base, layer_offload_fraction "
+             f"{sizes.flux_offload}, gradient checkpointing", 100,
+             TrainRun(TrainSpec("flux", values={**checkpointed, "base_model_precision": "int8",
+                                                "layer_offload_fraction": sizes.flux_offload}))),
         Part("side-by-side", "benchmarks/side_by_side.py sdxl-1024: Atelier vs the diffusers SDXL LoRA example", 120,
              side_by_side_part),
     ]
@@ -224,14 +228,14 @@ def markdown(result: dict) -> str:
               + ", ".join(f"{mode} {_num(p.get('peak_allocated_gb'), 1, suffix=' GB')} "
                           f"({_num(p.get('steps_per_s'))} it/s)" for mode, p in flux)
               + " (anchor: SimpleTuner ~1.4 it/s at 512 px on a 4090 in 9 GB)", ""]
-    lines += ["| part | what | s/it | it/s | images/s | peak allocated GB | peak reserved GB | TFLOP/step | MFU "
-              "| losses finite | saved loads back | setup s | status |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| part | what | s/it | it/s | images/s | peak allocated GB | estimated GB | peak reserved GB | TFLOP/step "
+              "| MFU | losses finite | saved loads back | setup s | status |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in result["parts"]:
         if "lora" in p["name"] or "finetune" in p["name"]:
             lines.append(f"| {p['name']} | {p['what']} | {_num(p.get('s_per_step'), 3)} | {_num(p.get('steps_per_s'))} "
                          f"| {_num(p.get('images_per_s'))} | {_num(p.get('peak_allocated_gb'))} "
-                         f"| {_num(p.get('peak_reserved_gb'))} | {_sig(p.get('tflop_per_step'))} "
+                         f"| {_num(p.get('estimate_gb'))} | {_num(p.get('peak_reserved_gb'))} | {_sig(p.get('tflop_per_step'))} "
                          f"| {_num(p.get('mfu'), 1, 100, ' %')} | {_yes(p.get('loss_finite'))} "
                          f"| {_yes(p.get('saved_loads'))} | {_num(p.get('setup_s'), 0)} | {_status(p)} |")
     lines += ["", "| part | what | Generate images/s | diffusers images/s | Generate / diffusers "

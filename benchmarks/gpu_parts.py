@@ -43,6 +43,7 @@ class Sizes:
     gen_steps: int  # denoising steps of a generated image
     gen_images: int  # images timed per generator (after one more for warm-up)
     flux_swap: int  # blocks_to_swap of the FLUX parts that swap
+    flux_offload: float  # layer_offload_fraction of the FLUX part with an int8 base
     precision: str  # mixed_precision of the training parts (but for those with an option of NEED_BF16)
     work: Path = Path("/tmp")
     peak_flops: float = float("nan")  # the card's bf16 peak (or the measured matmul rate): MFU's denominator
@@ -50,11 +51,11 @@ class Sizes:
 
 
 REAL = dict(tiny=False, resolution={"sd15": 512, "sdxl": 1024, "flux": 512}, warmup=3, timed=10, gen_steps=20,
-            gen_images=4, flux_swap=18, precision="bf16")
+            gen_images=4, flux_swap=18, flux_offload=0.5, precision="bf16")
 # A CPU has no bf16 arithmetic of its own: bf16 autocast there is 4-5x slower than fp32, so a dry run trains in fp32
 # but for the parts whose options need bf16 (fp8 base, full_bf16).
 DRY = dict(tiny=True, resolution={"sd15": 64, "sdxl": 64, "flux": 64}, warmup=1, timed=1, gen_steps=3,
-           gen_images=1, flux_swap=2, precision="no")
+           gen_images=1, flux_swap=2, flux_offload=0.25, precision="no")
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,8 @@ class TrainRun:
         progress = [e for e in _events(work / "run") if e["type"] == "progress"]
         rate = steady_rate(progress, sizes.warmup, steps - 1)
         losses = [e["loss"] for e in progress]
-        ctx.report(**memory.peaks(session.accelerator.device), steps_per_s=round(rate, 4),
+        ctx.report(**memory.peaks(session.accelerator.device), estimate_gb=estimated_gb(cfg, spec.family, sizes.tiny),
+                   steps_per_s=round(rate, 4),
                    s_per_step=round(1 / rate, 4), images_per_s=round(rate * spec.batch, 4),
                    tflop_per_step=round(flops.total / 1e12, 4), mfu=round(flops.total * rate / sizes.peak_flops, 4),
                    loss_last=losses[-1], loss_finite=all(math.isfinite(x) for x in losses), steps=len(progress),
@@ -118,6 +120,22 @@ class TrainRun:
         ctx.phase("loading the saved output back")
         ctx.report(saved=str(final), **(lora_loads_back(trainable, final) if spec.method == "lora"
                                         else unet_loads_back(trainable, final)))
+
+
+def estimated_gb(cfg: TrainConfig, family: str, tiny: bool) -> float | None:
+    """What Validate's memory estimate (trainers/core/memory_estimate.py) says the run peaks at, in the unit of
+    peak_allocated_gb (GiB): on a GPU its peak allocation, in a dry run the weights and states it holds in RAM. The
+    real-size folders hold configs only, so there the family's published sizes stand in."""
+    from trainers.core.memory_estimate import estimate_memory
+
+    if tiny:
+        estimate = estimate_memory(cfg, on_gpu=False)
+        return round(estimate.host_gb * 1e9 / 2**30, 2) if estimate else None
+    estimate = estimate_memory(cfg.replace(model_family=TRAINER_FAMILY.get(family, family)))
+    return round(estimate.gpu_gb * 1e9 / 2**30, 2) if estimate else None
+
+
+TRAINER_FAMILY = {"sd15": "sd1"}  # the check's model names that are not model_family values
 
 
 class StepFlops(StepHook):

@@ -18,7 +18,7 @@ from benchmarks.gpu_runner import Part, PartContext, Skip, run_parts
 from tests.helpers import REPO
 
 TRAINING = ("steps_per_s", "s_per_step", "images_per_s", "tflop_per_step", "mfu", "peak_allocated_gb", "loss_last",
-            "setup_s")
+            "setup_s", "estimate_gb")
 GENERATION = ("atelier_images_per_s", "diffusers_images_per_s", "atelier_vs_diffusers")
 
 
@@ -101,7 +101,7 @@ def test_the_real_size_runs_pass_the_trainers_checks(tmp_path: Path) -> None:
     sizes = Sizes(**REAL, work=tmp_path)
     data = build_dataset(tmp_path / "data", folder="100_bench", size=64)
     runs = [part.run for part in gpu_check.parts(sizes) if isinstance(part.run, TrainRun)]
-    assert len(runs) == 9
+    assert len(runs) == 10
     for run in runs:
         cfg = run.config(sizes, data, tmp_path / "out")
         check(cfg)  # raises ConfigError naming each problem
