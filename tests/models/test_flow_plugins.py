@@ -20,6 +20,7 @@ from trainers.core.options import BY_NAME
 from trainers.demo import build_dataset
 from trainers.methods.lora.file_format import read_lora_file
 from trainers.models import load_model
+from trainers.models.file_kind import model_kind
 from trainers.models.chroma.tiny import build_tiny_chroma
 from trainers.models.zimage.tiny import build_tiny_zimage
 
@@ -71,18 +72,18 @@ class Runs:
 
 @pytest.fixture(scope="module", params=sorted(PLUGINS))
 def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Plugin, Runs]:
-    """A 4-step LoRA (a sample at its end, a state at step 2), the same resumed from step 2, a 2-step finetune."""
+    """A 2-step LoRA (a sample at its end, a state at step 1), the same resumed from step 1, a 2-step finetune."""
     plugin = PLUGINS[request.param]
     tmp = tmp_path_factory.mktemp(plugin.name)
     model_dir = plugin.build(tmp / "model")
     dataset = build_dataset(tmp / "data", folder="2_sks shape")
     common = {"pretrained_model_name_or_path": str(model_dir), "train_data_dir": str(dataset),
               "output_dir": str(tmp / "out"), **plugin.options, **FAST}
-    assert train("lora", tmp / "straight", **common, max_train_steps=4, output_name="straight", save_every_n_steps=2,
+    assert train("lora", tmp / "straight", **common, max_train_steps=2, output_name="straight", save_every_n_steps=1,
                  save_state=True, sample_prompt_lines=["sks shape --n blurry --w 64 --h 64 --s 2 --l 2"],
-                 sample_every_n_steps=4) == 0
-    state = tmp / "out" / "straight-step00000002-state"
-    assert train("lora", tmp / "resumed", **common, max_train_steps=4, output_name="resumed", resume=str(state)) == 0
+                 sample_every_n_steps=2) == 0
+    state = tmp / "out" / "straight-step00000001-state"
+    assert train("lora", tmp / "resumed", **common, max_train_steps=2, output_name="resumed", resume=str(state)) == 0
     assert train("finetune", tmp / "finetune", **{**common, "learning_rate": 1e-3}, max_train_steps=2,
                  output_name="finetune") == 0
     lora, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
@@ -93,7 +94,7 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 def test_lora_trains_samples_and_names_its_modules_as_comfyui_does(runs: tuple[Plugin, Runs]) -> None:
     plugin, run = runs
     evs = events(run.straight_run)
-    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2, 3, 4]
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
     sample = Path(next(e for e in evs if e["type"] == "sample")["path"])
     assert Image.open(sample).size == (64, 64)
     for key in plugin.keys:
@@ -101,6 +102,7 @@ def test_lora_trains_samples_and_names_its_modules_as_comfyui_does(runs: tuple[P
     assert not any(k.startswith("lora_te") for k in run.lora)  # its text encoder is not trained
     for key, value in plugin.metadata.items():
         assert str(run.metadata[key]) == value, key
+    assert model_kind(run.out / "straight.safetensors") == f"{plugin.title} LoRA"  # as Browse lists it
 
 
 def test_resumed_lora_equals_the_uninterrupted_one(runs: tuple[Plugin, Runs]) -> None:
@@ -146,13 +148,11 @@ def test_generate_renders_with_and_without_the_lora(runs: tuple[Plugin, Runs], t
     cfg = GenerateConfig({"width": 64, "height": 64, "steps": 2, "cpu_threads": 1, "devices": "cpu",
                           "model": str(run.model_dir), "prompts": ["sks shape --n blurry --l 2"]})
     lora = str(run.out / "straight.safetensors")
-    variants = [Variant("base"), Variant("w1", (LoraRef(lora, 1.0),)), Variant("w0", (LoraRef(lora, 0.0),))]
+    variants = [Variant("base"), Variant("w1", (LoraRef(lora, 1.0),))]
     plan = build_plan(cfg, tmp_path / "images", 7, variants)
     renderer = Renderer(cfg, "cpu", variants)
-    base, one, zero = (np.asarray(Image.open(renderer.render(item)[0]).convert("RGB")).astype(int)
-                       for item in plan.items)
-    assert base.shape == (64, 64, 3)
-    assert np.abs(one - base).max() > 0 and np.array_equal(zero, base)
+    base, one = (np.asarray(Image.open(renderer.render(item)[0]).convert("RGB")).astype(int) for item in plan.items)
+    assert base.shape == (64, 64, 3) and np.abs(one - base).max() > 0
 
 
 def test_finetune_saves_a_diffusers_folder_of_the_family(runs: tuple[Plugin, Runs]) -> None:
