@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from io import StringIO
 from pathlib import Path
 
@@ -97,31 +96,14 @@ def test_validate_and_print_config_show_the_estimate_and_the_advice(monkeypatch,
     assert "# memory: Estimated peak GPU memory ~" in text and "# warning: the run needs ~" in text
 
 
-def _medium_sd1(folder: Path) -> Path:
-    """The tiny SD1 pipeline with a 77 M-parameter UNet and latents 8 times smaller than the image: the weights,
-    gradients and optimizer states dwarf the activations."""
-    from diffusers import UNet2DConditionModel
-
-    from trainers.models.sd.tiny import build_tiny_sd1
-    from trainers.models.tiny import tiny_vae
-
-    build_tiny_sd1(folder, vae=tiny_vae(4))
-    shutil.rmtree(folder / "unet")
-    torch.manual_seed(0)
-    UNet2DConditionModel(sample_size=8, block_out_channels=(320, 640), layers_per_block=1,
-                         down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-                         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=32,
-                         attention_head_dim=8, norm_num_groups=32).save_pretrained(folder / "unet")
-    return folder
-
-
 @pytest.mark.slow
 def test_a_cpu_run_holds_the_weights_and_optimizer_states_the_estimate_predicts(tmp_path: Path) -> None:
     from helpers import run_trainer, sets
 
+    from benchmarks.memory_benchmark import build_medium_sd1
     from trainers.demo import build_dataset
 
-    model = _medium_sd1(tmp_path / "model")
+    model = build_medium_sd1(tmp_path / "model")  # 77 M parameters, latents 8x8: activations are small
     values = dict(pretrained_model_name_or_path=str(model), train_data_dir=str(build_dataset(tmp_path / "data")),
                   output_dir=str(tmp_path / "out"), max_train_steps=2, resolution="64", train_batch_size=1,
                   max_data_loader_n_workers=0, learning_rate=1e-5, optimizer_type="AdamW", save_precision="float")

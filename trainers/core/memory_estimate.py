@@ -30,8 +30,8 @@ FIT_MARGIN = 0.9  # a run fits a card when its need is at most this share of the
 QUANT_BYTES = {"fp8": 1.0, "int8": 1.0, "int4": 0.53, "nf4": 0.56}  # per weight, with their scales
 QUANT_MODES = ("none", *QUANT_BYTES)
 # Optimizer state bytes per trained parameter (sd-scripts' optimizer_type names, matched case-insensitively).
-_STATE_BYTES = (("adafactor", 0.1), ("came", 4.0), ("8bit", 2.0), ("lion", 4.0), ("sgd", 4.0), ("prodigy", 16.0),
-                ("dadapt", 12.0))
+_STATE_BYTES = (("adafactor", 0.1), ("came", 4.0), ("8bit", 2.0), ("lion", 4.0), ("sgdnesterov", 4.0), ("sgd", 0.0),
+                ("prodigy", 16.0), ("dadapt", 12.0))  # plain SGD: torch's default, no momentum
 _ADAM_STATE_BYTES = 8.0  # AdamW's two float32 moments
 
 
