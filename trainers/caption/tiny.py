@@ -148,5 +148,43 @@ def build_tiny_clipseg(folder: Path) -> Path:
     CLIPSegForImageSegmentation(config).save_pretrained(folder)
     CLIPSegProcessor(image_processor=images, tokenizer=tokenizer).save_pretrained(folder)
     return folder
+# a Llama-3-style chat template (JoyCaption's shape): a header per message, the image where the content names it
+LLAMA_CHAT = ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+              "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+              "{% if c['type'] == 'image' %}<image>{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}"
+              "<|eot_id|>{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n"
+              "{% endif %}")
+
+
+def build_tiny_llava(folder: Path) -> Path:
+    """LlavaForConditionalGeneration (JoyCaption's class: a 1-layer CLIP vision tower and a 1-layer Llama) +
+    LlavaProcessor (a byte-level tokenizer without merges, a Llama-3-style chat template)."""
+    import torch
+    from transformers import (CLIPImageProcessor, GPT2Tokenizer, LlavaConfig, LlavaForConditionalGeneration,
+                              LlavaProcessor)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    specials = ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "<image>", "<pad>"]
+    vocab = {t: i for i, t in enumerate([*specials, *_byte_symbols()])}
+    tokenizer = GPT2Tokenizer(vocab=vocab, merges=[], bos_token=specials[0], eos_token="<|eot_id|>",
+                              pad_token="<pad>", unk_token="<pad>", extra_special_tokens={"image_token": "<image>"})
+    tokenizer.add_special_tokens({"additional_special_tokens": specials})
+    images = CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE,
+                                                                               "width": IMAGE_SIZE})
+    config = LlavaConfig(
+        vision_config={"model_type": "clip_vision_model", "hidden_size": 16, "num_hidden_layers": 1,
+                       "num_attention_heads": 2, "intermediate_size": 32, "image_size": IMAGE_SIZE, "patch_size": 8},
+        text_config={"model_type": "llama", "vocab_size": len(vocab), "hidden_size": 32, "num_hidden_layers": 1,
+                     "num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 37,
+                     "max_position_embeddings": 512, "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 5},
+        image_token_id=vocab["<image>"], vision_feature_select_strategy="full", vision_feature_layer=-1)
+    torch.manual_seed(0)
+    LlavaForConditionalGeneration(config).save_pretrained(folder)
+    # 32 px in 8 px patches: 16 image tokens, plus CLIP's class token ("full" keeps it)
+    LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=8, vision_feature_select_strategy="full",
+                   num_additional_image_tokens=1, chat_template=LLAMA_CHAT).save_pretrained(folder)
+    return folder
+
+
 BUILDERS = {"wd14": build_tiny_tagger, "blip": build_tiny_blip, "florence2": build_tiny_florence2,
-            "clipseg": build_tiny_clipseg}
+            "joycaption": build_tiny_llava, "clipseg": build_tiny_clipseg}
