@@ -233,8 +233,11 @@ def test_validation_rejects_impossible_combinations_with_a_reason() -> None:
         cfg = config_from_dict(method, {"num_processes": 2, "max_train_steps": 1, "mixed_precision": "bf16", **values})
         return {i.field: i.message for i in distributed_issues(cfg) + rules_for(method).issues(cfg)}
 
-    lora = problems("lora", distributed_backend="fsdp")
+    lora = problems("lora", distributed_backend="deepspeed")
     assert "a LoRA's few weights train fastest with 'ddp'" in lora["distributed_backend"]
+    assert "'fsdp' with fsdp_version = 2 when the base model" in lora["distributed_backend"]
+    assert "FSDP1 shards" in problems("lora", distributed_backend="fsdp", fsdp_version=1)["distributed_backend"]
+    assert not problems("lora", distributed_backend="fsdp"), "FSDP2 shards a large base model under a LoRA"
     eight = problems(distributed_backend="fsdp", optimizer_type="AdamW8bit")
     assert "AdamW8bit (bitsandbytes)" in eight["optimizer_type"] and "choose 'AdamW'" in eight["optimizer_type"]
     assert "set distributed_backend = 'deepspeed'" in problems(offload_optimizer=True)["offload_optimizer"]

@@ -1,6 +1,6 @@
 """FSDP2 for real: 2 CPU processes over gloo (torch's fully_shard, launched with the run's accelerate.yaml).
 
-One test, three short runs: a plain one-process finetune; an FSDP2 run on 2 processes x batch 1 that saves a
+The finetune test, three short runs: a plain one-process finetune; an FSDP2 run on 2 processes x batch 1 that saves a
 sharded-then-gathered training state at step 2 and is killed at step 3 (a rank fails); its resume, which must end
 on the one-process run's weights and write a diffusers folder that loads.
 """
@@ -71,3 +71,22 @@ def test_fsdp2_two_processes_resume_after_a_kill_to_the_one_process_weights(tiny
     assert moved > 1e-2 and worst < 1e-5, f"FSDP2 2 processes + resume differ from 1 process by {worst}"
     pipe = StableDiffusionPipeline.from_pretrained(out / "finetune")  # the gathered output loads as usual
     assert sum(p.numel() for p in pipe.unet.parameters()) == sum(t.numel() for t in two.values())
+
+
+def test_fsdp2_shards_a_lora_run_and_saves_the_same_lora_file(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    """A LoRA on a base model too big for one GPU: FSDP2 shards base and network; the file is the one-process one."""
+    from trainers.methods.lora.file_format import read_lora_file
+
+    data = build_dataset(tmp_path / "data", folder="2_sks shape")
+    base = {**VALUES, "pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data),
+            "network_dim": 4, "network_alpha": 2, "max_train_steps": 2}
+    assert train("lora", tmp_path / "run1", **base, output_dir=str(tmp_path / "one")) == 0
+    two = run_trainer(sets(**base, output_dir=str(tmp_path / "two"), num_processes=2, distributed_backend="fsdp",
+                           ddp_timeout=2), tmp_path / "run2", fsdp_launcher(tmp_path),
+                      env=hook_env(ACCELERATE_USE_CPU="1"))
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, _ = read_lora_file(tmp_path / "one" / "lora.safetensors")
+    b, _ = read_lora_file(tmp_path / "two" / "lora.safetensors")
+    moved = max(t.abs().max().item() for k, t in a.items() if k.endswith("lora_up.weight"))  # starts at 0
+    worst = max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+    assert a.keys() == b.keys() and moved > 1e-3 and worst < 1e-6, f"FSDP2 LoRA differs by {worst}"

@@ -275,17 +275,29 @@ def _zero_stage(accelerator: Any) -> int:
 
 @contextlib.contextmanager
 def _whole_state_dicts(accelerator: Any, gather: Any) -> Iterator[None]:
-    """`gather(model)` on every rank (whole on rank 0); rank 0's modules answer state_dict() from it."""
+    """`gather(model)` on every rank (whole on rank 0). On rank 0 every module's state_dict() answers from it and
+    its sharded parameters are whole ones meanwhile (savers that read weights directly, e.g. a LoRA's)."""
+    import torch
+
     answering: list[Any] = []
+    swapped: list[tuple[Any, str, Any]] = []  # (module, parameter name, the sharded parameter to put back)
     try:
         for model in accelerator._models:
             whole = gather(model)
-            if accelerator.is_main_process:
-                for prefix, module in accelerator.unwrap_model(model).named_modules():
-                    module.state_dict = _part_of(whole, prefix)  # an instance attribute: the class's is back after
-                    answering.append(module)
+            if not accelerator.is_main_process:
+                continue
+            for prefix, module in accelerator.unwrap_model(model).named_modules():
+                module.state_dict = _part_of(whole, prefix)  # an instance attribute: the class's is back after
+                answering.append(module)
+                for name, param in list(module._parameters.items()):
+                    key = f"{prefix}.{name}" if prefix else name
+                    if param is not None and key in whole:
+                        swapped.append((module, name, param))
+                        module._parameters[name] = torch.nn.Parameter(whole[key], requires_grad=False)
         yield
     finally:
+        for module, name, param in swapped:
+            module._parameters[name] = param
         for module in answering:
             del module.state_dict
 

@@ -52,10 +52,11 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
             float(value)
         except ValueError:
             bad("base_weights_multiplier", f"{value!r} is not a number")
-    if cfg.distributed_backend != "ddp":
-        name = "DeepSpeed" if cfg.distributed_backend == "deepspeed" else "FSDP"
+    if cfg.distributed_backend == "deepspeed" or cfg.distributed_backend == "fsdp" and cfg.fsdp_version == 1:
+        name = "DeepSpeed" if cfg.distributed_backend == "deepspeed" else "FSDP1"
         bad("distributed_backend", f"{name} shards the weights, gradients or optimizer states of full finetunes; a "
-            "LoRA's few weights train fastest with 'ddp' (they fit on every GPU): choose 'ddp'", "launch")
+            "LoRA's few weights train fastest with 'ddp' (they fit on every GPU): choose 'ddp', or 'fsdp' with "
+            "fsdp_version = 2 when the base model itself does not fit on one GPU", "launch")
     if cfg.fp8_base and cfg.mixed_precision == "no":
         bad("fp8_base", "computes in the mixed-precision dtype: set mixed_precision to 'bf16' (or 'fp16')", "precision")
     found += quant_issues(cfg)
