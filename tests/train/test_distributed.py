@@ -251,6 +251,8 @@ def test_validation_rejects_impossible_combinations_with_a_reason() -> None:
     if importlib.util.find_spec("deepspeed") is None:
         assert "DeepSpeed is not installed: pip install deepspeed" in zero["distributed_backend"]
     assert not problems(distributed_backend="fsdp")
+    samples = problems(distributed_backend="fsdp", sample_prompt_lines=["a red circle"])["sample_prompts"]
+    assert samples.startswith("FSDP leaves each process only shards") and "Generate tab" in samples
     assert not problems("lora", ddp_gradient_precision="bf16", ddp_timeout=600)
 
 

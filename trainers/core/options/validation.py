@@ -151,6 +151,11 @@ def distributed_issues(cfg: TrainConfig) -> list[ConfigIssue]:
         if cfg.offload_optimizer and cfg.optimizer_type != "AdamW":
             bad("offload_optimizer", f"steps the optimizer on the CPU with DeepSpeed's CPU Adam, not "
                 f"{cfg.optimizer_type}: set optimizer_type = 'AdamW' or turn offload_optimizer off")
+    sharded = "FSDP" if backend == "fsdp" else "ZeRO-3" if cfg.zero_stage == 3 else None
+    if sharded and (cfg.sample_prompts.strip() or cfg.sample_prompt_lines):
+        bad("sample_prompts", f"{sharded} leaves each process only shards of the weights, and samples during "
+            "training would need them whole on every process: leave sample_prompts empty and render the saves "
+            "afterwards (Generate tab, or python -m trainers compare)", "sampling")
     return issues
 
 
