@@ -151,3 +151,26 @@ def test_pivotal_tuning_saves_the_word_inside_the_lora_and_on_its_own(tiny_sd1_d
         pipe.load_textual_inversion(str(out / "pivotal_embeddings" / "sks.safetensors"), token="sks")
         with_word = pipe.encode_prompt("sks shape", "cpu", 1, False)[0]
     assert not torch.allclose(with_word, init_word, atol=1e-4)  # the word trained away from its init word
+
+
+def test_a_word_s_files_name_each_text_encoder_s_vectors_as_a1111_comfyui_and_diffusers_read_them() -> None:
+    from torch import nn
+
+    from trainers.methods.textual_inversion.embeddings import NewWord, WordTokens
+
+    one = NewWord("mychar", ["mychar", "mychar1"], [nn.Embedding(10, 4)], [8])
+    assert {k: tuple(v.shape) for k, v in one.embedding_file(torch.float16).items()} == {"emb_params": (2, 4)}
+    assert list(one.bundled(torch.float16)) == ["bundle_emb.mychar.string_to_param.*"]
+    two = NewWord("mychar", ["mychar"], [nn.Embedding(10, 4), nn.Embedding(10, 6)], [9, 9])
+    assert {k: tuple(v.shape) for k, v in two.embedding_file(torch.float16).items()} == {"clip_l": (1, 4),
+                                                                                       "clip_g": (1, 6)}
+    assert list(two.bundled(torch.float16)) == ["bundle_emb.mychar.clip_l", "bundle_emb.mychar.clip_g"]
+    assert torch.equal(two.bundled(torch.float32)["bundle_emb.mychar.clip_g"], two.embeddings[1].weight[9:10])
+
+    class Echo:  # a tokenizer that shows the text it was given
+        def __call__(self, text: str | list[str], **kwargs: object) -> str | list[str]:
+            return text
+
+    tokens = WordTokens(Echo(), "mychar", ["mychar", "mychar1", "mychar2"])
+    assert tokens("a photo of mychar, mychar1 mychars") == "a photo of mychar mychar1 mychar2, mychar1 mychars"
+    assert tokens(["mychar", "x"]) == ["mychar mychar1 mychar2", "x"]
