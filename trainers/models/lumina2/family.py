@@ -23,13 +23,12 @@ TEMPLATE = SYSTEM_PROMPT + " <Prompt Start> {}"
 
 
 class Lumina2(Lumina2Rules, FlowFamily, ModelFamily):
-    base_model_version = "lumina2"  # sd-scripts' MODEL_VERSION_LUMINA_2 ("lumina2")
-    modelspec_architecture = "lumina-2"
     implementation = "https://github.com/Alpha-VLLM/Lumina-Image-2.0"
     transformer_class = "Lumina2Transformer2DModel"
     default_t5_length = TEXT_LENGTH
     latent_scaling = (0.3611, 0.1159)  # FLUX.1's autoencoder
     fixed_settings = {"guidance_scale": 0.0}  # no guidance embedding
+    lora_network_module = "networks.lora_lumina"  # ss_network_module of its LoRAs
     text_encoder_specs = (TextEncoderSpec("Gemma2Model", "text_encoder", "auto", "tokenizer", "Gemma 2",
                                           max_length=TEXT_LENGTH, template=TEMPLATE),)
 
@@ -88,7 +87,7 @@ class Lumina2(Lumina2Rules, FlowFamily, ModelFamily):
 
     def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
         return {**super().lora_metadata(v_prediction), "modelspec.implementation": self.implementation,
-                "modelspec.prediction_type": None, "ss_network_module": "networks.lora_lumina",
+                "modelspec.prediction_type": None, "ss_network_module": self.lora_network_module,
                 **self.flow_metadata()}
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:

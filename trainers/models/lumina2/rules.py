@@ -17,6 +17,8 @@ SYSTEM_PROMPT = ("You are an assistant designed to generate superior images with
 class Lumina2Rules(FlowRules):
     name = "lumina2"
     title = "Lumina 2"
+    base_model_version = "lumina2"  # sd-scripts' MODEL_VERSION_LUMINA_V2
+    modelspec_architecture = "lumina-2"
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
     pipeline_class = "Lumina2Pipeline"
     detect_priority = 4  # its single files have NextDiT's refiners, as Z-Image's have

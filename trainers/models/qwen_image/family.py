@@ -7,6 +7,7 @@ module names), on every linear layer of the blocks but their modulations (musubi
 """
 from __future__ import annotations
 
+import copy
 import types
 from pathlib import Path
 from typing import Any
@@ -29,21 +30,24 @@ TEXT_LENGTH = 1024
 
 
 class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
-    base_model_version = "qwen_image"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_QWEN_IMAGE_FULL)
-    modelspec_architecture = "Qwen-Image"
     implementation = "https://github.com/QwenLM/Qwen-Image"
     native_size = 1328
     transformer_class = "QwenImageTransformer2DModel"
     vae_class = "AutoencoderKLQwenImage"
     default_t5_length = TEXT_LENGTH
     fixed_settings = {"model_prediction_type": "raw", "guidance_scale": 0.0}  # no guidance embedding
+    lora_network_module = "networks.lora_qwen_image"  # ss_network_module of its LoRAs
     text_encoder_specs = (TextEncoderSpec("Qwen2_5_VLForConditionalGeneration", "text_encoder", "auto", "tokenizer",
                                           "Qwen2.5-VL", max_length=TEXT_LENGTH + TEMPLATE_TOKENS,
                                           template=CHAT_TEMPLATE),)
 
+    pad_token_id: int = 0  # its tokenizer's, set when loaded (the text encoder's config may not name it)
+
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         model = super().load(folder, weight_dtype, vae_path, random_init)
         encode_single_frames(model.vae)
+        model.family = copy.copy(model.family)
+        model.family.pad_token_id = model.tokenizers[0].pad_token_id
         return model
 
     def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
@@ -58,11 +62,11 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
         """(Qwen2.5-VL's last hidden states after the template's system tokens, zero on the padding; the text mask),
         as QwenImagePipeline encodes. The encoder reads the batch's longest caption, not every padding token."""
         (qwen,), (ids,) = text_encoders, input_ids
-        pad = qwen.config.get_text_config().pad_token_id
-        mask = ids != pad
+        mask = ids != self.pad_token_id
         longest = int(mask.sum(dim=1).max())
-        hidden = run_frozen(qwen, lambda: qwen(input_ids=ids[:, :longest], attention_mask=mask[:, :longest],
-                                               output_hidden_states=True).hidden_states[-1])
+        # the language model alone: its last hidden states are the whole model's, without the vocabulary's logits
+        hidden = run_frozen(qwen, lambda: qwen.model(input_ids=ids[:, :longest], attention_mask=mask[:, :longest]
+                                                     ).last_hidden_state)
         hidden = torch.cat([hidden, hidden.new_zeros(ids.shape[0], ids.shape[1] - longest, hidden.shape[-1])], dim=1)
         mask = mask[:, TEMPLATE_TOKENS:]
         return hidden[:, TEMPLATE_TOKENS:] * mask[..., None].to(hidden.dtype), mask.to(hidden.dtype)
@@ -116,7 +120,7 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
 
     def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
         return {**super().lora_metadata(v_prediction), "modelspec.implementation": self.implementation,
-                "modelspec.prediction_type": None, "ss_network_module": "networks.lora_qwen_image",
+                "modelspec.prediction_type": None, "ss_network_module": self.lora_network_module,
                 **self.flow_metadata()}
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:

@@ -10,6 +10,8 @@ from trainers.models.flow_rules import FlowRules
 class QwenImageRules(FlowRules):
     name = "qwen_image"
     title = "Qwen-Image"
+    base_model_version = "qwen_image"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_QWEN_IMAGE_FULL)
+    modelspec_architecture = "Qwen-Image"
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
     pipeline_class = "QwenImagePipeline"
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
