@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from trainers.caption.shared_options import CAPTION, SHARED_OPTIONS, job_option
-from trainers.core.options import toml_text
-from trainers.core.options.loading import closest, flatten, parse_set, read_toml
-from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce_values
-from trainers.core.options.values import OptionValues
+from trainers.core.options.schema import ConfigIssue, Option
+from trainers.core.options.verbs import VerbConfig
 from trainers.core.rundir import new_run_dir
 from trainers.masks.options import MASK_OPTIONS, METHODS, check_masks
 
@@ -95,57 +93,29 @@ def by_name(verb: str) -> dict[str, Option]:
     return {o.name: o for o in options_for(verb)}
 
 
-class JobConfig(OptionValues):
+class JobConfig(VerbConfig):
     """A caption or mask job's options with their values (defaults filled in)."""
 
-    def __init__(self, verb: str, values: dict[str, Any] | None = None) -> None:
-        super().__init__(options_for(verb), values)
-        self.__dict__["verb"] = verb
+    groups = GROUPS
 
-    def _unknown(self, name: str) -> str:
-        return f"{self.verb} has no option {name!r}"
+    @property
+    def title(self) -> str:  # type: ignore[override]
+        return f"{self.verb} job"
 
-    def replace(self, **changes: Any) -> "JobConfig":
-        return JobConfig(self.verb, {**self.values, **changes})
-
-    def to_toml(self) -> str:
-        return f"# Atelier {self.verb} job\nverb = {json.dumps(self.verb)}\n\n" + toml_text.dumps(self.sections(GROUPS))
+    @classmethod
+    def options_for(cls, verb: str) -> tuple[Option, ...]:
+        return options_for(verb)
 
 
 def config_from_values(verb: str, values: dict[str, Any]) -> JobConfig:
     """Check names and types of {name: value}; ConfigError names every bad field."""
-    options = by_name(verb)
-
-    def unknown(name: str) -> ConfigIssue:
-        guess = closest(name, list(options))
-        hint = f"; did you mean {guess!r}?" if guess else f"; see `python -m trainers {verb} --help`"
-        return ConfigIssue(name, f"{verb} has no option {name!r}{hint}")
-
-    return JobConfig(verb, coerce_values(options, values, unknown))
+    return JobConfig.from_values(verb, values)  # type: ignore[return-value]
 
 
 def load_job_config(verb: str, path: Path | None = None, overrides: list[str] | None = None,
                     values: dict[str, Any] | None = None) -> JobConfig:
     """A job's TOML (sections or flat keys; its `verb` must be this one), then `--set` overrides, then `values`."""
-    flat: dict[str, Any] = {}
-    issues: list[ConfigIssue] = []
-    if path is not None:
-        raw = read_toml(path)
-        written = raw.pop("verb", verb)
-        if written != verb:
-            issues.append(ConfigIssue("verb", f"{path} is a `{written}` job; run it with `python -m trainers {written}`"))
-        flat = flatten(raw, issues, GROUPS, by_name(verb))
-    for assignment in overrides or []:
-        name, value = parse_set(assignment)
-        flat[name] = value
-    flat.update(values or {})
-    try:
-        cfg = config_from_values(verb, flat)
-    except ConfigError as err:
-        raise ConfigError(issues + err.issues) from None
-    if issues:
-        raise ConfigError(issues)
-    return cfg
+    return JobConfig.load(verb, path, overrides, values)  # type: ignore[return-value]
 
 
 def check_config(cfg: JobConfig) -> list[ConfigIssue]:

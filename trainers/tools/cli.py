@@ -17,10 +17,12 @@ import argparse
 import json
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from trainers.core.errors import EXIT_BAD_INPUT, BadInput, ConfigError
-from trainers.tools.options import JOB_METHOD, VERBS, check_config, load_tool_config, new_job_dir, options_for
+from trainers.core.errors import EXIT_BAD_INPUT, BadInput, ConfigError, ConfigIssue
+from trainers.core.options.schema import Option
+from trainers.core.options.verbs import VerbConfig
+from trainers.tools.options import JOB_METHOD, VERBS, ToolConfig, check_config, new_job_dir, options_for
 
 _SINGULAR = {"loras": "lora", "lbws": "lbw"}
 
@@ -29,60 +31,91 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for verb, what in VERBS.items():
         sub = verbs.add_parser(verb, help=what, description=f"tools {verb}: {what}.")
-        sub.add_argument("--config", type=Path, help="TOML file of the job's options (see docs/tools.md)")
-        sub.add_argument("--run-dir", type=Path, help="job folder (default: runs/<time>-tools-<verb>-<name>)")
-        sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
-                         help="set one option; VALUE is read as TOML")
-        sub.add_argument("--print-config", action="store_true", help="print the resolved options and exit")
-        flags = sub.add_argument_group("options (each also settable in the TOML file)")
-        for opt in options_for(verb):
-            flag = "--" + _SINGULAR.get(opt.name, opt.name).replace("_", "-")
-            if opt.kind == "list":
-                flags.add_argument(flag, dest=f"opt_{opt.name}", action="append", metavar="VALUE",
-                                   help=f"{opt.help} (repeatable)")
-            else:
-                flags.add_argument(flag, dest=f"opt_{opt.name}", metavar=opt.kind.upper(), help=opt.help,
-                                   type={"int": int, "float": float}.get(opt.kind, str))
+        add_job_arguments(sub, options_for(verb), "docs/tools.md", f"runs/<time>-tools-{verb}-<name>")
 
 
-def main(args: argparse.Namespace) -> int:
-    from trainers.core.lifecycle import Lifecycle, job_started
+def add_job_arguments(sub: argparse.ArgumentParser, options: tuple[Option, ...], docs: str, default_dir: str) -> None:
+    """A verb job's --config, --run-dir, --set, --print-config and one flag per option (`opt_<name>`)."""
+    sub.add_argument("--config", type=Path, help=f"TOML file of the job's options (see {docs})")
+    sub.add_argument("--run-dir", type=Path, help=f"job folder (default: {default_dir})")
+    sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                     help="set one option; VALUE is read as TOML")
+    sub.add_argument("--print-config", action="store_true", help="print the resolved options and exit")
+    flags = sub.add_argument_group("options (each also settable in the TOML file)")
+    for opt in options:
+        flag = "--" + _SINGULAR.get(opt.name, opt.name).replace("_", "-")
+        if opt.kind == "list":
+            flags.add_argument(flag, dest=f"opt_{opt.name}", action="append", metavar="VALUE",
+                               help=f"{opt.help} (repeatable)")
+        elif opt.kind == "bool":
+            flags.add_argument(flag, dest=f"opt_{opt.name}", action=argparse.BooleanOptionalAction, help=opt.help)
+        else:
+            flags.add_argument(flag, dest=f"opt_{opt.name}", metavar=opt.kind.upper(), help=opt.help,
+                               type={"int": int, "float": float}.get(opt.kind, str))
+
+
+def checked_config(args: argparse.Namespace, config_class: type[VerbConfig],
+                   check: Callable[[Any], list[ConfigIssue]]) -> Any:
+    """The job's config from --config, --set and the option flags, checked; an exit code instead when it has
+    problems (recorded in --run-dir) or --print-config printed it."""
+    from trainers.core.lifecycle import Lifecycle
     from trainers.core.secrets import install_redaction
 
     install_redaction()
     values = {k.removeprefix("opt_"): v for k, v in vars(args).items() if k.startswith("opt_") and v is not None}
+    label = f"{config_class.command}{args.verb}"
     try:
-        cfg = load_tool_config(args.verb, args.config, args.overrides, values)
-        issues = check_config(cfg)
+        cfg = config_class.load(args.verb, args.config, args.overrides, values)
+        issues = check(cfg)
         if issues:
             raise ConfigError(issues)
     except ConfigError as err:
-        return Lifecycle(args.run_dir).failed(f"tools {args.verb}: the options have problems:\n{err}", EXIT_BAD_INPUT)
+        return Lifecycle(args.run_dir).failed(f"{label}: the options have problems:\n{err}", EXIT_BAD_INPUT)
     if args.print_config:
         print(cfg.to_toml())
         return 0
+    return cfg
+
+
+def main(args: argparse.Namespace) -> int:
+    from trainers.core.lifecycle import job_started
+
+    cfg = checked_config(args, ToolConfig, check_config)
+    if isinstance(cfg, int):
+        return cfg
     job_dir = args.run_dir or new_job_dir(Path("runs"), cfg)
     return _run(cfg, job_dir, job_started(job_dir, cfg, method=JOB_METHOD, verb=cfg.verb))
 
 
 def _run(cfg: Any, job_dir: Path, life: Any) -> int:
+    def work() -> tuple[str, str, dict[str, Any]]:
+        from trainers.tools.job import run_tool
+
+        output, job = run_tool(cfg, job_dir, life.events)
+        return str(output), f"wrote {output}", {"output": str(output), "written": [str(p) for p in job.outputs]}
+
+    return run_reported(life, job_dir, f"tools {cfg.verb}", work)
+
+
+def run_reported(life: Any, job_dir: Path, label: str, work: Callable[[], tuple[str, str, dict[str, Any]]]) -> int:
+    """Run a job's `work` (-> its output, a message, what to print as JSON) and record in the job's folder how it
+    ended: finished, stopped by the user, bad input named, or failed with the error."""
     from trainers.core.rundir import RunState
-    from trainers.tools.job import ToolStopped, run_tool
+    from trainers.tools.job import ToolStopped
 
     try:
-        output, job = run_tool(cfg, job_dir, life.events)
+        output, message, printed = work()
     except ToolStopped as stopped:
         life.stopped(str(job_dir), str(stopped), record_output=False)
         print(str(stopped))
         return 0
     except BadInput as err:
-        return life.failed(f"tools {cfg.verb}: {err}", EXIT_BAD_INPUT)
+        return life.failed(f"{label}: {err}", EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         return life.failed("stopped by the user (interrupt)", 130, state=RunState.STOPPED)
     except Exception as err:  # noqa: BLE001 - report anything to the job folder, then fail
         traceback.print_exc()
-        return life.failed(f"tools {cfg.verb}: {type(err).__name__}: {err}", 1, trace=traceback.format_exc(limit=-8))
-    written = [str(p) for p in job.outputs]
-    life.finished(str(output), f"wrote {output}")
-    print(json.dumps({"output": str(output), "written": written}, ensure_ascii=False))
+        return life.failed(f"{label}: {type(err).__name__}: {err}", 1, trace=traceback.format_exc(limit=-8))
+    life.finished(output, message)
+    print(json.dumps(printed, ensure_ascii=False))
     return 0

@@ -14,11 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainers.core.options import toml_text
-from trainers.core.options.loading import closest, flatten, parse_set, read_toml
-from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce_values
+from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
-from trainers.core.options.values import OptionValues
+from trainers.core.options.verbs import VerbConfig
 from trainers.core.rundir import new_run_dir
 from trainers.generate.options import parse_loras
 from trainers.generate.saves import MODEL_FILE_OPTIONS, is_lora_file
@@ -137,57 +135,25 @@ def by_name(verb: str) -> dict[str, Option]:
     return {o.name: o for o in options_for(verb)}
 
 
-class ToolConfig(OptionValues):
+class ToolConfig(VerbConfig):
     """One verb's options with their values (defaults filled in)."""
 
-    def __init__(self, verb: str, values: dict[str, Any] | None = None) -> None:
-        super().__init__(options_for(verb), values)
-        self.__dict__["verb"] = verb
+    groups, command, title = GROUPS, "tools ", "tool job"
 
-    def _unknown(self, name: str) -> str:
-        return f"tools {self.verb} has no option {name!r}"
-
-    def replace(self, **changes: Any) -> "ToolConfig":
-        return ToolConfig(self.verb, {**self.values, **changes})
-
-    def to_toml(self) -> str:
-        return f"# Atelier tool job\nverb = {json.dumps(self.verb)}\n\n" + toml_text.dumps(self.sections(GROUPS))
+    @classmethod
+    def options_for(cls, verb: str) -> tuple[Option, ...]:
+        return options_for(verb)
 
 
 def config_from_values(verb: str, values: dict[str, Any]) -> ToolConfig:
     """Check names and types of {name: value}; ConfigError names every bad field."""
-    options = by_name(verb)
-
-    def unknown(name: str) -> ConfigIssue:
-        guess = closest(name, list(options))
-        hint = f"; did you mean {guess!r}?" if guess else f"; see `python -m trainers tools {verb} --help`"
-        return ConfigIssue(name, f"tools {verb} has no option {name!r}{hint}")
-
-    return ToolConfig(verb, coerce_values(options, values, unknown))
+    return ToolConfig.from_values(verb, values)  # type: ignore[return-value]
 
 
 def load_tool_config(verb: str, path: Path | None = None, overrides: list[str] | None = None,
                      values: dict[str, Any] | None = None) -> ToolConfig:
     """A job's TOML (sections or flat keys; its `verb` must be this one), then `--set` overrides, then `values`."""
-    flat: dict[str, Any] = {}
-    issues: list[ConfigIssue] = []
-    if path is not None:
-        raw = read_toml(path)
-        written = raw.pop("verb", verb)
-        if written != verb:
-            issues.append(ConfigIssue("verb", f"{path} is a `tools {written}` job; run it with `tools {written}`"))
-        flat = flatten(raw, issues, GROUPS, by_name(verb))
-    for assignment in overrides or []:
-        name, value = parse_set(assignment)
-        flat[name] = value
-    flat.update(values or {})
-    try:
-        cfg = config_from_values(verb, flat)
-    except ConfigError as err:
-        raise ConfigError(issues + err.issues) from None
-    if issues:
-        raise ConfigError(issues)
-    return cfg
+    return ToolConfig.load(verb, path, overrides, values)  # type: ignore[return-value]
 
 
 # ---- checks before anything loads ---------------------------------------------------------------------------
