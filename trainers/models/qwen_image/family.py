@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
-from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
+from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
 from trainers.models.flow_latents import pack_latents, packed_grid, unpack_latents
 from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.qwen_image.rules import QwenImageRules
@@ -53,9 +53,6 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
     def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
         """The transformer alone as ComfyUI's and musubi-tuner's diffusion_models file holds it: diffusers' names."""
         return dict(denoiser_state)
-
-    def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
-        return last_blocks(denoiser.transformer_blocks, count, "blocks")
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
