@@ -71,7 +71,7 @@ def add_word(model: LoadedModel, word: str, tokens: list[str], init_word: str, o
                                            f"the model's tokenizer {index + 1}: choose a made-up word, e.g. 'ohwx'",
                                            "embedding")])
         ids = tokenizer.convert_tokens_to_ids(tokens)
-        encoder.resize_token_embeddings(len(tokenizer))
+        encoder.resize_token_embeddings(len(tokenizer), mean_resizing=not init_ids)  # else init_word's vectors
         embedding = encoder.get_input_embeddings()
         embedding.weight = nn.Parameter(embedding.weight.detach().float(), requires_grad=True)  # trained in fp32
         if init_ids:
