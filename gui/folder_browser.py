@@ -1,4 +1,4 @@
-"""A folder browser on the server for the page's path fields: a Browse button beside each opens a list of the
+"""A folder browser on the server for the page's path fields: a Browse button in each opens a list of the
 folders and model files under the allowed roots; picking a folder opens it, picking a file (or "use this folder")
 fills the field. Model files are listed with their kind (trainers.models.file_kind: headers only).
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,11 +125,20 @@ def pick(value: str, roots: list[Path], kind: str) -> tuple[Listing | None, str 
     return list_folder(value.removeprefix(OPEN), roots, kind), None
 
 
-def add_browse_button(field: gr.Textbox, kind: str, roots: Callable[[], list[Path]] = current_roots) -> gr.Button:
-    """A Browse button under `field` and the list it opens (call right after creating the field)."""
-    button = gr.Button("Browse…", size="sm", elem_classes=["browse-button"])
+def browsable_textbox(kind: str, **textbox: Any) -> gr.Textbox:
+    """A path field (gr.Textbox keyword arguments) with a Browse button inside it and the list it opens beside it.
+
+    The button is the textbox's own submit button (Enter opens the list too) and the list one hidden dropdown: a
+    page holds a hundred path fields, and every component more slows its loading."""
+    field = gr.Textbox(submit_btn="Browse…", **textbox)
+    add_listing(field, kind)
+    return field
+
+
+def add_listing(field: gr.Textbox, kind: str, roots: Callable[[], list[Path]] = current_roots) -> gr.Dropdown:
+    """The list `field`'s submit (its Browse button) opens; picking a file or `use this folder` fills the field."""
     listing = gr.Dropdown(choices=[], value=None, visible=False, label="Pick a folder or file", interactive=True,
-                          elem_classes=["browse-list"])
+                          elem_id=f"{field.elem_id}-browse" if field.elem_id else None, elem_classes=["browse-list"])
 
     def shown(found: Listing) -> dict:
         where = str(found.folder) if found.folder else "the folders this GUI may list"
@@ -147,14 +157,6 @@ def add_browse_button(field: gr.Textbox, kind: str, roots: Callable[[], list[Pat
             return gr.Dropdown(visible=False, value=None), path
         return shown(found), gr.skip()
 
-    button.click(on_open, inputs=field, outputs=listing, show_progress="hidden")
+    field.submit(on_open, inputs=field, outputs=listing, show_progress="hidden")
     listing.input(on_pick, inputs=listing, outputs=[listing, field], show_progress="hidden")
-    return button
-
-
-def browsable_textbox(kind: str, **textbox: object) -> gr.Textbox:
-    """A path field (gr.Textbox keyword arguments) with its Browse button and list below it, in one column."""
-    with gr.Column(min_width=160, elem_classes=["browsable"]):
-        field = gr.Textbox(**textbox)
-        add_browse_button(field, kind)
-    return field
+    return listing

@@ -92,10 +92,9 @@ def test_gallery_caption_edit_and_bulk_edit_with_undo(tab, root: Path) -> None:
 
 
 def test_folder_browser_lists_the_root_and_refuses_outside_it(tab, root: Path) -> None:
-    field = tab.locator(".browsable").filter(has=tab.locator("#dataset-folder"))
     _type(tab, "dataset-folder", "/etc")
-    field.locator(".browse-button").click()
-    listing = field.locator(".browse-list")
+    tab.locator("#dataset-folder").get_by_role("button", name="Browse…").click()
+    listing = tab.locator("#dataset-folder-browse")
     expect(listing).to_be_visible()
     expect(listing).to_contain_text("the folders this GUI may list")  # /etc is outside: it starts at the roots
     listing.locator("input").click()
