@@ -71,3 +71,9 @@ def test_offload_trains_the_same_lora_as_without_it(tmp_path: Path) -> None:
     moved = max(t.abs().max().item() for k, t in plain.items() if k.endswith("lora_up.weight"))
     worst = max((plain[k] - offload[k]).abs().max().item() for k in plain)
     assert plain.keys() == offload.keys() and moved > 1e-3 and worst < 1e-6, worst
+    # the 12 and 16 GB FLUX presets' combination: an int8 base whose offloaded blocks' weights are int8 tensors
+    both = tmp_path / "run-int8-offload"
+    assert train("lora", both, output_dir=str(tmp_path / "both"), layer_offload_fraction=0.5,
+                 base_model_precision="int8", **common) == 0, [e for e in events(both) if e["type"] == "error"]
+    losses = [[e["loss"] for e in events(run_dir) if e["type"] == "progress"] for run_dir in (run, both)]
+    assert all(abs(a - b) <= 0.01 * b for a, b in zip(*losses)) and len(losses[1]) == 3, losses

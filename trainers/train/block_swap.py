@@ -39,7 +39,12 @@ class BlockSwap:
 
     def _host(self, tensor: torch.Tensor) -> torch.Tensor:
         host = tensor.detach().to("cpu")
-        return host.pin_memory() if self.device.type == "cuda" else host
+        if self.device.type != "cuda":
+            return host
+        try:
+            return host.pin_memory()
+        except (NotImplementedError, RuntimeError):  # a quantized tensor type without pinning: copied unpinned
+            return host
 
     def _park(self, block: nn.Module) -> None:
         for param, host in self.parked[id(block)]:
