@@ -19,6 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+MASKERS = {"clipseg": {"prompt": "a thing"}, "background": {"method": "background", "trust_remote_code": True}}
 
 
 def main() -> None:
@@ -28,7 +29,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--only", nargs="+", help="captioners (wd14, florence2, blip) or clipseg")
+    p.add_argument("--only", nargs="+", help="captioners (wd14, florence2, blip, joycaption) or maskers (clipseg, "
+                   "background)")
     args = p.parse_args()
 
     import numpy as np
@@ -51,11 +53,10 @@ def main() -> None:
             if args.only and name not in args.only:
                 continue
             model = build(root / "models" / name)
-            verb = "masks" if name == "clipseg" else "caption"
+            verb = "masks" if name in MASKERS else "caption"
             values = {"images": str(root / "data"), "model": str(model), "device": args.device,
                       "batch_size": args.batch_size, "existing": "overwrite"}
-            values |= {"prompt": "a thing"} if verb == "masks" else {"captioner": name,
-                                                                     "max_new_tokens": args.max_new_tokens}
+            values |= MASKERS.get(name) or {"captioner": name, "max_new_tokens": args.max_new_tokens}
             cfg = config_from_values(verb, values)
             _run(cfg, root / f"warm-{name}", None)  # warm-up: first calls, caches
             started = time.perf_counter()

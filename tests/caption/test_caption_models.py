@@ -98,3 +98,18 @@ def test_clipseg_masks_are_what_masked_loss_trains_with(tmp_path: Path, tiny_mod
         image, item = catalog.images[index], dataset[(0, sample, 0)]
         ours = np.asarray(Image.open(image.mask), dtype=np.float32) / 255
         assert np.array_equal(item["mask"][0].numpy(), ours)
+
+
+def test_a_background_remover_runs_its_own_code_only_when_trusted(tmp_path: Path,
+                                                                  tiny_models: dict[str, Path]) -> None:
+    images = image_folder(tmp_path / "data", count=2)
+    args = ["--images", str(images), "--method", "background", "--model", str(tiny_models["background"]),
+            "--masks-dir", str(tmp_path / "masks"), "--no-previews"]
+    refused = run_job("masks", tmp_path / "refused", *args)
+    assert refused.returncode == 2 and "trust_remote_code" in refused.stderr
+    assert not (tmp_path / "masks").exists()
+    done = run_job("masks", tmp_path / "job", *args, "--trust-remote-code")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for image in (images / "10_sks").glob("*.png"):
+        assert Image.open(tmp_path / "masks" / "10_sks" / image.name).size == Image.open(image).size
+    assert not (tmp_path / "job" / "previews").exists()

@@ -7,6 +7,7 @@ image's colour, with a selected_tags.csv in the format the WD14 taggers ship.
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -186,5 +187,47 @@ def build_tiny_llava(folder: Path) -> Path:
     return folder
 
 
+# the code a BiRefNet-class model ships beside its weights (loaded with trust_remote_code): a list of
+# predictions, the last the foreground's logits
+BACKGROUND_CODE = """
+import torch
+from transformers import PreTrainedConfig, PreTrainedModel
+
+
+class TinyBackgroundConfig(PreTrainedConfig):
+    model_type = "tiny_background"
+
+
+class TinyBackgroundNet(PreTrainedModel):
+    config_class = TinyBackgroundConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.conv = torch.nn.Conv2d(3, 1, 3, padding=1)
+        self.post_init()
+
+    def forward(self, pixel_values):
+        return [torch.nn.functional.avg_pool2d(pixel_values, 2), self.conv(pixel_values)]
+"""
+
+
+def build_tiny_background(folder: Path) -> Path:
+    """A background-removal model as BiRefNet and RMBG-2.0 come: its own code (a 3x3 conv here) and weights, loaded
+    through AutoModelForImageSegmentation with trust_remote_code."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "tiny_background.py").write_text(BACKGROUND_CODE.lstrip(), encoding="utf-8")
+    config = {"model_type": "tiny_background", "architectures": ["TinyBackgroundNet"],
+              "auto_map": {"AutoConfig": "tiny_background.TinyBackgroundConfig",
+                           "AutoModelForImageSegmentation": "tiny_background.TinyBackgroundNet"}}
+    (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    generator = torch.Generator().manual_seed(0)
+    save_file({"conv.weight": torch.randn(1, 3, 3, 3, generator=generator), "conv.bias": torch.zeros(1)},
+              str(folder / "model.safetensors"))
+    return folder
+
+
 BUILDERS = {"wd14": build_tiny_tagger, "blip": build_tiny_blip, "florence2": build_tiny_florence2,
-            "joycaption": build_tiny_llava, "clipseg": build_tiny_clipseg}
+            "joycaption": build_tiny_llava, "clipseg": build_tiny_clipseg, "background": build_tiny_background}
