@@ -13,10 +13,11 @@ import gradio as gr
 from gui.folder_browser import browsable_textbox
 from gui.text import plain_info
 from trainers.core.options import GROUPS, Option, options_for
+from trainers.core.options.training import open_groups
 
 # What a first-time user fills in first, shown at the top of every tab.
 ESSENTIALS = ("pretrained_model_name_or_path", "train_data_dir", "output_dir", "output_name")
-OPEN_GROUPS = ("optimizer",)  # shown open below the essentials; the rest start collapsed
+OPEN_GROUPS = ("optimizer",)  # shown open below the essentials (and a method's own, see open_groups); the rest not
 
 
 @dataclass
@@ -126,7 +127,8 @@ def build_form(method: str) -> Form:
         members = by_group.get(group, [])
         if not members:
             continue
-        with gr.Accordion(title, open=group in OPEN_GROUPS, elem_id=f"group-{method}-{group}") as accordion:
+        shown = group in OPEN_GROUPS or group in open_groups(method)
+        with gr.Accordion(title, open=shown, elem_id=f"group-{method}-{group}") as accordion:
             form.accordions[group] = accordion
             form.group_notes[group] = gr.Markdown(visible=False, elem_classes=["group-problems"])
             _grid([o for o in members if not o.advanced], form)

@@ -15,6 +15,7 @@ from trainers.core.options.schema import Option
 from trainers.core.registry import only
 
 GROUPS = {"glaze": "Glaze"}
+OPEN_GROUPS = ("glaze",)
 OPTIONS = (
     Option("glaze_strength", "float", 0.5, "How strong the glaze is.", "glaze", methods=only("glaze"), min=0),
     Option("glaze_word", "str", "", "The word the glaze learns.", "dataset", methods=only("glaze"), required=True),
@@ -72,6 +73,7 @@ print(json.dumps({
     "groups": list(GROUPS),
     "widgets": sorted(form.widgets),
     "accordions": sorted(form.accordions),
+    "open": sorted(g for g, a in form.accordions.items() if a.open),
     "toml": cfg.to_toml(),
     "output_name": again.output_name,
     "issues": [[i.field, i.message] for i in report.issues],
@@ -109,6 +111,7 @@ def test_a_method_folder_is_picked_up_with_no_other_edits(tmp_path: Path) -> Non
     assert seen["groups"].index("training") < seen["groups"].index("glaze") < seen["groups"].index("optimizer")
     assert {"glaze_strength", "glaze_word"} <= set(seen["widgets"]) and "glaze" in seen["accordions"]
     assert "network_dim" not in seen["widgets"] and "use_ema" not in seen["widgets"]  # it trains neither
+    assert seen["open"] == ["glaze", "optimizer"]  # its own section opens on its tab
     assert "[glaze]\nglaze_strength = 0.75" in seen["toml"] and "glaze_word = \"shiny\"" in seen["toml"]
     assert seen["output_name"] == "glaze"
     assert "## [glaze] Glaze" in seen["docs"] and "| `glaze_strength` | `0.5` |" in seen["docs"]

@@ -47,8 +47,8 @@ def _with_method_groups(shared: dict[str, str], own: dict[str, str]) -> dict[str
     return groups
 
 
-# Each method's `options` module, by method name: OPTIONS, GROUPS, and SD_SCRIPTS (the sd-scripts script that trains
-# it, by model family, for the kohya export), each where it has them.
+# Each method's `options` module, by method name: OPTIONS, GROUPS, OPEN_GROUPS (sections open on its tab) and
+# SD_SCRIPTS (the sd-scripts script that trains it, by model family, for the kohya export), each where it has them.
 DECLARATIONS: dict[str, ModuleType] = {spec.name: module for spec in METHODS
                                        if (module := _declarations(spec)) is not None}
 OPTIONS: tuple[Option, ...] = SHARED + tuple(o for module in DECLARATIONS.values()
@@ -60,6 +60,11 @@ GROUPS: dict[str, str] = _with_method_groups(SHARED_GROUPS, {g: t for module in 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 assert len(BY_NAME) == len(OPTIONS), "option names must be unique"
 assert {o.group for o in OPTIONS} <= set(GROUPS), "every option's group is a shared group or one its method declares"
+
+
+def open_groups(method: str) -> tuple[str, ...]:
+    """The sections a method's tab shows open (its options.py's OPEN_GROUPS: what that tab is about)."""
+    return tuple(getattr(DECLARATIONS.get(method), "OPEN_GROUPS", ()))
 
 
 def options_for(method: str) -> list[Option]:

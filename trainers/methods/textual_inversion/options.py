@@ -8,6 +8,7 @@ from trainers.core.registry import only
 TEXTUAL_INVERSION = only("textual_inversion")
 WITH_LORA = only("textual_inversion", "lora")  # a LoRA learns a new word alongside (pivotal tuning)
 GROUPS = {"embedding": "New word (embedding)"}
+OPEN_GROUPS = ("embedding",)  # the tab is about the word: its section opens (on the LoRA tab it stays folded)
 SD_SCRIPTS: dict[str, str] = {"sd1": "train_textual_inversion.py", "sd2": "train_textual_inversion.py",
                               "sdxl": "sdxl_train_textual_inversion.py"}
 SD_SCRIPTS_OPTIONS = ("token_string", "init_word", "num_vectors_per_token")  # that script reads them by these names
