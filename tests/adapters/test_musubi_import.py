@@ -50,6 +50,8 @@ def test_a_qwen_image_lora_config_reads_with_musubis_meaning(tmp_path: Path) -> 
         ("shift", 2.2, "none")
     assert (values["fp8_base"], values["blocks_to_swap"], values["learning_rate"]) == (True, 16, 5e-5)
     assert values["network_alpha"] == 1.0  # musubi-tuner's default, not ours
+    _, values, _ = import_kohya_file(_toml(tmp_path, QWEN_LORA.replace('"shift"', '"qwen_shift"')))
+    assert values["timestep_sampling"] == "qwen_shift"
     assert any("use_pinned_memory_for_block_swap" in n for n in notes)
 
 
@@ -67,7 +69,7 @@ def test_its_model_files_and_dataset_config_are_refused_by_name(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("line, field", [
-    ('timestep_sampling = "qwen_shift"', "timestep_sampling"),
+    ('timestep_sampling = "logsnr"', "timestep_sampling"),
     ("fp8_scaled = true", "fp8_scaled"),
     ("edit = true", "edit"),
     ('network_module = "networks.lora_wan"', "network_module"),

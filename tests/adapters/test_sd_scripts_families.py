@@ -55,10 +55,11 @@ def test_a_lumina_lora_config_reads_as_lumina_2_with_sd_scripts_defaults(tmp_pat
     assert (values["timestep_sampling"], values["discrete_flow_shift"], values["model_prediction_type"]) == \
         ("shift", 6.0, "raw")
     assert any("system prompt" in n for n in notes) and any("use_flash_attn" in n for n in notes)
+    _, values, _ = import_kohya_file(_toml(tmp_path, LUMINA_LORA + 'timestep_sampling = "nextdit_shift"\n'))
+    assert values["timestep_sampling"] == "nextdit_shift"  # sd-scripts' advice for Lumina 2
 
 
 @pytest.mark.parametrize("line, field", [
-    ('timestep_sampling = "nextdit_shift"', "timestep_sampling"),
     ('gemma2 = "/models/gemma_2_2b_fp16.safetensors"', "gemma2"),
     ("gemma2_max_token_length = 512", "gemma2_max_token_length"),
     ('system_prompt = "You are an assistant designed to generate high-quality images based on user prompts."',

@@ -75,10 +75,6 @@ def _lumina_keys(flat: dict[str, Any], note: Callable[[str], None], bad: Callabl
     elif not prompt:
         note("captions are read after Lumina2Pipeline's system prompt here (sd-scripts reads them without one "
              "when system_prompt is not set)")
-    if flat.get("timestep_sampling") == "nextdit_shift":
-        flat.pop("timestep_sampling")
-        bad("timestep_sampling", "timestep_sampling = 'nextdit_shift' is refused: not available here; 'shift' (with "
-            "discrete_flow_shift, sd-scripts' default for Lumina) or 'flux_shift' are")
     dropped = [name for name in LUMINA_SPEED_ONLY if flat.pop(name, None)]
     if dropped:
         note(f"{', '.join(dropped)} left out: attention always uses PyTorch SDPA here")

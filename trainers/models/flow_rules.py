@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.options.groups.flow import COMMON_TIMESTEP_SAMPLINGS, FAMILY_TIMESTEP_SAMPLINGS
 from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
 from trainers.models.rules import CheckpointKeys, FamilyRules, ModelFiles
 
@@ -56,6 +57,7 @@ class FlowRules(FamilyRules):
     reference_prefixes: tuple[str, ...]  # key prefixes of its reference (single-file) checkpoints
     checkpoint_parts: tuple[Part, ...]  # its text encoders (in load order) and autoencoder
     reads_single_files: bool = True  # False: its single files are recognised (reference_prefixes) and refused
+    own_timestep_samplings: frozenset[str] = frozenset()  # its own timestep_sampling values (its draw_sigmas)
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         return str(index.get("_class_name", "")) == self.pipeline_class
@@ -74,6 +76,11 @@ class FlowRules(FamilyRules):
         issues = [ConfigIssue(o.name, f"is not used with {self.title} models: leave it at {o.default!r}", o.group)
                   for o in FLOW_OPTIONS
                   if o.name not in self.own_options and values.get(o.name, o.default) != o.default]
+        sampling = values.get("timestep_sampling")
+        if ("timestep_sampling" in self.own_options and sampling in FAMILY_TIMESTEP_SAMPLINGS
+                and sampling not in self.own_timestep_samplings):
+            issues.append(ConfigIssue("timestep_sampling", f"{sampling!r} is another family's; {self.title} models "
+                                      f"draw by {', '.join(map(repr, COMMON_TIMESTEP_SAMPLINGS))}", "flow"))
         for name, group, refused, why in _REFUSED:
             if name in values and refused(values[name]):
                 issues.append(ConfigIssue(name, f"{why} ({self.title} trains by flow matching)", group))

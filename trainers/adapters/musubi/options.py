@@ -51,8 +51,8 @@ SPEED_ONLY = ("flash_attn", "sage_attn", "xformers", "flash3", "split_attn", "co
 HUNYUAN_ONLY = ("guidance_scale", "flow_shift")
 # musubi-tuner's timestep_sampling values and the option ours reads them as (None: not available here).
 TIMESTEP_SAMPLINGS: dict[str, str | None] = {
-    **{name: name for name in ("sigma", "uniform", "sigmoid", "shift", "flux_shift")},
-    **{name: None for name in ("qwen_shift", "flux2_shift", "krea2_shift", "ideogram4_shift", "logsnr",
+    **{name: name for name in ("sigma", "uniform", "sigmoid", "shift", "flux_shift", "qwen_shift")},
+    **{name: None for name in ("flux2_shift", "krea2_shift", "ideogram4_shift", "logsnr",
                                "qinglong_flux", "qinglong_qwen")},
 }
 # musubi-tuner's defaults where ours would train differently, for options a file leaves out.
@@ -108,7 +108,8 @@ def _timestep_sampling(out: dict[str, Any], issues: list[ConfigIssue]) -> None:
         issues.append(ConfigIssue("timestep_sampling", f"timestep_sampling = {value!r} (musubi-tuner) is refused: "
                                   f"not available here; choose one of "
                                   f"{', '.join(k for k, v in TIMESTEP_SAMPLINGS.items() if v)} ('shift' with "
-                                  "discrete_flow_shift is musubi-tuner's advice for Qwen-Image and Z-Image)"))
+                                  "discrete_flow_shift is musubi-tuner's advice for Qwen-Image and Z-Image; "
+                                  "'qwen_shift' is Qwen-Image's only)"))
 
 
 def _dataset_config(out: dict[str, Any], issues: list[ConfigIssue]) -> None:

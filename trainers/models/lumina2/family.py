@@ -17,6 +17,7 @@ from torch import nn
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
 from trainers.models.flow_lora import kohya_to_diffusers
+from trainers.models.flow_sigmas import flux_resolution_shift
 from trainers.models.lumina2.rules import SYSTEM_PROMPT, TEXT_LENGTH, Lumina2Rules
 
 TEMPLATE = SYSTEM_PROMPT + " <Prompt Start> {}"
@@ -46,6 +47,15 @@ class Lumina2(Lumina2Rules, FlowFamily, ModelFamily):
 
     def scheduler_config(self) -> dict[str, Any]:
         return {"shift": 6.0, "use_dynamic_shifting": False}
+
+    def draw_sigmas(self, normal: torch.Tensor, uniform: torch.Tensor, latent_size: tuple[int, int],
+                    min_timestep: int | None, max_timestep: int | None) -> torch.Tensor:
+        """timestep_sampling 'nextdit_shift' (sd-scripts' for Lumina 2): uniform, shifted by the image's size as
+        'flux_shift' is; the others as every family."""
+        if self.settings.timestep_sampling != "nextdit_shift":
+            return super().draw_sigmas(normal, uniform, latent_size, min_timestep, max_timestep)
+        height, width = latent_size
+        return flux_resolution_shift(uniform.clamp(min=1e-7), (height // 2) * (width // 2))
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,6 +24,7 @@ class Lumina2Rules(FlowRules):
     detect_priority = 4  # its single files have NextDiT's refiners, as Z-Image's have
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
                              "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
+    own_timestep_samplings = frozenset({"nextdit_shift"})
     reference_prefixes = tuple(f"{root}cap_embedder." for root in ROOTS)
     reads_single_files = False
     checkpoint_parts = ()

@@ -8,6 +8,7 @@ module names), on every linear layer of the blocks but their modulations (musubi
 from __future__ import annotations
 
 import copy
+import math
 import types
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeCondi
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
 from trainers.models.flow_latents import pack_latents, packed_grid, unpack_latents
 from trainers.models.flow_lora import kohya_to_diffusers
+from trainers.models.flow_sigmas import shifted
 from trainers.models.qwen_image.rules import QwenImageRules
 
 # QwenImagePipeline's prompt_template_encode, the system tokens it drops, and its tokenizer_max_length
@@ -27,6 +29,7 @@ CHAT_TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color,
                  "<|im_end|>\n<|im_start|>assistant\n")
 TEMPLATE_TOKENS = 34
 TEXT_LENGTH = 1024
+QWEN_SHIFT_MU = (0.5, 0.9)  # its scheduler's base_shift and max_shift (at 256 and 8192 packed tokens)
 
 
 class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
@@ -78,6 +81,17 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
                    encoder_hidden_states_mask=text_mask.to(noisy.device), timestep=timesteps.to(noisy.dtype) / 1000,
                    img_shapes=[[(1, height // 2, width // 2)]] * batch, return_dict=False)[0]
         return unpack_latents(out, height, width)
+
+    def draw_sigmas(self, normal: torch.Tensor, uniform: torch.Tensor, latent_size: tuple[int, int],
+                    min_timestep: int | None, max_timestep: int | None) -> torch.Tensor:
+        """timestep_sampling 'qwen_shift' (musubi-tuner's): 'sigmoid', shifted by e^mu with mu linear in the packed
+        tokens from 0.5 at 256 to 0.9 at 8192, as Qwen-Image's scheduler samples; the others as every family."""
+        if self.settings.timestep_sampling != "qwen_shift":
+            return super().draw_sigmas(normal, uniform, latent_size, min_timestep, max_timestep)
+        height, width = latent_size
+        low, high = QWEN_SHIFT_MU
+        mu = low + (high - low) * ((height // 2) * (width // 2) - 256) / (8192 - 256)
+        return shifted(torch.sigmoid(self.settings.sigmoid_scale * normal), math.exp(mu))
 
     def vae_latents(self, raw: torch.Tensor, vae: nn.Module) -> torch.Tensor:
         mean, std = _latent_stats(vae, raw)

@@ -16,6 +16,7 @@ class QwenImageRules(FlowRules):
     pipeline_class = "QwenImagePipeline"
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
                              "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
+    own_timestep_samplings = frozenset({"qwen_shift"})
     # ComfyUI's and musubi-tuner's single files (diffusers' module names; only Qwen-Image has txt_norm)
     reference_prefixes = ("txt_norm.", "model.diffusion_model.txt_norm.", "diffusion_model.txt_norm.")
     reads_single_files = False
