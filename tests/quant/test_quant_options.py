@@ -44,3 +44,20 @@ def test_int8_and_nf4_need_no_mixed_precision_and_unknown_modes_are_refused() ->
         assert "base_model_precision" in str(err) and "'nf4'" in str(err)
     else:
         raise AssertionError("int2 was accepted")
+
+
+def test_the_sd_scripts_export_writes_fp8_base_and_names_what_it_leaves_out() -> None:
+    from trainers.core.options.kohya_export import sd_scripts_command
+
+    def export(**values: object) -> tuple[str, list[str]]:
+        cfg = TrainConfig("lora", {"model_family": "flux", "mixed_precision": "bf16", "gradient_checkpointing": True,
+                                   **values})
+        _, text, notes = sd_scripts_command(cfg, family="flux")
+        return text, notes
+
+    text, notes = export(base_model_precision="fp8")
+    assert "fp8_base = true" in text and not any("base_model_precision" in n for n in notes)
+    text, notes = export(base_model_precision="nf4", layer_offload_fraction=0.5)
+    assert "fp8_base = false" in text
+    assert any(n.startswith("base_model_precision = 'nf4' is left out") for n in notes)
+    assert any(n.startswith("layer_offload_fraction = 0.5 is left out") and "blocks_to_swap" in n for n in notes)

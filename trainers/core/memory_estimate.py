@@ -179,7 +179,10 @@ def _quantized(params: int, linear: int, mode: str, dtype_bytes: int) -> float:
 
 def _activations(cfg: TrainConfig, size: ModelSize) -> float:
     width, _, height = str(cfg.values.get("resolution") or "512").partition(",")
-    pixels = int(width) * int(height or width)
+    try:
+        pixels = int(width) * int(height or width)
+    except ValueError:  # Validate names the resolution itself
+        pixels = size.native_pixels
     per_sample = size.activations_checkpointed_gb if cfg.gradient_checkpointing else size.activations_gb
     dtype = 1 if cfg.mixed_precision in ("bf16", "fp16") else 2
     return per_sample * pixels / size.native_pixels * int(cfg.values.get("train_batch_size") or 1) * dtype

@@ -74,6 +74,9 @@ LEFT_OUT: dict[str, str] = {
     "main_process_ip": "give --main_process_ip to accelerate launch",
     "machine_rank": "give --machine_rank to accelerate launch",
     "ddp_gradient_precision": "sd-scripts exchanges float32 gradients",
+    "base_model_precision": "sd-scripts quantizes the base to fp8 only (fp8_base, exported for 'fp8')",
+    "text_encoder_precision": "sd-scripts' fp8_base casts the text encoders too; int8, int4 and nf4 are Atelier's",
+    "layer_offload_fraction": "give blocks_to_swap, a count of blocks, instead",
     "metadata_dir": "sd-scripts reads captions and tags from one in_json file (finetune/merge_captions_to_metadata.py)",
     **dict.fromkeys(("token_string", "init_word", "num_vectors_per_token", "embedding_lr"),
                     "sd-scripts' LoRA scripts learn no new word (pivotal tuning): train the word on its own with "
@@ -130,10 +133,14 @@ def sd_scripts_command(cfg: TrainConfig, family: str | None = None, config_path:
             note_left_out(name, f"{script} computes no validation loss (sd-scripts' LoRA scripts do)")
         elif (name in same or name in VALIDATION) and value is not None and value != "" and value != []:
             values[name] = value
+        elif name == "base_model_precision" and value == "fp8":
+            pass  # fp8_base, below
         elif name in LEFT_OUT:
             note_left_out(name, LEFT_OUT[name])
         elif name in _METADATA_FILTERS:
             note_left_out(name, LEFT_OUT["metadata_dir"])
+    if cfg.values.get("base_model_precision") == "fp8":
+        values["fp8_base"] = True  # sd-scripts' name for it
     _network(cfg, values)
     _family(family, script, values)
     _text_encoder(cfg, script, values, notes)
