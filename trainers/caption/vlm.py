@@ -5,6 +5,7 @@ Each is its model class and processor from the model's folder; a batch of images
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,10 @@ class Captioner:
         import transformers
 
         self.cfg, self.device, self.dtype = cfg, device, dtype
+        if cfg.captioner == "qwen2_5_vl" and importlib.util.find_spec("torchvision") is None:
+            raise ToolError("captioner", "Qwen2.5-VL's processor loads its video processor, which needs torchvision "
+                                         "(not installed with Atelier): install the torchvision release made for "
+                                         "your torch, or pick florence2 or joycaption")
         model_class = getattr(transformers, MODEL_CLASSES[cfg.captioner])
         try:
             self.processor = transformers.AutoProcessor.from_pretrained(folder)
