@@ -174,3 +174,16 @@ def test_a_word_s_files_name_each_text_encoder_s_vectors_as_a1111_comfyui_and_di
     tokens = WordTokens(Echo(), "mychar", ["mychar", "mychar1", "mychar2"])
     assert tokens("a photo of mychar, mychar1 mychars") == "a photo of mychar mychar1 mychar2, mychar1 mychars"
     assert tokens(["mychar", "x"]) == ["mychar mychar1 mychar2", "x"]
+
+
+def test_an_sd_scripts_textual_inversion_toml_imports_and_its_prompt_templates_are_named(tmp_path: Path) -> None:
+    text = ('pretrained_model_name_or_path = "x"\ntoken_string = "zxc"\ninit_word = "painting"\n'
+            'num_vectors_per_token = 4\nmax_train_steps = 100\n')
+    (tmp_path / "ti.toml").write_text(text, encoding="utf-8")
+    method, values, notes = import_kohya_file(tmp_path / "ti.toml")
+    assert method == "textual_inversion" and values["num_vectors_per_token"] == 4
+    assert any("train_textual_inversion.py" in n for n in notes)
+    (tmp_path / "styled.toml").write_text(text + "use_style_template = true\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        import_kohya_file(tmp_path / "styled.toml")
+    assert {i.field for i in refused.value.issues} == {"use_style_template"}

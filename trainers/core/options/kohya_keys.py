@@ -41,6 +41,10 @@ REFUSED: dict[str, str] = {
     "resize_interpolation": "images are resized with Atelier's own filter; leave it out",
     "controlnet_model_name_or_path": "ControlNet training is not available",
     "conditioning_image_dir": "ControlNet training is not available",
+    # train_textual_inversion.py's own: prompt templates in place of the captions, a start from an embedding file
+    **dict.fromkeys(("use_object_template", "use_style_template"), "sd-scripts' prompt templates replace the "
+                    "captions; captions are read as they are here: write captions that hold the word (token_string)"),
+    "weights": "starting textual inversion from an embedding file is not available; leave it out",
 }
 
 # Keys only sd-scripts' trainers of other model families read: one message names them all.
