@@ -206,6 +206,16 @@ class FlowFamily:
         return [c for c, ids in zip(captions, tokenizer(captions, add_special_tokens=False).input_ids)
                 if len(ids) > room]
 
+    # --- LoRA files ---
+
+    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
+        """A kohya file of its lora_targets (and trainable text encoders) as its pipeline's load_lora_weights takes
+        it (a text encoder LoRAs do not train has no pipeline name)."""
+        from trainers.models.flow_lora import kohya_to_diffusers
+
+        names = tuple(spec.subfolder if spec.trainable else None for spec in self.text_encoder_specs)
+        return kohya_to_diffusers(state, model, self.lora_targets(model.unet), names)
+
     def flow_metadata(self) -> dict[str, Any]:
         """sd-scripts' ss_* keys of the flow options this family reads that shape its training (FlowSettings)."""
         return {f"ss_{name}": getattr(self.settings, name) for name in sorted(self.own_options)

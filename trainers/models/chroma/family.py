@@ -16,7 +16,6 @@ from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeCondi
 from trainers.models.chroma.rules import ChromaRules
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_t5, t5_attention_mask
 from trainers.models.flow_latents import image_ids, pack_latents, unpack_latents
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.flux.family import Flux, double_block_targets, single_block_targets
 
 
@@ -83,8 +82,6 @@ class Chroma(ChromaRules, Flux, ModelFamily):
         """FLUX.1's block layers without their modulations (Chroma has none), then img_in and txt_in (in_dims)."""
         return [*double_block_targets(unet), *single_block_targets(unet), *_input_targets(unet)]
 
-    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
-        return kohya_to_diffusers(state, model, self.lora_targets(model.unet), (None,))
 
 
 def _input_targets(unet: nn.Module) -> Iterator[LoraTarget]:

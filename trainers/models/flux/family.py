@@ -16,7 +16,6 @@ from torch import nn
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import CLIP_LENGTH, FlowFamily, TextEncoderSpec, last_blocks, run_t5, t5_attention_mask
 from trainers.models.flow_latents import image_ids, pack_latents, packed_grid, unpack_latents  # noqa: F401 - FLUX's packing
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.flux import lora_layers
 from trainers.models.flux.rules import FluxRules
 
@@ -131,8 +130,6 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
         """The blocks' layers, then the input layers (trained with in_dims only)."""
         return [*double_block_targets(unet), *single_block_targets(unet), *_input_targets(unet)]
 
-    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
-        return kohya_to_diffusers(state, model, self.lora_targets(model.unet), ("text_encoder", None))
 
 
 def _count_blocks(targets: list[LoraTarget], kind: str) -> int:

@@ -22,7 +22,6 @@ from trainers.models.flow import (
     run_t5,
     t5_attention_mask,
 )
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.sd3.rules import StableDiffusion3Rules
 
 
@@ -110,8 +109,6 @@ class StableDiffusion3(StableDiffusion3Rules, FlowFamily, ModelFamily):
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         return [target for i, block in enumerate(unet.transformer_blocks) for target in _block_targets(i, block)]
 
-    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
-        return kohya_to_diffusers(state, model, self.lora_targets(model.unet), ("text_encoder", "text_encoder_2", None))
 
 
 def _block_targets(index: int, block: nn.Module) -> Iterator[LoraTarget]:

@@ -17,7 +17,6 @@ from torch import nn
 
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.zimage.rules import ZImageRules
 
 TEXT_LENGTH = 512  # musubi-tuner's and ZImagePipeline's max_sequence_length
@@ -80,9 +79,6 @@ class ZImage(ZImageRules, FlowFamily, ModelFamily):
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         return [target for i, layer in enumerate(unet.layers) for target in _layer_targets(i, layer)]
-
-    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
-        return kohya_to_diffusers(state, model, self.lora_targets(model.unet), (None,))
 
 
 def _without_padding(hidden: torch.Tensor, text_mask: torch.Tensor | None) -> list[torch.Tensor]:
