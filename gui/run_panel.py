@@ -11,6 +11,7 @@ import pandas as pd
 from gui.jobs import devices_text, gpu_set
 from gui.run_files import RunView, Watchers, format_duration
 from gui.text import plain
+from trainers.caption.options import JOB_METHOD as DATASET_METHOD
 from trainers.core.registry import METHOD_NAMES
 from trainers.core.rundir import RunState
 from trainers.tools.options import JOB_METHOD as TOOLS_METHOD
@@ -120,6 +121,9 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
     comparable = can_compare(view)
     if is_tool_job(view):  # the Tools tab shows it
         title, stats = f"### {state}: `{view.run_id}`", "A tool job: its report and files are on the **Tools** tab."
+    elif view.status.get("method") == DATASET_METHOD:  # the Captions & masks tab shows it
+        title, stats = f"### {state}: `{view.run_id}`", ("A caption or mask job: its progress and results are on the "
+                                                          "**Captions & masks** tab.")
     elif is_generation_job(view):  # the Generate tab shows it
         shown = "Generating" if view.state == RunState.RUNNING else state
         title, stats = f"### {shown}: `{view.run_id}`", "A generation job: its images are on the **Generate** tab."
