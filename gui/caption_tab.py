@@ -68,7 +68,7 @@ def status_text(v: CaptionView) -> str:
                                                (getattr(p, "unreadable", 0), "unreadable")) if n]
         lines.append(f"**{p.done} / {p.total}** images{rate}{eta}" + (f" · {', '.join(extra)}" if extra else ""))
     elif p is not None and v.state.active:  # the model's download
-        lines.append(f"{p.stage.capitalize()}: {p.done} / {p.total} files")
+        lines.append(f"{p.stage.capitalize()}: {p.done} / {p.total}")
     elif v.state.active:
         lines.append("Loading the model…")
     if v.error:

@@ -120,3 +120,11 @@ def test_docs_list_every_option_as_declared() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "captioning.md").read_text(encoding="utf-8")
     for verb in ("caption", "masks"):
         assert options_markdown(verb) in docs, f"docs/captioning.md: paste `options_markdown({verb!r})` again"
+
+
+def test_a_hub_model_not_downloaded_while_offline_is_named(images: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ToolError, match="not downloaded and the hub cannot be reached"):
+        _run(caption_cfg(images, "atelier-tests/no-such-tagger"), tmp_path / "job", None)  # type: ignore[arg-type]
+    assert not list(images.rglob("*.txt"))

@@ -11,7 +11,7 @@ from trainers.tools.job import ToolError, ToolJob
 
 def model_folder(job: ToolJob, patterns: list[str] | None = None) -> Path:
     """The job's model as a local folder: the folder given, or the hub id's snapshot (only `patterns`' files),
-    downloaded now unless the hub cache has it, each file counted in a `download` progress event."""
+    downloaded now unless the hub cache has it, its MiB counted in `download` progress events."""
     source = model_source(job.cfg)  # type: ignore[arg-type]
     local = Path(source).expanduser()
     if local.is_dir():
@@ -23,11 +23,12 @@ def model_folder(job: ToolJob, patterns: list[str] | None = None) -> Path:
     from tqdm.auto import tqdm
 
     class Counted(tqdm):  # type: ignore[misc]
-        """huggingface_hub's per-file bar, told to the page as download progress."""
+        """huggingface_hub's progress bars; the bytes written to disk are told to the page as download progress."""
 
         def update(self, n: float | None = 1) -> bool | None:
             shown = super().update(n)
-            job.progress(f"download of {source}", int(self.n), int(self.total or self.n))
+            if self.unit == "B" and not str(self.desc).startswith("Downloading bytes"):  # not the network's bar
+                job.progress(f"download of {source} (MiB)", int(self.n) >> 20, int(self.total or self.n) >> 20)
             return shown
 
     try:
