@@ -47,9 +47,11 @@ def test_each_offloaded_block_arrives_ahead_of_its_turn_forward_and_backward() -
 
 def test_a_fraction_counts_the_denoiser_blocks_as_blocks_to_swap_does() -> None:
     model = Blocks(10)
-    assert offloaded_blocks({"layer_offload_fraction": 0.5}, model) == (5, "layer_offload_fraction")
-    assert offloaded_blocks({"blocks_to_swap": 3}, model) == (3, "blocks_to_swap")
-    assert offloaded_blocks({}, model) == (0, "blocks_to_swap")
+    assert offloaded_blocks({"layer_offload_fraction": 0.5}, model) == 5
+    assert offloaded_blocks({"blocks_to_swap": 3}, model) == 3
+    assert offloaded_blocks({}, model) == 0
+    with pytest.raises(ValueError, match="blocks_to_swap instead"):  # a denoiser whose blocks it cannot count
+        offloaded_blocks({"layer_offload_fraction": 0.5}, nn.Sequential(nn.Linear(8, 8)))
 
 
 @pytest.mark.slow

@@ -116,10 +116,14 @@ def swap_units(denoiser: nn.Module) -> int:
     return doubles + singles // 2
 
 
-def offloaded_blocks(values: Mapping[str, Any], denoiser: nn.Module) -> tuple[int, str]:
-    """(the blocks_to_swap count the config asks for, the option that asked): layer_offload_fraction of the
-    denoiser's blocks, or blocks_to_swap itself."""
+def offloaded_blocks(values: Mapping[str, Any], denoiser: nn.Module) -> int:
+    """The blocks_to_swap count the config asks for: layer_offload_fraction of the denoiser's blocks, or
+    blocks_to_swap itself."""
     fraction = values.get("layer_offload_fraction")
     if fraction:
-        return max(1, round(float(fraction) * swap_units(denoiser))), "layer_offload_fraction"
-    return int(values.get("blocks_to_swap") or 0), "blocks_to_swap"
+        units = swap_units(denoiser)
+        if not units:
+            raise ValueError(f"{type(denoiser).__name__} has no transformer_blocks list for a fraction to count: "
+                             "give blocks_to_swap instead")
+        return max(1, round(float(fraction) * units))
+    return int(values.get("blocks_to_swap") or 0)

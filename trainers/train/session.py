@@ -152,14 +152,15 @@ def _place_denoiser(cfg: TrainConfig, model: LoadedModel, device: torch.device) 
         model.unet.set_attn_processor(AttnProcessor())
     if cfg.gradient_checkpointing:
         model.unet.enable_gradient_checkpointing()
-    count, option = offloaded_blocks(cfg.values, model.unet)
-    if not count:
-        model.unet.to(device)
-        return None
+    option = "layer_offload_fraction" if cfg.values.get("layer_offload_fraction") else "blocks_to_swap"
     try:
-        blocks = model.family.swap_blocks(model.unet, count)
+        count = offloaded_blocks(cfg.values, model.unet)
+        blocks = model.family.swap_blocks(model.unet, count) if count else []
     except ValueError as err:
         raise ConfigError([ConfigIssue(option, str(err), "precision")]) from None
+    if not blocks:
+        model.unet.to(device)
+        return None
     return place_with_swap(model.unet, blocks, device)
 
 
