@@ -51,22 +51,28 @@ class Captioner:
         if tokenizer is not None and cfg.captioner in CHAT:
             tokenizer.padding_side = "left"  # decoder-only models continue the prompt: pad before it in a batch
         self.instruction = instruction(cfg)
+        self.chat_prompt = self._chat_prompt() if cfg.captioner in CHAT else ""
 
     def _inputs(self, images: list[Image.Image]) -> Any:
         text: Any = None
         if self.cfg.captioner in CHAT:
-            text = [self.processor.apply_chat_template(self._chat(), tokenize=False, add_generation_prompt=True)
-                    for _ in images]
+            text = [self.chat_prompt] * len(images)
         elif self.instruction:
             text = [self.instruction] * len(images)
         inputs = self.processor(images=images, text=text, return_tensors="pt", padding=text is not None)
         return inputs.to(self.device)
 
-    def _chat(self) -> list[dict[str, Any]]:
-        user = {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": self.instruction}]}
-        if self.cfg.captioner == "joycaption":
-            return [{"role": "system", "content": [{"type": "text", "text": JOYCAPTION_SYSTEM}]}, user]
-        return [user]
+    def _chat_prompt(self) -> str:
+        """The chat template's text for one image and the instruction. As JoyCaption's own example does, the
+        instruction is given as text first; a template that then places no image token is given the image as a
+        content part (Qwen2.5-VL's way)."""
+        system = [{"role": "system", "content": JOYCAPTION_SYSTEM}] if self.cfg.captioner == "joycaption" else []
+        for content in (self.instruction, [{"type": "image"}, {"type": "text", "text": self.instruction}]):
+            text = self.processor.apply_chat_template([*system, {"role": "user", "content": content}],
+                                                      tokenize=False, add_generation_prompt=True)
+            if getattr(self.processor, "image_token", None) in text:
+                break
+        return text
 
     def __call__(self, images: list[Image.Image]) -> list[str]:
         import torch
