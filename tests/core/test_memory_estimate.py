@@ -84,10 +84,11 @@ def test_validate_and_print_config_show_the_estimate_and_the_advice(monkeypatch,
     from gui.checks import check_form
     from trainers.config_report import print_config
 
-    monkeypatch.setattr(memory_estimate, "card_memory_gb", lambda: 12.0)
-    report = check_form("lora", dict(FLUX_LORA))
+    monkeypatch.setattr(memory_estimate, "_cards", lambda: (("0", 48.0), ("1", 12.0)))
+    assert check_form("lora", {**FLUX_LORA, "gpu_ids": "0"}).warnings == []  # the 48 GB card
+    report = check_form("lora", dict(FLUX_LORA))  # the smallest of the cards it may use
     assert "Estimated peak GPU memory" in report.memory and "Estimated peak GPU memory" in report.summary()
-    assert any("would fit: " in w and "int8 base" in w for w in report.warnings)
+    assert any("would fit: " in w and "int8 base" in w and "12 GB card" in w for w in report.warnings)
     config = tmp_path / "flux.toml"
     config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in FLUX_LORA.items()), encoding="utf-8")
     out = StringIO()

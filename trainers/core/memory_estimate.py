@@ -224,12 +224,12 @@ def fits(estimate: MemoryEstimate, card_gb: float) -> bool:
 
 
 def memory_report(cfg: TrainConfig, card_gb: float | None = None) -> tuple[str, list[str]]:
-    """(the estimate's line, warnings): a warning when it does not fit `card_gb` (default: the smallest GPU here),
-    naming settings that would."""
+    """(the estimate's line, warnings): a warning when it does not fit `card_gb` (default: the smallest GPU the
+    launch uses), naming settings that would."""
     estimate = estimate_memory(cfg)
     if estimate is None:
         return "", []
-    card_gb = card_memory_gb() if card_gb is None else card_gb
+    card_gb = card_memory_gb(str(cfg.values.get("gpu_ids") or "")) if card_gb is None else card_gb
     line = estimate.text()
     if card_gb is None or fits(estimate, card_gb):
         return line + (f" Fits a {card_gb:.0f} GB card." if card_gb else ""), []
@@ -240,15 +240,23 @@ def memory_report(cfg: TrainConfig, card_gb: float | None = None) -> tuple[str, 
                   f"{card_gb:.0f} GB card; {advice}"]
 
 
-@functools.lru_cache(maxsize=1)
-def card_memory_gb() -> float | None:
-    """The smallest visible GPU's memory in GB, asked of nvidia-smi (torch-free); None without NVIDIA GPUs."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        listed = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                                capture_output=True, text=True, timeout=30).stdout
-        sizes = [float(line) * 2**20 / GB for line in listed.split() if line.strip()]
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None
+def card_memory_gb(gpu_ids: str = "") -> float | None:
+    """The memory in GB of the smallest GPU a launch uses (`gpu_ids`, else every one listed), asked of nvidia-smi
+    (torch-free); None without NVIDIA GPUs."""
+    chosen = {part.strip() for part in gpu_ids.split(",") if part.strip()}
+    sizes = [gb for index, gb in _cards() if not chosen or index in chosen]
     return min(sizes) if sizes else None
+
+
+@functools.lru_cache(maxsize=1)
+def _cards() -> tuple[tuple[str, float], ...]:
+    """(index, memory in GB) of each GPU nvidia-smi lists; none without it."""
+    if shutil.which("nvidia-smi") is None:
+        return ()
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+                                capture_output=True, text=True, timeout=30).stdout
+        rows = [line.split(",") for line in listed.splitlines() if line.strip()]
+        return tuple((index.strip(), float(mib) * 2**20 / GB) for index, mib in rows)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return ()
