@@ -128,3 +128,13 @@ def test_a_hub_model_not_downloaded_while_offline_is_named(images: Path, tmp_pat
     with pytest.raises(ToolError, match="not downloaded and the hub cannot be reached"):
         _run(caption_cfg(images, "atelier-tests/no-such-tagger"), tmp_path / "job", None)  # type: ignore[arg-type]
     assert not list(images.rglob("*.txt"))
+
+
+def test_mask_options_are_checked_before_a_model_loads(images: Path, tmp_path: Path) -> None:
+    cfg = config_from_values("masks", {"images": str(images), "method": "clipseg", "prompt": " ", "existing": "append",
+                                       "masks_dir": str(images / "masks")})
+    named = {i.field: i.message for i in check_config(cfg)}
+    assert set(named) == {"prompt", "existing", "masks_dir"}
+    assert "inside the images' folder" in named["masks_dir"]
+    background = check_config(cfg.replace(method="background", prompt="x", existing="skip", masks_dir=""))
+    assert [i.field for i in background] == ["trust_remote_code"]

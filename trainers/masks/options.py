@@ -49,6 +49,8 @@ def masks_folder(cfg: Any) -> Path:
 
 
 def check_masks(cfg: Any, add: Callable[[str, str], None]) -> None:
+    if cfg.existing == "append":
+        add("existing", "a mask cannot be appended to: choose skip or overwrite")
     if cfg.method == "clipseg" and not cfg.prompt.strip():
         add("prompt", "clipseg needs a prompt: what the mask keeps, e.g. `a person`")
     if cfg.method == "background" and not cfg.trust_remote_code:
