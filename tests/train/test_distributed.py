@@ -1,8 +1,8 @@
 """Several processes: the global batch, DDP equivalence and cost, failures, and DeepSpeed/FSDP configs.
 
 The end-to-end runs use real DDP over gloo on CPU (`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu`).
-DeepSpeed and FSDP1 need NVIDIA GPUs (accelerate runs CPU processes as plain DDP), so for them the
-generated accelerate configs and commands are checked, parsed back by accelerate itself; FSDP2 runs on
+FSDP1 needs NVIDIA GPUs (accelerate runs CPU processes as plain DDP), so for it the generated accelerate
+configs and commands are checked, parsed back by accelerate itself; FSDP2 and DeepSpeed ZeRO-2 run on
 CPU too (tests/train/test_fsdp.py).
 """
 from __future__ import annotations
@@ -258,13 +258,14 @@ def test_validation_rejects_impossible_combinations_with_a_reason() -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
-def test_deepspeed_on_cpu_is_refused_with_a_reason(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
-    """accelerate runs CPU processes as plain DDP (MULTI_CPU): a DeepSpeed run on CPU would silently not shard."""
+def test_fsdp1_on_cpu_is_refused_with_a_reason(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    """accelerate runs CPU processes as plain DDP (MULTI_CPU): an FSDP1 run on CPU would silently not shard."""
     args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
-                output_dir=str(tmp_path / "o"), resolution="64", max_train_steps=1, distributed_backend="deepspeed")
+                output_dir=str(tmp_path / "o"), resolution="64", max_train_steps=1, distributed_backend="fsdp",
+                fsdp_version=1)
     result = run_trainer(args, tmp_path / "run", method="finetune", env={"ACCELERATE_USE_CPU": "1"})
-    assert result.returncode == 2 and "distributed_backend: 'deepspeed' needs NVIDIA GPUs" in result.stderr
-    assert "or 'fsdp' with fsdp_version = 2" in result.stderr
+    assert result.returncode == 2 and "'fsdp' with fsdp_version = 1 needs NVIDIA GPUs" in result.stderr
+    assert "set fsdp_version = 2" in result.stderr
     assert os.path.exists(tmp_path / "run" / "events.jsonl")
 
 

@@ -56,41 +56,50 @@ def on_cpu() -> bool:
 
 
 def check_backend_device(cfg: TrainConfig) -> None:
-    """DeepSpeed and FSDP1 need NVIDIA GPUs; FSDP2 (torch's fully_shard) also shards CPU processes over gloo."""
+    """FSDP1 needs NVIDIA GPUs; FSDP2 (torch's fully_shard) and DeepSpeed also shard CPU processes over gloo."""
     from trainers.core.options import ConfigError, ConfigIssue
 
-    if cfg.distributed_backend == "ddp" or not on_cpu():
+    if cfg.distributed_backend != "fsdp" or cfg.fsdp_version == 2 or not on_cpu():
         return
-    if cfg.distributed_backend == "fsdp" and cfg.fsdp_version == 2:
-        return
-    what, fix = (("'deepspeed'", "choose 'ddp', or 'fsdp' with fsdp_version = 2") if cfg.distributed_backend ==
-                 "deepspeed" else ("'fsdp' with fsdp_version = 1", "set fsdp_version = 2, or choose 'ddp'"))
-    raise ConfigError([ConfigIssue("distributed_backend", f"{what} needs NVIDIA GPUs (accelerate runs CPU processes "
-                                   f"as plain DDP): {fix}", "launch")])
+    raise ConfigError([ConfigIssue("distributed_backend", "'fsdp' with fsdp_version = 1 needs NVIDIA GPUs "
+                                   "(accelerate runs CPU processes as plain DDP): set fsdp_version = 2, or choose "
+                                   "'ddp' or 'deepspeed'", "launch")])
 
 
 def shard_cpu_processes(cfg: TrainConfig, accelerator: Any) -> None:
-    """Turn FSDP2 on for CPU processes launched with an FSDP accelerate config.
+    """Turn FSDP2 or DeepSpeed on for CPU processes launched with the run's FSDP / DeepSpeed accelerate config.
 
-    accelerate enables FSDP for GPU processes only and runs CPU ones as plain DDP (MULTI_CPU), although torch's
-    fully_shard shards CPU tensors over gloo just as well. The plugin is the one the launch describes (its FSDP_*
-    environment), so the run trains, saves and resumes exactly as the same launch does on GPUs.
+    accelerate enables both for GPU processes only and runs CPU ones as plain DDP (MULTI_CPU), although torch's
+    fully_shard and DeepSpeed (its CPU accelerator) shard over gloo just as well. The plugin is the one the launch
+    describes (its FSDP_* / DeepSpeed environment), so the run trains and saves as the same launch does on GPUs.
     """
     from accelerate import PartialState
-    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+    from accelerate.utils import DistributedType
 
-    launched_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
-    if not (launched_fsdp and cfg.distributed_backend == "fsdp" and cfg.fsdp_version == 2
-            and accelerator.distributed_type == DistributedType.MULTI_CPU):
+    launched = {"fsdp": "ACCELERATE_USE_FSDP", "deepspeed": "ACCELERATE_USE_DEEPSPEED"}.get(cfg.distributed_backend)
+    if (launched is None or os.environ.get(launched, "false").lower() != "true"
+            or accelerator.distributed_type != DistributedType.MULTI_CPU):
         return
-    plugin = FullyShardedDataParallelPlugin()
-    if plugin.fsdp_version != 2:
-        return  # check_launch names the mismatch
-    if accelerator.mixed_precision != "no":
+    state = accelerator.state
+    if cfg.distributed_backend == "deepspeed":
+        import deepspeed
+        from accelerate.utils import DeepSpeedPlugin
+
+        deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)  # over torch's process group
+        plugin = DeepSpeedPlugin()
         plugin.set_mixed_precision(accelerator.mixed_precision)
-    accelerator.state.distributed_type = DistributedType.FSDP
-    accelerator.state.fsdp_plugin = plugin
-    PartialState._shared_state["distributed_type"] = DistributedType.FSDP  # as accelerate does for GPU processes
+        plugin.select(_from_accelerator_state=True)
+        state.distributed_type, state.deepspeed_plugins = DistributedType.DEEPSPEED, plugin
+    else:
+        from accelerate.utils import FullyShardedDataParallelPlugin
+
+        plugin = FullyShardedDataParallelPlugin()
+        if plugin.fsdp_version != 2 or cfg.fsdp_version != 2:
+            return  # check_launch names the mismatch
+        if accelerator.mixed_precision != "no":
+            plugin.set_mixed_precision(accelerator.mixed_precision)
+        state.distributed_type, state.fsdp_plugin = DistributedType.FSDP, plugin
+    PartialState._shared_state["distributed_type"] = state.distributed_type  # as accelerate does for GPU processes
 
 
 _held_groups: list[Any] = []  # see hold_process_group

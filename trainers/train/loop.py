@@ -32,7 +32,7 @@ def train(session: Session, trainable: Trainable) -> Path:
     if swapping:  # placed already: accelerate would move the swapped blocks' weights onto the device
         trainable.predictor.extra.to(accelerator.device)
     predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader,
-                                                       device_placement=[not swapping, True, True])
+                                                       device_placement=[False, True, True] if swapping else None)
     params = [p for group in optimizer.param_groups for p in group["params"]]  # FSDP2 replaced them with its shards
     noise = NoiseOptions.from_config(cfg, trainable.model.prediction_type)
     state = TrainingState(session, trainable, predictor, optimizer, lr_scheduler, params)
