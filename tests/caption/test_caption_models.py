@@ -16,8 +16,9 @@ import pytest
 from PIL import Image
 
 from tests.caption.conftest import REPO, image_folder, run_job
+from trainers.caption.cli import _run
+from trainers.caption.options import config_from_values
 from trainers.core.options import TrainConfig
-from trainers.core.rundir import read_status
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages
 
@@ -28,16 +29,15 @@ pytestmark = pytest.mark.slow
 def test_a_vision_language_captioner_writes_every_caption(captioner: str, tmp_path: Path,
                                                           tiny_models: dict[str, Path]) -> None:
     images = image_folder(tmp_path / "data", count=3, broken=True)
-    done = run_job("caption", tmp_path / "job", "--images", str(images), "--captioner", captioner, "--model",
-                   str(tiny_models[captioner]), "--trigger-word", "sks", "--batch-size", "2", "--max-new-tokens", "6",
-                   "--caption-extension", ".caption")
-    assert done.returncode == 0, done.stderr[-3000:]
+    cfg = config_from_values("caption", {"images": str(images), "captioner": captioner, "device": "cpu",
+                                         "model": str(tiny_models[captioner]), "trigger_word": "sks", "batch_size": 2,
+                                         "max_new_tokens": 6, "caption_extension": ".caption"})
+    _run(cfg, tmp_path / "job", None)  # in this process (the command line is run by the tests below)
     written = sorted(images.rglob("*.caption"))
     assert [p.stem for p in written] == ["00_red", "01_blue", "02_green"]
     for path in written:
         text = path.read_text(encoding="utf-8").strip()
         assert text.startswith("sks, ") and len(text) > len("sks, ")
-    assert read_status(tmp_path / "job")["state"] == "finished"
     progress = [json.loads(line) for line in (tmp_path / "job" / "events.jsonl").read_text().splitlines()
                 if '"images_progress"' in line]
     assert progress[-1]["done"] == progress[-1]["total"] == 4 and progress[-1]["unreadable"] == 1
