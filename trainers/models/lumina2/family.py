@@ -16,7 +16,6 @@ from torch import nn
 
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.flow_sigmas import flux_resolution_shift
 from trainers.models.lumina2.rules import SYSTEM_PROMPT, TEXT_LENGTH, Lumina2Rules
 
@@ -104,9 +103,6 @@ class Lumina2(Lumina2Rules, FlowFamily, ModelFamily):
         blocks = [(f"{kind}_{i}", block) for kind in ("noise_refiner", "context_refiner", "layers")
                   for i, block in enumerate(getattr(unet, kind))]
         return [*(t for name, block in blocks for t in _block_targets(name, block)), *_final_targets(unet)]
-
-    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
-        return kohya_to_diffusers(state, model, self.lora_targets(model.unet), (None,))
 
 
 def _block_targets(name: str, block: nn.Module) -> Iterator[LoraTarget]:

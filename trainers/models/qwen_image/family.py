@@ -19,7 +19,6 @@ from torch import nn
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
 from trainers.models.flow_latents import pack_latents, packed_grid, unpack_latents
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.flow_sigmas import shifted
 from trainers.models.qwen_image.rules import QwenImageRules
 
@@ -136,9 +135,6 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         return [target for i, block in enumerate(unet.transformer_blocks) for target in _block_targets(i, block)]
-
-    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: LoadedModel) -> dict[str, torch.Tensor]:
-        return kohya_to_diffusers(state, model, self.lora_targets(model.unet), (None,))
 
 
 def encode_single_frames(vae: nn.Module) -> None:
