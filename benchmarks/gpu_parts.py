@@ -123,10 +123,10 @@ class TrainRun:
 
 
 def estimated_gb(cfg: TrainConfig, family: str, tiny: bool) -> float | None:
-    """What Validate's memory estimate (trainers/core/memory_estimate.py) says the run peaks at, in the unit of
+    """What Validate's memory estimate (trainers/memory_estimate.py) says the run peaks at, in the unit of
     peak_allocated_gb (GiB): on a GPU its peak allocation, in a dry run the weights and states it holds in RAM. The
     real-size folders hold configs only, so there the family's published sizes stand in."""
-    from trainers.core.memory_estimate import estimate_memory
+    from trainers.memory_estimate import estimate_memory
 
     if tiny:
         estimate = estimate_memory(cfg, on_gpu=False)

@@ -4,7 +4,7 @@
 
 Each config trains `--steps` steps through the real trainer (`python -m trainers <method>`, a process of its own), and
 the run's status.json gives both numbers (trainers/train/memory_watch.py): the estimate Validate shows
-(trainers/core/memory_estimate.py) and the measured peak: torch.cuda.max_memory_allocated on a GPU, on a CPU the peak
+(trainers/memory_estimate.py) and the measured peak: torch.cuda.max_memory_allocated on a GPU, on a CPU the peak
 resident memory from the first step on above what the process held before the model loaded. On a CPU the estimate's
 whole (host) total is compared, activations included; they are small here (latents 8x8, batch 1).
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from gui.forms import ESSENTIALS
 from gui.text import code_block, plain
-from trainers.core.memory_estimate import memory_report
+from trainers.memory_estimate import memory_report
 from trainers.core.optimizers import spec_for, text_encoder_rates
 from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig, config_from_dict
 from trainers.core.options.optimizer_checks import optimizer_issues, optimizer_warnings

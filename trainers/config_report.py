@@ -34,7 +34,7 @@ def check_config(method: str, config: Path | None, overrides: list[str]) -> tupl
                                                                                list[ConfigIssue], str]:
     """(config or None, warnings, errors, the memory estimate's line) as a run would find them, without loading a
     model."""
-    from trainers.core.memory_estimate import memory_report
+    from trainers.memory_estimate import memory_report
     from trainers.core.options.optimizer_checks import optimizer_warnings
     from trainers.data.preflight import preflight
 

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainers.core import memory_estimate
-from trainers.core.memory_estimate import (Setting, estimate_memory, fits, fitting_settings, memory_report,
-                                           model_size)
-from trainers.core.memory_facts import PUBLISHED
+from trainers import memory_estimate
+from trainers.memory_estimate import (Setting, estimate_memory, fits, fitting_settings, memory_report, model_size,
+                                      published_size)
 from trainers.core.options import TrainConfig
 
 FLUX_LORA = {"model_family": "flux", "resolution": "1024", "mixed_precision": "bf16", "gradient_checkpointing": True,
@@ -54,7 +53,7 @@ def test_a_full_finetune_counts_gradients_and_optimizer_states() -> None:
     cfg = TrainConfig("finetune", {"model_family": "sdxl", "resolution": "1024", "mixed_precision": "bf16",
                                    "optimizer_type": "AdamW", "gradient_checkpointing": True})
     estimate = estimate_memory(cfg)
-    params = PUBLISHED["sdxl"].denoiser
+    params = published_size("sdxl").denoiser
     assert estimate.gpu["denoiser weights"] == pytest.approx(params * 4 / 1e9)
     assert estimate.gpu["optimizer states"] == pytest.approx(params * 8 / 1e9)
     eight_bit = estimate_memory(cfg.replace(optimizer_type="AdamW8bit", full_bf16=True))

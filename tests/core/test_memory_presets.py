@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from trainers.core.memory_estimate import FIT_MARGIN, estimate_memory
+from trainers.memory_estimate import FIT_MARGIN, estimate_memory
 from trainers.core.options import load_config
 
 PRESETS = Path(__file__).resolve().parents[2] / "presets"

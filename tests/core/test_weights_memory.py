@@ -72,5 +72,5 @@ def test_validate_shows_it(tiny_sd1_dir: Path, tmp_path: Path, method: str) -> N
     report = check_form(method, {"pretrained_model_name_or_path": str(tiny_sd1_dir),
                                  "train_data_dir": str(build_dataset(tmp_path / "data")),
                                  "output_dir": str(tmp_path / "out"), "resolution": "64"})
-    assert "**Memory** Estimated peak GPU memory" in report.summary()  # trainers/core/memory_estimate.py
+    assert "**Memory** Estimated peak GPU memory" in report.summary()  # trainers/memory_estimate.py
     assert "denoiser weights 0.00" in report.memory and "from the model's files" in report.memory

@@ -2,7 +2,7 @@
 family cannot honour are named before any model loads."""
 from __future__ import annotations
 
-from trainers.core.memory_estimate import base_precision
+from trainers.memory_estimate import base_precision
 from trainers.core.options import TrainConfig, config_from_dict
 from trainers.validate import validate
 

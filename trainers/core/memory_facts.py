@@ -1,7 +1,9 @@
-"""The published sizes of each family's models (torch-free), for a memory estimate when the model is not on this
-machine (a hub id, a preset): counted on the `meta` device from the published configs with diffusers 0.42.1.
+"""What a memory estimate needs of a model (torch-free), and the published sizes families share (text encoders,
+autoencoders): counted on the `meta` device from the published configs with diffusers 0.42.1.
 
-A new family adds its line here; without one its estimate needs a local model (its safetensors headers).
+Each family's rules.py gives its model's published sizes as `memory_facts` (trainers/models/rules.py), for an
+estimate when the model is not on this machine (a hub id, a preset); without them its estimate needs a local model
+(its safetensors headers).
 """
 from __future__ import annotations
 
@@ -32,17 +34,3 @@ class ModelSize:
     activations_gb: float = 0.0
     activations_checkpointed_gb: float = 0.0
 
-
-PUBLISHED: dict[str, ModelSize] = {
-    "sd1": ModelSize(859_520_964, 270_049_280, CLIP_L, CLIP_L_LINEAR, SD_VAE, 374_016, CLIP_L_LORA, 0,
-                     "the published SD1.5 sizes", 512 * 512, 2.6, 0.6),
-    "sd2": ModelSize(865_910_724, 272_000_000, 340_387_840, 289_406_976, SD_VAE, 374_016, 423_936, 0,
-                     "the published SD2.1 sizes", 768 * 768, 5.0, 1.0),
-    "sdxl": ModelSize(2_567_463_684, 2_232_647_680, CLIP_L + CLIP_G, CLIP_L_LINEAR + CLIP_G_LINEAR, SD_VAE, 2_659_840,
-                      CLIP_L_LORA + CLIP_G_LORA, 0, "the published SDXL 1.0 sizes", 1024 * 1024, 9.0, 1.6),
-    "sd3": ModelSize(2_243_171_520, 2_241_822_720, CLIP_L + CLIP_G + T5XXL,
-                     CLIP_L_LINEAR + CLIP_G_LINEAR + T5XXL_LINEAR, FLOW_AE, 2_038_272, CLIP_L_LORA + CLIP_G_LORA, 24,
-                     "the published SD3.5 Medium sizes", 1024 * 1024, 8.0, 1.2),
-    "flux": ModelSize(11_891_178_560, 11_888_099_328, CLIP_L + T5XXL, CLIP_L_LINEAR + T5XXL_LINEAR, FLOW_AE,
-                      5_369_856, CLIP_L_LORA, 38, "the published FLUX.1 dev sizes", 1024 * 1024, 24.0, 2.2),
-}

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from trainers.core.errors import BadInput, ConfigIssue
+from trainers.core.memory_facts import ModelSize
 from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
 from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
 from trainers.core.registry import FAMILIES, FamilySpec
@@ -101,6 +102,7 @@ class FamilyRules(ABC):
     # Families whose single files are not in the LDM/SGM layout load them themselves (ModelFamily.load_checkpoint).
     own_checkpoint_layout: bool = False
     checkpoint_parts: tuple[Any, ...] = ()  # the parts (flow_rules.Part) separate files may stand in for
+    memory_facts: ModelSize | None = None  # its published sizes, for the memory estimate of a model not here
 
     @classmethod
     def of(cls: type[Rules], rules: "FamilyRules") -> Rules:

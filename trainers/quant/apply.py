@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from trainers.core.errors import ConfigError, ConfigIssue
-from trainers.core.memory_estimate import base_precision
+from trainers.memory_estimate import base_precision
 from trainers.core.options import TrainConfig
 
 INT4_GROUP_CUDA, INT4_GROUP = 128, 32

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.memory_estimate import base_precision
+from trainers.memory_estimate import base_precision
 from trainers.core.options import TrainConfig
 
 

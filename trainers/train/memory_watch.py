@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from trainers.core.memory_estimate import estimate_memory
+from trainers.memory_estimate import estimate_memory
 from trainers.core.options import TrainConfig
 from trainers.core.rundir import update_status
 from trainers.core.weights_memory import GB

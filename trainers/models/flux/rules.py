@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.memory_facts import CLIP_L, CLIP_L_LINEAR, CLIP_L_LORA, FLOW_AE, T5XXL, T5XXL_LINEAR, ModelSize
 from trainers.core.options.groups.network import FLUX_NETWORK_ARGS
 from trainers.models.flow_rules import FlowRules, Part
 from trainers.models.flux import lora_layers
@@ -15,6 +16,8 @@ from trainers.models.flux import lora_layers
 class FluxRules(FlowRules):
     name = "flux"
     title = "FLUX.1"
+    memory_facts = ModelSize(11_891_178_560, 11_888_099_328, CLIP_L + T5XXL, CLIP_L_LINEAR + T5XXL_LINEAR, FLOW_AE,
+                             5_369_856, CLIP_L_LORA, 38, "the published FLUX.1 dev sizes", 1024 * 1024, 24.0, 2.2)
     arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     pipeline_class = "FluxPipeline"
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",

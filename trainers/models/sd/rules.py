@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainers.core.memory_facts import CLIP_L, CLIP_L_LINEAR, CLIP_L_LORA, SD_VAE, ModelSize
 from trainers.models.rules import UNET_PREFIX, CheckpointKeys, FamilyRules, TextEncoderPart
 
 ARCH = Path(__file__).with_name("arch")
@@ -17,11 +18,11 @@ class StableDiffusionRules(FamilyRules):
 
     def __init__(self, name: str, title: str, base_model_version: str, architecture: str, arch_dir: Path,
                  implementation: str, text_encoder: TextEncoderPart, cross_attention_width: int,
-                 detect_priority: int) -> None:
+                 detect_priority: int, memory_facts: ModelSize) -> None:
         self.name, self.title, self.base_model_version = name, title, base_model_version
         self.modelspec_architecture, self.arch_dir, self.implementation = architecture, arch_dir, implementation
         self.single_file_text_encoders = (text_encoder,)
-        self.width, self.detect_priority = cross_attention_width, detect_priority
+        self.width, self.detect_priority, self.memory_facts = cross_attention_width, detect_priority, memory_facts
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """SD2 by its 1024-wide text embeddings; SD1 by the pipeline class (tiny models too) or 768."""
@@ -37,7 +38,11 @@ class StableDiffusionRules(FamilyRules):
 
 SD1 = StableDiffusionRules("sd1", "SD1.x", "sd_v1", "stable-diffusion-v1", ARCH / "sd15",
                            "https://github.com/CompVis/stable-diffusion",
-                           TextEncoderPart("CLIPTextModel", "text_encoder", SD1_TE_PREFIX), 768, detect_priority=0)
+                           TextEncoderPart("CLIPTextModel", "text_encoder", SD1_TE_PREFIX), 768, detect_priority=0,
+                           memory_facts=ModelSize(859_520_964, 270_049_280, CLIP_L, CLIP_L_LINEAR, SD_VAE, 374_016,
+                                                  CLIP_L_LORA, 0, "the published SD1.5 sizes", 512 * 512, 2.6, 0.6))
 SD2 = StableDiffusionRules("sd2", "SD2.x", "sd_v2", "stable-diffusion-v2-768-v", ARCH / "sd2_768v",
                            "https://github.com/Stability-AI/stablediffusion",
-                           TextEncoderPart("CLIPTextModel", "text_encoder", SD2_TE_PREFIX), 1024, detect_priority=1)
+                           TextEncoderPart("CLIPTextModel", "text_encoder", SD2_TE_PREFIX), 1024, detect_priority=1,
+                           memory_facts=ModelSize(865_910_724, 272_000_000, 340_387_840, 289_406_976, SD_VAE, 374_016,
+                                                  423_936, 0, "the published SD2.1 sizes", 768 * 768, 5.0, 1.0))

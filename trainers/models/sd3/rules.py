@@ -7,12 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.memory_facts import (CLIP_G, CLIP_G_LINEAR, CLIP_G_LORA, CLIP_L, CLIP_L_LINEAR, CLIP_L_LORA, FLOW_AE,
+                                        T5XXL, T5XXL_LINEAR, ModelSize)
 from trainers.models.flow_rules import FlowRules, Part
 
 
 class StableDiffusion3Rules(FlowRules):
     name = "sd3"
     title = "SD3"
+    memory_facts = ModelSize(2_243_171_520, 2_241_822_720, CLIP_L + CLIP_G + T5XXL,
+                             CLIP_L_LINEAR + CLIP_G_LINEAR + T5XXL_LINEAR, FLOW_AE, 2_038_272,
+                             CLIP_L_LORA + CLIP_G_LORA, 24, "the published SD3.5 Medium sizes", 1024 * 1024, 8.0, 1.2)
     arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     pipeline_class = "StableDiffusion3Pipeline"
     own_options = frozenset({"weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",

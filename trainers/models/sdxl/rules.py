@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainers.core.memory_facts import (CLIP_G, CLIP_G_LINEAR, CLIP_G_LORA, CLIP_L, CLIP_L_LINEAR, CLIP_L_LORA, SD_VAE,
+                                        ModelSize)
 from trainers.models.rules import UNET_PREFIX, CheckpointKeys, FamilyRules, ModelLoadError, TextEncoderPart
 
 TE1_PREFIX = "conditioner.embedders.0.transformer."  # HF CLIP ViT-L, `text_model.` below it
@@ -14,6 +16,9 @@ REFINER_TE_PREFIX = "conditioner.embedders.0.model."  # the refiner has only Ope
 class StableDiffusionXLRules(FamilyRules):
     name = "sdxl"
     title = "SDXL"
+    memory_facts = ModelSize(2_567_463_684, 2_232_647_680, CLIP_L + CLIP_G, CLIP_L_LINEAR + CLIP_G_LINEAR, SD_VAE,
+                             2_659_840, CLIP_L_LORA + CLIP_G_LORA, 0, "the published SDXL 1.0 sizes", 1024 * 1024, 9.0,
+                             1.6)
     unet_key_style = "sgm"
     supports_clip_skip = False  # SDXL already uses the penultimate layer of both encoders
     detect_priority = 2

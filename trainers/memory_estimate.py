@@ -6,8 +6,8 @@
     line, warnings = memory_report(cfg, card_gb=12)   # the line to show, and advice when it does not fit
 
 The model's parameters come from its safetensors headers (trainers/core/weights_memory.py), or from the family's
-published sizes (trainers/core/memory_facts.py). Weights follow their dtype and quantization (base_model_precision,
-text_encoder_precision), layer offload moves a share of the denoiser's blocks to host RAM, and the trained
+published sizes (each family's rules.py: memory_facts). Weights follow their dtype and quantization
+(base_model_precision, text_encoder_precision), layer offload moves a share of the denoiser's blocks to host RAM, and the trained
 parameters carry their gradients and optimizer states. Activations are rough (per family, scaled by resolution,
 batch and gradient checkpointing); weights and optimizer states are counted exactly. `gpu_gb` is what
 torch.cuda.max_memory_allocated would report; a card also needs the CUDA context and the allocator's slack on top
@@ -20,9 +20,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from trainers.core.memory_facts import PUBLISHED, ModelSize
+from trainers.core.memory_facts import ModelSize
 from trainers.core.options import TrainConfig
-from trainers.core.registry import method_spec
+from trainers.core.registry import FAMILY_NAMES, method_spec
 from trainers.core.weights_memory import GB, Part, model_parts
 
 CARD_OVERHEAD_GB = 1.0  # the CUDA context, cuBLAS workspaces and allocator slack beside what tensors take
@@ -106,7 +106,7 @@ def offload_share(values: dict, units: int) -> float:
 
 def model_size(cfg: TrainConfig) -> ModelSize | None:
     """The config's model's sizes: counted from its files when they are here, else its family's published ones."""
-    published = PUBLISHED.get(cfg.model_family)
+    published = published_size(cfg.model_family)
     parts = model_parts(cfg.values)
     if not parts:
         return published
@@ -114,12 +114,20 @@ def model_size(cfg: TrainConfig) -> ModelSize | None:
                                                                                         "vae")}
     denoiser = total["denoiser"]
     # Activations scale with the model: take the published family nearest in size (the option, else by size).
-    like = published or min(PUBLISHED.values(), key=lambda s: abs(s.denoiser - denoiser.params))
+    known = [size for size in map(published_size, FAMILY_NAMES) if size is not None]
+    like = published or min(known, key=lambda s: abs(s.denoiser - denoiser.params))
     scale = denoiser.params / like.denoiser
     return ModelSize(denoiser.params, denoiser.linear, total["text_encoder"].params, total["text_encoder"].linear,
                      total["vae"].params, denoiser.lora_per_rank, total["text_encoder"].lora_per_rank,
                      denoiser.swap_units, "the model's files", like.native_pixels, like.activations_gb * scale,
                      like.activations_checkpointed_gb * scale)
+
+
+def published_size(family: str) -> ModelSize | None:
+    """The published sizes of `family`'s models (its rules' memory_facts); None for 'auto' or a family without."""
+    from trainers.models.rules import rules_of
+
+    return rules_of(family).memory_facts if family in FAMILY_NAMES else None
 
 
 def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bool = True) -> MemoryEstimate | None:
