@@ -317,3 +317,16 @@ def test_a_launch_that_does_not_match_distributed_backend_is_refused() -> None:
     check_launch(_full(distributed_backend="fsdp"), fsdp_launch(2))
     with pytest.raises(ConfigError, match="fsdp_version: is 2 but the processes were launched with FSDP1"):
         check_launch(_full(distributed_backend="fsdp"), fsdp_launch(1))
+
+
+def test_cpu_processes_refuse_only_what_cannot_shard_there(monkeypatch) -> None:
+    from trainers.core.options import ConfigError
+    from trainers.train.distributed import check_backend_device
+
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+    check_backend_device(_full(distributed_backend="fsdp"))  # FSDP2 and ZeRO-2 run on CPU (tests/train/test_fsdp.py)
+    check_backend_device(_full(distributed_backend="deepspeed", zero_stage=2))
+    with pytest.raises(ConfigError, match="zero_stage: 3 needs NVIDIA GPUs .* use zero_stage = 2"):
+        check_backend_device(_full(distributed_backend="deepspeed", zero_stage=3))
+    with pytest.raises(ConfigError, match="fsdp_version = 1 needs NVIDIA GPUs"):
+        check_backend_device(_full(distributed_backend="fsdp", fsdp_version=1))

@@ -56,14 +56,20 @@ def on_cpu() -> bool:
 
 
 def check_backend_device(cfg: TrainConfig) -> None:
-    """FSDP1 needs NVIDIA GPUs; FSDP2 (torch's fully_shard) and DeepSpeed also shard CPU processes over gloo."""
+    """FSDP1 needs NVIDIA GPUs; FSDP2 (torch's fully_shard) and DeepSpeed ZeRO 1/2 also shard CPU processes over
+    gloo. ZeRO-3 is refused on CPUs: its parameter prefetch over gloo hung a 2-process run (ranks out of step)."""
     from trainers.core.options import ConfigError, ConfigIssue
 
-    if cfg.distributed_backend != "fsdp" or cfg.fsdp_version == 2 or not on_cpu():
+    if not on_cpu():
         return
-    raise ConfigError([ConfigIssue("distributed_backend", "'fsdp' with fsdp_version = 1 needs NVIDIA GPUs "
-                                   "(accelerate runs CPU processes as plain DDP): set fsdp_version = 2, or choose "
-                                   "'ddp' or 'deepspeed'", "launch")])
+    if cfg.distributed_backend == "fsdp" and cfg.fsdp_version == 1:
+        raise ConfigError([ConfigIssue("distributed_backend", "'fsdp' with fsdp_version = 1 needs NVIDIA GPUs "
+                                       "(accelerate runs CPU processes as plain DDP): set fsdp_version = 2, or "
+                                       "choose 'ddp' or 'deepspeed'", "launch")])
+    if cfg.distributed_backend == "deepspeed" and cfg.zero_stage == 3:
+        raise ConfigError([ConfigIssue("zero_stage", "3 needs NVIDIA GPUs (on CPU processes its parameter "
+                                       "prefetch over gloo hangs): use zero_stage = 2, or distributed_backend = "
+                                       "'fsdp', which shards the weights too", "launch")])
 
 
 def shard_cpu_processes(cfg: TrainConfig, accelerator: Any) -> None:
