@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import test_flow_plugins as shared
-from plugin_runs import trained_runs
+from plugin_runs import check_validate_names_the_family, trained_runs
 from test_flow_plugins import (  # noqa: F401 - the shared checks, collected here on this family's runs
     test_diffusers_loads_every_key_and_renders_what_was_trained, test_finetune_saves_a_diffusers_folder_of_the_family,
     test_generate_renders_with_and_without_the_lora, test_lora_trains_samples_and_names_its_modules_as_comfyui_does,
-    test_resumed_lora_equals_the_uninterrupted_one, test_validate_names_the_family)
+    test_resumed_lora_equals_the_uninterrupted_one)
 
 from trainers.models.qwen_image.tiny import build_tiny_qwen_image
 
@@ -33,3 +33,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[shared.Plugin, share
 def test_modulations_are_left_out_as_musubi_does(runs: tuple[shared.Plugin, shared.Runs]) -> None:
     _, run = runs
     assert not [k for k in run.lora if "_mod_" in k]
+
+
+def test_validate_names_the_family_and_takes_both_layouts(runs: tuple[shared.Plugin, shared.Runs]) -> None:
+    check_validate_names_the_family(runs)

@@ -57,6 +57,7 @@ class FlowRules(FamilyRules):
     reference_prefixes: tuple[str, ...]  # key prefixes of its reference (single-file) checkpoints
     checkpoint_parts: tuple[Part, ...]  # its text encoders (in load order) and autoencoder
     reads_single_files: bool = True  # False: its single files are recognised (reference_prefixes) and refused
+    writes_single_files: bool | None = None  # its finetunes' single file (to_checkpoint); None: as reads_single_files
     own_timestep_samplings: frozenset[str] = frozenset()  # its own timestep_sampling values (its draw_sigmas)
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
@@ -94,7 +95,8 @@ class FlowRules(FamilyRules):
         issues += [ConfigIssue(key, f"is for the 3x3 convolutions of SD/SDXL UNets; {self.title} models have none"
                                if key.startswith("conv_") else f"is for the blocks of SD/SDXL UNets; {self.title} "
                                "models have other blocks", "network") for key in block_args]
-        if not self.reads_single_files and values.get("save_model_as", "diffusers") != "diffusers":
+        writes = self.reads_single_files if self.writes_single_files is None else self.writes_single_files
+        if not writes and values.get("save_model_as", "diffusers") != "diffusers":
             issues.append(ConfigIssue("save_model_as", f"{self.title} finetunes are saved as diffusers folders only: "
                                       "set save_model_as = 'diffusers'", "saving"))
         return issues + huber_schedule_issue(values, self.title)

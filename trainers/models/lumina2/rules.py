@@ -27,6 +27,7 @@ class Lumina2Rules(FlowRules):
     own_timestep_samplings = frozenset({"nextdit_shift"})
     reference_prefixes = tuple(f"{root}cap_embedder." for root in ROOTS)
     reads_single_files = False
+    writes_single_files = True  # its finetunes' transformer as ComfyUI's diffusion_models file (to_checkpoint)
     checkpoint_parts = ()
 
     def claims_checkpoint(self, keys: CheckpointKeys) -> bool:

@@ -20,6 +20,7 @@ class QwenImageRules(FlowRules):
     # ComfyUI's and musubi-tuner's single files (diffusers' module names; only Qwen-Image has txt_norm)
     reference_prefixes = ("txt_norm.", "model.diffusion_model.txt_norm.", "diffusion_model.txt_norm.")
     reads_single_files = False
+    writes_single_files = True  # its finetunes' transformer as ComfyUI's diffusion_models file (to_checkpoint)
     checkpoint_parts = ()
 
 
