@@ -16,9 +16,9 @@ OPTIONS: tuple[Option, ...] = (
            min=1, max=65535, advanced=True),
     Option("distributed_backend", "str", "ddp", "How several processes share the work: 'ddp' copies the model to "
            "every GPU (best for LoRAs and models that fit); 'deepspeed' (ZeRO) shards optimizer states and gradients "
-           "(full finetunes that do not fit; needs the deepspeed package); 'fsdp' shards the weights too (full "
-           "finetunes only). DeepSpeed and FSDP go through a per-run accelerate config (accelerate.yaml).", "launch",
-           choices=("ddp", "deepspeed", "fsdp"), advanced=True),
+           "(full finetunes that do not fit); 'fsdp' shards the weights too (full finetunes, and LoRAs of base "
+           "models too big for one GPU). DeepSpeed and FSDP go through a per-run accelerate config (accelerate.yaml).",
+           "launch", choices=("ddp", "deepspeed", "fsdp"), advanced=True),
     Option("zero_stage", "int", 2, "DeepSpeed ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also the "
            "weights (gathered whole for every save).", "launch", min=1, max=3, advanced=True),
     Option("fsdp_version", "int", 2, "FSDP: 2 is torch's fully_shard (each weight sharded on its own; also runs on "
