@@ -15,16 +15,16 @@ from typing import Any
 import gradio as gr
 
 from gui.checks import TypedPath, paths_outside
-from gui.forms import from_widget, make_widget
+from gui.forms import make_widget
 from gui.generate_tab import ActiveJob
 from gui.jobs import JobError
 from gui.run_files import Watchers, format_duration
 from gui.text import plain
-from gui.tools_tab import TITLES, ToolView, ToolWatcher
+from gui.tools_tab import TITLES, ToolView, ToolWatcher, form_values, option_form, start_checked
 from trainers.caption.events import CAPTION_EVENTS, ImageResult
-from trainers.caption.options import (JOB_METHOD, VERBS, JobConfig, check_config, config_from_values, options_for)
+from trainers.caption.options import JOB_METHOD, VERBS, JobConfig, check_config, config_from_values, options_for
 from trainers.core import events as ev
-from trainers.core.options.schema import ConfigError, ConfigIssue
+from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.rundir import CONFIG, RunState, read_run_config
 
 SHOWN_RESULTS = 8
@@ -94,20 +94,10 @@ def _outside_roots(cfg: JobConfig, roots: list[Path] | None) -> list[ConfigIssue
     return paths_outside(typed, roots)
 
 
-def _form(verb: str) -> dict[str, gr.components.Component]:
-    """The job's widgets, three a row; the advanced ones folded."""
-    widgets: dict[str, gr.components.Component] = {}
-    options = options_for(verb)
-    for title, members in (("", [o for o in options if not o.advanced]),
-                           ("More options", [o for o in options if o.advanced])):
-        with gr.Accordion(title, open=False) if title else gr.Group():
-            for start in range(0, len(members), 3):
-                with gr.Row():
-                    for opt in members[start:start + 3]:
-                        widget = make_widget(opt)
-                        widget.elem_id = f"{verb}-{opt.name}"
-                        widgets[opt.name] = widget
-    return widgets
+def _widget(verb: str, opt: Option) -> gr.components.Component:
+    widget = make_widget(opt)
+    widget.elem_id = f"{verb}-{opt.name}"
+    return widget
 
 
 def resume_values(job_dir: Path) -> dict[str, Any]:
@@ -133,7 +123,7 @@ def build_caption_tab(services: Any) -> None:
                 gr.Markdown(f"**{FORM_TITLES[verb]}:** {what}. Each file is written as soon as it is made; a stopped "
                             "job keeps them and Resume does the rest. See "
                             "[docs/captioning.md](manual/docs/captioning.md).")
-                widgets = _form(verb)
+                widgets = option_form(options_for(verb), lambda opt, verb=verb: _widget(verb, opt))
                 forms[verb] = (widgets, gr.Button(f"Start {FORM_TITLES[verb].lower()}", variant="primary",
                                                   elem_id=f"{verb}-run"))
     with gr.Row():
@@ -145,24 +135,16 @@ def build_caption_tab(services: Any) -> None:
                           elem_id="caption-previews")
     report = gr.Markdown(elem_id="caption-report")
 
-    def start(cfg_values: dict[str, Any], verb: str) -> dict:
-        try:
-            cfg = config_from_values(verb, cfg_values)
-            issues = check_config(cfg) + _outside_roots(cfg, services.allowed_roots)
-            if issues:
-                raise ConfigError(issues)
-            job_dir = services.jobs.start_dataset_job(cfg)
-        except ConfigError as err:
-            return {status: f"### Not started: fix these first\n{plain(err)}"}
-        except JobError as err:
-            return {status: f"### Not started\n{plain(err)}"}
+    def start(values: dict[str, Any], verb: str) -> dict:
+        job_dir, refused = start_checked(lambda: config_from_values(verb, values), lambda cfg: check_config(cfg)
+                                         + _outside_roots(cfg, services.allowed_roots), services.jobs.start_dataset_job)
+        if job_dir is None:
+            return {status: refused}
         return {job: job_dir.name, status: f"### Started {verb} `{job_dir.name}`", report: "", results: "",
                 previews: gr.Gallery(value=None, visible=False)}
 
     def launch(verb: str, widgets: dict[str, gr.components.Component], data: dict) -> dict:
-        by_name = {o.name: o for o in options_for(verb)}
-        values = {n: from_widget(by_name[n], data[w]) for n, w in widgets.items()}
-        return start({n: "" if v is None and by_name[n].kind == "str" else v for n, v in values.items()}, verb)
+        return start(form_values(options_for(verb), widgets, data), verb)
 
     def on_resume(job_id: str) -> dict:
         job_id, _ = ACTIVE.shown(runs_dir, job_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 
@@ -107,9 +107,14 @@ def _outside_roots(cfg: ToolConfig, roots: list[Path] | None) -> list[ConfigIssu
 
 
 def _form(verb: str) -> dict[str, gr.components.Component]:
-    """The verb's widgets (the common options first, the others folded), rendered in the current context."""
+    return option_form(options_for(verb), lambda opt: _widget(verb, opt))
+
+
+def option_form(options: tuple[Option, ...], widget: Callable[[Option], gr.components.Component]
+                ) -> dict[str, gr.components.Component]:
+    """A job's widgets (`widget(option)`), rendered in the current context three a row: the common options first,
+    the advanced ones folded."""
     widgets: dict[str, gr.components.Component] = {}
-    options = options_for(verb)
     for group, members in (("", [o for o in options if not o.advanced]), ("More options",
                                                                            [o for o in options if o.advanced])):
         if not members:
@@ -118,7 +123,7 @@ def _form(verb: str) -> dict[str, gr.components.Component]:
             for start in range(0, len(members), 3):
                 with gr.Row():
                     for opt in members[start:start + 3]:
-                        widgets[opt.name] = _widget(verb, opt)
+                        widgets[opt.name] = widget(opt)
     return widgets
 
 
@@ -131,6 +136,29 @@ def _widget(verb: str, opt: Option) -> gr.components.Component:
     if opt.path in PLACEHOLDERS:  # the tools read local files only, and write a file or a folder
         widget.placeholder = PLACEHOLDERS[opt.path]
     return widget
+
+
+def form_values(options: tuple[Option, ...], widgets: dict[str, gr.components.Component], data: dict
+                ) -> dict[str, Any]:
+    """A form's values as its options take them (an empty text field is "")."""
+    by_name = {o.name: o for o in options}
+    values = {n: from_widget(by_name[n], data[w]) for n, w in widgets.items()}
+    return {n: "" if v is None and by_name[n].kind == "str" else v for n, v in values.items()}
+
+
+def start_checked(make: Callable[[], Any], check: Callable[[Any], list[ConfigIssue]],
+                  start: Callable[[Any], Path]) -> tuple[Path | None, str]:
+    """Make a job's config, check it and launch it: (its folder, "") or (None, what to tell the user)."""
+    try:
+        cfg = make()
+        issues = check(cfg)
+        if issues:
+            raise ConfigError(issues)
+        return start(cfg), ""
+    except ConfigError as err:
+        return None, f"### Not started: fix these first\n{plain(err)}"
+    except JobError as err:
+        return None, f"### Not started\n{plain(err)}"
 
 
 def build_tools_tab(services: Any) -> None:
@@ -152,19 +180,11 @@ def build_tools_tab(services: Any) -> None:
     files = gr.File(label="Outputs", file_count="multiple", interactive=False, visible=False, elem_id="tools-files")
 
     def launch(verb: str, widgets: dict[str, gr.components.Component], data: dict) -> dict:
-        by_name = {o.name: o for o in options_for(verb)}
-        values = {n: from_widget(by_name[n], data[w]) for n, w in widgets.items()}
-        values = {n: "" if v is None and by_name[n].kind == "str" else v for n, v in values.items()}
-        try:
-            cfg = config_from_values(verb, values)
-            issues = check_config(cfg) + _outside_roots(cfg, services.allowed_roots)
-            if issues:
-                raise ConfigError(issues)
-            job_dir = services.jobs.start_tool(cfg)
-        except ConfigError as err:
-            return {status: f"### Not started: fix these first\n{plain(err)}"}
-        except JobError as err:
-            return {status: f"### Not started\n{plain(err)}"}
+        values = form_values(options_for(verb), widgets, data)
+        job_dir, refused = start_checked(lambda: config_from_values(verb, values), lambda cfg: check_config(cfg)
+                                         + _outside_roots(cfg, services.allowed_roots), services.jobs.start_tool)
+        if job_dir is None:
+            return {status: refused}
         return {job: job_dir.name, status: f"### Started tools {verb} `{job_dir.name}`", report: "",
                 files: gr.File(value=None, visible=False)}
 
