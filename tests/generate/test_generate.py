@@ -180,6 +180,40 @@ def test_a_lora_whose_alphas_differ_by_module_renders_at_its_own_strength(tiny_s
     assert np.abs(same.astype(int) - varied_image.astype(int)).max() <= 1
 
 
+@pytest.mark.parametrize("family", ["sd1", "sdxl"])
+def test_a_lora_with_a_bundled_word_renders_the_word_only_while_it_is_used(family: str, tiny_sd1_dir: Path,
+                                                                            tiny_sdxl_dir: Path, tmp_path: Path) -> None:
+    """Pivotal tuning's LoRA carries its word (`bundle_emb.<word>.*`, as A1111/Forge read it): Generate loads it,
+    prompts with the word change, prompts without it do not, and the base variant reads the word as before."""
+    from safetensors.torch import load_file, save_file
+
+    from trainers.generate.renderer import Renderer
+
+    model = tiny_sd1_dir if family == "sd1" else tiny_sdxl_dir
+    plain = make_lora(model, tmp_path / "plain.safetensors", seed=5)
+    state = load_file(plain)
+    folders = ["text_encoder"] if family == "sd1" else ["text_encoder", "text_encoder_2"]
+    widths = [json.loads((model / f / "config.json").read_text())["hidden_size"] for f in folders]
+    keys = ["string_to_param.*"] if family == "sd1" else ["clip_l", "clip_g"]
+    generator = torch.Generator().manual_seed(9)
+    bundle = {f"bundle_emb.ohwx.{key}": torch.randn(2, width, generator=generator) * 2
+              for key, width in zip(keys, widths)}
+    save_file({**state, **bundle}, tmp_path / "pivotal.safetensors")
+    cfg = GenerateConfig({**FAST, "model": str(model), "prompts": ["a photo of ohwx", "a red fox"]})
+    variants = [Variant("base"), *[Variant(name, (LoraRef(str(tmp_path / f"{name}.safetensors"), 1.0),))
+                                   for name in ("plain", "pivotal")], Variant("base again")]
+    renderer = Renderer(cfg, "cpu", variants)
+    torch.set_flush_denormal(True)
+    images = [[pixels(path) for path in renderer.render(item)] for item in build_plan(cfg, tmp_path / "out", 7,
+                                                                                        variants).items]
+    (base_word, base_fox), (plain_word, plain_fox), (pivotal_word, pivotal_fox), (again_word, again_fox) = \
+        [(images[2 * v][0], images[2 * v + 1][0]) for v in range(len(variants))]  # variant by variant, prompt order
+    np.testing.assert_array_equal(pivotal_fox, plain_fox)  # no word in the prompt: the bundle changes nothing
+    assert np.abs(pivotal_word.astype(int) - plain_word.astype(int)).mean() > 1  # the word's own vectors
+    np.testing.assert_array_equal(again_word, base_word)  # without the LoRA the word reads as in the base model
+    np.testing.assert_array_equal(again_fox, base_fox)
+
+
 def test_parameters_text_round_trips() -> None:
     text = parameters_text("a, b\nsecond line", "ugly, blurry", {
         "Steps": 20, "Sampler": "DPM++ 2M", "CFG scale": 7.5, "Seed": 123, "Size": "512x768", "Model": "sd 1.5",

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from trainers.generate.bundled_words import BundledWord, install_words, reading_words, split_bundled
 from trainers.generate.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups, with_one_alpha
 from trainers.generate.options import GenerateConfig, LoraRef
 from trainers.generate.plan import Variant, WorkItem
@@ -55,6 +56,8 @@ class Renderer:
         self.pipe: Any = None
         self.adapters: dict[str, str] = {}  # LoRA path -> diffusers adapter name
         self.lycoris: dict[str, LycorisFile] = {}  # LyCORIS file path -> its modules, wrapped around the layers
+        self.words: dict[str, list[BundledWord]] = {}  # LoRA path -> the words bundled in it (in the encoders)
+        self._tokenizers: list[Any] = []  # the model's own tokenizers (prompts read bundled words through wrappers)
         self.variant: int | None = None
         self._embeds: dict[tuple, dict[str, torch.Tensor]] = {}
         self._hashes: dict[str, str] = {}
@@ -70,7 +73,7 @@ class Renderer:
             return
         started = time.perf_counter()
         self.model = self.pipe = None
-        self.adapters, self.lycoris, self.variant, self._embeds = {}, {}, None, {}
+        self.adapters, self.lycoris, self.words, self.variant, self._embeds = {}, {}, {}, None, {}
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         model = load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae, random_init=self.cfg.random_init,
@@ -81,7 +84,7 @@ class Renderer:
         model.vae.to(self.device, vae_dtype).eval().requires_grad_(False)
         for te in model.text_encoders:
             te.to(self.device).eval().requires_grad_(False)
-        self.model, self.model_source = model, source
+        self.model, self.model_source, self._tokenizers = model, source, list(model.tokenizers)
         self.pipe = build_pipeline(model, self.cfg.sampler)
         self.load_s += time.perf_counter() - started
 
@@ -106,6 +109,8 @@ class Renderer:
             self.pipe.set_adapters([self.adapters[p] for p in adapters], adapter_weights=list(adapters.values()))
         for path, lycoris in self.lycoris.items():
             lycoris.set_weight(active[path])
+        assert self.model is not None
+        self.model.tokenizers = reading_words(self._tokenizers, [w for p in active for w in self.words.get(p, [])])
         self.variant = index
 
     def _load_lora(self, path: str) -> None:
@@ -115,7 +120,10 @@ class Renderer:
         name = f"lora{self._adapter_count}"  # unique for the worker's life (deleted names are not reused)
         try:
             assert self.model is not None
-            state = with_conv_ups(load_file(path))
+            state, words = split_bundled(with_conv_ups(load_file(path)))
+            if words and path not in self.words:
+                self.model.tokenizers = self._tokenizers
+                self.words[path] = install_words(self.model, words, name)
             if is_lycoris_file(state):
                 self.lycoris[path] = LycorisFile(state, self.model, self.device, self.dtype)
                 return
@@ -149,7 +157,7 @@ class Renderer:
 
     def _touches(self, path: str) -> bool:
         if path not in self._touches_te:
-            self._touches_te[path] = lora_touches_text_encoder(Path(path))
+            self._touches_te[path] = path in self.words or lora_touches_text_encoder(Path(path))
         return self._touches_te[path]
 
     # ---- rendering -------------------------------------------------------------------------------------------
