@@ -13,21 +13,18 @@ import contextlib
 import copy
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
 from trainers.models.base import ModelFiles, ModelLoadError
-from trainers.models.flow_sigmas import flux_sigmas, sd3_sigmas
+from trainers.models.flow_sigmas import FlowSettings, flux_sigmas, sd3_sigmas  # noqa: F401 (re-exported)
 from trainers.models.prompt_chunks import PromptTruncated
 
 CLIP_LENGTH = 77
-_DEFAULTS = {o.name: o.default for o in FLOW_OPTIONS}
-T5_DTYPES = {"float32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}  # t5xxl_dtype's ('auto': none)
 # Settings of how captions are encoded that sd-scripts does not write into the files it saves.
 _NOT_IN_METADATA = ("t5xxl_max_token_length", "t5xxl_dtype")
 
@@ -45,35 +42,6 @@ class TextEncoderSpec:
     template: str = "{}"  # the prompt it reads around the caption (e.g. a chat template)
     length_option: str = ""  # the option setting its length: a longer caption is cut with a warning naming it
     trainable: bool = False  # LoRA may train it (CLIP); the others stay frozen, in eval mode
-
-
-@dataclass(frozen=True)
-class FlowSettings:
-    """The flow-matching options of a run (trainers/core/options/groups/flow.py has their meanings)."""
-
-    timestep_sampling: str = _DEFAULTS["timestep_sampling"]
-    sigmoid_scale: float = _DEFAULTS["sigmoid_scale"]
-    discrete_flow_shift: float = _DEFAULTS["discrete_flow_shift"]
-    model_prediction_type: str = _DEFAULTS["model_prediction_type"]
-    guidance_scale: float = _DEFAULTS["guidance_scale"]
-    weighting_scheme: str = _DEFAULTS["weighting_scheme"]
-    logit_mean: float = _DEFAULTS["logit_mean"]
-    logit_std: float = _DEFAULTS["logit_std"]
-    mode_scale: float = _DEFAULTS["mode_scale"]
-    training_shift: float = _DEFAULTS["training_shift"]
-    t5xxl_max_token_length: int | None = _DEFAULTS["t5xxl_max_token_length"]
-    apply_t5_attn_mask: bool = _DEFAULTS["apply_t5_attn_mask"]
-    apply_lg_attn_mask: bool = _DEFAULTS["apply_lg_attn_mask"]
-    t5xxl_dtype: str = _DEFAULTS["t5xxl_dtype"]
-
-    @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> "FlowSettings":
-        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
-
-    @property
-    def t5_dtype(self) -> torch.dtype | None:
-        """The dtype T5-XXL runs in (t5xxl_dtype); None: the one it was loaded in, under the run's autocast."""
-        return T5_DTYPES.get(self.t5xxl_dtype)
 
 
 class FlowFamily:

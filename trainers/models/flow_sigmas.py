@@ -8,14 +8,47 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from trainers.models.flow import FlowSettings
+from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
+
+_DEFAULTS = {o.name: o.default for o in FLOW_OPTIONS}
+T5_DTYPES = {"float32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}  # t5xxl_dtype's ('auto': none)
 
 NUM_TIMESTEPS = 1000
+
+
+@dataclass(frozen=True)
+class FlowSettings:
+    """The flow-matching options of a run (trainers/core/options/groups/flow.py has their meanings)."""
+
+    timestep_sampling: str = _DEFAULTS["timestep_sampling"]
+    sigmoid_scale: float = _DEFAULTS["sigmoid_scale"]
+    discrete_flow_shift: float = _DEFAULTS["discrete_flow_shift"]
+    model_prediction_type: str = _DEFAULTS["model_prediction_type"]
+    guidance_scale: float = _DEFAULTS["guidance_scale"]
+    weighting_scheme: str = _DEFAULTS["weighting_scheme"]
+    logit_mean: float = _DEFAULTS["logit_mean"]
+    logit_std: float = _DEFAULTS["logit_std"]
+    mode_scale: float = _DEFAULTS["mode_scale"]
+    training_shift: float = _DEFAULTS["training_shift"]
+    t5xxl_max_token_length: int | None = _DEFAULTS["t5xxl_max_token_length"]
+    apply_t5_attn_mask: bool = _DEFAULTS["apply_t5_attn_mask"]
+    apply_lg_attn_mask: bool = _DEFAULTS["apply_lg_attn_mask"]
+    t5xxl_dtype: str = _DEFAULTS["t5xxl_dtype"]
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> "FlowSettings":
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+    @property
+    def t5_dtype(self) -> torch.dtype | None:
+        """The dtype T5-XXL runs in (t5xxl_dtype); None: the one it was loaded in, under the run's autocast."""
+        return T5_DTYPES.get(self.t5xxl_dtype)
 
 
 def density(scheme: str, normal: torch.Tensor, uniform: torch.Tensor, logit_mean: float, logit_std: float,
@@ -49,7 +82,7 @@ def shifted_schedule(shift: float) -> torch.Tensor:
     return FlowMatchEulerDiscreteScheduler(num_train_timesteps=NUM_TIMESTEPS, shift=shift).sigmas.float().clone()
 
 
-def flux_sigmas(settings: "FlowSettings", normal: torch.Tensor, uniform: torch.Tensor, latent_size: tuple[int, int]
+def flux_sigmas(settings: FlowSettings, normal: torch.Tensor, uniform: torch.Tensor, latent_size: tuple[int, int]
                 ) -> torch.Tensor:
     """Noise levels (B,) by timestep_sampling (sd-scripts' get_noisy_model_input_and_timesteps of FLUX.1 and Chroma;
     musubi-tuner's has the same meanings)."""
@@ -70,7 +103,7 @@ def flux_sigmas(settings: "FlowSettings", normal: torch.Tensor, uniform: torch.T
     return shifted_schedule(settings.discrete_flow_shift)[index]
 
 
-def sd3_sigmas(settings: "FlowSettings", normal: torch.Tensor, uniform: torch.Tensor, min_timestep: int | None,
+def sd3_sigmas(settings: FlowSettings, normal: torch.Tensor, uniform: torch.Tensor, min_timestep: int | None,
                max_timestep: int | None) -> torch.Tensor:
     """SD3's noise levels (B,): weighting_scheme's density, shifted by training_shift, as a whole timestep in
     [min_timestep, max_timestep) over 1000."""
