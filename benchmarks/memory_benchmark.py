@@ -8,7 +8,7 @@ the run's status.json gives both numbers (trainers/train/memory_watch.py): the e
 resident memory from the first step on above what the process held before the model loaded. On a CPU the estimate's
 whole (host) total is compared, activations included; they are small here (latents 8x8, batch 1).
 
-Without --model it builds a 77 M-parameter SD1-shaped model (the tiny pipeline with a wider UNet) so the weights,
+Without --model it builds a 109 M-parameter SD1-shaped model (the tiny pipeline with a wider UNet) so the weights,
 gradients and optimizer states are large enough to measure on a CPU. Real-size figures on a GPU come from
 benchmarks/gpu_check.py, whose training parts report `estimate_gb` beside `peak_allocated_gb` (docs/memory.md).
 """
@@ -36,7 +36,7 @@ CONFIGS: tuple[tuple[str, str, dict], ...] = (
 
 
 def build_medium_sd1(folder: Path) -> Path:
-    """The tiny SD1 pipeline with a 77 M-parameter UNet and latents 8 times smaller than the image: the weights,
+    """The tiny SD1 pipeline with a 109 M-parameter UNet and latents 8 times smaller than the image: the weights,
     gradients and optimizer states dwarf the activations."""
     import shutil
 
@@ -49,7 +49,7 @@ def build_medium_sd1(folder: Path) -> Path:
     build_tiny_sd1(folder, vae=tiny_vae(4))
     shutil.rmtree(folder / "unet")
     torch.manual_seed(0)
-    UNet2DConditionModel(sample_size=8, block_out_channels=(320, 640), layers_per_block=1,
+    UNet2DConditionModel(sample_size=8, block_out_channels=(320, 640), layers_per_block=2,
                          down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
                          up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=32,
                          attention_head_dim=8, norm_num_groups=32).save_pretrained(folder / "unet")
@@ -74,7 +74,7 @@ def measure(method: str, options: dict, model: Path, data: Path, work: Path, ste
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, help="a local diffusers model folder (default: the 77 M SD1 model)")
+    parser.add_argument("--model", type=Path, help="a local diffusers model folder (default: the 109 M SD1 model)")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path(tempfile.mkdtemp(prefix="memory-benchmark-")))
     args = parser.parse_args()

@@ -103,7 +103,7 @@ def test_a_cpu_run_holds_the_weights_and_optimizer_states_the_estimate_predicts(
     from benchmarks.memory_benchmark import build_medium_sd1
     from trainers.demo import build_dataset
 
-    model = build_medium_sd1(tmp_path / "model")  # 77 M parameters, latents 8x8: activations are small
+    model = build_medium_sd1(tmp_path / "model")  # 109 M parameters, latents 8x8: activations are small
     values = dict(pretrained_model_name_or_path=str(model), train_data_dir=str(build_dataset(tmp_path / "data")),
                   output_dir=str(tmp_path / "out"), max_train_steps=2, resolution="64", train_batch_size=1,
                   max_data_loader_n_workers=0, learning_rate=1e-5, optimizer_type="AdamW", save_precision="float")
@@ -111,7 +111,7 @@ def test_a_cpu_run_holds_the_weights_and_optimizer_states_the_estimate_predicts(
     assert result.returncode == 0, result.stderr[-3000:]
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     predicted = estimate_memory(TrainConfig("finetune", values), on_gpu=False).weights_and_states_gb()
-    assert predicted > 1.2  # 77 M parameters: float32 weights and gradients, AdamW's two moments
+    assert predicted > 1.7  # 109 M parameters: float32 weights and gradients, AdamW's two moments
     assert status["memory_estimate_gb"] == pytest.approx(predicted, abs=0.02)
     # measured: the peak resident memory from the first step on, above the process before the model loaded
     assert abs(status["memory_peak_gb"] - predicted) <= 0.15 * predicted, (status["memory_peak_gb"], predicted)
