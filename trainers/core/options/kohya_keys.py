@@ -15,6 +15,7 @@ from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_
 from trainers.core.options.kohya_compat import MODEL_TYPE_REFUSED, MODEL_TYPES_HERE
 from trainers.core.options.training import BY_NAME
 
+ZERO3_WHERE = "DeepSpeed ZeRO-3 runs on NVIDIA GPUs; CPU processes refuse it"
 # Key -> why it is refused and what to use instead. Refused only when set: an empty or off value loads quietly.
 REFUSED: dict[str, str] = {
     "model_type": MODEL_TYPE_REFUSED,
@@ -30,13 +31,15 @@ REFUSED: dict[str, str] = {
     "resume_from_huggingface": "training states are read from a local folder: download it and set resume to it",
     "block_lr": "per-block learning rates of a full finetune are not available (a LoRA has down_lr_weight, "
                 "mid_lr_weight and up_lr_weight)",
-    "offload_param_device": "DeepSpeed ZeRO-3 is not available: zero_stage 1 or 2, with offload_optimizer for CPU "
-                            "offload",
+    "offload_param_device": "DeepSpeed's parameter offload is not available: zero_stage = 3 shards the weights "
+                            f"({ZERO3_WHERE}), offload_optimizer keeps optimizer states in CPU memory",
     "offload_optimizer_nvme_path": "NVMe offload is not available: offload_optimizer keeps optimizer states in CPU "
                                    "memory",
     "offload_param_nvme_path": "NVMe offload is not available: offload_optimizer keeps optimizer states in CPU memory",
-    "zero3_init_flag": "DeepSpeed ZeRO-3 is not available: zero_stage 1 or 2",
-    "zero3_save_16bit_model": "DeepSpeed ZeRO-3 is not available: zero_stage 1 or 2",
+    "zero3_init_flag": f"zero_stage = 3 ({ZERO3_WHERE}) loads the whole model on each process, then shards it; "
+                       "leave it out",
+    "zero3_save_16bit_model": f"set by Atelier itself when zero_stage = 3 ({ZERO3_WHERE}): saves gather the 16-bit "
+                              "weights on rank 0; leave it out",
     "fp16_master_weights_and_gradients": "DeepSpeed keeps float32 master weights here; leave it out",
     "resize_interpolation": "images are resized with Atelier's own filter; leave it out",
     "controlnet_model_name_or_path": "ControlNet training is not available",
