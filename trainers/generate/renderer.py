@@ -127,7 +127,7 @@ class Renderer:
             if is_lycoris_file(state):
                 self.lycoris[path] = LycorisFile(state, self.model, self.device, self.dtype)
                 return
-            state = with_one_alpha(state)
+            state = with_one_alpha(self.model.family.lora_in_own_names(state))
             self.pipe.load_lora_weights(self.model.family.lora_for_pipeline(state, self.model), adapter_name=name)
         except FileNotFoundError:
             raise ModelLoadError(f"loras: {path}: no such file") from None

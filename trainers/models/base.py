@@ -206,6 +206,11 @@ class ModelFamily(FamilyRules):
         """The LoRA modules of the denoiser with their kohya names (None: found by unet_key_style)."""
         return None
 
+    def lora_in_own_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A LoRA file another tool wrote in its own module names, in the names this family trains (Generate and
+        network_weights read both)."""
+        return state
+
     def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: "LoadedModel") -> dict[str, torch.Tensor]:
         """A kohya LoRA file's tensors as this family's diffusers pipeline's load_lora_weights takes them."""
         return state

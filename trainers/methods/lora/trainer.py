@@ -31,7 +31,7 @@ from trainers.methods.lora.rules import SUFFIX, diffusers_folder, embedding_file
 from trainers.methods.lora.settings import NetworkSettings, network_settings
 from trainers.methods.textual_inversion.embeddings import KeepOtherWords, NewWord, add_word
 from trainers.methods.textual_inversion.rules import token_strings
-from trainers.models import LoadedModel
+from trainers.models import LoadedModel, ModelFamily
 from trainers.models.single_file import SAVE_DTYPES
 from trainers.train.diffusion import NoisePredictor
 from trainers.train.metadata import modelspec_fields, run_metadata
@@ -50,7 +50,7 @@ def build_network(cfg: TrainConfig, model: LoadedModel, settings: NetworkSetting
     style = model.family.unet_key_style
     train = {"train_unet": not cfg.network_train_text_encoder_only,
              "train_text_encoder": not cfg.network_train_unet_only}
-    start = _start_weights(cfg)
+    start = _start_weights(cfg, model.family)
     try:
         if settings.module == "lycoris.kohya":
             kwargs = {**settings.kwargs(), **({"dropout": str(settings.dropout)} if settings.dropout else {})}
@@ -85,12 +85,12 @@ def build_network(cfg: TrainConfig, model: LoadedModel, settings: NetworkSetting
     return network
 
 
-def _start_weights(cfg: TrainConfig) -> dict[str, torch.Tensor] | None:
+def _start_weights(cfg: TrainConfig, family: ModelFamily) -> dict[str, torch.Tensor] | None:
     if not cfg.network_weights.strip():
         return None
     path = Path(cfg.network_weights).expanduser()
     try:
-        return read_lora_file(path)[0]
+        return family.lora_in_own_names(read_lora_file(path)[0])  # also the names other tools write
     except (ValueError, OSError, SafetensorError) as err:
         raise _weights_issue(f"cannot read {path}: {err}") from None
 

@@ -77,6 +77,12 @@ class ZImage(ZImageRules, FlowFamily, ModelFamily):
                 "modelspec.prediction_type": None, "ss_network_module": "networks.lora_zimage",
                 **self.flow_metadata()}
 
+    def lora_in_own_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """musubi-tuner's split q, k, v fused as ComfyUI's attention_qkv (lora_names.py)."""
+        from trainers.models.zimage.lora_names import comfy_names
+
+        return comfy_names(state)
+
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         return [target for i, layer in enumerate(unet.layers) for target in _layer_targets(i, layer)]
 
