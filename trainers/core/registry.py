@@ -57,6 +57,8 @@ METHODS: tuple[MethodSpec, ...] = (
     MethodSpec("finetune", "Finetune", "full", "trainers.methods.finetune", "train the whole model"),
     MethodSpec("textual_inversion", "Textual inversion", "embeddings", "trainers.methods.textual_inversion",
                "learn a new word (an embedding) for SD1.x/2.x or SDXL"),
+    MethodSpec("controlnet", "ControlNet", "controlnet", "trainers.methods.controlnet",
+               "train a ControlNet (a control image steers the model) for SD1.x/2.x or SDXL"),
 )
 
 FAMILIES: tuple[FamilySpec, ...] = (

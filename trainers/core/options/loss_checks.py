@@ -94,7 +94,7 @@ def _mask_issues(cfg: TrainConfig) -> list[ConfigIssue]:
     issues = []
     masks_dir = cfg.conditioning_data_dir.strip()
     config = cfg.dataset_config.strip()
-    if masks_dir and not cfg.masked_loss:
+    if masks_dir and not cfg.masked_loss and cfg.method != "controlnet":  # there it holds the control images
         issues.append(_issue("conditioning_data_dir", "holds the mask images of masked_loss, which is off: set "
                              "masked_loss = true or clear conditioning_data_dir"))
     if masks_dir and config:

@@ -65,7 +65,8 @@ OPTIONS: tuple[Option, ...] = (
            "regularization images, train on the whole image.", "loss", advanced=True),
     Option("conditioning_data_dir", "str", "", "masked_loss: folder laid out like train_data_dir (the same "
            "<repeats>_<tokens> subfolders) holding a mask image for every training image, with the image's "
-           "name and any image extension.", "loss", path="dir", advanced=True),
+           "name and any image extension. ControlNet: the control image of every training image, laid out the "
+           "same way.", "loss", path="dir", advanced=True),
     Option("alpha_mask", "bool", False, "Weight the loss by each image's transparency (alpha 0 = ignored); "
            "images without alpha train whole. The pixels themselves are composited on white (sd-scripts keeps "
            "their hidden colour).", "loss", advanced=True),

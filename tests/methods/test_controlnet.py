@@ -1,0 +1,83 @@
+"""ControlNet training: control images from conditioning_data_dir, a frozen UNet, a ControlNet that loads in
+diffusers and whose output depends on the control image."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image, ImageOps
+
+from trainers.core.options import load_config
+from trainers.demo import build_dataset
+from trainers.validate import validate
+
+from helpers import FAST, events, run_trainer, sets
+
+CN_FAST = [kv for kv in FAST if not kv.startswith("network_")]
+
+
+def controls_for(dataset: Path, root: Path, skip: int = 0) -> Path:
+    """A control image (the inverted grey image) for each training image, in the same subfolders; the first
+    `skip` of each subfolder left out."""
+    for folder in (p for p in dataset.iterdir() if p.is_dir()):
+        (root / folder.name).mkdir(parents=True, exist_ok=True)
+        for image in sorted(folder.glob("*.png"))[skip:]:
+            ImageOps.invert(Image.open(image).convert("L")).convert("RGB").save(root / folder.name / image.name)
+    return root
+
+
+def cn_args(model: Path, dataset: Path, controls: Path, out: Path, **values: object) -> list[str]:
+    return [*sets(pretrained_model_name_or_path=str(model), train_data_dir=str(dataset),
+                  conditioning_data_dir=str(controls), output_dir=str(out), **values),
+            *[a for kv in CN_FAST for a in ("--set", kv)]]
+
+
+def test_training_images_without_a_control_image_are_named_before_training(tiny_sd1_dir: Path,
+                                                                           tmp_path: Path) -> None:
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape")
+    controls = controls_for(dataset, tmp_path / "controls", skip=2)
+    cfg = load_config("controlnet", overrides=[f'pretrained_model_name_or_path="{tiny_sd1_dir}"',
+                                               f'train_data_dir="{dataset}"', f'conditioning_data_dir="{controls}"'])
+    found = {i.field: i.message for i in validate(cfg, check_paths=False)}
+    message = found["conditioning_data_dir"]
+    assert "no control image for 2 training image(s)" in message
+    assert "1_sks shape/000_red_circle.png" in message or "1_sks shape/000_" in message
+    assert "masked_loss" not in message
+
+    no_dir = load_config("controlnet", overrides=[f'pretrained_model_name_or_path="{tiny_sd1_dir}"',
+                                                  f'train_data_dir="{dataset}"'])
+    assert "is needed" in {i.field: i.message for i in validate(no_dir, check_paths=False)}["conditioning_data_dir"]
+
+
+@pytest.mark.slow
+def test_sd1_controlnet_trains_saves_and_its_residuals_follow_the_control_image(tiny_sd1_dir: Path,
+                                                                                 tmp_path: Path) -> None:
+    from diffusers import ControlNetModel, UNet2DConditionModel
+    from safetensors.torch import load_file
+
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape")
+    controls = controls_for(dataset, tmp_path / "controls")
+    out, run_dir = tmp_path / "out", tmp_path / "run"
+    result = run_trainer(cn_args(tiny_sd1_dir, dataset, controls, out, max_train_steps=2, flip_aug=True,
+                                 random_crop=True), run_dir, method="controlnet")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert events(run_dir)[-1]["type"] == "done"
+
+    controlnet = ControlNetModel.from_pretrained(str(out / "controlnet"))
+    single = load_file(str(out / "controlnet.safetensors"))
+    assert set(single) == set(controlnet.state_dict()) and "controlnet_cond_embedding.conv_in.weight" in single
+    unet = UNet2DConditionModel.from_pretrained(str(tiny_sd1_dir), subfolder="unet")
+    before = ControlNetModel.from_unet(unet)
+    trained = [k for k, v in controlnet.state_dict().items() if not torch.equal(v, before.state_dict()[k])]
+    assert any(k.startswith("controlnet_down_blocks") for k in trained)  # the zero convolutions moved
+
+    gen = torch.Generator().manual_seed(0)
+    latents = torch.randn(1, unet.config.in_channels, 8, 8, generator=gen)
+    text = torch.randn(1, 77, unet.config.cross_attention_dim, generator=gen)
+    size = 8 * 2 ** (len(controlnet.config.conditioning_embedding_out_channels) - 1)  # the VAE's scale
+    black, white = torch.zeros(1, 3, size, size), torch.ones(1, 3, size, size)
+    with torch.no_grad():
+        down_black, _ = controlnet(latents, 10, text, controlnet_cond=black, return_dict=False)
+        down_white, _ = controlnet(latents, 10, text, controlnet_cond=white, return_dict=False)
+    assert any(not torch.allclose(a, b) for a, b in zip(down_black, down_white))

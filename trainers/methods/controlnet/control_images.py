@@ -1,0 +1,54 @@
+"""Each training sample's control image, fitted to its bucket exactly as its training image was: the same
+resize, the same (random) crop and the same flip, drawn from the same per-sample generator."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+from trainers.core.errors import ConfigError, ConfigIssue
+from trainers.data.catalog import Catalog
+from trainers.data.dataset import decode_sample, flip_of
+from trainers.data.images import load_image_rgb, prepare_image
+from trainers.data.kohya_folders import match_masks
+from trainers.methods.controlnet.rules import control_folder, missing_controls_message
+
+
+def control_files(catalog: Catalog, conditioning_dir: Path) -> dict[Path, Path]:
+    """The control image of each catalog image; ConfigError listing the images without one."""
+    found: dict[Path, Path] = {}
+    missing: list[str] = []
+    for subset in catalog.subsets:
+        images = [catalog.images[i].path for i in subset.images]
+        folder = control_folder(conditioning_dir, subset.folder, subset.spec.kind == "kohya_root")
+        matched, _ = match_masks(folder, images)
+        found.update(matched)
+        missing += [f"{subset.folder.name}/{path.name}" for path in images if path not in matched]
+    if missing:
+        raise ConfigError([ConfigIssue("conditioning_data_dir", missing_controls_message(missing), "loss")])
+    return found
+
+
+class ControlImages:
+    """(B, 3, H, W) control images in [0, 1] (as diffusers' and sd-scripts' ControlNet training feed them) for a
+    batch's sample keys (epoch, index)."""
+
+    def __init__(self, catalog: Catalog, conditioning_dir: Path, seed: int) -> None:
+        self.catalog, self.seed = catalog, seed
+        self.files = control_files(catalog, conditioning_dir)
+
+    def __call__(self, keys: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self.one(int(epoch), int(index)) for epoch, index in keys.tolist()])
+
+    def one(self, epoch: int, index: int) -> torch.Tensor:
+        image = self.catalog.images[self.catalog.samples[index]]
+        spec = self.catalog.subsets[image.subset].spec
+        flip, gen = flip_of(spec.flip_aug, self.seed, epoch, index)
+        decoded, _ = decode_sample(image)  # its decoded size (a large JPEG's reduced one) decides the crop's range
+        control = load_image_rgb(self.files[image.path])
+        if control.size != decoded.size:
+            control = control.resize(decoded.size, resample=Image.Resampling.LANCZOS)
+        width, height = image.bucket
+        prepared = prepare_image(control, width, height, spec.random_crop, gen, flip)
+        return (prepared.pixels + 1.0) / 2.0

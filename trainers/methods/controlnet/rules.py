@@ -1,0 +1,92 @@
+"""ControlNet's rules (torch-free): where the control images are, which models it trains for, what it writes.
+
+A control image is the file in conditioning_data_dir with its training image's stem (any image extension), as
+sd-scripts reads `--conditioning_data_dir`: for a kohya train_data_dir, conditioning_data_dir has the same
+<repeats>_<tokens> subfolders. Validate lists the training images without one before anything loads.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainers.core.errors import ConfigIssue
+from trainers.core.options import TrainConfig
+from trainers.data.kohya_folders import DatasetLayoutError, match_masks, scan_kohya_folders
+from trainers.methods.controlnet.options import SD_SCRIPTS
+from trainers.models.checks import local_family
+
+FAMILIES = tuple(SD_SCRIPTS)  # UNet models: diffusers' ControlNetModel copies a UNet's encoder
+SUFFIX = ".safetensors"
+LISTED = 20  # missing control images named in a message
+
+
+def control_folder(conditioning_dir: Path, subset_folder: Path, kohya_root: bool) -> Path:
+    """Where a subset's control images are: the same-named subfolder for a kohya root (as sd-scripts)."""
+    return conditioning_dir / subset_folder.name if kohya_root else conditioning_dir
+
+
+def missing_controls_message(missing: list[str]) -> str:
+    more = f" (and {len(missing) - LISTED} more)" if len(missing) > LISTED else ""
+    return (f"has no control image for {len(missing)} training image(s): {', '.join(missing[:LISTED])}{more}. Give "
+            "each training image a control image with its file name (any image extension) in the matching "
+            "subfolder of conditioning_data_dir")
+
+
+def issues(cfg: TrainConfig) -> list[ConfigIssue]:
+    found: list[ConfigIssue] = []
+
+    def bad(name: str, message: str, group: str) -> None:
+        found.append(ConfigIssue(name, message, group))
+
+    controls = cfg.conditioning_data_dir.strip()
+    if not controls:
+        bad("conditioning_data_dir", "is needed: the folder of control images (edge maps, depth, poses...), laid "
+            "out like train_data_dir with one image per training image, of the same name", "loss")
+    if cfg.dataset_config.strip():
+        bad("dataset_config", "is not read by ControlNet training yet: use train_data_dir with "
+            "conditioning_data_dir", "dataset")
+    if cfg.reg_data_dir.strip():
+        bad("reg_data_dir", "has no control images: ControlNet training uses train_data_dir only; clear it",
+            "dataset")
+    if cfg.validation_split:
+        bad("validation_split", "is not supported by ControlNet training yet: set it to 0", "dataset")
+    if cfg.masked_loss:
+        bad("masked_loss", "reads conditioning_data_dir as masks, which holds the control images here: turn it "
+            "off", "loss")
+    family = local_family(cfg.pretrained_model_name_or_path)
+    if family is not None and family not in FAMILIES:
+        bad("pretrained_model_name_or_path", f"is a {family} model; ControlNets are trained for "
+            f"{', '.join(FAMILIES)} models (whose UNet the ControlNet copies)", "model")
+    missing = missing_controls(cfg) if controls and cfg.train_data_dir.strip() else []
+    if missing:
+        bad("conditioning_data_dir", missing_controls_message(missing), "loss")
+    return found
+
+
+def missing_controls(cfg: TrainConfig) -> list[str]:
+    """The training images (subfolder/name) of train_data_dir with no control image; none when the folders
+    cannot be read (the dataset checks name those)."""
+    try:
+        scan = scan_kohya_folders(Path(cfg.train_data_dir).expanduser(), cfg.caption_extension)
+    except (DatasetLayoutError, OSError):
+        return []
+    conditioning = Path(cfg.conditioning_data_dir).expanduser()
+    missing = []
+    for subset in scan.subsets:
+        images = [item.path for item in subset.images]
+        found, _ = match_masks(control_folder(conditioning, subset.folder, kohya_root=True), images)
+        missing += [f"{subset.folder.name}/{path.name}" for path in images if path not in found]
+    return missing
+
+
+def output_suffix(cfg: TrainConfig) -> str:
+    return ""
+
+
+def outputs(cfg: TrainConfig) -> list[Path]:
+    """The diffusers ControlNet folder and the single file beside it."""
+    out = Path(cfg.output_dir).expanduser()
+    return [out / cfg.output_name, out / f"{cfg.output_name}{SUFFIX}"]
+
+
+def memory_tips(cfg: TrainConfig) -> list[str]:
+    return [] if cfg.gradient_checkpointing else ["turn on gradient_checkpointing"]

@@ -1,0 +1,105 @@
+"""ControlNet: a diffusers ControlNetModel (copied from the UNet, or an existing one) is all that trains; the UNet,
+text encoders and VAE stay frozen and take its residuals. Saved as a diffusers ControlNet folder and a single
+safetensors file with the same (diffusers) keys, which ComfyUI's ControlNet loader reads."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from trainers.core.options import TrainConfig
+from trainers.methods.controlnet.control_images import ControlImages
+from trainers.methods.controlnet.rules import SUFFIX
+from trainers.models import LoadedModel
+from trainers.models.single_file import SAVE_DTYPES
+from trainers.train.diffusion import NoisePredictor, NoiseOptions, diffusion_loss
+from trainers.train.metadata import modelspec_fields
+from trainers.train.method import Method, Trainable, freeze
+from trainers.train.session import Session
+
+
+CONDITIONING_CHANNELS = (16, 32, 96, 256)  # diffusers' and sd-scripts' for SD's VAE (8x)
+
+
+class ControlledUNet(nn.Module):
+    """The frozen UNet with the ControlNet's residuals added, called as the UNet is (the family's denoise)."""
+
+    def __init__(self, unet: nn.Module, controlnet: nn.Module, scale: float) -> None:
+        super().__init__()
+        self.unet, self.controlnet, self.scale = unet, controlnet, scale
+        self.control: torch.Tensor | None = None  # the batch's control images, set before each forward
+
+    def forward(self, sample: torch.Tensor, timestep: torch.Tensor, encoder_hidden_states: torch.Tensor,
+                **kwargs: Any) -> Any:
+        if self.control is None:
+            raise RuntimeError("ControlledUNet called without control images")
+        control = self.control.to(sample.device, sample.dtype)
+        down, mid = self.controlnet(sample, timestep, encoder_hidden_states=encoder_hidden_states,
+                                    controlnet_cond=control, conditioning_scale=self.scale, return_dict=False,
+                                    **kwargs)
+        return self.unet(sample, timestep, encoder_hidden_states, down_block_additional_residuals=down,
+                         mid_block_additional_residual=mid, **kwargs)
+
+
+def load_controlnet(cfg: TrainConfig, model: LoadedModel) -> nn.Module:
+    from diffusers import ControlNetModel
+
+    source = cfg.controlnet_model_name_or_path.strip()
+    if source:
+        return ControlNetModel.from_pretrained(source, torch_dtype=torch.float32)
+    # The control image's embedding halves its size once per VAE downsampling (three times for SD's VAE).
+    halvings = len(model.vae.config.block_out_channels) - 1
+    channels = CONDITIONING_CHANNELS[:halvings + 1]
+    return ControlNetModel.from_unet(model.unet, conditioning_embedding_out_channels=channels).to(torch.float32)
+
+
+class ControlNetFiles:
+    """The output: `<name>/` (ControlNetModel.from_pretrained) and `<name>.safetensors` beside it."""
+
+    suffix = ""
+
+    def __init__(self, cfg: TrainConfig, controlnet: nn.Module) -> None:
+        self.controlnet, self.dtype = controlnet, SAVE_DTYPES[cfg.save_precision]
+        self.metadata = {"ss_output_name": cfg.output_name,
+                         **{f"modelspec.{k}": v for k, v in modelspec_fields(cfg).items()}}
+
+    def save(self, path: Path, epoch: int, step: int) -> None:
+        state = {k: v.detach().to("cpu", self.dtype).contiguous() for k, v in self.controlnet.state_dict().items()}
+        self.controlnet.save_pretrained(str(path), state_dict=state, safe_serialization=True)
+        save_file(state, str(path.with_name(path.name + SUFFIX)),
+                  {**self.metadata, "ss_epoch": str(epoch), "ss_steps": str(step)})
+
+    def nbytes(self) -> int:
+        item = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * item * sum(p.numel() for p in self.controlnet.parameters())
+
+
+class ControlNet(Method):
+    def make_trainable(self, cfg: TrainConfig, session: Session) -> Trainable:
+        model = session.model
+        freeze(model.unet, model.vae, *model.text_encoders)
+        controlnet = load_controlnet(cfg, model).to(next(model.unet.parameters()).device)
+        controlnet.requires_grad_(True)
+        controlnet.train()
+        if cfg.gradient_checkpointing:
+            controlnet.enable_gradient_checkpointing()
+        controlled = ControlledUNet(model.unet, controlnet, cfg.conditioning_scale)
+        # The family's denoise calls the controlled UNet as it calls the UNet.
+        predictor = NoisePredictor(replace(model, unet=controlled), None, cfg.clip_skip, train_text_encoder=False,
+                                   text_encoders_cached=cfg.cache_text_encoder_outputs, memoize=session.memoize_text)
+        controls = ControlImages(session.catalog, Path(cfg.conditioning_data_dir).expanduser(), cfg.seed)
+
+        def objective(predictor: nn.Module, model: LoadedModel, batch: dict[str, Any], opts: NoiseOptions,
+                      weight_dtype: torch.dtype) -> torch.Tensor:
+            controlled.control = controls(batch["keys"])
+            return diffusion_loss(predictor, model, batch, opts, weight_dtype)
+
+        groups = [{"params": list(controlnet.parameters()), "lr": cfg.learning_rate, "name": "controlnet"}]
+        return Trainable(model, predictor, groups, ControlNetFiles(cfg, controlnet), objective=objective)
+
+
+METHOD = ControlNet()
