@@ -42,6 +42,7 @@ from benchmarks.gpu_runner import Part, PartContext, run_part, run_parts  # noqa
 DOC = REPO / "docs" / "performance.md"
 BEGIN, END = "<!-- gpu-check:begin -->", "<!-- gpu-check:end -->"
 TOTAL_S = 420  # the parts' share of the 8 minutes: imports, the environment and the wheels take the rest
+SHARDED, SHARDED_GROUP = "sharded-", "sharded"  # the DeepSpeed and FSDP2 parts (benchmarks/gpu_sharded.py)
 DRY_BUDGET_S = 600  # a part's budget on a CPU (tiny models, but a busy 2-core machine)
 # Packages the parts import (distribution names); the others pinned in requirements.txt are listed, not required.
 REQUIRED = ("torch", "diffusers", "transformers", "accelerate", "safetensors", "peft", "tomlkit", "numpy", "pillow",
@@ -57,6 +58,7 @@ BF16_PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), 
 def parts(sizes: Any) -> list[Part]:
     """Every part, in the order they run: the compass figures first, so a short run still gives them."""
     from benchmarks.gpu_parts import TrainRun, TrainSpec, generate_part, side_by_side_part
+    from benchmarks.gpu_sharded import parts as sharded_parts
 
     swap = {"blocks_to_swap": sizes.flux_swap}
     checkpointed = {"gradient_checkpointing": True}
@@ -85,6 +87,7 @@ def parts(sizes: Any) -> list[Part]:
                                                 "layer_offload_fraction": sizes.flux_offload}))),
         Part("side-by-side", "benchmarks/side_by_side.py sdxl-1024: Atelier vs the diffusers SDXL LoRA example", 120,
              side_by_side_part),
+        *sharded_parts(sizes),  # past the 420 s of a whole run: run them with --only sharded (a call of their own)
     ]
 
 
@@ -245,6 +248,15 @@ def markdown(result: dict) -> str:
             lines.append(f"| {p['name']} | {p['what']} | {_num(p.get('atelier_images_per_s'), 3)} "
                          f"| {_num(p.get('diffusers_images_per_s'), 3)} | {_num(p.get('atelier_vs_diffusers'))} "
                          f"| {_yes(p.get('lora_renders'))} | {_status(p)} |")
+    sharded = [p for p in result["parts"] if p["name"].startswith(SHARDED)]
+    if sharded:
+        lines += ["", "| part | what | s/it | speed vs one process | peak allocated GB | memory vs one process "
+                  "| worst loss difference | losses match one process | status |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in sharded:
+        lines.append(f"| {p['name']} | {p['what']} | {_num(p.get('s_per_step'), 3)} "
+                     f"| {_num(p.get('speed_vs_one_process'))} | {_num(p.get('peak_allocated_gb'))} "
+                     f"| {_num(p.get('memory_vs_one_process'))} | {_sig(p.get('loss_worst_rel_diff'))} "
+                     f"| {_yes(p.get('losses_match'))} | {_status(p)} |")
     others = [p for p in result["parts"] if p["name"] == "side-by-side"]
     for p in others:
         rates = ", ".join(f"{k.removesuffix('_steps_per_s')} {_num(v)} steps/s" for k, v in p.items()
@@ -287,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for gpu_check.json and gpu_check.md")
     parser.add_argument("--dry-run", action="store_true", help="tiny models on the CPU: checks the script itself")
     parser.add_argument("--only", action="append", default=[], metavar="PART", help="run only this part (again "
-                        "for more); --list names them")
+                        f"for more; '{SHARDED_GROUP}': every {SHARDED}* part); --list names them")
     parser.add_argument("--list", action="store_true", help="name the parts and their budgets, and stop")
     parser.add_argument("--total-s", type=float, help=f"time for all the parts (default {TOTAL_S} s; a dry run "
                         "has no limit)")
@@ -328,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.gpu_parts import DRY, REAL, Sizes
 
     sizes = Sizes(**(DRY if args.dry_run else REAL), diffusers_example=args.diffusers_example)
-    unknown = [name for name in args.only if name not in {p.name for p in parts(sizes)}]
+    unknown = [name for name in args.only if name not in {p.name for p in parts(sizes)} | {SHARDED_GROUP}]
     if args.list or unknown:
         if unknown:
             print(f"--only: no part {', '.join(unknown)}; the parts:", file=sys.stderr)
@@ -351,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             result["total_s"] = round(time.monotonic() - started, 1)
             save(result, args.out)
 
-        chosen = [p for p in parts(sizes) if not args.only or p.name in args.only]
+        chosen = [p for p in parts(sizes) if not args.only or p.name in args.only
+                  or (SHARDED_GROUP in args.only and p.name.startswith(SHARDED))]
         run_parts(chosen, sizes, args.total_s or (math.inf if args.dry_run else TOTAL_S),
                   budget_s=DRY_BUDGET_S if args.dry_run else None, on_result=done)
         failed = [p["name"] for p in result["parts"] if p["status"] not in ("ok", "skipped")]

@@ -109,6 +109,32 @@ def test_the_real_size_runs_pass_the_trainers_checks(tmp_path: Path) -> None:
         assert cfg.max_train_steps == 14 and cfg.mixed_precision == "bf16"
 
 
+def test_the_sharded_parts_launch_each_backend_with_its_accelerate_config(tmp_path: Path) -> None:
+    """DeepSpeed ZeRO-3, ZeRO-2 with optimizer offload and FSDP2 at real size: their configs pass the trainers'
+    checks and each launch carries the run's accelerate.yaml of its backend (the dry run launches none of them)."""
+    import yaml
+
+    from benchmarks.gpu_parts import REAL, Sizes
+    from benchmarks.gpu_sharded import ShardedRun
+    from trainers.demo import build_dataset
+
+    sizes = Sizes(**REAL, work=tmp_path)
+    data = build_dataset(tmp_path / "data", folder="100_bench", size=64)
+    runs = {p.name: p.run for p in gpu_check.parts(sizes) if isinstance(p.run, ShardedRun)}
+    launched = {}
+    for name, run in runs.items():
+        command = run.command(run.values(sizes, data, tmp_path / name / "out"), tmp_path / name)
+        config = command[command.index("--config_file") + 1] if "--config_file" in command else None
+        launched[name] = yaml.safe_load(Path(config).read_text())["distributed_type"] if config else "plain"
+        assert command[-3:] == ["benchmarks.gpu_sharded", str(tmp_path / name / "values.json"), str(tmp_path / name)]
+    assert launched == {"sharded-baseline": "plain", "sharded-fsdp2": "FSDP", "sharded-zero2-offload": "DEEPSPEED",
+                        "sharded-zero3": "DEEPSPEED"}
+    zero2 = yaml.safe_load((tmp_path / "sharded-zero2-offload" / "accelerate.yaml").read_text())
+    assert zero2["deepspeed_config"]["offload_optimizer_device"] == "cpu"
+    assert yaml.safe_load((tmp_path / "sharded-zero3" / "accelerate.yaml").read_text())[
+        "deepspeed_config"]["zero_stage"] == 3
+
+
 def _result(parts: list[dict]) -> dict:
     return {"dry_run": False, "date": "2026-11-26T10:00:00", "commit": "abc1234", "total_s": 412.0,
             "environment": {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130", "torch_cuda": "13.0",
@@ -169,9 +195,11 @@ def test_dry_run_reports_every_part_with_finite_numbers(tmp_path: Path) -> None:
     parts = {p["name"]: p for p in result["parts"]}
     expected = [p.name for p in gpu_check.parts(gpu_check_sizes())]
     assert list(parts) == expected
+    skipped = {name for name in parts if name == "side-by-side" or name.startswith(gpu_check.SHARDED)}
     problems = {name: p.get("error") or p.get("note") for name, p in parts.items()
-                if p["status"] != ("skipped" if name == "side-by-side" else "ok")}
+                if p["status"] != ("skipped" if name in skipped else "ok")}
     assert problems == {}
+    assert all("passed Validate" in parts[name]["note"] for name in skipped - {"side-by-side"})
     for name, p in parts.items():
         numbers = TRAINING if "lora" in name or "finetune" in name else GENERATION if "generate" in name else ()
         bad = {key: p.get(key) for key in numbers if not (isinstance(p.get(key), (int, float)) and
