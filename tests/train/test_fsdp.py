@@ -45,7 +45,9 @@ def one_process(tiny_sd1_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     work = tmp_path_factory.mktemp("one process")
     data = build_dataset(work / "data", folder="2_sks shape")
     base = {**VALUES, "pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data)}
-    assert train("finetune", work / "run", **base, output_dir=str(work / "out")) == 0
+    # its step-2 state (save_state) is what a DDP run leaves: the FSDP2 test below resumes it
+    assert train("finetune", work / "run", **base, output_dir=str(work / "out"), save_every_n_steps=2,
+                 save_state=True) == 0
     return base, work / "out" / "finetune"
 
 
@@ -84,6 +86,23 @@ def test_fsdp2_two_processes_resume_after_a_kill_to_the_one_process_weights(one_
     assert sum(p.numel() for p in pipe.unet.parameters()) == sum(t.numel() for t in unet_weights(reference).values())
 
 
+def test_a_ddp_state_resumes_into_fsdp2_on_two_processes_to_the_one_process_weights(one_process, tiny_sd1_dir: Path,
+                                                                                    tmp_path: Path) -> None:
+    """A state saved by a plain (DDP) run keys its optimizer state by position; FSDP2 shards it by parameter name."""
+    base, reference = one_process
+    ddp_state = reference.parent / "finetune-step00000002-state"
+    assert ddp_state.is_dir()
+    values = {**base, "output_dir": str(tmp_path / "two"), "num_processes": 2, "distributed_backend": "fsdp",
+              "ddp_timeout": 2, "resume": str(ddp_state)}
+    resumed = run_trainer(sets(**values), tmp_path / "run", sharded_launcher(tmp_path),
+                          env=hook_env(ACCELERATE_USE_CPU="1"), method="finetune")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    evs = events(tmp_path / "run")
+    assert next(e for e in evs if e["type"] == "resume")["step"] == 2
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [3, 4]
+    assert_same_unet(reference, tmp_path / "two" / "finetune", tiny_sd1_dir)
+
+
 def test_deepspeed_zero2_two_processes_train_the_one_process_weights(one_process, tiny_sd1_dir: Path,
                                                                      tmp_path: Path) -> None:
     """DeepSpeed's CPU accelerator over gloo, launched with the run's DeepSpeed accelerate.yaml (ZeRO-2)."""
@@ -97,12 +116,14 @@ def test_deepspeed_zero2_two_processes_train_the_one_process_weights(one_process
 
 
 def test_fsdp2_shards_a_lora_run_and_saves_the_same_lora_file(tiny_sd1_dir: Path, tmp_path: Path) -> None:
-    """A LoRA on a base model too big for one GPU: FSDP2 shards base and network; the file is the one-process one."""
+    """A LoRA on a base model too big for one GPU: FSDP2 shards base and network; the file is the one-process one,
+    and so is the validation loss (every process joins each validation pass's gathers)."""
     from trainers.methods.lora.file_format import read_lora_file
 
     data = build_dataset(tmp_path / "data", folder="2_sks shape")
     base = {**VALUES, "pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data),
-            "network_dim": 4, "network_alpha": 2, "max_train_steps": 2}
+            "network_dim": 4, "network_alpha": 2, "max_train_steps": 2, "validation_split": 0.25,
+            "validate_every_n_steps": 1}
     assert train("lora", tmp_path / "run1", **base, output_dir=str(tmp_path / "one")) == 0
     two = run_trainer(sets(**base, output_dir=str(tmp_path / "two"), num_processes=2, distributed_backend="fsdp",
                            ddp_timeout=2), tmp_path / "run2", sharded_launcher(tmp_path),
@@ -113,3 +134,7 @@ def test_fsdp2_shards_a_lora_run_and_saves_the_same_lora_file(tiny_sd1_dir: Path
     moved = max(t.abs().max().item() for k, t in a.items() if k.endswith("lora_up.weight"))  # starts at 0
     worst = max((a[k].float() - b[k].float()).abs().max().item() for k in a)
     assert a.keys() == b.keys() and moved > 1e-3 and worst < 1e-6, f"FSDP2 LoRA differs by {worst}"
+    one_loss, two_loss = ([(e["step"], e["loss"]) for e in events(tmp_path / run) if e["type"] == "validation"]
+                          for run in ("run1", "run2"))
+    assert [s for s, _ in one_loss] == [s for s, _ in two_loss] == [1, 2]
+    assert all(x == pytest.approx(y, rel=1e-5) for (_, x), (_, y) in zip(one_loss, two_loss)), (one_loss, two_loss)

@@ -163,12 +163,27 @@ class TrainingState:
     def _load_optimizer(self, saved: dict[str, Any]) -> None:
         """A state keyed by parameter name (saved under FSDP2) fits any sharding; one keyed by position (DDP) fits
         the same unsharded parameters."""
-        if any(isinstance(key, str) for key in saved.get("state", {})) or self.sharded:
+        by_name = any(isinstance(key, str) for key in saved.get("state", {}))
+        if by_name or self.sharded:
             from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
+            saved = saved if by_name else self._keyed_by_name(saved)  # a DDP state resumed under FSDP2
             set_optimizer_state_dict(self.module, _torch_optimizer(self.optimizer), saved, options=_WHOLE_IN)
         else:
             self.optimizer.load_state_dict(saved)
+
+    def _keyed_by_name(self, saved: dict[str, Any]) -> dict[str, Any]:
+        """A state keyed by position (as DDP saves it) keyed by parameter name: positions follow this optimizer's
+        parameter order, which a run of the same options builds whatever its backend."""
+        names = {id(p): name for name, p in self.named.items()}
+        order = [names[id(p)] for group in _torch_optimizer(self.optimizer).param_groups for p in group["params"]]
+        positions = [i for group in saved["param_groups"] for i in group["params"]]
+        if len(positions) != len(order):
+            raise ValueError(f"it holds {len(positions)} trained tensors and this run trains {len(order)}")
+        name_of = dict(zip(positions, order))
+        return {"state": {name_of[i]: value for i, value in saved["state"].items()},
+                "param_groups": [{**group, "params": [name_of[i] for i in group["params"]]}
+                                 for group in saved["param_groups"]]}
 
     def _mismatches(self, manifest: dict[str, Any]) -> list[str]:
         cfg, family = self.session.cfg, self.session.model.family.name
