@@ -14,7 +14,7 @@ from torch import nn
 
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.chroma.rules import ChromaRules
-from trainers.models.flow import FlowFamily, TextEncoderSpec, run_t5, t5_attention_mask
+from trainers.models.flow import TextEncoderSpec, run_t5, t5_attention_mask
 from trainers.models.flow_latents import image_ids, pack_latents, unpack_latents
 from trainers.models.flux.family import Flux, double_block_targets, single_block_targets
 
@@ -30,8 +30,6 @@ class Chroma(ChromaRules, Flux, ModelFamily):
 
     def checkpoint_variant(self, config: Any) -> "Chroma":
         return self
-
-    to_checkpoint = FlowFamily.to_checkpoint  # not FLUX.1's layout: finetunes are saved as folders
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,7 +23,6 @@ class ChromaRules(FluxRules):
     modelspec_architecture = "chroma"
     detect_priority = 4  # its single files have FLUX.1's double blocks too
     reference_prefixes = GUIDANCE_PREFIXES
-    reads_single_files = False
     checkpoint_parts = (Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
                         Part("vae", "vae.", "ae", "autoencoder"))
 

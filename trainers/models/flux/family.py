@@ -50,11 +50,13 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
         return self.variant(bool(config.guidance_embeds))
 
     def to_checkpoint(self, model: LoadedModel, denoiser_state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """flux1-dev.safetensors' layout (the transformer alone, as sd-scripts' flux_train.py saves it)."""
+        """flux1-dev.safetensors' layout (the transformer alone, as sd-scripts' flux_train.py saves it); a family
+        built on FLUX.1's (Chroma) in its own `reference` module's."""
+        import importlib
+
         from accelerate.utils import extract_model_from_parallel
 
-        from trainers.models.flux import reference
-
+        reference = importlib.import_module(f"trainers.models.{self.name}.reference")
         return reference.to_reference(denoiser_state, extract_model_from_parallel(model.unet).config)
 
     def scheduler_config(self) -> dict[str, Any]:
