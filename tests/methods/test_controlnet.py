@@ -45,6 +45,12 @@ def test_training_images_without_a_control_image_are_named_before_training(tiny_
     assert "1_sks shape/000_red_circle.png" in message or "1_sks shape/000_" in message
     assert "masked_loss" not in message
 
+    prompts = load_config("controlnet", overrides=[f'pretrained_model_name_or_path="{tiny_sd1_dir}"',
+                                                   f'train_data_dir="{dataset}"', f'conditioning_data_dir="{controls}"',
+                                                   'sample_prompt_lines=["a shape --cn nowhere.png"]'])
+    found = {i.field: i.message for i in validate(prompts, check_paths=False)}
+    assert "--cn 'nowhere.png' is not an image file" in found["sample_prompt_lines"]
+
     no_dir = load_config("controlnet", overrides=[f'pretrained_model_name_or_path="{tiny_sd1_dir}"',
                                                   f'train_data_dir="{dataset}"'])
     assert "is needed" in {i.field: i.message for i in validate(no_dir, check_paths=False)}["conditioning_data_dir"]
@@ -59,10 +65,14 @@ def test_sd1_controlnet_trains_saves_and_its_residuals_follow_the_control_image(
     dataset = build_dataset(tmp_path / "data", folder="1_sks shape")
     controls = controls_for(dataset, tmp_path / "controls")
     out, run_dir = tmp_path / "out", tmp_path / "run"
+    control = next((controls / "1_sks shape").iterdir())
     result = run_trainer(cn_args(tiny_sd1_dir, dataset, controls, out, max_train_steps=2, flip_aug=True,
-                                 random_crop=True), run_dir, method="controlnet")
+                                 random_crop=True, sample_every_n_steps=2,
+                                 sample_prompt_lines=[f"sks shape --s 2 --cn {control}", "sks shape --s 2"]),
+                         run_dir, method="controlnet")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert events(run_dir)[-1]["type"] == "done"
+    evs = events(run_dir)
+    assert evs[-1]["type"] == "done" and [e["index"] for e in evs if e["type"] == "sample"] == [0, 1]
 
     controlnet = ControlNetModel.from_pretrained(str(out / "controlnet"))
     single = load_file(str(out / "controlnet.safetensors"))

@@ -29,6 +29,7 @@ class SamplePrompt:
     seed: int | None = None
     cfg_scale: float | None = None
     index: int = 0  # position among the prompts: names the image file and picks the default seed
+    control_image: str | None = None  # --cn: a ControlNet's control image (sd-scripts' option)
 
 
 # An option is `--name` at the start of the line or after whitespace, followed by whitespace or the end.
@@ -69,6 +70,7 @@ _FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "d": ("seed", _whole(0, 2**64 - 1)),
     "l": ("cfg_scale", _cfg),
     "cfg": ("cfg_scale", _cfg),
+    "cn": ("control_image", str),
 }
 
 

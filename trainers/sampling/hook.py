@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import TYPE_CHECKING, Any, ContextManager
 
 from trainers.core.options import parse_resolution
 from trainers.core.prompts import config_prompts
@@ -12,14 +12,18 @@ from trainers.core.rundir import SAMPLES
 from trainers.models import LoadedModel
 from trainers.train.session import Session
 
+if TYPE_CHECKING:
+    from trainers.sampling.pipeline import PerPrompt
 
-def sample_hook(session: Session, model: LoadedModel, weights: Callable[[], ContextManager[Any]] = contextlib.nullcontext
-                ) -> Callable[[int, int], None] | None:
+
+def sample_hook(session: Session, model: LoadedModel, weights: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+                per_prompt: "PerPrompt | None" = None) -> Callable[[int, int], None] | None:
     """A function (step, epoch) -> None that renders the run's sample prompts, or None without prompts.
 
     Every rank renders its share of the prompts; rank 0 then announces all of them as `sample`
     events (names and seeds depend only on the prompt, so rank 0 knows the other ranks' files).
-    `weights` gives the weights to sample with (e.g. an EMA's, swapped in for the duration).
+    `weights` gives the weights to sample with (e.g. an EMA's, swapped in for the duration); `per_prompt` what
+    each prompt renders with (a ControlNet's control image).
     """
     cfg, accelerator = session.cfg, session.accelerator
     prompts = config_prompts(cfg.sample_prompts, cfg.sample_prompt_lines)
@@ -42,7 +46,8 @@ def sample_hook(session: Session, model: LoadedModel, weights: Callable[[], Cont
             generate_samples(model, prompts, out_dir, tag, sampler=cfg.sample_sampler, default_size=size,
                              default_steps=cfg.sample_steps, default_cfg=cfg.sample_cfg_scale, base_seed=cfg.seed,
                              rank=accelerator.process_index, world_size=accelerator.num_processes,
-                             clip_skip=cfg.clip_skip, device=accelerator.device, dtype=session.weight_dtype)
+                             clip_skip=cfg.clip_skip, device=accelerator.device, dtype=session.weight_dtype,
+                             per_prompt=per_prompt)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             for prompt in prompts:

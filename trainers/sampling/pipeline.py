@@ -12,10 +12,10 @@ rank 0 can announce every image (`sample_path`, `sample_event`) after a barrier.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 import torch
 from torch import nn
@@ -24,6 +24,9 @@ from trainers.core.events import Sample
 from trainers.core.fsio import atomic_path
 from trainers.core.prompts import SamplePrompt
 from trainers.models import LoadedModel
+
+# What one prompt renders with, given (prompt, width, height): a ControlNet sets its control image.
+PerPrompt = Callable[[SamplePrompt, int, int], ContextManager[Any]]
 
 
 @dataclass(frozen=True)
@@ -117,13 +120,14 @@ def generate_samples(model: LoadedModel, prompts: list[SamplePrompt], out_dir: P
                      sampler: str = "euler_a", default_size: tuple[int, int], default_steps: int = 20,
                      default_cfg: float = 7.0, base_seed: int = 0, rank: int = 0, world_size: int = 1,
                      clip_skip: int = 1, device: torch.device | str | None = None,
-                     dtype: torch.dtype | None = None) -> list[Path]:
+                     dtype: torch.dtype | None = None, per_prompt: PerPrompt | None = None) -> list[Path]:
     """Render this rank's share of `prompts` (`prompts[rank::world_size]`) to `out_dir/{tag}_{index:02d}.png`.
 
     `default_size` is (width, height) for prompts without --w/--h. A prompt without --d gets the seed
     `base_seed + prompt.index`. `clip_skip` is kohya's (1 = last layer), as in training. `device` is
     where the UNet runs (default: where its weights are); `dtype` fp16/bf16 runs the UNet under
     autocast (pass the training's weight dtype); the VAE decodes in its own dtype, without autocast.
+    `per_prompt` gives the context each prompt renders in (a ControlNet's control image).
     Returns the files this rank wrote.
     """
     _sampler(sampler)  # fail before any work
@@ -140,9 +144,14 @@ def generate_samples(model: LoadedModel, prompts: list[SamplePrompt], out_dir: P
                 cfg_scale=default_cfg if prompt.cfg_scale is None else prompt.cfg_scale,
                 seed=base_seed + prompt.index if prompt.seed is None else prompt.seed,
                 sampler=sampler, clip_skip=clip_skip)
-            image = _render(pipe, model, settings, device, dtype)
+            with (per_prompt or _nothing)(prompt, settings.width, settings.height):
+                image = _render(pipe, model, settings, device, dtype)
             written.append(save_png(image, sample_path(out_dir, tag, prompt), settings.parameters()))
     return written
+
+
+def _nothing(prompt: SamplePrompt, width: int, height: int) -> ContextManager[Any]:
+    return contextlib.nullcontext()
 
 
 @contextlib.contextmanager

@@ -29,8 +29,8 @@ def train(session: Session, trainable: Trainable) -> Path:
     optimizer = build_optimizer(cfg, trainable.param_groups, warn=session.events.warn)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps, plan.num_processes)
     swapping = session.block_swap is not None
-    if swapping:  # placed already: accelerate would move the swapped blocks' weights onto the device
-        trainable.predictor.extra.to(accelerator.device)
+    if swapping and trainable.predictor.extra is not None:  # placed already: accelerate would move the swapped
+        trainable.predictor.extra.to(accelerator.device)  # blocks' weights onto the device (a finetune has no extra)
     predictor, optimizer, loader = accelerator.prepare(trainable.predictor, optimizer, session.loader,
                                                        device_placement=[False, True, True] if swapping else None)
     params = [p for group in optimizer.param_groups for p in group["params"]]  # FSDP2 replaced them with its shards
@@ -40,7 +40,8 @@ def train(session: Session, trainable: Trainable) -> Path:
     modes = OptimizerModes(optimizer, cfg)  # schedule-free optimizers: eval() for samples and saves
     pause = Pauses(session.run_dir, accelerator.is_main_process, modes, report.meter)
     save, guard = Saver(session, trainable, state, pause), LossGuard(cfg, accelerator, params, session.events)
-    sample = pause.around(sample_hook(session, trainable.model, trainable.sampling_weights), "sampling")
+    sample = pause.around(sample_hook(session, trainable.model, trainable.sampling_weights,
+                                      trainable.sampling_prompt), "sampling")
     validate = pause.around(validation_hook(session, trainable.model, predictor, noise, report.meter), "validating")
     at, data_wait = Position(), 0.0
     with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM

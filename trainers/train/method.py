@@ -21,6 +21,7 @@ from trainers.models import LoadedModel
 from trainers.train.diffusion import diffusion_loss
 
 if TYPE_CHECKING:
+    from trainers.core.prompts import SamplePrompt
     from trainers.core.events import EventWriter
     from trainers.train.session import Session
 
@@ -56,6 +57,10 @@ class StepHook:
         """Weights sample images are made with, swapped in for the block (e.g. an EMA)."""
         return contextlib.nullcontext()
 
+    def sampling_prompt(self, prompt: "SamplePrompt", width: int, height: int) -> ContextManager[Any]:
+        """What one sample prompt renders with, set for the block (e.g. a ControlNet's control image)."""
+        return contextlib.nullcontext()
+
     def progress(self) -> dict[str, Any]:
         """Fields this hook adds to the step's progress event (names of trainers.core.events.Progress)."""
         return {}
@@ -80,6 +85,13 @@ class Trainable:
         with contextlib.ExitStack() as stack:
             for hook in self.hooks:
                 stack.enter_context(hook.sampling_weights())
+            yield
+
+    @contextlib.contextmanager
+    def sampling_prompt(self, prompt: "SamplePrompt", width: int, height: int) -> Any:
+        with contextlib.ExitStack() as stack:
+            for hook in self.hooks:
+                stack.enter_context(hook.sampling_prompt(prompt, width, height))
             yield
 
 

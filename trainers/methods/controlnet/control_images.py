@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from PIL import Image
 
@@ -52,3 +53,9 @@ class ControlImages:
         width, height = image.bucket
         prepared = prepare_image(control, width, height, spec.random_crop, gen, flip)
         return (prepared.pixels + 1.0) / 2.0
+
+
+def sample_control(path: Path, width: int, height: int) -> torch.Tensor:
+    """A sample prompt's control image (--cn) as (1, 3, height, width) in [0, 1], stretched to the sample's size."""
+    image = load_image_rgb(path).resize((width, height), resample=Image.Resampling.LANCZOS)
+    return torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0).permute(2, 0, 1)[None].contiguous()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.options import TrainConfig
+from trainers.core.prompts import SamplePrompt, config_prompts
 from trainers.data.kohya_folders import DatasetLayoutError, match_masks, scan_kohya_folders
 from trainers.methods.controlnet.options import SD_SCRIPTS
 from trainers.models.checks import local_family
@@ -56,10 +57,21 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if family is not None and family not in FAMILIES:
         bad("pretrained_model_name_or_path", f"is a {family} model; ControlNets are trained for "
             f"{', '.join(FAMILIES)} models (whose UNet the ControlNet copies)", "model")
+    for prompt in sample_prompts(cfg):
+        if prompt.control_image and not Path(prompt.control_image).expanduser().is_file():
+            bad("sample_prompt_lines", f"prompt {prompt.index + 1}: --cn {prompt.control_image!r} is not an image "
+                "file: give the path of the control image its sample is made with", "sampling")
     missing = missing_controls(cfg) if controls and cfg.train_data_dir.strip() else []
     if missing:
         bad("conditioning_data_dir", missing_controls_message(missing), "loss")
     return found
+
+
+def sample_prompts(cfg: TrainConfig) -> list[SamplePrompt]:
+    try:
+        return config_prompts(cfg.sample_prompts, cfg.sample_prompt_lines)
+    except ValueError:
+        return []  # the sampling checks name a prompt that cannot be read
 
 
 def missing_controls(cfg: TrainConfig) -> list[str]:

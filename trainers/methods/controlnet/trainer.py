@@ -4,6 +4,8 @@ safetensors file with the same (diffusers) keys, which ComfyUI's ControlNet load
 from __future__ import annotations
 
 from dataclasses import replace
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +14,14 @@ from safetensors.torch import save_file
 from torch import nn
 
 from trainers.core.options import TrainConfig
-from trainers.methods.controlnet.control_images import ControlImages
+from trainers.core.prompts import SamplePrompt
+from trainers.methods.controlnet.control_images import ControlImages, sample_control
 from trainers.methods.controlnet.rules import SUFFIX
 from trainers.models import LoadedModel
 from trainers.models.single_file import SAVE_DTYPES
 from trainers.train.diffusion import NoisePredictor, NoiseOptions, diffusion_loss
 from trainers.train.metadata import modelspec_fields
-from trainers.train.method import Method, Trainable, freeze
+from trainers.train.method import Method, StepHook, Trainable, freeze
 from trainers.train.session import Session
 
 
@@ -26,23 +29,56 @@ CONDITIONING_CHANNELS = (16, 32, 96, 256)  # diffusers' and sd-scripts' for SD's
 
 
 class ControlledUNet(nn.Module):
-    """The frozen UNet with the ControlNet's residuals added, called as the UNet is (the family's denoise)."""
+    """The frozen UNet with the ControlNet's residuals added, called as the UNet is: by the family's denoise in
+    training, by the family's pipeline in samples (what it reads of a UNet, config and dtype, is the UNet's)."""
 
     def __init__(self, unet: nn.Module, controlnet: nn.Module, scale: float) -> None:
         super().__init__()
         self.unet, self.controlnet, self.scale = unet, controlnet, scale
-        self.control: torch.Tensor | None = None  # the batch's control images, set before each forward
+        self.control: torch.Tensor | None = None  # (B or 1, 3, H, W) in [0, 1]; None: the UNet alone (samples)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(super().__getattr__("unet"), name)
 
     def forward(self, sample: torch.Tensor, timestep: torch.Tensor, encoder_hidden_states: torch.Tensor,
-                **kwargs: Any) -> Any:
+                return_dict: bool = True, **kwargs: Any) -> Any:
         if self.control is None:
-            raise RuntimeError("ControlledUNet called without control images")
+            return self.unet(sample, timestep, encoder_hidden_states, return_dict=return_dict, **kwargs)
         control = self.control.to(sample.device, sample.dtype)
+        control = control.expand(sample.shape[0], -1, -1, -1) if control.shape[0] == 1 else control
         down, mid = self.controlnet(sample, timestep, encoder_hidden_states=encoder_hidden_states,
                                     controlnet_cond=control, conditioning_scale=self.scale, return_dict=False,
                                     **kwargs)
         return self.unet(sample, timestep, encoder_hidden_states, down_block_additional_residuals=down,
-                         mid_block_additional_residual=mid, **kwargs)
+                         mid_block_additional_residual=mid, return_dict=return_dict, **kwargs)
+
+
+class ControlSamples(StepHook):
+    """Samples go through the ControlNet: the UNet is the controlled one while they render, and a prompt's --cn
+    image (resized to the sample's size, as sd-scripts) is its control; a prompt without one renders unguided."""
+
+    def __init__(self, model: LoadedModel, controlled: ControlledUNet) -> None:
+        self.model, self.controlled = model, controlled
+
+    @contextlib.contextmanager
+    def sampling_weights(self) -> Iterator[None]:
+        unet, self.model.unet = self.model.unet, self.controlled
+        try:
+            yield
+        finally:
+            self.model.unet, self.controlled.control = unet, None
+
+    @contextlib.contextmanager
+    def sampling_prompt(self, prompt: SamplePrompt, width: int, height: int) -> Iterator[None]:
+        self.controlled.control = None if not prompt.control_image else sample_control(
+            Path(prompt.control_image).expanduser(), width, height)
+        try:
+            yield
+        finally:
+            self.controlled.control = None
 
 
 def load_controlnet(cfg: TrainConfig, model: LoadedModel) -> nn.Module:
@@ -99,7 +135,8 @@ class ControlNet(Method):
             return diffusion_loss(predictor, model, batch, opts, weight_dtype)
 
         groups = [{"params": list(controlnet.parameters()), "lr": cfg.learning_rate, "name": "controlnet"}]
-        return Trainable(model, predictor, groups, ControlNetFiles(cfg, controlnet), objective=objective)
+        return Trainable(model, predictor, groups, ControlNetFiles(cfg, controlnet),
+                         hooks=[ControlSamples(model, controlled)], objective=objective)
 
 
 METHOD = ControlNet()

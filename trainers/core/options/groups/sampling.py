@@ -5,7 +5,7 @@ from trainers.core.options.schema import Option
 
 OPTIONS: tuple[Option, ...] = (
     Option("sample_prompts", "str", "", "Prompts file: one prompt a line, with --n negative, --w/--h size, --s steps, "
-           "--d seed, --l CFG scale (# lines skipped).", "sampling", path="file"),
+           "--d seed, --l CFG scale, --cn control image (ControlNet) (# lines skipped).", "sampling", path="file"),
     Option("sample_prompt_lines", "list", [], "Prompts written here instead (or as well), same syntax, one per line.",
            "sampling"),
     Option("sample_every_n_steps", "int", None, "Make sample images every N steps.", "sampling", min=1, nullable=True),
