@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu_prepare.sh             # here: download them into .gpu_wheels/ (versions: requirements.txt)
 #   bash benchmarks/gpu_prepare.sh --install   # there: install them into its python3, no index, no dependencies
 # The machine (docs/performance.md, GPU) has torch, accelerate, transformers 5.x, safetensors, tokenizers,
-# sentencepiece, numpy, pillow, einops, pyyaml and tqdm; what it lacks is all pure Python (a few MB). Not carried:
+# sentencepiece, numpy, pillow, einops, pyyaml and tqdm; what it lacks is mostly pure Python (a few MB; DeepSpeed's
+# dependencies add msgpack, ninja, psutil and pydantic_core binaries for python 3.12). Not carried:
 # torch (its CUDA build is there), bitsandbytes (a 60 MB binary: the 8-bit optimizers stay untested there), gradio
 # (the GUI needs no GPU).
 set -euo pipefail
@@ -13,8 +14,10 @@ wheels=.gpu_wheels
 python=${PYTHON:-python3}
 # wheels of these, at requirements.txt's pins
 CARRY=(diffusers peft toml tomlkit lycoris-lora prodigyopt schedulefree came-pytorch)
-# published as source only: built into a wheel here (pure Python)
-BUILD=(dadaptation)
+# published as source only: built into a wheel here (pure Python; DeepSpeed without its ops, compiled on first use)
+BUILD=(dadaptation deepspeed)
+# what DeepSpeed imports (its dependencies, not pinned in requirements.txt): at the versions this venv runs
+DEEPSPEED_DEPS=(hjson msgpack ninja py-cpuinfo pydantic pydantic_core annotated-types typing-inspection psutil)
 
 pin() {
   local spec
@@ -44,6 +47,9 @@ rm -rf "$wheels"
 mkdir -p "$wheels"
 specs=()
 for name in "${CARRY[@]}"; do specs+=("$(pin "$name")"); done
+for name in "${DEEPSPEED_DEPS[@]}"; do
+  specs+=("$name==$("${pip[0]}" -c 'import importlib.metadata as m, sys; print(m.version(sys.argv[1]))' "$name")")
+done
 "${pip[@]}" download --quiet --no-deps --python-version 3.12 --only-binary=:all: -d "$wheels" "${specs[@]}"
 for name in "${BUILD[@]}"; do
   "${pip[@]}" wheel --quiet --no-deps -w "$wheels" "$(pin "$name")"

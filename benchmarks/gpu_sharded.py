@@ -12,6 +12,7 @@ config as Validate does and writes its accelerate.yaml, and reports the parts sk
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -23,6 +24,7 @@ from typing import Any
 
 from benchmarks.gpu_models import REPO, model_folder
 from benchmarks.gpu_runner import PartContext, Skip
+from benchmarks.pages_benchmark import free_port
 
 BASELINE = "sharded-baseline"
 LOSS_TOLERANCE = 1e-2  # relative, any step: optimizer rounding (DeepSpeed's CPU Adam is not torch's AdamW) only
@@ -68,13 +70,15 @@ class ShardedRun:
             launcher = [sys.executable]
         else:
             launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_yaml),
-                        "--num_processes", "1", "--main_process_port", str(_free_port())]
+                        "--num_processes", "1", "--main_process_port", str(free_port())]
         return [*launcher, "-m", "benchmarks.gpu_sharded", str(run_dir / "values.json"), str(run_dir)]
 
     def __call__(self, ctx: PartContext) -> None:
         from trainers.demo import build_dataset
 
         sizes = ctx.settings
+        if self.backend.get("distributed_backend") == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+            raise Skip("the deepspeed package is not installed here (bash benchmarks/gpu_prepare.sh carries it)")
         work = sizes.work / f"{self.name}-{time.time_ns()}"
         ctx.phase("building the dataset and checking the config")
         data = build_dataset(work / "data", folder="100_bench", size=sizes.resolution["sd15"])
@@ -133,14 +137,6 @@ def parts(sizes: Any) -> list[Any]:
     budgets = {BASELINE: 60, "sharded-fsdp2": 60, "sharded-zero2-offload": 150, "sharded-zero3": 90}
     return [Part(name, f"SD1.5 full finetune {resolution(sizes)} px, float32, {STEPS[sizes.tiny]} steps: {words[name]}",
                  budgets[name], ShardedRun(name, backend)) for name, backend in BACKENDS.items()]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env() -> dict[str, str]:
