@@ -130,8 +130,16 @@ class ModelFamily(FamilyRules):
 
     def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
         """The blocks blocks_to_swap keeps in CPU memory (the last ones, as sd-scripts); ValueError when `count`
-        leaves too few on the device."""
-        raise ValueError(f"{self.title} models do not swap blocks")
+        leaves too few on the device. Here a UNet's: its down, mid and up blocks, the last up blocks first."""
+        from trainers.train.block_swap import unet_blocks
+
+        units = unet_blocks(denoiser)
+        if not units:
+            raise ValueError(f"{self.title} models do not swap blocks")
+        if count > len(units) - 2:
+            raise ValueError(f"this UNet has {len(units)} down, mid and up blocks: blocks_to_swap can keep at most "
+                             f"{len(units) - 2} of them in CPU memory")
+        return units[len(units) - count:]
 
     def lora_target_dims(self, targets: list[LoraTarget], args: Mapping[str, str], dim: int) -> dict[str, int] | None:
         """The rank of each of lora_targets' modules under the run's network_args (0: not trained); None: all

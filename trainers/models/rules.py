@@ -136,9 +136,6 @@ class FamilyRules(ABC):
         if values.get("save_diffusers_lora"):
             issues.append(ConfigIssue("save_diffusers_lora", f"diffusers reads the kohya files of {self.title} LoRAs "
                                       "itself: leave it off", "network"))
-        issues += [ConfigIssue(name, f"offloads SD3 and FLUX transformer blocks; {self.title} models fit without it: "
-                               "unset it", "precision") for name in ("blocks_to_swap", "layer_offload_fraction")
-                   if values.get(name)]
         return issues + self.network_arg_issues(values)
 
     def network_arg_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:

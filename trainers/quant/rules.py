@@ -23,9 +23,18 @@ def quant_issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if base_precision(values) != "none" and cfg.base_weights:
         bad("base_weights", "cannot be merged into a quantized base model: set base_model_precision = 'none' (and "
             "fp8_base off)")
+    return found + offload_issues(cfg)
+
+
+def offload_issues(cfg: TrainConfig) -> list[ConfigIssue]:
+    """layer_offload_fraction and blocks_to_swap (LoRAs and full finetunes)."""
+    values = cfg.values
+    found = []
     if values.get("layer_offload_fraction") and values.get("blocks_to_swap"):
-        bad("layer_offload_fraction", "and blocks_to_swap both say how many blocks to offload: keep one")
-    if values.get("layer_offload_fraction") and not cfg.gradient_checkpointing:
-        bad("layer_offload_fraction", "saves memory only with gradient_checkpointing (without it every block's weights "
-            "stay on the GPU until the backward pass): set gradient_checkpointing = true")
+        found.append(ConfigIssue("layer_offload_fraction", "and blocks_to_swap both say how many blocks to offload: "
+                                 "keep one", "precision"))
+    found += [ConfigIssue(name, "saves memory only with gradient_checkpointing (without it every block's weights stay "
+                          "on the GPU until the backward pass): set gradient_checkpointing = true", "precision")
+              for name in ("layer_offload_fraction", "blocks_to_swap")
+              if values.get(name) and not cfg.gradient_checkpointing]
     return found

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.options import TrainConfig
+from trainers.quant.rules import offload_issues
 
 FORMATS = {"diffusers": [""], "safetensors": [".safetensors"], "both": ["", ".safetensors"]}  # save_model_as
 
@@ -18,7 +19,7 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if cfg.cache_text_encoder_outputs and cfg.train_text_encoder:
         found.append(ConfigIssue("cache_text_encoder_outputs", "needs frozen text encoders: set train_text_encoder = "
                                  "false, or turn caching off", "dataset"))
-    return found
+    return found + offload_issues(cfg)
 
 
 def output_suffix(cfg: TrainConfig) -> str:

@@ -60,9 +60,6 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if cfg.fp8_base and cfg.mixed_precision == "no":
         bad("fp8_base", "computes in the mixed-precision dtype: set mixed_precision to 'bf16' (or 'fp16')", "precision")
     found += quant_issues(cfg)
-    if cfg.values.get("blocks_to_swap") and not cfg.gradient_checkpointing:
-        bad("blocks_to_swap", "saves memory only with gradient_checkpointing (without it every block's weights "
-            "stay on the GPU until the backward pass): set gradient_checkpointing = true", "precision")
     if cfg.cache_text_encoder_outputs and not cfg.network_train_unet_only:
         bad("cache_text_encoder_outputs", "needs frozen text encoders: set network_train_unet_only = true, or turn "
             "caching off", "dataset")

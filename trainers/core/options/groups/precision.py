@@ -18,10 +18,12 @@ OPTIONS: tuple[Option, ...] = (
            "the memory of bf16 weights, e.g. FLUX.1 on 16-24 GB. LoRA only; needs mixed_precision. The text encoders "
            "keep their precision (sd-scripts casts them too).", "precision", methods=methods_training("network"),
            advanced=True),
-    Option("blocks_to_swap", "int", None, "SD3 and FLUX LoRAs: keep this many transformer blocks' weights in CPU "
-           "memory, each moved to the GPU only while it runs (as sd-scripts; FLUX counts a double block as two "
-           "single ones). Less GPU memory, slower steps; needs gradient_checkpointing.", "precision",
-           methods=methods_training("network"), min=1, nullable=True, advanced=True),
+    Option("blocks_to_swap", "int", None, "Keep this many of the denoiser's blocks' weights in CPU memory, each "
+           "moved to the GPU only while it runs (as sd-scripts; FLUX counts a double block as two single ones, an "
+           "SD1/SDXL UNet counts its down, mid and up blocks). LoRAs and full finetunes (the offloaded weights' "
+           "optimizer step and states then in CPU memory). Less GPU memory, slower steps; needs "
+           "gradient_checkpointing.", "precision", methods=methods_training("network") | methods_training("full"),
+           min=1, nullable=True, advanced=True),
     Option("base_model_precision", "str", "none", "Store the frozen base UNet or transformer quantized, computed in "
            "the mixed_precision dtype: 'fp8' (every layer in 8-bit floats; what fp8_base turns on), 'int8' or 'int4' "
            "(torchao, weight-only, Linear layers), 'nf4' (bitsandbytes 4-bit, Linear layers). Less GPU memory, some "
@@ -32,11 +34,13 @@ OPTIONS: tuple[Option, ...] = (
            "base_model_precision). Worth it when their outputs are not cached (T5-XXL takes 9.5 GB in bf16). LoRA only.",
            "precision", methods=methods_training("network"), choices=("none", "fp8", "int8", "int4", "nf4"),
            advanced=True),
-    Option("layer_offload_fraction", "float", None, "SD3 and FLUX LoRAs: keep this share of the transformer's "
-           "blocks (0.5 = half) in pinned CPU memory, each copied to the GPU one block ahead on a side stream while "
-           "the previous one runs (forward and backward). blocks_to_swap gives a count instead. Less GPU memory, "
-           "slower steps; needs gradient_checkpointing.", "precision", methods=methods_training("network"), min=0.0,
-           max=0.95, nullable=True, advanced=True),
+    Option("layer_offload_fraction", "float", None, "Keep this share of the denoiser's blocks (0.5 = half; a "
+           "transformer's blocks, a UNet's down, mid and up blocks) in pinned CPU memory, each copied to the GPU one "
+           "block ahead on a side stream while the previous one runs (forward and backward). LoRAs and full "
+           "finetunes (the offloaded weights' optimizer step and states then in CPU memory). blocks_to_swap gives a "
+           "count instead. Less GPU memory, slower steps; needs gradient_checkpointing.", "precision",
+           methods=methods_training("network") | methods_training("full"), min=0.0, max=0.95, nullable=True,
+           advanced=True),
     Option("no_half_vae", "bool", False, "Keep the VAE in float32 (SDXL's VAE overflows in fp16 and always "
            "stays float32 under fp16).", "precision", advanced=True),
 )
