@@ -2,7 +2,8 @@
 
 Against one plain one-process finetune: an FSDP2 run on 2 processes x batch 1 that saves a sharded-then-gathered
 training state at step 2 and is killed at step 3 (a rank fails), then resumed, must end on its weights and write a
-diffusers folder that loads; so must a ZeRO-2 run. An FSDP2 LoRA saves the one-process LoRA file.
+diffusers folder that loads; so must a ZeRO-2 run, and an FSDP2 run resumed from the one-process (DDP) run's step-2
+state. An FSDP2 LoRA saves the one-process LoRA file and reports the one-process validation loss.
 """
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ def test_fsdp2_shards_a_lora_run_and_saves_the_same_lora_file(tiny_sd1_dir: Path
     data = build_dataset(tmp_path / "data", folder="2_sks shape")
     base = {**VALUES, "pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data),
             "network_dim": 4, "network_alpha": 2, "max_train_steps": 2, "validation_split": 0.25,
-            "validate_every_n_steps": 1}
+            "validate_every_n_steps": 1, "validate_every_n_epochs": 10}
     assert train("lora", tmp_path / "run1", **base, output_dir=str(tmp_path / "one")) == 0
     two = run_trainer(sets(**base, output_dir=str(tmp_path / "two"), num_processes=2, distributed_backend="fsdp",
                            ddp_timeout=2), tmp_path / "run2", sharded_launcher(tmp_path),
