@@ -251,7 +251,8 @@ def markdown(result: dict) -> str:
     sharded = [p for p in result["parts"] if p["name"].startswith(SHARDED)]
     if sharded:
         lines += ["", "| part | what | s/it | speed vs one process | peak allocated GB | memory vs one process "
-                  "| worst loss difference | losses match one process | status |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| worst loss difference | losses match one process | status |",
+                  "|---|---|---|---|---|---|---|---|---|"]
     for p in sharded:
         lines.append(f"| {p['name']} | {p['what']} | {_num(p.get('s_per_step'), 3)} "
                      f"| {_num(p.get('speed_vs_one_process'))} | {_num(p.get('peak_allocated_gb'))} "

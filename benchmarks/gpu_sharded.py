@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -47,6 +49,7 @@ class ShardedRun:
     """One finetune launched as the GUI launches it; with `backend` values, compared against the baseline part."""
     name: str
     backend: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 60.0  # the launched processes' (short of the part's budget: a cut part cannot end them)
 
     def values(self, sizes: Any, data: Path, output: Path) -> dict[str, Any]:
         return {**VALUES, **self.backend, "train_data_dir": str(data), "output_dir": str(output),
@@ -81,14 +84,14 @@ class ShardedRun:
             raise Skip("the deepspeed package is not installed here (bash benchmarks/gpu_prepare.sh carries it)")
         work = sizes.work / f"{self.name}-{time.time_ns()}"
         ctx.phase("building the dataset and checking the config")
-        data = build_dataset(work / "data", folder="100_bench", size=sizes.resolution["sd15"])
+        data = build_dataset(work / "data", folder="100_bench", size=resolution(sizes))
         values = self.values(sizes, data, work / "out")
         command = self.command(values, work / "run")
         if sizes.tiny:
             raise Skip("not run in a dry run (needs a CUDA GPU: ZeRO-3 is refused on CPU processes, DeepSpeed's CPU "
                        "Adam is compiled first); its config passed Validate and its accelerate.yaml was written")
         ctx.phase(f"training: {' '.join(command[1:4])}")
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=_env())
+        done = launch(command, self.timeout_s)
         progress = [e for e in _events(work / "run") if e["type"] == "progress"]
         if done.returncode != 0 or not progress:
             raise RuntimeError(f"the run exited {done.returncode}: {done.stderr[-1200:]}")
@@ -99,6 +102,19 @@ class ShardedRun:
             ctx.report(**compared(mine, baseline))
         elif self.backend:
             ctx.report(note=f"no losses of {BASELINE} to compare with")
+
+
+def launch(command: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Run `command` in a process group of its own, ended whole (launcher and workers) when it outlasts timeout_s."""
+    with subprocess.Popen(command, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as process:
+        try:
+            out, err = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            err += f"\n(ended after {timeout_s:.0f} s)"
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 def resolution(sizes: Any) -> int:
@@ -136,12 +152,10 @@ def parts(sizes: Any) -> list[Any]:
              "sharded-zero3": "DeepSpeed ZeRO-3, one process"}
     budgets = {BASELINE: 60, "sharded-fsdp2": 60, "sharded-zero2-offload": 150, "sharded-zero3": 90}
     return [Part(name, f"SD1.5 full finetune {resolution(sizes)} px, float32, {STEPS[sizes.tiny]} steps: {words[name]}",
-                 budgets[name], ShardedRun(name, backend)) for name, backend in BACKENDS.items()]
+                 budgets[name], ShardedRun(name, backend, budgets[name] - 10)) for name, backend in BACKENDS.items()]
 
 
 def _env() -> dict[str, str]:
-    import os
-
     return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
 
 

@@ -151,8 +151,12 @@ def test_the_table_names_the_compass_figures_and_replaces_the_docs_gpu_section(t
              {"name": "flux-lora-bf16-swap", "what": "FLUX.1-dev LoRA 512 px", "status": "cut",
               "note": "over its 100 s budget while training"},
              {"name": "generate-sdxl", "what": "SDXL 1024 px", "status": "ok", "atelier_images_per_s": 0.52,
-              "diffusers_images_per_s": 0.5, "atelier_vs_diffusers": 1.04, "lora_renders": True}]
+              "diffusers_images_per_s": 0.5, "atelier_vs_diffusers": 1.04, "lora_renders": True},
+             {"name": "sharded-zero3", "what": "ZeRO-3", "status": "ok", "s_per_step": 0.25, "peak_allocated_gb": 9.1,
+              "speed_vs_one_process": 0.8, "memory_vs_one_process": 0.65, "loss_worst_rel_diff": 0.0123,
+              "losses_match": False}]
     text = gpu_check.markdown(_result(parts))
+    assert "| sharded-zero3 | ZeRO-3 | 0.250 | 0.80 | 9.10 | 0.65 | 0.0123 | **NO** | ok |" in text
     assert "**SDXL LoRA 1024 px, batch 1**: 0.41 s/it (2.44 it/s), MFU 31.2 %" in text
     assert "fp8 16.8 GB (1.90 it/s)" in text and "bf16-swap – (– it/s)" in text
     assert "| **NO** |" in text  # the FLUX fp8 LoRA that did not load back stands out
