@@ -95,3 +95,19 @@ def test_what_is_missing_or_of_another_family_is_named(chroma: tuple[Path, dict[
     assert train("lora", tmp_path / "run", pretrained_model_name_or_path=model, ae=files["ae"],
                  train_data_dir=str(tmp_path), output_dir=str(out), max_train_steps=1) != 0
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_an_sd_scripts_chroma_config_with_its_files_validates(chroma: tuple[Path, dict[str, str]],
+                                                              tmp_path: Path) -> None:
+    from trainers.core.options.kohya_import import import_kohya_file
+
+    _, files = chroma
+    toml = tmp_path / "chroma.toml"  # sd-scripts' docs/flux_train_network.md Chroma example with its files
+    toml.write_text("\n".join(['model_type = "chroma"', 'network_module = "networks.lora_flux"',
+                               "apply_t5_attn_mask = true", "guidance_scale = 0.0", 'timestep_sampling = "sigmoid"',
+                               'model_prediction_type = "raw"',
+                               *(f'{k} = "{files[k]}"' for k in ("pretrained_model_name_or_path", "t5xxl", "ae"))]),
+                    encoding="utf-8")
+    _, values, _ = import_kohya_file(toml)
+    assert values["model_family"] == "chroma" and values["t5xxl"] == files["t5xxl"]
+    assert _issues(**values) == []
