@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageOps
@@ -91,3 +92,45 @@ def test_sd1_controlnet_trains_saves_and_its_residuals_follow_the_control_image(
         down_black, _ = controlnet(latents, 10, text, controlnet_cond=black, return_dict=False)
         down_white, _ = controlnet(latents, 10, text, controlnet_cond=white, return_dict=False)
     assert any(not torch.allclose(a, b) for a, b in zip(down_black, down_white))
+
+
+def test_a_sample_with_a_control_image_goes_through_the_controlnet(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    from diffusers import ControlNetModel
+
+    from trainers.core.prompts import parse_prompt_lines
+    from trainers.methods.controlnet.trainer import ControlledUNet, ControlSamples
+    from trainers.models import load_model
+    from trainers.sampling.pipeline import generate_samples
+
+    model = load_model(str(tiny_sd1_dir), "auto", torch.float32)
+    unet = model.unet
+    halvings = len(model.vae.config.block_out_channels) - 1
+    controlnet = ControlNetModel.from_unet(unet, conditioning_embedding_out_channels=(16, 32, 96, 256)[:halvings + 1])
+    with torch.no_grad():  # a trained ControlNet's zero convolutions are no longer zero
+        for p in [*controlnet.controlnet_down_blocks.parameters(), *controlnet.controlnet_mid_block.parameters()]:
+            p.normal_(std=0.5, generator=torch.Generator().manual_seed(1))
+    hook = ControlSamples(model, ControlledUNet(unet, controlnet, 1.0))
+    Image.new("RGB", (40, 40), "white").save(tmp_path / "white.png")
+    prompts = parse_prompt_lines(["a shape --s 2 --d 3", f"a shape --s 2 --d 3 --cn {tmp_path / 'white.png'}"])
+
+    def render(folder: str, per_prompt: object = None) -> list[np.ndarray]:
+        files = generate_samples(model, prompts, tmp_path / folder, "s", default_size=(32, 32), per_prompt=per_prompt)
+        return [np.asarray(Image.open(f), dtype=np.int16) for f in files]
+
+    plain, _ = render("base")
+    with hook.sampling_weights():
+        without, controlled = render("controlnet", hook.sampling_prompt)
+    assert model.unet is unet  # the UNet is the model's own again after sampling
+    assert np.array_equal(without, plain)  # no --cn: the ControlNet takes no part
+    assert np.abs(controlled - plain).max() > 0
+
+
+def test_the_kohya_export_runs_sd_scripts_controlnet_script_with_the_control_images() -> None:
+    from trainers.core.options.kohya_export import sd_scripts_command
+
+    argv, text, _ = sd_scripts_command(load_config("controlnet", overrides=[
+        "conditioning_data_dir='/data/edges'", "controlnet_model_name_or_path='/models/cn'", "conditioning_scale=0.5",
+        "max_train_steps=5"]), family="sdxl")
+    assert "sdxl_train_control_net.py" in argv
+    assert 'conditioning_data_dir = "/data/edges"' in text and 'controlnet_model_name_or_path = "/models/cn"' in text
+    assert "conditioning_scale" not in text  # an option of ours that sd-scripts does not have

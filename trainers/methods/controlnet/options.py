@@ -10,6 +10,7 @@ GROUPS = {"controlnet": "ControlNet"}
 OPEN_GROUPS = ("controlnet",)
 SD_SCRIPTS: dict[str, str] = {"sd1": "train_control_net.py", "sd2": "train_control_net.py",
                               "sdxl": "sdxl_train_control_net.py"}
+SD_SCRIPTS_OPTIONS = ("controlnet_model_name_or_path",)  # those scripts read it by this name
 
 OPTIONS: tuple[Option, ...] = (
     Option("controlnet_model_name_or_path", "str", "", "An existing ControlNet to train further: a diffusers "
