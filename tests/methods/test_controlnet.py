@@ -134,3 +134,25 @@ def test_the_kohya_export_runs_sd_scripts_controlnet_script_with_the_control_ima
     assert "sdxl_train_control_net.py" in argv
     assert 'conditioning_data_dir = "/data/edges"' in text and 'controlnet_model_name_or_path = "/models/cn"' in text
     assert "conditioning_scale" not in text  # an option of ours that sd-scripts does not have
+
+
+def test_each_control_image_is_resized_cropped_and_flipped_as_its_training_image(tmp_path: Path) -> None:
+    from trainers.data.catalog import build_catalog
+    from trainers.data.dataset import CaptionedImages, flip_of
+    from trainers.methods.controlnet.control_images import ControlImages
+
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape")  # 96 px wide, 96-128 px high
+    controls = tmp_path / "controls" / "1_sks shape"
+    controls.mkdir(parents=True)
+    for image in (dataset / "1_sks shape").glob("*.png"):  # each image is its own control image
+        Image.open(image).save(controls / image.name)
+    cfg = load_config("controlnet", overrides=[f'train_data_dir="{dataset}"', 'resolution="64"', "flip_aug=true",
+                                               "random_crop=true", "enable_bucket=false", "seed=5"])
+    catalog = build_catalog(cfg.values, [])
+    samples = CaptionedImages(catalog, lambda captions: [torch.zeros(len(captions), 4)], seed=cfg.seed)
+    control = ControlImages(catalog, tmp_path / "controls", cfg.seed)
+    keys = [(epoch, index) for epoch in range(3) for index in range(len(samples))]
+    for epoch, index in keys:
+        pixels = samples[(epoch, index, False)]["pixels"]
+        assert torch.allclose(control(torch.tensor([[epoch, index]]))[0], (pixels + 1) / 2, atol=1e-6)
+    assert {flip_of(True, cfg.seed, epoch, index)[0] for epoch, index in keys} == {True, False}  # both were drawn
