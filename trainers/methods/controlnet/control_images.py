@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from trainers.core.errors import ConfigError, ConfigIssue
-from trainers.data.catalog import Catalog
+from trainers.data.catalog import Catalog, CatalogImage
 from trainers.data.dataset import decode_sample, flip_of
 from trainers.data.images import load_image_rgb, prepare_image
 from trainers.data.kohya_folders import match_masks
@@ -38,6 +38,13 @@ class ControlImages:
     def __init__(self, catalog: Catalog, conditioning_dir: Path, seed: int) -> None:
         self.catalog, self.seed = catalog, seed
         self.files = control_files(catalog, conditioning_dir)
+        self.sizes: dict[Path, tuple[int, int]] = {}
+
+    def decoded_size(self, image: CatalogImage) -> tuple[int, int]:
+        """The size the training image is decoded at (a large JPEG's reduced one): it decides the crop's range."""
+        if image.path not in self.sizes:
+            self.sizes[image.path] = decode_sample(image)[0].size
+        return self.sizes[image.path]
 
     def __call__(self, keys: torch.Tensor) -> torch.Tensor:
         return torch.stack([self.one(int(epoch), int(index)) for epoch, index in keys.tolist()])
@@ -46,10 +53,10 @@ class ControlImages:
         image = self.catalog.images[self.catalog.samples[index]]
         spec = self.catalog.subsets[image.subset].spec
         flip, gen = flip_of(spec.flip_aug, self.seed, epoch, index)
-        decoded, _ = decode_sample(image)  # its decoded size (a large JPEG's reduced one) decides the crop's range
+        size = self.decoded_size(image)
         control = load_image_rgb(self.files[image.path])
-        if control.size != decoded.size:
-            control = control.resize(decoded.size, resample=Image.Resampling.LANCZOS)
+        if control.size != size:
+            control = control.resize(size, resample=Image.Resampling.LANCZOS)
         width, height = image.bucket
         prepared = prepare_image(control, width, height, spec.random_crop, gen, flip)
         return (prepared.pixels + 1.0) / 2.0
