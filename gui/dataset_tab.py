@@ -8,7 +8,9 @@ small thumbnails made in a temp folder (the page serves files from the temp and 
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,8 @@ from trainers.dataset_edit.tags import OPS, BulkOp
 
 THUMBS = Path(tempfile.gettempdir()) / "atelier-thumbs"
 THUMB_SIDE = 256
+THUMBS_MAX_BYTES = 256 * 2**20  # the thumbnails kept, least recently shown removed first
+THUMBS_MAX_AGE_S = 14 * 86400  # and none not shown for longer
 MAX_SHOWN = 400  # images in the gallery at once; a filter narrows a larger dataset
 MAX_ROWS = 50  # rows of a preview or a list in the report
 ALL = "all concepts"
@@ -54,7 +58,9 @@ def thumbnail(image: Path) -> str | None:
     info = image.stat()
     key = hashlib.sha1(f"{image}\0{info.st_size}\0{info.st_mtime_ns}".encode()).hexdigest()
     thumb = THUMBS / f"{key}.webp"
-    if not thumb.exists():
+    if thumb.exists():
+        thumb.touch()  # shown now: pruned last
+    else:
         try:
             with Image.open(image) as im:
                 small = ImageOps.exif_transpose(im).convert("RGB")
@@ -64,6 +70,26 @@ def thumbnail(image: Path) -> str | None:
         except (OSError, ValueError, Image.DecompressionBombError):
             return None
     return str(thumb)
+
+
+def prune_thumbnails(max_bytes: int = THUMBS_MAX_BYTES, max_age_s: float = THUMBS_MAX_AGE_S) -> int:
+    """Remove the thumbnails not shown for `max_age_s`, then the least recently shown until they take `max_bytes`
+    at most; returns how many were removed."""
+    try:
+        thumbs = sorted((entry.stat().st_mtime, entry.stat().st_size, Path(entry.path))
+                        for entry in os.scandir(THUMBS) if entry.name.endswith(".webp"))
+    except OSError:  # no thumbnails yet
+        return 0
+    too_old = time.time() - max_age_s
+    kept = sum(size for _, size, _ in thumbs)
+    removed = 0
+    for shown, size, path in thumbs:  # the least recently shown first
+        if shown >= too_old and kept <= max_bytes:
+            break
+        path.unlink(missing_ok=True)
+        kept -= size
+        removed += 1
+    return removed
 
 
 def shown_entries(dataset: Dataset, concept: str = ALL, text: str = "") -> list[Entry]:
@@ -304,8 +330,12 @@ def build_dataset_tab(services: Any) -> DatasetTab:
         return stats_text(stats) + (f"\n\n**Most common tags**: {tags}" if tags else "")
 
     edits = {report} | view_outputs
-    open_btn.click(view, inputs=view_inputs, outputs=view_outputs)
-    folder.submit(view, inputs=view_inputs, outputs=view_outputs)
+    def on_open(path: str, ext: str, wanted: str, filter_text: str) -> dict:
+        prune_thumbnails()
+        return view(path, ext, wanted, filter_text)
+
+    open_btn.click(on_open, inputs=view_inputs, outputs=view_outputs)
+    folder.submit(on_open, inputs=view_inputs, outputs=view_outputs)
     for control in (concept, search):
         control.input(view, inputs=view_inputs, outputs=view_outputs, show_progress="hidden")
     gallery.select(on_select, inputs=[listed, extension], outputs=[selected, caption])
