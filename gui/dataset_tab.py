@@ -53,23 +53,44 @@ ALL = "all concepts"
 TOKEN_LIMITS = (CLIP_LIMIT, 150, 225)  # sd-scripts' max_token_length: CLIP's 75 tokens in one to three chunks
 
 
-def thumbnail(image: Path) -> str | None:
-    """A small copy of `image` in the temp folder (made once per file version); None when it cannot be read."""
-    info = image.stat()
-    key = hashlib.sha1(f"{image}\0{info.st_size}\0{info.st_mtime_ns}".encode()).hexdigest()
-    thumb = THUMBS / f"{key}.webp"
+def mask_of(entry: Entry, root: Path) -> Path | None:
+    """The mask trainers.masks wrote for `entry`'s image, if any: in `<dataset>_masks` (a job over the whole dataset)
+    or `<concept folder>_masks` (a job over one folder), the image's relative path with .png."""
+    image = entry.image
+    candidates = [(entry.concept.folder.parent / f"{entry.concept.folder.name}_masks" / image.name).with_suffix(".png")]
+    if image.is_relative_to(root):
+        candidates.insert(0, (root.parent / f"{root.name}_masks" / image.relative_to(root)).with_suffix(".png"))
+    return next((mask for mask in candidates if mask.is_file()), None)
+
+
+def thumbnail(image: Path, mask: Path | None = None) -> str | None:
+    """A small copy of `image` in the temp folder (made once per version of the image and its mask), with what the
+    mask leaves out of the loss tinted red; None when the image cannot be read."""
+    versions = [f"{path}\0{info.st_size}\0{info.st_mtime_ns}" for path in (image, mask) if path
+                for info in [path.stat()]]
+    thumb = THUMBS / f"{hashlib.sha1(chr(1).join(versions).encode()).hexdigest()}.webp"
     if thumb.exists():
         thumb.touch()  # shown now: pruned last
-    else:
-        try:
-            with Image.open(image) as im:
-                small = ImageOps.exif_transpose(im).convert("RGB")
-                small.thumbnail((THUMB_SIDE, THUMB_SIDE))
-                THUMBS.mkdir(parents=True, exist_ok=True)
-                small.save(thumb, quality=85)
-        except (OSError, ValueError, Image.DecompressionBombError):
-            return None
+        return str(thumb)
+    try:
+        with Image.open(image) as im:
+            small = ImageOps.exif_transpose(im).convert("RGB")
+            small.thumbnail((THUMB_SIDE, THUMB_SIDE))
+            if mask is not None:
+                small = _overlay(small, mask)
+            THUMBS.mkdir(parents=True, exist_ok=True)
+            small.save(thumb, quality=85)
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
     return str(thumb)
+
+
+def _overlay(small: Image.Image, mask: Path) -> Image.Image:
+    """`small` tinted red where the mask is dark (left out of the loss), in proportion to how dark."""
+    with Image.open(mask) as m:
+        kept = m.convert("L").resize(small.size)
+    left_out = kept.point(lambda v: (255 - v) * 6 // 10)  # at most 60% red: the image stays readable
+    return Image.composite(Image.new("RGB", small.size, (230, 30, 30)), small, left_out)
 
 
 def prune_thumbnails(max_bytes: int = THUMBS_MAX_BYTES, max_age_s: float = THUMBS_MAX_AGE_S) -> int:
@@ -99,18 +120,25 @@ def shown_entries(dataset: Dataset, concept: str = ALL, text: str = "") -> list[
             if (concept in ("", ALL) or e.concept.folder.name == concept) and wanted in e.caption.casefold()]
 
 
-def gallery_rows(entries: Iterable[Entry]) -> list[tuple[str, str, str]]:
-    """(thumbnail, caption shown under it, image path) of each image whose thumbnail could be made."""
-    return [(thumb, e.caption or f"(no caption: {e.concept.tokens!r})", str(e.image)) for e in entries
-            if (thumb := thumbnail(e.image))]
+def gallery_rows(entries: Iterable[Entry], root: Path | None = None) -> list[tuple[str, str, str]]:
+    """(thumbnail, caption shown under it, image path) of each image whose thumbnail could be made; with the
+    dataset's `root`, its mask over each image that has one (see mask_of)."""
+    rows = []
+    for e in entries:
+        mask = mask_of(e, root) if root is not None else None
+        if thumb := thumbnail(e.image, mask):
+            shown = e.caption or f"(no caption: {e.concept.tokens!r})"
+            rows.append((thumb, f"{shown} · masked" if mask else shown, str(e.image)))
+    return rows
 
 
 def gallery_items(folder: str | Path, caption_extension: str = ".txt", concept: str = ALL,
                   text: str = "") -> list[tuple[str, str]]:
-    """(thumbnail, caption) of each image the Dataset tab's gallery shows for the dataset at `folder`: call it to
-    refresh the gallery after captions (or masks) change on disk."""
-    entries = shown_entries(open_dataset(folder, caption_extension), concept, text)[:MAX_SHOWN]
-    return [(thumb, shown) for thumb, shown, _ in gallery_rows(entries)]
+    """(thumbnail, caption) of each image the Dataset tab's gallery shows for the dataset at `folder`, masks over
+    them: call it to refresh the gallery after captions or masks change on disk."""
+    dataset = open_dataset(folder, caption_extension)
+    rows = gallery_rows(shown_entries(dataset, concept, text)[:MAX_SHOWN], dataset.root)
+    return [(thumb, shown) for thumb, shown, _ in rows]
 
 
 def summary(dataset: Dataset, shown: int) -> str:
@@ -246,7 +274,7 @@ def build_dataset_tab(services: Any) -> DatasetTab:
             return {status: f"### Not opened\n{plain(err)}", gallery: [], listed: []}
         names = [c.folder.name for c in dataset.concepts]
         wanted = wanted if wanted in names else ALL
-        rows = gallery_rows(shown_entries(dataset, wanted, filter_text)[:MAX_SHOWN])
+        rows = gallery_rows(shown_entries(dataset, wanted, filter_text)[:MAX_SHOWN], dataset.root)
         head = f"{message}\n\n" if message else ""
         return {status: head + summary(dataset, len(rows)), gallery: [(t, c) for t, c, _ in rows],
                 listed: [path for _, _, path in rows],

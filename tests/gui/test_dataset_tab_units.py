@@ -33,3 +33,28 @@ def test_thumbnails_are_pruned_by_age_then_least_recently_shown(tmp_path: Path, 
     assert dataset_tab.prune_thumbnails(max_bytes=one + 1) == 2  # the least recently shown go first
     assert sorted(thumbs.iterdir()) == [made[1]]
     assert dataset_tab.thumbnail(images[0]) == str(made[0])  # a removed one is made again when shown
+
+
+def test_gallery_shows_the_masks_a_mask_job_wrote(tmp_path: Path, thumbs: Path) -> None:
+    """A mask job over the dataset writes `<dataset>_masks/<concept>/<name>.png`: the gallery tints red what the mask
+    leaves out of the loss, and shows the image unchanged where no mask is."""
+    from PIL import Image
+
+    concept = tmp_path / "data" / "5_sks fox"
+    concept.mkdir(parents=True)
+    for name in ("masked", "plain"):
+        Image.new("RGB", (64, 64), (128, 128, 128)).save(concept / f"{name}.png")
+        (concept / f"{name}.txt").write_text(f"fox {name}", encoding="utf-8")
+    before = dataset_tab.gallery_items(tmp_path / "data")
+    masks = tmp_path / "data_masks" / "5_sks fox"
+    masks.mkdir(parents=True)
+    mask = Image.new("L", (64, 64), 255)
+    mask.paste(0, (0, 0, 32, 64))  # the left half left out of the loss
+    mask.save(masks / "masked.png")
+    after = dataset_tab.gallery_items(tmp_path / "data")
+    assert [caption for _, caption in after] == ["fox masked · masked", "fox plain"]
+    assert after[1] == before[1]
+    with Image.open(after[0][0]) as thumb:
+        left, right = thumb.convert("RGB").getpixel((4, 32)), thumb.convert("RGB").getpixel((60, 32))
+    assert left[0] > left[1] + 60  # red over the left-out half
+    assert abs(right[0] - right[1]) < 8  # the kept half unchanged grey
