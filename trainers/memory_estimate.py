@@ -117,9 +117,11 @@ def model_size(cfg: TrainConfig) -> ModelSize | None:
     known = [size for size in map(published_size, FAMILY_NAMES) if size is not None]
     like = published or min(known, key=lambda s: abs(s.denoiser - denoiser.params))
     scale = denoiser.params / like.denoiser
+    # a single-file UNet's blocks are not named as blocks_to_swap counts them: the family's count
+    units = denoiser.swap_units or like.swap_units
     return ModelSize(denoiser.params, denoiser.linear, total["text_encoder"].params, total["text_encoder"].linear,
                      total["vae"].params, denoiser.lora_per_rank, total["text_encoder"].lora_per_rank,
-                     denoiser.swap_units, "the model's files", like.native_pixels, like.activations_gb * scale,
+                     units, "the model's files", like.native_pixels, like.activations_gb * scale,
                      like.activations_checkpointed_gb * scale)
 
 
@@ -143,18 +145,24 @@ def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bo
     full = method_spec(cfg.method).trains == "full"
     out = MemoryEstimate(source=size.source, setting=setting)
     gpu, host = out.gpu, out.host
+    # an offloaded block is on the GPU only while it runs, and the next one arrives meanwhile
+    in_flight = 2 / size.swap_units if setting.offload and size.swap_units else 0.0
+    on_device = min(1.0, 1.0 - setting.offload + in_flight)
     if full:
+        # an offloaded block's gradients go to host RAM as they come, and the optimizer steps it (and keeps its
+        # states) there
         trained = 2 if values.get("full_bf16") or values.get("full_fp16") else 4
-        gpu["denoiser weights"] = size.denoiser * trained / GB
-        gpu["gradients"] = size.denoiser * trained / GB
-        gpu["optimizer states"] = size.denoiser * state_bytes(cfg.optimizer_type) / GB
+        states = size.denoiser * state_bytes(cfg.optimizer_type)
+        gpu["denoiser weights"] = size.denoiser * trained * on_device / GB
+        gpu["gradients"] = size.denoiser * trained * on_device / GB
+        gpu["optimizer states"] = states * (1.0 - setting.offload) / GB
+        if setting.offload:
+            host["offloaded blocks, gradients and optimizer states"] = (
+                (size.denoiser * trained * 2 + states) * setting.offload / GB)
         trainable_text = size.text_encoders if _trains_text_encoders(cfg) else 0
     else:
         weights = _quantized(size.denoiser, size.denoiser_linear, setting.base, dtype_bytes)
-        kept = 1.0 - setting.offload
-        # an offloaded block is on the GPU only while it runs, and the next one arrives meanwhile
-        in_flight = 2 / size.swap_units if setting.offload and size.swap_units else 0.0
-        gpu["denoiser weights"] = weights * min(1.0, kept + in_flight) / GB
+        gpu["denoiser weights"] = weights * on_device / GB
         if setting.offload:
             host["offloaded blocks (pinned)"] = weights * setting.offload / GB
         rank = int(values.get("network_dim") or 4)
@@ -210,12 +218,13 @@ def state_bytes(optimizer_type: str) -> float:
 def fitting_settings(cfg: TrainConfig, card_gb: float, limit: int = 3) -> list[tuple[Setting, MemoryEstimate]]:
     """The lightest-touch settings (least quantization, then least offload) whose estimate fits `card_gb`."""
     current = estimate_memory(cfg)
-    if current is None or method_spec(cfg.method).trains == "full":
+    if current is None:
         return []
     can_offload = model_size(cfg).swap_units > 0  # type: ignore[union-attr]
     offloads = (0.0, 0.25, 0.5, 0.75) if can_offload else (0.0,)
     found = []
-    for base in ("none", "int8", "nf4"):  # fp8 takes what int8 takes
+    bases = ("none",) if method_spec(cfg.method).trains == "full" else ("none", "int8", "nf4")  # quantized: LoRAs
+    for base in bases:  # fp8 takes what int8 takes
         for offload in offloads:
             setting = Setting(base, offload)
             if setting == current.setting:

@@ -202,8 +202,8 @@ def test_a_unet_lora_and_finetune_with_blocks_offloaded_train_the_same_weights(t
     full = dict(learning_rate=1e-3, save_model_as="diffusers")
     plain_dir = _full_run(tmp_path, tiny_sd1_dir, "finetune", "full-plain", **full)
     offload_dir = _full_run(tmp_path, tiny_sd1_dir, "finetune", "full-offload", layer_offload_fraction=0.5, **full)
-    weights = "unet/diffusion_pytorch_model.safetensors"
+    weights = "finetune/unet/diffusion_pytorch_model.safetensors"
     from safetensors.torch import load_file
 
     _same_training(load_file(plain_dir / weights), load_file(offload_dir / weights),
-                   load_file(tiny_sd1_dir / weights))
+                   load_file(tiny_sd1_dir / "unet/diffusion_pytorch_model.safetensors"))

@@ -26,7 +26,7 @@ class ModelSize:
     vae: int
     lora_per_rank: int  # LoRA parameters per unit of network_dim on the denoiser's default targets
     text_lora_per_rank: int  # and on the text encoders' (attention and MLP layers)
-    swap_units: int  # what blocks_to_swap counts (two FLUX single blocks count as one)
+    swap_units: int  # what blocks_to_swap counts (two FLUX single blocks count as one; a UNet's down, mid, up blocks)
     source: str  # where the numbers come from, for the message
     native_pixels: int = 1024 * 1024  # the resolution the activation figures below are for
     # Activations of one sample at native_pixels in a 16-bit dtype, in GB: roughly, with and without gradient

@@ -66,7 +66,9 @@ def _counted(kind: str, shapes: dict[str, tuple[int, ...]]) -> Part:
     blocks = {kind: {key.split(".")[1] for key in flat if key.startswith(kind + ".")} for kind in _BLOCK_LISTS}
     singles = len(blocks["single_transformer_blocks"]) + len(blocks["single_blocks"])
     doubles = len(blocks["transformer_blocks"]) + len(blocks["double_blocks"]) + len(blocks["joint_blocks"])
-    units = doubles + singles // 2 if kind == "denoiser" else 0
+    unet = {tuple(key.split(".")[:2]) for key in flat if key.startswith(("down_blocks.", "up_blocks."))}
+    units = doubles + singles // 2 + len(unet) + any(key.startswith("mid_block.") for key in flat)
+    units = units if kind == "denoiser" else 0
     return Part(kind, sum(math.prod(shape) for shape in flat.values()),
                 sum(math.prod(shape) for shape in matrices.values()), lora, units)
 

@@ -40,9 +40,9 @@ SD1 = StableDiffusionRules("sd1", "SD1.x", "sd_v1", "stable-diffusion-v1", ARCH 
                            "https://github.com/CompVis/stable-diffusion",
                            TextEncoderPart("CLIPTextModel", "text_encoder", SD1_TE_PREFIX), 768, detect_priority=0,
                            memory_facts=ModelSize(859_520_964, 270_049_280, CLIP_L, CLIP_L_LINEAR, SD_VAE, 374_016,
-                                                  CLIP_L_LORA, 0, "the published SD1.5 sizes", 512 * 512, 2.6, 0.6))
+                                                  CLIP_L_LORA, 9, "the published SD1.5 sizes", 512 * 512, 2.6, 0.6))
 SD2 = StableDiffusionRules("sd2", "SD2.x", "sd_v2", "stable-diffusion-v2-768-v", ARCH / "sd2_768v",
                            "https://github.com/Stability-AI/stablediffusion",
                            TextEncoderPart("CLIPTextModel", "text_encoder", SD2_TE_PREFIX), 1024, detect_priority=1,
                            memory_facts=ModelSize(865_910_724, 272_000_000, 340_387_840, 289_406_976, SD_VAE, 374_016,
-                                                  423_936, 0, "the published SD2.1 sizes", 768 * 768, 5.0, 1.0))
+                                                  423_936, 9, "the published SD2.1 sizes", 768 * 768, 5.0, 1.0))

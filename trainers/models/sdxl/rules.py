@@ -17,7 +17,7 @@ class StableDiffusionXLRules(FamilyRules):
     name = "sdxl"
     title = "SDXL"
     memory_facts = ModelSize(2_567_463_684, 2_232_647_680, CLIP_L + CLIP_G, CLIP_L_LINEAR + CLIP_G_LINEAR, SD_VAE,
-                             2_659_840, CLIP_L_LORA + CLIP_G_LORA, 0, "the published SDXL 1.0 sizes", 1024 * 1024, 9.0,
+                             2_659_840, CLIP_L_LORA + CLIP_G_LORA, 7, "the published SDXL 1.0 sizes", 1024 * 1024, 9.0,
                              1.6)
     unet_key_style = "sgm"
     supports_clip_skip = False  # SDXL already uses the penultimate layer of both encoders
