@@ -62,3 +62,39 @@ def test_the_run_panel_shows_the_estimate_beside_the_measured_peak() -> None:
                                              "memory_peak_kind": "cuda"}, progress)
     assert memory_text(view) == ("peak memory 11.50 GB (cuda) · model memory: 11.20 GB estimated, 11.90 GB "
                                  "measured (cuda)")
+
+
+class FakeShared:
+    """The driver's shared GPU memory use (Windows, WDDM), which the test sets."""
+
+    def __init__(self) -> None:
+        self.used = GIB // 8
+
+    def __call__(self) -> int:
+        return self.used
+
+
+def test_a_slow_step_while_the_driver_lends_system_ram_is_named_though_the_card_looks_free() -> None:
+    card, shared = FakeCard(), FakeShared()
+    card.free = 6 * GIB  # WDDM counts what it lends from system RAM as free card memory
+    guard = SpillGuard(TrainConfig("finetune", {"model_family": "sdxl"}), card, read_shared=shared)
+    assert [guard.step(1.0) for _ in range(4)] == [None] * 4
+    assert guard.step(3.0) is None  # slow, but nothing lent beyond what was at the start
+    shared.used += 3 * GIB
+    message = guard.step(3.0)
+    assert message is not None and "3.00 GiB more of system RAM lent to the GPU" in message
+    assert "layer_offload_fraction = 0.5" in message
+
+
+def test_linux_has_no_shared_gpu_memory_and_windows_reads_the_adapters_counter(monkeypatch) -> None:
+    import sys
+
+    from trainers.train import memory_watch
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert memory_watch.shared_memory_reader() is None
+    sample = ('"(PDH-CSV 4.0)","\\\\PC\\GPU Adapter Memory(luid_0x1_phys_0)\\Shared Usage",'
+              '"\\\\PC\\GPU Adapter Memory(luid_0x2_phys_0)\\Shared Usage"\n'
+              '"11/26/2026 05:00:00.000","1073741824.000000","536870912.000000"\n')
+    assert memory_watch.parse_typeperf(sample) == 3 * GIB // 2
+    assert memory_watch.parse_typeperf("Error: no such counter") is None
