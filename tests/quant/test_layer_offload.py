@@ -208,3 +208,17 @@ def test_a_unet_lora_and_finetune_with_blocks_offloaded_train_the_same_weights(t
 
     _same_training(load_file(plain_dir / weights), load_file(offload_dir / weights),
                    load_file(tiny_sd1_dir / "unet/diffusion_pytorch_model.safetensors"))
+
+
+def test_a_finetune_and_a_unet_take_offload_and_are_told_it_needs_gradient_checkpointing() -> None:
+    from trainers.core.options import TrainConfig
+    from trainers.validate import validate
+
+    for method, family in (("finetune", "sdxl"), ("dreambooth", "sd1"), ("lora", "sd1")):
+        for option, value in (("layer_offload_fraction", 0.5), ("blocks_to_swap", 3)):
+            found = [i for i in validate(TrainConfig(method, {"model_family": family, option: value}))
+                     if i.field == option]
+            assert len(found) == 1 and "gradient_checkpointing" in found[0].message, (method, option, found)
+            assert not [i for i in validate(TrainConfig(method, {"model_family": family, option: value,
+                                                                 "gradient_checkpointing": True}))
+                        if i.field == option], (method, option)
