@@ -130,7 +130,7 @@ def estimated_gb(cfg: TrainConfig, family: str, tiny: bool) -> float | None:
 
     if tiny:
         estimate = estimate_memory(cfg, on_gpu=False)
-        return round(estimate.host_gb * 1e9 / 2**30, 2) if estimate else None
+        return round(estimate.host_gb * 1e9 / 2**30, 4) if estimate else None  # a tiny model: megabytes
     estimate = estimate_memory(cfg.replace(model_family=TRAINER_FAMILY.get(family, family)))
     return round(estimate.gpu_gb * 1e9 / 2**30, 2) if estimate else None
 
