@@ -8,7 +8,8 @@ list is refused with a message. Torch-free.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,38 +126,100 @@ def pick(value: str, roots: list[Path], kind: str) -> tuple[Listing | None, str 
     return list_folder(value.removeprefix(OPEN), roots, kind), None
 
 
-def browsable_textbox(kind: str, **textbox: Any) -> gr.Textbox:
-    """A path field (gr.Textbox keyword arguments) with a Browse button inside it and the list it opens beside it.
+PANEL_CSS = """
+#browse-panel {position: sticky; top: 0; z-index: 1000; box-shadow: 0 8px 32px rgba(0, 0, 0, .35);}
+"""  # the page's one list stays in sight above whichever tab opened it
 
-    The button is the textbox's own submit button (Enter opens the list too) and the list one hidden dropdown: a
-    page holds a hundred path fields, and every component more slows its loading."""
+
+@dataclass
+class _PathField:
+    field: gr.Textbox
+    kind: str
+    name: str  # its label, shown above the list it opened
+
+
+_OPEN_PANELS: list[list[_PathField]] = []  # the fields of each browse_panel being built, innermost last
+
+
+def browsable_textbox(kind: str, **textbox: Any) -> gr.Textbox:
+    """A path field (gr.Textbox keyword arguments) with a Browse button inside it (its own submit button: Enter opens
+    the list too). Inside `browse_panel()` the fields share one list; outside one, the field gets a list of its own."""
     field = gr.Textbox(submit_btn="Browse…", **textbox)
-    add_listing(field, kind)
+    if _OPEN_PANELS:
+        _OPEN_PANELS[-1].append(_PathField(field, kind, str(textbox.get("label") or "")))
+    else:
+        add_listing(field, kind)
     return field
 
 
+@contextmanager
+def browse_panel(roots: Callable[[], list[Path]] = current_roots) -> Iterator[None]:
+    """The path fields made inside share one list, shown here and wired on leaving: a page holds a hundred path
+    fields, and a list (and two events) for each made the page slow to build and to load."""
+    with gr.Group(visible=False, elem_id="browse-panel") as panel:
+        listing = gr.Dropdown(choices=[], value=None, label="Pick a folder or file", interactive=True,
+                              elem_id="browse-list", elem_classes=["browse-list"])
+        close = gr.Button("Close", size="sm", elem_id="browse-close")
+    close.click(lambda: gr.Group(visible=False), outputs=panel, show_progress="hidden")
+    fields: list[_PathField] = []
+    _OPEN_PANELS.append(fields)
+    try:
+        yield
+    finally:
+        _OPEN_PANELS.pop()
+    _wire_shared_listing(panel, listing, fields, roots)
+
+
+def _shown(found: Listing, **extra: Any) -> dict:
+    where = str(found.folder) if found.folder else "the folders this GUI may list"
+    info = where + (f" ({found.note})" if found.note else "")
+    return gr.Dropdown(choices=found.choices, value=None, visible=True, info=info, **extra)
+
+
+def _picked(value: str, roots: list[Path], kind: str) -> tuple[dict, str | None]:
+    """(the list's update, the path to put in the field or None) for choosing `value` in the list."""
+    try:
+        found, path = pick(str(value or ""), roots, kind)
+    except BrowseError as err:
+        return gr.Dropdown(choices=[], value=None, info=str(err)), None
+    return (gr.Dropdown(value=None), path) if path is not None else (_shown(found), None)
+
+
+def _wire_shared_listing(panel: gr.Group, listing: gr.Dropdown, fields: list[_PathField],
+                         roots: Callable[[], list[Path]]) -> None:
+    target = gr.State(-1)  # which field the list fills: its index in `fields`
+
+    def opener(index: int) -> Callable[[str], tuple[dict, dict, int]]:
+        def on_open(text: str) -> tuple[dict, dict, int]:
+            found = start_listing(str(text or ""), roots(), fields[index].kind)
+            return gr.Group(visible=True), _shown(found, label=f"Pick for: {fields[index].name}"), index
+        return on_open
+
+    def on_pick(value: str, index: int) -> list[Any]:
+        if not 0 <= index < len(fields):
+            return [gr.skip()] * (len(fields) + 2)
+        update, path = _picked(value, roots(), fields[index].kind)
+        filled = [path if i == index and path is not None else gr.skip() for i in range(len(fields))]
+        return [gr.Group(visible=path is None), update, *filled]
+
+    path_fields = [f.field for f in fields]
+    for index, path_field in enumerate(path_fields):
+        path_field.submit(opener(index), inputs=path_field, outputs=[panel, listing, target], show_progress="hidden")
+    listing.input(on_pick, inputs=[listing, target], outputs=[panel, listing, *path_fields],
+                  show_progress="hidden")
+
+
 def add_listing(field: gr.Textbox, kind: str, roots: Callable[[], list[Path]] = current_roots) -> gr.Dropdown:
-    """The list `field`'s submit (its Browse button) opens; picking a file or `use this folder` fills the field."""
+    """A list of its own beside `field`, which its submit (its Browse button) opens; picking a file or `use this
+    folder` fills the field."""
     listing = gr.Dropdown(choices=[], value=None, visible=False, label="Pick a folder or file", interactive=True,
                           elem_id=f"{field.elem_id}-browse" if field.elem_id else None, elem_classes=["browse-list"])
 
-    def shown(found: Listing) -> dict:
-        where = str(found.folder) if found.folder else "the folders this GUI may list"
-        info = where + (f" ({found.note})" if found.note else "")
-        return gr.Dropdown(choices=found.choices, value=None, visible=True, info=info)
+    def on_pick(value: str) -> tuple[dict, Any]:
+        update, path = _picked(value, roots(), kind)
+        return (update, gr.skip()) if path is None else (gr.Dropdown(visible=False, value=None), path)
 
-    def on_open(text: str) -> dict:
-        return shown(start_listing(str(text or ""), roots(), kind))
-
-    def on_pick(value: str) -> tuple[dict, dict]:
-        try:
-            found, path = pick(str(value or ""), roots(), kind)
-        except BrowseError as err:
-            return gr.Dropdown(choices=[], value=None, info=str(err)), gr.skip()
-        if path is not None:
-            return gr.Dropdown(visible=False, value=None), path
-        return shown(found), gr.skip()
-
-    field.submit(on_open, inputs=field, outputs=listing, show_progress="hidden")
+    field.submit(lambda text: _shown(start_listing(str(text or ""), roots(), kind)), inputs=field, outputs=listing,
+                 show_progress="hidden")
     listing.input(on_pick, inputs=listing, outputs=[listing, field], show_progress="hidden")
     return listing

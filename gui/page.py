@@ -16,6 +16,7 @@ from gui.config_import import wire_imports
 from gui.dataset_tab import build_dataset_tab
 from gui.demo_build import DemoBuild, build_demo_notice, check_start
 from gui.docs_pages import DOCS_LINKS
+from gui.folder_browser import PANEL_CSS, browse_panel
 from gui.caption_tab import build_caption_tab
 from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
@@ -44,7 +45,7 @@ CSS = """
 #run-gallery .grid-wrap {min-height: 0; max-height: none;}
 #run-gallery .grid-container {grid-template-columns: repeat(auto-fill, minmax(72px, 1fr)); grid-auto-rows: auto;}
 #run-gallery .gallery-item {aspect-ratio: 1;}
-"""
+""" + PANEL_CSS
 
 
 @dataclass
@@ -71,20 +72,21 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         gr.Markdown(DOCS_LINKS, elem_id="docs-links")
         build_demo_notice(services.demo)
         with gr.Row(equal_height=False):
-            with gr.Column(scale=3):
+            with gr.Column(scale=3), browse_panel():  # every tab's path fields share one Browse list
                 with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays in sight
                     method_tabs = {}
                     for i, method in enumerate(METHODS):  # the first tab (LoRA) opens with the initial preset
                         with gr.Tab(method.title, id=method.name):
                             method_tabs[method.name] = _method_tab(method.name, services, viewed,
                                                                    initial_preset if i == 0 else None, page)
-                    with gr.Tab("Dataset", id="dataset"): build_dataset_tab(services)  # noqa: E701
+                    with gr.Tab("Dataset", id="dataset"):
+                        dataset = build_dataset_tab(services)
                     with gr.Tab("Generate", id="generate"):
                         generate = build_generate_tab(services)
                     with gr.Tab("Tools", id="tools"):
                         build_tools_tab(services)
                     with gr.Tab("Captions & masks", id="captions"):
-                        build_caption_tab(services)
+                        build_caption_tab(services, dataset)  # a finished job shows the dataset again
                     with gr.Tab("Runs", id="runs"):
                         _runs_tab(services, viewed)
             with gr.Column(scale=2, elem_id="run-column"):

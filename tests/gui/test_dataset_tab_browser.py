@@ -94,8 +94,9 @@ def test_gallery_caption_edit_and_bulk_edit_with_undo(tab, root: Path) -> None:
 def test_folder_browser_lists_the_root_and_refuses_outside_it(tab, root: Path) -> None:
     _type(tab, "dataset-folder", "/etc")
     tab.locator("#dataset-folder").get_by_role("button", name="Browse…").click()
-    listing = tab.locator("#dataset-folder-browse")
+    listing = tab.locator("#browse-list")  # the page's one list, named after the field it fills
     expect(listing).to_be_visible()
+    expect(listing).to_contain_text("Pick for: Dataset folder or dataset .toml")
     expect(listing).to_contain_text("the folders this GUI may list")  # /etc is outside: it starts at the roots
     listing.locator("input").click()
     options = tab.get_by_role("option")
@@ -107,6 +108,12 @@ def test_folder_browser_lists_the_root_and_refuses_outside_it(tab, root: Path) -
     listing.locator("input").click()
     tab.get_by_role("option", name=f"✓ use this folder: {root / 'data'}", exact=True).click()
     expect(tab.locator("#dataset-folder textarea, #dataset-folder input").first).to_have_value(str(root / "data"))
+    expect(listing).to_be_hidden()
+    tab.get_by_role("button", name="Statistics").click()
+    model = tab.locator("#dataset-model")  # another field's Browse opens the same list for that field
+    model.get_by_role("button", name="Browse…").click()
+    expect(listing).to_contain_text("Pick for: Model folder")
+    tab.locator("#browse-close").click()
     expect(listing).to_be_hidden()
     _type(tab, "dataset-folder", "/etc")
     tab.locator("#dataset-open").click()
