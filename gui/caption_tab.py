@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 
 from gui.checks import TypedPath, paths_outside
+from gui.dataset_tab import DatasetTab
 from gui.forms import make_widget
 from gui.generate_tab import ActiveJob
 from gui.jobs import JobError
@@ -112,8 +113,9 @@ def resume_values(job_dir: Path) -> dict[str, Any]:
     return {"verb": verb, **cfg.values, "resume": str(job_dir)}
 
 
-def build_caption_tab(services: Any) -> None:
-    """Render the tab inside the current gradio context (call within `gr.Tab`)."""
+def build_caption_tab(services: Any, dataset: DatasetTab | None = None) -> None:
+    """Render the tab inside the current gradio context (call within `gr.Tab`); a job that ends shows `dataset`'s
+    open dataset again (its new captions and masks)."""
     runs_dir: Path = services.runs_dir
     job = gr.BrowserState("", storage_key="atelier-caption-job")
     forms: dict[str, tuple[dict[str, gr.components.Component], gr.Button]] = {}
@@ -169,18 +171,22 @@ def build_caption_tab(services: Any) -> None:
         services.jobs.stop(runs_dir / job_id)
         return "Asked the job to stop: the files it finished stay, Resume does the rest."
 
+    reload = [dataset.reload] if dataset else []
+
     def tick(job_id: str, shown: Any) -> list[Any]:
         job_id, adopted = ACTIVE.shown(runs_dir, job_id)
+        unchanged = [gr.skip()] * (5 + len(reload)) + [shown]
         if not job_id:
-            return [gr.skip()] * 5 + [shown]
+            return unchanged
         v: CaptionView = WATCHERS.view(runs_dir / job_id)
         shown_previews = [r.preview for r in v.results if r.preview and Path(r.preview).is_file()]
         key = (job_id, status_text(v), results_text(v), tuple(shown_previews), v.report)
         if key == shown:
-            return [gr.skip()] * 5 + [shown]
+            return unchanged
         report_text = f"## {plain(v.title)}\n\n{v.report}" if v.report else ""
         gallery = gr.Gallery(value=shown_previews[::-1] or None, visible=bool(shown_previews))
-        return [job_id if adopted else gr.skip(), key[1], key[2], gallery, report_text, key]
+        ended = [gr.skip() if v.state.active else f"{job_id} {v.state}" for _ in reload]
+        return [job_id if adopted else gr.skip(), key[1], key[2], gallery, report_text, *ended, key]
 
     for verb, (widgets, run) in forms.items():
         run.click(lambda data, verb=verb, widgets=widgets: launch(verb, widgets, data),
@@ -188,5 +194,5 @@ def build_caption_tab(services: Any) -> None:
     stop.click(on_stop, inputs=job, outputs=status)
     resume.click(on_resume, inputs=job, outputs={job, status, report, results, previews})
     shown = gr.State(None)
-    gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[job, status, results, previews, report, shown],
+    gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[job, status, results, previews, report, *reload, shown],
                        show_progress="hidden")

@@ -201,6 +201,7 @@ class DatasetTab:
     folder: gr.Textbox
     gallery: gr.Gallery
     status: gr.Markdown
+    reload: gr.State  # a new value shows the open dataset again, read from disk (a finished caption or mask job)
 
 
 def build_dataset_tab(services: Any) -> DatasetTab:
@@ -252,6 +253,7 @@ def build_dataset_tab(services: Any) -> DatasetTab:
             move = gr.Button("Move", elem_id="dataset-move")
     listed = gr.State([])  # the image paths the gallery shows, in its order
     selected = gr.State("")  # the picked image's path
+    reload = gr.State("")
 
     def allowed(path: str | Path) -> str:
         """`path` when the GUI may read it (under the allowed roots, symlinks resolved); else a refusal."""
@@ -362,6 +364,10 @@ def build_dataset_tab(services: Any) -> DatasetTab:
         prune_thumbnails()
         return view(path, ext, wanted, filter_text)
 
+    def on_reload(path: str, ext: str, wanted: str, filter_text: str) -> dict:
+        return view(path, ext, wanted, filter_text) if str(path or "").strip() else {}
+
+    reload.change(on_reload, inputs=view_inputs, outputs=view_outputs, show_progress="hidden")
     open_btn.click(on_open, inputs=view_inputs, outputs=view_outputs)
     folder.submit(on_open, inputs=view_inputs, outputs=view_outputs)
     for control in (concept, search):
@@ -374,5 +380,5 @@ def build_dataset_tab(services: Any) -> DatasetTab:
     create.click(on_create, inputs=view_inputs + [new_name, new_repeats], outputs=edits)
     move.click(on_move, inputs=view_inputs + [selected, target], outputs=edits)
     stats_btn.click(on_stats, inputs=[folder, extension, resolution, buckets, limit, model], outputs=stats_md)
-    return DatasetTab(folder, gallery, status)
+    return DatasetTab(folder, gallery, status, reload)
 
