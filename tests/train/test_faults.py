@@ -21,8 +21,8 @@ from test_resume import dataset, lora, lora_file  # noqa: F401 - fixtures
 
 
 def inject(monkeypatch: pytest.MonkeyPatch, fault: Callable[[int, torch.Tensor], torch.Tensor]) -> None:
-    """Replace the loop's loss with `fault(call number, real loss)` (one call per batch; 1-based)."""
-    import trainers.train.loop as loop
+    """Replace the LoRA's step loss with `fault(call number, real loss)` (one call per batch; 1-based)."""
+    import trainers.methods.lora.objectives as loop  # the LoRA's objective: its images' denoising loss
 
     real, calls = loop.diffusion_loss, [0]
 

@@ -174,7 +174,7 @@ def test_gui_resume_starts_from_the_newest_state_of_a_stopped_run(tmp_path: Path
 
 def test_a_run_that_dies_unsaved_resumes_from_its_rolling_state(lora: dict, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainers.train.loop as loop
+    import trainers.methods.lora.objectives as loop  # the LoRA's objective: its images' denoising loss
 
     real, calls = loop.diffusion_loss, [0]
 
