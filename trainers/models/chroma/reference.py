@@ -16,6 +16,7 @@ from trainers.models.reference_layout import Rule, linear
 
 MARKER = flux.MARKER
 PREFIXES = flux.PREFIXES
+strip_prefix = flux.strip_prefix  # the same nesting as FLUX.1's files
 # what FLUX.1's layout has and Chroma's has not (its modulations come from the distilled guidance layer)
 _NOT_IN_CHROMA = ("time_in.", "vector_in.", "guidance_in.", "final_layer.adaLN_modulation.")
 _MODULATIONS = ("_mod.lin.", "modulation.lin.")
@@ -31,11 +32,6 @@ def rules(double_blocks: int, single_blocks: int, guidance_layers: int) -> list[
         out += linear(f"{guide}layers.{i}.out_layer", f"{guide}layers.{i}.linear_2")
         out.append(Rule(f"{guide}norms.{i}.scale", (f"{guide}norms.{i}.weight",)))
     return out
-
-
-def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The transformer's own tensors of a file (the nesting of all-in-one checkpoints removed)."""
-    return layout.strip_prefix(state, PREFIXES, MARKER)
 
 
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
