@@ -174,6 +174,14 @@ class ActiveJob:
                 self._cached = (time.monotonic(), runs_dir, job_id)
             return job_id
 
+    def stop(self, jobs: Any, runs_dir: Path, job_id: str, asked: str) -> str:
+        """Stop the job a page shows (its own, else the one running now); `asked` says what stopping keeps."""
+        job_id, _ = self.shown(runs_dir, job_id)
+        if not job_id:
+            return "No job to stop."
+        jobs.stop(runs_dir / job_id)
+        return asked
+
     def shown(self, runs_dir: Path, job_id: str) -> tuple[str, bool]:
         """(the job a page shows: its own `job_id`, else the one running now, or "" for none; whether it was
         adopted so)."""
@@ -326,11 +334,7 @@ def build_generate_tab(services: Any) -> GenerateTab:
                 gallery: gr.Gallery(value=[]), grid: gr.Image(value=None, visible=mode == "compare")}
 
     def on_stop(job_id: str) -> str:
-        job_id, _ = ACTIVE.shown(runs_dir, job_id)
-        if job_id:
-            services.jobs.stop(runs_dir / job_id)
-            return "Asked the job to stop: the images made so far are kept."
-        return "No job to stop."
+        return ACTIVE.stop(services.jobs, runs_dir, job_id, "Asked the job to stop: the images made so far are kept.")
 
     def tick(job_id: str, shown: Any) -> list[Any]:
         job_id, adopted = ACTIVE.shown(runs_dir, job_id)

@@ -189,11 +189,7 @@ def build_tools_tab(services: Any) -> None:
                 files: gr.File(value=None, visible=False)}
 
     def on_stop(job_id: str) -> str:
-        job_id, _ = ACTIVE.shown(runs_dir, job_id)
-        if job_id:
-            services.jobs.stop(runs_dir / job_id)
-            return "Asked the job to stop: nothing half-written is kept."
-        return "No job to stop."
+        return ACTIVE.stop(services.jobs, runs_dir, job_id, "Asked the job to stop: nothing half-written is kept.")
 
     def tick(job_id: str, shown: Any) -> list[Any]:
         job_id, adopted = ACTIVE.shown(runs_dir, job_id)
