@@ -1,7 +1,7 @@
 """Import config, on every method tab: our TOML, an sd-scripts --config_file TOML or a kohya_ss JSON.
 
 The file goes to the tab of the method it is for (which is shown). Exactly the options the file decides change,
-whatever their value (trainers.core.options.kohya_import), and the report lists each change as old -> new.
+whatever their value (trainers.adapters.kohya.page_import), and the report lists each change as old -> new.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import gradio as gr
 
 from gui.forms import Form, from_widget, option_for, to_widget
 from gui.text import plain
+from trainers.adapters.kohya.page_import import import_kohya_file
 from trainers.core.options import ConfigError
-from trainers.core.options.kohya_import import import_kohya_file
 
 SHOWN_CHARS = 48  # of a value in the list of changes
 

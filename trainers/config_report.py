@@ -70,7 +70,7 @@ def export_sd_scripts(cfg: TrainConfig, path: Path) -> list[str]:
     to show: the command and the notes, as comments."""
     import shlex
 
-    from trainers.core.options.kohya_export import prompt_file_lines, sd_scripts_command
+    from trainers.adapters.kohya.export import prompt_file_lines, sd_scripts_command
 
     path = Path(path)
     prompts = path.with_suffix(".prompts.txt")

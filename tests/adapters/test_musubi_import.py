@@ -8,7 +8,7 @@ import pytest
 
 from trainers.adapters.musubi.options import read_musubi
 from trainers.core.errors import ConfigError
-from trainers.core.options.kohya_import import import_kohya_file
+from trainers.adapters.kohya.page_import import import_kohya_file
 
 # musubi-tuner's docs/qwen_image.md example, as a --config_file TOML (its model files left out)
 QWEN_LORA = """

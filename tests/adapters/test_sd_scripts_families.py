@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trainers.core.errors import ConfigError
-from trainers.core.options.kohya_import import import_kohya_file
+from trainers.adapters.kohya.page_import import import_kohya_file
 
 # sd-scripts' docs/lumina_train_network.md example as a --config_file TOML (its model files left out)
 LUMINA_LORA = """

@@ -84,9 +84,8 @@ def test_generic_code_never_names_a_model_family() -> None:
     """Adding a family is its folder plus one registry line: nothing else may test for a family by name."""
     own = {spec.package.replace(".", "/") for spec in FAMILIES}
     allowed = {"trainers/core/registry.py",  # the registry itself
-               "trainers/demo.py",  # the demo picks the tiny models it builds
-               "trainers/core/options/kohya_compat.py"}  # sd-scripts' own flags (--sdxl), which we ignore
-    own.add("trainers/adapters")  # other tools' configs name the families those tools train
+               "trainers/demo.py"}  # the demo picks the tiny models it builds
+    own.add("trainers/adapters")  # other tools' configs name the families those tools train (sd-scripts' --sdxl)
     # a method's declarations: the sd-scripts script that trains it for each family (SD_SCRIPTS)
     allowed |= {f"{spec.package.replace('.', '/')}/options.py" for spec in METHODS}
     quoted = re.compile(r"""["'](%s)["']""" % "|".join(map(re.escape, FAMILY_NAMES)))

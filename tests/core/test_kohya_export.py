@@ -13,8 +13,8 @@ from trainers.__main__ import main
 from trainers.config_report import print_config
 from trainers.core.options import ConfigError, load_config
 from trainers.core.options.groups.network import NETWORK_ARG_OPTIONS
-from trainers.core.options.kohya_export import SAME, prompt_file_lines, sd_scripts_command
-from trainers.core.options.kohya_import import import_kohya_file
+from trainers.adapters.kohya.export import SAME, prompt_file_lines, sd_scripts_command
+from trainers.adapters.kohya.page_import import import_kohya_file
 from trainers.core.options.loading import Unset
 from trainers.demo import build_dataset
 

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from trainers.core.options import ConfigError, TrainConfig, config_from_dict
-from trainers.core.options.kohya_import import import_kohya_file
+from trainers.adapters.kohya.page_import import import_kohya_file
 from trainers.demo import build_dataset
 
 CORPUS = Path(__file__).parent / "kohya_corpus"
@@ -156,7 +156,7 @@ def test_corpus_numbers(places: dict[str, Path], capsys: pytest.CaptureFixture[s
 
 
 def test_every_kohya_ss_field_of_the_corpus_is_known() -> None:
-    from trainers.core.options.kohya_json import convert
+    from trainers.adapters.kohya.gui_json import convert
 
     for path in FILES:
         if path.suffix == ".json":
@@ -166,7 +166,7 @@ def test_every_kohya_ss_field_of_the_corpus_is_known() -> None:
 
 
 def test_the_doc_names_every_refused_key() -> None:
-    from trainers.core.options.kohya_keys import REFUSED
+    from trainers.adapters.kohya.keys import REFUSED
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "kohya.md").read_text(encoding="utf-8")
     assert not [key for key in REFUSED if f"`{key}`" not in doc]

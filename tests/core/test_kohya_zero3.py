@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainers.core.options import ConfigError
-from trainers.core.options.kohya_import import import_kohya_file
+from trainers.adapters.kohya.page_import import import_kohya_file
 
 ZERO3 = 'pretrained_model_name_or_path = "/m/sd15.safetensors"\ntrain_data_dir = "/d"\noutput_dir = "/o"\n' \
         "deepspeed = true\nzero_stage = 3\n"

@@ -11,7 +11,7 @@ import torch
 
 from trainers.core.events import EventWriter
 from trainers.core.options import TrainConfig, config_from_dict
-from trainers.core.options.kohya_compat import IGNORED
+from trainers.adapters.kohya.compat import IGNORED
 from trainers.data.captions import CaptionOptions, expand_wildcards, process_caption, warmup_tags
 from trainers.data.catalog import build_catalog
 from trainers.data.checks import dataset_issues

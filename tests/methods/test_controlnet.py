@@ -126,7 +126,7 @@ def test_a_sample_with_a_control_image_goes_through_the_controlnet(tiny_sd1_dir:
 
 
 def test_the_kohya_export_runs_sd_scripts_controlnet_script_with_the_control_images() -> None:
-    from trainers.core.options.kohya_export import sd_scripts_command
+    from trainers.adapters.kohya.export import sd_scripts_command
 
     argv, text, _ = sd_scripts_command(load_config("controlnet", overrides=[
         "conditioning_data_dir='/data/edges'", "controlnet_model_name_or_path='/models/cn'", "conditioning_scale=0.5",

@@ -54,7 +54,7 @@ from trainers.__main__ import _parser
 from trainers.core.errors import ConfigError
 from trainers.core.options import GROUPS, load_config
 from trainers.core.options.docs import options_markdown
-from trainers.core.options.kohya_export import sd_scripts_command
+from trainers.adapters.kohya.export import sd_scripts_command
 
 preset_dir, data_dir, out_dir = sys.argv[1:4]
 with gr.Blocks():

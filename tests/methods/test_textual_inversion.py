@@ -11,7 +11,7 @@ from safetensors import safe_open
 
 from trainers.core.errors import ConfigError
 from trainers.core.options import load_config
-from trainers.core.options.kohya_import import import_kohya_file
+from trainers.adapters.kohya.page_import import import_kohya_file
 from trainers.demo import build_dataset
 from trainers.validate import validate
 
@@ -115,7 +115,7 @@ def test_kohya_ss_textual_inversion_configs_import_into_the_textual_inversion_ta
 
 
 def test_the_kohya_export_runs_sd_scripts_textual_inversion_script_and_says_a_lora_s_word_is_left_out() -> None:
-    from trainers.core.options.kohya_export import sd_scripts_command
+    from trainers.adapters.kohya.export import sd_scripts_command
 
     argv, text, _ = sd_scripts_command(load_config("textual_inversion", overrides=[
         "token_string='zxc'", "num_vectors_per_token=4", "max_train_steps=5"]), family="sdxl")

@@ -99,7 +99,7 @@ def test_what_is_missing_or_of_another_family_is_named(chroma: tuple[Path, dict[
 
 def test_an_sd_scripts_chroma_config_with_its_files_validates(chroma: tuple[Path, dict[str, str]],
                                                               tmp_path: Path) -> None:
-    from trainers.core.options.kohya_import import import_kohya_file
+    from trainers.adapters.kohya.page_import import import_kohya_file
 
     _, files = chroma
     toml = tmp_path / "chroma.toml"  # sd-scripts' docs/flux_train_network.md Chroma example with its files

@@ -47,7 +47,7 @@ def test_int8_and_nf4_need_no_mixed_precision_and_unknown_modes_are_refused() ->
 
 
 def test_the_sd_scripts_export_writes_fp8_base_and_names_what_it_leaves_out() -> None:
-    from trainers.core.options.kohya_export import sd_scripts_command
+    from trainers.adapters.kohya.export import sd_scripts_command
 
     def export(**values: object) -> tuple[str, list[str]]:
         cfg = TrainConfig("lora", {"model_family": "flux", "mixed_precision": "bf16", "gradient_checkpointing": True,

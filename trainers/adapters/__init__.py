@@ -1,4 +1,4 @@
-"""Translators of other tools' configs into Atelier's options (torch-free), listed in trainers/core/registry.py
-CONFIG_ADAPTERS: musubi-tuner (musubi/), sd-scripts' Chroma and Lumina 2 keys (sd_scripts_families.py). The core
-imports none of them by name; sd-scripts' and kohya_ss's own translators still live in trainers/core/options/kohya_*.py.
+"""Translators of other tools' configs into Atelier's options (torch-free), named in trainers/core/registry.py:
+sd-scripts and kohya_ss (kohya/, SD_SCRIPTS_ADAPTER), musubi-tuner (musubi/) and sd-scripts' Chroma and Lumina 2
+keys (sd_scripts_families.py, both CONFIG_ADAPTERS). The core imports none of them by name.
 """

@@ -2,7 +2,7 @@
 (flux_train_network.py with `model_type = "chroma"`) and Lumina Image 2.0 (lumina_train_network.py, its
 networks.lora_lumina and library/lumina_train_util.py's options). A config adapter (trainers/core/registry.py CONFIG_ADAPTERS):
 it claims the sd-scripts files of these families, reads their own keys, and leaves the rest to sd-scripts' reader
-(trainers/core/options/kohya_reading.py).
+(trainers/adapters/kohya/reading.py).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.options.kohya_reading import read_sd_scripts
+from trainers.adapters.kohya.reading import read_sd_scripts
 from trainers.models.lumina2.rules import SYSTEM_PROMPT as LUMINA_SYSTEM_PROMPT
 from trainers.models.lumina2.rules import TEXT_LENGTH as LUMINA_TEXT_LENGTH
 

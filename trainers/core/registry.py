@@ -76,6 +76,8 @@ FAMILIES: tuple[FamilySpec, ...] = (
 # Translators of other tools' config files (trainers/adapters/): each module's claims(flat) says whether a flat
 # TOML is that tool's, and read(flat, method, notes, issues) reads it as our options (sd-scripts' reader otherwise).
 CONFIG_ADAPTERS: tuple[str, ...] = ("trainers.adapters.musubi", "trainers.adapters.sd_scripts_families")
+# sd-scripts' and kohya_ss's formats: their keys in any flat config, kohya_ss JSON, and the flat TOML no adapter claims.
+SD_SCRIPTS_ADAPTER = "trainers.adapters.kohya"
 
 METHOD_NAMES: tuple[str, ...] = tuple(m.name for m in METHODS)
 FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)

@@ -13,9 +13,9 @@ from typing import Any
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options import toml_text as toml
 from trainers.core.options.groups.network import NETWORK_ARG_OPTIONS
-from trainers.core.options.kohya_compat import FAMILY_FLAGS, FAMILY_LORA_MODULE, FAMILY_ONLY
-from trainers.core.options.kohya_json_flow import UNREAD as UNREAD_BY_FLOW
-from trainers.core.options.kohya_keys import SAMPLERS
+from trainers.adapters.kohya.compat import FAMILY_FLAGS, FAMILY_LORA_MODULE, FAMILY_ONLY
+from trainers.adapters.kohya.gui_json_flow import UNREAD as UNREAD_BY_FLOW
+from trainers.adapters.kohya.keys import SAMPLERS
 from trainers.core.options.loading import TrainConfig
 from trainers.core.options.training import DECLARATIONS
 from trainers.core.registry import FAMILY_NAMES, method_spec

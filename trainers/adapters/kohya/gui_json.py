@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.options import kohya_json_flow as flow
-from trainers.core.options.kohya_compat import SDXL_FLAG
-from trainers.core.options.kohya_keys import FAMILY_OF_KEY, TRAINED_HERE, blank, ignored_keys_warning
+from trainers.adapters.kohya import gui_json_flow as flow
+from trainers.adapters.kohya.compat import SDXL_FLAG
+from trainers.adapters.kohya.keys import FAMILY_OF_KEY, TRAINED_HERE, blank, ignored_keys_warning
 from trainers.core.options.training import BY_NAME
 
 

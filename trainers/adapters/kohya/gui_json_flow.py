@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainers.core.options.kohya_compat import SWITCH_FAMILIES
-from trainers.core.options.kohya_keys import blank
+from trainers.adapters.kohya.compat import SWITCH_FAMILIES
+from trainers.adapters.kohya.keys import blank
 
 FLUX_SWITCH, SD3_SWITCH = "flux1_checkbox", "sd3_checkbox"
 FLUX_LORA_TYPE = "Flux1"

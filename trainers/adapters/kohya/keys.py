@@ -12,7 +12,7 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
-from trainers.core.options.kohya_compat import MODEL_TYPE_REFUSED, MODEL_TYPES_HERE
+from trainers.adapters.kohya.compat import MODEL_TYPE_REFUSED, MODEL_TYPES_HERE
 from trainers.core.options.training import BY_NAME
 
 ZERO3_WHERE = "DeepSpeed ZeRO-3 runs on NVIDIA GPUs; CPU processes refuse it"
@@ -74,7 +74,7 @@ OTHER_FAMILIES: dict[str, frozenset[str]] = {
     }),
 }
 FAMILY_OF_KEY: dict[str, str] = {key: message for message, keys in OTHER_FAMILIES.items() for key in keys}
-TRAINED_HERE = "Atelier trains SD1.x, SD2.x, SDXL, SD3/SD3.5 and FLUX.1"
+TRAINED_HERE = "Atelier trains SD1.x, SD2.x, SDXL, SD3/SD3.5, FLUX.1, Chroma, Z-Image, Qwen-Image and Lumina 2"
 
 # sd-scripts' network modules for families not trained here.
 FAMILY_NETWORK_MODULES: dict[str, str] = {

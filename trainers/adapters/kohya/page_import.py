@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigError, ConfigIssue
-from trainers.core.options.kohya_json import read_json_file
-from trainers.core.options.kohya_keys import blank
+from trainers.adapters.kohya.gui_json import read_json_file
+from trainers.adapters.kohya.keys import blank
 from trainers.core.options.loading import (
     TrainConfig,
     config_from_dict,

@@ -11,13 +11,13 @@ import math
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.options.kohya_compat import (
+from trainers.adapters.kohya.compat import (
     DREAMBOOTH_TRAINS_TEXT_ENCODER,
     FAMILY_FLAGS,
     FAMILY_LORA_MODULES,
     NO_CLIP_SKIP,
 )
-from trainers.core.options.kohya_keys import (
+from trainers.adapters.kohya.keys import (
     LYCORIS_UNREAD,
     NETWORK_MODULES,
     SAMPLERS,

@@ -6,17 +6,18 @@ import importlib
 import tomllib
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from trainers.core.errors import ConfigError, ConfigIssue
-from trainers.core.options import kohya_compat, kohya_json, kohya_keys, kohya_reading, toml_text
+from trainers.core.options import toml_text
 from trainers.core.options.migrations import SCHEMA_VERSION, migrate, version_of
 from trainers.core.options.schema import coerce
 from trainers.core.options.training import BY_NAME, GROUPS, options_for
 from trainers.core.options.values import OptionValues
 from trainers.core.paths import windows_path
 from trainers.core.prompts import prompts_file_missing
-from trainers.core.registry import CONFIG_ADAPTERS
+from trainers.core.registry import CONFIG_ADAPTERS, SD_SCRIPTS_ADAPTER
 from trainers.core.secrets import SECRET_KEY, redact
 
 
@@ -41,6 +42,12 @@ class TrainConfig(OptionValues):
         """Every option, sectioned by group. Unset (None) options are left out."""
         header = {"schema_version": SCHEMA_VERSION, "method": self.method}
         return redact(f"# Atelier {self.method} config\n" + toml_text.dumps({**header, **self.sections(GROUPS)}))
+
+
+def sd_scripts_adapter() -> ModuleType:
+    """The adapter of sd-scripts' and kohya_ss's formats (registry.SD_SCRIPTS_ADAPTER): their keys in any flat
+    config, kohya_ss's JSON, and the flat TOML that no other adapter claims."""
+    return importlib.import_module(SD_SCRIPTS_ADAPTER)
 
 
 def closest(name: str, candidates: list[str]) -> str | None:
@@ -181,10 +188,11 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
         if text not in warnings:
             warnings.append(text)
 
+    kohya = sd_scripts_adapter()
     if "network_args" in BY_NAME and method in BY_NAME["network_args"].methods:
         flat = dict(flat)
-        kohya_compat.lift_network_args(flat, issues)
-    refused, handled = kohya_keys.refusals(flat)
+        kohya.lift_network_args(flat, issues)
+    refused, handled = kohya.refusals(flat)
     issues.extend(refused)
     for name, value in flat.items():
         ours = name in BY_NAME and method in BY_NAME[name].methods
@@ -192,17 +200,17 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
             continue
         if ours:  # an option wins over an sd-scripts table entry of the same name
             values[name] = value
-        elif name in kohya_compat.TRANSLATED:
-            if kohya_keys.blank(value):
+        elif name in kohya.TRANSLATED:
+            if kohya.blank(value):
                 continue
             problems: list[str] = []
-            kohya_compat.TRANSLATED[name](value, translated, problems)
+            kohya.TRANSLATED[name](value, translated, problems)
             issues.extend(ConfigIssue(name, p) for p in problems)
-        elif name in kohya_compat.IGNORED:
-            if not kohya_keys.blank(value):
-                warn(f"{name} (sd-scripts) is ignored: {kohya_compat.IGNORED[name]}")
+        elif name in kohya.IGNORED:
+            if not kohya.blank(value):
+                warn(f"{name} (sd-scripts) is ignored: {kohya.IGNORED[name]}")
         elif name not in BY_NAME and SECRET_KEY.search(name):
-            if not kohya_keys.blank(value):
+            if not kohya.blank(value):
                 issues.append(ConfigIssue(name, "secrets are never read from config files (they would be saved and "
                                           "shared with it); set HF_TOKEN or WANDB_API_KEY in the environment instead"))
         elif name not in BY_NAME and name in foreign:
@@ -212,7 +220,7 @@ def config_from_dict(method: str, flat: dict[str, Any], issues: list[ConfigIssue
         else:
             warn(f"{name} is not used by {method} training and is ignored")
     if ignored:
-        warnings.insert(0, kohya_keys.ignored_keys_warning(ignored, BY_NAME, "keys that are not options here "
+        warnings.insert(0, kohya.ignored_keys_warning(ignored, BY_NAME, "keys that are not options here "
                                                            "(sd-scripts ignores unknown keys of a --config_file) are"))
     for name, value in translated.items():
         values.setdefault(name, value)
@@ -253,7 +261,7 @@ def read_config_options(method: str, path: Path | None, overrides: list[str], no
     sd_scripts = False
     written_for: Any = None
     if path is not None and Path(path).suffix.lower() == ".json":
-        converted = kohya_json.read_json_file(Path(path), issues)
+        converted = sd_scripts_adapter().read_json_file(Path(path), issues)
         if converted is not None:
             written_for, flat, sd_scripts = converted.method, converted.options, True
             notes.extend(n for n in converted.notes if n not in notes)
@@ -286,12 +294,12 @@ def read_config_options(method: str, path: Path | None, overrides: list[str], no
 def foreign_reader(flat: dict[str, Any]) -> Callable[[dict[str, Any], str, list[str], list[ConfigIssue]],
                                                       dict[str, Any]]:
     """What reads a foreign flat TOML: the first config adapter (registry.CONFIG_ADAPTERS) that claims it, else
-    sd-scripts' reader."""
+    sd-scripts' reader (SD_SCRIPTS_ADAPTER)."""
     for name in CONFIG_ADAPTERS:
         adapter = importlib.import_module(name)
         if adapter.claims(flat):
             return adapter.read
-    return kohya_reading.read_sd_scripts
+    return sd_scripts_adapter().read
 
 
 def _check_unset(name: str, method: str, issues: list[ConfigIssue]) -> None:
@@ -306,8 +314,8 @@ def load_config(method: str, path: Path | None = None, overrides: list[str] | No
     """Load a config file and apply `--set` overrides (and `--unset` ones: Unset names among them).
 
     The file is one of ours (TOML with [group] sections, or a run's config.toml), an sd-scripts `--config_file`
-    TOML (flat, or sections of any name, read with sd-scripts' meaning: see kohya_reading), or a kohya_ss GUI
-    JSON (what kohya_ss would pass sd-scripts for it). Notes on what was translated go to `warnings`.
+    TOML (flat, or sections of any name, read with sd-scripts' meaning: see trainers/adapters/kohya/reading.py),
+    or a kohya_ss GUI JSON (what kohya_ss would pass sd-scripts for it). Notes on what was translated go to `warnings`.
     """
     issues: list[ConfigIssue] = []
     notes: list[str] = [] if warnings is None else warnings
