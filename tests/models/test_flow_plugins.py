@@ -39,7 +39,7 @@ class Plugin:
     options: dict[str, Any]  # its flow options, as its preset sets them
     keys: tuple[str, ...]  # LoRA modules its file must have (ComfyUI's / sd-scripts' names)
     metadata: dict[str, Any]
-    saves_single_files: bool  # finetunes also saved in the reference single-file layout
+    saves_single_files: bool = False  # finetunes also saved in the reference single-file layout
 
 
 PLUGINS = {
