@@ -59,6 +59,7 @@ class FlowRules(FamilyRules):
     reads_single_files: bool = True  # False: its single files are recognised (reference_prefixes) and refused
     writes_single_files: bool | None = None  # its finetunes' single file (to_checkpoint); None: as reads_single_files
     own_timestep_samplings: frozenset[str] = frozenset()  # its own timestep_sampling values (its draw_sigmas)
+    frozen_text_encoder: str = ""  # its only text encoder, which LoRAs never train (e.g. "Gemma 2"); "": none such
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         return str(index.get("_class_name", "")) == self.pipeline_class
@@ -86,6 +87,7 @@ class FlowRules(FamilyRules):
             if name in values and refused(values[name]):
                 issues.append(ConfigIssue(name, f"{why} ({self.title} trains by flow matching)", group))
         issues += _size_issues(values, self.title) + self.network_arg_issues(values)
+        issues += self._frozen_encoder_issues(values)
         if values.get("network_module", "networks.lora") != "networks.lora":
             issues.append(ConfigIssue("network_module", f"{self.title} LoRAs are trained with 'networks.lora' "
                                       "(sd-scripts' networks.lora_flux / networks.lora_sd3) only", "network"))
@@ -100,6 +102,22 @@ class FlowRules(FamilyRules):
             issues.append(ConfigIssue("save_model_as", f"{self.title} finetunes are saved as diffusers folders only: "
                                       "set save_model_as = 'diffusers'", "saving"))
         return issues + huber_schedule_issue(values, self.title)
+
+    def _frozen_encoder_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """Text-encoder training options set for a family whose text encoder stays frozen (as in musubi-tuner and
+        sd-scripts): named rather than ignored."""
+        if not self.frozen_text_encoder:
+            return []
+        why = (f"{self.title}'s {self.frozen_text_encoder} text encoder is never trained (only the transformer's LoRA "
+               "is, as in musubi-tuner and sd-scripts)")
+        rates = values.get("text_encoder_lr")
+        checks = (("text_encoder_lr", "optimizer", any(rates) if isinstance(rates, list) else bool(rates),
+                   "leave it unset"),
+                  ("network_train_text_encoder_only", "network", bool(values.get("network_train_text_encoder_only")),
+                   "set it to false"),
+                  ("loraplus_text_encoder_lr_ratio", "network",
+                   values.get("loraplus_text_encoder_lr_ratio") is not None, "leave it unset"))
+        return [ConfigIssue(name, f"{why}: {fix}", group) for name, group, is_set, fix in checks if is_set]
 
 
 _BLOCK_ARGS = ("block_dims", "block_alphas", "conv_block_dims", "conv_block_alphas", "down_lr_weight", "mid_lr_weight",

@@ -22,6 +22,7 @@ class Lumina2Rules(FlowRules):
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
     pipeline_class = "Lumina2Pipeline"
     detect_priority = 4  # its single files have NextDiT's refiners, as Z-Image's have
+    frozen_text_encoder = "Gemma 2"
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
                              "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
     own_timestep_samplings = frozenset({"nextdit_shift"})

@@ -14,6 +14,7 @@ class QwenImageRules(FlowRules):
     modelspec_architecture = "Qwen-Image"
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
     pipeline_class = "QwenImagePipeline"
+    frozen_text_encoder = "Qwen2.5-VL"
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
                              "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
     own_timestep_samplings = frozenset({"qwen_shift"})

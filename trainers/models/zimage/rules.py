@@ -14,6 +14,7 @@ class ZImageRules(FlowRules):
     pipeline_class = "ZImagePipeline"
     base_model_version = "z_image"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_Z_IMAGE_FULL)
     modelspec_architecture = "Z-Image"
+    frozen_text_encoder = "Qwen3"
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
                              "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
     # ComfyUI's single files (NextDiT names): recognised and refused by name until they are read

@@ -1,5 +1,5 @@
-"""Options: flow-matching training of SD3/SD3.5, FLUX.1, Chroma and Z-Image models (sd-scripts' names, meanings and
-defaults; musubi-tuner uses the same for Z-Image).
+"""Options: flow-matching training of SD3/SD3.5, FLUX.1, Chroma, Z-Image, Qwen-Image and Lumina 2 models
+(sd-scripts' names, meanings and defaults; musubi-tuner uses the same for Z-Image and Qwen-Image).
 
 They apply to the flow families only; on SD1.x/SD2.x/SDXL models a value other than the default is refused when the
 model is checked (trainers/models: each family's option_issues). Which family reads which option is said in its help.
@@ -16,24 +16,25 @@ WEIGHTING_SCHEMES = ("sigma_sqrt", "logit_normal", "mode", "cosmap", "none", "un
 T5_DTYPE_CHOICES = ("auto", "float32", "fp16", "bf16")
 
 OPTIONS: tuple[Option, ...] = (
-    Option("timestep_sampling", "str", "sigma", "FLUX.1, Chroma and Z-Image: how the noise level (sigma) of each "
-           "image is drawn. 'sigma': from weighting_scheme's density over the schedule shifted by "
-           "discrete_flow_shift; 'uniform': uniform in [0, 1); 'sigmoid': sigmoid of a normal draw times "
+    Option("timestep_sampling", "str", "sigma", "FLUX.1, Chroma, Z-Image, Qwen-Image and Lumina 2: how the noise "
+           "level (sigma) of each image is drawn. 'sigma': from weighting_scheme's density over the schedule shifted "
+           "by discrete_flow_shift; 'uniform': uniform in [0, 1); 'sigmoid': sigmoid of a normal draw times "
            "sigmoid_scale; 'shift': 'sigmoid' then shifted by discrete_flow_shift; 'flux_shift': 'sigmoid' then "
            "shifted by the image's size as FLUX.1 dev samples. sd-scripts' docs recommend 'shift' (with "
            "discrete_flow_shift 3.1582) or 'flux_shift'. Qwen-Image only: 'qwen_shift', 'sigmoid' then shifted by "
            "the image's size as Qwen-Image samples (musubi-tuner's). Lumina 2 only: 'nextdit_shift', uniform then "
            "shifted by the image's size as 'flux_shift' (sd-scripts' advice for Lumina 2).",
            "flow", choices=TIMESTEP_SAMPLINGS),
-    Option("sigmoid_scale", "float", 1.0, "FLUX.1, Chroma and Z-Image: scale of the normal draw of "
-           "timestep_sampling 'sigmoid', 'shift' and 'flux_shift' (larger: closer to uniform).", "flow", min=0,
-           advanced=True),
-    Option("discrete_flow_shift", "float", 3.0, "FLUX.1, Chroma and Z-Image: the shift of timestep_sampling 'shift' "
-           "and 'sigma' (sigma' = shift * sigma / (1 + (shift - 1) * sigma)).", "flow", min=0, advanced=True),
-    Option("model_prediction_type", "str", "sigma_scaled", "FLUX.1 and Chroma: what the transformer's output is taken "
-           "for before the loss. 'raw': the velocity (noise - latents) as it is; 'additive': added to the noisy "
-           "input; 'sigma_scaled': noisy input - sigma x output, with weighting_scheme's loss weights (sd-scripts' "
-           "default; its docs recommend 'raw').", "flow", choices=MODEL_PREDICTION_TYPES),
+    Option("sigmoid_scale", "float", 1.0, "FLUX.1, Chroma, Z-Image, Qwen-Image and Lumina 2: scale of the normal "
+           "draw of timestep_sampling 'sigmoid', 'shift' and 'flux_shift' (larger: closer to uniform).", "flow",
+           min=0, advanced=True),
+    Option("discrete_flow_shift", "float", 3.0, "FLUX.1, Chroma, Z-Image, Qwen-Image and Lumina 2: the shift of "
+           "timestep_sampling 'shift' and 'sigma' (sigma' = shift * sigma / (1 + (shift - 1) * sigma)).", "flow",
+           min=0, advanced=True),
+    Option("model_prediction_type", "str", "sigma_scaled", "FLUX.1, Chroma and Lumina 2: what the transformer's "
+           "output is taken for before the loss. 'raw': the velocity (noise - latents) as it is; 'additive': added "
+           "to the noisy input; 'sigma_scaled': noisy input - sigma x output, with weighting_scheme's loss weights "
+           "(sd-scripts' default; its docs recommend 'raw').", "flow", choices=MODEL_PREDICTION_TYPES),
     Option("guidance_scale", "float", 3.5, "FLUX dev only: the guidance the model's guidance embedding is given "
            "while training (dev is guidance-distilled); sd-scripts' docs recommend 1.0.", "flow", min=0),
     Option("weighting_scheme", "str", "uniform", "Flow families: 'logit_normal' and 'mode' draw the timesteps from "
