@@ -9,7 +9,7 @@ from __future__ import annotations
 from trainers.core.options.schema import Option
 
 COMMON_TIMESTEP_SAMPLINGS = ("sigma", "uniform", "sigmoid", "shift", "flux_shift")  # every family drawing by it
-FAMILY_TIMESTEP_SAMPLINGS = ("qwen_shift", "nextdit_shift")  # one family's own (its help names it)
+FAMILY_TIMESTEP_SAMPLINGS = ("qwen_shift", "nextdit_shift", "flux2_shift")  # one family's own (its help names it)
 TIMESTEP_SAMPLINGS = COMMON_TIMESTEP_SAMPLINGS + FAMILY_TIMESTEP_SAMPLINGS
 MODEL_PREDICTION_TYPES = ("raw", "additive", "sigma_scaled")
 WEIGHTING_SCHEMES = ("sigma_sqrt", "logit_normal", "mode", "cosmap", "none", "uniform")
@@ -23,7 +23,8 @@ OPTIONS: tuple[Option, ...] = (
            "shifted by the image's size as FLUX.1 dev samples. sd-scripts' docs recommend 'shift' (with "
            "discrete_flow_shift 3.1582) or 'flux_shift'. Qwen-Image only: 'qwen_shift', 'sigmoid' then shifted by "
            "the image's size as Qwen-Image samples (musubi-tuner's). Lumina 2 only: 'nextdit_shift', uniform then "
-           "shifted by the image's size as 'flux_shift' (sd-scripts' advice for Lumina 2).",
+           "shifted by the image's size as 'flux_shift' (sd-scripts' advice for Lumina 2). FLUX.2 only: 'flux2_shift', "
+           "'sigmoid' then shifted by FLUX.1's rule for the tokens FLUX.2 reads (musubi-tuner's advice for FLUX.2).",
            "flow", choices=TIMESTEP_SAMPLINGS),
     Option("sigmoid_scale", "float", 1.0, "FLUX.1, Chroma, Z-Image, Qwen-Image and Lumina 2: scale of the normal "
            "draw of timestep_sampling 'sigmoid', 'shift' and 'flux_shift' (larger: closer to uniform).", "flow",
