@@ -18,7 +18,7 @@ from gui.checks import TypedPath, paths_outside
 from gui.dataset_tab import DatasetTab
 from gui.forms import make_widget
 from gui.generate_tab import ActiveJob
-from gui.jobs import JobError
+from gui.jobs import JobError, devices_text, gpu_set
 from gui.run_files import Watchers, format_duration
 from gui.text import plain
 from gui.tools_tab import TITLES, ToolView, ToolWatcher, form_values, option_form, start_checked
@@ -29,6 +29,8 @@ from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.rundir import CONFIG, RunState, read_run_config
 
 SHOWN_RESULTS = 8
+ENDED = (RunState.FINISHED, RunState.FAILED, RunState.STOPPED)  # wrote all it will: the Dataset tab reads it again
+JOB_TITLES = {**TITLES, RunState.QUEUED: "Queued"}
 FORM_TITLES = {"caption": "Captions", "masks": "Masks"}
 
 
@@ -58,9 +60,14 @@ WATCHERS = Watchers(CaptionWatcher)
 ACTIVE = ActiveJob(methods=(JOB_METHOD,))
 
 
-def status_text(v: CaptionView) -> str:
+def status_text(v: CaptionView, waits_for: str = "") -> str:
+    """What the tab says of the job; `waits_for`: what a queued job waits behind (RunQueue.waits_for)."""
     verb = v.status.get("verb", "")
-    lines = [f"### {TITLES.get(v.state, v.state)}: {verb} `{v.job_id}`"]
+    lines = [f"### {JOB_TITLES.get(v.state, v.state)}: {verb} `{v.job_id}`"]
+    if v.state == RunState.QUEUED:
+        behind = f"queued behind {waits_for}" if waits_for else "queued: it starts within seconds"
+        lines.append(f"Waiting for {devices_text(gpu_set(v.status))}, {behind}. It starts by itself when the device "
+                     "is free; **Stop** takes it out of the queue.")
     p = v.progress
     if p is not None and p.stage in VERBS:
         rate = f" · **{p.images_per_s:.2f} images/s**" if getattr(p, "images_per_s", None) else ""
@@ -138,11 +145,22 @@ def build_caption_tab(services: Any, dataset: DatasetTab | None = None) -> None:
     report = gr.Markdown(elem_id="caption-report")
 
     def start(values: dict[str, Any], verb: str) -> dict:
+        said = ""
+
+        def submit(cfg: JobConfig) -> Path:  # queued behind a run that holds the device, where the page has a queue
+            nonlocal said
+            if services.queue is None:
+                job_dir = services.jobs.start_dataset_job(cfg)
+                said = f"Started {verb} `{job_dir.name}`"
+            else:
+                job_dir, said = services.queue.submit_dataset_job(cfg)
+            return job_dir
+
         job_dir, refused = start_checked(lambda: config_from_values(verb, values), lambda cfg: check_config(cfg)
-                                         + _outside_roots(cfg, services.allowed_roots), services.jobs.start_dataset_job)
+                                         + _outside_roots(cfg, services.allowed_roots), submit)
         if job_dir is None:
             return {status: refused}
-        return {job: job_dir.name, status: f"### Started {verb} `{job_dir.name}`", report: "", results: "",
+        return {job: job_dir.name, status: f"### {said}", report: "", results: "",
                 previews: gr.Gallery(value=None, visible=False)}
 
     def launch(verb: str, widgets: dict[str, gr.components.Component], data: dict) -> dict:
@@ -166,6 +184,12 @@ def build_caption_tab(services: Any, dataset: DatasetTab | None = None) -> None:
         if not job_id:
             return "No job to stop."
         v: CaptionView = WATCHERS.view(runs_dir / job_id)
+        if v.state == RunState.QUEUED and services.queue is not None:
+            try:
+                services.queue.cancel(runs_dir / job_id)
+            except JobError as err:  # it started meanwhile
+                return f"### Not taken out of the queue\n{plain(err)}"
+            return f"Took `{job_id}` out of the queue: it never started."
         if not v.state.active:
             return status_text(v)
         services.jobs.stop(runs_dir / job_id)
@@ -180,12 +204,14 @@ def build_caption_tab(services: Any, dataset: DatasetTab | None = None) -> None:
             return unchanged
         v: CaptionView = WATCHERS.view(runs_dir / job_id)
         shown_previews = [r.preview for r in v.results if r.preview and Path(r.preview).is_file()]
-        key = (job_id, status_text(v), results_text(v), tuple(shown_previews), v.report)
+        queued = v.state == RunState.QUEUED and services.queue is not None
+        waits_for = services.queue.waits_for(runs_dir / job_id) if queued else ""
+        key = (job_id, status_text(v, waits_for), results_text(v), tuple(shown_previews), v.report)
         if key == shown:
             return unchanged
         report_text = f"## {plain(v.title)}\n\n{v.report}" if v.report else ""
         gallery = gr.Gallery(value=shown_previews[::-1] or None, visible=bool(shown_previews))
-        ended = [gr.skip() if v.state.active else f"{job_id} {v.state}" for _ in reload]
+        ended = [f"{job_id} {v.state}" if v.state in ENDED else gr.skip() for _ in reload]
         return [job_id if adopted else gr.skip(), key[1], key[2], gallery, report_text, *ended, key]
 
     for verb, (widgets, run) in forms.items():

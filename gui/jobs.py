@@ -237,19 +237,37 @@ class JobManager:
     def start_tool(self, cfg: ToolConfig) -> Path:
         """Launch `python -m trainers tools <verb>`; a verb that computes (resize, merge, extract) is refused while a
         run uses its device, as a generation job is; inspect and convert only read and write files."""
-        device = gpu_device(cfg)
-        ids = device if device is not None else ("0" if gpu_count() else "cpu")
+        ids = job_device_ids(cfg)
         exclusive = "device" in cfg.values
         return self._start_job(new_tool_job_dir(self.runs_dir, cfg), cfg, ["tools", cfg.verb],
                                ids if exclusive else "", exclusive=exclusive, method=TOOLS_METHOD, verb=cfg.verb,
                                num_processes=1 if exclusive else 0)
 
     def start_dataset_job(self, cfg: JobConfig) -> Path:
-        """Launch `python -m trainers caption|masks` on one GPU (the CPU without one), refused while a run uses it."""
-        device = gpu_device(cfg)  # type: ignore[arg-type] - reads the `device` option, as a tool's
-        ids = device if device is not None else ("0" if gpu_count() else "cpu")
-        return self._start_job(new_dataset_job_dir(self.runs_dir, cfg), cfg, [cfg.verb], ids, exclusive=True,
-                               method=DATASET_METHOD, verb=cfg.verb, num_processes=1)
+        """Launch `python -m trainers caption|masks` on one GPU (the CPU without one), refused while a run uses it
+        (RunQueue.submit_dataset_job queues it instead)."""
+        return self._start_job(new_dataset_job_dir(self.runs_dir, cfg), cfg, [cfg.verb], job_device_ids(cfg),
+                               exclusive=True, method=DATASET_METHOD, verb=cfg.verb, num_processes=1)
+
+    def queue_dataset_job(self, cfg: JobConfig, **status: Any) -> Path:
+        """The folder of a caption or mask job written with a 'queued' status (RunQueue starts it with
+        launch_queued_dataset_job); `status`: more status.json keys, such as its queue_position."""
+        run_dir = new_dataset_job_dir(self.runs_dir, cfg)
+        run_dir.mkdir(parents=True)
+        cfg.save(run_dir / CONFIG)
+        update_status(run_dir, state=RunState.QUEUED, method=DATASET_METHOD, verb=cfg.verb, created=time.time(),
+                      gpu_ids=job_device_ids(cfg), num_processes=1, **status)
+        return run_dir
+
+    def launch_queued_dataset_job(self, run_dir: Path) -> None:
+        """Launch the queued caption or mask job in `run_dir` from its config.toml (ConfigError when it no longer
+        loads)."""
+        from trainers.caption.options import load_job_config
+
+        cfg = load_job_config(str(read_status(run_dir).get("verb", "")), run_dir / CONFIG)
+        with self._lock:
+            self._launch_job(run_dir, [cfg.verb], job_device_ids(cfg), method=DATASET_METHOD, verb=cfg.verb,
+                             num_processes=1)
 
     def _start_job(self, run_dir: Path, cfg: GenerateConfig | ToolConfig | JobConfig, command: list[str], ids: str,
                    exclusive: bool, **status: Any) -> Path:
@@ -259,15 +277,25 @@ class JobManager:
                 self._refuse_busy(set(ids.split(",")))
             run_dir.mkdir(parents=True)
             cfg.save(run_dir / CONFIG)
-            argv = [self.python, "-m", "trainers", *command, "--config", str(run_dir / CONFIG),
-                    "--run-dir", str(run_dir)]
-            proc = self._launch(argv, run_dir, {})
-            lifecycle.launched(run_dir, proc.pid, gpu_ids=ids, **status)
-        threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
+            self._launch_job(run_dir, command, ids, **status)
         return run_dir
+
+    def _launch_job(self, run_dir: Path, command: list[str], ids: str, **status: Any) -> None:
+        """Launch `python -m trainers <command>` on the config.toml in `run_dir` (call it holding the lock)."""
+        argv = [self.python, "-m", "trainers", *command, "--config", str(run_dir / CONFIG), "--run-dir", str(run_dir)]
+        proc = self._launch(argv, run_dir, {})
+        lifecycle.launched(run_dir, proc.pid, gpu_ids=ids, **status)
+        threading.Thread(target=self._reap, args=(proc, run_dir), daemon=True).start()
 
 
 COMMANDS = ".commands"  # configs written for "Show command" (hidden: not runs)
+
+
+def job_device_ids(cfg: ToolConfig | JobConfig) -> str:
+    """The device a tool, caption or mask job computes on, as status.json records it: its `device`, else GPU 0
+    ("cpu" without GPUs)."""
+    device = gpu_device(cfg)  # type: ignore[arg-type] - reads the `device` option, as a tool's
+    return device if device is not None else ("0" if gpu_count() else "cpu")
 
 
 def generate_gpu_ids(devices: str) -> str:

@@ -1,8 +1,9 @@
-"""The run queue: Start while the GPUs are busy queues the run instead of refusing it.
+"""The run queue: Start while the GPUs are busy queues the run (or caption or mask job) instead of refusing it.
 
-A queued run is a run folder like any other (config.toml, status.json with state "queued" and a position), so the
-queue survives a GUI restart as runs do. The scheduler starts, in queue order, each queued run whose GPUs are free
-and not wanted by a run before it; a run that can no longer load its config is marked failed with the reason.
+A queued run (or job) is a run folder like any other (config.toml, status.json with state "queued" and a
+position), so the queue survives a GUI restart as runs do. The scheduler starts, in queue order, each queued run
+whose GPUs are free and not wanted by a run before it; a run that can no longer load its config is marked failed
+with the reason.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gui.jobs import JobError, JobManager, gpu_set
+from gui.jobs import DATASET_METHOD, JobError, JobManager, gpu_set, job_device_ids
 from gui.run_files import list_runs
+from trainers.caption.options import JobConfig
 from trainers.core.options import ConfigError, TrainConfig, load_config
 from trainers.core.rundir import CONFIG, RunState, read_status, update_status
 
@@ -31,9 +33,34 @@ class RunQueue:
                 run_dir = self.jobs.start(cfg)
                 return run_dir, f"Started `{run_dir.name}`"
             run_dir = self.enqueue(cfg)
+        return run_dir, self._queued_text(run_dir, busy)
+
+    def submit_dataset_job(self, cfg: JobConfig) -> tuple[Path, str]:
+        """Start a caption or mask job now, or queue it as `submit` queues a run: (job folder, what to tell them)."""
+        with self._lock:
+            busy = self.jobs.busy_with(set(job_device_ids(cfg).split(",")))
+            if busy is None and not self.queued():
+                job_dir = self.jobs.start_dataset_job(cfg)
+                return job_dir, f"Started {cfg.verb} `{job_dir.name}`"
+            job_dir = self.jobs.queue_dataset_job(cfg, queue_position=time.time())
+        return job_dir, self._queued_text(job_dir, busy)
+
+    def _queued_text(self, run_dir: Path, busy: Path | None) -> str:
         waits_for = f"run `{busy.name}`" if busy is not None else "the runs queued before it"
-        return run_dir, (f"Queued `{run_dir.name}` (position {self.queued().index(run_dir) + 1}): it starts by itself "
-                         f"when {waits_for} is done. Reorder or cancel it on the Runs tab.")
+        return (f"Queued `{run_dir.name}` (position {self.queued().index(run_dir) + 1}): it starts by itself when "
+                f"{waits_for} is done. Reorder or cancel it on the Runs tab.")
+
+    def waits_for(self, run_dir: Path) -> str:
+        """What a queued run waits behind now: the nearest run queued before it that wants its devices, else the
+        active run on them ("" when nothing holds it: the scheduler starts it within seconds)."""
+        wanted = gpu_set(read_status(run_dir))
+        order = self.queued()
+        before = order[:order.index(run_dir)] if run_dir in order else []
+        ahead = [r for r in before if wanted & gpu_set(read_status(r))]
+        if ahead:
+            return f"`{ahead[-1].name}` (queued)"
+        busy = self.jobs.busy_with(wanted)
+        return f"`{busy.name}` (running)" if busy is not None else ""
 
     def enqueue(self, cfg: TrainConfig, **status: Any) -> Path:
         """A run folder for `cfg`, queued after the runs queued before it; `status`: more status.json keys."""
@@ -85,8 +112,10 @@ class RunQueue:
 
     def _start(self, run_dir: Path, method: str) -> bool:
         try:
-            cfg = load_config(method, run_dir / CONFIG)
-            self.jobs.launch_in(run_dir, cfg)
+            if method == DATASET_METHOD:
+                self.jobs.launch_queued_dataset_job(run_dir)
+            else:
+                self.jobs.launch_in(run_dir, load_config(method, run_dir / CONFIG))
         except (ConfigError, JobError, OSError, KeyError) as err:
             update_status(run_dir, state=RunState.FAILED, finished=time.time(), exit_code=2,
                           message=f"could not start from the queue: {err}")
