@@ -29,8 +29,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--only", nargs="+", help="captioners (wd14, florence2, blip, joycaption) or maskers (clipseg, "
-                   "background)")
+    p.add_argument("--only", nargs="+", help="captioners (wd14, florence2, blip, joycaption, qwen2_5_vl) or maskers "
+                   "(clipseg, background)")
     args = p.parse_args()
 
     import numpy as np

@@ -1,6 +1,6 @@
-"""The natural-language captioners (tiny random-init Florence-2, BLIP and LLaVA, JoyCaption's class) and the mask models
-(tiny CLIPSeg) end to end through `python -m trainers caption|masks`; a job killed mid-way leaves its finished files
-whole and the others untouched."""
+"""The natural-language captioners (tiny random-init Florence-2, BLIP, Qwen2.5-VL and LLaVA, JoyCaption's class) and
+the mask models (tiny CLIPSeg) end to end through `python -m trainers caption|masks`; a job killed mid-way leaves its
+finished files whole and the others untouched."""
 from __future__ import annotations
 
 import json
@@ -25,7 +25,7 @@ from trainers.data.dataset import CaptionedImages
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("captioner", ["florence2", "blip", "joycaption"])
+@pytest.mark.parametrize("captioner", ["florence2", "blip", "joycaption", "qwen2_5_vl"])  # Qwen without torchvision
 def test_a_vision_language_captioner_writes_every_caption(captioner: str, tmp_path: Path,
                                                           tiny_models: dict[str, Path]) -> None:
     images = image_folder(tmp_path / "data", count=3, broken=True)

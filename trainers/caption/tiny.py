@@ -187,6 +187,48 @@ def build_tiny_llava(folder: Path) -> Path:
     return folder
 
 
+QWEN_CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+             "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|>"
+             "<|vision_end|>{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def build_tiny_qwen2_5_vl(folder: Path) -> Path:
+    """Qwen2_5_VLForConditionalGeneration (a 1-block vision tower, 8 px patches merged 2x2, and a 1-layer Qwen2 with
+    3-D rotary positions) + its image processor, a byte-level tokenizer with Qwen's vision tokens and a ChatML
+    template (chat_template.jinja, as the real model ships it). Saved without Qwen2_5_VLProcessor, whose video
+    processor needs torchvision."""
+    import torch
+    from transformers import GPT2Tokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                "<|video_pad|>"]
+    vocab = {t: i for i, t in enumerate([*specials, *_byte_symbols()])}
+    tokenizer = GPT2Tokenizer(vocab=vocab, merges=[], eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                              unk_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": specials})
+    tokenizer.save_pretrained(folder)
+    pixels = IMAGE_SIZE * IMAGE_SIZE
+    Qwen2VLImageProcessorPil(min_pixels=pixels, max_pixels=pixels, patch_size=8, merge_size=2,
+                             temporal_patch_size=2).save_pretrained(folder)
+    (folder / "chat_template.jinja").write_text(QWEN_CHAT, encoding="utf-8")
+    config = Qwen2_5_VLConfig(
+        vision_config={"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "patch_size": 8,
+                       "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 16, "out_hidden_size": 32,
+                       "fullatt_block_indexes": [0]},
+        text_config={"vocab_size": len(vocab), "hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 1,
+                     "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 512,
+                     "bos_token_id": None, "eos_token_id": vocab["<|im_end|>"], "pad_token_id": 0,
+                     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}},
+        image_token_id=vocab["<|image_pad|>"], video_token_id=vocab["<|video_pad|>"],
+        vision_start_token_id=vocab["<|vision_start|>"], vision_end_token_id=vocab["<|vision_end|>"])
+    torch.manual_seed(0)
+    Qwen2_5_VLForConditionalGeneration(config).save_pretrained(folder)
+    return folder
+
+
 # the code a BiRefNet-class model ships beside its weights (loaded with trust_remote_code): a list of
 # predictions, the last the foreground's logits
 BACKGROUND_CODE = """
@@ -230,4 +272,5 @@ def build_tiny_background(folder: Path) -> Path:
 
 
 BUILDERS = {"wd14": build_tiny_tagger, "blip": build_tiny_blip, "florence2": build_tiny_florence2,
-            "joycaption": build_tiny_llava, "clipseg": build_tiny_clipseg, "background": build_tiny_background}
+            "joycaption": build_tiny_llava, "qwen2_5_vl": build_tiny_qwen2_5_vl, "clipseg": build_tiny_clipseg,
+            "background": build_tiny_background}

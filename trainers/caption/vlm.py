@@ -5,7 +5,7 @@ Each is its model class and processor from the model's folder; a batch of images
 """
 from __future__ import annotations
 
-import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +36,10 @@ class Captioner:
         import transformers
 
         self.cfg, self.device, self.dtype = cfg, device, dtype
-        if cfg.captioner == "qwen2_5_vl" and importlib.util.find_spec("torchvision") is None:
-            raise ToolError("captioner", "Qwen2.5-VL's processor loads its video processor, which needs torchvision "
-                                         "(not installed with Atelier): install the torchvision release made for "
-                                         "your torch, or pick florence2 or joycaption")
         model_class = getattr(transformers, MODEL_CLASSES[cfg.captioner])
         try:
-            self.processor = transformers.AutoProcessor.from_pretrained(folder)
+            self.processor = (QwenImageProcessor(folder) if cfg.captioner == "qwen2_5_vl"
+                              else transformers.AutoProcessor.from_pretrained(folder))
             self.model = model_class.from_pretrained(folder, dtype=dtype).to(device).eval()
         except (OSError, ValueError, KeyError) as err:
             raise ToolError("model", f"{folder} does not load as {model_class.__name__} ({cfg.captioner}): {err}. "
@@ -87,3 +84,48 @@ class Captioner:
             out = out[:, inputs["input_ids"].shape[1]:]  # the chat prompt comes back first
         texts = self.processor.batch_decode(out, skip_special_tokens=True)
         return [" ".join(t.split()) for t in texts]
+
+
+class QwenImageProcessor:
+    """Qwen2.5-VL's processor for images alone, without torchvision: transformers' Qwen2_5_VLProcessor also loads a
+    video processor, which needs torchvision (not installed with Atelier: its wheels on the package index are CUDA
+    builds that do not import beside a CPU torch). This one is that processor's image path: transformers' PIL image
+    processor for pixel_values and image_grid_thw, each image's placeholder expanded to one token per merged patch,
+    and the image tokens marked in mm_token_type_ids (the model's 3-D positions)."""
+
+    image_token = "<|image_pad|>"
+
+    def __init__(self, folder: Path) -> None:
+        import transformers
+
+        self.image_processor = transformers.AutoImageProcessor.from_pretrained(folder, backend="pil")
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        self.chat_template = _chat_template(folder) or self.tokenizer.chat_template
+        self.image_token_id = self.tokenizer.convert_tokens_to_ids(self.image_token)
+
+    def apply_chat_template(self, messages: list[dict], **kwargs: Any) -> str:
+        return self.tokenizer.apply_chat_template(messages, chat_template=self.chat_template, **kwargs)
+
+    def __call__(self, images: list[Image.Image], text: list[str], return_tensors: str = "pt", **_: Any) -> Any:
+        from transformers import BatchFeature
+
+        pixels = self.image_processor(images=images, return_tensors=return_tensors)
+        merged = self.image_processor.merge_size ** 2
+        texts = [t.replace(self.image_token, self.image_token * int(grid.prod() // merged), 1)
+                 for t, grid in zip(text, pixels["image_grid_thw"])]
+        tokens = self.tokenizer(texts, return_tensors=return_tensors, padding=True)
+        tokens["mm_token_type_ids"] = (tokens["input_ids"] == self.image_token_id).int()
+        return BatchFeature({**tokens, **pixels})
+
+    def batch_decode(self, ids: Any, **kwargs: Any) -> list[str]:
+        return self.tokenizer.batch_decode(ids, **kwargs)
+
+
+def _chat_template(folder: Path) -> str | None:
+    """The chat template a model folder ships beside its processor (chat_template.jinja, or the older .json)."""
+    jinja, old = folder / "chat_template.jinja", folder / "chat_template.json"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    if old.is_file():
+        return json.loads(old.read_text(encoding="utf-8")).get("chat_template")
+    return None
