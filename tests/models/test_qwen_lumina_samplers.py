@@ -27,6 +27,14 @@ def test_qwen_shift_is_musubis_resolution_shift() -> None:
     assert 2.2 < shift < 2.4
 
 
+
+def test_qwen_image21_shifts_as_its_pipeline_over_unpatched_tokens() -> None:
+    normal, uniform = torch.tensor([-1.0, 0.0, 2.0]), torch.rand(3)
+    shift = math.exp(0.5 + (1.15 - 0.5) / (4096 - 256) * (64 * 64 - 256))  # 1024 px: 64 x 64 latents, one token each
+    t = torch.sigmoid(normal)
+    assert torch.allclose(_draw("qwen_image21", "qwen_shift", normal, uniform, (64, 64)),
+                          t * shift / (1 + (shift - 1) * t))
+
 def test_nextdit_shift_is_sd_scripts_uniform_draw_shifted_by_the_size() -> None:
     normal, uniform = torch.randn(3), torch.tensor([0.1, 0.5, 0.9])
     mu = 0.5 + (1.15 - 0.5) / (4096 - 256) * (64 * 64 - 256)  # 1024 px: 128 x 128 latents, 4096 packed tokens

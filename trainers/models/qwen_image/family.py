@@ -44,6 +44,8 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
                                           template=CHAT_TEMPLATE),)
 
     pad_token_id: int = 0  # its tokenizer's, set when loaded (the text encoder's config may not name it)
+    shift_mu = QWEN_SHIFT_MU  # timestep_sampling 'qwen_shift': mu at the fewest and most image tokens
+    shift_tokens = (256, 8192)
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         model = super().load(folder, weight_dtype, vae_path, random_init)
@@ -75,7 +77,7 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
         """The velocity for latents (B, C, h, w): packed into (h/2 x w/2) tokens of C x 4, the text cut after the
         batch's longest caption (the rest is padding the transformer masks)."""
         batch, _, height, width = noisy.shape
-        hidden, text_mask = _trimmed(hidden, text_mask)
+        hidden, text_mask = trimmed(hidden, text_mask)
         out = unet(hidden_states=pack_latents(noisy), encoder_hidden_states=hidden.to(noisy.dtype),
                    encoder_hidden_states_mask=text_mask.to(noisy.device), timestep=timesteps.to(noisy.dtype) / 1000,
                    img_shapes=[[(1, height // 2, width // 2)]] * batch, return_dict=False)[0]
@@ -83,14 +85,18 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
 
     def draw_sigmas(self, normal: torch.Tensor, uniform: torch.Tensor, latent_size: tuple[int, int],
                     min_timestep: int | None, max_timestep: int | None) -> torch.Tensor:
-        """timestep_sampling 'qwen_shift' (musubi-tuner's): 'sigmoid', shifted by e^mu with mu linear in the packed
-        tokens from 0.5 at 256 to 0.9 at 8192, as Qwen-Image's scheduler samples; the others as every family."""
+        """timestep_sampling 'qwen_shift' (musubi-tuner's): 'sigmoid', shifted by e^mu with mu linear in the image's
+        tokens (shift_mu at shift_tokens: 0.5 at 256 to 0.9 at 8192 packed tokens for Qwen-Image), as its pipeline
+        samples; the others as every family."""
         if self.settings.timestep_sampling != "qwen_shift":
             return super().draw_sigmas(normal, uniform, latent_size, min_timestep, max_timestep)
-        height, width = latent_size
-        low, high = QWEN_SHIFT_MU
-        mu = low + (high - low) * ((height // 2) * (width // 2) - 256) / (8192 - 256)
+        (low, high), (fewest, most) = self.shift_mu, self.shift_tokens
+        mu = low + (high - low) * (self.image_tokens(*latent_size) - fewest) / (most - fewest)
         return shifted(torch.sigmoid(self.settings.sigmoid_scale * normal), math.exp(mu))
+
+    def image_tokens(self, height: int, width: int) -> int:
+        """The transformer's image tokens for a latent grid (height, width): 2x2 latents each."""
+        return (height // 2) * (width // 2)
 
     def vae_latents(self, raw: torch.Tensor, vae: nn.Module) -> torch.Tensor:
         mean, std = _latent_stats(vae, raw)
@@ -111,7 +117,7 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
                                  tokenizer=model.tokenizers[0], transformer=model.unet)
 
     def pipeline_embeds(self, hidden: torch.Tensor, text_mask: torch.Tensor | None) -> dict[str, Any]:
-        hidden, text_mask = _trimmed(hidden, text_mask)
+        hidden, text_mask = trimmed(hidden, text_mask)
         return {"prompt_embeds": hidden[:1], "prompt_embeds_mask": text_mask[:1],
                 "negative_prompt_embeds": hidden[1:], "negative_prompt_embeds_mask": text_mask[1:]}
 
@@ -163,7 +169,7 @@ def _latent_stats(vae: nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, tor
     return mean, std
 
 
-def _trimmed(hidden: torch.Tensor, text_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def trimmed(hidden: torch.Tensor, text_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The text states and mask up to the longest caption's last token (what follows is padding for every row)."""
     assert text_mask is not None, "Qwen-Image's encode_prompts gives the text mask"
     longest = max(int(text_mask.sum(dim=1).max()), 1)

@@ -14,30 +14,31 @@ TIMESTEP_SAMPLINGS = COMMON_TIMESTEP_SAMPLINGS + FAMILY_TIMESTEP_SAMPLINGS
 MODEL_PREDICTION_TYPES = ("raw", "additive", "sigma_scaled")
 WEIGHTING_SCHEMES = ("sigma_sqrt", "logit_normal", "mode", "cosmap", "none", "uniform")
 T5_DTYPE_CHOICES = ("auto", "float32", "fp16", "bf16")
+# the flow families that draw their noise levels by timestep_sampling (SD3 draws by weighting_scheme)
+_NOT_SD3 = "FLUX.1, FLUX.2, Chroma, Z-Image, Qwen-Image (and 2.1) and Lumina 2"
 
 OPTIONS: tuple[Option, ...] = (
-    Option("timestep_sampling", "str", "sigma", "FLUX.1, Chroma, Z-Image, Qwen-Image and Lumina 2: how the noise "
-           "level (sigma) of each image is drawn. 'sigma': from weighting_scheme's density over the schedule shifted "
-           "by discrete_flow_shift; 'uniform': uniform in [0, 1); 'sigmoid': sigmoid of a normal draw times "
-           "sigmoid_scale; 'shift': 'sigmoid' then shifted by discrete_flow_shift; 'flux_shift': 'sigmoid' then "
-           "shifted by the image's size as FLUX.1 dev samples. sd-scripts' docs recommend 'shift' (with "
-           "discrete_flow_shift 3.1582) or 'flux_shift'. Qwen-Image only: 'qwen_shift', 'sigmoid' then shifted by "
-           "the image's size as Qwen-Image samples (musubi-tuner's). Lumina 2 only: 'nextdit_shift', uniform then "
-           "shifted by the image's size as 'flux_shift' (sd-scripts' advice for Lumina 2). FLUX.2 only: 'flux2_shift', "
-           "'sigmoid' then shifted by FLUX.1's rule for the tokens FLUX.2 reads (musubi-tuner's advice for FLUX.2).",
+    Option("timestep_sampling", "str", "sigma", _NOT_SD3 + ": how the noise level (sigma) of each image is drawn. "
+           "'sigma': from weighting_scheme's density over the schedule shifted by discrete_flow_shift; 'uniform': "
+           "uniform in [0, 1); 'sigmoid': sigmoid of a normal draw times sigmoid_scale; 'shift': 'sigmoid' then "
+           "shifted by discrete_flow_shift; 'flux_shift': 'sigmoid' then shifted by the image's size as FLUX.1 dev "
+           "samples. sd-scripts' docs recommend 'shift' (with discrete_flow_shift 3.1582) or 'flux_shift'. Qwen-Image "
+           "(and 2.1) only: 'qwen_shift', 'sigmoid' then shifted by the image's size as its pipeline samples "
+           "(musubi-tuner's). Lumina 2 only: 'nextdit_shift', uniform then shifted by the image's size as "
+           "'flux_shift' (sd-scripts' advice for Lumina 2). FLUX.2 only: 'flux2_shift', 'sigmoid' then shifted by "
+           "FLUX.1's rule for the tokens FLUX.2 reads (musubi-tuner's advice for FLUX.2).",
            "flow", choices=TIMESTEP_SAMPLINGS),
-    Option("sigmoid_scale", "float", 1.0, "FLUX.1, Chroma, Z-Image, Qwen-Image and Lumina 2: scale of the normal "
-           "draw of timestep_sampling 'sigmoid', 'shift' and 'flux_shift' (larger: closer to uniform).", "flow",
-           min=0, advanced=True),
-    Option("discrete_flow_shift", "float", 3.0, "FLUX.1, Chroma, Z-Image, Qwen-Image and Lumina 2: the shift of "
-           "timestep_sampling 'shift' and 'sigma' (sigma' = shift * sigma / (1 + (shift - 1) * sigma)).", "flow",
-           min=0, advanced=True),
+    Option("sigmoid_scale", "float", 1.0, _NOT_SD3 + ": scale of the normal draw of timestep_sampling 'sigmoid', "
+           "'shift' and 'flux_shift' (larger: closer to uniform).", "flow", min=0, advanced=True),
+    Option("discrete_flow_shift", "float", 3.0, _NOT_SD3 + ": the shift of timestep_sampling 'shift' and 'sigma' "
+           "(sigma' = shift * sigma / (1 + (shift - 1) * sigma)).", "flow", min=0, advanced=True),
     Option("model_prediction_type", "str", "sigma_scaled", "FLUX.1, Chroma and Lumina 2: what the transformer's "
            "output is taken for before the loss. 'raw': the velocity (noise - latents) as it is; 'additive': added "
            "to the noisy input; 'sigma_scaled': noisy input - sigma x output, with weighting_scheme's loss weights "
            "(sd-scripts' default; its docs recommend 'raw').", "flow", choices=MODEL_PREDICTION_TYPES),
-    Option("guidance_scale", "float", 3.5, "FLUX dev only: the guidance the model's guidance embedding is given "
-           "while training (dev is guidance-distilled); sd-scripts' docs recommend 1.0.", "flow", min=0),
+    Option("guidance_scale", "float", 3.5, "FLUX.1 dev (and Kontext dev) and FLUX.2 dev only: the guidance the "
+           "model's guidance embedding is given while training (dev is guidance-distilled); sd-scripts' docs "
+           "recommend 1.0.", "flow", min=0),
     Option("weighting_scheme", "str", "uniform", "Flow families: 'logit_normal' and 'mode' draw the timesteps from "
            "that density (SD3 always, the others with timestep_sampling 'sigma'); 'sigma_sqrt' and 'cosmap' weight "
            "the loss by the noise level instead (SD3, and FLUX.1/Chroma with model_prediction_type 'sigma_scaled'); "
