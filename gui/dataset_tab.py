@@ -21,6 +21,7 @@ from PIL import Image, ImageOps
 
 from gui.folder_browser import browsable_textbox, inside
 from gui.text import plain
+from trainers.data.kohya_folders import match_masks
 from trainers.dataset_edit.backups import list_backups, undo_last
 from trainers.dataset_edit.concepts import create_concept, move_images
 from trainers.dataset_edit.edits import Change, caption_edit, describe, preview, write_changes
@@ -53,14 +54,24 @@ ALL = "all concepts"
 TOKEN_LIMITS = (CLIP_LIMIT, 150, 225)  # sd-scripts' max_token_length: CLIP's 75 tokens in one to three chunks
 
 
-def mask_of(entry: Entry, root: Path) -> Path | None:
-    """The mask trainers.masks wrote for `entry`'s image, if any: in `<dataset>_masks` (a job over the whole dataset)
-    or `<concept folder>_masks` (a job over one folder), the image's relative path with .png."""
-    image = entry.image
-    candidates = [(entry.concept.folder.parent / f"{entry.concept.folder.name}_masks" / image.name).with_suffix(".png")]
-    if image.is_relative_to(root):
-        candidates.insert(0, (root.parent / f"{root.name}_masks" / image.relative_to(root)).with_suffix(".png"))
-    return next((mask for mask in candidates if mask.is_file()), None)
+def masks_of(dataset: Dataset, entries: Iterable[Entry]) -> dict[Path, Path]:
+    """The mask of each of `entries`' images that has one: in its subset's masks folder (a dataset TOML's
+    conditioning_data_dir, the file with the image's stem, as training finds it), else where trainers.masks writes
+    by default: `<dataset>_masks` (a job over the whole dataset) or `<concept folder>_masks` (a job over one
+    folder), the image's relative path with .png."""
+    entries = list(entries)
+    found: dict[Path, Path] = {}
+    for concept in {e.concept for e in entries if e.concept.masks is not None}:
+        found |= match_masks(concept.masks, [e.image for e in entries if e.concept == concept])[0]
+    root = dataset.root
+    for entry in (e for e in entries if e.concept.masks is None):
+        image, folder = entry.image, entry.concept.folder
+        candidates = [(folder.parent / f"{folder.name}_masks" / image.name).with_suffix(".png")]
+        if image.is_relative_to(root):
+            candidates.insert(0, (root.parent / f"{root.name}_masks" / image.relative_to(root)).with_suffix(".png"))
+        if mask := next((m for m in candidates if m.is_file()), None):
+            found[image] = mask
+    return found
 
 
 def thumbnail(image: Path, mask: Path | None = None) -> str | None:
@@ -120,12 +131,12 @@ def shown_entries(dataset: Dataset, concept: str = ALL, text: str = "") -> list[
             if (concept in ("", ALL) or e.concept.folder.name == concept) and wanted in e.caption.casefold()]
 
 
-def gallery_rows(entries: Iterable[Entry], root: Path | None = None) -> list[tuple[str, str, str]]:
-    """(thumbnail, caption shown under it, image path) of each image whose thumbnail could be made; with the
-    dataset's `root`, its mask over each image that has one (see mask_of)."""
+def gallery_rows(entries: Iterable[Entry], masks: dict[Path, Path] | None = None) -> list[tuple[str, str, str]]:
+    """(thumbnail, caption shown under it, image path) of each image whose thumbnail could be made, with its mask
+    from `masks` over it (see masks_of)."""
     rows = []
     for e in entries:
-        mask = mask_of(e, root) if root is not None else None
+        mask = (masks or {}).get(e.image)
         if thumb := thumbnail(e.image, mask):
             shown = e.caption or f"(no caption: {e.concept.tokens!r})"
             rows.append((thumb, f"{shown} · masked" if mask else shown, str(e.image)))
@@ -137,7 +148,8 @@ def gallery_items(folder: str | Path, caption_extension: str = ".txt", concept: 
     """(thumbnail, caption) of each image the Dataset tab's gallery shows for the dataset at `folder`, masks over
     them: call it to refresh the gallery after captions or masks change on disk."""
     dataset = open_dataset(folder, caption_extension)
-    rows = gallery_rows(shown_entries(dataset, concept, text)[:MAX_SHOWN], dataset.root)
+    shown = shown_entries(dataset, concept, text)[:MAX_SHOWN]
+    rows = gallery_rows(shown, masks_of(dataset, shown))
     return [(thumb, shown) for thumb, shown, _ in rows]
 
 
@@ -276,7 +288,8 @@ def build_dataset_tab(services: Any) -> DatasetTab:
             return {status: f"### Not opened\n{plain(err)}", gallery: [], listed: []}
         names = [c.folder.name for c in dataset.concepts]
         wanted = wanted if wanted in names else ALL
-        rows = gallery_rows(shown_entries(dataset, wanted, filter_text)[:MAX_SHOWN], dataset.root)
+        shown = shown_entries(dataset, wanted, filter_text)[:MAX_SHOWN]
+        rows = gallery_rows(shown, masks_of(dataset, shown))
         head = f"{message}\n\n" if message else ""
         return {status: head + summary(dataset, len(rows)), gallery: [(t, c) for t, c, _ in rows],
                 listed: [path for _, _, path in rows],

@@ -58,3 +58,26 @@ def test_gallery_shows_the_masks_a_mask_job_wrote(tmp_path: Path, thumbs: Path) 
         left, right = thumb.convert("RGB").getpixel((4, 32)), thumb.convert("RGB").getpixel((60, 32))
     assert left[0] > left[1] + 60  # red over the left-out half
     assert abs(right[0] - right[1]) < 8  # the kept half unchanged grey
+
+
+def test_a_dataset_toml_subset_shows_the_masks_of_its_conditioning_data_dir(tmp_path: Path, thumbs: Path) -> None:
+    """A subset's own masks folder (conditioning_data_dir, read with masked_loss) is where the gallery finds its
+    masks: the file with the image's stem, any image extension, as training finds it."""
+    from PIL import Image
+
+    images, own_masks = tmp_path / "photos", tmp_path / "my masks"
+    images.mkdir()
+    own_masks.mkdir()
+    for name in ("masked", "plain"):
+        Image.new("RGB", (64, 64), (128, 128, 128)).save(images / f"{name}.png")
+    Image.new("L", (64, 64), 0).save(own_masks / "masked.jpg")  # all left out of the loss
+    (tmp_path / "photos_masks").mkdir()  # the default place holds another mask: the subset's folder wins
+    Image.new("L", (64, 64), 255).save(tmp_path / "photos_masks" / "plain.png")
+    toml = tmp_path / "dataset.toml"
+    toml.write_text('[[datasets]]\n[[datasets.subsets]]\nimage_dir = "photos"\nclass_tokens = "fox"\n'
+                    'conditioning_data_dir = "my masks"\n', encoding="utf-8")
+    shown = dataset_tab.gallery_items(toml)
+    assert [caption for _, caption in shown] == ["(no caption: 'fox') · masked", "(no caption: 'fox')"]
+    with Image.open(shown[0][0]) as thumb:
+        pixel = thumb.convert("RGB").getpixel((32, 32))
+    assert pixel[0] > pixel[1] + 60  # red all over: the whole image is left out

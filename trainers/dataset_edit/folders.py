@@ -33,6 +33,7 @@ class Concept:
     folder: Path
     repeats: int
     tokens: str  # the caption of an image without a caption file (kohya: the folder name after `<repeats>_`)
+    masks: Path | None = None  # a dataset TOML subset's conditioning_data_dir: its masks for masked_loss
 
     @property
     def label(self) -> str:
@@ -109,11 +110,11 @@ def option_defaults() -> dict[str, Any]:
 
 def _toml_concepts(path: Path) -> list[Concept]:
     warnings: list[str] = []
-    try:
-        specs = load_dataset_config(path, option_defaults(), warnings)
+    try:  # read as a masked_loss run reads it: a subset's conditioning_data_dir holds its masks
+        specs = load_dataset_config(path, {**option_defaults(), "masked_loss": True}, warnings)
     except ConfigError as err:
         raise DatasetEditError(f"dataset config {path}: {err}") from None
-    concepts = [Concept(s.path, s.repeats, s.tokens) for d in specs for s in d.subsets if s.kind == "folder"]
+    concepts = [Concept(s.path, s.repeats, s.tokens, s.masks) for d in specs for s in d.subsets if s.kind == "folder"]
     if not concepts:
         raise DatasetEditError(f"dataset config {path} names no image_dir subsets; the Dataset tab edits the "
                                "captions beside images (metadata JSON subsets are not edited here)")
