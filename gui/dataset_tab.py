@@ -3,24 +3,21 @@
 
 The work is trainers.dataset_edit's (torch-free); this module only shows it. Every action opens the dataset again
 from disk, so what the tab shows follows edits made elsewhere (a captioning job, an editor). Images are shown as
-small thumbnails made in a temp folder (the page serves files from the temp and runs folders only).
+small thumbnails made in a temp folder (gui/thumbnails.py; the page serves files from the temp and runs folders
+only).
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
-from PIL import Image, ImageOps
 
 from gui.folder_browser import browsable_textbox, inside
 from gui.text import plain
+from gui.thumbnails import prune_thumbnails, thumbnail
 from trainers.data.kohya_folders import match_masks
 from trainers.dataset_edit.backups import list_backups, undo_last
 from trainers.dataset_edit.concepts import create_concept, move_images
@@ -44,10 +41,6 @@ from trainers.dataset_edit.stats import (
 )
 from trainers.dataset_edit.tags import OPS, BulkOp
 
-THUMBS = Path(tempfile.gettempdir()) / "atelier-thumbs"
-THUMB_SIDE = 256
-THUMBS_MAX_BYTES = 256 * 2**20  # the thumbnails kept, least recently shown removed first
-THUMBS_MAX_AGE_S = 14 * 86400  # and none not shown for longer
 MAX_SHOWN = 400  # images in the gallery at once; a filter narrows a larger dataset
 MAX_ROWS = 50  # rows of a preview or a list in the report
 ALL = "all concepts"
@@ -72,56 +65,6 @@ def masks_of(dataset: Dataset, entries: Iterable[Entry]) -> dict[Path, Path]:
         if mask := next((m for m in candidates if m.is_file()), None):
             found[image] = mask
     return found
-
-
-def thumbnail(image: Path, mask: Path | None = None) -> str | None:
-    """A small copy of `image` in the temp folder (made once per version of the image and its mask), with what the
-    mask leaves out of the loss tinted red; None when the image cannot be read."""
-    versions = [f"{path}\0{info.st_size}\0{info.st_mtime_ns}" for path in (image, mask) if path
-                for info in [path.stat()]]
-    thumb = THUMBS / f"{hashlib.sha1(chr(1).join(versions).encode()).hexdigest()}.webp"
-    if thumb.exists():
-        thumb.touch()  # shown now: pruned last
-        return str(thumb)
-    try:
-        with Image.open(image) as im:
-            small = ImageOps.exif_transpose(im).convert("RGB")
-            small.thumbnail((THUMB_SIDE, THUMB_SIDE))
-            if mask is not None:
-                small = _overlay(small, mask)
-            THUMBS.mkdir(parents=True, exist_ok=True)
-            small.save(thumb, quality=85)
-    except (OSError, ValueError, Image.DecompressionBombError):
-        return None
-    return str(thumb)
-
-
-def _overlay(small: Image.Image, mask: Path) -> Image.Image:
-    """`small` tinted red where the mask is dark (left out of the loss), in proportion to how dark."""
-    with Image.open(mask) as m:
-        kept = m.convert("L").resize(small.size)
-    left_out = kept.point(lambda v: (255 - v) * 6 // 10)  # at most 60% red: the image stays readable
-    return Image.composite(Image.new("RGB", small.size, (230, 30, 30)), small, left_out)
-
-
-def prune_thumbnails(max_bytes: int = THUMBS_MAX_BYTES, max_age_s: float = THUMBS_MAX_AGE_S) -> int:
-    """Remove the thumbnails not shown for `max_age_s`, then the least recently shown until they take `max_bytes`
-    at most; returns how many were removed."""
-    try:
-        thumbs = sorted((entry.stat().st_mtime, entry.stat().st_size, Path(entry.path))
-                        for entry in os.scandir(THUMBS) if entry.name.endswith(".webp"))
-    except OSError:  # no thumbnails yet
-        return 0
-    too_old = time.time() - max_age_s
-    kept = sum(size for _, size, _ in thumbs)
-    removed = 0
-    for shown, size, path in thumbs:  # the least recently shown first
-        if shown >= too_old and kept <= max_bytes:
-            break
-        path.unlink(missing_ok=True)
-        kept -= size
-        removed += 1
-    return removed
 
 
 def shown_entries(dataset: Dataset, concept: str = ALL, text: str = "") -> list[Entry]:

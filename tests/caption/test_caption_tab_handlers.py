@@ -12,6 +12,7 @@ import gradio as gr
 import pytest
 
 import gui.dataset_tab as dataset_tab
+import gui.thumbnails as thumbnails
 from gui.caption_tab import build_caption_tab
 from gui.jobs import JobManager
 from gui.run_queue import RunQueue
@@ -58,7 +59,7 @@ class Page:
 
 @pytest.fixture()
 def page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Page, Any]:
-    monkeypatch.setattr(dataset_tab, "THUMBS", tmp_path / "thumbs")
+    monkeypatch.setattr(thumbnails, "THUMBS", tmp_path / "thumbs")
     jobs = JobManager(tmp_path / "runs", python=str(stand_in_python(tmp_path, until_released=True)))
     services = SimpleNamespace(runs_dir=jobs.runs_dir, jobs=jobs, queue=RunQueue(jobs), allowed_roots=None)
     return Page(services), services
