@@ -5,7 +5,8 @@ One prompt a line; options anywhere after the prompt text:
     a dog, photo --n blurry, lowres --w 512 --h 768 --d 42 --l 7.5 --s 28
 
 `--n` negative prompt, `--w`/`--h` size in pixels (multiples of 8), `--s` steps, `--d` seed,
-`--l` (or `--cfg`) CFG scale. Blank lines and lines starting with `#` are skipped. Unlike
+`--l` (or `--cfg`) CFG scale, `--cn` a ControlNet's control image, `--ci` an edit model's input image (repeated
+for models that take several). Blank lines and lines starting with `#` are skipped. Unlike
 sd-scripts, an unknown option or a bad value is an error that names the line, not silently
 ignored, so a typo does not quietly render the wrong picture.
 """
@@ -30,6 +31,7 @@ class SamplePrompt:
     cfg_scale: float | None = None
     index: int = 0  # position among the prompts: names the image file and picks the default seed
     control_image: str | None = None  # --cn: a ControlNet's control image (sd-scripts' option)
+    edit_images: tuple[str, ...] = ()  # --ci, once per image: an edit model's input images (musubi-tuner's option)
 
 
 # An option is `--name` at the start of the line or after whitespace, followed by whitespace or the end.
@@ -71,7 +73,9 @@ _FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "l": ("cfg_scale", _cfg),
     "cfg": ("cfg_scale", _cfg),
     "cn": ("control_image", str),
+    "ci": ("edit_images", str),
 }
+_REPEATED = {"edit_images"}  # fields an option may give several times, each adding a value
 
 
 def parse_prompt_line(line: str, index: int, *, line_number: int | None = None) -> SamplePrompt | None:
@@ -97,7 +101,8 @@ def parse_prompt_line(line: str, index: int, *, line_number: int | None = None) 
         if not value and name != "n":
             raise ValueError(f"{where}: --{name} needs a value")
         try:
-            fields[field] = parse(value)
+            parsed = parse(value)
+            fields[field] = (*fields.get(field, ()), parsed) if field in _REPEATED else parsed
         except ValueError as err:
             raise ValueError(f"{where}: --{name} {value!r} {err}") from None
     return SamplePrompt(**fields)

@@ -67,6 +67,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("sdxl", "trainers.models.sdxl", "SDXL"),
     FamilySpec("sd3", "trainers.models.sd3", "SD3"),
     FamilySpec("flux", "trainers.models.flux", "FLUX"),
+    FamilySpec("flux_kontext", "trainers.models.flux_kontext", "FLUX_KONTEXT"),
     FamilySpec("chroma", "trainers.models.chroma", "CHROMA"),
     FamilySpec("zimage", "trainers.models.zimage", "ZIMAGE"),
     FamilySpec("qwen_image", "trainers.models.qwen_image", "QWEN_IMAGE"),

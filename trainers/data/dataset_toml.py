@@ -21,7 +21,9 @@ Besides sd-scripts' keys a subset may have ``metadata_dir`` and the ``metadata_*
 ``validation_split`` and ``validation_seed`` belong to [general] or a [[datasets]] (as in sd-scripts).
 With masked_loss, an image_dir subset's ``conditioning_data_dir`` holds a mask image for each of
 its images (same name, any image extension), as sd-scripts reads them; ``alpha_mask`` uses the
-images' transparency instead.
+images' transparency instead. For edit models (FLUX.1 Kontext, Qwen-Image-Edit) a subset's ``control_directory``
+(musubi-tuner's key), or its ``conditioning_data_dir`` without masked_loss, holds the control images
+(trainers/data/edit_pairs.py).
 Torch-free.
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ from trainers.core.options.schema import ConfigError, ConfigIssue, coerce
 from trainers.core.options.training import BY_NAME
 from trainers.core.options.validation import parse_resolution
 from trainers.data.checks import bucket_issues
+from trainers.data.edit_pairs import takes_controls
 from trainers.data.specs import DatasetSpec, SubsetSpec, bucket_settings, specs_from_values, subset_spec
 
 FIELD = "dataset_config"
@@ -49,7 +52,7 @@ SUBSET_OPTIONS = (
     "enable_wildcard", "token_warmup_min", "token_warmup_step", "color_aug",
 )
 SUBSET_ONLY = ("image_dir", "metadata_dir", "metadata_file", "num_repeats", "class_tokens", "is_reg",
-               "conditioning_data_dir")
+               "conditioning_data_dir", "control_directory")
 DATASET_OPTIONS = ("resolution", "enable_bucket", "min_bucket_reso", "max_bucket_reso", "bucket_reso_steps",
                    "bucket_no_upscale", "validation_split", "validation_seed")
 RENAMED = {"batch_size": "train_batch_size"}  # sd-scripts dataset key -> our option
@@ -153,15 +156,21 @@ def _subset(table: Any, where: str, defaults: dict[str, Any], base: Path, issues
     folder = image_dir or metadata_dir
     if not isinstance(folder, str):
         problems.append("image_dir / metadata_dir must be text")
-    masks_dir = table.get("conditioning_data_dir")
+    masks_dir, controls_dir = table.get("conditioning_data_dir"), table.get("control_directory")
+    if masks_dir is not None and controls_dir is None and not values.get("masked_loss") and takes_controls(values):
+        masks_dir, controls_dir = None, masks_dir  # an edit model's control images (sd-scripts' key)
     if masks_dir is not None:
         problems += _masks_problems(masks_dir, values, bool(metadata_dir))
+    if controls_dir is not None:
+        problems += _controls_problems(controls_dir, values, bool(metadata_dir))
     if problems:
         issues.extend(f"{where}: {p}" for p in problems)
         return None
     found = _find(folder, base)
     masks = None if masks_dir is None else _find(masks_dir, base)
-    missing = [name for name, got in ((folder, found), (masks_dir, masks)) if name is not None and got is None]
+    controls = None if controls_dir is None else _find(controls_dir, base)
+    missing = [name for name, got in ((folder, found), (masks_dir, masks), (controls_dir, controls))
+               if name is not None and got is None]
     if missing:
         issues.extend(f"{where}: folder not found: {name} (relative folders are read from {base})" for name in missing)
         return None
@@ -169,7 +178,7 @@ def _subset(table: Any, where: str, defaults: dict[str, Any], base: Path, issues
     if kind == "metadata" and "num_repeats" not in table:
         repeats = values["dataset_repeats"]
     return subset_spec(kind, found, values, repeats=repeats, tokens=tokens, is_reg=is_reg, field=FIELD, label=where,
-                       masks=masks)
+                       masks=masks, controls=controls)
 
 
 def _metadata_file_subset(table: dict[str, Any], where: str, values: dict[str, Any], base: Path,
@@ -212,6 +221,19 @@ def _masks_problems(masks_dir: Any, values: Mapping[str, Any], metadata: bool) -
     if values.get("alpha_mask"):
         return ["conditioning_data_dir and alpha_mask are two sources of the same mask: set alpha_mask = false for "
                 "this subset, or remove conditioning_data_dir"]
+    return []
+
+
+def _controls_problems(controls_dir: Any, values: Mapping[str, Any], metadata: bool) -> list[str]:
+    """A subset's control_directory (an edit model's control images) against the rest of its settings."""
+    if not isinstance(controls_dir, str) or not controls_dir.strip():
+        return ["control_directory must be a folder (text)"]
+    if metadata:
+        return ["control_directory goes with image_dir (controls are found by the image's file name there), not "
+                "with metadata_dir"]
+    if not takes_controls(values):
+        return ["control_directory holds the control images of an edit model (FLUX.1 Kontext, Qwen-Image-Edit); "
+                "this model takes none: remove it, or train an edit model"]
     return []
 
 

@@ -14,9 +14,10 @@ A control named exactly after its target comes first. Longer target names claim 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.data.kohya_folders import IMAGE_EXTENSIONS, normalize_caption_extension
@@ -49,6 +50,21 @@ class PairReport:
     def too_many(self) -> list[EditPair]:
         """Pairs with more controls than the model takes."""
         return [pair for pair in self.pairs if len(pair.controls) > self.max_controls]
+
+
+def takes_controls(values: Mapping[str, Any]) -> int:
+    """How many control images a run's model takes per target (0: it is not an edit model), as model_family or
+    the model's local files say; 0 for a model that cannot be told (a hub id)."""
+    from trainers.models.checks import local_family
+    from trainers.models.rules import rules_of
+
+    name = str(values.get("model_family") or "auto")
+    if name == "auto":
+        name = local_family(str(values.get("pretrained_model_name_or_path") or "")) or ""
+    try:
+        return int(getattr(rules_of(name), "max_controls", 0)) if name else 0
+    except (KeyError, ValueError):
+        return 0
 
 
 def match_pairs(targets: Sequence[Path], control_dir: Path, max_controls: int,
@@ -92,11 +108,55 @@ def pair_issues(report: PairReport, field: str = FIELD, group: str = "dataset") 
                                          f"{report.missing[0].stem}.png", group))
     if report.too_many:
         limit = report.max_controls
+        names = "stem.png" if limit == 1 else f"stem_0.png ... stem_{limit - 1}.png"
         issues.append(ConfigIssue(field, f"{len(report.too_many)} target image(s) have more control images than "
                                          f"the model takes ({limit}): {_listed([p.target for p in report.too_many])}."
-                                         f" Keep at most {limit} per target (stem.png, or stem_0.png ... "
-                                         f"stem_{limit - 1}.png)", group))
+                                         f" Keep at most {limit} per target ({names})", group))
     return issues
+
+
+def control_folder(controls: Path, subset_folder: Path, kohya_root: bool) -> Path:
+    """Where a subset's controls are: for a kohya root the subfolder of the same name when there is one (as
+    sd-scripts lays out conditioning_data_dir), else the control folder itself."""
+    own = controls / subset_folder.name
+    return own if kohya_root and own.is_dir() else controls
+
+
+def config_pair_issues(values: Mapping[str, Any], max_controls: int) -> list[ConfigIssue]:
+    """Every training subset's pairs checked (pair_issues) from a config's options, before a model loads; a subset
+    without a control folder is named too. Dataset problems of another kind are left to the dataset checks."""
+    from trainers.core.errors import BadInput
+    from trainers.data.dataset_toml import dataset_specs
+    from trainers.data.kohya_folders import scan_image_folder, scan_kohya_folders
+
+    try:
+        specs = dataset_specs(values, [])
+        subsets = [subset for spec in specs for subset in spec.subsets if not subset.is_reg]
+        issues = []
+        for subset in subsets:
+            field = "dataset_config" if subset.label else option_of(values)
+            if subset.controls is None or subset.kind not in ("kohya_root", "folder"):
+                where = f"{subset.label or subset.field} ({subset.path})"
+                issues.append(ConfigIssue(field, f"{where} has no control images: an edit model learns from pairs; "
+                                                 "set control_directory (or conditioning_data_dir) to the folder of "
+                                                 "the images each edit starts from", "dataset"))
+                continue
+            scanned = (scan_kohya_folders(subset.path, subset.caption_extension).subsets
+                       if subset.kind == "kohya_root" else
+                       [scan_image_folder(subset.path, 1, "", subset.caption_extension)[0]])
+            for part in scanned:
+                folder = control_folder(subset.controls, part.folder, subset.kind == "kohya_root")
+                report = match_pairs([item.path for item in part.images], folder, max_controls,
+                                     subset.caption_extension)
+                issues += pair_issues(report, field)
+        return issues
+    except (BadInput, OSError):
+        return []
+
+
+def option_of(values: Mapping[str, Any]) -> str:
+    """The option that names a flat config's control folder."""
+    return "control_directory" if str(values.get("control_directory") or "").strip() else FIELD
 
 
 def skipped_warnings(report: PairReport) -> list[str]:

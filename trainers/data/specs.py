@@ -37,6 +37,8 @@ class SubsetSpec:
     color_aug: bool = False  # hue or gamma jitter of a third of the samples
     metadata_file: Path | None = None  # kind metadata_file: sd-scripts' one JSON of captions (path: its image folder)
     caption_files: bool = False  # kind metadata_file: captions from the files beside the images (in_json_from_captions)
+    controls: Path | None = None  # an edit model's control images (trainers/data/edit_pairs.py; a kohya root's in
+    # the same subfolders, else the folder itself)
 
 
 @dataclass(frozen=True)
@@ -80,13 +82,14 @@ def bucket_settings(values: Mapping[str, Any]) -> BucketSettings:
 
 def subset_spec(kind: SubsetKind, path: Path, values: Mapping[str, Any], *, repeats: int = 1, tokens: str = "",
                 is_reg: bool = False, field: str, label: str = "", masks: Path | None = None,
-                metadata_file: Path | None = None, caption_files: bool = False) -> SubsetSpec:
+                metadata_file: Path | None = None, caption_files: bool = False,
+                controls: Path | None = None) -> SubsetSpec:
     metadata = kind == "metadata"
     return SubsetSpec(kind, Path(path).expanduser(), repeats, tokens, is_reg, values["caption_extension"],
                       caption_options(values, metadata), values["flip_aug"], values["random_crop"],
                       metadata_filters(values) if metadata else None, field, label,
                       bool(values.get("alpha_mask", False)), masks, bool(values.get("color_aug", False)),
-                      metadata_file, caption_files)
+                      metadata_file, caption_files, controls)
 
 
 def specs_from_values(values: Mapping[str, Any]) -> DatasetSpec:
@@ -104,10 +107,19 @@ def specs_from_values(values: Mapping[str, Any]) -> DatasetSpec:
         if str(values[name]).strip() and not (fine_tuning and name == "train_data_dir"):
             repeats = values["dataset_repeats"] if kind == "metadata" else 1
             subsets.append(subset_spec(kind, Path(values[name]), values, repeats=repeats, is_reg=is_reg, field=name,
-                                       masks=_mask_folder(values) if name == "train_data_dir" else None))
+                                       masks=_mask_folder(values) if name == "train_data_dir" else None,
+                                       controls=control_folder(values) if name == "train_data_dir" else None))
     return DatasetSpec(bucket_settings(values), values["train_batch_size"], tuple(subsets),
                        validation_split=values.get("validation_split", 0.0),
                        validation_seed=values.get("validation_seed"))
+
+
+def control_folder(values: Mapping[str, Any]) -> Path | None:
+    """An edit model's control folder: control_directory (musubi-tuner's name), else conditioning_data_dir
+    (sd-scripts') when it holds no masks."""
+    folder = str(values.get("control_directory") or "").strip() or (
+        "" if values.get("masked_loss") else str(values.get("conditioning_data_dir") or "").strip())
+    return Path(folder).expanduser() if folder else None
 
 
 def _mask_folder(values: Mapping[str, Any]) -> Path | None:

@@ -9,7 +9,7 @@ a family's name.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -195,6 +195,16 @@ class ModelFamily(FamilyRules):
     def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
         """The pipeline call's guidance arguments for a CFG scale."""
         return {"guidance_scale": cfg_scale}
+
+    def edit_inputs(self, images: Sequence[str], width: int, height: int) -> dict[str, Any]:
+        """The pipeline call's input images (a sample prompt's --ci, Generate's input image) for edit models
+        (trainers/models/edit.py); other families take none."""
+        return {}
+
+    def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
+        """A method's Trainable with what the family adds to every step (edit models: each sample's control
+        images); most add nothing."""
+        return trainable
 
     def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
         """Pixels (B, 3, H, W) in [-1, 1] of the latents a pipeline returns with output_type="latent"."""

@@ -175,7 +175,9 @@ def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, d
         embeds = encode_for_pipeline(model, [s.prompt.prompt, s.prompt.negative], s.clip_skip, device)
         latents = pipe(
             **embeds, width=s.width, height=s.height, num_inference_steps=s.steps,
-            **model.family.pipeline_kwargs(s.cfg_scale), generator=torch.Generator("cpu").manual_seed(s.seed),
+            **model.family.pipeline_kwargs(s.cfg_scale), **model.family.edit_inputs(s.prompt.edit_images, s.width,
+                                                                                     s.height),
+            generator=torch.Generator("cpu").manual_seed(s.seed),
             output_type="latent",
         ).images
     pixels = model.family.decode_latents(model.vae, latents, s.width, s.height)

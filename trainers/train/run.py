@@ -80,4 +80,4 @@ def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle) -> Path:
 
     method = method_of(cfg)
     session = start_session(cfg, run_dir, life, prepare=method.prepare)
-    return train(session, method.make_trainable(cfg, session))
+    return train(session, session.model.family.adapt_trainable(cfg, session, method.make_trainable(cfg, session)))

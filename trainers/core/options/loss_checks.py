@@ -91,10 +91,13 @@ def _prediction_issues(cfg: TrainConfig) -> list[ConfigIssue]:
 
 
 def _mask_issues(cfg: TrainConfig) -> list[ConfigIssue]:
+    from trainers.data.edit_pairs import takes_controls
+
     issues = []
     masks_dir = cfg.conditioning_data_dir.strip()
     config = cfg.dataset_config.strip()
-    if masks_dir and not cfg.masked_loss and cfg.method != "controlnet":  # there it holds the control images
+    controls = cfg.method == "controlnet" or takes_controls(cfg.values)  # there it holds the control images
+    if masks_dir and not cfg.masked_loss and not controls:
         issues.append(_issue("conditioning_data_dir", "holds the mask images of masked_loss, which is off: set "
                              "masked_loss = true or clear conditioning_data_dir"))
     if masks_dir and config:

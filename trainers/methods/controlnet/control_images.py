@@ -50,11 +50,15 @@ class ControlImages:
         return torch.stack([self.one(int(epoch), int(index)) for epoch, index in keys.tolist()])
 
     def one(self, epoch: int, index: int) -> torch.Tensor:
+        return self.fitted(self.files[self.catalog.images[self.catalog.samples[index]].path], epoch, index)
+
+    def fitted(self, path: Path, epoch: int, index: int) -> torch.Tensor:
+        """The image at `path` fitted to sample `index`'s bucket as its training image is, (3, H, W) in [0, 1]."""
         image = self.catalog.images[self.catalog.samples[index]]
         spec = self.catalog.subsets[image.subset].spec
         flip, gen = flip_of(spec.flip_aug, self.seed, epoch, index)
         size = self.decoded_size(image)
-        control = load_image_rgb(self.files[image.path])
+        control = load_image_rgb(path)
         if control.size != size:
             control = control.resize(size, resample=Image.Resampling.LANCZOS)
         width, height = image.bucket

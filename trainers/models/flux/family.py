@@ -91,9 +91,13 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
 
     def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
                 pooled: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
-        """The velocity for latents (B, C, h, w): packed into (h/2 x w/2) tokens of C x 4, and back."""
+        """The velocity for latents (B, C, h, w): packed into (h/2 x w/2) tokens of C x 4, and back. Reference
+        tokens (FLUX.1 Kontext's control images) follow the latents' in the sequence; their output is dropped."""
         batch, _, height, width = noisy.shape
-        tokens = pack_latents(noisy)
+        own = pack_latents(noisy)
+        ids = image_ids(height // 2, width // 2, noisy.device, noisy.dtype)
+        references, reference_ids = self.reference_tokens(noisy)
+        tokens, ids = torch.cat([own, references], dim=1), torch.cat([ids, reference_ids])
         guidance = self.guidance(unet, batch, noisy.device)
         kwargs: dict[str, Any] = {}
         if self.settings.apply_t5_attn_mask:
@@ -101,19 +105,25 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
         out = unet(hidden_states=tokens, timestep=timesteps.to(noisy.dtype) / 1000, guidance=guidance,
                    pooled_projections=pooled.to(noisy.dtype), encoder_hidden_states=hidden.to(noisy.dtype),
                    txt_ids=torch.zeros(hidden.shape[1], 3, device=noisy.device, dtype=noisy.dtype),
-                   img_ids=image_ids(height // 2, width // 2, noisy.device, noisy.dtype), return_dict=False)[0]
-        return unpack_latents(out, height, width)
+                   img_ids=ids, return_dict=False)[0]
+        return unpack_latents(out[:, :own.shape[1]], height, width)
+
+    def reference_tokens(self, noisy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Packed tokens (B, n, C x 4) and their position ids (n, 3) that join the latents' (none for FLUX.1)."""
+        return noisy.new_zeros(noisy.shape[0], 0, noisy.shape[1] * 4), noisy.new_zeros(0, 3)
 
     # --- samples ---
 
     def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
-        from diffusers import FluxPipeline
+        """Its pipeline_class (FluxPipeline; FluxKontextPipeline for Kontext) over the model's modules."""
+        import diffusers
 
         clip, t5 = model.text_encoders
         if self.settings.apply_t5_attn_mask:
             mask_padding_in_attention(model.unet)
-        return FluxPipeline(scheduler=scheduler, vae=model.vae, text_encoder=clip, tokenizer=model.tokenizers[0],
-                            text_encoder_2=t5, tokenizer_2=model.tokenizers[1], transformer=model.unet)
+        pipeline = getattr(diffusers, self.pipeline_class)
+        return pipeline(scheduler=scheduler, vae=model.vae, text_encoder=clip, tokenizer=model.tokenizers[0],
+                        text_encoder_2=t5, tokenizer_2=model.tokenizers[1], transformer=model.unet)
 
     def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
         return {"true_cfg_scale": cfg_scale, "guidance_scale": SAMPLE_GUIDANCE}

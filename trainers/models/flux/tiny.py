@@ -10,11 +10,13 @@ from trainers.models.tiny_flow import t5_config, tiny_shifted_vae, write_tiny_t5
 
 
 def build_tiny_flux(folder: Path, seed: int = 0, guidance_embeds: bool = True, reference_heads: bool = False,
-                    blocks: tuple[int, int] = (1, 1)) -> Path:
+                    blocks: tuple[int, int] = (1, 1), pipeline_class: str = "FluxPipeline") -> Path:
     """Save a tiny FLUX pipeline (CLIP-L and T5 text encoders) to `folder`; without `guidance_embeds`, schnell-like.
     `reference_heads`: attention heads as wide as the real models' (one 128-wide transformer head, 64-wide CLIP
-    heads), whose configs can be read back from the weights alone, as for sd-scripts' separate files."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    heads), whose configs can be read back from the weights alone, as for sd-scripts' separate files.
+    `pipeline_class`: FluxKontextPipeline for a tiny FLUX.1 Kontext (the same modules)."""
+    import diffusers
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
     torch.manual_seed(seed)
@@ -31,7 +33,7 @@ def build_tiny_flux(folder: Path, seed: int = 0, guidance_embeds: bool = True, r
     scheduler = FlowMatchEulerDiscreteScheduler(
         shift=3.0, use_dynamic_shifting=guidance_embeds, base_shift=0.5, max_shift=1.15, base_image_seq_len=256,
         max_image_seq_len=4096)
-    pipe = FluxPipeline(
+    pipe = getattr(diffusers, pipeline_class)(
         scheduler=scheduler, vae=tiny_shifted_vae(0.3611, 0.1159),
         text_encoder=CLIPTextModel(text_config(len(tokenizer), clip_width, heads=clip_heads)), tokenizer=tokenizer,
         text_encoder_2=T5EncoderModel(t5_config(len(tokenizer_2), 32)), tokenizer_2=tokenizer_2,

@@ -1,0 +1,176 @@
+"""Edit models (FLUX.1 Kontext) on tiny random-init models of their real diffusers classes: the control image enters
+the transformer as the pipeline feeds it and only the target's tokens are scored; missing controls are named before
+the model loads; and one trained 2-step LoRA samples from a control image, resumes exactly and loads in the diffusers
+edit pipeline with every key used."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import events, train
+from PIL import Image, ImageOps
+
+from trainers.core.options import BY_NAME
+from trainers.demo import build_dataset
+from trainers.methods.lora.file_format import read_lora_file
+from trainers.models import load_model
+from trainers.models.checks import model_issues
+from trainers.models.edit import encode_controls
+from trainers.models.flow_latents import image_ids, pack_latents, unpack_latents
+from trainers.models.flux.tiny import build_tiny_flux
+
+FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
+        "network_dim": 4, "network_alpha": 2, "save_precision": "float"}
+SUBSET = "2_sks shape"
+
+
+@pytest.fixture(scope="module")
+def kontext_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_flux(tmp_path_factory.mktemp("kontext") / "model", pipeline_class="FluxKontextPipeline")
+
+
+def _pairs(root: Path) -> tuple[Path, Path]:
+    """The demo dataset as targets and their mirror images as controls (the edit: mirror the picture)."""
+    data = build_dataset(root / "data", folder=SUBSET)
+    controls = root / "controls"
+    controls.mkdir()
+    for target in sorted((data / SUBSET).glob("*.png")):
+        ImageOps.mirror(Image.open(target).convert("RGB")).save(controls / target.name)
+    return data, controls
+
+
+def test_the_control_enters_the_transformer_and_only_target_tokens_are_scored(kontext_dir: Path) -> None:
+    model = load_model(str(kontext_dir), "auto", torch.float32)
+    family = model.family
+    assert family.name == "flux_kontext"
+    torch.manual_seed(0)
+    noisy, pixels = torch.randn(1, 4, 8, 8), torch.rand(1, 3, 16, 16)  # the tiny VAE halves sizes
+    hidden, pooled = torch.randn(1, 5, 32), torch.randn(1, 32)
+    timesteps = torch.tensor([500.0])
+
+    def predict(control_pixels: torch.Tensor) -> torch.Tensor:
+        family.slot.latents = [encode_controls(family, model.vae, control_pixels)]
+        try:
+            with torch.no_grad():
+                return family.denoise(model.unet, noisy, timesteps, hidden, pooled, None)
+        finally:
+            family.slot.latents = None
+
+    pred = predict(pixels)
+    assert pred.shape == noisy.shape  # the target's tokens alone come back: the loss sees nothing else
+    changed = pixels.clone()
+    changed[0, :, 0, 0] = 1 - changed[0, :, 0, 0]  # one control pixel
+    assert (predict(changed) - pred).abs().max() > 1e-6
+    with torch.no_grad():
+        plain = family.denoise(model.unet, noisy, timesteps, hidden, pooled, None)
+    assert (plain - pred).abs().max() > 1e-6  # without a control the prediction differs
+
+    # the pipeline's sequence: target tokens (0, row, col), then the control's (1, row, col); output cut to the target
+    control = encode_controls(family, model.vae, pixels)
+    ids = image_ids(4, 4, noisy.device, noisy.dtype)
+    control_ids = ids.clone()
+    control_ids[:, 0] = 1
+    with torch.no_grad():
+        full = model.unet(hidden_states=torch.cat([pack_latents(noisy), pack_latents(control)], dim=1),
+                          timestep=timesteps / 1000, guidance=torch.full((1,), family.settings.guidance_scale),
+                          pooled_projections=pooled, encoder_hidden_states=hidden, txt_ids=torch.zeros(5, 3),
+                          img_ids=torch.cat([ids, control_ids]), return_dict=False)[0]
+    assert full.shape[1] == 32  # 16 target + 16 control tokens
+    assert torch.allclose(unpack_latents(full[:, :16], 8, 8), pred, atol=1e-5)
+
+
+def _values(model: Path, **extra: object) -> dict:
+    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model), **extra}
+
+
+def test_missing_controls_are_named_before_the_model_loads(kontext_dir: Path, tmp_path: Path) -> None:
+    data, controls = _pairs(tmp_path)
+    (controls / "001_red_square.png").unlink()
+    (controls / "002_green_circle.png").rename(controls / "002_green_circle_0.png")
+    Image.new("RGB", (8, 8)).save(controls / "002_green_circle_1.png")  # two references; Kontext takes one
+    issues = model_issues(_values(kontext_dir, train_data_dir=str(data), control_directory=str(controls),
+                                  sample_prompt_lines=["edit --ci /nowhere/x.png"]))
+    messages = " ".join(i.message for i in issues if i.field == "control_directory")
+    assert "1 target image(s) have no control image" in messages and "001_red_square.png" in messages
+    assert any("more control images than the model takes (1): 002_green_circle.png" in i.message for i in issues)
+    assert any(i.field == "sample_prompt_lines" and "/nowhere/x.png" in i.message for i in issues)
+
+
+def test_a_control_folder_that_does_not_exist_and_no_controls_at_all(kontext_dir: Path, tmp_path: Path) -> None:
+    data, _ = _pairs(tmp_path)
+    [issue] = model_issues(_values(kontext_dir, train_data_dir=str(data), conditioning_data_dir=str(tmp_path / "no")))
+    assert issue.field == "conditioning_data_dir" and "does not exist" in issue.message
+    [issue] = model_issues(_values(kontext_dir, train_data_dir=str(data)))
+    assert "has no control images" in issue.message and "control_directory" in issue.message
+
+
+def test_a_dataset_config_subset_names_its_controls_with_either_key(kontext_dir: Path, tmp_path: Path) -> None:
+    data, controls = _pairs(tmp_path)
+    for key in ("control_directory", "conditioning_data_dir"):
+        toml = tmp_path / f"{key}.toml"
+        toml.write_text(f'[[datasets]]\nresolution = 64\n[[datasets.subsets]]\nimage_dir = "{data / SUBSET}"\n'
+                        f'{key} = "{controls}"\n', encoding="utf-8")
+        assert model_issues(_values(kontext_dir, dataset_config=str(toml))) == []
+    (controls / "000_red_circle.png").unlink()
+    issues = model_issues(_values(kontext_dir, dataset_config=str(toml)))
+    assert [i.field for i in issues] == ["dataset_config"] and "000_red_circle.png" in issues[0].message
+
+
+@dataclass
+class Run:
+    out: Path
+    straight: Path
+    lora: dict[str, torch.Tensor]
+    resumed: dict[str, torch.Tensor]
+
+
+@pytest.fixture(scope="module")
+def kontext_run(kontext_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """A 2-step Kontext LoRA (a sample from a control image at its end, a state at step 1), and the same resumed."""
+    tmp = tmp_path_factory.mktemp("kontext-run")
+    data, controls = _pairs(tmp)
+    common = {"pretrained_model_name_or_path": str(kontext_dir), "train_data_dir": str(data),
+              "control_directory": str(controls), "output_dir": str(tmp / "out"), **FAST}
+    prompt = f"mirror it --ci {controls / '000_red_circle.png'} --w 64 --h 64 --s 2"
+    assert train("lora", tmp / "straight", **common, max_train_steps=2, output_name="straight", save_every_n_steps=1,
+                 save_state=True, sample_prompt_lines=[prompt], sample_every_n_steps=2) == 0
+    state = tmp / "out" / "straight-step00000001-state"
+    assert train("lora", tmp / "resumed", **common, max_train_steps=2, output_name="resumed", resume=str(state)) == 0
+    lora, _ = read_lora_file(tmp / "out" / "straight.safetensors")
+    resumed, _ = read_lora_file(tmp / "out" / "resumed.safetensors")
+    return Run(tmp / "out", tmp / "straight", lora, resumed)
+
+
+@pytest.mark.slow
+def test_kontext_lora_samples_from_a_control_image_and_resumes_exactly(kontext_run: Run) -> None:
+    evs = events(kontext_run.straight)
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    sample = Path(next(e for e in evs if e["type"] == "sample")["path"])
+    assert Image.open(sample).size == (64, 64)
+    assert "lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight" in kontext_run.lora  # FLUX.1's names
+    assert kontext_run.lora.keys() == kontext_run.resumed.keys()
+    assert max((kontext_run.lora[k] - kontext_run.resumed[k]).abs().max().item() for k in kontext_run.lora) < 1e-6
+
+
+@pytest.mark.slow
+def test_kontext_lora_loads_in_the_diffusers_edit_pipeline_with_every_key(kontext_dir: Path, kontext_run: Run) -> None:
+    from diffusers import FluxKontextPipeline
+
+    model = load_model(str(kontext_dir), "auto", torch.float32)
+    converted = model.family.lora_for_pipeline(kontext_run.lora, model)
+    pipe = FluxKontextPipeline.from_pretrained(kontext_dir)
+    control = Image.new("RGB", (64, 64), (200, 30, 30))
+
+    def image() -> torch.Tensor:
+        return pipe(prompt="mirror it", image=control, num_inference_steps=2, height=64, width=64, max_area=64 * 64,
+                    _auto_resize=False, output_type="pt", generator=torch.Generator().manual_seed(0),
+                    max_sequence_length=32).images
+
+    base = image()
+    pipe.load_lora_weights(converted)
+    loaded = {f"{part}.{name}" for part in ("transformer", "text_encoder")
+              for name, module in getattr(pipe, part).named_modules() if hasattr(module, "lora_A") and module.lora_A}
+    assert loaded == {k.removesuffix(".lora_A.weight") for k in converted if k.endswith("lora_A.weight")}
+    assert (image() - base).abs().max() > 1e-4

@@ -1,0 +1,142 @@
+"""Edit models (FLUX.1 Kontext, Qwen-Image-Edit): a LoRA (or finetune) learns an edit from pairs. Each training image
+is the target; its control images (trainers/data/edit_pairs.py) are fitted to the target's bucket exactly as the
+target is (musubi-tuner's default: the same size, crop and flip), encoded by the VAE (its mode, as the pipelines
+encode their input image), and enter the transformer beside the noisy target in its token sequence, as the family's
+pipeline does at inference. The family's denoise drops the control tokens' output, so the loss sees only the
+target's tokens.
+
+`EditFamily` is the mixin of these families: `adapt_trainable` sets each step's control latents in its
+`ControlSlot` around the method's objective, which its denoise reads; `edit_inputs` gives a sample prompt's --ci
+images (Generate's input image) to its pipeline.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+from torch import nn
+
+from trainers.core.errors import ConfigError, ConfigIssue
+from trainers.data.catalog import Catalog
+from trainers.data.edit_pairs import control_folder, match_pairs, pair_issues, skipped_warnings
+from trainers.data.images import load_image_rgb
+from trainers.methods.controlnet.control_images import ControlImages
+from trainers.models.edit_rules import EditRules
+
+
+@dataclass
+class ControlSlot:
+    """The control latents of the batch being trained, one (B, C, h, w) tensor per reference; None outside steps."""
+
+    latents: list[torch.Tensor] | None = None
+
+
+def catalog_controls(catalog: Catalog, max_controls: int, warnings: list[str]) -> dict[Path, tuple[Path, ...]]:
+    """The controls of every catalog image; ConfigError naming what is missing or over the model's limit. Pairs with
+    an unreadable image are left out (and named in `warnings`): their samples train with no weight."""
+    found: dict[Path, tuple[Path, ...]] = {}
+    issues: list[ConfigIssue] = []
+    for subset in catalog.subsets:
+        if subset.spec.controls is None:
+            issues.append(ConfigIssue("control_directory", f"{subset.folder} has no control images: set "
+                                      "control_directory (or conditioning_data_dir) to the folder of the images "
+                                      "each edit starts from", "dataset"))
+            continue
+        folder = control_folder(subset.spec.controls, subset.folder, subset.spec.kind == "kohya_root")
+        report = match_pairs([catalog.images[i].path for i in subset.images], folder, max_controls,
+                             subset.spec.caption_extension)
+        issues += pair_issues(report, "dataset_config" if subset.spec.label else "control_directory")
+        warnings += skipped_warnings(report)
+        found.update((pair.target, pair.controls) for pair in report.pairs)
+    if issues:
+        raise ConfigError(issues)
+    return found
+
+
+class EditControls(ControlImages):
+    """Each batch's control latents, the controls fitted to their targets' buckets as the targets are."""
+
+    def __init__(self, catalog: Catalog, files: Mapping[Path, tuple[Path, ...]], seed: int) -> None:
+        self.catalog, self.seed, self.pairs, self.sizes = catalog, seed, files, {}
+
+    def latents(self, keys: torch.Tensor, family: Any, vae: nn.Module, device: torch.device, dtype: torch.dtype
+                ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """(per reference: its latents (B, C, h, w) as the transformer reads them; 1 for the samples that have
+        their pair, 0 for those left out)."""
+        rows = [(int(epoch), int(index)) for epoch, index in keys.tolist()]
+        targets = [self.catalog.images[self.catalog.samples[index]].path for _, index in rows]
+        counts = {len(self.pairs.get(target, ())) for target in targets} - {0}
+        if len(counts) > 1:
+            raise ConfigError([ConfigIssue("control_directory", "a batch mixes targets with different numbers of "
+                                           "control images: give every target the same number, or set "
+                                           "train_batch_size = 1", "dataset")])
+        count = counts.pop() if counts else 0
+        kept = torch.tensor([1.0 if target in self.pairs else 0.0 for target in targets])
+        references = []
+        for slot in range(count):
+            pixels = torch.stack([self.fitted(self.pairs[target][slot], epoch, index) if target in self.pairs
+                                  else torch.full((3, *self._bucket(index)[::-1]), 0.5)
+                                  for target, (epoch, index) in zip(targets, rows)])
+            references.append(encode_controls(family, vae, pixels).to(device, dtype))
+        return references, kept
+
+    def _bucket(self, index: int) -> tuple[int, int]:
+        return self.catalog.images[self.catalog.samples[index]].bucket
+
+
+def encode_controls(family: Any, vae: nn.Module, pixels: torch.Tensor) -> torch.Tensor:
+    """Control images (B, 3, H, W) in [0, 1] as the transformer reads them: the VAE's mode, shifted and scaled as
+    the family's latents are."""
+    with torch.no_grad():
+        raw = vae.encode((pixels * 2 - 1).to(vae.device, vae.dtype)).latent_dist.mode()
+    return family.vae_latents(raw, vae)
+
+
+def sample_images(paths: Sequence[str], width: int, height: int) -> list[Image.Image]:
+    """A sample's input images (--ci) resized to the sample's size, as training fits controls to their target."""
+    return [load_image_rgb(Path(path).expanduser()).resize((width, height), resample=Image.Resampling.LANCZOS)
+            for path in paths]
+
+
+class EditFamily(EditRules):
+    """The mixin of edit families (before their base family): see the module's doc."""
+
+    slot: ControlSlot = ControlSlot()
+
+    def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
+        """The method's objective with each batch's control latents in the slot while it runs."""
+        warnings: list[str] = []
+        controls = EditControls(session.catalog, catalog_controls(session.catalog, self.max_controls, warnings),
+                                cfg.seed)
+        for warning in warnings:
+            session.events.warn(warning)
+        self.slot = ControlSlot()  # this run's own (the family object is the run's configured copy)
+        inner, slot = trainable.objective, self.slot
+
+        def objective(predictor: nn.Module, model: Any, batch: dict[str, Any], opts: Any,
+                      weight_dtype: torch.dtype) -> torch.Tensor:
+            device = next(model.unet.parameters()).device
+            slot.latents, kept = controls.latents(batch["keys"], self, model.vae, device, weight_dtype)
+            try:
+                return inner(predictor, model, {**batch, "loss_weights": batch["loss_weights"] * kept}, opts,
+                             weight_dtype)
+            finally:
+                slot.latents = None
+
+        return replace(trainable, objective=objective)
+
+    def edit_inputs(self, images: Sequence[str], width: int, height: int) -> dict[str, Any]:
+        """The pipeline's `image`: the sample's input images at its size (one image alone, not in a list)."""
+        if not images:
+            return {}
+        loaded = sample_images(images, width, height)
+        return {"image": loaded[0] if len(loaded) == 1 else loaded}
+
+    def references(self) -> list[torch.Tensor]:
+        """The control latents of the step being trained (none while sampling: the pipeline adds its own)."""
+        return self.slot.latents or []
+

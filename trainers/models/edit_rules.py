@@ -1,0 +1,41 @@
+"""What edit models (FLUX.1 Kontext, Qwen-Image-Edit) check before their weights load (torch-free): every training
+image has its control images, no more than the model takes, and every sample prompt's --ci image is there."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.data.edit_pairs import config_pair_issues
+
+
+class EditRules:
+    """The mixin of edit families' rules (before their base family's rules)."""
+
+    max_controls: int  # control images a target takes
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().option_issues(values)  # type: ignore[misc]
+        return issues + config_pair_issues(values, self.max_controls) + prompt_image_issues(values,
+                                                                                            self.max_controls)
+
+
+def prompt_image_issues(values: Mapping[str, Any], max_controls: int) -> list[ConfigIssue]:
+    """Sample prompts whose --ci images are missing or more than the model takes."""
+    from trainers.core.prompts import config_prompts
+
+    try:
+        prompts = config_prompts(str(values.get("sample_prompts") or ""), list(values.get("sample_prompt_lines") or []))
+    except ValueError:
+        return []  # the sampling checks name a prompt that cannot be read
+    issues = []
+    for prompt in prompts:
+        where = f"prompt {prompt.index + 1}"
+        if len(prompt.edit_images) > max_controls:
+            issues.append(ConfigIssue("sample_prompt_lines", f"{where} has {len(prompt.edit_images)} --ci images; "
+                                      f"this model takes at most {max_controls}", "sampling"))
+        issues += [ConfigIssue("sample_prompt_lines", f"{where}: --ci {path!r} is not an image file: give the path "
+                               "of the image its edit starts from", "sampling")
+                   for path in prompt.edit_images if not Path(path).expanduser().is_file()]
+    return issues

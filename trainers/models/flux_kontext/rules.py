@@ -1,0 +1,19 @@
+"""FLUX.1 Kontext without its weights (torch-free): FLUX.1's rules with one control image per target. Its diffusers
+folders (FluxKontextPipeline) are told from FLUX.1's by their pipeline; its single files have FLUX.1 dev's keys, so
+a single file is trained as Kontext with model_family = 'flux_kontext'."""
+from __future__ import annotations
+
+from trainers.models.edit_rules import EditRules
+from trainers.models.flux.rules import FluxRules
+
+
+class FluxKontextRules(EditRules, FluxRules):
+    name = "flux_kontext"
+    title = "FLUX.1 Kontext"
+    pipeline_class = "FluxKontextPipeline"
+    detect_priority = 4  # before FLUX.1's
+    reference_prefixes = ()  # FLUX.1 dev's keys: a single file is detected as FLUX.1
+    max_controls = 1  # as musubi-tuner and the pipeline take
+
+
+FLUX_KONTEXT = FluxKontextRules()
