@@ -183,7 +183,7 @@ def test_validate_names_the_family(runs: tuple[Plugin, Runs]) -> None:
 
 
 def _image(pipe: Any) -> torch.Tensor:
-    return pipe("sks shape, red circle", num_inference_steps=2, height=64, width=64, output_type="pt",
+    return pipe(prompt="sks shape, red circle", num_inference_steps=2, height=64, width=64, output_type="pt",
                 generator=torch.Generator().manual_seed(0), max_sequence_length=32).images
 
 

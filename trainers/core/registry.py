@@ -73,6 +73,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("qwen_image", "trainers.models.qwen_image", "QWEN_IMAGE"),
     FamilySpec("qwen_image21", "trainers.models.qwen_image21", "QWEN_IMAGE21"),
     FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2"),
+    FamilySpec("flux2", "trainers.models.flux2", "FLUX2"),
 )
 
 # Translators of other tools' config files (trainers/adapters/): each module's claims(flat) says whether a flat

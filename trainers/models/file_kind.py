@@ -90,7 +90,8 @@ def _lora_families(keys: CheckpointKeys, metadata: Mapping[str, str]) -> list[Fa
     names (a family's reference blocks, or kohya's UNet naming narrowed by the cross-attention width)."""
     told = {str(metadata.get(k, "")).strip() for k in ("ss_base_model_version", "modelspec.architecture")} - {""}
     by_metadata = [f for f in all_rules() if told & {getattr(f, "base_model_version", None),
-                                                     getattr(f, "modelspec_architecture", None)}]
+                                                     getattr(f, "modelspec_architecture", None),
+                                                     *getattr(f, "variant_versions", ())}]
     if by_metadata:
         return by_metadata
     own = [f for f in all_rules() if any(keys.has("lora_unet_" + p.rstrip(".").rsplit(".", 1)[-1])

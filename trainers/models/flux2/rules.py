@@ -1,0 +1,45 @@
+"""FLUX.2 without its weights (torch-free): its two pipelines (dev: Flux2Pipeline; klein 4B/9B: Flux2KleinPipeline),
+and the flow options it reads (musubi-tuner's names and meanings for FLUX.2: timestep_sampling 'flux2_shift',
+discrete_flow_shift, weighting_scheme; the guidance embedding's value for dev)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.models.flow_rules import FlowRules
+
+PIPELINES = ("Flux2Pipeline", "Flux2KleinPipeline")  # dev, klein
+
+
+class Flux2Rules(FlowRules):
+    name = "flux2"
+    title = "FLUX.2"
+    arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
+    pipeline_class = PIPELINES[0]
+    base_model_version = "flux_2_dev"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_FLUX_2_DEV_FULL)
+    modelspec_architecture = "Flux.2-dev"  # musubi-tuner's ARCH_FLUX_2_DEV
+    variant_versions = ("flux_2_klein_4b", "flux_2_klein_9b")  # the klein LoRAs' ss_base_model_version (Browse)
+    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "guidance_scale",
+                             "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
+    own_timestep_samplings = frozenset({"flux2_shift"})
+    # BFL's single files (flux2-dev.safetensors, flux2-klein-*.safetensors): recognised and refused by name
+    reference_prefixes = ("double_stream_modulation_img.", "model.diffusion_model.double_stream_modulation_img.",
+                          "diffusion_model.double_stream_modulation_img.")
+    reads_single_files = False
+    checkpoint_parts = ()
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        return str(index.get("_class_name", "")) in PIPELINES
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().option_issues(values)
+        if values.get("timestep_sampling") == "flux_shift":
+            issues.append(ConfigIssue("timestep_sampling", "'flux_shift' counts FLUX.1's tokens; FLUX.2 models "
+                                      "shift by their own token count with 'flux2_shift' (musubi-tuner's name)",
+                                      "flow"))
+        return issues
+
+
+FLUX2 = Flux2Rules()
