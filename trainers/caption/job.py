@@ -87,14 +87,15 @@ def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 
 def run_images(job: ImageJob, target_of: Callable[[Path], Path], process: Callable[[list[Any]], list[Any]],
-               write: Callable[[Path, Path, Any, Any], ImageResult]) -> Summary:
-    """Run `process` (PIL images -> results) over the images of `job.cfg.images` whose target (`target_of(image)`)
-    is not done yet; `write(image, target, result, pil image)` writes one result and says what it wrote."""
+               write: Callable[[Path, Path, Any, Any], ImageResult], images: list[Path] | None = None) -> Summary:
+    """Run `process` (PIL images -> results) over `images` (default: those of the folder `job.cfg.images`) whose
+    target (`target_of(image)`) is not done yet; `write(image, target, result, pil image)` writes one result and
+    says what it wrote."""
     from trainers.data.images import ImageLoadError, load_image_rgb
 
     cfg, summary = job.cfg, Summary()
     root = Path(cfg.images).expanduser()
-    images = find_images(root)
+    images = find_images(root) if images is None else images
     if not images:
         raise ToolError("images", f"{root} holds no images ({', '.join(sorted(IMAGE_EXTENSIONS))}), in it or its "
                                   "subfolders")

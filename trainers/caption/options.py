@@ -130,8 +130,11 @@ def check_config(cfg: JobConfig) -> list[ConfigIssue]:
         if opt.required and not str(cfg.values[opt.name]).strip():
             add(opt.name, "give it: it is required")
     images = Path(cfg.images).expanduser()
-    if cfg.images.strip() and not images.is_dir():
-        add("images", f"{images} is not a folder; give the folder that holds the images")
+    toml = cfg.verb == "masks" and images.suffix.lower() == ".toml" and images.is_file()
+    if cfg.images.strip() and not images.is_dir() and not toml:
+        add("images", f"{images} is not a folder; give the folder that holds the images"
+                      + (" (or a dataset .toml: each subset's masks go to its conditioning_data_dir)"
+                         if cfg.verb == "masks" else ""))
     if cfg.resume.strip() and not (Path(cfg.resume).expanduser() / DONE_LIST).is_file():
         add("resume", f"{cfg.resume} is not a caption or mask job's folder (it has no {DONE_LIST}); give the folder "
                       "of the job to continue")

@@ -17,7 +17,8 @@ BOTH = ("caption", "masks")
 CAPTION = ("caption",)
 
 SHARED_OPTIONS: tuple[Option, ...] = (
-    job_option("images", "str", "", "The folder of images (searched with its subfolders, so a kohya `N_name` layout works).",
+    job_option("images", "str", "", "The folder of images (searched with its subfolders, so a kohya `N_name` layout works). "
+         "Masks: a dataset .toml too (each subset's masks go to its conditioning_data_dir).",
          "input", BOTH, required=True, path="dir"),
     job_option("existing", "str", "skip", "An image that already has its file: skip it, overwrite it, or (captions) append "
          "the new caption to it (tags that are already there are not repeated).", "output", BOTH, choices=EXISTING),

@@ -3,14 +3,16 @@ or one flat folder) and each image with the whole text of its caption file. Fold
 own scanners, so the tab shows the images a run would read. Torch-free."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from trainers.core.errors import BadInput, ConfigError
 from trainers.core.options import options_for
-from trainers.core.registry import METHOD_NAMES
+from trainers.core.registry import FAMILY_NAMES, METHOD_NAMES
 from trainers.data.dataset_toml import load_dataset_config
+from trainers.data.edit_pairs import takes_controls
 from trainers.data.kohya_folders import (
     DatasetLayoutError,
     normalize_caption_extension,
@@ -34,6 +36,7 @@ class Concept:
     repeats: int
     tokens: str  # the caption of an image without a caption file (kohya: the folder name after `<repeats>_`)
     masks: Path | None = None  # a dataset TOML subset's conditioning_data_dir: its masks for masked_loss
+    controls: Path | None = None  # its control_directory: an edit model's control images (trainers/data/edit_pairs)
 
     @property
     def label(self) -> str:
@@ -87,7 +90,7 @@ def open_dataset(path: Path | str, caption_extension: str = ".txt") -> Dataset:
     if path.is_file():
         if path.suffix.lower() != ".toml":
             raise DatasetEditError(f"dataset folder: {path} is a file; give its folder, or a dataset .toml")
-        return _with_captions(path.parent, "toml", _toml_concepts(path), ext)
+        return _with_captions(path.parent, "toml", toml_concepts(path), ext)
     kohya = sorted((p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.name)
     concepts = [Concept(p, *parsed) for p in kohya if (parsed := parse_folder_name(p.name)) and parsed[0] >= 1]
     if concepts:
@@ -108,13 +111,23 @@ def option_defaults() -> dict[str, Any]:
     return {o.name: o.default for o in options_for(METHOD_NAMES[0])}
 
 
-def _toml_concepts(path: Path) -> list[Concept]:
+@functools.lru_cache(maxsize=1)
+def viewing_values() -> dict[str, Any]:
+    """The options a dataset TOML is read with here, where no run says its model: as a masked_loss run of an edit
+    model reads it, so a subset's conditioning_data_dir is its masks folder and its control_directory its controls."""
+    edit_family = max(FAMILY_NAMES, key=lambda name: takes_controls({"model_family": name}))
+    return {**option_defaults(), "masked_loss": True, "model_family": edit_family}
+
+
+def toml_concepts(path: Path) -> list[Concept]:
+    """The image_dir subsets of a dataset TOML, with their masks and control folders (see viewing_values)."""
     warnings: list[str] = []
-    try:  # read as a masked_loss run reads it: a subset's conditioning_data_dir holds its masks
-        specs = load_dataset_config(path, {**option_defaults(), "masked_loss": True}, warnings)
+    try:
+        specs = load_dataset_config(path, viewing_values(), warnings)
     except ConfigError as err:
         raise DatasetEditError(f"dataset config {path}: {err}") from None
-    concepts = [Concept(s.path, s.repeats, s.tokens, s.masks) for d in specs for s in d.subsets if s.kind == "folder"]
+    concepts = [Concept(s.path, s.repeats, s.tokens, s.masks, s.controls) for d in specs for s in d.subsets
+                if s.kind == "folder"]
     if not concepts:
         raise DatasetEditError(f"dataset config {path} names no image_dir subsets; the Dataset tab edits the "
                                "captions beside images (metadata JSON subsets are not edited here)")

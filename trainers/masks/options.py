@@ -31,7 +31,8 @@ MASK_OPTIONS: tuple[Option, ...] = (
          MASKS),
     job_option("masks_dir", "str", "", "Where the masks go: a folder laid out like `images` (the same subfolders and "
          "names, .png); training reads it as conditioning_data_dir with masked_loss. Empty: `<images>_masks` beside "
-         "the images' folder.", "output", MASKS, path="out"),
+         "the images' folder. With a dataset .toml as `images`, leave it empty: each subset's masks go to its own "
+         "conditioning_data_dir.", "output", MASKS, path="out"),
     SHARED_OPTIONS[1],
     job_option("previews", "bool", True, "Also write each image with its mask over it (red: left out of the loss) into the "
          "job's folder, to check the masks at a glance.", "output", MASKS),
@@ -56,9 +57,21 @@ def check_masks(cfg: Any, add: Callable[[str, str], None]) -> None:
     if cfg.method == "background" and not cfg.trust_remote_code:
         add("trust_remote_code", "background-removal models (BiRefNet, RMBG-2.0) run the code they ship, which "
                                  "transformers has no class for: turn trust_remote_code on for a model you trust")
-    images = Path(cfg.images).expanduser()
-    if cfg.images.strip() and images.is_dir():
-        out = masks_folder(cfg).resolve()
-        if out == images.resolve() or out.is_relative_to(images.resolve()):
-            add("masks_dir", f"{out} is inside the images' folder, where masks would be read as training images; "
-                             "give a folder outside it")
+    from trainers.dataset_edit.folders import DatasetEditError
+    from trainers.masks.layout import is_dataset_toml, mask_folders
+
+    if is_dataset_toml(cfg.images) and str(cfg.masks_dir).strip():
+        add("masks_dir", "leave it empty with a dataset .toml: each subset's conditioning_data_dir says where its "
+                         "masks go")
+    if not cfg.images.strip() or not (Path(cfg.images).expanduser().is_dir() or is_dataset_toml(cfg.images)):
+        return
+    try:
+        folders = mask_folders(cfg)
+    except DatasetEditError as err:
+        add("images", str(err))
+        return
+    for folder in folders:
+        out, images = folder.masks.resolve(), folder.images.resolve()
+        if out == images or out.is_relative_to(images):
+            add("masks_dir", f"{out} is inside the images' folder {images}, where masks would be read as training "
+                             "images; give a folder outside it")

@@ -9,11 +9,11 @@ from typing import Any
 from PIL import Image, ImageFilter
 
 from trainers.caption.events import ImageResult
-from trainers.caption.job import ImageJob, run_images, summary_report
+from trainers.caption.job import ImageJob, find_images, run_images, summary_report
 from trainers.caption.loading import model_folder, torch_device, torch_dtype
 from trainers.caption.options import JobConfig
 from trainers.core.fsio import atomic_path
-from trainers.masks.options import masks_folder
+from trainers.masks.layout import MaskTargets, is_dataset_toml, mask_folders
 from trainers.tools.job import ToolError
 
 PREVIEWS = "previews"
@@ -95,27 +95,38 @@ def overlay(image: Image.Image, mask: Image.Image) -> Image.Image:
 
 
 def run(cfg: JobConfig, job: ImageJob) -> str:
+    from trainers.dataset_edit.folders import DatasetEditError
+
+    try:
+        folders = mask_folders(cfg)
+    except DatasetEditError as err:
+        raise ToolError("images", str(err)) from None
     device = torch_device(cfg)
     model_class = ClipSeg if cfg.method == "clipseg" else Background
     model = model_class(model_folder(job), cfg, device, torch_dtype(cfg, device))
-    root, out = Path(cfg.images).expanduser(), masks_folder(cfg)
+    targets = MaskTargets(folders, any_extension=is_dataset_toml(cfg.images))
+    images = list(dict.fromkeys(image for folder in folders for image in find_images(folder.images)))
+    targets.find_existing(images)
     previews = job.folder / PREVIEWS if cfg.previews and job.folder is not None else None
-
-    def target_of(image: Path) -> Path:
-        return (out / image.relative_to(root)).with_suffix(".png")
 
     def write(image: Path, target: Path, probs: Any, pil: Image.Image) -> ImageResult:
         mask = to_mask(probs, pil.size, cfg)
-        with atomic_path(target) as tmp:
-            mask.save(tmp, format="PNG")
+        with atomic_path(target) as tmp:  # in the format its name says (an existing mask may be a .jpg)
+            mask.save(tmp, format=Image.registered_extensions().get(target.suffix.lower(), "PNG"))
         shown = None
         if previews is not None:
-            shown = (previews / "__".join(image.relative_to(root).parts)).with_suffix(".jpg")
+            shown = (previews / targets.preview_name(image)).with_suffix(".jpg")
             with atomic_path(shown, durable=False) as tmp:
                 overlay(pil, mask).save(tmp, format="JPEG", quality=85)
         return ImageResult(image=str(image), written=str(target), preview=str(shown) if shown else None)
 
-    line = summary_report(job, run_images(job, target_of, model, write), "masks",
-                          {"method": cfg.method, "masks_dir": str(out)})
-    job.wrote(out, "masks")
+    for folder in folders:
+        if not folder.named:
+            job.warn(f"{folder.images}: its subset names no conditioning_data_dir, so its masks go to {folder.masks}; "
+                     f"add conditioning_data_dir = \"{folder.masks}\" to that subset for masked_loss to read them")
+    written = [str(folder.masks) for folder in folders]
+    line = summary_report(job, run_images(job, targets, model, write, images), "masks",
+                          {"method": cfg.method, "masks_dir": written[0] if len(written) == 1 else written})
+    for folder in folders:
+        job.wrote(folder.masks, "masks")
     return line
