@@ -15,6 +15,7 @@ from typing import Any
 
 import gradio as gr
 
+from gui.dataset_pairs import pair_view
 from gui.folder_browser import browsable_textbox, inside
 from gui.text import plain
 from gui.thumbnails import prune_thumbnails, thumbnail
@@ -198,6 +199,14 @@ def build_dataset_tab(services: Any) -> DatasetTab:
                                       elem_id="dataset-model")
         stats_btn = gr.Button("Compute statistics", elem_id="dataset-stats")
         stats_md = gr.Markdown(elem_id="dataset-stats-report")
+    with gr.Accordion("Edit pairs (control | target | caption)", open=False):
+        gr.Markdown("For an edit model's dataset: a dataset `.toml` whose subsets name their control images "
+                    "(`control_directory` or `conditioning_data_dir`). Each target is shown after its control "
+                    "images, its caption (the edit instruction) below; what does not pair up is listed first.")
+        pairs_btn = gr.Button("Check pairs", elem_id="dataset-pairs")
+        pairs_md = gr.Markdown(elem_id="dataset-pairs-report")
+        pairs_gallery = gr.Gallery(label="Pairs: control(s) | target", columns=3, height=440, object_fit="contain",
+                                   allow_preview=True, visible=False, elem_id="dataset-pairs-gallery")
     with gr.Accordion("Concept folders", open=False):
         with gr.Row():
             new_name = gr.Textbox(label="New concept (class tokens)", placeholder="sks dog")
@@ -219,8 +228,10 @@ def build_dataset_tab(services: Any) -> DatasetTab:
 
     def opened(path: str, ext: str) -> Dataset:
         dataset = open_dataset(allowed(path), ext or ".txt")
-        for concept in dataset.concepts:  # a dataset .toml may name image folders anywhere
-            allowed(concept.folder)
+        for concept in dataset.concepts:  # a dataset .toml may name image, mask and control folders anywhere
+            for shown in (concept.folder, concept.masks, concept.controls):
+                if shown is not None:
+                    allowed(shown)
         return dataset
 
     def view(path: str, ext: str, wanted: str, filter_text: str, message: str = "") -> dict:
@@ -315,6 +326,13 @@ def build_dataset_tab(services: Any) -> DatasetTab:
         tags = ", ".join(f"{plain(t)} ({n})" for t, n in tag_counts(dataset).most_common(30))
         return stats_text(stats) + (f"\n\n**Most common tags**: {tags}" if tags else "")
 
+    def on_pairs(path: str, ext: str) -> tuple[str, Any]:
+        try:
+            checked = pair_view(opened(path, ext))
+        except DatasetEditError as err:
+            return f"### Not checked\n{plain(err)}", gr.Gallery(value=None, visible=False)
+        return checked.text, gr.Gallery(value=checked.rows or None, visible=bool(checked.rows))
+
     edits = {report} | view_outputs
     def on_open(path: str, ext: str, wanted: str, filter_text: str) -> dict:
         prune_thumbnails()
@@ -335,6 +353,7 @@ def build_dataset_tab(services: Any) -> DatasetTab:
     save.click(on_save, inputs=view_inputs + [selected, caption], outputs=edits)
     create.click(on_create, inputs=view_inputs + [new_name, new_repeats], outputs=edits)
     move.click(on_move, inputs=view_inputs + [selected, target], outputs=edits)
+    pairs_btn.click(on_pairs, inputs=[folder, extension], outputs=[pairs_md, pairs_gallery])
     stats_btn.click(on_stats, inputs=[folder, extension, resolution, buckets, limit, model], outputs=stats_md)
     return DatasetTab(folder, gallery, status, reload)
 
