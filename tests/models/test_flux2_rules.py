@@ -1,0 +1,31 @@
+"""FLUX.2's own noise-level draw and options, without a model: 'flux2_shift' is musubi-tuner's (sigmoid, shifted by
+FLUX.1's rule for the tokens FLUX.2's transformer reads), FLUX.2's only, and FLUX.1's 'flux_shift' is refused for it
+by name."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainers.models.flux2.rules import FLUX2
+from trainers.models.zimage.rules import ZIMAGE
+
+
+def test_flux2_shift_is_taken_for_flux2_only_and_flux_shift_is_told_apart() -> None:
+    assert FLUX2.option_issues({"timestep_sampling": "flux2_shift"}) == []
+    assert [i.field for i in ZIMAGE.option_issues({"timestep_sampling": "flux2_shift"})] == ["timestep_sampling"]
+    (issue,) = FLUX2.option_issues({"timestep_sampling": "flux_shift"})
+    assert issue.field == "timestep_sampling" and "flux2_shift" in issue.message and "FLUX.2" in issue.message
+
+
+def test_flux2_shift_draws_musubi_tuners_sigmas_for_the_image_size() -> None:
+    from trainers.models.flux2.family import FLUX2 as FAMILY
+
+    normal, uniform = torch.tensor([-1.0, 0.0, 0.7]), torch.rand(3)
+    family = FAMILY.configured({"timestep_sampling": "flux2_shift", "sigmoid_scale": 1.0})
+    sigmas = family.draw_sigmas(normal, uniform, (128, 128), None, None)  # 1024 px: 64 x 64 tokens of 2x2 patches
+    shift = math.exp(1.15)  # musubi-tuner: mu linear from 0.5 at 256 to 1.15 at 4096 packed tokens
+    t = torch.sigmoid(normal)
+    assert torch.allclose(sigmas, t * shift / (1 + (shift - 1) * t))
+    smaller = family.draw_sigmas(normal, uniform, (64, 64), None, None)  # 512 px: less shift
+    assert (smaller < sigmas).all()
