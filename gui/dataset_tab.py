@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from PIL import Image
 
 from gui.dataset_pairs import pair_view
 from gui.folder_browser import browsable_textbox, inside
@@ -46,17 +47,20 @@ MAX_SHOWN = 400  # images in the gallery at once; a filter narrows a larger data
 MAX_ROWS = 50  # rows of a preview or a list in the report
 ALL = "all concepts"
 TOKEN_LIMITS = (CLIP_LIMIT, 150, 225)  # sd-scripts' max_token_length: CLIP's 75 tokens in one to three chunks
+GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # one-channel images: how masks are saved (sd-scripts reads them as L)
 
 
 def masks_of(dataset: Dataset, entries: Iterable[Entry]) -> dict[Path, Path]:
     """The mask of each of `entries`' images that has one: in its subset's masks folder (a dataset TOML's
-    conditioning_data_dir, the file with the image's stem, as training finds it), else where trainers.masks writes
+    conditioning_data_dir, the file with the image's stem, as training finds it; a colour file there is an edit
+    model's control image, not a mask), else where trainers.masks writes
     by default: `<dataset>_masks` (a job over the whole dataset) or `<concept folder>_masks` (a job over one
     folder), the image's relative path with .png."""
     entries = list(entries)
     found: dict[Path, Path] = {}
     for concept in {e.concept for e in entries if e.concept.masks is not None}:
-        found |= match_masks(concept.masks, [e.image for e in entries if e.concept == concept])[0]
+        matched = match_masks(concept.masks, [e.image for e in entries if e.concept == concept])[0]
+        found |= {image: mask for image, mask in matched.items() if is_grey(mask)}
     root = dataset.root
     for entry in (e for e in entries if e.concept.masks is None):
         image, folder = entry.image, entry.concept.folder
@@ -66,6 +70,15 @@ def masks_of(dataset: Dataset, entries: Iterable[Entry]) -> dict[Path, Path]:
         if mask := next((m for m in candidates if m.is_file()), None):
             found[image] = mask
     return found
+
+
+def is_grey(image: Path) -> bool:
+    """Whether `image` is a one-channel image, as masks are saved (its header only is read)."""
+    try:
+        with Image.open(image) as im:
+            return im.mode in GREY_MODES
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return False
 
 
 def shown_entries(dataset: Dataset, concept: str = ALL, text: str = "") -> list[Entry]:

@@ -83,3 +83,11 @@ def test_the_tab_refuses_control_folders_outside_the_allowed_roots(edit_dataset:
     on_pairs = next(f.fn for f in blocks.fns.values() if f.name == "on_pairs")
     text, _ = on_pairs(str(edit_dataset), ".txt")
     assert "Not checked" in text and str(outside) in text and "--allowed-root" in text
+
+
+def test_colour_controls_in_conditioning_data_dir_are_not_shown_as_masks(edit_dataset: Path) -> None:
+    """sd-scripts' key names an edit model's controls too: the gallery tints an image only under a grey mask."""
+    from gui.dataset_tab import gallery_items
+
+    captions = [caption for _, caption in gallery_items(edit_dataset)]
+    assert captions and not any(caption.endswith("· masked") for caption in captions)
