@@ -13,7 +13,14 @@ from PIL import Image
 
 from gui.text import plain
 from gui.thumbnails import cached_thumbnail, small_copy
-from trainers.data.edit_pairs import EditPair, PairReport, match_pairs, pair_issues, skipped_warnings
+from trainers.data.edit_pairs import (
+    EditPair,
+    PairReport,
+    control_folder,
+    match_pairs,
+    pair_issues,
+    skipped_warnings,
+)
 from trainers.dataset_edit.folders import Concept, Dataset
 
 MAX_REFERENCES = 3  # the most control images an edit model takes per target (Qwen-Image-Edit-Plus, FLUX.2)
@@ -28,17 +35,22 @@ class PairView:
     rows: list[tuple[str, str]]  # (controls | target side by side, caption) of each pair shown
 
 
-def control_dir(concept: Concept) -> Path | None:
-    """The folder a subset's control images are in: control_directory, else conditioning_data_dir (which holds a
-    masked_loss run's masks: the page cannot tell which the folder is for, so the pair view shows either)."""
+def control_dir(dataset: Dataset, concept: Concept, given: Path | None = None) -> Path | None:
+    """The folder a concept's control images are in: `given` (a run's control_directory for a kohya folder or a
+    flat one: for a kohya root its subfolder of the concept's name when there is one, as training reads it), else
+    its subset's control_directory, else its conditioning_data_dir (which holds a masked_loss run's masks: the page
+    cannot tell which the folder is for, so the pair view shows either)."""
+    if given is not None:
+        return control_folder(given, concept.folder, dataset.layout == "kohya")
     return concept.controls or concept.masks
 
 
-def pair_view(dataset: Dataset, max_references: int = MAX_REFERENCES) -> PairView:
-    """How the targets of each subset with a control folder pair with their controls (trainers.data.edit_pairs)."""
+def pair_view(dataset: Dataset, controls: Path | None = None, max_references: int = MAX_REFERENCES) -> PairView:
+    """How the targets of each concept with a control folder (see control_dir) pair with their controls, as
+    trainers.data.edit_pairs pairs them for training."""
     reports = [(concept, match_pairs([e.image for e in dataset.entries if e.concept == concept], folder,
                                      max_references, dataset.caption_extension))
-               for concept in dataset.concepts if (folder := control_dir(concept)) is not None]
+               for concept in dataset.concepts if (folder := control_dir(dataset, concept, controls)) is not None]
     pairs = [pair for _, report in reports for pair in report.pairs][:MAX_PAIRS]
     rows = [(thumb, pair_caption(pair)) for pair in pairs if (thumb := pair_thumbnail(pair))]
     return PairView(reports, pair_text(reports, len(rows)), rows)
@@ -46,9 +58,9 @@ def pair_view(dataset: Dataset, max_references: int = MAX_REFERENCES) -> PairVie
 
 def pair_text(reports: list[tuple[Concept, PairReport]], shown: int) -> str:
     if not reports:
-        return ("No subset names a control folder. An edit model's dataset is a dataset .toml whose subsets have "
-                "`control_directory` (or `conditioning_data_dir`): the folder of the images each edit starts from, "
-                "named after their targets (`cat.png`, or `cat_0.png`, `cat_1.png` for several).")
+        return ("No control folder: give one above (a run's `control_directory`), or open a dataset .toml whose "
+                "subsets have `control_directory` (or `conditioning_data_dir`): the folder of the images each edit "
+                "starts from, named after their targets (`cat.png`, or `cat_0.png`, `cat_1.png` for several).")
     problems, counts = [], []
     for concept, report in reports:
         found = [issue.message for issue in pair_issues(report)] + skipped_warnings(report)

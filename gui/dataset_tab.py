@@ -214,9 +214,14 @@ def build_dataset_tab(services: Any) -> DatasetTab:
         stats_md = gr.Markdown(elem_id="dataset-stats-report")
     with gr.Accordion("Edit pairs (control | target | caption)", open=False):
         gr.Markdown("For an edit model's dataset: a dataset `.toml` whose subsets name their control images "
-                    "(`control_directory` or `conditioning_data_dir`). Each target is shown after its control "
-                    "images, its caption (the edit instruction) below; what does not pair up is listed first.")
-        pairs_btn = gr.Button("Check pairs", elem_id="dataset-pairs")
+                    "(`control_directory` or `conditioning_data_dir`), or the dataset opened above with its control "
+                    "folder. Each target is shown after its control images, its caption (the edit instruction) "
+                    "below; what does not pair up is listed first.")
+        with gr.Row():
+            pair_controls = browsable_textbox("dir", label="Control folder (control_directory) for a kohya or flat "
+                                              "folder; empty: the dataset .toml's own", scale=4,
+                                              elem_id="dataset-pairs-controls")
+            pairs_btn = gr.Button("Check pairs", scale=1, elem_id="dataset-pairs")
         pairs_md = gr.Markdown(elem_id="dataset-pairs-report")
         pairs_gallery = gr.Gallery(label="Pairs: control(s) | target", columns=3, height=440, object_fit="contain",
                                    allow_preview=True, visible=False, elem_id="dataset-pairs-gallery")
@@ -339,9 +344,10 @@ def build_dataset_tab(services: Any) -> DatasetTab:
         tags = ", ".join(f"{plain(t)} ({n})" for t, n in tag_counts(dataset).most_common(30))
         return stats_text(stats) + (f"\n\n**Most common tags**: {tags}" if tags else "")
 
-    def on_pairs(path: str, ext: str) -> tuple[str, Any]:
+    def on_pairs(path: str, ext: str, controls: str) -> tuple[str, Any]:
         try:
-            checked = pair_view(opened(path, ext))
+            given = Path(allowed(controls.strip())).expanduser() if controls.strip() else None
+            checked = pair_view(opened(path, ext), given)
         except DatasetEditError as err:
             return f"### Not checked\n{plain(err)}", gr.Gallery(value=None, visible=False)
         return checked.text, gr.Gallery(value=checked.rows or None, visible=bool(checked.rows))
@@ -366,7 +372,7 @@ def build_dataset_tab(services: Any) -> DatasetTab:
     save.click(on_save, inputs=view_inputs + [selected, caption], outputs=edits)
     create.click(on_create, inputs=view_inputs + [new_name, new_repeats], outputs=edits)
     move.click(on_move, inputs=view_inputs + [selected, target], outputs=edits)
-    pairs_btn.click(on_pairs, inputs=[folder, extension], outputs=[pairs_md, pairs_gallery])
+    pairs_btn.click(on_pairs, inputs=[folder, extension, pair_controls], outputs=[pairs_md, pairs_gallery])
     stats_btn.click(on_stats, inputs=[folder, extension, resolution, buckets, limit, model], outputs=stats_md)
     return DatasetTab(folder, gallery, status, reload)
 

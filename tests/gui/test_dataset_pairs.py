@@ -81,8 +81,10 @@ def test_the_tab_refuses_control_folders_outside_the_allowed_roots(edit_dataset:
     with gr.Blocks() as blocks:
         build_dataset_tab(SimpleNamespace(allowed_roots=[tmp_path]))
     on_pairs = next(f.fn for f in blocks.fns.values() if f.name == "on_pairs")
-    text, _ = on_pairs(str(edit_dataset), ".txt")
+    text, _ = on_pairs(str(edit_dataset), ".txt", "")
     assert "Not checked" in text and str(outside) in text and "--allowed-root" in text
+    text, _ = on_pairs(str(tmp_path / "targets"), ".txt", str(outside))  # typed in the tab's own field
+    assert "Not checked" in text and str(outside) in text
 
 
 def test_colour_controls_in_conditioning_data_dir_are_not_shown_as_masks(edit_dataset: Path) -> None:
@@ -91,3 +93,16 @@ def test_colour_controls_in_conditioning_data_dir_are_not_shown_as_masks(edit_da
 
     captions = [caption for _, caption in gallery_items(edit_dataset)]
     assert captions and not any(caption.endswith("· masked") for caption in captions)
+
+
+def test_a_kohya_folder_pairs_with_a_control_folder_laid_out_like_it(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's flat options (train_data_dir with control_directory): the controls of `10_sks/x.png` are in
+    `<controls>/10_sks/`, as training reads them."""
+    monkeypatch.setattr(thumbnails, "THUMBS", tmp_path / "thumbs")
+    _image(tmp_path / "data" / "10_sks" / "x.png", BLUE)
+    _image(tmp_path / "data" / "10_sks" / "y.png", BLUE)
+    _image(tmp_path / "controls" / "10_sks" / "x.png", RED)
+    view = pair_view(open_dataset(tmp_path / "data"), tmp_path / "controls")
+    assert [caption for _, caption in view.rows] == ["x.png → x.png: (no caption)"]
+    assert "y.png" in view.text.split("**1 pair(s)**")[0]  # its missing control, named first
