@@ -174,3 +174,24 @@ def test_kontext_lora_loads_in_the_diffusers_edit_pipeline_with_every_key(kontex
               for name, module in getattr(pipe, part).named_modules() if hasattr(module, "lora_A") and module.lora_A}
     assert loaded == {k.removesuffix(".lora_A.weight") for k in converted if k.endswith("lora_A.weight")}
     assert (image() - base).abs().max() > 1e-4
+
+
+def test_generate_edits_its_input_image(kontext_dir: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    from trainers.generate.options import GenerateConfig
+    from trainers.generate.plan import Variant, build_plan
+    from trainers.generate.renderer import Renderer
+
+    red, blue = tmp_path / "red.png", tmp_path / "blue.png"
+    Image.new("RGB", (64, 64), (220, 20, 20)).save(red)
+    Image.new("RGB", (64, 64), (20, 20, 220)).save(blue)
+    cfg = GenerateConfig({"width": 64, "height": 64, "steps": 2, "cpu_threads": 1, "devices": "cpu", "cfg_scale": 1.0,
+                          "model": str(kontext_dir), "input_image": str(red),
+                          "prompts": ["mirror it --d 1", f"mirror it --d 1 --ci {blue}"]})
+    variants = [Variant("base")]
+    renderer = Renderer(cfg, "cpu", variants)
+    from_red, from_blue = (np.asarray(Image.open(renderer.render(item)[0]).convert("RGB")).astype(int)
+                           for item in build_plan(cfg, tmp_path / "images", 7, variants).items)
+    assert from_red.shape == (64, 64, 3)  # the size asked for, not Kontext's preferred 1024 px sizes
+    assert np.abs(from_red - from_blue).max() > 0  # the same seed, another input image

@@ -63,9 +63,13 @@ GEN_OPTIONS: tuple[Option, ...] = (
     _opt("random_init", "bool", False, "Benchmarks: build the model from its configs with random weights "
          "(only the configs are read).", "model", advanced=True),
     _opt("prompts", "list", [], "One prompt a line: `a dog --n blurry --w 512 --h 768 --s 28 --d 42 --l 7` "
-         "(--n negative, --w/--h size, --s steps, --d seed, --l CFG; # lines skipped).", "prompts"),
+         "(--n negative, --w/--h size, --s steps, --d seed, --l CFG, --ci an edit model's input image; # lines "
+         "skipped).", "prompts"),
     _opt("prompts_file", "str", "", "Or a prompts file in the same syntax (read before the lines above).",
          "prompts", path="file"),
+    _opt("input_image", "str", "", "Edit models (FLUX.1 Kontext, Qwen-Image-Edit): the image the prompts edit, "
+         "resized to the output's size; a prompt's own `--ci path` (repeated for models that take several) "
+         "replaces it.", "prompts", path="file"),
     _opt("negative_prompt", "str", "", "Negative prompt of the lines without --n.", "prompts"),
     _opt("images_per_prompt", "int", 1, "Images of each prompt (seeds: the prompt's seed + 0, 1, 2, ...).",
          "prompts", min=1, max=10000),

@@ -183,7 +183,9 @@ class Renderer:
         generators = [torch.Generator("cpu").manual_seed(image.seed) for image in item.images]
         with torch.no_grad():
             latents = self.pipe(**embeds, width=width, height=height, num_inference_steps=item.steps,
-                                **self.model.family.pipeline_kwargs(item.cfg_scale), generator=generators,
+                                **self.model.family.pipeline_kwargs(item.cfg_scale),
+                                **self.model.family.edit_inputs(self.input_images(item), width, height),
+                                generator=generators,
                                 output_type="latent").images
             pixels = self.model.family.decode_latents(self.model.vae, latents, width, height)
         pictures = self.pipe.image_processor.postprocess(pixels.float(), output_type="pil")
@@ -192,6 +194,11 @@ class Renderer:
             text = self.parameters(item, image.seed, width, height)
             written.append(save_png(picture, Path(image.path), text))
         return written
+
+    def input_images(self, item: WorkItem) -> tuple[str, ...]:
+        """An edit model's input images of a prompt: its --ci, else the job's input_image."""
+        given = self.cfg.input_image.strip()
+        return item.prompt.edit_images or ((given,) if given else ())
 
     def parameters(self, item: WorkItem, seed: int, width: int, height: int) -> str:
         loras = [r for r in self.variants[item.variant].loras if r.weight != 0]
