@@ -98,7 +98,8 @@ def test_a_sample_with_a_control_image_goes_through_the_controlnet(tiny_sd1_dir:
     from diffusers import ControlNetModel
 
     from trainers.core.prompts import parse_prompt_lines
-    from trainers.methods.controlnet.trainer import ControlledUNet, ControlSamples
+    from trainers.methods.controlnet.controlled import ControlledUNet
+    from trainers.methods.controlnet.trainer import ControlSamples
     from trainers.models import load_model
     from trainers.sampling.pipeline import generate_samples
 
@@ -156,3 +157,35 @@ def test_each_control_image_is_resized_cropped_and_flipped_as_its_training_image
         pixels = samples[(epoch, index, False)]["pixels"]
         assert torch.allclose(control(torch.tensor([[epoch, index]]))[0], (pixels + 1) / 2, atol=1e-6)
     assert {flip_of(True, cfg.seed, epoch, index)[0] for epoch, index in keys} == {True, False}  # both were drawn
+
+
+@pytest.mark.slow
+def test_flux_controlnet_trains_from_the_transformer_samples_and_loads_in_flux_controlnet_pipeline(
+        tiny_flux_dir: Path, tmp_path: Path) -> None:
+    from diffusers import FluxControlNetModel, FluxControlNetPipeline
+
+    from helpers import train
+
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape")
+    controls = controls_for(dataset, tmp_path / "controls")
+    out, run_dir = tmp_path / "out", tmp_path / "run"
+    control = next((controls / "1_sks shape").iterdir())
+    assert train("controlnet", run_dir, pretrained_model_name_or_path=str(tiny_flux_dir), train_data_dir=str(dataset),
+                 conditioning_data_dir=str(controls), output_dir=str(out), max_train_steps=2, resolution="64",
+                 train_batch_size=2, max_data_loader_n_workers=0, learning_rate=1e-2, num_double_layers=1,
+                 num_single_layers=1, t5xxl_max_token_length=32, sample_every_n_steps=2,
+                 sample_prompt_lines=[f"sks shape --w 64 --h 64 --s 2 --cn {control}"]) == 0
+    evs = events(run_dir)
+    assert evs[-1]["type"] == "done" and Path(next(e for e in evs if e["type"] == "sample")["path"]).is_file()
+
+    controlnet = FluxControlNetModel.from_pretrained(str(out / "controlnet"))
+    assert controlnet.config.num_layers == 1 and controlnet.config.num_single_layers == 1
+    assert controlnet.controlnet_x_embedder.weight.abs().max() > 0  # the control input learned (it starts at 0)
+    pipe = FluxControlNetPipeline.from_pretrained(str(tiny_flux_dir), controlnet=controlnet)
+
+    def render(colour: str) -> torch.Tensor:
+        return pipe("sks shape", control_image=Image.new("RGB", (64, 64), colour), height=64, width=64,
+                    num_inference_steps=2, max_sequence_length=32, output_type="pt",
+                    generator=torch.Generator().manual_seed(0)).images
+
+    assert (render("black") - render("white")).abs().max() > 1e-4

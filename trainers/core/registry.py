@@ -58,7 +58,7 @@ METHODS: tuple[MethodSpec, ...] = (
     MethodSpec("textual_inversion", "Textual inversion", "embeddings", "trainers.methods.textual_inversion",
                "learn a new word (an embedding) for SD1.x/2.x or SDXL"),
     MethodSpec("controlnet", "ControlNet", "controlnet", "trainers.methods.controlnet",
-               "train a ControlNet (a control image steers the model) for SD1.x/2.x or SDXL"),
+               "train a ControlNet (a control image steers the model) for SD1.x/2.x, SDXL or FLUX.1"),
 )
 
 FAMILIES: tuple[FamilySpec, ...] = (

@@ -204,6 +204,14 @@ class FlowFamily:
         shift = getattr(vae.config, "shift_factor", None) or 0.0
         return (raw - shift) * vae.config.scaling_factor
 
+    # The diffusers ControlNet of its transformer that trainers/methods/controlnet builds with its from_transformer
+    # and feeds control_tokens; empty: no ControlNet is trained for the family.
+    controlnet_class: str = ""
+
+    def control_tokens(self, vae: nn.Module, pixels: torch.Tensor) -> torch.Tensor:
+        """Control images (B, 3, H, W) in [0, 1] as its controlnet_class reads them (its diffusers pipeline's way)."""
+        raise NotImplementedError(f"{self.title} has no ControlNet")
+
     def guidance(self, unet: nn.Module, batch: int, device: torch.device) -> torch.Tensor | None:
         """The guidance embedding's input (guidance_scale per sample) of guidance-distilled transformers; else None."""
         if not getattr(unet.config, "guidance_embeds", False):

@@ -12,17 +12,23 @@ from trainers.core.errors import ConfigIssue
 from trainers.core.options import TrainConfig
 from trainers.core.prompts import SamplePrompt, config_prompts
 from trainers.data.kohya_folders import DatasetLayoutError, match_masks, scan_kohya_folders
-from trainers.methods.controlnet.options import SD_SCRIPTS
+from trainers.methods.controlnet.options import FLUX_ONLY, OPTIONS, SD_SCRIPTS
 from trainers.models.checks import local_family
 
-FAMILIES = tuple(SD_SCRIPTS)  # UNet models: diffusers' ControlNetModel copies a UNet's encoder
+FAMILIES = tuple(SD_SCRIPTS)  # UNet models (ControlNetModel copies the UNet's encoder) and FLUX.1 (its transformer's)
 SUFFIX = ".safetensors"
 LISTED = 20  # missing control images named in a message
+OPTION_DEFAULTS = {option.name: option.default for option in OPTIONS}
 
 
 def control_folder(conditioning_dir: Path, subset_folder: Path, kohya_root: bool) -> Path:
     """Where a subset's control images are: the same-named subfolder for a kohya root (as sd-scripts)."""
     return conditioning_dir / subset_folder.name if kohya_root else conditioning_dir
+
+
+def family_message(family: str) -> str:
+    return (f"is a {family} model; ControlNets are trained for SD1.x/2.x, SDXL and FLUX.1 models (whose UNet or "
+            "transformer the ControlNet copies)")
 
 
 def missing_controls_message(missing: list[str]) -> str:
@@ -55,8 +61,12 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
             "off", "loss")
     family = local_family(cfg.pretrained_model_name_or_path)
     if family is not None and family not in FAMILIES:
-        bad("pretrained_model_name_or_path", f"is a {family} model; ControlNets are trained for "
-            f"{', '.join(FAMILIES)} models (whose UNet the ControlNet copies)", "model")
+        bad("pretrained_model_name_or_path", family_message(family), "model")
+    if family is not None and family != "flux":
+        for name in FLUX_ONLY:
+            if cfg.values[name] != OPTION_DEFAULTS[name]:
+                bad(name, f"sizes a FLUX.1 ControlNet; this is a {family} model, whose ControlNet copies the "
+                    "UNet's encoder: leave it at its default", "controlnet")
     for prompt in sample_prompts(cfg):
         if prompt.control_image and not Path(prompt.control_image).expanduser().is_file():
             bad("sample_prompt_lines", f"prompt {prompt.index + 1}: --cn {prompt.control_image!r} is not an image "

@@ -1,6 +1,7 @@
-"""ControlNet: a diffusers ControlNetModel (copied from the UNet, or an existing one) is all that trains; the UNet,
-text encoders and VAE stay frozen and take its residuals. Saved as a diffusers ControlNet folder and a single
-safetensors file with the same (diffusers) keys, which ComfyUI's ControlNet loader reads."""
+"""ControlNet: a diffusers ControlNet (copied from the UNet or FLUX.1's transformer, or an existing one: controlled.py)
+is all that trains; the denoiser, text encoders and VAE stay frozen and take its residuals. Saved as a diffusers
+ControlNet folder and a single safetensors file with the same (diffusers) keys, which ComfyUI's ControlNet loader
+reads."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -16,6 +17,7 @@ from torch import nn
 from trainers.core.options import TrainConfig
 from trainers.core.prompts import SamplePrompt
 from trainers.methods.controlnet.control_images import ControlImages, sample_control
+from trainers.methods.controlnet.controlled import Controlled, controlled as make_controlled
 from trainers.methods.controlnet.rules import SUFFIX
 from trainers.models import LoadedModel
 from trainers.models.single_file import SAVE_DTYPES
@@ -25,42 +27,11 @@ from trainers.train.method import Method, StepHook, Trainable, freeze
 from trainers.train.session import Session
 
 
-CONDITIONING_CHANNELS = (16, 32, 96, 256)  # diffusers' and sd-scripts' for SD's VAE (8x)
-
-
-class ControlledUNet(nn.Module):
-    """The frozen UNet with the ControlNet's residuals added, called as the UNet is: by the family's denoise in
-    training, by the family's pipeline in samples (what it reads of a UNet, config and dtype, is the UNet's)."""
-
-    def __init__(self, unet: nn.Module, controlnet: nn.Module, scale: float) -> None:
-        super().__init__()
-        self.unet, self.controlnet, self.scale = unet, controlnet, scale
-        self.control: torch.Tensor | None = None  # (B or 1, 3, H, W) in [0, 1]; None: the UNet alone (samples)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(super().__getattr__("unet"), name)
-
-    def forward(self, sample: torch.Tensor, timestep: torch.Tensor, encoder_hidden_states: torch.Tensor,
-                return_dict: bool = True, **kwargs: Any) -> Any:
-        if self.control is None:
-            return self.unet(sample, timestep, encoder_hidden_states, return_dict=return_dict, **kwargs)
-        control = self.control.to(sample.device, sample.dtype)
-        control = control.expand(sample.shape[0], -1, -1, -1) if control.shape[0] == 1 else control
-        down, mid = self.controlnet(sample, timestep, encoder_hidden_states=encoder_hidden_states,
-                                    controlnet_cond=control, conditioning_scale=self.scale, return_dict=False,
-                                    **kwargs)
-        return self.unet(sample, timestep, encoder_hidden_states, down_block_additional_residuals=down,
-                         mid_block_additional_residual=mid, return_dict=return_dict, **kwargs)
-
-
 class ControlSamples(StepHook):
-    """Samples go through the ControlNet: the UNet is the controlled one while they render, and a prompt's --cn
+    """Samples go through the ControlNet: the denoiser is the controlled one while they render, and a prompt's --cn
     image (resized to the sample's size, as sd-scripts) is its control; a prompt without one renders unguided."""
 
-    def __init__(self, model: LoadedModel, controlled: ControlledUNet) -> None:
+    def __init__(self, model: LoadedModel, controlled: Controlled) -> None:
         self.model, self.controlled = model, controlled
 
     @contextlib.contextmanager
@@ -79,18 +50,6 @@ class ControlSamples(StepHook):
             yield
         finally:
             self.controlled.control = None
-
-
-def load_controlnet(cfg: TrainConfig, model: LoadedModel) -> nn.Module:
-    from diffusers import ControlNetModel
-
-    source = cfg.controlnet_model_name_or_path.strip()
-    if source:
-        return ControlNetModel.from_pretrained(source, torch_dtype=torch.float32)
-    # The control image's embedding halves its size once per VAE downsampling (three times for SD's VAE).
-    halvings = len(model.vae.config.block_out_channels) - 1
-    channels = CONDITIONING_CHANNELS[:halvings + 1]
-    return ControlNetModel.from_unet(model.unet, conditioning_embedding_out_channels=channels).to(torch.float32)
 
 
 class ControlNetFiles:
@@ -118,13 +77,13 @@ class ControlNet(Method):
     def make_trainable(self, cfg: TrainConfig, session: Session) -> Trainable:
         model = session.model
         freeze(model.unet, model.vae, *model.text_encoders)
-        controlnet = load_controlnet(cfg, model).to(next(model.unet.parameters()).device)
+        controlled = make_controlled(cfg, model)
+        controlnet = controlled.controlnet.to(next(model.unet.parameters()).device)
         controlnet.requires_grad_(True)
         controlnet.train()
         if cfg.gradient_checkpointing:
             controlnet.enable_gradient_checkpointing()
-        controlled = ControlledUNet(model.unet, controlnet, cfg.conditioning_scale)
-        # The family's denoise calls the controlled UNet as it calls the UNet.
+        # The family's denoise calls the controlled denoiser as it calls the denoiser.
         predictor = NoisePredictor(replace(model, unet=controlled), None, cfg.clip_skip, train_text_encoder=False,
                                    text_encoders_cached=cfg.cache_text_encoder_outputs, memoize=session.memoize_text)
         controls = ControlImages(session.catalog, Path(cfg.conditioning_data_dir).expanduser(), cfg.seed)

@@ -112,6 +112,15 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
         """Packed tokens (B, n, C x 4) and their position ids (n, 3) that join the latents' (none for FLUX.1)."""
         return noisy.new_zeros(noisy.shape[0], 0, noisy.shape[1] * 4), noisy.new_zeros(0, 3)
 
+    controlnet_class = "FluxControlNetModel"
+
+    def control_tokens(self, vae: nn.Module, pixels: torch.Tensor) -> torch.Tensor:
+        """The VAE's latents (its mode) of the control images, scaled and packed as the latents are: what
+        FluxControlNetPipeline gives a ControlNet without a hint block (diffusers' from_transformer makes those)."""
+        with torch.no_grad():
+            raw = vae.encode((pixels * 2 - 1).to(vae.device, vae.dtype)).latent_dist.mode()
+        return pack_latents(self.vae_latents(raw, vae))
+
     # --- samples ---
 
     def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
