@@ -58,7 +58,7 @@ PLUGINS = {
         ("lora_unet_layers_0_attention_qkv", "lora_unet_layers_0_attention_out", "lora_unet_layers_1_feed_forward_w2"),
         {"ss_base_model_version": "z_image", "ss_network_module": "networks.lora_zimage",
          "modelspec.architecture": "Z-Image/lora", "ss_timestep_sampling": "shift", "ss_discrete_flow_shift": "2.0"},
-        saves_single_files=False),
+        saves_single_files=True),
 }
 
 

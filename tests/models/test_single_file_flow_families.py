@@ -91,3 +91,71 @@ def test_a_cut_file_is_named_and_nothing_is_written(files: dict[str, Path], tmp_
     assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(cut), train_data_dir=str(tmp_path),
                  output_dir=str(out), max_train_steps=1) != 0
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.fixture(scope="module")
+def zimage_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A tiny Z-Image folder, and the same model as ComfyUI's split files (diffusion_models/, text_encoders/, vae/)
+    with its tokenizer where a first run leaves it in tokenizer_cache_dir."""
+    from trainers.models.tiny_flow import write_reference_files
+    from trainers.models.zimage.tiny import build_tiny_zimage
+
+    root = tmp_path_factory.mktemp("zimage split files")
+    folder = build_tiny_zimage(root / "model")
+    return folder, {name: str(path) for name, path in write_reference_files(folder, root / "files").items()}
+
+
+def _render(model: object) -> torch.Tensor:
+    family = model.family  # type: ignore[attr-defined]
+    pipe = family.build_pipeline(model, family.inference_scheduler(model, "euler"))
+    return pipe("sks shape, red circle", num_inference_steps=2, height=64, width=64, output_type="pt",
+                generator=torch.Generator().manual_seed(0)).images
+
+
+@pytest.mark.slow  # builds, saves and loads the tiny model twice
+def test_zimage_from_comfyuis_split_files_renders_as_its_diffusers_folder(zimage_files: tuple[Path, dict[str, str]]
+                                                                          ) -> None:
+    from diffusers.loaders.single_file_utils import convert_z_image_transformer_checkpoint_to_diffusers
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from trainers.models import ModelFiles
+
+    folder, files = zimage_files
+    files = dict(files)
+    model_file = files.pop("pretrained_model_name_or_path")
+    assert _issues(Path(model_file), **files) == []  # Validate takes them
+    with safe_open(model_file, "pt") as fh:
+        keys = set(fh.keys())
+    assert {"x_embedder.weight", "cap_pad_token", "layers.0.attention.qkv.weight", "layers.1.attention.out.weight",
+            "final_layer.adaLN_modulation.1.weight", "noise_refiner.0.adaLN_modulation.0.weight"} <= keys
+    diffusers_state = load_file(folder / "transformer" / "diffusion_pytorch_model.safetensors")
+    converted = convert_z_image_transformer_checkpoint_to_diffusers(load_file(model_file))  # diffusers reads ours
+    assert converted.keys() == diffusers_state.keys()
+    assert all(torch.equal(converted[k], diffusers_state[k]) for k in diffusers_state)
+
+    single = load_model(model_file, "auto", torch.float32, files=ModelFiles.from_values(files))
+    assert single.family.name == "zimage" and type(single.text_encoders[0]).__name__ == "Qwen3Model"
+    assert torch.allclose(_render(single), _render(load_model(str(folder), "auto", torch.float32)), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_zimage_file_refusals_are_named_before_anything_is_written(zimage_files: tuple[Path, dict[str, str]],
+                                                                   tmp_path: Path) -> None:
+    _, files = zimage_files
+    model_file = Path(files["pretrained_model_name_or_path"])
+    (missing,) = _issues(model_file, ae=files["ae"])
+    assert missing.field == "text_encoder" and "Z-Image" in missing.message and "Qwen3 text encoder" in missing.message
+    (other,) = [i for i in _issues(model_file, ae=files["ae"], text_encoder=files["text_encoder"],
+                                   model_family="lumina2") if i.field == "model_family"]
+    assert "Z-Image" in other.message
+    cut = tmp_path / "qwen_3_4b.safetensors"
+    cut.write_bytes(Path(files["text_encoder"]).read_bytes()[:50])
+    (truncated,) = _issues(model_file, ae=files["ae"], text_encoder=str(cut))
+    assert truncated.field == "text_encoder" and "qwen_3_4b.safetensors is not a .safetensors file" in truncated.message
+    (wrong,) = _issues(model_file, ae=files["ae"], text_encoder=files["ae"])  # the autoencoder given for it
+    assert wrong.field == "text_encoder" and "language-model text encoder" in wrong.message
+    out = tmp_path / "out"
+    assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(model_file), ae=files["ae"],
+                 train_data_dir=str(tmp_path), output_dir=str(out), max_train_steps=1) != 0
+    assert not out.exists() or not any(out.iterdir())

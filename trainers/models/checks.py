@@ -59,6 +59,9 @@ COMPONENTS: dict[str, Component] = {
                         ("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",))),
     "ae": Component("an autoencoder in the original layout (encoder.conv_in, decoder.conv_in...), as FLUX.1's "
                     "ae.safetensors", (("encoder.conv_in.weight",), ("decoder.conv_in.weight",))),
+    "text_encoder": Component("a language-model text encoder in transformers' layout (model.embed_tokens..., "
+                              "model.layers...), as ComfyUI's text_encoders files",
+                              (("model.embed_tokens.weight", "embed_tokens.weight"), ("model.layers.", "layers."))),
 }
 assert set(COMPONENTS) == set(COMPONENT_FILE_OPTIONS), "every component file option is checked"
 
@@ -124,7 +127,7 @@ def _identify(values: Mapping[str, Any], model: Path | None, issues: list[Config
         return None  # the family's own checks would be about the wrong family
     unread = [o for o in COMPONENT_FILE_OPTIONS if str(values.get(o) or "").strip() and o not in found.reads]
     issues += [ConfigIssue(o, f"is not read with {path.name} (an {found.rules.title} model: separate files are read "
-                           "for the parts an SD3 or FLUX.1 single file lacks): leave it empty", "model")
+                           "for the parts a single file lacks, those its family names): leave it empty", "model")
                for o in unread]
     return found
 

@@ -1,7 +1,8 @@
-"""Model components given as files of their own, as sd-scripts takes them for FLUX (`clip_l`, `t5xxl`, `ae`): a
-CLIP or T5 text encoder in transformers' layout, an autoencoder in the original (LDM) layout, and the tokenizers
-such files lack. Each architecture is read from the file's tensor shapes; nothing is fetched but a tokenizer that
-is neither vendored nor in `tokenizer_cache_dir` (as sd-scripts does).
+"""Model components given as files of their own, as sd-scripts takes them for FLUX (`clip_l`, `t5xxl`, `ae`) and
+musubi-tuner for Z-Image (`text_encoder`): a CLIP, T5 or language-model text encoder in transformers' layout, an
+autoencoder in the original (LDM) layout, and the tokenizers such files lack. Each architecture is read from the
+file's tensor shapes (a language model's rope and norms from its published config); nothing is fetched but a
+tokenizer that is neither vendored nor in `tokenizer_cache_dir` (as sd-scripts does).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from trainers.models.base import ModelLoadError
 from trainers.models.reference_layout import count
 
 if TYPE_CHECKING:
+    from trainers.models.flow_rules import Part
     from trainers.models.single_file.checkpoint import Checkpoint
 
 CLIP_HEAD_WIDTH = 64  # CLIP ViT-L/G's attention heads are 64 wide; the head count is not in the weights
@@ -110,6 +112,35 @@ def t5_encoder(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> nn.Modu
     with init_empty_weights():
         model = transformers.T5EncoderModel(config)
     return fill_meta(model, weights, dtype, "T5 text encoder")
+
+
+def llm_text_encoder(state: Mapping[str, torch.Tensor], part: "Part", dtype: torch.dtype) -> nn.Module:
+    """A language-model text encoder (Qwen3, ...) from a file in transformers' layout, as ComfyUI's text_encoders
+    files hold it (`model.` before the layers; a language-model head is left out): its published config
+    (`part.base_config`) with the sizes the tensor shapes tell (width, depth, heads, vocabulary)."""
+    import json
+
+    import transformers
+    from accelerate import init_empty_weights
+
+    weights = {k.removeprefix("model."): v for k, v in state.items() if not k.startswith("lm_head.")}
+    attention = "layers.0.self_attn."
+    if "embed_tokens.weight" not in weights or f"{attention}q_proj.weight" not in weights:
+        raise ModelLoadError(f"text_encoder: the file has no model.embed_tokens / {attention}q_proj weights: it is not "
+                             f"a {part.what} in transformers' layout")
+    assert part.base_config is not None, "a language-model part names its published config"
+    config = json.loads(part.base_config.read_text(encoding="utf-8"))
+    norm = weights.get(f"{attention}q_norm.weight")  # Qwen3's per-head norm gives the head width
+    head = norm.shape[0] if norm is not None else config["head_dim"]
+    vocab, width = weights["embed_tokens.weight"].shape
+    config.update(vocab_size=vocab, hidden_size=width, num_hidden_layers=count(weights, "layers."), head_dim=head,
+                  intermediate_size=weights["layers.0.mlp.gate_proj.weight"].shape[0],
+                  num_attention_heads=weights[f"{attention}q_proj.weight"].shape[0] // head,
+                  num_key_value_heads=weights[f"{attention}k_proj.weight"].shape[0] // head)
+    cls = getattr(transformers, part.encoder_class)
+    with init_empty_weights():
+        model = cls(cls.config_class(**config))
+    return fill_meta(model, weights, dtype, part.what)
 
 
 def autoencoder(state: Mapping[str, torch.Tensor], scaling_factor: float, shift_factor: float) -> nn.Module:

@@ -1,7 +1,8 @@
-"""SD3 and FLUX.1 from single files, as sd-scripts reads them: the denoiser in its reference layout, and each text
-encoder and the autoencoder either inside the same file (ComfyUI's and Stability's all-in-one layout, under the
-prefixes below) or in a file of its own named by an option (`clip_l`, `clip_g`, `t5xxl`, `ae`). The family says
-which parts it has (Part) and converts its denoiser; everything else is here.
+"""Flow families from single files, as sd-scripts and musubi-tuner read them: the denoiser in its reference layout,
+and each text encoder and the autoencoder either inside the same file (ComfyUI's and Stability's all-in-one layout,
+under the prefixes below) or in a file of its own named by an option (`clip_l`, `clip_g`, `t5xxl`, `ae`; a language
+model's, as ComfyUI's split text_encoders files: `text_encoder`). The family says which parts it has (Part) and
+converts its denoiser; everything else is here.
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ def load_parts(ckpt: "Checkpoint", parts: tuple[Part, ...], files: ModelFiles, v
             vae = component_files.autoencoder(state, latent_scale, latent_shift)
         elif part.kind == "t5":
             text_encoders.append(component_files.t5_encoder(state, dtype))
+        elif part.kind == "llm":
+            text_encoders.append(component_files.llm_text_encoder(state, part, dtype))
         else:
             text_encoders.append(component_files.clip_text_encoder(
                 state, dtype, with_projection=part.projection,
@@ -53,9 +56,14 @@ def load_parts(ckpt: "Checkpoint", parts: tuple[Part, ...], files: ModelFiles, v
     return text_encoders, vae
 
 
+def tokenizer_id(part: Part) -> str:
+    """The hub id of a text encoder part's tokenizer (its folder in tokenizer_cache_dir: the id, '/' as '_')."""
+    return part.tokenizer or TOKENIZERS[part.kind][0]
+
+
 def part_tokenizers(parts: tuple[Part, ...], cache_dir: str) -> list[Any]:
     """The tokenizer of each text encoder part, as sd-scripts loads them (tokenizer_cache_dir first)."""
-    from transformers import CLIPTokenizer, T5TokenizerFast
+    from transformers import AutoTokenizer, CLIPTokenizer, T5TokenizerFast
 
     from trainers.models.component_files import cached_tokenizer
     from trainers.models.single_file.tokenizer import clip_tokenizer
@@ -63,6 +71,9 @@ def part_tokenizers(parts: tuple[Part, ...], cache_dir: str) -> list[Any]:
     out = []
     for part in parts:
         if part.kind == "vae":
+            continue
+        if part.kind == "llm":
+            out.append(cached_tokenizer(AutoTokenizer, part.tokenizer, cache_dir))
             continue
         model_id, pad = TOKENIZERS[part.kind]
         cached = bool(cache_dir) and (Path(cache_dir).expanduser() / model_id.replace("/", "_")).is_dir()

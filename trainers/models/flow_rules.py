@@ -13,7 +13,7 @@ from trainers.core.options.groups.flow import COMMON_TIMESTEP_SAMPLINGS, FAMILY_
 from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
 from trainers.models.rules import CheckpointKeys, FamilyRules, ModelFiles
 
-Kind = Literal["clip_l", "clip_g", "t5", "vae"]
+Kind = Literal["clip_l", "clip_g", "t5", "vae", "llm"]  # llm: a language model (Qwen3, ...) in transformers' layout
 SIZE_STEP = 16  # the VAE's 8 x the transformer's 2x2 patches (SD3) or packed tokens (FLUX)
 
 
@@ -26,6 +26,11 @@ class Part:
     option: str  # the option naming its own file; "" when only the `vae` option (a diffusers folder) can stand in
     what: str  # for messages
     projection: bool = False  # a CLIP text encoder with its text projection (SD3's pooled outputs)
+    # a language-model text encoder (kind "llm"): the transformers class the family runs, its published config (what
+    # the tensor shapes do not tell: rope, norms), and the hub id of the tokenizer its file lacks
+    encoder_class: str = ""
+    base_config: Path | None = None
+    tokenizer: str = ""
 
 
 def part_issues(parts: tuple[Part, ...], keys: CheckpointKeys, files: ModelFiles, vae_path: str,

@@ -60,12 +60,13 @@ class CheckpointKeys:
 @dataclass(frozen=True)
 class ModelFiles:
     """The separate component files of a run (sd-scripts' option names: SD3 and FLUX from single files that lack
-    them) and where tokenizers such files lack are kept."""
+    them; musubi-tuner's text_encoder) and where tokenizers such files lack are kept."""
 
     clip_l: str = ""
     clip_g: str = ""
     t5xxl: str = ""
     ae: str = ""
+    text_encoder: str = ""  # musubi-tuner's name: an LLM text encoder's file (Z-Image)
     tokenizer_cache_dir: str = ""
 
     @classmethod

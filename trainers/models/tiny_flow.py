@@ -53,9 +53,9 @@ def tiny_shifted_vae(scaling_factor: float, shift_factor: float) -> Any:
 
 
 def write_reference_files(model_dir: Path, out: Path) -> dict[str, Path]:
-    """A tiny SD3 or FLUX folder (built with `reference_heads`, so that configs can be read back from the weights)
-    as sd-scripts' users have these models: the denoiser in its family's single-file layout, a file for each text
-    encoder (and FLUX's ae; SD3's VAE goes inside the model file, as Stability ships it), and a
+    """A tiny flow folder (SD3 and FLUX built with `reference_heads`, so that configs can be read back from the
+    weights) as sd-scripts' and ComfyUI's users have these models: the denoiser in its family's single-file layout,
+    a file for each text encoder (and the ae; SD3's VAE goes inside the model file, as Stability ships it), and a
     tokenizer_cache_dir holding the tokenizers as sd-scripts leaves it after a first run. Returns the options
     that name them."""
     import torch
@@ -63,7 +63,7 @@ def write_reference_files(model_dir: Path, out: Path) -> dict[str, Path]:
 
     from trainers.models import load_model
     from trainers.models.convert import VAE_PREFIX, vae_to_ldm
-    from trainers.models.flow_checkpoint import TOKENIZERS
+    from trainers.models.flow_checkpoint import tokenizer_id
 
     model = load_model(str(model_dir), "auto", torch.float32)
     family = model.family
@@ -79,11 +79,8 @@ def write_reference_files(model_dir: Path, out: Path) -> dict[str, Path]:
             state = vae
         else:
             encoder, tokenizer = next(encoders)
-            tokenizer.save_pretrained(files["tokenizer_cache_dir"] / TOKENIZERS[part.kind][0].replace("/", "_"))
-            state = ({k: v for k, v in encoder.state_dict().items() if k != "encoder.embed_tokens.weight"}
-                     if part.kind == "t5" else  # tied to shared.weight, which the files hold
-                     {k if k.startswith("text_projection") else "text_model." + k.removeprefix("text_model."): v
-                      for k, v in encoder.state_dict().items()})
+            tokenizer.save_pretrained(files["tokenizer_cache_dir"] / tokenizer_id(part).replace("/", "_"))
+            state = _encoder_file_state(part.kind, encoder.state_dict())
         if part.option:
             files[part.option] = out / f"{part.option}.safetensors"
             save_file({k: v.contiguous() for k, v in state.items()}, files[part.option])
@@ -91,3 +88,14 @@ def write_reference_files(model_dir: Path, out: Path) -> dict[str, Path]:
             main.update({part.prefix + k: v for k, v in state.items()})
     save_file({k: v.contiguous() for k, v in main.items()}, files["pretrained_model_name_or_path"])
     return files
+
+
+def _encoder_file_state(kind: str, state: dict[str, Any]) -> dict[str, Any]:
+    """A text encoder's weights as its own file holds them: T5 without the embedding tied to shared.weight, CLIP
+    under text_model., a language model under model. (ComfyUI's text_encoders files)."""
+    if kind == "t5":
+        return {k: v for k, v in state.items() if k != "encoder.embed_tokens.weight"}
+    if kind == "llm":
+        return {f"model.{k}": v for k, v in state.items()}
+    return {k if k.startswith("text_projection") else "text_model." + k.removeprefix("text_model."): v
+            for k, v in state.items()}

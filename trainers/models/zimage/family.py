@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelFiles, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
 from trainers.models.zimage.rules import ZImageRules
 
@@ -33,10 +33,21 @@ class ZImage(ZImageRules, FlowFamily, ModelFamily):
     pad_token_id: int = 0  # its tokenizer's, set when loaded
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
-        model = super().load(folder, weight_dtype, vae_path, random_init)
-        model.family = copy.copy(model.family)
-        model.family.pad_token_id = model.tokenizers[0].pad_token_id
-        return model
+        return _with_pad_token(super().load(folder, weight_dtype, vae_path, random_init))
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> Any:
+        """ComfyUI's split files: the diffusion_models file (NextDiT layout), text_encoder's Qwen3 and ae's
+        autoencoder (flow_checkpoint.py), the tokenizer from tokenizer_cache_dir (Qwen/Qwen3-4B's)."""
+        return _with_pad_token(super().load_checkpoint(ckpt, weight_dtype, vae_path, files))
+
+    def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
+        """The transformer alone in the reference (NextDiT) layout: ComfyUI's diffusion_models file, musubi-tuner's
+        --dit."""
+        from accelerate.utils import extract_model_from_parallel
+
+        from trainers.models.zimage import reference
+
+        return reference.to_reference(denoiser_state, extract_model_from_parallel(model.unet).config)
 
     def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
         return last_blocks(denoiser.layers, count, "layers")
@@ -85,6 +96,13 @@ class ZImage(ZImageRules, FlowFamily, ModelFamily):
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         return [target for i, layer in enumerate(unet.layers) for target in _layer_targets(i, layer)]
+
+
+def _with_pad_token(model: LoadedModel) -> LoadedModel:
+    """`model` with a copy of its family that knows its tokenizer's pad token (the text mask's)."""
+    model.family = copy.copy(model.family)
+    model.family.pad_token_id = model.tokenizers[0].pad_token_id
+    return model
 
 
 def _without_padding(hidden: torch.Tensor, text_mask: torch.Tensor | None) -> list[torch.Tensor]:

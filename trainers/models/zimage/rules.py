@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.models.flow_rules import FlowRules
+from trainers.models.flow_rules import FlowRules, Part
 
 
 class ZImageRules(FlowRules):
@@ -17,11 +17,14 @@ class ZImageRules(FlowRules):
     frozen_text_encoder = "Qwen3"
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
                              "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
-    # ComfyUI's single files (NextDiT names): recognised and refused by name until they are read
-    reference_prefixes = ("context_refiner.", "model.diffusion_model.context_refiner.",
-                          "diffusion_model.context_refiner.")
-    reads_single_files = False
-    checkpoint_parts = ()
+    # ComfyUI's diffusion_models files and musubi-tuner's --dit (NextDiT names, as Lumina 2's, but with the caption
+    # padding token Lumina 2 has not), its parts in files of their own
+    reference_prefixes = ("cap_pad_token", "model.diffusion_model.cap_pad_token", "diffusion_model.cap_pad_token")
+    detect_priority = 5  # before Lumina 2, whose NextDiT keys its files share
+    checkpoint_parts = (Part("llm", "text_encoders.qwen3_4b.", "text_encoder", "Qwen3 text encoder",
+                             encoder_class="Qwen3Model", base_config=Path(__file__).with_name("text_encoder.json"),
+                             tokenizer="Qwen/Qwen3-4B"),
+                        Part("vae", "vae.", "ae", "autoencoder (FLUX.1's ae.safetensors)"))
 
 
 ZIMAGE = ZImageRules()

@@ -41,7 +41,8 @@ def build_tiny_zimage(folder: Path, seed: int = 0) -> Path:
         axes_dims=[4, 6, 6], axes_lens=[1024, 64, 64])  # captions up to 512 tokens, as the real one
     text_encoder = Qwen3Model(Qwen3Config(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, head_dim=16, pad_token_id=tokenizer.pad_token_id))
+        num_key_value_heads=2, head_dim=16, pad_token_id=tokenizer.pad_token_id,
+        rope_theta=1000000.0))  # Qwen3-4B's, as the published config that single files are read with
     pipe = ZImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=tiny_shifted_vae(0.3611, 0.1159),
                           text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
     pipe.save_pretrained(folder)

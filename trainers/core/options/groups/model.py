@@ -4,7 +4,8 @@ from __future__ import annotations
 from trainers.core.options.schema import Option
 from trainers.core.registry import FAMILY_NAMES
 
-COMPONENT_FILE_OPTIONS = ("clip_l", "clip_g", "t5xxl", "ae")  # a model's parts in files of their own (sd-scripts' names)
+# a model's parts in files of their own (sd-scripts' names; text_encoder: musubi-tuner's)
+COMPONENT_FILE_OPTIONS = ("clip_l", "clip_g", "t5xxl", "ae", "text_encoder")
 
 OPTIONS: tuple[Option, ...] = (
     Option("pretrained_model_name_or_path", "str", "", "Base model: a local diffusers folder, a hub id, or a "
@@ -26,9 +27,14 @@ OPTIONS: tuple[Option, ...] = (
            "clip_g.safetensors). Not needed when the model file holds it.", "model", path="file", advanced=True),
     Option("t5xxl", "str", "", "SD3 or FLUX.1 from a single file: the T5-XXL text encoder's .safetensors (e.g. "
            "t5xxl_fp16.safetensors). Not needed when the model file holds it.", "model", path="file", advanced=True),
-    Option("ae", "str", "", "FLUX.1 from a single file: the autoencoder's .safetensors (ae.safetensors). Not needed "
-           "when the model file holds it.", "model", path="file", advanced=True),
+    Option("ae", "str", "", "FLUX.1, Z-Image or Lumina 2 from a single file: the autoencoder's .safetensors "
+           "(FLUX.1's ae.safetensors, which the other two use too; musubi-tuner's --vae). Not needed when the model "
+           "file holds it.", "model", path="file", advanced=True),
+    Option("text_encoder", "str", "", "Z-Image from a single file (ComfyUI's diffusion_models file, musubi-tuner's "
+           "--dit): its text encoder's .safetensors (ComfyUI's text_encoders/qwen_3_4b.safetensors; musubi-tuner's "
+           "--text_encoder). Its tokenizer is read from tokenizer_cache_dir (fetched from the hub once).", "model",
+           path="file", advanced=True),
     Option("tokenizer_cache_dir", "str", "", "Where tokenizers a single file lacks are kept (SD3's and FLUX.1's T5 "
-           "tokenizer is fetched from the hub once, then read from here offline), as in sd-scripts.", "model", path="out",
-           advanced=True),
+           "tokenizer, Z-Image's Qwen3 one: fetched from the hub once, then read from here offline), as in "
+           "sd-scripts.", "model", path="out", advanced=True),
 )

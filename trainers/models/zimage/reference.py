@@ -1,0 +1,89 @@
+"""Z-Image's transformer in the reference layout (Tongyi-MAI's NextDiT: `layers.N.attention.qkv`, `x_embedder`,
+`final_layer`; ComfyUI's diffusion_models file and musubi-tuner's --dit) and in diffusers' ZImageTransformer2DModel:
+its rules (reference_layout.py), the inverse of diffusers' convert_z_image_transformer_checkpoint_to_diffusers. The
+config comes from the tensor shapes, and what they do not hold (rope, norms) from the published one (transformer.json).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainers.models import reference_layout as layout
+from trainers.models.base import ModelLoadError
+from trainers.models.reference_layout import Rule, linear
+
+MARKER = "context_refiner."  # NextDiT's caption refiner: where the file nests the denoiser
+PREFIXES = ("model.diffusion_model.", "diffusion_model.")  # ComfyUI's nesting of the transformer
+BASE_CONFIG = Path(__file__).with_name("transformer.json")  # Tongyi-MAI/Z-Image-Turbo's transformer config
+PATCH = "2-1"  # diffusers' key of the one patch size (2x2, one frame) the reference layout has
+UNUSED = "norm_final.weight"  # the reference's final norm, which its forward never reads (diffusers drops it)
+
+
+def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
+    return layout.strip_prefix(state, PREFIXES, MARKER)
+
+
+def rules(blocks: Mapping[str, int]) -> list[Rule]:
+    """`blocks`: how many of each kind (noise_refiner, context_refiner, layers) the transformer has."""
+    out: list[Rule] = [*linear("x_embedder", f"all_x_embedder.{PATCH}"),
+                       *linear("final_layer.linear", f"all_final_layer.{PATCH}.linear"),
+                       *linear("final_layer.adaLN_modulation.1", f"all_final_layer.{PATCH}.adaLN_modulation.1"),
+                       *linear("t_embedder.mlp.0", "t_embedder.mlp.0"), *linear("t_embedder.mlp.2", "t_embedder.mlp.2"),
+                       Rule("cap_embedder.0.weight", ("cap_embedder.0.weight",)),
+                       *linear("cap_embedder.1", "cap_embedder.1"),
+                       Rule("x_pad_token", ("x_pad_token",)), Rule("cap_pad_token", ("cap_pad_token",))]
+    for kind, number in blocks.items():
+        for i in range(number):
+            block = f"{kind}.{i}."
+            out.append(Rule(f"{block}attention.qkv.weight", tuple(f"{block}attention.to_{p}.weight" for p in "qkv")))
+            renamed = [("attention.out", "attention.to_out.0"), ("attention.q_norm", "attention.norm_q"),
+                       ("attention.k_norm", "attention.norm_k")]
+            kept = ("attention_norm1", "attention_norm2", "ffn_norm1", "ffn_norm2", "feed_forward.w1",
+                    "feed_forward.w2", "feed_forward.w3")
+            out += [Rule(f"{block}{ref}.weight", (f"{block}{ours}.weight",))
+                    for ref, ours in [*renamed, *((name, name) for name in kept)]]
+            if kind != "context_refiner":  # the caption refiner is not modulated
+                out += linear(f"{block}adaLN_modulation.0", f"{block}adaLN_modulation.0")
+    return out
+
+
+def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
+    """ZImageTransformer2DModel's config of a reference-layout transformer: its sizes from the tensor shapes, the
+    rest as published (the rope's axes in the published proportions of the head width)."""
+    base = json.loads(BASE_CONFIG.read_text(encoding="utf-8"))
+    try:
+        dim, patch_in = shapes["x_embedder.weight"]
+        head = shapes["layers.0.attention.q_norm.weight"][0]
+        qkv = shapes["layers.0.attention.qkv.weight"][0]
+        sizes = {"dim": dim, "in_channels": patch_in // 4, "n_layers": layout.count(shapes, "layers."),
+                 "n_refiner_layers": layout.count(shapes, "noise_refiner."), "n_heads": dim // head,
+                 "n_kv_heads": (qkv - dim) // 2 // head, "cap_feat_dim": shapes["cap_embedder.1.weight"][1]}
+    except KeyError as err:
+        raise ModelLoadError(f"{name}: the Z-Image transformer has no {err.args[0]}: is the file complete?") from None
+    base_head = base["dim"] // base["n_heads"]
+    axes = [axis * head // base_head for axis in base["axes_dims"]]
+    return {**{k: v for k, v in base.items() if not k.startswith("_")}, **sizes, "axes_dims": axes}
+
+
+def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
+    """Reference-layout tensors -> ZImageTransformer2DModel's state dict (q, k and v equally wide)."""
+    return layout.to_diffusers({k: v for k, v in state.items() if k != UNUSED}, _rules_of(config), config["dim"], name)
+
+
+def to_reference(state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """ZImageTransformer2DModel's state dict -> reference-layout tensors, with the unused final norm as an identity
+    so that strict loaders find every tensor."""
+    out = layout.to_reference(state, _rules_of(config))
+    like = state["x_pad_token"]
+    out[UNUSED] = torch.ones(config["dim"], dtype=like.dtype, device=like.device)
+    return out
+
+
+def _rules_of(config: Mapping[str, Any]) -> list[Rule]:
+    layers = {"noise_refiner": config["n_refiner_layers"], "context_refiner": config["n_refiner_layers"],
+              "layers": config["n_layers"]}
+    return rules(layers)
