@@ -27,6 +27,8 @@ from trainers.caption.options import JOB_METHOD, VERBS, JobConfig, check_config,
 from trainers.core import events as ev
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.rundir import CONFIG, RunState, read_run_config
+from trainers.dataset_edit.folders import DatasetEditError
+from trainers.masks.layout import is_dataset_toml, mask_folders
 
 SHOWN_RESULTS = 8
 ENDED = (RunState.FINISHED, RunState.FAILED, RunState.STOPPED)  # wrote all it will: the Dataset tab reads it again
@@ -97,8 +99,16 @@ def results_text(v: CaptionView) -> str:
 
 
 def _outside_roots(cfg: JobConfig, roots: list[Path] | None) -> list[ConfigIssue]:
+    """Paths typed into the page, and the folders a dataset .toml given as a mask job's images names (its masks are
+    written there), must lie under the allowed roots."""
     typed = [TypedPath(o.name, str(cfg.values[o.name] or ""), o.group, may_be_hub_id=o.name == "model")
              for o in cfg.options if o.kind == "str" and o.path]
+    if cfg.verb == "masks" and roots is not None and is_dataset_toml(cfg.images):
+        try:
+            typed += [TypedPath("images", str(path), "input") for folder in mask_folders(cfg)
+                      for path in (folder.images, folder.masks)]
+        except DatasetEditError:
+            pass  # check_config names the problem
     return paths_outside(typed, roots)
 
 

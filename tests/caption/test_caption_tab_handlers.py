@@ -95,3 +95,19 @@ def test_a_queued_job_says_what_it_waits_behind_and_stop_takes_it_out(page: tupl
     assert "out of the queue" in tab.stop(job.name)
     assert tab.ticked(job.name, until="### Stopped")["reload"] != SKIPPED
     (run / "release").touch()
+
+
+def test_a_mask_job_over_a_dataset_toml_naming_folders_outside_the_allowed_roots_is_refused(
+        tmp_path: Path) -> None:
+    from gui.caption_tab import _outside_roots
+
+    outside = tmp_path.parent / f"{tmp_path.name}-masks-elsewhere"
+    outside.mkdir(exist_ok=True)
+    (tmp_path / "photos").mkdir()
+    toml = tmp_path / "dataset.toml"
+    toml.write_text(f'[[datasets]]\n[[datasets.subsets]]\nimage_dir = "photos"\nconditioning_data_dir = "{outside}"\n',
+                    encoding="utf-8")
+    cfg = config_from_values("masks", {"images": str(toml), "prompt": "a thing"})
+    refused = _outside_roots(cfg, [tmp_path])
+    assert [issue.field for issue in refused] == ["images"] and str(outside) in refused[0].message
+    assert _outside_roots(cfg, None) == []

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from trainers.data.kohya_folders import match_masks
-from trainers.masks.options import masks_folder
 
 
 @dataclass(frozen=True)
@@ -17,6 +16,13 @@ class MaskFolder:
     images: Path  # a folder of images (with its subfolders)
     masks: Path  # where their masks go, laid out like `images`
     named: bool = True  # False: a dataset TOML subset without conditioning_data_dir (its default folder is used)
+
+
+def masks_folder(cfg: Any) -> Path:
+    """A folder job's masks folder: masks_dir, else `<images>_masks` beside the images' folder."""
+    given = str(cfg.masks_dir).strip()
+    images = Path(cfg.images).expanduser()
+    return Path(given).expanduser() if given else images.parent / f"{images.name}_masks"
 
 
 def is_dataset_toml(images: str) -> bool:

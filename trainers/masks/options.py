@@ -43,12 +43,6 @@ MASK_OPTIONS: tuple[Option, ...] = (
 )
 
 
-def masks_folder(cfg: Any) -> Path:
-    given = str(cfg.masks_dir).strip()
-    images = Path(cfg.images).expanduser()
-    return Path(given).expanduser() if given else images.parent / f"{images.name}_masks"
-
-
 def check_masks(cfg: Any, add: Callable[[str, str], None]) -> None:
     if cfg.existing == "append":
         add("existing", "a mask cannot be appended to: choose skip or overwrite")
