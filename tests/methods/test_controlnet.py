@@ -56,6 +56,11 @@ def test_training_images_without_a_control_image_are_named_before_training(tiny_
                                                   f'train_data_dir="{dataset}"'])
     assert "is needed" in {i.field: i.message for i in validate(no_dir, check_paths=False)}["conditioning_data_dir"]
 
+    flux_sized = load_config("controlnet", overrides=[f'pretrained_model_name_or_path="{tiny_sd1_dir}"',
+                                                      f'train_data_dir="{dataset}"', "num_double_layers=2"])
+    assert "sizes a FLUX.1 ControlNet" in {i.field: i.message for i in validate(flux_sized, check_paths=False)}[
+        "num_double_layers"]
+
 
 @pytest.mark.slow
 def test_sd1_controlnet_trains_saves_and_its_residuals_follow_the_control_image(tiny_sd1_dir: Path,
@@ -187,5 +192,31 @@ def test_flux_controlnet_trains_from_the_transformer_samples_and_loads_in_flux_c
         return pipe("sks shape", control_image=Image.new("RGB", (64, 64), colour), height=64, width=64,
                     num_inference_steps=2, max_sequence_length=32, output_type="pt",
                     generator=torch.Generator().manual_seed(0)).images
+
+    assert (render("black") - render("white")).abs().max() > 1e-4
+
+
+@pytest.mark.slow
+def test_sdxl_controlnet_trains_and_steers_stable_diffusion_xl_controlnet_pipeline(tiny_sdxl_dir: Path,
+                                                                                   tmp_path: Path) -> None:
+    from diffusers import ControlNetModel, StableDiffusionXLControlNetPipeline
+
+    from helpers import train
+
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)
+    controls = controls_for(dataset, tmp_path / "controls")
+    out = tmp_path / "out"
+    assert train("controlnet", tmp_path / "run", pretrained_model_name_or_path=str(tiny_sdxl_dir),
+                 train_data_dir=str(dataset), conditioning_data_dir=str(controls), output_dir=str(out),
+                 max_train_steps=2, resolution="64", train_batch_size=1, max_data_loader_n_workers=0,
+                 learning_rate=1e-2) == 0  # two steps: the zero convolutions move, then the control's embedding
+
+    controlnet = ControlNetModel.from_pretrained(str(out / "controlnet"))
+    assert controlnet.config.addition_embed_type == "text_time"  # SDXL's size and crop conditioning
+    pipe = StableDiffusionXLControlNetPipeline.from_pretrained(str(tiny_sdxl_dir), controlnet=controlnet)
+
+    def render(colour: str) -> torch.Tensor:
+        return pipe("sks shape", image=Image.new("RGB", (64, 64), colour), height=64, width=64,
+                    num_inference_steps=2, output_type="pt", generator=torch.Generator().manual_seed(0)).images
 
     assert (render("black") - render("white")).abs().max() > 1e-4
