@@ -3,8 +3,11 @@ FLUX.1's rule for the tokens FLUX.2's transformer reads), FLUX.2's only, and FLU
 by name."""
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
+import pytest
 import torch
 
 from trainers.models.flux2.rules import FLUX2
@@ -29,3 +32,15 @@ def test_flux2_shift_draws_musubi_tuners_sigmas_for_the_image_size() -> None:
     assert torch.allclose(sigmas, t * shift / (1 + (shift - 1) * t))
     smaller = family.draw_sigmas(normal, uniform, (64, 64), None, None)  # 512 px: less shift
     assert (smaller < sigmas).all()
+
+
+def test_a_processors_chat_template_is_read_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    """FLUX.2 dev's tokenizer folder is a processor's: its chat template may sit in chat_template.json, which the
+    tokenizer alone does not read."""
+    from trainers.models.base import ModelLoadError
+    from trainers.models.flux2.family import processor_chat_template
+
+    (tmp_path / "chat_template.json").write_text(json.dumps({"chat_template": "[INST]{{ messages }}[/INST]"}))
+    assert processor_chat_template(tmp_path) == "[INST]{{ messages }}[/INST]"
+    with pytest.raises(ModelLoadError, match="no chat template"):
+        processor_chat_template(tmp_path / "missing")

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
 from trainers.models.flow_latents import pack_latents, unpack_latents
 from trainers.models.flow_sigmas import flux_resolution_shift
@@ -65,7 +65,10 @@ class Flux2(Flux2Rules, FlowFamily, ModelFamily):
         index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
         family = self.variant(str(index.get("_class_name")), bool(index.get("is_distilled", False)))
         model = FlowFamily.load(family, folder, weight_dtype, vae_path, random_init)
-        model.family = model.family.with_tokenizer(model.tokenizers[0])
+        tokenizer = model.tokenizers[0]
+        if not getattr(tokenizer, "chat_template", None):
+            tokenizer.chat_template = processor_chat_template(folder / family.text_encoder_specs[0].tokenizer_subfolder)
+        model.family = model.family.with_tokenizer(tokenizer)
         return model
 
     def checkpoint_variant(self, config: Any) -> "Flux2":
@@ -187,6 +190,18 @@ class Flux2(Flux2Rules, FlowFamily, ModelFamily):
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         return [*_double_block_targets(unet), *_single_block_targets(unet)]
+
+
+def processor_chat_template(folder: Path) -> str:
+    """The chat template a processor folder keeps beside its tokenizer (transformers' older chat_template.json), which
+    the tokenizer alone does not read. Raises ModelLoadError when there is none: captions are encoded in it."""
+    legacy = folder / "chat_template.json"
+    template = json.loads(legacy.read_text(encoding="utf-8")).get("chat_template") if legacy.is_file() else None
+    if not template:
+        raise ModelLoadError(f"{folder} has no chat template (chat_template.jinja, or chat_template.json beside a "
+                             "processor): FLUX.2 encodes captions in its text encoder's chat template, as its pipeline "
+                             "does; give the model's diffusers folder with its tokenizer as published")
+    return str(template)
 
 
 def _patch_stats(vae: nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
