@@ -195,3 +195,10 @@ def test_generate_edits_its_input_image(kontext_dir: Path, tmp_path: Path) -> No
                            for item in build_plan(cfg, tmp_path / "images", 7, variants).items)
     assert from_red.shape == (64, 64, 3)  # the size asked for, not Kontext's preferred 1024 px sizes
     assert np.abs(from_red - from_blue).max() > 0  # the same seed, another input image
+
+
+def test_what_edit_training_cannot_do_yet_is_named(kontext_dir: Path, tmp_path: Path) -> None:
+    data, controls = _pairs(tmp_path)
+    issues = model_issues(_values(kontext_dir, train_data_dir=str(data), control_directory=str(controls),
+                                  reg_data_dir=str(data), validation_split=0.25))
+    assert sorted(i.field for i in issues) == ["reg_data_dir", "validation_split"]

@@ -52,9 +52,9 @@ class PairReport:
         return [pair for pair in self.pairs if len(pair.controls) > self.max_controls]
 
 
-def takes_controls(values: Mapping[str, Any]) -> int:
+def takes_controls(values: Mapping[str, Any]) -> int | None:
     """How many control images a run's model takes per target (0: it is not an edit model), as model_family or
-    the model's local files say; 0 for a model that cannot be told (a hub id)."""
+    the model's local files say; None for a model that cannot be told (a hub id)."""
     from trainers.models.checks import local_family
     from trainers.models.rules import rules_of
 
@@ -62,9 +62,9 @@ def takes_controls(values: Mapping[str, Any]) -> int:
     if name == "auto":
         name = local_family(str(values.get("pretrained_model_name_or_path") or "")) or ""
     try:
-        return int(getattr(rules_of(name), "max_controls", 0)) if name else 0
+        return int(getattr(rules_of(name), "max_controls", 0)) if name else None
     except (KeyError, ValueError):
-        return 0
+        return None
 
 
 def match_pairs(targets: Sequence[Path], control_dir: Path, max_controls: int,
@@ -131,9 +131,9 @@ def config_pair_issues(values: Mapping[str, Any], max_controls: int) -> list[Con
 
     try:
         specs = dataset_specs(values, [])
-        subsets = [subset for spec in specs for subset in spec.subsets if not subset.is_reg]
         issues = []
-        for subset in subsets:
+        # regularization images are pairs too (reg_data_dir, which has no control folder, is named by the model)
+        for subset in (s for spec in specs for s in spec.subsets if s.field != "reg_data_dir"):
             field = "dataset_config" if subset.label else option_of(values)
             if subset.controls is None or subset.kind not in ("kohya_root", "folder"):
                 where = f"{subset.label or subset.field} ({subset.path})"

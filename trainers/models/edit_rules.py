@@ -13,10 +13,19 @@ from trainers.data.edit_pairs import config_pair_issues
 class EditRules:
     """The mixin of edit families' rules (before their base family's rules)."""
 
+    title: str
     max_controls: int  # control images a target takes
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)  # type: ignore[misc]
+        if str(values.get("reg_data_dir") or "").strip():
+            issues.append(ConfigIssue("reg_data_dir", "has no control images, which every image of an edit model "
+                                      "needs: clear it (a dataset_config subset with is_reg and its own "
+                                      "control_directory can hold regularization pairs)", "dataset"))
+        if values.get("validation_split"):
+            issues.append(ConfigIssue("validation_split", f"is not available for {self.title} edit LoRAs yet (the "
+                                      "held-out images would be scored without their controls): set it to 0",
+                                      "dataset"))
         return issues + config_pair_issues(values, self.max_controls) + prompt_image_issues(values,
                                                                                             self.max_controls)
 
