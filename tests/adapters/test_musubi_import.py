@@ -90,3 +90,15 @@ def test_z_image_lora_names_its_family_and_musubis_defaults_fill_the_rest() -> N
     assert (out["model_family"], out["network_module"]) == ("zimage", "networks.lora")
     assert (out["timestep_sampling"], out["discrete_flow_shift"], out["max_train_steps"]) == ("sigma", 1.0, 1600)
     assert "compile" not in out and any("compile" in n for n in notes)
+
+
+def test_z_image_model_files_are_read_as_the_split_files_options() -> None:
+    notes: list[str] = []
+    issues: list = []
+    flat = {"network_module": "networks.lora_zimage", "dit": "/m/z_image_turbo_bf16.safetensors",
+            "text_encoder": "/m/qwen_3_4b.safetensors", "vae": "/m/ae.safetensors"}
+    out = read_musubi(flat, "lora", notes, issues)
+    assert not issues
+    assert (out["pretrained_model_name_or_path"], out["text_encoder"], out["ae"]) == (
+        "/m/z_image_turbo_bf16.safetensors", "/m/qwen_3_4b.safetensors", "/m/ae.safetensors")
+    assert "dit" not in out and "vae" not in out and any("dit (musubi-tuner) is read as" in n for n in notes)

@@ -22,7 +22,10 @@ MUSUBI_KEYS = frozenset({"dit", "dit_dtype", "fp8_vl", "fp8_llm", "fp8_scaled", 
                          "use_32bit_attention", "img_in_txt_in_offloading", "block_swap_h2d_only"})
 _MODEL_FILES = ("dit", "text_encoder", "vae")
 _FOLDER = ("musubi-tuner's separate model files are not read for this family yet: give its diffusers folder (e.g. "
-           "Qwen/Qwen-Image or Tongyi-MAI/Z-Image) as pretrained_model_name_or_path")
+           "Qwen/Qwen-Image) as pretrained_model_name_or_path")
+# musubi-tuner's model files -> our options, for the families that read them (Z-Image: ComfyUI's split files)
+FILE_OPTIONS: dict[str, dict[str, str]] = {
+    "zimage": {"dit": "pretrained_model_name_or_path", "text_encoder": "text_encoder", "vae": "ae"}}
 # Key -> why it is refused (only when set): it changes what is trained and has no counterpart here.
 REFUSED: dict[str, str] = {
     **{key: _FOLDER for key in _MODEL_FILES},
@@ -72,7 +75,14 @@ def read_musubi(flat: dict[str, Any], method: str, notes: list[str], issues: lis
     """`flat` (a musubi-tuner config's keys) as our options; refusals go to `issues`, translations to `notes`."""
     out = dict(flat)
     _family(out, notes, issues)
+    files = FILE_OPTIONS.get(str(out.get("model_family")), {})
+    for name, ours in files.items():
+        if not blank(out.get(name)):
+            out[ours] = out.pop(name)
+            notes.append(f"{name} (musubi-tuner) is read as {ours}")
     for name, why in REFUSED.items():
+        if name in files:
+            continue
         if not blank(out.get(name)):
             issues.append(ConfigIssue(name, f"{name} = {out[name]!r} (musubi-tuner) is refused: {why}"))
         out.pop(name, None)
