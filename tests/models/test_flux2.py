@@ -23,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 OPTIONS = {"timestep_sampling": "flux2_shift", "weighting_scheme": "none", "guidance_scale": 1.0}
 KEYS = ("lora_unet_double_blocks_0_img_attn_qkv", "lora_unet_double_blocks_0_txt_attn_proj",
-        "lora_unet_double_blocks_0_img_mlp_0", "lora_unet_double_blocks_0_txt_mlp_2", "lora_unet_single_blocks_0_linear1",
-        "lora_unet_single_blocks_1_linear2")
+        "lora_unet_double_blocks_0_img_mlp_0", "lora_unet_double_blocks_0_txt_mlp_2",
+        "lora_unet_single_blocks_0_linear1", "lora_unet_single_blocks_1_linear2")
 METADATA = {"ss_network_module": "networks.lora_flux_2", "ss_timestep_sampling": "flux2_shift",
             "ss_guidance_scale": "1.0", "modelspec.implementation": "https://github.com/black-forest-labs/flux2"}
 VARIANTS = {

@@ -74,6 +74,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("qwen_image21", "trainers.models.qwen_image21", "QWEN_IMAGE21"),
     FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2"),
     FamilySpec("flux2", "trainers.models.flux2", "FLUX2"),
+    FamilySpec("krea2", "trainers.models.krea2", "KREA2"),
 )
 
 # Translators of other tools' config files (trainers/adapters/): each module's claims(flat) says whether a flat

@@ -9,13 +9,13 @@ from __future__ import annotations
 from trainers.core.options.schema import Option
 
 COMMON_TIMESTEP_SAMPLINGS = ("sigma", "uniform", "sigmoid", "shift", "flux_shift")  # every family drawing by it
-FAMILY_TIMESTEP_SAMPLINGS = ("qwen_shift", "nextdit_shift", "flux2_shift")  # one family's own (its help names it)
+FAMILY_TIMESTEP_SAMPLINGS = ("qwen_shift", "nextdit_shift", "flux2_shift", "krea2_shift")  # one family's own
 TIMESTEP_SAMPLINGS = COMMON_TIMESTEP_SAMPLINGS + FAMILY_TIMESTEP_SAMPLINGS
 MODEL_PREDICTION_TYPES = ("raw", "additive", "sigma_scaled")
 WEIGHTING_SCHEMES = ("sigma_sqrt", "logit_normal", "mode", "cosmap", "none", "uniform")
 T5_DTYPE_CHOICES = ("auto", "float32", "fp16", "bf16")
 # the flow families that draw their noise levels by timestep_sampling (SD3 draws by weighting_scheme)
-_NOT_SD3 = "FLUX.1, FLUX.2, Chroma, Z-Image, Qwen-Image (and 2.1) and Lumina 2"
+_NOT_SD3 = "FLUX.1, FLUX.2, Chroma, Z-Image, Qwen-Image (and 2.1), Lumina 2 and Krea 2"
 
 OPTIONS: tuple[Option, ...] = (
     Option("timestep_sampling", "str", "sigma", _NOT_SD3 + ": how the noise level (sigma) of each image is drawn. "
@@ -26,7 +26,8 @@ OPTIONS: tuple[Option, ...] = (
            "(and 2.1) only: 'qwen_shift', 'sigmoid' then shifted by the image's size as its pipeline samples "
            "(musubi-tuner's). Lumina 2 only: 'nextdit_shift', uniform then shifted by the image's size as "
            "'flux_shift' (sd-scripts' advice for Lumina 2). FLUX.2 only: 'flux2_shift', 'sigmoid' then shifted by "
-           "FLUX.1's rule for the tokens FLUX.2 reads (musubi-tuner's advice for FLUX.2).",
+           "FLUX.1's rule for the tokens FLUX.2 reads (musubi-tuner's advice for FLUX.2). Krea 2 only: 'krea2_shift', "
+           "'sigmoid' then shifted by the image's size as Krea 2 base samples (musubi-tuner's).",
            "flow", choices=TIMESTEP_SAMPLINGS),
     Option("sigmoid_scale", "float", 1.0, _NOT_SD3 + ": scale of the normal draw of timestep_sampling 'sigmoid', "
            "'shift' and 'flux_shift' (larger: closer to uniform).", "flow", min=0, advanced=True),

@@ -1,0 +1,28 @@
+"""Krea 2 without its weights (torch-free): its pipeline (Krea2Pipeline), and the flow options it reads (musubi-tuner's
+names and meanings for Krea 2: timestep_sampling 'krea2_shift', discrete_flow_shift, weighting_scheme; no guidance
+embedding)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainers.models.flow_rules import FlowRules
+
+
+class Krea2Rules(FlowRules):
+    name = "krea2"
+    title = "Krea 2"
+    arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
+    pipeline_class = "Krea2Pipeline"
+    base_model_version = "krea2"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_KREA2_FULL)
+    modelspec_architecture = "Krea-2"
+    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
+                             "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
+    own_timestep_samplings = frozenset({"krea2_shift"})
+    # the reference (krea-ai/krea-2, ComfyUI) single files: recognised and refused by name
+    reference_prefixes = ("txtfusion.", "model.diffusion_model.txtfusion.", "diffusion_model.txtfusion.")
+    reads_single_files = False
+    writes_single_files = False
+    checkpoint_parts = ()
+
+
+KREA2 = Krea2Rules()
