@@ -112,9 +112,6 @@ def try_import(path: Path, places: dict[str, Path]) -> tuple[str, list[str], lis
 # Files refused, and the keys their issues name: all for a model family, a kind of training or a setting
 # Atelier does not have.
 REFUSED = {
-    "kohya_ss/test/config/TI-AdamW8bit.json": {"template"},  # its style template, not the captions
-    "kohya_ss/test/config/TI-AdamW8bit-SDXL.json": {"template"},
-    "kohya_ss/test/config/TI-AdamW8bit-toml.json": {"template"},
     "sd_scripts/sd3_finetune.toml": {"enable_scaled_pos_embed"},
     "sd_scripts/kohya_ss_finetune_in_json.toml": {"in_json"},
 }

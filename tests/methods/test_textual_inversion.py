@@ -103,15 +103,24 @@ def test_sdxl_embedding_holds_both_text_encoders_vectors(tiny_sdxl_dir: Path, tm
 
 def test_kohya_ss_textual_inversion_configs_import_into_the_textual_inversion_tab(tmp_path: Path) -> None:
     raw = json.loads((CORPUS_TI / "TI-AdamW8bit.json").read_text(encoding="utf-8"))
-    (tmp_path / "styled.json").write_text(json.dumps(raw), encoding="utf-8")
-    with pytest.raises(ConfigError) as refused:  # sd-scripts' style templates instead of the captions
-        import_kohya_file(tmp_path / "styled.json")
-    assert {i.field for i in refused.value.issues} == {"template"} and "choose 'caption'" in str(refused.value)
-    (tmp_path / "captions.json").write_text(json.dumps({**raw, "template": "caption"}), encoding="utf-8")
-    method, values, _ = import_kohya_file(tmp_path / "captions.json")
+    (tmp_path / "styled.json").write_text(json.dumps(raw), encoding="utf-8")  # template = 'style template'
+    method, values, _ = import_kohya_file(tmp_path / "styled.json")
     assert method == "textual_inversion"
     assert (values["token_string"], values["init_word"], values["num_vectors_per_token"]) == ("zxc", "*", 8)
     assert values["max_train_epochs"] == 8 and values["learning_rate"] == 1e-4
+    assert values["use_style_template"] is True and values["use_object_template"] is False
+    started = {**raw, "template": "object template", "weights": "/embeddings/zxc.safetensors"}
+    (tmp_path / "object.json").write_text(json.dumps(started), encoding="utf-8")
+    _, values, _ = import_kohya_file(tmp_path / "object.json")
+    assert (values["use_object_template"], values["use_style_template"]) == (True, False)
+    assert values["weights"] == "/embeddings/zxc.safetensors"
+    (tmp_path / "captions.json").write_text(json.dumps({**raw, "template": "caption"}), encoding="utf-8")
+    _, values, _ = import_kohya_file(tmp_path / "captions.json")
+    assert not values["use_style_template"] and not values["use_object_template"] and values["weights"] == ""
+    (tmp_path / "other.json").write_text(json.dumps({**raw, "template": "pose template"}), encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        import_kohya_file(tmp_path / "other.json")
+    assert {i.field for i in refused.value.issues} == {"template"} and "known: caption, object template" in str(refused.value)
 
 
 def test_the_kohya_export_runs_sd_scripts_textual_inversion_script_and_says_a_lora_s_word_is_left_out() -> None:
@@ -176,14 +185,75 @@ def test_a_word_s_files_name_each_text_encoder_s_vectors_as_a1111_comfyui_and_di
     assert tokens(["mychar", "x"]) == ["mychar mychar1 mychar2", "x"]
 
 
-def test_an_sd_scripts_textual_inversion_toml_imports_and_its_prompt_templates_are_named(tmp_path: Path) -> None:
+def test_an_sd_scripts_textual_inversion_toml_imports_with_its_prompt_templates_and_start_weights(tmp_path: Path) -> None:
     text = ('pretrained_model_name_or_path = "x"\ntoken_string = "zxc"\ninit_word = "painting"\n'
             'num_vectors_per_token = 4\nmax_train_steps = 100\n')
     (tmp_path / "ti.toml").write_text(text, encoding="utf-8")
     method, values, notes = import_kohya_file(tmp_path / "ti.toml")
     assert method == "textual_inversion" and values["num_vectors_per_token"] == 4
     assert any("train_textual_inversion.py" in n for n in notes)
-    (tmp_path / "styled.toml").write_text(text + "use_style_template = true\n", encoding="utf-8")
-    with pytest.raises(ConfigError) as refused:
-        import_kohya_file(tmp_path / "styled.toml")
-    assert {i.field for i in refused.value.issues} == {"use_style_template"}
+    (tmp_path / "styled.toml").write_text(text + 'use_style_template = true\nweights = "/e/zxc.pt"\n', encoding="utf-8")
+    _, values, _ = import_kohya_file(tmp_path / "styled.toml")
+    assert values["use_style_template"] is True and values["weights"] == "/e/zxc.pt"
+
+
+def test_an_embedding_to_start_from_is_read_from_each_format_we_and_others_save(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from trainers.methods.textual_inversion.embeddings import read_embedding_file
+
+    vectors, wide = torch.randn(2, 32), torch.randn(2, 64)
+    save_file({"emb_params": vectors}, str(tmp_path / "ours.safetensors"))  # ours, sd-scripts', ComfyUI's
+    torch.save({"string_to_param": {"*": vectors}, "name": "zxc", "step": 3}, tmp_path / "a1111.pt")
+    save_file({"zxc": vectors}, str(tmp_path / "learned_embeds.safetensors"))  # diffusers' save_textual_inversion
+    save_file({"clip_l": vectors, "clip_g": wide}, str(tmp_path / "sdxl.safetensors"))
+    for name in ("ours.safetensors", "a1111.pt", "learned_embeds.safetensors"):
+        assert torch.equal(read_embedding_file(tmp_path / name, 1)[0], vectors), name
+    clip_l, clip_g = read_embedding_file(tmp_path / "sdxl.safetensors", 2)
+    assert torch.equal(clip_l, vectors) and torch.equal(clip_g, wide)
+    with pytest.raises(ConfigError, match="an SDXL embedding has a clip_l and a clip_g"):
+        read_embedding_file(tmp_path / "ours.safetensors", 2)
+    with pytest.raises(ConfigError, match="is not a one-text-encoder"):
+        read_embedding_file(tmp_path / "sdxl.safetensors", 1)
+    (tmp_path / "broken.pt").write_bytes(b"not a file")
+    with pytest.raises(ConfigError, match="cannot be read as an embedding file"):
+        read_embedding_file(tmp_path / "broken.pt", 1)
+
+
+def test_start_weights_of_another_length_and_both_templates_are_named_before_training(tiny_sd1_dir: Path,
+                                                                                      tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({"emb_params": torch.randn(3, 32)}, str(tmp_path / "zxc.safetensors"))
+    found = issues_of(tiny_sd1_dir, token_string="zxc", weights=str(tmp_path / "zxc.safetensors"))
+    assert "has 3 vector(s) per text encoder: set it to 3" in found["num_vectors_per_token"]
+    assert "num_vectors_per_token" not in issues_of(tiny_sd1_dir, token_string="zxc", num_vectors_per_token=3,
+                                                    weights=str(tmp_path / "zxc.safetensors"))
+    both = load_config("textual_inversion", overrides=[f'pretrained_model_name_or_path="{tiny_sd1_dir}"',
+                                                       'token_string="zxc"', "use_object_template=true",
+                                                       "use_style_template=true"])
+    assert "choose one set of sentences" in {i.field: i.message for i in validate(both, check_paths=False)}[
+        "use_style_template"]
+
+
+@pytest.mark.slow
+def test_an_embedding_starts_from_a_file_and_learns_from_templates_when_no_caption_holds_its_word(
+        tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from helpers import train
+
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)  # captions: "sks shape, red circle"
+    start = torch.randn(2, 32, generator=torch.Generator().manual_seed(3))
+    save_file({"emb_params": start}, str(tmp_path / "start.safetensors"))
+    out = tmp_path / "out"
+    assert train("textual_inversion", tmp_path / "run", pretrained_model_name_or_path=str(tiny_sd1_dir),
+                 train_data_dir=str(dataset), output_dir=str(out), token_string="zxc", num_vectors_per_token=2,
+                 weights=str(tmp_path / "start.safetensors"), use_object_template=True, max_train_steps=1,
+                 resolution="64", train_batch_size=2, max_data_loader_n_workers=0, learning_rate=0.01,
+                 save_precision="float") == 0
+    trained = load_file(str(out / "textual_inversion.safetensors"))["emb_params"]
+    moved = (trained - start).abs().max().item()
+    # One AdamW step of 0.01 from the file's vectors: it learned (the captions alone never name the word, so
+    # only the templates could teach it) and it started where the file says (far from any init word).
+    assert 0.005 < moved <= 0.011  # (weight decay alone would move it by about 1e-4)

@@ -94,6 +94,7 @@ DECIDES: dict[str, tuple[str, ...]] = {
     f"{SDXL_FLAG}_cache_text_encoder_outputs": ("cache_text_encoder_outputs",),
     "unet_lr": ("network_train_unet_only", "network_train_text_encoder_only"),
     "image_folder": ("train_data_dir", "in_json", "in_json_from_captions"),
+    "template": ("use_object_template", "use_style_template"),
 }
 # Model-family switches of kohya_ss, and the message when one is on.
 _FLOW_JSON = ("kohya_ss's FLUX.1 configs other than a 'Flux1' LoRA are not read here: import "
@@ -114,6 +115,8 @@ FLOW_GUI_FIELDS = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flo
                              "training_shift", "apply_t5_attn_mask", "apply_lg_attn_mask", "t5xxl_max_token_length",
                              "ae", "clip_l", "clip_g"})
 TEXTUAL_INVERSION = ("token_string", "init_word", "num_vectors_per_token", "template")  # fields of the TI tab only
+# Its template choice -> the sd-scripts flag kohya_ss passes for it.
+TEMPLATES = {"caption": "", "object template": "use_object_template", "style template": "use_style_template"}
 FINETUNE_FIELDS = ("image_folder", "train_dir", "caption_metadata_filename", "latent_metadata_filename",
                    "dataset_repeats", "use_latent_files", "create_caption", "create_buckets")
 
@@ -273,17 +276,18 @@ class _Converter:
         return True
 
     def _textual_inversion(self) -> bool:
-        """False (with an issue) for what the textual inversion tab trains differently here: its fixed prompt
-        templates instead of the captions, or a start from an embedding file."""
+        """The textual inversion tab's template (sd-scripts' use_object_template / use_style_template in place of
+        the captions) and weights (an embedding file to start from); False (with an issue) for a template kohya_ss
+        does not have."""
         template = self.get("template") or "caption"
-        if template != "caption":
-            self.refuse("template", f"{template!r} trains on sd-scripts' fixed prompts ('a painting in the style "
-                        "of {}', ...) instead of your captions, which is not available here: choose 'caption' and "
-                        "write captions that hold the word (e.g. 'a painting in the style of "
-                        f"{self.get('token_string') or 'zxc'}')")
-        if self.get("weights"):
-            self.refuse("weights", "starting from an existing embedding file is not available here; leave it empty")
-        return template == "caption" and not self.get("weights")
+        if template not in TEMPLATES:
+            self.refuse("template", f"{template!r} is not a template of kohya_ss's textual inversion tab; known: "
+                        f"{', '.join(TEMPLATES)}")
+            return False
+        if TEMPLATES[template]:
+            self.out[TEMPLATES[template]] = True
+        self.out["weights"] = self.get("weights", "")
+        return True
 
     def _copy(self) -> None:
         for name, value in self.raw.items():

@@ -44,10 +44,6 @@ REFUSED: dict[str, str] = {
     "resize_interpolation": "images are resized with Atelier's own filter; leave it out",
     "controlnet_model_name_or_path": "ControlNet training is not available",
     "conditioning_image_dir": "ControlNet training is not available",
-    # train_textual_inversion.py's own: prompt templates in place of the captions, a start from an embedding file
-    **dict.fromkeys(("use_object_template", "use_style_template"), "sd-scripts' prompt templates replace the "
-                    "captions; captions are read as they are here: write captions that hold the word (token_string)"),
-    "weights": "starting textual inversion from an embedding file is not available; leave it out",
 }
 
 # Keys only sd-scripts' trainers of other model families read: one message names them all.
@@ -117,14 +113,15 @@ SAMPLERS: dict[str, str] = {
 
 
 def blank(value: Any) -> bool:
-    """An empty or off value (what kohya_ss leaves out of the TOML it writes): '', false, 0, [], {} or none."""
+    """An empty or off value (what kohya_ss leaves out of the TOML it writes): '', false, 0, [], {} or none (also
+    the text 'False' a kohya_ss config may hold for a flag)."""
     if value is None or value is False or value == "":
         return True
     if isinstance(value, (list, dict)):
         return not value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value == 0
-    return isinstance(value, str) and value.strip().lower() in ("none", "")
+    return isinstance(value, str) and value.strip().lower() in ("none", "", "false")
 
 
 def refusals(flat: dict[str, Any]) -> tuple[list[ConfigIssue], set[str]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,6 +37,20 @@ class NewWord:
         """Per text encoder, the word's vectors (tokens, dim) as they are now."""
         return [e.weight[first:first + len(self.tokens)] for e, first in zip(self.embeddings, self.first_ids)]
 
+    def start_from(self, vectors: list[Tensor]) -> None:
+        """Set the word's vectors (per text encoder, (tokens, dim)); a ConfigError names `weights` when they do not
+        fit."""
+        for index, (current, given) in enumerate(zip(self.vectors(), vectors)):
+            if given.shape != current.shape:
+                raise ConfigError([ConfigIssue("weights", f"holds {given.shape[0]} vector(s) of width "
+                                               f"{given.shape[1]} for text encoder {index + 1}; the word has "
+                                               f"{current.shape[0]} of width {current.shape[1]} (set "
+                                               "num_vectors_per_token to the file's count, and use an embedding of "
+                                               "this kind of model)", "embedding")])
+        with torch.no_grad():
+            for embedding, first, given in zip(self.embeddings, self.first_ids, vectors):
+                embedding.weight[first:first + len(self.tokens)] = given.to(embedding.weight)
+
     def parameters(self) -> list[nn.Parameter]:
         return [e.weight for e in self.embeddings]
 
@@ -48,6 +63,41 @@ class NewWord:
         """The tensors of this word inside a LoRA file."""
         keys = [BUNDLE_SINGLE] if len(self.embeddings) == 1 else list(ENCODER_KEYS)
         return {f"bundle_emb.{self.word}.{key}": value for key, value in zip(keys, self.embedding_file(dtype).values())}
+
+
+def read_embedding_file(path: Path, encoders: int) -> list[Tensor]:
+    """Per text encoder, the vectors (count, dim) of an embedding file: ours and sd-scripts' (`emb_params`;
+    `clip_l` and `clip_g` for SDXL), A1111's .pt (`string_to_param`) and diffusers' learned_embeds (one tensor
+    under the token's name). A ConfigError names `weights` when the file does not fit a model of `encoders`
+    text encoders."""
+    def bad(message: str) -> ConfigError:
+        return ConfigError([ConfigIssue("weights", f"{path}: {message}", "embedding")])
+
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            data: Any = load_file(str(path))
+        else:
+            data = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as err:  # a damaged file or not an embedding: every reader has its own error type
+        raise bad(f"cannot be read as an embedding file ({err})") from None
+    if isinstance(data, dict) and isinstance(data.get("string_to_param"), dict):  # A1111's .pt
+        data = data["string_to_param"]
+    if not isinstance(data, dict):
+        raise bad("is not an embedding file (a dict of tensors)")
+    if encoders > 1:
+        found = [data.get(key) for key in ENCODER_KEYS[:encoders]]
+        if any(not isinstance(v, Tensor) for v in found):
+            raise bad(f"holds {', '.join(map(str, data)) or 'nothing'}; an SDXL embedding has a clip_l and a clip_g "
+                      "tensor (one per text encoder)")
+    else:
+        tensors = [v for v in data.values() if isinstance(v, Tensor)]
+        if SINGLE_KEY in data or len(tensors) == 1:
+            found = [data.get(SINGLE_KEY, tensors[0] if tensors else None)]
+        else:
+            raise bad("is not a one-text-encoder (SD1.x/2.x) embedding: it should hold one tensor (emb_params)")
+    return [v[None] if v.ndim == 1 else v for v in found]
 
 
 def add_word(model: LoadedModel, word: str, tokens: list[str], init_word: str, option: str = "token_string"

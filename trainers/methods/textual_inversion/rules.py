@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.fsio import read_safetensors_header
 from trainers.core.options import TrainConfig
 from trainers.methods.textual_inversion.options import SD_SCRIPTS
 from trainers.models.checks import local_family
@@ -34,7 +35,28 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
     if cfg.distributed_backend != "ddp":
         found.append(ConfigIssue("distributed_backend", "shards what full finetunes train; an embedding's few "
                                  "vectors train fastest with 'ddp'", "launch"))
-    return found + new_word_issues(cfg)
+    if cfg.use_object_template and cfg.use_style_template:
+        found.append(ConfigIssue("use_style_template", "and use_object_template are both on: choose one set of "
+                                 "sentences (an object's or a style's)", "embedding"))
+    return found + new_word_issues(cfg) + weights_issues(cfg)
+
+
+def weights_issues(cfg: TrainConfig) -> list[ConfigIssue]:
+    """A .safetensors embedding to start from whose vector count is not num_vectors_per_token (the other formats,
+    and whether it fits the model, are checked when it loads)."""
+    path = Path(cfg.weights.strip()).expanduser()
+    if not cfg.weights.strip() or path.suffix != ".safetensors" or not path.is_file():
+        return []  # none, not read here, or named by the path checks
+    try:
+        shapes, _ = read_safetensors_header(path)
+    except (OSError, ValueError) as err:
+        return [ConfigIssue("weights", f"cannot be read: {err}", "embedding")]
+    counts = {shape[0] if len(shape) == 2 else 1 for shape in shapes.values()}
+    if len(counts) == 1 and counts != {cfg.num_vectors_per_token}:
+        count = counts.pop()
+        return [ConfigIssue("num_vectors_per_token", f"is {cfg.num_vectors_per_token}, but the embedding in weights "
+                            f"has {count} vector(s) per text encoder: set it to {count}", "embedding")]
+    return []
 
 
 def new_word_issues(cfg: TrainConfig) -> list[ConfigIssue]:
