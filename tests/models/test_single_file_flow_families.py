@@ -1,6 +1,7 @@
-"""Qwen-Image and Lumina 2 as single files: a finetune's file in the layout ComfyUI and sd-scripts/musubi-tuner read
-(Lumina 2's checked against diffusers' own converter at real widths), each file told apart by its keys, and what
-cannot be trained from (these files, a family mismatch, a cut file) named before anything is written."""
+"""Qwen-Image, Lumina 2 and Z-Image as single files: a finetune's file in the layout ComfyUI and sd-scripts/musubi-tuner
+read (checked against diffusers' own converters), each file told apart by its keys; Z-Image and Lumina 2 trained from
+ComfyUI's split files (diffusion_models, text_encoders, vae) as from their diffusers folders; and what cannot be
+trained from (Qwen-Image's files, a family mismatch, a missing, cut or wrong file) named before anything is written."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,7 +25,7 @@ KEYS = {"qwen_image": ("txt_norm.weight", "img_in.weight", "transformer_blocks.0
         "lumina2": ("cap_embedder.1.weight", "x_embedder.weight", "layers.0.attention.qkv.weight",
                     "context_refiner.0.attention_norm1.weight", "noise_refiner.0.adaLN_modulation.1.bias",
                     "final_layer.linear.weight", "norm_final.weight")}
-TITLES = {"qwen_image": "Qwen-Image", "lumina2": "Lumina 2"}
+TITLES = {"qwen_image": "Qwen-Image", "lumina2": "Lumina 2", "zimage": "Z-Image"}
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +69,13 @@ def test_the_single_file_has_comfyuis_names_and_is_told_apart_by_them(files: dic
     with safe_open(str(files[family]), "pt") as fh:
         keys = set(fh.keys())
     assert set(KEYS[family]) <= keys
-    (issue,) = _issues(files[family])  # read as its family, which is only trained from diffusers folders yet
-    assert issue.field == "pretrained_model_name_or_path" and TITLES[family] in issue.message
-    assert "diffusers folder" in issue.message
+    issues = _issues(files[family])  # read as its family: Lumina 2 asks for its other split files
+    assert all(TITLES[family] in issue.message for issue in issues)
+    if family == "lumina2":
+        assert [issue.field for issue in issues] == ["text_encoder", "ae"]
+    else:  # Qwen-Image is only trained from diffusers folders yet
+        assert [issue.field for issue in issues] == ["pretrained_model_name_or_path"]
+        assert "diffusers folder" in issues[0].message
 
 
 @pytest.mark.slow
@@ -93,16 +98,30 @@ def test_a_cut_file_is_named_and_nothing_is_written(files: dict[str, Path], tmp_
     assert not out.exists() or not any(out.iterdir())
 
 
-@pytest.fixture(scope="module")
-def zimage_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """A tiny Z-Image folder, and the same model as ComfyUI's split files (diffusion_models/, text_encoders/, vae/)
-    with its tokenizer where a first run leaves it in tokenizer_cache_dir."""
-    from trainers.models.tiny_flow import write_reference_files
-    from trainers.models.zimage.tiny import build_tiny_zimage
 
-    root = tmp_path_factory.mktemp("zimage split files")
-    folder = build_tiny_zimage(root / "model")
-    return folder, {name: str(path) for name, path in write_reference_files(folder, root / "files").items()}
+# the families read from ComfyUI's split files: their tiny builder, keys of their diffusion_models file, text encoder
+SPLIT = {"zimage": ("trainers.models.zimage.tiny", "build_tiny_zimage", "Qwen3Model", "Qwen3 text encoder",
+                    {"x_embedder.weight", "cap_pad_token", "layers.0.attention.qkv.weight",
+                     "layers.1.attention.out.weight", "final_layer.adaLN_modulation.1.weight",
+                     "noise_refiner.0.adaLN_modulation.0.weight"}),
+         "lumina2": ("trainers.models.lumina2.tiny", "build_tiny_lumina2", "Gemma2Model", "Gemma 2 text encoder",
+                     set(KEYS["lumina2"]))}
+
+
+@pytest.fixture(scope="module", params=sorted(SPLIT))
+def split_files(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                ) -> tuple[str, Path, dict[str, str]]:
+    """A tiny folder of the family, and the same model as ComfyUI's split files (diffusion_models/, text_encoders/,
+    vae/) with its tokenizer where a first run leaves it in tokenizer_cache_dir."""
+    import importlib
+
+    from trainers.models.tiny_flow import write_reference_files
+
+    module, builder, *_ = SPLIT[request.param]
+    root = tmp_path_factory.mktemp(f"{request.param} split files")
+    folder = getattr(importlib.import_module(module), builder)(root / "model")
+    files = {name: str(path) for name, path in write_reference_files(folder, root / "files").items()}
+    return request.param, folder, files
 
 
 def _render(model: object) -> torch.Tensor:
@@ -113,46 +132,51 @@ def _render(model: object) -> torch.Tensor:
 
 
 @pytest.mark.slow  # builds, saves and loads the tiny model twice
-def test_zimage_from_comfyuis_split_files_renders_as_its_diffusers_folder(zimage_files: tuple[Path, dict[str, str]]
-                                                                          ) -> None:
-    from diffusers.loaders.single_file_utils import convert_z_image_transformer_checkpoint_to_diffusers
+def test_comfyuis_split_files_render_as_the_diffusers_folder(split_files: tuple[str, Path, dict[str, str]]) -> None:
     from safetensors import safe_open
-    from safetensors.torch import load_file
 
     from trainers.models import ModelFiles
 
-    folder, files = zimage_files
+    family, folder, files = split_files
     files = dict(files)
     model_file = files.pop("pretrained_model_name_or_path")
     assert _issues(Path(model_file), **files) == []  # Validate takes them
     with safe_open(model_file, "pt") as fh:
-        keys = set(fh.keys())
-    assert {"x_embedder.weight", "cap_pad_token", "layers.0.attention.qkv.weight", "layers.1.attention.out.weight",
-            "final_layer.adaLN_modulation.1.weight", "noise_refiner.0.adaLN_modulation.0.weight"} <= keys
-    diffusers_state = load_file(folder / "transformer" / "diffusion_pytorch_model.safetensors")
-    converted = convert_z_image_transformer_checkpoint_to_diffusers(load_file(model_file))  # diffusers reads ours
-    assert converted.keys() == diffusers_state.keys()
-    assert all(torch.equal(converted[k], diffusers_state[k]) for k in diffusers_state)
-
+        assert SPLIT[family][4] <= set(fh.keys())
     single = load_model(model_file, "auto", torch.float32, files=ModelFiles.from_values(files))
-    assert single.family.name == "zimage" and type(single.text_encoders[0]).__name__ == "Qwen3Model"
+    assert single.family.name == family and type(single.text_encoders[0]).__name__ == SPLIT[family][2]
     assert torch.allclose(_render(single), _render(load_model(str(folder), "auto", torch.float32)), atol=1e-4)
 
 
 @pytest.mark.slow
-def test_zimage_file_refusals_are_named_before_anything_is_written(zimage_files: tuple[Path, dict[str, str]],
-                                                                   tmp_path: Path) -> None:
-    _, files = zimage_files
+@pytest.mark.parametrize("split_files", ["zimage"], indirect=True)  # Lumina 2's: at real widths above
+def test_zimage_file_is_read_by_diffusers_converter_as_its_folder(split_files: tuple[str, Path, dict[str, str]]
+                                                                  ) -> None:
+    from diffusers.loaders.single_file_utils import convert_z_image_transformer_checkpoint_to_diffusers
+    from safetensors.torch import load_file
+
+    _, folder, files = split_files
+    expected = load_file(folder / "transformer" / "diffusion_pytorch_model.safetensors")
+    converted = convert_z_image_transformer_checkpoint_to_diffusers(load_file(files["pretrained_model_name_or_path"]))
+    assert converted.keys() == expected.keys() and all(torch.equal(converted[k], expected[k]) for k in expected)
+
+
+@pytest.mark.slow
+def test_split_file_refusals_are_named_before_anything_is_written(split_files: tuple[str, Path, dict[str, str]],
+                                                                  tmp_path: Path) -> None:
+    family, _, files = split_files
+    title, what = TITLES[family], SPLIT[family][3]
     model_file = Path(files["pretrained_model_name_or_path"])
     (missing,) = _issues(model_file, ae=files["ae"])
-    assert missing.field == "text_encoder" and "Z-Image" in missing.message and "Qwen3 text encoder" in missing.message
+    assert missing.field == "text_encoder" and title in missing.message and what in missing.message
+    other_family = "qwen_image" if family == "lumina2" else "lumina2"
     (other,) = [i for i in _issues(model_file, ae=files["ae"], text_encoder=files["text_encoder"],
-                                   model_family="lumina2") if i.field == "model_family"]
-    assert "Z-Image" in other.message
-    cut = tmp_path / "qwen_3_4b.safetensors"
+                                   model_family=other_family) if i.field == "model_family"]
+    assert title in other.message
+    cut = tmp_path / "text_encoder.safetensors"
     cut.write_bytes(Path(files["text_encoder"]).read_bytes()[:50])
     (truncated,) = _issues(model_file, ae=files["ae"], text_encoder=str(cut))
-    assert truncated.field == "text_encoder" and "qwen_3_4b.safetensors is not a .safetensors file" in truncated.message
+    assert truncated.field == "text_encoder" and f"{cut.name} is not a .safetensors file" in truncated.message
     (wrong,) = _issues(model_file, ae=files["ae"], text_encoder=files["ae"])  # the autoencoder given for it
     assert wrong.field == "text_encoder" and "language-model text encoder" in wrong.message
     out = tmp_path / "out"

@@ -173,17 +173,19 @@ def autoencoder(state: Mapping[str, torch.Tensor], scaling_factor: float, shift_
     return fill_meta(model, weights, torch.float32, "autoencoder")
 
 
-def cached_tokenizer(cls: Any, model_id: str, cache_dir: str) -> Any:
-    """A tokenizer from `cache_dir`/<model_id with '/' as '_'> when it is there, else from the hub (or its cache),
-    then kept in `cache_dir`: sd-scripts' tokenizer_cache_dir, so a second run needs no network."""
+def cached_tokenizer(cls: Any, model_id: str, cache_dir: str, subfolder: str = "") -> Any:
+    """A tokenizer from `cache_dir`/<model_id with '/' as '_'> when it is there, else from the hub (or its cache; in
+    `subfolder` of the repository), then kept in `cache_dir`: sd-scripts' tokenizer_cache_dir, so a second run needs
+    no network."""
     local = Path(cache_dir).expanduser() / model_id.replace("/", "_") if cache_dir else None
     if local is not None and local.is_dir():
         return cls.from_pretrained(local)
     from huggingface_hub import snapshot_download
 
+    within = f"{subfolder}/" if subfolder else ""
     try:  # the files first: a tokenizer class given a name it cannot find may return an empty tokenizer
-        fetched = snapshot_download(model_id, allow_patterns=["*.json", "*.model", "*.txt"])
-        tokenizer = cls.from_pretrained(fetched)
+        fetched = snapshot_download(model_id, allow_patterns=[f"{within}*.json", f"{within}*.model", f"{within}*.txt"])
+        tokenizer = cls.from_pretrained(Path(fetched) / subfolder)
     except Exception as err:  # noqa: BLE001 - hub and conversion errors come in many types; the message matters
         where = f" or in tokenizer_cache_dir ({local})" if local else ""
         raise ModelLoadError(

@@ -73,7 +73,7 @@ def part_tokenizers(parts: tuple[Part, ...], cache_dir: str) -> list[Any]:
         if part.kind == "vae":
             continue
         if part.kind == "llm":
-            out.append(cached_tokenizer(AutoTokenizer, part.tokenizer, cache_dir))
+            out.append(cached_tokenizer(AutoTokenizer, part.tokenizer, cache_dir, part.tokenizer_subfolder))
             continue
         model_id, pad = TOKENIZERS[part.kind]
         cached = bool(cache_dir) and (Path(cache_dir).expanduser() / model_id.replace("/", "_")).is_dir()

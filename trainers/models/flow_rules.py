@@ -31,6 +31,7 @@ class Part:
     encoder_class: str = ""
     base_config: Path | None = None
     tokenizer: str = ""
+    tokenizer_subfolder: str = ""  # where that repository holds it ("": at its root)
 
 
 def part_issues(parts: tuple[Part, ...], keys: CheckpointKeys, files: ModelFiles, vae_path: str,

@@ -1,15 +1,29 @@
 """Lumina Image 2.0's transformer in the reference layout (Alpha-VLLM's NextDiT: `layers.N.attention.qkv`, the layout
 of the single files sd-scripts and ComfyUI read) and in diffusers' Lumina2Transformer2DModel: its rules
-(reference_layout.py), the inverse of diffusers' convert_lumina2_to_diffusers."""
+(reference_layout.py), the inverse of diffusers' convert_lumina2_to_diffusers. A file's config comes from its tensor
+shapes, and what they do not hold (rope, norms) from the published one (transformer.json)."""
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from trainers.models import reference_layout as layout
+from trainers.models.base import ModelLoadError
 from trainers.models.reference_layout import Rule, linear
+
+MARKER = "cap_embedder."  # NextDiT's caption embedder: where the file nests the denoiser
+PREFIXES = ("model.diffusion_model.", "diffusion_model.")  # ComfyUI's nesting of the transformer
+BASE_CONFIG = Path(__file__).with_name("transformer.json")  # Alpha-VLLM/Lumina-Image-2.0's transformer config
+UNUSED = "norm_final.weight"  # the reference's final norm, which its forward never reads (diffusers drops it)
+QKV = "attention.qkv.weight"
+
+
+def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
+    return layout.strip_prefix(state, PREFIXES, MARKER)
 
 
 def rules(blocks: Mapping[str, int]) -> list[Rule]:
@@ -36,13 +50,50 @@ def rules(blocks: Mapping[str, int]) -> list[Rule]:
     return out
 
 
+def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
+    """Lumina2Transformer2DModel's config of a reference-layout transformer: its sizes from the tensor shapes, the
+    rest as published (the rope's axes in the published proportions of the head width)."""
+    base = json.loads(BASE_CONFIG.read_text(encoding="utf-8"))
+    try:
+        hidden, patch_in = shapes["x_embedder.weight"]
+        head = shapes["layers.0.attention.q_norm.weight"][0]
+        qkv = shapes[f"layers.0.{QKV}"][0]
+        sizes = {"hidden_size": hidden, "in_channels": patch_in // base["patch_size"] ** 2,
+                 "num_layers": layout.count(shapes, "layers."), "num_refiner_layers": layout.count(shapes,
+                                                                                                 "noise_refiner."),
+                 "num_attention_heads": hidden // head, "num_kv_heads": (qkv - hidden) // 2 // head,
+                 "multiple_of": shapes["layers.0.feed_forward.w1.weight"][0],  # rounds the width up to itself
+                 "cap_feat_dim": shapes["cap_embedder.1.weight"][1]}
+    except KeyError as err:
+        raise ModelLoadError(f"{name}: the Lumina 2 transformer has no {err.args[0]}: is the file complete?") from None
+    base_head = base["hidden_size"] // base["num_attention_heads"]
+    axes = [axis * head // base_head for axis in base["axes_dim_rope"]]
+    return {**{k: v for k, v in base.items() if not k.startswith("_")}, **sizes, "axes_dim_rope": axes}
+
+
+def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
+    """Reference-layout tensors -> Lumina2Transformer2DModel's state dict (q wider than k and v: grouped heads)."""
+    hidden = config["hidden_size"]
+    kv = config["num_kv_heads"] * hidden // config["num_attention_heads"]
+    fused = [rule for rule in _rules_of(config) if rule.reference.endswith(QKV)]
+    out = layout.to_diffusers({k: v for k, v in state.items() if k != UNUSED and not k.endswith(QKV)},
+                              [rule for rule in _rules_of(config) if rule not in fused], hidden, name)
+    for rule in fused:
+        if rule.reference not in state:
+            raise ModelLoadError(f"{name}: the transformer has no {rule.reference}: is the file complete?")
+        out.update(zip(rule.parts, state[rule.reference].split([hidden, kv, kv])))
+    return out
+
+
 def to_reference(state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """Lumina2Transformer2DModel's state dict -> reference-layout tensors, with the reference's unused final norm
     (norm_final, which diffusers drops) as an identity so that strict loaders find every tensor."""
-    blocks = {"noise_refiner": config["num_refiner_layers"], "context_refiner": config["num_refiner_layers"],
-              "layers": config["num_layers"]}
-    out = layout.to_reference(state, rules(blocks))
+    out = layout.to_reference(state, _rules_of(config))
     width = config["hidden_size"]
-    out["norm_final.weight"] = torch.ones(width, dtype=state["x_embedder.weight"].dtype,
-                                          device=state["x_embedder.weight"].device)
+    out[UNUSED] = torch.ones(width, dtype=state["x_embedder.weight"].dtype, device=state["x_embedder.weight"].device)
     return out
+
+
+def _rules_of(config: Mapping[str, Any]) -> list[Rule]:
+    return rules({"noise_refiner": config["num_refiner_layers"], "context_refiner": config["num_refiner_layers"],
+                  "layers": config["num_layers"]})

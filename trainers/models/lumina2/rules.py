@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.models.flow_rules import FlowRules
+from trainers.models.flow_rules import FlowRules, Part
 from trainers.models.rules import CheckpointKeys
 
 ROOTS = ("", "model.diffusion_model.", "diffusion_model.")  # sd-scripts', ComfyUI's and other single files
@@ -27,12 +27,15 @@ class Lumina2Rules(FlowRules):
                              "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
     own_timestep_samplings = frozenset({"nextdit_shift"})
     reference_prefixes = tuple(f"{root}cap_embedder." for root in ROOTS)
-    reads_single_files = False
-    writes_single_files = True  # its finetunes' transformer as ComfyUI's diffusion_models file (to_checkpoint)
-    checkpoint_parts = ()
+    # ComfyUI's split files: diffusion_models (NextDiT), text_encoders/gemma_2_2b, FLUX.1's ae
+    checkpoint_parts = (Part("llm", "text_encoders.gemma2_2b.", "text_encoder", "Gemma 2 text encoder",
+                             encoder_class="Gemma2Model", base_config=Path(__file__).with_name("text_encoder.json"),
+                             tokenizer="Alpha-VLLM/Lumina-Image-2.0", tokenizer_subfolder="tokenizer"),
+                        Part("vae", "vae.", "ae", "autoencoder (FLUX.1's ae.safetensors)"))
 
     def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
-        """NextDiT's caption embedder beside a plain x_embedder (Z-Image's are per patch size: all_x_embedder)."""
+        """NextDiT's caption embedder beside a plain x_embedder (Z-Image's files, which have them too, are claimed
+        first, by their caption padding token)."""
         return any(keys.has(f"{root}cap_embedder.") and keys.has(f"{root}x_embedder.") for root in ROOTS)
 
 
