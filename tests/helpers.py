@@ -81,6 +81,22 @@ def train(method: str, run_dir: Path, **values: object) -> int:
     return run_method(method, None, run_dir, overrides)
 
 
+def resumed_saves(method: str, tmp_path: Path, **values: object) -> tuple[dict[str, torch.Tensor],
+                                                                          dict[str, torch.Tensor]]:
+    """A 2-step run of `method` straight through and one resumed from its step-1 training state: the tensors of
+    each one's `<output_name>.safetensors` (straight, resumed). The resumed run trains step 2 only."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "out"
+    common = {**values, "output_dir": str(out), "max_train_steps": 2, "save_precision": "float"}
+    assert train(method, tmp_path / "straight", **common, output_name="straight", save_every_n_steps=1,
+                 save_state=True) == 0
+    assert train(method, tmp_path / "resumed", **common, output_name="resumed",
+                 resume=str(out / "straight-step00000001-state")) == 0
+    assert [e["step"] for e in events(tmp_path / "resumed") if e["type"] == "progress"] == [2]
+    return load_file(str(out / "straight.safetensors")), load_file(str(out / "resumed.safetensors"))
+
+
 def write_state(folder: Path, step: int, kind: str = "step", epoch: int = 1) -> Path:
     with atomic_dir(folder) as tmp:
         (tmp / "weights.bin").write_bytes(b"w" * step)

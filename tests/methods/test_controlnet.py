@@ -220,3 +220,18 @@ def test_sdxl_controlnet_trains_and_steers_stable_diffusion_xl_controlnet_pipeli
                     num_inference_steps=2, output_type="pt", generator=torch.Generator().manual_seed(0)).images
 
     assert (render("black") - render("white")).abs().max() > 1e-4
+
+
+@pytest.mark.slow
+def test_a_resumed_controlnet_run_saves_the_controlnet_of_the_uninterrupted_one(tiny_sd1_dir: Path,
+                                                                               tmp_path: Path) -> None:
+    from helpers import resumed_saves
+
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)
+    controls = controls_for(dataset, tmp_path / "controls")
+    straight, resumed = resumed_saves("controlnet", tmp_path, pretrained_model_name_or_path=str(tiny_sd1_dir),
+                                      train_data_dir=str(dataset), conditioning_data_dir=str(controls),
+                                      flip_aug=True, random_crop=True, resolution="64", train_batch_size=2,
+                                      max_data_loader_n_workers=0, learning_rate=1e-3)
+    assert straight.keys() == resumed.keys()
+    assert max((straight[k] - resumed[k]).abs().max().item() for k in straight) < 1e-6

@@ -257,3 +257,16 @@ def test_an_embedding_starts_from_a_file_and_learns_from_templates_when_no_capti
     # One AdamW step of 0.01 from the file's vectors: it learned (the captions alone never name the word, so
     # only the templates could teach it) and it started where the file says (far from any init word).
     assert 0.005 < moved <= 0.011  # (weight decay alone would move it by about 1e-4)
+
+
+@pytest.mark.slow
+def test_a_resumed_textual_inversion_run_saves_the_embedding_of_the_uninterrupted_one(tiny_sd1_dir: Path,
+                                                                                    tmp_path: Path) -> None:
+    from helpers import resumed_saves
+
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)
+    straight, resumed = resumed_saves("textual_inversion", tmp_path, pretrained_model_name_or_path=str(tiny_sd1_dir),
+                                      train_data_dir=str(dataset), token_string="zxc", num_vectors_per_token=2,
+                                      init_word="o", use_style_template=True, resolution="64", train_batch_size=2,
+                                      max_data_loader_n_workers=0, learning_rate=0.05)
+    assert torch.equal(straight["emb_params"], resumed["emb_params"])
