@@ -4,13 +4,13 @@ of the single files sd-scripts and ComfyUI read) and in diffusers' Lumina2Transf
 shapes, and what they do not hold (rope, norms) from the published one (transformer.json)."""
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trainers.models import nextdit
 from trainers.models import reference_layout as layout
 from trainers.models.base import ModelLoadError
 from trainers.models.reference_layout import Rule, linear
@@ -52,23 +52,12 @@ def rules(blocks: Mapping[str, int]) -> list[Rule]:
 
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
     """Lumina2Transformer2DModel's config of a reference-layout transformer: its sizes from the tensor shapes, the
-    rest as published (the rope's axes in the published proportions of the head width)."""
-    base = json.loads(BASE_CONFIG.read_text(encoding="utf-8"))
-    try:
-        hidden, patch_in = shapes["x_embedder.weight"]
-        head = shapes["layers.0.attention.q_norm.weight"][0]
-        qkv = shapes[f"layers.0.{QKV}"][0]
-        sizes = {"hidden_size": hidden, "in_channels": patch_in // base["patch_size"] ** 2,
-                 "num_layers": layout.count(shapes, "layers."), "num_refiner_layers": layout.count(shapes,
-                                                                                                 "noise_refiner."),
-                 "num_attention_heads": hidden // head, "num_kv_heads": (qkv - hidden) // 2 // head,
-                 "multiple_of": shapes["layers.0.feed_forward.w1.weight"][0],  # rounds the width up to itself
-                 "cap_feat_dim": shapes["cap_embedder.1.weight"][1]}
-    except KeyError as err:
-        raise ModelLoadError(f"{name}: the Lumina 2 transformer has no {err.args[0]}: is the file complete?") from None
-    base_head = base["hidden_size"] // base["num_attention_heads"]
-    axes = [axis * head // base_head for axis in base["axes_dim_rope"]]
-    return {**{k: v for k, v in base.items() if not k.startswith("_")}, **sizes, "axes_dim_rope": axes}
+    rest as published (its feed-forward width rounded up to itself)."""
+    found = nextdit.sizes(shapes, name, "Lumina 2")
+    config = {"hidden_size": found.width, "in_channels": found.patch_inputs // 4, "num_layers": found.layers,
+              "num_refiner_layers": found.refiners, "num_attention_heads": found.heads, "num_kv_heads": found.kv_heads,
+              "multiple_of": shapes["layers.0.feed_forward.w1.weight"][0], "cap_feat_dim": found.caption_width}
+    return nextdit.published(BASE_CONFIG, config, found.head, "hidden_size", "num_attention_heads", "axes_dim_rope")
 
 
 def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:

@@ -5,15 +5,14 @@ config comes from the tensor shapes, and what they do not hold (rope, norms) fro
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trainers.models import nextdit
 from trainers.models import reference_layout as layout
-from trainers.models.base import ModelLoadError
 from trainers.models.reference_layout import Rule, linear
 
 MARKER = "context_refiner."  # NextDiT's caption refiner: where the file nests the denoiser
@@ -53,20 +52,12 @@ def rules(blocks: Mapping[str, int]) -> list[Rule]:
 
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
     """ZImageTransformer2DModel's config of a reference-layout transformer: its sizes from the tensor shapes, the
-    rest as published (the rope's axes in the published proportions of the head width)."""
-    base = json.loads(BASE_CONFIG.read_text(encoding="utf-8"))
-    try:
-        dim, patch_in = shapes["x_embedder.weight"]
-        head = shapes["layers.0.attention.q_norm.weight"][0]
-        qkv = shapes["layers.0.attention.qkv.weight"][0]
-        sizes = {"dim": dim, "in_channels": patch_in // 4, "n_layers": layout.count(shapes, "layers."),
-                 "n_refiner_layers": layout.count(shapes, "noise_refiner."), "n_heads": dim // head,
-                 "n_kv_heads": (qkv - dim) // 2 // head, "cap_feat_dim": shapes["cap_embedder.1.weight"][1]}
-    except KeyError as err:
-        raise ModelLoadError(f"{name}: the Z-Image transformer has no {err.args[0]}: is the file complete?") from None
-    base_head = base["dim"] // base["n_heads"]
-    axes = [axis * head // base_head for axis in base["axes_dims"]]
-    return {**{k: v for k, v in base.items() if not k.startswith("_")}, **sizes, "axes_dims": axes}
+    rest as published."""
+    found = nextdit.sizes(shapes, name, "Z-Image")
+    config = {"dim": found.width, "in_channels": found.patch_inputs // 4, "n_layers": found.layers,
+              "n_refiner_layers": found.refiners, "n_heads": found.heads, "n_kv_heads": found.kv_heads,
+              "cap_feat_dim": found.caption_width}
+    return nextdit.published(BASE_CONFIG, config, found.head, "dim", "n_heads", "axes_dims")
 
 
 def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
