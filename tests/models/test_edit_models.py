@@ -126,14 +126,12 @@ class Run:
     resumed: dict[str, torch.Tensor]
 
 
-@pytest.fixture(scope="module")
-def kontext_run(kontext_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """A 2-step Kontext LoRA (a sample from a control image at its end, a state at step 1), and the same resumed."""
-    tmp = tmp_path_factory.mktemp("kontext-run")
+def _trained(model_dir: Path, tmp: Path, steps: int) -> Run:
+    """A 2-step edit LoRA (a sample from a control image at its end, a state at step 1), and the same resumed."""
     data, controls = _pairs(tmp)
-    common = {"pretrained_model_name_or_path": str(kontext_dir), "train_data_dir": str(data),
+    common = {"pretrained_model_name_or_path": str(model_dir), "train_data_dir": str(data),
               "control_directory": str(controls), "output_dir": str(tmp / "out"), **FAST}
-    prompt = f"mirror it --ci {controls / '000_red_circle.png'} --w 64 --h 64 --s 2"
+    prompt = f"mirror it --ci {controls / '000_red_circle.png'} --w 64 --h 64 --s {steps}"
     assert train("lora", tmp / "straight", **common, max_train_steps=2, output_name="straight", save_every_n_steps=1,
                  save_state=True, sample_prompt_lines=[prompt], sample_every_n_steps=2) == 0
     state = tmp / "out" / "straight-step00000001-state"
@@ -141,6 +139,11 @@ def kontext_run(kontext_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     lora, _ = read_lora_file(tmp / "out" / "straight.safetensors")
     resumed, _ = read_lora_file(tmp / "out" / "resumed.safetensors")
     return Run(tmp / "out", tmp / "straight", lora, resumed)
+
+
+@pytest.fixture(scope="module")
+def kontext_run(kontext_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _trained(kontext_dir, tmp_path_factory.mktemp("kontext-run"), steps=2)
 
 
 @pytest.mark.slow
@@ -202,3 +205,65 @@ def test_what_edit_training_cannot_do_yet_is_named(kontext_dir: Path, tmp_path: 
     issues = model_issues(_values(kontext_dir, train_data_dir=str(data), control_directory=str(controls),
                                   reg_data_dir=str(data), validation_split=0.25))
     assert sorted(i.field for i in issues) == ["reg_data_dir", "validation_split"]
+
+
+@pytest.fixture(scope="module")
+def qwen_edit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from trainers.models.qwen_image_edit.tiny import build_tiny_qwen_image_edit
+
+    return build_tiny_qwen_image_edit(tmp_path_factory.mktemp("qwen-edit") / "model")
+
+
+def test_qwen_edit_reads_the_control_in_its_text_encoder_and_transformer(qwen_edit_dir: Path) -> None:
+    model = load_model(str(qwen_edit_dir), "auto", torch.float32)
+    family = model.family
+    assert family.name == "qwen_image_edit"
+    torch.manual_seed(0)
+    noisy, pixels = torch.randn(1, 4, 8, 8), torch.rand(1, 3, 64, 64)
+
+    def predict(control_pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        family.slot.pixels = [control_pixels]
+        family.slot.latents = [encode_controls(family, model.vae, control_pixels)]
+        try:
+            with torch.no_grad():
+                hidden, mask = model.encode_texts(["make it blue"], 1)
+                return hidden, family.denoise(model.unet, noisy, torch.tensor([500.0]), hidden, mask, None)
+        finally:
+            family.slot.latents = family.slot.pixels = None
+
+    hidden, pred = predict(pixels)
+    assert pred.shape == noisy.shape  # the target's tokens alone come back: the loss sees nothing else
+    changed = pixels.clone()
+    changed[0, :, 0, 0] = 1 - changed[0, :, 0, 0]
+    changed_hidden, changed_pred = predict(changed)
+    assert (changed_hidden - hidden).abs().max() > 0  # Qwen2.5-VL reads the control image with the caption
+    assert (changed_pred - pred).abs().max() > 1e-6
+    issues = model_issues(_values(qwen_edit_dir, cache_text_encoder_outputs=True,
+                                  sample_prompt_lines=["make it blue"]))
+    assert {i.field for i in issues} >= {"cache_text_encoder_outputs", "sample_prompt_lines"}
+
+
+@pytest.fixture(scope="module")
+def qwen_edit_run(qwen_edit_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _trained(qwen_edit_dir, tmp_path_factory.mktemp("qwen-edit-run"), steps=1)  # its pipeline works at 1 MP
+
+
+@pytest.mark.slow
+def test_qwen_edit_lora_samples_resumes_and_loads_in_the_edit_pipeline(qwen_edit_dir: Path,
+                                                                       qwen_edit_run: Run) -> None:
+    from diffusers import QwenImageEditPipeline
+
+    run = qwen_edit_run
+    sample = Path(next(e for e in events(run.straight) if e["type"] == "sample")["path"])
+    assert Image.open(sample).size == (64, 64)
+    assert "lora_unet_transformer_blocks_0_attn_to_q.lora_down.weight" in run.lora  # Qwen-Image's (ComfyUI's) names
+    assert run.lora.keys() == run.resumed.keys()
+    assert max((run.lora[k] - run.resumed[k]).abs().max().item() for k in run.lora) < 1e-6
+    model = load_model(str(qwen_edit_dir), "auto", torch.float32)
+    pipe = QwenImageEditPipeline(scheduler=model.noise_scheduler, vae=model.vae, text_encoder=model.text_encoders[0],
+                                 tokenizer=model.tokenizers[0], processor=None, transformer=model.unet)
+    converted = model.family.lora_for_pipeline(run.lora, model)
+    pipe.load_lora_weights(converted)
+    loaded = {f"transformer.{name}" for name, module in pipe.transformer.named_modules()
+              if hasattr(module, "lora_A") and module.lora_A}
+    assert loaded == {k.removesuffix(".lora_A.weight") for k in converted if k.endswith("lora_A.weight")}

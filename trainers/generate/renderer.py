@@ -139,15 +139,17 @@ class Renderer:
 
     # ---- prompts ---------------------------------------------------------------------------------------------
 
-    def embeds(self, prompt: str, negative: str) -> dict[str, torch.Tensor]:
-        """Prompt and negative embeddings of batch 1, encoded once per text-encoder setup."""
+    def embeds(self, prompt: str, negative: str, images: tuple[str, ...] = (),
+               size: tuple[int, int] = (0, 0)) -> dict[str, torch.Tensor]:
+        """Prompt and negative embeddings of batch 1, encoded once per text-encoder setup (and edit model's input
+        images, which some text encoders read)."""
         assert self.model is not None and self.variant is not None
         te_loras = tuple(sorted((p, self._weight(p)) for p in [*self.adapters, *self.lycoris] if self._touches(p)))
-        key = (self.model_source, te_loras, self.cfg.clip_skip, prompt, negative)
+        key = (self.model_source, te_loras, self.cfg.clip_skip, prompt, negative, images, size)
         if key not in self._embeds:
             with torch.no_grad():
                 self._embeds[key] = encode_for_pipeline(self.model, [prompt, negative], self.cfg.clip_skip,
-                                                        self.device)
+                                                        self.device, images, size)
             self.encodes += 1
         return self._embeds[key]
 
@@ -178,7 +180,7 @@ class Renderer:
         assert self.model is not None
         width, height = item.width or self.native_size(), item.height or self.native_size()
         batch = len(item.images)
-        one = self.embeds(item.prompt.prompt, item.prompt.negative)
+        one = self.embeds(item.prompt.prompt, item.prompt.negative, self.input_images(item), (width, height))
         embeds = {k: _repeated(v, batch) for k, v in one.items()}
         generators = [torch.Generator("cpu").manual_seed(image.seed) for image in item.images]
         with torch.no_grad():

@@ -201,6 +201,12 @@ class ModelFamily(FamilyRules):
         (trainers/models/edit.py); other families take none."""
         return {}
 
+    def encode_with_images(self, model: "LoadedModel", texts: list[str], clip_skip: int, images: Sequence[str],
+                           width: int, height: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """encode_texts of prompts that go with input images (Qwen-Image-Edit's text encoder also reads the
+        images); the others encode the text alone."""
+        return model.encode_texts(texts, clip_skip)
+
     def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
         """A method's Trainable with what the family adds to every step (edit models: each sample's control
         images); most add nothing."""

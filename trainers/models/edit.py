@@ -30,9 +30,11 @@ from trainers.models.edit_rules import EditRules
 
 @dataclass
 class ControlSlot:
-    """The control latents of the batch being trained, one (B, C, h, w) tensor per reference; None outside steps."""
+    """The controls of the batch being trained (None outside steps), one tensor per reference: its latents
+    (B, C, h, w) and its pixels (B, 3, H, W) in [0, 1] (for text encoders that read the images too)."""
 
     latents: list[torch.Tensor] | None = None
+    pixels: list[torch.Tensor] | None = None
 
 
 def catalog_controls(catalog: Catalog, max_controls: int, warnings: list[str]) -> dict[Path, tuple[Path, ...]]:
@@ -63,10 +65,10 @@ class EditControls(ControlImages):
     def __init__(self, catalog: Catalog, files: Mapping[Path, tuple[Path, ...]], seed: int) -> None:
         self.catalog, self.seed, self.pairs, self.sizes = catalog, seed, files, {}
 
-    def latents(self, keys: torch.Tensor, family: Any, vae: nn.Module, device: torch.device, dtype: torch.dtype
-                ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """(per reference: its latents (B, C, h, w) as the transformer reads them; 1 for the samples that have
-        their pair, 0 for those left out)."""
+    def fill(self, slot: ControlSlot, keys: torch.Tensor, family: Any, vae: nn.Module, device: torch.device,
+             dtype: torch.dtype) -> torch.Tensor:
+        """Put the batch's controls in `slot`: per reference its pixels and its latents as the transformer reads
+        them. Returns 1 for the samples that have their pair, 0 for those left out."""
         rows = [(int(epoch), int(index)) for epoch, index in keys.tolist()]
         targets = [self.catalog.images[self.catalog.samples[index]].path for _, index in rows]
         counts = {len(self.pairs.get(target, ())) for target in targets} - {0}
@@ -76,13 +78,11 @@ class EditControls(ControlImages):
                                            "train_batch_size = 1", "dataset")])
         count = counts.pop() if counts else 0
         kept = torch.tensor([1.0 if target in self.pairs else 0.0 for target in targets])
-        references = []
-        for slot in range(count):
-            pixels = torch.stack([self.fitted(self.pairs[target][slot], epoch, index) if target in self.pairs
-                                  else torch.full((3, *self._bucket(index)[::-1]), 0.5)
-                                  for target, (epoch, index) in zip(targets, rows)])
-            references.append(encode_controls(family, vae, pixels).to(device, dtype))
-        return references, kept
+        slot.pixels = [torch.stack([self.fitted(self.pairs[target][number], epoch, index) if target in self.pairs
+                                    else torch.full((3, *self._bucket(index)[::-1]), 0.5)
+                                    for target, (epoch, index) in zip(targets, rows)]) for number in range(count)]
+        slot.latents = [encode_controls(family, vae, pixels).to(device, dtype) for pixels in slot.pixels]
+        return kept
 
     def _bucket(self, index: int) -> tuple[int, int]:
         return self.catalog.images[self.catalog.samples[index]].bucket
@@ -106,6 +106,7 @@ class EditFamily(EditRules):
     """The mixin of edit families (before their base family): see the module's doc."""
 
     slot: ControlSlot = ControlSlot()
+    text_reads_images = False  # its text encoder reads the controls too (the caption's encoding is the pair's)
 
     def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
         """The method's objective with each batch's control latents in the slot while it runs."""
@@ -116,21 +117,26 @@ class EditFamily(EditRules):
             session.events.warn(warning)
         self.slot = ControlSlot()  # this run's own (the family object is the run's configured copy)
         inner, slot = trainable.objective, self.slot
+        if self.text_reads_images:  # a caption's encoding differs from pair to pair: none is kept for the next
+            trainable.predictor.text_memo = None
 
         def objective(predictor: nn.Module, model: Any, batch: dict[str, Any], opts: Any,
                       weight_dtype: torch.dtype) -> torch.Tensor:
             device = next(model.unet.parameters()).device
-            slot.latents, kept = controls.latents(batch["keys"], self, model.vae, device, weight_dtype)
+            kept = controls.fill(slot, batch["keys"], self, model.vae, device, weight_dtype)
             try:
                 return inner(predictor, model, {**batch, "loss_weights": batch["loss_weights"] * kept}, opts,
                              weight_dtype)
             finally:
-                slot.latents = None
+                slot.latents = slot.pixels = None
 
         return replace(trainable, objective=objective)
 
     def edit_inputs(self, images: Sequence[str], width: int, height: int) -> dict[str, Any]:
         """The pipeline's `image`: the sample's input images at its size (one image alone, not in a list)."""
+        if not images and self.needs_input_image:
+            raise ValueError(f"{self.title} draws from an input image: give the prompt `--ci path` (Generate: "
+                             "input_image)")
         if not images:
             return {}
         loaded = sample_images(images, width, height)

@@ -15,6 +15,7 @@ class EditRules:
 
     title: str
     max_controls: int  # control images a target takes
+    needs_input_image = False  # its pipeline draws from an input image only (every sample prompt needs --ci)
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)  # type: ignore[misc]
@@ -26,12 +27,13 @@ class EditRules:
             issues.append(ConfigIssue("validation_split", f"is not available for {self.title} edit LoRAs yet (the "
                                       "held-out images would be scored without their controls): set it to 0",
                                       "dataset"))
-        return issues + config_pair_issues(values, self.max_controls) + prompt_image_issues(values,
-                                                                                            self.max_controls)
+        return issues + config_pair_issues(values, self.max_controls) + prompt_image_issues(
+            values, self.max_controls, self.title if self.needs_input_image else "")
 
 
-def prompt_image_issues(values: Mapping[str, Any], max_controls: int) -> list[ConfigIssue]:
-    """Sample prompts whose --ci images are missing or more than the model takes."""
+def prompt_image_issues(values: Mapping[str, Any], max_controls: int, needed_by: str = "") -> list[ConfigIssue]:
+    """Sample prompts whose --ci images are missing or more than the model takes; without one, when `needed_by`
+    (the model's title) draws from an input image only."""
     from trainers.core.prompts import config_prompts
 
     try:
@@ -41,6 +43,9 @@ def prompt_image_issues(values: Mapping[str, Any], max_controls: int) -> list[Co
     issues = []
     for prompt in prompts:
         where = f"prompt {prompt.index + 1}"
+        if needed_by and not prompt.edit_images:
+            issues.append(ConfigIssue("sample_prompt_lines", f"{where} has no --ci image, which {needed_by} samples "
+                                      "are drawn from: add `--ci path` (the image its edit starts from)", "sampling"))
         if len(prompt.edit_images) > max_controls:
             issues.append(ConfigIssue("sample_prompt_lines", f"{where} has {len(prompt.edit_images)} --ci images; "
                                       f"this model takes at most {max_controls}", "sampling"))

@@ -12,7 +12,7 @@ rank 0 can announce every image (`sample_path`, `sample_event`) after a barrier.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ContextManager
@@ -172,7 +172,8 @@ def _sampling_mode(modules: list[nn.Module]) -> Iterator[None]:
 def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, dtype: torch.dtype | None) -> Any:
     half = dtype in (torch.float16, torch.bfloat16)
     with torch.autocast(device.type, dtype=dtype, enabled=half):
-        embeds = encode_for_pipeline(model, [s.prompt.prompt, s.prompt.negative], s.clip_skip, device)
+        embeds = encode_for_pipeline(model, [s.prompt.prompt, s.prompt.negative], s.clip_skip, device,
+                                     s.prompt.edit_images, (s.width, s.height))
         latents = pipe(
             **embeds, width=s.width, height=s.height, num_inference_steps=s.steps,
             **model.family.pipeline_kwargs(s.cfg_scale), **model.family.edit_inputs(s.prompt.edit_images, s.width,
@@ -184,14 +185,16 @@ def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, d
     return pipe.image_processor.postprocess(pixels.float(), output_type="pil")[0]
 
 
-def encode_for_pipeline(model: LoadedModel, texts: list[str], clip_skip: int,
-                        device: torch.device) -> dict[str, torch.Tensor]:
+def encode_for_pipeline(model: LoadedModel, texts: list[str], clip_skip: int, device: torch.device,
+                        images: Sequence[str] = (), size: tuple[int, int] = (0, 0)) -> dict[str, torch.Tensor]:
     """Prompt and negative embeddings the way training encodes captions: same clip skip and layers, same
     max_token_length chunks and emphasis weights (the model's `prompt_format`), so nothing is cut at 77 tokens.
 
-    The text encoders run where they are (they may sit on the CPU when their outputs were cached).
+    The text encoders run where they are (they may sit on the CPU when their outputs were cached). `images`: an
+    edit model's input images at the output's `size` (width, height), which some text encoders read too.
     """
-    hidden, second = model.encode_texts(texts, clip_skip)
+    hidden, second = (model.family.encode_with_images(model, texts, clip_skip, images, *size) if images
+                      else model.encode_texts(texts, clip_skip))
     return model.family.pipeline_embeds(hidden.to(device), None if second is None else second.to(device))
 
 

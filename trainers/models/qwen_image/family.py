@@ -44,6 +44,7 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
                                           template=CHAT_TEMPLATE),)
 
     pad_token_id: int = 0  # its tokenizer's, set when loaded (the text encoder's config may not name it)
+    template_tokens = TEMPLATE_TOKENS  # the template's system tokens its pipeline drops
     shift_mu = QWEN_SHIFT_MU  # timestep_sampling 'qwen_shift': mu at the fewest and most image tokens
     shift_tokens = (256, 8192)
 
@@ -63,14 +64,20 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
         """(Qwen2.5-VL's last hidden states after the template's system tokens, zero on the padding; the text mask),
         as QwenImagePipeline encodes. The encoder reads the batch's longest caption, not every padding token."""
         (qwen,), (ids,) = text_encoders, input_ids
+        ids, vision = self.with_images(ids)
         mask = ids != self.pad_token_id
         longest = int(mask.sum(dim=1).max())
         # the language model alone: its last hidden states are the whole model's, without the vocabulary's logits
-        hidden = run_frozen(qwen, lambda: qwen.model(input_ids=ids[:, :longest], attention_mask=mask[:, :longest]
-                                                     ).last_hidden_state)
+        hidden = run_frozen(qwen, lambda: qwen.model(input_ids=ids[:, :longest], attention_mask=mask[:, :longest],
+                                                     **vision).last_hidden_state)
         hidden = torch.cat([hidden, hidden.new_zeros(ids.shape[0], ids.shape[1] - longest, hidden.shape[-1])], dim=1)
-        mask = mask[:, TEMPLATE_TOKENS:]
-        return hidden[:, TEMPLATE_TOKENS:] * mask[..., None].to(hidden.dtype), mask.to(hidden.dtype)
+        mask = mask[:, self.template_tokens:]
+        return hidden[:, self.template_tokens:] * mask[..., None].to(hidden.dtype), mask.to(hidden.dtype)
+
+    def with_images(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The ids and the vision inputs of the images the text encoder reads with them (Qwen-Image-Edit's input
+        image); Qwen-Image reads none."""
+        return ids, {}
 
     def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
                 text_mask: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
@@ -78,10 +85,18 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
         batch's longest caption (the rest is padding the transformer masks)."""
         batch, _, height, width = noisy.shape
         hidden, text_mask = trimmed(hidden, text_mask)
-        out = unet(hidden_states=pack_latents(noisy), encoder_hidden_states=hidden.to(noisy.dtype),
+        own, references = pack_latents(noisy), self.reference_latents()
+        shapes = [(1, height // 2, width // 2)] + [(1, r.shape[-2] // 2, r.shape[-1] // 2) for r in references]
+        tokens = torch.cat([own, *(pack_latents(r.to(noisy.dtype)) for r in references)], dim=1)
+        out = unet(hidden_states=tokens, encoder_hidden_states=hidden.to(noisy.dtype),
                    encoder_hidden_states_mask=text_mask.to(noisy.device), timestep=timesteps.to(noisy.dtype) / 1000,
-                   img_shapes=[[(1, height // 2, width // 2)]] * batch, return_dict=False)[0]
-        return unpack_latents(out, height, width)
+                   img_shapes=[shapes] * batch, return_dict=False)[0]
+        return unpack_latents(out[:, :own.shape[1]], height, width)
+
+    def reference_latents(self) -> list[torch.Tensor]:
+        """Latents (B, C, h, w) whose tokens follow the noisy ones, each with its own img_shapes entry, their output
+        dropped (Qwen-Image-Edit's input image); Qwen-Image has none."""
+        return []
 
     def draw_sigmas(self, normal: torch.Tensor, uniform: torch.Tensor, latent_size: tuple[int, int],
                     min_timestep: int | None, max_timestep: int | None) -> torch.Tensor:

@@ -1,0 +1,33 @@
+"""Qwen-Image-Edit without its weights (torch-free): Qwen-Image's rules with one control image per target, which its
+text encoder reads too, so captions cannot be encoded ahead of training."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.models.edit_rules import EditRules
+from trainers.models.qwen_image.rules import QwenImageRules
+
+
+class QwenImageEditRules(EditRules, QwenImageRules):
+    name = "qwen_image_edit"
+    title = "Qwen-Image-Edit"
+    base_model_version = "qwen_image_edit"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_QWEN_IMAGE_EDIT)
+    modelspec_architecture = "Qwen-Image-Edit"
+    pipeline_class = "QwenImageEditPipeline"
+    detect_priority = 4
+    reference_prefixes = ()  # its single files have Qwen-Image's keys
+    needs_input_image = True  # QwenImageEditPipeline takes no prompt without an image
+    max_controls = 1  # Qwen-Image-Edit-2509/2511 (QwenImageEditPlusPipeline), which take several, are not yet here
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().option_issues(values)
+        if values.get("cache_text_encoder_outputs"):
+            issues.append(ConfigIssue("cache_text_encoder_outputs", f"{self.title}'s text encoder reads each pair's "
+                                      "control image with its caption, so captions cannot be encoded ahead: turn "
+                                      "it off", "dataset"))
+        return issues
+
+
+QWEN_IMAGE_EDIT = QwenImageEditRules()
