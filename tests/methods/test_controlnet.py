@@ -235,3 +235,15 @@ def test_a_resumed_controlnet_run_saves_the_controlnet_of_the_uninterrupted_one(
                                       max_data_loader_n_workers=0, learning_rate=1e-3)
     assert straight.keys() == resumed.keys()
     assert max((straight[k] - resumed[k]).abs().max().item() for k in straight) < 1e-6
+
+
+def test_the_flux_controlnet_preset_validates_on_a_flux_model(tiny_flux_dir: Path, tmp_path: Path) -> None:
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)
+    controls = controls_for(dataset, tmp_path / "controls")
+    preset = Path(__file__).resolve().parents[2] / "presets" / "flux_dev_controlnet_48gb.toml"
+    cfg = load_config("controlnet", preset, [f'pretrained_model_name_or_path="{tiny_flux_dir}"',
+                                             f'train_data_dir="{dataset}"', f'conditioning_data_dir="{controls}"',
+                                             f'output_dir="{tmp_path / "out"}"',
+                                             f'sample_prompt_lines=["a shape --cn {next(controls.rglob("*.png"))}"]'])
+    assert (cfg.num_double_layers, cfg.num_single_layers, cfg.mixed_precision) == (2, 0, "bf16")
+    assert [str(i) for i in validate(cfg, check_paths=True)] == []
