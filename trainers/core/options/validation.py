@@ -127,6 +127,12 @@ def distributed_issues(cfg: TrainConfig) -> list[ConfigIssue]:
     except BatchSplitError as err:
         count = f" ({cfg.num_processes} x {cfg.num_machines} machines)" if cfg.num_machines > 1 else ""
         bad("train_batch_size", str(err).replace("processes:", f"processes{count}:", 1), "optimizer")
+    offload = next((name for name in ("layer_offload_fraction", "blocks_to_swap") if cfg.values.get(name)), None)
+    if offload and total > 1:
+        bad(offload, "keeps blocks' weights in CPU memory, which works in one process only: DDP needs every weight "
+            "of each process's model on its GPU (it refuses a model with some in CPU memory), and DeepSpeed and FSDP "
+            "place the weights themselves. Set num_processes = 1 (one machine), or leave it unset and share a model "
+            "too big for one GPU among several with distributed_backend = 'fsdp'", "precision")
     backend = cfg.distributed_backend
     if backend != "ddp" and cfg.ddp_gradient_precision != "fp32":
         bad("ddp_gradient_precision", f"applies to distributed_backend = 'ddp' only ({backend} sets its own "
