@@ -254,6 +254,10 @@ def test_validation_rejects_impossible_combinations_with_a_reason() -> None:
     samples = problems(distributed_backend="fsdp", sample_prompt_lines=["a red circle"])["sample_prompts"]
     assert samples.startswith("FSDP leaves each process only shards") and "Generate tab" in samples
     assert not problems("lora", ddp_gradient_precision="bf16", ddp_timeout=600)
+    swap = problems("lora", blocks_to_swap=2, gradient_checkpointing=True)["blocks_to_swap"]
+    assert "works in one process only" in swap and "Set num_processes = 1" in swap
+    assert "layer_offload_fraction" in problems(layer_offload_fraction=0.5, gradient_checkpointing=True)
+    assert not problems("lora", num_processes=1, blocks_to_swap=2, gradient_checkpointing=True)
 
 
 @pytest.mark.slow
