@@ -159,7 +159,9 @@ def _full(**values: object):
      "DEEPSPEED", {"zero_stage": 2, "offload_optimizer_device": "cpu", "gradient_clipping": 0.5}),
     ({"distributed_backend": "deepspeed", "zero_stage": 3}, "DEEPSPEED", {"zero_stage": 3, "zero3_save_16bit_model": True}),
     ({"distributed_backend": "fsdp", "gradient_accumulation_steps": 2}, "FSDP",
-     {"fsdp_version": 2, "fsdp_reshard_after_forward": True, "fsdp_state_dict_type": "FULL_STATE_DICT"}),
+     {"fsdp_version": 2, "fsdp_reshard_after_forward": True, "fsdp_state_dict_type": "SHARDED_STATE_DICT"}),
+    ({"distributed_backend": "fsdp", "fsdp_state_dict_type": "FULL_STATE_DICT"}, "FSDP",
+     {"fsdp_version": 2, "fsdp_state_dict_type": "FULL_STATE_DICT"}),
     ({"distributed_backend": "fsdp", "fsdp_version": 1}, "FSDP",
      {"fsdp_version": 1, "fsdp_sharding_strategy": "FULL_SHARD", "fsdp_use_orig_params": True}),
 ])
@@ -258,6 +260,19 @@ def test_validation_rejects_impossible_combinations_with_a_reason() -> None:
     assert "works in one process only" in swap and "Set num_processes = 1" in swap
     assert "layer_offload_fraction" in problems(layer_offload_fraction=0.5, gradient_checkpointing=True)
     assert not problems("lora", num_processes=1, blocks_to_swap=2, gradient_checkpointing=True)
+
+
+def test_resume_is_refused_only_under_fsdp1() -> None:
+    from trainers.core.options.validation import option_issues
+
+    def resume_problem(**values: object) -> str | None:
+        cfg = config_from_dict("finetune", {"num_processes": 2, "max_train_steps": 1, "resume": "latest", **values})
+        return {i.field: i.message for i in option_issues(cfg, check_paths=False)}.get("resume")
+
+    assert "not saved or resumed with FSDP1" in resume_problem(distributed_backend="fsdp", fsdp_version=1)
+    assert resume_problem(distributed_backend="fsdp") is None  # sharded states (the default)
+    assert resume_problem(distributed_backend="fsdp", fsdp_state_dict_type="FULL_STATE_DICT") is None
+    assert resume_problem(distributed_backend="deepspeed", zero_stage=3) is None
 
 
 @pytest.mark.slow

@@ -1,12 +1,15 @@
 """FSDP2 and DeepSpeed ZeRO-2 for real: 2 CPU processes over gloo, launched with the run's accelerate.yaml.
 
-Against one plain one-process finetune: an FSDP2 run on 2 processes x batch 1 that saves a sharded-then-gathered
-training state at step 2 and is killed at step 3 (a rank fails), then resumed, must end on its weights and write a
-diffusers folder that loads; so must a ZeRO-2 run, and an FSDP2 run resumed from the one-process (DDP) run's step-2
-state. An FSDP2 LoRA saves the one-process LoRA file and reports the one-process validation loss.
+Against one plain one-process finetune: an FSDP2 run on 2 processes x batch 1 that saves a sharded training state
+(each process its shards) at step 2 and is killed at step 3 (a rank fails), then resumed, must end on its weights and
+write a diffusers folder that loads; so must one process resuming those shards, a ZeRO-2 run killed and resumed the
+same way, an FSDP2 run resumed from the one-process (DDP) run's step-2 state, and one process resuming that run's
+gathered (FULL_STATE_DICT) step-3 state. An FSDP2 LoRA saves the one-process LoRA file and reports the one-process
+validation loss.
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -32,6 +35,10 @@ def sharded_launcher(tmp_path: Path, backend: str = "fsdp") -> list[str]:
     path = write_accelerate_config(cfg, tmp_path)
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(path),
             "--main_process_port", str(free_port())]
+
+
+def manifest(state: Path) -> dict:
+    return json.loads((state / "manifest.json").read_text(encoding="utf-8"))
 
 
 def unet_weights(folder: Path) -> dict:
@@ -73,7 +80,12 @@ def test_fsdp2_two_processes_resume_after_a_kill_to_the_one_process_weights(one_
     assert killed.returncode != 0 and "injected failure on rank 1 at step 3" in killed.stderr
     start = next(e for e in events(tmp_path / "run2") if e["type"] == "start")
     assert (start["plan"]["per_device_batch"], start["plan"]["num_processes"]) == (1, 2)
-    assert (out / "finetune-step00000002-state").is_dir() and (out / "finetune-step00000002").is_dir()
+    state = out / "finetune-step00000002-state"
+    assert state.is_dir() and (out / "finetune-step00000002").is_dir()
+    # each process wrote its own shards (the default fsdp_state_dict_type): nothing was gathered into one file
+    assert manifest(state)["layout"] == "sharded" and not (state / "weights.safetensors").exists()
+    assert {"shards/__0_0.distcp", "shards/__1_0.distcp", "shards/.metadata"} <= set(manifest(state)["files"])
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp folder left behind by the kill
 
     resumed = run_trainer(sets(**sharded, resume="latest"), tmp_path / "run3", sharded_launcher(tmp_path), env=env,
                           method="finetune")
@@ -86,15 +98,22 @@ def test_fsdp2_two_processes_resume_after_a_kill_to_the_one_process_weights(one_
     pipe = StableDiffusionPipeline.from_pretrained(out / "finetune")  # the gathered output loads as usual
     assert sum(p.numel() for p in pipe.unet.parameters()) == sum(t.numel() for t in unet_weights(reference).values())
 
+    # one plain process resumes the same shards (re-cut into whole tensors) to the same weights
+    assert train("finetune", tmp_path / "run4", **base, output_dir=str(tmp_path / "one"), resume=str(state)) == 0
+    assert [e["step"] for e in events(tmp_path / "run4") if e["type"] == "progress"] == [3, 4]
+    assert_same_unet(reference, tmp_path / "one" / "finetune", tiny_sd1_dir)
 
-def test_a_ddp_state_resumes_into_fsdp2_on_two_processes_to_the_one_process_weights(one_process, tiny_sd1_dir: Path,
-                                                                                    tmp_path: Path) -> None:
-    """A state saved by a plain (DDP) run keys its optimizer state by position; FSDP2 shards it by parameter name."""
+
+def test_ddp_and_gathered_fsdp2_states_resume_across_backends_to_the_one_process_weights(
+        one_process, tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    """A state saved by a plain (DDP) run keys its optimizer state by position; FSDP2 shards it by parameter name.
+    That FSDP2 run's gathered (FULL_STATE_DICT) step-3 state resumes in one plain process."""
     base, reference = one_process
     ddp_state = reference.parent / "finetune-step00000002-state"
     assert ddp_state.is_dir()
     values = {**base, "output_dir": str(tmp_path / "two"), "num_processes": 2, "distributed_backend": "fsdp",
-              "ddp_timeout": 2, "resume": str(ddp_state)}
+              "fsdp_state_dict_type": "FULL_STATE_DICT", "ddp_timeout": 2, "resume": str(ddp_state),
+              "save_every_n_steps": 3, "save_state": True}
     resumed = run_trainer(sets(**values), tmp_path / "run", sharded_launcher(tmp_path),
                           env=hook_env(ACCELERATE_USE_CPU="1"), method="finetune")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -103,17 +122,43 @@ def test_a_ddp_state_resumes_into_fsdp2_on_two_processes_to_the_one_process_weig
     assert [e["step"] for e in evs if e["type"] == "progress"] == [3, 4]
     assert_same_unet(reference, tmp_path / "two" / "finetune", tiny_sd1_dir)
 
+    gathered = tmp_path / "two" / "finetune-step00000003-state"
+    assert manifest(gathered)["layout"] == "whole" and (gathered / "weights.safetensors").is_file()
+    assert train("finetune", tmp_path / "run1", **base, output_dir=str(tmp_path / "one"), resume=str(gathered)) == 0
+    assert [e["step"] for e in events(tmp_path / "run1") if e["type"] == "progress"] == [4]
+    assert_same_unet(reference, tmp_path / "one" / "finetune", tiny_sd1_dir)
 
-def test_deepspeed_zero2_two_processes_train_the_one_process_weights(one_process, tiny_sd1_dir: Path,
-                                                                     tmp_path: Path) -> None:
-    """DeepSpeed's CPU accelerator over gloo, launched with the run's DeepSpeed accelerate.yaml (ZeRO-2)."""
+
+def test_deepspeed_zero2_two_processes_resume_after_a_kill_to_the_one_process_weights(one_process, tiny_sd1_dir: Path,
+                                                                                      tmp_path: Path) -> None:
+    """DeepSpeed's CPU accelerator over gloo, launched with the run's DeepSpeed accelerate.yaml (ZeRO-2); its state
+    is DeepSpeed's own checkpoint (each process its optimizer partition) inside the state folder."""
     base, reference = one_process
-    values = {**base, "output_dir": str(tmp_path / "two"), "num_processes": 2, "distributed_backend": "deepspeed",
-              "ddp_timeout": 2}
-    result = run_trainer(sets(**values), tmp_path / "run", sharded_launcher(tmp_path, "deepspeed"),
-                         env=hook_env(ACCELERATE_USE_CPU="1"), method="finetune")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert_same_unet(reference, tmp_path / "two" / "finetune", tiny_sd1_dir)
+    out = tmp_path / "two"
+    values = {**base, "output_dir": str(out), "num_processes": 2, "distributed_backend": "deepspeed", "ddp_timeout": 2}
+    env = hook_env(ACCELERATE_USE_CPU="1")
+    killed = run_trainer(sets(**values, save_every_n_steps=2, save_state=True), tmp_path / "run",
+                         sharded_launcher(tmp_path, "deepspeed"), env={**env, "ATELIER_TEST_FAIL_RANK_AT_STEP": "1:3"},
+                         method="finetune")
+    assert killed.returncode != 0 and "injected failure on rank 1 at step 3" in killed.stderr
+    state = out / "finetune-step00000002-state"
+    files = manifest(state)["files"]
+    assert manifest(state)["layout"] == "deepspeed"
+    assert sum(name.endswith("optim_states.pt") for name in files) == 2  # one ZeRO partition a process
+
+    # a plain run cannot take DeepSpeed's partitions: refused by name before training
+    assert train("finetune", tmp_path / "run1", **base, output_dir=str(tmp_path / "one"), resume=str(state)) == 2
+    error = events(tmp_path / "run1")[-1]
+    assert error["type"] == "error" and error["message"].startswith("- resume: ")
+    assert "distributed_backend = 'deepspeed' on 2 processes" in error["message"]
+
+    resumed = run_trainer(sets(**values, resume="latest"), tmp_path / "run2", sharded_launcher(tmp_path, "deepspeed"),
+                          env=env, method="finetune")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    evs = events(tmp_path / "run2")
+    assert next(e for e in evs if e["type"] == "resume")["step"] == 2
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [3, 4]
+    assert_same_unet(reference, out / "finetune", tiny_sd1_dir)
 
 
 def test_fsdp2_shards_a_lora_run_and_saves_the_same_lora_file(tiny_sd1_dir: Path, tmp_path: Path) -> None:

@@ -132,7 +132,7 @@ def fsdp_config(cfg: TrainConfig) -> dict[str, Any]:
         "fsdp_auto_wrap_policy": "SIZE_BASED_WRAP",
         "fsdp_min_num_params": FSDP_MIN_NUM_PARAMS,
         "fsdp_offload_params": False,
-        "fsdp_state_dict_type": "FULL_STATE_DICT",  # saves gather whole weights (our single-file/diffusers outputs)
+        "fsdp_state_dict_type": cfg.fsdp_state_dict_type,  # training states; model saves are always gathered whole
         "fsdp_cpu_ram_efficient_loading": False,
         "fsdp_activation_checkpointing": False,  # gradient_checkpointing is the model's own (diffusers)
     }

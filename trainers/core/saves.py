@@ -6,8 +6,8 @@ Saves are named as kohya names them, beside each other in output_dir:
 `<output_name>.safetensors` (the end of training), `<output_name>-000003.safetensors` (an epoch save),
 `<output_name>-step00000500.safetensors` (a step save, or a stop); full models are folders of the same
 names and/or such files, with `-ema` copies. A training state is the folder `<save name>-state`; its
-`manifest.json` is written last and the folder is renamed into place, so a folder under a final name
-is always complete.
+`manifest.json` is written last and lists every file in it (also those in subfolders, e.g. each process's
+shards), and the folder is renamed into place, so a folder under a final name is always complete.
 """
 from __future__ import annotations
 
@@ -219,6 +219,12 @@ def check_free_space(folder: Path, needed_bytes: int, what: str) -> None:
 
 def _gb(n: int) -> str:
     return f"{n / 2**30:.2f} GB" if n >= 2**27 else f"{n / 2**20:.1f} MB"
+
+
+def folder_files(folder: Path) -> dict[str, int]:
+    """Every file under `folder` (relative path -> size): what a manifest lists and read_manifest checks."""
+    return {part.relative_to(folder).as_posix(): part.stat().st_size for part in sorted(Path(folder).rglob("*"))
+            if part.is_file()}
 
 
 def manifest_for(kind: str, at: Position, **fields: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import gc
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainers.core.errors import DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped
 from trainers.core.events import Checkpoint
@@ -41,12 +41,11 @@ class Saver:
         self.out_dir = Path(cfg.output_dir).expanduser()
         self.retention = Retention.of(cfg.values)
         self.main = session.accelerator.is_main_process
-        # ZeRO and FSDP1 shard the optimizer state across processes in their own layouts: a state written by one
-        # would be partial. FSDP2's shards are gathered into the usual state (TrainingState.snapshot).
+        # FSDP1's flat parameters have no per-parameter names to save them by (TrainingState's layouts: state.py)
         self.with_states = states_supported(cfg.values)
         if not self.with_states and self.main and (cfg.save_state or cfg.save_state_on_train_end):
-            self._warn(f"training states are not saved with distributed_backend = {cfg.distributed_backend!r} "
-                       "(only with 'ddp', or 'fsdp' with fsdp_version = 2); saves and Stop write the model only")
+            self._warn("training states are not saved with FSDP1 (fsdp_version = 1); saves and Stop write the model "
+                       "only: use fsdp_version = 2 or distributed_backend = 'deepspeed' to save states")
         if cfg.save_state_every_n_minutes and self.with_states:
             session.control.schedule(ROLLING_STATE, cfg.save_state_every_n_minutes * 60)
         if self.main:
@@ -81,14 +80,18 @@ class Saver:
         """A training state every save_state_every_n_minutes; a full disk skips it with a warning."""
         folder = self.out_dir / state_name(save_name(self.name, step=at.step))
         self.session.accelerator.wait_for_everyone()
-        snapshot = self.state.snapshot()  # every process: FSDP2 gathers
-        if self.main and not folder.exists():
+        skip = None  # the main process's reason not to write it
+        if self.main and folder.exists():
+            skip = "written already"
+        elif self.main:
             try:
                 self._check("a training state", self.state.nbytes())
             except TrainingFailed as err:
-                self._warn(f"rolling training state skipped: {err}")
-            else:
-                self.state.write(folder, at, "rolling", snapshot=snapshot)
+                skip = f"rolling training state skipped: {err}"
+                self._warn(skip)
+        if self._agree(skip) is None:  # every process writes its part, or none does
+            self.state.save(folder, at, "rolling")
+            if self.main:
                 self._announce(folder, at, "rolling", state=folder)
                 prune(self.out_dir, self.name, self.retention, at)
         self.session.accelerator.wait_for_everyone()
@@ -96,14 +99,14 @@ class Saver:
     def emergency(self, at: Position) -> Path | None:
         """After an error, on this process alone (no barriers): a state of the last finished step, if sound."""
         resumed = self.state.resumed_at.step if self.state.resumed_at else 0
-        if not self.main or not self.with_states or self.state.sharded or at.step <= resumed:  # FSDP2: no gather
+        if not self.main or not self.with_states or self.state.collective or at.step <= resumed:  # needs them all
             return None
         folder = self.out_dir / state_name(save_name(self.name, step=at.step))
         if folder.exists():
             return folder
         try:
             self._check("an emergency training state", self.state.nbytes())
-            self.state.write(folder, at, "emergency")
+            self.state.save(folder, at, "emergency")
         except Exception as err:  # noqa: BLE001 - the original error matters more
             print(f"warning: no emergency training state: {err}", file=sys.stderr, flush=True)
             return None
@@ -136,10 +139,9 @@ class Saver:
         with full_weights(accelerator):  # FSDP: rank 0 holds the whole weights while it writes (every rank joins)
             if self.main:
                 self.trainable.output.save(path, at.epoch, at.step)
-        snapshot = self.state.snapshot() if folder is not None else None  # every process: FSDP2 gathers
+        if folder is not None:
+            self.state.save(folder, at, kind, output=path)  # every process: gathers or writes its shards
         if self.main:
-            if folder is not None:
-                self.state.write(folder, at, kind, output=path, snapshot=snapshot)
             self._announce(path, at, kind, state=folder)
             if kind != "final":
                 for gone in prune(self.out_dir, self.name, self.retention, at):
@@ -155,7 +157,7 @@ class Saver:
         check_free_space(self.out_dir, needed, what)
 
 
-    def _agree(self, problem: tuple[str, str] | None) -> tuple[str, str] | None:
+    def _agree(self, problem: Any) -> Any:
         """The main process's verdict, on every process (they raise together or not at all)."""
         if self.session.accelerator.num_processes == 1:
             return problem

@@ -2,14 +2,24 @@
 and the position in the data, written as one atomic folder with a manifest (see checkpoints.py).
 
 Only trained weights go in (a LoRA, or the trained UNet/text encoders); the frozen base model
-is loaded from the config again. One process writes it: under DDP every process holds the same
-weights and optimizer state.
+is loaded from the config again. The weights and optimizer state are laid out one of three ways
+(the manifest's `layout`):
+- "whole": weights.safetensors + optimizer.pt, written by the main process. Under DDP every process holds
+  the same; under FSDP2 with fsdp_state_dict_type = 'FULL_STATE_DICT' the shards are gathered onto its CPU.
+- "sharded": FSDP2's default: every process writes its own shards into shards/ (torch.distributed.checkpoint),
+  so none holds the whole optimizer state; a resume re-cuts them for its own process count (or none).
+- "deepspeed": DeepSpeed's own checkpoint (its engine's save_checkpoint: every process its ZeRO partition) in
+  deepspeed/; it resumes on the same number of processes.
+The rest (scheduler, RNG, scaler, extras, manifest) is written by the main process into the same temp folder,
+which becomes the state folder only when every part is complete.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +31,7 @@ from torch.distributed.tensor import DTensor
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.events import Resume
 from trainers.core.fsio import atomic_dir
-from trainers.core.saves import MANIFEST, Position, manifest_for, read_manifest, resolve_resume
+from trainers.core.saves import MANIFEST, Position, folder_files, manifest_for, read_manifest, resolve_resume
 from trainers.train.faults import weights_finite
 
 if TYPE_CHECKING:
@@ -30,6 +40,8 @@ if TYPE_CHECKING:
 
 WEIGHTS, EXTRA, OPTIMIZER, SCHEDULER, RNG, SCALER = (
     "weights.safetensors", "extra.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt", "scaler.pt")
+SHARDS, DEEPSPEED = "shards", "deepspeed"  # the folders of the "sharded" and "deepspeed" layouts
+WHOLE, SHARDED = "whole", "sharded"  # layouts (DEEPSPEED the third)
 _WHOLE = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered onto the main process's CPU
 _WHOLE_IN = StateDictOptions(full_state_dict=True)  # every process reads the whole state and keeps its shard
 # Options that do not change what is trained; a resume with other values is not worth a warning.
@@ -47,6 +59,10 @@ class TrainingState:
         self.named = {name: p for name, p in self.module.named_parameters() if id(p) in wanted}
         self.complete = len(self.named) == len(wanted)  # not under FSDP1 (flat parameters): no states there
         self.sharded = any(isinstance(p, DTensor) for p in params)  # FSDP2: each process holds a shard
+        self.engine = predictor if _is_deepspeed(session.accelerator) else None  # DeepSpeed's engine
+        self.layout = (DEEPSPEED if self.engine is not None else
+                       SHARDED if self.sharded and session.cfg.fsdp_state_dict_type == "SHARDED_STATE_DICT" else WHOLE)
+        self.collective = self.sharded or self.engine is not None  # every process takes part in a save
         self.resumed_at: Position | None = None
 
     # --- writing ---
@@ -56,6 +72,9 @@ class TrainingState:
         total = sum(p.numel() * p.element_size() for p in self.params)
         for per_param in self.optimizer.state.values():
             total += sum(t.numel() * t.element_size() for t in per_param.values() if isinstance(t, torch.Tensor))
+        if self.engine is not None:  # ZeRO: this process's partition of the master weights and their states
+            total *= self.session.accelerator.num_processes
+            total += sum(p.numel() * p.element_size() for p in self.module.parameters())
         total += sum(t.numel() * t.element_size() for t in self.trainable.state().values())
         return total
 
@@ -81,33 +100,59 @@ class TrainingState:
         optimizer = get_optimizer_state_dict(self.module, _torch_optimizer(self.optimizer), options=_WHOLE)
         return Snapshot(weights, optimizer) if main else None
 
-    def write(self, folder: Path, at: Position, kind: str, output: Path | None = None,
-              snapshot: Snapshot | None = None) -> Path:
-        """Write the state to `folder` (atomically; main process only): `snapshot`, else taken here (DDP)."""
+    def save(self, folder: Path, at: Position, kind: str, output: Path | None = None) -> Path:
+        """Write the state to `folder`, atomically. Every process calls it when `collective` (they gather or write
+        their shards); otherwise the main process may call it alone (an emergency state)."""
+        from safetensors.torch import save_file
+
+        if self.layout == WHOLE:
+            snapshot = self.snapshot()  # FSDP2: every process joins the gather
+            if self.session.accelerator.is_main_process:
+                with atomic_dir(folder) as tmp:
+                    save_file({n: t.contiguous() for n, t in snapshot.weights.items()}, tmp / WEIGHTS)
+                    torch.save(snapshot.optimizer, tmp / OPTIMIZER)
+                    self._write_rest(tmp, at, kind, output)
+            return folder
+        with _shared_temp_dir(self.session.accelerator, folder) as tmp:
+            if self.layout == SHARDED:
+                import torch.distributed.checkpoint as dcp
+
+                dcp.save(self._shard_dict(), checkpoint_id=tmp / SHARDS)
+            else:
+                self.engine.save_checkpoint(str(tmp), tag=DEEPSPEED, save_latest=False)
+            self.session.accelerator.wait_for_everyone()  # every process's part is on disk
+            if self.session.accelerator.is_main_process:
+                self._write_rest(tmp, at, kind, output)
+        return folder
+
+    def _shard_dict(self) -> dict[str, Any]:
+        """What torch.distributed.checkpoint saves and loads in place: the trained weights and the optimizer state,
+        both keyed by parameter name (each process's shards of them under FSDP2; whole tensors elsewhere)."""
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return {"weights": {n: p.detach() for n, p in self.named.items()},
+                "optimizer": get_optimizer_state_dict(self.module, _torch_optimizer(self.optimizer))}
+
+    def _write_rest(self, tmp: Path, at: Position, kind: str, output: Path | None) -> None:
+        """Scheduler, RNG, scaler, extras and, last, the manifest (main process)."""
         from safetensors.torch import save_file
 
         cfg, session = self.session.cfg, self.session
-        snapshot = snapshot or self.snapshot()
-        with atomic_dir(folder) as tmp:
-            save_file({n: t.contiguous() for n, t in snapshot.weights.items()}, tmp / WEIGHTS)
-            extra = self.trainable.state()
-            if extra:
-                save_file({k: t.detach().to("cpu").contiguous() for k, t in extra.items()}, tmp / EXTRA)
-            torch.save(snapshot.optimizer, tmp / OPTIMIZER)
-            torch.save(self.lr_scheduler.state_dict(), tmp / SCHEDULER)
-            torch.save(rng_state(), tmp / RNG)
-            scaler = getattr(session.accelerator, "scaler", None)
-            if scaler is not None:
-                torch.save(scaler.state_dict(), tmp / SCALER)
-            files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}
-            manifest = manifest_for(
-                kind, at, method=cfg.method, model_family=session.model.family.name,
-                pretrained_model_name_or_path=cfg.pretrained_model_name_or_path, output_name=cfg.output_name,
-                output=str(output) if output else None, total_steps=session.plan.total_steps,
-                batches_per_epoch=session.sampler.groups_per_epoch(), num_processes=session.accelerator.num_processes,
-                config_hash=config_hash(cfg.values), config=_jsonable(cfg.values), files=files)
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
-        return folder
+        extra = self.trainable.state()
+        if extra:
+            save_file({k: t.detach().to("cpu").contiguous() for k, t in extra.items()}, tmp / EXTRA)
+        torch.save(self.lr_scheduler.state_dict(), tmp / SCHEDULER)
+        torch.save(rng_state(), tmp / RNG)
+        scaler = getattr(session.accelerator, "scaler", None)
+        if scaler is not None:
+            torch.save(scaler.state_dict(), tmp / SCALER)
+        manifest = manifest_for(
+            kind, at, layout=self.layout, method=cfg.method, model_family=session.model.family.name,
+            pretrained_model_name_or_path=cfg.pretrained_model_name_or_path, output_name=cfg.output_name,
+            output=str(output) if output else None, total_steps=session.plan.total_steps,
+            batches_per_epoch=session.sampler.groups_per_epoch(), num_processes=session.accelerator.num_processes,
+            config_hash=config_hash(cfg.values), config=_jsonable(cfg.values), files=folder_files(tmp))
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
 
     # --- resuming ---
 
@@ -120,17 +165,28 @@ class TrainingState:
             manifest = read_manifest(folder)
         except ValueError as err:
             raise resume_error(str(err)) from None
-        problems = self._mismatches(manifest)
-        weights = load_file(folder / WEIGHTS)
-        problems += self._shape_mismatches(weights)
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        layout = manifest.get("layout", WHOLE)
+        problems = self._mismatches(manifest) + self._layout_mismatches(manifest, layout)
+        weights = load_file(folder / WEIGHTS) if layout == WHOLE else {}
+        if layout == WHOLE:
+            problems += self._shape_mismatches({n: tuple(t.shape) for n, t in weights.items()})
+        elif layout == SHARDED:
+            problems += self._shape_mismatches(_sharded_shapes(folder / SHARDS))
         if problems:
             raise resume_error(f"{folder} cannot continue this run: " + "; ".join(problems))
-        self._load_weights(weights)
         base_lrs = list(getattr(self.lr_scheduler, "base_lrs", []))
         try:
-            self._load_optimizer(torch.load(folder / OPTIMIZER, map_location="cpu", weights_only=True))
+            if layout == WHOLE:
+                self._load_weights(weights)
+                self._load_optimizer(torch.load(folder / OPTIMIZER, map_location="cpu", weights_only=True))
+            elif layout == SHARDED:
+                self._load_shards(folder / SHARDS)
+            elif self.engine.load_checkpoint(str(folder), tag=DEEPSPEED, load_lr_scheduler_states=False)[0] is None:
+                raise ValueError(f"DeepSpeed found no checkpoint in {folder / DEEPSPEED}")
             self.lr_scheduler.load_state_dict(torch.load(folder / SCHEDULER, weights_only=True))
-        except (ValueError, KeyError, RuntimeError) as err:
+        except (ValueError, KeyError, RuntimeError, AssertionError, CheckpointException) as err:
             raise resume_error(f"the optimizer state in {folder} does not fit this run ({err}); resume with the same "
                                "optimizer_type, optimizer_args and trained modules") from None
         self._use_learning_rates(base_lrs)
@@ -146,6 +202,16 @@ class TrainingState:
         self.resumed_at = at
         self._announce(folder, manifest, at)
         return at
+
+    def _load_shards(self, shards: Path) -> None:
+        """Every process reads its own shards of the weights and optimizer state (re-cut when the state was saved by
+        another number of processes; whole tensors when this run is not sharded)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        into = self._shard_dict()  # the weights are read into the parameters themselves
+        dcp.load(into, checkpoint_id=shards, no_dist=not torch.distributed.is_initialized())  # one plain process
+        set_optimizer_state_dict(self.module, _torch_optimizer(self.optimizer), into["optimizer"])
 
     def _load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Every process loads the whole weights; under FSDP2 each keeps its own shard of them."""
@@ -198,15 +264,36 @@ class TrainingState:
                             f"{cfg.optimizer_type!r}")
         return problems
 
-    def _shape_mismatches(self, weights: dict[str, torch.Tensor]) -> list[str]:
-        missing = [n for n in self.named if n not in weights]
-        extra = [n for n in weights if n not in self.named]
-        wrong = [n for n, p in self.named.items() if n in weights and tuple(weights[n].shape) != tuple(p.shape)]
+    def _layout_mismatches(self, manifest: dict[str, Any], layout: str) -> list[str]:
+        """DeepSpeed resumes its own states only, with the ZeRO stage and process count they were saved with."""
+        saved = manifest.get("config", {})
+        backend = saved.get("distributed_backend", "ddp")
+        if layout != DEEPSPEED:
+            return [] if self.engine is None else [
+                f"it was saved with distributed_backend = {backend!r} and a DeepSpeed run resumes DeepSpeed states "
+                "only: resume with that backend, or start from its saved model (pretrained_model_name_or_path)"]
+        processes, now = manifest.get("num_processes"), self.session.accelerator.num_processes
+        if self.engine is None:
+            return [f"it is a DeepSpeed state: resume it with distributed_backend = 'deepspeed' on {processes} "
+                    "processes"]
+        problems = []
+        if saved.get("zero_stage") != self.session.cfg.zero_stage:
+            problems.append(f"it was saved with zero_stage = {saved.get('zero_stage')} and this run has "
+                            f"{self.session.cfg.zero_stage}: set zero_stage = {saved.get('zero_stage')}")
+        if processes != now:
+            problems.append(f"it was saved by {processes} DeepSpeed processes and this run has {now}: a DeepSpeed "
+                            "state resumes on the same number of processes (num_processes x num_machines)")
+        return problems
+
+    def _shape_mismatches(self, shapes: dict[str, tuple[int, ...]]) -> list[str]:
+        missing = [n for n in self.named if n not in shapes]
+        extra = [n for n in shapes if n not in self.named]
+        wrong = [n for n, p in self.named.items() if n in shapes and tuple(shapes[n]) != tuple(p.shape)]
         if not (missing or extra or wrong):
             return []
         if wrong:
             n = wrong[0]
-            detail = f"{n} is {list(weights[n].shape)} there and {list(self.named[n].shape)} here"
+            detail = f"{n} is {list(shapes[n])} there and {list(self.named[n].shape)} here"
         else:
             detail = f"{len(missing)} trained tensors are not in it, {len(extra)} of it are not trained here " \
                      f"(e.g. {(missing or extra)[0]})"
@@ -262,6 +349,35 @@ class Snapshot:
 
 def _torch_optimizer(optimizer: Any) -> Any:
     return getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps it
+
+
+def _is_deepspeed(accelerator: Any) -> bool:
+    from accelerate.utils import DistributedType
+
+    return accelerator.distributed_type == DistributedType.DEEPSPEED
+
+
+def _sharded_shapes(shards: Path) -> dict[str, tuple[int, ...]]:
+    """Parameter name -> whole shape of the weights in a torch.distributed.checkpoint folder (its metadata only)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    entries = FileSystemReader(str(shards)).read_metadata().state_dict_metadata
+    return {key.removeprefix("weights."): tuple(entry.size) for key, entry in entries.items()
+            if key.startswith("weights.") and hasattr(entry, "size")}
+
+
+@contextlib.contextmanager
+def _shared_temp_dir(accelerator: Any, folder: Path) -> Iterator[Path]:
+    """The main process's atomic_dir for `folder`, on every process: each writes its part into the temp folder,
+    which becomes `folder` when the block ends on the main process (after every process has written)."""
+    main = accelerator.is_main_process
+    with atomic_dir(folder) if main else contextlib.nullcontext() as tmp:
+        holder = [str(tmp) if main else None]
+        if accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            broadcast_object_list(holder, from_process=0)
+        yield Path(holder[0])
 
 
 def resume_folder(cfg: Any) -> Path:

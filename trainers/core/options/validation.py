@@ -205,10 +205,9 @@ def existing_outputs(cfg: TrainConfig, outputs: list[Path]) -> list[ConfigIssue]
 
 
 def states_supported(values: dict) -> bool:
-    """Training states (save_state, resume) are written under DDP and FSDP2 (gathered whole), not under DeepSpeed
-    or FSDP1, whose shards have layouts of their own."""
-    backend = values.get("distributed_backend", "ddp")
-    return backend == "ddp" or backend == "fsdp" and values.get("fsdp_version", 2) == 2
+    """Training states (save_state, resume) are written under DDP, FSDP2 (sharded or gathered whole) and DeepSpeed
+    (its own checkpoint), not under FSDP1, whose flat parameters have no names to save them by."""
+    return values.get("distributed_backend", "ddp") != "fsdp" or values.get("fsdp_version", 2) == 2
 
 
 def _resume_issues(cfg: TrainConfig, check_paths: bool) -> list[ConfigIssue]:
@@ -218,8 +217,8 @@ def _resume_issues(cfg: TrainConfig, check_paths: bool) -> list[ConfigIssue]:
     if not cfg.resume.strip():
         return []
     if not states_supported(cfg.values):
-        return [ConfigIssue("resume", "training states are saved and resumed with distributed_backend = 'ddp' or "
-                            f"'fsdp' (fsdp_version = 2) only (this config has {cfg.distributed_backend!r})", "saving")]
+        return [ConfigIssue("resume", "training states are not saved or resumed with FSDP1: set fsdp_version = 2 "
+                            "(or distributed_backend = 'ddp' or 'deepspeed')", "saving")]
     if not check_paths:
         return []
     if cfg.resume.strip().lower() != "latest":

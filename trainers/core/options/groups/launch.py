@@ -24,6 +24,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("fsdp_version", "int", 2, "FSDP: 2 is torch's fully_shard (each weight sharded on its own; also runs on "
            "CPU processes over gloo); 1 the older flat-parameter FSDP (NVIDIA GPUs only).", "launch", min=1, max=2,
            advanced=True),
+    Option("fsdp_state_dict_type", "str", "SHARDED_STATE_DICT", "FSDP2: how training states (save_state, Stop, "
+           "resume) are written. 'SHARDED_STATE_DICT': each process writes its own shard (torch.distributed.checkpoint),"
+           " so no process ever holds the whole optimizer state; resumes on any number of processes (shards are "
+           "re-cut). 'FULL_STATE_DICT': the shards are gathered onto the main process's CPU and written as one state "
+           "(needs RAM for all weights and optimizer states there). Model saves are always whole.", "launch",
+           choices=("SHARDED_STATE_DICT", "FULL_STATE_DICT"), advanced=True),
     Option("offload_optimizer", "bool", False, "DeepSpeed: keep optimizer states in CPU memory and step them on the "
            "CPU (ZeRO-Offload; much less GPU memory, slower steps; needs optimizer_type = 'AdamW').", "launch",
            advanced=True),
