@@ -28,6 +28,13 @@ def controls_for(dataset: Path, root: Path, skip: int = 0) -> Path:
     return root
 
 
+def tiny_data(tmp_path: Path) -> dict[str, object]:
+    """A 64 px dataset with a control image for each training image, as a run's options."""
+    dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)
+    return {"train_data_dir": str(dataset), "conditioning_data_dir": str(controls_for(dataset, tmp_path / "controls")),
+            "resolution": "64", "max_data_loader_n_workers": 0}
+
+
 def cn_args(model: Path, dataset: Path, controls: Path, out: Path, **values: object) -> list[str]:
     return [*sets(pretrained_model_name_or_path=str(model), train_data_dir=str(dataset),
                   conditioning_data_dir=str(controls), output_dir=str(out), **values),
@@ -171,14 +178,12 @@ def test_flux_controlnet_trains_from_the_transformer_samples_and_loads_in_flux_c
 
     from helpers import train
 
-    dataset = build_dataset(tmp_path / "data", folder="1_sks shape")
-    controls = controls_for(dataset, tmp_path / "controls")
+    data = tiny_data(tmp_path)
     out, run_dir = tmp_path / "out", tmp_path / "run"
-    control = next((controls / "1_sks shape").iterdir())
-    assert train("controlnet", run_dir, pretrained_model_name_or_path=str(tiny_flux_dir), train_data_dir=str(dataset),
-                 conditioning_data_dir=str(controls), output_dir=str(out), max_train_steps=2, resolution="64",
-                 train_batch_size=2, max_data_loader_n_workers=0, learning_rate=1e-2, num_double_layers=1,
-                 num_single_layers=1, t5xxl_max_token_length=32, sample_every_n_steps=2,
+    control = next(Path(str(data["conditioning_data_dir"])).rglob("*.png"))
+    assert train("controlnet", run_dir, pretrained_model_name_or_path=str(tiny_flux_dir), output_dir=str(out),
+                 max_train_steps=2, train_batch_size=2, learning_rate=1e-2, num_double_layers=1, num_single_layers=1,
+                 t5xxl_max_token_length=32, sample_every_n_steps=2, **data,
                  sample_prompt_lines=[f"sks shape --w 64 --h 64 --s 2 --cn {control}"]) == 0
     evs = events(run_dir)
     assert evs[-1]["type"] == "done" and Path(next(e for e in evs if e["type"] == "sample")["path"]).is_file()
@@ -203,13 +208,10 @@ def test_sdxl_controlnet_trains_and_steers_stable_diffusion_xl_controlnet_pipeli
 
     from helpers import train
 
-    dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)
-    controls = controls_for(dataset, tmp_path / "controls")
     out = tmp_path / "out"
-    assert train("controlnet", tmp_path / "run", pretrained_model_name_or_path=str(tiny_sdxl_dir),
-                 train_data_dir=str(dataset), conditioning_data_dir=str(controls), output_dir=str(out),
-                 max_train_steps=2, resolution="64", train_batch_size=1, max_data_loader_n_workers=0,
-                 learning_rate=1e-2) == 0  # two steps: the zero convolutions move, then the control's embedding
+    assert train("controlnet", tmp_path / "run", pretrained_model_name_or_path=str(tiny_sdxl_dir), output_dir=str(out),
+                 max_train_steps=2, train_batch_size=1, learning_rate=1e-2, **tiny_data(tmp_path)) == 0
+    # two steps: the zero convolutions move, then the control's embedding
 
     controlnet = ControlNetModel.from_pretrained(str(out / "controlnet"))
     assert controlnet.config.addition_embed_type == "text_time"  # SDXL's size and crop conditioning
@@ -227,23 +229,21 @@ def test_a_resumed_controlnet_run_saves_the_controlnet_of_the_uninterrupted_one(
                                                                                tmp_path: Path) -> None:
     from helpers import resumed_saves
 
-    dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)
-    controls = controls_for(dataset, tmp_path / "controls")
     straight, resumed = resumed_saves("controlnet", tmp_path, pretrained_model_name_or_path=str(tiny_sd1_dir),
-                                      train_data_dir=str(dataset), conditioning_data_dir=str(controls),
-                                      flip_aug=True, random_crop=True, resolution="64", train_batch_size=2,
-                                      max_data_loader_n_workers=0, learning_rate=1e-3)
+                                      flip_aug=True, random_crop=True, train_batch_size=2, learning_rate=1e-3,
+                                      **tiny_data(tmp_path))
     assert straight.keys() == resumed.keys()
     assert max((straight[k] - resumed[k]).abs().max().item() for k in straight) < 1e-6
 
 
 def test_the_flux_controlnet_preset_validates_on_a_flux_model(tiny_flux_dir: Path, tmp_path: Path) -> None:
-    dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)
-    controls = controls_for(dataset, tmp_path / "controls")
+    data = tiny_data(tmp_path)
     preset = Path(__file__).resolve().parents[2] / "presets" / "flux_dev_controlnet_48gb.toml"
+    control = next(Path(str(data["conditioning_data_dir"])).rglob("*.png"))
     cfg = load_config("controlnet", preset, [f'pretrained_model_name_or_path="{tiny_flux_dir}"',
-                                             f'train_data_dir="{dataset}"', f'conditioning_data_dir="{controls}"',
+                                             f'train_data_dir="{data["train_data_dir"]}"',
+                                             f'conditioning_data_dir="{data["conditioning_data_dir"]}"',
                                              f'output_dir="{tmp_path / "out"}"',
-                                             f'sample_prompt_lines=["a shape --cn {next(controls.rglob("*.png"))}"]'])
+                                             f'sample_prompt_lines=["a shape --cn {control}"]'])
     assert (cfg.num_double_layers, cfg.num_single_layers, cfg.mixed_precision) == (2, 0, "bf16")
     assert [str(i) for i in validate(cfg, check_paths=True)] == []

@@ -120,7 +120,8 @@ def test_kohya_ss_textual_inversion_configs_import_into_the_textual_inversion_ta
     (tmp_path / "other.json").write_text(json.dumps({**raw, "template": "pose template"}), encoding="utf-8")
     with pytest.raises(ConfigError) as refused:
         import_kohya_file(tmp_path / "other.json")
-    assert {i.field for i in refused.value.issues} == {"template"} and "known: caption, object template" in str(refused.value)
+    assert {i.field for i in refused.value.issues} == {"template"}
+    assert "known: caption, object template" in str(refused.value)
 
 
 def test_the_kohya_export_runs_sd_scripts_textual_inversion_script_and_says_a_lora_s_word_is_left_out() -> None:
@@ -185,7 +186,8 @@ def test_a_word_s_files_name_each_text_encoder_s_vectors_as_a1111_comfyui_and_di
     assert tokens(["mychar", "x"]) == ["mychar mychar1 mychar2", "x"]
 
 
-def test_an_sd_scripts_textual_inversion_toml_imports_with_its_prompt_templates_and_start_weights(tmp_path: Path) -> None:
+def test_an_sd_scripts_textual_inversion_toml_imports_with_its_prompt_templates_and_start_weights(
+        tmp_path: Path) -> None:
     text = ('pretrained_model_name_or_path = "x"\ntoken_string = "zxc"\ninit_word = "painting"\n'
             'num_vectors_per_token = 4\nmax_train_steps = 100\n')
     (tmp_path / "ti.toml").write_text(text, encoding="utf-8")

@@ -29,6 +29,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("num_single_layers", "int", 4, "FLUX.1: how many single blocks a new ControlNet has (copies of the "
            "transformer's first single blocks).", "controlnet", methods=CONTROLNET, min=0, advanced=True),
     Option("conditioning_scale", "float", 1.0, "How strongly the ControlNet's residuals are added to the UNet's "
-           "(FLUX.1: the transformer's blocks'), in training and in samples (diffusers' controlnet_conditioning_scale).", "controlnet",
+           "(FLUX.1: the transformer's blocks'), in training and in samples (diffusers' "
+           "controlnet_conditioning_scale).", "controlnet",
            methods=CONTROLNET, min=0, advanced=True),
 )
