@@ -11,6 +11,7 @@ images (Generate's input image) to its pipeline.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -60,7 +61,8 @@ def catalog_controls(catalog: Catalog, max_controls: int, warnings: list[str]) -
 
 
 class EditControls(ControlImages):
-    """Each batch's control latents, the controls fitted to their targets' buckets as the targets are."""
+    """Each batch's control latents, the controls fitted to their targets' buckets as the targets are (ControlNet's
+    fitting, with a target's several controls from edit_pairs instead of its one control file)."""
 
     def __init__(self, catalog: Catalog, files: Mapping[Path, tuple[Path, ...]], seed: int) -> None:
         self.catalog, self.seed, self.pairs, self.sizes = catalog, seed, files, {}
@@ -105,8 +107,14 @@ def sample_images(paths: Sequence[str], width: int, height: int) -> list[Image.I
 class EditFamily(EditRules):
     """The mixin of edit families (before their base family): see the module's doc."""
 
-    slot: ControlSlot = ControlSlot()
+    slot: ControlSlot = ControlSlot()  # each loaded model's own (load)
     text_reads_images = False  # its text encoder reads the controls too (the caption's encoding is the pair's)
+
+    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
+        model = super().load(folder, weight_dtype, vae_path, random_init)  # type: ignore[misc]
+        model.family = copy.copy(model.family)
+        model.family.slot = ControlSlot()
+        return model
 
     def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
         """The method's objective with each batch's control latents in the slot while it runs."""

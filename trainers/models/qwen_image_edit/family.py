@@ -5,7 +5,6 @@ control's latent tokens follow the noisy target's with their own img_shapes entr
 files keep Qwen-Image's names (musubi-tuner's and ComfyUI's)."""
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,8 +40,7 @@ class QwenImageEdit(EditFamily, QwenImageEditRules, QwenImage):
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         from transformers import Qwen2VLImageProcessor
 
-        model = super().load(folder, weight_dtype, vae_path, random_init)
-        model.family = copy.copy(model.family)
+        model = super().load(folder, weight_dtype, vae_path, random_init)  # the family is the model's own copy
         model.family.image_processor = Qwen2VLImageProcessor.from_pretrained(folder, subfolder="processor")
         model.family.image_pad_id = model.tokenizers[0].convert_tokens_to_ids(IMAGE_PAD)
         return model
