@@ -200,6 +200,17 @@ def test_flux_controlnet_trains_from_the_transformer_samples_and_loads_in_flux_c
 
     assert (render("black") - render("white")).abs().max() > 1e-4
 
+    from trainers.core.errors import ConfigError
+    from trainers.methods.controlnet.controlled import controlled
+    from trainers.models import load_model
+
+    model = load_model(str(tiny_flux_dir), "auto", torch.float32)  # training further starts from the saved one
+    again = controlled(load_config("controlnet", overrides=[f'controlnet_model_name_or_path="{out / "controlnet"}"']),
+                       model)
+    assert torch.equal(again.controlnet.controlnet_x_embedder.weight, controlnet.controlnet_x_embedder.weight)
+    with pytest.raises(ConfigError, match="num_double_layers: is 3, but the model's transformer has 1"):
+        controlled(load_config("controlnet", overrides=["num_double_layers=3"]), model)
+
 
 @pytest.mark.slow
 def test_sdxl_controlnet_trains_and_steers_stable_diffusion_xl_controlnet_pipeline(tiny_sdxl_dir: Path,
