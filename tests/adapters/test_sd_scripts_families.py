@@ -59,8 +59,15 @@ def test_a_lumina_lora_config_reads_as_lumina_2_with_sd_scripts_defaults(tmp_pat
     assert values["timestep_sampling"] == "nextdit_shift"  # sd-scripts' advice for Lumina 2
 
 
+def test_lumina_model_files_are_read_as_the_split_files_options(tmp_path: Path) -> None:
+    files = ('pretrained_model_name_or_path = "/models/lumina_2.safetensors"\n'
+             'gemma2 = "/models/gemma_2_2b_fp16.safetensors"\nae = "/models/ae.safetensors"\n')
+    _, values, notes = import_kohya_file(_toml(tmp_path, LUMINA_LORA + files))
+    assert (values["text_encoder"], values["ae"]) == ("/models/gemma_2_2b_fp16.safetensors", "/models/ae.safetensors")
+    assert "gemma2" not in values and any("read as text_encoder" in n for n in notes)
+
+
 @pytest.mark.parametrize("line, field", [
-    ('gemma2 = "/models/gemma_2_2b_fp16.safetensors"', "gemma2"),
     ("gemma2_max_token_length = 512", "gemma2_max_token_length"),
     ('system_prompt = "You are an assistant designed to generate high-quality images based on user prompts."',
      "system_prompt"),

@@ -21,8 +21,6 @@ LUMINA_MODULE = "networks.lora_lumina"
 LUMINA_DEFAULTS: dict[str, Any] = {"timestep_sampling": "shift", "discrete_flow_shift": 6.0,
                                    "model_prediction_type": "raw"}
 LUMINA_SPEED_ONLY = ("use_flash_attn", "use_sage_attn")
-_FILES = ("sd-scripts' separate Lumina 2 files are not read yet: give a diffusers Lumina 2 folder (e.g. "
-          "Alpha-VLLM/Lumina-Image-2.0) as pretrained_model_name_or_path")
 
 
 def claims(flat: dict[str, Any]) -> bool:
@@ -61,9 +59,10 @@ def read_family_keys(flat: dict[str, Any], note: Callable[[str], None], bad: Cal
 
 
 def _lumina_keys(flat: dict[str, Any], note: Callable[[str], None], bad: Callable[[str, str], None]) -> None:
-    for name in ("gemma2", "ae"):
-        if flat.pop(name, None):
-            bad(name, f"{name} is refused: {_FILES}")
+    gemma = flat.pop("gemma2", None)  # its Gemma 2 file beside the model file (and ae, read as ours)
+    if gemma:
+        flat["text_encoder"] = gemma
+        note("gemma2 (sd-scripts' Gemma 2 file) is read as text_encoder")
     length = flat.pop("gemma2_max_token_length", None)
     if length not in (None, "", LUMINA_TEXT_LENGTH):
         bad("gemma2_max_token_length", f"gemma2_max_token_length = {length!r} is refused: Gemma 2 reads "
