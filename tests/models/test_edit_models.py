@@ -267,3 +267,31 @@ def test_qwen_edit_lora_samples_resumes_and_loads_in_the_edit_pipeline(qwen_edit
     loaded = {f"transformer.{name}" for name, module in pipe.transformer.named_modules()
               if hasattr(module, "lora_A") and module.lora_A}
     assert loaded == {k.removesuffix(".lora_A.weight") for k in converted if k.endswith("lora_A.weight")}
+
+
+def test_qwen_edit_plus_reads_several_labelled_references(tmp_path: Path) -> None:
+    from trainers.models.qwen_image_edit.tiny import build_tiny_qwen_image_edit
+
+    folder = build_tiny_qwen_image_edit(tmp_path / "model", pipeline_class="QwenImageEditPlusPipeline")
+    model = load_model(str(folder), "auto", torch.float32)
+    family = model.family
+    assert family.name == "qwen_image_edit_plus" and family.max_controls == 3
+    torch.manual_seed(0)
+    noisy, first, second = torch.randn(1, 4, 8, 8), torch.rand(1, 3, 64, 64), torch.rand(1, 3, 32, 48)
+
+    def predict(references: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        family.slot.pixels = references
+        family.slot.latents = [encode_controls(family, model.vae, pixels) for pixels in references]
+        try:
+            with torch.no_grad():
+                hidden, mask = model.encode_texts(["put the hat on the cat"], 1)
+                return hidden, family.denoise(model.unet, noisy, torch.tensor([500.0]), hidden, mask, None)
+        finally:
+            family.slot.latents = family.slot.pixels = None
+
+    hidden, pred = predict([first, second])
+    assert pred.shape == noisy.shape  # two references of their own sizes in, the target's tokens alone out
+    other_hidden, other_pred = predict([first, torch.rand(1, 3, 32, 48)])
+    assert (other_hidden - hidden).abs().max() > 0 and (other_pred - pred).abs().max() > 1e-6
+    one_hidden, _ = predict([first])
+    assert one_hidden.shape[1] < hidden.shape[1]  # "Picture 2: " and its image's tokens are gone

@@ -72,6 +72,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("zimage", "trainers.models.zimage", "ZIMAGE"),
     FamilySpec("qwen_image", "trainers.models.qwen_image", "QWEN_IMAGE"),
     FamilySpec("qwen_image_edit", "trainers.models.qwen_image_edit", "QWEN_IMAGE_EDIT"),
+    FamilySpec("qwen_image_edit_plus", "trainers.models.qwen_image_edit", "QWEN_IMAGE_EDIT_PLUS"),
     FamilySpec("qwen_image21", "trainers.models.qwen_image21", "QWEN_IMAGE21"),
     FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2"),
     FamilySpec("flux2", "trainers.models.flux2", "FLUX2"),

@@ -19,7 +19,7 @@ class QwenImageEditRules(EditRules, QwenImageRules):
     detect_priority = 4
     reference_prefixes = ()  # its single files have Qwen-Image's keys
     needs_input_image = True  # QwenImageEditPipeline takes no prompt without an image
-    max_controls = 1  # Qwen-Image-Edit-2509/2511 (QwenImageEditPlusPipeline), which take several, are not yet here
+    max_controls = 1  # as musubi-tuner and the pipeline take
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)
@@ -30,4 +30,13 @@ class QwenImageEditRules(EditRules, QwenImageRules):
         return issues
 
 
+class QwenImageEditPlusRules(QwenImageEditRules):
+    name = "qwen_image_edit_plus"
+    title = "Qwen-Image-Edit-2509/2511"
+    # ss_base_model_version and modelspec.architecture: Qwen-Image-Edit's, as musubi-tuner writes them for both
+    pipeline_class = "QwenImageEditPlusPipeline"
+    max_controls = 3  # the issue's and musubi-tuner's advice; the pipeline takes any number
+
+
 QWEN_IMAGE_EDIT = QwenImageEditRules()
+QWEN_IMAGE_EDIT_PLUS = QwenImageEditPlusRules()

@@ -13,9 +13,9 @@ from trainers.models.zimage.tiny import write_tiny_qwen_tokenizer
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 
 
-def build_tiny_qwen_image_edit(folder: Path, seed: int = 0) -> Path:
-    """Save a tiny QwenImageEditPipeline to `folder`."""
-    from diffusers import QwenImageEditPipeline
+def build_tiny_qwen_image_edit(folder: Path, seed: int = 0, pipeline_class: str = "QwenImageEditPipeline") -> Path:
+    """Save a tiny QwenImageEditPipeline (or QwenImageEditPlusPipeline: the same modules) to `folder`."""
+    import diffusers
     from transformers import AutoTokenizer, Qwen2VLImageProcessor
 
     torch.manual_seed(seed)
@@ -26,7 +26,7 @@ def build_tiny_qwen_image_edit(folder: Path, seed: int = 0) -> Path:
     ids = dict(zip(("vision_start_token_id", "vision_end_token_id", "image_token_id", "video_token_id"),
                    tokenizer.convert_tokens_to_ids(list(VISION_TOKENS))))
     transformer, scheduler = tiny_qwen_denoiser()
-    pipe = QwenImageEditPipeline(scheduler=scheduler, vae=tiny_qwen_vae(),
+    pipe = getattr(diffusers, pipeline_class)(scheduler=scheduler, vae=tiny_qwen_vae(),
                                  text_encoder=tiny_qwen_vl(len(tokenizer), tokenizer.pad_token_id, **ids),
                                  tokenizer=tokenizer, processor=None, transformer=transformer)
     pipe.save_pretrained(folder)
