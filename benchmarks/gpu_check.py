@@ -251,13 +251,13 @@ def markdown(result: dict) -> str:
     sharded = [p for p in result["parts"] if p["name"].startswith(SHARDED)]
     if sharded:
         lines += ["", "| part | what | s/it | speed vs one process | peak allocated GB | memory vs one process "
-                  "| worst loss difference | losses match one process | status |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| worst loss difference | losses match one process | resumed state matches | status |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
     for p in sharded:
         lines.append(f"| {p['name']} | {p['what']} | {_num(p.get('s_per_step'), 3)} "
                      f"| {_num(p.get('speed_vs_one_process'))} | {_num(p.get('peak_allocated_gb'))} "
                      f"| {_num(p.get('memory_vs_one_process'))} | {_sig(p.get('loss_worst_rel_diff'))} "
-                     f"| {_yes(p.get('losses_match'))} | {_status(p)} |")
+                     f"| {_yes(p.get('losses_match'))} | {_yes(p.get('resume_matches'))} | {_status(p)} |")
     others = [p for p in result["parts"] if p["name"] == "side-by-side"]
     for p in others:
         rates = ", ".join(f"{k.removesuffix('_steps_per_s')} {_num(v)} steps/s" for k, v in p.items()

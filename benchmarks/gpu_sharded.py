@@ -4,7 +4,9 @@ one plain process. Two processes cannot share one GPU (NCCL refuses two ranks on
 most one card checks: the backend's wrapping, its optimizer, its gathers for the save.
 
 Each part reports steps/s, peak memory (the run's progress events: max_memory_allocated) and its losses against the
-one-process run's (the same seed: the same random weights, images and noise). A dry run on the CPU launches none of
+one-process run's (the same seed: the same random weights, images and noise). The ZeRO-3 part also saves its
+training state (DeepSpeed's own checkpoint, each process its partition) halfway and resumes it in a second launch,
+whose losses must be those of the uninterrupted run's second half. A dry run on the CPU launches none of
 them: ZeRO-3 is refused on CPU processes and DeepSpeed's CPU Adam would be compiled first; it checks each part's
 config as Validate does and writes its accelerate.yaml, and reports the parts skipped.
 
@@ -30,6 +32,7 @@ from benchmarks.pages_benchmark import free_port
 
 BASELINE = "sharded-baseline"
 LOSS_TOLERANCE = 1e-2  # relative, any step: optimizer rounding (DeepSpeed's CPU Adam is not torch's AdamW) only
+RESUME_TOLERANCE = 1e-3  # relative: the same backend resumed; GPU kernels' nondeterminism only
 STEPS = {True: 3, False: 20}  # dry run (tiny), GPU
 # SD1.5's real UNet, full finetune in float32 at 256 px: every backend's master weights are float32, so the losses
 # differ by rounding only.
@@ -50,11 +53,17 @@ class ShardedRun:
     name: str
     backend: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 60.0  # the launched processes' (short of the part's budget: a cut part cannot end them)
+    resumes: bool = False  # also save a training state halfway and resume it in a second launch
 
     def values(self, sizes: Any, data: Path, output: Path) -> dict[str, Any]:
+        halfway = {"save_every_n_steps": self.halfway(sizes), "save_state": True} if self.resumes else {}
         return {**VALUES, **self.backend, "train_data_dir": str(data), "output_dir": str(output),
                 "pretrained_model_name_or_path": str(model_folder("sd15", sizes.work, sizes.tiny)),
-                "resolution": str(resolution(sizes)), "max_train_steps": STEPS[sizes.tiny]}
+                "resolution": str(resolution(sizes)), "max_train_steps": STEPS[sizes.tiny], **halfway}
+
+    @staticmethod
+    def halfway(sizes: Any) -> int:
+        return STEPS[sizes.tiny] // 2
 
     def command(self, values: dict[str, Any], run_dir: Path) -> list[str]:
         """`accelerate launch` with the run's accelerate.yaml (the baseline: plain python), written into run_dir."""
@@ -102,6 +111,23 @@ class ShardedRun:
             ctx.report(**compared(mine, baseline))
         elif self.backend:
             ctx.report(note=f"no losses of {BASELINE} to compare with")
+        if self.resumes:
+            ctx.phase("resuming the halfway training state")
+            ctx.report(**self.resumed(values, work, mine["losses"], self.halfway(sizes)))
+
+    def resumed(self, values: dict[str, Any], work: Path, losses: list[float], step: int) -> dict[str, Any]:
+        """A second launch resumes the state saved at `step`: its losses against the uninterrupted run's."""
+        from trainers.core.saves import save_name, state_name
+
+        state = Path(values["output_dir"]) / state_name(save_name("finetune", step=step))
+        again = {**values, "output_dir": str(work / "resumed-out"), "resume": str(state), "save_state": False}
+        done = launch(self.command(again, work / "resumed"), self.timeout_s)
+        after = [e["loss"] for e in _events(work / "resumed") if e["type"] == "progress"]
+        if done.returncode != 0 or len(after) != len(losses) - step:
+            raise RuntimeError(f"the resumed run exited {done.returncode} after {len(after)} steps: "
+                               f"{done.stderr[-1200:]}")
+        worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(after, losses[step:]))
+        return {"resume_worst_rel_diff": worst, "resume_matches": worst <= RESUME_TOLERANCE}
 
 
 def launch(command: list[str], timeout_s: float) -> subprocess.CompletedProcess:
@@ -150,9 +176,12 @@ def parts(sizes: Any) -> list[Any]:
     words = {BASELINE: "one plain process", "sharded-fsdp2": "FSDP2, one process",
              "sharded-zero2-offload": "DeepSpeed ZeRO-2, offload_optimizer, one process",
              "sharded-zero3": "DeepSpeed ZeRO-3, one process"}
-    budgets = {BASELINE: 60, "sharded-fsdp2": 60, "sharded-zero2-offload": 150, "sharded-zero3": 90}
-    return [Part(name, f"SD1.5 full finetune {resolution(sizes)} px, float32, {STEPS[sizes.tiny]} steps: {words[name]}",
-                 budgets[name], ShardedRun(name, backend, budgets[name] - 10)) for name, backend in BACKENDS.items()]
+    budgets = {BASELINE: 60, "sharded-fsdp2": 60, "sharded-zero2-offload": 150, "sharded-zero3": 180}
+    resumes = {"sharded-zero3"}  # its states are checked here only: ZeRO-3 is refused on CPU processes
+    return [Part(name, f"SD1.5 full finetune {resolution(sizes)} px, float32, {STEPS[sizes.tiny]} steps: {words[name]}"
+                 + (", its halfway state resumed" if name in resumes else ""), budgets[name],
+                 ShardedRun(name, backend, (budgets[name] - 10) / (2 if name in resumes else 1), name in resumes))
+            for name, backend in BACKENDS.items()]
 
 
 def _env() -> dict[str, str]:

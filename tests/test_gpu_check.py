@@ -133,6 +133,9 @@ def test_the_sharded_parts_launch_each_backend_with_its_accelerate_config(tmp_pa
     assert zero2["deepspeed_config"]["offload_optimizer_device"] == "cpu"
     assert yaml.safe_load((tmp_path / "sharded-zero3" / "accelerate.yaml").read_text())[
         "deepspeed_config"]["zero_stage"] == 3
+    # ZeRO-3 saves its training state halfway, which a second launch resumes (its states run on GPUs only)
+    zero3 = json.loads((tmp_path / "sharded-zero3" / "values.json").read_text())
+    assert (zero3["save_state"], zero3["save_every_n_steps"]) == (True, zero3["max_train_steps"] // 2)
 
 
 def _result(parts: list[dict]) -> dict:
@@ -154,9 +157,9 @@ def test_the_table_names_the_compass_figures_and_replaces_the_docs_gpu_section(t
               "diffusers_images_per_s": 0.5, "atelier_vs_diffusers": 1.04, "lora_renders": True},
              {"name": "sharded-zero3", "what": "ZeRO-3", "status": "ok", "s_per_step": 0.25, "peak_allocated_gb": 9.1,
               "speed_vs_one_process": 0.8, "memory_vs_one_process": 0.65, "loss_worst_rel_diff": 0.0123,
-              "losses_match": False}]
+              "losses_match": False, "resume_matches": True}]
     text = gpu_check.markdown(_result(parts))
-    assert "| sharded-zero3 | ZeRO-3 | 0.250 | 0.80 | 9.10 | 0.65 | 0.0123 | **NO** | ok |" in text
+    assert "| sharded-zero3 | ZeRO-3 | 0.250 | 0.80 | 9.10 | 0.65 | 0.0123 | **NO** | yes | ok |" in text
     assert "**SDXL LoRA 1024 px, batch 1**: 0.41 s/it (2.44 it/s), MFU 31.2 %" in text
     assert "fp8 16.8 GB (1.90 it/s)" in text and "bf16-swap – (– it/s)" in text
     assert "| **NO** |" in text  # the FLUX fp8 LoRA that did not load back stands out
