@@ -496,3 +496,15 @@ def test_a_kohya_ss_finetune_json_from_another_machine_trains_on_its_caption_fil
     evs = events(tmp_path / "run")
     assert evs[-1]["type"] == "done" and Path(evs[-1]["output"]).exists()  # 8 images, batch 4 in size buckets
     assert any("read from its caption files" in e.get("message", "") for e in evs if e["type"] == "warning")
+
+
+def test_an_sd_scripts_controlnet_config_imports_to_the_controlnet_tab(tmp_path: Path) -> None:
+    text = ('pretrained_model_name_or_path = "/models/sd15"\ncontrolnet_model_name_or_path = "/models/cn"\n'
+            'train_data_dir = "/data/img"\nconditioning_data_dir = "/data/cond"\nlearning_rate = 1e-5\n')
+    method, values, notes = import_kohya_file(_toml(tmp_path, text))
+    assert method == "controlnet" and "train_control_net.py" in notes[0]
+    assert (values["controlnet_model_name_or_path"], values["conditioning_data_dir"]) == ("/models/cn", "/data/cond")
+    method, _, _ = import_kohya_file(_toml(tmp_path, text.replace('controlnet_model_name_or_path = "/models/cn"\n', "")))
+    assert method == "controlnet"  # control images without masked_loss
+    masks = 'network_module = "networks.lora"\nmasked_loss = true\nconditioning_data_dir = "/data/masks"\n'
+    assert import_kohya_file(_toml(tmp_path, masks))[0] == "lora"

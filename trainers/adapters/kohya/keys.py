@@ -42,8 +42,7 @@ REFUSED: dict[str, str] = {
                               "weights on rank 0; leave it out",
     "fp16_master_weights_and_gradients": "DeepSpeed keeps float32 master weights here; leave it out",
     "resize_interpolation": "images are resized with Atelier's own filter; leave it out",
-    "controlnet_model_name_or_path": "ControlNet training is not available",
-    "conditioning_image_dir": "ControlNet training is not available",
+    "conditioning_image_dir": "is not read by sd-scripts: ControlNet control images come from conditioning_data_dir",
 }
 
 # Keys only sd-scripts' trainers of other model families read: one message names them all.
@@ -70,7 +69,8 @@ OTHER_FAMILIES: dict[str, frozenset[str]] = {
     }),
 }
 FAMILY_OF_KEY: dict[str, str] = {key: message for message, keys in OTHER_FAMILIES.items() for key in keys}
-TRAINED_HERE = "Atelier trains SD1.x, SD2.x, SDXL, SD3/SD3.5, FLUX.1, Chroma, Z-Image, Qwen-Image and Lumina 2"
+TRAINED_HERE = ("Atelier trains SD1.x, SD2.x, SDXL, SD3/SD3.5, FLUX.1 (and Kontext), FLUX.2, Chroma, Z-Image, Qwen-Image "
+                "(and 2.1, Edit), Lumina 2 and Krea 2")
 
 # sd-scripts' network modules for families not trained here.
 FAMILY_NETWORK_MODULES: dict[str, str] = {

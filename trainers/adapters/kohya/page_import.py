@@ -45,10 +45,15 @@ OUTPUT_FOLDERS = ("output_dir", "logging_dir")
 
 
 def guess_method(flat: dict[str, Any]) -> tuple[str, str]:
-    """(method, why) for an sd-scripts TOML, from its keys: a new word is textual inversion; a network trains a
-    LoRA; regularization or class images make it Dreambooth; otherwise the whole model is finetuned."""
+    """(method, why) for an sd-scripts TOML, from its keys: a new word is textual inversion; a ControlNet to train
+    or control images without masked_loss make it ControlNet; a network trains a LoRA; regularization or class images
+    make it Dreambooth; otherwise the whole model is finetuned."""
     if "token_string" in flat:
         return "textual_inversion", "it sets token_string (train_textual_inversion.py)"
+    if "controlnet_model_name_or_path" in flat or (not blank(flat.get("conditioning_data_dir"))
+                                                   and not flat.get("masked_loss")
+                                                   and not any(key.startswith("network_") for key in flat)):
+        return "controlnet", "it sets controlnet_model_name_or_path or conditioning_data_dir (train_control_net.py)"
     if any(key.startswith("network_") for key in flat):
         return "lora", "it sets network options (train_network.py)"
     if any(not blank(flat.get(key)) for key in _DREAMBOOTH_KEYS):
