@@ -295,3 +295,16 @@ def test_qwen_edit_plus_reads_several_labelled_references(tmp_path: Path) -> Non
     assert (other_hidden - hidden).abs().max() > 0 and (other_pred - pred).abs().max() > 1e-6
     one_hidden, _ = predict([first])
     assert one_hidden.shape[1] < hidden.shape[1]  # "Picture 2: " and its image's tokens are gone
+
+
+def test_conditioning_data_dir_holds_an_edit_models_controls_without_masked_loss(kontext_dir: Path,
+                                                                                  tmp_path: Path) -> None:
+    from trainers.core.options import TrainConfig
+    from trainers.validate import validate
+
+    data, controls = _pairs(tmp_path)
+    values = {"pretrained_model_name_or_path": str(kontext_dir), "train_data_dir": str(data),
+              "conditioning_data_dir": str(controls), "output_dir": str(tmp_path / "out")}
+    assert [i for i in validate(TrainConfig("lora", values)) if i.field == "conditioning_data_dir"] == []
+    sd_values = {**values, "pretrained_model_name_or_path": str(tmp_path / "nowhere")}  # not an edit model
+    assert any("masked_loss" in i.message for i in validate(TrainConfig("lora", sd_values), check_paths=False))

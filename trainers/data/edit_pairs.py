@@ -122,38 +122,6 @@ def control_folder(controls: Path, subset_folder: Path, kohya_root: bool) -> Pat
     return own if kohya_root and own.is_dir() else controls
 
 
-def config_pair_issues(values: Mapping[str, Any], max_controls: int) -> list[ConfigIssue]:
-    """Every training subset's pairs checked (pair_issues) from a config's options, before a model loads; a subset
-    without a control folder is named too. Dataset problems of another kind are left to the dataset checks."""
-    from trainers.core.errors import BadInput
-    from trainers.data.dataset_toml import dataset_specs
-    from trainers.data.kohya_folders import scan_image_folder, scan_kohya_folders
-
-    try:
-        specs = dataset_specs(values, [])
-        issues = []
-        # regularization images are pairs too (reg_data_dir, which has no control folder, is named by the model)
-        for subset in (s for spec in specs for s in spec.subsets if s.field != "reg_data_dir"):
-            field = "dataset_config" if subset.label else option_of(values)
-            if subset.controls is None or subset.kind not in ("kohya_root", "folder"):
-                where = f"{subset.label or subset.field} ({subset.path})"
-                issues.append(ConfigIssue(field, f"{where} has no control images: an edit model learns from pairs; "
-                                                 "set control_directory (or conditioning_data_dir) to the folder of "
-                                                 "the images each edit starts from", "dataset"))
-                continue
-            scanned = (scan_kohya_folders(subset.path, subset.caption_extension).subsets
-                       if subset.kind == "kohya_root" else
-                       [scan_image_folder(subset.path, 1, "", subset.caption_extension)[0]])
-            for part in scanned:
-                folder = control_folder(subset.controls, part.folder, subset.kind == "kohya_root")
-                report = match_pairs([item.path for item in part.images], folder, max_controls,
-                                     subset.caption_extension)
-                issues += pair_issues(report, field)
-        return issues
-    except (BadInput, OSError):
-        return []
-
-
 def option_of(values: Mapping[str, Any]) -> str:
     """The option that names a flat config's control folder."""
     return "control_directory" if str(values.get("control_directory") or "").strip() else FIELD

@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainers.core.errors import ConfigIssue
-from trainers.data.edit_pairs import config_pair_issues
+from trainers.core.errors import BadInput, ConfigIssue
+from trainers.data.dataset_toml import dataset_specs
+from trainers.data.edit_pairs import control_folder, match_pairs, option_of, pair_issues
+from trainers.data.kohya_folders import scan_image_folder, scan_kohya_folders
 
 
 class EditRules:
@@ -53,3 +55,31 @@ def prompt_image_issues(values: Mapping[str, Any], max_controls: int, needed_by:
                                "of the image its edit starts from", "sampling")
                    for path in prompt.edit_images if not Path(path).expanduser().is_file()]
     return issues
+
+
+def config_pair_issues(values: Mapping[str, Any], max_controls: int) -> list[ConfigIssue]:
+    """Every training subset's pairs checked (pair_issues) from a config's options, before a model loads; a subset
+    without a control folder is named too. Dataset problems of another kind are left to the dataset checks."""
+    try:
+        specs = dataset_specs(values, [])
+        issues = []
+        # regularization images are pairs too (reg_data_dir, which has no control folder, is named by the model)
+        for subset in (s for spec in specs for s in spec.subsets if s.field != "reg_data_dir"):
+            field = "dataset_config" if subset.label else option_of(values)
+            if subset.controls is None or subset.kind not in ("kohya_root", "folder"):
+                where = f"{subset.label or subset.field} ({subset.path})"
+                issues.append(ConfigIssue(field, f"{where} has no control images: an edit model learns from pairs; "
+                                                 "set control_directory (or conditioning_data_dir) to the folder of "
+                                                 "the images each edit starts from", "dataset"))
+                continue
+            scanned = (scan_kohya_folders(subset.path, subset.caption_extension).subsets
+                       if subset.kind == "kohya_root" else
+                       [scan_image_folder(subset.path, 1, "", subset.caption_extension)[0]])
+            for part in scanned:
+                folder = control_folder(subset.controls, part.folder, subset.kind == "kohya_root")
+                report = match_pairs([item.path for item in part.images], folder, max_controls,
+                                     subset.caption_extension)
+                issues += pair_issues(report, field)
+        return issues
+    except (BadInput, OSError):
+        return []

@@ -13,10 +13,11 @@ from trainers.core.options.training import BY_NAME
 HUBER_LOSSES = ("huber", "smooth_l1")
 
 
-def loss_issues(cfg: TrainConfig) -> list[ConfigIssue]:
-    """Every problem of the loss group's options, each naming the option and how to fix it."""
+def loss_issues(cfg: TrainConfig, edit_model: bool = False) -> list[ConfigIssue]:
+    """Every problem of the loss group's options, each naming the option and how to fix it. `edit_model`: the run's
+    model takes control images (the caller knows its family), which conditioning_data_dir may hold."""
     issues = _huber_issues(cfg) + _timestep_issues(cfg) + _noise_issues(cfg) + _prediction_issues(cfg)
-    return issues + _mask_issues(cfg)
+    return issues + _mask_issues(cfg, edit_model)
 
 
 def _issue(name: str, message: str) -> ConfigIssue:
@@ -90,13 +91,11 @@ def _prediction_issues(cfg: TrainConfig) -> list[ConfigIssue]:
     return issues
 
 
-def _mask_issues(cfg: TrainConfig) -> list[ConfigIssue]:
-    from trainers.data.edit_pairs import takes_controls
-
+def _mask_issues(cfg: TrainConfig, edit_model: bool) -> list[ConfigIssue]:
     issues = []
     masks_dir = cfg.conditioning_data_dir.strip()
     config = cfg.dataset_config.strip()
-    controls = cfg.method == "controlnet" or takes_controls(cfg.values)  # there it holds the control images
+    controls = cfg.method == "controlnet" or edit_model  # there it holds the control images
     if masks_dir and not cfg.masked_loss and not controls:
         issues.append(_issue("conditioning_data_dir", "holds the mask images of masked_loss, which is off: set "
                              "masked_loss = true or clear conditioning_data_dir"))
