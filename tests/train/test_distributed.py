@@ -349,3 +349,23 @@ def test_cpu_processes_refuse_only_what_cannot_shard_there(monkeypatch) -> None:
         check_backend_device(_full(distributed_backend="deepspeed", zero_stage=3))
     with pytest.raises(ConfigError, match="fsdp_version = 1 needs NVIDIA GPUs"):
         check_backend_device(_full(distributed_backend="fsdp", fsdp_version=1))
+
+
+def test_a_sharded_state_that_the_main_machine_cannot_see_whole_fails_naming_output_dir(tmp_path: Path,
+                                                                                        monkeypatch) -> None:
+    """Several machines: each writes its shards into output_dir; one that is not shared storage would leave the
+    state without the other machines' shards, so the save fails instead of writing an incomplete state."""
+    from types import SimpleNamespace
+
+    import accelerate.utils
+
+    from trainers.train.state import _check_shared
+
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "__0_0.distcp").write_bytes(b"rank 0")
+    machines = SimpleNamespace(num_processes=2, is_main_process=True)
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda mine: mine + ["shards/__0_0.distcp"])
+    _check_shared(machines, tmp_path)  # the other process wrote into the same folder: fine
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda mine: mine + ["shards/__1_0.distcp"])
+    with pytest.raises(RuntimeError, match="output_dir must be storage every machine shares"):
+        _check_shared(machines, tmp_path)

@@ -121,6 +121,7 @@ class TrainingState:
             else:
                 self.engine.save_checkpoint(str(tmp), tag=DEEPSPEED, save_latest=False)
             self.session.accelerator.wait_for_everyone()  # every process's part is on disk
+            _check_shared(self.session.accelerator, tmp)
             if self.session.accelerator.is_main_process:
                 self._write_rest(tmp, at, kind, output)
         return folder
@@ -378,6 +379,20 @@ def _shared_temp_dir(accelerator: Any, folder: Path) -> Iterator[Path]:
 
             broadcast_object_list(holder, from_process=0)
         yield Path(holder[0])
+
+
+def _check_shared(accelerator: Any, tmp: Path) -> None:
+    """Every file another process wrote is one the main process sees (else output_dir is not shared storage, and
+    the state would lack those machines' shards)."""
+    if accelerator.num_processes == 1:
+        return
+    from accelerate.utils import gather_object
+
+    written = set(gather_object(list(folder_files(tmp))))
+    unseen = sorted(written - set(folder_files(tmp))) if accelerator.is_main_process else []
+    if unseen:
+        raise RuntimeError(f"the training state's files written by other processes are not in {tmp.parent} on the "
+                           f"main machine (e.g. {unseen[0]}): output_dir must be storage every machine shares")
 
 
 def resume_folder(cfg: Any) -> Path:
