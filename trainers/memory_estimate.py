@@ -106,7 +106,7 @@ def offload_share(values: dict, units: int) -> float:
 
 def model_size(cfg: TrainConfig) -> ModelSize | None:
     """The config's model's sizes: counted from its files when they are here, else its family's published ones."""
-    published = published_size(cfg.model_family)
+    published = published_size(cfg.model_family, str(cfg.values.get("pretrained_model_name_or_path") or ""))
     parts = model_parts(cfg.values)
     if not parts:
         return published
@@ -125,11 +125,16 @@ def model_size(cfg: TrainConfig) -> ModelSize | None:
                      like.activations_checkpointed_gb * scale)
 
 
-def published_size(family: str) -> ModelSize | None:
-    """The published sizes of `family`'s models (its rules' memory_facts); None for 'auto' or a family without."""
+def published_size(family: str, model: str = "") -> ModelSize | None:
+    """The published sizes of `family`'s models (its rules' memory_facts, or the variant `model`, a hub id, names);
+    None for 'auto' or a family without."""
     from trainers.models.rules import rules_of
 
-    return rules_of(family).memory_facts if family in FAMILY_NAMES else None
+    if family not in FAMILY_NAMES:
+        return None
+    rules, words = rules_of(family), model.lower()
+    return next((size for keys, size in rules.memory_variants.items() if all(key in words for key in keys)),
+                rules.memory_facts)
 
 
 def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bool = True) -> MemoryEstimate | None:

@@ -13,6 +13,15 @@ CLIP_L, CLIP_G, T5XXL = 123_060_480, 694_659_840, 4_762_310_656  # text encoders
 CLIP_L_LINEAR, CLIP_G_LINEAR, T5XXL_LINEAR = 84_934_656, 629_145_600, 4_630_511_616  # in their Linear weights
 CLIP_L_LORA, CLIP_G_LORA = 165_888, 737_280  # LoRA parameters per rank on their attention and MLP layers
 SD_VAE, FLOW_AE = 83_653_863, 83_819_683
+# The flow families' language-model text encoders (benchmarks/count_model_sizes.py; never trained: no LoRA figures)
+QWEN3_4B, QWEN3_4B_LINEAR = 4_022_468_096, 3_633_315_840  # Qwen3Model (Z-Image); its tied lm_head adds no weights
+QWEN3_8B, QWEN3_8B_LINEAR = 8_190_735_360, 7_568_097_280  # Qwen3ForCausalLM (FLUX.2 klein 9B)
+QWEN25_VL_7B, QWEN25_VL_7B_LINEAR = 8_292_166_656, 7_744_815_104  # Qwen-Image's, with its vision tower
+QWEN3_VL_4B, QWEN3_VL_4B_LINEAR = 4_437_815_808, 4_044_357_632  # Krea 2's
+QWEN3_VL_8B, QWEN3_VL_8B_LINEAR = 8_767_123_696, 8_139_599_872  # Qwen-Image 2.1's
+MISTRAL3_24B, MISTRAL3_24B_LINEAR = 24_011_361_280, 23_339_204_608  # FLUX.2 dev's Mistral-Small-3.1-24B
+GEMMA2_2B, GEMMA2_2B_LINEAR = 2_614_341_888, 2_024_275_968  # Lumina 2's
+FLUX2_AE, QWEN_IMAGE_VAE, QWEN_IMAGE21_VAE = 84_046_115, 126_892_531, 337_740_404  # their autoencoders
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,8 @@ class FamilyRules(ABC):
     own_checkpoint_layout: bool = False
     checkpoint_parts: tuple[Any, ...] = ()  # the parts (flow_rules.Part) separate files may stand in for
     memory_facts: ModelSize | None = None  # its published sizes, for the memory estimate of a model not here
+    # its variants' sizes, keyed by the words (lowercase) a hub id of that variant holds, the most specific first
+    memory_variants: Mapping[tuple[str, ...], ModelSize] = {}
 
     @classmethod
     def of(cls: type[Rules], rules: "FamilyRules") -> Rules:

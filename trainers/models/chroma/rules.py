@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.memory_facts import FLOW_AE, T5XXL, T5XXL_LINEAR, ModelSize
 from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
 from trainers.models.flow_rules import Part
 from trainers.models.flux.rules import FluxRules
@@ -18,6 +19,8 @@ _GUIDANCE_DEFAULT = next(o.default for o in FLOW_OPTIONS if o.name == "guidance_
 class ChromaRules(FluxRules):
     name = "chroma"
     title = "Chroma"
+    memory_facts = ModelSize(8_899_983_424, 8_897_888_256, T5XXL, T5XXL_LINEAR, FLOW_AE, 3_512_384, 0, 38,
+                             "the published Chroma1-HD sizes", 1024 * 1024, 24.0, 2.2)
     pipeline_class = "ChromaPipeline"
     base_model_version = "chroma"  # sd-scripts' MODEL_VERSION_CHROMA (its LoRAs' ss_base_model_version)
     modelspec_architecture = "chroma"

@@ -8,14 +8,26 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.memory_facts import (FLUX2_AE, MISTRAL3_24B, MISTRAL3_24B_LINEAR, QWEN3_4B, QWEN3_4B_LINEAR,
+                                        QWEN3_8B, QWEN3_8B_LINEAR, ModelSize)
 from trainers.models.flow_rules import FlowRules
 
 PIPELINES = ("Flux2Pipeline", "Flux2KleinPipeline")  # dev, klein
+# klein's published sizes (benchmarks/count_model_sizes.py), told apart by the words of a hub id; activations: FLUX.1's
+# scaled by width x block-streams, to calibrate
+KLEIN_MEMORY_FACTS = {
+    ("klein", "9b"): ModelSize(9_078_581_248, 9_078_571_008, QWEN3_8B, QWEN3_8B_LINEAR, FLUX2_AE, 2_588_672, 0, 20,
+                               "the published FLUX.2 klein 9B sizes", 1024 * 1024, 16.8, 1.5),
+    ("klein",): ModelSize(3_875_544_576, 3_875_536_896, QWEN3_4B, QWEN3_4B_LINEAR, FLUX2_AE, 1_443_840, 0, 15,
+                          "the published FLUX.2 klein 4B sizes", 1024 * 1024, 9.5, 0.9)}
 
 
 class Flux2Rules(FlowRules):
     name = "flux2"
     title = "FLUX.2"
+    memory_facts = ModelSize(32_223_281_152, 32_223_264_768, MISTRAL3_24B, MISTRAL3_24B_LINEAR, FLUX2_AE, 6_094_848, 0,
+                             32, "the published FLUX.2 dev sizes", 1024 * 1024, 40.4, 3.7)
+    memory_variants = KLEIN_MEMORY_FACTS
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
     pipeline_class = PIPELINES[0]
     base_model_version = "flux_2_dev"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_FLUX_2_DEV_FULL)

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainers.core.memory_facts import QWEN3_VL_4B, QWEN3_VL_4B_LINEAR, QWEN_IMAGE_VAE, ModelSize
 from trainers.models.flow_rules import FlowRules
 
 
 class Krea2Rules(FlowRules):
     name = "krea2"
     title = "Krea 2"
+    # diffusers' class defaults (no published diffusers folder to check them by); activations: FLUX.1's scaled
+    memory_facts = ModelSize(12_820_073_036, 12_818_579_468, QWEN3_VL_4B, QWEN3_VL_4B_LINEAR, QWEN_IMAGE_VAE,
+                             3_665_805, 0, 28, "Krea 2's sizes in diffusers", 1024 * 1024, 17.7, 1.6)
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
     pipeline_class = "Krea2Pipeline"
     base_model_version = "krea2"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_KREA2_FULL)
