@@ -1,5 +1,6 @@
 """musubi-tuner's options (src/musubi_tuner/training/parser_common.py, qwen_image_train_network.py,
-zimage_train_network.py) with musubi's meaning, as Atelier's (torch-free).
+zimage_train_network.py, flux_2_train_network.py, krea2_train_network.py) with musubi's meaning, as Atelier's
+(torch-free).
 
 Options of the same name and meaning pass through; musubi's network module names the family; options that change
 what is trained and have no counterpart here are refused by name; speed-only options are left out with a note.
@@ -15,17 +16,30 @@ from trainers.core.errors import ConfigIssue
 from trainers.adapters.kohya.keys import blank
 
 # musubi-tuner's network modules of the families trained here -> model_family
-FAMILY_MODULES: dict[str, str] = {"networks.lora_qwen_image": "qwen_image", "networks.lora_zimage": "zimage"}
+FAMILY_MODULES: dict[str, str] = {"networks.lora_qwen_image": "qwen_image", "networks.lora_zimage": "zimage",
+                                  "networks.lora_flux_2": "flux2", "networks.lora_krea2": "krea2"}
 # Keys only musubi-tuner writes (what tells its files from sd-scripts')
 MUSUBI_KEYS = frozenset({"dit", "dit_dtype", "fp8_vl", "fp8_llm", "fp8_scaled", "vae_dtype", "flow_shift",
                          "num_timestep_buckets", "preserve_distribution_shape", "remove_first_image_from_target",
-                         "use_32bit_attention", "img_in_txt_in_offloading", "block_swap_h2d_only"})
+                         "use_32bit_attention", "img_in_txt_in_offloading", "block_swap_h2d_only", "turbo_dit"})
 _MODEL_FILES = ("dit", "text_encoder", "vae")
 _FOLDER = ("musubi-tuner's separate model files are not read for this family yet: give its diffusers folder (e.g. "
            "Qwen/Qwen-Image) as pretrained_model_name_or_path")
 # musubi-tuner's model files -> our options, for the families that read them (Z-Image: ComfyUI's split files)
 FILE_OPTIONS: dict[str, dict[str, str]] = {
     "zimage": {"dit": "pretrained_model_name_or_path", "text_encoder": "text_encoder", "vae": "ae"}}
+# Why a family's musubi-tuner model files are refused, where the generic _FOLDER does not say it
+FOLDER_ONLY: dict[str, str] = {
+    "flux2": ("FLUX.2's single files (BFL's flux2-*.safetensors, its separate text encoder and ae) are not read here "
+              "yet: give its diffusers folder as pretrained_model_name_or_path (model_version names the published "
+              "one, e.g. black-forest-labs/FLUX.2-klein-4B)"),
+    "krea2": ("Krea 2's single files (the reference krea-ai/krea-2 DiT, the Qwen-Image VAE, Qwen3-VL) are not read "
+              "here yet: give its diffusers folder (Krea2Pipeline's) as pretrained_model_name_or_path")}
+# musubi-tuner's FLUX.2 model_version -> the published diffusers folder of that model
+FLUX2_VERSIONS: dict[str, str] = {
+    "dev": "black-forest-labs/FLUX.2-dev", "klein-4b": "black-forest-labs/FLUX.2-klein-4B",
+    "klein-base-4b": "black-forest-labs/FLUX.2-klein-base-4B", "klein-9b": "black-forest-labs/FLUX.2-klein-9B",
+    "klein-base-9b": "black-forest-labs/FLUX.2-klein-base-9B"}
 # Key -> why it is refused (only when set): it changes what is trained and has no counterpart here.
 REFUSED: dict[str, str] = {
     **{key: _FOLDER for key in _MODEL_FILES},
@@ -41,6 +55,7 @@ REFUSED: dict[str, str] = {
     "num_timestep_buckets": "noise levels are drawn per sample here, not from buckets",
     "gradient_checkpointing_cpu_offload": "gradient checkpointing keeps its activations on the GPU here",
     "full_fp16": "full fp16 training is not available; use full_bf16",
+    "turbo_dit": "samples are rendered by the model being trained here, not by a second (Turbo) DiT",
 }
 # Options with no effect on what is trained: left out, said once.
 SPEED_ONLY = ("flash_attn", "sage_attn", "xformers", "flash3", "split_attn", "compile", "compile_backend",
@@ -49,18 +64,20 @@ SPEED_ONLY = ("flash_attn", "sage_attn", "xformers", "flash3", "split_attn", "co
               "block_swap_ring_size", "disable_numpy_memmap", "img_in_txt_in_offloading", "vae_dtype",
               "use_32bit_attention", "show_timesteps", "mem_eff_save", "fused_backward_pass", "dynamo_mode",
               "dynamo_fullgraph", "dynamo_dynamic", "vae_chunk_size", "vae_spatial_tile_sample_min_size",
-              "vae_tiling")
+              "vae_tiling", "turbo_dit_cache")
 # Options only HunyuanVideo reads in musubi-tuner: nothing for Qwen-Image or Z-Image.
 HUNYUAN_ONLY = ("guidance_scale", "flow_shift")
 # musubi-tuner's timestep_sampling values and the option ours reads them as (None: not available here).
 TIMESTEP_SAMPLINGS: dict[str, str | None] = {
-    **{name: name for name in ("sigma", "uniform", "sigmoid", "shift", "flux_shift", "qwen_shift")},
-    **{name: None for name in ("flux2_shift", "krea2_shift", "ideogram4_shift", "logsnr",
-                               "qinglong_flux", "qinglong_qwen")},
+    **{name: name for name in ("sigma", "uniform", "sigmoid", "shift", "flux_shift", "qwen_shift", "flux2_shift",
+                               "krea2_shift")},
+    **{name: None for name in ("ideogram4_shift", "logsnr", "qinglong_flux", "qinglong_qwen")},
 }
 # musubi-tuner's defaults where ours would train differently, for options a file leaves out.
 DEFAULTS: dict[str, Any] = {"timestep_sampling": "sigma", "discrete_flow_shift": 1.0, "weighting_scheme": "none",
                             "learning_rate": 2e-6, "network_dim": 4, "network_alpha": 1.0}
+# musubi-tuner's fixed values per family, set whatever the file says (its guidance_scale is HunyuanVideo's)
+FAMILY_FIXED: dict[str, dict[str, Any]] = {"flux2": {"guidance_scale": 1.0}}  # flux_2_train_network.py's guidance
 MAX_TRAIN_STEPS = 1600  # with neither max_train_steps nor max_train_epochs
 
 
@@ -75,7 +92,10 @@ def read_musubi(flat: dict[str, Any], method: str, notes: list[str], issues: lis
     """`flat` (a musubi-tuner config's keys) as our options; refusals go to `issues`, translations to `notes`."""
     out = dict(flat)
     _family(out, notes, issues)
-    files = FILE_OPTIONS.get(str(out.get("model_family")), {})
+    family = str(out.get("model_family"))
+    if family == "flux2":
+        _flux2_version(out, notes, issues)
+    files = FILE_OPTIONS.get(family, {})
     for name, ours in files.items():
         if not blank(out.get(name)):
             out[ours] = out.pop(name)
@@ -84,12 +104,19 @@ def read_musubi(flat: dict[str, Any], method: str, notes: list[str], issues: lis
         if name in files:
             continue
         if not blank(out.get(name)):
+            why = FOLDER_ONLY.get(family, why) if name in _MODEL_FILES else why
             issues.append(ConfigIssue(name, f"{name} = {out[name]!r} (musubi-tuner) is refused: {why}"))
         out.pop(name, None)
     dropped = [name for name in (*SPEED_ONLY, *HUNYUAN_ONLY) if not blank(out.pop(name, None))]
     if dropped:
         notes.append(f"musubi-tuner options left out: {', '.join(dropped)} (speed only here, or read by "
                      "HunyuanVideo only)")
+    if out.pop("fp8_text_encoder", False):
+        out["text_encoder_precision"] = "fp8"
+        notes.append("fp8_text_encoder (musubi-tuner) is read as text_encoder_precision = 'fp8'")
+    for name, value in FAMILY_FIXED.get(family, {}).items():
+        out[name] = value
+        notes.append(f"{name} = {value!r}: musubi-tuner trains {family} with it")
     _timestep_sampling(out, issues)
     _dataset_config(out, issues)
     _defaults(out, method, notes)
@@ -111,6 +138,25 @@ def _family(out: dict[str, Any], notes: list[str], issues: list[ConfigIssue]) ->
                  "network_module = 'networks.lora' (the family names the LoRA's keys as musubi-tuner does)")
 
 
+def _flux2_version(out: dict[str, Any], notes: list[str], issues: list[ConfigIssue]) -> None:
+    """musubi-tuner's model_version: here the diffusers folder's pipeline tells dev from klein, so it names the
+    published folder when the file gives none."""
+    version = out.pop("model_version", None)
+    if blank(version):
+        return
+    folder = FLUX2_VERSIONS.get(str(version))
+    if folder is None:
+        issues.append(ConfigIssue("model_version", f"model_version = {version!r} (musubi-tuner) is not a FLUX.2 "
+                                  f"model: choose one of {', '.join(FLUX2_VERSIONS)}"))
+    elif blank(out.get("pretrained_model_name_or_path")):
+        out["pretrained_model_name_or_path"] = folder
+        notes.append(f"model_version = {version!r} (musubi-tuner) is read as pretrained_model_name_or_path = "
+                     f"{folder!r}, its published diffusers folder")
+    else:
+        notes.append(f"model_version = {version!r} (musubi-tuner) is left out: the folder's model_index.json says "
+                     "which FLUX.2 it is")
+
+
 def _timestep_sampling(out: dict[str, Any], issues: list[ConfigIssue]) -> None:
     value = out.get("timestep_sampling")
     if isinstance(value, str) and value in TIMESTEP_SAMPLINGS and TIMESTEP_SAMPLINGS[value] is None:
@@ -119,7 +165,8 @@ def _timestep_sampling(out: dict[str, Any], issues: list[ConfigIssue]) -> None:
                                   f"not available here; choose one of "
                                   f"{', '.join(k for k, v in TIMESTEP_SAMPLINGS.items() if v)} ('shift' with "
                                   "discrete_flow_shift is musubi-tuner's advice for Qwen-Image and Z-Image; "
-                                  "'qwen_shift' is Qwen-Image's only)"))
+                                  "'qwen_shift', 'flux2_shift' and 'krea2_shift' are Qwen-Image's, FLUX.2's and "
+                                  "Krea 2's only)"))
 
 
 def _dataset_config(out: dict[str, Any], issues: list[ConfigIssue]) -> None:
