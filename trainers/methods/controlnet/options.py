@@ -14,6 +14,7 @@ SD_SCRIPTS: dict[str, str] = {"sd1": "train_control_net.py", "sd2": "train_contr
                               "sdxl": "sdxl_train_control_net.py", "flux": "flux_train_control_net.py"}
 SD_SCRIPTS_OPTIONS = ("controlnet_model_name_or_path",)  # those scripts read it by this name
 FLUX_ONLY = ("num_double_layers", "num_single_layers")
+FLUX_FAMILIES = ("flux",)  # the families whose ControlNet FLUX_ONLY sizes (a copy of the transformer's blocks)
 
 OPTIONS: tuple[Option, ...] = (
     Option("controlnet_model_name_or_path", "str", "", "An existing ControlNet to train further: a diffusers "

@@ -12,7 +12,7 @@ from trainers.core.errors import ConfigIssue
 from trainers.core.options import TrainConfig
 from trainers.core.prompts import SamplePrompt, config_prompts
 from trainers.data.kohya_folders import DatasetLayoutError, match_masks, scan_kohya_folders
-from trainers.methods.controlnet.options import FLUX_ONLY, OPTIONS, SD_SCRIPTS
+from trainers.methods.controlnet.options import FLUX_FAMILIES, FLUX_ONLY, OPTIONS, SD_SCRIPTS
 from trainers.models.checks import local_family
 
 FAMILIES = tuple(SD_SCRIPTS)  # UNet models (ControlNetModel copies the UNet's encoder) and FLUX.1 (its transformer's)
@@ -62,7 +62,7 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
     family = local_family(cfg.pretrained_model_name_or_path)
     if family is not None and family not in FAMILIES:
         bad("pretrained_model_name_or_path", family_message(family), "model")
-    if family is not None and family != "flux":
+    if family is not None and family not in FLUX_FAMILIES:
         for name in FLUX_ONLY:
             if cfg.values[name] != OPTION_DEFAULTS[name]:
                 bad(name, f"sizes a FLUX.1 ControlNet; this is a {family} model, whose ControlNet copies the "
