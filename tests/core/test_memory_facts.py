@@ -47,3 +47,12 @@ def test_flux2_klein_hub_ids_are_estimated_at_their_own_size(monkeypatch: pytest
 def test_every_flow_family_has_published_sizes() -> None:
     lacking = [name for name in FAMILY_NAMES if rules_of(name).memory_facts is None]
     assert lacking == [], f"families without memory_facts: {lacking}"
+
+
+@pytest.mark.parametrize("edit, base", [("flux_kontext", "flux"), ("qwen_image_edit", "qwen_image")])
+def test_an_edit_models_activations_count_its_control_images_tokens(monkeypatch: pytest.MonkeyPatch, edit: str,
+                                                                    base: str) -> None:
+    edited, plain = (_report(monkeypatch, family, "some/hub-id").cfg for family in (edit, base))
+    edited_gpu, plain_gpu = memory_estimate.estimate_memory(edited).gpu, memory_estimate.estimate_memory(plain).gpu
+    assert edited_gpu["denoiser weights"] == plain_gpu["denoiser weights"]
+    assert edited_gpu["activations"] == pytest.approx(2 * plain_gpu["activations"])  # the control's tokens join

@@ -7,7 +7,7 @@ estimate when the model is not on this machine (a hub id, a preset); without the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 CLIP_L, CLIP_G, T5XXL = 123_060_480, 694_659_840, 4_762_310_656  # text encoders' parameters
 CLIP_L_LINEAR, CLIP_G_LINEAR, T5XXL_LINEAR = 84_934_656, 629_145_600, 4_630_511_616  # in their Linear weights
@@ -43,3 +43,10 @@ class ModelSize:
     activations_gb: float = 0.0
     activations_checkpointed_gb: float = 0.0
 
+
+
+def with_controls(base: ModelSize, controls: int, source: str) -> ModelSize:
+    """An edit model's sizes: its base model's weights, and activations for `controls` control images' tokens beside
+    the target's (the sequence they join is that much longer; SDPA's activations grow with it)."""
+    return replace(base, source=source, activations_gb=base.activations_gb * (1 + controls),
+                   activations_checkpointed_gb=base.activations_checkpointed_gb * (1 + controls))

@@ -3,6 +3,7 @@ folders (FluxKontextPipeline) are told from FLUX.1's by their pipeline; its sing
 a single file is trained as Kontext with model_family = 'flux_kontext'."""
 from __future__ import annotations
 
+from trainers.core.memory_facts import with_controls
 from trainers.models.edit_rules import EditRules
 from trainers.models.flux.rules import FluxRules
 
@@ -10,6 +11,7 @@ from trainers.models.flux.rules import FluxRules
 class FluxKontextRules(EditRules, FluxRules):
     name = "flux_kontext"
     title = "FLUX.1 Kontext"
+    memory_facts = with_controls(FluxRules.memory_facts, 1, "the published FLUX.1 Kontext dev sizes")
     pipeline_class = "FluxKontextPipeline"
     detect_priority = 4  # before FLUX.1's
     reference_prefixes = ()  # FLUX.1 dev's keys: a single file is detected as FLUX.1

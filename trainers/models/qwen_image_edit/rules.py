@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.memory_facts import with_controls
 from trainers.models.edit_rules import EditRules
 from trainers.models.qwen_image.rules import QwenImageRules
 
@@ -13,6 +14,8 @@ from trainers.models.qwen_image.rules import QwenImageRules
 class QwenImageEditRules(EditRules, QwenImageRules):
     name = "qwen_image_edit"
     title = "Qwen-Image-Edit"
+    # one control image (Edit-2509/2511 take up to three: each adds the target's activations again)
+    memory_facts = with_controls(QwenImageRules.memory_facts, 1, "the published Qwen-Image-Edit sizes")
     base_model_version = "qwen_image_edit"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_QWEN_IMAGE_EDIT)
     modelspec_architecture = "Qwen-Image-Edit"
     pipeline_class = "QwenImageEditPipeline"
