@@ -15,7 +15,7 @@ Every model here has FLUX.1's 4096 image tokens at 1024x1024 (8x VAE with 2x2 pa
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,6 @@ class Published:
     vae: tuple[str, dict[str, Any]] | None  # diffusers class, its config; None: FLUX.1's ae (FLOW_AE)
     source: str
     variant: str = ""  # Flux2Pipeline or Flux2KleinPipeline for FLUX.2
-    text_encoder_class: str = "AutoModel"  # how the family loads it (a ForCausalLM keeps an untied lm_head)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # Published text encoder configs (config.json of each hub repo; the keys that set parameter counts).

@@ -15,6 +15,7 @@ CLIP_L_LORA, CLIP_G_LORA = 165_888, 737_280  # LoRA parameters per rank on their
 SD_VAE, FLOW_AE = 83_653_863, 83_819_683
 # The flow families' language-model text encoders (benchmarks/count_model_sizes.py; never trained: no LoRA figures)
 QWEN3_4B, QWEN3_4B_LINEAR = 4_022_468_096, 3_633_315_840  # Qwen3Model (Z-Image); its tied lm_head adds no weights
+QWEN3_4B_LM_LINEAR = 4_022_272_000  # Qwen3ForCausalLM (FLUX.2 klein 4B): its lm_head (the embedding, tied) a Linear
 QWEN3_8B, QWEN3_8B_LINEAR = 8_190_735_360, 7_568_097_280  # Qwen3ForCausalLM (FLUX.2 klein 9B)
 QWEN25_VL_7B, QWEN25_VL_7B_LINEAR = 8_292_166_656, 7_744_815_104  # Qwen-Image's, with its vision tower
 QWEN3_VL_4B, QWEN3_VL_4B_LINEAR = 4_437_815_808, 4_044_357_632  # Krea 2's

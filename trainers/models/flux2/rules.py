@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.memory_facts import (FLUX2_AE, MISTRAL3_24B, MISTRAL3_24B_LINEAR, QWEN3_4B, QWEN3_4B_LINEAR,
+from trainers.core.memory_facts import (FLUX2_AE, MISTRAL3_24B, MISTRAL3_24B_LINEAR, QWEN3_4B, QWEN3_4B_LM_LINEAR,
                                         QWEN3_8B, QWEN3_8B_LINEAR, ModelSize)
+from trainers.models.edit_rules import EditRules
 from trainers.models.flow_rules import FlowRules
 
 PIPELINES = ("Flux2Pipeline", "Flux2KleinPipeline")  # dev, klein
@@ -18,13 +19,17 @@ PIPELINES = ("Flux2Pipeline", "Flux2KleinPipeline")  # dev, klein
 KLEIN_MEMORY_FACTS = {
     ("klein", "9b"): ModelSize(9_078_581_248, 9_078_571_008, QWEN3_8B, QWEN3_8B_LINEAR, FLUX2_AE, 2_588_672, 0, 20,
                                "the published FLUX.2 klein 9B sizes", 1024 * 1024, 16.8, 1.5),
-    ("klein",): ModelSize(3_875_544_576, 3_875_536_896, QWEN3_4B, QWEN3_4B_LINEAR, FLUX2_AE, 1_443_840, 0, 15,
+    ("klein",): ModelSize(3_875_544_576, 3_875_536_896, QWEN3_4B, QWEN3_4B_LM_LINEAR, FLUX2_AE, 1_443_840, 0, 15,
                           "the published FLUX.2 klein 4B sizes", 1024 * 1024, 9.5, 0.9)}
 
 
-class Flux2Rules(FlowRules):
+class Flux2Rules(EditRules, FlowRules):
     name = "flux2"
     title = "FLUX.2"
+    # An edit run when the dataset names control images (as Flux2Pipeline and Flux2KleinPipeline take `image=`); up
+    # to 3 references per target, the edit-pair datasets' limit (musubi-tuner takes any number; BFL advise a few)
+    controls_optional = True
+    max_controls = 3
     memory_facts = ModelSize(32_223_281_152, 32_223_264_768, MISTRAL3_24B, MISTRAL3_24B_LINEAR, FLUX2_AE, 6_094_848, 0,
                              32, "the published FLUX.2 dev sizes", 1024 * 1024, 40.4, 3.7)
     memory_variants = KLEIN_MEMORY_FACTS
