@@ -76,7 +76,10 @@ FLUX2_KLEIN = {  # the transformer configs of FLUX.2-klein-4B and -9B (their dif
            "guidance_embeds": False}}
 
 MODELS: dict[str, Published] = {
-    "flux": Published(  # the calibration row: FluxRules' memory_facts were counted so
+    # The calibration row, for the denoiser only (its text encoders, CLIP_L + T5XXL, are in memory_facts.py). It counts
+    # 10_229_760 more than FluxRules' 11_891_178_560: dev's guidance embedder; and 4_825_408 LoRA parameters per rank
+    # on FLUX.1's lora_targets, where FluxRules has 5_369_856 (counted another way before this script).
+    "flux": Published(
         "flux", ("FluxTransformer2DModel", {"guidance_embeds": True}), None, None,
         "black-forest-labs/FLUX.1-dev"),
     "chroma": Published(
