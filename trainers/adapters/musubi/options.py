@@ -43,7 +43,9 @@ FLUX2_VERSIONS: dict[str, str] = {
 # Key -> why it is refused (only when set): it changes what is trained and has no counterpart here.
 REFUSED: dict[str, str] = {
     **{key: _FOLDER for key in _MODEL_FILES},
-    "fp8_scaled": "scaled fp8 weights are not available; fp8_base keeps the transformer in 8-bit floats",
+    "fp8_scaled": ("scaled fp8 weights are not available: fp8_base keeps the transformer in 8-bit floats without "
+                   "scales (diffusers' layerwise casting, norms kept), base_model_precision = 'int8' its Linear "
+                   "layers in 8-bit integers with per-channel scales"),
     "fp8_vl": "the text encoder runs in its own precision here (cache_text_encoder_outputs encodes captions once)",
     "fp8_llm": "the text encoder runs in its own precision here (cache_text_encoder_outputs encodes captions once)",
     "dit_dtype": "the transformer's precision follows mixed_precision (or full_bf16)",
