@@ -179,7 +179,8 @@ def test_kontext_lora_loads_in_the_diffusers_edit_pipeline_with_every_key(kontex
     assert (image() - base).abs().max() > 1e-4
 
 
-def test_generate_edits_its_input_image(kontext_dir: Path, tmp_path: Path) -> None:
+def _generated_from_red_and_blue(model_dir: Path, tmp_path: Path) -> tuple["np.ndarray", "np.ndarray"]:
+    """Generate's images (one seed) from a red input image (input_image) and from a blue one (a prompt's --ci)."""
     import numpy as np
 
     from trainers.generate.options import GenerateConfig
@@ -190,14 +191,19 @@ def test_generate_edits_its_input_image(kontext_dir: Path, tmp_path: Path) -> No
     Image.new("RGB", (64, 64), (220, 20, 20)).save(red)
     Image.new("RGB", (64, 64), (20, 20, 220)).save(blue)
     cfg = GenerateConfig({"width": 64, "height": 64, "steps": 2, "cpu_threads": 1, "devices": "cpu", "cfg_scale": 1.0,
-                          "model": str(kontext_dir), "input_image": str(red),
+                          "model": str(model_dir), "input_image": str(red),
                           "prompts": ["mirror it --d 1", f"mirror it --d 1 --ci {blue}"]})
     variants = [Variant("base")]
     renderer = Renderer(cfg, "cpu", variants)
     from_red, from_blue = (np.asarray(Image.open(renderer.render(item)[0]).convert("RGB")).astype(int)
                            for item in build_plan(cfg, tmp_path / "images", 7, variants).items)
+    return from_red, from_blue
+
+
+def test_generate_edits_its_input_image(kontext_dir: Path, tmp_path: Path) -> None:
+    from_red, from_blue = _generated_from_red_and_blue(kontext_dir, tmp_path)
     assert from_red.shape == (64, 64, 3)  # the size asked for, not Kontext's preferred 1024 px sizes
-    assert np.abs(from_red - from_blue).max() > 0  # the same seed, another input image
+    assert abs(from_red - from_blue).max() > 0  # the same seed, another input image
 
 
 def test_what_edit_training_cannot_do_yet_is_named(kontext_dir: Path, tmp_path: Path) -> None:
@@ -308,3 +314,92 @@ def test_conditioning_data_dir_holds_an_edit_models_controls_without_masked_loss
     assert [i for i in validate(TrainConfig("lora", values)) if i.field == "conditioning_data_dir"] == []
     sd_values = {**values, "pretrained_model_name_or_path": str(tmp_path / "nowhere")}  # not an edit model
     assert any("masked_loss" in i.message for i in validate(TrainConfig("lora", sd_values), check_paths=False))
+
+
+@pytest.fixture(scope="module")
+def flux2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from trainers.models.flux2.tiny import build_tiny_flux2
+
+    return build_tiny_flux2(tmp_path_factory.mktemp("flux2") / "model")
+
+
+def test_flux2_references_follow_the_target_as_the_pipeline_feeds_them(flux2_dir: Path) -> None:
+    from diffusers import Flux2Pipeline
+
+    model = load_model(str(flux2_dir), "auto", torch.float32)
+    family = model.family
+    torch.manual_seed(0)
+    noisy, hidden, timesteps = torch.randn(1, 4, 8, 8), torch.randn(1, 6, 48), torch.tensor([500.0])
+    square, wide = torch.rand(1, 3, 16, 16), torch.rand(1, 3, 8, 16)  # references keep their own sizes
+
+    def predict(references: list[torch.Tensor]) -> torch.Tensor:
+        family.slot.latents = [encode_controls(family, model.vae, pixels) for pixels in references]
+        try:
+            with torch.no_grad():
+                return family.denoise(model.unet, noisy, timesteps, hidden, None, None)
+        finally:
+            family.slot.latents = None
+
+    pred = predict([square, wide])
+    assert pred.shape == noisy.shape  # the target's tokens alone come back: the loss sees nothing else
+    changed = wide.clone()
+    changed[0, :, 0, 0] = 1 - changed[0, :, 0, 0]  # one pixel of the second reference
+    assert (predict([square, changed]) - pred).abs().max() > 1e-6
+    assert (predict([square]) - pred).abs().max() > 1e-6
+
+    # Flux2Pipeline's sequence: the target's tokens (t = 0), then each reference's (t = 10, 20), cut to the target
+    def tokens(latents: torch.Tensor) -> torch.Tensor:
+        return Flux2Pipeline._pack_latents(Flux2Pipeline._patchify_latents(latents))
+
+    references = [Flux2Pipeline._patchify_latents(encode_controls(family, model.vae, p)) for p in (square, wide)]
+    ids = torch.cat([Flux2Pipeline._prepare_latent_ids(Flux2Pipeline._patchify_latents(noisy)),
+                     Flux2Pipeline._prepare_image_ids(references)], dim=1)
+    with torch.no_grad():
+        full = model.unet(hidden_states=torch.cat([tokens(noisy), *map(Flux2Pipeline._pack_latents, references)], 1),
+                          timestep=timesteps / 1000, guidance=family.guidance(model.unet, 1, noisy.device),
+                          encoder_hidden_states=hidden, txt_ids=Flux2Pipeline._prepare_text_ids(hidden),
+                          img_ids=ids, return_dict=False)[0]
+    assert full.shape[1] == 16 + 16 + 8
+    assert torch.allclose(full[:, :16], tokens(pred), atol=1e-5)
+
+
+def test_flux2_is_an_edit_model_only_when_a_control_folder_is_named(flux2_dir: Path, tmp_path: Path) -> None:
+    data, controls = _pairs(tmp_path)
+    assert model_issues(_values(flux2_dir, train_data_dir=str(data), reg_data_dir=str(data))) == []  # text-to-image
+    (controls / "001_red_square.png").unlink()
+    for number in range(4):  # four references; FLUX.2 takes three
+        Image.new("RGB", (8, 8)).save(controls / f"002_green_circle_{number}.png")
+    (controls / "002_green_circle.png").unlink()
+    issues = model_issues(_values(flux2_dir, train_data_dir=str(data), control_directory=str(controls),
+                                  reg_data_dir=str(data)))
+    messages = " ".join(i.message for i in issues)
+    assert "001_red_square.png" in messages and "more control images than the model takes (3)" in messages
+    assert "reg_data_dir" in {i.field for i in issues}
+
+
+def test_flux2_generates_from_its_input_image(flux2_dir: Path, tmp_path: Path) -> None:
+    from_red, from_blue = _generated_from_red_and_blue(flux2_dir, tmp_path)
+    assert from_red.shape == (64, 64, 3)
+    assert abs(from_red - from_blue).max() > 0  # Flux2Pipeline read the image: the same seed, another input image
+
+
+@pytest.mark.slow
+def test_flux2_edit_lora_trains_with_two_references_and_samples_from_them(flux2_dir: Path, tmp_path: Path) -> None:
+    data, controls = _pairs(tmp_path)
+    for control in sorted(controls.glob("*.png")):  # two references each: the mirror image and it upside down
+        image = Image.open(control)
+        image.save(controls / f"{control.stem}_0.png")
+        ImageOps.flip(image).save(controls / f"{control.stem}_1.png")
+        control.unlink()
+    prompt = (f"mirror it --ci {controls / '000_red_circle_0.png'} --ci {controls / '000_red_circle_1.png'} "
+              "--w 64 --h 64 --s 2")
+    assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(flux2_dir), train_data_dir=str(data),
+                 control_directory=str(controls), output_dir=str(tmp_path / "out"), output_name="edit", **FAST, max_train_steps=2,
+                 timestep_sampling="flux2_shift", guidance_scale=1.0, sample_prompt_lines=[prompt],
+                 sample_every_n_steps=2) == 0
+    evs = events(tmp_path / "run")
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    assert Image.open(next(e for e in evs if e["type"] == "sample")["path"]).size == (64, 64)
+    lora, metadata = read_lora_file(tmp_path / "out" / "edit.safetensors")
+    assert "lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight" in lora  # FLUX.2's names, as without controls
+    assert metadata["ss_base_model_version"] == "flux_2_dev"

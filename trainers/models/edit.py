@@ -117,7 +117,10 @@ class EditFamily(EditRules):
         return model
 
     def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
-        """The method's objective with each batch's control latents in the slot while it runs."""
+        """The method's objective with each batch's control latents in the slot while it runs (the objective as it
+        is for a family whose controls are optional when no subset names any)."""
+        if self.controls_optional and all(subset.spec.controls is None for subset in session.catalog.subsets):
+            return trainable
         warnings: list[str] = []
         controls = EditControls(session.catalog, catalog_controls(session.catalog, self.max_controls, warnings),
                                 cfg.seed)

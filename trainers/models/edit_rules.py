@@ -18,9 +18,13 @@ class EditRules:
     title: str
     max_controls: int  # control images a target takes
     needs_input_image = False  # its pipeline draws from an input image only (every sample prompt needs --ci)
+    controls_optional = False  # it also trains from images alone (FLUX.2): an edit run when a control folder is named
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)  # type: ignore[misc]
+        images = prompt_image_issues(values, self.max_controls, self.title if self.needs_input_image else "")
+        if self.controls_optional and not names_controls(values):
+            return issues + images
         if str(values.get("reg_data_dir") or "").strip():
             issues.append(ConfigIssue("reg_data_dir", "has no control images, which every image of an edit model "
                                       "needs: clear it (a dataset_config subset with is_reg and its own "
@@ -29,8 +33,15 @@ class EditRules:
             issues.append(ConfigIssue("validation_split", f"is not available for {self.title} edit LoRAs yet (the "
                                       "held-out images would be scored without their controls): set it to 0",
                                       "dataset"))
-        return issues + config_pair_issues(values, self.max_controls) + prompt_image_issues(
-            values, self.max_controls, self.title if self.needs_input_image else "")
+        return issues + config_pair_issues(values, self.max_controls) + images
+
+
+def names_controls(values: Mapping[str, Any]) -> bool:
+    """Whether a config's dataset names a control folder (a subset's, or control_directory / conditioning_data_dir)."""
+    try:
+        return any(subset.controls is not None for spec in dataset_specs(values, []) for subset in spec.subsets)
+    except (BadInput, OSError):
+        return False
 
 
 def prompt_image_issues(values: Mapping[str, Any], max_controls: int, needed_by: str = "") -> list[ConfigIssue]:

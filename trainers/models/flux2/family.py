@@ -9,6 +9,9 @@ distilled ones without), as their pipelines run them and musubi-tuner trains the
   autoencoder's batch-norm statistics; the training grid stays (B, 32, h, w) (the same normalisation per patch
   position), so masks and the noise-level draw see the VAE's grid. Position ids (t, h, w, l): (0, row, column, 0)
   for the image, (0, 0, 0, index) for the text. timestep = sigma, the velocity as output.
+- with control images (a control folder named: trainers/models/edit.py), an edit LoRA as the pipelines take `image=`:
+  each reference's latents packed after the noisy target's tokens with position ids (10 x its number, row, column,
+  0), the transformer's output cut to the target's tokens (musubi-tuner's control-image training).
 
 Its LoRA files use musubi-tuner's names (networks.lora_flux_2 on BFL's modules), which ComfyUI and diffusers'
 Flux2LoraLoaderMixin read: `lora_unet_double_blocks_0_img_attn_qkv` (q, k and v as one module), `..._img_mlp_0`,
@@ -26,6 +29,7 @@ import torch
 from torch import nn
 
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
+from trainers.models.edit import ControlSlot, EditFamily
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
 from trainers.models.flow_latents import pack_latents, unpack_latents
 from trainers.models.flow_sigmas import flux_resolution_shift
@@ -34,9 +38,10 @@ from trainers.models.flux2.rules import PIPELINES, Flux2Rules
 
 TEXT_LENGTH = 512  # the pipelines' max_sequence_length, musubi-tuner's too
 MARK = "\x00caption\x00"  # stands for the caption while a chat template is rendered
+REFERENCE_SPACING = 10  # reference n's first position id is 10 x n (the pipelines' _prepare_image_ids scale)
 
 
-class Flux2(Flux2Rules, FlowFamily, ModelFamily):
+class Flux2(EditFamily, Flux2Rules, FlowFamily, ModelFamily):
     implementation = "https://github.com/black-forest-labs/flux2"  # musubi-tuner's IMPL_FLUX_2
     transformer_class = "Flux2Transformer2DModel"
     vae_class = "AutoencoderKLFlux2"
@@ -69,6 +74,7 @@ class Flux2(Flux2Rules, FlowFamily, ModelFamily):
         if not getattr(tokenizer, "chat_template", None):
             tokenizer.chat_template = processor_chat_template(folder / family.text_encoder_specs[0].tokenizer_subfolder)
         model.family = model.family.with_tokenizer(tokenizer)
+        model.family.slot = ControlSlot()
         return model
 
     def checkpoint_variant(self, config: Any) -> "Flux2":
@@ -117,13 +123,18 @@ class Flux2(Flux2Rules, FlowFamily, ModelFamily):
 
     def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
                 second: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
-        """The velocity for latents (B, 32, h, w): each 2x2 patch one token of 128 channels, and back."""
+        """The velocity for latents (B, 32, h, w): each 2x2 patch one token of 128 channels, and back. The control
+        images' tokens (edit training) follow the target's; their output is dropped."""
         batch, _, height, width = noisy.shape
-        out = unet(hidden_states=pack_latents(noisy), encoder_hidden_states=hidden.to(noisy.dtype),
+        own = pack_latents(noisy)
+        references = [pack_latents(latents.to(noisy.dtype)) for latents in self.references()]
+        ids = [_image_ids(height // 2, width // 2, noisy.device)]
+        ids += [_image_ids(latents.shape[-2] // 2, latents.shape[-1] // 2, noisy.device, REFERENCE_SPACING * number)
+                for number, latents in enumerate(self.references(), start=1)]
+        out = unet(hidden_states=torch.cat([own, *references], dim=1), encoder_hidden_states=hidden.to(noisy.dtype),
                    timestep=timesteps.to(noisy.dtype) / 1000, guidance=self.guidance(unet, batch, noisy.device),
-                   img_ids=_image_ids(height // 2, width // 2, noisy.device),
-                   txt_ids=_text_ids(hidden.shape[1], noisy.device), return_dict=False)[0]
-        return unpack_latents(out, height, width)
+                   img_ids=torch.cat(ids), txt_ids=_text_ids(hidden.shape[1], noisy.device), return_dict=False)[0]
+        return unpack_latents(out[:, :own.shape[1]], height, width)
 
     def draw_sigmas(self, normal: torch.Tensor, uniform: torch.Tensor, latent_size: tuple[int, int],
                     min_timestep: int | None, max_timestep: int | None) -> torch.Tensor:
@@ -211,9 +222,10 @@ def _patch_stats(vae: nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torc
     return mean, std
 
 
-def _image_ids(rows: int, cols: int, device: torch.device) -> torch.Tensor:
-    """(rows x cols, 4) position ids (t, h, w, l) = (0, row, column, 0), row by row."""
+def _image_ids(rows: int, cols: int, device: torch.device, time: int = 0) -> torch.Tensor:
+    """(rows x cols, 4) position ids (t, h, w, l) = (time, row, column, 0), row by row."""
     ids = torch.zeros(rows, cols, 4, device=device, dtype=torch.long)
+    ids[..., 0] = time
     ids[..., 1] = torch.arange(rows, device=device)[:, None]
     ids[..., 2] = torch.arange(cols, device=device)[None, :]
     return ids.reshape(rows * cols, 4)

@@ -27,7 +27,7 @@ class Flux2Rules(EditRules, FlowRules):
     name = "flux2"
     title = "FLUX.2"
     # An edit run when the dataset names control images (as Flux2Pipeline and Flux2KleinPipeline take `image=`); up
-    # to 3 references per target, the edit-pair datasets' limit (musubi-tuner takes any number; BFL advise a few)
+    # to 3 references per target, the edit-pair datasets' limit (musubi-tuner takes any number)
     controls_optional = True
     max_controls = 3
     memory_facts = ModelSize(32_223_281_152, 32_223_264_768, MISTRAL3_24B, MISTRAL3_24B_LINEAR, FLUX2_AE, 6_094_848, 0,
