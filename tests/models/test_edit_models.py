@@ -391,15 +391,20 @@ def test_flux2_edit_lora_trains_with_two_references_and_samples_from_them(flux2_
         image.save(controls / f"{control.stem}_0.png")
         ImageOps.flip(image).save(controls / f"{control.stem}_1.png")
         control.unlink()
-    prompt = (f"mirror it --ci {controls / '000_red_circle_0.png'} --ci {controls / '000_red_circle_1.png'} "
-              "--w 64 --h 64 --s 2")
+    Image.new("RGB", (8, 8)).save(controls / "stray.png")  # a control no target has: the run names it
+    first, second = (f"--ci {controls / f'{name}_0.png'} --ci {controls / f'{name}_1.png'}"
+                     for name in ("000_red_circle", "001_red_square"))
+    prompts = [f"mirror it {references} --w 64 --h 64 --s 2 --d 3" for references in (first, second)]
     assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(flux2_dir), train_data_dir=str(data),
-                 control_directory=str(controls), output_dir=str(tmp_path / "out"), output_name="edit", **FAST, max_train_steps=2,
-                 timestep_sampling="flux2_shift", guidance_scale=1.0, sample_prompt_lines=[prompt],
+                 control_directory=str(controls), output_dir=str(tmp_path / "out"), output_name="edit", **FAST,
+                 max_train_steps=2, timestep_sampling="flux2_shift", guidance_scale=1.0, sample_prompt_lines=prompts,
                  sample_every_n_steps=2) == 0
     evs = events(tmp_path / "run")
     assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
-    assert Image.open(next(e for e in evs if e["type"] == "sample")["path"]).size == (64, 64)
+    assert any("stray.png" in e["message"] for e in evs if e["type"] == "warning")  # the pairs were read
+    samples = [torch.tensor(list(Image.open(e["path"]).convert("RGB").getdata())) for e in evs if e["type"] == "sample"]
+    assert samples[0].shape == (64 * 64, 3)
+    assert (samples[0] - samples[1]).abs().max() > 0  # one seed, other references: the pipeline read them
     lora, metadata = read_lora_file(tmp_path / "out" / "edit.safetensors")
     assert "lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight" in lora  # FLUX.2's names, as without controls
     assert metadata["ss_base_model_version"] == "flux_2_dev"
