@@ -232,8 +232,8 @@ def _controls_problems(controls_dir: Any, values: Mapping[str, Any], metadata: b
         return ["control_directory goes with image_dir (controls are found by the image's file name there), not "
                 "with metadata_dir"]
     if takes_controls(values) == 0:
-        return ["control_directory holds the control images of an edit model (FLUX.1 Kontext, Qwen-Image-Edit); "
-                "this model takes none: remove it, or train an edit model"]
+        return ["control_directory holds the control images of an edit model (FLUX.1 Kontext, Qwen-Image-Edit, "
+                "FLUX.2); this model takes none: remove it, or train an edit model"]
     return []
 
 

@@ -66,10 +66,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("conditioning_data_dir", "str", "", "masked_loss: folder laid out like train_data_dir (the same "
            "<repeats>_<tokens> subfolders) holding a mask image for every training image, with the image's "
            "name and any image extension. ControlNet: the control image of every training image, laid out the "
-           "same way. Edit models (FLUX.1 Kontext, Qwen-Image-Edit) without masked_loss: their control images, "
-           "as control_directory.", "loss", path="dir", advanced=True),
-    Option("control_directory", "str", "", "Edit models (FLUX.1 Kontext, Qwen-Image-Edit): the images each edit "
-           "starts from (musubi-tuner's name), matched to the training images by file name (any image extension); "
+           "same way. Edit models (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2) without masked_loss: their control "
+           "images, as control_directory.", "loss", path="dir", advanced=True),
+    Option("control_directory", "str", "", "Edit models (FLUX.1 Kontext, Qwen-Image-Edit; FLUX.2, which trains "
+           "an edit LoRA when it is set): the images each edit starts from (musubi-tuner's name), matched to the "
+           "training images by file name (any image extension); "
            "stem_0.png, stem_1.png ... for models that take several. Laid out like train_data_dir (the same "
            "<repeats>_<tokens> subfolders), or all in the folder itself. Captions are the edit instructions.",
            "loss", path="dir", advanced=True),
