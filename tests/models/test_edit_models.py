@@ -1,4 +1,4 @@
-"""Edit models (FLUX.1 Kontext) on tiny random-init models of their real diffusers classes: the control image enters
+"""Edit models (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2 with references) on tiny random-init models of their real diffusers classes: the control image enters
 the transformer as the pipeline feeds it and only the target's tokens are scored; missing controls are named before
 the model loads; and one trained 2-step LoRA samples from a control image, resumes exactly and loads in the diffusers
 edit pipeline with every key used."""
@@ -155,6 +155,18 @@ def test_kontext_lora_samples_from_a_control_image_and_resumes_exactly(kontext_r
     assert "lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight" in kontext_run.lora  # FLUX.1's names
     assert kontext_run.lora.keys() == kontext_run.resumed.keys()
     assert max((kontext_run.lora[k] - kontext_run.resumed[k]).abs().max().item() for k in kontext_run.lora) < 1e-6
+
+
+@pytest.mark.slow
+def test_kontext_lora_says_kontext_as_musubi_tuner_writes_it_and_browse_names_it(kontext_run: Run) -> None:
+    from trainers.models.file_kind import model_kind
+    from trainers.tools.lora_family import guess_family
+    from trainers.tools.lora_state import read_lora
+
+    path = kontext_run.out / "straight.safetensors"
+    assert read_lora_file(path)[1]["ss_base_model_version"] == "flux_kontext"  # not FLUX.1's "flux1"
+    assert model_kind(path) == "FLUX.1 Kontext LoRA"
+    assert [f.name for f in guess_family(read_lora(path, "lora")).families] == ["flux_kontext"]
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from trainers.models.flux.rules import FluxRules
 class FluxKontextRules(EditRules, FluxRules):
     name = "flux_kontext"
     title = "FLUX.1 Kontext"
+    base_model_version = "flux_kontext"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_FLUX_KONTEXT_FULL)
     memory_facts = with_controls(FluxRules.memory_facts, 1, "the published FLUX.1 Kontext dev sizes")
     pipeline_class = "FluxKontextPipeline"
     detect_priority = 4  # before FLUX.1's
