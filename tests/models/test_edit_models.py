@@ -1,7 +1,7 @@
-"""Edit models (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2 with references) on tiny random-init models of their real diffusers classes: the control image enters
-the transformer as the pipeline feeds it and only the target's tokens are scored; missing controls are named before
-the model loads; and one trained 2-step LoRA samples from a control image, resumes exactly and loads in the diffusers
-edit pipeline with every key used."""
+"""Edit models (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2 with references) on tiny random-init models of their real
+diffusers classes: the control image enters the transformer as the pipeline feeds it and only the target's tokens are
+scored; missing controls are named before the model loads; and one trained 2-step LoRA samples from a control image,
+resumes exactly and loads in the diffusers edit pipeline with every key used."""
 from __future__ import annotations
 
 from dataclasses import dataclass
