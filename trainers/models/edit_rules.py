@@ -40,7 +40,7 @@ def names_controls(values: Mapping[str, Any]) -> bool:
     """Whether a config's dataset names a control folder (a subset's, or control_directory / conditioning_data_dir)."""
     try:
         return any(subset.controls is not None for spec in dataset_specs(values, []) for subset in spec.subsets)
-    except (BadInput, OSError):
+    except (BadInput, OSError, KeyError):  # KeyError: values without the dataset options, which name none
         return False
 
 
