@@ -55,7 +55,7 @@ def test_a_qwen_image_lora_config_reads_with_musubis_meaning(tmp_path: Path) -> 
     assert any("use_pinned_memory_for_block_swap" in n for n in notes)
 
 
-def test_its_model_files_and_dataset_config_are_refused_by_name(tmp_path: Path) -> None:
+def test_its_model_files_are_read_and_its_dataset_config_refused_by_name(tmp_path: Path) -> None:
     dataset = tmp_path / "dataset.toml"
     dataset.write_text('[general]\nresolution = [1024, 1024]\n\n[[datasets]]\nimage_directory = "/data/img"\n'
                        'cache_directory = "/data/cache"\n', encoding="utf-8")
@@ -64,8 +64,13 @@ def test_its_model_files_and_dataset_config_are_refused_by_name(tmp_path: Path) 
     with pytest.raises(ConfigError) as err:
         import_kohya_file(_toml(tmp_path, QWEN_LORA + files))
     fields = {issue.field for issue in err.value.issues}
-    assert fields == {"dit", "vae", "text_encoder", "dataset_config"}
-    assert "diffusers folder" in str(err.value) and "train_data_dir" in str(err.value)
+    assert fields == {"dataset_config"}  # its model files are ComfyUI's split files, read as ours
+    assert "train_data_dir" in str(err.value)
+    out = read_musubi({"network_module": "networks.lora_qwen_image", "dit": "/m/qwen_image_bf16.safetensors",
+                       "text_encoder": "/m/qwen_2.5_vl_7b.safetensors", "vae": "/m/qwen_image_vae.safetensors"},
+                      "lora", [], [])
+    assert (out["pretrained_model_name_or_path"], out["text_encoder"], out["ae"]) == (
+        "/m/qwen_image_bf16.safetensors", "/m/qwen_2.5_vl_7b.safetensors", "/m/qwen_image_vae.safetensors")
 
 
 @pytest.mark.parametrize("line, field", [

@@ -1,7 +1,7 @@
 """Qwen-Image, Lumina 2 and Z-Image as single files: a finetune's file in the layout ComfyUI and sd-scripts/musubi-tuner
-read (checked against diffusers' own converters), each file told apart by its keys; Z-Image and Lumina 2 trained from
-ComfyUI's split files (diffusion_models, text_encoders, vae) as from their diffusers folders; and what cannot be
-trained from (Qwen-Image's files, a family mismatch, a missing, cut or wrong file) named before anything is written."""
+read (checked against diffusers' own converters), each file told apart by its keys; Z-Image, Lumina 2 and Qwen-Image
+trained from ComfyUI's split files (diffusion_models, text_encoders, vae) as from their diffusers folders; and what
+cannot be trained from (a family mismatch, a missing, cut or wrong file) named before anything is written."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -69,13 +69,9 @@ def test_the_single_file_has_comfyuis_names_and_is_told_apart_by_them(files: dic
     with safe_open(str(files[family]), "pt") as fh:
         keys = set(fh.keys())
     assert set(KEYS[family]) <= keys
-    issues = _issues(files[family])  # read as its family: Lumina 2 asks for its other split files
+    issues = _issues(files[family])  # read as its family, which asks for its other split files
     assert all(TITLES[family] in issue.message for issue in issues)
-    if family == "lumina2":
-        assert [issue.field for issue in issues] == ["text_encoder", "ae"]
-    else:  # Qwen-Image is only trained from diffusers folders yet
-        assert [issue.field for issue in issues] == ["pretrained_model_name_or_path"]
-        assert "diffusers folder" in issues[0].message
+    assert [issue.field for issue in issues] == ["text_encoder", "ae"]
 
 
 @pytest.mark.slow
@@ -99,13 +95,19 @@ def test_a_cut_file_is_named_and_nothing_is_written(files: dict[str, Path], tmp_
 
 
 
-# the families read from ComfyUI's split files: their tiny builder, keys of their diffusion_models file, text encoder
+# the families read from ComfyUI's split files: their tiny builder (and its options), keys of their diffusion_models
+# file, text encoder
 SPLIT = {"zimage": ("trainers.models.zimage.tiny", "build_tiny_zimage", "Qwen3Model", "Qwen3 text encoder",
                     {"x_embedder.weight", "cap_pad_token", "layers.0.attention.qkv.weight",
                      "layers.1.attention.out.weight", "final_layer.adaLN_modulation.1.weight",
-                     "noise_refiner.0.adaLN_modulation.0.weight"}),
+                     "noise_refiner.0.adaLN_modulation.0.weight"}, {}),
          "lumina2": ("trainers.models.lumina2.tiny", "build_tiny_lumina2", "Gemma2Model", "Gemma 2 text encoder",
-                     set(KEYS["lumina2"]))}
+                     set(KEYS["lumina2"]), {}),
+         # heads as wide as the published ones and Qwen-Image's 16 latent channels: the head counts and the latent
+         # statistics are not in the files
+         "qwen_image": ("trainers.models.qwen_image.tiny", "build_tiny_qwen_image",
+                        "Qwen2_5_VLForConditionalGeneration", "Qwen2.5-VL text encoder", set(KEYS["qwen_image"]),
+                        {"reference_sizes": True})}
 
 
 @pytest.fixture(scope="module", params=sorted(SPLIT))
@@ -117,9 +119,9 @@ def split_files(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
     from trainers.models.tiny_flow import write_reference_files
 
-    module, builder, *_ = SPLIT[request.param]
+    module, builder, *_, options = SPLIT[request.param]
     root = tmp_path_factory.mktemp(f"{request.param} split files")
-    folder = getattr(importlib.import_module(module), builder)(root / "model")
+    folder = getattr(importlib.import_module(module), builder)(root / "model", **options)
     files = {name: str(path) for name, path in write_reference_files(folder, root / "files").items()}
     return request.param, folder, files
 

@@ -57,8 +57,10 @@ COMPONENTS: dict[str, Component] = {
     "t5xxl": Component("a T5 encoder in transformers' layout (shared.weight, encoder.block...)",
                        (("shared.weight", "encoder.embed_tokens.weight"),
                         ("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",))),
-    "ae": Component("an autoencoder in the original layout (encoder.conv_in, decoder.conv_in...), as FLUX.1's "
-                    "ae.safetensors", (("encoder.conv_in.weight",), ("decoder.conv_in.weight",))),
+    "ae": Component("an autoencoder (encoder.conv_in, decoder.conv_in...; Wan's encoder.conv1...), as FLUX.1's "
+                    "ae.safetensors or Qwen-Image's qwen_image_vae.safetensors",
+                    (("encoder.conv_in.weight", "encoder.conv1.weight"), ("decoder.conv_in.weight",
+                                                                          "decoder.conv1.weight"))),
     "text_encoder": Component("a language-model text encoder in transformers' layout (model.embed_tokens..., "
                               "model.layers...), as ComfyUI's text_encoders files",
                               (("model.embed_tokens.weight", "embed_tokens.weight"), ("model.layers.", "layers."))),

@@ -6,6 +6,7 @@ converts its denoiser; everything else is here.
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,13 @@ def load_parts(ckpt: "Checkpoint", parts: tuple[Part, ...], files: ModelFiles, v
             continue
         state = component_files.component(ckpt, part.prefix, getattr(files, part.option) if part.option else "",
                                           part.what, part.option or "vae")
-        if part.kind == "vae":
+        if part.reader:
+            module = importlib.import_module(part.reader).load(part, state, dtype)
+            if part.kind == "vae":
+                vae = module
+            else:
+                text_encoders.append(module)
+        elif part.kind == "vae":
             vae = component_files.autoencoder(state, latent_scale, latent_shift)
         elif part.kind == "t5":
             text_encoders.append(component_files.t5_encoder(state, dtype))

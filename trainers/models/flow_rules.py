@@ -32,6 +32,9 @@ class Part:
     base_config: Path | None = None
     tokenizer: str = ""
     tokenizer_subfolder: str = ""  # where that repository holds it ("": at its root)
+    # a family's own reader of this part (a module with load(part, state, dtype) and file_state(part, module)) where
+    # the readers of component_files.py do not fit (Qwen-Image's Qwen2.5-VL and autoencoder); "": theirs
+    reader: str = ""
 
 
 def part_issues(parts: tuple[Part, ...], keys: CheckpointKeys, files: ModelFiles, vae_path: str,

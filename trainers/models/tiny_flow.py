@@ -58,6 +58,8 @@ def write_reference_files(model_dir: Path, out: Path) -> dict[str, Path]:
     a file for each text encoder (and the ae; SD3's VAE goes inside the model file, as Stability ships it), and a
     tokenizer_cache_dir holding the tokenizers as sd-scripts leaves it after a first run. Returns the options
     that name them."""
+    import importlib
+
     import torch
     from safetensors.torch import save_file
 
@@ -70,17 +72,21 @@ def write_reference_files(model_dir: Path, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     main = {k: v for k, v in family.to_checkpoint(model, model.unet.state_dict()).items()
             if not k.startswith(VAE_PREFIX)}  # the VAE goes where checkpoint_parts say
-    vae = {k.removeprefix(VAE_PREFIX): v for k, v in vae_to_ldm(model.vae.state_dict(), model.vae.config).items()}
     files: dict[str, Path] = {"pretrained_model_name_or_path": out / f"{family.name}.safetensors",
                               "tokenizer_cache_dir": out / "tokenizers"}
     encoders = iter(zip(model.text_encoders, model.tokenizers))
     for part in family.checkpoint_parts:
         if part.kind == "vae":
-            state = vae
+            module = model.vae
         else:
-            encoder, tokenizer = next(encoders)
+            module, tokenizer = next(encoders)
             tokenizer.save_pretrained(files["tokenizer_cache_dir"] / tokenizer_id(part).replace("/", "_"))
-            state = _encoder_file_state(part.kind, encoder.state_dict())
+        if part.reader:  # the family's own file layout of the part
+            state = importlib.import_module(part.reader).file_state(part, module)
+        elif part.kind == "vae":
+            state = {k.removeprefix(VAE_PREFIX): v for k, v in vae_to_ldm(module.state_dict(), module.config).items()}
+        else:
+            state = _encoder_file_state(part.kind, module.state_dict())
         if part.option:
             files[part.option] = out / f"{part.option}.safetensors"
             save_file({k: v.contiguous() for k, v in state.items()}, files[part.option])

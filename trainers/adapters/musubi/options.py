@@ -25,9 +25,9 @@ MUSUBI_KEYS = frozenset({"dit", "dit_dtype", "fp8_vl", "fp8_llm", "fp8_scaled", 
 _MODEL_FILES = ("dit", "text_encoder", "vae")
 _FOLDER = ("musubi-tuner's separate model files are not read for this family yet: give its diffusers folder (e.g. "
            "Qwen/Qwen-Image) as pretrained_model_name_or_path")
-# musubi-tuner's model files -> our options, for the families that read them (Z-Image: ComfyUI's split files)
-FILE_OPTIONS: dict[str, dict[str, str]] = {
-    "zimage": {"dit": "pretrained_model_name_or_path", "text_encoder": "text_encoder", "vae": "ae"}}
+# musubi-tuner's model files -> our options, for the families that read them (ComfyUI's split files)
+_SPLIT_FILES = {"dit": "pretrained_model_name_or_path", "text_encoder": "text_encoder", "vae": "ae"}
+FILE_OPTIONS: dict[str, dict[str, str]] = {"zimage": _SPLIT_FILES, "qwen_image": _SPLIT_FILES}
 # Why a family's musubi-tuner model files are refused, where the generic _FOLDER does not say it
 FOLDER_ONLY: dict[str, str] = {
     "flux2": ("FLUX.2's single files (BFL's flux2-*.safetensors, its separate text encoder and ae) are not read here "

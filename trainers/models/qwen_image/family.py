@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelFiles, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
 from trainers.models.flow_latents import pack_latents, packed_grid, unpack_latents
 from trainers.models.flow_sigmas import shifted
@@ -48,12 +48,15 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
     shift_mu = QWEN_SHIFT_MU  # timestep_sampling 'qwen_shift': mu at the fewest and most image tokens
     shift_tokens = (256, 8192)
 
+    latent_scaling = (1.0, 0.0)  # unused: its autoencoder normalises by the published per-channel statistics
+
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
-        model = super().load(folder, weight_dtype, vae_path, random_init)
-        encode_single_frames(model.vae)
-        model.family = copy.copy(model.family)
-        model.family.pad_token_id = model.tokenizers[0].pad_token_id
-        return model
+        return _ready(super().load(folder, weight_dtype, vae_path, random_init))
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> Any:
+        """ComfyUI's split files: the diffusion_models file, text_encoder's Qwen2.5-VL and ae's autoencoder
+        (parts.py), the tokenizer from tokenizer_cache_dir (Qwen/Qwen-Image's)."""
+        return _ready(super().load_checkpoint(ckpt, weight_dtype, vae_path, files))
 
     def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
         """The transformer alone as ComfyUI's and musubi-tuner's diffusion_models file holds it: diffusers' names."""
@@ -156,6 +159,15 @@ class QwenImage(QwenImageRules, FlowFamily, ModelFamily):
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         return [target for i, block in enumerate(unet.transformer_blocks) for target in _block_targets(i, block)]
+
+
+def _ready(model: LoadedModel) -> LoadedModel:
+    """`model` with its autoencoder encoding single frames and a copy of its family that knows its tokenizer's pad
+    token (the text mask's; the text encoder's config may not name it)."""
+    encode_single_frames(model.vae)
+    model.family = copy.copy(model.family)
+    model.family.pad_token_id = model.tokenizers[0].pad_token_id
+    return model
 
 
 def encode_single_frames(vae: nn.Module) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainers.core.memory_facts import QWEN25_VL_7B, QWEN25_VL_7B_LINEAR, QWEN_IMAGE_VAE, ModelSize
-from trainers.models.flow_rules import FlowRules
+from trainers.models.flow_rules import FlowRules, Part
 
 
 class QwenImageRules(FlowRules):
@@ -22,11 +22,14 @@ class QwenImageRules(FlowRules):
     own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
                              "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
     own_timestep_samplings = frozenset({"qwen_shift"})
-    # ComfyUI's and musubi-tuner's single files (diffusers' module names; only Qwen-Image has txt_norm)
+    # ComfyUI's and musubi-tuner's single files (diffusers' module names; only Qwen-Image has txt_norm), its text
+    # encoder and autoencoder in files of their own (ComfyUI's split layout; musubi-tuner's --text_encoder, --vae)
     reference_prefixes = ("txt_norm.", "model.diffusion_model.txt_norm.", "diffusion_model.txt_norm.")
-    reads_single_files = False
-    writes_single_files = True  # its finetunes' transformer as ComfyUI's diffusion_models file (to_checkpoint)
-    checkpoint_parts = ()
+    checkpoint_parts = (Part("llm", "text_encoders.qwen25_7b.", "text_encoder", "Qwen2.5-VL text encoder",
+                             base_config=Path(__file__).with_name("text_encoder.json"), tokenizer="Qwen/Qwen-Image",
+                             tokenizer_subfolder="tokenizer", reader="trainers.models.qwen_image.parts"),
+                        Part("vae", "vae.", "ae", "autoencoder (Qwen-Image's qwen_image_vae.safetensors)",
+                             reader="trainers.models.qwen_image.parts"))
 
 
 QWEN_IMAGE = QwenImageRules()

@@ -18,7 +18,9 @@ class QwenImage21Rules(QwenImageRules):
     frozen_text_encoder = "Qwen3-VL"
     # its transformer's shared modulation (Qwen-Image's blocks have their own): recognised, refused by name
     reference_prefixes = ("modulation.1.", "model.diffusion_model.modulation.1.", "diffusion_model.modulation.1.")
+    reads_single_files = False
     writes_single_files = False  # no tool reads a single-file Qwen-Image 2.1 yet: finetunes are diffusers folders
+    checkpoint_parts = ()
 
 
 QWEN_IMAGE21 = QwenImage21Rules()

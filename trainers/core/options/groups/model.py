@@ -27,14 +27,16 @@ OPTIONS: tuple[Option, ...] = (
            "clip_g.safetensors). Not needed when the model file holds it.", "model", path="file", advanced=True),
     Option("t5xxl", "str", "", "SD3 or FLUX.1 from a single file: the T5-XXL text encoder's .safetensors (e.g. "
            "t5xxl_fp16.safetensors). Not needed when the model file holds it.", "model", path="file", advanced=True),
-    Option("ae", "str", "", "FLUX.1, Z-Image or Lumina 2 from a single file: the autoencoder's .safetensors "
-           "(FLUX.1's ae.safetensors, which the other two use too; musubi-tuner's --vae). Not needed when the model "
-           "file holds it.", "model", path="file", advanced=True),
-    Option("text_encoder", "str", "", "Z-Image or Lumina 2 from a single file (ComfyUI's diffusion_models file, "
-           "musubi-tuner's --dit): its text encoder's .safetensors (ComfyUI's text_encoders/qwen_3_4b.safetensors or "
-           "gemma_2_2b.safetensors; musubi-tuner's --text_encoder). Its tokenizer is read from tokenizer_cache_dir "
-           "(fetched from the hub once).", "model", path="file", advanced=True),
+    Option("ae", "str", "", "FLUX.1, Z-Image, Lumina 2 or Qwen-Image from a single file: the autoencoder's "
+           ".safetensors (FLUX.1's ae.safetensors, which Z-Image and Lumina 2 use too; Qwen-Image's "
+           "vae/qwen_image_vae.safetensors; musubi-tuner's --vae). Not needed when the model file holds it.", "model",
+           path="file", advanced=True),
+    Option("text_encoder", "str", "", "Z-Image, Lumina 2 or Qwen-Image from a single file (ComfyUI's "
+           "diffusion_models file, musubi-tuner's --dit): its text encoder's .safetensors (ComfyUI's "
+           "text_encoders/qwen_3_4b.safetensors, gemma_2_2b.safetensors or qwen_2.5_vl_7b.safetensors; musubi-tuner's "
+           "--text_encoder). Its tokenizer is read from tokenizer_cache_dir (fetched from the hub once).", "model",
+           path="file", advanced=True),
     Option("tokenizer_cache_dir", "str", "", "Where tokenizers a single file lacks are kept (SD3's and FLUX.1's T5 "
-           "tokenizer, Z-Image's Qwen3 and Lumina 2's Gemma 2 ones: fetched from the hub once, then read from here "
-           "offline), as in sd-scripts.", "model", path="out", advanced=True),
+           "tokenizer, Z-Image's Qwen3, Lumina 2's Gemma 2 and Qwen-Image's Qwen2.5-VL ones: fetched from the hub "
+           "once, then read from here offline), as in sd-scripts.", "model", path="out", advanced=True),
 )

@@ -1,0 +1,45 @@
+"""Qwen-Image's transformer as ComfyUI's diffusion_models file and musubi-tuner's --dit hold it: diffusers' own module
+names (QwenImageTransformer2DModel), perhaps nested under ComfyUI's prefix. The config comes from the tensor shapes,
+the rope axes from the published one (transformer.json), scaled to the head width as published."""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainers.models import reference_layout as layout
+from trainers.models.base import ModelLoadError
+
+MARKER = "txt_norm."  # only Qwen-Image's transformer has it: where the file nests the denoiser
+PREFIXES = ("model.diffusion_model.", "diffusion_model.")  # ComfyUI's nesting of the transformer
+BASE_CONFIG = Path(__file__).with_name("transformer.json")
+PATCH = 2  # the published patch size (2x2 latents a token)
+
+
+def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
+    return layout.strip_prefix(state, PREFIXES, MARKER)
+
+
+def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
+    """QwenImageTransformer2DModel's config of a single file: its sizes from the tensor shapes, the rest as published."""
+    try:
+        width, inputs = shapes["img_in.weight"]
+        head = shapes["transformer_blocks.0.attn.norm_q.weight"][0]
+        outputs = shapes["proj_out.weight"][0]
+        text_width = shapes["txt_in.weight"][1]
+    except KeyError as err:
+        raise ModelLoadError(f"{name}: the Qwen-Image transformer has no {err.args[0]}: is the file complete?") from None
+    base = {k: v for k, v in json.loads(BASE_CONFIG.read_text(encoding="utf-8")).items() if not k.startswith("_")}
+    base_head = base["attention_head_dim"]
+    return {**base, "in_channels": inputs, "out_channels": outputs // PATCH**2,
+            "num_layers": layout.count(shapes, "transformer_blocks."), "attention_head_dim": head,
+            "num_attention_heads": width // head, "joint_attention_dim": text_width,
+            "axes_dims_rope": [axis * head // base_head for axis in base["axes_dims_rope"]]}
+
+
+def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
+    """The file's transformer tensors are diffusers' already (a whole-model file's other parts are left out)."""
+    return dict(state)
