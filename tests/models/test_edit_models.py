@@ -191,6 +191,13 @@ def test_kontext_lora_loads_in_the_diffusers_edit_pipeline_with_every_key(kontex
     assert (image() - base).abs().max() > 1e-4
 
 
+def _red_and_blue(folder: Path, size: int = 64) -> tuple[Path, Path]:
+    red, blue = folder / "red.png", folder / "blue.png"
+    Image.new("RGB", (size, size), (220, 20, 20)).save(red)
+    Image.new("RGB", (size, size), (20, 20, 220)).save(blue)
+    return red, blue
+
+
 def _generated_from_red_and_blue(model_dir: Path, tmp_path: Path) -> tuple["np.ndarray", "np.ndarray"]:
     """Generate's images (one seed) from a red input image (input_image) and from a blue one (a prompt's --ci)."""
     import numpy as np
@@ -199,9 +206,7 @@ def _generated_from_red_and_blue(model_dir: Path, tmp_path: Path) -> tuple["np.n
     from trainers.generate.plan import Variant, build_plan
     from trainers.generate.renderer import Renderer
 
-    red, blue = tmp_path / "red.png", tmp_path / "blue.png"
-    Image.new("RGB", (64, 64), (220, 20, 20)).save(red)
-    Image.new("RGB", (64, 64), (20, 20, 220)).save(blue)
+    red, blue = _red_and_blue(tmp_path)
     cfg = GenerateConfig({"width": 64, "height": 64, "steps": 2, "cpu_threads": 1, "devices": "cpu", "cfg_scale": 1.0,
                           "model": str(model_dir), "input_image": str(red),
                           "prompts": ["mirror it --d 1", f"mirror it --d 1 --ci {blue}"]})
@@ -216,6 +221,28 @@ def test_generate_edits_its_input_image(kontext_dir: Path, tmp_path: Path) -> No
     from_red, from_blue = _generated_from_red_and_blue(kontext_dir, tmp_path)
     assert from_red.shape == (64, 64, 3)  # the size asked for, not Kontext's preferred 1024 px sizes
     assert abs(from_red - from_blue).max() > 0  # the same seed, another input image
+
+
+def test_the_compare_grid_edits_its_input_images_and_shows_them(kontext_dir: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    from trainers.generate.grid import read_grid_layout
+    from trainers.generate.job import run_job
+    from trainers.generate.options import GenerateConfig, check_config
+
+    red, blue = _red_and_blue(tmp_path, size=96)  # larger than the cells: fitted into them
+    values = {"mode": "compare", "model": str(kontext_dir), "compare_loras": [str(kontext_dir)], "width": 64,
+              "height": 64, "steps": 2, "cfg_scale": 1.0, "devices": "cpu", "cpu_threads": 1,
+              "input_image": str(red), "prompts": ["mirror it --d 1", f"mirror it --d 1 --ci {blue}"]}
+    result = run_job(GenerateConfig(values), tmp_path / "job")
+    grid = read_grid_layout(result.grid)
+    assert grid["rows"][0] == "input image" and grid["cells"][0] == [str(red), str(blue)]
+    saved = [np.asarray(Image.open(path).convert("RGB")).astype(int) for path in grid["cells"][1]]
+    assert abs(saved[0] - saved[1]).max() > 0  # one seed, the other column's input image
+    missing = check_config(GenerateConfig({**values, "input_image": str(tmp_path / "gone.png"),
+                                           "prompts": [f"mirror it --ci {tmp_path / 'lost.png'}"]}))
+    named = {i.field: i.message for i in missing if i.field in ("input_image", "prompts")}
+    assert "gone.png" in named["input_image"] and "lost.png" in named["prompts"]
 
 
 def test_what_edit_training_cannot_do_yet_is_named(kontext_dir: Path, tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""The compare grid: rows are saves (epochs or steps), columns are prompts (and LoRA weights), labelled.
+"""The compare grid: rows are saves (epochs or steps), columns are prompts (and LoRA weights), labelled. An edit
+model's grid starts with a row of each column's input image ("input image", or "input 1", "input 2", ... for prompts
+with several), fitted into the cell, so every edit is seen beside the image it started from.
 
 The layout is also written into the PNG ("atelier-grid": rows, columns, cell size) so tools and tests
 can read it back.
@@ -15,7 +17,7 @@ from typing import Any
 from trainers.core.events import EventWriter, Grid
 from trainers.core.fsio import atomic_path
 from trainers.generate.options import GenerateConfig
-from trainers.generate.plan import Plan
+from trainers.generate.plan import Plan, input_images
 
 PAD = 8
 MAX_HEADER_LINES = 4
@@ -29,8 +31,9 @@ class GridLayout:
     cell_size: tuple[int, int]  # (width, height) of a cell
 
 
-def layout(plan: Plan) -> GridLayout:
-    """Rows: the variants' saves in order; columns: prompts x weights; every cell one image.
+def layout(plan: Plan, cfg: GenerateConfig) -> GridLayout:
+    """Rows: the input images' (edit models), then the variants' saves in order; columns: prompts x weights; every
+    cell one image.
 
     A column names its seed when the prompts' seeds differ (a prompt's --d): the title names a seed only when
     every image used it (see `_seed_label`).
@@ -54,7 +57,11 @@ def layout(plan: Plan) -> GridLayout:
         with Image.open(path) as im:
             sizes.append(im.size)
     cell = (max(w for w, _ in sizes), max(h for _, h in sizes)) if sizes else (64, 64)
-    return GridLayout(rows, columns, cells, cell)
+    inputs = [input_images(cfg, p) for p in plan.prompts for _ in weights]
+    count = max(map(len, inputs), default=0)
+    labels = ["input image"] if count == 1 else [f"input {n + 1}" for n in range(count)]
+    input_rows = [[images[n] if n < len(images) else "" for images in inputs] for n in range(count)]
+    return GridLayout(labels + rows, columns, input_rows + cells, cell)
 
 
 def _font(size: int) -> Any:
@@ -85,7 +92,7 @@ def _wrap(draw: Any, text: str, font: Any, width: int) -> list[str]:
 
 def render_grid(grid: GridLayout, title: str = "") -> Any:
     """The labelled grid as a PIL image."""
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw, ImageOps
 
     cw, ch = grid.cell_size
     font = _font(max(12, min(32, ch // 12)))
@@ -108,8 +115,10 @@ def render_grid(grid: GridLayout, title: str = "") -> Any:
         for c, path in enumerate(grid.cells[r]):
             if not path:
                 continue
-            with Image.open(path) as im:
-                canvas.paste(im.convert("RGB"), (left + c * cw + (cw - im.width) // 2, top + r * ch + (ch - im.height) // 2))
+            with Image.open(Path(path).expanduser()) as opened:
+                im = ImageOps.contain(opened.convert("RGB"), (cw, ch)) if opened.width > cw or opened.height > ch \
+                    else opened.convert("RGB")
+            canvas.paste(im, (left + c * cw + (cw - im.width) // 2, top + r * ch + (ch - im.height) // 2))
     return canvas
 
 
@@ -150,7 +159,7 @@ def _steps_label(plan: Plan) -> str:
 
 def save_compare_grid(cfg: GenerateConfig, plan: Plan, job_dir: Path, events: EventWriter) -> Path:
     """Assemble the grid into the job folder and, for a training run, into `<run>/compare/grid-<stamp>.png`."""
-    grid = layout(plan)
+    grid = layout(plan, cfg)
     run = Path(cfg.compare_run).expanduser() if cfg.compare_run.strip() else None
     title = f"{run.name if run else 'LoRA files'} · {_seed_label(plan)} · {cfg.sampler} · {_steps_label(plan)}"
     path = save_grid(render_grid(grid, title), Path(job_dir) / "grid.png", grid, {"seed": plan.seed, "title": title})

@@ -240,8 +240,15 @@ def check_config(cfg: GenerateConfig) -> list[ConfigIssue]:
         prompts = job_prompts(cfg)
         if not prompts:
             add("prompts", "write at least one prompt (one a line), or give a prompts_file")
+        for prompt in prompts:
+            issues += [ConfigIssue("prompts", f"prompt {prompt.index + 1}: --ci {path!r} is not an image file: give "
+                                   "the path of the image its edit starts from", "prompts")
+                       for path in prompt.edit_images if not Path(path).expanduser().is_file()]
     except ConfigError as err:
         issues.extend(err.issues)
+    if cfg.input_image.strip() and not Path(cfg.input_image).expanduser().is_file():
+        add("input_image", f"{Path(cfg.input_image).expanduser()} is not an image file: give the image the prompts "
+                           "edit (edit models only)")
     for name in ("prompts_file", "vae"):
         value = getattr(cfg, name).strip()
         if value and not Path(value).expanduser().exists():

@@ -71,6 +71,12 @@ def image_seed(prompt: SamplePrompt, job_seed: int, index: int) -> int:
     return (job_seed if prompt.seed is None else prompt.seed) + index
 
 
+def input_images(cfg: GenerateConfig, prompt: SamplePrompt) -> tuple[str, ...]:
+    """An edit model's input images of a prompt: its --ci, else the job's input_image (none for other models)."""
+    given = cfg.input_image.strip()
+    return prompt.edit_images or ((given,) if given else ())
+
+
 def compare_saves(cfg: GenerateConfig) -> list[Save]:
     """The grid's rows: the saves of `compare_run`, then the files of `compare_loras`."""
     rows = find_saves(Path(cfg.compare_run).expanduser()) if cfg.compare_run.strip() else []

@@ -18,7 +18,7 @@ import torch
 from trainers.generate.bundled_words import BundledWord, install_words, reading_words, split_bundled
 from trainers.generate.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups, with_one_alpha
 from trainers.generate.options import GenerateConfig, LoraRef
-from trainers.generate.plan import Variant, WorkItem
+from trainers.generate.plan import Variant, WorkItem, input_images
 from trainers.generate.pnginfo import lora_short_hash, lora_tag, parameters_text
 from trainers.generate.saves import lora_touches_text_encoder
 from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model
@@ -180,13 +180,14 @@ class Renderer:
         assert self.model is not None
         width, height = item.width or self.native_size(), item.height or self.native_size()
         batch = len(item.images)
-        one = self.embeds(item.prompt.prompt, item.prompt.negative, self.input_images(item), (width, height))
+        images = input_images(self.cfg, item.prompt)
+        one = self.embeds(item.prompt.prompt, item.prompt.negative, images, (width, height))
         embeds = {k: _repeated(v, batch) for k, v in one.items()}
         generators = [torch.Generator("cpu").manual_seed(image.seed) for image in item.images]
         with torch.no_grad():
             latents = self.pipe(**embeds, width=width, height=height, num_inference_steps=item.steps,
                                 **self.model.family.pipeline_kwargs(item.cfg_scale),
-                                **self.model.family.edit_inputs(self.input_images(item), width, height),
+                                **self.model.family.edit_inputs(images, width, height),
                                 generator=generators,
                                 output_type="latent").images
             pixels = self.model.family.decode_latents(self.model.vae, latents, width, height)
@@ -196,11 +197,6 @@ class Renderer:
             text = self.parameters(item, image.seed, width, height)
             written.append(save_png(picture, Path(image.path), text))
         return written
-
-    def input_images(self, item: WorkItem) -> tuple[str, ...]:
-        """An edit model's input images of a prompt: its --ci, else the job's input_image."""
-        given = self.cfg.input_image.strip()
-        return item.prompt.edit_images or ((given,) if given else ())
 
     def parameters(self, item: WorkItem, seed: int, width: int, height: int) -> str:
         loras = [r for r in self.variants[item.variant].loras if r.weight != 0]
