@@ -15,7 +15,7 @@ from trainers.core.options import ConfigError, load_config
 from trainers.core.options.groups.network import NETWORK_ARG_OPTIONS
 from trainers.adapters.kohya.export import SAME, prompt_file_lines, sd_scripts_command
 from trainers.adapters.kohya.page_import import import_kohya_file
-from trainers.core.options.loading import Unset
+from trainers.core.options.loading import TrainConfig, Unset
 from trainers.demo import build_dataset
 
 CORPUS = Path(__file__).parent / "kohya_corpus"
@@ -39,7 +39,7 @@ def sets(values: dict[str, object]) -> list[str]:
     return [f"{k}={json.dumps(v)}" for k, v in values.items()]
 
 
-def round_trip(method: str, source: Path | None, overrides: list[str], tmp_path: Path, family: str) -> None:
+def round_trip(method: str, source: Path | None, overrides: list[str], tmp_path: Path, family: str) -> TrainConfig:
     cfg = load_config(method, source, overrides)
     argv, text, notes = sd_scripts_command(cfg, family=family, config_path=str(tmp_path / "sd.toml"),
                                            prompts_path=str(tmp_path / "prompts.txt"))
@@ -50,6 +50,7 @@ def round_trip(method: str, source: Path | None, overrides: list[str], tmp_path:
     differ = {k: (cfg.values[k], back.values[k]) for k in both if k in cfg.values and cfg.values[k] != back.values[k]}
     assert not differ, differ
     assert argv[:2] == ["accelerate", "launch"] and argv[-2:] == ["--config_file", str(tmp_path / "sd.toml")]
+    return back
 
 
 @pytest.mark.parametrize("source", ["sd_scripts/kohya_ss_lora_locon.toml", "sd_scripts/sections_sd15_lora.toml",
@@ -159,6 +160,58 @@ def test_a_flux_lora_exports_to_flux_train_network_and_loads_back(tmp_path: Path
     assert any(a.endswith("flux_train_network.py") for a in argv)
     assert exported["network_module"] == "networks.lora_flux" and exported["ae"] == "/models/ae.safetensors"
     assert exported["timestep_sampling"] == "shift" and exported["fp8_base"] is True
+
+
+CHROMA = {"model_family": "chroma", "pretrained_model_name_or_path": "/m/chroma-unlocked-v50.safetensors",
+          "t5xxl": "/m/t5xxl_fp16.safetensors", "ae": "/m/ae.safetensors", "timestep_sampling": "sigmoid",
+          "guidance_scale": 0.0, "apply_t5_attn_mask": True, "max_train_steps": 10}
+LUMINA = {"model_family": "lumina2", "pretrained_model_name_or_path": "/m/lumina_2_model_bf16.safetensors",
+          "text_encoder": "/m/gemma_2_2b.safetensors", "ae": "/m/ae.safetensors",
+          "timestep_sampling": "nextdit_shift", "discrete_flow_shift": 6.0, "blocks_to_swap": 4, "max_train_steps": 10}
+
+
+@pytest.mark.parametrize("method, script", [("lora", "flux_train_network.py"), ("finetune", "flux_train.py")])
+def test_a_chroma_config_exports_to_flux_scripts_with_model_type_chroma(method: str, script: str,
+                                                                        tmp_path: Path) -> None:
+    """sd-scripts trains Chroma with FLUX.1's scripts and model_type = "chroma"; read back, it is Chroma again."""
+    back = round_trip(method, None, sets(CHROMA), tmp_path, "chroma")
+    argv, text, _ = sd_scripts_command(load_config(method, None, sets(CHROMA)))
+    exported = tomllib.loads(text)
+    assert argv[-3] == script and exported["model_type"] == "chroma" and back.model_family == "chroma"
+    assert (exported["t5xxl"], exported["timestep_sampling"]) == ("/m/t5xxl_fp16.safetensors", "sigmoid")
+    assert exported.get("network_module", "networks.lora_flux") == "networks.lora_flux"
+
+
+@pytest.mark.parametrize("method, script", [("lora", "lumina_train_network.py"), ("finetune", "lumina_train.py")])
+def test_a_lumina2_config_exports_to_lumina_scripts_with_their_names(method: str, script: str,
+                                                                     tmp_path: Path) -> None:
+    """Lumina 2 goes to sd-scripts' Lumina scripts: the Gemma 2 file as gemma2, networks.lora_lumina, and the system
+    prompt its captions are read after here (sd-scripts reads them without one unless told); read back, the same."""
+    from trainers.models.lumina2.rules import SYSTEM_PROMPT
+
+    back = round_trip(method, None, sets(LUMINA), tmp_path, "lumina2")
+    argv, text, notes = sd_scripts_command(load_config(method, None, sets(LUMINA)))
+    exported = tomllib.loads(text)
+    assert argv[-3] == script and back.model_family == "lumina2"
+    assert (exported["gemma2"], exported["ae"], exported["system_prompt"]) == (
+        "/m/gemma_2_2b.safetensors", "/m/ae.safetensors", SYSTEM_PROMPT)
+    assert "text_encoder" not in exported and exported["timestep_sampling"] == "nextdit_shift"
+    assert exported.get("network_module", "networks.lora_lumina") == "networks.lora_lumina"
+    assert not {"guidance_scale", "t5xxl", "apply_t5_attn_mask"} & set(exported) and not notes
+    folder = {**LUMINA, "pretrained_model_name_or_path": "/m/Lumina-Image-2.0", "text_encoder": "", "ae": ""}
+    _, _, notes = sd_scripts_command(load_config(method, None, sets(folder)))
+    assert any(f"{script} reads Lumina 2 from its single files" in note for note in notes)
+
+
+@pytest.mark.parametrize("family, title", [("zimage", "Z-Image"), ("qwen_image", "Qwen-Image"),
+                                           ("qwen_image_edit", "Qwen-Image-Edit"), ("flux2", "FLUX.2"),
+                                           ("krea2", "Krea 2"), ("flux_kontext", "FLUX.1 Kontext")])
+def test_families_sd_scripts_does_not_train_are_refused_naming_musubi_tuner(family: str, title: str) -> None:
+    for method in ("lora", "finetune"):
+        with pytest.raises(ConfigError) as err:
+            sd_scripts_command(load_config(method, None, sets({"model_family": family})))
+        (issue,) = err.value.issues
+        assert f"sd-scripts does not train {title} models" in issue.message and "musubi-tuner" in issue.message
 
 
 def test_an_export_carries_only_what_the_family_s_script_reads() -> None:

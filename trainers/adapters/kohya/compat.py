@@ -73,19 +73,29 @@ DREAMBOOTH_TRAINS_TEXT_ENCODER: dict[str, bool] = {"sd1": True, "sd2": True, "sd
                                                    "flux": False}
 # kohya_ss's model checkboxes for SD3 and FLUX, and the family each one names.
 SWITCH_FAMILIES: dict[str, str] = {"sd3_checkbox": "sd3", "flux1_checkbox": "flux"}
-# The LoRA module sd-scripts trains each flow family with (ours is networks.lora: the family names the keys).
-FAMILY_LORA_MODULE: dict[str, str] = {"flux": "networks.lora_flux", "sd3": "networks.lora_sd3"}
-# Options only some families' scripts read (sd3_train_utils.py, flux_train_utils.py, train_util.py's
-# add_dit_training_arguments, sdxl_train_util.py), by the families that read them.
+# The LoRA module sd-scripts trains each flow family with (ours is networks.lora: the family names the keys);
+# Chroma is FLUX.1's scripts with model_type = "chroma", Lumina 2 its own (lumina_train_network.py).
+FAMILY_LORA_MODULE: dict[str, str] = {"flux": "networks.lora_flux", "sd3": "networks.lora_sd3",
+                                      "chroma": "networks.lora_flux", "lumina2": "networks.lora_lumina"}
+# Options only some families' scripts read (sd3_train_utils.py, flux_train_utils.py, lumina_train_util.py,
+# train_util.py's add_dit_training_arguments, sdxl_train_util.py), by the families that read them.
 _DIT = ("text_encoder_batch_size", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "blocks_to_swap")
 _T5 = ("apply_t5_attn_mask", "t5xxl_max_token_length", "clip_l", "t5xxl")
+_FLUX = ("flux", "chroma")
 FAMILY_ONLY: dict[str, tuple[str, ...]] = {
-    **{name: ("sd3", "flux") for name in _DIT + _T5},
+    **{name: ("sd3", *_FLUX, "lumina2") for name in _DIT},
+    **{name: ("sd3", *_FLUX) for name in _T5},
     **{name: ("sd3",) for name in ("apply_lg_attn_mask", "training_shift", "clip_g", "t5xxl_dtype")},
-    **{name: ("flux",) for name in ("discrete_flow_shift", "guidance_scale", "model_prediction_type", "sigmoid_scale",
-                                     "timestep_sampling", "ae")},
-    **{name: ("sdxl", "sd3", "flux") for name in ("cache_text_encoder_outputs", "cache_text_encoder_outputs_to_disk")},
+    **{name: _FLUX for name in ("guidance_scale",)},
+    **{name: (*_FLUX, "lumina2") for name in ("discrete_flow_shift", "model_prediction_type", "sigmoid_scale",
+                                              "timestep_sampling", "ae")},
+    "text_encoder": ("lumina2",),
+    **{name: ("sdxl", "sd3", *_FLUX, "lumina2") for name in ("cache_text_encoder_outputs",
+                                                              "cache_text_encoder_outputs_to_disk")},
 }
+# The flow families musubi-tuner trains and sd-scripts does not: the export names the tool that does.
+MUSUBI_FAMILIES = ("zimage", "qwen_image", "qwen_image_edit", "qwen_image_edit_plus", "flux2", "krea2",
+                   "flux_kontext")
 NO_CLIP_SKIP = ("sdxl", "sd3", "flux")  # families whose sd-scripts scripts do not read clip_skip
 
 

@@ -13,14 +13,19 @@ from typing import Any
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options import toml_text as toml
 from trainers.core.options.groups.network import NETWORK_ARG_OPTIONS
-from trainers.adapters.kohya.compat import FAMILY_FLAGS, FAMILY_LORA_MODULE, FAMILY_ONLY
+from trainers.adapters.kohya.compat import FAMILY_FLAGS, FAMILY_LORA_MODULE, FAMILY_ONLY, MUSUBI_FAMILIES
 from trainers.adapters.kohya.gui_json_flow import UNREAD as UNREAD_BY_FLOW
 from trainers.adapters.kohya.keys import SAMPLERS
 from trainers.core.options.loading import TrainConfig
 from trainers.core.options.training import DECLARATIONS
 from trainers.core.registry import FAMILY_NAMES, method_spec
+from trainers.models.lumina2.rules import SYSTEM_PROMPT as LUMINA_SYSTEM_PROMPT
 
-FLOW_FAMILIES = tuple(FAMILY_LORA_MODULE)  # sd3, flux
+FLOW_FAMILIES = tuple(FAMILY_LORA_MODULE)  # sd3, flux, chroma, lumina2
+# Options sd-scripts names otherwise for a family (ours -> its), and its keys that make its script train as we do
+RENAMED: dict[str, dict[str, str]] = {"lumina2": {"text_encoder": "gemma2"}}
+FAMILY_KEYS: dict[str, dict[str, Any]] = {"chroma": {"model_type": "chroma"},
+                                          "lumina2": {"system_prompt": LUMINA_SYSTEM_PROMPT}}
 
 # Our options that sd-scripts reads under the same name, with the same meaning.
 SAME: frozenset[str] = frozenset({
@@ -52,6 +57,7 @@ SAME: frozenset[str] = frozenset({
     "blocks_to_swap", "timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
     "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
     "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask",
+    "text_encoder",  # Lumina 2's Gemma 2 file, written under sd-scripts' name (RENAMED)
 })
 # sd-scripts' network trainers read these; its train_db.py and fine_tune.py do not.
 VALIDATION = ("validation_split", "validation_seed", "validate_every_n_steps", "validate_every_n_epochs",
@@ -97,6 +103,13 @@ def script_for(method: str, family: str | None) -> tuple[str, list[str]]:
     if family in scripts:
         return scripts[family], []
     title = method_spec(method).title
+    if family in FAMILY_NAMES and not any(family in getattr(d, "SD_SCRIPTS", {}) for d in DECLARATIONS.values()):
+        from trainers.models.rules import rules_of
+
+        other = " musubi-tuner trains them (its own configs; Atelier exports sd-scripts' only)." if (
+            family in MUSUBI_FAMILIES) else ""
+        raise ConfigError([ConfigIssue("method", f"cannot be exported to sd-scripts: sd-scripts does not train "
+                                       f"{rules_of(family).title} models.{other}")])
     if family in FAMILY_NAMES or FAMILY_NAMES[0] not in scripts:
         trains = f"trains {title} for {', '.join(scripts)} only" if scripts else f"has no script that trains {title}"
         raise ConfigError([ConfigIssue("method", f"cannot be exported to sd-scripts: sd-scripts {trains}")])
@@ -142,7 +155,7 @@ def sd_scripts_command(cfg: TrainConfig, family: str | None = None, config_path:
     if cfg.values.get("base_model_precision") == "fp8":
         values["fp8_base"] = True  # sd-scripts' name for it
     _network(cfg, values)
-    _family(family, script, values)
+    _family(family, script, values, notes)
     _text_encoder(cfg, script, values, notes)
     _noise_and_samples(cfg, values, notes, prompts_path)
     _saving_and_launch(cfg, values, notes)
@@ -177,13 +190,22 @@ def _network(cfg: TrainConfig, values: dict[str, Any]) -> None:
     values["save_model_as"] = "safetensors"
 
 
-def _family(family: str | None, script: str, values: dict[str, Any]) -> None:
-    """SD2 is told with v2 = true; SDXL, SD3 and FLUX by their scripts, whose LoRA modules have their own names."""
+def _family(family: str | None, script: str, values: dict[str, Any], notes: list[str]) -> None:
+    """SD2 is told with v2 = true; SDXL, SD3, FLUX and Lumina 2 by their scripts, whose LoRA modules have their own
+    names; Chroma by FLUX.1's scripts' model_type, Lumina 2's text encoder file by sd-scripts' name (gemma2) and its
+    captions by the system prompt Lumina2Pipeline (and Atelier) reads them after."""
     flag = next((f for f, fam in FAMILY_FLAGS.items() if fam == family and not script.startswith(f"{f}_")), None)
     if flag:
         values[flag] = True
     if family in FAMILY_LORA_MODULE and values.get("network_module") == "networks.lora":
         values["network_module"] = FAMILY_LORA_MODULE[family]
+    for ours, theirs in RENAMED.get(str(family), {}).items():
+        if ours in values:
+            values[theirs] = values.pop(ours)
+    values.update(FAMILY_KEYS.get(str(family), {}))
+    if family == "lumina2" and "gemma2" not in values:
+        notes.append(f"{script} reads Lumina 2 from its single files: set pretrained_model_name_or_path to the "
+                     "NextDiT file, gemma2 to the Gemma 2 file and ae to FLUX.1's ae (text_encoder and ae here)")
 
 
 def _text_encoder(cfg: TrainConfig, script: str, values: dict[str, Any], notes: list[str]) -> None:

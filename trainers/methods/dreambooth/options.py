@@ -7,7 +7,8 @@ from trainers.core.registry import only
 
 DREAMBOOTH = only("dreambooth")
 SD_SCRIPTS: dict[str, str] = {"sd1": "train_db.py", "sd2": "train_db.py", "sdxl": "sdxl_train.py",
-                              "sd3": "sd3_train.py", "flux": "flux_train.py"}
+                              "sd3": "sd3_train.py", "flux": "flux_train.py",
+                              "chroma": "flux_train.py", "lumina2": "lumina_train.py"}
 
 OPTIONS: tuple[Option, ...] = (
     Option("class_prompt", "str", "", "Dreambooth: prompt of the class images (e.g. 'a photo of a dog'). With "
