@@ -12,7 +12,7 @@ from trainers.core.options.loss_checks import loss_issues
 from trainers.core.options.optimizer_checks import optimizer_issues
 from trainers.core.options.validation import existing_outputs, option_issues
 from trainers.data.checks import dataset_issues
-from trainers.data.edit_pairs import takes_controls
+from trainers.data.edit_pairs import sizing_refusals, takes_controls
 from trainers.methods import rules_for
 from trainers.models.checks import model_issues
 
@@ -22,7 +22,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
     rules = rules_for(cfg.method)
     edit_model = bool(takes_controls(cfg.values))  # its control images may be in conditioning_data_dir
     issues = (option_issues(cfg, check_paths) + optimizer_issues(cfg) + loss_issues(cfg, edit_model)
-              + rules.issues(cfg) + dataset_issues(cfg))
+              + rules.issues(cfg) + dataset_issues(cfg) + sizing_refusals(cfg.values))
     if check_paths:  # the disk: outputs a run would overwrite, and the model's files
         issues += existing_outputs(cfg, rules.outputs(cfg)) + model_issues(cfg.values)
     return issues

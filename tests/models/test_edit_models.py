@@ -118,6 +118,71 @@ def test_a_dataset_config_subset_names_its_controls_with_either_key(kontext_dir:
     assert [i.field for i in issues] == ["dataset_config"] and "000_red_circle.png" in issues[0].message
 
 
+def test_controls_keep_their_own_size_with_no_resize_control_or_control_resolution(kontext_dir: Path,
+                                                                                     tmp_path: Path) -> None:
+    from trainers.core.errors import ConfigError
+    from trainers.core.options import TrainConfig
+    from trainers.data.catalog import build_catalog
+    from trainers.models.edit import ControlSlot, EditControls, catalog_controls
+
+    data, controls = _pairs(tmp_path)
+    sizes = {"000_red_circle": (100, 70), "001_red_square": (100, 70), "002_green_circle": (70, 100)}
+    for stem, size in sizes.items():
+        Image.open(controls / f"{stem}.png").resize(size).save(controls / f"{stem}.png")
+    model = load_model(str(kontext_dir), "auto", torch.float32)
+
+    def trained_sizes(sizing: str) -> tuple[dict[str, tuple[int, int]], "ControlSlot", "EditControls"]:
+        toml = tmp_path / "data.toml"
+        toml.write_text(f'[[datasets]]\nresolution = 64\n{sizing}\n[[datasets.subsets]]\nimage_dir = '
+                        f'"{data / SUBSET}"\ncontrol_directory = "{controls}"\n', encoding="utf-8")
+        values = _values(kontext_dir, dataset_config=str(toml))
+        assert model_issues(values) == []
+        catalog = build_catalog(TrainConfig("lora", values).values, [])
+        edit = EditControls(catalog, catalog_controls(catalog, 1, []), seed=0)
+        index = {catalog.images[image].path.stem: n for n, image in enumerate(catalog.samples)}
+        made = {stem: tuple(edit.control(controls / f"{stem}.png", 0, index[stem]).shape[:0:-1]) for stem in sizes}
+        return made, index, edit
+
+    assert set(trained_sizes("")[0].values()) == {(64, 64)}  # fitted to the target's bucket (musubi's default)
+    own, index, edit = trained_sizes("no_resize_control = true")
+    assert own == {"000_red_circle": (96, 64), "001_red_square": (96, 64), "002_green_circle": (64, 96)}  # 16 px
+    slot = ControlSlot()
+    same = torch.tensor([[0, index["000_red_circle"]], [0, index["001_red_square"]]])
+    edit.fill(slot, same, model.family, model.vae, torch.device("cpu"), torch.float32)
+    assert slot.latents[0].shape[-2:] == (32, 48)  # the tiny VAE halves each side: the controls' own size
+    with pytest.raises(ConfigError, match=r"different sizes \(96x64, 64x96\).*train_batch_size = 1"):
+        edit.fill(slot, torch.tensor([[0, index["000_red_circle"]], [0, index["002_green_circle"]]]), model.family,
+                  model.vae, torch.device("cpu"), torch.float32)
+    # about 64x64 pixels at the control's own aspect ratio (musubi-tuner's [64, 64] form); with no_resize_control
+    # only a larger control is resized to it
+    assert trained_sizes("control_resolution = [64, 64]")[0]["000_red_circle"] == (80, 48)
+    assert trained_sizes("control_resolution = 128\nno_resize_control = true")[0]["000_red_circle"] == (96, 64)
+    assert trained_sizes("control_resolution = 64\nno_resize_control = true")[0]["000_red_circle"] == (80, 48)
+
+
+def test_control_sizing_is_refused_by_name_where_there_are_no_controls(kontext_dir: Path, flux2_dir: Path,
+                                                                       tmp_path: Path) -> None:
+    from trainers.core.errors import ConfigError
+    from trainers.core.options import TrainConfig
+    from trainers.data.dataset_toml import load_dataset_config
+    from trainers.validate import validate
+
+    data, _ = _pairs(tmp_path)
+    plain = build_tiny_flux(tmp_path / "flux")
+    issues = validate(TrainConfig("lora", _values(plain, train_data_dir=str(data), no_resize_control=True,
+                                                  control_resolution="1024")), check_paths=False)
+    assert {"no_resize_control", "control_resolution"} <= {i.field for i in issues}
+    issues = model_issues(_values(flux2_dir, train_data_dir=str(data), control_resolution="1024"))
+    assert [i.field for i in issues] == ["control_resolution"] and "control_directory" in issues[0].message
+    toml = tmp_path / "data.toml"
+    for model, value, named in ((plain, "1024", "this model takes none"), (kontext_dir, '"big"', "got 'big'")):
+        toml.write_text(f'[[datasets]]\ncontrol_resolution = {value}\n[[datasets.subsets]]\nimage_dir = '
+                        f'"{data / SUBSET}"\n', encoding="utf-8")
+        with pytest.raises(ConfigError) as refused:  # read as the run's start and the dataset check read it
+            load_dataset_config(toml, TrainConfig("lora", _values(model)).values, [])
+        assert "control_resolution" in str(refused.value) and named in str(refused.value)
+
+
 @dataclass
 class Run:
     out: Path
@@ -344,7 +409,9 @@ def test_qwen_edit_plus_reads_several_labelled_references(tmp_path: Path) -> Non
 
 def test_conditioning_data_dir_holds_an_edit_models_controls_without_masked_loss(kontext_dir: Path,
                                                                                   tmp_path: Path) -> None:
+    from trainers.core.errors import ConfigError
     from trainers.core.options import TrainConfig
+    from trainers.data.dataset_toml import load_dataset_config
     from trainers.validate import validate
 
     data, controls = _pairs(tmp_path)

@@ -38,7 +38,7 @@ from trainers.core.options.schema import ConfigError, ConfigIssue, coerce
 from trainers.core.options.training import BY_NAME
 from trainers.core.options.validation import parse_resolution
 from trainers.data.checks import bucket_issues
-from trainers.data.edit_pairs import takes_controls
+from trainers.data.edit_pairs import sizing_from_values, sizing_refusals, takes_controls
 from trainers.data.specs import DatasetSpec, SubsetSpec, bucket_settings, specs_from_values, subset_spec
 
 FIELD = "dataset_config"
@@ -49,7 +49,7 @@ SUBSET_OPTIONS = (
     "metadata_abs_min_score", "metadata_min_score", "metadata_tag_bonus", "metadata_blacklist_tags",
     "metadata_remove_tags", "metadata_tag_replacements", "metadata_tag_separator", "metadata_score_tags",
     "metadata_shuffle_tag_p", "metadata_consider_every_nth", "alpha_mask", "caption_separator", "secondary_separator",
-    "enable_wildcard", "token_warmup_min", "token_warmup_step", "color_aug",
+    "enable_wildcard", "token_warmup_min", "token_warmup_step", "color_aug", "no_resize_control", "control_resolution",
 )
 SUBSET_ONLY = ("image_dir", "metadata_dir", "metadata_file", "num_repeats", "class_tokens", "is_reg",
                "conditioning_data_dir", "control_directory")
@@ -129,7 +129,8 @@ def _level(table: Any, where: str, allowed: tuple[str, ...], issues: list[str], 
             continue
         name = RENAMED.get(key, key)
         try:
-            out[name] = _resolution(value) if name == "resolution" else coerce(BY_NAME[name], value)
+            out[name] = _resolution(value) if name in ("resolution", "control_resolution") else \
+                coerce(BY_NAME[name], value)
         except ValueError as err:
             issues.append(f"{where}: {key}: {err}")
     return out
@@ -163,6 +164,7 @@ def _subset(table: Any, where: str, defaults: dict[str, Any], base: Path, issues
         problems += _masks_problems(masks_dir, values, bool(metadata_dir))
     if controls_dir is not None:
         problems += _controls_problems(controls_dir, values, bool(metadata_dir))
+    problems += _sizing_problems(values)
     if problems:
         issues.extend(f"{where}: {p}" for p in problems)
         return None
@@ -234,6 +236,18 @@ def _controls_problems(controls_dir: Any, values: Mapping[str, Any], metadata: b
     if takes_controls(values) == 0:
         return ["control_directory holds the control images of an edit model (FLUX.1 Kontext, Qwen-Image-Edit, "
                 "FLUX.2); this model takes none: remove it, or train an edit model"]
+    return []
+
+
+def _sizing_problems(values: Mapping[str, Any]) -> list[str]:
+    """A subset's no_resize_control / control_resolution: a readable resolution, for a model that takes controls."""
+    refused = [f"{issue.field} {issue.message}" for issue in sizing_refusals(values)]
+    if refused:
+        return refused
+    try:
+        sizing_from_values(values)
+    except ValueError as err:
+        return [str(err)]
     return []
 
 

@@ -25,8 +25,62 @@ from trainers.data.probe import ImageSkipped, probe_image
 from trainers.data.text_files import decode_caption
 
 FIELD = "conditioning_data_dir"
+SIZING_OPTIONS = ("no_resize_control", "control_resolution")  # musubi-tuner's, with its meaning
 KEYS = ("conditioning_data_dir", "control_directory")  # sd-scripts' and musubi-tuner's name of the control folder
 LISTED = 20  # names listed in one message
+
+
+@dataclass(frozen=True)
+class ControlSizing:
+    """How a subset's controls are sized (musubi-tuner's options). By default each is fitted to its target's bucket
+    as the target is; `own_size` (no_resize_control) keeps the control's size, cut down to a multiple of the model's
+    step; `area` (control_resolution, width x height) resizes it to that many pixels at its own aspect ratio, and
+    with `own_size` only shrinks a control larger than that."""
+
+    own_size: bool = False
+    area: tuple[int, int] | None = None
+
+    @property
+    def fitted_to_target(self) -> bool:
+        return not self.own_size and self.area is None
+
+
+def control_size(sizing: ControlSizing, size: tuple[int, int], step: int) -> tuple[int, int]:
+    """The (width, height) a control of `size` trains at when it keeps its own aspect ratio (not fitted_to_target)."""
+    width, height = size
+    if sizing.area is not None and (not sizing.own_size or width * height > sizing.area[0] * sizing.area[1]):
+        return _area_size(size, sizing.area[0] * sizing.area[1], step)
+    return max(step, width - width % step), max(step, height - height % step)
+
+
+def _area_size(size: tuple[int, int], area: int, step: int) -> tuple[int, int]:
+    """Multiples of `step` of about `area` pixels with the aspect ratio nearest `size`'s (as musubi-tuner's
+    calculate_bucket_resolution picks among the widths around the exact one)."""
+    aspect = size[0] / size[1]
+    exact = max(step, int((area * aspect) ** 0.5) // step * step)
+    candidates = [(w, max(step, area // w // step * step)) for w in range(exact - 2 * step, exact + 3 * step, step)
+                  if w >= step]
+    return min(candidates, key=lambda c: abs(c[0] / c[1] - aspect))
+
+
+def sizing_from_values(values: Mapping[str, Any]) -> ControlSizing:
+    """A config's (or subset's) no_resize_control and control_resolution; ValueError naming a bad resolution."""
+    from trainers.core.options.validation import parse_resolution
+
+    text = str(values.get("control_resolution") or "").strip()
+    try:
+        area = parse_resolution(text) if text else None
+    except ValueError as err:
+        raise ValueError(f"control_resolution: {err}") from None
+    return ControlSizing(bool(values.get("no_resize_control")), area)
+
+
+def sizing_refusals(values: Mapping[str, Any]) -> list[ConfigIssue]:
+    """no_resize_control / control_resolution set for a model known to take no control images, each named."""
+    if takes_controls(values) != 0:
+        return []
+    return [ConfigIssue(name, "sizes an edit model's control images; this model takes none: clear it", "loss")
+            for name in SIZING_OPTIONS if values.get(name)]
 
 
 @dataclass(frozen=True)

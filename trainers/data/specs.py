@@ -13,6 +13,7 @@ from typing import Any, Literal
 from trainers.core.options.validation import parse_resolution
 from trainers.data.buckets import BucketSettings
 from trainers.data.captions import CaptionOptions
+from trainers.data.edit_pairs import ControlSizing, sizing_from_values
 from trainers.data.metadata_json import MetadataFilters, parse_replacements, parse_score_tags, parse_tag_bonus
 
 SubsetKind = Literal["kohya_root", "folder", "metadata", "metadata_file"]
@@ -39,6 +40,7 @@ class SubsetSpec:
     caption_files: bool = False  # kind metadata_file: captions from the files beside the images (in_json_from_captions)
     controls: Path | None = None  # an edit model's control images (trainers/data/edit_pairs.py; a kohya root's in
     # the same subfolders, else the folder itself)
+    control_sizing: ControlSizing = ControlSizing()  # no_resize_control and control_resolution
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,14 @@ def subset_spec(kind: SubsetKind, path: Path, values: Mapping[str, Any], *, repe
                       caption_options(values, metadata), values["flip_aug"], values["random_crop"],
                       metadata_filters(values) if metadata else None, field, label,
                       bool(values.get("alpha_mask", False)), masks, bool(values.get("color_aug", False)),
-                      metadata_file, caption_files, controls)
+                      metadata_file, caption_files, controls, _sizing(values))
+
+
+def _sizing(values: Mapping[str, Any]) -> ControlSizing:
+    try:
+        return sizing_from_values(values)
+    except ValueError:  # named by the edit model's checks (a dataset_config's by its loading)
+        return ControlSizing(bool(values.get("no_resize_control")))
 
 
 def specs_from_values(values: Mapping[str, Any]) -> DatasetSpec:

@@ -1,6 +1,7 @@
 """Edit models (FLUX.1 Kontext, Qwen-Image-Edit): a LoRA (or finetune) learns an edit from pairs. Each training image
 is the target; its control images (trainers/data/edit_pairs.py) are fitted to the target's bucket exactly as the
-target is (musubi-tuner's default: the same size, crop and flip), encoded by the VAE (its mode, as the pipelines
+target is (musubi-tuner's default: the same size, crop and flip) or sized by its subset's no_resize_control /
+control_resolution (musubi-tuner's options: the control's own aspect ratio), encoded by the VAE (its mode, as the pipelines
 encode their input image), and enter the transformer beside the noisy target in its token sequence, as the family's
 pipeline does at inference. The family's denoise drops the control tokens' output, so the loss sees only the
 target's tokens.
@@ -23,10 +24,12 @@ from torch import nn
 
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.data.catalog import Catalog
-from trainers.data.edit_pairs import control_folder, match_pairs, pair_issues, skipped_warnings
-from trainers.data.images import load_image_rgb
+from trainers.data.dataset import flip_of
+from trainers.data.edit_pairs import control_folder, control_size, match_pairs, pair_issues, skipped_warnings
+from trainers.data.images import load_image_rgb, prepare_image
 from trainers.methods.controlnet.control_images import ControlImages
 from trainers.models.edit_rules import EditRules
+from trainers.models.flow_rules import SIZE_STEP
 
 
 @dataclass
@@ -80,14 +83,37 @@ class EditControls(ControlImages):
                                            "train_batch_size = 1", "dataset")])
         count = counts.pop() if counts else 0
         kept = torch.tensor([1.0 if target in self.pairs else 0.0 for target in targets])
-        slot.pixels = [torch.stack([self.fitted(self.pairs[target][number], epoch, index) if target in self.pairs
-                                    else torch.full((3, *self._bucket(index)[::-1]), 0.5)
-                                    for target, (epoch, index) in zip(targets, rows)]) for number in range(count)]
+        slot.pixels = [_stacked([self.control(self.pairs[target][number], epoch, index) if target in self.pairs
+                                 else torch.full((3, *self._bucket(index)[::-1]), 0.5)
+                                 for target, (epoch, index) in zip(targets, rows)]) for number in range(count)]
         slot.latents = [encode_controls(family, vae, pixels).to(device, dtype) for pixels in slot.pixels]
         return kept
 
+    def control(self, path: Path, epoch: int, index: int) -> torch.Tensor:
+        """A control (3, H, W) in [0, 1]: fitted to its target's bucket, or at the size its subset's
+        no_resize_control / control_resolution give (centre-cropped, flipped with its target)."""
+        image = self.catalog.images[self.catalog.samples[index]]
+        spec = self.catalog.subsets[image.subset].spec
+        if spec.control_sizing.fitted_to_target:
+            return self.fitted(path, epoch, index)
+        control = load_image_rgb(path)
+        width, height = control_size(spec.control_sizing, control.size, SIZE_STEP)
+        flip, _ = flip_of(spec.flip_aug, self.seed, epoch, index)
+        return (prepare_image(control, width, height, flip=flip).pixels + 1.0) / 2.0
+
     def _bucket(self, index: int) -> tuple[int, int]:
         return self.catalog.images[self.catalog.samples[index]].bucket
+
+
+def _stacked(controls: list[torch.Tensor]) -> torch.Tensor:
+    """One reference's controls of a batch; ConfigError when controls of their own size differ."""
+    sizes = {tuple(control.shape[-2:]) for control in controls}
+    if len(sizes) > 1:
+        listed = ", ".join(f"{w}x{h}" for h, w in sorted(sizes))
+        raise ConfigError([ConfigIssue("no_resize_control", f"a batch holds controls of different sizes ({listed}) "
+                                       "kept by no_resize_control / control_resolution: give the controls one size "
+                                       "and aspect ratio, or set train_batch_size = 1", "loss")])
+    return torch.stack(controls)
 
 
 def encode_controls(family: Any, vae: nn.Module, pixels: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,14 @@ from typing import Any
 
 from trainers.core.errors import BadInput, ConfigIssue
 from trainers.data.dataset_toml import dataset_specs
-from trainers.data.edit_pairs import control_folder, match_pairs, option_of, pair_issues
+from trainers.data.edit_pairs import (
+    SIZING_OPTIONS,
+    control_folder,
+    match_pairs,
+    option_of,
+    pair_issues,
+    sizing_from_values,
+)
 from trainers.data.kohya_folders import scan_image_folder, scan_kohya_folders
 
 
@@ -23,7 +30,14 @@ class EditRules:
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)  # type: ignore[misc]
         images = prompt_image_issues(values, self.max_controls, self.title if self.needs_input_image else "")
+        try:
+            sizing_from_values(values)
+        except ValueError as err:
+            issues.append(ConfigIssue("control_resolution", str(err).removeprefix("control_resolution: "), "loss"))
         if self.controls_optional and not names_controls(values):
+            issues += [ConfigIssue(name, f"sizes the control images of an edit run, and this {self.title} run has "
+                                   "none: set control_directory, or clear it", "loss")
+                       for name in SIZING_OPTIONS if values.get(name)]
             return issues + images
         if str(values.get("reg_data_dir") or "").strip():
             issues.append(ConfigIssue("reg_data_dir", "has no control images, which every image of an edit model "
