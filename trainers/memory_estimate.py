@@ -20,7 +20,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from trainers.core.memory_facts import ModelSize
+from trainers.core.memory_facts import ModelSize, with_controls
 from trainers.core.options import TrainConfig
 from trainers.core.registry import FAMILY_NAMES, method_spec
 from trainers.core.weights_memory import GB, Part, model_parts
@@ -137,12 +137,27 @@ def published_size(family: str, model: str = "") -> ModelSize | None:
                 rules.memory_facts)
 
 
+def with_references(cfg: TrainConfig, size: ModelSize) -> ModelSize:
+    """A model whose control images are optional (FLUX.2) counts, in an edit run, the tokens of the most references a
+    target of its dataset has (the families that always take one count it in their memory_facts)."""
+    from trainers.models.edit_rules import reference_count
+    from trainers.models.rules import rules_of
+
+    if cfg.model_family not in FAMILY_NAMES or not getattr(rules_of(cfg.model_family), "controls_optional", False):
+        return size
+    references = reference_count(cfg.values, rules_of(cfg.model_family).max_controls)
+    if not references:
+        return size
+    return with_controls(size, references, f"{size.source}, with {references} reference image(s) per target")
+
+
 def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bool = True) -> MemoryEstimate | None:
     """The peak memory of `cfg`'s run (with `setting` instead of its quantization and offload, for advice); None when
     the model's sizes are unknown. `on_gpu` False: a CPU run, whose everything is host RAM."""
     size = model_size(cfg)
     if size is None:
         return None
+    size = with_references(cfg, size)
     values = cfg.values
     setting = setting or Setting(base_precision(values), offload_share(values, size.swap_units))
     half = cfg.mixed_precision in ("bf16", "fp16")

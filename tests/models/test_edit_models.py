@@ -489,6 +489,41 @@ def test_flux2_generates_from_its_input_image(flux2_dir: Path, tmp_path: Path) -
     assert abs(from_red - from_blue).max() > 0  # Flux2Pipeline read the image: the same seed, another input image
 
 
+def test_flux2_edit_preset_fits_its_card_counting_the_references_tokens(tmp_path: Path) -> None:
+    import re
+
+    from trainers.core.options import load_config
+    from trainers.memory_estimate import FIT_MARGIN, estimate_memory
+    from trainers.models.flux2.tiny import build_tiny_flux2_klein
+    from trainers.validate import validate
+
+    preset = Path(__file__).resolve().parents[2] / "presets" / "flux2_klein_edit_lora_16gb.toml"
+    data, controls = _pairs(tmp_path)
+    two = tmp_path / "two"
+    two.mkdir()
+    for control in controls.glob("*.png"):
+        for number in range(2):
+            Image.open(control).save(two / f"{control.stem}_{number}.png")
+
+    def card_gb(*extra: str) -> float:
+        cfg = load_config("lora", preset, ['pretrained_model_name_or_path="black-forest-labs/FLUX.2-klein-base-9B"',
+                                           f'train_data_dir="{data}"', *extra])
+        estimate = estimate_memory(cfg)
+        assert estimate is not None and estimate.source.startswith("the published FLUX.2 klein 9B sizes")
+        return estimate.card_gb
+
+    text = preset.read_text(encoding="utf-8")
+    alone, one, pair = card_gb(), card_gb(f'control_directory="{controls}"'), card_gb(f'control_directory="{two}"')
+    assert alone < one < pair  # each reference's tokens join the sequence
+    assert one <= FIT_MARGIN * 16 and f"~{one:.1f} GB of the card" in text
+    smaller = card_gb(f'control_directory="{two}"', 'resolution="768"')
+    assert smaller <= FIT_MARGIN * 16 and re.search(rf"two references.*768.*~{smaller:.1f} GB", text, re.S)
+    model = build_tiny_flux2_klein(tmp_path / "klein")
+    cfg = load_config("lora", preset, [f'pretrained_model_name_or_path="{model}"', f'train_data_dir="{data}"',
+                                       f'control_directory="{two}"', f'output_dir="{tmp_path / "out"}"'])
+    assert [str(issue) for issue in validate(cfg, check_paths=True)] == []
+
+
 @pytest.mark.slow
 def test_flux2_edit_lora_trains_with_two_references_and_samples_from_them(flux2_dir: Path, tmp_path: Path) -> None:
     data, controls = _pairs(tmp_path)

@@ -2,7 +2,7 @@
 image has its control images, no more than the model takes, and every sample prompt's --ci image is there."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +10,7 @@ from trainers.core.errors import BadInput, ConfigIssue
 from trainers.data.dataset_toml import dataset_specs
 from trainers.data.edit_pairs import (
     SIZING_OPTIONS,
+    PairReport,
     control_folder,
     match_pairs,
     option_of,
@@ -17,6 +18,7 @@ from trainers.data.edit_pairs import (
     sizing_from_values,
 )
 from trainers.data.kohya_folders import scan_image_folder, scan_kohya_folders
+from trainers.data.specs import SubsetSpec
 
 
 class EditRules:
@@ -85,26 +87,44 @@ def prompt_image_issues(values: Mapping[str, Any], max_controls: int, needed_by:
 def config_pair_issues(values: Mapping[str, Any], max_controls: int) -> list[ConfigIssue]:
     """Every training subset's pairs checked (pair_issues) from a config's options, before a model loads; a subset
     without a control folder is named too. Dataset problems of another kind are left to the dataset checks."""
+    issues = []
+    for subset, report in _subset_pairs(values, max_controls):
+        field = "dataset_config" if subset.label else option_of(values)
+        if report is None:
+            where = f"{subset.label or subset.field} ({subset.path})"
+            issues.append(ConfigIssue(field, f"{where} has no control images: an edit model learns from pairs; "
+                                             "set control_directory (or conditioning_data_dir) to the folder of "
+                                             "the images each edit starts from", "dataset"))
+        else:
+            issues += pair_issues(report, field)
+    return issues
+
+
+def reference_count(values: Mapping[str, Any], max_controls: int) -> int:
+    """The most control images a target of the config's dataset has (0: none named), up to the model's limit."""
+    counts = [len(pair.controls) for _, report in _subset_pairs(values, max_controls) if report is not None
+              for pair in report.pairs]
+    return min(max(counts, default=0), max_controls)
+
+
+def _subset_pairs(values: Mapping[str, Any], max_controls: int) -> Iterator[tuple[SubsetSpec, PairReport | None]]:
+    """Each training subset (a kohya root's each part) with its pairs, None for one without a control folder; none
+    at all for a dataset that cannot be read (the dataset checks name it)."""
     try:
         specs = dataset_specs(values, [])
-        issues = []
+        found = []
         # regularization images are pairs too (reg_data_dir, which has no control folder, is named by the model)
         for subset in (s for spec in specs for s in spec.subsets if s.field != "reg_data_dir"):
-            field = "dataset_config" if subset.label else option_of(values)
             if subset.controls is None or subset.kind not in ("kohya_root", "folder"):
-                where = f"{subset.label or subset.field} ({subset.path})"
-                issues.append(ConfigIssue(field, f"{where} has no control images: an edit model learns from pairs; "
-                                                 "set control_directory (or conditioning_data_dir) to the folder of "
-                                                 "the images each edit starts from", "dataset"))
+                found.append((subset, None))
                 continue
             scanned = (scan_kohya_folders(subset.path, subset.caption_extension).subsets
                        if subset.kind == "kohya_root" else
                        [scan_image_folder(subset.path, 1, "", subset.caption_extension)[0]])
             for part in scanned:
                 folder = control_folder(subset.controls, part.folder, subset.kind == "kohya_root")
-                report = match_pairs([item.path for item in part.images], folder, max_controls,
-                                     subset.caption_extension)
-                issues += pair_issues(report, field)
-        return issues
+                found.append((subset, match_pairs([item.path for item in part.images], folder, max_controls,
+                                                  subset.caption_extension)))
+        return iter(found)
     except (BadInput, OSError):
-        return []
+        return iter(())
