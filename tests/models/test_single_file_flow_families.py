@@ -150,6 +150,56 @@ def test_comfyuis_split_files_render_as_the_diffusers_folder(split_files: tuple[
     assert torch.allclose(_render(single), _render(load_model(str(folder), "auto", torch.float32)), atol=1e-4)
 
 
+def _wan_names(state: dict[str, torch.Tensor], resnets: int) -> dict[str, torch.Tensor]:
+    """An AutoencoderKLQwenImage's tensors under Wan's original names, as ComfyUI's qwen_image_vae file holds them
+    (musubi-tuner's convert_comfyui_state_dict lists the pairs): a residual block's layers by their index in its
+    Sequential, the decoder's blocks as one flat list (`resnets` residual blocks, then the upsampler, each stage)."""
+    import re
+
+    layers = {"norm1": "residual.0", "conv1": "residual.2", "norm2": "residual.3", "conv2": "residual.6",
+              "conv_shortcut": "shortcut"}
+    stages = [(r"((?:resnets|down_blocks)\.\d+)\.(\w+)\.", lambda m: f"{m[1]}.{layers.get(m[2], m[2])}."),
+              (r"decoder\.up_blocks\.(\d+)\.(resnets|upsamplers)\.(\d+)\.", lambda m: "decoder.upsamples."
+               f"{int(m[1]) * (resnets + 1) + (int(m[3]) if m[2] == 'resnets' else resnets)}."),
+              (r"mid_block\.resnets\.0\.", "middle.0."), (r"mid_block\.attentions\.0\.", "middle.1."),
+              (r"mid_block\.resnets\.1\.", "middle.2."), (r"encoder\.down_blocks\.", "encoder.downsamples."),
+              (r"^(encoder|decoder)\.conv_in\.", r"\1.conv1."), (r"^(encoder|decoder)\.norm_out\.", r"\1.head.0."),
+              (r"^(encoder|decoder)\.conv_out\.", r"\1.head.2."), (r"^quant_conv\.", "conv1."),
+              (r"^post_quant_conv\.", "conv2.")]
+    out = {}
+    for key, value in state.items():
+        for pattern, repl in stages:
+            key = re.sub(pattern, repl, key)
+        out[key] = value
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split_files", ["qwen_image"], indirect=True)
+def test_comfyuis_qwen_image_vae_in_wans_layout_is_read(split_files: tuple[str, Path, dict[str, str]],
+                                                        tmp_path: Path) -> None:
+    """ComfyUI's vae/qwen_image_vae.safetensors names the autoencoder as Wan's code does (encoder.conv1,
+    decoder.upsamples.N, conv1/conv2): read as the diffusers-layout file is, and rendering the same."""
+    from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+    from safetensors.torch import load_file
+
+    from trainers.models import ModelFiles
+
+    _, folder, files = split_files
+    state = load_file(files["ae"])
+    comfy = _wan_names(state, resnets=3)  # Qwen-Image's: two residual blocks a stage (+1 in the decoder)
+    assert {"encoder.conv1.weight", "conv2.weight", "decoder.upsamples.3.resample.1.weight",
+            "encoder.downsamples.0.residual.2.weight"} <= comfy.keys()
+    assert convert_wan_vae_to_diffusers(comfy).keys() == state.keys()  # diffusers' own reading of those names
+    wan = tmp_path / "qwen_image_vae.safetensors"
+    save_file(comfy, wan)
+    options = {**files, "ae": str(wan)}
+    model_file = Path(options.pop("pretrained_model_name_or_path"))
+    assert _issues(model_file, **options) == []
+    single = load_model(str(model_file), "auto", torch.float32, files=ModelFiles.from_values(options))
+    assert torch.equal(_render(single), _render(load_model(str(folder), "auto", torch.float32)))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("split_files", ["zimage"], indirect=True)  # Lumina 2's: at real widths above
 def test_zimage_file_is_read_by_diffusers_converter_as_its_folder(split_files: tuple[str, Path, dict[str, str]]

@@ -16,15 +16,15 @@ LATENT_CHANNELS = 4
 
 def tiny_qwen_vae(published_latents: bool = False) -> "torch.nn.Module":
     """An AutoencoderKLQwenImage that downsamples by 8 (three stages) with per-channel latent statistics
-    (`published_latents`: Qwen-Image's 16 channels and statistics, which its single files are read with)."""
+    (`published_latents`: Qwen-Image's 16 channels, statistics and blocks, which its single files are read with)."""
     from diffusers import AutoencoderKLQwenImage
 
-    stats: dict[str, Any] = {"z_dim": LATENT_CHANNELS, "latents_mean": [0.1, -0.2, 0.05, 0.0],
-                             "latents_std": [1.5, 2.0, 0.8, 1.2], "temperal_downsample": [False, False, False]}
-    if published_latents:
-        stats = {k: v for k, v in json.loads(VAE_CONFIG.read_text(encoding="utf-8")).items()
-                 if k in ("z_dim", "latents_mean", "latents_std", "temperal_downsample")}
-    return AutoencoderKLQwenImage(base_dim=8, dim_mult=[1, 1, 1, 1], num_res_blocks=1, attn_scales=[], **stats)
+    layout: dict[str, Any] = {"z_dim": LATENT_CHANNELS, "latents_mean": [0.1, -0.2, 0.05, 0.0],
+                              "latents_std": [1.5, 2.0, 0.8, 1.2], "temperal_downsample": [False, False, False],
+                              "num_res_blocks": 1, "dim_mult": [1, 1, 1, 1], "attn_scales": []}
+    if published_latents:  # and the published blocks, which diffusers' converter of Wan-layout files assumes
+        layout = {k: v for k, v in json.loads(VAE_CONFIG.read_text(encoding="utf-8")).items() if k in layout}
+    return AutoencoderKLQwenImage(base_dim=8, **layout)
 
 
 def tiny_qwen_vl(vocab_size: int, pad_token_id: int, published_heads: bool = False,
