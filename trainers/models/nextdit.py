@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from trainers.models import reference_layout as layout
-from trainers.models.base import ModelLoadError
 
 
 @dataclass(frozen=True)
@@ -26,13 +25,9 @@ class Sizes:
 
 def sizes(shapes: Mapping[str, tuple[int, ...]], name: str, title: str) -> Sizes:
     """A NextDiT transformer's sizes from its tensor shapes; a missing tensor named."""
-    try:
-        width, patch_inputs = shapes["x_embedder.weight"]
-        head = shapes["layers.0.attention.q_norm.weight"][0]
-        qkv = shapes["layers.0.attention.qkv.weight"][0]
-        caption_width = shapes["cap_embedder.1.weight"][1]
-    except KeyError as err:
-        raise ModelLoadError(f"{name}: the {title} transformer has no {err.args[0]}: is the file complete?") from None
+    (width, patch_inputs), (head,), (qkv, _), (_, caption_width) = layout.shapes_of(
+        shapes, ("x_embedder.weight", "layers.0.attention.q_norm.weight", "layers.0.attention.qkv.weight",
+                 "cap_embedder.1.weight"), name, title)
     return Sizes(width, patch_inputs, head, width // head, (qkv - width) // 2 // head, layout.count(shapes, "layers."),
                  layout.count(shapes, "noise_refiner."), caption_width)
 

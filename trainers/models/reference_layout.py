@@ -65,6 +65,16 @@ def to_reference(state: Mapping[str, torch.Tensor], rules: list[Rule]) -> dict[s
     return out
 
 
+def shapes_of(shapes: Mapping[str, tuple[int, ...]], names: tuple[str, ...], file: str,
+              title: str) -> list[tuple[int, ...]]:
+    """The shapes of the tensors `names` of a single file (`file`) holding a `title` transformer; a missing one
+    named."""
+    try:
+        return [shapes[name] for name in names]
+    except KeyError as err:
+        raise ModelLoadError(f"{file}: the {title} transformer has no {err.args[0]}: is the file complete?") from None
+
+
 def count(keys: object, prefix: str) -> int:
     """How many numbered blocks `<prefix><n>.` the keys have."""
     found = {int(k[len(prefix):].split(".")[0]) for k in keys if k.startswith(prefix)}  # type: ignore[attr-defined]

@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from trainers.models import reference_layout as layout
-from trainers.models.base import ModelLoadError
 
 MARKER = "txt_norm."  # only Qwen-Image's transformer has it: where the file nests the denoiser
 PREFIXES = ("model.diffusion_model.", "diffusion_model.")  # ComfyUI's nesting of the transformer
@@ -25,13 +24,9 @@ def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
 
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
     """QwenImageTransformer2DModel's config of a single file: its sizes from the tensor shapes, the rest as published."""
-    try:
-        width, inputs = shapes["img_in.weight"]
-        head = shapes["transformer_blocks.0.attn.norm_q.weight"][0]
-        outputs = shapes["proj_out.weight"][0]
-        text_width = shapes["txt_in.weight"][1]
-    except KeyError as err:
-        raise ModelLoadError(f"{name}: the Qwen-Image transformer has no {err.args[0]}: is the file complete?") from None
+    (width, inputs), (head,), (outputs, _), (_, text_width) = layout.shapes_of(
+        shapes, ("img_in.weight", "transformer_blocks.0.attn.norm_q.weight", "proj_out.weight", "txt_in.weight"), name,
+        "Qwen-Image")
     base = {k: v for k, v in json.loads(BASE_CONFIG.read_text(encoding="utf-8")).items() if not k.startswith("_")}
     base_head = base["attention_head_dim"]
     return {**base, "in_channels": inputs, "out_channels": outputs // PATCH**2,
