@@ -407,6 +407,39 @@ def test_qwen_edit_plus_reads_several_labelled_references(tmp_path: Path) -> Non
     assert one_hidden.shape[1] < hidden.shape[1]  # "Picture 2: " and its image's tokens are gone
 
 
+@pytest.mark.slow
+def test_qwen_edit_plus_lora_trains_with_two_references_and_loads_in_its_pipeline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from diffusers import QwenImageEditPlusPipeline
+    from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit_plus
+
+    from trainers.models.qwen_image_edit.tiny import build_tiny_qwen_image_edit
+
+    # the pipeline encodes each reference at 1024x1024 pixels' area: the tiny model's samples at 64x64 (time only)
+    monkeypatch.setattr(pipeline_qwenimage_edit_plus, "VAE_IMAGE_SIZE", 64 * 64)
+    folder = build_tiny_qwen_image_edit(tmp_path / "model", pipeline_class="QwenImageEditPlusPipeline")
+    data, controls, prompts = _two_references(tmp_path)
+    assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(folder), train_data_dir=str(data),
+                 control_directory=str(controls), output_dir=str(tmp_path / "out"), output_name="plus", **FAST,
+                 max_train_steps=2, sample_prompt_lines=prompts, sample_every_n_steps=2) == 0
+    evs = events(tmp_path / "run")
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    samples = [torch.tensor(list(Image.open(e["path"]).convert("RGB").getdata())) for e in evs if e["type"] == "sample"]
+    assert len(samples) == 2 and samples[0].shape == (64 * 64, 3)
+    assert (samples[0] - samples[1]).abs().max() > 0  # one seed, another pair of references: the pipeline read them
+    lora, metadata = read_lora_file(tmp_path / "out" / "plus.safetensors")
+    assert metadata["ss_base_model_version"] == "qwen_image_edit"  # as musubi-tuner writes Edit-2509/2511 LoRAs
+    model = load_model(str(folder), "auto", torch.float32)
+    pipe = QwenImageEditPlusPipeline(scheduler=model.noise_scheduler, vae=model.vae,
+                                     text_encoder=model.text_encoders[0], tokenizer=model.tokenizers[0],
+                                     processor=None, transformer=model.unet)
+    converted = model.family.lora_for_pipeline(lora, model)
+    pipe.load_lora_weights(converted)
+    loaded = {f"transformer.{name}" for name, module in pipe.transformer.named_modules()
+              if hasattr(module, "lora_A") and module.lora_A}
+    assert loaded == {k.removesuffix(".lora_A.weight") for k in converted if k.endswith("lora_A.weight")}
+
+
 def test_conditioning_data_dir_holds_an_edit_models_controls_without_masked_loss(kontext_dir: Path,
                                                                                   tmp_path: Path) -> None:
     from trainers.core.errors import ConfigError
@@ -524,18 +557,24 @@ def test_flux2_edit_preset_fits_its_card_counting_the_references_tokens(tmp_path
     assert [str(issue) for issue in validate(cfg, check_paths=True)] == []
 
 
-@pytest.mark.slow
-def test_flux2_edit_lora_trains_with_two_references_and_samples_from_them(flux2_dir: Path, tmp_path: Path) -> None:
-    data, controls = _pairs(tmp_path)
-    for control in sorted(controls.glob("*.png")):  # two references each: the mirror image and it upside down
+def _two_references(root: Path, steps: int = 2) -> tuple[Path, Path, list[str]]:
+    """The pairs with two references each (the mirror image and it upside down), and two sample prompts (one seed)
+    each drawn from a target's two references."""
+    data, controls = _pairs(root)
+    for control in sorted(controls.glob("*.png")):
         image = Image.open(control)
         image.save(controls / f"{control.stem}_0.png")
         ImageOps.flip(image).save(controls / f"{control.stem}_1.png")
         control.unlink()
+    references = (f"--ci {controls / f'{name}_0.png'} --ci {controls / f'{name}_1.png'}"
+                  for name in ("000_red_circle", "001_red_square"))
+    return data, controls, [f"mirror it {pair} --w 64 --h 64 --s {steps} --d 3" for pair in references]
+
+
+@pytest.mark.slow
+def test_flux2_edit_lora_trains_with_two_references_and_samples_from_them(flux2_dir: Path, tmp_path: Path) -> None:
+    data, controls, prompts = _two_references(tmp_path)
     Image.new("RGB", (8, 8)).save(controls / "stray.png")  # a control no target has: the run names it
-    first, second = (f"--ci {controls / f'{name}_0.png'} --ci {controls / f'{name}_1.png'}"
-                     for name in ("000_red_circle", "001_red_square"))
-    prompts = [f"mirror it {references} --w 64 --h 64 --s 2 --d 3" for references in (first, second)]
     assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(flux2_dir), train_data_dir=str(data),
                  control_directory=str(controls), output_dir=str(tmp_path / "out"), output_name="edit", **FAST,
                  max_train_steps=2, timestep_sampling="flux2_shift", guidance_scale=1.0, sample_prompt_lines=prompts,
