@@ -144,8 +144,9 @@ def test_component_files_of_the_wrong_kind_are_named_with_what_they_hold(tmp_pat
     assert set(said) == {"clip_l", "t5xxl", "ae"}, said
     assert said["clip_l"].startswith(f"{ae} holds an autoencoder") and "not a CLIP text encoder" in said["clip_l"]
     assert said["t5xxl"].startswith(f"{clip} holds a CLIP text encoder") and "not a T5 encoder" in said["t5xxl"]
-    assert said["ae"] == f"{text} is not a .safetensors file: give an autoencoder in the original layout " \
-                         "(encoder.conv_in, decoder.conv_in...), as FLUX.1's ae.safetensors"
+    assert said["ae"] == f"{text} is not a .safetensors file: give an autoencoder (encoder.conv_in, " \
+                         "decoder.conv_in...; Wan's encoder.conv1...), as FLUX.1's ae.safetensors or Qwen-Image's " \
+                         "qwen_image_vae.safetensors"
     right = model_issues({"pretrained_model_name_or_path": str(flux), "clip_l": str(clip), "t5xxl": str(clip),
                           "ae": str(ae)})
     assert [i.field for i in right] == ["t5xxl"]
