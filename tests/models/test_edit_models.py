@@ -348,9 +348,9 @@ def test_qwen_edit_reads_the_control_in_its_text_encoder_and_transformer(qwen_ed
     changed_hidden, changed_pred = predict(changed)
     assert (changed_hidden - hidden).abs().max() > 0  # Qwen2.5-VL reads the control image with the caption
     assert (changed_pred - pred).abs().max() > 1e-6
-    issues = model_issues(_values(qwen_edit_dir, cache_text_encoder_outputs=True,
+    issues = model_issues(_values(qwen_edit_dir, cache_text_encoder_outputs=True, flip_aug=True,
                                   sample_prompt_lines=["make it blue"]))
-    assert {i.field for i in issues} >= {"cache_text_encoder_outputs", "sample_prompt_lines"}
+    assert {i.field for i in issues} >= {"cache_text_encoder_outputs", "sample_prompt_lines"}  # flip_aug: named
 
 
 @pytest.fixture(scope="module")
@@ -377,6 +377,30 @@ def test_qwen_edit_lora_samples_resumes_and_loads_in_the_edit_pipeline(qwen_edit
     loaded = {f"transformer.{name}" for name, module in pipe.transformer.named_modules()
               if hasattr(module, "lora_A") and module.lora_A}
     assert loaded == {k.removesuffix(".lora_A.weight") for k in converted if k.endswith("lora_A.weight")}
+
+
+@pytest.mark.slow
+def test_qwen_edit_caches_each_pairs_text_encoding(qwen_edit_dir: Path, qwen_edit_run: Run) -> None:
+    import os
+
+    from trainers.models.edit_texts import pair_key
+
+    tmp = run.out.parent if (run := qwen_edit_run) else None
+    assert tmp is not None
+    assert train("lora", tmp / "cached", pretrained_model_name_or_path=str(qwen_edit_dir),
+                 train_data_dir=str(tmp / "data"), control_directory=str(tmp / "controls"),
+                 output_dir=str(tmp / "out"), **FAST, max_train_steps=1, output_name="cached",
+                 cache_text_encoder_outputs=True, network_train_unet_only=True) == 0
+
+    def first_loss(folder: Path) -> float:
+        return next(e["loss"] for e in events(folder) if e["type"] == "progress")
+
+    # the encodings made before the first step, each with its pair's control, are those the uncached run made
+    assert first_loss(tmp / "cached") == pytest.approx(first_loss(run.straight), rel=1e-6, abs=0)
+    control = tmp / "controls" / "000_red_circle.png"
+    before = pair_key("mirror it", (control,), (64, 64))
+    os.utime(control, ns=(control.stat().st_atime_ns, control.stat().st_mtime_ns + 10**9))
+    assert pair_key("mirror it", (control,), (64, 64)) != before  # a changed control is encoded again
 
 
 def test_qwen_edit_plus_reads_several_labelled_references(tmp_path: Path) -> None:

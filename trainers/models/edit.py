@@ -29,6 +29,7 @@ from trainers.data.edit_pairs import control_folder, control_size, match_pairs, 
 from trainers.data.images import load_image_rgb, prepare_image
 from trainers.methods.controlnet.control_images import ControlImages
 from trainers.models.edit_rules import EditRules
+from trainers.models.edit_texts import PairTexts
 from trainers.models.flow_rules import SIZE_STEP
 
 
@@ -156,11 +157,15 @@ class EditFamily(EditRules):
         inner, slot = trainable.objective, self.slot
         if self.text_reads_images:  # a caption's encoding differs from pair to pair: none is kept for the next
             trainable.predictor.text_memo = None
+        pairs = PairTexts(session, controls, self) if self.text_reads_images and cfg.cache_text_encoder_outputs \
+            else None
 
         def objective(predictor: nn.Module, model: Any, batch: dict[str, Any], opts: Any,
                       weight_dtype: torch.dtype) -> torch.Tensor:
             device = next(model.unet.parameters()).device
             kept = controls.fill(slot, batch["keys"], self, model.vae, device, weight_dtype)
+            if pairs is not None:
+                batch = pairs.batch(batch["keys"], batch)
             try:
                 return inner(predictor, model, {**batch, "loss_weights": batch["loss_weights"] * kept}, opts,
                              weight_dtype)

@@ -14,6 +14,7 @@ import torch
 from trainers.models.base import LoadedModel
 from trainers.methods.controlnet.control_images import sample_control
 from trainers.models.edit import EditFamily
+from trainers.models.edit_texts import reading_images
 from trainers.models.flow import TextEncoderSpec
 from trainers.models.qwen_image.family import TEXT_LENGTH, QwenImage
 from trainers.models.qwen_image_edit.rules import QwenImageEditPlusRules, QwenImageEditRules
@@ -98,7 +99,8 @@ class QwenImageEdit(EditFamily, QwenImageEditRules, QwenImage):
         self.slot.pixels = [sample_control(Path(path).expanduser(), width, height).expand(len(texts), -1, -1, -1)
                             for path in images[:self.max_controls]]
         try:
-            return model.encode_texts(texts, clip_skip)
+            with reading_images(model):
+                return model.encode_texts(texts, clip_skip)
         finally:
             self.slot.pixels = None
 

@@ -26,10 +26,11 @@ class QwenImageEditRules(EditRules, QwenImageRules):
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)
-        if values.get("cache_text_encoder_outputs"):
+        if values.get("cache_text_encoder_outputs") and (values.get("flip_aug") or values.get("random_crop")):
+            changing = "flip_aug" if values.get("flip_aug") else "random_crop"
             issues.append(ConfigIssue("cache_text_encoder_outputs", f"{self.title}'s text encoder reads each pair's "
-                                      "control image with its caption, so captions cannot be encoded ahead: turn "
-                                      "it off", "dataset"))
+                                      f"control image, which {changing} changes from epoch to epoch, so a pair's "
+                                      f"encoding cannot be kept: turn {changing} or this off", "dataset"))
         return issues
 
 
