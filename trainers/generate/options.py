@@ -67,7 +67,8 @@ GEN_OPTIONS: tuple[Option, ...] = (
          "skipped).", "prompts"),
     _opt("prompts_file", "str", "", "Or a prompts file in the same syntax (read before the lines above).",
          "prompts", path="file"),
-    _opt("input_image", "str", "", "Edit models (FLUX.1 Kontext, Qwen-Image-Edit): the image the prompts edit, "
+    _opt("input_image", "str", "", "Edit models (FLUX.1 Kontext, Qwen-Image-Edit and Edit-Plus, FLUX.2 with references): the image the prompts "
+         "edit, "
          "resized to the output's size; a prompt's own `--ci path` (repeated for models that take several) "
          "replaces it.", "prompts", path="file"),
     _opt("negative_prompt", "str", "", "Negative prompt of the lines without --n.", "prompts"),
