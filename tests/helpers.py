@@ -107,9 +107,11 @@ def write_state(folder: Path, step: int, kind: str = "step", epoch: int = 1) -> 
 
 def stand_in_python(folder: Path, until_released: bool = False) -> Path:
     """An executable standing in for the trainer's python: it writes its argv to <run dir>/argv.json, then exits
-    (or, `until_released`, runs until the run folder holds a file named `release`)."""
+    (or, `until_released`, runs until the run folder holds a file named `release`, at most 5 minutes: a test that
+    fails before releasing it leaves no process behind)."""
     script = folder / "python stand-in 'é'"
-    wait = "while not os.path.exists(run_dir + '/release'):\n    time.sleep(0.05)\n" if until_released else ""
+    wait = ("end = time.monotonic() + 300\nwhile not os.path.exists(run_dir + '/release') and time.monotonic() < end:\n"
+            "    time.sleep(0.05)\n") if until_released else ""
     script.write_text(f"#!{sys.executable}\nimport json, os, sys, time\n"
                       "run_dir = sys.argv[sys.argv.index('--run-dir') + 1]\n"
                       "open(run_dir + '/argv.tmp', 'w', encoding='utf-8').write(json.dumps(sys.argv[1:]))\n"
