@@ -48,7 +48,8 @@ FLOW_MODELS = {"chroma": "lodestones/Chroma1-HD", "zimage": "Tongyi-MAI/Z-Image"
                "qwen_image21": "Qwen/Qwen-Image-2.1", "krea2": "krea-ai/krea-2",
                "flux2_klein": "black-forest-labs/FLUX.2-klein-base-{size}", "flux2_dev": "black-forest-labs/FLUX.2-dev"}
 FLOW_TINY = {**{family: (module, builder) for family, (_, module, builder) in FINETUNE_FAMILIES.items()},
-             "flux2_klein": FINETUNE_FAMILIES["flux2"][1:], "flux2_dev": ("trainers.models.flux2.tiny", "build_tiny_flux2"),
+             "flux2_klein": FINETUNE_FAMILIES["flux2"][1:],
+             "flux2_dev": ("trainers.models.flux2.tiny", "build_tiny_flux2"),
              "qwen_image21": ("trainers.models.qwen_image21.tiny", "build_tiny_qwen_image21"),
              "krea2": ("trainers.models.krea2.tiny", "build_tiny_krea2")}
 FLOW_PRESETS = sorted(path for path in PRESETS.glob("*_lora_*gb.toml")
