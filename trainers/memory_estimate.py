@@ -54,6 +54,10 @@ class MemoryEstimate:
     host: dict[str, float] = field(default_factory=dict)  # item -> GB of host RAM held beside the process
     source: str = ""  # where the model's sizes come from
     setting: Setting = Setting()
+    # GB on the GPU while the captions are encoded once before the first step (cached text-encoder outputs): the
+    # text encoders beside the VAE, and a denoiser quantized to int8/int4/nf4 without offload, which is quantized onto
+    # the card before the captions are encoded. 0 when the text encoders stay for the steps (counted in `gpu`).
+    caching: float = 0.0
 
     @property
     def gpu_gb(self) -> float:
@@ -65,8 +69,13 @@ class MemoryEstimate:
 
     @property
     def card_gb(self) -> float:
-        """What a card must have free for the run."""
+        """What a card must have free for the run's steps."""
         return self.gpu_gb + CARD_OVERHEAD_GB
+
+    @property
+    def caching_card_gb(self) -> float:
+        """What a card must have free while the captions are encoded before the first step (0: not done)."""
+        return self.caching + CARD_OVERHEAD_GB if self.caching else 0.0
 
     def weights_and_states_gb(self) -> float:
         """The exactly counted part (all but activations), wherever it lives: what a CPU run's RSS measures."""
@@ -76,8 +85,10 @@ class MemoryEstimate:
         items = ", ".join(f"{item} {_gb(gb)}" for item, gb in self.gpu.items() if gb >= 0.0005)
         host = (f"; host RAM beside the process ~{_gb(self.host_gb)} GB ("
                 + ", ".join(f"{item} {_gb(gb)}" for item, gb in self.host.items()) + ")") if self.host else ""
+        caching = (f" Encoding the captions before the first step takes ~{_gb(self.caching_card_gb)} GB of the card."
+                   if self.caching else "")
         return (f"Estimated peak GPU memory ~{_gb(self.gpu_gb)} GB ({items}; from {self.source}), "
-                f"~{_gb(self.card_gb)} GB of the card with the CUDA context{host}.")
+                f"~{_gb(self.card_gb)} GB of the card with the CUDA context{host}.{caching}")
 
     def to_dict(self) -> dict[str, object]:
         return {"gpu_gb": round(self.gpu_gb, 3), "host_gb": round(self.host_gb, 3),
@@ -192,11 +203,14 @@ def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bo
         trainable_text = 0
     text_quant = str(values.get("text_encoder_precision") or "none")
     resident = not cfg.cache_text_encoder_outputs or _trains_text_encoders(cfg)
+    text_weights = _quantized(size.text_encoders, size.text_encoders_linear, text_quant, dtype_bytes) / GB
     if size.text_encoders and resident:
-        gpu["text encoders"] = (_quantized(size.text_encoders, size.text_encoders_linear, text_quant, dtype_bytes)
-                                if not trainable_text else trainable_text * (4 + 4 + state_bytes(cfg.optimizer_type)))
-        gpu["text encoders"] /= GB
+        gpu["text encoders"] = (text_weights if not trainable_text
+                                else trainable_text * (4 + 4 + state_bytes(cfg.optimizer_type)) / GB)
     gpu["VAE"] = size.vae * (4 if values.get("no_half_vae") or not half else 2) / GB
+    if size.text_encoders and not resident and on_gpu:
+        quantized_on_card = setting.base in ("int8", "int4", "nf4") and not setting.offload
+        out.caching = text_weights + gpu["VAE"] + (gpu["denoiser weights"] if quantized_on_card else 0.0)
     gpu["activations"] = _activations(cfg, size)
     if not on_gpu:
         host.update(gpu)
@@ -268,13 +282,16 @@ def memory_report(cfg: TrainConfig, card_gb: float | None = None) -> tuple[str, 
         return "", []
     card_gb = card_memory_gb(str(cfg.values.get("gpu_ids") or "")) if card_gb is None else card_gb
     line = estimate.text()
+    caching = ([f"encoding the captions before the first step needs ~{estimate.caching_card_gb:.1f} GB of GPU "
+                f"memory, more than this {card_gb:.0f} GB card: set text_encoder_precision to 'int8' or 'nf4'"]
+               if card_gb and estimate.caching_card_gb > card_gb else [])
     if card_gb is None or fits(estimate, card_gb):
-        return line + (f" Fits a {card_gb:.0f} GB card." if card_gb else ""), []
+        return line + (f" Fits a {card_gb:.0f} GB card." if card_gb and not caching else ""), caching
     options = [f"{s.describe()}: ~{e.card_gb:.1f} GB" for s, e in fitting_settings(cfg, card_gb)]
     advice = ("would fit: " + "; ".join(options) + " (base_model_precision, layer_offload_fraction)" if options
               else "lower resolution or train_batch_size, turn on gradient_checkpointing or cache_text_encoder_outputs")
     return line, [f"the run needs ~{estimate.card_gb:.1f} GB of GPU memory, more than {FIT_MARGIN:.0%} of this "
-                  f"{card_gb:.0f} GB card; {advice}"]
+                  f"{card_gb:.0f} GB card; {advice}", *caching]
 
 
 def card_memory_gb(gpu_ids: str = "") -> float | None:

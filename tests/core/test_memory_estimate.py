@@ -115,3 +115,21 @@ def test_a_cpu_run_holds_the_weights_and_optimizer_states_the_estimate_predicts(
     assert status["memory_estimate_gb"] == pytest.approx(predicted, abs=0.02)
     # measured: the peak resident memory from the first step on, above the process before the model loaded
     assert abs(status["memory_peak_gb"] - predicted) <= 0.15 * predicted, (status["memory_peak_gb"], predicted)
+
+
+def test_encoding_the_captions_before_training_is_counted_and_warned_when_it_does_not_fit_the_card() -> None:
+    """Cached captions are encoded once with the text encoders on the card (a quantized denoiser that is not offloaded
+    is already there): Qwen-Image's 8.3 B Qwen2.5-VL in bf16 does not fit a 16 GB card then, whatever the steps need."""
+    values = {"pretrained_model_name_or_path": "Qwen/Qwen-Image", "model_family": "qwen_image", "resolution": "1024",
+              "mixed_precision": "bf16", "gradient_checkpointing": True, "cache_text_encoder_outputs": True,
+              "cache_latents": True, "network_train_unet_only": True, "base_model_precision": "nf4", "blocks_to_swap": 30}
+    bf16, int8 = TrainConfig("lora", values), TrainConfig("lora", {**values, "text_encoder_precision": "int8"})
+    assert estimate_memory(bf16).caching_card_gb > 16 > estimate_memory(int8).caching_card_gb
+    line, warnings = memory_report(bf16, card_gb=16)
+    assert "Encoding the captions before the first step takes" in line
+    assert any("text_encoder_precision" in w and "encoding the captions" in w for w in warnings), warnings
+    assert not [w for w in memory_report(int8, card_gb=16)[1] if "encoding the captions" in w]
+    on_card = TrainConfig("lora", {**values, "text_encoder_precision": "int8", "blocks_to_swap": 0})
+    assert estimate_memory(on_card).caching > estimate_memory(int8).caching + 10  # + the nf4 denoiser's 11.4 GB
+    uncached = TrainConfig("lora", {**values, "cache_text_encoder_outputs": False})
+    assert estimate_memory(uncached).caching == 0  # the text encoders stay for the steps: counted in them

@@ -13,8 +13,7 @@ from test_finetune_presets import FAMILIES as FINETUNE_FAMILIES
 
 from trainers.core.options import load_config
 from trainers.demo import build_dataset
-from trainers.memory_estimate import (CARD_OVERHEAD_GB, FIT_MARGIN, base_precision, estimate_memory, model_size,
-                                      offload_share)
+from trainers.memory_estimate import FIT_MARGIN, estimate_memory, model_size, offload_share
 from trainers.validate import validate
 
 PRESETS = Path(__file__).resolve().parents[2] / "presets"
@@ -89,14 +88,9 @@ def test_a_flow_lora_preset_fits_its_card_for_the_published_model(path: Path) ->
 
 
 def _caption_pass_gb(path: Path, model: str) -> float:
-    """The card while the captions are encoded once before the first step (not in the estimate, which counts the
-    steps): the text encoders at text_encoder_precision beside the VAE, a transformer quantized to int8/int4/nf4
-    without offload (it is quantized onto the card before the captions are encoded), and the CUDA context."""
-    cfg = load_config("lora", path, [f'pretrained_model_name_or_path="{model}"', "cache_text_encoder_outputs=false"])
-    gpu = estimate_memory(cfg).gpu  # type: ignore[union-attr]
-    offloaded = offload_share(cfg.values, model_size(cfg).swap_units)  # type: ignore[union-attr]
-    on_card = base_precision(cfg.values) in ("int8", "int4", "nf4") and not offloaded
-    return gpu["text encoders"] + gpu["VAE"] + (gpu["denoiser weights"] if on_card else 0.0) + CARD_OVERHEAD_GB
+    """The card while the captions are encoded once before the first step (the estimate's `caching`)."""
+    cfg = load_config("lora", path, [f'pretrained_model_name_or_path="{model}"'])
+    return estimate_memory(cfg).caching_card_gb  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")
