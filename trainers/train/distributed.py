@@ -10,6 +10,7 @@ named. `ddp_gradient_precision` picks plain all-reduce or torch's bf16/fp16 comp
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import statistics
 import time
@@ -91,6 +92,9 @@ def shard_cpu_processes(cfg: TrainConfig, accelerator: Any) -> None:
         import deepspeed
         from accelerate.utils import DeepSpeedPlugin
 
+        # On the CPU DeepSpeed would compile its shared-memory all-reduce op (C++: a minute on 2 cores at the first
+        # run, and a compiler the machine may lack); it speeds up inference all-reduces only, so gloo's does here.
+        importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None  # (its package names torch too)
         deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)  # over torch's process group
         plugin = DeepSpeedPlugin()
         plugin.set_mixed_precision(accelerator.mixed_precision)
