@@ -6,8 +6,11 @@ import os
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import torch
 
 from trainers.core.fsio import atomic_dir
@@ -118,3 +121,12 @@ def stand_in_python(folder: Path, until_released: bool = False) -> Path:
                       "os.replace(run_dir + '/argv.tmp', run_dir + '/argv.json')\n" + wait, encoding="utf-8")
     script.chmod(0o755)
     return script
+
+
+def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = 30) -> None:
+    """Poll `predicate` until it is true; fail the test naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out: {what}")
+        time.sleep(0.05)

@@ -12,25 +12,17 @@ import pytest
 from gui.caption_tab import CaptionWatcher, status_text
 from gui.jobs import JobError, JobManager
 from gui.run_queue import RunQueue
-from helpers import stand_in_python
+from helpers import stand_in_python, wait_until
 from trainers.caption.options import config_from_values
 from trainers.core.options import TrainConfig
 from trainers.core.rundir import read_status
-
-
-def _wait(predicate, what: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out: {what}")
-        time.sleep(0.05)
 
 
 def test_caption_jobs_queue_behind_a_run_and_start_when_it_ends(tmp_path: Path, images: Path) -> None:
     jobs = JobManager(tmp_path / "runs", python=str(stand_in_python(tmp_path, until_released=True)))
     queue = RunQueue(jobs)
     run, _ = queue.submit(TrainConfig("lora", {"max_train_steps": 1, "gpu_ids": "0"}))
-    _wait(lambda: (run / "argv.json").exists(), "the training run to start")
+    wait_until(lambda: (run / "argv.json").exists(), "the training run to start")
     with pytest.raises(JobError, match=f"Run {run.name} is still active"):  # started without the queue: refused
         jobs.start_dataset_job(config_from_values("caption", {"images": str(images), "device": "cuda:0"}))
 
@@ -52,7 +44,7 @@ def test_caption_jobs_queue_behind_a_run_and_start_when_it_ends(tmp_path: Path, 
 
     restarted.run_scheduler(every_s=0.1)
     (run / "release").touch()
-    _wait(lambda: (job / "argv.json").exists(), "the queued caption job to start")
+    wait_until(lambda: (job / "argv.json").exists(), "the queued caption job to start")
     argv = json.loads((job / "argv.json").read_text())
     assert argv[:4] == ["-m", "trainers", "caption", "--config"] and argv[-1] == str(job)
     status = read_status(job)

@@ -3,24 +3,15 @@ the next run by itself when the GPUs free up."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 from gui.jobs import JobError, JobManager
 from gui.run_queue import RunQueue
-from helpers import stand_in_python
+from helpers import stand_in_python, wait_until
 from trainers.core.options import TrainConfig
 from trainers.core.rundir import read_status
-
-
-def _wait(predicate, what: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out: {what}")
-        time.sleep(0.05)
 
 
 def test_busy_gpus_queue_runs_that_start_in_order_by_themselves(tmp_path: Path) -> None:
@@ -29,7 +20,7 @@ def test_busy_gpus_queue_runs_that_start_in_order_by_themselves(tmp_path: Path) 
     cfg = TrainConfig("lora", {"max_train_steps": 1})
     first, said = queue.submit(cfg.replace(output_name="first"))
     assert said.startswith("Started") and read_status(first)["state"] != "queued"
-    _wait(lambda: (first / "argv.json").exists(), "the first run to start")
+    wait_until(lambda: (first / "argv.json").exists(), "the first run to start")
     second, said = queue.submit(cfg.replace(output_name="second"))
     assert f"run `{first.name}`" in said and "position 1" in said
     third, said = queue.submit(cfg.replace(output_name="third"))
@@ -49,11 +40,11 @@ def test_busy_gpus_queue_runs_that_start_in_order_by_themselves(tmp_path: Path) 
     assert restarted.queued() == [third, second]
     restarted.run_scheduler(every_s=0.1)
     (first / "release").touch()
-    _wait(lambda: (third / "argv.json").exists(), "the queue to start the next run")
+    wait_until(lambda: (third / "argv.json").exists(), "the queue to start the next run")
     assert read_status(second)["state"] == "queued"  # one at a time on the same GPUs
     assert json.loads((third / "argv.json").read_text())[-1] == str(third)
     (third / "release").touch()
-    _wait(lambda: (second / "argv.json").exists(), "the run after it")
+    wait_until(lambda: (second / "argv.json").exists(), "the run after it")
     (second / "release").touch()
     assert not (cancelled / "argv.json").exists()
 
