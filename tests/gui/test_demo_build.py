@@ -16,8 +16,7 @@ from gui.demo_build import DemoBuild, DemoQueue, check_start
 from gui.generate_tab import demo_values
 from gui.jobs import JobManager
 from gui.presets import Presets
-from helpers import stand_in_python
-from test_run_queue import _wait
+from helpers import stand_in_python, wait_until
 from trainers.core.options import TrainConfig
 from trainers.core.rundir import read_status
 from trainers.demo import BUILT_MARK, MODEL, RECIPE, BuildProgress
@@ -61,14 +60,14 @@ def test_a_demo_run_waits_in_the_queue_until_the_demo_is_built(tmp_path: Path) -
     assert "Waiting in the queue" in stats and "waits for the demo model to be ready" in stats
     other, said = queue.submit(TrainConfig("lora", {"max_train_steps": 1, "output_name": "other"}))
     assert said.startswith("Started")  # a run on another model does not wait behind it
-    _wait(lambda: (other / "argv.json").exists(), "the other run to start")
+    wait_until(lambda: (other / "argv.json").exists(), "the other run to start")
     (other / "release").touch()
-    _wait(lambda: not jobs.active_runs(), "the other run to end")
+    wait_until(lambda: not jobs.active_runs(), "the other run to end")
     assert queue.start_ready() == [] and read_status(waiting)["state"] == "queued"
 
     _finish_build(demo.folder)
     assert queue.start_ready() == [waiting]
-    _wait(lambda: (waiting / "argv.json").exists(), "the demo run to start once the demo is built")
+    wait_until(lambda: (waiting / "argv.json").exists(), "the demo run to start once the demo is built")
     assert not read_status(waiting)["message"]
     (waiting / "release").touch()
 
