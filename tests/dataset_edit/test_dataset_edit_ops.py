@@ -192,8 +192,8 @@ def test_stats_buckets_small_images_tokens_and_duplicates(kohya: Path) -> None:
     assert "estimate" in stats.tokenizer
 
 
-def test_token_counts_with_the_demo_models_tokenizer(kohya: Path) -> None:
-    counter = token_counter(str(REPO / "demo" / "tiny-sd1"))
+def test_token_counts_with_the_demo_models_tokenizer(kohya: Path, built_demo: Path) -> None:
+    counter = token_counter(str(built_demo / "tiny-sd1"))
     assert "CLIP tokenizer" in counter.how
     assert counter.count("a b") > 0 and counter.count("") == 0
 

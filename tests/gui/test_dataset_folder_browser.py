@@ -71,15 +71,15 @@ def tree(tmp_path: Path) -> dict[str, Path]:
     return {"root": root.resolve(), "secret": secret.resolve()}
 
 
-def test_model_files_are_listed_by_kind(tree: dict[str, Path]) -> None:
+def test_model_files_are_listed_by_kind(tree: dict[str, Path], built_demo: Path) -> None:
     listing = list_folder(str(tree["root"] / "models"), [tree["root"]], "file")
     labels = [label for label, _ in listing.choices]
     for name, (_, _, kind) in KINDS.items():
         assert f"📄 {name} · {kind}" in labels
     assert any(label.startswith("📄 old.ckpt · pickle checkpoint") for label in labels)
     assert not any("notes.md" in label or "leak" in label for label in labels)  # not a model; a link out
-    assert model_kind(REPO / "demo" / "tiny-sd1") == "SD1.x diffusers model"
-    assert model_kind(REPO / "demo" / "tiny-sd1" / "vae") == "VAE (diffusers folder)"
+    assert model_kind(built_demo / "tiny-sd1") == "SD1.x diffusers model"
+    assert model_kind(built_demo / "tiny-sd1" / "vae") == "VAE (diffusers folder)"
 
 
 def test_folder_fields_list_folders_and_offer_the_folder_itself(tree: dict[str, Path]) -> None:
