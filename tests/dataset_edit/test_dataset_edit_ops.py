@@ -17,7 +17,6 @@ from trainers.dataset_edit.folders import BACKUP_DIR, DatasetEditError, open_dat
 from trainers.dataset_edit.stats import dataset_stats, token_counter
 from trainers.dataset_edit.tags import BulkOp
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from trainers.models.rules import UNET_PREFIX
 from trainers.models.sd.rules import SD1
 from trainers.models.sdxl.rules import TE2_PREFIX
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def header_only(path: Path, shapes: dict[str, tuple[int, ...]], metadata: dict[str, str] | None = None) -> Path:
