@@ -372,6 +372,34 @@ def test_windows_paths_are_named_by_their_field() -> None:
         assert "is a Windows path" in named[field], named
 
 
+def test_a_kohya_ss_config_written_on_windows_loads_with_its_output_folders_at_their_defaults(
+        tmp_path: Path) -> None:
+    from trainers.core.options import load_config
+    from trainers.core.options.validation import option_issues
+
+    fields = {"LoRA_type": "Standard", "learning_rate": 1e-4, "max_train_steps": 10,
+              "pretrained_model_name_or_path": "C:/Users/me/models/sd15.safetensors",
+              "train_data_dir": "C:/Users/me/data", "output_dir": "C:/Users/me/out", "logging_dir": "C:/Users/me/logs"}
+    notes: list[str] = []
+    cfg = load_config("lora", _json(tmp_path, fields), warnings=notes)
+    assert (cfg.output_dir, cfg.logging_dir) == ("", "")
+    said = " | ".join(notes)
+    assert "output_dir = 'C:/Users/me/out'" in said and "logging_dir = 'C:/Users/me/logs'" in said
+    named = {i.field: i.message for i in option_issues(cfg)}
+    assert "is required" in named["output_dir"]
+    assert "Windows path" in named["train_data_dir"] and "Windows path" in named["pretrained_model_name_or_path"]
+    assert "logging_dir" not in named
+
+    out = tmp_path / "out"
+    cfg = load_config("lora", _json(tmp_path, fields), overrides=[f"output_dir='{out}'"])
+    assert cfg.output_dir == str(out) and "output_dir" not in {i.field for i in option_issues(cfg)}
+
+    _, values, notes = import_kohya_file(_json(tmp_path, fields), runs_dir=tmp_path / "runs")
+    assert "output_dir" not in values and "logging_dir" not in values  # the page keeps its own folders
+    assert values["train_data_dir"] == "C:/Users/me/data"
+    assert "train_data_dir = 'C:/Users/me/data'" in " | ".join(notes)
+
+
 def test_unknown_keys_of_kohya_files_are_warned_first_and_ours_stay_errors(tmp_path: Path) -> None:
     from trainers.core.options import load_config
 

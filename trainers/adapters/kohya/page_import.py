@@ -24,6 +24,7 @@ from trainers.core.options.loading import (
     is_sd_scripts_file,
     read_config_options,
     read_toml,
+    windows_outputs,
 )
 from trainers.core.options.training import BY_NAME
 from trainers.core.paths import windows_path
@@ -79,19 +80,22 @@ def import_kohya_file(path: Path, runs_dir: Path | None = None) -> tuple[str, di
         if converted is None:
             raise ConfigError(issues)
         method, named, kohya = converted.method, set(converted.decided), True
+        windows_out = windows_outputs(converted.options)
     else:
         raw = read_toml(path)
-        named, kohya = set(flatten(raw, [], notes=[])) & set(BY_NAME), is_sd_scripts_file(raw)
+        file_flat = flatten(raw, [], notes=[])
+        named, kohya = set(file_flat) & set(BY_NAME), is_sd_scripts_file(raw)
+        windows_out = windows_outputs(file_flat)
         written_for = raw.get("method")
         if isinstance(written_for, str) and written_for in METHOD_NAMES:
             method = written_for
         else:
-            method, why = guess_method(flatten(raw, [], notes=[]))
+            method, why = guess_method(file_flat)
             notes.append(f"read as a {method} config: {why}")
     flat, foreign = read_config_options(method, path, [], notes, issues)
     # A prompts file that is not here stays in the page, where Validate says that samples are off without it.
     cfg = config_from_dict(method, flat, issues, notes, foreign)
-    decided = cfg.given | named
+    decided = (cfg.given | named) - set(windows_out)  # the page keeps its own output folders
     values = {name: value for name, value in cfg.values.items() if name in decided}
     _unset_moot(values, cfg.method)
     if kohya and runs_dir is not None:

@@ -274,6 +274,7 @@ def read_config_options(method: str, path: Path | None, overrides: list[str], no
         notes.append(f"{path} was written for {written_for} training and is run as {method}: options only "
                      f"{written_for} uses are ignored")
     foreign = frozenset(flat) if sd_scripts else frozenset()
+    _drop_windows_outputs(flat, {str(a).partition("=")[0].strip() for a in overrides or []}, notes)
     unset: set[str] = set()
     for assignment in overrides or []:
         if isinstance(assignment, Unset):
@@ -289,6 +290,22 @@ def read_config_options(method: str, path: Path | None, overrides: list[str], no
         for name in unset & set(flat):  # set again by sd-scripts' default for what a file leaves out
             notes.append(f"--unset {name}: {name} = {flat[name]!r}, sd-scripts' default")
     return flat, foreign
+
+
+def windows_outputs(flat: dict[str, Any]) -> list[str]:
+    """The output folders (path kind "out") that `flat` gives as Windows paths: a config written on another
+    machine."""
+    return [name for name, value in flat.items() if name in BY_NAME and BY_NAME[name].path == "out"
+            and isinstance(value, str) and windows_path(value)]
+
+
+def _drop_windows_outputs(flat: dict[str, Any], overridden: set[str], notes: list[str]) -> None:
+    """A config written on Windows loads here: its output folders are read as their defaults, said by name (output_dir
+    has none: it is asked for); its inputs stay, and the path check names each as not on this machine."""
+    dropped = [f"{name} = {flat.pop(name)!r}" for name in windows_outputs(flat) if name not in overridden]
+    if dropped:
+        notes.append(f"output folders written on Windows (another machine) are not read: {', '.join(dropped)}; "
+                     "this machine's default stays until you give another folder")
 
 
 def foreign_reader(flat: dict[str, Any]) -> Callable[[dict[str, Any], str, list[str], list[ConfigIssue]],
