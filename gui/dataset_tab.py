@@ -358,7 +358,9 @@ def build_dataset_tab(services: Any) -> DatasetTab:
         return view(path, ext, wanted, filter_text)
 
     def on_reload(path: str, ext: str, wanted: str, filter_text: str) -> dict:
-        return view(path, ext, wanted, filter_text) if str(path or "").strip() else {}
+        """A caption or mask job ended: the open dataset again (nothing open: the tab as it is; an empty dict
+        would not be a value for each output, which gradio refuses with a ValueError)."""
+        return view(path, ext, wanted, filter_text) if str(path or "").strip() else gr.skip()
 
     reload.change(on_reload, inputs=view_inputs, outputs=view_outputs, show_progress="hidden")
     open_btn.click(on_open, inputs=view_inputs, outputs=view_outputs)
