@@ -13,6 +13,7 @@ from lora_samples import CONV, LINEAR, OUT, TEXT, deltas, digest, run, sample_mo
 from trainers.methods.lora.file_format import read_lora_file
 from trainers.tools.blocks import BLOCKS, block_of
 from trainers.tools.job import ToolError
+from trainers.tools.lora_state import read_lora
 
 
 def test_loras_side_by_side_add_their_changes_exactly(tmp_path: Path) -> None:
@@ -125,3 +126,31 @@ def test_fused_modules_merge_into_their_layers_and_extract_back(family: str, req
     assert set(changes) <= set(original)  # training's choice of layers (FLUX: no input layers without in_dims)
     worst = max(float((changes[n] - 0.5 * original[n]).abs().max()) for n in changes)
     assert worst < 1e-5, worst
+
+
+def test_merging_into_an_fp16_model_rounds_each_weight_once(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    """Every merged weight is the float64 sum weight + ratio x up @ down x alpha / rank rounded once to fp16 (numpy's
+    float64 -> float16 is a single correct rounding); casting the change to fp16 before adding, or adding in float32
+    and letting torch round through float32, misses some."""
+    from safetensors.torch import load_file
+
+    from trainers.models import load_model
+    from trainers.tools.layers import layer_map
+
+    lora = tiny_lora(tiny_sd1_dir, tmp_path / "lora.safetensors")
+    merged = run("merge", tmp_path / "merge", model=str(tiny_sd1_dir), loras=[f"{lora}:0.6"], save_precision="fp16",
+                 device="cpu")
+    base = layer_map(load_model(str(tiny_sd1_dir), "auto", torch.float32))
+    saved = {part: load_file(next((merged / part).glob("*.safetensors"))) for part in ("unet", "text_encoder")}
+    files = read_lora(lora, "lora").plain("lora")
+    checked = 0
+    for name, module in files.items():
+        target = base[name]
+        change = module.delta(dtype=torch.float64) * 0.6
+        for layer, path, part in zip(target.layers, target.paths, target.split(change)):
+            expected = (layer.weight.detach().half().double() + part).numpy().astype(np.float16)
+            got = saved[target.component][f"{path}.weight"]
+            assert got.dtype == torch.float16
+            np.testing.assert_array_equal(got.numpy(), expected, err_msg=name)
+            checked += got.numel()
+    assert checked > 10_000

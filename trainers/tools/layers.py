@@ -67,9 +67,26 @@ class Target:
 
     @torch.no_grad()
     def add(self, change: Tensor) -> None:
-        """Add a change (rows in the file's order) to the layers' weights."""
+        """Add a change (rows in the file's order) to the layers' weights, rounded once to their precision: the sum
+        is formed in float64, so a half-precision weight becomes the nearest value to weight + change (not the sum
+        of the weight and the change already rounded to its precision)."""
         for layer, part in zip(self.layers, self.split(change)):
-            layer.weight.add_(part.to(layer.weight.device, layer.weight.dtype))
+            weight = layer.weight
+            weight.copy_(rounded(weight.double() + part.to(weight.device, torch.float64), weight.dtype))
+
+
+def rounded(values: Tensor, dtype: torch.dtype) -> Tensor:
+    """float64 `values` rounded once to the nearest `dtype` value. torch converts float64 to fp16/bf16 through float32,
+    which rounds twice (a value just above a midpoint can land on it, then go to even); rounding to float32 toward the
+    odd neighbour first keeps what the second rounding needs (float32 has 13 more bits than fp16, 16 more than bf16)."""
+    if dtype in (torch.float64, torch.float32) or not dtype.is_floating_point:
+        return values.to(dtype)
+    near = values.float()
+    rest = values - near.double()
+    even = (near.view(torch.int32) & 1) == 0
+    toward = torch.where(rest > 0, torch.full_like(near, float("inf")), torch.full_like(near, float("-inf")))
+    odd = torch.where((rest != 0) & even, torch.nextafter(near, toward), near)
+    return odd.to(dtype)
 
 
 def _weighted(module: nn.Module) -> bool:

@@ -114,9 +114,9 @@ class LowRankModule:
     def scale(self) -> float:
         return self.alpha / self.rank
 
-    def delta(self, device: torch.device | str = "cpu") -> Tensor:
-        """The weight change in float32, shaped as the layer's weight."""
-        down, up = self.down.to(device, torch.float32), self.up.to(device, torch.float32)
+    def delta(self, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Tensor:
+        """The weight change in `dtype`, shaped as the layer's weight."""
+        down, up = self.down.to(device, dtype), self.up.to(device, dtype)
         return (up.flatten(1) @ down.flatten(1)).reshape(up.shape[0], *down.shape[1:]) * self.scale
 
     def tensors(self, name: str) -> dict[str, Tensor]:

@@ -82,7 +82,7 @@ def _into_model(cfg: ToolConfig, job: ToolJob, sources: list[Source]) -> Path:
     refuse_existing(out)
     dtype = SAVE_DTYPES[cfg.save_precision] if cfg.save_precision != "auto" else stored_dtype(base)
     job.progress("loading the model", 0, 1)
-    # in the precision it is saved in: each change is computed in float32 and added once, rounded as the save would
+    # in the precision it is saved in: each change is computed and added in float64, and the sum rounded once
     model = load_weights(cfg.model, "model", ModelFiles.from_values(cfg.values), dtype)
     targets = layer_map(model)
     device = compute_device(cfg.device)
@@ -91,7 +91,7 @@ def _into_model(cfg: ToolConfig, job: ToolJob, sources: list[Source]) -> Path:
         _check_names(source, model, targets)
         with torch.no_grad():
             for name, module in source.modules.items():
-                targets[name].add(module.delta(device) * source.ratio(name))
+                targets[name].add(module.delta(device, torch.float64) * source.ratio(name))
                 done += 1
                 job.progress("merging", done, total)
     job.progress("saving", 0, 1)
