@@ -138,3 +138,25 @@ def test_mask_options_are_checked_before_a_model_loads(images: Path, tmp_path: P
     assert "inside the images' folder" in named["masks_dir"]
     background = check_config(cfg.replace(method="background", prompt="x", existing="skip", masks_dir=""))
     assert [i.field for i in background] == ["trust_remote_code"]
+
+
+def test_append_reads_the_old_caption_as_the_trainer_does_and_writes_utf8(images: Path, tiny_tagger: Path,
+                                                                          tmp_path: Path) -> None:
+    """Notepad's "Unicode" (UTF-16 LE with a mark) and a Windows-1252 file keep their text, now in UTF-8; a file the
+    trainer cannot read as a caption is left as it is and named."""
+    import codecs
+
+    from trainers.data.text_files import decode_caption
+
+    red, blue, green = (images / "10_sks" / f"{name}.txt" for name in ("00_red", "01_blue", "02_green"))
+    red.write_bytes(codecs.BOM_UTF16_LE + "my café caption".encode("utf-16-le"))
+    blue.write_bytes("naïve sky".encode("cp1252"))
+    green.write_bytes("no mark".encode("utf-16-le"))  # NUL characters: no caption to the trainer
+    _run(caption_cfg(images, tiny_tagger, existing="append"), tmp_path / "append", None)
+    assert red.read_text(encoding="utf-8").strip() == "my café caption, red background, ^_^"
+    assert blue.read_text(encoding="utf-8").strip() == "naïve sky, blue sky"
+    assert decode_caption(red.read_bytes()).problem == ""  # plain UTF-8 now
+    assert green.read_bytes() == "no mark".encode("utf-16-le")
+    report = json.loads((tmp_path / "append" / "report.json").read_text())
+    assert report["written"] == 3 and "02_green.png" in report["unreadable"][0]
+    assert "02_green.txt" in report["unreadable"][0] and "UTF-8" in report["unreadable"][0]

@@ -3,7 +3,8 @@
 The images not done yet go through the model in batches; each result is written (renamed into place, never half a
 file) as soon as it is produced and then listed in the job folder's done.txt. A stop request ends the job between
 batches and a crash ends it anywhere: either way the finished files are written and the rest untouched, and a job
-with `resume = <that folder>` does only the rest. An image that cannot be read is listed and skipped.
+with `resume = <that folder>` does only the rest. An image that cannot be read (or whose old file cannot be
+appended to) is listed and skipped.
 """
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ from trainers.data.kohya_folders import IMAGE_EXTENSIONS
 from trainers.tools.job import PROGRESS_EVERY_S, ToolError, ToolJob, ToolStopped
 
 RATE_WINDOW = 8  # batches the images/s rate is measured over
+
+
+class SkipImage(Exception):
+    """Raised by a job's `write` for an image whose result cannot be written: it is listed and skipped."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def find_images(root: Path) -> list[Path]:
@@ -126,7 +135,12 @@ def run_images(job: ImageJob, target_of: Callable[[Path], Path], process: Callab
                     job.warn(f"skipped {image}: it cannot be read ({err.reason})")
             results = process([pil for _, pil in loaded]) if loaded else []
             for (image, pil), result in zip(loaded, results, strict=True):
-                job.events.emit(write(image, target_of(image), result, pil))
+                try:
+                    job.events.emit(write(image, target_of(image), result, pil))
+                except SkipImage as skipped:
+                    summary.unreadable.append(f"{image}: {skipped.reason}")
+                    job.warn(f"skipped {image}: {skipped.reason}")
+                    continue
                 summary.written.append(str(image))
                 if done_list is not None:
                     done_list.write(f"{image}\n")

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from trainers.caption.events import ImageResult
-from trainers.caption.job import ImageJob, run_images, summary_report
+from trainers.caption.job import ImageJob, SkipImage, run_images, summary_report
 from trainers.caption.loading import model_folder, torch_device, torch_dtype
 from trainers.caption.options import JobConfig
 from trainers.core.fsio import atomic_write_text
+from trainers.data.text_files import decode_caption
 
 TAG_SEPARATOR = ", "
 
@@ -19,12 +20,14 @@ def caption_path(image: Path, extension: str) -> Path:
 
 
 def read_caption(path: Path) -> str:
-    """An existing caption (UTF-8, a BOM dropped; another encoding is read as Latin-1 rather than refused)."""
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8-sig").strip()
-    except UnicodeDecodeError:
-        return raw.decode("latin-1").strip()
+    """An existing caption as the trainer reads it (trainers.data.text_files: UTF-8, or UTF-16/32 as its byte-order
+    mark says, else Windows-1252). SkipImage when the file is no caption to the trainer (NUL characters, a mark
+    that lies): appending to it would replace text nobody can read back, so it is left as it is."""
+    read = decode_caption(path.read_bytes())
+    if read.text is None:
+        raise SkipImage(f"its caption file {path.name} {read.problem}; it is left as it is: save it as UTF-8 text "
+                        "(or delete it), then run again")
+    return read.text.strip()
 
 
 def compose(new: str | list[str], existing: str, cfg: JobConfig) -> str:
@@ -60,7 +63,7 @@ def run(cfg: JobConfig, job: ImageJob) -> str:
     captioner = load_captioner(job)
 
     def write(image: Path, target: Path, result: str | list[str], _: Any) -> ImageResult:
-        existing = read_caption(target) if target.exists() else ""
+        existing = read_caption(target) if cfg.existing == "append" and target.exists() else ""
         text = compose(result, existing, cfg)
         atomic_write_text(target, text + "\n")
         return ImageResult(image=str(image), written=str(target), caption=text)
