@@ -48,11 +48,13 @@ class LoginThrottle:
 
     A username from an address: the first FREE_TRIES failures are free; each further one locks that username out
     from that address for twice as long as the last (2 s up to 5 minutes), and tries during the lock are refused
-    unchecked. An address, whatever the usernames: after ADDRESS_FREE_TRIES failures it is locked the same way,
-    but a try during that lock is checked after SLOW_CHECK_S (at most SLOW_CHECKS at once per address): a right
-    password gets in, a wrong one counts. So one attacker behind a shared proxy cannot lock out everyone behind it,
-    and still gets only slow guesses. A success clears the count of that username from that address; a count is
-    forgotten FORGET_S after its last failure.
+    unchecked: brute force on one username stays slow. An address, whatever the usernames: after
+    ADDRESS_FREE_TRIES failures it is locked the same way, but a try during that lock is checked after
+    SLOW_CHECK_S: a right password gets in, a wrong one counts. The places for such checks (SLOW_CHECKS at once)
+    are kept per account, and all usernames that are no account share one set: guesses with made-up usernames
+    (two loops of them from 127.0.0.1, where every --share visitor comes from) never take an account's place, so
+    its right password is slowed but never refused. A success clears the count of that username from that address;
+    a count is forgotten FORGET_S after its last failure.
     """
 
     FREE_TRIES = 5
@@ -63,10 +65,11 @@ class LoginThrottle:
     FORGET_S = 900.0
     MAX_TRACKED = 10_000  # keys kept; the oldest unlocked ones go first (a flood of made-up usernames)
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.clock, self.sleep = clock, sleep  # sleep: how a slow check waits (a test's fake clock advances)
         self._failures: dict[tuple[str, str | None], _Failures] = {}  # (address, username or None: any) -> count
-        self._slow_checks: dict[str, int] = {}  # address -> checks waiting now
+        self._slow_checks: dict[tuple[str, str | None], int] = {}  # (address, account or None: no account) -> waiting
         self._lock = threading.Lock()
 
     def wait_s(self, address: str, username: str | None = None) -> float:
@@ -92,19 +95,22 @@ class LoginThrottle:
         with self._lock:
             self._failures.pop((address, username), None)
 
-    def start_slow_check(self, address: str) -> bool:
-        """Hold one of the address's slow-check places; False when they are all taken."""
+    def start_slow_check(self, address: str, account: str | None = None) -> bool:
+        """Hold one of the slow-check places of `account` from `address` (None: those that usernames which are no
+        account share); False when they are all taken."""
+        key = (address, account)
         with self._lock:
-            if self._slow_checks.get(address, 0) >= self.SLOW_CHECKS:
+            if self._slow_checks.get(key, 0) >= self.SLOW_CHECKS:
                 return False
-            self._slow_checks[address] = self._slow_checks.get(address, 0) + 1
+            self._slow_checks[key] = self._slow_checks.get(key, 0) + 1
             return True
 
-    def end_slow_check(self, address: str) -> None:
+    def end_slow_check(self, address: str, account: str | None = None) -> None:
+        key = (address, account)
         with self._lock:
-            left = self._slow_checks.pop(address, 1) - 1
+            left = self._slow_checks.pop(key, 1) - 1
             if left:
-                self._slow_checks[address] = left
+                self._slow_checks[key] = left
 
     def _forget_old(self, now: float) -> None:
         if len(self._failures) <= self.MAX_TRACKED:
@@ -150,7 +156,8 @@ class RequireSession:
             await _too_many(send, wait, "for this username from your address")
             return
         slow = self.throttle.wait_s(address) > 0
-        if slow and not self.throttle.start_slow_check(address):
+        account = username if _is_account(scope, username) else None
+        if slow and not self.throttle.start_slow_check(address, account):
             await _too_many(send, self.throttle.SLOW_CHECK_S, "from your address")
             return
         status: list[int] = []
@@ -162,11 +169,11 @@ class RequireSession:
 
         try:
             if slow:
-                await asyncio.sleep(self.throttle.SLOW_CHECK_S)
+                await self.throttle.sleep(self.throttle.SLOW_CHECK_S)
             await self.app(scope, _replay(body, receive), watch)
         finally:
             if slow:
-                self.throttle.end_slow_check(address)
+                self.throttle.end_slow_check(address, account)
         if status and status[0] < 400:
             self.throttle.succeeded(address, username)
         elif status:
@@ -224,6 +231,12 @@ async def _username(scope: Scope, body: bytes) -> str:
         return ""
     value = form.get("username")
     return value.strip()[:256] if isinstance(value, str) else ""
+
+
+def _is_account(scope: Scope, username: str) -> bool:
+    """Whether `username` is one of the login's accounts (Gradio keeps them as a dict; a login function: unknown)."""
+    accounts = getattr(scope.get("app"), "auth", None)
+    return isinstance(accounts, dict) and username in accounts
 
 
 async def _too_many(send: Send, wait_s: float, whose: str) -> None:
