@@ -10,6 +10,7 @@ layer of the blocks (their modulation is one shared layer outside them).
 from __future__ import annotations
 
 import copy
+import types
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ class QwenImage21(QwenImage21Rules, QwenImage, ModelFamily):
         tokenizer = model.tokenizers[0]
         tokenizer.padding_side = "right"  # encode_prompts reads each caption's states from the start
         model.family.system_tokens = len(tokenizer(SYSTEM_TURN).input_ids)
+        encode_opaque(model.vae)
         return model
 
     def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
@@ -91,6 +93,10 @@ class QwenImage21(QwenImage21Rules, QwenImage, ModelFamily):
     def image_tokens(self, height: int, width: int) -> int:
         return height * width
 
+    def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
+        """The colour channels of what its autoencoder decodes (the published one decodes RGBA)."""
+        return super().decode_latents(vae, latents, width, height)[:, :3]
+
     # --- samples ---
 
     def scheduler_config(self) -> dict[str, Any]:
@@ -107,6 +113,25 @@ class QwenImage21(QwenImage21Rules, QwenImage, ModelFamily):
         """The pipeline's latents (B, h x w, C), one token per latent, as (B, C, h, w)."""
         scale = vae.config.scale_factor_spatial
         return latents.transpose(1, 2).reshape(latents.shape[0], latents.shape[2], height // scale, width // scale)
+
+
+def pixel_channels(vae: nn.Module) -> int:
+    """The image channels the autoencoder reads: its input's, less the patching (the published one: 4, RGBA)."""
+    return vae.config.in_channels // (vae.config.patch_size or 1) ** 2
+
+
+def encode_opaque(vae: nn.Module) -> None:
+    """Make the autoencoder encode RGB images (B, 3, H, W) in [-1, 1] as the pipeline gives it RGBA ones: with an
+    opaque alpha channel (1) added when it reads four channels (the instance's method: the saved model is unchanged)."""
+    encode_rgba = vae.encode
+
+    def encode(self: nn.Module, pixels: torch.Tensor, return_dict: bool = True) -> Any:
+        missing = pixel_channels(self) - pixels.shape[1]
+        if missing > 0:
+            pixels = torch.cat([pixels, pixels.new_ones(pixels.shape[0], missing, *pixels.shape[2:])], dim=1)
+        return encode_rgba(pixels, return_dict=return_dict)
+
+    vae.encode = types.MethodType(encode, vae)
 
 
 class PromptProcessor:

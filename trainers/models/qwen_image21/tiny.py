@@ -1,6 +1,6 @@
 """A tiny random-init Qwen-Image 2.1 folder (tests): two transformer blocks, a two-layer Qwen3-VL text encoder with a
 one-block vision tower, a character-level tokenizer with Qwen's chat tokens, a four-channel autoencoder that
-downsamples by 16 (2x2 patches, three stages), in the layout of the published folder (`processor/`)."""
+downsamples by 16 (RGBA in and out, four stages), in the layout of the published folder (`processor/`)."""
 from __future__ import annotations
 
 import json
@@ -13,13 +13,16 @@ from trainers.models.zimage.tiny import write_tiny_qwen_tokenizer
 LATENT_CHANNELS = 4
 
 
-def tiny_qwen21_vae() -> "torch.nn.Module":
+def tiny_qwen21_vae(rgba: bool = True) -> "torch.nn.Module":
+    """The published layout (`rgba`: RGBA in and out, four stages, no patching; the class defaults) or RGB in 2x2
+    patches over three stages (12 channels in and out)."""
     from diffusers import AutoencoderKLQwenImage21
 
-    return AutoencoderKLQwenImage21(base_dim=8, decoder_base_dim=8, z_dim=LATENT_CHANNELS, dim_mult=[1, 1, 1, 1],
-                                    num_res_blocks=1, temperal_downsample=[False, False, False], in_channels=12,
-                                    out_channels=12, patch_size=2, latents_mean=[0.1, -0.2, 0.05, 0.0],
-                                    latents_std=[1.5, 2.0, 0.8, 1.2])
+    layout = ({"dim_mult": [1] * 5, "temperal_downsample": [False] * 4} if rgba else
+              {"dim_mult": [1] * 4, "temperal_downsample": [False] * 3, "in_channels": 12, "out_channels": 12,
+               "patch_size": 2})
+    return AutoencoderKLQwenImage21(base_dim=8, decoder_base_dim=8, z_dim=LATENT_CHANNELS, num_res_blocks=1,
+                                    latents_mean=[0.1, -0.2, 0.05, 0.0], latents_std=[1.5, 2.0, 0.8, 1.2], **layout)
 
 
 def tiny_qwen3_vl(vocab_size: int, pad_token_id: int) -> "torch.nn.Module":
