@@ -24,6 +24,7 @@ from trainers.generate.saves import lora_touches_text_encoder
 from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model
 from trainers.models.prompt_chunks import PromptFormat
 from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
+from trainers.tools.lora_fit import misfit_for_generate
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # Prompts are encoded in as many 75-token chunks as the longer of prompt and negative needs, up to 225 tokens
@@ -128,9 +129,14 @@ class Renderer:
                 self.lycoris[path] = LycorisFile(state, self.model, self.device, self.dtype)
                 return
             state = with_one_alpha(self.model.family.lora_in_own_names(state))
+            misfit = misfit_for_generate(path, state, self.model)
+            if misfit is not None:
+                raise ModelLoadError(f"loras: {misfit}")
             self.pipe.load_lora_weights(self.model.family.lora_for_pipeline(state, self.model), adapter_name=name)
         except FileNotFoundError:
             raise ModelLoadError(f"loras: {path}: no such file") from None
+        except ModelLoadError:
+            raise
         except Exception as err:  # noqa: BLE001 - diffusers/peft raise many types; say which file
             assert self.model is not None
             raise ModelLoadError(f"loras: {path} cannot be loaded as a LoRA of this {self.model.family.title} model "

@@ -15,6 +15,7 @@ from trainers.tools.formats import ADAPTER_METADATA, Names, from_kohya, to_kohya
 from trainers.tools.job import ToolError, ToolJob
 from trainers.tools.layers import load_weights, skeleton, stored_dtype
 from trainers.tools.lora_family import guess_family, key_format
+from trainers.tools.lora_fit import check_fit
 from trainers.tools.lora_state import LoraFile, read_lora, refuse_existing, save_precision, write_lora
 from trainers.tools.options import ToolConfig
 
@@ -57,6 +58,9 @@ def _lora(cfg: ToolConfig, job: ToolJob, lora: LoraFile) -> Path:
         if unknown:
             raise ToolError("input", f"{len(unknown)} of its modules name no layer of the model (e.g. {unknown[0]}): "
                             "is it a LoRA of another family? Give model (the model it was trained on)")
+        misfit = check_fit(lora, modules, names.model, names.targets)
+        if misfit is not None:
+            raise ToolError("input", misfit + " (give model: the model it was trained on)")
         tensors, extra = from_kohya(modules, target, names, "input")
         if source == "diffusers":  # the header entries only diffusers reads go with its key names
             metadata.pop(ADAPTER_METADATA, None)

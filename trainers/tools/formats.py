@@ -25,6 +25,7 @@ from trainers.models import LoadedModel
 from trainers.tools.job import ToolError
 from trainers.tools.layers import Target, comfy_names, layer_map
 from trainers.tools.lora_family import key_format
+from trainers.tools.lora_fit import fits, misfit_text
 from trainers.tools.lora_state import PLAIN, LoraFile, module_type
 
 ADAPTER_METADATA = "lora_adapter_metadata"  # diffusers' header key (diffusers.loaders.lora_base)
@@ -111,6 +112,10 @@ def _from_peft(lora: LoraFile, names: Names, option: str) -> tuple[Modules, list
             unknown.append(module)
             continue
         down, up = parts["lora_A.weight"], parts["lora_B.weight"]
+        change = (int(up.shape[0]), *down.shape[1:])
+        weight = tuple(names.targets[found[0]].layers[found[1]].weight.shape)
+        if not fits(change, weight):
+            raise ToolError(option, misfit_text(lora, names.model, (module, change, weight)))
         config = configs.get(component, {})
         rank = down.shape[0]
         alpha = _pattern_value(config.get("alpha_pattern") or {}, _bare(path), float(config.get("lora_alpha", rank)))

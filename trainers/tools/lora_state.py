@@ -93,6 +93,10 @@ class LoraFile:
                                 f"LoCon files in kohya's keys (lora_down/lora_up/alpha) can be used here"
                                 f"{_convert_hint(parts)}")
             down, up = parts["lora_down.weight"], parts["lora_up.weight"]
+            if up.dim() < 2 or up.shape[1] != down.shape[0]:
+                raise ToolError(option, f"{self.path}: module {name} does not fit together: its lora_down is "
+                                f"{tuple(down.shape)} (rank {down.shape[0]}) and its lora_up {tuple(up.shape)}; the "
+                                "file is damaged or mixes two LoRAs: use the file as it was written")
             alpha = parts.get("alpha")
             out[name] = LowRankModule(down, up, float(alpha) if alpha is not None else float(down.shape[0]))
         return out

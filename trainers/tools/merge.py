@@ -19,6 +19,7 @@ from trainers.tools.job import ToolError, ToolJob
 from trainers.tools.kept import KeptRow, kept_report
 from trainers.tools.layers import layer_map, load_weights, stored_dtype
 from trainers.tools.lora_family import guess_family, key_style
+from trainers.tools.lora_fit import check_fit
 from trainers.tools.lora_state import (
     LoraFile,
     LowRankModule,
@@ -89,6 +90,10 @@ def _into_model(cfg: ToolConfig, job: ToolJob, sources: list[Source]) -> Path:
     total, done = sum(len(s.modules) for s in sources), 0
     for source in sources:
         _check_names(source, model, targets)
+        misfit = check_fit(source.lora, source.lora.modules, model, targets)
+        if misfit is not None:
+            raise ToolError("loras", misfit)
+    for source in sources:
         with torch.no_grad():
             for name, module in source.modules.items():
                 targets[name].add(module.delta(device, torch.float64) * source.ratio(name))
