@@ -1,6 +1,9 @@
-"""Presets: partial TOML configs that set only the options they name.
+"""Presets: TOML configs of the options they name.
 
-Built-in presets live in presets/ (read-only); user presets in a folder of their own.
+Built-in presets live in presets/ (read-only); user presets in a folder of their own. A built-in preset sets the
+whole form, as kohya_ss's presets replace its config: what it does not name is back at its default, but for the
+user's own fields (YOURS: the model, data and output paths, the output name, the words and prompts). A user
+preset sets only the options it names (saved from a form, it may rely on keeping the rest).
 Each carries `schema_version`; older versions are migrated (trainers/core/options/migrations.py),
 newer ones are refused clearly.
 """
@@ -12,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.fsio import atomic_write_text
-from trainers.core.options import BY_NAME, ConfigError, config_from_dict, toml_text
+from trainers.core.options import BY_NAME, ConfigError, TrainConfig, config_from_dict, toml_text
 from trainers.core.options.loading import read_options
 from trainers.core.options.migrations import SCHEMA_VERSION
 from trainers.core.secrets import SECRET_KEY
@@ -24,6 +27,11 @@ class PresetError(ValueError):
 
 
 USER = "user: "  # how a user preset's value (not its label) is told from a built-in of the same name
+# What a built-in preset leaves as the user set it: every path (the model, the data, where the result goes) and
+# what names the user's subject, data and samples.
+YOURS = frozenset({name for name, opt in BY_NAME.items() if opt.path}
+                  | {"output_name", "token_string", "init_word", "class_prompt", "caption_extension",
+                     "sample_prompt_lines"})
 
 
 def _slug(name: str) -> str:
@@ -58,11 +66,18 @@ class Presets:
         return self.builtin_dir / f"{_slug(name)}.toml"
 
     def load(self, name: str, method: str) -> tuple[dict[str, Any], list[str]]:
-        """(values it sets, warnings). Values are checked against the schema."""
+        """(values it sets, warnings). Values are checked against the schema. A built-in's values are every option
+        of `method` but YOURS: those it does not name at their defaults."""
         path = self._path(name)
         if not path.is_file():
             raise PresetError(f"preset {name!r} not found ({path})")
-        return read_partial(path, method, f"preset {name!r}")
+        values, warnings = read_partial(path, method, f"preset {name!r}")
+        if name.startswith(USER):
+            return values, warnings
+        reset = {k: v for k, v in TrainConfig(method).values.items() if k not in values and k not in YOURS}
+        said = ("the options it does not name are back at their defaults; your paths, output_name, words and "
+                "prompts stay")
+        return {**reset, **values}, [said, *warnings]
 
     def save(self, name: str, method: str, values: dict[str, Any]) -> str:
         """Save every non-empty value as a user preset; secrets are never written."""
