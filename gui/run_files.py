@@ -16,7 +16,8 @@ from typing import Any
 from trainers.core import events as ev
 from trainers.core.events import EventReader, TextTail, parse_event, progress_line
 from trainers.core.registry import METHOD_NAMES
-from trainers.core.rundir import CONFIG, EVENTS, LOG, RunState, effective_state, read_status
+from trainers.core.lifecycle import settled_state
+from trainers.core.rundir import CONFIG, EVENTS, LOG, RunState, read_status
 
 MAX_CHART_POINTS = 400
 MAX_KEPT_POINTS = 20_000
@@ -77,7 +78,7 @@ class RunWatcher:
             if lines or log_lines or status != v.status:
                 v.version += 1
             v.status = status
-            v.state = effective_state(v.status)
+            v.state = settled_state(self.run_dir, v.status)
             if v.state == RunState.FAILED and v.error is None and RunState.of(v.status.get("state")).active:
                 v.error = ev.Error(message="the trainer process ended without reporting (killed by the system: "
                                            "likely out of system memory, or stopped from outside)")
@@ -162,7 +163,7 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
         if not path.is_dir() or path.name.startswith("."):
             continue
         status = read_status(path)
-        runs.append(RunSummary(path.name, path, status.get("method", "?"), effective_state(status),
+        runs.append(RunSummary(path.name, path, status.get("method", "?"), settled_state(path, status),
                                status.get("created", path.stat().st_mtime), status.get("output", ""),
                                status.get("message", ""), status.get("finished"), status.get("resumed_from", ""),
                                last_loss(path)))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core import events as ev
-from trainers.core.rundir import CONFIG, RunState, read_status, update_status
+from trainers.core.rundir import CONFIG, RunState, effective_state, processes_alive, read_status, update_status
 
 
 class Lifecycle:
@@ -94,18 +94,36 @@ def stopping(run_dir: Path) -> None:
     update_status(run_dir, state=RunState.STOPPING)
 
 
-def ended_unreported(run_dir: Path, exit_code: int) -> None:
-    """The launcher exited while the run still looked active: say how it ended."""
-    status = read_status(run_dir)
+def ended_unreported(run_dir: Path, exit_code: int | None, poll_s: float = 1.0) -> None:
+    """The launcher exited (`exit_code`; None: not known, it was not our child) while the run still looked active:
+    once the last of its processes is gone too (a killed launcher can leave the trainer running), say how it ended.
+    Failed runs are resumable from their newest training state (Resume)."""
+    while RunState.of((now := read_status(run_dir)).get("state")).active and processes_alive(now):
+        time.sleep(poll_s)
+    status = read_status(run_dir)  # its processes are gone: nothing of the run writes any more
     state = RunState.of(status.get("state"))
     if not state.active:
         return
-    if exit_code < 0 and -exit_code == signal.SIGKILL or exit_code == 137:
+    if exit_code is None:
+        message = ("its processes ended without reporting (killed with SIGKILL: by the out-of-memory killer or from "
+                   "outside); Resume continues from its newest training state")
+    elif exit_code < 0 and -exit_code == signal.SIGKILL or exit_code == 137:
         message = "killed by the system (SIGKILL): likely out of system memory"
     else:
         message = f"the trainer exited with code {exit_code} before reporting; see the log"
     final = RunState.STOPPED if state == RunState.STOPPING else RunState.FAILED
-    update_status(run_dir, state=final, exit_code=exit_code, finished=time.time(), message=message)
+    extra = {"exit_code": exit_code} if exit_code is not None else {}
+    update_status(run_dir, state=final, finished=time.time(), message=message, **extra)
+
+
+def settled_state(run_dir: Path, status: dict[str, Any]) -> RunState:
+    """effective_state of `status` (read from `run_dir`), written into status.json when the run looked active but
+    its processes are gone: a run killed while no launcher of this GUI waited on it (the GUI restarted, a run
+    started by hand) does not stay 'running' there."""
+    state = effective_state(status)
+    if RunState.of(status.get("state")).active and not state.active:
+        ended_unreported(run_dir, None)
+    return state
 
 
 def killed(run_dir: Path, message: str, exit_code: int | None = None) -> None:

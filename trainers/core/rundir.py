@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.fsio import atomic_write_text
-from trainers.core.processes import pid_alive
+from trainers.core.processes import group_alive, pid_alive
 from trainers.core.secrets import redact
 
 CONFIG = "config.toml"  # the full resolved config
@@ -137,11 +137,30 @@ def _locked(lock_path: Path) -> Iterator[None]:
 
 
 def effective_state(status: dict[str, Any]) -> RunState:
-    """The state, corrected for a process that died without saying so (SIGKILL, OOM killer)."""
+    """The state, corrected for a run whose processes all ended without saying so (SIGKILL, OOM killer): failed
+    (stopped, when it was stopping). lifecycle.settled_state writes the correction into status.json."""
     state = RunState.of(status.get("state", "unknown"))
-    if state.active and not pid_alive(status.get("launcher_pid") or status.get("trainer_pid")):
-        return RunState.FAILED
+    if state.active and not processes_alive(status):
+        return RunState.STOPPED if state == RunState.STOPPING else RunState.FAILED
     return state
+
+
+def processes_alive(status: dict[str, Any]) -> bool:
+    """Whether any process of the run is left: its process group (the launcher's own: every process it started,
+    also one orphaned by a killed launcher), else its launcher or trainer process."""
+    pid, pgid = status.get("launcher_pid") or status.get("trainer_pid"), status.get("pgid")
+    if not pgid:
+        return pid_alive(pid)
+    if pid_alive(pid) and _group_of(pid) == pgid:
+        return True  # the common case, without a look through every process of the machine
+    return group_alive(int(pgid))
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def request(run_dir: Path, name: Request | str) -> None:
