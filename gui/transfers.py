@@ -29,6 +29,7 @@ from trainers.core.fsio import atomic_dir, atomic_path
 from trainers.core.paths import NAME_MAX, PATH_MAX, name_problem
 from trainers.core.rundir import CONFIG, LOG
 from trainers.data.kohya_folders import IMAGE_EXTENSIONS, parse_folder_name
+from trainers.data.probe import ImageSkipped, probe_image
 
 DATASET_EXTENSIONS = IMAGE_EXTENSIONS | {".txt", ".caption", ".json", ".toml"}
 DOWNLOADS = "downloads"  # inside the run folder
@@ -102,11 +103,13 @@ def save_upload(files: Sequence[Path | str], name: str, datasets_dir: Path, repe
         upload.images = sum(Path(m.parts[-1]).suffix.lower() in IMAGE_EXTENSIONS for m in members)
         upload.captions = sum(Path(m.parts[-1]).suffix.lower() in (".txt", ".caption") for m in members)
         if not upload.images:
-            skipped = "".join(f"\n- {n}" for n in upload.notes[:10])
-            raise TransferError(f"the upload holds no images (.png, .jpg, .jpeg, .webp, .bmp){skipped}")
+            raise _no_images(upload.notes)
         _check_totals(members, limits, datasets_dir)
         with atomic_dir(final) as staging:
             _write_all(members, staging, limits)
+            upload.images -= _drop_non_images(members, staging, upload.notes)
+            if not upload.images:
+                raise _no_images(upload.notes)
     if not kohya:
         upload.notes.append(f"loose files went into {repeats}_{name}/ ({repeats} repeat(s) an epoch); rename the "
                             "folder to `<repeats>_<name>` to change that")
@@ -269,6 +272,28 @@ def _write_all(members: list[_Member], staging: Path, limits: UploadLimits) -> N
                                 f"{err.strerror or err}") from None
         except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError) as err:
             raise TransferError(f"{member.shown} cannot be unpacked ({err})") from None
+
+
+def _no_images(notes: list[str]) -> TransferError:
+    skipped = "".join(f"\n- {n}" for n in notes[:10])
+    return TransferError(f"the upload holds no images (.png, .jpg, .jpeg, .webp, .bmp){skipped}")
+
+
+def _drop_non_images(members: list[_Member], staging: Path, notes: list[str]) -> int:
+    """Remove the files named as images whose content is none (a text file called fake.png), by the check the
+    trainer's preflight makes; how many. Each is named in `notes`."""
+    dropped = 0
+    for member in members:
+        if Path(member.parts[-1]).suffix.lower() not in IMAGE_EXTENSIONS:
+            continue
+        target = staging.joinpath(*member.parts)
+        try:
+            probe_image(target)
+        except ImageSkipped as err:
+            target.unlink()
+            notes.append(f"skipped {member.shown}: named as an image, but {err.reason}")
+            dropped += 1
+    return dropped
 
 
 def _copy(member: _Member, target: Path, budget: int) -> int:

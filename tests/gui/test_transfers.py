@@ -51,6 +51,27 @@ def test_loose_images_and_captions_become_a_trainable_folder(tmp_path: Path) -> 
     assert scan.num_images == 2 and scan.subsets[0].repeats == 3 and scan.subsets[0].num_captions_found == 1
 
 
+def test_a_file_named_as_an_image_is_checked_by_its_content(tmp_path: Path) -> None:
+    uploads = tmp_path / "gradio tmp"
+    fake = uploads / "fake.png"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("I am a text file, not a picture", encoding="utf-8")
+    truncated = uploads / "cut.jpg"
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (9, 90, 200)).save(buffer, format="JPEG")
+    truncated.write_bytes(buffer.getvalue()[:200])
+    upload = save_upload([_png(uploads / "real.png"), fake, truncated], "shapes", tmp_path / "datasets")
+    assert upload.images == 1
+    assert [p.name for p in upload.folder.rglob("*") if p.is_file()] == ["real.png"]
+    said = " | ".join(upload.notes)
+    assert "skipped fake.png: named as an image, but not an image" in said and "skipped cut.jpg" in said
+
+    archive = _zip(tmp_path / "fakes.zip", {"1_x/a.png": b"hello", "1_x/a.txt": b"a caption"})
+    with pytest.raises(TransferError, match=r"no images[\s\S]*a\.png': named as an image"):
+        save_upload([archive], "only fakes", tmp_path / "datasets")
+    assert not (tmp_path / "datasets" / "only fakes").exists()
+
+
 def test_a_zip_keeps_its_kohya_folders_and_nothing_escapes(tmp_path: Path) -> None:
     png = _png_bytes()
     archive = _zip(tmp_path / "data.zip", {
