@@ -84,3 +84,13 @@ def bad_and_odd_files(folder: Path, only: set[str] | None = None) -> dict[str, P
     for name in set(files) - (files.keys() if only is None else only):
         files.pop(name).unlink()
     return files
+
+
+def captioned_images(folder: Path, names: str = "ab", side: int = 32) -> Path:
+    """`folder` with one image per letter of `names`, each captioned `<folder's last word> <letter>`; returns the
+    folder's parent (a kohya dataset when `folder` is named `<repeats>_<name>`)."""
+    word = folder.name.split()[-1].split("_")[-1]
+    for name in names:
+        save_image(folder / f"{name}.png", (side, side), seed=ord(name))
+        (folder / f"{name}.txt").write_text(f"{word} {name}", encoding="utf-8")
+    return folder.parent

@@ -9,6 +9,7 @@ from pathlib import Path
 from trainers.core.paths import name_problem
 from trainers.dataset_edit.backups import Backup, save_backup
 from trainers.dataset_edit.folders import Concept, Dataset, DatasetEditError, read_entry
+from trainers.dataset_edit.lock import edit_lock
 
 
 def create_concept(dataset: Dataset, name: str, repeats: int) -> Concept:
@@ -33,8 +34,9 @@ def create_concept(dataset: Dataset, name: str, repeats: int) -> Concept:
     return concept
 
 
-def move_images(dataset: Dataset, images: Iterable[Path | str], target: Concept) -> Backup | None:
-    """Move images and their caption files into `target`'s folder; refused as a whole if a name is taken there."""
+def move_images(dataset: Dataset, images: Iterable[Path | str], target: Concept, session: str = "") -> Backup | None:
+    """Move images and their caption files into `target`'s folder, under the dataset's edit lock; refused as a
+    whole if a name is taken there."""
     entries = [e for e in (dataset.entry(i) for i in images) if e.concept.folder != target.folder]
     if not entries:
         return None
@@ -43,13 +45,15 @@ def move_images(dataset: Dataset, images: Iterable[Path | str], target: Concept)
         for source in (entry.image, entry.caption_file):
             if source.exists():
                 moves.append((source, target.folder / source.name))
-    taken = [str(to) for _, to in moves if to.exists()]
-    if taken:
-        raise DatasetEditError(f"{taken[0]} exists already in {target.folder.name}; rename one of the two first "
-                               "(nothing was moved)")
-    backup = save_backup(dataset, f"move {len(entries)} image(s) to {target.folder.name}", moves=moves)
-    for source, to in moves:
-        os.replace(source, to)
+    with edit_lock(dataset):
+        taken = [str(to) for _, to in moves if to.exists()]
+        if taken:
+            raise DatasetEditError(f"{taken[0]} exists already in {target.folder.name}; rename one of the two first "
+                                   "(nothing was moved)")
+        backup = save_backup(dataset, f"move {len(entries)} image(s) to {target.folder.name}", moves=moves,
+                             session=session)
+        for source, to in moves:
+            os.replace(source, to)
     for entry in entries:
         dataset.entries[dataset.entries.index(entry)] = read_entry(target.folder / entry.image.name, target,
                                                                    dataset.caption_extension)

@@ -4,6 +4,7 @@ own scanners, so the tab shows the images a run would read. Torch-free."""
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -53,6 +54,7 @@ class Entry:
     encoding: str = ""  # why the caption file is not plain UTF-8 ("" when it is, or there is none)
     size: tuple[int, int] | None = None  # (width, height) as trained, EXIF orientation applied
     problem: str = ""  # why the image cannot be trained on: it is listed, and skipped by edits and statistics
+    seen: str = ""  # the caption file's fingerprint when it was read (see fingerprint): an edit checks it is still so
 
 
 @dataclass
@@ -148,6 +150,21 @@ def _with_captions(root: Path, layout: Layout, concepts: list[Concept], ext: str
     return dataset
 
 
+def fingerprint(raw: bytes | None) -> str:
+    """What a caption file held, in short: the SHA-256 of its bytes; "" for no file."""
+    return "" if raw is None else hashlib.sha256(raw).hexdigest()
+
+
+def file_fingerprint(path: Path) -> str:
+    """The fingerprint of the file at `path` now ("" when there is none; "unreadable" when it cannot be read)."""
+    try:
+        return fingerprint(path.read_bytes())
+    except FileNotFoundError:
+        return ""
+    except OSError:
+        return "unreadable"
+
+
 def read_entry(image: Path, concept: Concept, ext: str) -> Entry:
     """An image with its caption file's text and encoding, and its size (or why it cannot be trained on)."""
     entry = Entry(image, concept, image.with_suffix(ext))
@@ -160,8 +177,9 @@ def read_entry(image: Path, concept: Concept, ext: str) -> Entry:
     except FileNotFoundError:
         return entry
     except OSError as err:
-        entry.encoding = f"cannot be read ({err.strerror or err})"
+        entry.encoding, entry.seen = f"cannot be read ({err.strerror or err})", "unreadable"
         return entry
+    entry.seen = fingerprint(raw)
     read = decode_caption(raw)
     entry.caption, entry.has_caption = read.text or "", True
     if read.problem:
