@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,11 +50,39 @@ def _vae_of_16_channels(folder: Path) -> Path:
     return vae
 
 
+def _cut(path: Path, keep: int = 40) -> Path:
+    """`path` with its last bytes gone, as an interrupted download leaves it (its header still whole)."""
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) - keep])
+    return path
+
+
+def _cut_model(model: Path, tmp: Path) -> tuple[Path, Path]:
+    """A copy of the diffusers `model` whose UNet and VAE weights are cut short, and the UNet's file."""
+    copy = tmp / "cut model"
+    if not copy.exists():
+        shutil.copytree(model, copy)
+        _cut(copy / "unet" / "diffusion_pytorch_model.safetensors")
+        _cut(copy / "vae" / "diffusion_pytorch_model.safetensors")
+    return copy, copy / "unet" / "diffusion_pytorch_model.safetensors"
+
+
 def _cases(base: dict, tmp: Path) -> dict[str, tuple[dict, str, list[str]]]:
     """name -> (changed options, the option named, words its message must have)."""
     model = Path(base["pretrained_model_name_or_path"])
     (tmp / "empty").mkdir(exist_ok=True)
+    cut_model, cut_unet = _cut_model(model, tmp)
+    cut_file = tmp / "cut single file.safetensors"
+    if not cut_file.exists():
+        save_file({"model.diffusion_model.input_blocks.0.0.weight": torch.zeros(8, 4, 3, 3)}, cut_file)
+        _cut(cut_file)
     return {
+        "a single file cut short as the model": ({"pretrained_model_name_or_path": str(cut_file)},
+                                                  "pretrained_model_name_or_path", [str(cut_file), "cut short"]),
+        "a diffusers folder with cut weights": ({"pretrained_model_name_or_path": str(cut_model)},
+                                                "pretrained_model_name_or_path", [str(cut_unet), "cut short"]),
+        "a VAE folder with cut weights": ({"vae": str(cut_model / "vae")}, "vae", [str(cut_model / "vae"),
+                                                                                 "cut short"]),
         "an SDXL config on an SD1 model": ({"model_family": "sdxl"}, "model_family",
                                            ["'sdxl'", str(model), "SD1.x"]),
         "clip_skip beyond the text encoder": ({"clip_skip": 3}, "clip_skip", ["3", "2 layers"]),

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
 import shutil
 import struct
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -173,16 +175,30 @@ def clean_stale_temps(folder: Path, prefix: str, now: float | None = None) -> li
     return removed
 
 
-def read_safetensors_header(path: Path) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+class DamagedSafetensors(ValueError):
+    """A .safetensors file whose header reads but whose tensors do not fit the file: cut short (an interrupted
+    download or copy) or damaged. The message names the file and says how to fix it."""
+
+
+# bytes per element of each safetensors dtype (the sub-byte float dtypes are left out: not checked by size)
+_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
+                "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "C64": 8, "I64": 8, "U64": 8, "F64": 8}
+
+
+def read_safetensors_header(path: Path, whole: bool = False) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
     """(tensor name -> shape, __metadata__) of a .safetensors file, read without loading a tensor.
 
-    ValueError says why a file is not one (too short, header unreadable or not JSON).
+    ValueError says why a file is not one (too short, header unreadable or not JSON). `whole` (the checks before
+    loading): DamagedSafetensors (a ValueError) when its tensors do not fit the file as safetensors requires, each
+    tensor's bytes as long as its dtype and shape say, one after another, ending where the file ends. Without it
+    only the names and shapes are read (listings and estimates, which also take a header without its data).
     """
     path = Path(path)
+    size = path.stat().st_size
     with open(path, "rb") as fh:
         raw = fh.read(8)
         (length,) = struct.unpack("<Q", raw) if len(raw) == 8 else (0,)
-        if not 2 <= length <= min(path.stat().st_size - 8, _HEADER_LIMIT):
+        if not 2 <= length <= min(size - 8, _HEADER_LIMIT):
             raise ValueError(f"{path} is not a safetensors file (its header is unreadable)")
         try:
             header = json.loads(fh.read(length))
@@ -191,7 +207,61 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, tuple[int, ...]], dic
     if not isinstance(header, dict):
         raise ValueError(f"{path} is not a safetensors file (its header is not a table)")
     metadata = header.pop("__metadata__", None) or {}
-    return {k: tuple(v.get("shape", ())) for k, v in header.items() if isinstance(v, dict)}, metadata
+    tensors = {k: v for k, v in header.items() if isinstance(v, dict)}
+    if whole:
+        _check_tensor_bytes(path, tensors, size - 8 - length)
+    return {k: tuple(v.get("shape", ())) for k, v in tensors.items()}, metadata
+
+
+def _check_tensor_bytes(path: Path, tensors: dict[str, dict], data_bytes: int) -> None:
+    """Raise DamagedSafetensors unless the tensors' data_offsets tile the `data_bytes` after the header exactly."""
+    spans = []
+    for name, entry in tensors.items():
+        offsets, shape = entry.get("data_offsets"), entry.get("shape")
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1] or not isinstance(shape, list)
+                or not all(isinstance(n, int) and n >= 0 for n in shape)):
+            raise DamagedSafetensors(f"{path} is damaged: the header's entry of tensor {name!r} is not a dtype, shape "
+                                     "and data_offsets: download or copy the file again")
+        width = _DTYPE_BYTES.get(str(entry.get("dtype")))
+        if width is not None and offsets[1] - offsets[0] != width * math.prod(shape):
+            raise DamagedSafetensors(
+                f"{path} is damaged: tensor {name!r} ({entry.get('dtype')} {shape}) takes {width * math.prod(shape)} "
+                f"bytes, but its header gives it {offsets[1] - offsets[0]}: download or copy the file again")
+        spans.append((offsets[0], offsets[1], name))
+    end = 0
+    for start, stop, name in sorted(spans):
+        if start != end:
+            raise DamagedSafetensors(f"{path} is damaged: tensor {name!r} starts at byte {start} of the data, the one "
+                                     f"before it ends at {end}: download or copy the file again")
+        end = stop
+    if end > data_bytes:
+        raise DamagedSafetensors(
+            f"{path} is cut short: its header lists {end} bytes of tensors, but only {max(data_bytes, 0)} follow it "
+            "(an interrupted download or copy?): download or copy the file again")
+    if end < data_bytes:
+        raise DamagedSafetensors(f"{path} is damaged: {data_bytes - end} bytes follow its last tensor, which "
+                                 "safetensors refuses: download or copy the file again")
+
+
+def pickle_problem(path: Path) -> str | None:
+    """Why a PyTorch pickle (.ckpt, .pt, .bin) is cut short or damaged, read from its zip container's directory
+    (torch.save's format since PyTorch 1.6) without unpickling; None when it looks whole or is not a zip (the old
+    format is read only when it loads)."""
+    path = Path(path)
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"PK\x03\x04":
+            return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return (f"{path} is cut short or damaged (a PyTorch zip file without its directory at the end: an "
+                "interrupted download or copy?): download or copy the file again")
+    size = path.stat().st_size
+    if any(m.header_offset + m.compress_size > size for m in members):
+        return f"{path} is cut short (its tensors end past the end of the file): download or copy the file again"
+    return None
 
 
 def safetensors_data_offset(path: Path) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.fsio import read_safetensors_header
+from trainers.core.fsio import DamagedSafetensors, pickle_problem, read_safetensors_header
 from trainers.core.options import BY_NAME
 from trainers.core.options.groups.model import COMPONENT_FILE_OPTIONS
 from trainers.core.paths import path_problem
@@ -33,6 +33,9 @@ from trainers.models.rules import (
 MODEL = "pretrained_model_name_or_path"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 VAE_WEIGHTS = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")  # what from_pretrained reads
+# The weights diffusers' and transformers' from_pretrained read from a component folder (no variant), first found wins
+WEIGHT_NAMES = ("diffusion_pytorch_model.safetensors", "model.safetensors", "diffusion_pytorch_model.bin",
+                "pytorch_model.bin")
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,8 @@ def _identify(values: Mapping[str, Any], model: Path | None, issues: list[Config
         return None  # nothing given (named as required), a path the option checks name, or a hub id
     try:
         found = _folder_model(path) if path.is_dir() else _file_model(path, values, issues)
+        if path.is_dir():
+            issues += [ConfigIssue(MODEL, problem, "model") for problem in damaged_weights(path)]
     except ModelLoadError as err:
         issues.append(ConfigIssue(MODEL, str(err).removeprefix(f"{MODEL}: "), "model"))
         return None
@@ -145,11 +150,13 @@ def _file_model(path: Path, values: Mapping[str, Any], issues: list[ConfigIssue]
     suffix = path.suffix.lower()
     if suffix != ".safetensors":
         if suffix in SINGLE_FILE_SUFFIXES:
+            if problem := pickle_problem(path):
+                raise ModelLoadError(problem)
             return None  # a pickled checkpoint: only torch reads its names, when the run loads it
         raise ModelLoadError(f"{path} is a file but not a .safetensors or .ckpt checkpoint; give a diffusers model "
                              "folder or a single-file checkpoint")
     try:
-        shapes, _ = read_safetensors_header(path)
+        shapes, _ = read_safetensors_header(path, whole=True)
     except ValueError as err:
         raise ModelLoadError(str(err)) from None
     rules = checkpoint_rules(shapes, str(path))
@@ -210,6 +217,8 @@ def vae_problem(folder: Path, model: Model | None = None) -> str | None:
         return f"{folder} holds {held_by(folder)}, not a VAE: {expected}"
     if not any((folder / name).is_file() for name in VAE_WEIGHTS):
         return f"{folder} holds an AutoencoderKL config.json but no weights ({VAE_WEIGHTS[0]}): {expected}"
+    if damaged := damaged_weights(folder):
+        return damaged[0]
     own = _json_or_none(model.config_dir / "vae" / "config.json") if model is not None else None
     mine, theirs = config.get("latent_channels"), (own or {}).get("latent_channels")
     if model is not None and mine and theirs and mine != theirs:
@@ -219,16 +228,48 @@ def vae_problem(folder: Path, model: Model | None = None) -> str | None:
 
 
 def component_problem(path: Path, component: Component) -> str | None:
-    """Why the file at `path` is not `component`, or None (pickled files are checked when they load)."""
+    """Why the file at `path` is not `component`, or None (of a pickled file only its container is checked here)."""
     if path.suffix.lower() in SINGLE_FILE_SUFFIXES and path.suffix.lower() != ".safetensors":
-        return None
+        return pickle_problem(path)
     try:
-        shapes, _ = read_safetensors_header(path)
+        shapes, _ = read_safetensors_header(path, whole=True)
+    except DamagedSafetensors as err:
+        return str(err)
     except ValueError:
         return f"{path} is not a .safetensors file: give {component.what}"
     if component.found_in(shapes):
         return None
     return f"{path} holds {_held_in_file(shapes)}, not {component.what}"
+
+
+def damaged_weights(folder: Path) -> list[str]:
+    """What is cut short or damaged among the weight files a diffusers model folder's from_pretrained would read:
+    each component folder's (or a component folder's own) weights file, or the shards its index names."""
+    problems = []
+    for part in [folder, *sorted(p for p in folder.iterdir() if p.is_dir())]:
+        for name in WEIGHT_NAMES:
+            index = _json_or_none(part / f"{name}.index.json")
+            if index is not None:
+                shards = sorted(set(map(str, (index.get("weight_map") or {}).values())))
+                problems += [f"{part / shard} is missing: {part / (name + '.index.json')} names it as a shard of the "
+                             "weights; download or copy the model again" for shard in shards
+                             if not (part / shard).is_file()]
+                problems += filter(None, (_weights_problem(part / s) for s in shards if (part / s).is_file()))
+                break
+            if (part / name).is_file():
+                problems += filter(None, [_weights_problem(part / name)])
+                break
+    return problems
+
+
+def _weights_problem(path: Path) -> str | None:
+    if path.suffix != ".safetensors":
+        return pickle_problem(path)
+    try:
+        read_safetensors_header(path, whole=True)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def held_by(path: Path) -> str:

@@ -63,7 +63,7 @@ def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
         raise ModelLoadError(f"{path} does not exist")
     if path.suffix.lower() == ".safetensors":
         try:
-            shapes, metadata = read_safetensors_header(path)
+            shapes, metadata = read_safetensors_header(path, whole=True)
         except ValueError as err:
             raise ModelLoadError(str(err)) from None
 
