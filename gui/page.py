@@ -27,6 +27,7 @@ from gui.run_files import RunSummary, Watchers, format_duration, list_runs
 from gui.run_panel import RunPanel, build_run_panel, is_generation_job, render, view_for
 from gui.run_queue import RunQueue
 from gui.text import plain
+from gui.title import title_line
 from gui.tools_tab import build_tools_tab
 from gui.transfer_ui import build_downloads, build_tensorboard, build_upload, wire_downloads, wire_tensorboard
 from trainers.core.registry import METHOD_NAMES, METHODS
@@ -67,8 +68,7 @@ class Services:
 def build_page(services: Services, initial_preset: str | None = None) -> gr.Blocks:
     with gr.Blocks(title="Atelier") as page:
         viewed = gr.BrowserState("", storage_key="atelier-viewed-run")
-        gr.Markdown("# Atelier\nTrain LoRAs, Dreambooth models and finetunes of Stable Diffusion 1.x, 2.x, SDXL, "
-                    "SD3/SD3.5 and FLUX.1.")
+        gr.Markdown(f"# Atelier\n{title_line()}", elem_id="page-title")
         gr.Markdown(DOCS_LINKS, elem_id="docs-links")
         build_demo_notice(services.demo)
         with gr.Row(equal_height=False):
@@ -100,7 +100,16 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         wire_downloads(downloads, viewed, services.watchers, services.runs_dir)
         wire_tensorboard(tensorboard, viewed, services.runs_dir)
         wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
+    keep_api_docs_off(page)
     return page
+
+
+def keep_api_docs_off(page: gr.Blocks) -> None:
+    """The page's events stay callable but out of Gradio's API docs, which every page load would otherwise carry:
+    5 MB of code snippets for its ~250 events, rebuilt for each request."""
+    for fn in page.fns.values():
+        if fn.api_visibility == "public":
+            fn.api_visibility = "undocumented"
 
 
 def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, stop: gr.Button, resume: gr.Button,
