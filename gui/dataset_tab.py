@@ -30,9 +30,11 @@ from trainers.dataset_edit.folders import (
     DatasetEditError,
     Entry,
     caption_extension_of,
+    file_fingerprint,
     open_dataset,
     read_entry,
 )
+from trainers.dataset_edit.leftovers import clean_once
 from trainers.dataset_edit.stats import (
     CLIP_LIMIT,
     DatasetStats,
@@ -127,8 +129,8 @@ def summary(dataset: Dataset, shown: int) -> str:
     lines += [f"\nNote: {plain(n)}" for n in dataset.notes[:MAX_ROWS]]
     backups = list_backups(dataset)
     if backups:
-        lines.append(f"\nUndo puts back: {plain(backups[0].what)} ({len(backups)} edit(s) kept in "
-                     f"{plain(dataset.backups.name)}/)")
+        lines.append(f"\nNewest edit: {plain(backups[0].what)} ({len(backups)} edit(s) kept in "
+                     f"{plain(dataset.backups.name)}/; Undo undoes your own newest)")
     return "\n".join(lines)
 
 
@@ -163,6 +165,11 @@ def stats_text(stats: DatasetStats) -> str:
     if stats.unreadable:
         parts.append(f"**{len(stats.unreadable)} unreadable image(s)** skipped.")
     return "\n\n".join(parts)
+
+
+def session_of(request: gr.Request | None) -> str:
+    """Whose edit it is: the browser session (a page load) that made it; "" when gradio gives none (an API call)."""
+    return str(getattr(request, "session_hash", None) or "")
 
 
 @dataclass
@@ -235,6 +242,7 @@ def build_dataset_tab(services: Any) -> DatasetTab:
             move = gr.Button("Move", elem_id="dataset-move")
     listed = gr.State([])  # the image paths the gallery shows, in its order
     selected = gr.State("")  # the picked image's path
+    loaded = gr.State("")  # the fingerprint of its caption file when the caption box was filled from it
     reload = gr.State("")
 
     def allowed(path: str | Path) -> str:
@@ -250,6 +258,7 @@ def build_dataset_tab(services: Any) -> DatasetTab:
             for shown in (concept.folder, concept.masks, concept.controls):
                 if shown is not None:
                     allowed(shown)
+        clean_once(dataset)
         return dataset
 
     def view(path: str, ext: str, wanted: str, filter_text: str, message: str = "") -> dict:
@@ -270,16 +279,18 @@ def build_dataset_tab(services: Any) -> DatasetTab:
     view_inputs = [folder, extension, concept, search]
     view_outputs = {status, gallery, listed, concept, target}
 
-    def on_select(event: gr.SelectData, paths: list[str], ext: str) -> tuple[str, str]:
-        """The picked image (from the paths this tab listed) and its caption file's text, read now."""
+    def on_select(event: gr.SelectData, paths: list[str], ext: str) -> tuple[str, str, str]:
+        """The picked image (from the paths this tab listed), its caption file's text, read now, and what the file
+        held then (Save refuses to write over a caption changed since)."""
         if not 0 <= event.index < len(paths):
-            return "", ""
+            return "", "", ""
         image = Path(paths[event.index])
         try:
-            return str(image), read_entry(image, Concept(image.parent, 1, ""), caption_extension_of(ext)).caption
+            entry = read_entry(image, Concept(image.parent, 1, ""), caption_extension_of(ext))
         except DatasetEditError as err:
             gr.Warning(plain(err))
-            return "", ""
+            return "", "", ""
+        return str(image), entry.caption, entry.seen
 
     def act(message_of, path: str, ext: str, wanted: str, filter_text: str) -> dict:
         """Run an edit; show its message (or why it was refused) above the dataset, read again."""
@@ -300,23 +311,30 @@ def build_dataset_tab(services: Any) -> DatasetTab:
         except DatasetEditError as err:
             return f"### Not previewed\n{plain(err)}"
 
-    def on_apply(path: str, ext: str, wanted: str, filter_text: str, kind: str, find: str, replace: str) -> dict:
+    def on_apply(path: str, ext: str, wanted: str, filter_text: str, kind: str, find: str, replace: str,
+                 request: gr.Request) -> dict:
         def apply(dataset: Dataset) -> str:
             bulk_op, changes = bulk(kind, find, replace, dataset, wanted)
-            backup = write_changes(dataset, changes, describe(bulk_op, len(changes)))
+            backup = write_changes(dataset, changes, describe(bulk_op, len(changes)), session_of(request))
             return f"Applied: {plain(backup.what)}." if backup else "Nothing to change."
         return act(apply, path, ext, wanted, filter_text)
 
-    def on_undo(path: str, ext: str, wanted: str, filter_text: str) -> dict:
-        return act(lambda dataset: f"Undid: {plain(undo_last(dataset).what)}.", path, ext, wanted, filter_text)
+    def on_undo(path: str, ext: str, wanted: str, filter_text: str, request: gr.Request) -> dict:
+        return act(lambda dataset: f"Undid: {plain(undo_last(dataset, session_of(request)).what)}.", path, ext,
+                   wanted, filter_text)
 
-    def on_save(path: str, ext: str, wanted: str, filter_text: str, image: str, new_text: str) -> dict:
+    def on_save(path: str, ext: str, wanted: str, filter_text: str, image: str, new_text: str, loaded_print: str,
+                request: gr.Request) -> dict:
         def save_caption(dataset: Dataset) -> str:
             if not image:
                 raise DatasetEditError("pick an image in the gallery first")
-            backup = write_changes(dataset, caption_edit(dataset, image, new_text), f"edit {Path(image).name}")
+            changes = caption_edit(dataset, image, new_text, loaded_print)
+            backup = write_changes(dataset, changes, f"edit {Path(image).name}", session_of(request))
             return f"Saved the caption of {plain(Path(image).name)}." if backup else "The caption is unchanged."
-        return act(save_caption, path, ext, wanted, filter_text)
+        shown = act(save_caption, path, ext, wanted, filter_text)
+        if image and report in shown and not shown[report].startswith("### Not done"):
+            shown[loaded] = file_fingerprint(Path(image).with_suffix(caption_extension_of(ext)))  # the box's text
+        return shown
 
     def on_create(path: str, ext: str, wanted: str, filter_text: str, name: str, repeats: float | None) -> dict:
         def make(dataset: Dataset) -> str:
@@ -324,12 +342,12 @@ def build_dataset_tab(services: Any) -> DatasetTab:
             return f"Created {plain(made.folder.name)}."
         return act(make, path, ext, wanted, filter_text)
 
-    def on_move(path: str, ext: str, wanted: str, filter_text: str, image: str, to: str) -> dict:
+    def on_move(path: str, ext: str, wanted: str, filter_text: str, image: str, to: str, request: gr.Request) -> dict:
         def move_one(dataset: Dataset) -> str:
             goal = next((c for c in dataset.concepts if c.folder.name == to), None)
             if not image or goal is None:
                 raise DatasetEditError("pick an image in the gallery and a concept folder to move it to first")
-            backup = move_images(dataset, [image], goal)
+            backup = move_images(dataset, [image], goal, session_of(request))
             return f"Moved {plain(Path(image).name)} to {plain(to)}." if backup else "It is in that folder already."
         return act(move_one, path, ext, wanted, filter_text)
 
@@ -367,11 +385,11 @@ def build_dataset_tab(services: Any) -> DatasetTab:
     folder.submit(on_open, inputs=view_inputs, outputs=view_outputs)
     for control in (concept, search):
         control.input(view, inputs=view_inputs, outputs=view_outputs, show_progress="hidden")
-    gallery.select(on_select, inputs=[listed, extension], outputs=[selected, caption])
+    gallery.select(on_select, inputs=[listed, extension], outputs=[selected, caption, loaded])
     preview_btn.click(on_preview, inputs=[folder, extension, concept, op, text, replacement], outputs=report)
     apply_btn.click(on_apply, inputs=view_inputs + [op, text, replacement], outputs=edits)
     undo_btn.click(on_undo, inputs=view_inputs, outputs=edits)
-    save.click(on_save, inputs=view_inputs + [selected, caption], outputs=edits)
+    save.click(on_save, inputs=view_inputs + [selected, caption, loaded], outputs=edits | {loaded})
     create.click(on_create, inputs=view_inputs + [new_name, new_repeats], outputs=edits)
     move.click(on_move, inputs=view_inputs + [selected, target], outputs=edits)
     pairs_btn.click(on_pairs, inputs=[folder, extension, pair_controls], outputs=[pairs_md, pairs_gallery])

@@ -12,7 +12,7 @@ import pytest
 
 import gui.dataset_tab as dataset_tab
 import gui.thumbnails as thumbnails
-from image_files import save_image
+from image_files import captioned_images
 
 
 class Tab:
@@ -21,17 +21,38 @@ class Tab:
     def __init__(self) -> None:
         with gr.Blocks() as self.blocks:
             self.tab = dataset_tab.build_dataset_tab(SimpleNamespace(allowed_roots=None))
+        select = next(f for f in self.blocks.fns.values() if f.name == "on_select")
+        self.selected, self.caption, self.loaded = select.outputs
+        self.report = next(b for b in self.blocks.blocks.values() if getattr(b, "elem_id", None) == "dataset-report")
 
-    def call(self, wanted: Callable[[Any], bool], *args: Any) -> dict[Any, Any]:
-        """The handler's outputs, by component, as gradio sends them to the page (gr.skip(): left as they are)."""
+    def call(self, wanted: Callable[[Any], bool] | str, *args: Any) -> dict[Any, Any]:
+        """The handler's outputs, by component, as gradio sends them to the page (gr.skip(): left as they are); a
+        gr.State's as the handler set it (gradio keeps those on the server)."""
+        if isinstance(wanted, str):
+            name, wanted = wanted, lambda f: f.name == name
         block_fn = next(f for f in self.blocks.fns.values() if wanted(f))
-        sent = asyncio.run(self.blocks.postprocess_data(block_fn, block_fn.fn(*args), None))
-        return dict(zip(block_fn.outputs, sent))
+        returned = block_fn.fn(*args)
+        sent = asyncio.run(self.blocks.postprocess_data(block_fn, returned, None))
+        kept = returned if isinstance(returned, dict) else dict(zip(block_fn.outputs, returned))
+        return {block: kept.get(block) if block.stateful else value for block, value in zip(block_fn.outputs, sent)}
 
     def reloaded(self, folder: str | Path) -> dict[Any, Any]:
         """What the page gets when a caption or mask job ends (the Captions tab sets the Dataset tab's reload)."""
         return self.call(lambda f: (self.tab.reload._id, "change") in f.targets,
                          str(folder), ".txt", dataset_tab.ALL, "")
+
+    def select(self, image: Path) -> dict[str, str]:
+        """Pick `image` in the gallery (it lists the one image), as a click does."""
+        picked = self.call("on_select", SimpleNamespace(index=0), [str(image)], ".txt")
+        return {"image": picked[self.selected], "caption": picked[self.caption], "loaded": picked[self.loaded]}
+
+    def save(self, session: str, picked: dict[str, str], text: str) -> dict[Any, Any]:
+        return self.call("on_save", str(Path(picked["image"]).parents[1]), ".txt", dataset_tab.ALL, "", picked["image"],
+                         text, picked["loaded"], SimpleNamespace(session_hash=session))
+
+    def undo(self, session: str, folder: Path) -> str:
+        undone = self.call("on_undo", str(folder), ".txt", dataset_tab.ALL, "", SimpleNamespace(session_hash=session))
+        return undone[self.report]
 
 
 @pytest.fixture()
@@ -42,11 +63,7 @@ def page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Tab:
 
 @pytest.fixture()
 def dataset(tmp_path: Path) -> Path:
-    folder = tmp_path / "data" / "5_sks fox"
-    for name in ("a", "b"):
-        save_image(folder / f"{name}.png", (64, 64), seed=ord(name))
-        (folder / f"{name}.txt").write_text(f"fox {name}", encoding="utf-8")
-    return folder.parent
+    return captioned_images(tmp_path / "data" / "5_sks fox", side=64)
 
 
 def test_a_job_that_ends_with_no_dataset_open_leaves_the_tab_as_it_is(page: Tab) -> None:
@@ -62,3 +79,32 @@ def test_a_job_that_ends_shows_the_open_dataset_again(page: Tab, dataset: Path) 
     gallery = sent[page.tab.gallery]
     assert [item["caption"] for item in gallery] == ["fox a, by the job", "fox b"]
     assert "2 image(s)" in sent[page.tab.status]
+
+
+def test_save_refuses_a_caption_box_older_than_its_file_and_takes_it_once_picked_again(page: Tab,
+                                                                                      dataset: Path) -> None:
+    image = dataset / "5_sks fox" / "a.png"
+    picked = page.select(image)
+    assert picked["caption"] == "fox a"
+    image.with_suffix(".txt").write_text("fox a, by a caption job", encoding="utf-8")
+    refused = page.save("A", picked, "fox a, typed")[page.report]
+    assert refused.startswith("### Not done") and "'fox a, by a caption job'" in refused
+    assert "pick the image" in refused
+    assert image.with_suffix(".txt").read_text(encoding="utf-8") == "fox a, by a caption job"
+    picked = page.select(image)
+    saved = page.save("A", picked, "fox a, typed")
+    assert saved[page.report] == "Saved the caption of a.png."
+    kept = saved[page.loaded] or picked["loaded"]  # a State the handler does not set keeps its value
+    again = page.save("A", {**picked, "loaded": kept}, "fox a, typed twice")  # typed on, no pick between
+    assert again[page.report] == "Saved the caption of a.png."
+    assert image.with_suffix(".txt").read_text(encoding="utf-8") == "fox a, typed twice"
+
+
+def test_undo_in_one_browser_session_leaves_another_sessions_edit(page: Tab, dataset: Path) -> None:
+    a, b = dataset / "5_sks fox" / "a.png", dataset / "5_sks fox" / "b.png"
+    page.save("A", page.select(a), "fox a, A's")
+    page.save("B", page.select(b), "fox b, B's")
+    assert page.undo("A", dataset) == "Undid: edit a.png."
+    assert "nothing of yours to undo: the newest edit (edit b.png" in page.undo("A", dataset)
+    assert [p.read_text(encoding="utf-8") for p in (a.with_suffix(".txt"), b.with_suffix(".txt"))] == [
+        "fox a", "fox b, B's"]
