@@ -6,6 +6,7 @@ run's check."""
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 from pathlib import Path
 
@@ -13,7 +14,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from tests.helpers import events, train
 from trainers.core.fsio import DamagedSafetensors, read_safetensors_header
+from trainers.demo import build_dataset
 from trainers.models.checks import model_issues
 
 
@@ -70,3 +73,24 @@ def test_a_cut_pickle_checkpoint_is_named_before_it_loads(tmp_path: Path) -> Non
     ckpt.write_bytes(ckpt.read_bytes()[:-100])
     [issue] = model_issues(values)
     assert issue.field == "pretrained_model_name_or_path" and issue.message.startswith(f"{ckpt} is cut short")
+
+
+@pytest.mark.slow
+def test_a_model_that_fails_to_load_is_named_and_leaves_no_output_dir(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    """Weights whole but not of the model's config (what no header check can tell): the run ends naming the folder
+    and the option, without a traceback, and output_dir is created only once the model loaded."""
+    from safetensors.torch import load_file
+
+    model = tmp_path / "mismatched model"
+    shutil.copytree(tiny_sd1_dir, model)
+    weights = model / "unet" / "diffusion_pytorch_model.safetensors"
+    state = load_file(weights)
+    state["conv_in.weight"] = torch.zeros(3, *state["conv_in.weight"].shape[1:])
+    save_file(state, weights)
+    out = tmp_path / "out"
+    assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(model), output_dir=str(out),
+                 train_data_dir=str(build_dataset(tmp_path / "data", folder="1_sks shape")), resolution="64",
+                 max_train_steps=1) == 2
+    [error] = [e for e in events(tmp_path / "run") if e["type"] == "error"]
+    assert error["message"].startswith(f"pretrained_model_name_or_path: {model / 'unet'} cannot be loaded")
+    assert "trace" not in error and not out.exists()

@@ -1,13 +1,14 @@
 """Loading diffusers components, shared by the families: configs, weights, tokenizers, the training noise schedule."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainers.models.rules import read_json
+from trainers.models.rules import ModelLoadError, read_json
 
 
 def load_component(cls: Any, folder: Path, subfolder: str, dtype: torch.dtype, random_init: bool) -> Any:
@@ -21,8 +22,24 @@ def load_component(cls: Any, folder: Path, subfolder: str, dtype: torch.dtype, r
             return cls.from_config(cls.load_config(folder / subfolder)).to(dtype)
         return cls(cls.config_class.from_pretrained(folder / subfolder)).to(dtype)
     if is_diffusers:
-        return cls.from_pretrained(folder, subfolder=subfolder or None, torch_dtype=dtype)
-    return cls.from_pretrained(folder, subfolder=subfolder, dtype=dtype)
+        return named_load(folder / subfolder, "pretrained_model_name_or_path",
+                          lambda: cls.from_pretrained(folder, subfolder=subfolder or None, torch_dtype=dtype))
+    return named_load(folder / subfolder, "pretrained_model_name_or_path",
+                      lambda: cls.from_pretrained(folder, subfolder=subfolder, dtype=dtype))
+
+
+def named_load(where: Path, option: str, load: Callable[[], Any]) -> Any:
+    """`load()`, its errors of a damaged or mismatched component (a weights file cut short that the checks before
+    loading could not read, shapes that do not fit the config) as a ModelLoadError naming the folder and option."""
+    from safetensors import SafetensorError
+
+    try:
+        return load()
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as err:
+        if "out of memory" in str(err).lower():
+            raise
+        raise ModelLoadError(f"{option}: {where} cannot be loaded ({type(err).__name__}: {str(err)[:500]}); is it "
+                             "complete and of this model? Download or copy it again") from None
 
 
 def load_tokenizer(folder: Path, subfolder: str, random_init: bool) -> Any:
@@ -45,7 +62,7 @@ def load_vae(folder: Path, vae_path: str, random_init: bool = False, vae_class: 
 
     cls = getattr(diffusers, vae_class)
     if vae_path:
-        return cls.from_pretrained(Path(vae_path).expanduser())
+        return named_load(Path(vae_path).expanduser(), "vae", lambda: cls.from_pretrained(Path(vae_path).expanduser()))
     return load_component(cls, folder, "vae", torch.float32, random_init)
 
 

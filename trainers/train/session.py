@@ -75,7 +75,6 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     if prepare is not None:
         prepare(cfg, accelerator, events, weight_dtype_for(cfg.mixed_precision))
     catalog = build_catalog(cfg.values, dataset_warnings)  # every image checked (cheaply) before a model loads
-    Path(cfg.output_dir).expanduser().mkdir(parents=True, exist_ok=True)
     if accelerator.device.type == "cpu":
         torch.set_flush_denormal(True)  # tiny values would otherwise slow CPU math 5-20x
     life.running()
@@ -91,6 +90,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     resident_before_model = resident_bytes()
     model = load_model(_checked_model(cfg), cfg.model_family, weight_dtype, cfg.vae.strip(), random_init,
                        ModelFiles.from_values(cfg.values))
+    Path(cfg.output_dir).expanduser().mkdir(parents=True, exist_ok=True)  # only once the model loaded
     model.family = model.family.configured(cfg.values)  # the run's settings of its text encoding and denoiser
     if cfg.v_parameterization:
         model.noise_scheduler.register_to_config(prediction_type="v_prediction")
