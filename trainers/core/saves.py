@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainers.core.errors import DiskFull
+from trainers.core.plan import StepPlan
 
 STATE_FORMAT = "atelier-training-state"
 STATE_VERSION = 1
@@ -39,6 +40,12 @@ class Position:
 
     def next_epoch(self) -> int:
         return self.epoch + 1 if self.epoch_done else self.epoch
+
+    @classmethod
+    def of_manifest(cls, manifest: dict[str, Any]) -> "Position":
+        """Where the run of a training state's manifest was."""
+        return cls(int(manifest["step"]), int(manifest["epoch"]), int(manifest["batches"]),
+                   bool(manifest.get("epoch_done")))
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,30 @@ def list_saves(output_dir: Path, output_name: str) -> list[tuple[Path, SaveName]
         if name is not None and (entry.is_dir() or name.suffix) and (entry.is_dir() or not name.state):
             found.append((entry, name))
     return sorted(found, key=lambda item: (item[1].kind, item[1].number, item[0].name))
+
+
+def planned_saves(output_name: str, every_n_steps: int | None, every_n_epochs: int | None, plan: StepPlan,
+                  after: Position) -> list[SaveName]:
+    """The step and epoch saves a run makes after `after` (where a resumed run goes on), in the order the training
+    loop makes them: every N steps and every N epochs, before the end (that save is the final one)."""
+    steps = [SaveName(output_name, step=s) for s in range(every_n_steps * (after.step // every_n_steps + 1),
+                                                           plan.total_steps, every_n_steps)] if every_n_steps else []
+    first = after.next_epoch()
+    epochs = [SaveName(output_name, epoch=e) for e in range(every_n_epochs * -(-first // every_n_epochs),
+                                                            plan.epochs, every_n_epochs)] if every_n_epochs else []
+    return sorted(steps + epochs, key=lambda n: (n.step or (n.epoch or 0) * plan.steps_per_epoch, n.kind == "epoch"))
+
+
+def written_before(path: Path, since: float | None) -> bool:
+    """Whether `path` exists and was written before `since` (the time the run, or the first run of those it
+    resumes, started: `run_started` in its training states), so not by that run. None: not known (a state
+    written before states recorded it), nothing counts as written before."""
+    if since is None:
+        return False
+    try:
+        return Path(path).lstat().st_mtime < since
+    except FileNotFoundError:
+        return False
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

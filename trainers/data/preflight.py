@@ -20,7 +20,7 @@ from trainers.core.plan import StepPlan, plan_steps
 from trainers.core.weights_memory import weights_note
 from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.kohya_folders import DatasetLayoutError
-from trainers.validate import validate
+from trainers.validate import planned_save_issues, validate
 
 MAX_LISTED = 20  # skipped files and duplicates shown in the text (all are in the fields)
 
@@ -166,6 +166,8 @@ def preflight(cfg: TrainConfig, num_processes: int | None = None) -> PreflightRe
         report.warnings.append("the dataset is read once the dataset errors are fixed")
         return report
     fill_report(report, catalog, cfg)
+    if report.plan is not None:  # the step and epoch saves it plans must not replace files it did not write
+        report.errors += [issue for issue in planned_save_issues(cfg, report.plan) if issue.field not in named]
     return report
 
 

@@ -47,6 +47,7 @@ def train(session: Session, trainable: Trainable) -> Path:
     with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM
         if cfg.resume.strip():
             at = state.restore(resume_folder(cfg))
+        save.refuse_overwrites(at)  # the planned step and epoch saves, before the first step
         if sample and cfg.sample_at_first and not at.step:
             sample(0, 0)
         predictor.train()

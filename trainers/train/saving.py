@@ -14,15 +14,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainers.core.errors import DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped
+from trainers.core.errors import ConfigError, DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped
 from trainers.core.events import Checkpoint
 from trainers.core.fsio import clean_stale_temps, remove_save
 from trainers.core.options.validation import states_supported
 from trainers.core.retention import Retention, prune
-from trainers.core.saves import Position, check_free_space, find_states, save_name, state_name
+from trainers.core.saves import (Position, SaveName, check_free_space, find_states, planned_saves, save_name,
+                                 state_name, written_before)
 from trainers.train.control import ROLLING_STATE
 from trainers.train.distributed import full_weights
 from trainers.train.faults import is_out_of_memory, out_of_memory, weights_finite
+from trainers.validate import overwrite_issue
 
 if TYPE_CHECKING:
     from trainers.train.method import Trainable
@@ -53,6 +55,18 @@ class Saver:
                 print(f"removed {left}, left over from a save that was interrupted", flush=True)
 
     # --- what the loop calls ---
+
+    def refuse_overwrites(self, at: Position) -> None:
+        """Before the first step (of a resumed run too): a ConfigError naming the first file that a planned step or
+        epoch save would replace and that neither this run nor the runs it resumes wrote (unless overwrite_output)."""
+        cfg = self.session.cfg
+        issue = None
+        if self.main:
+            names = planned_saves(self.name, cfg.save_every_n_steps, cfg.save_every_n_epochs, self.session.plan, at)
+            issue = overwrite_issue(cfg, names, self.state.run_started)
+        issue = self._agree(issue)
+        if issue is not None:
+            raise ConfigError([issue])
 
     def epoch(self, at: Position) -> Path:
         return self._save(save_name(self.name, epoch=at.epoch), at, "epoch")
@@ -102,8 +116,8 @@ class Saver:
         if not self.main or not self.with_states or self.state.collective or at.step <= resumed:  # needs them all
             return None
         folder = self.out_dir / state_name(save_name(self.name, step=at.step))
-        if folder.exists():
-            return folder
+        if folder.exists():  # this run's own (a save of this step), or another's, not to be replaced
+            return None if written_before(folder, self.state.run_started) else folder
         try:
             self._check("an emergency training state", self.state.nbytes())
             self.state.save(folder, at, "emergency")
@@ -131,11 +145,12 @@ class Saver:
             needed = self.trainable.output.nbytes() + (self.state.nbytes() if folder else 0)
             try:
                 self._check(f"{path.name}" + (" and its training state" if folder else ""), needed)
+                self._check_not_foreign(name, folder is not None)
             except TrainingFailed as err:
                 problem = (type(err).__name__, str(err))
         problem = self._agree(problem)
         if problem:
-            raise (NonFiniteLoss if problem[0] == "NonFiniteLoss" else DiskFull)(problem[1])
+            raise {"NonFiniteLoss": NonFiniteLoss, "DiskFull": DiskFull}.get(problem[0], TrainingFailed)(problem[1])
         with full_weights(accelerator):  # FSDP: rank 0 holds the whole weights while it writes (every rank joins)
             if self.main:
                 self.trainable.output.save(path, at.epoch, at.step)
@@ -156,6 +171,14 @@ class Saver:
                                 "kept). Lower learning_rate, or resume from an earlier training state")
         check_free_space(self.out_dir, needed, what)
 
+
+    def _check_not_foreign(self, name: str, with_state: bool) -> None:
+        """Raise TrainingFailed when the save `name` would replace a file this run did not write (one that came
+        since the start, or a stop's or save-now's name that no plan foresaw)."""
+        save = SaveName.parse(name, self.name)
+        issue = overwrite_issue(self.session.cfg, [save], self.state.run_started, with_state) if save else None
+        if issue is not None:
+            raise TrainingFailed(f"{issue.message}; the save was not written (earlier saves are kept)")
 
     def _agree(self, problem: Any) -> Any:
         """The main process's verdict, on every process (they raise together or not at all)."""

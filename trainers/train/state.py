@@ -64,6 +64,8 @@ class TrainingState:
                        SHARDED if self.sharded and session.cfg.fsdp_state_dict_type == "SHARDED_STATE_DICT" else WHOLE)
         self.collective = self.sharded or self.engine is not None  # every process takes part in a save
         self.resumed_at: Position | None = None
+        # When this run, or the first of the runs it resumes, started: its saves are newer (written_before)
+        self.run_started: float | None = session.started_at
 
     # --- writing ---
 
@@ -150,7 +152,7 @@ class TrainingState:
         manifest = manifest_for(
             kind, at, layout=self.layout, method=cfg.method, model_family=session.model.family.name,
             pretrained_model_name_or_path=cfg.pretrained_model_name_or_path, output_name=cfg.output_name,
-            output=str(output) if output else None, total_steps=session.plan.total_steps,
+            output=str(output) if output else None, run_started=self.run_started, total_steps=session.plan.total_steps,
             batches_per_epoch=session.sampler.groups_per_epoch(), num_processes=session.accelerator.num_processes,
             config_hash=config_hash(cfg.values), config=_jsonable(cfg.values), files=folder_files(tmp))
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False), encoding="utf-8")
@@ -201,6 +203,7 @@ class TrainingState:
             hook.restore(extra, int(manifest["step"]))
         at = self._position(manifest)
         self.resumed_at = at
+        self.run_started = manifest.get("run_started")  # None in a state written before states recorded it
         self._announce(folder, manifest, at)
         return at
 
@@ -314,8 +317,7 @@ class TrainingState:
         sched._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
     def _position(self, manifest: dict[str, Any]) -> Position:
-        at = Position(int(manifest["step"]), int(manifest["epoch"]), int(manifest["batches"]),
-                      bool(manifest.get("epoch_done")))
+        at = Position.of_manifest(manifest)
         saved, now = int(manifest.get("batches_per_epoch") or 0), self.session.sampler.groups_per_epoch()
         if saved and saved != now and not at.epoch_done:  # another process count: the same share of the epoch
             at = Position(at.step, at.epoch, min(now, round(at.batches * now / saved)), False)

@@ -17,8 +17,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("save_every_n_epochs", "int", None, "Also save every N epochs.", "saving", min=1, nullable=True),
     Option("save_every_n_steps", "int", None, "Also save every N steps.", "saving", min=1, nullable=True,
            advanced=True),
-    Option("overwrite_output", "bool", False, "Allow replacing an existing <output_name> file in output_dir.",
-           "saving", advanced=True),
+    Option("overwrite_output", "bool", False, "Allow replacing existing files in output_dir: the final "
+           "<output_name>, and step and epoch saves (and their states) that this run, or the runs it resumes, did "
+           "not write.", "saving", advanced=True),
     Option("training_comment", "str", "", "Free text stored in the LoRA's metadata (ss_training_comment).",
            "saving", methods=LORA, advanced=True),
     Option("save_state", "bool", False, "Also save a training state with every save: a <save name>-state folder "
