@@ -47,6 +47,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "buttons list; repeatable (default: anywhere when served on this machine only, and Browse "
                         "lists the datasets, runs and models folders and the home folder; the home folder and this "
                         "repo when exposed)")
+    p.add_argument("--allow-hub-models", action="store_true",
+                   help="while paths are confined (--allowed-root, or an exposed GUI), also take models named by hub "
+                        "id (owner/name): they download into this machine's cache with its HF_TOKEN, and a caption "
+                        "model's trust_remote_code runs the repository's code (default: local models only)")
     p.add_argument("--trusted-proxy", dest="trusted_proxies", action="append", type=_proxy_address, default=[],
                    metavar="ADDR", help="address (or network, e.g. 10.0.0.0/8) of a reverse proxy whose "
                    "X-Forwarded-For header names the real client; repeatable (default: none, every request counts "
@@ -135,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from gui import folder_browser, transfers
+    from gui.allowed_paths import AllowedRoots
     from gui.demo_build import DemoQueue
     from gui.jobs import JobManager
     from gui.page import Services, build_page
@@ -158,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     jobs = JobManager(runs_dir)
     queue = RunQueue(jobs) if demo is None else DemoQueue(jobs, demo)
     queue.run_scheduler()  # queued runs (this session's or an earlier one's) start as their GPUs free up
-    services = Services(runs_dir, jobs, Presets(args.presets_dir.expanduser()), Watchers(),
-                        [r.expanduser().resolve() for r in roots] if roots else None, datasets_dir, queue, demo)
+    allowed = AllowedRoots([r.expanduser().resolve() for r in roots], args.allow_hub_models) if roots else None
+    services = Services(runs_dir, jobs, Presets(args.presets_dir.expanduser()), Watchers(), allowed, datasets_dir,
+                        queue, demo)
     page = build_page(services, initial_preset="demo" if args.demo else None)
     page.queue(default_concurrency_limit=8)
     host = "localhost" if args.listen in ("0.0.0.0", "::") else args.listen

@@ -14,7 +14,7 @@ from typing import Any
 
 import gradio as gr
 
-from gui.checks import TypedPath, paths_outside
+from gui.allowed_paths import TypedPath, option_paths, paths_outside
 from gui.dataset_tab import DatasetTab
 from gui.forms import make_widget
 from gui.generate_tab import ActiveJob
@@ -101,15 +101,15 @@ def results_text(v: CaptionView) -> str:
 def _outside_roots(cfg: JobConfig, roots: list[Path] | None) -> list[ConfigIssue]:
     """Paths typed into the page, and the folders a dataset .toml given as a mask job's images names (its masks are
     written there), must lie under the allowed roots."""
-    typed = [TypedPath(o.name, str(cfg.values[o.name] or ""), o.group, may_be_hub_id=o.name == "model")
-             for o in cfg.options if o.kind == "str" and o.path]
-    if cfg.verb == "masks" and roots is not None and is_dataset_toml(cfg.images):
-        try:
-            typed += [TypedPath("images", str(path), "input") for folder in mask_folders(cfg)
-                      for path in (folder.images, folder.masks)]
-        except DatasetEditError:
-            pass  # check_config names the problem
-    return paths_outside(typed, roots)
+    refused = paths_outside(option_paths(cfg.options, cfg.values, hub_options=["model"]), roots)
+    if refused or cfg.verb != "masks" or roots is None or not is_dataset_toml(cfg.images):
+        return refused
+    try:
+        named = [TypedPath("images", str(path), "input") for folder in mask_folders(cfg)
+                 for path in (folder.images, folder.masks)]
+    except DatasetEditError:
+        return []  # check_config names the problem
+    return paths_outside(named, roots)
 
 
 def _widget(verb: str, opt: Option) -> gr.components.Component:
@@ -166,8 +166,8 @@ def build_caption_tab(services: Any, dataset: DatasetTab | None = None) -> None:
                 job_dir, said = services.queue.submit_dataset_job(cfg)
             return job_dir
 
-        job_dir, refused = start_checked(lambda: config_from_values(verb, values), lambda cfg: check_config(cfg)
-                                         + _outside_roots(cfg, services.allowed_roots), submit)
+        job_dir, refused = start_checked(lambda: config_from_values(verb, values), lambda cfg: _outside_roots(
+            cfg, services.allowed_roots) or check_config(cfg), submit)  # nothing outside the roots is looked at
         if job_dir is None:
             return {status: refused}
         return {job: job_dir.name, status: f"### {said}", report: "", results: "",

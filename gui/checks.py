@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gui.allowed_paths import outside_roots
 from gui.forms import ESSENTIALS
 from gui.text import code_block, plain
 from trainers.memory_estimate import memory_report
@@ -81,7 +82,7 @@ def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | 
     # The rest is checked with what could not be used left out: values that are no option's (at their defaults)
     # and paths outside the roots (never looked into); each is named once, by its own issue.
     named = unusable + outside
-    pre = preflight(cfg.replace(**{i.field: "" for i in outside}))
+    pre = preflight(cfg.replace(**{i.field: [] if BY_NAME[i.field].kind == "list" else "" for i in outside}))
     complete = not named
     report = CheckReport(cfg if complete else None, list(named), warnings + optimizer_warnings(cfg) + pre.warnings)
     named_fields = {issue.field for issue in named}
@@ -159,38 +160,6 @@ def distinct_rates(cfg: TrainConfig) -> dict[str, float]:
         else:
             rates.update({f"text_encoder_lr (TE{i})": rate for i, rate in enumerate(per_encoder, 1)})
     return {name: rate for name, rate in rates.items() if name == "learning_rate" or rate != cfg.learning_rate}
-
-
-def outside_roots(cfg: TrainConfig, roots: list[Path] | None) -> list[ConfigIssue]:
-    """Paths typed into the page must lie under the allowed roots (symlinks resolved)."""
-    typed = [TypedPath(o.name, str(cfg.values[o.name] or ""), o.group, o.path == "any")
-             for o in (BY_NAME[name] for name in cfg.values) if o.path]
-    return paths_outside(typed, roots)
-
-
-@dataclass(frozen=True)
-class TypedPath:
-    field: str
-    text: str
-    group: str
-    may_be_hub_id: bool = False  # a model: text that does not start with /, . or ~ is a hub id
-
-
-def paths_outside(typed: list[TypedPath], roots: list[Path] | None) -> list[ConfigIssue]:
-    """An issue for each typed path outside every root (None: anywhere is fine)."""
-    if roots is None:
-        return []
-    issues = []
-    for item in typed:
-        text = item.text.strip()
-        if not text or (item.may_be_hub_id and not text.startswith(("/", ".", "~"))):
-            continue  # empty, or a hub id
-        path = Path(text).expanduser().resolve()
-        if not any(path == root or root in path.parents for root in roots):
-            shown = ", ".join(str(r) for r in roots)
-            issues.append(ConfigIssue(item.field, f"{text} is outside the folders this GUI may use ({shown}); the "
-                                      "admin can add one with --allowed-root", item.group))
-    return issues
 
 
 def step_preview(plan: StepPlan, samples_per_epoch: int) -> str:

@@ -20,6 +20,7 @@ from gui.dataset_pairs import pair_view
 from gui.folder_browser import browsable_textbox, inside
 from gui.text import plain
 from gui.thumbnails import prune_thumbnails, thumbnail
+from trainers.core.paths import text_problem
 from trainers.data.kohya_folders import match_masks
 from trainers.dataset_edit.backups import list_backups, undo_last
 from trainers.dataset_edit.concepts import create_concept, move_images
@@ -247,6 +248,8 @@ def build_dataset_tab(services: Any) -> DatasetTab:
 
     def allowed(path: str | Path) -> str:
         """`path` when the GUI may read it (under the allowed roots, symlinks resolved); else a refusal."""
+        if unusable := text_problem(str(path).strip()):  # a NUL or an over-long path: the filesystem would raise
+            raise DatasetEditError(f"the path {unusable}")
         if roots is not None and str(path).strip() and inside(Path(str(path).strip()), roots) is None:
             raise DatasetEditError(f"{path} is outside the folders this GUI may use "
                                    f"({', '.join(str(r) for r in roots)}); the admin can add one with --allowed-root")

@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 from gradio.context import get_render_context
 
-from gui.checks import TypedPath, paths_outside
+from gui.allowed_paths import TypedPath, option_paths, paths_outside
 from gui.forms import from_widget, make_widget, to_widget
 from gui.jobs import JobError
 from gui.presets import PresetError, Presets
@@ -261,8 +261,7 @@ def _widget(opt: Option, runs_dir: Path) -> gr.components.Component:
 
 def _outside_roots(cfg: GenerateConfig, roots: list[Path] | None) -> list[ConfigIssue]:
     """Paths typed into the page must lie under the allowed roots (symlinks resolved)."""
-    typed = [TypedPath(o.name, str(cfg.values[o.name] or ""), o.group, o.name == "model") for o in GEN_OPTIONS
-             if o.path]
+    typed = option_paths(GEN_OPTIONS, cfg.values, hub_options=["model"])
     for name in ("loras", "compare_loras"):
         try:
             typed += [TypedPath(name, ref.path, GEN_BY_NAME[name].group) for ref in parse_loras(cfg.values[name], name)]
@@ -321,7 +320,7 @@ def build_generate_tab(services: Any) -> GenerateTab:
         values = {n: "" if v is None and GEN_BY_NAME[n].kind == "str" else v for n, v in values.items()}
         try:
             cfg = config_from_values({**values, "mode": mode})
-            issues = check_config(cfg) + _outside_roots(cfg, services.allowed_roots)
+            issues = _outside_roots(cfg, services.allowed_roots) or check_config(cfg)  # nothing outside is looked at
             if issues:
                 raise ConfigError(issues)
         except ConfigError as err:

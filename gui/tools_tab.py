@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import gradio as gr
 
-from gui.checks import TypedPath, paths_outside
+from gui.allowed_paths import TypedPath, option_paths, paths_outside
 from gui.forms import from_widget, make_widget
 from gui.generate_tab import ActiveJob, JobWatcher
 from gui.jobs import JobError
@@ -96,8 +96,7 @@ def _servable(path: str, runs_dir: Path) -> bool:
 
 def _outside_roots(cfg: ToolConfig, roots: list[Path] | None) -> list[ConfigIssue]:
     """Paths typed into the page must lie under the allowed roots (symlinks resolved)."""
-    typed = [TypedPath(o.name, str(cfg.values[o.name] or ""), o.group) for o in cfg.options
-             if o.kind == "str" and o.path]
+    typed = option_paths(cfg.options, cfg.values)
     if "loras" in cfg.values:
         try:
             typed += [TypedPath("loras", ref.path, "input") for ref in parse_loras(cfg.loras)]
@@ -181,8 +180,8 @@ def build_tools_tab(services: Any) -> None:
 
     def launch(verb: str, widgets: dict[str, gr.components.Component], data: dict) -> dict:
         values = form_values(options_for(verb), widgets, data)
-        job_dir, refused = start_checked(lambda: config_from_values(verb, values), lambda cfg: check_config(cfg)
-                                         + _outside_roots(cfg, services.allowed_roots), services.jobs.start_tool)
+        job_dir, refused = start_checked(lambda: config_from_values(verb, values), lambda cfg: _outside_roots(
+            cfg, services.allowed_roots) or check_config(cfg), services.jobs.start_tool)  # nothing outside is looked at
         if job_dir is None:
             return {status: refused}
         return {job: job_dir.name, status: f"### Started tools {verb} `{job_dir.name}`", report: "",

@@ -12,6 +12,7 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
+from gui.allowed_paths import AllowedRoots
 from gui.checks import check_form
 from gui.forms import ESSENTIALS, build_form, from_widget, option_for, to_widget
 from gui.jobs import JobError, JobManager
@@ -257,7 +258,7 @@ def test_paths_outside_allowed_roots_are_refused(tmp_path: Path) -> None:
     inside.mkdir()
     values = {"pretrained_model_name_or_path": "org/model", "train_data_dir": "/etc", "output_dir": str(inside / "o"),
               "max_train_epochs": 1, "logging_dir": str(inside / "../outside-link/..")}
-    report = check_form("lora", values, allowed_roots=[inside.resolve()])
+    report = check_form("lora", values, allowed_roots=AllowedRoots([inside.resolve()], hub_models=True))
     fields = {i.field for i in report.issues if "is outside the folders this GUI may use" in i.message}
     assert fields == {"train_data_dir", "logging_dir"}
     assert not report.dataset and "etc" not in report.dataset  # nothing was read from /etc

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.caption.options import JobConfig, model_source
+from trainers.core.paths import is_hub_id
 from trainers.tools.job import ToolError, ToolJob
 
 
@@ -18,6 +19,8 @@ def model_folder(job: ToolJob, patterns: list[str] | None = None) -> Path:
         return local
     if local.exists():
         raise ToolError("model", f"{local} is a file; give the model's folder (or a hub id)")
+    if not is_hub_id(source):  # the page's check decides by the same function
+        raise ToolError("model", f"{source} is neither a folder here nor a hub id (owner/name); check the path")
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
     from tqdm.auto import tqdm

@@ -7,13 +7,13 @@ undesired tags as tag_blacklist, caption_extension), so a kohya_ss user finds th
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from trainers.caption.shared_options import CAPTION, SHARED_OPTIONS, job_option
 from trainers.core.options.schema import ConfigIssue, Option
 from trainers.core.options.verbs import VerbConfig
+from trainers.core.paths import is_hub_id
 from trainers.core.rundir import new_run_dir
 from trainers.masks.options import MASK_OPTIONS, METHODS, check_masks
 
@@ -139,14 +139,13 @@ def check_config(cfg: JobConfig) -> list[ConfigIssue]:
         add("resume", f"{cfg.resume} is not a caption or mask job's folder (it has no {DONE_LIST}); give the folder "
                       "of the job to continue")
     model = str(cfg.values.get("model", "")).strip()
-    if model and not Path(model).expanduser().exists() and not HUB_ID.fullmatch(model):
+    if model and not Path(model).expanduser().exists() and not is_hub_id(model):
         add("model", f"{model} is neither a folder here nor a hub id (owner/name); check the path")
     if cfg.verb == "masks":
         check_masks(cfg, add)
     return issues
 
 
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 DONE_LIST = "done.txt"  # a job folder's list of the images it finished, one path a line (resume reads it)
 
 

@@ -46,14 +46,27 @@ def _system(path: Path) -> bool:
     return any(resolved == root or root in resolved.parents for root in SYSTEM_ROOTS)
 
 
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot name a path on any filesystem (a NUL character, a name or path too long); None when it can.
+    Checked before `text` is given to any filesystem call, which would raise."""
+    if "\0" in text:
+        return "contains a NUL character; remove it"
+    return _too_long(text)
+
+
+def shortened(text: str, most: int = 120) -> str:
+    """`text` for a message: a path thousands of characters long is cut, its start and end kept."""
+    return text if len(text) <= most else f"{text[:most // 2]}…{text[-most // 2:]} ({len(text)} characters)"
+
+
 def path_problem(text: str, kind: PathKind) -> str | None:
     """Why `text` cannot be used as a path of `kind`; None when it can. The message follows the path's name."""
     if "\0" in text:
-        return "contains a NUL character; remove it"
+        return text_problem(text)
     if windows_path(text):
-        return (f"{text} is a Windows path (the config was written on another machine): give the "
+        return (f"{shortened(text)} is a Windows path (the config was written on another machine): give the "
                 f"{'folder' if kind in ('dir', 'out') else 'path'} on this machine")
-    long = _too_long(text)
+    long = text_problem(text)
     if long:
         return long
     try:
@@ -77,6 +90,22 @@ def path_problem(text: str, kind: PathKind) -> str | None:
     if kind == "out":
         return _output_problem(text, path, exists, is_dir)
     return None
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # owner/name, as the Hugging Face Hub names repositories
+
+
+def is_hub_id(text: str) -> bool:
+    """Whether a model option's `text` names a hub repository, not a local path: owner/name, with no `..` (a path
+    climbing out of its folder is a path) and nothing on disk by that name. The page's checks and the loaders that
+    fetch from the hub decide by this one function."""
+    text = text.strip()
+    if not HUB_ID.fullmatch(text) or ".." in text or text_problem(text):
+        return False
+    try:
+        return not Path(text).exists()
+    except OSError:
+        return False
 
 
 def _output_problem(text: str, path: Path, exists: bool, is_dir: bool) -> str | None:

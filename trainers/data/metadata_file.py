@@ -48,6 +48,13 @@ def read_metadata_file(path: Path | None, image_dir: Path | None, separator: str
     return images, warnings
 
 
+def named_images(path: Path, image_dir: Path | None, field: str) -> list[Path]:
+    """The image paths a metadata file's keys name, without looking at the images: an absolute key as it is, others
+    under image_dir (what the GUI checks against its allowed folders). Raises DatasetLayoutError as the reader."""
+    keys = [Path(key).expanduser() for key in _entries(path, field)]
+    return [key if key.is_absolute() or image_dir is None else image_dir / key for key in keys]
+
+
 def _merge_caption_files(entries: dict[str, dict[str, Any]], image_dir: Path | None, caption_extension: str,
                          field: str, wildcard: bool, strict: bool, warnings: list[str]) -> dict[str, dict[str, Any]]:
     """`entries` with each image of `image_dir` given the caption of its caption file (other fields kept), keyed as

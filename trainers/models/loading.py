@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainers.core.paths import is_hub_id
 from trainers.models.base import LoadedModel, ModelFamily, ModelFiles, ModelLoadError
 from trainers.models.families import family
 from trainers.models.rules import SINGLE_FILE_SUFFIXES, folder_rules, rules_of
@@ -17,6 +18,9 @@ def resolve_model_folder(name_or_path: str) -> Path:
     if path.exists():
         raise ModelLoadError(f"pretrained_model_name_or_path: {path} is a file but not a .safetensors or .ckpt "
                              "checkpoint; give a diffusers model folder or a single-file checkpoint")
+    if not is_hub_id(name_or_path):  # the page's check decides by the same function
+        raise ModelLoadError(f"pretrained_model_name_or_path: {name_or_path!r} is neither a local folder nor a hub "
+                             "id (owner/name); check the path")
     from huggingface_hub import snapshot_download
 
     try:

@@ -5,18 +5,16 @@ The checks of the dataset options (trainers/data/checks.py) and of each method (
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.optimizers import spec_for
 from trainers.core.options.loading import TrainConfig
 from trainers.core.options.training import options_for
-from trainers.core.paths import name_problem, path_problem
+from trainers.core.paths import is_hub_id, name_problem, path_problem
 from trainers.core.prompts import prompts_file_missing
 from trainers.core.schedules import schedule_kind
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 LONGEST_SAVE_SUFFIX = "-step00000000-ema-state.safetensors"  # the longest name a save of output_name gets
 
 
@@ -168,20 +166,21 @@ def distributed_issues(cfg: TrainConfig) -> list[ConfigIssue]:
 def _path_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     for opt in options_for(cfg.method):
-        value = str(cfg.values[opt.name] or "").strip()
-        if not opt.path or not value or (opt.name == "sample_prompts" and prompts_file_missing(value)):
-            continue  # a missing prompts file: warned when the config is read, and the run goes on without it
-        problem = path_problem(value, opt.path)
-        if problem:
-            issues.append(ConfigIssue(opt.name, problem, opt.group))
-        elif opt.name == "pretrained_model_name_or_path":
-            issues += _model_path_issues(value)
+        given = cfg.values[opt.name]
+        for value in (str(v).strip() for v in (given if opt.kind == "list" else [given or ""])):
+            if not opt.path or not value or (opt.name == "sample_prompts" and prompts_file_missing(value)):
+                continue  # a missing prompts file: warned when the config is read, and the run goes on without it
+            problem = path_problem(value, opt.path)
+            if problem:
+                issues.append(ConfigIssue(opt.name, problem, opt.group))
+            elif opt.name == "pretrained_model_name_or_path":
+                issues += _model_path_issues(value)
     return issues
 
 
 def _model_path_issues(model: str) -> list[ConfigIssue]:
     """A model that is neither on disk nor a hub id (what a local one holds: trainers/models/checks.py)."""
-    if Path(model).expanduser().exists() or HUB_ID.match(model):
+    if Path(model).expanduser().exists() or is_hub_id(model):
         return []
     return [ConfigIssue("pretrained_model_name_or_path", f"{model!r} does not exist; give a diffusers folder or "
                         "a hub id like 'org/model'", "model")]

@@ -22,7 +22,7 @@ OPTIONS: tuple[Option, ...] = (
            "new ControlNet initialised from the model's UNet (its encoder half copied, its zero convolutions at "
            "zero), as sd-scripts does; for FLUX.1 from the transformer's first blocks (num_double_layers, "
            "num_single_layers), its control input at zero.",
-           "controlnet", methods=CONTROLNET),
+           "controlnet", methods=CONTROLNET, path="any"),
     Option("num_double_layers", "int", 4, "FLUX.1: how many double blocks a new ControlNet has (copies of the "
            "transformer's first ones, as diffusers' FluxControlNetModel.from_transformer makes them): more follow the "
            "control image more closely and take more memory.", "controlnet", methods=CONTROLNET, min=0,

@@ -6,7 +6,6 @@ from pathlib import Path
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.optimizers import text_encoder_rates
 from trainers.core.options import TrainConfig
-from trainers.core.paths import path_problem
 from trainers.methods.lora.objective_rules import objective_issues
 from trainers.methods.lora.settings import network_settings
 from trainers.methods.textual_inversion.rules import new_word_issues
@@ -40,10 +39,6 @@ def issues(cfg: TrainConfig) -> list[ConfigIssue]:
             "out of training, as in sd-scripts); set learning_rate, unet_lr or text_encoder_lr above 0", "optimizer")
     if cfg.dim_from_weights and not cfg.network_weights.strip():
         bad("dim_from_weights", "needs network_weights: the file whose ranks and alphas the network takes")
-    for path in cfg.base_weights:
-        problem = path_problem(path, "file")
-        if problem:
-            bad("base_weights", problem)
     if len(cfg.base_weights_multiplier) > len(cfg.base_weights):
         bad("base_weights_multiplier", f"has {len(cfg.base_weights_multiplier)} values for "
             f"{len(cfg.base_weights)} base_weights file(s): one value per file, in the same order")

@@ -79,7 +79,7 @@ OPTIONS: tuple[Option, ...] = (
          "module whose update's norm exceeds this (1.0 is typical); the progress shows how many were scaled.",
          min=0, nullable=True, advanced=True),
     _net("base_weights", "list", [], "LoRA files merged into the model before training (the new LoRA learns what "
-         "they do not), one path a line.", advanced=True),
+         "they do not), one path a line.", path="file", advanced=True),
     _net("base_weights_multiplier", "list", [], "Weight of each base_weights file, in the same order (default 1).",
          advanced=True),
     _net("save_diffusers_lora", "bool", False, "SD3/FLUX: also write the final LoRA as diffusers loads it, "
