@@ -11,11 +11,12 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gradio as gr
 
+from trainers.core.paths import shortened, text_problem
 from trainers.models.file_kind import MODEL_SUFFIXES, model_kind
 
 CONFIG_SUFFIXES = (".toml", ".json", ".txt")  # dataset configs, metadata JSON, sample prompts
@@ -30,8 +31,9 @@ class BrowseError(ValueError):
 
 def browse_roots(allowed: list[Path] | None, runs_dir: Path, datasets_dir: Path, models_dir: Path) -> list[Path]:
     """The folders the browser lists: the allowed roots (--allowed-root, or those of an exposed GUI); on this machine
-    alone, the datasets, runs and models folders and the home folder. Symlinks resolved, missing ones left out."""
-    candidates = allowed if allowed is not None else [datasets_dir, runs_dir, models_dir, Path.home()]
+    alone, the working folder (the repository: its demo/ model and data), the datasets, runs and models folders and
+    the home folder. Symlinks resolved, missing ones left out."""
+    candidates = allowed if allowed is not None else [Path.cwd(), datasets_dir, runs_dir, models_dir, Path.home()]
     roots: list[Path] = []
     for root in candidates:
         resolved = Path(root).expanduser().resolve()
@@ -46,9 +48,11 @@ def current_roots() -> list[Path]:
 
 def inside(path: Path, roots: list[Path]) -> Path | None:
     """`path` with symlinks and `..` resolved when that lies under a root; else None."""
+    if text_problem(str(path)):  # a NUL or an over-long path: the filesystem would raise
+        return None
     try:
         resolved = Path(path).expanduser().resolve()
-    except (OSError, RuntimeError):  # a loop of links
+    except (OSError, RuntimeError, ValueError):  # a loop of links, ~name of no user
         return None
     return resolved if any(resolved == r or resolved.is_relative_to(r) for r in roots) else None
 
@@ -65,11 +69,14 @@ def list_folder(text: str, roots: list[Path], kind: str) -> Listing:
     its subfolders, and model and config files where the field takes a file. Raises BrowseError outside the roots."""
     if not text.strip():
         return Listing(None, [(f"📁 {root}", OPEN + str(root)) for root in roots])
+    unusable = text_problem(text.strip())
+    if unusable:
+        raise BrowseError(f"the path {unusable}")
     folder = inside(Path(text.strip()), roots)
     if folder is None or not folder.is_dir():
         why = "outside the folders this GUI may list" if folder is None else "not a folder"
-        raise BrowseError(f"{text.strip()} is {why} ({', '.join(str(r) for r in roots)}); the admin can add a "
-                          "folder with --allowed-root")
+        raise BrowseError(f"{shortened(text.strip())} is {why} ({', '.join(str(r) for r in roots)}); the admin can "
+                          "add a folder with --allowed-root")
     choices = []
     if kind != "file":
         choices.append((f"✓ use this folder: {folder}", USE + str(folder)))
@@ -109,7 +116,11 @@ def _entries(folder: Path, roots: list[Path], kind: str) -> tuple[list[Path], li
 
 
 def start_listing(text: str, roots: list[Path], kind: str) -> Listing:
-    """What Browse shows first: the field's folder (a file's folder) when it lies under a root, else the roots."""
+    """What Browse shows first: the field's folder (a file's folder) when it lies under a root, else the roots (with
+    why, for a field that holds no usable path)."""
+    unusable = text_problem(text.strip())
+    if unusable:
+        return replace(list_folder("", roots, kind), note=f"the field's path {unusable}")
     path = inside(Path(text.strip()), roots) if text.strip() else None
     while path is not None and not path.is_dir():
         path = inside(path.parent, roots)
@@ -121,10 +132,14 @@ def pick(value: str, roots: list[Path], kind: str) -> tuple[Listing | None, str 
     if value.startswith(USE):
         path = inside(Path(value[len(USE):]), roots)
         if path is None:
-            raise BrowseError(f"{value[len(USE):]} is outside the folders this GUI may list")
+            raise BrowseError(f"{shortened(value[len(USE):])} is outside the folders this GUI may list")
         return None, str(path)
     return list_folder(value.removeprefix(OPEN), roots, kind), None
 
+
+# Gradio checks a pick against the choices the list was built with (none: each listing is sent later), and raised
+# "Value: open:... is not in the list of choices" as a red toast; `pick` itself refuses what lies outside the roots.
+_ANY_PICK = {"allow_custom_value": True}
 
 PANEL_CSS = """
 #browse-panel {position: sticky; top: 0; z-index: 1000; box-shadow: 0 8px 32px rgba(0, 0, 0, .35);}
@@ -158,7 +173,7 @@ def browse_panel(roots: Callable[[], list[Path]] = current_roots) -> Iterator[No
     fields, and a list (and two events) for each made the page slow to build and to load."""
     with gr.Group(visible=False, elem_id="browse-panel") as panel:
         listing = gr.Dropdown(choices=[], value=None, label="Pick a folder or file", interactive=True,
-                              elem_id="browse-list", elem_classes=["browse-list"])
+                              elem_id="browse-list", elem_classes=["browse-list"], **_ANY_PICK)
         close = gr.Button("Close", size="sm", elem_id="browse-close")
     close.click(lambda: gr.Group(visible=False), outputs=panel, show_progress="hidden")
     fields: list[_PathField] = []
@@ -213,7 +228,8 @@ def add_listing(field: gr.Textbox, kind: str, roots: Callable[[], list[Path]] = 
     """A list of its own beside `field`, which its submit (its Browse button) opens; picking a file or `use this
     folder` fills the field."""
     listing = gr.Dropdown(choices=[], value=None, visible=False, label="Pick a folder or file", interactive=True,
-                          elem_id=f"{field.elem_id}-browse" if field.elem_id else None, elem_classes=["browse-list"])
+                          elem_id=f"{field.elem_id}-browse" if field.elem_id else None, elem_classes=["browse-list"],
+                          **_ANY_PICK)
 
     def on_pick(value: str) -> tuple[dict, Any]:
         update, path = _picked(value, roots(), kind)

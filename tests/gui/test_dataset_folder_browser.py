@@ -109,8 +109,60 @@ def test_nothing_outside_the_roots_is_listed_or_picked(tree: dict[str, Path], ou
     assert start_listing(text, roots, "any").folder is None  # Browse on a field holding it starts at the roots
 
 
-def test_browse_roots(tmp_path: Path) -> None:
-    runs, data = tmp_path / "runs", tmp_path / "data"
+def test_browse_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs, data, work = tmp_path / "runs", tmp_path / "data", tmp_path / "work"
     runs.mkdir()
+    work.mkdir()
+    monkeypatch.chdir(work)
     assert browse_roots([data, runs, runs], runs, data, tmp_path / "models") == [runs]  # missing ones left out
-    assert browse_roots(None, runs, data, tmp_path / "m") == [runs, Path.home().resolve()]
+    assert browse_roots(None, runs, data, tmp_path / "m") == [work.resolve(), runs, Path.home().resolve()]
+
+
+def test_browse_reaches_the_working_folders_datasets_and_models(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo dataset (demo/data, in the repository the GUI runs in) had to be typed: only runs/ and the home
+    folder were listed."""
+    (tmp_path / "demo" / "data" / "25_sks shape").mkdir(parents=True)
+    (tmp_path / "models").mkdir()
+    monkeypatch.chdir(tmp_path)
+    roots = browse_roots(None, tmp_path / "runs", tmp_path / "datasets", tmp_path / "models")
+    assert (f"📁 {tmp_path.resolve()}", OPEN + str(tmp_path.resolve())) in list_folder("", roots, "dir").choices
+    labels = [label for label, _ in list_folder(str(tmp_path), roots, "dir").choices]
+    assert "📁 demo/" in labels and "📁 models/" in labels
+    assert any(v == USE + str((tmp_path / "demo" / "data").resolve())
+               for _, v in list_folder(str(tmp_path / "demo" / "data"), roots, "dir").choices)
+
+
+def test_picking_a_listed_folder_never_raises(tmp_path: Path) -> None:
+    """Picking runs/ raised "Value: open:... is not in the list of choices" as a red toast: Gradio checked the pick
+    against the choices the list was built with."""
+    import gradio as gr
+
+    from gui.folder_browser import browsable_textbox, browse_panel
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with gr.Blocks() as blocks:
+        with browse_panel(lambda: [tmp_path.resolve()]):
+            field = browsable_textbox("dir", label="output_dir")
+    listing = next(b for b in blocks.blocks.values() if isinstance(b, gr.Dropdown))
+    picked = OPEN + str(runs.resolve())
+    assert listing.preprocess(picked) == picked
+    on_pick = next(f.fn for f in blocks.fns.values() if f.name == "on_pick")
+    _panel, shown, _filled = on_pick(picked, 0)
+    assert shown.choices[0] == (f"✓ use this folder: {runs.resolve()}", USE + str(runs.resolve()))
+    assert on_pick(USE + str(runs.resolve()), 0)[2] == str(runs.resolve()) and field is not None
+
+
+@pytest.mark.parametrize("odd, said", [("/data/a\0b", "NUL"), ("/" + "x" * 6000, "6001 bytes long")])
+def test_an_odd_path_is_refused_by_name(tree: dict[str, Path], odd: str, said: str) -> None:
+    roots = [tree["root"]]
+    for attempt in (lambda: list_folder(odd, roots, "any"), lambda: pick(OPEN + odd, roots, "any"),
+                    lambda: pick(USE + odd, roots, "any")):
+        with pytest.raises(BrowseError) as refused:
+            attempt()
+        assert len(str(refused.value)) < 400
+    with pytest.raises(BrowseError, match=said):
+        list_folder(odd, roots, "any")
+    start = start_listing(odd, roots, "any")  # Browse on a field holding it: the roots, and why
+    assert start.folder is None and said in start.note
