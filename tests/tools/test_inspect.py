@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import torch
-from lora_samples import LINEAR, TEXT, run, sample_modules, tiny_lora, write
+from lora_samples import LINEAR, OUT, TEXT, module, run, sample_modules, tiny_lora, write
 
 from trainers.methods.lora.file_format import read_lora_file, save_lora_file
 
@@ -63,7 +63,10 @@ def test_loaders_that_leave_keys_out_are_named_with_the_keys(tmp_path: Path) -> 
 def test_a_kohya_file_whose_alphas_differ_is_flagged_for_diffusers(tmp_path: Path) -> None:
     modules = sample_modules()  # alpha 2, and 1 for the 3x3 conv: diffusers reads that right
     write(tmp_path / "locon.safetensors", modules)
-    modules[TEXT].alpha = 3.0  # a text-encoder layer's own alpha: diffusers gives it 2
+    modules["lora_unet_up_blocks_1_attentions_0_proj_out"] = modules.pop(OUT)  # two UNet modules at alpha 2
+    modules[OUT] = module(64, (64, 1, 1), 4, 2.0, 5)
+    modules[LINEAR].alpha = 3.0  # an attention layer's own alpha: diffusers gives it the UNet's most common, 2
+    modules[TEXT].alpha = 3.0  # the text encoder's only alpha: its part's most common, which diffusers reads right
     write(tmp_path / "varied.safetensors", modules)
     for name in ("locon", "varied"):
         run("inspect", tmp_path / name, file=str(tmp_path / f"{name}.safetensors"))
@@ -92,3 +95,63 @@ def test_a_model_folder_is_described(tiny_sd1_dir: Path, tmp_path: Path) -> None
     assert data["family"] == "SD1.x" and data["parts"]["unet"]["class"] == "UNet2DConditionModel"
     assert data["parts"]["text_encoder"]["dtypes"] == {"F32": 36} or "F32" in data["parts"]["text_encoder"]["dtypes"]
     assert "| unet | UNet2DConditionModel | F32 |" in markdown
+
+
+def _dynamically_resized(lora: Path, out: Path, fro: float) -> Path:
+    """The LoRA as sd-scripts' resize_lora.py --dynamic_method sv_fro writes it: each module at the rank its singular
+    values give, its alpha that rank x the module's alpha / rank (so the alphas differ by module)."""
+    tensors, metadata = read_lora_file(lora)
+    resized = {}
+    for name in sorted({key.split(".")[0] for key in tensors}):
+        down, up = tensors[f"{name}.lora_down.weight"], tensors[f"{name}.lora_up.weight"]
+        scale = float(tensors[f"{name}.alpha"]) / down.shape[0]
+        u, s, vh = torch.linalg.svd(up.flatten(1) @ down.flatten(1), full_matrices=False)
+        kept = torch.cumsum(s ** 2, 0) / (s ** 2).sum()
+        rank = int((kept < fro ** 2).sum()) + 1
+        resized[f"{name}.lora_down.weight"] = vh[:rank].reshape(rank, *down.shape[1:]).contiguous()
+        resized[f"{name}.lora_up.weight"] = (u[:, :rank] * s[:rank]).reshape(up.shape[0], rank,
+                                                                               *up.shape[2:]).contiguous()
+        resized[f"{name}.alpha"] = torch.tensor(scale * rank)
+    save_lora_file(out, resized, {**metadata, "ss_network_dim": "Dynamic", "ss_network_alpha": "Dynamic"})
+    return out
+
+
+def _misapplied_by_diffusers(model_dir: Path, lora: Path) -> int:
+    """How many modules diffusers' own load_lora_weights scales by another alpha / rank than the file's."""
+    from diffusers import StableDiffusionPipeline
+    from peft.tuners.lora import LoraLayer
+
+    from trainers.generate.lycoris_files import kohya_modules
+    from trainers.models import LoadedModel
+    from trainers.models.loading import detect_family
+
+    tensors, _ = read_lora_file(lora)
+    pipe = StableDiffusionPipeline.from_pretrained(model_dir, safety_checker=None)
+    pipe.load_lora_weights(str(lora.parent), weight_name=lora.name)
+    model = LoadedModel(detect_family(model_dir), pipe.unet, pipe.vae, [pipe.text_encoder], [], None, "", "")
+    names = {id(layer): name for name, layer in kohya_modules(model).items() if f"{name}.alpha" in tensors}
+    wrong = 0
+    for part in (pipe.unet, pipe.text_encoder):
+        for layer in part.modules():
+            if isinstance(layer, LoraLayer):
+                name = names[id(layer.base_layer)]
+                wanted = float(tensors[f"{name}.alpha"]) / tensors[f"{name}.lora_down.weight"].shape[0]
+                wrong += abs(next(iter(layer.scaling.values())) - wanted) > 1e-6
+    return wrong
+
+
+def test_inspect_counts_exactly_the_modules_diffusers_misapplies_in_a_dynamic_resize(tiny_sd1_dir: Path,
+                                                                                       tmp_path: Path) -> None:
+    """The text encoder's changes have fewer strong directions than the UNet's (as when it trains at a lower
+    learning rate), so its modules keep lower ranks: its most common alpha is not the file's, and diffusers, which
+    reads each part's alphas apart, gives every text-encoder module that one."""
+    tensors, metadata = read_lora_file(tiny_lora(tiny_sd1_dir, tmp_path / "lora.safetensors", seed=3))
+    for key in [k for k in tensors if k.startswith("lora_te_") and k.endswith("lora_up.weight")]:
+        tensors[key] = tensors[key] * torch.tensor([1.0, 0.1, 0.1, 0.1])
+    save_lora_file(tmp_path / "trained.safetensors", tensors, metadata)
+    lora = _dynamically_resized(tmp_path / "trained.safetensors", tmp_path / "dynamic.safetensors", fro=0.8)
+    truth = _misapplied_by_diffusers(tiny_sd1_dir, lora)
+    run("inspect", tmp_path / "job", file=str(lora))
+    diffusers = next(v for v in _report(tmp_path / "job")[0]["loaders"] if v["loader"] == "diffusers")
+    assert truth > 0 and diffusers["status"] == "partly"
+    assert f": {truth} load at the wrong strength" in diffusers["note"], (truth, diffusers["note"])

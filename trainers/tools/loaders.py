@@ -70,17 +70,29 @@ def _ignored_keys(loader: Loader, module: str, kind: str, suffixes: set[str], fm
 
 
 VARIED_ALPHAS = ("its modules' alphas differ, and diffusers gives its attention and text-encoder layers the most "
-                 "common one (the patterns it builds from kohya names match none of them): {count} load at the "
-                 "wrong strength. tools resize or merge write one alpha; tools convert --to diffusers keeps each")
+                 "common one of their part (the patterns it builds from kohya names match none of them): {count} "
+                 "load at the wrong strength. tools resize or merge write one alpha; tools convert --to diffusers keeps each")
 _PATTERNLESS = re.compile(r"^lora_te\d?_|_attn\d_to_(q|k|v|out_0)$")  # the modules whose alpha pattern misses
 
 
+_COMPONENT = re.compile(r"^lora_(unet|te2|te1?)_")
+
+
 def _misread_alphas(alphas: Mapping[str, float], style: str | None) -> int:
-    """How many modules diffusers would give the file's most common alpha instead of their own."""
+    """How many modules diffusers would give their component's most common alpha instead of their own. diffusers
+    builds one LoRA config per component (the UNet, each text encoder) from that component's alphas alone, so the
+    alpha a misread module gets is its component's most common one (the first seen of a tie, in the file's order)."""
     if style == "own" or len(set(alphas.values())) < 2:
         return 0
-    common = Counter(alphas.values()).most_common(1)[0][0]
-    return sum(1 for name, alpha in alphas.items() if alpha != common and _PATTERNLESS.search(name))
+    by_component: dict[str, list[tuple[str, float]]] = {}
+    for name, alpha in alphas.items():
+        found = _COMPONENT.match(name)
+        by_component.setdefault(found[1].replace("te1", "te") if found else "", []).append((name, alpha))
+    misread = 0
+    for modules in by_component.values():
+        common = Counter(alpha for _, alpha in modules).most_common(1)[0][0]
+        misread += sum(1 for name, alpha in modules if alpha != common and _PATTERNLESS.search(name))
+    return misread
 
 
 def verdicts(modules: Mapping[str, set[str]], kinds: Mapping[str, str], fmt: str, style: str | None,
