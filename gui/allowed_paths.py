@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.options import BY_NAME, TrainConfig
 from trainers.core.options.schema import Option
 from trainers.core.paths import is_hub_id, shortened, text_problem
+
+if TYPE_CHECKING:
+    from trainers.data.specs import SubsetSpec
 
 HUB_FLAG = "--allow-hub-models"
 MOST_NAMED = 5  # paths named inside one form's files that are refused one by one
@@ -112,32 +115,46 @@ def outside_roots(cfg: TrainConfig, roots: list[Path] | None) -> list[ConfigIssu
 
 
 def dataset_paths(values: Mapping[str, Any], refused: set[str], roots: list[Path]) -> list[TypedPath]:
-    """The folders a dataset_config's subsets name, and the images an in_json or metadata_file names. Nothing is
-    read that is not allowed itself: a refused dataset_config (or in_json, or its train_data_dir), or a metadata file
-    outside the roots. A file that cannot be read is named by the dataset check."""
+    """The folders a dataset_config's subsets name, and the images an in_json, metadata_file or metadata_dir names.
+    Nothing is read that is not allowed itself (a refused dataset_config, a metadata file or folder outside the
+    roots). A file that cannot be read is named by the dataset check."""
     from trainers.data.dataset_toml import dataset_specs
-    from trainers.data.metadata_file import named_images
 
     config = str(values.get("dataset_config") or "").strip()
-    if refused & ({"dataset_config"} if config else {"in_json", "train_data_dir"}):
+    if config and "dataset_config" in refused:
         return []
-    field = "dataset_config" if config else "in_json"
     try:
         specs = dataset_specs(values, [])
     except Exception:  # noqa: BLE001 - any reader error; the preflight names it in its own words
         return []
     typed = []
     for sub in (sub for spec in specs for sub in spec.subsets):
+        field = "dataset_config" if config else sub.field
         if config:  # a flat config's folders are options, checked as such
             named_in = f"{Path(config).name} ({sub.label or sub.field})"
             typed += [TypedPath(field, str(p), "dataset", named_in=named_in)
                       for p in (sub.path, sub.masks, sub.controls, sub.metadata_file) if p is not None]
-        metadata = sub.metadata_file
-        if metadata is None or _problem(TypedPath(field, str(metadata), "dataset"), roots) or not metadata.is_file():
+        elif sub.field in refused:
             continue
-        try:
-            images = named_images(metadata, sub.path, sub.field)
-        except Exception:  # noqa: BLE001 - as above
-            continue
-        typed += [TypedPath(field, str(image), "dataset", named_in=metadata.name) for image in images]
+        typed += [TypedPath(field, str(image), "dataset", named_in=source)
+                  for image, source in _named_images(sub, roots)]
     return typed
+
+
+def _named_images(sub: SubsetSpec, roots: list[Path]) -> list[tuple[Path, str]]:
+    """(image, the file naming it) for the images a subset's metadata names: an in_json or metadata_file's keys, the
+    paths in a metadata_dir's JSON files; read only from inside the roots."""
+    from trainers.data.metadata_file import named_images
+    from trainers.data.metadata_json import scan_metadata_dir
+
+    def allowed(path: Path) -> bool:
+        return _problem(TypedPath("", str(path), ""), roots) is None
+
+    try:
+        if sub.metadata_file is not None and allowed(sub.metadata_file) and sub.metadata_file.is_file():
+            return [(image, sub.metadata_file.name) for image in named_images(sub.metadata_file, sub.path, sub.field)]
+        if sub.kind == "metadata" and sub.metadata is not None and allowed(sub.path):
+            return [(record.image, record.source.name) for record in scan_metadata_dir(sub.path, sub.metadata).records]
+    except Exception:  # noqa: BLE001 - as above
+        pass
+    return []

@@ -76,6 +76,13 @@ def _in_json(site: SimpleNamespace) -> str:
     return str(meta)
 
 
+def _metadata_dir(site: SimpleNamespace) -> str:
+    (site.root / "meta").mkdir()
+    record = {"path": str(site.elsewhere / "images" / "a.png"), "tags": ["dog"], "score": 1}
+    (site.root / "meta" / "a.json").write_text(json.dumps(record), encoding="utf-8")
+    return str(site.root / "meta")
+
+
 CLIMBS_OUT = "data/../../elsewhere/model"  # no leading / or .: it was taken for a hub id
 ESCAPES = {  # what got through -> (the check the page runs, the field it must name, what the message says)
     "a model path climbing out": (_training("lora", pretrained_model_name_or_path=CLIMBS_OUT),
@@ -92,6 +99,8 @@ ESCAPES = {  # what got through -> (the check the page runs, the field it must n
     "an in_json naming images outside": (_training("finetune", in_json=_in_json,
                                                    train_data_dir=lambda s: str(s.root / "data" / "10_dog")),
                                          "in_json", OUTSIDE),
+    "a metadata_dir naming images outside": (_training("lora", metadata_dir=_metadata_dir, train_data_dir=""),
+                                              "metadata_dir", OUTSIDE),
     "a hub id with a login": (_training("lora", pretrained_model_name_or_path="org/model"),
                               "pretrained_model_name_or_path", HUB_FLAG),
     "the caption job's model": (_job("caption", model=CLIMBS_OUT), "model", OUTSIDE),
@@ -117,8 +126,11 @@ def test_what_lies_inside_passes_and_a_hub_id_passes_once_allowed(site: SimpleNa
               "in_json": str(meta), "output_dir": str(site.root / "out"), "resume": "latest",
               "base_weights": [], "max_train_epochs": 1}
     with_hub = AllowedRoots(site.roots, hub_models=True)
-    assert not [i for i in check_form("finetune", values, with_hub).issues if OUTSIDE in i.message
-                or HUB_FLAG in i.message]
+    toml = site.root / "dataset.toml"
+    toml.write_text('[[datasets]]\n[[datasets.subsets]]\nimage_dir = "data/10_dog"\n', encoding="utf-8")
+    for method, given in (("finetune", values), ("lora", {**values, "in_json": "", "dataset_config": str(toml)})):
+        assert not [i for i in check_form(method, given, with_hub).issues if OUTSIDE in i.message
+                    or HUB_FLAG in i.message]
 
 
 def test_a_hub_id_is_only_what_cannot_be_a_local_path(site: SimpleNamespace) -> None:
