@@ -5,7 +5,7 @@ some serve data without a user). With login on, this middleware answers 401 to a
 a valid session cookie unless its path is in the short list below; new Gradio routes are closed
 until someone decides they are public. The page itself, without a session, is our own login page
 (`gui.login_page`): Gradio's embeds the description of every endpoint. Failed logins are throttled per
-client address and username (`LoginThrottle`). The client address is the peer that connected, unless app.py's
+client address and username (`LoginThrottle`), and per browser for one that logged in before (`DeviceCookies`). The client address is the peer that connected, unless app.py's
 --trusted-proxy names that peer as a reverse proxy: then uvicorn takes it from X-Forwarded-For (app.py sets
 FORWARDED_ALLOW_IPS; uvicorn's default trusts the header from 127.0.0.1, so any local process could name a new
 address for every try).
@@ -13,6 +13,9 @@ address for every try).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -120,12 +123,42 @@ class LoginThrottle:
             del self._failures[key]
 
 
+class DeviceCookies:
+    """Browsers that logged in before (OWASP's "device cookies"): a right password gives the browser a cookie that
+    names it and the username, signed with a key of this GUI process. Its tries for that username are throttled as
+    its own, not by the address, so guesses from the same address (every --share visitor is 127.0.0.1) at the same
+    username lock out only the guesser; a wrong password with the cookie counts against that browser alone."""
+
+    NAME = "atelier-device"
+    MAX_AGE_S = 365 * 86400
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)  # a restarted GUI forgets every browser: they fall back to the address
+
+    def device(self, scope: Scope, username: str) -> str | None:
+        """The browser's id when its cookie is one this GUI gave it for `username`."""
+        device, _, signature = _cookies(scope).get(self.NAME, "").partition(".")
+        return device if device and hmac.compare_digest(signature, self._sign(device, username)) else None
+
+    def header(self, scope: Scope, username: str, device: str | None) -> tuple[bytes, bytes]:
+        """The set-cookie header of a right password (a new id for a browser that had none)."""
+        device = device or secrets.token_urlsafe(16)
+        secure = "; Secure" if scope.get("scheme") in ("https", "wss") else ""
+        cookie = (f"{self.NAME}={device}.{self._sign(device, username)}; Path=/; Max-Age={self.MAX_AGE_S}; HttpOnly; "
+                  f"SameSite=Strict{secure}")
+        return b"set-cookie", cookie.encode()
+
+    def _sign(self, device: str, username: str) -> str:
+        return hmac.new(self._key, f"{device}\0{username}".encode(), hashlib.sha256).hexdigest()
+
+
 class RequireSession:
     """ASGI middleware for Gradio's App: reads its tokens and cookie id, so it needs no setup of its own."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
         self.app = app
         self.throttle = LoginThrottle()
+        self.devices = DeviceCookies()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and _is_login(scope):
@@ -151,11 +184,13 @@ class RequireSession:
             await reply(send, 413, b'{"detail":"The login form is too large."}')
             return
         username = await _username(scope, body)
-        wait = self.throttle.wait_s(address, username)
+        device = self.devices.device(scope, username)
+        source = f"browser {device}" if device else address  # whose failures count
+        wait = self.throttle.wait_s(source, username)
         if wait > 0:
-            await _too_many(send, wait, "for this username from your address")
+            await _too_many(send, wait, "for this username from " + ("this browser" if device else "your address"))
             return
-        slow = self.throttle.wait_s(address) > 0
+        slow = not device and self.throttle.wait_s(address) > 0
         account = username if _is_account(scope, username) else None
         if slow and not self.throttle.start_slow_check(address, account):
             await _too_many(send, self.throttle.SLOW_CHECK_S, "from your address")
@@ -165,6 +200,9 @@ class RequireSession:
         async def watch(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status.append(int(message["status"]))
+                if status[0] < 400:
+                    message = {**message, "headers": [*message.get("headers", []),
+                                                      self.devices.header(scope, username, device)]}
             await send(message)
 
         try:
@@ -175,9 +213,9 @@ class RequireSession:
             if slow:
                 self.throttle.end_slow_check(address, account)
         if status and status[0] < 400:
-            self.throttle.succeeded(address, username)
+            self.throttle.succeeded(source, username)
         elif status:
-            self.throttle.failed(address, username)
+            self.throttle.failed(source, username)
 
     @staticmethod
     def _allowed(scope: Scope) -> bool:
@@ -286,13 +324,18 @@ async def reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes,
     await send({"type": "http.response.body", "body": body})
 
 
-def _session_user(scope: Scope, gradio_app: Any) -> str | None:
+def _cookies(scope: Scope) -> dict[str, str]:
     cookies: dict[str, str] = {}
     for name, value in scope.get("headers", ()):
         if name == b"cookie":
             for part in value.decode("latin-1").split(";"):
                 key, _, val = part.strip().partition("=")
                 cookies[key] = val
+    return cookies
+
+
+def _session_user(scope: Scope, gradio_app: Any) -> str | None:
+    cookies = _cookies(scope)
     cookie_id = gradio_app.cookie_id
     token = cookies.get(f"access-token-{cookie_id}") or cookies.get(f"access-token-unsecure-{cookie_id}")
     return gradio_app.tokens.get(token) if token else None

@@ -11,7 +11,7 @@ import itertools
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from gui.session_guard import LoginThrottle, RequireSession
+from gui.session_guard import DeviceCookies, LoginThrottle, RequireSession
 
 PASSWORD = "right horse battery"
 ADDRESS = "127.0.0.1"  # a --share tunnel: every visitor's address
@@ -56,10 +56,14 @@ def _guard(time: VirtualTime) -> RequireSession:
     return guard
 
 
-async def _login(guard: RequireSession, username: str, password: str) -> int:
+async def _login(guard: RequireSession, username: str, password: str, browser: dict[str, str] | None = None) -> int:
+    """The status of one login; `browser`: its cookies, sent along and updated from the answer."""
     body = urlencode({"username": username, "password": password}).encode()
+    headers = [(b"content-type", b"application/x-www-form-urlencoded")]
+    if browser:
+        headers.append((b"cookie", "; ".join(f"{k}={v}" for k, v in browser.items()).encode()))
     scope = {"type": "http", "method": "POST", "path": "/login", "client": (ADDRESS, 40000), "app": guard.app,
-             "headers": [(b"content-type", b"application/x-www-form-urlencoded")]}
+             "headers": headers}
     sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
@@ -69,6 +73,10 @@ async def _login(guard: RequireSession, username: str, password: str) -> int:
         sent.append(message)
 
     await guard(scope, receive, send)
+    for name, value in sent[0]["headers"]:
+        if name == b"set-cookie" and browser is not None:
+            key, _, rest = value.decode().partition("=")
+            browser[key] = rest.split(";")[0]
     return int(sent[0]["status"])
 
 
@@ -116,3 +124,48 @@ def test_brute_force_on_the_account_from_the_shared_address_stays_locked() -> No
 
     statuses = asyncio.run(guesses())
     assert statuses == [400] * (LoginThrottle.FREE_TRIES + 1) + [429] * 2  # refused unchecked while locked
+
+
+def test_guesses_at_the_account_itself_lock_out_only_browsers_that_never_logged_in() -> None:
+    """The same loops guessing the real username: that username is locked from the shared address, but the browser
+    that logged in before (its cookie) still gets in every time; a new browser waits for the lock like the guesser."""
+    time = VirtualTime()
+    guard, ours, new_browser = _guard(time), [], []
+    known: dict[str, str] = {}
+
+    async def attacker() -> None:
+        while time.now < 150:
+            await _login(guard, "tester", "hunter2")
+            await time.sleep(0.1)
+
+    async def user() -> None:
+        assert await _login(guard, "tester", PASSWORD, known) == 200  # yesterday's login, before the attack
+        await time.sleep(5.0)
+        while time.now < 150:
+            ours.append(await _login(guard, "tester", PASSWORD, known))
+            new_browser.append(await _login(guard, "tester", PASSWORD, {}))
+            await time.sleep(3.0)
+
+    async def attack() -> None:
+        await asyncio.gather(time.tick(160), user(), attacker(), attacker())
+
+    asyncio.run(attack())
+    assert DeviceCookies.NAME in known and len(ours) >= 29 and set(ours) == {200}
+    assert 429 in new_browser  # without the cookie, the address's lock on the username holds
+
+
+def test_a_browser_cookie_is_bound_to_its_username_and_its_own_guesses_are_throttled() -> None:
+    async def tries() -> tuple[list[int], int, int]:
+        guard, known = _guard(VirtualTime()), {}
+        assert await _login(guard, "tester", PASSWORD, known) == 200
+        for _ in range(LoginThrottle.FREE_TRIES + 1):  # the shared address locks "tester"
+            await _login(guard, "tester", "wrong")
+        forged = {DeviceCookies.NAME: known[DeviceCookies.NAME][:-1] + "0"}
+        with_forged = await _login(guard, "tester", PASSWORD, forged)
+        guesses = [await _login(guard, "tester", f"guess{n}", dict(known)) for n in range(LoginThrottle.FREE_TRIES + 2)]
+        return guesses, with_forged, await _login(guard, "tester", PASSWORD, dict(known))
+
+    guesses, with_forged, after = asyncio.run(tries())
+    assert with_forged == 429  # a cookie this GUI did not sign counts for nothing
+    assert guesses == [400] * (LoginThrottle.FREE_TRIES + 1) + [429]  # a stolen cookie still guesses slowly
+    assert after == 429  # until that browser's own lock ends
