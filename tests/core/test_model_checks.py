@@ -164,7 +164,7 @@ def test_component_files_of_the_wrong_kind_are_named_with_what_they_hold(tmp_pat
     save_file({"text_model.embeddings.token_embedding.weight": torch.zeros(4, 2),
                "text_model.encoder.layers.0.mlp.fc1.weight": torch.zeros(2, 2)}, clip)
     ae = tmp_path / "ae.safetensors"
-    save_file({"encoder.conv_in.weight": torch.zeros(1), "decoder.conv_in.weight": torch.zeros(1)}, ae)
+    save_file(_ldm_ae(16), ae)
     text = tmp_path / "notes.safetensors"
     text.write_text("not tensors")
     issues = model_issues({"pretrained_model_name_or_path": str(flux), "clip_l": str(ae), "t5xxl": str(clip),
@@ -173,12 +173,54 @@ def test_component_files_of_the_wrong_kind_are_named_with_what_they_hold(tmp_pat
     assert set(said) == {"clip_l", "t5xxl", "ae"}, said
     assert said["clip_l"].startswith(f"{ae} holds an autoencoder") and "not a CLIP text encoder" in said["clip_l"]
     assert said["t5xxl"].startswith(f"{clip} holds a CLIP text encoder") and "not a T5 encoder" in said["t5xxl"]
-    assert said["ae"] == f"{text} is not a .safetensors file: give an autoencoder (encoder.conv_in, " \
-                         "decoder.conv_in...; Wan's encoder.conv1...), as FLUX.1's ae.safetensors or Qwen-Image's " \
-                         "qwen_image_vae.safetensors"
+    assert said["ae"] == f"{text} is not a .safetensors file: give the autoencoder that FLUX.1 models read " \
+                         "(encoder.conv_in..., encoder.down..., decoder.conv_in...)"
     right = model_issues({"pretrained_model_name_or_path": str(flux), "clip_l": str(clip), "t5xxl": str(clip),
                           "ae": str(ae)})
     assert [i.field for i in right] == ["t5xxl"]
+
+
+def _ldm_ae(latent_channels: int) -> dict[str, torch.Tensor]:
+    """The names (and the latent width) of an autoencoder in the original layout: FLUX.1's ae (16), SD's VAE (4)."""
+    return {"encoder.conv_in.weight": torch.zeros(2, 3, 1, 1), "encoder.down.0.block.0.conv1.weight": torch.zeros(1),
+            "decoder.conv_in.weight": torch.zeros(2, latent_channels, 1, 1)}
+
+
+def test_an_ae_of_another_family_or_layout_is_named_before_loading(tmp_path: Path) -> None:
+    from diffusers import AutoencoderKL, AutoencoderKLQwenImage
+
+    from trainers.models.checks import model_issues
+
+    flux = tmp_path / "flux.safetensors"
+    save_file({"double_blocks.0.img_attn.qkv.weight": torch.zeros(3, 1)}, flux)
+    qwen = tmp_path / "qwen.safetensors"
+    save_file({"txt_norm.weight": torch.zeros(2)}, qwen)
+    files = {"sd_vae_ldm": _ldm_ae(4), "flux_ae": _ldm_ae(16),
+             "sd_vae_diffusers": AutoencoderKL(block_out_channels=(4,), norm_num_groups=2).state_dict(),
+             "qwen_vae": AutoencoderKLQwenImage(base_dim=4, z_dim=16, dim_mult=[1], num_res_blocks=1,
+                                                temperal_downsample=[]).state_dict()}
+    for name, state in files.items():
+        save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / f"{name}.safetensors")
+
+    def ae_issue(model: Path, name: str) -> str | None:
+        said = {i.field: i.message for i in model_issues({"pretrained_model_name_or_path": str(model),
+                                                           "ae": str(tmp_path / f"{name}.safetensors")})}
+        return said.get("ae")
+
+    assert ae_issue(flux, "flux_ae") is None and ae_issue(qwen, "qwen_vae") is None
+    for model, name, words in ((flux, "sd_vae_diffusers", ["not the autoencoder that FLUX.1 models read",
+                                                           "encoder.down..."]),
+                               (flux, "qwen_vae", ["not the autoencoder that FLUX.1 models read"]),
+                               (qwen, "flux_ae", ["Qwen-Image models read", "conv2..."]),
+                               (qwen, "sd_vae_ldm", ["Qwen-Image models read"])):
+        message = ae_issue(model, name) or ""
+        assert message.startswith(str(tmp_path / f"{name}.safetensors")), (name, message)
+        assert all(word in message for word in words), (name, message)
+    from trainers.models.component_files import autoencoder
+    from trainers.models.rules import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="^ae: .*not an autoencoder in the original layout"):
+        autoencoder(files["sd_vae_diffusers"], 1.0, 0.0)  # a pickle's, read only at load: no IndexError
 
 
 def test_model_checks_load_no_torch(base: dict) -> None:

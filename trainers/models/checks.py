@@ -200,10 +200,22 @@ def _component_issues(values: Mapping[str, Any], found: Model | None) -> list[Co
         path = given_path(values, option)
         if path is None or found is not None and option not in found.reads:
             continue
-        problem = component_problem(path, component)
+        part = _autoencoder_part(found, option)
+        problem = component_problem(path, component if part is None else _autoencoder(part, found))
         if problem:
             issues.append(ConfigIssue(option, problem, "model"))
     return issues
+
+
+def _autoencoder_part(found: Model | None, option: str) -> Any:
+    """The family's autoencoder part (flow_rules.Part) an option's file stands in for; None when it names none."""
+    parts = found.rules.checkpoint_parts if found is not None else ()
+    return next((p for p in parts if p.option == option and p.kind == "vae"), None)
+
+
+def _autoencoder(part: Any, found: Model) -> Component:
+    names = ", ".join(f"{group[0].split('.0.')[0].removesuffix('.weight')}..." for group in part.file_keys)
+    return Component(f"the {part.what} that {found.rules.title} models read ({names})", part.file_keys)
 
 
 def vae_problem(folder: Path, model: Model | None = None) -> str | None:

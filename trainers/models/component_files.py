@@ -149,27 +149,27 @@ def autoencoder(state: Mapping[str, torch.Tensor], scaling_factor: float, shift_
     from diffusers import AutoencoderKL
     from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
 
-    if "encoder.conv_in.weight" not in state or "decoder.conv_in.weight" not in state:
-        raise ModelLoadError("the ae file has no encoder.conv_in / decoder.conv_in weights: it is not an autoencoder "
-                             "in the original layout")
     levels = count(state, "encoder.down.")
-    config = {
-        "in_channels": state["encoder.conv_in.weight"].shape[1],
-        "out_channels": state["decoder.conv_out.weight"].shape[0],
-        "latent_channels": state["decoder.conv_in.weight"].shape[1],
-        "block_out_channels": [state[f"encoder.down.{i}.block.0.conv1.weight"].shape[0] for i in range(levels)],
-        "layers_per_block": count(state, "encoder.down.0.block."),
-        "down_block_types": ["DownEncoderBlock2D"] * levels, "up_block_types": ["UpDecoderBlock2D"] * levels,
-        "use_quant_conv": "quant_conv.weight" in state, "use_post_quant_conv": "post_quant_conv.weight" in state,
-        "mid_block_add_attention": "encoder.mid.attn_1.q.weight" in state,
-        "scaling_factor": scaling_factor, "shift_factor": shift_factor,
-    }
+    if "encoder.conv_in.weight" not in state or "decoder.conv_in.weight" not in state or not levels:
+        raise ModelLoadError("ae: the file has no encoder.conv_in / encoder.down / decoder.conv_in weights: it is not "
+                             "an autoencoder in the original layout (as FLUX.1's ae.safetensors)")
     try:
+        config = {
+            "in_channels": state["encoder.conv_in.weight"].shape[1],
+            "out_channels": state["decoder.conv_out.weight"].shape[0],
+            "latent_channels": state["decoder.conv_in.weight"].shape[1],
+            "block_out_channels": [state[f"encoder.down.{i}.block.0.conv1.weight"].shape[0] for i in range(levels)],
+            "layers_per_block": count(state, "encoder.down.0.block."),
+            "down_block_types": ["DownEncoderBlock2D"] * levels, "up_block_types": ["UpDecoderBlock2D"] * levels,
+            "use_quant_conv": "quant_conv.weight" in state, "use_post_quant_conv": "post_quant_conv.weight" in state,
+            "mid_block_add_attention": "encoder.mid.attn_1.q.weight" in state,
+            "scaling_factor": scaling_factor, "shift_factor": shift_factor,
+        }
         weights = convert_ldm_vae_checkpoint(dict(state), config)
+        with init_empty_weights():
+            model = AutoencoderKL.from_config(config)
     except (KeyError, IndexError) as err:
-        raise ModelLoadError(f"the ae file is not a complete autoencoder ({type(err).__name__}: {err})") from None
-    with init_empty_weights():
-        model = AutoencoderKL.from_config(config)
+        raise ModelLoadError(f"ae: the file is not a complete autoencoder ({type(err).__name__}: {err})") from None
     return fill_meta(model, weights, torch.float32, "autoencoder")
 
 

@@ -35,6 +35,10 @@ class Part:
     # a family's own reader of this part (a module with load(part, state, dtype) and file_state(part, module)) where
     # the readers of component_files.py do not fit (Qwen-Image's Qwen2.5-VL and autoencoder); "": theirs
     reader: str = ""
+    # an autoencoder part's own file as its reader takes it: the tensor names it must have (each group: one of them;
+    # by default the original LDM layout, which component_files.autoencoder reads)
+    file_keys: tuple[tuple[str, ...], ...] = (("encoder.conv_in.weight",), ("encoder.down.0.block.0.conv1.weight",),
+                                              ("decoder.conv_in.weight",))
 
 
 def part_issues(parts: tuple[Part, ...], keys: CheckpointKeys, files: ModelFiles, vae_path: str,
