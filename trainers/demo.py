@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.processes import pid_alive
-from trainers.demo_shapes import DARK_BG, LIGHT_BG, draw_shape
+from trainers.demo_shapes import DARK_BG, LIGHT_BG, draw_shape, edge_map
 
 COLORS = {"red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 80, 220), "yellow": (230, 210, 40)}
 SHAPES = ("circle", "square")
 MODEL = "tiny-sd1"
+CONTROLS = "controls"  # beside data/: an edge map of each demo image, for the ControlNet tab (presets/demo_controlnet)
 BUILT_MARK = "atelier_demo.json"  # written last: a model folder without it is an interrupted build
 RECIPE = 1  # bump when the demo model's training changes, so older demo models are rebuilt (and re-ship the weights)
 SHIPPED = Path(__file__).resolve().parent / "demo_weights"
@@ -65,13 +66,46 @@ def build_demo_dataset(root: Path, folder: str = "25_sks shape", size: int = 64)
     return root
 
 
-def demo_is_built(out: Path) -> bool:
-    """The demo model (of the current recipe) and its dataset are under `out`."""
+def build_demo_controls(data: Path, controls: Path) -> Path:
+    """The edge map of each demo image under its subfolder and file name in `controls`, as ControlNet training reads
+    conditioning_data_dir."""
+    from PIL import Image
+
+    for image in sorted(Path(data).glob("*/*.png")):
+        target = Path(controls) / image.parent.name / image.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with Image.open(image) as shape:
+            edge_map(shape).save(target)
+    return Path(controls)
+
+
+def model_is_built(out: Path) -> bool:
+    """The demo model of the current recipe is under `out`."""
     try:
         mark = json.loads((Path(out) / MODEL / BUILT_MARK).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return mark.get("recipe") == RECIPE and (Path(out) / "data").is_dir()
+    return mark.get("recipe") == RECIPE
+
+
+def demo_is_built(out: Path) -> bool:
+    """The demo model (of the current recipe), its dataset and its control images are under `out`."""
+    return model_is_built(out) and (Path(out) / "data").is_dir() and (Path(out) / CONTROLS).is_dir()
+
+
+def build_demo_data(out: Path, missing_only: bool = False) -> Iterator[str]:
+    """Write the demo dataset and its control images under `out` (with `missing_only`, those not there yet: a demo
+    built before the control images shipped gets them, its model and dataset untouched)."""
+    from trainers.core.fsio import atomic_dir
+
+    out = Path(out)
+    if not (missing_only and (out / "data").is_dir()):
+        shutil.rmtree(out / "data", ignore_errors=True)  # an older demo's dataset
+        yield f"dataset: {build_demo_dataset(out / 'data')}"
+    if not (missing_only and (out / CONTROLS).is_dir()):
+        with atomic_dir(out / CONTROLS) as staging:
+            build_demo_controls(out / "data", staging)
+        yield f"control images: {out / CONTROLS}"
 
 
 class BuildProgress:
@@ -155,8 +189,7 @@ def build_demo(out: Path, sdxl: bool = False, pretrain: bool = True, shipped: Pa
     if sdxl:
         yield f"model: {build_tiny_sdxl(out / 'tiny-sdxl')}"
     progress.stage("writing the dataset")
-    shutil.rmtree(out / "data", ignore_errors=True)  # an older demo's dataset
-    yield f"dataset: {build_demo_dataset(out / 'data')}"
+    yield from build_demo_data(out)
 
 
 def _teach(folder: Path, progress: BuildProgress) -> Iterator[str]:
@@ -179,8 +212,11 @@ def _remove_abandoned_builds(out: Path) -> None:
 
 
 def ensure_demo(out: Path, progress: BuildProgress | None = None) -> Iterator[str]:
-    """Build the demo under `out` unless it is already there (what the tests' `built_demo` runs)."""
-    if not demo_is_built(out):
+    """Build the demo under `out` unless it is already there (what the tests' `built_demo` runs); a demo model of this
+    recipe is kept, and only the data it lacks is written."""
+    if model_is_built(out):
+        yield from build_demo_data(out, missing_only=True)
+    else:
         yield from build_demo(out, progress=progress)
 
 
@@ -271,8 +307,12 @@ def main(args: argparse.Namespace) -> int:
         return 0
     progress = BuildProgress(args.progress)
     try:
-        for line in build_demo(args.out, sdxl=args.sdxl, pretrain=not args.random_weights,
-                               shipped=None if args.from_scratch else SHIPPED, progress=progress):
+        if args.if_missing and not args.sdxl and model_is_built(args.out):
+            lines = build_demo_data(args.out, missing_only=True)
+        else:
+            lines = build_demo(args.out, sdxl=args.sdxl, pretrain=not args.random_weights,
+                               shipped=None if args.from_scratch else SHIPPED, progress=progress)
+        for line in lines:
             print(line, flush=True)
         if args.ship:
             print(f"shipped weights: {ship_weights(Path(args.out) / MODEL, args.ship)}")

@@ -1,7 +1,7 @@
 """Flat shapes on plain backgrounds: the demo's images and what its model is taught (no torch)."""
 from __future__ import annotations
 
-from PIL import Image, ImageDraw
+from PIL import Image, ImageDraw, ImageFilter
 
 DARK_BG, LIGHT_BG = (30, 30, 40), (245, 245, 235)
 
@@ -22,3 +22,9 @@ def draw_shape(shape: str, fill: tuple[int, int, int], background: tuple[int, in
     else:
         (draw.ellipse if shape == "circle" else draw.rectangle)(box, fill=fill)
     return img
+
+
+def edge_map(image: Image.Image, threshold: int = 40) -> Image.Image:
+    """White outlines on black of a flat image's shapes: the kind of control image an edge ControlNet is trained on."""
+    edges = image.convert("L").filter(ImageFilter.FIND_EDGES)
+    return edges.point(lambda value: 255 if value > threshold else 0).convert("RGB")

@@ -19,14 +19,15 @@ from gui.presets import Presets
 from helpers import stand_in_python, wait_until
 from trainers.core.options import TrainConfig
 from trainers.core.rundir import read_status
-from trainers.demo import BUILT_MARK, MODEL, RECIPE, BuildProgress
+from trainers.demo import BUILT_MARK, CONTROLS, MODEL, RECIPE, BuildProgress
 
 
 def _finish_build(folder: Path) -> None:
-    """What a finished build leaves: the model with its mark, and the dataset."""
+    """What a finished build leaves: the model with its mark, the dataset and its control images."""
     (folder / MODEL).mkdir(parents=True)
     (folder / MODEL / BUILT_MARK).write_text(json.dumps({"recipe": RECIPE}), encoding="utf-8")
     (folder / "data").mkdir()
+    (folder / CONTROLS).mkdir()
 
 
 def test_the_page_line_says_how_far_the_build_is_and_when_it_failed(tmp_path: Path) -> None:
