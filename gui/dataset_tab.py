@@ -16,6 +16,7 @@ from typing import Any
 import gradio as gr
 from PIL import Image
 
+from gui.dataset_checks import checks_text
 from gui.dataset_pairs import pair_view
 from gui.folder_browser import browsable_textbox, inside
 from gui.text import plain
@@ -23,8 +24,10 @@ from gui.thumbnails import prune_thumbnails, thumbnail
 from trainers.core.paths import text_problem
 from trainers.data.kohya_folders import match_masks
 from trainers.dataset_edit.backups import list_backups, undo_last
+from trainers.dataset_edit.checks import dataset_checks
 from trainers.dataset_edit.concepts import create_concept, move_images
 from trainers.dataset_edit.edits import Change, caption_edit, describe, preview, write_changes
+from trainers.dataset_edit.fixes import SET_ASIDE_DIR, resave_utf8, set_aside_duplicates
 from trainers.dataset_edit.folders import (
     Concept,
     Dataset,
@@ -160,9 +163,6 @@ def stats_text(stats: DatasetStats) -> str:
     parts.append(f"**Caption length**: up to {longest} tokens; {len(over)} caption(s) over the limit of "
                  f"{stats.limit} (counted with {plain(stats.tokenizer)})" +
                  "".join(f"\n- {plain(e.image.name)}: {n}" for e, n in over[:MAX_ROWS]))
-    parts.append(f"**{len(stats.duplicates)} group(s) of duplicate images** (same bytes)" +
-                 "".join(f"\n- {', '.join(plain(e.image.relative_to(e.concept.folder.parent)) for e in group)}"
-                         for group in stats.duplicates[:MAX_ROWS]))
     if stats.unreadable:
         parts.append(f"**{len(stats.unreadable)} unreadable image(s)** skipped.")
     return "\n\n".join(parts)
@@ -219,6 +219,11 @@ def build_dataset_tab(services: Any) -> DatasetTab:
             model = browsable_textbox("any", label="Model folder (its tokenizer counts tokens)",
                                       elem_id="dataset-model")
         stats_btn = gr.Button("Compute statistics", elem_id="dataset-stats")
+        with gr.Row():
+            near = gr.Checkbox(True, label="Near duplicates too (perceptual hash), not only exact copies",
+                               elem_id="dataset-near")
+            set_aside_btn = gr.Button("Move duplicates aside", elem_id="dataset-set-aside")
+            resave_btn = gr.Button("Re-save captions as UTF-8", elem_id="dataset-resave")
         stats_md = gr.Markdown(elem_id="dataset-stats-report")
     with gr.Accordion("Edit pairs (control | target | caption)", open=False):
         gr.Markdown("For an edit model's dataset: a dataset `.toml` whose subsets name their control images "
@@ -363,7 +368,29 @@ def build_dataset_tab(services: Any) -> DatasetTab:
         except (DatasetEditError, ValueError, OSError) as err:
             return f"### No statistics\n{plain(err)}"
         tags = ", ".join(f"{plain(t)} ({n})" for t, n in tag_counts(dataset).most_common(30))
-        return stats_text(stats) + (f"\n\n**Most common tags**: {tags}" if tags else "")
+        return (checks_text(dataset_checks(dataset, stats)) + "\n\n" + stats_text(stats) +
+                (f"\n\n**Most common tags**: {tags}" if tags else ""))
+
+    def fixed(message_of, path: str, ext: str, wanted: str, filter_text: str) -> dict:
+        """A check's fix, run as an edit; its message also where the checks are shown."""
+        shown = act(message_of, path, ext, wanted, filter_text)
+        done = not shown[report].startswith("### Not done")
+        return {**shown, stats_md: shown[report] + ("\n\nPress *Compute statistics* to check again." if done else "")}
+
+    def on_set_aside(path: str, ext: str, wanted: str, filter_text: str, with_near: bool,
+                     request: gr.Request) -> dict:
+        def set_aside(dataset: Dataset) -> str:
+            backup = set_aside_duplicates(dataset, bool(with_near), session_of(request))
+            return (f"Moved aside: {plain(backup.what)}, with their captions, into "
+                    f"{plain(SET_ASIDE_DIR)}/ (Undo moves them back)." if backup else "No duplicates to move.")
+        return fixed(set_aside, path, ext, wanted, filter_text)
+
+    def on_resave(path: str, ext: str, wanted: str, filter_text: str, request: gr.Request) -> dict:
+        def resave(dataset: Dataset) -> str:
+            backup = resave_utf8(dataset, session_of(request))
+            return f"Done: {plain(backup.what)} (Undo puts back the old files)." if backup else \
+                "Every caption file that reads as text is UTF-8 already."
+        return fixed(resave, path, ext, wanted, filter_text)
 
     def on_pairs(path: str, ext: str, controls: str) -> tuple[str, Any]:
         try:
@@ -396,6 +423,8 @@ def build_dataset_tab(services: Any) -> DatasetTab:
     create.click(on_create, inputs=view_inputs + [new_name, new_repeats], outputs=edits)
     move.click(on_move, inputs=view_inputs + [selected, target], outputs=edits)
     pairs_btn.click(on_pairs, inputs=[folder, extension, pair_controls], outputs=[pairs_md, pairs_gallery])
+    set_aside_btn.click(on_set_aside, inputs=view_inputs + [near], outputs=edits | {stats_md})
+    resave_btn.click(on_resave, inputs=view_inputs, outputs=edits | {stats_md})
     stats_btn.click(on_stats, inputs=[folder, extension, resolution, buckets, limit, model], outputs=stats_md)
     return DatasetTab(folder, gallery, status, reload)
 

@@ -12,6 +12,7 @@ import pytest
 
 import gui.dataset_tab as dataset_tab
 import gui.thumbnails as thumbnails
+from gui.text import plain
 from image_files import captioned_images
 
 
@@ -108,3 +109,27 @@ def test_undo_in_one_browser_session_leaves_another_sessions_edit(page: Tab, dat
     assert "nothing of yours to undo: the newest edit (edit b.png" in page.undo("A", dataset)
     assert [p.read_text(encoding="utf-8") for p in (a.with_suffix(".txt"), b.with_suffix(".txt"))] == [
         "fox a", "fox b, B's"]
+
+
+def test_statistics_name_the_checks_and_their_fixes_undo(page: Tab, dataset: Path) -> None:
+    fox = dataset / "5_sks fox"
+    (fox / "twin.png").write_bytes((fox / "a.png").read_bytes())
+    (fox / "b.txt").write_bytes("fox b, caf\xe9".encode("cp1252"))
+    stats = next(b for b in page.blocks.blocks.values() if getattr(b, "elem_id", None) == "dataset-stats-report")
+    shown = page.call("on_stats", str(dataset), ".txt", "64", True, 75, "")[stats]
+    named = {name: plain(f"5_sks fox/{name}") for name in ("a.png", "b.png", "twin.png")}
+    assert f"1 group(s) of exact duplicates** (the same bytes; *Move duplicates aside* keeps the first of each):\n" \
+           f"  - {named['a.png']}, {named['twin.png']}" in shown
+    assert "1 caption file(s) not plain UTF-8** (sd-scripts" in shown and named["b.png"] in shown
+    assert "empty caption" not in shown  # twin.png has no caption file: it trains with the folder's 'sks fox'
+    session = SimpleNamespace(session_hash="A")
+    moved = page.call("on_set_aside", str(dataset), ".txt", dataset_tab.ALL, "", True, session)
+    assert "Moved aside: set aside 1" in moved[stats] and not (fox / "twin.png").exists()
+    assert [item["caption"] for item in moved[page.tab.gallery]] == ["fox a", "fox b, café"]
+    resaved = page.call("on_resave", str(dataset), ".txt", dataset_tab.ALL, "", session)
+    assert "re-save 1 caption file(s) as UTF-8" in resaved[stats]
+    assert (fox / "b.txt").read_bytes() == "fox b, café".encode("utf-8")
+    assert page.undo("A", dataset).startswith("Undid: re-save")
+    assert page.undo("A", dataset).startswith("Undid: set aside")
+    assert (fox / "twin.png").read_bytes() == (fox / "a.png").read_bytes()
+    assert (fox / "b.txt").read_bytes() == "fox b, caf\xe9".encode("cp1252")

@@ -49,7 +49,7 @@ def preview(dataset: Dataset, op: BulkOp, images: Iterable[Path | str] | None = 
     changes = []
     for entry in entries:
         after = op.apply(entry.caption)
-        reencode = op.kind == "fix_encoding" and entry.has_caption and bool(entry.encoding)
+        reencode = op.kind == "fix_encoding" and entry.has_caption and bool(entry.encoding) and entry.is_text
         if after != entry.caption or reencode:
             changes.append(Change(entry, after))
     return changes

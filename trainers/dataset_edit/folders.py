@@ -55,6 +55,7 @@ class Entry:
     size: tuple[int, int] | None = None  # (width, height) as trained, EXIF orientation applied
     problem: str = ""  # why the image cannot be trained on: it is listed, and skipped by edits and statistics
     seen: str = ""  # the caption file's fingerprint when it was read (see fingerprint): an edit checks it is still so
+    is_text: bool = True  # False: the caption file cannot be read as text (it trains as if there were none)
 
 
 @dataclass
@@ -181,7 +182,7 @@ def read_entry(image: Path, concept: Concept, ext: str) -> Entry:
         return entry
     entry.seen = fingerprint(raw)
     read = decode_caption(raw)
-    entry.caption, entry.has_caption = read.text or "", True
+    entry.caption, entry.has_caption, entry.is_text = read.text or "", True, read.text is not None
     if read.problem:
         entry.encoding = read.problem + (f"; read as {read.read_as}" if read.read_as else "")
     elif raw != entry.caption.encode("utf-8"):
