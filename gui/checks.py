@@ -23,6 +23,7 @@ class CheckReport:
     issues: list[ConfigIssue] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     dataset_problem: str = ""  # what the dataset preflight found wrong (shown in the Dataset group)
+    dataset_fields: list[tuple[str, str]] = field(default_factory=list)  # (option, first line) of those problems
     dataset: str = ""
     steps: str = ""
     lr_curve: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # series -> (step, lr)
@@ -37,13 +38,14 @@ class CheckReport:
         """Problem lines keyed by where the page shows them ("essentials" or a schema group)."""
         out: dict[str, list[str]] = {}
         for issue in self.issues:
-            if issue.field in ESSENTIALS or issue.field not in BY_NAME:
-                where = "essentials"
-            else:
-                where = BY_NAME[issue.field].group
-            out.setdefault(where, []).append(f"**{plain(issue.field)}**: {plain(issue.message)}")
+            out.setdefault(_place(issue.field), []).append(f"**{plain(issue.field)}**: {plain(issue.message)}")
         if self.dataset_problem:
             out.setdefault("dataset", []).append(code_block(self.dataset_problem))
+        for name, first_line in self.dataset_fields:  # a folder shown outside the Dataset group (train_data_dir)
+            if _place(name) != "dataset":
+                said = first_line.removeprefix(f"{name} = ").rstrip(":")
+                out.setdefault(_place(name), []).append(f"**{plain(name)}**: {plain(said)} (the Dataset group says "
+                                                        "how to fix it)")
         return out
 
     def summary(self) -> str:
@@ -65,6 +67,11 @@ class CheckReport:
         if self.memory:
             parts.append(f"**Memory** {plain(self.memory)}")
         return "\n\n".join(parts)
+
+
+def _place(name: str) -> str:
+    """Where the page shows a problem of option `name`: "essentials" (the fields at the top) or its group."""
+    return "essentials" if name in ESSENTIALS or name not in BY_NAME else BY_NAME[name].group
 
 
 def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | None = None) -> CheckReport:
@@ -91,6 +98,8 @@ def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | 
             continue
         if issue.group == "dataset" and issue.field not in BY_NAME or "\n" in issue.message:
             report.dataset_problem += ("\n\n" if report.dataset_problem else "") + issue.message
+            if issue.field in BY_NAME:
+                report.dataset_fields.append((issue.field, issue.message.splitlines()[0]))
         else:
             report.issues.append(issue)
     if complete:  # the numbers of a config with some values left at their defaults would mislead

@@ -94,6 +94,17 @@ def test_a_typo_and_an_empty_dataset_folder_are_named_together(ready: dict, tmp_
     assert "this folder is empty" in report.dataset_problem
 
 
+def test_a_data_folder_without_images_is_named_at_its_field_too(ready: dict, tmp_path: Path) -> None:
+    """train_data_dir sits at the top of the form: a folder it names that holds no image subfolders is named there,
+    not only in the Dataset group far below (which says how to lay it out)."""
+    (tmp_path / "loose").mkdir()
+    (tmp_path / "loose" / "notes.txt").write_text("not an image", encoding="utf-8")
+    grouped = check_form("lora", {**ready, "train_data_dir": str(tmp_path / "loose")}).by_group()
+    at_field = [line for line in grouped.get("essentials", []) if "train_data_dir" in line]
+    assert at_field and "no image subfolders found" in at_field[0] and "Dataset group" in at_field[0]
+    assert "Fix:" in grouped["dataset"][0]  # the whole message stays in the Dataset group
+
+
 def _rendered_text(markdown: str) -> str:
     """What a reader sees of `markdown`: rendered (CommonMark, as gradio's Markdown), tags dropped, entities read."""
     from markdown_it import MarkdownIt
