@@ -29,8 +29,8 @@ def _run(tmp_path: Path, **status: object) -> Path:
 
 
 def test_a_run_whose_processes_are_gone_is_recorded_as_failed_in_status_json(tmp_path: Path) -> None:
-    run = _run(tmp_path, state="running", launcher_pid=os.getpid(), trainer_pid=os.getpid(), pgid=NO_SUCH_GROUP)
-    assert effective_state(read_status(run)) == RunState.FAILED  # a live pid of another group does not count
+    run = _run(tmp_path, state="running", launcher_pid=NO_SUCH_GROUP, trainer_pid=NO_SUCH_GROUP, pgid=NO_SUCH_GROUP)
+    assert effective_state(read_status(run)) == RunState.FAILED
     assert [r.state for r in list_runs(run.parent)] == [RunState.FAILED]
     status = read_status(run)
     assert status["state"] == "failed" and "SIGKILL" in status["message"] and "Resume" in status["message"]
@@ -42,6 +42,12 @@ def test_a_stopping_run_whose_processes_are_gone_is_stopped_and_a_live_one_stays
     assert RunWatcher(stopping).refresh().state == RunState.STOPPED and read_status(stopping)["state"] == "stopped"
     alive = _run(tmp_path / "b", state="running", pgid=os.getpgid(0))  # this test's own group runs
     assert list_runs(alive.parent)[0].state == RunState.RUNNING and read_status(alive)["state"] == "running"
+
+
+def test_a_run_of_another_machine_is_not_written_off_from_this_one(tmp_path: Path) -> None:
+    run = _run(tmp_path, state="running", launcher_pid=NO_SUCH_GROUP, pgid=NO_SUCH_GROUP, host="gpu-node-7")
+    list_runs(run.parent)  # its pids are another machine's: status.json keeps what that machine wrote
+    assert read_status(run)["state"] == "running"
 
 
 def _launch(run: Path, script: str) -> subprocess.Popen:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ class Lifecycle:
     def running(self, **fields: Any) -> None:
         if self.is_main:
             update_status(self.run_dir, state=RunState.RUNNING, started=time.time(), trainer_pid=os.getpid(),
-                          pgid=os.getpgid(0), **fields)
+                          pgid=os.getpgid(0), host=socket.gethostname(), **fields)
 
     def finished(self, output: str, message: str | None = None, **done: Any) -> None:
         if not self.is_main:
@@ -87,7 +88,7 @@ def job_started(job_dir: Path, cfg: Any, **fields: Any) -> Lifecycle:
 def launched(run_dir: Path, launcher_pid: int, **fields: Any) -> None:
     """The process was started in its own process group (its id is the launcher's pid)."""
     update_status(run_dir, state=RunState.STARTING, created=time.time(), launcher_pid=launcher_pid,
-                  pgid=launcher_pid, **fields)
+                  pgid=launcher_pid, host=socket.gethostname(), **fields)
 
 
 def stopping(run_dir: Path) -> None:
@@ -121,7 +122,8 @@ def settled_state(run_dir: Path, status: dict[str, Any]) -> RunState:
     its processes are gone: a run killed while no launcher of this GUI waited on it (the GUI restarted, a run
     started by hand) does not stay 'running' there."""
     state = effective_state(status)
-    if RunState.of(status.get("state")).active and not state.active:
+    here = status.get("host", socket.gethostname()) == socket.gethostname()  # pids of another machine say nothing
+    if RunState.of(status.get("state")).active and not state.active and here:
         ended_unreported(run_dir, None)
     return state
 

@@ -148,19 +148,9 @@ def effective_state(status: dict[str, Any]) -> RunState:
 def processes_alive(status: dict[str, Any]) -> bool:
     """Whether any process of the run is left: its process group (the launcher's own: every process it started,
     also one orphaned by a killed launcher), else its launcher or trainer process."""
-    pid, pgid = status.get("launcher_pid") or status.get("trainer_pid"), status.get("pgid")
-    if not pgid:
-        return pid_alive(pid)
-    if pid_alive(pid) and _group_of(pid) == pgid:
+    if pid_alive(status.get("launcher_pid") or status.get("trainer_pid")):
         return True  # the common case, without a look through every process of the machine
-    return group_alive(int(pgid))
-
-
-def _group_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
+    return bool(status.get("pgid")) and group_alive(int(status["pgid"]))
 
 
 def request(run_dir: Path, name: Request | str) -> None:
