@@ -139,3 +139,11 @@ def test_resave_utf8_then_undo(dataset: Path) -> None:
 
     undo_last(open_dataset(dataset), "s1")
     assert files(dataset) == before
+
+
+def test_a_picture_replaced_since_the_last_check_is_looked_at_again(tmp_path: Path) -> None:
+    photo(7).save(tmp_path / "one.png")
+    photo(7).resize((128, 96)).save(tmp_path / "two.jpg", quality=80)
+    assert len(near_duplicate_groups(open_dataset(tmp_path).readable)) == 1
+    photo(8).resize((128, 96)).save(tmp_path / "two.jpg", quality=80)  # another picture under the same name
+    assert near_duplicate_groups(open_dataset(tmp_path).readable) == []

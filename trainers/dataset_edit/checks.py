@@ -23,7 +23,9 @@ HASH_SIDE = 16  # 16 rows of 16 brightness steps: 256 bits
 NEAR_BITS = 26  # at most this many of the 256 bits differ (10%) ...
 NEAR_GREY = 8.0  # ... and the thumbnails, brightness centred, differ by at most this much (of 255) on average
 FAR_BELOW = 2.0  # an image enlarged more than twice (a side under half its bucket's) is far below the resolution
+MAX_LOOKS = 10_000  # images whose Look is kept in memory (about 1 KB each)
 _POPCOUNT = np.array([bin(n).count("1") for n in range(256)], dtype=np.uint16)
+_LOOKS: dict[tuple[str, int, int], Look | None] = {}  # (path, mtime, size) -> its Look
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,21 @@ class Look:
 
 
 def look_of(image: Path) -> Look | None:
-    """The Look of `image`, EXIF orientation applied (None when it cannot be decoded)."""
+    """The Look of `image`, EXIF orientation applied (None when it cannot be decoded); kept while the file's size
+    and time stay, so checking a dataset again reads only the images changed since."""
+    try:
+        info = image.stat()
+    except OSError:
+        return None
+    key = (str(image), info.st_mtime_ns, info.st_size)
+    if key not in _LOOKS:
+        if len(_LOOKS) >= MAX_LOOKS:
+            _LOOKS.clear()
+        _LOOKS[key] = _look(image)
+    return _LOOKS[key]
+
+
+def _look(image: Path) -> Look | None:
     try:
         with Image.open(image) as im:
             im.draft("L", (HASH_SIDE * 8, HASH_SIDE * 8))  # JPEG: decode at a fraction of the size, much faster
