@@ -305,7 +305,7 @@ def _drop_windows_outputs(flat: dict[str, Any], overridden: set[str], notes: lis
     dropped = [f"{name} = {flat.pop(name)!r}" for name in windows_outputs(flat) if name not in overridden]
     if dropped:
         notes.append(f"output folders written on Windows (another machine) are not read: {', '.join(dropped)}; "
-                     "this machine's default stays until you give another folder")
+                     "the folder set on this machine stays (the page's, or the default until you give one)")
 
 
 def foreign_reader(flat: dict[str, Any]) -> Callable[[dict[str, Any], str, list[str], list[ConfigIssue]],
