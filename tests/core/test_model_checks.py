@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -221,6 +222,33 @@ def test_an_ae_of_another_family_or_layout_is_named_before_loading(tmp_path: Pat
 
     with pytest.raises(ModelLoadError, match="^ae: .*not an autoencoder in the original layout"):
         autoencoder(files["sd_vae_diffusers"], 1.0, 0.0)  # a pickle's, read only at load: no IndexError
+
+
+@pytest.mark.parametrize(("family", "keys", "words"), [
+    ("lumina2", ("x_embedder.weight", "noise_refiner.0.attention.to_q.weight", "time_caption_embed.0.weight"),
+     ["none of the tensors of Lumina 2 single files (cap_embedder....)", "(model_family = 'lumina2')",
+      "its transformer, in diffusers' names"]),
+    ("krea2", ("img_in.weight", "transformer_blocks.0.attn.to_q.weight"),
+     ["none of the tensors of Krea 2 single files (txtfusion....)", "its transformer, in diffusers' names"]),
+    ("flux_kontext", ("x_embedder.weight", "single_transformer_blocks.0.attn.to_q.weight"),
+     ["none of the tensors of FLUX.1 Kontext single files", "its transformer, in diffusers' names"]),
+    ("flux_kontext", ("double_blocks.0.img_attn.qkv.weight",),  # FLUX.1 dev's reference keys, which Kontext shares
+     ["is 'flux_kontext'", "layout of FLUX.1 models", "FLUX.1 Kontext diffusers folder (FluxKontextPipeline)"]),
+    ("sdxl", ("cap_pad_token", "cap_embedder.0.weight", "x_embedder.weight"),
+     ["is 'sdxl'", "holds a model of the Z-Image family"]),
+])
+def test_a_file_not_of_the_family_model_family_names_is_told_in_that_familys_words(
+        family: str, keys: tuple[str, ...], words: list[str], tmp_path: Path) -> None:
+    from trainers.models.checks import model_issues
+
+    path = tmp_path / f"{family}.safetensors"
+    save_file({key: torch.zeros(2) for key in keys}, path)
+    issues = [i for i in model_issues({"pretrained_model_name_or_path": str(path), "model_family": family})
+              if i.field in ("pretrained_model_name_or_path", "model_family")]
+    assert len(issues) == 1, issues
+    message = issues[0].message
+    assert all(word in message for word in words), message
+    assert "Stable Diffusion" not in message and not re.search(r"\ban [FKLQZ]", message), message
 
 
 def test_model_checks_load_no_torch(base: dict) -> None:

@@ -29,7 +29,7 @@ def test_each_family_is_detected_from_its_folder(tiny_sd3_dir: Path, tiny_flux_d
     assert sd3.family.base_model_version == "5-medium" and sd3.family.title == "SD3.5"
     assert flux.family.modelspec_architecture == "flux-1-dev" and flux.family.t5_length == 512
     assert sd3.prediction_type == flux.prediction_type == "flow"
-    with pytest.raises(ModelLoadError, match="looks like an FLUX"):
+    with pytest.raises(ModelLoadError, match="looks like a model of the FLUX"):
         load_model(str(tiny_flux_dir), "sd3", torch.float32)
 
 

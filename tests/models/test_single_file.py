@@ -251,7 +251,7 @@ def test_family_is_detected_from_the_header_alone(sd1: tuple[LoadedModel, Path],
     ({"model.diffusion_model.input_blocks.0.0.weight": (320, 9, 3, 3)}, "9 input channels"),
     ({"model.diffusion_model.input_blocks.0.0.weight": (320, 4, 3, 3),
       "conditioner.embedders.0.model.ln_final.weight": (1280,)}, "SDXL refiner"),
-    ({"weight": (1,)}, "not a Stable Diffusion checkpoint"),
+    ({"weight": (1,)}, "a file of no model family Atelier trains"),
 ])
 def test_files_that_are_not_supported_models_are_explained(shapes: dict, message: str) -> None:
     with pytest.raises(ModelLoadError, match=message):
@@ -261,9 +261,10 @@ def test_files_that_are_not_supported_models_are_explained(shapes: dict, message
 def test_family_mismatch_names_the_file_and_its_family(sdxl: tuple[LoadedModel, Path], sd1: tuple[LoadedModel, Path]
                                                        ) -> None:
     _, file = sdxl
-    with pytest.raises(ModelLoadError, match=f"model_family = 'sd1' but {file} looks like an SDXL checkpoint"):
+    with pytest.raises(ModelLoadError,
+                       match=f"model_family = 'sd1' but {file} looks like a checkpoint of the SDXL family"):
         load_model(str(file), "sd1", torch.float32)  # load_model routes single files to load_single_file
-    with pytest.raises(ModelLoadError, match="looks like an SD1.x checkpoint"):
+    with pytest.raises(ModelLoadError, match="looks like a checkpoint of the SD1.x family"):
         load_single_file(sd1[1], "sd2")
 
 

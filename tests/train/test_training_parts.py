@@ -141,7 +141,7 @@ def test_family_detection(tiny_sd1_dir: Path, tiny_sdxl_dir: Path, tmp_path: Pat
 
 
 def test_family_mismatch_is_explained(tiny_sd1_dir: Path) -> None:
-    with pytest.raises(ModelLoadError, match="looks like an SD1.x model"):
+    with pytest.raises(ModelLoadError, match="looks like a model of the SD1.x family"):
         load_model(str(tiny_sd1_dir), "sdxl", torch.float32)
 
 

@@ -129,14 +129,24 @@ def _identify(values: Mapping[str, Any], model: Path | None, issues: list[Config
         return None
     requested = str(values.get("model_family") or "auto")
     if requested != "auto" and not found.rules.accepts(rules_of(requested), found.single_file):
-        issues.append(ConfigIssue("model_family", f"is {requested!r}, but {path} is an {found.rules.title} model: "
-                                  "set model_family = 'auto' or pick the right model", "model"))
+        issues.append(ConfigIssue("model_family", _family_mismatch(rules_of(requested), found, path), "model"))
         return None  # the family's own checks would be about the wrong family
     unread = [o for o in COMPONENT_FILE_OPTIONS if str(values.get(o) or "").strip() and o not in found.reads]
-    issues += [ConfigIssue(o, f"is not read with {path.name} (an {found.rules.title} model: separate files are read "
+    issues += [ConfigIssue(o, f"is not read with {path.name}, a {found.rules.name!r} model (separate files are read "
                            "for the parts a single file lacks, those its family names): leave it empty", "model")
                for o in unread]
     return found
+
+
+def _family_mismatch(requested: FamilyRules, found: Model, path: Path) -> str:
+    title = found.rules.title
+    if found.single_file and type(requested) is not type(found.rules) and isinstance(requested, type(found.rules)):
+        return (f"is {requested.name!r}, but {path} is a single file in the layout of {title} models, which "
+                f"{requested.title} files share and which is read as {title} only: give the {requested.title} "
+                f"diffusers folder ({getattr(requested, 'pipeline_class', 'model_index.json')}), or set "
+                f"model_family = 'auto' to train it as {title}")
+    return (f"is {requested.name!r}, but {path} holds a model of the {title} family: set model_family = 'auto' or "
+            "pick the right model")
 
 
 def _folder_model(folder: Path) -> Model:
@@ -159,9 +169,9 @@ def _file_model(path: Path, values: Mapping[str, Any], issues: list[ConfigIssue]
         shapes, _ = read_safetensors_header(path, whole=True)
     except ValueError as err:
         raise ModelLoadError(str(err)) from None
-    rules = checkpoint_rules(shapes, str(path))
+    requested = str(values.get("model_family") or "auto")
+    rules = checkpoint_rules(shapes, str(path), None if requested == "auto" else rules_of(requested))
     if rules is None:  # only a UNet of unknown width: the user's model_family is trusted
-        requested = str(values.get("model_family") or "auto")
         if requested == "auto":
             raise unknown_checkpoint(str(path))
         rules = rules_of(requested)
@@ -323,7 +333,7 @@ def _held_in_file(shapes: Mapping[str, tuple[int, ...]]) -> str:
     except ModelLoadError:
         keys = CheckpointKeys(dict(shapes), "it")
         return "a model that is not trained here" if keys.has(UNET_PREFIX) else not_a_unet(keys)
-    return f"an {rules.title} model" if rules is not None else "a UNet of unknown width"
+    return f"a model of the {rules.title} family" if rules is not None else "a UNet of unknown width"
 
 
 def _has_images(folder: Path) -> bool:

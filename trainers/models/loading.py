@@ -51,7 +51,7 @@ def load_model(name_or_path: str, requested_family: str, weight_dtype, vae_path:
     if requested_family != "auto" and requested_family != detected.name:
         if not detected.accepts(rules_of(requested_family), single_file=False):
             raise ModelLoadError(
-                f"model_family = {requested_family!r}, but {folder} looks like an {detected.title} model; "
-                "set model_family = 'auto' or pick the right model")
+                f"model_family = {requested_family!r}, but {folder} looks like a model of the {detected.title} "
+                "family; set model_family = 'auto' or pick the right model")
         detected = family(requested_family)  # families of one plug-in class (SD1/SD2) differ only in sizes
     return detected.load(folder, weight_dtype, vae_path, random_init)

@@ -133,8 +133,8 @@ class FamilyRules(ABC):
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """Options of a config this family cannot honour (checked before its weights load). By default the
         flow-matching options must keep their defaults."""
-        issues = [ConfigIssue(o.name, f"applies to SD3 and FLUX models only; this is an {self.title} model: leave it "
-                              f"at {o.default!r}", o.group)
+        issues = [ConfigIssue(o.name, f"applies to SD3 and FLUX models only, not to {self.title} models: leave "
+                              f"it at {o.default!r}", o.group)
                   for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default]
         if values.get("save_diffusers_lora"):
             issues.append(ConfigIssue("save_diffusers_lora", f"diffusers reads the kohya files of {self.title} LoRAs "
@@ -144,8 +144,8 @@ class FamilyRules(ABC):
     def network_arg_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """network_args keys of another family's LoRAs."""
         keys = [str(a).split("=")[0].strip() for a in values.get("network_args") or []]
-        issues = [ConfigIssue("network_args", f"{key} chooses FLUX.1 layers (sd-scripts' networks.lora_flux); this "
-                              f"is an {self.title} model: leave it out", "network")
+        issues = [ConfigIssue("network_args", f"{key} chooses FLUX.1 layers (sd-scripts' networks.lora_flux), which "
+                              f"{self.title} models do not have: leave it out", "network")
                   for key in keys if key in FLUX_NETWORK_ARGS and key not in self.network_arg_keys]
         if self.unet_key_style != "own":  # only families naming their own modules have fused q/k/v ones
             issues += [ConfigIssue("network_args", f"{key} splits LoRA modules that cover q, k and v together; an "
@@ -205,9 +205,11 @@ def folder_rules(folder: Path) -> FamilyRules:
         f"Supported: {known} diffusers folders. If it is one of these, set model_family.")
 
 
-def checkpoint_rules(shapes: Mapping[str, tuple[int, ...]], name: str) -> FamilyRules | None:
+def checkpoint_rules(shapes: Mapping[str, tuple[int, ...]], name: str,
+                     requested: FamilyRules | None = None) -> FamilyRules | None:
     """The family of a single file from its tensor names (and a shape or two), None when only the UNet is there
-    and its width is unknown; raises ModelLoadError for files that are no model to train."""
+    and its width is unknown; raises ModelLoadError for files that are no model to train (naming the `requested`
+    family, model_family, when one is set)."""
     keys = CheckpointKeys(dict(shapes), name)
     if _is_lora(keys):
         raise ModelLoadError(f"{name} is a LoRA, not a full model: give the base model it was trained on, "
@@ -218,12 +220,21 @@ def checkpoint_rules(shapes: Mapping[str, tuple[int, ...]], name: str) -> Family
     if not keys.has(UNET_PREFIX):
         what = not_a_unet(keys)
         fix = "; give the whole diffusers folder" if what.startswith("one component") else ""
+        if requested is not None and requested.own_checkpoint_layout:
+            keys_of = getattr(requested, "reference_prefixes", ())
+            named = f" ({', '.join(keys_of[:1])}...)" if keys_of else ""
+            raise ModelLoadError(f"{name} has none of the tensors of {requested.title} single files{named} "
+                                 f"(model_family = {requested.name!r}): it looks like {what}{fix}")
         raise ModelLoadError(f"{name} has no UNet weights ({UNET_PREFIX}*): it looks like {what}{fix}")
     conv_in = shapes.get(UNET_PREFIX + "input_blocks.0.0.weight")
     if conv_in is not None and len(conv_in) == 4 and conv_in[1] != 4:
         raise ModelLoadError(f"{name} has a UNet with {conv_in[1]} input channels (an inpainting, depth or "
                              "instruct model); only text-to-image checkpoints (4 channels) are supported")
     return next((f for f in all_rules() if f.claims_checkpoint(keys)), None)
+
+
+# the first modules of diffusers' transformers (FLUX.1's and Krea 2's transformer_blocks, Lumina 2's time_caption_embed)
+_DIFFUSERS_DENOISERS = ("transformer_blocks.", "single_transformer_blocks.", "time_caption_embed.")
 
 
 def _is_lora(keys: CheckpointKeys) -> bool:
@@ -239,7 +250,9 @@ def not_a_unet(keys: CheckpointKeys) -> str:
         return "a VAE on its own"
     if keys.has("down_blocks.") or keys.has("text_model.") or keys.has("encoder.layers."):
         return "one component of a diffusers model"
-    return "something that is not a Stable Diffusion checkpoint"
+    if any(keys.has(p) for p in _DIFFUSERS_DENOISERS):
+        return "one component of a diffusers model (its transformer, in diffusers' names)"
+    return "a file of no model family Atelier trains"
 
 
 def unknown_checkpoint(name: str) -> ModelLoadError:

@@ -1,6 +1,6 @@
 """FLUX.1 Kontext without its weights (torch-free): FLUX.1's rules with one control image per target. Its diffusers
-folders (FluxKontextPipeline) are told from FLUX.1's by their pipeline; its single files have FLUX.1 dev's keys, so
-a single file is trained as Kontext with model_family = 'flux_kontext'."""
+folders (FluxKontextPipeline) are told from FLUX.1's by their pipeline; its single files have FLUX.1 dev's keys and
+are read as FLUX.1 only (model_family = 'flux_kontext' on one is refused by name: give the diffusers folder)."""
 from __future__ import annotations
 
 from trainers.core.memory_facts import with_controls

@@ -82,12 +82,12 @@ def load_single_file(path: str | os.PathLike, family_hint: str = "auto", weight_
     """
     ckpt = open_checkpoint(path)
     hint = None if family_hint in ("auto", "", None) else family_hint
-    found = checkpoint_rules(ckpt.shapes, str(ckpt.path))
+    found = checkpoint_rules(ckpt.shapes, str(ckpt.path), None if hint is None else find_family(hint))
     detected = found.name if found is not None else hint or detect_checkpoint_family(ckpt.shapes, str(ckpt.path))
     family = find_family(detected)
     if hint is not None and hint != detected:
-        raise ModelLoadError(f"model_family = {family_hint!r} but {ckpt.path} looks like an {family.title} "
-                             "checkpoint; set model_family = 'auto' or pick the right model")
+        raise ModelLoadError(f"model_family = {family_hint!r} but {ckpt.path} looks like a checkpoint of the "
+                             f"{family.title} family; set model_family = 'auto' or pick the right model")
     if family.own_checkpoint_layout:
         return family.load_checkpoint(ckpt, weight_dtype, vae_path, files)
     folder = Path(config_dir) if config_dir is not None else family.arch_dir
