@@ -41,6 +41,7 @@ from trainers.core.rundir import (
 )
 from trainers.core.secrets import trainer_environment
 from trainers.generate.options import GenerateConfig, new_job_dir
+from trainers.generate.saves import is_lora_file
 from trainers.tools.options import JOB_METHOD as TOOLS_METHOD
 from trainers.tools.options import ToolConfig, gpu_device
 from trainers.tools.options import new_job_dir as new_tool_job_dir
@@ -84,6 +85,8 @@ def gpu_set(cfg_or_status: dict) -> set[str]:
     if ids:
         return set(ids)
     count = int(cfg_or_status.get("num_processes", 1))
+    if count == 0:  # a job that holds no device (a light tools job: see tool_is_light)
+        return set()
     return {str(i) for i in range(count)} if gpu_count() else {"cpu"}
 
 
@@ -235,13 +238,14 @@ class JobManager:
                                method=cfg.mode, num_processes=len(ids.split(",")), output_dir=cfg.output_dir)
 
     def start_tool(self, cfg: ToolConfig) -> Path:
-        """Launch `python -m trainers tools <verb>`; a verb that computes (resize, merge, extract) is refused while a
-        run uses its device, as a generation job is; inspect and convert only read and write files."""
-        ids = job_device_ids(cfg)
-        exclusive = "device" in cfg.values
-        return self._start_job(new_tool_job_dir(self.runs_dir, cfg), cfg, ["tools", cfg.verb],
-                               ids if exclusive else "", exclusive=exclusive, method=TOOLS_METHOD, verb=cfg.verb,
-                               num_processes=1 if exclusive else 0)
+        """Launch `python -m trainers tools <verb>`. A light job (tool_is_light) holds no device and starts beside any
+        run; a heavy one holds its device as a generation job does and is refused while a run uses it
+        (RunQueue.submit_tool queues it instead)."""
+        if tool_is_light(cfg):
+            return self._start_job(new_tool_job_dir(self.runs_dir, cfg), cfg, ["tools", cfg.verb], "",
+                                   exclusive=False, method=TOOLS_METHOD, verb=cfg.verb, num_processes=0)
+        return self._start_job(new_tool_job_dir(self.runs_dir, cfg), cfg, ["tools", cfg.verb], job_device_ids(cfg),
+                               exclusive=True, method=TOOLS_METHOD, verb=cfg.verb, num_processes=1)
 
     def start_dataset_job(self, cfg: JobConfig) -> Path:
         """Launch `python -m trainers caption|masks` on one GPU (the CPU without one), refused while a run uses it
@@ -249,25 +253,29 @@ class JobManager:
         return self._start_job(new_dataset_job_dir(self.runs_dir, cfg), cfg, [cfg.verb], job_device_ids(cfg),
                                exclusive=True, method=DATASET_METHOD, verb=cfg.verb, num_processes=1)
 
-    def queue_dataset_job(self, cfg: JobConfig, **status: Any) -> Path:
-        """The folder of a caption or mask job written with a 'queued' status (RunQueue starts it with
-        launch_queued_dataset_job); `status`: more status.json keys, such as its queue_position."""
-        run_dir = new_dataset_job_dir(self.runs_dir, cfg)
+    def queue_job(self, cfg: JobConfig | ToolConfig, **status: Any) -> Path:
+        """The folder of a caption, mask or heavy tools job written with a 'queued' status (RunQueue starts it with
+        launch_queued_job); `status`: more status.json keys, such as its queue_position."""
+        is_tool = isinstance(cfg, ToolConfig)
+        run_dir = (new_tool_job_dir if is_tool else new_dataset_job_dir)(self.runs_dir, cfg)  # type: ignore[arg-type]
         run_dir.mkdir(parents=True)
         cfg.save(run_dir / CONFIG)
-        update_status(run_dir, state=RunState.QUEUED, method=DATASET_METHOD, verb=cfg.verb, created=time.time(),
-                      gpu_ids=job_device_ids(cfg), num_processes=1, **status)
+        update_status(run_dir, state=RunState.QUEUED, method=TOOLS_METHOD if is_tool else DATASET_METHOD,
+                      verb=cfg.verb, created=time.time(), gpu_ids=job_device_ids(cfg), num_processes=1, **status)
         return run_dir
 
-    def launch_queued_dataset_job(self, run_dir: Path) -> None:
-        """Launch the queued caption or mask job in `run_dir` from its config.toml (ConfigError when it no longer
-        loads)."""
+    def launch_queued_job(self, run_dir: Path) -> None:
+        """Launch the queued caption, mask or tools job in `run_dir` from its config.toml (ConfigError when it no
+        longer loads)."""
         from trainers.caption.options import load_job_config
+        from trainers.tools.options import load_tool_config
 
-        cfg = load_job_config(str(read_status(run_dir).get("verb", "")), run_dir / CONFIG)
+        status = read_status(run_dir)
+        method, verb = status.get("method"), str(status.get("verb", ""))
+        cfg = (load_tool_config if method == TOOLS_METHOD else load_job_config)(verb, run_dir / CONFIG)
+        command = ["tools", verb] if method == TOOLS_METHOD else [verb]
         with self._lock:
-            self._launch_job(run_dir, [cfg.verb], job_device_ids(cfg), method=DATASET_METHOD, verb=cfg.verb,
-                             num_processes=1)
+            self._launch_job(run_dir, command, job_device_ids(cfg), method=method, verb=verb, num_processes=1)
 
     def _start_job(self, run_dir: Path, cfg: GenerateConfig | ToolConfig | JobConfig, command: list[str], ids: str,
                    exclusive: bool, **status: Any) -> Path:
@@ -289,6 +297,21 @@ class JobManager:
 
 
 COMMANDS = ".commands"  # configs written for "Show command" (hidden: not runs)
+
+
+def tool_is_light(cfg: ToolConfig) -> bool:
+    """A tools job that reads LoRA files (or a model's configs) and computes for seconds: inspect, resize, LoRAs merged
+    into one LoRA, a LoRA converted. It runs beside a training run, also on a CPU-only machine (where it shares the
+    cores for those seconds). Merging into a model, extract and converting a model load whole models, taking the
+    memory and cores a run needs: they wait in the run queue for their device."""
+    if cfg.verb in ("inspect", "resize"):
+        return True
+    if cfg.verb == "merge":
+        return not str(cfg.values.get("model", "")).strip()
+    if cfg.verb == "convert":
+        source = Path(str(cfg.values.get("input", ""))).expanduser()
+        return source.is_file() and is_lora_file(source)
+    return False
 
 
 def job_device_ids(cfg: ToolConfig | JobConfig) -> str:

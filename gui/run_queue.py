@@ -12,11 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gui.jobs import DATASET_METHOD, JobError, JobManager, gpu_set, job_device_ids
+from gui.jobs import DATASET_METHOD, TOOLS_METHOD, JobError, JobManager, gpu_set, job_device_ids, tool_is_light
 from gui.run_files import list_runs
 from trainers.caption.options import JobConfig
 from trainers.core.options import ConfigError, TrainConfig, load_config
 from trainers.core.rundir import CONFIG, RunState, read_status, update_status
+from trainers.tools.options import ToolConfig
 
 
 class RunQueue:
@@ -42,8 +43,21 @@ class RunQueue:
             if busy is None and not self.queued():
                 job_dir = self.jobs.start_dataset_job(cfg)
                 return job_dir, f"Started {cfg.verb} `{job_dir.name}`"
-            job_dir = self.jobs.queue_dataset_job(cfg, queue_position=time.time())
+            job_dir = self.jobs.queue_job(cfg, queue_position=time.time())
         return job_dir, self._queued_text(job_dir, busy)
+
+    def submit_tool(self, cfg: ToolConfig) -> tuple[Path, str]:
+        """Start a tools job now (a light one always: see tool_is_light), or queue a heavy one, which loads whole
+        models, while a run uses its device: (job folder, what to tell the user)."""
+        with self._lock:
+            busy = None if tool_is_light(cfg) else self.jobs.busy_with(set(job_device_ids(cfg).split(",")))
+            if busy is None and (tool_is_light(cfg) or not self.queued()):
+                job_dir = self.jobs.start_tool(cfg)
+                return job_dir, f"Started tools {cfg.verb} `{job_dir.name}`"
+            job_dir = self.jobs.queue_job(cfg, queue_position=time.time())
+        return job_dir, (f"{self._queued_text(job_dir, busy)} tools {cfg.verb} loads whole models, so it waits for "
+                         "the device instead of sharing it with a run; inspect, resize, convert of a LoRA and merges "
+                         "of LoRAs into one LoRA start at once.")
 
     def _queued_text(self, run_dir: Path, busy: Path | None) -> str:
         waits_for = f"run `{busy.name}`" if busy is not None else "the runs queued before it"
@@ -112,8 +126,8 @@ class RunQueue:
 
     def _start(self, run_dir: Path, method: str) -> bool:
         try:
-            if method == DATASET_METHOD:
-                self.jobs.launch_queued_dataset_job(run_dir)
+            if method in (DATASET_METHOD, TOOLS_METHOD):
+                self.jobs.launch_queued_job(run_dir)
             else:
                 self.jobs.launch_in(run_dir, load_config(method, run_dir / CONFIG))
         except (ConfigError, JobError, OSError, KeyError) as err:

@@ -19,9 +19,10 @@ from gui.generate_tab import ActiveJob, JobWatcher
 from gui.jobs import JobError
 from gui.run_files import Watchers, format_duration
 from gui.text import plain
+from gui.transfers import DOWNLOADS, TransferError, download_zip
 from trainers.core import events as ev
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option
-from trainers.core.rundir import RunState
+from trainers.core.rundir import RunState, read_status
 from trainers.generate.options import parse_loras
 from trainers.tools.events import TOOL_EVENTS, ToolOutput, ToolProgress, ToolReport
 from trainers.tools.options import JOB_METHOD, VERBS, ToolConfig, check_config, config_from_values, options_for
@@ -65,13 +66,16 @@ class ToolWatcher(JobWatcher):
 
 WATCHERS = Watchers(ToolWatcher)
 ACTIVE = ActiveJob(methods=(JOB_METHOD,))
-TITLES = {RunState.STARTING: "Starting", RunState.RUNNING: "Running", RunState.STOPPING: "Stopping…",
+TITLES = {RunState.QUEUED: "Queued", RunState.STARTING: "Starting", RunState.RUNNING: "Running", RunState.STOPPING: "Stopping…",
           RunState.FINISHED: "Finished", RunState.FAILED: "Failed", RunState.STOPPED: "Stopped"}
 
 
-def status_text(v: ToolView) -> str:
+def status_text(v: ToolView, waits_for: str = "") -> str:
     verb = v.status.get("verb", "")
     lines = [f"### {TITLES.get(v.state, v.state)}: tools {verb} `{v.job_id}`"]
+    if v.state == RunState.QUEUED:
+        lines.append(f"It loads whole models, so it waits for {waits_for or 'its device'} to finish and starts by "
+                     "itself; **Stop** takes it out of the queue.")
     p = v.progress
     if p is not None and v.state.active:
         eta = f" · ETA {format_duration(p.eta_s)}" if p.eta_s is not None else ""
@@ -94,6 +98,28 @@ def _servable(path: str, runs_dir: Path) -> bool:
         return False
 
 
+def downloads(v: ToolView, job_dir: Path, runs_dir: Path) -> list[str]:
+    """What the page offers of a job's outputs: its files (the report last), and each folder output (a diffusers
+    model) as the zip Zip folders built of it."""
+    zips = [str(_zip_of(job_dir, Path(p))) for p, kind in v.outputs if kind != "report" and Path(p).is_dir()]
+    found = [p for p, kind in v.outputs if kind != "report"] + [z for z in zips if Path(z).is_file()]
+    found += [p for p, kind in v.outputs if kind == "report"]
+    return [p for p in found if _servable(p, runs_dir)]
+
+
+def _zip_of(job_dir: Path, folder: Path) -> Path:
+    return job_dir / DOWNLOADS / f"{folder.name}.zip"
+
+
+def zip_folders(v: ToolView, job_dir: Path) -> list[Path]:
+    """Zip each folder a job wrote (a merged or converted diffusers model) into its folder, as the run panel zips a
+    run's model folder; TransferError when it wrote none."""
+    folders = [Path(p) for p, kind in v.outputs if kind != "report" and Path(p).is_dir()]
+    if not folders:
+        raise TransferError("this job wrote no folder (its files download as they are)")
+    return [download_zip(job_dir, [folder], _zip_of(job_dir, folder).name) for folder in folders]
+
+
 def _outside_roots(cfg: ToolConfig, roots: list[Path] | None) -> list[ConfigIssue]:
     """Paths typed into the page must lie under the allowed roots (symlinks resolved)."""
     typed = option_paths(cfg.options, cfg.values)
@@ -103,6 +129,10 @@ def _outside_roots(cfg: ToolConfig, roots: list[Path] | None) -> list[ConfigIssu
         except ConfigError:
             pass  # check_config names the bad line
     return paths_outside(typed, roots)
+
+
+def _started(job_dir: Path) -> tuple[Path, str]:
+    return job_dir, f"Started tools {read_status(job_dir).get('verb', '')} `{job_dir.name}`"
 
 
 def _form(verb: str) -> dict[str, gr.components.Component]:
@@ -176,28 +206,60 @@ def build_tools_tab(services: Any) -> None:
     stop = gr.Button("Stop", variant="stop", elem_id="tools-stop")
     status = gr.Markdown("Fill in a tool's form, then press **Run**.", elem_id="tools-status")
     report = gr.Markdown(elem_id="tools-report")
+    zip_button = gr.Button("Download a folder output (zip)", size="sm", elem_id="tools-zip")
     files = gr.File(label="Outputs", file_count="multiple", interactive=False, visible=False, elem_id="tools-files")
 
     def launch(verb: str, widgets: dict[str, gr.components.Component], data: dict) -> dict:
         values = form_values(options_for(verb), widgets, data)
+        said = ""
+
+        def submit(cfg: ToolConfig) -> Path:  # a heavy job queues behind a run on its device, where there is a queue
+            nonlocal said
+            job_dir, said = (services.queue.submit_tool(cfg) if services.queue is not None
+                             else _started(services.jobs.start_tool(cfg)))
+            return job_dir
+
         job_dir, refused = start_checked(lambda: config_from_values(verb, values), lambda cfg: _outside_roots(
-            cfg, services.allowed_roots) or check_config(cfg), services.jobs.start_tool)  # nothing outside is looked at
+            cfg, services.allowed_roots) or check_config(cfg), submit)  # nothing outside is looked at
+        cleared = {report: "", files: gr.File(value=None, visible=False)}  # never the previous job's report
         if job_dir is None:
-            return {status: refused}
-        return {job: job_dir.name, status: f"### Started tools {verb} `{job_dir.name}`", report: "",
-                files: gr.File(value=None, visible=False)}
+            return {status: refused, **cleared}
+        return {job: job_dir.name, status: f"### {said}", **cleared}
 
     def on_stop(job_id: str) -> str:
+        job_id, _ = ACTIVE.shown(runs_dir, job_id)
+        queued = job_id and RunState.of(read_status(runs_dir / job_id).get("state")) == RunState.QUEUED
+        if queued and services.queue is not None:
+            try:
+                services.queue.cancel(runs_dir / job_id)
+            except JobError as err:  # it started meanwhile
+                return f"### Not taken out of the queue\n{plain(err)}"
+            return f"Took `{job_id}` out of the queue: it never started."
         return ACTIVE.stop(services.jobs, runs_dir, job_id, "Asked the job to stop: nothing half-written is kept.")
+
+    def on_zip(job_id: str) -> Any:
+        job_id, _ = ACTIVE.shown(runs_dir, job_id)
+        if not job_id:
+            gr.Warning("Run a tool first.")
+            return gr.skip()
+        v: ToolView = WATCHERS.view(runs_dir / job_id)
+        try:
+            zip_folders(v, runs_dir / job_id)
+        except (TransferError, OSError) as err:
+            gr.Warning(f"Nothing to zip: {plain(err)}")
+            return gr.skip()
+        shown = downloads(v, runs_dir / job_id, runs_dir)
+        return gr.File(value=shown or None, visible=bool(shown))
 
     def tick(job_id: str, shown: Any) -> list[Any]:
         job_id, adopted = ACTIVE.shown(runs_dir, job_id)
         if not job_id:
             return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
         v: ToolView = WATCHERS.view(runs_dir / job_id)
-        outputs = [p for p, kind in v.outputs if kind != "report" and _servable(p, runs_dir)]
-        outputs += [p for p, kind in v.outputs if kind == "report" and _servable(p, runs_dir)]
-        key = (job_id, status_text(v), v.report, tuple(outputs))
+        outputs = downloads(v, runs_dir / job_id, runs_dir)
+        queued = v.state == RunState.QUEUED and services.queue is not None
+        waits_for = services.queue.waits_for(runs_dir / job_id) if queued else ""
+        key = (job_id, status_text(v, waits_for), v.report, tuple(outputs))
         if key == shown:
             return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
         report_text = f"## {plain(v.title)}\n\n{v.report}" if v.report else ""
@@ -208,5 +270,6 @@ def build_tools_tab(services: Any) -> None:
         run.click(lambda data, verb=verb, widgets=widgets: launch(verb, widgets, data),
                   inputs=set(widgets.values()), outputs={job, status, report, files})
     stop.click(on_stop, inputs=job, outputs=status)
+    zip_button.click(on_zip, inputs=job, outputs=files)
     shown = gr.State(None)
     gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[job, status, report, files, shown], show_progress="hidden")
