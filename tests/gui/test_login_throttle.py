@@ -160,7 +160,8 @@ def test_a_browser_cookie_is_bound_to_its_username_and_its_own_guesses_are_throt
         assert await _login(guard, "tester", PASSWORD, known) == 200
         for _ in range(LoginThrottle.FREE_TRIES + 1):  # the shared address locks "tester"
             await _login(guard, "tester", "wrong")
-        forged = {DeviceCookies.NAME: known[DeviceCookies.NAME][:-1] + "0"}
+        real = known[DeviceCookies.NAME]
+        forged = {DeviceCookies.NAME: real[:-1] + ("1" if real.endswith("0") else "0")}  # one digit changed
         with_forged = await _login(guard, "tester", PASSWORD, forged)
         guesses = [await _login(guard, "tester", f"guess{n}", dict(known)) for n in range(LoginThrottle.FREE_TRIES + 2)]
         return guesses, with_forged, await _login(guard, "tester", PASSWORD, dict(known))
