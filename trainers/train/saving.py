@@ -171,7 +171,6 @@ class Saver:
                                 "kept). Lower learning_rate, or resume from an earlier training state")
         check_free_space(self.out_dir, needed, what)
 
-
     def _check_not_foreign(self, name: str, with_state: bool) -> None:
         """Raise TrainingFailed when the save `name` would replace a file this run did not write (one that came
         since the start, or a stop's or save-now's name that no plan foresaw)."""
