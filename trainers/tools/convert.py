@@ -51,6 +51,8 @@ def _lora(cfg: ToolConfig, job: ToolJob, lora: LoraFile) -> Path:
     metadata = dict(lora.metadata)
     if source == target:
         tensors = lora.tensors
+    elif target == "musubi":
+        tensors = _musubi(lora)
     else:
         names = _names(cfg, lora)
         job.progress("renaming", 0, 1)
@@ -73,6 +75,21 @@ def _lora(cfg: ToolConfig, job: ToolJob, lora: LoraFile) -> Path:
     job.report(f"Converted {lora.path.name}", f"Wrote `{out}`: {source} keys -> {target} keys, {dtype}.",
                {"output": str(out), "from": source, "to": target, "dtype": dtype})
     return out
+
+
+def _musubi(lora: LoraFile) -> dict[str, torch.Tensor]:
+    """A kohya-named Z-Image LoRA (ComfyUI's fused q, k, v or musubi's own) in musubi-tuner's names."""
+    from trainers.models.zimage.lora_names import comfy_names, musubi_names
+
+    family = guess_family(lora).found
+    if key_format(lora.modules) != "kohya" or family is None or family.name != "zimage":
+        raise ToolError("to", f"{lora.path.name}: `musubi` is musubi-tuner's Z-Image layout (q, k, v apart), for a "
+                        "Z-Image LoRA in kohya's names; musubi-tuner reads the other families' LoRAs as kohya writes "
+                        "them: convert to kohya")
+    try:
+        return musubi_names(comfy_names(dict(lora.tensors)))
+    except ValueError as err:
+        raise ToolError("input", str(err)) from None
 
 
 # ---- models ------------------------------------------------------------------------------------------------------

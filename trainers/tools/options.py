@@ -35,7 +35,7 @@ VERBS: dict[str, str] = {
 GROUPS: dict[str, str] = {"input": "Inputs", "rank": "Rank", "output": "Output and device"}
 DYNAMIC_METHODS = ("fixed", "sv_ratio", "sv_fro", "sv_cumulative", "sv_threshold")
 PRECISIONS = ("auto", "float", "fp16", "bf16")
-LORA_FORMATS = ("kohya", "diffusers", "comfyui")
+LORA_FORMATS = ("kohya", "diffusers", "comfyui", "musubi")
 MODEL_FORMATS = ("diffusers", "single_file")
 
 
@@ -81,9 +81,9 @@ TOOL_OPTIONS: tuple[Option, ...] = (
     # convert
     _opt("input", "str", "", "The LoRA or model to convert: a .safetensors file or a diffusers model folder.", "input",
          _verbs("convert"), required=True, path="any"),
-    _opt("to", "str", "kohya", "A LoRA: kohya (sd-scripts, A1111/Forge), diffusers (PEFT keys, as diffusers saves) or "
-         "comfyui (ComfyUI's own key names). A model: diffusers (a folder) or single_file. `same`: keep the layout, "
-         "change the precision only.", "output", _verbs("convert"),
+    _opt("to", "str", "kohya", "A LoRA: kohya (sd-scripts, A1111/Forge), diffusers (PEFT keys, as diffusers saves), "
+         "comfyui (ComfyUI's own key names) or musubi (Z-Image: musubi-tuner's split q, k, v). A model: diffusers (a "
+         "folder) or single_file. `same`: keep the layout, change the precision only.", "output", _verbs("convert"),
          choices=("same", *dict.fromkeys(LORA_FORMATS + MODEL_FORMATS))),
     _opt("model", "str", "", "A LoRA conversion: the model whose layers name its modules (a diffusers folder or "
          "single file of its family); empty: the family's published architecture (SD1, SD2 and SDXL ship one).",

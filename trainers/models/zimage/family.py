@@ -2,8 +2,8 @@
 in Qwen3's chat template read by a Qwen3 text encoder (its second-to-last hidden states, without padding), a
 single-stream transformer over 2x2 patches of FLUX.1's 16-channel latents, timestep t = 1 - sigma, and an output
 that is minus the velocity. Its LoRA files use ComfyUI's names (`lora_unet_layers_0_attention_qkv`, q, k and v as one
-module; musubi-tuner's convert_z_image_lora_to_comfy.py --reverse reads them), on the main layers' attention and
-feed-forward (musubi's lora_zimage leaves the modulations and refiners out).
+module; `tools convert --to musubi` writes musubi-tuner's split names, lora_names.py), on the main layers' attention
+and feed-forward (musubi's lora_zimage leaves the modulations and refiners out).
 """
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """Z-Image LoRA files in musubi-tuner's names (its lora_zimage on diffusers' module names: `attention_to_q`, `_to_k`,
 `_to_v` as three modules, `attention_to_out_0`) read as the ComfyUI names Atelier trains and writes
 (`attention_qkv` as one module, `attention_out`), as musubi-tuner's convert_z_image_lora_to_comfy.py converts them:
-the three downs stacked and the ups block-diagonal, so the fused module computes exactly what the three did.
+the three downs stacked and the ups block-diagonal, so the fused module computes exactly what the three did; and
+Atelier's files written in musubi's names (`tools convert --to musubi`), each of q, k and v with the fused module's
+down and alpha and its rows of the up, exactly what the fused module computed. (musubi's `--reverse` cannot split a
+trained fused module: it takes the down for three stacked ones.)
 """
 from __future__ import annotations
 
@@ -48,3 +51,25 @@ def _fused(state: dict[str, torch.Tensor], stem: str) -> dict[str, torch.Tensor]
     return {f"{stem}_qkv.lora_down.weight": torch.cat(downs),
             f"{stem}_qkv.lora_up.weight": torch.block_diag(*ups),
             f"{stem}_qkv.alpha": torch.tensor(scales[0] * sum(ranks), dtype=alpha_dtype)}
+
+
+def musubi_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state` (ComfyUI's names, as Atelier writes) in musubi-tuner's: each attention_qkv as to_q, to_k and to_v (its
+    down and alpha each, its up's rows in thirds: Z-Image's q, k and v are equally wide), attention_out as
+    attention_to_out_0. Raises ValueError for a fused module that is not a plain LoRA (LoHa, LoKr)."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        module, _, tensor = key.partition(".")
+        if not module.endswith("_attention_qkv"):
+            module = module.removesuffix(OUT_RENAME[1]) + OUT_RENAME[0] if module.endswith(OUT_RENAME[1]) else module
+            out[f"{module}.{tensor}"] = value
+            continue
+        if tensor not in ("lora_down.weight", "lora_up.weight", "alpha"):
+            raise ValueError(f"{key}: only a plain LoRA's fused q, k, v can be split into musubi-tuner's modules")
+        if tensor == "lora_up.weight" and value.shape[0] % 3:
+            raise ValueError(f"{key}: {value.shape[0]} rows are not q, k and v of one width each")
+        stem = module.removesuffix("qkv")
+        parts = value.chunk(3) if tensor == "lora_up.weight" else (value,) * 3
+        for name, part in zip(SPLIT, parts):
+            out[f"{stem}{name}.{tensor}"] = part.clone()  # one tensor per key on disk
+    return out
