@@ -19,7 +19,7 @@ from PIL import Image
 from trainers.core.options import BY_NAME
 from trainers.demo import build_dataset
 from trainers.methods.lora.file_format import read_lora_file
-from trainers.models import load_model
+from trainers.models import family, load_model
 from trainers.models.file_kind import model_kind
 from trainers.models.chroma.tiny import build_tiny_chroma
 from trainers.models.zimage.tiny import build_tiny_zimage
@@ -89,8 +89,9 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     assert train("lora", tmp / "resumed", **common, max_train_steps=2, output_name="resumed", resume=str(state)) == 0
     assert train("finetune", tmp / "finetune", **{**common, "learning_rate": 1e-3}, max_train_steps=2,
                  output_name="finetune") == 0
+    own_names = family(plugin.name).lora_in_own_names  # the file's naming read back into the trained modules'
     lora, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
-    resumed, _ = read_lora_file(tmp / "out" / "resumed.safetensors")
+    lora, resumed = own_names(lora), own_names(read_lora_file(tmp / "out" / "resumed.safetensors")[0])
     return plugin, Runs(model_dir, tmp / "out", tmp / "straight", lora, metadata, resumed, tmp / "out" / "finetune")
 
 

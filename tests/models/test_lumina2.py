@@ -19,8 +19,7 @@ PLUGIN = shared.Plugin(
     "lumina2", "Lumina 2", build_tiny_lumina2, "Lumina2Pipeline",
     {"timestep_sampling": "shift", "discrete_flow_shift": 6.0, "model_prediction_type": "raw"},
     ("lora_unet_layers_0_attention_qkv", "lora_unet_layers_1_feed_forward_w3", "lora_unet_layers_1_adaLN_modulation_1",
-     "lora_unet_noise_refiner_0_attention_out", "lora_unet_context_refiner_0_feed_forward_w1",
-     "lora_unet_final_layer_linear", "lora_unet_final_layer_adaLN_modulation_1"),
+     "lora_unet_noise_refiner_0_attention_out", "lora_unet_context_refiner_0_feed_forward_w1"),
     {"ss_base_model_version": "lumina2", "ss_network_module": "networks.lora_lumina",
      "modelspec.architecture": "lumina-2/lora", "ss_timestep_sampling": "shift", "ss_discrete_flow_shift": "6.0",
      "ss_model_prediction_type": "raw"})

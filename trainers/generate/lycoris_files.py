@@ -20,11 +20,13 @@ from trainers.models import LoadedModel
 
 # What a plain LoRA (or LoCon) module holds; diffusers loads files made of these alone.
 PLAIN_LORA = frozenset({"lora_down.weight", "lora_up.weight", "alpha"})
+PLAIN_SUFFIXES = tuple(f".{name}" for name in (*PLAIN_LORA, "lora_A.weight", "lora_B.weight"))
 
 
 def is_lycoris_file(state: dict[str, Tensor]) -> bool:
-    """The file holds weights that only LyCORIS reads (LoHa's hada_*, LoKr's lokr_*, IA3's, DoRA's dora_scale...)."""
-    return any(key.partition(".")[2] not in PLAIN_LORA for key in state)
+    """The file holds weights that only LyCORIS reads (LoHa's hada_*, LoKr's lokr_*, IA3's, DoRA's dora_scale...);
+    module names may have dots (a family's files in diffusers' and ComfyUI's naming, lora_file_names.py)."""
+    return any(not key.endswith(PLAIN_SUFFIXES) for key in state)
 
 
 def with_conv_ups(state: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -47,6 +47,7 @@ class LoraTarget:
     name: str  # e.g. lora_unet_double_blocks_0_img_attn_qkv
     layers: tuple[nn.Linear, ...]
     rows: tuple[torch.Tensor | None, ...] = ()  # per layer: its output rows in the file's order (None: as they are)
+    path: str = ""  # the dotted module path `name` is made from, where the family's files name it so (lora_file_names)
 
 
 @dataclass
@@ -233,6 +234,11 @@ class ModelFamily(FamilyRules):
     def lora_in_own_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A LoRA file another tool wrote in its own module names, in the names this family trains (Generate and
         network_weights read both)."""
+        return state
+
+    def lora_file(self, state: dict[str, torch.Tensor], model: "LoadedModel") -> dict[str, torch.Tensor]:
+        """A trained network's kohya state (lora_targets' names) as the family's LoRA files name it (lora_in_own_names
+        reads it back); most families save kohya's names."""
         return state
 
     def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: "LoadedModel") -> dict[str, torch.Tensor]:

@@ -183,7 +183,8 @@ class LoRAFile:
         tensors = self.network.kohya_state_dict(self.dtype)
         metadata = metadata_for(self.cfg, self.session, self.settings, self.session_id, epoch, step)
         bundled = self.word.bundled(self.dtype) if self.word is not None else {}  # pivotal tuning: A1111/Forge's way
-        save_lora_file(path, {**tensors, **bundled}, with_hashes({**tensors, **bundled}, metadata))
+        named = {**self.session.model.family.lora_file(tensors, self.session.model), **bundled}
+        save_lora_file(path, named, with_hashes(named, metadata))
         final = path == outputs(self.cfg)[0]
         if self.word is not None and final:  # and on its own, for diffusers' load_textual_inversion and ComfyUI
             save_lora_file(embedding_file(path, self.word.word), self.word.embedding_file(self.dtype),

@@ -5,8 +5,10 @@ Qwen-Image's system prefix, padded to a fixed length, then the assistant suffix 
 Qwen3-VL with positions that count only real tokens; the hidden layers `text_encoder_select_layers` stacked per token
 (the transformer's text-fusion stage mixes them), less the prefix's 34 tokens, with the text mask. 'krea2_shift'
 (musubi-tuner's) shifts the noise level by the image's size as the pipeline samples (mu 0.5 at 256 to 1.15 at 6400
-tokens). Its LoRA files use musubi-tuner's names (networks.lora_krea2: every Linear of the reference model,
-`lora_unet_blocks_0_attn_wq`, `..._mlp_gate`, `lora_unet_txtfusion_projector`, `lora_unet_first`), which ComfyUI reads.
+tokens). Its LoRAs train musubi-tuner's modules (networks.lora_krea2: every Linear of the reference model,
+`lora_unet_blocks_0_attn_wq`, `..._mlp_gate`, `lora_unet_txtfusion_projector`, `lora_unet_first`); the files name them
+as diffusers' load_lora_weights and ComfyUI both read them (`diffusion_model.blocks.0.attn.wq.lora_A.weight`, the alpha
+folded in).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
 from trainers.models.flow_latents import pack_latents, unpack_latents
 from trainers.models.flow_sigmas import shifted
 from trainers.models.krea2.rules import Krea2Rules
+from trainers.models.lora_file_names import FileNamedLora, path_target
 from trainers.models.qwen_image.family import QwenImage
 
 # Krea2Pipeline's prompt layout: prefix + caption, padded to TEXT_LENGTH + PREFIX_TOKENS - SUFFIX_ROOM tokens, then the
@@ -43,7 +46,7 @@ BLOCK_LAYERS = {"attn.to_q": "attn.wq", "attn.to_k": "attn.wk", "attn.to_v": "at
 _BLOCK = re.compile(r"(transformer_blocks|text_fusion\.layerwise_blocks|text_fusion\.refiner_blocks)\.(\d+)\.(.+)$")
 
 
-class Krea2(Krea2Rules, QwenImage, ModelFamily):
+class Krea2(FileNamedLora, Krea2Rules, QwenImage, ModelFamily):
     implementation = "https://github.com/krea-ai/krea-2"
     native_size = 1024
     transformer_class = "Krea2Transformer2DModel"
@@ -146,7 +149,7 @@ class Krea2(Krea2Rules, QwenImage, ModelFamily):
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         """Every Linear layer, under the reference model's names (musubi-tuner's default targets)."""
-        return [LoraTarget("lora_unet_" + reference_name(path).replace(".", "_"), (module,))
+        return [path_target(reference_name(path), (module,))
                 for path, module in unet.named_modules() if isinstance(module, nn.Linear)]
 
 

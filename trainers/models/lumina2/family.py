@@ -1,14 +1,15 @@
 """Lumina Image 2.0 (diffusers Lumina2Transformer2DModel, Lumina2Pipeline), as sd-scripts' lumina_train_network.py
 trains it: captions after the pipeline's system prompt read by Gemma 2 (its second-to-last hidden states, with the
 text's attention mask), a single-stream NextDiT transformer that patchifies FLUX.1's 16-channel latents itself,
-timestep t = 1 - sigma, and an output that is minus the velocity (sd-scripts' target: latents - noise). Its LoRA files
-use sd-scripts' names, which are ComfyUI's (NextDiT: `lora_unet_layers_0_attention_qkv`, q, k and v as one module,
-`feed_forward_w1`-`w3`, `adaLN_modulation_1`), on every block (main layers and both refiners) and the final layer,
-as networks.lora_lumina does by default.
+timestep t = 1 - sigma, and an output that is minus the velocity (sd-scripts' target: latents - noise). Its LoRAs
+train sd-scripts' modules (NextDiT: `lora_unet_layers_0_attention_qkv`, q, k and v as one module,
+`feed_forward_w1`-`w3`, `adaLN_modulation_1`) on every block (main layers and both refiners); the files name them as
+diffusers' load_lora_weights and ComfyUI both read them (`diffusion_model.layers.0.attention.qkv.lora_A.weight`, the
+alpha folded in), which leaves out the final layer networks.lora_lumina also trains: diffusers refuses a file with it.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -17,12 +18,13 @@ from torch import nn
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
 from trainers.models.flow_sigmas import flux_resolution_shift
+from trainers.models.lora_file_names import FileNamedLora, path_target
 from trainers.models.lumina2.rules import SYSTEM_PROMPT, TEXT_LENGTH, Lumina2Rules
 
 TEMPLATE = SYSTEM_PROMPT + " <Prompt Start> {}"
 
 
-class Lumina2(Lumina2Rules, FlowFamily, ModelFamily):
+class Lumina2(FileNamedLora, Lumina2Rules, FlowFamily, ModelFamily):
     implementation = "https://github.com/Alpha-VLLM/Lumina-Image-2.0"
     transformer_class = "Lumina2Transformer2DModel"
     default_t5_length = TEXT_LENGTH
@@ -100,26 +102,34 @@ class Lumina2(Lumina2Rules, FlowFamily, ModelFamily):
                 **self.flow_metadata()}
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
-        blocks = [(f"{kind}_{i}", block) for kind in ("noise_refiner", "context_refiner", "layers")
+        """Every block's layers, and the final layer's (read from older files; not trained: lora_target_dims)."""
+        blocks = [(f"{kind}.{i}", block) for kind in ("noise_refiner", "context_refiner", "layers")
                   for i, block in enumerate(getattr(unet, kind))]
         return [*(t for name, block in blocks for t in _block_targets(name, block)), *_final_targets(unet)]
 
+    def lora_target_dims(self, targets: list[LoraTarget], args: Mapping[str, str], dim: int) -> dict[str, int]:
+        """network_dim on the blocks; 0 on the final layer, which diffusers' Lumina 2 loader refuses in a file."""
+        return {target.name: 0 if target.name in FINAL_LAYER else dim for target in targets}
 
-def _block_targets(name: str, block: nn.Module) -> Iterator[LoraTarget]:
+
+FINAL_LAYER = ("lora_unet_final_layer_adaLN_modulation_1", "lora_unet_final_layer_linear")
+
+
+def _block_targets(path: str, block: nn.Module) -> Iterator[LoraTarget]:
     """A NextDiT block's layers under sd-scripts' names (attention.qkv fused, attention.out, feed_forward.w1-3 and
     the modulation adaLN_modulation.1, which the context refiners have not)."""
-    prefix, attn = f"lora_unet_{name}_", block.attn
-    yield LoraTarget(prefix + "attention_qkv", (attn.to_q, attn.to_k, attn.to_v))
-    yield LoraTarget(prefix + "attention_out", (attn.to_out[0],))
+    attn = block.attn
+    yield path_target(f"{path}.attention.qkv", (attn.to_q, attn.to_k, attn.to_v))
+    yield path_target(f"{path}.attention.out", (attn.to_out[0],))
     for index in (1, 2, 3):
-        yield LoraTarget(prefix + f"feed_forward_w{index}", (getattr(block.feed_forward, f"linear_{index}"),))
+        yield path_target(f"{path}.feed_forward.w{index}", (getattr(block.feed_forward, f"linear_{index}"),))
     if (modulation := getattr(block.norm1, "linear", None)) is not None:
-        yield LoraTarget(prefix + "adaLN_modulation_1", (modulation,))
+        yield path_target(f"{path}.adaLN_modulation.1", (modulation,))
 
 
 def _final_targets(unet: nn.Module) -> Iterator[LoraTarget]:
-    yield LoraTarget("lora_unet_final_layer_adaLN_modulation_1", (unet.norm_out.linear_1,))
-    yield LoraTarget("lora_unet_final_layer_linear", (unet.norm_out.linear_2,))
+    yield LoraTarget(FINAL_LAYER[0], (unet.norm_out.linear_1,))
+    yield LoraTarget(FINAL_LAYER[1], (unet.norm_out.linear_2,))
 
 
 LUMINA2 = Lumina2()

@@ -3,9 +3,11 @@ latent statistics, timestep = sigma, the velocity as output, no guidance embeddi
 captions in its own chat template read by Qwen3-VL (the last decoder layer's states before the final norm, less the
 system turn's tokens, without padding), one single-stream block-causal transformer over the joint text and image
 sequence, its image tokens the 64-channel latents of a 16x autoencoder unpatched (plain spatial order), the shift's
-mu linear from 0.5 at 256 to 1.15 at 4096 tokens. Its LoRA files use Qwen-Image's (musubi-tuner's, ComfyUI's) naming
-on diffusers' module names (`lora_unet_transformer_blocks_0_attn_to_q`, `..._img_mlp_gate_layer`), on every linear
-layer of the blocks (their modulation is one shared layer outside them).
+mu linear from 0.5 at 256 to 1.15 at 4096 tokens. Its LoRAs train every linear layer of the blocks (their modulation is
+one shared layer outside them) under Qwen-Image's kohya names (`lora_unet_transformer_blocks_0_img_mlp_gate_layer`); the
+files name them by diffusers' module paths with kohya's weights and alphas
+(`transformer_blocks.0.img_mlp.gate_layer.lora_down.weight`), the one naming both diffusers' load_lora_weights and
+ComfyUI (which fuses gate_layer and proj) read for every module.
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, ModelFamily, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import TextEncoderSpec, run_frozen
+from trainers.models.lora_file_names import FileNamedLora, path_target
 from trainers.models.qwen_image.family import QwenImage, trimmed
 from trainers.models.qwen_image21.rules import QwenImage21Rules
 
@@ -30,7 +33,7 @@ CHAT_TEMPLATE = SYSTEM_TURN + "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assis
 TEXT_LENGTH = 1024  # caption tokens read (the pipeline cuts none; Qwen-Image's length)
 
 
-class QwenImage21(QwenImage21Rules, QwenImage, ModelFamily):
+class QwenImage21(FileNamedLora, QwenImage21Rules, QwenImage, ModelFamily):
     implementation = "https://huggingface.co/Qwen/Qwen-Image-2.1"
     native_size = 1024
     transformer_class = "QwenImage21Transformer2DModel"
@@ -40,6 +43,8 @@ class QwenImage21(QwenImage21Rules, QwenImage, ModelFamily):
     shift_mu = (0.5, 1.15)  # QwenImage21Pipeline's calculate_shift defaults, over its unpatched latent tokens
     shift_tokens = (256, 4096)
     system_tokens: int = 0  # the system turn's tokens, dropped from the text states; set when loaded
+    lora_file_prefix = ""  # diffusers' module paths as they are
+    lora_file_peft = False
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         """Its tokenizer from `processor/` (a diffusers folder) or `tokenizer/` (a finetune Atelier saved)."""
@@ -96,6 +101,11 @@ class QwenImage21(QwenImage21Rules, QwenImage, ModelFamily):
     def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
         """The colour channels of what its autoencoder decodes (the published one decodes RGBA)."""
         return super().decode_latents(vae, latents, width, height)[:, :3]
+
+    def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
+        return [path_target(f"transformer_blocks.{i}.{name}", (module,))
+                for i, block in enumerate(unet.transformer_blocks)
+                for name, module in block.named_modules() if isinstance(module, nn.Linear)]
 
     # --- samples ---
 

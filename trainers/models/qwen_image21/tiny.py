@@ -25,6 +25,14 @@ def tiny_qwen21_vae(rgba: bool = True) -> "torch.nn.Module":
                                     latents_mean=[0.1, -0.2, 0.05, 0.0], latents_std=[1.5, 2.0, 0.8, 1.2], **layout)
 
 
+def tiny_qwen21_transformer() -> "torch.nn.Module":
+    from diffusers import QwenImage21Transformer2DModel
+
+    return QwenImage21Transformer2DModel(in_channels=LATENT_CHANNELS, out_channels=LATENT_CHANNELS, num_layers=2,
+                                         attention_head_dim=16, num_attention_heads=2, context_in_dim=32,
+                                         axes_dims_rope=(4, 6, 6))
+
+
 def tiny_qwen3_vl(vocab_size: int, pad_token_id: int) -> "torch.nn.Module":
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
@@ -40,7 +48,7 @@ def build_tiny_qwen_image21(folder: Path, seed: int = 0) -> Path:
     """Save a tiny Qwen-Image 2.1 folder to `folder`: its components, saved one by one (a QwenImage21Pipeline saves
     its Qwen3VLProcessor, whose video processor needs torchvision), and the pipeline's model_index.json."""
     import diffusers
-    from diffusers import FlowMatchEulerDiscreteScheduler, QwenImage21Transformer2DModel
+    from diffusers import FlowMatchEulerDiscreteScheduler
     from transformers import AutoTokenizer
 
     from trainers.models.qwen_image21.family import QWEN_IMAGE21
@@ -49,9 +57,7 @@ def build_tiny_qwen_image21(folder: Path, seed: int = 0) -> Path:
     write_tiny_qwen_tokenizer(folder / "processor")
     tokenizer = AutoTokenizer.from_pretrained(folder / "processor")
     components = {
-        "transformer": QwenImage21Transformer2DModel(
-            in_channels=LATENT_CHANNELS, out_channels=LATENT_CHANNELS, num_layers=2, attention_head_dim=16,
-            num_attention_heads=2, context_in_dim=32, axes_dims_rope=(4, 6, 6)),
+        "transformer": tiny_qwen21_transformer(),
         "vae": tiny_qwen21_vae(),
         "text_encoder": tiny_qwen3_vl(len(tokenizer), tokenizer.pad_token_id),
         "scheduler": FlowMatchEulerDiscreteScheduler(**QWEN_IMAGE21.scheduler_config()),
