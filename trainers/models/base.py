@@ -236,6 +236,11 @@ class ModelFamily(FamilyRules):
         network_weights read both)."""
         return state
 
+    def lora_in_musubi_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """A kohya file of this family in musubi-tuner's own module names (`tools convert --to musubi`); None where
+        musubi reads kohya's names as they are."""
+        return None
+
     def lora_file(self, state: dict[str, torch.Tensor], model: "LoadedModel") -> dict[str, torch.Tensor]:
         """A trained network's kohya state (lora_targets' names) as the family's LoRA files name it (lora_in_own_names
         reads it back); most families save kohya's names."""

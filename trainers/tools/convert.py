@@ -78,18 +78,17 @@ def _lora(cfg: ToolConfig, job: ToolJob, lora: LoraFile) -> Path:
 
 
 def _musubi(lora: LoraFile) -> dict[str, torch.Tensor]:
-    """A kohya-named Z-Image LoRA (ComfyUI's fused q, k, v or musubi's own) in musubi-tuner's names."""
-    from trainers.models.zimage.lora_names import comfy_names, musubi_names
-
+    """A kohya-named LoRA in musubi-tuner's names where its family's differ (Z-Image's q, k, v apart)."""
     family = guess_family(lora).found
-    if key_format(lora.modules) != "kohya" or family is None or family.name != "zimage":
+    try:
+        tensors = family.lora_in_musubi_names(dict(lora.tensors)) if family is not None else None
+    except ValueError as err:
+        raise ToolError("input", str(err)) from None
+    if key_format(lora.modules) != "kohya" or tensors is None:
         raise ToolError("to", f"{lora.path.name}: `musubi` is musubi-tuner's Z-Image layout (q, k, v apart), for a "
                         "Z-Image LoRA in kohya's names; musubi-tuner reads the other families' LoRAs as kohya writes "
                         "them: convert to kohya")
-    try:
-        return musubi_names(comfy_names(dict(lora.tensors)))
-    except ValueError as err:
-        raise ToolError("input", str(err)) from None
+    return tensors
 
 
 # ---- models ------------------------------------------------------------------------------------------------------

@@ -94,6 +94,12 @@ class ZImage(ZImageRules, FlowFamily, ModelFamily):
 
         return comfy_names(state)
 
+    def lora_in_musubi_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """q, k and v apart, as musubi-tuner's lora_zimage trains them (lora_names.py)."""
+        from trainers.models.zimage.lora_names import comfy_names, musubi_names
+
+        return musubi_names(comfy_names(state))
+
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         return [target for i, layer in enumerate(unet.layers) for target in _layer_targets(i, layer)]
 
