@@ -41,7 +41,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     sdxl = _configs(root / "sdxl", {"model_index.json": {"_class_name": "StableDiffusionXLPipeline"},
                                     "unet/config.json": {"cross_attention_dim": 2048}})
     vae = _configs(root / "vae", {"config.json": {"_class_name": "AutoencoderKL", "latent_channels": 4}})
-    (vae / "diffusion_pytorch_model.safetensors").write_bytes(b"")
+    save_file({"encoder.conv_in.weight": torch.zeros(1)}, vae / "diffusion_pytorch_model.safetensors")
     img = build_dataset(root / "img", size=256)  # big enough for 256-pixel buckets without upscaling
     reg = build_dataset(root / "reg", folder="1_shape", size=256)
     subset = f'[[datasets]]\n[[datasets.subsets]]\nimage_dir = "{img / "5_sks shape"}"\nnum_repeats = 1\n'
@@ -59,7 +59,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     save_file({"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight": torch.zeros(1),
                "first_stage_model.encoder.conv_in.weight": torch.zeros(1)}, sd3)
     clip = ("text_model.embeddings.token_embedding.weight", "text_model.encoder.layers.0.mlp.fc1.weight")
-    names = {"clip_l": clip, "clip_g": clip, "ae": ("encoder.conv_in.weight", "decoder.conv_in.weight"),
+    names = {"clip_l": clip, "clip_g": clip, "ae": ("encoder.conv_in.weight", "encoder.down.0.block.0.conv1.weight", "decoder.conv_in.weight"),
              "t5xxl": ("shared.weight", "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight")}
     parts = {option: root / f"{option}.safetensors" for option in names}
     for option, path in parts.items():
