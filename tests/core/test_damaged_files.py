@@ -94,3 +94,18 @@ def test_a_model_that_fails_to_load_is_named_and_leaves_no_output_dir(tiny_sd1_d
     [error] = [e for e in events(tmp_path / "run") if e["type"] == "error"]
     assert error["message"].startswith(f"pretrained_model_name_or_path: {model / 'unet'} cannot be loaded")
     assert "trace" not in error and not out.exists()
+
+
+def test_a_vae_folder_that_fails_to_load_is_named_with_the_vae_option(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    """What single files and folders load a `vae` folder by (past the checks: e.g. a hub model's)."""
+    from trainers.models.components import vae_folder
+    from trainers.models.rules import ModelLoadError
+
+    assert type(vae_folder(str(tiny_sd1_dir / "vae"))).__name__ == "AutoencoderKL"
+    vae = tmp_path / "my vae"
+    shutil.copytree(tiny_sd1_dir / "vae", vae)
+    weights = vae / "diffusion_pytorch_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    with pytest.raises(ModelLoadError) as refused:
+        vae_folder(str(vae))
+    assert str(refused.value).startswith(f"vae: {vae} cannot be loaded")

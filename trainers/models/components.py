@@ -60,10 +60,17 @@ def load_vae(folder: Path, vae_path: str, random_init: bool = False, vae_class: 
     """The model's VAE (a diffusers `vae_class`) in float32, or the one `vae_path` names instead."""
     import diffusers
 
-    cls = getattr(diffusers, vae_class)
     if vae_path:
-        return named_load(Path(vae_path).expanduser(), "vae", lambda: cls.from_pretrained(Path(vae_path).expanduser()))
-    return load_component(cls, folder, "vae", torch.float32, random_init)
+        return vae_folder(vae_path, vae_class)
+    return load_component(getattr(diffusers, vae_class), folder, "vae", torch.float32, random_init)
+
+
+def vae_folder(vae_path: str, vae_class: str = "AutoencoderKL") -> nn.Module:
+    """The VAE the `vae` option names (a diffusers folder), float32; a folder that fails to load is named."""
+    import diffusers
+
+    folder = Path(vae_path).expanduser()
+    return named_load(folder, "vae", lambda: getattr(diffusers, vae_class).from_pretrained(folder))
 
 
 def load_common(folder: Path, weight_dtype: torch.dtype, vae_path: str,

@@ -31,15 +31,14 @@ TOKENIZERS: dict[str, tuple[str, str]] = {
 def load_parts(ckpt: "Checkpoint", parts: tuple[Part, ...], files: ModelFiles, vae_path: str,
                dtype: torch.dtype, latent_scale: float, latent_shift: float) -> tuple[list[nn.Module], nn.Module]:
     """(text encoders in `parts` order, autoencoder) from the file or the files its options name."""
-    from diffusers import AutoencoderKL
-
     from trainers.models import component_files
+    from trainers.models.components import vae_folder
 
     text_encoders: list[nn.Module] = []
     vae: nn.Module | None = None
     for part in parts:
         if part.kind == "vae" and vae_path:
-            vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
+            vae = vae_folder(vae_path)
             continue
         state = component_files.component(ckpt, part.prefix, getattr(files, part.option) if part.option else "",
                                           part.what, part.option or "vae")

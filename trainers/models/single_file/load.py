@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from trainers.models.base import LoadedModel, ModelFamily, ModelFiles, ModelLoadError
-from trainers.models.components import read_json, training_scheduler
+from trainers.models.components import read_json, training_scheduler, vae_folder
 from trainers.models.families import family as find_family
 from trainers.models.rules import checkpoint_rules, unknown_checkpoint
 from trainers.models.single_file.checkpoint import Checkpoint, open_checkpoint
@@ -136,7 +136,7 @@ def build_components(state: Mapping[str, torch.Tensor], family: ModelFamily, fol
     unet = fill(unet, convert("UNet", convert_ldm_unet_checkpoint, state, unet_cfg), weight_dtype, "UNet")
 
     if vae_path:
-        vae = AutoencoderKL.from_pretrained(Path(vae_path).expanduser())
+        vae = vae_folder(vae_path)
     else:
         vae_cfg = dict(AutoencoderKL.load_config(folder / "vae"))
         with init_empty_weights():
