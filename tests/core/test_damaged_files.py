@@ -109,3 +109,22 @@ def test_a_vae_folder_that_fails_to_load_is_named_with_the_vae_option(tiny_sd1_d
     with pytest.raises(ModelLoadError) as refused:
         vae_folder(str(vae))
     assert str(refused.value).startswith(f"vae: {vae} cannot be loaded")
+
+
+def test_each_shard_a_sharded_index_names_is_checked(tmp_path: Path) -> None:
+    from trainers.models.checks import damaged_weights
+
+    part = tmp_path / "text_encoder_2"
+    part.mkdir()
+    save_file({"a": torch.zeros(4)}, part / "model-00001-of-00003.safetensors")
+    save_file({"b": torch.zeros(4)}, part / "model-00002-of-00003.safetensors")
+    index = {"weight_map": {"a": "model-00001-of-00003.safetensors", "b": "model-00002-of-00003.safetensors"}}
+    (part / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert damaged_weights(tmp_path) == []
+    index["weight_map"]["c"] = "model-00003-of-00003.safetensors"
+    (part / "model.safetensors.index.json").write_text(json.dumps(index))
+    shard = part / "model-00002-of-00003.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-4])
+    missing, cut = damaged_weights(tmp_path)
+    assert missing.startswith(f"{part / 'model-00003-of-00003.safetensors'} is missing")
+    assert cut.startswith(f"{shard} is cut short")
