@@ -22,9 +22,10 @@ from gui.presets import PresetError, Presets
 from gui.run_files import Watchers, format_duration, list_runs
 from gui.text import plain
 from trainers.core import events as ev
+from trainers.core.lifecycle import settled_state
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.registry import METHOD_NAMES
-from trainers.core.rundir import RunState, effective_state, read_status
+from trainers.core.rundir import RunState, read_status
 from trainers.core.saves import list_saves
 from trainers.generate.options import (
     GEN_BY_NAME,
@@ -78,7 +79,7 @@ class JobWatcher:
                 self._apply(event)
             v = self.view
             v.status = read_status(self.job_dir)
-            v.state = effective_state(v.status)
+            v.state = settled_state(self.job_dir, v.status)
             v.mode = v.status.get("method", v.mode)
             if not v.error and v.state == RunState.FAILED:
                 v.error = v.status.get("message") or "the job ended without reporting; see train.log in its folder"

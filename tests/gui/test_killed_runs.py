@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _run(tmp_path: Path, **status: object) -> Path:
     run = tmp_path / "runs" / "20260101-lora-1"
     run.mkdir(parents=True)
-    (run / "status.json").write_text(json.dumps({"method": "lora", **status}), encoding="utf-8")
+    (run / "status.json").write_text(json.dumps({"method": "lora"} | status), encoding="utf-8")
     return run
 
 
@@ -42,6 +42,13 @@ def test_a_stopping_run_whose_processes_are_gone_is_stopped_and_a_live_one_stays
     assert RunWatcher(stopping).refresh().state == RunState.STOPPED and read_status(stopping)["state"] == "stopped"
     alive = _run(tmp_path / "b", state="running", pgid=os.getpgid(0))  # this test's own group runs
     assert list_runs(alive.parent)[0].state == RunState.RUNNING and read_status(alive)["state"] == "running"
+
+
+def test_a_killed_generation_job_is_written_off_too(tmp_path: Path) -> None:
+    from gui.generate_tab import JobWatcher
+
+    job = _run(tmp_path, state="running", method="generate", launcher_pid=NO_SUCH_GROUP, pgid=NO_SUCH_GROUP)
+    assert JobWatcher(job).refresh().state == RunState.FAILED and read_status(job)["state"] == "failed"
 
 
 def test_a_run_of_another_machine_is_not_written_off_from_this_one(tmp_path: Path) -> None:
