@@ -89,7 +89,7 @@ def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     paths = {id(m): p for p, m in unet.named_modules()}
     layers = {t.name: [paths[id(layer)] for layer in t.layers] for t in trained}
     return SimpleNamespace(family=family, pipeline=pipeline, unet=unet, state=state, targets=trained, path=path,
-                           layers=layers,
+                           layers=layers, network=network,
                            file=load_file(str(path)), comfy=comfy(unet), qwen=qwen, model=model,
                            expected=_updates(kohya_to_diffusers(state, model, targets, ())))
 
@@ -133,3 +133,8 @@ def test_the_file_reads_back_as_the_network_trained_it_and_older_files_as_they_a
     read = _updates(kohya_to_diffusers(back, model, family.lora_targets(saved.unet), ()))
     assert read.keys() == saved.expected.keys()
     assert all(torch.allclose(read[k], v, atol=1e-5) for k, v in saved.expected.items())
+    # network_weights: read with the run's alpha (the file's ss_network_alpha), a network at that alpha takes it
+    again = family.lora_in_own_names(saved.file, 2.0)
+    assert {float(v) for k, v in again.items() if k.endswith(".alpha")} == {2.0}
+    saved.network.load_kohya_state_dict(again)
+    assert all(torch.allclose(again[k], v, atol=1e-5) for k, v in saved.state.items())

@@ -231,9 +231,11 @@ class ModelFamily(FamilyRules):
         """The LoRA modules of the denoiser with their kohya names (None: found by unet_key_style)."""
         return None
 
-    def lora_in_own_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def lora_in_own_names(self, state: dict[str, torch.Tensor],
+                          network_alpha: float | None = None) -> dict[str, torch.Tensor]:
         """A LoRA file another tool wrote in its own module names, in the names this family trains (Generate and
-        network_weights read both)."""
+        network_weights read both). `network_alpha`: the alpha to give modules whose file folded it into their
+        weights (lora_file_names.py; network_weights passes the file's ss_network_alpha)."""
         return state
 
     def lora_in_musubi_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:

@@ -46,9 +46,11 @@ def to_file_names(state: dict[str, torch.Tensor], targets: Sequence[LoraTarget],
     return out
 
 
-def from_file_names(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """A file of to_file_names (or kohya's names: returned as it is) in kohya's names; a module saved without its
-    alpha gets alpha = rank (its scale is in its lora_A)."""
+def from_file_names(state: dict[str, torch.Tensor], prefix: str,
+                    network_alpha: float | None = None) -> dict[str, torch.Tensor]:
+    """A file of to_file_names (or kohya's names: returned as it is) in kohya's names. A module saved without its
+    alpha (its scale is in its lora_A) gets `network_alpha` (the run's, so that network_weights takes the file) and
+    lora_A less that scale: the same update with any alpha; without one, alpha = rank."""
     if not any(key.startswith(prefix) for key in state) or any(key.startswith(KOHYA_PREFIX) for key in state):
         return state
     out: dict[str, torch.Tensor] = {}
@@ -61,7 +63,10 @@ def from_file_names(state: dict[str, torch.Tensor], prefix: str) -> dict[str, to
         name = KOHYA_PREFIX + module.removeprefix(prefix).replace(".", "_")
         out[f"{name}.{PEFT.get(weight, weight)}"] = value
         if weight == "lora_A.weight" and f"{module}.alpha" not in state:
-            out[f"{name}.alpha"] = torch.tensor(float(value.shape[0]))
+            rank = value.shape[0]
+            alpha = network_alpha or float(rank)
+            out[f"{name}.lora_down.weight"] = (value.float() * (rank / alpha)).to(value.dtype)
+            out[f"{name}.alpha"] = torch.tensor(alpha)
     return out
 
 
@@ -81,5 +86,6 @@ class FileNamedLora:
         return to_file_names(state, self.lora_targets(model.unet), self.lora_file_prefix,  # type: ignore[attr-defined]
                              self.lora_file_peft)
 
-    def lora_in_own_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return from_file_names(state, self.lora_file_prefix)
+    def lora_in_own_names(self, state: dict[str, torch.Tensor],
+                          network_alpha: float | None = None) -> dict[str, torch.Tensor]:
+        return from_file_names(state, self.lora_file_prefix, network_alpha)

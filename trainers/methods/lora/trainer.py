@@ -90,9 +90,17 @@ def _start_weights(cfg: TrainConfig, family: ModelFamily) -> dict[str, torch.Ten
         return None
     path = Path(cfg.network_weights).expanduser()
     try:
-        return family.lora_in_own_names(read_lora_file(path)[0])  # also the names other tools write
+        state, metadata = read_lora_file(path)
+        return family.lora_in_own_names(state, _number(metadata.get("ss_network_alpha")))  # also other tools' names
     except (ValueError, OSError, SafetensorError) as err:
         raise _weights_issue(f"cannot read {path}: {err}") from None
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:  # "Dynamic" (a resized file's)
+        return None
 
 
 def learning_rates(cfg: TrainConfig, settings: NetworkSettings, key_style: str) -> LearningRates:

@@ -88,7 +88,8 @@ class ZImage(ZImageRules, FlowFamily, ModelFamily):
                 "modelspec.prediction_type": None, "ss_network_module": "networks.lora_zimage",
                 **self.flow_metadata()}
 
-    def lora_in_own_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def lora_in_own_names(self, state: dict[str, torch.Tensor],
+                          network_alpha: float | None = None) -> dict[str, torch.Tensor]:
         """musubi-tuner's split q, k, v fused as ComfyUI's attention_qkv (lora_names.py)."""
         from trainers.models.zimage.lora_names import comfy_names
 
