@@ -251,6 +251,15 @@ def test_a_file_not_of_the_family_model_family_names_is_told_in_that_familys_wor
     assert "Stable Diffusion" not in message and not re.search(r"\ban [FKLQZ]", message), message
 
 
+def test_no_message_puts_an_before_a_family_title() -> None:
+    """'an Z-Image model': family titles are read in many ways (S-D-X-L, Flux, Zed), so messages name them without
+    an article before them."""
+    found = [f"{path.relative_to(REPO)}:{n}" for folder in ("trainers", "gui") for path in (REPO / folder).rglob("*.py")
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"\ban \{[\w.]*title\}", line)]
+    assert not found, found
+
+
 def test_model_checks_load_no_torch(base: dict) -> None:
     code = ("import sys; from trainers.models.checks import model_issues; "
             f"model_issues({{**{base!r}, 'vae': {base['train_data_dir']!r}, 'clip_skip': 3}}); "

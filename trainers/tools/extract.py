@@ -30,8 +30,8 @@ def run(cfg: ToolConfig, job: ToolJob) -> Path:
     job.progress("loading the models", 1, 2)
     tuned = load_weights(cfg.model_tuned, "model_tuned", files)
     if len({tuned.family.name, base.family.name}) > 1:  # another family (SD1 and SD2 share a class)
-        raise ToolError("model_tuned", f"it is an {tuned.family.title} model and model_org an {base.family.title} "
-                        "one: extract from a finetune of the base model")
+        raise ToolError("model_tuned", f"it is of the {tuned.family.title} family and model_org of the "
+                        f"{base.family.title} family: extract from a finetune of the base model")
     names = lora_module_names(base, conv=cfg.conv_dim is not None)
     base_layers, tuned_layers = layer_map(base), layer_map(tuned)
     changes = _changes(names, base_layers, tuned_layers, cfg.min_diff, job)
