@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,26 +79,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="atelier-pages-") as tmp:
         work = Path(tmp)
         port = free_port()
-        app = subprocess.Popen([sys.executable, "app.py", "--demo", "--headless", "--server-port", str(port),
-                                "--runs-dir", str(work / "runs"), "--presets-dir", str(work / "presets")],
-                               cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True, preexec_fn=pin)
+        app = start_demo_app(work, port, env, pin)
         run_dir = work / "runs" / "20260101-000000-lora-bench"
         trainer = None
         try:
             url = f"http://127.0.0.1:{port}/"
-            wait_for(lambda: _answers(url), 180, "the app")
-            wait_for(lambda: (REPO / "demo" / "tiny-sd1" / "atelier_demo.json").exists(), 600,
-                     "the demo model")  # app.py prepares it behind the page
-            config = work / "bench.toml"  # the demo, long, without samples or saves between steps
-            config.write_text(_long_demo_config(work / "out"), encoding="utf-8")
-            trainer = subprocess.Popen(
-                [sys.executable, "-m", "trainers", "lora", "--config", str(config), "--run-dir", str(run_dir)],
-                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "trainer.log", "wb"),
-                start_new_session=True, preexec_fn=pin)
-            wait_for(lambda: last_step(run_dir) >= 5 or trainer.poll() is not None, 600, "the first training steps")
-            if trainer.poll() is not None:
-                raise SystemExit(f"the trainer ended:\n{(work / 'trainer.log').read_text()[-2000:]}")
+            trainer = start_long_run(url, work, run_dir, env, pin)
             results: list[tuple[int, float, float]] = []
             if browser_cpus:
                 os.sched_setaffinity(0, browser_cpus)  # playwright's driver and chromium inherit it
@@ -132,6 +119,33 @@ def main() -> int:
     print(f"\nwith {args.pages} pages: training {slowdown:+.1%} slower; GUI process {mean(idle, 2):.1%} -> "
           f"{mean(busy, 2):.1%} of a core")
     return 0
+
+
+def start_demo_app(work: Path, port: int, env: dict[str, str], pin: Callable[[], None] | None = None
+                   ) -> subprocess.Popen:
+    """`app.py --demo` on `port`, with its runs and presets folders in `work`."""
+    return subprocess.Popen([sys.executable, "app.py", "--demo", "--headless", "--server-port", str(port),
+                             "--runs-dir", str(work / "runs"), "--presets-dir", str(work / "presets")],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "app.log", "wb"),
+                            start_new_session=True, preexec_fn=pin)
+
+
+def start_long_run(url: str, work: Path, run_dir: Path, env: dict[str, str],
+                   pin: Callable[[], None] | None = None) -> subprocess.Popen:
+    """Once the app at `url` answers and its demo model is built, a long demo run in `run_dir`, past its 5th step."""
+    wait_for(lambda: _answers(url), 300, "the app")
+    wait_for(lambda: (REPO / "demo" / "tiny-sd1" / "atelier_demo.json").exists(), 600,
+             "the demo model")  # app.py prepares it behind the page
+    config = work / "bench.toml"  # the demo, long, without samples or saves between steps
+    config.write_text(_long_demo_config(work / "out"), encoding="utf-8")
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "trainers", "lora", "--config", str(config), "--run-dir", str(run_dir)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "trainer.log", "wb"),
+        start_new_session=True, preexec_fn=pin)
+    wait_for(lambda: last_step(run_dir) >= 5 or trainer.poll() is not None, 600, "the first training steps")
+    if trainer.poll() is not None:
+        raise SystemExit(f"the trainer ended:\n{(work / 'trainer.log').read_text()[-2000:]}")
+    return trainer
 
 
 def _long_demo_config(out: Path) -> str:

@@ -26,6 +26,7 @@ from gui.presets import PresetError, Presets, label
 from gui.run_files import RunSummary, Watchers, format_duration, list_runs
 from gui.run_panel import RunPanel, build_run_panel, is_generation_job, render, view_for
 from gui.run_queue import RunQueue
+from gui.session_state import lighten_sessions
 from gui.text import plain
 from gui.title import title_line
 from gui.tools_tab import build_tools_tab
@@ -101,6 +102,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         wire_tensorboard(tensorboard, viewed, services.runs_dir)
         wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
     keep_api_docs_off(page)
+    lighten_sessions()
     return page
 
 

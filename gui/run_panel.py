@@ -1,6 +1,7 @@
 """The live run panel: progress, rates, loss chart, samples, log tail, result or failure."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,27 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
         return done[2]
     if len(_RENDERED) > 64:
         _RENDERED.clear()
-    pairs = _render(view)
+        _CHARTS.clear()
+    pairs = _steady_charts(view, _render(view), time.monotonic())
     _RENDERED[view.run_id] = (view, view.version, pairs)
+    return pairs
+
+
+CHART_EVERY_S = 5.0  # a running run's charts are redrawn at most this often; its text every tick
+_CHARTS: dict[str, tuple[float, list[tuple[Any, Any]]]] = {}  # run id -> (when drawn, its two chart pairs)
+
+
+def _steady_charts(view: RunView, pairs: list[tuple[Any, Any]], now: float) -> list[tuple[Any, Any]]:
+    """The charts of a running run as last drawn while the only news is more steps, for CHART_EVERY_S: each chart
+    sent is a new plot object that every page's session builds, stores and serializes (the costliest part of a
+    tick with many pages). A chart that shows or hides, a validation point and a run that ended draw at once."""
+    charts = pairs[3:5]
+    drawn = _CHARTS.get(view.run_id)
+    if drawn is not None and view.state.active and now - drawn[0] < CHART_EVERY_S:
+        same_shown = all(old.visible == new.visible for (_, old), (_, new) in zip(drawn[1], charts))
+        if same_shown and drawn[1][0][0][2] == charts[0][0][2]:  # and the same validation points
+            return pairs[:3] + drawn[1] + pairs[5:]
+    _CHARTS[view.run_id] = (now, charts)
     return pairs
 
 

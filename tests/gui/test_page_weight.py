@@ -64,3 +64,53 @@ def test_the_title_line_names_every_registered_method_and_family(served) -> None
     missing = [f.name for f in FAMILIES if rules_of(f.name).title not in text]
     missing += [m.name for m in METHODS if m.title not in text]
     assert not missing, f"the title line leaves out {missing}: {text}"
+
+
+def test_a_running_runs_charts_are_redrawn_every_few_seconds_and_its_text_every_tick(tmp_path, monkeypatch) -> None:
+    import json
+
+    import gui.run_panel as run_panel
+    from gui.run_files import RunWatcher
+    from trainers.core import events as ev
+
+    run = tmp_path / "run"
+    run.mkdir()
+    status = {"state": "running", "launcher_pid": os.getpid(), "method": "lora"}
+    (run / "status.json").write_text(json.dumps(status))
+    writer, watcher = ev.EventWriter(run), RunWatcher(run)
+
+    def step(n: int) -> list:
+        writer.emit(ev.Progress(step=n, total_steps=100, epoch=1, total_epochs=1, loss=1.0 / n, loss_smoothed=0.5,
+                                lr=1e-4, it_per_s=1.0, images_per_s=2.0))
+        return run_panel.render(watcher.refresh())
+
+    for n in range(1, 5):
+        drawn = step(n)
+    assert drawn[3][1].visible
+    later = step(5)
+    assert later[1][0] != drawn[1][0] and "5 / 100 steps" in later[1][1]  # the progress is new at every tick
+    assert later[3][0] == drawn[3][0] and later[4][0] == drawn[4][0]  # the charts wait: the pages send nothing
+    monkeypatch.setattr(run_panel, "CHART_EVERY_S", 0.0)
+    assert step(6)[3][0] != drawn[3][0]  # their time came: steps 5 and 6 are drawn
+    monkeypatch.undo()
+    drawn = step(7)
+    (run / "status.json").write_text(json.dumps({**status, "state": "finished"}))
+    assert run_panel.render(watcher.refresh())[3][0] != drawn[3][0]  # an ended run shows its whole curve at once
+
+
+def test_a_new_session_builds_no_config_copy_of_every_component_until_a_deep_link_asks(served, monkeypatch) -> None:
+    import gradio.blocks
+    from gradio import state_holder
+
+    _, page = served
+    title = next(c["id"] for c in page.get_config_file()["components"] if c["props"].get("elem_id") == "run-title")
+    built = []
+    original = gradio.blocks.BlocksConfig.config_for_block
+    monkeypatch.setattr(gradio.blocks.BlocksConfig, "config_for_block",
+                        staticmethod(lambda *args, **kw: built.append(args[0]) or original(*args, **kw)))
+    session = page.state_holder["a-new-page"]  # what a page's first event sets up
+    assert isinstance(session, state_holder.SessionState)
+    session._update_value_in_config(title, "### Training: `run-1`")  # an event sets the run panel's title
+    assert len(built) < 10, f"{len(built)} component configs built for one new session"
+    shown = {c["id"]: c for c in session.components}  # a deep link: every component, with this session's values
+    assert len(shown) > 1000 and shown[title]["props"]["value"] == "### Training: `run-1`"
