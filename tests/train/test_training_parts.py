@@ -146,8 +146,8 @@ def test_family_mismatch_is_explained(tiny_sd1_dir: Path) -> None:
 
 
 def test_missing_model_and_broken_folder_are_explained(tmp_path: Path, tiny_sd1_dir: Path) -> None:
-    with pytest.raises(ModelLoadError, match="could not be fetched"):
-        load_model(str(tmp_path / "no-such-model"), "auto", torch.float32)
+    with pytest.raises(ModelLoadError, match="is neither a local folder nor a hub id"):
+        load_model(str(tmp_path / "no-such-model"), "auto", torch.float32)  # a path is never sent to the hub
     broken = tmp_path / "broken"
     shutil.copytree(tiny_sd1_dir, broken)
     (broken / "unet" / "config.json").unlink()
