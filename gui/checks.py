@@ -35,7 +35,7 @@ class CheckReport:
         return self.cfg is not None and not self.issues and not self.dataset_problem
 
     def by_group(self) -> dict[str, list[str]]:
-        """Problem lines keyed by where the page shows them ("essentials" or a schema group)."""
+        """Problem lines keyed by where the page shows them (an essential field, a schema group, or "essentials")."""
         out: dict[str, list[str]] = {}
         for issue in self.issues:
             out.setdefault(_place(issue.field), []).append(f"**{plain(issue.field)}**: {plain(issue.message)}")
@@ -70,8 +70,11 @@ class CheckReport:
 
 
 def _place(name: str) -> str:
-    """Where the page shows a problem of option `name`: "essentials" (the fields at the top) or its group."""
-    return "essentials" if name in ESSENTIALS or name not in BY_NAME else BY_NAME[name].group
+    """Where the page shows a problem of option `name`: at its own field for the fields at the top (ESSENTIALS), in
+    its group for the others, under the top fields ("essentials") for a name that is no option."""
+    if name in ESSENTIALS:
+        return name
+    return BY_NAME[name].group if name in BY_NAME else "essentials"
 
 
 def check_form(method: str, values: dict[str, Any], allowed_roots: list[Path] | None = None) -> CheckReport:

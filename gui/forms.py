@@ -24,7 +24,7 @@ OPEN_GROUPS = ("optimizer",)  # shown open below the essentials (and a method's 
 class Form:
     method: str
     widgets: dict[str, gr.components.Component] = field(default_factory=dict)
-    group_notes: dict[str, gr.Markdown] = field(default_factory=dict)
+    group_notes: dict[str, gr.Markdown] = field(default_factory=dict)  # by place: a group, an essential, "essentials"
     accordions: dict[str, gr.Accordion] = field(default_factory=dict)
 
     @property
@@ -116,13 +116,14 @@ def build_form(method: str) -> Form:
             by_group.setdefault(opt.group, []).append(opt)
     with gr.Group(elem_classes=["essentials"]):
         gr.Markdown("**Start here:** the base model, your images and where the result goes.")
-        with gr.Row():
-            for name in ESSENTIALS[:2]:
-                form.widgets[name] = make_widget(option_for(method, name))
-        with gr.Row():
-            for name in ESSENTIALS[2:]:
-                form.widgets[name] = make_widget(option_for(method, name))
-    form.group_notes["essentials"] = gr.Markdown(visible=False, elem_classes=["group-problems"])
+        for row in (ESSENTIALS[:2], ESSENTIALS[2:]):
+            with gr.Row():
+                for name in row:
+                    with gr.Column(min_width=160):  # its problems directly under it, as a form shows them
+                        form.widgets[name] = make_widget(option_for(method, name))
+                        form.group_notes[name] = gr.Markdown(visible=False, elem_classes=["group-problems"],
+                                                             elem_id=f"note-{name}")
+    form.group_notes["essentials"] = gr.Markdown(visible=False, elem_classes=["group-problems"])  # names no option
     for group, title in GROUPS.items():
         members = by_group.get(group, [])
         if not members:

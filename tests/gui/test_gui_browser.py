@@ -319,8 +319,9 @@ def test_messages_and_help_read_in_full(page, tmp_path: Path) -> None:
         full = ("train_data_dir: is required: give a folder of <repeats>_<tokens> subfolders (or set metadata_dir "
                 "or dataset_config)")
         expect(page.locator("#report-lora")).to_contain_text(full)
-        note = page.locator(".group-problems").filter(has_text="train_data_dir").first  # the Essentials' note
+        note = page.locator("#note-train_data_dir")  # right under the field
         expect(note).to_contain_text("<repeats>_<tokens> subfolders")
+        expect(page.locator("#note-output_name")).to_be_hidden()  # it has a default
     finally:
         _stop_app(app)
 

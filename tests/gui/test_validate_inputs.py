@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gui.checks import check_form
-from gui.forms import from_widget, option_for
+from gui.forms import from_widget, option_for, to_widget
 from trainers.core.options import Option, options_for
 from trainers.demo import build_dataset
 
@@ -82,7 +83,7 @@ def test_one_validate_names_every_problem_in_every_group(ready: dict, tmp_path: 
     report = check_form("lora", {**ready, **bad})
     assert not report.ok and {i.field for i in report.issues} == set(bad) - {"network_train_unet_only"}
     grouped = report.by_group()
-    assert {"optimizer", "network", "essentials", "model"} <= set(grouped)
+    assert {"optimizer", "network", "train_data_dir", "model"} <= set(grouped)
     assert "no such folder" in report.summary() and "'fast'" in report.summary()
     assert not report.steps and not report.lr_curve  # numbers of a config with a typo in it would mislead
 
@@ -100,9 +101,50 @@ def test_a_data_folder_without_images_is_named_at_its_field_too(ready: dict, tmp
     (tmp_path / "loose").mkdir()
     (tmp_path / "loose" / "notes.txt").write_text("not an image", encoding="utf-8")
     grouped = check_form("lora", {**ready, "train_data_dir": str(tmp_path / "loose")}).by_group()
-    at_field = [line for line in grouped.get("essentials", []) if "train_data_dir" in line]
+    at_field = grouped.get("train_data_dir", [])
     assert at_field and "no image subfolders found" in at_field[0] and "Dataset group" in at_field[0]
     assert "Fix:" in grouped["dataset"][0]  # the whole message stays in the Dataset group
+
+
+def _lora_tab_validate(tmp_path: Path) -> Callable[[dict], dict[str, str]]:
+    """The LoRA tab's Validate, as the page wires it: option values in, the notes under the top fields that it shows
+    out (by note id)."""
+    import gradio as gr
+
+    from gui.jobs import JobManager
+    from gui.page import Services, _method_tab
+    from gui.presets import Presets
+    from gui.run_files import Watchers
+
+    (tmp_path / "runs").mkdir()
+    services = Services(tmp_path / "runs", JobManager(tmp_path / "runs"), Presets(tmp_path / "presets"), Watchers())
+    with gr.Blocks() as page:
+        form = _method_tab("lora", services, gr.BrowserState(""), None, page).form
+    on_validate = next(f.fn for f in page.fns.values() if f.name == "on_validate")
+    field_notes = [note for note in form.group_notes.values() if note.elem_id]
+    assert sorted(note.elem_id for note in field_notes) == ["note-output_dir", "note-output_name",
+                                                            "note-pretrained_model_name_or_path", "note-train_data_dir"]
+
+    def validate(values: dict) -> dict[str, str]:
+        options = {o.name: o for o in options_for("lora")}
+        updates = on_validate({w: to_widget(options[n], values.get(n, options[n].default))
+                               for n, w in form.widgets.items()})
+        return {note.elem_id: str(updates[note].value) for note in field_notes if updates[note].visible}
+    return validate
+
+
+def test_a_missing_model_and_data_folder_are_named_at_their_own_fields(ready: dict, tmp_path: Path) -> None:
+    """Each field at the top gets its own note right under it (as the other problems get their group's): a missing
+    model folder is named under the model field and a missing data folder under train_data_dir, not only in the
+    summary; a valid form leaves every such note empty and hidden."""
+    validate = _lora_tab_validate(tmp_path)
+    model, data = tmp_path / "no model here", tmp_path / "no images here"
+    notes = validate({**ready, "pretrained_model_name_or_path": str(model), "train_data_dir": str(data)})
+    assert set(notes) == {"note-pretrained_model_name_or_path", "note-train_data_dir"}, notes
+    assert str(model) in notes["note-pretrained_model_name_or_path"] and str(data) in notes["note-train_data_dir"]
+    assert str(data) not in notes["note-pretrained_model_name_or_path"]
+    assert str(model) not in notes["note-train_data_dir"]
+    assert validate(ready) == {}
 
 
 def _rendered_text(markdown: str) -> str:
