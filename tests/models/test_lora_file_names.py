@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
+from lora_networks import random_network
 from torch import nn
 
 from trainers.methods.lora.file_format import save_lora_file
-from trainers.methods.lora.network import LoRANetwork
 from trainers.models.flow_lora import kohya_to_diffusers
 
 
@@ -74,12 +74,7 @@ def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     family = _family(name)
     torch.manual_seed(0)
     unet = build().eval()
-    targets = family.lora_targets(unet)
-    network = LoRANetwork(unet, [], unet_key_style="own", network_dim=4, network_alpha=2, train_text_encoder=False,
-                          unet_targets=targets, target_dims=family.lora_target_dims(targets, {}, 4))
-    for parameter in network.parameters():
-        nn.init.normal_(parameter, std=0.1)
-    state = network.kohya_state_dict(torch.float32)
+    network, targets, state = random_network(family, unet)
     model = SimpleNamespace(unet=unet, text_encoders=[], family=family)
     path = tmp_path_factory.mktemp(name) / "lora.safetensors"
     save_lora_file(path, family.lora_file(state, model), {"ss_network_module": "networks.lora"})

@@ -9,7 +9,7 @@ a family's name.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -246,6 +246,18 @@ class ModelFamily(FamilyRules):
     def lora_file(self, state: dict[str, torch.Tensor], model: "LoadedModel") -> dict[str, torch.Tensor]:
         """A trained network's kohya state (lora_targets' names) as the family's LoRA files name it (lora_in_own_names
         reads it back); most families save kohya's names."""
+        return state
+
+    lora_file_naming: str = ""  # how lora_file names a module, for tools inspect ("": kohya's names)
+
+    def lora_file_paths(self, keys: Iterable[str]) -> dict[str, str] | None:
+        """kohya module name -> the module's path, for each module of a file in lora_file's naming (told from its
+        keys); None where the keys are not in it (kohya's names, another family's)."""
+        return None
+
+    def lora_file_at_paths(self, state: dict[str, torch.Tensor], paths: Mapping[str, str]) -> dict[str, torch.Tensor]:
+        """`state` (kohya names) as lora_file names it, each module's path from `paths` (lora_file_paths' answer, so
+        that the tools write a file they read back in its naming without the model)."""
         return state
 
     def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: "LoadedModel") -> dict[str, torch.Tensor]:

@@ -8,7 +8,9 @@ before keep loading.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -70,6 +72,19 @@ def from_file_names(state: dict[str, torch.Tensor], prefix: str,
     return out
 
 
+def file_paths(keys: Iterable[str], prefix: str, modules: re.Pattern[str]) -> dict[str, str] | None:
+    """kohya module name -> module path of a file of to_file_names: every key `<prefix><path>.<weight>` with a path
+    `modules` matches in full; None for any other file."""
+    paths: dict[str, str] = {}
+    for key in keys:
+        weight = next((w for w in (*PEFT, *KOHYA) if key.endswith("." + w)), None)
+        path = key.removesuffix("." + weight).removeprefix(prefix) if weight and key.startswith(prefix) else None
+        if path is None or not modules.fullmatch(path):
+            return None
+        paths[KOHYA_PREFIX + path.replace(".", "_")] = path
+    return paths or None
+
+
 def path_target(path: str, layers: tuple[torch.nn.Linear, ...]) -> LoraTarget:
     """The LoRA module of `layers` named by its dotted module path (kohya's name: lora_unet_ + path with _)."""
     return LoraTarget(KOHYA_PREFIX + path.replace(".", "_"), layers, path=path)
@@ -81,6 +96,19 @@ class FileNamedLora:
 
     lora_file_prefix = "diffusion_model."
     lora_file_peft = True
+    lora_file_modules: re.Pattern[str]  # the module paths lora_targets gives (tools tell a file's family by them)
+
+    @property
+    def lora_file_naming(self) -> str:
+        weights = "lora_A/lora_B, the alpha folded into lora_A" if self.lora_file_peft else "lora_down/lora_up/alpha"
+        return f"`{self.lora_file_prefix}<module path>` with {weights}"
+
+    def lora_file_paths(self, keys: Iterable[str]) -> dict[str, str] | None:
+        return file_paths(keys, self.lora_file_prefix, self.lora_file_modules)
+
+    def lora_file_at_paths(self, state: dict[str, torch.Tensor], paths: Mapping[str, str]) -> dict[str, torch.Tensor]:
+        targets = [SimpleNamespace(name=name, path=path) for name, path in paths.items()]
+        return to_file_names(state, targets, self.lora_file_prefix, self.lora_file_peft)  # type: ignore[arg-type]
 
     def lora_file(self, state: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
         return to_file_names(state, self.lora_targets(model.unet), self.lora_file_prefix,  # type: ignore[attr-defined]

@@ -14,7 +14,8 @@ from trainers.models.single_file import SAVE_DTYPES, save_full_model
 from trainers.tools.formats import ADAPTER_METADATA, Names, from_kohya, to_kohya
 from trainers.tools.job import ToolError, ToolJob
 from trainers.tools.layers import load_weights, skeleton, stored_dtype
-from trainers.tools.lora_family import guess_family, key_format
+from trainers.tools.loaders import FAMILY
+from trainers.tools.lora_family import FamilyGuess, FileNaming, guess_family, key_format, kohya_named
 from trainers.tools.lora_fit import check_fit
 from trainers.tools.lora_state import LoraFile, read_lora, refuse_existing, save_precision, write_lora
 from trainers.tools.options import ToolConfig
@@ -29,12 +30,12 @@ def run(cfg: ToolConfig, job: ToolJob) -> Path:
 
 # ---- LoRAs -------------------------------------------------------------------------------------------------------
 
-def _names(cfg: ToolConfig, lora: LoraFile) -> Names:
+def _names(cfg: ToolConfig, lora: LoraFile, naming: FileNaming | None) -> Names:
     """The model that names the LoRA's modules: `model`, else its family's published architecture."""
     files = ModelFiles.from_values(cfg.values)
     if cfg.model.strip():
         return Names(skeleton(cfg.model, "model", files))
-    guess = guess_family(lora)
+    guess = FamilyGuess((naming.family,), "its key names") if naming else guess_family(lora)
     family = guess.found
     if family is None or not (Path(family.arch_dir) / "model_index.json").exists():
         told = f"it is for {guess.text()}" if guess.families else "its family cannot be told"
@@ -43,18 +44,22 @@ def _names(cfg: ToolConfig, lora: LoraFile) -> Names:
     return Names(skeleton(str(family.arch_dir), "model", files))
 
 
-def _lora(cfg: ToolConfig, job: ToolJob, lora: LoraFile) -> Path:
+def _lora(cfg: ToolConfig, job: ToolJob, read: LoraFile) -> Path:
+    """A file in its family's own naming (lora_family.FileNaming) is converted from kohya's names, as it reads."""
+    lora, naming = kohya_named(read)
     source = key_format(lora.modules)
-    target = source if cfg.to == "same" else cfg.to
+    target = (FAMILY if naming else source) if cfg.to == "same" else cfg.to
     out = job.output_path(f"{lora.path.stem}-{target}.safetensors")
     refuse_existing(out)
     metadata = dict(lora.metadata)
-    if source == target:
+    if target == FAMILY:
+        tensors = read.tensors
+    elif source == target:
         tensors = lora.tensors
     elif target == "musubi":
         tensors = _musubi(lora)
     else:
-        names = _names(cfg, lora)
+        names = _names(cfg, lora, naming)
         job.progress("renaming", 0, 1)
         modules, unknown = to_kohya(lora, names, "input")
         if unknown:
@@ -72,8 +77,10 @@ def _lora(cfg: ToolConfig, job: ToolJob, lora: LoraFile) -> Path:
     write_lora(out, tensors, metadata, save_precision(cfg.save_precision, lora.dtype()))
     job.wrote(out, "lora")
     dtype = str(save_precision(cfg.save_precision, lora.dtype())).removeprefix("torch.")
-    job.report(f"Converted {lora.path.name}", f"Wrote `{out}`: {source} keys -> {target} keys, {dtype}.",
-               {"output": str(out), "from": source, "to": target, "dtype": dtype})
+    was = naming.text() if naming else f"{source} keys"
+    now = naming.text() if naming and target == FAMILY else f"{target} keys"
+    job.report(f"Converted {lora.path.name}", f"Wrote `{out}`: {was} -> {now}, {dtype}.",
+               {"output": str(out), "from": FAMILY if naming else source, "to": target, "dtype": dtype})
     return out
 
 

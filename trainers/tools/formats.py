@@ -47,7 +47,14 @@ class Names:
 
     def comfy(self) -> dict[str, str]:
         if self._comfy is None:
-            self._comfy = comfy_names(self.model, self.targets)
+            try:
+                self._comfy = comfy_names(self.model, self.targets)
+            except NotImplementedError:  # no single-file layout to name its layers from
+                family = self.model.family
+                saved = f": ComfyUI loads every key of the LoRA files {family.title} runs save" \
+                    if family.lora_file_naming else ""
+                raise ToolError("to", f"{family.title} has no single-file layout here, so ComfyUI's names of its "
+                                f"layers are not known: keep the file's names (to = same){saved}") from None
         return self._comfy
 
     def peft_layers(self) -> dict[tuple[str, str], tuple[str, int]]:

@@ -24,7 +24,8 @@ from trainers.tools.formats import Names, to_kohya
 from trainers.tools.job import REPORT_MD, ToolError, ToolJob
 from trainers.tools.layers import skeleton
 from trainers.tools.loaders import verdicts
-from trainers.tools.lora_family import guess_family, key_format, key_style
+from trainers.tools.loaders import FAMILY
+from trainers.tools.lora_family import guess_family, key_format, key_style, kohya_named
 from trainers.tools.lora_state import LoraFile, module_type, read_lora
 from trainers.tools.options import ToolConfig
 
@@ -67,6 +68,10 @@ def _group(name: str, style: str | None) -> str:
     if style in ("sgm", "diffusers"):
         index = block_of(name, style)
         return BLOCKS[index] if index >= 0 else "other"
+    if "." in name and not name.startswith("lora_"):  # a module path: its block, or its first part
+        found = re.match(r"(?:diffusion_model\.|transformer\.)?(.+?)\.(\d+)\.", name) or re.match(
+            r"(?:diffusion_model\.|transformer\.)?([^.]+)", name)
+        return f"{found[1]} {found[2]}" if found and found.lastindex == 2 else (found[1] if found else "other")
     found = re.search(r"([a-z]+_blocks?)_(\d+)_", name) or re.match(r"([a-z_]+?)[._]", name)
     return f"{found[1]} {found[2]}" if found and found.lastindex == 2 else (found[1] if found else "other")
 
@@ -126,7 +131,8 @@ def _hashes(lora: LoraFile) -> dict[str, Any]:
 def _lora_report(path: Path, cfg: ToolConfig, job: ToolJob) -> tuple[str, dict[str, Any]]:
     lora = read_lora(path, "file")
     job.progress("reading", 1, 3)
-    fmt, style = key_format(lora.modules), key_style(lora.modules)
+    kohya, naming = kohya_named(lora)
+    fmt, style = (FAMILY, None) if naming else (key_format(lora.modules), key_style(lora.modules))
     guess = guess_family(lora)
     kinds = {name: module_type(parts) for name, parts in lora.modules.items()}
     dtypes = Counter(str(t.dtype).removeprefix("torch.") for t in lora.tensors.values())
@@ -137,14 +143,15 @@ def _lora_report(path: Path, cfg: ToolConfig, job: ToolJob) -> tuple[str, dict[s
     loaders = verdicts({n: set(p) for n, p in lora.modules.items()}, kinds, fmt, style, alphas)
     data: dict[str, Any] = {
         "file": str(path), "bytes": path.stat().st_size, "kind": "lora", "family": guess.text(),
-        "key_format": fmt, "modules": len(lora.modules), "network_types": dict(Counter(kinds.values())),
+        "key_format": fmt, "key_naming": naming.text() if naming else fmt, "modules": len(lora.modules),
+        "network_types": dict(Counter(kinds.values())),
         "dtypes": dict(dtypes), "blocks": _blocks(lora, style), "trigger_words": words, "top_tags": tags,
         "hashes": hashes, "metadata": lora.metadata,
         "loaders": [{"loader": v.loader, "status": v.status, "ignored": len(v.ignored), "examples": v.ignored[:10],
                      "note": v.note} for v in loaders],
     }
     if cfg.model.strip():
-        data["model_check"] = _model_check(lora, cfg, guess.found)
+        data["model_check"] = _model_check(kohya, cfg, guess.found)
     job.progress("checking", 3, 3)
     return _lora_markdown(data), data
 
@@ -175,7 +182,7 @@ def _cell(value: object, limit: int = 300) -> str:
 def _lora_markdown(data: dict[str, Any]) -> str:
     meta = data["metadata"]
     types = ", ".join(f"{t} ({n})" for t, n in data["network_types"].items())
-    lines = [f"**Family:** {data['family']} · **key format:** {data['key_format']} · **{data['modules']} modules:** "
+    lines = [f"**Family:** {data['family']} · **key format:** {data['key_naming']} · **{data['modules']} modules:** "
              f"{types} · **precision:** {', '.join(f'{d} ({n})' for d, n in data['dtypes'].items())} · "
              f"{_size(data['bytes'])}", ""]
     check = data.get("model_check")

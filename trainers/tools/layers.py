@@ -215,6 +215,11 @@ def skeleton(path: str, option: str, files: ModelFiles) -> LoadedModel:
     return _skeleton_of(folder, family_named(rules.name), str(folder))
 
 
+def _component(entry: object) -> bool:
+    """A model_index.json entry naming a component ([library, class]; Krea 2's text_encoder_select_layers is none)."""
+    return isinstance(entry, list) and len(entry) == 2 and all(isinstance(part, str) for part in entry)
+
+
 def _skeleton_of(folder: Path, family: object, source: str) -> LoadedModel:
     import diffusers
     import transformers
@@ -230,7 +235,7 @@ def _skeleton_of(folder: Path, family: object, source: str) -> LoadedModel:
             return cls.from_config(cls.load_config(folder / sub))
         return cls(cls.config_class.from_pretrained(folder / sub))
 
-    encoders = sorted((k for k in index if k.startswith("text_encoder") and index[k][0]), key=_encoder_order)
+    encoders = sorted((k for k in index if k.startswith("text_encoder") and _component(index[k])), key=_encoder_order)
     with init_empty_weights():
         unet = build(denoiser_folder)
         text_encoders = [build(sub) for sub in encoders]

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 ALL_TYPES = frozenset({"LoRA", "LoCon", "LoCon (Tucker)", "LoHa", "LoKr", "IA3", "full (diff)", "norm", "GLoRA", "OFT",
                        "BOFT"})
 _ATTENTION = (".to_q", ".to_k", ".to_v", ".to_out.0")
+FAMILY = "family"  # the key format of a family's own LoRA file naming (ModelFamily.lora_file), which both read
+TO_KOHYA = "it reads kohya's names: tools convert --to kohya writes them"
 
 
 @dataclass(frozen=True)
@@ -34,15 +36,16 @@ class Loader:
 
 
 LOADERS = (
-    Loader("ComfyUI", frozenset({"kohya", "comfyui", "diffusers"}), ALL_TYPES - {"IA3"}, own_styles=True, dora=True,
+    Loader("ComfyUI", frozenset({"kohya", "comfyui", "diffusers", FAMILY}), ALL_TYPES - {"IA3"}, own_styles=True,
+           dora=True,
            note="maps diffusers-format UNet attention layers only under their old `.processor.` names"),
     Loader("A1111", frozenset({"kohya"}), ALL_TYPES, own_styles=False, dora=True,
            note="its built-in Lora extension maps SD1, SD2 and SDXL names"),
     Loader("Forge", frozenset({"kohya"}), ALL_TYPES, own_styles=True, dora=True,
            note="A1111's extension, and FLUX's kohya names (Forge runs no SD3 model)"),
-    Loader("diffusers", frozenset({"kohya", "diffusers"}), frozenset({"LoRA", "LoCon", "LoKr"}), own_styles=True,
-           dora=False, note="drops dora_scale with a warning; reads FLUX's kohya names but not SD3's (Atelier's "
-                            "Generate converts both)", one_kohya_alpha=True),
+    Loader("diffusers", frozenset({"kohya", "diffusers", FAMILY}), frozenset({"LoRA", "LoCon", "LoKr"}),
+           own_styles=True, dora=False, note="drops dora_scale with a warning; reads FLUX's kohya names but not SD3's "
+                                             "(Atelier's Generate converts both)", one_kohya_alpha=True),
     Loader("sd-scripts", frozenset({"kohya"}), frozenset({"LoRA", "LoCon"}), own_styles=True, dora=False,
            note="networks.lora reads lora_down/lora_up/alpha; other LyCORIS kinds load with --network_module "
                 "lycoris.kohya"),
@@ -107,7 +110,7 @@ def verdicts(modules: Mapping[str, set[str]], kinds: Mapping[str, str], fmt: str
         ignored = [key for name, suffixes in modules.items()
                    for key in _ignored_keys(loader, name, kinds[name], suffixes, fmt, style)]
         status = "yes" if not ignored else "no" if len(ignored) == total else "partly"
-        note = loader.note
+        note = TO_KOHYA if fmt == FAMILY and FAMILY not in loader.formats else loader.note
         if loader.one_kohya_alpha and misread and status != "no":
             status, note = "partly", f"{VARIED_ALPHAS.format(count=misread)}; {note}"
         out.append(Verdict(loader.name, status, ignored, note))

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from torch import Tensor
+
 from trainers.models.base import ModelFamily
 from trainers.models.families import all_families
 from trainers.models.rules import read_json
@@ -58,18 +60,66 @@ class FamilyGuess:
 
 
 def _from_metadata(metadata: dict[str, str]) -> FamilyGuess | None:
+    """ss_base_model_version, else modelspec.architecture, else ss_network_module (which several families share: all
+    of them), each compared with every family before the next is read."""
     version = metadata.get("ss_base_model_version", "").strip()
     architecture = metadata.get("modelspec.architecture", "").strip().removesuffix("/lora")
     module = metadata.get("ss_network_module", "").strip()
-    for family in all_families():
-        own_module = family.lora_metadata(False).get("ss_network_module")
+    families = all_families()
+    for family in families:
         if version and version == family.base_model_version:
             return FamilyGuess((family,), f"its metadata: ss_base_model_version = {version}")
+    for family in families:
         if architecture and architecture in (family.architecture_for(False), family.architecture_for(True)):
             return FamilyGuess((family,), f"its metadata: modelspec.architecture = {architecture}")
-        if module and own_module and module == own_module:
-            return FamilyGuess((family,), f"its metadata: ss_network_module = {module}")
+    told = tuple(f for f in families if module and module == f.lora_metadata(False).get("ss_network_module"))
+    return FamilyGuess(told, f"its metadata: ss_network_module = {module}") if told else None
+
+
+@dataclass(frozen=True)
+class FileNaming:
+    """A LoRA file in its family's own naming (ModelFamily.lora_file), not kohya's."""
+
+    family: ModelFamily
+    paths: dict[str, str]  # kohya module name -> the module's path in the file
+
+    def text(self) -> str:
+        return f"{self.family.title}'s LoRA file names ({self.family.lora_file_naming})"
+
+    def write(self, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Tensors in kohya's names (of modules the file named) in the family's naming again."""
+        return self.family.lora_file_at_paths(tensors, self.paths)
+
+
+def file_naming(lora: LoraFile) -> FileNaming | None:
+    """The family whose LoRA file naming the file's keys are in: the one its metadata names, else any (those its
+    metadata leaves possible first)."""
+    told = _from_metadata(lora.metadata)
+    families = list(told.families) if told and len(told.families) == 1 else [*(told.families if told else ()),
+                                                                              *all_families()]
+    for family in dict.fromkeys(families):
+        paths = family.lora_file_paths(lora.tensors)
+        if paths:
+            return FileNaming(family, paths)
     return None
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def kohya_named(lora: LoraFile) -> tuple[LoraFile, FileNaming | None]:
+    """The file in kohya's names (as the tools work on it) and its family's naming, None when it has kohya's (or
+    another tool's) names already. A module saved with its alpha folded into lora_A gets the file's
+    ss_network_alpha back, as network_weights reads it: the same change."""
+    naming = file_naming(lora)
+    if naming is None:
+        return lora, None
+    state = naming.family.lora_in_own_names(dict(lora.tensors), _number(lora.metadata.get("ss_network_alpha")))
+    return LoraFile(lora.path, state, lora.metadata), naming
 
 
 def _cross_attention_width(lora: LoraFile) -> int | None:
@@ -87,9 +137,15 @@ def _published_width(family: ModelFamily) -> int | None:
 
 
 def guess_family(lora: LoraFile) -> FamilyGuess:
-    """The family a LoRA is for: its metadata, else the families naming their UNet modules its way (narrowed by the
+    """The family a LoRA is for: its metadata, else the family whose LoRA file naming its keys are in, else the
+    families naming their UNet modules its way (narrowed by the
     cross-attention width when the family's published architecture tells)."""
     told = _from_metadata(lora.metadata)
+    if told is not None and len(told.families) == 1:
+        return told
+    naming = file_naming(lora)
+    if naming is not None:
+        return FamilyGuess((naming.family,), "its key names: its LoRA files' naming")
     if told is not None:
         return told
     style = key_style(lora.modules)

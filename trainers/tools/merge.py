@@ -18,7 +18,7 @@ from trainers.tools.compute import compute_device
 from trainers.tools.job import ToolError, ToolJob
 from trainers.tools.kept import KeptRow, kept_report
 from trainers.tools.layers import layer_map, load_weights, stored_dtype
-from trainers.tools.lora_family import guess_family, key_style
+from trainers.tools.lora_family import FamilyGuess, FileNaming, guess_family, key_style, kohya_named
 from trainers.tools.lora_fit import check_fit
 from trainers.tools.lora_state import (
     LoraFile,
@@ -45,6 +45,7 @@ class Source:
     lora: LoraFile
     modules: dict[str, LowRankModule]
     blocks: BlockWeights
+    naming: FileNaming | None  # the family's own file naming it was read from (lora: in kohya's names)
 
     def ratio(self, name: str) -> float:
         return self.ref.weight * self.blocks.of(name)
@@ -56,14 +57,14 @@ class Source:
 def _sources(cfg: ToolConfig) -> list[Source]:
     sources = []
     for index, ref in enumerate(parse_loras(cfg.loras)):
-        lora = read_lora(ref.path, "loras")
+        lora, naming = kohya_named(read_lora(ref.path, "loras"))
         modules = lora.plain("loras")
         line = cfg.lbws[index] if index < len(cfg.lbws) else "1"
         try:
             blocks = BlockWeights(parse_block_weights(line), key_style(modules) or "diffusers")
         except ValueError as err:
             raise ToolError("lbws", f"line {index + 1} ({lora.path.name}): {err}") from None
-        sources.append(Source(ref, lora, modules, blocks))
+        sources.append(Source(ref, lora, modules, blocks, naming))
     return sources
 
 
@@ -115,7 +116,7 @@ def _check_names(source: Source, model: LoadedModel, targets: dict) -> None:
     unknown = [name for name in source.modules if name not in targets]
     if not unknown:
         return
-    guess = guess_family(source.lora)
+    guess = FamilyGuess((source.naming.family,), "its key names") if source.naming else guess_family(source.lora)
     told = f"; it is a LoRA for {guess.text()}" if guess.found is not None and guess.found.name != model.family.name \
         else ""
     raise ToolError("loras", f"{source.lora.path.name}: {len(unknown)} of its {len(source.modules)} modules name no "
@@ -165,7 +166,7 @@ def _into_lora(cfg: ToolConfig, job: ToolJob, sources: list[Source]) -> Path:
         results[name] = LowRankModule(down_t.cpu(), up_t.cpu(), float(down_t.shape[0]))  # alpha = rank: scale 1
         job.progress("merging", done, len(names))
     results = one_alpha(results)
-    tensors = {k: v for name, m in results.items() for k, v in m.tensors(name).items()}
+    tensors = _in_their_naming({k: v for name, m in results.items() for k, v in m.tensors(name).items()}, sources)
     rows = [KeptRow.of(name, factors, results[name].alpha) for name, factors in kept.items()]
     written = [m.rank for m in results.values()]
     labels = " + ".join(s.label() for s in sources)
@@ -182,8 +183,20 @@ def _into_lora(cfg: ToolConfig, job: ToolJob, sources: list[Source]) -> Path:
     return out
 
 
+def _in_their_naming(tensors: dict[str, Tensor], sources: list[Source]) -> dict[str, Tensor]:
+    """The merged LoRA in its family's own file naming when a source was in it and it names every module; else in
+    kohya's names."""
+    namings = [s.naming for s in sources if s.naming is not None]
+    if not namings:
+        return tensors
+    paths = {name: path for naming in namings for name, path in naming.paths.items()}
+    if any(key.partition(".")[0] not in paths for key in tensors):
+        return tensors
+    return FileNaming(namings[0].family, paths).write(tensors)
+
+
 def _check_one_family(sources: list[Source]) -> None:
-    told = [(s, guess_family(s.lora).found) for s in sources]
+    told = [(s, s.naming.family if s.naming else guess_family(s.lora).found) for s in sources]
     families = {f.name: (s, f) for s, f in told if f is not None}
     if len(families) > 1:
         (a, fa), (b, fb) = list(families.values())[:2]

@@ -11,6 +11,7 @@ import torch
 from trainers.tools.compute import compute_device
 from trainers.tools.job import ToolError, ToolJob
 from trainers.tools.kept import KeptRow, kept_report
+from trainers.tools.lora_family import kohya_named
 from trainers.tools.lora_state import (
     LowRankModule,
     alpha_text,
@@ -31,7 +32,7 @@ def is_spatial(module: LowRankModule) -> bool:
 
 
 def run(cfg: ToolConfig, job: ToolJob) -> Path:
-    lora = read_lora(cfg.lora, "lora")
+    lora, naming = kohya_named(read_lora(cfg.lora, "lora"))
     modules = lora.plain("lora")
     conv_rank = cfg.new_conv_rank or cfg.new_rank
     _check_sizes(modules, cfg.new_rank, conv_rank, cfg.dynamic_method)
@@ -55,6 +56,8 @@ def run(cfg: ToolConfig, job: ToolJob) -> Path:
         job.progress("resizing", done, len(modules))
     results = one_alpha(results)
     tensors = {k: v for name, m in results.items() for k, v in m.tensors(name).items()}
+    if naming is not None:  # written back in the naming it was read in
+        tensors = naming.write(tensors)
     rows = [KeptRow.of(name, kept[name], m.alpha, was=modules[name].rank) for name, m in results.items()]
     how = (f"dynamic resize with {cfg.dynamic_method}: {cfg.dynamic_param:g} (at most {cfg.new_rank})"
            if cfg.dynamic_method != "fixed" else f"rank resized to {cfg.new_rank}"

@@ -43,6 +43,10 @@ REFERENCE_NAMES = {"img_in": "first", "final_layer.linear": "last.linear", "time
                    "txt_in.linear_2": "txtmlp.3", "text_fusion.projector": "txtfusion.projector"}
 BLOCK_LAYERS = {"attn.to_q": "attn.wq", "attn.to_k": "attn.wk", "attn.to_v": "attn.wv", "attn.to_gate": "attn.gate",
                 "attn.to_out.0": "attn.wo", "ff.gate": "mlp.gate", "ff.up": "mlp.up", "ff.down": "mlp.down"}
+# the module paths of its LoRA files (reference_name's answers)
+LORA_FILE_MODULES = re.compile("|".join([
+    r"(blocks|txtfusion\.layerwise_blocks|txtfusion\.refiner_blocks)\.\d+\.(" + "|".join(
+        re.escape(name) for name in BLOCK_LAYERS.values()) + ")", *(re.escape(name) for name in REFERENCE_NAMES.values())]))
 _BLOCK = re.compile(r"(transformer_blocks|text_fusion\.layerwise_blocks|text_fusion\.refiner_blocks)\.(\d+)\.(.+)$")
 
 
@@ -57,6 +61,7 @@ class Krea2(FileNamedLora, Krea2Rules, QwenImage, ModelFamily):
     text_layers: tuple[int, ...] = (2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35)  # Krea2Pipeline's default
     distilled = False
     suffix_ids: tuple[int, ...] = ()  # the suffix's tokens, set when loaded
+    lora_file_modules = LORA_FILE_MODULES
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         model = QwenImage.load(self, folder, weight_dtype, vae_path, random_init)

@@ -9,6 +9,7 @@ alpha folded in), which leaves out the final layer networks.lora_lumina also tra
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -31,6 +32,8 @@ class Lumina2(FileNamedLora, Lumina2Rules, FlowFamily, ModelFamily):
     latent_scaling = (0.3611, 0.1159)  # FLUX.1's autoencoder
     fixed_settings = {"guidance_scale": 0.0}  # no guidance embedding
     lora_network_module = "networks.lora_lumina"  # ss_network_module of its LoRAs
+    lora_file_modules = re.compile(r"(noise_refiner|context_refiner|layers)\.\d+\."  # _block_targets' paths
+                                   r"(attention\.(qkv|out)|feed_forward\.w[123]|adaLN_modulation\.1)")
     text_encoder_specs = (TextEncoderSpec("Gemma2Model", "text_encoder", "auto", "tokenizer", "Gemma 2",
                                           max_length=TEXT_LENGTH, template=TEMPLATE),)
 

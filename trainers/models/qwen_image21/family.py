@@ -12,6 +12,7 @@ ComfyUI (which fuses gate_layer and proj) read for every module.
 from __future__ import annotations
 
 import copy
+import re
 import types
 from dataclasses import replace
 from pathlib import Path
@@ -45,6 +46,7 @@ class QwenImage21(FileNamedLora, QwenImage21Rules, QwenImage, ModelFamily):
     system_tokens: int = 0  # the system turn's tokens, dropped from the text states; set when loaded
     lora_file_prefix = ""  # diffusers' module paths as they are
     lora_file_peft = False
+    lora_file_modules = re.compile(r"transformer_blocks\.\d+\.[\w.]+")  # lora_targets' paths
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         """Its tokenizer from `processor/` (a diffusers folder) or `tokenizer/` (a finetune Atelier saved)."""
