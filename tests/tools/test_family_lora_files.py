@@ -17,6 +17,7 @@ from torch import nn
 from trainers.methods.lora.file_format import read_lora_file, save_lora_file
 from tests.models.lora_networks import random_network
 from trainers.models import family as family_named
+from trainers.tools.job import ToolError
 
 
 def _lumina2() -> nn.Module:
@@ -118,14 +119,24 @@ def test_convert_writes_kohyas_names_or_keeps_the_familys(tmp_path: Path) -> Non
     assert read_lora_file(same)[0].keys() == read_lora_file(saved.path)[0].keys()
 
 
-def test_merge_into_a_krea2_model_adds_each_modules_change(tmp_path: Path) -> None:
-    from diffusers import Krea2Transformer2DModel
-    from safetensors.torch import load_file
-
+@pytest.fixture(scope="module")
+def krea2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from trainers.models.krea2.tiny import build_tiny_krea2
 
-    folder = build_tiny_krea2(tmp_path / "krea2 model")
-    saved = _saved("krea2", tmp_path, unet=Krea2Transformer2DModel.from_pretrained(folder / "transformer"))
+    return build_tiny_krea2(tmp_path_factory.mktemp("krea2") / "krea2 model")
+
+
+def _saved_for(folder: Path, tmp_path: Path) -> SimpleNamespace:
+    from diffusers import Krea2Transformer2DModel
+
+    return _saved("krea2", tmp_path, unet=Krea2Transformer2DModel.from_pretrained(folder / "transformer"))
+
+
+def test_merge_into_a_krea2_model_adds_each_modules_change(krea2_folder: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    folder = krea2_folder
+    saved = _saved_for(folder, tmp_path)
     updates = _loaded_updates(saved, saved.path)
     merged = run("merge", tmp_path / "merge", loras=[f"{saved.path}:0.5"], model=str(folder), device="cpu")
     before = saved.unet.state_dict()
@@ -134,3 +145,19 @@ def test_merge_into_a_krea2_model_adds_each_modules_change(tmp_path: Path) -> No
     for layer, update in updates.items():
         change = after[f"{layer}.weight"].float() - before[f"{layer}.weight"].float()
         torch.testing.assert_close(change, update * 0.5, atol=1e-4, rtol=1e-3)
+
+
+def test_against_a_krea2_model_inspect_finds_every_layer_and_convert_renames_or_refuses(krea2_folder: Path,
+                                                                                      tmp_path: Path) -> None:
+    saved = _saved_for(krea2_folder, tmp_path)
+    run("inspect", tmp_path / "inspect", file=str(saved.path), model=str(krea2_folder))
+    check = json.loads((tmp_path / "inspect" / "report.json").read_text())["model_check"]
+    assert check["family"] == "Krea 2" and check["unknown_modules"] == []
+    peft = run("convert", tmp_path / "diffusers", input=str(saved.path), to="diffusers", model=str(krea2_folder))
+    assert all(k.startswith("transformer.") for k in read_lora_file(peft)[0])
+    original, loaded = _loaded_updates(saved, saved.path), _loaded_updates(saved, peft)
+    assert loaded.keys() == original.keys()
+    assert all(torch.allclose(loaded[k], v, atol=1e-5) for k, v in original.items())
+    with pytest.raises(ToolError) as refused:  # named, not a traceback
+        run("convert", tmp_path / "comfyui", input=str(saved.path), to="comfyui", model=str(krea2_folder))
+    assert refused.value.option == "to" and "to = same" in str(refused.value)
