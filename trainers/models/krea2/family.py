@@ -45,8 +45,9 @@ BLOCK_LAYERS = {"attn.to_q": "attn.wq", "attn.to_k": "attn.wk", "attn.to_v": "at
                 "attn.to_out.0": "attn.wo", "ff.gate": "mlp.gate", "ff.up": "mlp.up", "ff.down": "mlp.down"}
 # the module paths of its LoRA files (reference_name's answers)
 LORA_FILE_MODULES = re.compile("|".join([
-    r"(blocks|txtfusion\.layerwise_blocks|txtfusion\.refiner_blocks)\.\d+\.(" + "|".join(
-        re.escape(name) for name in BLOCK_LAYERS.values()) + ")", *(re.escape(name) for name in REFERENCE_NAMES.values())]))
+    r"(blocks|txtfusion\.layerwise_blocks|txtfusion\.refiner_blocks)\.\d+\.("
+    + "|".join(re.escape(name) for name in BLOCK_LAYERS.values()) + ")",
+    *(re.escape(name) for name in REFERENCE_NAMES.values())]))
 _BLOCK = re.compile(r"(transformer_blocks|text_fusion\.layerwise_blocks|text_fusion\.refiner_blocks)\.(\d+)\.(.+)$")
 
 
