@@ -328,10 +328,13 @@ def test_messages_and_help_read_in_full(page, tmp_path: Path) -> None:
 
 def test_start_shows_progress_to_total_and_the_lora_file(lora, shots: Path, tmp_path: Path) -> None:
     page = lora
-    _configure(page, tmp_path / "out", steps=6)
+    _configure(page, tmp_path / "out", steps=20)  # long enough to be seen running while a second Start queues
     run_id = _start(page)
     title = page.locator("#run-title")
     expect(title).to_contain_text(re.compile(r"(Starting|Training): " + re.escape(run_id)))
+    _wait_steps(page, 1)
+    expect(page.locator("#run-stats")).to_contain_text(re.compile(r"Epoch\s+\d+ / \d+.*it/s"))
+    page.screenshot(path=str(shots / "running_job.png"), full_page=True)
 
     # Only one run at a time on a machine without GPUs: a second Start queues behind it, and can be cancelled.
     page.locator("#start-lora").click()
@@ -351,11 +354,7 @@ def test_start_shows_progress_to_total_and_the_lora_file(lora, shots: Path, tmp_
     expect(title).to_contain_text(run_id)
     page.get_by_role("tab", name="LoRA", exact=True).click()
 
-    _wait_steps(page, 1)
-    expect(page.locator("#run-stats")).to_contain_text(re.compile(r"Epoch\s+\d+ / \d+.*it/s"))
-    page.screenshot(path=str(shots / "running_job.png"), full_page=True)
-
-    expect(page.locator("#run-progress")).to_contain_text("6 / 6 steps", timeout=RUN_S * 1000)
+    expect(page.locator("#run-progress")).to_contain_text("20 / 20 steps", timeout=RUN_S * 1000)
     expect(title).to_contain_text(f"Finished: {run_id}", timeout=60_000)
     lora_file = tmp_path / "out" / "demo_lora.safetensors"
     expect(page.locator("#run-result")).to_contain_text(f"Saved: {lora_file}")
