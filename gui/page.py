@@ -76,11 +76,10 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
             with gr.Column(scale=3), browse_panel():  # every tab's path fields share one Browse list
                 with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays in sight
                     method_tabs = {}
-                    for i, method in enumerate(METHODS):
+                    for i, method in enumerate(METHODS):  # the first tab (LoRA) opens with the initial preset
                         with gr.Tab(method.title, id=method.name):
-                            method_tabs[method.name] = _method_tab(
-                                method.name, services, viewed, opening_preset(services.presets, method.name,
-                                                                              initial_preset, i == 0), page)
+                            method_tabs[method.name] = _method_tab(method.name, services, viewed,
+                                                                   initial_preset if i == 0 else None, page)
                     with gr.Tab("Dataset", id="dataset"):
                         dataset = build_dataset_tab(services)
                     with gr.Tab("Generate", id="generate"):
@@ -166,15 +165,6 @@ def _resume(services: Services, run_id: str) -> tuple[str | None, str]:
     except JobError as err:
         return None, f"Not resumed: {plain(err)}"
     return started.name, f"Resumed {run_id} as {started.name}"
-
-
-def opening_preset(presets: Presets, method: str, initial: str | None, first: bool) -> str | None:
-    """The preset a method tab opens with: the first tab (LoRA) the initial one; another tab the initial one's
-    variant for its method where one is built in (with --demo the ControlNet tab opens on demo_controlnet)."""
-    if initial is None or first:
-        return initial
-    variant = f"{initial}_{method}"
-    return variant if variant in presets.names(method) else None
 
 
 def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initial_preset: str | None,
