@@ -8,7 +8,6 @@ from typing import Any
 
 from trainers.core.rundir import Request
 from trainers.core.saves import Position
-from trainers.sampling.hook import sample_hook
 from trainers.train.control import ROLLING_STATE
 from trainers.train.diffusion import NoiseOptions
 from trainers.train.faults import LossGuard
@@ -16,6 +15,7 @@ from trainers.train.method import Trainable
 from trainers.train.optim import OptimizerModes, build_lr_scheduler, build_optimizer
 from trainers.train.pauses import Pauses
 from trainers.train.reporting import Reporter
+from trainers.train.sample_hook import sample_hook
 from trainers.train.saving import Saver, saved_on_failure
 from trainers.train.session import Session
 from trainers.train.state import TrainingState, resume_folder
