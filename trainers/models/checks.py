@@ -212,6 +212,8 @@ def _component_issues(values: Mapping[str, Any], found: Model | None) -> list[Co
             continue
         part = _autoencoder_part(found, option)
         problem = component_problem(path, component if part is None else _autoencoder(part, found))
+        if problem is None and part is not None and found is not None:
+            problem = _latent_problem(path, part, found)
         if problem:
             issues.append(ConfigIssue(option, problem, "model"))
     return issues
@@ -228,6 +230,54 @@ def _autoencoder(part: Any, found: Model) -> Component:
     return Component(f"the {part.what} that {found.rules.title} models read ({names})", part.file_keys)
 
 
+def latent_channels(shapes: Mapping[str, tuple[int, ...]]) -> int | None:
+    """The latent channels an autoencoder file works in: its decoder's first conv's inputs (the original layout's
+    and diffusers' decoder.conv_in, Wan's decoder.conv1); None when it has neither."""
+    for key in ("decoder.conv_in.weight", "decoder.conv1.weight"):
+        shape = shapes.get(key) or ()
+        if len(shape) >= 2:
+            return int(shape[1])
+    return None
+
+
+def autoencoder_held(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    """What kind of autoencoder a file holds, told by its latent channels (and FLUX.2's batch norm of the
+    patchified latents)."""
+    channels = latent_channels(shapes)
+    norm = shapes.get("bn.running_mean") or ()
+    if channels is None:
+        return "an autoencoder"
+    if norm:
+        return f"a FLUX.2 autoencoder with {channels} latent channels ({norm[0]} once patchified)"
+    if channels == 4:
+        return "an SD/SDXL VAE with 4 latent channels"
+    return f"an autoencoder with {channels} latent channels"
+
+
+def _latent_problem(path: Path, part: Any, found: Model) -> str | None:
+    """Why an autoencoder file in the layout the family reads still does not fit it: other latent channels."""
+    try:
+        shapes, _ = read_safetensors_header(path)
+    except ValueError:
+        return None  # component_problem names a file that is not one
+    channels, needed = latent_channels(shapes), int(getattr(part, "latent_channels", 0) or 0)
+    if channels is None or not needed or channels == needed:
+        return None
+    title = found.rules.title
+    return (f"{path} holds {autoencoder_held(shapes)}, but {title} models work in {needed} latent channels: give the "
+            f"{part.what} that {title} models read")
+
+
+def _latent_channels_needed(model: Model) -> int | None:
+    """The latent channels a model's VAE must have: its own VAE config's, or for a single file without one (SD3,
+    FLUX.1...) its autoencoder part's."""
+    own = _json_or_none(model.config_dir / "vae" / "config.json")
+    if own is not None:
+        return own.get("latent_channels")
+    part = next((p for p in model.rules.checkpoint_parts if getattr(p, "kind", "") == "vae"), None)
+    return getattr(part, "latent_channels", None) if model.single_file else None
+
+
 def vae_problem(folder: Path, model: Model | None = None) -> str | None:
     """Why `folder` cannot be read as a diffusers AutoencoderKL (for `model`, when known), or None."""
     expected = "give a diffusers AutoencoderKL folder (config.json and diffusion_pytorch_model.safetensors), e.g. a " \
@@ -241,11 +291,11 @@ def vae_problem(folder: Path, model: Model | None = None) -> str | None:
         return f"{folder} holds an AutoencoderKL config.json but no weights ({VAE_WEIGHTS[0]}): {expected}"
     if damaged := damaged_weights(folder):
         return damaged[0]
-    own = _json_or_none(model.config_dir / "vae" / "config.json") if model is not None else None
-    mine, theirs = config.get("latent_channels"), (own or {}).get("latent_channels")
+    mine, theirs = config.get("latent_channels"), _latent_channels_needed(model) if model is not None else None
     if model is not None and mine and theirs and mine != theirs:
-        return (f"{folder} is a VAE of {mine} latent channels, but {model.rules.title} models work in {theirs}: give a "
-                f"VAE made for {model.rules.title}")
+        kind = "an SD/SDXL VAE" if mine == 4 else "a VAE"
+        return (f"{folder} is {kind} of {mine} latent channels, but {model.rules.title} models work in {theirs}: "
+                f"give a VAE made for {model.rules.title}")
     return None
 
 
@@ -326,6 +376,8 @@ def held_by(path: Path) -> str:
 
 def _held_in_file(shapes: Mapping[str, tuple[int, ...]]) -> str:
     part = next((component for component in COMPONENTS.values() if component.found_in(shapes)), None)
+    if part is COMPONENTS["ae"]:
+        return autoencoder_held(shapes)
     if part is not None:
         return part.what.split(" (")[0]
     try:

@@ -39,6 +39,9 @@ class Part:
     # by default the original LDM layout, which component_files.autoencoder reads)
     file_keys: tuple[tuple[str, ...], ...] = (("encoder.conv_in.weight",), ("encoder.down.0.block.0.conv1.weight",),
                                               ("decoder.conv_in.weight",))
+    # an autoencoder part's latent channels (its decoder's first conv's inputs): FLUX.1's ae, SD3's VAE and
+    # Qwen-Image's all work in 16 (an SD/SDXL VAE in 4, FLUX.2's in 32)
+    latent_channels: int = 16
 
 
 def part_issues(parts: tuple[Part, ...], keys: CheckpointKeys, files: ModelFiles, vae_path: str,
