@@ -112,7 +112,7 @@ def test_a_kohya_ss_json_at_atelier_s_defaults_replaces_the_demo_values(lora, tm
 
 def test_a_kohya_ss_json_imported_on_the_lora_tab_fills_the_dreambooth_tab(lora) -> None:  # noqa: F811
     page = lora
-    corpus = Path(__file__).resolve().parents[1] / "core" / "kohya_corpus" / "kohya_ss" / "test" / "config"
+    corpus = Path(__file__).resolve().parents[1] / "adapters" / "kohya_corpus" / "kohya_ss" / "test" / "config"
     _import(page, corpus / "dreambooth-AdamW.json")
     report = page.locator("#report-dreambooth")
     expect(report).to_contain_text("a dreambooth config: it went to this tab")

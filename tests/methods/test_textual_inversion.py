@@ -13,11 +13,11 @@ from trainers.core.errors import ConfigError
 from trainers.core.options import load_config
 from trainers.adapters.kohya.page_import import import_kohya_file
 from trainers.demo import build_dataset
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 from helpers import FAST, events, run_trainer, sets
 
-CORPUS_TI = Path(__file__).resolve().parents[1] / "core" / "kohya_corpus" / "kohya_ss" / "test" / "config"
+CORPUS_TI = Path(__file__).resolve().parents[1] / "adapters" / "kohya_corpus" / "kohya_ss" / "test" / "config"
 TI_FAST = [kv for kv in FAST if not kv.startswith("network_")] + ["learning_rate=0.05"]
 
 

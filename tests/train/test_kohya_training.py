@@ -12,7 +12,7 @@ from trainers.demo import build_dataset
 
 pytestmark = pytest.mark.slow  # every test here runs a trainer
 
-CORPUS = Path(__file__).resolve().parents[1] / "core" / "kohya_corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "adapters" / "kohya_corpus"
 CONFIGS = [  # (file, method, family of the tiny model its paths point at, other paths it names)
     ("kohya_ss/test/config/locon-AdamW.json", "lora", "sd1", {}),
     ("kohya_ss/test/config/dreambooth-AdamW.json", "dreambooth", "sd1", {}),

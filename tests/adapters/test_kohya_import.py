@@ -98,7 +98,7 @@ def pointed(values: dict[str, Any], places: dict[str, Path]) -> dict[str, Any]:
 
 def try_import(path: Path, places: dict[str, Path]) -> tuple[str, list[str], list[str]]:
     """('loaded' or 'refused', problems as 'key: message', notes)."""
-    from trainers.data.preflight import preflight
+    from trainers.preflight.report import preflight
 
     try:
         method, values, notes = import_kohya_file(path)
