@@ -70,7 +70,7 @@ class ShardedRun:
         from benchmarks.train_benchmark import bench_config
         from trainers.core.launch import write_accelerate_config
         from trainers.train.optim import check_optimizer
-        from trainers.validate import check
+        from trainers.preflight.validate import check
 
         cfg = bench_config("finetune", values)
         check(cfg)  # raises ConfigError naming each problem, as Validate would

@@ -39,6 +39,7 @@ def run_one(optimizer: str, model_dir: Path, data: Path, work: Path, args: argpa
     from trainers.core.optimizers import spec_for
     from trainers.core.options import load_config
     from trainers.methods.lora.trainer import METHOD
+    from trainers.preflight.validate import check, method_outputs
     from trainers.train.loop import train
     from trainers.train.session import start_session
 
@@ -51,7 +52,8 @@ def run_one(optimizer: str, model_dir: Path, data: Path, work: Path, args: argpa
         f"learning_rate={lr}", f"network_dim={args.network_dim}", "max_data_loader_n_workers=0",
         "save_precision='fp16'",
     ])
-    session = start_session(cfg, work / "runs" / optimizer)
+    check(cfg)  # as the trainer's entry does, before anything loads
+    session = start_session(cfg, work / "runs" / optimizer, outputs=method_outputs)
     trainable = METHOD.make_trainable(cfg, session)
     clock = StepClock()
     trainable.hooks.append(clock)

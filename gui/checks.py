@@ -14,7 +14,7 @@ from trainers.core.options import BY_NAME, ConfigError, ConfigIssue, TrainConfig
 from trainers.core.options.optimizer_checks import optimizer_issues, optimizer_warnings
 from trainers.core.plan import StepPlan
 from trainers.core.schedules import lr_curve, preview_blocker, schedule_kind, step_count
-from trainers.data.preflight import preflight
+from trainers.preflight.report import preflight
 
 
 @dataclass

@@ -28,7 +28,7 @@ from trainers.core.processes import pid_alive
 from trainers.core.rundir import read_status, update_status
 from trainers.core.secrets import trainer_environment
 from trainers.demo import PROGRESS, demo_is_built
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 REPO = Path(__file__).resolve().parents[1]
 WAITS_FOR = "waits_for_demo"  # in a queued run's status.json: it starts once the demo is ready

@@ -96,7 +96,7 @@ def test_the_real_size_runs_pass_the_trainers_checks(tmp_path: Path) -> None:
     from benchmarks.gpu_parts import REAL, Sizes, TrainRun
     from trainers.demo import build_dataset
     from trainers.train.optim import check_optimizer
-    from trainers.validate import check
+    from trainers.preflight.validate import check
 
     sizes = Sizes(**REAL, work=tmp_path)
     data = build_dataset(tmp_path / "data", folder="100_bench", size=64)

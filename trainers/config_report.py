@@ -36,7 +36,7 @@ def check_config(method: str, config: Path | None, overrides: list[str]) -> tupl
     model."""
     from trainers.memory_estimate import memory_report
     from trainers.core.options.optimizer_checks import optimizer_warnings
-    from trainers.data.preflight import preflight
+    from trainers.preflight.report import preflight
 
     warnings: list[str] = []
     try:

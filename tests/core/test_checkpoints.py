@@ -72,7 +72,7 @@ def test_latest_skips_incomplete_states_and_resume_names_the_problem(tmp_path: P
 
 def test_resume_field_is_validated_before_training(tmp_path: Path) -> None:
     from trainers.core.options import load_config
-    from trainers.validate import validate
+    from trainers.preflight.validate import validate
 
     cfg = load_config("lora", overrides=[f"output_dir={json.dumps(str(tmp_path))}", "max_train_steps=1",
                                          f"resume={json.dumps(str(tmp_path / 'gone-state'))}"])

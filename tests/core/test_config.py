@@ -8,7 +8,7 @@ import pytest
 
 from trainers.core.options import OPTIONS, ConfigError, TrainConfig, load_config, options_for, parse_resolution
 from trainers.core.options.docs import options_markdown
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 
 def write(tmp_path: Path, text: str, name: str = "c.toml") -> Path:

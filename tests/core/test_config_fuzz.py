@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from trainers.core.options import OPTIONS, ConfigError, config_from_dict, load_config
 from trainers.core.options.schema import GROUPS
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 NAMES = [o.name for o in OPTIONS]
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),

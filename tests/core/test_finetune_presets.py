@@ -11,7 +11,7 @@ import pytest
 from trainers.core.options import load_config
 from trainers.demo import build_dataset
 from trainers.memory_estimate import FIT_MARGIN, estimate_memory
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 PRESETS = Path(__file__).resolve().parents[2] / "presets"
 # each family's published model the preset is for (the estimate reads its sizes from the hub id), and its tiny builder

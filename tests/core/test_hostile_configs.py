@@ -20,7 +20,7 @@ from trainers.core.errors import ConfigError
 from trainers.core.options import OPTIONS, load_config
 from trainers.core.registry import METHOD_NAMES
 from trainers.demo import build_dataset
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 SEEDS = range(1200)
 MARKER = Path("/tmp/atelier-hostile-marker")

@@ -14,7 +14,7 @@ from test_finetune_presets import FAMILIES as FINETUNE_FAMILIES
 from trainers.core.options import load_config
 from trainers.demo import build_dataset
 from trainers.memory_estimate import FIT_MARGIN, estimate_memory, model_size, offload_share
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 PRESETS = Path(__file__).resolve().parents[2] / "presets"
 TIERS = (8, 12, 16, 24, 48)

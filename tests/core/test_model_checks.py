@@ -1,6 +1,6 @@
 """Checks that depend on the model, before any weight loads: `--print-config`, the GUI's Validate and the run refuse
 the same configs for the same reasons (trainers/models/checks.py `model_issues`, reached through
-trainers/validate.py), naming the option, the path, what it holds and what is expected. Torch-free."""
+trainers/preflight/validate.py), naming the option, the path, what it holds and what is expected. Torch-free."""
 from __future__ import annotations
 
 import io
@@ -20,7 +20,7 @@ from trainers.config_report import print_config
 from trainers.core.errors import ConfigError
 from trainers.core.options import config_from_dict
 from trainers.demo import build_dataset
-from trainers.validate import check
+from trainers.preflight.validate import check
 
 REPO = Path(__file__).resolve().parents[2]
 SD1_WIDTH = 768  # an SD1 UNet's cross-attention width: what tells an LDM UNet-only file's family

@@ -15,7 +15,7 @@ from trainers.data import kohya_folders
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages, prepare_sample_image
 from trainers.data.images import load_image_rgb
-from trainers.data.preflight import preflight
+from trainers.preflight.report import preflight
 
 from image_files import bad_and_odd_files, corrupt_middle_png, save_image
 

@@ -149,7 +149,7 @@ def test_two_processes_train_a_dataset_config_with_buckets_and_disk_cache(tiny_s
     and the steps run are the preflight's steps for 2 processes."""
     import json
 
-    from trainers.data.preflight import preflight
+    from trainers.preflight.report import preflight
 
     from helpers import events, run_trainer, sets, two_processes
 

@@ -14,7 +14,7 @@ from trainers.data.captions import CaptionOptions, process_caption
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages
 from trainers.data.kohya_folders import DatasetLayoutError, scan_kohya_folders
-from trainers.data.preflight import preflight
+from trainers.preflight.report import preflight
 
 from image_files import save_image
 

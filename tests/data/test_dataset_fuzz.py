@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from trainers.core.options import config_from_dict
-from trainers.data.preflight import preflight
+from trainers.preflight.report import preflight
 
 DATASETS = 60
 

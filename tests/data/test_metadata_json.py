@@ -10,8 +10,8 @@ from trainers.core.options import TrainConfig, load_config
 from trainers.data import metadata_json as mj
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages
-from trainers.data.preflight import preflight
-from trainers.validate import validate
+from trainers.preflight.report import preflight
+from trainers.preflight.validate import validate
 
 from image_files import save_image
 

@@ -10,8 +10,8 @@ from trainers.core.options import ConfigError, TrainConfig, config_from_dict
 from trainers.data.catalog import build_catalog
 from trainers.data.dataset import CaptionedImages
 from trainers.data.holdout import held_out_count, split_images
-from trainers.data.preflight import preflight
-from trainers.validate import validate
+from trainers.preflight.report import preflight
+from trainers.preflight.validate import validate
 
 from image_files import save_image
 

@@ -11,7 +11,7 @@ from gui.forms import from_widget, to_widget
 from gui.presets import YOURS, Presets
 from trainers.core.options import TrainConfig, config_from_dict, options_for
 from trainers.core.registry import METHOD_NAMES
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 
 def _apply(form: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from PIL import Image, ImageOps
 
 from trainers.core.options import load_config
 from trainers.demo import build_dataset
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 from helpers import FAST, events, run_trainer, sets
 

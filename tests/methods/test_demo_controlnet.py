@@ -11,7 +11,7 @@ from PIL import Image
 
 from trainers.core.options import load_config
 from trainers.demo import BUILT_MARK, CONTROLS, MODEL, RECIPE, build_demo_dataset, demo_is_built, ensure_demo
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 from helpers import events, run_trainer
 

@@ -22,7 +22,7 @@ from trainers.methods.lora.network import Dropouts, LoRANetwork
 from trainers.methods.lora.params import LearningRates, param_groups
 from trainers.methods.lora.settings import network_settings
 from trainers.models import load_model
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-3,
         "network_dim": 4, "network_alpha": 2, "max_train_steps": 2}

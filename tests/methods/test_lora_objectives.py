@@ -9,7 +9,7 @@ import torch
 
 from trainers.core.options import load_config
 from trainers.demo import build_dataset
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 from helpers import FAST, run_trainer, sets
 

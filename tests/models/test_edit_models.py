@@ -165,7 +165,7 @@ def test_control_sizing_is_refused_by_name_where_there_are_no_controls(kontext_d
     from trainers.core.errors import ConfigError
     from trainers.core.options import TrainConfig
     from trainers.data.dataset_toml import load_dataset_config
-    from trainers.validate import validate
+    from trainers.preflight.validate import validate
 
     data, _ = _pairs(tmp_path)
     plain = build_tiny_flux(tmp_path / "flux")
@@ -322,7 +322,7 @@ def test_conditioning_data_dir_holds_an_edit_models_controls_without_masked_loss
     from trainers.core.errors import ConfigError
     from trainers.core.options import TrainConfig
     from trainers.data.dataset_toml import load_dataset_config
-    from trainers.validate import validate
+    from trainers.preflight.validate import validate
 
     data, controls = _pairs(tmp_path)
     values = {"pretrained_model_name_or_path": str(kontext_dir), "train_data_dir": str(data),
@@ -405,7 +405,7 @@ def test_flux2_edit_preset_fits_its_card_counting_the_references_tokens(tmp_path
     from trainers.core.options import load_config
     from trainers.memory_estimate import FIT_MARGIN, estimate_memory
     from trainers.models.flux2.tiny import build_tiny_flux2_klein
-    from trainers.validate import validate
+    from trainers.preflight.validate import validate
 
     preset = Path(__file__).resolve().parents[2] / "presets" / "flux2_klein_edit_lora_16gb.toml"
     data, controls = _pairs(tmp_path)

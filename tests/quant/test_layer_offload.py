@@ -212,7 +212,7 @@ def test_a_unet_lora_and_finetune_with_blocks_offloaded_train_the_same_weights(t
 
 def test_a_finetune_and_a_unet_take_offload_and_are_told_it_needs_gradient_checkpointing() -> None:
     from trainers.core.options import TrainConfig
-    from trainers.validate import validate
+    from trainers.preflight.validate import validate
 
     for method, family in (("finetune", "sdxl"), ("dreambooth", "sd1"), ("lora", "sd1")):
         for option, value in (("layer_offload_fraction", 0.5), ("blocks_to_swap", 3)):

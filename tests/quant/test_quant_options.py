@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trainers.memory_estimate import base_precision
 from trainers.core.options import TrainConfig, config_from_dict
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 
 def fields(values: dict) -> dict[str, str]:

@@ -19,7 +19,7 @@ import torch
 from trainers.core.options import config_from_dict
 from trainers.core.plan import BatchSplitError, per_device_batch, plan_steps
 from trainers.demo import build_dataset
-from trainers.validate import validate
+from trainers.preflight.validate import validate
 
 from helpers import events, hook_env, run_trainer, sets, two_processes
 

@@ -16,7 +16,7 @@ from trainers.core.fsio import atomic_dir
 from trainers.core.options import TrainConfig
 from trainers.core.plan import plan_steps
 from trainers.core.saves import MANIFEST, Position, manifest_for, planned_saves
-from trainers.data.preflight import preflight
+from trainers.preflight.report import preflight
 
 from helpers import events, train
 from image_files import captioned_images

@@ -2,30 +2,47 @@
 
 Every ending reaches the run directory (status.json and a done or error event) with a message a
 user can act on; known causes (bad input, NaN loss, out of memory, full disk) carry no traceback.
+
+A config that Validate refuses is refused before torch, diffusers, transformers, peft or accelerate load: the
+checks are handed in (`Checks`, from trainers/preflight/ above the methods) and run before `_train` imports them.
 """
 from __future__ import annotations
 
 import os
+import sys
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainers.core.lifecycle import Lifecycle
 from trainers.core.options import TrainConfig, load_config
+from trainers.core.overwrites import Outputs
 from trainers.core.rundir import CONFIG, RunState, new_run_dir
 
 
-def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str],
+@dataclass(frozen=True)
+class Checks:
+    """What a run is handed from above the methods (trainers/__main__.py builds it from trainers/preflight/)."""
+
+    config: Callable[[TrainConfig], None]  # Validate's checks: raises ConfigError; torch-free
+    outputs: Outputs  # every path a final save of the config's method writes (its rules' outputs)
+
+
+def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str], checks: Checks,
                print_only: bool = False) -> int:
     """Train `method` and return the exit status; every ending is recorded in the run directory."""
-    from trainers.train.distributed import release_process_group
-
     try:
-        return _run(method, config, run_dir, overrides, print_only)
+        return _run(method, config, run_dir, overrides, checks, print_only)
     finally:
-        release_process_group()  # after the run's models are gone (see hold_process_group)
+        if "trainers.train.distributed" in sys.modules:  # not imported (nor torch) by a run refused at its start
+            from trainers.train.distributed import release_process_group
+
+            release_process_group()  # after the run's models are gone (see hold_process_group)
 
 
-def _run(method: str, config: Path | None, run_dir: Path | None, overrides: list[str], print_only: bool) -> int:
+def _run(method: str, config: Path | None, run_dir: Path | None, overrides: list[str], checks: Checks,
+         print_only: bool) -> int:
     from trainers.core.errors import EXIT_BAD_INPUT, BadInput, TrainingFailed, TrainingStopped
     from trainers.core.secrets import install_redaction
 
@@ -49,7 +66,8 @@ def _run(method: str, config: Path | None, run_dir: Path | None, overrides: list
                 cfg.save(run_dir / CONFIG)
             for w in warnings:
                 life.events.warn(w)
-        final = _train(cfg, run_dir, life)
+        checks.config(cfg)  # the options, the dataset options and the model's files, before any heavy import
+        final = _train(cfg, run_dir, life, checks.outputs)
     except TrainingStopped as stopped:
         life.stopped(str(stopped.path), str(stopped))
         print(str(stopped))
@@ -70,7 +88,7 @@ def _run(method: str, config: Path | None, run_dir: Path | None, overrides: list
     return 0
 
 
-def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle) -> Path:
+def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle, outputs: Outputs) -> Path:
     from trainers.train.quiet import quiet_libraries
 
     quiet_libraries()  # before the libraries load and talk
@@ -79,5 +97,5 @@ def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle) -> Path:
     from trainers.train.session import start_session
 
     method = method_of(cfg)
-    session = start_session(cfg, run_dir, life, prepare=method.prepare)
+    session = start_session(cfg, run_dir, life, prepare=method.prepare, outputs=outputs)
     return train(session, session.model.family.adapt_trainable(cfg, session, method.make_trainable(cfg, session)))

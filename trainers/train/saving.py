@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trainers.core.errors import ConfigError, DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped
 from trainers.core.events import Checkpoint
 from trainers.core.fsio import clean_stale_temps, remove_save
+from trainers.core.overwrites import overwrite_issue
 from trainers.core.options.validation import states_supported
 from trainers.core.retention import Retention, prune
 from trainers.core.saves import (Position, SaveName, check_free_space, find_states, planned_saves, save_name,
@@ -24,7 +25,6 @@ from trainers.core.saves import (Position, SaveName, check_free_space, find_stat
 from trainers.train.control import ROLLING_STATE
 from trainers.train.distributed import full_weights
 from trainers.train.faults import is_out_of_memory, out_of_memory, weights_finite
-from trainers.validate import overwrite_issue
 
 if TYPE_CHECKING:
     from trainers.train.method import Trainable
@@ -63,7 +63,7 @@ class Saver:
         issue = None
         if self.main:
             names = planned_saves(self.name, cfg.save_every_n_steps, cfg.save_every_n_epochs, self.session.plan, at)
-            issue = overwrite_issue(cfg, names, self.state.run_started)
+            issue = overwrite_issue(cfg, self.session.outputs, names, self.state.run_started)
         issue = self._agree(issue)
         if issue is not None:
             raise ConfigError([issue])
@@ -175,7 +175,8 @@ class Saver:
         """Raise TrainingFailed when the save `name` would replace a file this run did not write (one that came
         since the start, or a stop's or save-now's name that no plan foresaw)."""
         save = SaveName.parse(name, self.name)
-        issue = overwrite_issue(self.session.cfg, [save], self.state.run_started, with_state) if save else None
+        issue = overwrite_issue(self.session.cfg, self.session.outputs, [save], self.state.run_started,
+                                with_state) if save else None
         if issue is not None:
             raise TrainingFailed(f"{issue.message}; the save was not written (earlier saves are kept)")
 

@@ -17,12 +17,13 @@ from trainers.core.events import Dataset, EventWriter
 from trainers.core.lifecycle import Lifecycle
 from trainers.core.logdir import tensorboard_dir
 from trainers.core.options import TrainConfig
+from trainers.core.overwrites import Outputs
 from trainers.core.plan import StepPlan, plan_steps
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.dataset import CaptionedImages
 from trainers.data.pipeline import build_pipeline
-from trainers.data.preflight import catalog_report
+from trainers.data.report import catalog_report
 from trainers.models import LoadedModel, ModelFiles, load_model, resolve_model_folder
 from trainers.models.checks import model_issues
 from trainers.train import memo
@@ -32,7 +33,6 @@ from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
 from trainers.train.memory_watch import resident_bytes
 from trainers.train.optim import check_optimizer
-from trainers.validate import check
 
 
 @dataclass
@@ -49,6 +49,7 @@ class Session:
     weight_dtype: torch.dtype
     started_at: float
     control: Control
+    outputs: Outputs  # every path a final save of the method writes (its rules' outputs: core/overwrites.py)
     rank_timer: RankTimer | None = None  # this rank's own step time (and DDP's comm hook)
     validation: CaptionedImages | None = None  # the held-out images (validation_split)
     block_swap: BlockSwap | None = None  # blocks_to_swap: whose weights wait in CPU memory
@@ -63,10 +64,11 @@ class Session:
 
 def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None = None,
                   prepare: Callable[[TrainConfig, Any, EventWriter, torch.dtype], None] | None = None,
-                  random_init: bool = False) -> Session:
-    """Set the run up for `cfg`'s method. `prepare` is its work before the dataset is read (Method.prepare);
-    `random_init` builds the model from its configs only (benchmarks of real-size architectures)."""
-    check(cfg)  # the options, the dataset options and the model's files (a local model's configs and header)
+                  random_init: bool = False, *, outputs: Outputs) -> Session:
+    """Set the run up for `cfg`'s method, a config that passed Validate's checks (the run's entry checks it
+    before torch loads: trainers/preflight/validate.py `check`). `prepare` is its work before the dataset is read
+    (Method.prepare); `random_init` builds the model from its configs only (benchmarks of real-size
+    architectures); `outputs` names the paths a save of the method writes (what saves must not replace)."""
     check_optimizer(cfg)  # a class-path optimizer or lr_scheduler_type imports, and takes its arguments
     dataset_warnings: list[str] = []
     accelerator = make_accelerator(cfg, run_dir)
@@ -117,12 +119,13 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     set_seed(cfg.seed)  # the method's new weights (e.g. a LoRA's init) are the same in every run and on every rank
     return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
                    weight_dtype, time.time(),
-                   Control(run_dir, accelerator), accelerator.rank_timer, data.validation, block_swap,
+                   Control(run_dir, accelerator), outputs, accelerator.rank_timer, data.validation, block_swap,
                    resident_before_model)
 
 
 def _checked_model(cfg: TrainConfig) -> str:
-    """The model to load: a local one as given (`check` read its files), a hub id fetched and then checked alike."""
+    """The model to load: a local one as given (the entry's `check` read its files), a hub id fetched and then
+    checked alike."""
     given = cfg.pretrained_model_name_or_path
     if Path(given).expanduser().exists():
         return given

@@ -1,7 +1,7 @@
 """Checks of the options themselves, across options and against the disk: every problem at once, each tied to a field.
 
 The checks of the dataset options (trainers/data/checks.py) and of each method (its rules module) are added by
-`trainers.validate`, which is what callers use.
+`trainers.preflight.validate`, which is what callers use.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Every check of a config before anything heavy starts: its options, its dataset options, its method's rules and
 what its model's files allow (trainers/models/checks.py).
 
-Torch-free: the GUI's Validate, --print-config and the trainer's start-up run the same checks. (The dataset's
-files are read by the preflight, trainers/data/preflight.py.)
+Torch-free: the GUI's Validate, --print-config and the trainer's start (before torch loads: `check`, handed to the
+run by trainers/__main__.py) run the same checks. (The dataset's files are read by the preflight report,
+trainers/preflight/report.py.)
 """
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options import TrainConfig
 from trainers.core.options.loss_checks import loss_issues
 from trainers.core.options.optimizer_checks import optimizer_issues
-from trainers.core.options.validation import existing_outputs, option_issues, states_supported
+from trainers.core.options.validation import existing_outputs, option_issues
+from trainers.core.overwrites import overwrite_issue
 from trainers.core.plan import StepPlan
-from trainers.core.saves import Position, SaveName, planned_saves, read_manifest, resolve_resume, state_name, \
-    written_before
+from trainers.core.saves import Position, planned_saves, read_manifest, resolve_resume
 from trainers.data.checks import dataset_issues
 from trainers.data.edit_pairs import sizing_refusals, takes_controls
 from trainers.methods import rules_for
@@ -41,34 +42,10 @@ def check(cfg: TrainConfig, check_paths: bool = True) -> None:
         raise ConfigError(issues)
 
 
-def save_paths(cfg: TrainConfig, name: str, with_state: bool) -> list[Path]:
-    """Every path the save `name` (e.g. 'lora-step00000500') writes: the method's files and folders, and its
-    training state when it has one."""
-    paths = rules_for(cfg.method).outputs(cfg.replace(output_name=name))
-    if with_state and states_supported(cfg.values):
-        paths.append(Path(cfg.output_dir).expanduser() / state_name(name))
-    return paths
-
-
-def overwrite_issue(cfg: TrainConfig, names: list[SaveName], since: float | None,
-                    with_state: bool | None = None) -> ConfigIssue | None:
-    """The first path of the saves `names` (with their training states: `with_state`, save_state when None) that
-    exists and was written before `since` (see `written_before`), unless overwrite_output is set: the run did not
-    write it, so it must not replace it."""
-    if cfg.overwrite_output or not cfg.output_dir.strip() or not cfg.output_name.strip():
-        return None
-    states = bool(cfg.save_state) if with_state is None else with_state
-    for name in names:
-        for path in save_paths(cfg, name.filename, states):
-            try:
-                found = written_before(path, since)
-            except OSError:  # a name too long for the file system: named by the checks of output_name
-                return None
-            if found:
-                return ConfigIssue("output_name", f"{path} already exists, and this run did not write it: its "
-                                   f"{name.label} save would replace it. Choose another output_name or output_dir, "
-                                   "move the file away, or set overwrite_output = true", "saving")
-    return None
+def method_outputs(cfg: TrainConfig) -> list[Path]:
+    """Every path the final save of `cfg`'s method writes (its rules' `outputs`): what the run's saves are checked
+    against (trainers/core/overwrites.py)."""
+    return rules_for(cfg.method).outputs(cfg)
 
 
 def planned_save_issues(cfg: TrainConfig, plan: StepPlan) -> list[ConfigIssue]:
@@ -82,5 +59,5 @@ def planned_save_issues(cfg: TrainConfig, plan: StepPlan) -> list[ConfigIssue]:
             return []  # named by the check of resume
         after, since = Position.of_manifest(manifest), manifest.get("run_started")
     names = planned_saves(cfg.output_name, cfg.save_every_n_steps, cfg.save_every_n_epochs, plan, after)
-    issue = overwrite_issue(cfg, names, since)
+    issue = overwrite_issue(cfg, method_outputs, names, since)
     return [issue] if issue else []

@@ -1,6 +1,6 @@
-"""The preflight report: what a run would train on, before it starts. Torch-free (the GUI's Validate calls it).
+"""The preflight report of a dataset: what a run would train on. Torch-free; filled from the catalog by
+trainers/preflight/report.py (`preflight`, with every check of the config) and by the trainer when it starts.
 
-    report = preflight(cfg, num_processes=2)
     report.ok, report.errors, report.warnings, report.steps_per_epoch, report.total_steps
     print(report.text())          # or report.to_dict() for JSON
 
@@ -12,15 +12,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from trainers.core.options import ConfigError, ConfigIssue, TrainConfig
 from trainers.core.plan import StepPlan, plan_steps
-from trainers.core.weights_memory import weights_note
-from trainers.data.catalog import Catalog, build_catalog
-from trainers.data.kohya_folders import DatasetLayoutError
-from trainers.validate import planned_save_issues, validate
+from trainers.data.catalog import Catalog
 
 MAX_LISTED = 20  # skipped files and duplicates shown in the text (all are in the fields)
 
@@ -142,35 +138,6 @@ def _subset_line(s: SubsetSummary) -> str:
     return "\n    ".join([head] + [f"dropped: {n} x {reason}" for reason, n in s.metadata_dropped.items()])
 
 
-def preflight(cfg: TrainConfig, num_processes: int | None = None) -> PreflightReport:
-    """Check the config and read the dataset as a run on `num_processes` processes would; never raises.
-
-    `num_processes` defaults to the config's launch options (num_processes x num_machines) when it has them.
-    """
-    if num_processes is None:
-        num_processes = int(cfg.values.get("num_processes") or 1) * int(cfg.values.get("num_machines") or 1)
-    report = PreflightReport(num_processes, errors=validate(cfg), memory=weights_note(cfg))
-    named = {issue.field for issue in report.errors}
-    try:  # read even with option errors, so that the dataset's own problems are named in the same pass
-        catalog = build_catalog(cfg.values, report.warnings)
-    except ConfigError as err:
-        report.errors += [issue for issue in err.issues if issue.field not in named]
-        return report
-    except DatasetLayoutError as err:
-        if err.field not in named:
-            report.errors.append(ConfigIssue(err.field, str(err), "dataset"))
-        return report
-    except (ValueError, TypeError, OSError):
-        if not any(issue.group == "dataset" for issue in report.errors):
-            raise
-        report.warnings.append("the dataset is read once the dataset errors are fixed")
-        return report
-    fill_report(report, catalog, cfg)
-    if report.plan is not None:  # the step and epoch saves it plans must not replace files it did not write
-        report.errors += [issue for issue in planned_save_issues(cfg, report.plan) if issue.field not in named]
-    return report
-
-
 def catalog_report(cfg: TrainConfig, catalog: Catalog, num_processes: int, warnings: list[str]) -> PreflightReport:
     """The report of a dataset already read (the trainer prints it when it starts)."""
     report = PreflightReport(num_processes, warnings=list(warnings))
@@ -224,27 +191,3 @@ def fill_report(report: PreflightReport, catalog: Catalog, cfg: TrainConfig) -> 
                                  report.num_processes, accumulation,
                                  cfg.max_train_epochs, cfg.max_train_steps, sampler.groups_per_epoch(),
                                  cfg.keep_global_batch)
-
-
-def run_preflight(method: str, config: Path | None, overrides: list[str], num_processes: int | None,
-                  as_json: bool) -> int:
-    """`python -m trainers preflight`: print the report; exit 0 when the run can start, 2 when it lists errors.
-
-    Loads no model (nor torch).
-    """
-    import json
-
-    from trainers.core.errors import EXIT_BAD_INPUT
-    from trainers.core.options import load_config
-
-    warnings: list[str] = []
-    try:
-        cfg = load_config(method, config, overrides, warnings)
-    except ConfigError as err:
-        report = PreflightReport(num_processes or 1, errors=err.issues, warnings=warnings)
-    else:
-        report = preflight(cfg, num_processes)
-        report.warnings[:0] = warnings
-    print(json.dumps(report.to_dict(), indent=1, ensure_ascii=False) if as_json else report.text())
-    return 0 if report.ok else EXIT_BAD_INPUT
-
