@@ -106,16 +106,17 @@ def main(argv: list[str] | None = None) -> int:
 
         return print_accelerate_config(args.method, args.config, args.overrides)
     if args.command == "preflight":
-        from trainers.data.preflight import run_preflight
+        from trainers.preflight.report import run_preflight
 
         return run_preflight(args.method, args.config, args.overrides, args.num_processes, args.json)
     if args.print_config or args.export_sd_scripts:
         from trainers.config_report import print_config
 
         return print_config(args.command, args.config, args.overrides, args.export_sd_scripts)
-    from trainers.train.run import run_method
+    from trainers.preflight.validate import check, method_outputs
+    from trainers.train.run import Checks, run_method
 
-    return run_method(args.command, args.config, args.run_dir, args.overrides)
+    return run_method(args.command, args.config, args.run_dir, args.overrides, Checks(check, method_outputs))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The checks of a config that depend on its model, read from the model's files before any weight loads: JSON
 configs and safetensors headers only (torch-free). `model_issues` is the one function the run, --print-config and
-the GUI's Validate reach through trainers/validate.py; a hub model is checked by the run once it is fetched.
+the GUI's Validate reach through trainers/preflight/validate.py; a hub model is checked by the run once it is
+fetched.
 """
 from __future__ import annotations
 
