@@ -16,7 +16,7 @@ from PIL import Image
 from trainers.core.options.schema import ConfigError
 from trainers.generate.options import GenerateConfig, LoraRef, check_config, load_generate_config, parse_lora_line
 from trainers.generate.plan import Variant, build_plan
-from trainers.generate.pnginfo import lora_short_hash, parameters_text, parse_parameters, read_parameters
+from trainers.sampling.pnginfo import lora_short_hash, parameters_text, parse_parameters, read_parameters
 
 from helpers import hook_env
 

@@ -8,7 +8,7 @@ images/. One worker (a full pipeline) per GPU takes work items from a shared que
 seed depends only on its prompt and index, so the pictures do not depend on the number of workers.
 
 Modules: `options` (the schema, torch-free), `plan` (work items, seeds, file names; torch-free),
-`pnginfo` (A1111 "parameters"), `saves` (a training run's saves and prompts; torch-free),
+`saves` (a training run's saves and prompts; torch-free),
 `renderer` (pipeline, LoRAs, prompt-embedding cache), `job` (the queue and the workers),
 `grid` (the labelled compare grid), `cli`.
 """

@@ -108,7 +108,7 @@ class _Settings:
 
     def parameters(self) -> str:
         """A1111's "parameters" text, which A1111/Forge/ComfyUI and image viewers read back."""
-        from trainers.generate.pnginfo import parameters_text
+        from trainers.sampling.pnginfo import parameters_text
 
         return parameters_text(self.prompt.prompt, self.prompt.negative, {
             "Steps": self.steps, "Sampler": sampler_title(self.sampler), "CFG scale": self.cfg_scale,

@@ -13,12 +13,12 @@ from typing import Any
 from safetensors import safe_open
 
 from trainers.data.kohya_folders import parse_folder_name
-from trainers.generate.pnginfo import lora_short_hash
 from trainers.generate.saves import is_lora_file
 from trainers.methods.lora.file_format import with_hashes
 from trainers.models import ModelFiles
 from trainers.models.rules import checkpoint_rules, folder_rules, read_json
 from trainers.models.single_file.checkpoint import open_checkpoint
+from trainers.sampling.pnginfo import lora_short_hash
 from trainers.tools.blocks import BLOCKS, block_of
 from trainers.tools.formats import Names, to_kohya
 from trainers.tools.job import REPORT_MD, ToolError, ToolJob
