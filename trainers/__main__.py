@@ -1,4 +1,6 @@
-"""`python -m trainers <method> --config run.toml --run-dir DIR [--set name=value ...]`: dispatch only.
+"""`python -m trainers <method> --config run.toml --run-dir DIR [--set name=value ...] [--learning-rate 1e-4 ...]`:
+dispatch only. Every option of a method is also a flag of its own (`--<name>`, dashes for underscores), read as
+`--set <name>=<value>` in command-line order.
 
 Also: `python -m trainers demo --out DIR` (tiny model + dataset, offline),
 `python -m trainers preflight --config run.toml [--num-processes N]` (the dataset report, no training),
@@ -39,7 +41,12 @@ def _config_arguments(p: argparse.ArgumentParser) -> None:
                    "sd-scripts or kohya_ss file); repeatable")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(flags_for: str | None = None) -> argparse.ArgumentParser:
+    """The command line; the per-option flags are built for the method `flags_for` only (the one being run; all
+    of them when None), since they are most of the parser's build time."""
+    from trainers.core.options.jobs import add_training_flags
+    from trainers.core.options.training import OPTIONS
+
     parser = argparse.ArgumentParser(prog="python -m trainers", description="Atelier trainers (headless).")
     sub = parser.add_subparsers(dest="command", required=True)
     for method in METHODS:
@@ -50,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
                        "say about it (warnings, errors) and exit: 2 when a run would refuse it")
         p.add_argument("--export-sd-scripts", type=Path, metavar="OUT.toml", help="write the config as an sd-scripts "
                        "--config_file and print the command that runs it (implies --print-config)")
+        if flags_for in (None, method.name):
+            add_training_flags(p, [o for o in OPTIONS if method.name in o.methods])
     from trainers.demo import add_arguments as add_demo_arguments
 
     add_demo_arguments(sub.add_parser("demo", help="build a tiny offline model and dataset"))
@@ -81,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    args = _parser(given[0] if given and given[0] in METHOD_NAMES else "").parse_args(argv)
     if hasattr(args, "job_main"):
         return args.job_main(args)
     if args.command == "demo":

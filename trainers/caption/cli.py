@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from trainers.caption.options import JOB_METHOD, VERBS, JobConfig, check_config, new_job_dir, options_for
-from trainers.tools.cli import add_job_arguments, checked_config, run_reported
+from trainers.core.options.jobs import add_job_arguments
+from trainers.tools.cli import checked_config, run_reported
 
 
 def add_arguments(commands: argparse._SubParsersAction) -> None:
@@ -23,7 +24,8 @@ def add_arguments(commands: argparse._SubParsersAction) -> None:
     for verb, what in VERBS.items():
         sub = commands.add_parser(verb, help=what, description=f"{verb}: {what}.")
         sub.set_defaults(job_main=main, verb=verb)
-        add_job_arguments(sub, options_for(verb), "docs/captioning.md", f"runs/<time>-{verb}-<folder name>")
+        add_job_arguments(sub, options_for(verb), "docs/captioning.md", f"runs/<time>-{verb}-<folder name>",
+                          choices=False)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -6,11 +6,11 @@ undesired tags as tag_blacklist, caption_extension), so a kohya_ss user finds th
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from trainers.caption.shared_options import CAPTION, SHARED_OPTIONS, job_option
+from trainers.core.options.jobs import options_table
 from trainers.core.options.schema import ConfigIssue, Option
 from trainers.core.options.verbs import VerbConfig
 from trainers.core.paths import is_hub_id
@@ -167,8 +167,4 @@ def new_job_dir(runs_root: Path, cfg: JobConfig) -> Path:
 
 def options_markdown(verb: str) -> str:
     """The table of a job's options, for docs/captioning.md."""
-    lines = ["| option | default | accepts | what |", "|---|---|---|---|"]
-    for opt in options_for(verb):
-        default = json.dumps(opt.default, ensure_ascii=False)
-        lines.append(f"| `{opt.name}` | `{default}` | {opt.allowed()} | {opt.help.replace('|', '/')} |")
-    return "\n".join(lines)
+    return "\n".join(options_table(options_for(verb)))

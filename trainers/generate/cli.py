@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import EXIT_BAD_INPUT, ConfigError
+from trainers.core.options.jobs import add_job_arguments, flag_values
 from trainers.generate.options import (
     GEN_OPTIONS,
     GenerateConfig,
@@ -27,30 +28,7 @@ _SINGULAR = {"prompts": "prompt", "loras": "lora", "compare_loras": "compare-lor
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, help="TOML file of generation options (see docs/generate.md)")
-    parser.add_argument("--run-dir", type=Path, help="job folder (default: runs/<time>-<mode>-<name>)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
-                        help="set one option; VALUE is read as TOML")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    options = parser.add_argument_group("options (each also settable in the TOML file)")
-    for opt in GEN_OPTIONS:
-        if opt.name == "mode":
-            continue
-        flag = "--" + _SINGULAR.get(opt.name, opt.name).replace("_", "-")
-        if opt.kind == "list":
-            options.add_argument(flag, dest=f"opt_{opt.name}", action="append", metavar="VALUE",
-                                 help=f"{opt.help} (repeatable)")
-        elif opt.kind == "bool":
-            options.add_argument(flag, dest=f"opt_{opt.name}", action=argparse.BooleanOptionalAction, help=opt.help)
-        else:
-            options.add_argument(flag, dest=f"opt_{opt.name}", metavar=opt.kind.upper(), help=opt.help,
-                                 type={"int": int, "float": float}.get(opt.kind, str),
-                                 choices=list(opt.choices) if opt.choices else None)
-
-
-def _flag_values(args: argparse.Namespace) -> dict[str, Any]:
-    return {key.removeprefix("opt_"): value for key, value in vars(args).items()
-            if key.startswith("opt_") and value is not None}
+    add_job_arguments(parser, GEN_OPTIONS, "docs/generate.md", "runs/<time>-<mode>-<name>", _SINGULAR, skip=("mode",))
 
 
 def main(args: argparse.Namespace, mode: str) -> int:
@@ -58,7 +36,7 @@ def main(args: argparse.Namespace, mode: str) -> int:
     from trainers.core.secrets import install_redaction
 
     install_redaction()
-    values = _flag_values(args)
+    values = flag_values(args)
     if mode == "compare":
         values["mode"] = "compare"
     try:

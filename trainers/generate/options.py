@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.options import toml_text
-from trainers.core.options.loading import closest, flatten, parse_set, read_toml
+from trainers.core.options.jobs import NO_MIGRATIONS, job_header, job_values, options_table
+from trainers.core.options.loading import closest
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce_values
 from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
 from trainers.core.options.values import OptionValues
@@ -108,6 +109,7 @@ GEN_OPTIONS: tuple[Option, ...] = (
          "output", choices=MODES, advanced=True),
 )
 GEN_BY_NAME: dict[str, Option] = {o.name: o for o in GEN_OPTIONS}
+GEN_MIGRATIONS = NO_MIGRATIONS  # steps from older schema_versions of generation jobs (trainers/core/options/jobs.py)
 
 
 class GenerateConfig(OptionValues):
@@ -123,7 +125,7 @@ class GenerateConfig(OptionValues):
         return GenerateConfig({**self.values, **changes})
 
     def to_toml(self) -> str:
-        return "# Atelier generation job\n" + toml_text.dumps(self.sections(GEN_GROUPS))
+        return job_header("generation job") + toml_text.dumps(self.sections(GEN_GROUPS))
 
 
 def config_from_values(values: dict[str, Any]) -> GenerateConfig:
@@ -138,15 +140,10 @@ def config_from_values(values: dict[str, Any]) -> GenerateConfig:
 
 def load_generate_config(path: Path | None = None, overrides: list[str] | None = None,
                          values: dict[str, Any] | None = None) -> GenerateConfig:
-    """A TOML file (sections or flat keys), then `--set name=value` overrides, then `values` (CLI flags)."""
-    flat: dict[str, Any] = {}
+    """A TOML file (sections or flat keys, migrated from its schema_version), then `--set name=value` overrides,
+    then `values` (CLI flags)."""
     issues: list[ConfigIssue] = []
-    if path is not None:
-        flat = flatten(read_toml(path), issues, GEN_GROUPS, GEN_BY_NAME)
-    for assignment in overrides or []:
-        name, value = parse_set(assignment)
-        flat[name] = value
-    flat.update(values or {})
+    flat = job_values(path, overrides, values, GEN_GROUPS, GEN_BY_NAME, issues, GEN_MIGRATIONS)
     try:
         cfg = config_from_values(flat)
     except ConfigError as err:
@@ -304,11 +301,7 @@ def options_markdown() -> str:
     """The table of generation options for docs/generate.md, by section."""
     lines = []
     for group, title in GEN_GROUPS.items():
-        lines += [f"**[{group}]** {title}", "", "| option | default | accepts | what |", "|---|---|---|---|"]
-        for opt in (o for o in GEN_OPTIONS if o.group == group):
-            default = "unset" if opt.default is None else json.dumps(opt.default, ensure_ascii=False)
-            lines.append(f"| `{opt.name}` | `{default}` | {opt.allowed()} | {opt.help.replace('|', '/')} |")
-        lines.append("")
+        lines += options_table((o for o in GEN_OPTIONS if o.group == group), f"**[{group}]** {title}") + [""]
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainers.core.errors import EXIT_BAD_INPUT, BadInput, ConfigError, ConfigIssue
-from trainers.core.options.schema import Option
+from trainers.core.options.jobs import add_job_arguments, flag_values
 from trainers.core.options.verbs import VerbConfig
 from trainers.tools.options import JOB_METHOD, VERBS, ToolConfig, check_config, new_job_dir, options_for
 
@@ -31,27 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for verb, what in VERBS.items():
         sub = verbs.add_parser(verb, help=what, description=f"tools {verb}: {what}.")
-        add_job_arguments(sub, options_for(verb), "docs/tools.md", f"runs/<time>-tools-{verb}-<name>")
-
-
-def add_job_arguments(sub: argparse.ArgumentParser, options: tuple[Option, ...], docs: str, default_dir: str) -> None:
-    """A verb job's --config, --run-dir, --set, --print-config and one flag per option (`opt_<name>`)."""
-    sub.add_argument("--config", type=Path, help=f"TOML file of the job's options (see {docs})")
-    sub.add_argument("--run-dir", type=Path, help=f"job folder (default: {default_dir})")
-    sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
-                     help="set one option; VALUE is read as TOML")
-    sub.add_argument("--print-config", action="store_true", help="print the resolved options and exit")
-    flags = sub.add_argument_group("options (each also settable in the TOML file)")
-    for opt in options:
-        flag = "--" + _SINGULAR.get(opt.name, opt.name).replace("_", "-")
-        if opt.kind == "list":
-            flags.add_argument(flag, dest=f"opt_{opt.name}", action="append", metavar="VALUE",
-                               help=f"{opt.help} (repeatable)")
-        elif opt.kind == "bool":
-            flags.add_argument(flag, dest=f"opt_{opt.name}", action=argparse.BooleanOptionalAction, help=opt.help)
-        else:
-            flags.add_argument(flag, dest=f"opt_{opt.name}", metavar=opt.kind.upper(), help=opt.help,
-                               type={"int": int, "float": float}.get(opt.kind, str))
+        add_job_arguments(sub, options_for(verb), "docs/tools.md", f"runs/<time>-tools-{verb}-<name>", _SINGULAR,
+                          choices=False)
 
 
 def checked_config(args: argparse.Namespace, config_class: type[VerbConfig],
@@ -62,7 +43,7 @@ def checked_config(args: argparse.Namespace, config_class: type[VerbConfig],
     from trainers.core.secrets import install_redaction
 
     install_redaction()
-    values = {k.removeprefix("opt_"): v for k, v in vars(args).items() if k.startswith("opt_") and v is not None}
+    values = flag_values(args)
     label = f"{config_class.command}{args.verb}"
     try:
         cfg = config_class.load(args.verb, args.config, args.overrides, values)

@@ -7,13 +7,13 @@ clamp_quantile and min_diff), so a kohya_ss user finds them.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trainers.core.options.jobs import options_table
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
 from trainers.core.options.verbs import VerbConfig
@@ -289,9 +289,5 @@ def options_markdown() -> str:
     """The table of each verb's options, for docs/tools.md."""
     lines = []
     for verb in VERBS:
-        lines += [f"**tools {verb}**", "", "| option | default | accepts | what |", "|---|---|---|---|"]
-        for opt in options_for(verb):
-            default = "unset" if opt.default is None else json.dumps(opt.default, ensure_ascii=False)
-            lines.append(f"| `{opt.name}` | `{default}` | {opt.allowed()} | {opt.help.replace('|', '/')} |")
-        lines.append("")
+        lines += options_table(options_for(verb), f"**tools {verb}**") + [""]
     return "\n".join(lines)

@@ -2,24 +2,25 @@
 (sections or flat keys), `--set` overrides and values, each name and type checked. Torch-free."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, ClassVar
 
 from trainers.core.options import toml_text
-from trainers.core.options.loading import closest, flatten, parse_set, read_toml
+from trainers.core.options.jobs import NO_MIGRATIONS, Migrations, job_header, job_values
+from trainers.core.options.loading import closest
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce_values
 from trainers.core.options.values import OptionValues
 
 
 class VerbConfig(OptionValues):
     """One verb's options with their values (defaults filled in). A subclass says where its verbs' options are
-    (`options_for`), its TOML sections (`groups`), the command before the verb (`command`, e.g. "tools ") and what
-    its TOML's first line calls it (`title`)."""
+    (`options_for`), its TOML sections (`groups`), the command before the verb (`command`, e.g. "tools "), what
+    its TOML's first line calls it (`title`) and the steps from its older schema_versions (`migrations`)."""
 
     groups: ClassVar[dict[str, str]] = {}
     command: ClassVar[str] = ""
     title: ClassVar[str] = "job"
+    migrations: ClassVar[Migrations] = NO_MIGRATIONS
 
     def __init__(self, verb: str, values: dict[str, Any] | None = None) -> None:
         super().__init__(self.options_for(verb), values)
@@ -36,7 +37,7 @@ class VerbConfig(OptionValues):
         return type(self)(self.verb, {**self.values, **changes})
 
     def to_toml(self) -> str:
-        return f"# Atelier {self.title}\nverb = {json.dumps(self.verb)}\n\n" + toml_text.dumps(self.sections(self.groups))
+        return job_header(self.title, verb=self.verb) + toml_text.dumps(self.sections(self.groups))
 
     @classmethod
     def from_values(cls, verb: str, values: dict[str, Any]) -> "VerbConfig":
@@ -53,21 +54,18 @@ class VerbConfig(OptionValues):
     @classmethod
     def load(cls, verb: str, path: Path | None = None, overrides: list[str] | None = None,
              values: dict[str, Any] | None = None) -> "VerbConfig":
-        """A job's TOML (sections or flat keys; its `verb` must be this one), then `--set` overrides, then
-        `values`."""
-        flat: dict[str, Any] = {}
+        """A job's TOML (sections or flat keys, migrated from its schema_version; its `verb` must be this one),
+        then `--set` overrides, then `values` (trainers/core/options/jobs.py reads them)."""
         issues: list[ConfigIssue] = []
-        if path is not None:
-            raw = read_toml(path)
+
+        def header(raw: dict[str, Any]) -> None:
             written = raw.pop("verb", verb)
             if written != verb:
                 issues.append(ConfigIssue("verb", f"{path} is a `{cls.command}{written}` job; run it with "
                                                   f"`{cls.command}{written}`"))
-            flat = flatten(raw, issues, cls.groups, {o.name: o for o in cls.options_for(verb)})
-        for assignment in overrides or []:
-            name, value = parse_set(assignment)
-            flat[name] = value
-        flat.update(values or {})
+
+        flat = job_values(path, overrides, values, cls.groups, {o.name: o for o in cls.options_for(verb)}, issues,
+                          cls.migrations, header)
         try:
             cfg = cls.from_values(verb, flat)
         except ConfigError as err:
