@@ -153,7 +153,7 @@ def text_encoder(cls_name: str, config: str | dict[str, Any]) -> nn.Module:
 def swap_units(family: Any, denoiser: nn.Module) -> int:
     """What blocks_to_swap counts: with single blocks beside double ones (FLUX.1, Chroma, FLUX.2), the double blocks
     and half the single ones (sd-scripts' count, block_swap.swap_units); else the one list swap_blocks takes from."""
-    from trainers.train.block_swap import swap_units as paired_units
+    from trainers.models.block_swap import swap_units as paired_units
 
     if hasattr(denoiser, "single_transformer_blocks"):
         return paired_units(denoiser)

@@ -68,7 +68,7 @@ def test_without_a_local_model_or_a_family_there_is_no_estimate() -> None:
 
 def test_a_local_model_is_counted_from_its_files(tiny_sd1_dir: Path, tiny_flux_dir: Path) -> None:
     from trainers.models import load_model
-    from trainers.train.block_swap import swap_units
+    from trainers.models.block_swap import swap_units
 
     size = model_size(TrainConfig("lora", {"pretrained_model_name_or_path": str(tiny_sd1_dir)}))
     model = load_model(str(tiny_sd1_dir), "auto", torch.float32)

@@ -397,7 +397,7 @@ def test_blocks_to_swap_trains_the_same_lora_and_is_checked(tmp_path: Path) -> N
     from trainers.demo import build_dataset
     from trainers.models import family
     from trainers.methods.lora.file_format import read_lora_file
-    from trainers.train import block_swap
+    from trainers.models import block_swap
     from trainers.preflight.validate import validate
 
     folder = build_tiny_flux(tmp_path / "flux", blocks=(4, 6))

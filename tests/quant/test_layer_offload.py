@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from trainers.demo import build_dataset
 from trainers.methods.lora.file_format import read_lora_file
-from trainers.train.block_swap import offloaded_blocks, place_with_swap
+from trainers.models.block_swap import offloaded_blocks, place_with_swap
 
 
 class Blocks(nn.Module):

@@ -132,7 +132,7 @@ class ModelFamily(FamilyRules):
     def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
         """The blocks blocks_to_swap keeps in CPU memory (the last ones, as sd-scripts); ValueError when `count`
         leaves too few on the device. Here a UNet's: its down, mid and up blocks, the last up blocks first."""
-        from trainers.train.block_swap import unet_blocks
+        from trainers.models.block_swap import unet_blocks
 
         units = unet_blocks(denoiser)
         if not units:

@@ -25,10 +25,10 @@ from trainers.data.dataset import CaptionedImages
 from trainers.data.pipeline import build_pipeline
 from trainers.data.report import catalog_report
 from trainers.models import LoadedModel, ModelFiles, load_model, resolve_model_folder
+from trainers.models.block_swap import BlockSwap, offloaded_blocks, place_with_swap
 from trainers.models.checks import model_issues
-from trainers.train import memo
 from trainers.quant.apply import check_platform, quantize_model
-from trainers.train.block_swap import BlockSwap, offloaded_blocks, place_with_swap
+from trainers.train import memo
 from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
 from trainers.train.memory_watch import resident_bytes
