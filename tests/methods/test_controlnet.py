@@ -152,7 +152,7 @@ def test_the_kohya_export_runs_sd_scripts_controlnet_script_with_the_control_ima
 def test_each_control_image_is_resized_cropped_and_flipped_as_its_training_image(tmp_path: Path) -> None:
     from trainers.data.catalog import build_catalog
     from trainers.data.dataset import CaptionedImages, flip_of
-    from trainers.methods.controlnet.control_images import ControlImages
+    from trainers.data.control_images import ControlImages
 
     dataset = build_dataset(tmp_path / "data", folder="1_sks shape")  # 96 px wide, 96-128 px high
     controls = tmp_path / "controls" / "1_sks shape"

@@ -24,10 +24,10 @@ from torch import nn
 
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.data.catalog import Catalog
+from trainers.data.control_images import ControlImages
 from trainers.data.dataset import flip_of
 from trainers.data.edit_pairs import control_folder, control_size, match_pairs, pair_issues, skipped_warnings
 from trainers.data.images import load_image_rgb, prepare_image
-from trainers.methods.controlnet.control_images import ControlImages
 from trainers.models.edit_rules import EditRules
 from trainers.models.edit_texts import PairTexts
 from trainers.models.flow_rules import SIZE_STEP

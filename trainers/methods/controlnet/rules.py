@@ -11,31 +11,19 @@ from pathlib import Path
 from trainers.core.errors import ConfigIssue
 from trainers.core.options import TrainConfig
 from trainers.core.prompts import SamplePrompt, config_prompts
+from trainers.data.controls import control_folder, missing_controls_message
 from trainers.data.kohya_folders import DatasetLayoutError, match_masks, scan_kohya_folders
 from trainers.methods.controlnet.options import FLUX_FAMILIES, FLUX_ONLY, OPTIONS, SD_SCRIPTS
 from trainers.models.checks import local_family
 
 FAMILIES = tuple(SD_SCRIPTS)  # UNet models (ControlNetModel copies the UNet's encoder) and FLUX.1 (its transformer's)
 SUFFIX = ".safetensors"
-LISTED = 20  # missing control images named in a message
 OPTION_DEFAULTS = {option.name: option.default for option in OPTIONS}
-
-
-def control_folder(conditioning_dir: Path, subset_folder: Path, kohya_root: bool) -> Path:
-    """Where a subset's control images are: the same-named subfolder for a kohya root (as sd-scripts)."""
-    return conditioning_dir / subset_folder.name if kohya_root else conditioning_dir
 
 
 def family_message(family: str) -> str:
     return (f"is a {family} model; ControlNets are trained for SD1.x/2.x, SDXL and FLUX.1 models (whose UNet or "
             "transformer the ControlNet copies)")
-
-
-def missing_controls_message(missing: list[str]) -> str:
-    more = f" (and {len(missing) - LISTED} more)" if len(missing) > LISTED else ""
-    return (f"has no control image for {len(missing)} training image(s): {', '.join(missing[:LISTED])}{more}. Give "
-            "each training image a control image with its file name (any image extension) in the matching "
-            "subfolder of conditioning_data_dir")
 
 
 def issues(cfg: TrainConfig) -> list[ConfigIssue]:

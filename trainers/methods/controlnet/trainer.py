@@ -16,7 +16,7 @@ from torch import nn
 
 from trainers.core.options import TrainConfig
 from trainers.core.prompts import SamplePrompt
-from trainers.methods.controlnet.control_images import ControlImages, sample_control
+from trainers.data.control_images import ControlImages, sample_control
 from trainers.methods.controlnet.controlled import Controlled, controlled as make_controlled
 from trainers.methods.controlnet.rules import SUFFIX
 from trainers.models import LoadedModel

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
+from trainers.data.control_images import sample_control
 from trainers.models.base import LoadedModel
-from trainers.methods.controlnet.control_images import sample_control
 from trainers.models.edit import EditFamily
 from trainers.models.edit_texts import reading_images
 from trainers.models.flow import TextEncoderSpec

@@ -10,10 +10,10 @@ from PIL import Image
 
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.data.catalog import Catalog, CatalogImage
+from trainers.data.controls import control_folder, missing_controls_message
 from trainers.data.dataset import decode_sample, flip_of
 from trainers.data.images import load_image_rgb, prepare_image
 from trainers.data.kohya_folders import match_masks
-from trainers.methods.controlnet.rules import control_folder, missing_controls_message
 
 
 def control_files(catalog: Catalog, conditioning_dir: Path) -> dict[Path, Path]:
