@@ -39,6 +39,7 @@ def run_one(optimizer: str, model_dir: Path, data: Path, work: Path, args: argpa
     from trainers.core.optimizers import spec_for
     from trainers.core.options import load_config
     from trainers.methods.lora.trainer import METHOD
+    from trainers.methods import method_memory_tips
     from trainers.preflight.validate import check, method_outputs
     from trainers.train.loop import train
     from trainers.train.session import start_session
@@ -53,7 +54,7 @@ def run_one(optimizer: str, model_dir: Path, data: Path, work: Path, args: argpa
         "save_precision='fp16'",
     ])
     check(cfg)  # as the trainer's entry does, before anything loads
-    session = start_session(cfg, work / "runs" / optimizer, outputs=method_outputs)
+    session = start_session(cfg, work / "runs" / optimizer, outputs=method_outputs, memory_tips=method_memory_tips)
     trainable = METHOD.make_trainable(cfg, session)
     clock = StepClock()
     trainable.hooks.append(clock)

@@ -104,13 +104,15 @@ def run_training(cfg: TrainConfig, run_dir: Path, random_init: bool,
     """A whole run of `cfg` in this process through the real trainer (session, method, loop): (session, what
     trained, the final output). `random_init` builds the model from its configs only; `before_train` runs once
     the model is set up, just before the first step."""
+    from trainers.methods import method_memory_tips
     from trainers.preflight.validate import check, method_outputs
     from trainers.train.loop import train
     from trainers.train.method import method_of
     from trainers.train.session import start_session
 
     check(cfg)  # as the trainer's entry does, before anything loads
-    session = start_session(cfg, run_dir, random_init=random_init, outputs=method_outputs)
+    session = start_session(cfg, run_dir, random_init=random_init, outputs=method_outputs,
+                            memory_tips=method_memory_tips)
     trainable = method_of(cfg).make_trainable(cfg, session)
     if before_train is not None:
         before_train(session, trainable)

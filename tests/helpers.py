@@ -78,11 +78,12 @@ def fixed_seed_image(pipe, lora: Path | None = None) -> torch.Tensor:
 
 def train(method: str, run_dir: Path, **values: object) -> int:
     """Run a trainer in this process, as `python -m trainers <method> --set ...` would."""
+    from trainers.methods import method_memory_tips
     from trainers.preflight.validate import check, method_outputs
     from trainers.train.run import Checks, run_method
 
     overrides = [f"{k}={json.dumps(v)}" for k, v in values.items()]
-    return run_method(method, None, run_dir, overrides, Checks(check, method_outputs))
+    return run_method(method, None, run_dir, overrides, Checks(check, method_outputs, method_memory_tips))
 
 
 def resumed_saves(method: str, tmp_path: Path, **values: object) -> tuple[dict[str, torch.Tensor],

@@ -14,6 +14,7 @@ import torch
 
 from trainers.core.errors import NonFiniteLoss
 from trainers.core.options import TrainConfig
+from trainers.methods import method_memory_tips
 from trainers.train.faults import is_out_of_memory, memory_suggestions, out_of_memory
 
 from helpers import events, train
@@ -99,16 +100,16 @@ def test_out_of_memory_is_recognised_and_advice_follows_the_config() -> None:
     assert not is_out_of_memory(RuntimeError("shape mismatch"))
     heavy = TrainConfig("finetune", {"train_batch_size": 4, "resolution": "1024", "use_ema": "gpu",
                                      "train_text_encoder": True, "mixed_precision": "bf16"})
-    tips = memory_suggestions(heavy)
+    tips = memory_suggestions(heavy, method_memory_tips(heavy))
     for expected in ("train_batch_size (now 4)", "gradient_checkpointing", "full_bf16", "AdamW8bit", "cache_latents",
                      "use_ema = 'cpu'", "train_text_encoder = false", "lower resolution (now 1024; e.g. '768')"):
         assert any(expected in tip for tip in tips), expected
     lean = heavy.replace(train_batch_size=1, resolution="512", use_ema="cpu", train_text_encoder=False,
                          gradient_checkpointing=True, full_bf16=True, optimizer_type="Adafactor", cache_latents=True)
-    assert memory_suggestions(lean) == []
-    err = out_of_memory(lean, torch.cuda.OutOfMemoryError("CUDA out of memory."), 0)
+    assert memory_suggestions(lean, method_memory_tips(lean)) == []
+    err = out_of_memory(lean, torch.cuda.OutOfMemoryError("CUDA out of memory."), 0, method_memory_tips(lean))
     assert "in the first step" in str(err) and "already save memory" in str(err)
-    assert str(out_of_memory(lean, MemoryError(), 7)).startswith("out of system memory at step 8")
+    assert str(out_of_memory(lean, MemoryError(), 7, [])).startswith("out of system memory at step 8")
 
 
 def test_weights_that_are_not_finite_are_never_saved(tmp_path: Path) -> None:

@@ -41,3 +41,9 @@ class MethodRules(Protocol):
 def rules_for(method: str) -> MethodRules:
     module: ModuleType = importlib.import_module(method_spec(method).rules)
     return module  # type: ignore[return-value]
+
+
+def method_memory_tips(cfg: TrainConfig) -> list[str]:
+    """`cfg`'s method's own advice when memory runs out (its rules' `memory_tips`): what a run is handed
+    (trainers/train/faults.py sits below the methods)."""
+    return rules_for(cfg.method).memory_tips(cfg)

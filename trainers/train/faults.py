@@ -1,10 +1,12 @@
 """Failures met while training, told with their cause: non-finite losses and gradients, running out of memory.
 
-(The exception types are in trainers/core/errors.py.)
+(The exception types are in trainers/core/errors.py.) A method's own memory advice is handed in (`MemoryTips`, its
+rules' `memory_tips`): this module sits below the methods and does not look them up.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainers.core.errors import NonFiniteLoss, OutOfMemory
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
     from trainers.core.events import EventWriter
     from trainers.core.options import TrainConfig
 
+MemoryTips = Callable[["TrainConfig"], list[str]]  # what a method could change to use less memory (MethodRules)
 
 _OOM_TEXT = re.compile(r"out of memory|can't allocate memory|CUBLAS_STATUS_ALLOC_FAILED|MPS backend out of memory",
                        re.IGNORECASE)
@@ -29,10 +32,10 @@ def is_out_of_memory(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and bool(_OOM_TEXT.search(str(err)))
 
 
-def memory_suggestions(cfg: "TrainConfig") -> list[str]:
-    """What would make this config fit in less memory, most effective first; only what is not done yet."""
+def memory_suggestions(cfg: "TrainConfig", method_tips: Sequence[str]) -> list[str]:
+    """What would make this config fit in less memory, most effective first; only what is not done yet.
+    `method_tips` are the method's own (its rules' `memory_tips(cfg)`), told after the shared ones."""
     from trainers.core.options import parse_resolution
-    from trainers.methods import rules_for
 
     tips: list[str] = []
     if cfg.train_batch_size > 1:
@@ -46,7 +49,7 @@ def memory_suggestions(cfg: "TrainConfig") -> list[str]:
         tips.append("use optimizer_type = 'AdamW8bit' (or 'Adafactor')")
     if not (cfg.cache_latents or cfg.cache_latents_to_disk):
         tips.append("turn on cache_latents (the VAE does not run during steps)")
-    tips += rules_for(cfg.method).memory_tips(cfg)
+    tips += method_tips
     try:
         width, height = parse_resolution(cfg.resolution)
     except ValueError:
@@ -58,15 +61,16 @@ def memory_suggestions(cfg: "TrainConfig") -> list[str]:
     return tips
 
 
-def out_of_memory(cfg: "TrainConfig", err: BaseException, step: int) -> OutOfMemory:
-    """The error a run ends with when memory runs out: where, how much was asked, and what to change."""
+def out_of_memory(cfg: "TrainConfig", err: BaseException, step: int, method_tips: Sequence[str]) -> OutOfMemory:
+    """The error a run ends with when memory runs out: where, how much was asked, and what to change (the method's
+    own advice: `method_tips`)."""
     import torch
 
     gpu = isinstance(err, torch.cuda.OutOfMemoryError) or any(k in str(err) for k in ("CUDA", "CUBLAS", "MPS"))
     device = "GPU" if gpu else "system"
     asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]iB)", str(err))
     where = f"at step {step + 1}" if step else "in the first step"
-    tips = memory_suggestions(cfg)
+    tips = memory_suggestions(cfg, method_tips)
     message = (f"out of {device} memory {where}" + (f" (tried to allocate {asked.group(1)})" if asked else "")
                + (". To fit: " + "; ".join(tips) if tips else ". The settings already save memory: use a smaller "
                   "model, a lower resolution or a GPU with more memory"))

@@ -19,6 +19,7 @@ from trainers.core.lifecycle import Lifecycle
 from trainers.core.options import TrainConfig, load_config
 from trainers.core.overwrites import Outputs
 from trainers.core.rundir import CONFIG, RunState, new_run_dir
+from trainers.train.faults import MemoryTips
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Checks:
 
     config: Callable[[TrainConfig], None]  # Validate's checks: raises ConfigError; torch-free
     outputs: Outputs  # every path a final save of the config's method writes (its rules' outputs)
+    memory_tips: MemoryTips  # what the config's method could change to use less memory (its rules' memory_tips)
 
 
 def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str], checks: Checks,
@@ -67,7 +69,7 @@ def _run(method: str, config: Path | None, run_dir: Path | None, overrides: list
             for w in warnings:
                 life.events.warn(w)
         checks.config(cfg)  # the options, the dataset options and the model's files, before any heavy import
-        final = _train(cfg, run_dir, life, checks.outputs)
+        final = _train(cfg, run_dir, life, checks)
     except TrainingStopped as stopped:
         life.stopped(str(stopped.path), str(stopped))
         print(str(stopped))
@@ -88,7 +90,7 @@ def _run(method: str, config: Path | None, run_dir: Path | None, overrides: list
     return 0
 
 
-def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle, outputs: Outputs) -> Path:
+def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle, checks: Checks) -> Path:
     from trainers.train.quiet import quiet_libraries
 
     quiet_libraries()  # before the libraries load and talk
@@ -97,5 +99,6 @@ def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle, outputs: Outputs) -
     from trainers.train.session import start_session
 
     method = method_of(cfg)
-    session = start_session(cfg, run_dir, life, prepare=method.prepare, outputs=outputs)
+    session = start_session(cfg, run_dir, life, prepare=method.prepare, outputs=checks.outputs,
+                            memory_tips=checks.memory_tips)
     return train(session, session.model.family.adapt_trainable(cfg, session, method.make_trainable(cfg, session)))

@@ -216,7 +216,7 @@ def saved_on_failure(session: "Session", saver: Saver, where: Callable[[], Posit
                            "(resume = 'latest')") from err
         state = None if isinstance(err, DiskFull) else saver.emergency(at)
         if oom:
-            failure = out_of_memory(session.cfg, err, at.step)
+            failure = out_of_memory(session.cfg, err, at.step, session.memory_tips(session.cfg))
             failure.details["saved_state"] = str(state) if state else None
             raise failure from err
         if isinstance(err, TrainingFailed):

@@ -31,6 +31,7 @@ from trainers.quant.apply import check_platform, quantize_model
 from trainers.train import memo
 from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
+from trainers.train.faults import MemoryTips
 from trainers.train.memory_watch import resident_bytes
 from trainers.train.optim import check_optimizer
 
@@ -50,6 +51,7 @@ class Session:
     started_at: float
     control: Control
     outputs: Outputs  # every path a final save of the method writes (its rules' outputs: core/overwrites.py)
+    memory_tips: MemoryTips  # what the method could change to use less memory (its rules' memory_tips)
     rank_timer: RankTimer | None = None  # this rank's own step time (and DDP's comm hook)
     validation: CaptionedImages | None = None  # the held-out images (validation_split)
     block_swap: BlockSwap | None = None  # blocks_to_swap: whose weights wait in CPU memory
@@ -64,11 +66,12 @@ class Session:
 
 def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None = None,
                   prepare: Callable[[TrainConfig, Any, EventWriter, torch.dtype], None] | None = None,
-                  random_init: bool = False, *, outputs: Outputs) -> Session:
+                  random_init: bool = False, *, outputs: Outputs, memory_tips: MemoryTips) -> Session:
     """Set the run up for `cfg`'s method, a config that passed Validate's checks (the run's entry checks it
     before torch loads: trainers/preflight/validate.py `check`). `prepare` is its work before the dataset is read
     (Method.prepare); `random_init` builds the model from its configs only (benchmarks of real-size
-    architectures); `outputs` names the paths a save of the method writes (what saves must not replace)."""
+    architectures); `outputs` names the paths a save of the method writes (what saves must not replace);
+    `memory_tips` the method's advice when memory runs out."""
     check_optimizer(cfg)  # a class-path optimizer or lr_scheduler_type imports, and takes its arguments
     dataset_warnings: list[str] = []
     accelerator = make_accelerator(cfg, run_dir)
@@ -119,7 +122,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     set_seed(cfg.seed)  # the method's new weights (e.g. a LoRA's init) are the same in every run and on every rank
     return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
                    weight_dtype, time.time(),
-                   Control(run_dir, accelerator), outputs, accelerator.rank_timer, data.validation, block_swap,
+                   Control(run_dir, accelerator), outputs, memory_tips, accelerator.rank_timer, data.validation, block_swap,
                    resident_before_model)
 
 
