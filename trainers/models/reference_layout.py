@@ -7,8 +7,9 @@ modulations keep their (shift, scale) halves in the other order.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -79,3 +80,34 @@ def count(keys: object, prefix: str) -> int:
     """How many numbered blocks `<prefix><n>.` the keys have."""
     found = {int(k[len(prefix):].split(".")[0]) for k in keys if k.startswith(prefix)}  # type: ignore[attr-defined]
     return max(found) + 1 if found else 0
+
+
+def head_width(config: Mapping[str, Any]) -> int:
+    """The transformer's width: its attention heads times their width (how wide each part of a fused q, k, v is)."""
+    return int(config["attention_head_dim"] * config["num_attention_heads"])
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A family's reference layout as its `reference` module offers it: where its files nest the denoiser (under
+    one of `prefixes`, found by `marker`) and its rules for a transformer config (`rules_of`), fused tensors split
+    `width(config)` rows a part. A family's module binds `strip_prefix`, `to_diffusers` and `to_reference` to it
+    and writes its own only where its layout needs more (an unused tensor, grouped heads)."""
+
+    prefixes: tuple[str, ...]
+    marker: str
+    rules_of: Callable[[Mapping[str, Any]], list[Rule]]
+    width: Callable[[Mapping[str, Any]], int] = head_width
+
+    def strip_prefix(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The transformer's own tensors of a file (the nesting of all-in-one checkpoints removed)."""
+        return strip_prefix(state, self.prefixes, self.marker)
+
+    def to_diffusers(self, state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str
+                     ) -> dict[str, torch.Tensor]:
+        """Reference-layout tensors -> the diffusers transformer's state dict."""
+        return to_diffusers(state, self.rules_of(config), self.width(config), name)
+
+    def to_reference(self, state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """The diffusers transformer's state dict -> reference-layout tensors (what the family's single files hold)."""
+        return to_reference(state, self.rules_of(config))

@@ -7,16 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
-
 from trainers.models import reference_layout as layout
-from trainers.models.base import ModelLoadError
 from trainers.models.flux import reference as flux
 from trainers.models.reference_layout import Rule, linear
 
 MARKER = flux.MARKER
 PREFIXES = flux.PREFIXES
-strip_prefix = flux.strip_prefix  # the same nesting as FLUX.1's files
 # what FLUX.1's layout has and Chroma's has not (its modulations come from the distilled guidance layer)
 _NOT_IN_CHROMA = ("time_in.", "vector_in.", "guidance_in.", "final_layer.adaLN_modulation.")
 _MODULATIONS = ("_mod.lin.", "modulation.lin.")
@@ -36,36 +32,17 @@ def rules(double_blocks: int, single_blocks: int, guidance_layers: int) -> list[
 
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
     """ChromaTransformer2DModel's config of a reference-layout transformer, read from its tensor shapes."""
-    try:
-        inner, in_channels = shapes["img_in.weight"]
-        head = shapes["double_blocks.0.img_attn.norm.query_norm.scale"][0]
-        hidden, channels = shapes["distilled_guidance_layer.in_proj.weight"]
-        config = {
-            "patch_size": 1, "in_channels": in_channels, "out_channels": None,
-            "num_layers": layout.count(shapes, "double_blocks."),
-            "num_single_layers": layout.count(shapes, "single_blocks."),
-            "attention_head_dim": head, "num_attention_heads": inner // head,
-            "joint_attention_dim": shapes["txt_in.weight"][1],
-            "approximator_num_channels": channels, "approximator_hidden_dim": hidden,
-            "approximator_layers": layout.count(shapes, "distilled_guidance_layer.layers."),
-        }
-    except KeyError as err:
-        raise ModelLoadError(f"{name}: the Chroma transformer has no {err.args[0]}: is the file complete?") from None
-    if head not in flux.ROPE_AXES:
-        raise ModelLoadError(f"{name}: attention heads {head} wide, not Chroma's 128: not a Chroma transformer")
-    return {**config, "axes_dims_rope": flux.ROPE_AXES[head]}
+    def own(found: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+        hidden, channels = found["distilled_guidance_layer.in_proj.weight"]
+        return {"approximator_num_channels": channels, "approximator_hidden_dim": hidden,
+                "approximator_layers": layout.count(found, "distilled_guidance_layer.layers.")}
 
-
-def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
-    """Reference-layout tensors -> ChromaTransformer2DModel's state dict."""
-    width = config["attention_head_dim"] * config["num_attention_heads"]
-    return layout.to_diffusers(state, _rules_of(config), width, name)
-
-
-def to_reference(state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """ChromaTransformer2DModel's state dict -> reference-layout tensors (what chroma-unlocked-*.safetensors holds)."""
-    return layout.to_reference(state, _rules_of(config))
+    return flux.blocks_config(shapes, name, "Chroma", own)
 
 
 def _rules_of(config: Mapping[str, Any]) -> list[Rule]:
     return rules(config["num_layers"], config["num_single_layers"], config["approximator_layers"])
+
+
+LAYOUT = layout.Layout(PREFIXES, MARKER, _rules_of)  # the same nesting as FLUX.1's files
+strip_prefix, to_diffusers, to_reference = LAYOUT.strip_prefix, LAYOUT.to_diffusers, LAYOUT.to_reference

@@ -3,10 +3,8 @@ layout of flux1-dev.safetensors) and in diffusers' FluxTransformer2DModel: its r
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
-
-import torch
 
 from trainers.models import reference_layout as layout
 from trainers.models.base import ModelLoadError
@@ -52,13 +50,10 @@ def rules(double_blocks: int, single_blocks: int, guidance: bool) -> list[Rule]:
     return out
 
 
-def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The transformer's own tensors of a file (the nesting of all-in-one checkpoints removed)."""
-    return layout.strip_prefix(state, PREFIXES, MARKER)
-
-
-def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
-    """FluxTransformer2DModel's config of a reference-layout transformer, read from its tensor shapes."""
+def blocks_config(shapes: Mapping[str, tuple[int, ...]], name: str, title: str,
+                  own: Callable[[Mapping[str, tuple[int, ...]]], dict[str, Any]]) -> dict[str, Any]:
+    """The config of FLUX.1's blocks in a reference-layout `title` transformer (FLUX.1, Chroma), read from its
+    tensor shapes, with what `own` reads of the rest; a missing tensor or another head width is named."""
     try:
         inner, in_channels = shapes["img_in.weight"]
         head = shapes["double_blocks.0.img_attn.norm.query_norm.scale"][0]
@@ -67,27 +62,25 @@ def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict
             "num_layers": layout.count(shapes, "double_blocks."),
             "num_single_layers": layout.count(shapes, "single_blocks."),
             "attention_head_dim": head, "num_attention_heads": inner // head,
-            "joint_attention_dim": shapes["txt_in.weight"][1],
-            "pooled_projection_dim": shapes["vector_in.in_layer.weight"][1],
-            "guidance_embeds": "guidance_in.in_layer.weight" in shapes,
+            "joint_attention_dim": shapes["txt_in.weight"][1], **own(shapes),
         }
     except KeyError as err:
-        raise ModelLoadError(f"{name}: the FLUX.1 transformer has no {err.args[0]}: is the file complete?") from None
+        raise ModelLoadError(f"{name}: the {title} transformer has no {err.args[0]}: is the file complete?") from None
     if head not in ROPE_AXES:
-        raise ModelLoadError(f"{name}: attention heads {head} wide, not FLUX.1's 128: not a FLUX.1 transformer")
+        raise ModelLoadError(f"{name}: attention heads {head} wide, not {title}'s 128: not a {title} transformer")
     return {**config, "axes_dims_rope": ROPE_AXES[head]}
 
 
-def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
-    """Reference-layout tensors -> FluxTransformer2DModel's state dict."""
-    width = config["attention_head_dim"] * config["num_attention_heads"]
-    return layout.to_diffusers(state, _rules_of(config), width, name)
-
-
-def to_reference(state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """FluxTransformer2DModel's state dict -> reference-layout tensors (what flux1-dev.safetensors holds)."""
-    return layout.to_reference(state, _rules_of(config))
+def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
+    """FluxTransformer2DModel's config of a reference-layout transformer, read from its tensor shapes."""
+    return blocks_config(shapes, name, "FLUX.1", lambda found: {
+        "pooled_projection_dim": found["vector_in.in_layer.weight"][1],
+        "guidance_embeds": "guidance_in.in_layer.weight" in found})
 
 
 def _rules_of(config: Mapping[str, Any]) -> list[Rule]:
     return rules(config["num_layers"], config["num_single_layers"], config["guidance_embeds"])
+
+
+LAYOUT = layout.Layout(PREFIXES, MARKER, _rules_of)
+strip_prefix, to_diffusers, to_reference = LAYOUT.strip_prefix, LAYOUT.to_diffusers, LAYOUT.to_reference

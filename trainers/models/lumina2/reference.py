@@ -22,10 +22,6 @@ UNUSED = "norm_final.weight"  # the reference's final norm, which its forward ne
 QKV = "attention.qkv.weight"
 
 
-def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
-    return layout.strip_prefix(state, PREFIXES, MARKER)
-
-
 def rules(blocks: Mapping[str, int]) -> list[Rule]:
     """`blocks`: how many of each kind (noise_refiner, context_refiner, layers) the transformer has."""
     out: list[Rule] = [*linear("x_embedder", "x_embedder"),
@@ -77,7 +73,7 @@ def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], n
 def to_reference(state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """Lumina2Transformer2DModel's state dict -> reference-layout tensors, with the reference's unused final norm
     (norm_final, which diffusers drops) as an identity so that strict loaders find every tensor."""
-    out = layout.to_reference(state, _rules_of(config))
+    out = LAYOUT.to_reference(state, config)
     width = config["hidden_size"]
     out[UNUSED] = torch.ones(width, dtype=state["x_embedder.weight"].dtype, device=state["x_embedder.weight"].device)
     return out
@@ -86,3 +82,7 @@ def to_reference(state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -
 def _rules_of(config: Mapping[str, Any]) -> list[Rule]:
     return rules({"noise_refiner": config["num_refiner_layers"], "context_refiner": config["num_refiner_layers"],
                   "layers": config["num_layers"]})
+
+
+LAYOUT = layout.Layout(PREFIXES, MARKER, _rules_of, lambda config: config["hidden_size"])
+strip_prefix = LAYOUT.strip_prefix

@@ -18,10 +18,6 @@ BASE_CONFIG = Path(__file__).with_name("transformer.json")
 PATCH = 2  # the published patch size (2x2 latents a token)
 
 
-def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
-    return layout.strip_prefix(state, PREFIXES, MARKER)
-
-
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
     """QwenImageTransformer2DModel's config of a single file: its sizes from the tensor shapes, the rest as published."""
     (width, inputs), (head,), (outputs, _), (_, text_width) = layout.shapes_of(
@@ -38,3 +34,7 @@ def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict
 def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
     """The file's transformer tensors are diffusers' already (a whole-model file's other parts are left out)."""
     return dict(state)
+
+
+LAYOUT = layout.Layout(PREFIXES, MARKER, lambda config: [])  # diffusers' own names: no rules
+strip_prefix = LAYOUT.strip_prefix

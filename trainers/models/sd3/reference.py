@@ -7,8 +7,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import torch
-
 from trainers.models import reference_layout as layout
 from trainers.models.base import ModelLoadError
 from trainers.models.reference_layout import Rule, linear
@@ -53,10 +51,6 @@ def rules(blocks: int, dual_attention: tuple[int, ...], qk_norm: bool) -> list[R
     return out
 
 
-def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
-    return layout.strip_prefix(state, PREFIXES, MARKER)
-
-
 def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict[str, Any]:
     """SD3Transformer2DModel's config of a reference-layout MMDiT, read from its tensor shapes."""
     try:
@@ -82,10 +76,5 @@ def _rules_of(config: Mapping[str, Any]) -> list[Rule]:
     return rules(config["num_layers"], tuple(config["dual_attention_layers"]), bool(config["qk_norm"]))
 
 
-def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
-    width = config["attention_head_dim"] * config["num_attention_heads"]
-    return layout.to_diffusers(state, _rules_of(config), width, name)
-
-
-def to_reference(state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    return layout.to_reference(state, _rules_of(config))
+LAYOUT = layout.Layout(PREFIXES, MARKER, _rules_of)
+strip_prefix, to_diffusers, to_reference = LAYOUT.strip_prefix, LAYOUT.to_diffusers, LAYOUT.to_reference

@@ -22,10 +22,6 @@ PATCH = "2-1"  # diffusers' key of the one patch size (2x2, one frame) the refer
 UNUSED = "norm_final.weight"  # the reference's final norm, which its forward never reads (diffusers drops it)
 
 
-def strip_prefix(state: Mapping[str, Any]) -> dict[str, Any]:
-    return layout.strip_prefix(state, PREFIXES, MARKER)
-
-
 def rules(blocks: Mapping[str, int]) -> list[Rule]:
     """`blocks`: how many of each kind (noise_refiner, context_refiner, layers) the transformer has."""
     out: list[Rule] = [*linear("x_embedder", f"all_x_embedder.{PATCH}"),
@@ -62,13 +58,13 @@ def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict
 
 def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
     """Reference-layout tensors -> ZImageTransformer2DModel's state dict (q, k and v equally wide)."""
-    return layout.to_diffusers({k: v for k, v in state.items() if k != UNUSED}, _rules_of(config), config["dim"], name)
+    return LAYOUT.to_diffusers({k: v for k, v in state.items() if k != UNUSED}, config, name)
 
 
 def to_reference(state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """ZImageTransformer2DModel's state dict -> reference-layout tensors, with the unused final norm as an identity
     so that strict loaders find every tensor."""
-    out = layout.to_reference(state, _rules_of(config))
+    out = LAYOUT.to_reference(state, config)
     like = state["x_pad_token"]
     out[UNUSED] = torch.ones(config["dim"], dtype=like.dtype, device=like.device)
     return out
@@ -78,3 +74,7 @@ def _rules_of(config: Mapping[str, Any]) -> list[Rule]:
     layers = {"noise_refiner": config["n_refiner_layers"], "context_refiner": config["n_refiner_layers"],
               "layers": config["n_layers"]}
     return rules(layers)
+
+
+LAYOUT = layout.Layout(PREFIXES, MARKER, _rules_of, lambda config: config["dim"])
+strip_prefix = LAYOUT.strip_prefix
