@@ -1,6 +1,6 @@
 """The Captions & masks tab: caption a dataset folder (WD14 tagger or a vision-language model) or make loss masks for
 it, as jobs: one form each, generated from the jobs' option declarations (trainers/caption/options.py,
-trainers/masks/options.py), and one status below with the progress in images/s, the newest captions or mask
+trainers/caption/mask_options.py), and one status below with the progress in images/s, the newest captions or mask
 previews, Stop, and Resume for a stopped or failed job (it does only the images not done yet).
 
 Like the Tools tab, the page only writes a job's config and launches `python -m trainers caption|masks`
@@ -18,21 +18,21 @@ from gui.allowed_paths import TypedPath, option_paths, paths_outside
 from gui.dataset_tab import DatasetTab
 from gui.forms import make_widget
 from gui.generate_tab import ActiveJob
+from gui.job_status import job_status_text
 from gui.jobs import JobError, devices_text, gpu_set
 from gui.run_files import Watchers, format_duration
 from gui.text import plain
-from gui.tools_tab import TITLES, ToolView, ToolWatcher, form_values, option_form, start_checked
+from gui.tools_tab import ToolView, ToolWatcher, form_values, option_form, start_checked
 from trainers.caption.events import CAPTION_EVENTS, ImageResult
+from trainers.caption.mask_layout import is_dataset_toml, mask_folders
 from trainers.caption.options import JOB_METHOD, VERBS, JobConfig, check_config, config_from_values, options_for
 from trainers.core import events as ev
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.rundir import CONFIG, RunState, read_run_config
 from trainers.dataset_edit.folders import DatasetEditError
-from trainers.masks.layout import is_dataset_toml, mask_folders
 
 SHOWN_RESULTS = 8
 ENDED = (RunState.FINISHED, RunState.FAILED, RunState.STOPPED)  # wrote all it will: the Dataset tab reads it again
-JOB_TITLES = {**TITLES, RunState.QUEUED: "Queued"}
 FORM_TITLES = {"caption": "Captions", "masks": "Masks"}
 
 
@@ -65,29 +65,24 @@ ACTIVE = ActiveJob(methods=(JOB_METHOD,))
 def status_text(v: CaptionView, waits_for: str = "") -> str:
     """What the tab says of the job; `waits_for`: what a queued job waits behind (RunQueue.waits_for)."""
     verb = v.status.get("verb", "")
-    lines = [f"### {JOB_TITLES.get(v.state, v.state)}: {verb} `{v.job_id}`"]
+    queued = []
     if v.state == RunState.QUEUED:
         behind = f"queued behind {waits_for}" if waits_for else "queued: it starts within seconds"
-        lines.append(f"Waiting for {devices_text(gpu_set(v.status))}, {behind}. It starts by itself when the device "
-                     "is free; **Stop** takes it out of the queue.")
+        queued.append(f"Waiting for {devices_text(gpu_set(v.status))}, {behind}. It starts by itself when the device "
+                      "is free; **Stop** takes it out of the queue.")
     p = v.progress
+    line = None
     if p is not None and p.stage in VERBS:
         rate = f" · **{p.images_per_s:.2f} images/s**" if getattr(p, "images_per_s", None) else ""
         eta = f" · ETA {format_duration(p.eta_s)}" if p.eta_s is not None and v.state.active else ""
         extra = [f"{n} {what}" for n, what in ((getattr(p, "skipped", 0), "skipped (already done)"),
                                                (getattr(p, "unreadable", 0), "unreadable")) if n]
-        lines.append(f"**{p.done} / {p.total}** images{rate}{eta}" + (f" · {', '.join(extra)}" if extra else ""))
+        line = f"**{p.done} / {p.total}** images{rate}{eta}" + (f" · {', '.join(extra)}" if extra else "")
     elif p is not None and v.state.active:  # the model's download
-        lines.append(f"{p.stage.capitalize()}: {p.done} / {p.total}")
-    elif v.state.active:
-        lines.append("Loading the model…")
-    if v.error:
-        lines.append(f"**Error:** {plain(v.error)}")
-    if v.state in (RunState.STOPPED, RunState.FAILED):
-        lines.append("**Resume** does the images this job did not finish.")
-    if v.warnings:
-        lines.append("**Warnings**\n" + "\n".join(f"- {plain(w)}" for w in v.warnings[-5:]))
-    return "\n\n".join(lines)
+        line = f"{p.stage.capitalize()}: {p.done} / {p.total}"
+    resume = ["**Resume** does the images this job did not finish."] if v.state in (RunState.STOPPED,
+                                                                                      RunState.FAILED) else []
+    return job_status_text(v, f"{verb} `{v.job_id}`", line, before="Loading the model…", notes=resume, extra=queued)
 
 
 def results_text(v: CaptionView) -> str:

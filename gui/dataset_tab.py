@@ -59,7 +59,7 @@ GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")  # one-channel images: how masks
 def masks_of(dataset: Dataset, entries: Iterable[Entry]) -> dict[Path, Path]:
     """The mask of each of `entries`' images that has one: in its subset's masks folder (a dataset TOML's
     conditioning_data_dir, the file with the image's stem, as training finds it; a colour file there is an edit
-    model's control image, not a mask), else where trainers.masks writes
+    model's control image, not a mask), else where trainers.caption.masks writes
     by default: `<dataset>_masks` (a job over the whole dataset) or `<concept folder>_masks` (a job over one
     folder), the image's relative path with .png."""
     entries = list(entries)

@@ -17,6 +17,7 @@ from gradio.context import get_render_context
 
 from gui.allowed_paths import TypedPath, option_paths, paths_outside
 from gui.forms import from_widget, make_widget, to_widget
+from gui.job_status import TITLES, job_status_text
 from gui.jobs import JobError
 from gui.presets import PresetError, Presets
 from gui.run_files import Watchers, format_duration, list_runs
@@ -103,26 +104,19 @@ class JobWatcher:
 
 
 WATCHERS = Watchers(JobWatcher)  # one per job folder, shared by every browser session
+GENERATE_TITLES = {**TITLES, RunState.RUNNING: "Generating"}
 
 
 def status_text(v: JobView) -> str:
     p = v.progress
-    title = {RunState.STARTING: "Starting", RunState.RUNNING: "Generating", RunState.STOPPING: "Stopping…",
-             RunState.FINISHED: "Finished", RunState.FAILED: "Failed", RunState.STOPPED: "Stopped"}.get(v.state, v.state)
-    lines = [f"### {title}: `{v.job_id}`"]
+    line = None
     if p:
         rate = f" · **{p.images_per_s:.2f} images/s**" if v.state.active else ""
         eta = f" · ETA {format_duration(p.eta_s)}" if v.state.active else ""
-        lines.append(f"**{p.done} / {p.total or v.total}** images{rate}{eta} · in `{v.out_dir}`")
-    elif v.state.active:
-        lines.append("Loading the model…")
-    if v.error:
-        lines.append(f"**Error:** {v.error}")
-    if v.warnings:
-        lines.append("**Warnings**\n" + "\n".join(f"- {plain(w)}" for w in v.warnings[-5:]))
-    if v.grid:
-        lines.append(f"Grid saved: `{v.grid}`")
-    return "\n\n".join(lines)
+        line = f"**{p.done} / {p.total or v.total}** images{rate}{eta} · in `{v.out_dir}`"
+    text = job_status_text(v, f"`{v.job_id}`", line, before="Loading the model…", titles=GENERATE_TITLES,
+                           error=v.error)
+    return text + (f"\n\nGrid saved: `{v.grid}`" if v.grid else "")
 
 
 # ---- the tab ----------------------------------------------------------------------------------------------

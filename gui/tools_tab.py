@@ -16,6 +16,7 @@ import gradio as gr
 from gui.allowed_paths import TypedPath, option_paths, paths_outside
 from gui.forms import from_widget, make_widget
 from gui.generate_tab import ActiveJob, JobWatcher
+from gui.job_status import job_status_text
 from gui.jobs import JobError
 from gui.run_files import Watchers, format_duration
 from gui.text import plain
@@ -66,27 +67,18 @@ class ToolWatcher(JobWatcher):
 
 WATCHERS = Watchers(ToolWatcher)
 ACTIVE = ActiveJob(methods=(JOB_METHOD,))
-TITLES = {RunState.QUEUED: "Queued", RunState.STARTING: "Starting", RunState.RUNNING: "Running", RunState.STOPPING: "Stopping…",
-          RunState.FINISHED: "Finished", RunState.FAILED: "Failed", RunState.STOPPED: "Stopped"}
 
 
 def status_text(v: ToolView, waits_for: str = "") -> str:
     verb = v.status.get("verb", "")
-    lines = [f"### {TITLES.get(v.state, v.state)}: tools {verb} `{v.job_id}`"]
-    if v.state == RunState.QUEUED:
-        lines.append(f"It loads whole models, so it waits for {waits_for or 'its device'} to finish and starts by "
-                     "itself; **Stop** takes it out of the queue.")
+    queued = [f"It loads whole models, so it waits for {waits_for or 'its device'} to finish and starts by "
+              "itself; **Stop** takes it out of the queue."] if v.state == RunState.QUEUED else []
     p = v.progress
+    line = None
     if p is not None and v.state.active:
         eta = f" · ETA {format_duration(p.eta_s)}" if p.eta_s is not None else ""
-        lines.append(f"{p.stage.capitalize()}: **{p.done} / {p.total}**{eta}")
-    elif v.state.active:
-        lines.append("Loading…")
-    if v.error:
-        lines.append(f"**Error:** {plain(v.error)}")
-    if v.warnings:
-        lines.append("**Warnings**\n" + "\n".join(f"- {plain(w)}" for w in v.warnings[-5:]))
-    return "\n\n".join(lines)
+        line = f"{p.stage.capitalize()}: **{p.done} / {p.total}**{eta}"
+    return job_status_text(v, f"tools {verb} `{v.job_id}`", line, extra=queued)
 
 
 def _servable(path: str, runs_dir: Path) -> bool:

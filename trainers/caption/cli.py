@@ -1,4 +1,4 @@
-"""`python -m trainers caption|masks`: one flag per option (trainers/caption/options.py, trainers/masks/options.py).
+"""`python -m trainers caption|masks`: one flag per option (trainers/caption/options.py, trainers/caption/mask_options.py).
 
     python -m trainers caption --images data/10_sks --captioner wd14 --trigger-word sks
     python -m trainers caption --images data --captioner florence2 --prompt-template detailed --batch-size 8
@@ -52,5 +52,5 @@ def _run(cfg: JobConfig, job_dir: Path, events: Any) -> str:
     if cfg.verb == "caption":
         from trainers.caption.run import run
     else:
-        from trainers.masks.run import run
+        from trainers.caption.masks import run
     return run(cfg, job)

@@ -15,7 +15,7 @@ from trainers.core.options.schema import ConfigIssue, Option
 from trainers.core.options.verbs import VerbConfig
 from trainers.core.paths import is_hub_id
 from trainers.core.rundir import new_run_dir
-from trainers.masks.options import MASK_OPTIONS, METHODS, check_masks
+from trainers.caption.mask_options import MASK_OPTIONS, METHODS, check_masks
 
 JOB_METHOD = "caption"  # status.json's method of caption and mask jobs (which one is its `verb`)
 VERBS: dict[str, str] = {
@@ -107,15 +107,8 @@ class JobConfig(VerbConfig):
         return options_for(verb)
 
 
-def config_from_values(verb: str, values: dict[str, Any]) -> JobConfig:
-    """Check names and types of {name: value}; ConfigError names every bad field."""
-    return JobConfig.from_values(verb, values)  # type: ignore[return-value]
-
-
-def load_job_config(verb: str, path: Path | None = None, overrides: list[str] | None = None,
-                    values: dict[str, Any] | None = None) -> JobConfig:
-    """A job's TOML (sections or flat keys; its `verb` must be this one), then `--set` overrides, then `values`."""
-    return JobConfig.load(verb, path, overrides, values)  # type: ignore[return-value]
+config_from_values = JobConfig.from_values  # check names and types of {name: value}; ConfigError names every bad one
+load_job_config = JobConfig.load  # a job's TOML, then `--set` overrides, then values (VerbConfig.load)
 
 
 def check_config(cfg: JobConfig) -> list[ConfigIssue]:

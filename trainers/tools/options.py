@@ -145,15 +145,8 @@ class ToolConfig(VerbConfig):
         return options_for(verb)
 
 
-def config_from_values(verb: str, values: dict[str, Any]) -> ToolConfig:
-    """Check names and types of {name: value}; ConfigError names every bad field."""
-    return ToolConfig.from_values(verb, values)  # type: ignore[return-value]
-
-
-def load_tool_config(verb: str, path: Path | None = None, overrides: list[str] | None = None,
-                     values: dict[str, Any] | None = None) -> ToolConfig:
-    """A job's TOML (sections or flat keys; its `verb` must be this one), then `--set` overrides, then `values`."""
-    return ToolConfig.load(verb, path, overrides, values)  # type: ignore[return-value]
+config_from_values = ToolConfig.from_values  # check names and types of {name: value}; ConfigError names every bad one
+load_tool_config = ToolConfig.load  # a job's TOML, then `--set` overrides, then values (VerbConfig.load)
 
 
 # ---- checks before anything loads ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.options.loading import flatten, parse_set, read_toml
+from trainers.core.options.migrations import version_of
 from trainers.core.options.schema import ConfigIssue, Option
 
 JOB_SCHEMA_VERSION = 1
@@ -28,16 +29,10 @@ NO_MIGRATIONS: dict[int, Migration] = {0: dict}
 # ---- config files ---------------------------------------------------------------------------------------------
 
 def job_version(raw: dict[str, Any], where: str, issues: list[ConfigIssue]) -> int | None:
-    """A job file's schema_version (0 when absent); None, with an issue, when this Atelier cannot read it."""
-    version = raw.pop("schema_version", 0)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        issues.append(ConfigIssue("schema_version", f"{where}: got {version!r}; expected a whole number (the "
-                                  f"version of the job's option names, {JOB_SCHEMA_VERSION} today)"))
-        return None
-    if version > JOB_SCHEMA_VERSION:
-        issues.append(ConfigIssue("schema_version", f"{where} was written by a newer Atelier (schema_version "
-                                  f"{version}; this one reads job files up to {JOB_SCHEMA_VERSION}): update Atelier"))
-        return None
+    """A job file's schema_version (0 when absent, and taken out of `raw`); None, with an issue, when this Atelier
+    cannot read it."""
+    version = version_of(raw, where, issues, JOB_SCHEMA_VERSION)
+    raw.pop("schema_version", None)
     return version
 
 
@@ -106,7 +101,8 @@ def add_option_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, 
             parser.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, help=opt.help)
         else:
             parser.add_argument(flag, dest=dest, metavar=opt.kind.upper(), help=opt.help,
-                                type=_TYPES.get(opt.kind, str), choices=list(opt.choices) if choices and opt.choices else None)
+                                type=_TYPES.get(opt.kind, str),
+                                choices=list(opt.choices) if choices and opt.choices else None)
 
 
 def flag_values(args: argparse.Namespace) -> dict[str, Any]:
@@ -116,7 +112,8 @@ def flag_values(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, options: Iterable[Option], docs: str, default_dir: str,
-                      singular: Mapping[str, str] | None = None, skip: Iterable[str] = (), choices: bool = True) -> None:
+                      singular: Mapping[str, str] | None = None, skip: Iterable[str] = (),
+                      choices: bool = True) -> None:
     """A job's --config, --run-dir, --set, --print-config and one flag per option (`add_option_flags`)."""
     parser.add_argument("--config", type=Path, help=f"TOML file of the job's options (see {docs})")
     parser.add_argument("--run-dir", type=Path, help=f"job folder (default: {default_dir})")

@@ -19,16 +19,17 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-def version_of(raw: dict[str, Any], where: str, issues: list[ConfigIssue]) -> int | None:
-    """The file's schema_version (0 when absent); None, with an issue, when this Atelier cannot read it."""
+def version_of(raw: dict[str, Any], where: str, issues: list[ConfigIssue], current: int = SCHEMA_VERSION) -> int | None:
+    """The file's schema_version (0 when absent); None, with an issue, when this Atelier cannot read it (`current`:
+    the newest it reads; a job file's is trainers/core/options/jobs.py's)."""
     version = raw.get("schema_version", 0)
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         issues.append(ConfigIssue("schema_version", f"{where}: got {version!r}; expected a whole number (the "
-                                  f"version of Atelier's option names it was written with, {SCHEMA_VERSION} today)"))
+                                  f"version of Atelier's option names it was written with, {current} today)"))
         return None
-    if version > SCHEMA_VERSION:
+    if version > current:
         issues.append(ConfigIssue("schema_version", f"{where} was written by a newer Atelier (schema_version "
-                                  f"{version}; this one reads up to {SCHEMA_VERSION}): update Atelier to use it"))
+                                  f"{version}; this one reads up to {current}): update Atelier to use it"))
         return None
     return version
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from trainers.core.options import toml_text
 from trainers.core.options.jobs import NO_MIGRATIONS, Migrations, job_header, job_values
@@ -40,7 +40,7 @@ class VerbConfig(OptionValues):
         return job_header(self.title, verb=self.verb) + toml_text.dumps(self.sections(self.groups))
 
     @classmethod
-    def from_values(cls, verb: str, values: dict[str, Any]) -> "VerbConfig":
+    def from_values(cls, verb: str, values: dict[str, Any]) -> Self:
         """Check names and types of {name: value}; ConfigError names every bad field."""
         options = {o.name: o for o in cls.options_for(verb)}
 
@@ -53,7 +53,7 @@ class VerbConfig(OptionValues):
 
     @classmethod
     def load(cls, verb: str, path: Path | None = None, overrides: list[str] | None = None,
-             values: dict[str, Any] | None = None) -> "VerbConfig":
+             values: dict[str, Any] | None = None) -> Self:
         """A job's TOML (sections or flat keys, migrated from its schema_version; its `verb` must be this one),
         then `--set` overrides, then `values` (trainers/core/options/jobs.py reads them)."""
         issues: list[ConfigIssue] = []

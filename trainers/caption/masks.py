@@ -13,7 +13,7 @@ from trainers.caption.job import ImageJob, find_images, run_images, summary_repo
 from trainers.caption.loading import model_folder, torch_device, torch_dtype
 from trainers.caption.options import JobConfig
 from trainers.core.fsio import atomic_path
-from trainers.masks.layout import MaskTargets, is_dataset_toml, mask_folders
+from trainers.caption.mask_layout import MaskTargets, is_dataset_toml, mask_folders
 from trainers.tools.job import ToolError
 
 PREVIEWS = "previews"

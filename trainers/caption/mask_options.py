@@ -1,4 +1,4 @@
-"""The options only mask jobs have (the shared ones are in trainers/caption/options.py). Torch-free."""
+"""The options only mask jobs have (shared ones: shared_options.py; caption ones: options.py). Torch-free."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,8 +51,8 @@ def check_masks(cfg: Any, add: Callable[[str, str], None]) -> None:
     if cfg.method == "background" and not cfg.trust_remote_code:
         add("trust_remote_code", "background-removal models (BiRefNet, RMBG-2.0) run the code they ship, which "
                                  "transformers has no class for: turn trust_remote_code on for a model you trust")
+    from trainers.caption.mask_layout import is_dataset_toml, mask_folders
     from trainers.dataset_edit.folders import DatasetEditError
-    from trainers.masks.layout import is_dataset_toml, mask_folders
 
     if is_dataset_toml(cfg.images) and str(cfg.masks_dir).strip():
         add("masks_dir", "leave it empty with a dataset .toml: each subset's conditioning_data_dir says where its "
