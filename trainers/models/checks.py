@@ -91,7 +91,24 @@ def model_issues(values: Mapping[str, Any], model: Path | None = None) -> list[C
     found = _identify(values, model, issues)
     if found is not None:
         issues += found.rules.option_issues(values) + _clip_skip_issues(found, values)
-    return issues + _component_issues(values, found)
+    return issues + _component_issues(values, found) + lora_file_issues(values)
+
+
+LORA_FILE_OPTIONS = ("network_weights", "base_weights")  # the LoRA files a run reads besides its model
+
+
+def lora_file_issues(values: Mapping[str, Any]) -> list[ConfigIssue]:
+    """The LoRA files a run reads (network_weights, each base_weights file) that are cut short or damaged, named
+    with their option before the model loads."""
+    issues = []
+    for option in LORA_FILE_OPTIONS:
+        given = values.get(option) or []
+        for text in [given] if isinstance(given, str) else list(given):
+            text = str(text).strip()
+            path = None if not text or path_problem(text, "file") else Path(text).expanduser()  # the rest: named
+            if path is not None and path.is_file() and (problem := weights_file_problem(path)):
+                issues.append(ConfigIssue(option, problem, BY_NAME[option].group))
+    return issues
 
 
 def local_family(name_or_path: str) -> str | None:
@@ -327,16 +344,17 @@ def damaged_weights(folder: Path) -> list[str]:
                 problems += [f"{part / shard} is missing: {part / (name + '.index.json')} names it as a shard of the "
                              "weights; download or copy the model again" for shard in shards
                              if not (part / shard).is_file()]
-                problems += filter(None, (_weights_problem(part / s) for s in shards if (part / s).is_file()))
+                problems += filter(None, (weights_file_problem(part / s) for s in shards if (part / s).is_file()))
                 break
             if (part / name).is_file():
-                problems += filter(None, [_weights_problem(part / name)])
+                problems += filter(None, [weights_file_problem(part / name)])
                 break
     return problems
 
 
-def _weights_problem(path: Path) -> str | None:
-    if path.suffix != ".safetensors":
+def weights_file_problem(path: Path) -> str | None:
+    """Why a weights file (.safetensors, or a PyTorch zip pickle) is cut short or damaged, or None; torch-free."""
+    if path.suffix.lower() != ".safetensors":
         return pickle_problem(path)
     try:
         read_safetensors_header(path, whole=True)

@@ -17,6 +17,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
+from trainers.core.fsio import read_safetensors_header
 from trainers.methods.lora.file_format import save_lora_file, with_hashes
 from trainers.models.single_file import SAVE_DTYPES
 from trainers.tools.job import ToolError
@@ -152,11 +153,13 @@ def read_lora(path: str | Path, option: str) -> LoraFile:
     if not path.is_file():
         raise ToolError(option, f"{path} does not exist; check the path")
     try:
+        read_safetensors_header(path, whole=True)  # every tensor's bytes inside the file, before any is read
         with safe_open(str(path), framework="pt", device="cpu") as handle:
             tensors = {key: handle.get_tensor(key) for key in handle.keys()}
             metadata = dict(handle.metadata() or {})
     except (SafetensorError, OSError, ValueError) as err:
-        raise ToolError(option, f"{path} is not a complete .safetensors file ({err}): it was probably cut short while "
+        why = str(err).removeprefix(f"{path} ")
+        raise ToolError(option, f"{path} is not a complete .safetensors file ({why}): it was probably cut short while "
                         "downloading or copying; fetch it again") from None
     found = LoraFile(path, tensors, metadata)
     if not any(set(parts) - {"alpha"} for parts in found.modules.values()) or found.types() == Counter(

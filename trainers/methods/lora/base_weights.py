@@ -7,6 +7,7 @@ import torch
 from safetensors import SafetensorError
 
 from trainers.core.errors import ConfigError, ConfigIssue
+from trainers.core.fsio import read_safetensors_header
 from trainers.methods.lora.file_format import read_lora_file
 from trainers.methods.lora.network import LoRANetwork
 from trainers.models import LoadedModel
@@ -24,6 +25,7 @@ def merge_base_weights(model: LoadedModel, files: list[str], multipliers: list[f
         path = Path(file).expanduser()
         multiplier = multipliers[index] if index < len(multipliers) else 1.0
         try:
+            read_safetensors_header(path, whole=True)  # a cut file is named as such, before safetensors reads it
             state, _ = read_lora_file(path)
         except (OSError, ValueError, SafetensorError) as err:
             raise _bad(f"cannot read {path}: {err}") from None

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 
+from trainers.core.fsio import read_safetensors_header
 from trainers.core.optimizers import text_encoder_rates
 from trainers.core.options import ConfigError, ConfigIssue, TrainConfig, parse_resolution
 from trainers.data.catalog import Catalog
@@ -90,6 +91,7 @@ def _start_weights(cfg: TrainConfig, family: ModelFamily) -> dict[str, torch.Ten
         return None
     path = Path(cfg.network_weights).expanduser()
     try:
+        read_safetensors_header(path, whole=True)  # a cut file is named as such, before safetensors reads it
         state, metadata = read_lora_file(path)
         return family.lora_in_own_names(state, _number(metadata.get("ss_network_alpha")))  # also other tools' names
     except (ValueError, OSError, SafetensorError) as err:
