@@ -79,3 +79,17 @@ def test_a_locon_with_a_tucker_middle_is_checked_with_its_kernel() -> None:
               "lora_up.weight": torch.empty(32, 4, 1, 1)}
     assert first_misfit({"conv": module}, {"conv": (32, 16, 3, 3)}) is None
     assert first_misfit({"conv": module}, {"conv": (32, 16, 1, 1)}) == ("conv", (32, 16, 3, 3), (32, 16, 1, 1))
+
+
+def test_generate_refuses_a_cut_lora_file_by_name_before_loading(tmp_path: Path) -> None:
+    from trainers.generate.options import GenerateConfig, check_config
+
+    lora = tmp_path / "cut lora.safetensors"
+    save_file({f"{CROSS}.lora_down.weight": torch.zeros(4, 32), f"{CROSS}.lora_up.weight": torch.zeros(32, 4)}, lora)
+    assert not [i for i in check_config(GenerateConfig({"model": "org/model", "loras": [str(lora)]}))
+                if i.field == "loras"]
+    lora.write_bytes(lora.read_bytes()[:-40])
+    said = [i.message for i in check_config(GenerateConfig({"model": "org/model", "loras": [f"{lora}:0.5"],
+                                                            "mode": "compare", "compare_loras": [str(lora)]}))
+            if i.field in ("loras", "compare_loras")]
+    assert len(said) == 2 and all(m.startswith(f"{lora} is cut short: its header lists") for m in said), said

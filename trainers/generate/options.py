@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from trainers.core.fsio import read_safetensors_header
 from trainers.core.options import toml_text
 from trainers.core.options.jobs import NO_MIGRATIONS, job_header, job_values, options_table
 from trainers.core.options.loading import closest
@@ -232,6 +233,8 @@ def check_config(cfg: GenerateConfig) -> list[ConfigIssue]:
                     add(name, f"{path}: no such LoRA file")
                 elif path.suffix.lower() != ".safetensors":
                     add(name, f"{path}: LoRA files must be .safetensors")
+                elif problem := _cut_short(path):
+                    add(name, problem)
         except ConfigError as err:
             issues.extend(err.issues)
     try:
@@ -273,6 +276,15 @@ def check_config(cfg: GenerateConfig) -> list[ConfigIssue]:
         elif not cfg.compare_loras:
             add("compare_run", "pick a training run, or list LoRA files in compare_loras, to compare")
     return issues
+
+
+def _cut_short(path: Path) -> str | None:
+    """Why a LoRA file is not a whole .safetensors file (cut short while downloading or copying, damaged), or None."""
+    try:
+        read_safetensors_header(path, whole=True)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def fill_from_run(cfg: GenerateConfig) -> GenerateConfig:
