@@ -72,3 +72,40 @@ print(json.dumps([codes, sorted(m for m in sys.modules if m.split(".")[0] in {HE
         status = json.loads((tmp_path / run / "status.json").read_text(encoding="utf-8"))
         assert status["state"] == "failed" and "train_data_dir" in status["message"]
     assert "Traceback" not in done.stderr
+
+
+# Refusals whose message is what is tested, run in this process (the process wiring is tested above and by
+# test_lora_training's unknown option, test_launcher's refusals and test_optimizers' class-path optimizer).
+
+
+def test_a_run_without_a_length_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers import train
+
+    assert train("lora", tmp_path / "run", output_dir=str(tmp_path)) == 2
+    assert "set max_train_epochs or max_train_steps" in capsys.readouterr().err
+
+
+def test_a_bad_sample_prompt_is_a_clear_error_before_training(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers import train
+
+    assert train("lora", tmp_path / "run", max_train_steps=1, sample_prompt_lines=["a cat --w 500"],
+                 sample_every_n_steps=1) == 2
+    assert "sample_prompt_lines: line 1: --w '500' must be a multiple of 8" in capsys.readouterr().err
+
+
+def test_a_flat_image_folder_fails_before_the_model_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from PIL import Image
+
+    from helpers import events, train
+
+    data = tmp_path / "flat"
+    data.mkdir()
+    Image.new("RGB", (8, 8)).save(data / "a.png")
+    assert train("lora", tmp_path / "run", pretrained_model_name_or_path="some-org/some-model",
+                 train_data_dir=str(data), output_dir=str(tmp_path / "o"), max_train_steps=1) == 2
+    err = capsys.readouterr().err
+    assert "<repeats>_<tokens>" in err and "Expected" in err
+    error = events(tmp_path / "run")[-1]
+    assert error["type"] == "error" and "train_data_dir" in error["message"]
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["state"] == "failed"
