@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from trainers.data.cache import build_text_cache
+from trainers.data.prompt_chunks import PromptFormat, PromptTruncated, WeightedIds
+from trainers.data.prompt_weights import ROUND, SQUARE
 from trainers.models import LoadedModel, SizeConditioning, load_model
 from trainers.models.components import final_layer_norm
-from trainers.models.prompt_chunks import PromptFormat, PromptTruncated, WeightedIds, merge_chunks
-from trainers.models.prompt_weights import ROUND, SQUARE
+from trainers.models.prompt_states import merge_chunks
 
 LONG = "a red fox jumping over a sleeping brown dog in the green park, " * 2  # 100 tokens (letters)
 TAIL_A = LONG + "with a blue hat"  # 112 tokens: more than 75, less than 150; differs from B after 110
@@ -109,7 +110,7 @@ def test_a_prompt_longer_than_max_token_length_is_cut_with_a_warning(models: dic
 
 # ---- encoding ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.filterwarnings("ignore::trainers.models.prompt_chunks.PromptTruncated")
+@pytest.mark.filterwarnings("ignore::trainers.data.prompt_chunks.PromptTruncated")
 @pytest.mark.parametrize("length", [None, 150, 225])
 @pytest.mark.parametrize("clip_skip", [1, 2])
 def test_sd_chunks_encode_as_sd_scripts(models: dict[str, LoadedModel], length: int | None, clip_skip: int) -> None:
@@ -128,7 +129,7 @@ def test_sd_chunks_encode_as_sd_scripts(models: dict[str, LoadedModel], length: 
     torch.testing.assert_close(hidden, reference_hidden(states))
 
 
-@pytest.mark.filterwarnings("ignore::trainers.models.prompt_chunks.PromptTruncated")
+@pytest.mark.filterwarnings("ignore::trainers.data.prompt_chunks.PromptTruncated")
 @pytest.mark.parametrize("length", [None, 150, 225])
 def test_sdxl_chunks_and_pooled_output_encode_as_sd_scripts(models: dict[str, LoadedModel],
                                                             length: int | None) -> None:
@@ -148,7 +149,7 @@ def test_sdxl_chunks_and_pooled_output_encode_as_sd_scripts(models: dict[str, Lo
         torch.testing.assert_close(pooled[b:b + 1], te2(c2[0][None]).text_embeds)  # the first chunk's EOS
 
 
-@pytest.mark.filterwarnings("ignore::trainers.models.prompt_chunks.PromptTruncated")
+@pytest.mark.filterwarnings("ignore::trainers.data.prompt_chunks.PromptTruncated")
 def test_a_150_token_caption_is_not_cut_in_training(models: dict[str, LoadedModel]) -> None:
     from trainers.train.diffusion import NoisePredictor
 
@@ -228,7 +229,7 @@ def test_weighted_tokens_travel_through_the_batch(models: dict[str, LoadedModel]
 
 
 def test_emphasis_weights_are_sd_scripts() -> None:
-    from trainers.models.prompt_weights import parse_weights, strip_weights
+    from trainers.data.prompt_weights import parse_weights, strip_weights
 
     assert parse_weights("an (important) word") == [("an ", 1.0), ("important", ROUND), (" word", 1.0)]
     assert parse_weights("(unbalanced") == [("unbalanced", ROUND)]

@@ -31,8 +31,8 @@ from trainers.data.images import (
     load_mask,
     prepare_image,
 )
+from trainers.data.prompt_chunks import WeightedIds
 from trainers.data.seeds import sample_seed
-from trainers.models.prompt_chunks import WeightedIds
 
 MAX_SUBSTITUTES = 8  # other images of the bucket tried before giving up on a batch
 

@@ -23,7 +23,7 @@ from trainers.data.cache import CACHE_DIR, CacheWriteError, Dist, build_latent_c
 from trainers.data.catalog import Catalog
 from trainers.data.dataset import CaptionedImages, StepClock, collate
 from trainers.data.holdout import validation_seed
-from trainers.models.prompt_chunks import PromptFormat, PromptTruncated
+from trainers.data.prompt_chunks import PromptFormat, PromptTruncated
 
 FULL_CAPTIONS = 2**62  # a step after any token warmup
 

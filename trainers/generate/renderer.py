@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
+from trainers.data.prompt_chunks import PromptFormat
 from trainers.generate.bundled_words import BundledWord, install_words, reading_words, split_bundled
 from trainers.generate.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups, with_one_alpha
 from trainers.generate.options import GenerateConfig, LoraRef
 from trainers.generate.plan import Variant, WorkItem, input_images
 from trainers.generate.saves import lora_touches_text_encoder
 from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model
-from trainers.models.prompt_chunks import PromptFormat
 from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
 from trainers.sampling.pnginfo import lora_short_hash, lora_tag, parameters_text
 from trainers.tools.lora_fit import misfit_for_generate

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
+from trainers.data.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
 from trainers.models.rules import (  # noqa: F401 - re-exported: the torch-free half of a family
     CheckpointKeys,
     FamilyRules,
@@ -110,7 +110,7 @@ class ModelFamily(FamilyRules):
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Token ids (one tensor per tokenizer, (B, chunks x 77) as `tokenize` makes them) -> (encoder_hidden_states,
-        pooled or None); the chunks are merged as sd-scripts does (prompt_chunks.py). `weights` (as
+        pooled or None); the chunks are merged as sd-scripts does (prompt_states.py). `weights` (as
         `tokenize_weighted` makes them) multiply each token's hidden state."""
 
     def unet_kwargs(self, pooled: torch.Tensor | None, sizes: SizeConditioning | None) -> dict[str, Any]:

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainers.data.prompt_chunks import PromptTruncated
 from trainers.models.base import ModelFiles, ModelLoadError
 from trainers.models.flow_sigmas import FlowSettings, flux_sigmas, sd3_sigmas  # noqa: F401 (re-exported)
-from trainers.models.prompt_chunks import PromptTruncated
 
 CLIP_LENGTH = 77
 # Settings of how captions are encoded that sd-scripts does not write into the files it saves.

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from trainers.core.errors import ConfigError, ConfigIssue
+from trainers.data.prompt_chunks import WeightedIds, split_weighted
 from trainers.models import LoadedModel, SizeConditioning
-from trainers.models.prompt_chunks import WeightedIds, split_weighted
 from trainers.train import memo
 from trainers.train.conditioning import conditioning
 from trainers.train.latents import draw_latents, latent_distribution

@@ -10,7 +10,7 @@ from torch import nn
 from trainers.models.base import LoadedModel, ModelFamily, SizeConditioning
 from trainers.models.components import load_common, load_component, load_tokenizer
 from trainers.models.convert import clip_to_ldm, openclip_to_ldm
-from trainers.models.prompt_chunks import apply_weights, chunk_count, merge_chunks
+from trainers.models.prompt_states import apply_weights, chunk_count, merge_chunks
 from trainers.models.sdxl.rules import TE1_PREFIX, TE2_PREFIX, StableDiffusionXLRules
 
 

@@ -6,7 +6,7 @@ tokenizer whose padding is not EOS, e.g. SD2's and SDXL's second). For those, a 
 ends in EOS, and an empty chunk starts with one, as sd-scripts' `_get_input_ids` does. The ids of one prompt
 are the chunks side by side: (chunks x 77,). The text encoder runs on each chunk; the hidden states are
 put back together as the first BOS, every chunk's 75 token states and the last chunk's final state
-(chunks x 75 + 2 positions), as sd-scripts' `encode_tokens` does.
+(chunks x 75 + 2 positions), as sd-scripts' `encode_tokens` does (models/prompt_states.py).
 
 With weighted captions, `(word:1.2)`-style emphasis (prompt_weights.py) gives each token a weight that
 multiplies its hidden state, without renormalizing (sd-scripts' `encode_tokens_with_weights`).
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from trainers.models.prompt_weights import parse_weights
+from trainers.data.prompt_weights import parse_weights
 
 CHUNK = 75  # tokens a chunk holds between its BOS and EOS
 LENGTHS = (75, 150, 225)  # max_token_length values sd-scripts accepts (75 = unset)
@@ -153,31 +153,3 @@ def _chunked(tokenizer: Any, body: list[int], weights: list[float], chunks: int)
         ids += part
         out_weights += [1.0] + full_weights[start:start + CHUNK] + [1.0]
     return ids, out_weights
-
-
-def chunk_count(ids: torch.Tensor, length: int) -> int:
-    """How many chunks of `length` tokens (the text encoder's positions) a batch of ids (B, chunks x length)
-    holds; ids that fit its positions are one chunk."""
-    if ids.shape[-1] <= length:
-        return 1
-    if ids.shape[-1] % length:
-        raise ValueError(f"token ids of length {ids.shape[-1]} are not whole {length}-token chunks")
-    return ids.shape[-1] // length
-
-
-def merge_chunks(states: torch.Tensor, chunks: int) -> torch.Tensor:
-    """(B, chunks x L, ...) per-chunk outputs -> (B, chunks x (L - 2) + 2, ...): the first BOS, each chunk's
-    inner positions, the last position; one chunk is returned as it is."""
-    if chunks == 1:
-        return states
-    length = states.shape[1] // chunks
-    parts = [states[:, :1]] + [states[:, k * length + 1:(k + 1) * length - 1] for k in range(chunks)]
-    return torch.cat(parts + [states[:, -1:]], dim=1)
-
-
-def apply_weights(hidden: torch.Tensor, weights: torch.Tensor | None, chunks: int) -> torch.Tensor:
-    """Hidden states (merged) times their tokens' weights (per chunk, as tokenized)."""
-    if weights is None:
-        return hidden
-    merged = merge_chunks(weights.reshape(hidden.shape[0], -1), chunks)
-    return hidden * merged.to(hidden.device, hidden.dtype).unsqueeze(-1)
