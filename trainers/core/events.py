@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Type, TypeVar
 
 from trainers.core.rundir import EVENTS
 from trainers.core.secrets import redact
@@ -33,7 +33,7 @@ class Event:
         return {k: v for k, v in asdict(self).items() if v is not None and k != "time"}
 
     @classmethod
-    def from_json(cls: type[E], data: dict[str, Any]) -> E:
+    def from_json(cls: Type[E], data: dict[str, Any]) -> E:  # typing.Type: `type` here is the ClassVar above
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -261,11 +261,11 @@ class EventWriter:
     def __init__(self, run_dir: Path | None, enabled: bool = True) -> None:
         self.enabled = enabled and run_dir is not None
         self.path = Path(run_dir) / EVENTS if run_dir is not None else None
-        if self.enabled:
+        if self.path is not None and self.enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def emit(self, record: Event) -> None:
-        if not self.enabled:
+        if self.path is None or not self.enabled:
             return
         data = {"type": record.type, "time": round(time.time(), 3), **record.to_json()}
         line = json.dumps(redact(data), ensure_ascii=False)

@@ -66,7 +66,7 @@ class NoisePredictor(nn.Module):
             ids, weights = split_weighted(input_ids or [])
             with torch.set_grad_enabled(self.train_text_encoder and torch.is_grad_enabled()):
                 def encode(rows: memo.Select) -> tuple[torch.Tensor, torch.Tensor | None]:
-                    return self._encode(memo.rows_of(ids, rows), memo.rows_of(weights, rows))
+                    return self._encode([t[rows] for t in ids], memo.rows_of(weights, rows))
 
                 hidden, pooled = self.text_memo(encode, memo.text_keys(ids, weights)) if self.text_memo \
                     else self._encode(ids, weights)

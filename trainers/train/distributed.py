@@ -94,7 +94,8 @@ def shard_cpu_processes(cfg: TrainConfig, accelerator: Any) -> None:
 
         # On the CPU DeepSpeed would compile its shared-memory all-reduce op (C++: a minute on 2 cores at the first
         # run, and a compiler the machine may lack); it speeds up inference all-reduces only, so gloo's does here.
-        importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None  # (its package names torch too)
+        comm = importlib.import_module("deepspeed.comm.torch")  # (its package names torch too)
+        setattr(comm, "build_shm_op", lambda: None)
         deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)  # over torch's process group
         plugin = DeepSpeedPlugin()
         plugin.set_mixed_precision(accelerator.mixed_precision)
@@ -209,17 +210,18 @@ class RankTimer:
         return max(own, 0.0)
 
     @staticmethod
-    def hook(state, bucket):  # noqa: ANN001, ANN205 - DDP checks annotations; postponed ones are strings
+    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations; postponed ones are strings
         """The comm hook: note the moment, then all-reduce the bucket (compressed to bf16/fp16 if asked)."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+        group: Any = None  # the default process group
         state.ready = time.perf_counter()
         state.buckets += 1
         if state.precision == "bf16":
-            return default_hooks.bf16_compress_hook(None, bucket)
+            return default_hooks.bf16_compress_hook(group, bucket)
         if state.precision == "fp16":
-            return default_hooks.fp16_compress_hook(None, bucket)
-        return default_hooks.allreduce_hook(None, bucket)
+            return default_hooks.fp16_compress_hook(group, bucket)
+        return default_hooks.allreduce_hook(group, bucket)
 
 
 class StragglerCheck:

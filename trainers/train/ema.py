@@ -97,5 +97,5 @@ class EMA(StepHook):
             yield
         finally:
             with torch.no_grad():
-                for p, original in saved:
-                    p.copy_(original)
+                for param, original in saved:
+                    param.copy_(original)

@@ -14,6 +14,7 @@ import runpy
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from trainers.core.errors import EXIT_BAD_INPUT
 
@@ -76,7 +77,7 @@ def _child_exit_code(err: BaseException) -> int | None:
     return min(exited)[2] if exited else 1
 
 
-def _main_address_problem(args: object) -> str | None:
+def _main_address_problem(args: Any) -> str | None:
     """Several machines: the main address and port, checked before any process starts (else a bad address only
     shows as a rendezvous timeout minutes later)."""
     machines, ip = getattr(args, "num_machines", None) or 1, getattr(args, "main_process_ip", None)

@@ -114,7 +114,7 @@ def epoch_batches(session: Session, loader: Any, epoch: int, skip: int) -> Any:
 
 
 def _due(every: int | None, count: int) -> bool:
-    return bool(every) and count % every == 0
+    return every is not None and every != 0 and count % every == 0
 
 
 def _timed(iterable: Any) -> Any:

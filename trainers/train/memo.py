@@ -53,15 +53,19 @@ class RowMemo:
             if key is not None:
                 kept = self.rows.get(key)
                 parts[i] = kept if kept is not None else self._keep(key, compute([i]))
-        first = torch.cat([p[0].to(self.device) for p in parts])
-        second = None if parts[0][1] is None else torch.cat([p[1].to(self.device) for p in parts])
+        rows = [p for p in parts if p is not None]  # every row is filled by now
+        first = torch.cat([p[0].to(self.device) for p in rows])
+        seconds = [p[1] for p in rows]
+        second = None if seconds[0] is None else torch.cat([s.to(self.device) for s in seconds if s is not None])
         return first, second
 
     def _keep(self, key: Hashable, row: Rows) -> Rows:
         self.device = row[0].device
         size = sum(t.nbytes for t in row if t is not None)
         if self.kept + size <= self.limit:
-            self.rows[key] = tuple(None if t is None else t.detach().to("cpu", copy=True) for t in row)
+            hidden, pooled = row
+            self.rows[key] = (hidden.detach().to("cpu", copy=True),
+                              None if pooled is None else pooled.detach().to("cpu", copy=True))
             self.kept += size
         return row
 

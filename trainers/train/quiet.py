@@ -59,7 +59,7 @@ def held_off(package: str) -> Iterator[None]:
     if package in sys.modules:
         yield
         return
-    sys.modules[package] = None  # type: ignore[assignment] - import machinery: "not installed"
+    sys.modules[package] = None  # type: ignore[assignment]  # import machinery: "not installed"
     try:
         yield
     finally:

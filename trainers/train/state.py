@@ -59,7 +59,7 @@ class TrainingState:
         self.named = {name: p for name, p in self.module.named_parameters() if id(p) in wanted}
         self.complete = len(self.named) == len(wanted)  # not under FSDP1 (flat parameters): no states there
         self.sharded = any(isinstance(p, DTensor) for p in params)  # FSDP2: each process holds a shard
-        self.engine = predictor if _is_deepspeed(session.accelerator) else None  # DeepSpeed's engine
+        self.engine: Any = predictor if _is_deepspeed(session.accelerator) else None  # DeepSpeed's engine
         self.layout = (DEEPSPEED if self.engine is not None else
                        SHARDED if self.sharded and session.cfg.fsdp_state_dict_type == "SHARDED_STATE_DICT" else WHOLE)
         self.collective = self.sharded or self.engine is not None  # every process takes part in a save
@@ -109,7 +109,7 @@ class TrainingState:
 
         if self.layout == WHOLE:
             snapshot = self.snapshot()  # FSDP2: every process joins the gather
-            if self.session.accelerator.is_main_process:
+            if snapshot is not None:  # the main process
                 with atomic_dir(folder) as tmp:
                     save_file({n: t.contiguous() for n, t in snapshot.weights.items()}, tmp / WEIGHTS)
                     torch.save(snapshot.optimizer, tmp / OPTIMIZER)
@@ -380,7 +380,7 @@ def _shared_temp_dir(accelerator: Any, folder: Path) -> Iterator[Path]:
             from accelerate.utils import broadcast_object_list
 
             broadcast_object_list(holder, from_process=0)
-        yield Path(holder[0])
+        yield Path(str(holder[0]))
 
 
 def _check_shared(accelerator: Any, tmp: Path) -> None:
@@ -412,7 +412,8 @@ def resume_error(message: str) -> ConfigError:
 def rng_state() -> dict[str, Any]:
     import numpy as np
 
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    legacy: Any = np.random.get_state()  # numpy's (kind, keys, pos, has_gauss, cached)
+    kind, keys, pos, has_gauss, cached = legacy
     return {"python": random.getstate(), "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
