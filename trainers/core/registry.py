@@ -3,7 +3,7 @@
 Everything else is derived from these lists: the GUI's tabs, the CLI's subcommands, which options a
 method uses, the model_family choices. Torch-free: the packages named here are imported only when
 their code is needed (`trainers.methods.rules_for`, `trainers.models.family`; the torch-free `rules` of
-both for Validate; a method's torch-free `options` when the schema is built).
+both for Validate; the torch-free `options` of methods and families when the schema is built).
 """
 from __future__ import annotations
 
@@ -40,10 +40,17 @@ class FamilySpec:
     name: str  # model_family value
     package: str  # its `family` module holds the ModelFamily object named `attribute`; `rules` (torch-free) its rules
     attribute: str
+    title: str  # its name in help texts (its rules' title, which messages use, is the same: a test checks it)
 
     @property
     def module(self) -> str:
         return f"{self.package}.family"
+
+    @property
+    def options(self) -> str:
+        """Its `options` module (torch-free, optional): options of its own, and which shared ones it reads
+        (trainers/core/options/families.py merges them); families of one package share it."""
+        return f"{self.package}.options"
 
     @property
     def rules(self) -> str:
@@ -62,21 +69,21 @@ METHODS: tuple[MethodSpec, ...] = (
 )
 
 FAMILIES: tuple[FamilySpec, ...] = (
-    FamilySpec("sd1", "trainers.models.sd", "SD1"),
-    FamilySpec("sd2", "trainers.models.sd", "SD2"),
-    FamilySpec("sdxl", "trainers.models.sdxl", "SDXL"),
-    FamilySpec("sd3", "trainers.models.sd3", "SD3"),
-    FamilySpec("flux", "trainers.models.flux", "FLUX"),
-    FamilySpec("flux_kontext", "trainers.models.flux_kontext", "FLUX_KONTEXT"),
-    FamilySpec("chroma", "trainers.models.chroma", "CHROMA"),
-    FamilySpec("zimage", "trainers.models.zimage", "ZIMAGE"),
-    FamilySpec("qwen_image", "trainers.models.qwen_image", "QWEN_IMAGE"),
-    FamilySpec("qwen_image_edit", "trainers.models.qwen_image_edit", "QWEN_IMAGE_EDIT"),
-    FamilySpec("qwen_image_edit_plus", "trainers.models.qwen_image_edit", "QWEN_IMAGE_EDIT_PLUS"),
-    FamilySpec("qwen_image21", "trainers.models.qwen_image21", "QWEN_IMAGE21"),
-    FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2"),
-    FamilySpec("flux2", "trainers.models.flux2", "FLUX2"),
-    FamilySpec("krea2", "trainers.models.krea2", "KREA2"),
+    FamilySpec("sd1", "trainers.models.sd", "SD1", "SD1.x"),
+    FamilySpec("sd2", "trainers.models.sd", "SD2", "SD2.x"),
+    FamilySpec("sdxl", "trainers.models.sdxl", "SDXL", "SDXL"),
+    FamilySpec("sd3", "trainers.models.sd3", "SD3", "SD3"),
+    FamilySpec("flux", "trainers.models.flux", "FLUX", "FLUX.1"),
+    FamilySpec("flux_kontext", "trainers.models.flux_kontext", "FLUX_KONTEXT", "FLUX.1 Kontext"),
+    FamilySpec("chroma", "trainers.models.chroma", "CHROMA", "Chroma"),
+    FamilySpec("zimage", "trainers.models.zimage", "ZIMAGE", "Z-Image"),
+    FamilySpec("qwen_image", "trainers.models.qwen_image", "QWEN_IMAGE", "Qwen-Image"),
+    FamilySpec("qwen_image_edit", "trainers.models.qwen_image_edit", "QWEN_IMAGE_EDIT", "Qwen-Image-Edit"),
+    FamilySpec("qwen_image_edit_plus", "trainers.models.qwen_image_edit", "QWEN_IMAGE_EDIT_PLUS", "Qwen-Image-Edit-2509/2511"),
+    FamilySpec("qwen_image21", "trainers.models.qwen_image21", "QWEN_IMAGE21", "Qwen-Image 2.1"),
+    FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2", "Lumina 2"),
+    FamilySpec("flux2", "trainers.models.flux2", "FLUX2", "FLUX.2"),
+    FamilySpec("krea2", "trainers.models.krea2", "KREA2", "Krea 2"),
 )
 
 # Translators of other tools' config files (trainers/adapters/): each module's claims(flat) says whether a flat

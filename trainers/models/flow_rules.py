@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.options.groups.flow import COMMON_TIMESTEP_SAMPLINGS, FAMILY_TIMESTEP_SAMPLINGS
-from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
+from trainers.core.options.groups.flow import COMMON_TIMESTEP_SAMPLINGS
+from trainers.core.options.training import FAMILY_TIMESTEP_SAMPLINGS, family_declaration, in_group
 from trainers.models.rules import CheckpointKeys, FamilyRules, ModelFiles
 
 Kind = Literal["clip_l", "clip_g", "t5", "vae", "llm"]  # llm: a language model (Qwen3, ...) in transformers' layout
@@ -69,13 +69,23 @@ class FlowRules(FamilyRules):
     detect_priority = 3
     single_file_text_encoders = ()  # their single files are read by flow_checkpoint.py, not by single_file/
     own_checkpoint_layout = True
-    own_options: frozenset[str]  # the flow options this family reads
     reference_prefixes: tuple[str, ...]  # key prefixes of its reference (single-file) checkpoints
     checkpoint_parts: tuple[Part, ...]  # its text encoders (in load order) and autoencoder
     reads_single_files: bool = True  # False: its single files are recognised (reference_prefixes) and refused
     writes_single_files: bool | None = None  # its finetunes' single file (to_checkpoint); None: as reads_single_files
-    own_timestep_samplings: frozenset[str] = frozenset()  # its own timestep_sampling values (its draw_sigmas)
     frozen_text_encoder: str = ""  # its only text encoder, which LoRAs never train (e.g. "Gemma 2"); "": none such
+
+    @property
+    def own_options(self) -> frozenset[str]:
+        """The options this family reads: what its options.py declares (READS and its own OPTIONS)."""
+        found = family_declaration(self.name)
+        return found.reads if found is not None else frozenset()
+
+    @property
+    def own_timestep_samplings(self) -> frozenset[str]:
+        """Its own timestep_sampling values (its draw_sigmas reads them): its options.py's TIMESTEP_SAMPLINGS."""
+        found = family_declaration(self.name)
+        return frozenset(found.samplings) if found is not None else frozenset()
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         return str(index.get("_class_name", "")) == self.pipeline_class
@@ -92,7 +102,7 @@ class FlowRules(FamilyRules):
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = [ConfigIssue(o.name, f"is not used with {self.title} models: leave it at {o.default!r}", o.group)
-                  for o in FLOW_OPTIONS
+                  for o in in_group("flow")
                   if o.name not in self.own_options and values.get(o.name, o.default) != o.default]
         sampling = values.get("timestep_sampling")
         if ("timestep_sampling" in self.own_options and sampling in FAMILY_TIMESTEP_SAMPLINGS

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
+from trainers.core.options.training import in_group
 
-_DEFAULTS = {o.name: o.default for o in FLOW_OPTIONS}
+_DEFAULTS = {o.name: o.default for o in in_group("flow")}
 T5_DTYPES = {"float32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}  # t5xxl_dtype's ('auto': none)
 
 NUM_TIMESTEPS = 1000
@@ -24,7 +24,7 @@ NUM_TIMESTEPS = 1000
 
 @dataclass(frozen=True)
 class FlowSettings:
-    """The flow-matching options of a run (trainers/core/options/groups/flow.py has their meanings)."""
+    """The flow-matching options of a run (their help in docs/options.md says what they mean)."""
 
     timestep_sampling: str = _DEFAULTS["timestep_sampling"]
     sigmoid_scale: float = _DEFAULTS["sigmoid_scale"]

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 
 from trainers.core.errors import BadInput, ConfigIssue
 from trainers.core.memory_facts import ModelSize
-from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
+from trainers.core.options.training import in_group
 from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
 from trainers.core.registry import FAMILIES, FamilySpec
 
@@ -135,7 +135,7 @@ class FamilyRules(ABC):
         flow-matching options must keep their defaults."""
         issues = [ConfigIssue(o.name, f"applies to SD3 and FLUX models only, not to {self.title} models: leave "
                               f"it at {o.default!r}", o.group)
-                  for o in FLOW_OPTIONS if values.get(o.name, o.default) != o.default]
+                  for o in in_group("flow") if values.get(o.name, o.default) != o.default]
         if values.get("save_diffusers_lora"):
             issues.append(ConfigIssue("save_diffusers_lora", f"diffusers reads the kohya files of {self.title} LoRAs "
                                       "itself: leave it off", "network"))

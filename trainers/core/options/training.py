@@ -1,5 +1,7 @@
 """Every training option, declared once: the shared ones in trainers/core/options/groups/ (one module per group),
-a method's own in its folder (trainers/methods/<name>/options.py: `OPTIONS`, and `GROUPS` for sections of its own).
+a method's own in its folder (trainers/methods/<name>/options.py: `OPTIONS`, and `GROUPS` for sections of its own),
+a model family's own in its folder (trainers/models/<family>/options.py; see families.py, which also writes which
+families read each option into its help).
 
 Names follow kohya sd-scripts where one exists.
 """
@@ -23,14 +25,21 @@ from trainers.core.options.groups import (
     sampling,
     saving,
 )
+from trainers.core.options import families
 from trainers.core.options.schema import GROUPS as SHARED_GROUPS
 from trainers.core.options.schema import Option
 from trainers.core.registry import METHODS, MethodSpec
 
-SHARED: tuple[Option, ...] = (model.OPTIONS + dataset.OPTIONS + network.OPTIONS + full_weights.OPTIONS
+_SHARED: tuple[Option, ...] = (model.OPTIONS + dataset.OPTIONS + network.OPTIONS + full_weights.OPTIONS
                               + optimizer.OPTIONS + loss.OPTIONS + flow.OPTIONS + precision.OPTIONS + sampling.OPTIONS
                               + saving.OPTIONS + logging.OPTIONS + launch.OPTIONS)
 METHOD_GROUPS_AFTER = "training"  # a method's own sections come after "What to train"
+FAMILY_GROUPS_AFTER = "flow"  # a family's own sections come after the flow-matching one
+FAMILY_DECLARATIONS = families.declarations()
+# The shared options and the families' own, with the families that read each named in its help.
+SHARED: tuple[Option, ...] = families.merged(_SHARED, FAMILY_DECLARATIONS)
+# timestep_sampling values of one family or a few (their own draw), beside the shared ones every family draws by
+FAMILY_TIMESTEP_SAMPLINGS: tuple[str, ...] = families.family_samplings(FAMILY_DECLARATIONS)
 
 
 def _declarations(spec: MethodSpec) -> ModuleType | None:
@@ -38,11 +47,11 @@ def _declarations(spec: MethodSpec) -> ModuleType | None:
     return importlib.import_module(spec.options) if importlib.util.find_spec(spec.options) is not None else None
 
 
-def _with_method_groups(shared: dict[str, str], own: dict[str, str]) -> dict[str, str]:
+def _with_own_groups(shared: dict[str, str], own: dict[str, str], after: str) -> dict[str, str]:
     groups: dict[str, str] = {}
     for group, title in shared.items():
         groups[group] = title
-        if group == METHOD_GROUPS_AFTER:
+        if group == after:
             groups.update((g, t) for g, t in own.items() if g not in shared)
     return groups
 
@@ -54,8 +63,9 @@ DECLARATIONS: dict[str, ModuleType] = {spec.name: module for spec in METHODS
 OPTIONS: tuple[Option, ...] = SHARED + tuple(o for module in DECLARATIONS.values()
                                              for o in getattr(module, "OPTIONS", ()))
 # (section id, title shown in the GUI and docs); also the TOML section names, in order.
-GROUPS: dict[str, str] = _with_method_groups(SHARED_GROUPS, {g: t for module in DECLARATIONS.values()
-                                                             for g, t in getattr(module, "GROUPS", {}).items()})
+GROUPS: dict[str, str] = _with_own_groups(
+    _with_own_groups(SHARED_GROUPS, families.family_groups(FAMILY_DECLARATIONS), FAMILY_GROUPS_AFTER),
+    {g: t for module in DECLARATIONS.values() for g, t in getattr(module, "GROUPS", {}).items()}, METHOD_GROUPS_AFTER)
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 assert len(BY_NAME) == len(OPTIONS), "option names must be unique"
@@ -65,6 +75,16 @@ assert {o.group for o in OPTIONS} <= set(GROUPS), "every option's group is a sha
 def open_groups(method: str) -> tuple[str, ...]:
     """The sections a method's tab shows open (its options.py's OPEN_GROUPS: what that tab is about)."""
     return tuple(getattr(DECLARATIONS.get(method), "OPEN_GROUPS", ()))
+
+
+def family_declaration(name: str) -> families.FamilyOptions | None:
+    """What a model family's options.py declares (None where its folder has none)."""
+    return next((found for found in FAMILY_DECLARATIONS if any(spec.name == name for spec in found.specs)), None)
+
+
+def in_group(group: str) -> tuple[Option, ...]:
+    """The options of one section, shared and the families' own (e.g. "flow": what flow matching reads)."""
+    return tuple(o for o in OPTIONS if o.group == group)
 
 
 def options_for(method: str) -> list[Option]:

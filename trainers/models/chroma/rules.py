@@ -7,13 +7,13 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import FLOW_AE, T5XXL, T5XXL_LINEAR, ModelSize
-from trainers.core.options.groups.flow import OPTIONS as FLOW_OPTIONS
+from trainers.core.options.training import BY_NAME
 from trainers.models.flow_rules import Part
 from trainers.models.flux.rules import FluxRules
 
 GUIDANCE_PREFIXES = ("distilled_guidance_layer.", "model.diffusion_model.distilled_guidance_layer.",
                      "diffusion_model.distilled_guidance_layer.")
-_GUIDANCE_DEFAULT = next(o.default for o in FLOW_OPTIONS if o.name == "guidance_scale")
+_GUIDANCE_DEFAULT = BY_NAME["guidance_scale"].default
 
 
 class ChromaRules(FluxRules):

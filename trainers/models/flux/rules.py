@@ -20,10 +20,6 @@ class FluxRules(FlowRules):
                              5_369_856, CLIP_L_LORA, 38, "the published FLUX.1 dev sizes", 1024 * 1024, 24.0, 2.2)
     arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     pipeline_class = "FluxPipeline"
-    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
-                             "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale",
-                             "t5xxl_max_token_length", "apply_t5_attn_mask",
-                             "text_encoder_batch_size"})
     reference_prefixes = ("double_blocks.", "model.diffusion_model.double_blocks.", "diffusion_model.double_blocks.")
     checkpoint_parts = (Part("clip_l", "text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder"),
                         Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),

@@ -38,9 +38,6 @@ class Flux2Rules(EditRules, FlowRules):
     base_model_version = "flux_2_dev"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_FLUX_2_DEV_FULL)
     modelspec_architecture = "Flux.2-dev"  # musubi-tuner's ARCH_FLUX_2_DEV
     variant_versions = ("flux_2_klein_4b", "flux_2_klein_9b")  # the klein LoRAs' ss_base_model_version (Browse)
-    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "guidance_scale",
-                             "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
-    own_timestep_samplings = frozenset({"flux2_shift"})
     # BFL's single files (flux2-dev.safetensors, flux2-klein-*.safetensors): recognised and refused by name
     reference_prefixes = ("double_stream_modulation_img.", "model.diffusion_model.double_stream_modulation_img.",
                           "diffusion_model.double_stream_modulation_img.")

@@ -19,9 +19,6 @@ class Krea2Rules(FlowRules):
     pipeline_class = "Krea2Pipeline"
     base_model_version = "krea2"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_KREA2_FULL)
     modelspec_architecture = "Krea-2"
-    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
-                             "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
-    own_timestep_samplings = frozenset({"krea2_shift"})
     # the reference (krea-ai/krea-2, ComfyUI) single files: recognised and refused by name
     reference_prefixes = ("txtfusion.", "model.diffusion_model.txtfusion.", "diffusion_model.txtfusion.")
     reads_single_files = False

@@ -27,9 +27,6 @@ class Lumina2Rules(FlowRules):
     pipeline_class = "Lumina2Pipeline"
     detect_priority = 4  # its single files have NextDiT's refiners, as Z-Image's have
     frozen_text_encoder = "Gemma 2"
-    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
-                             "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
-    own_timestep_samplings = frozenset({"nextdit_shift"})
     reference_prefixes = tuple(f"{root}cap_embedder." for root in ROOTS)
     # ComfyUI's split files: diffusion_models (NextDiT), text_encoders/gemma_2_2b, FLUX.1's ae
     checkpoint_parts = (Part("llm", "text_encoders.gemma2_2b.", "text_encoder", "Gemma 2 text encoder",

@@ -19,9 +19,6 @@ class QwenImageRules(FlowRules):
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
     pipeline_class = "QwenImagePipeline"
     frozen_text_encoder = "Qwen2.5-VL"
-    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
-                             "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
-    own_timestep_samplings = frozenset({"qwen_shift"})
     # ComfyUI's and musubi-tuner's single files (diffusers' module names; only Qwen-Image has txt_norm), its text
     # encoder and autoencoder in files of their own (ComfyUI's split layout; musubi-tuner's --text_encoder, --vae)
     reference_prefixes = ("txt_norm.", "model.diffusion_model.txt_norm.", "diffusion_model.txt_norm.")

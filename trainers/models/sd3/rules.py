@@ -20,9 +20,6 @@ class StableDiffusion3Rules(FlowRules):
                              CLIP_L_LORA + CLIP_G_LORA, 24, "the published SD3.5 Medium sizes", 1024 * 1024, 8.0, 1.2)
     arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     pipeline_class = "StableDiffusion3Pipeline"
-    own_options = frozenset({"weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
-                             "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask",
-                             "t5xxl_dtype", "text_encoder_batch_size"})
     reference_prefixes = ("joint_blocks.", "model.diffusion_model.joint_blocks.")
     checkpoint_parts = (
         Part("clip_l", "text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder", projection=True),

@@ -19,8 +19,6 @@ class ZImageRules(FlowRules):
     base_model_version = "z_image"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_Z_IMAGE_FULL)
     modelspec_architecture = "Z-Image"
     frozen_text_encoder = "Qwen3"
-    own_options = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "weighting_scheme",
-                             "logit_mean", "logit_std", "mode_scale", "text_encoder_batch_size"})
     # ComfyUI's diffusion_models files and musubi-tuner's --dit (NextDiT names, as Lumina 2's, but with the caption
     # padding token Lumina 2 has not), its parts in files of their own
     reference_prefixes = ("cap_pad_token", "model.diffusion_model.cap_pad_token", "diffusion_model.cap_pad_token")

@@ -66,22 +66,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("conditioning_data_dir", "str", "", "masked_loss: folder laid out like train_data_dir (the same "
            "<repeats>_<tokens> subfolders) holding a mask image for every training image, with the image's "
            "name and any image extension. ControlNet: the control image of every training image, laid out the "
-           "same way. Edit models (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2) without masked_loss: their control "
-           "images, as control_directory.", "loss", path="dir", advanced=True),
-    Option("control_directory", "str", "", "Edit models (FLUX.1 Kontext, Qwen-Image-Edit; FLUX.2, which trains "
-           "an edit LoRA when it is set): the images each edit starts from (musubi-tuner's name), matched to the "
-           "training images by file name (any image extension); "
-           "stem_0.png, stem_1.png ... for models that take several. Laid out like train_data_dir (the same "
-           "<repeats>_<tokens> subfolders), or all in the folder itself. Captions are the edit instructions.",
-           "loss", path="dir", advanced=True),
+           "same way.", "loss", path="dir", advanced=True),
+    Option("control_directory", "str", "", "Edit models: the images each edit starts from (musubi-tuner's name), "
+           "matched to the training images by file name (any image extension); stem_0.png, stem_1.png ... for "
+           "models that take several. Laid out like train_data_dir (the same <repeats>_<tokens> subfolders), or all "
+           "in the folder itself. Captions are the edit instructions.", "loss", path="dir", advanced=True),
     Option("no_resize_control", "bool", False, "Edit models (musubi-tuner's option): keep each control image's own "
            "size (cut down to a multiple of 16 pixels) instead of fitting it to its target's bucket; with "
            "control_resolution, controls larger than that are resized to it. Every control of a batch must then have "
            "the same size (or train_batch_size = 1).", "loss", advanced=True),
     Option("control_resolution", "str", "", "Edit models (musubi-tuner's option): resize each control image to "
-           "about this many pixels ('1024' or 'W,H', e.g. 1024,1024 as the Qwen-Image-Edit pipelines), keeping its "
-           "own aspect ratio, instead of fitting it to its target's bucket; empty: fitted to the target.", "loss",
-           advanced=True),
+           "about this many pixels ('1024' or 'W,H', e.g. 1024,1024), keeping its own aspect ratio, instead of "
+           "fitting it to its target's bucket; empty: fitted to the target.", "loss", advanced=True),
     Option("alpha_mask", "bool", False, "Weight the loss by each image's transparency (alpha 0 = ignored); "
            "images without alpha train whole. The pixels themselves are composited on white (sd-scripts keeps "
            "their hidden colour).", "loss", advanced=True),

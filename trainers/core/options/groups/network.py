@@ -52,8 +52,8 @@ OPTIONS: tuple[Option, ...] = (
          "expected output stays the same); unset for none.", min=0, max=1, nullable=True, advanced=True),
     _net("module_dropout", "float", None, "Skip a whole LoRA module with this probability while training; unset "
          "for none.", min=0, max=1, nullable=True, advanced=True),
-    _net("block_dims", "str", "", "Rank of each UNet block (networks.lora): 25 comma-separated numbers for "
-         "SD1.x/2.x, 23 for SDXL; 0 leaves a block out.", advanced=True),
+    _net("block_dims", "str", "", "Rank of each UNet block (networks.lora): comma-separated numbers, one a "
+         "block; 0 leaves a block out.", advanced=True),
     _net("block_alphas", "str", "", "Alpha of each UNet block, with block_dims (default: network_alpha).",
          advanced=True),
     _net("conv_block_dims", "str", "", "Rank of each block's 3x3 convolutions (LoCon), like block_dims.",
@@ -61,10 +61,9 @@ OPTIONS: tuple[Option, ...] = (
     _net("conv_block_alphas", "str", "", "Alpha of each block's 3x3 convolutions, with conv_block_dims.",
          advanced=True),
     _net("down_lr_weight", "str", "", "Learning-rate multiplier of each down (input) block: comma-separated "
-         "numbers (12 for SD1.x/2.x, 9 for SDXL; missing ones are 1) or a curve: cosine, sine, linear, "
-         "reverse_linear, zeros, optionally +offset (e.g. 'sine+0.5'). A block at 0 gets no LoRA.", advanced=True),
-    _net("mid_lr_weight", "str", "", "Learning-rate multiplier of the middle block(s): 1 number for SD1.x/2.x, "
-         "3 for SDXL.", advanced=True),
+         "numbers (missing ones are 1) or a curve: cosine, sine, linear, reverse_linear, zeros, optionally +offset "
+         "(e.g. 'sine+0.5'). A block at 0 gets no LoRA.", advanced=True),
+    _net("mid_lr_weight", "str", "", "Learning-rate multiplier of the middle block(s), one number a block.", advanced=True),
     _net("up_lr_weight", "str", "", "Learning-rate multiplier of each up (output) block, like down_lr_weight.",
          advanced=True),
     _net("block_lr_zero_threshold", "float", None, "Block learning-rate weights at or below this count as 0 (no "
@@ -82,7 +81,7 @@ OPTIONS: tuple[Option, ...] = (
          "they do not), one path a line.", path="file", advanced=True),
     _net("base_weights_multiplier", "list", [], "Weight of each base_weights file, in the same order (default 1).",
          advanced=True),
-    _net("save_diffusers_lora", "bool", False, "SD3/FLUX: also write the final LoRA as diffusers loads it, "
+    _net("save_diffusers_lora", "bool", False, "Also write the final LoRA as diffusers loads it, "
          "<output_name>-diffusers/pytorch_lora_weights.safetensors (PEFT names; pipe.load_lora_weights(folder)). "
-         "diffusers reads kohya files of SD/SDXL LoRAs itself.", advanced=True),
+         "Families whose kohya files diffusers reads itself leave it off.", advanced=True),
 )

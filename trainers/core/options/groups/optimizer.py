@@ -33,7 +33,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("unet_lr", "float", None, "Learning rate of the UNet (of its LoRA in LoRA training).", "optimizer", min=0,
            nullable=True),
     Option("text_encoder_lr", "float", None, "Learning rate of the text encoder(s) (of their LoRA in LoRA "
-           "training); two values (e.g. 5e-5, 2e-5) set SDXL's two text encoders apart, as in sd-scripts.",
+           "training); two values (e.g. 5e-5, 2e-5) set a model's two text encoders apart, as in sd-scripts.",
            "optimizer", min=0, nullable=True, per_encoder=True),
     Option("lr_scheduler", "str", "constant", SCHEDULER_HELP, "optimizer", choices=SCHEDULERS),
     Option("lr_warmup_steps", "number", 0, "Warmup: a step count (>= 1), or a fraction of all steps (< 1). A count "

@@ -15,12 +15,11 @@ OPTIONS: tuple[Option, ...] = (
            "precision", advanced=True),
     Option("fp8_base", "bool", False, "Keep the base model's UNet or transformer in 8-bit floats (float8_e4m3fn), "
            "each layer cast to the mixed_precision dtype while it runs (diffusers' layerwise casting): about half "
-           "the memory of bf16 weights, e.g. FLUX.1 on 16-24 GB. LoRA only; needs mixed_precision. The text encoders "
+           "the memory of bf16 weights, e.g. a 12B transformer on 16-24 GB. LoRA only; needs mixed_precision. The text encoders "
            "keep their precision (sd-scripts casts them too).", "precision", methods=methods_training("network"),
            advanced=True),
     Option("blocks_to_swap", "int", None, "Keep this many of the denoiser's blocks' weights in CPU memory, each "
-           "moved to the GPU only while it runs (as sd-scripts; FLUX counts a double block as two single ones, an "
-           "SD1/SDXL UNet counts its down, mid and up blocks). LoRAs and full finetunes (the offloaded weights' "
+           "moved to the GPU only while it runs (as sd-scripts). LoRAs and full finetunes (the offloaded weights' "
            "optimizer step and states then in CPU memory). Less GPU memory, slower steps; needs "
            "gradient_checkpointing.", "precision", methods=methods_training("network") | methods_training("full"),
            min=1, nullable=True, advanced=True),
@@ -41,6 +40,5 @@ OPTIONS: tuple[Option, ...] = (
            "count instead. Less GPU memory, slower steps; needs gradient_checkpointing.", "precision",
            methods=methods_training("network") | methods_training("full"), min=0.0, max=0.95, nullable=True,
            advanced=True),
-    Option("no_half_vae", "bool", False, "Keep the VAE in float32 (SDXL's VAE overflows in fp16 and always "
-           "stays float32 under fp16).", "precision", advanced=True),
+    Option("no_half_vae", "bool", False, "Keep the VAE in float32.", "precision", advanced=True),
 )

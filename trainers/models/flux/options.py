@@ -1,0 +1,16 @@
+"""FLUX.1: the shared options it reads (torch-free; see trainers/core/options/families.py)."""
+from __future__ import annotations
+
+from trainers.models.option_sets import DENSITY, SAMPLING, SINGLE_FILE, T5
+
+READS = DENSITY | SAMPLING | T5 | SINGLE_FILE | {"model_prediction_type", "guidance_scale", "clip_l", "t5xxl", "ae"}
+NOTES = {
+    "timestep_sampling": "sd-scripts' docs recommend 'shift' (with discrete_flow_shift 3.1582) or 'flux_shift'.",
+    "weighting_scheme": "'sigma_sqrt' and 'cosmap' weight the loss by the noise level with model_prediction_type "
+                        "'sigma_scaled'.",
+    "t5xxl_max_token_length": "unset reads 512 for dev, 256 for schnell.",
+    "apply_t5_attn_mask": "in the text encoder and in the transformer's attention.",
+    "ae": "FLUX.1's ae.safetensors.",
+    "tokenizer_cache_dir": "its T5 tokenizer.",
+    "blocks_to_swap": "a double block counts as two single ones.",
+}
