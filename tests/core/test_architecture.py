@@ -1,17 +1,48 @@
 """The layout's promises, checked: the GUI loads no torch, the core depends on nothing else, no import cycles,
-model families and test hooks stay in their own folders."""
+every import goes down the floors (docs/architecture.md, "Floors"), model families and test hooks stay in their
+own folders."""
 from __future__ import annotations
 
 import ast
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+
+import pytest
 
 from trainers.core.registry import FAMILIES, FAMILY_NAMES, METHOD_NAMES, METHODS
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "diffusers", "accelerate", "transformers", "safetensors", "bitsandbytes")
+# The packages bottom to top (docs/architecture.md, "Floors"): a module imports only its own package and packages on
+# lower floors; packages on one floor do not import each other. A package is trainers/<name> (a folder or a single
+# module), or gui; `trainers` is the package's own __init__.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("core", "trainers"),
+    ("data",),
+    ("models",),
+    ("adapters", "memory_estimate", "sampling"),
+    ("quant",),
+    ("train",),
+    ("methods",),
+    ("preflight",),
+    ("generate", "dataset_edit"),
+    ("tools",),
+    ("caption",),
+    ("cluster", "demo_shapes"),
+    ("demo_pretrain",),
+    ("demo", "config_report"),
+    ("__main__",),
+    ("gui",),
+)
+# Upward imports not yet removed, (importer, imported) module pairs: each is issue 39 item 1's to remove.
+KNOWN_BREAKS: frozenset[tuple[str, str]] = frozenset({
+    ("trainers.data.edit_pairs", "trainers.models.checks"),  # takes_controls asks the model family
+    ("trainers.data.edit_pairs", "trainers.models.rules"),
+    ("trainers.generate.renderer", "trainers.tools.lora_fit"),  # Generate's LoRA shape check
+})
 
 
 def _modules() -> dict[str, Path]:
@@ -44,6 +75,7 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
+@pytest.mark.slow  # a fresh interpreter: this process has torch loaded already
 def test_importing_the_gui_loads_no_torch_or_model_library() -> None:
     code = "import sys, app, gui.page; print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (HEAVY,)
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -78,6 +110,63 @@ def test_there_are_no_import_cycles() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
+
+
+def package_of(module: str) -> str:
+    """trainers.train.loop -> train, trainers.demo -> demo, gui.page -> gui, trainers -> trainers."""
+    parts = module.split(".")
+    return parts[0] if parts[0] != "trainers" or len(parts) == 1 else parts[1]
+
+
+def floor_breaks(graph: Mapping[str, set[str]], floors: tuple[tuple[str, ...], ...] = FLOORS) -> list[str]:
+    """Every import of `graph` (module -> the modules it imports) that does not go down the floors, and every
+    package on no floor."""
+    level = {package: i for i, floor in enumerate(floors) for package in floor}
+    found = []
+    for name in sorted(graph):
+        here = package_of(name)
+        if here not in level:
+            found.append(f"{name}: package {here!r} is on no floor (add it to FLOORS and docs/architecture.md)")
+            continue
+        for target in sorted(graph[name]):
+            there = package_of(target)
+            if there != here and there in level and level[there] >= level[here]:
+                side = "the same floor as" if level[there] == level[here] else "a floor above"
+                found.append(f"{name} imports {target}: {there} is on {side} {here}")
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def test_every_import_goes_down_the_floors() -> None:
+    graph = {name: {t for t in targets if (name, t) not in KNOWN_BREAKS} for name, targets in _graph().items()}
+    breaks = floor_breaks(graph)
+    assert not breaks, "\n".join(breaks)
+    gone = sorted(pair for pair in KNOWN_BREAKS if pair[1] not in _graph().get(pair[0], set()))
+    assert not gone, f"no longer imported: remove from KNOWN_BREAKS: {gone}"
+
+
+def test_an_upward_import_anywhere_in_a_module_breaks_the_floors(tmp_path: Path) -> None:
+    """Planted: a data module importing train inside a function and methods under TYPE_CHECKING is caught twice; so
+    are an import across one floor and a package on none, while imports down and within a package pass."""
+    planted = tmp_path / "trainers" / "data" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("from typing import TYPE_CHECKING\n"
+                       "from trainers.core.errors import BadInput\n"
+                       "if TYPE_CHECKING:\n    from trainers.methods import rules_for\n"
+                       "def later():\n    from trainers.train.loop import train\n", encoding="utf-8")
+    modules = {**_modules(), "trainers.data.planted": planted}
+    graph = {"trainers.data.planted": _imports(planted, modules) - {"trainers.data.planted"}}
+    assert graph["trainers.data.planted"] == {"trainers.core.errors", "trainers.methods", "trainers.train.loop"}
+    breaks = floor_breaks(graph)
+    assert len(breaks) == 2 and all("a floor above data" in b for b in breaks), breaks
+    assert floor_breaks({"trainers.generate.x": {"trainers.dataset_edit.y"}}) == [
+        "trainers.generate.x imports trainers.dataset_edit.y: dataset_edit is on the same floor as generate"]
+    assert floor_breaks({"trainers.newpkg.x": set()})[0].startswith("trainers.newpkg.x: package 'newpkg' is on no")
+    assert floor_breaks({"trainers.train.x": {"trainers.models.y", "trainers.train.z"}, "gui.page": {"trainers"}}) == []
 
 
 def test_generic_code_never_names_a_model_family() -> None:
