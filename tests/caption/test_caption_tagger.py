@@ -12,8 +12,9 @@ from trainers.caption.cli import _run
 from trainers.caption.job import ImageJob, read_done
 from trainers.caption.options import check_config, config_from_values
 from trainers.caption.tagger import read_tags
+from trainers.core.errors import ToolError
 from trainers.core.rundir import Request, request
-from trainers.tools.job import ToolError, ToolStopped
+from trainers.tools.job import ToolStopped
 
 
 def caption_cfg(images: Path, tagger: Path, **values: object):

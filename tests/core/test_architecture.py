@@ -27,7 +27,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("quant",),
     ("train",),
     ("methods",),
-    ("preflight",),
+    ("preflight", "loras"),
     ("generate", "dataset_edit"),
     ("tools",),
     ("caption",),
@@ -41,7 +41,6 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 KNOWN_BREAKS: frozenset[tuple[str, str]] = frozenset({
     ("trainers.data.edit_pairs", "trainers.models.checks"),  # takes_controls asks the model family
     ("trainers.data.edit_pairs", "trainers.models.rules"),
-    ("trainers.generate.renderer", "trainers.tools.lora_fit"),  # Generate's LoRA shape check
 })
 
 

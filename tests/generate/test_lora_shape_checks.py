@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from trainers.loras.lora_fit import lycoris_change, misfit_for_generate
 from trainers.models import load_model
-from trainers.tools.lora_fit import lycoris_change, misfit_for_generate
 
 FUSED = "lora_unet_double_blocks_0_img_attn_qkv"
 CROSS = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k"  # reads the text's width
@@ -18,7 +18,7 @@ CROSS = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k"  
 
 def _fused_lora(model, rows_off: int = 0) -> dict[str, torch.Tensor]:
     """A kohya FLUX LoRA of the model's fused img_attn qkv module (rows_off rows short: another model's)."""
-    from trainers.tools.layers import layer_map
+    from trainers.loras.layers import layer_map
 
     out, inputs = layer_map(model)[FUSED].shape()
     return {f"{FUSED}.lora_down.weight": torch.randn(4, inputs), f"{FUSED}.lora_up.weight": torch.zeros(out - rows_off,
@@ -47,7 +47,7 @@ def _lokr(out: int, inputs: int) -> dict[str, torch.Tensor]:
 
 def test_a_lokr_file_of_other_shapes_is_named(tiny_sd1_dir: Path, tmp_path: Path) -> None:
     model = load_model(str(tiny_sd1_dir), "auto", torch.float32)
-    from trainers.generate.lycoris_files import kohya_modules
+    from trainers.loras.lycoris_files import kohya_modules
 
     out, inputs = kohya_modules(model)[CROSS].weight.shape
     good, wide = _lokr(out, inputs), _lokr(out, inputs * 2)  # the second reads a text twice as wide (SD2 against SD1)
@@ -73,7 +73,7 @@ def test_each_lycoris_kind_tells_the_shape_of_its_change(parts: dict, change: tu
 
 
 def test_a_locon_with_a_tucker_middle_is_checked_with_its_kernel() -> None:
-    from trainers.tools.lora_fit import first_misfit
+    from trainers.loras.lora_fit import first_misfit
 
     module = {"lora_down.weight": torch.empty(4, 16, 1, 1), "lora_mid.weight": torch.empty(4, 4, 3, 3),
               "lora_up.weight": torch.empty(32, 4, 1, 1)}

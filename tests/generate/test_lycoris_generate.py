@@ -12,7 +12,7 @@ from PIL import Image
 
 from helpers import train
 from trainers.demo import build_dataset
-from trainers.generate.lycoris_files import LycorisFile
+from trainers.loras.lycoris_files import LycorisFile
 from trainers.methods.lora.file_format import save_lora_file
 from trainers.methods.lora.lycoris_net import LycorisNetwork
 from trainers.models import load_model

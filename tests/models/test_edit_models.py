@@ -225,8 +225,8 @@ def test_kontext_lora_samples_from_a_control_image_and_resumes_exactly(kontext_r
 @pytest.mark.slow
 def test_kontext_lora_says_kontext_as_musubi_tuner_writes_it_and_browse_names_it(kontext_run: Run) -> None:
     from trainers.models.file_kind import model_kind
-    from trainers.tools.lora_family import guess_family
-    from trainers.tools.lora_state import read_lora
+    from trainers.loras.lora_family import guess_family
+    from trainers.loras.lora_state import read_lora
 
     path = kontext_run.out / "straight.safetensors"
     assert read_lora_file(path)[1]["ss_base_model_version"] == "flux_kontext"  # not FLUX.1's "flux1"

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
+from trainers.loras.lora_state import LowRankModule, read_lora
 from trainers.methods.lora.file_format import save_lora_file, with_hashes
 from trainers.tools.job import run_tool
-from trainers.tools.lora_state import LowRankModule, read_lora
 from trainers.tools.options import config_from_values
 
 # kohya names of an SD1 LoRA (diffusers-style UNet names) with the weight shapes of a tiny model
@@ -68,7 +68,7 @@ def outputs(model_dir: Path, lora: Path, way: str) -> tuple[torch.Tensor, torch.
     from diffusers import StableDiffusionPipeline
 
     from trainers.models import LoadedModel
-    from trainers.tools.layers import layer_map
+    from trainers.loras.layers import layer_map
 
     pipe = StableDiffusionPipeline.from_pretrained(model_dir, safety_checker=None)
     if way == "diffusers":

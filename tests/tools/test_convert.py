@@ -9,9 +9,9 @@ import pytest
 import torch
 from lora_samples import digest, outputs, run, tiny_lora
 
+from trainers.core.errors import ToolError
 from trainers.methods.lora.file_format import read_lora_file
 from trainers.tools.formats import ADAPTER_METADATA
-from trainers.tools.job import ToolError
 
 
 def _round_trip(source: Path, model: Path, middle: str, tmp_path: Path) -> tuple[Path, Path]:

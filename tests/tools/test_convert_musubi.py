@@ -8,8 +8,8 @@ import pytest
 import torch
 from lora_samples import run
 
+from trainers.core.errors import ToolError
 from trainers.methods.lora.file_format import read_lora_file, save_lora_file
-from trainers.tools.job import ToolError
 
 QKV, WIDTH, RANK = "lora_unet_layers_0_attention_qkv", 8, 4
 

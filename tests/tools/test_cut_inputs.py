@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from lora_samples import run, sample_modules, write
 
-from trainers.tools.job import ToolError
+from trainers.core.errors import ToolError
 
 
 @pytest.mark.parametrize(("verb", "option", "values"), [

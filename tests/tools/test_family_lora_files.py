@@ -16,8 +16,8 @@ from torch import nn
 
 from trainers.methods.lora.file_format import read_lora_file, save_lora_file
 from tests.models.lora_networks import random_network
+from trainers.core.errors import ToolError
 from trainers.models import family as family_named
-from trainers.tools.job import ToolError
 
 
 def _lumina2() -> nn.Module:

@@ -121,7 +121,7 @@ def _misapplied_by_diffusers(model_dir: Path, lora: Path) -> int:
     from diffusers import StableDiffusionPipeline
     from peft.tuners.lora import LoraLayer
 
-    from trainers.generate.lycoris_files import kohya_modules
+    from trainers.loras.lycoris_files import kohya_modules
     from trainers.models import LoadedModel
     from trainers.models.loading import detect_family
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from lora_samples import LINEAR, digest, module, run, sample_modules, tiny_lora, write
 
+from trainers.core.errors import ToolError
+from trainers.loras.lora_fit import misfit_for_generate
+from trainers.loras.lora_state import LowRankModule
 from trainers.methods.lora.file_format import read_lora_file, save_lora_file
-from trainers.tools.job import ToolError
-from trainers.tools.lora_fit import misfit_for_generate
-from trainers.tools.lora_state import LowRankModule
 
 WIDER = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k"  # reads the text width
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from lora_samples import CONV, LINEAR, OUT, TEXT, deltas, digest, run, sample_modules, tiny_lora, write
 
+from trainers.core.errors import ToolError
+from trainers.loras.lora_state import read_lora
 from trainers.methods.lora.file_format import read_lora_file
 from trainers.tools.blocks import BLOCKS, block_of
-from trainers.tools.job import ToolError
-from trainers.tools.lora_state import read_lora
 
 
 def test_loras_side_by_side_add_their_changes_exactly(tmp_path: Path) -> None:
@@ -135,7 +135,7 @@ def test_merging_into_an_fp16_model_rounds_each_weight_once(tiny_sd1_dir: Path, 
     from safetensors.torch import load_file
 
     from trainers.models import load_model
-    from trainers.tools.layers import layer_map
+    from trainers.loras.layers import layer_map
 
     lora = tiny_lora(tiny_sd1_dir, tmp_path / "lora.safetensors")
     merged = run("merge", tmp_path / "merge", model=str(tiny_sd1_dir), loras=[f"{lora}:0.6"], save_precision="fp16",

@@ -9,9 +9,9 @@ import pytest
 import torch
 from lora_samples import CONV, LINEAR, deltas, digest, module, outputs, run, sample_modules, tiny_lora, write
 
+from trainers.core.errors import ToolError
+from trainers.loras.lora_state import LowRankModule
 from trainers.methods.lora.file_format import read_lora_file, with_hashes
-from trainers.tools.job import ToolError
-from trainers.tools.lora_state import LowRankModule
 
 
 def test_resize_to_full_rank_reproduces_every_modules_change(tmp_path: Path) -> None:

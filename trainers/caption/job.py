@@ -19,9 +19,10 @@ from typing import Any
 from trainers.caption.events import ImageResult, ImagesProgress
 from trainers.caption.options import DONE_LIST, JobConfig
 from trainers.core import events as ev
+from trainers.core.errors import ToolError
 from trainers.core.rundir import Request, take_requests
 from trainers.data.kohya_folders import IMAGE_EXTENSIONS
-from trainers.tools.job import PROGRESS_EVERY_S, ToolError, ToolJob, ToolStopped
+from trainers.tools.job import PROGRESS_EVERY_S, ToolJob, ToolStopped
 
 RATE_WINDOW = 8  # batches the images/s rate is measured over
 

@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from trainers.caption.options import JobConfig, model_source
+from trainers.core.errors import ToolError
 from trainers.core.paths import is_hub_id
-from trainers.tools.job import ToolError, ToolJob
+from trainers.tools.job import ToolJob
 
 
 def model_folder(job: ToolJob, patterns: list[str] | None = None) -> Path:

@@ -11,10 +11,10 @@ from PIL import Image, ImageFilter
 from trainers.caption.events import ImageResult
 from trainers.caption.job import ImageJob, find_images, run_images, summary_report
 from trainers.caption.loading import model_folder, torch_device, torch_dtype
-from trainers.caption.options import JobConfig
-from trainers.core.fsio import atomic_path
 from trainers.caption.mask_layout import MaskTargets, is_dataset_toml, mask_folders
-from trainers.tools.job import ToolError
+from trainers.caption.options import JobConfig
+from trainers.core.errors import ToolError
+from trainers.core.fsio import atomic_path
 
 PREVIEWS = "previews"
 BACKGROUND_SIZE = 1024  # BiRefNet and RMBG-2.0 take 1024 x 1024 images

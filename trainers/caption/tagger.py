@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from trainers.caption.options import JobConfig
-from trainers.tools.job import ToolError
+from trainers.core.errors import ToolError
 
 MODEL_FILE, TAGS_FILE = "model.onnx", "selected_tags.csv"
 RATING, GENERAL, CHARACTER = 9, 0, 4

@@ -12,7 +12,7 @@ from typing import Any
 from PIL import Image
 
 from trainers.caption.options import TEMPLATES, JobConfig
-from trainers.tools.job import ToolError
+from trainers.core.errors import ToolError
 
 FLORENCE_TASKS = {"short": "<CAPTION>", "detailed": "<DETAILED_CAPTION>", "prompt": "<MORE_DETAILED_CAPTION>",
                   "tags": "<MORE_DETAILED_CAPTION>"}

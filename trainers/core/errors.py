@@ -17,6 +17,14 @@ class BadInput(ValueError):
     """Something the user gave cannot be used; the message names it and says how to fix it."""
 
 
+class ToolError(BadInput):
+    """Bad input found while running (a file that is not what it must be): the message names the option and the fix."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
 @dataclass
 class ConfigIssue:
     """One problem with a config, tied to the option it concerns."""

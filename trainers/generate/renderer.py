@@ -2,7 +2,7 @@
 
 LoRAs load through diffusers' `load_lora_weights` (kohya files as we and other trainers write them) as
 named adapters; `set_adapters` gives each its weight. LyCORIS files (LoHa, LoKr, IA3, ...), which diffusers does
-not read, are wrapped around the layers they change by lycoris-lora (lycoris_files.py). A weight-0 LoRA is not
+not read, are wrapped around the layers they change by lycoris-lora (loras/lycoris_files.py). A weight-0 LoRA is not
 loaded at all, so it renders exactly the base image. Each distinct (prompt, negative) is encoded once per worker and
 text-encoder setup (the cache key includes the LoRAs that change the text encoders), through the same
 chunked encoding as sample images during training (`encode_for_pipeline`).
@@ -17,14 +17,14 @@ import torch
 
 from trainers.data.prompt_chunks import PromptFormat
 from trainers.generate.bundled_words import BundledWord, install_words, reading_words, split_bundled
-from trainers.generate.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups, with_one_alpha
 from trainers.generate.options import GenerateConfig, LoraRef
 from trainers.generate.plan import Variant, WorkItem, input_images
 from trainers.generate.saves import lora_touches_text_encoder
+from trainers.loras.lora_fit import misfit_for_generate
+from trainers.loras.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups, with_one_alpha
 from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model
 from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
 from trainers.sampling.pnginfo import lora_short_hash, lora_tag, parameters_text
-from trainers.tools.lora_fit import misfit_for_generate
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # Prompts are encoded in as many 75-token chunks as the longer of prompt and negative needs, up to 225 tokens

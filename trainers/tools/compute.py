@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from trainers.tools.job import ToolError
+from trainers.core.errors import ToolError
 
 
 def compute_device(choice: str) -> torch.device:

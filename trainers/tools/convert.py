@@ -7,17 +7,18 @@ from pathlib import Path
 
 import torch
 
+from trainers.core.errors import ToolError
 from trainers.core.fsio import atomic_dir, atomic_path
 from trainers.generate.saves import is_lora_file
+from trainers.loras.layers import load_weights, skeleton, stored_dtype
+from trainers.loras.lora_family import FamilyGuess, FileNaming, guess_family, key_format, kohya_named
+from trainers.loras.lora_fit import check_fit
+from trainers.loras.lora_state import LoraFile, read_lora, refuse_existing, save_precision, write_lora
 from trainers.models import ModelFiles
 from trainers.models.single_file import SAVE_DTYPES, save_full_model
 from trainers.tools.formats import ADAPTER_METADATA, Names, from_kohya, to_kohya
-from trainers.tools.job import ToolError, ToolJob
-from trainers.tools.layers import load_weights, skeleton, stored_dtype
+from trainers.tools.job import ToolJob
 from trainers.tools.loaders import FAMILY
-from trainers.tools.lora_family import FamilyGuess, FileNaming, guess_family, key_format, kohya_named
-from trainers.tools.lora_fit import check_fit
-from trainers.tools.lora_state import LoraFile, read_lora, refuse_existing, save_precision, write_lora
 from trainers.tools.options import ToolConfig
 
 

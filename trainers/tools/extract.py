@@ -8,12 +8,13 @@ from pathlib import Path
 
 import torch
 
+from trainers.core.errors import ToolError
+from trainers.loras.layers import Target, layer_map, load_weights, lora_module_names, stored_dtype
+from trainers.loras.lora_state import LowRankModule, alpha_text, dims_text, one_alpha, refuse_existing, write_lora
 from trainers.models import LoadedModel, ModelFiles
 from trainers.tools.compute import compute_device
-from trainers.tools.job import ToolError, ToolJob
+from trainers.tools.job import ToolJob
 from trainers.tools.kept import KeptRow, kept_report
-from trainers.tools.layers import Target, layer_map, load_weights, lora_module_names, stored_dtype
-from trainers.tools.lora_state import LowRankModule, alpha_text, dims_text, one_alpha, refuse_existing, write_lora
 from trainers.tools.lowrank import RankRule, clamp_quantile, factor_matrix, shaped
 from trainers.tools.options import ToolConfig
 from trainers.tools.resize import is_spatial

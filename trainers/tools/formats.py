@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from trainers.core.errors import ToolError
+from trainers.loras.layers import Target, comfy_names, layer_map
+from trainers.loras.lora_family import key_format
+from trainers.loras.lora_fit import fits, misfit_text
+from trainers.loras.lora_state import PLAIN, LoraFile, module_type
 from trainers.models import LoadedModel
-from trainers.tools.job import ToolError
-from trainers.tools.layers import Target, comfy_names, layer_map
-from trainers.tools.lora_family import key_format
-from trainers.tools.lora_fit import fits, misfit_text
-from trainers.tools.lora_state import PLAIN, LoraFile, module_type
 
 ADAPTER_METADATA = "lora_adapter_metadata"  # diffusers' header key (diffusers.loaders.lora_base)
 TEXT_LEVEL = "text_model."  # transformers 4's level in CLIP paths; PEFT patterns leave it out to match both
@@ -36,7 +36,7 @@ Modules = dict[str, dict[str, Tensor]]  # kohya module name -> {weight name: ten
 
 @dataclass
 class Names:
-    """A model's modules under each format's names (from its layers; see layers.py)."""
+    """A model's modules under each format's names (from its layers; see trainers/loras/layers.py)."""
 
     model: LoadedModel
     targets: dict[str, Target] = field(default_factory=dict)

@@ -12,8 +12,12 @@ from typing import Any
 
 from safetensors import safe_open
 
+from trainers.core.errors import ToolError
 from trainers.data.kohya_folders import parse_folder_name
 from trainers.generate.saves import is_lora_file
+from trainers.loras.layers import skeleton
+from trainers.loras.lora_family import guess_family, key_format, key_style, kohya_named
+from trainers.loras.lora_state import LoraFile, module_type, read_lora
 from trainers.methods.lora.file_format import with_hashes
 from trainers.models import ModelFiles
 from trainers.models.rules import checkpoint_rules, folder_rules, read_json
@@ -21,12 +25,9 @@ from trainers.models.single_file.checkpoint import open_checkpoint
 from trainers.sampling.pnginfo import lora_short_hash
 from trainers.tools.blocks import BLOCKS, block_of
 from trainers.tools.formats import Names, to_kohya
-from trainers.tools.job import REPORT_MD, ToolError, ToolJob
-from trainers.tools.layers import skeleton
+from trainers.tools.job import REPORT_MD, ToolJob
 from trainers.tools.loaders import verdicts
 from trainers.tools.loaders import FAMILY
-from trainers.tools.lora_family import guess_family, key_format, key_style, kohya_named
-from trainers.tools.lora_state import LoraFile, module_type, read_lora
 from trainers.tools.options import ToolConfig
 
 SHOWN_METADATA = ("ss_network_module", "ss_network_dim", "ss_network_alpha", "ss_network_args", "ss_base_model_version",

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core import events as ev
-from trainers.core.errors import BadInput
 from trainers.core.fsio import atomic_write_text
 from trainers.core.rundir import Request, take_requests
 from trainers.tools.events import ToolOutput, ToolProgress, ToolReport, ToolStart
@@ -21,14 +20,6 @@ from trainers.tools.options import ToolConfig, main_input
 
 REPORT_MD, REPORT_JSON = "report.md", "report.json"
 PROGRESS_EVERY_S = 0.5
-
-
-class ToolError(BadInput):
-    """Bad input found while running (a file that is not what it must be): the message names the option and the fix."""
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"{option}: {message}")
-        self.option = option
 
 
 class ToolStopped(RuntimeError):

@@ -10,17 +10,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from trainers.core.errors import ToolError
 from trainers.generate.options import LoraRef, parse_loras
-from trainers.models import LoadedModel, ModelFiles
-from trainers.models.single_file import SAVE_DTYPES, save_full_model
-from trainers.tools.blocks import BlockWeights, parse_block_weights
-from trainers.tools.compute import compute_device
-from trainers.tools.job import ToolError, ToolJob
-from trainers.tools.kept import KeptRow, kept_report
-from trainers.tools.layers import layer_map, load_weights, stored_dtype
-from trainers.tools.lora_family import FamilyGuess, FileNaming, guess_family, key_style, kohya_named
-from trainers.tools.lora_fit import check_fit
-from trainers.tools.lora_state import (
+from trainers.loras.layers import layer_map, load_weights, stored_dtype
+from trainers.loras.lora_family import FamilyGuess, FileNaming, guess_family, key_style, kohya_named
+from trainers.loras.lora_fit import check_fit
+from trainers.loras.lora_state import (
     LoraFile,
     LowRankModule,
     alpha_text,
@@ -32,6 +27,12 @@ from trainers.tools.lora_state import (
     updated_metadata,
     write_lora,
 )
+from trainers.models import LoadedModel, ModelFiles
+from trainers.models.single_file import SAVE_DTYPES, save_full_model
+from trainers.tools.blocks import BlockWeights, parse_block_weights
+from trainers.tools.compute import compute_device
+from trainers.tools.job import ToolJob
+from trainers.tools.kept import KeptRow, kept_report
 from trainers.tools.lowrank import RankRule, factor_product, shaped
 from trainers.tools.options import ToolConfig
 from trainers.tools.resize import is_spatial

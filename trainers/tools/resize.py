@@ -8,11 +8,9 @@ from pathlib import Path
 
 import torch
 
-from trainers.tools.compute import compute_device
-from trainers.tools.job import ToolError, ToolJob
-from trainers.tools.kept import KeptRow, kept_report
-from trainers.tools.lora_family import kohya_named
-from trainers.tools.lora_state import (
+from trainers.core.errors import ToolError
+from trainers.loras.lora_family import kohya_named
+from trainers.loras.lora_state import (
     LowRankModule,
     alpha_text,
     dims_text,
@@ -23,6 +21,9 @@ from trainers.tools.lora_state import (
     updated_metadata,
     write_lora,
 )
+from trainers.tools.compute import compute_device
+from trainers.tools.job import ToolJob
+from trainers.tools.kept import KeptRow, kept_report
 from trainers.tools.lowrank import RankRule, factor_product, shaped
 from trainers.tools.options import ToolConfig
 

@@ -16,14 +16,14 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from trainers.generate.lycoris_files import kohya_modules
+from trainers.core.errors import ToolError
+from trainers.loras.lycoris_files import kohya_modules
 from trainers.methods.lora.lycoris_net import _classic
 from trainers.models import LoadedModel, ModelFiles, load_model
 from trainers.models.convert import ConversionError, unet_to_ldm_key
 from trainers.models.families import family as family_named
 from trainers.models.rules import SINGLE_FILE_SUFFIXES, checkpoint_rules, folder_rules, read_json
 from trainers.models.single_file.checkpoint import open_checkpoint
-from trainers.tools.job import ToolError
 
 COMFY_UNET = "diffusion_model."
 COMFY_TEXT = "text_encoders."

@@ -17,10 +17,10 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
+from trainers.core.errors import ToolError
 from trainers.core.fsio import read_safetensors_header
 from trainers.methods.lora.file_format import save_lora_file, with_hashes
 from trainers.models.single_file import SAVE_DTYPES
-from trainers.tools.job import ToolError
 
 # What follows a module's name in a key, longest first (LyCORIS' names as its loaders read them).
 SUFFIXES = tuple(sorted((

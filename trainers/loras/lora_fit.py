@@ -12,10 +12,10 @@ from typing import Any
 
 from torch import Tensor
 
+from trainers.loras.layers import Target
+from trainers.loras.lora_family import guess_family
+from trainers.loras.lora_state import LoraFile
 from trainers.models import LoadedModel
-from trainers.tools.lora_family import guess_family
-from trainers.tools.layers import Target
-from trainers.tools.lora_state import LoraFile
 
 Shape = tuple[int, ...]
 
@@ -127,8 +127,8 @@ def misfit_for_generate(path: str, state: Mapping[str, Tensor], model: LoadedMod
     their layers' rows stacked, as its LoRA files name them."""
     from safetensors import safe_open
 
-    from trainers.generate.lycoris_files import kohya_modules
-    from trainers.tools.layers import layer_map
+    from trainers.loras.lycoris_files import kohya_modules
+    from trainers.loras.layers import layer_map
 
     weights = {name: tuple(layer.weight.shape) for name, layer in kohya_modules(model).items()
                if isinstance(getattr(layer, "weight", None), Tensor)}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from torch import Tensor
 
+from trainers.loras.lora_state import LoraFile
 from trainers.models.base import ModelFamily
 from trainers.models.families import all_families
 from trainers.models.rules import read_json
-from trainers.tools.lora_state import LoraFile
 
 SGM_NAMES = ("lora_unet_input_blocks_", "lora_unet_middle_block_", "lora_unet_output_blocks_", "lora_unet_time_embed_",
              "lora_unet_label_emb_", "lora_unet_out_")
