@@ -127,7 +127,7 @@ class FlowRules(FamilyRules):
         if not writes and values.get("save_model_as", "diffusers") != "diffusers":
             issues.append(ConfigIssue("save_model_as", f"{self.title} finetunes are saved as diffusers folders only: "
                                       "set save_model_as = 'diffusers'", "saving"))
-        return issues + huber_schedule_issue(values, self.title)
+        return issues + huber_schedule_issue(values, self.title) + self.other_family_issues(values)
 
     def _frozen_encoder_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """Text-encoder training options set for a family whose text encoder stays frozen (as in musubi-tuner and

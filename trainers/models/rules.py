@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 
 from trainers.core.errors import BadInput, ConfigIssue
 from trainers.core.memory_facts import ModelSize
-from trainers.core.options.training import in_group
+from trainers.core.options.training import family_declaration, family_sections, in_group
 from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
 from trainers.core.registry import FAMILIES, FamilySpec
 
@@ -139,7 +139,14 @@ class FamilyRules(ABC):
         if values.get("save_diffusers_lora"):
             issues.append(ConfigIssue("save_diffusers_lora", f"diffusers reads the kohya files of {self.title} LoRAs "
                                       "itself: leave it off", "network"))
-        return issues + self.network_arg_issues(values)
+        return issues + self.network_arg_issues(values) + self.other_family_issues(values)
+
+    def other_family_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """Options of another family's own section (its options.py's GROUPS) set to other than their defaults."""
+        found = family_declaration(self.name)
+        reads = found.reads if found is not None else frozenset()
+        return [ConfigIssue(o.name, f"is not read by {self.title} models: leave it at {o.default!r}", o.group)
+                for o in family_sections() if o.name not in reads and values.get(o.name, o.default) != o.default]
 
     def network_arg_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """network_args keys of another family's LoRAs."""

@@ -82,6 +82,12 @@ def family_declaration(name: str) -> families.FamilyOptions | None:
     return next((found for found in FAMILY_DECLARATIONS if any(spec.name == name for spec in found.specs)), None)
 
 
+def family_sections() -> tuple[Option, ...]:
+    """The options in the sections families declare for themselves (read by those families only)."""
+    own = families.family_groups(FAMILY_DECLARATIONS)
+    return tuple(o for o in OPTIONS if o.group in own)
+
+
 def in_group(group: str) -> tuple[Option, ...]:
     """The options of one section, shared and the families' own (e.g. "flow": what flow matching reads)."""
     return tuple(o for o in OPTIONS if o.group == group)

@@ -1,4 +1,5 @@
-"""SD1.x and SD2.x: their own option and the shared ones they read (torch-free; see trainers/core/options/families.py)."""
+"""SD1.x and SD2.x: their own option and the shared ones they read (torch-free; see
+trainers/core/options/families.py)."""
 from __future__ import annotations
 
 from trainers.core.options.schema import Option

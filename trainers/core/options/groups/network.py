@@ -63,7 +63,8 @@ OPTIONS: tuple[Option, ...] = (
     _net("down_lr_weight", "str", "", "Learning-rate multiplier of each down (input) block: comma-separated "
          "numbers (missing ones are 1) or a curve: cosine, sine, linear, reverse_linear, zeros, optionally +offset "
          "(e.g. 'sine+0.5'). A block at 0 gets no LoRA.", advanced=True),
-    _net("mid_lr_weight", "str", "", "Learning-rate multiplier of the middle block(s), one number a block.", advanced=True),
+    _net("mid_lr_weight", "str", "", "Learning-rate multiplier of the middle block(s), one number a block.",
+         advanced=True),
     _net("up_lr_weight", "str", "", "Learning-rate multiplier of each up (output) block, like down_lr_weight.",
          advanced=True),
     _net("block_lr_zero_threshold", "float", None, "Block learning-rate weights at or below this count as 0 (no "
