@@ -119,12 +119,13 @@ def dataset_paths(values: Mapping[str, Any], refused: set[str], roots: list[Path
     Nothing is read that is not allowed itself (a refused dataset_config, a metadata file or folder outside the
     roots). A file that cannot be read is named by the dataset check."""
     from trainers.data.dataset_toml import dataset_specs
+    from trainers.models.edit_rules import takes_controls
 
     config = str(values.get("dataset_config") or "").strip()
     if config and "dataset_config" in refused:
         return []
     try:
-        specs = dataset_specs(values, [])
+        specs = dataset_specs(values, [], takes_controls(values))
     except Exception:  # noqa: BLE001 - any reader error; the preflight names it in its own words
         return []
     typed = []

@@ -165,6 +165,7 @@ def test_control_sizing_is_refused_by_name_where_there_are_no_controls(kontext_d
     from trainers.core.errors import ConfigError
     from trainers.core.options import TrainConfig
     from trainers.data.dataset_toml import load_dataset_config
+    from trainers.models.edit_rules import takes_controls
     from trainers.preflight.validate import validate
 
     data, _ = _pairs(tmp_path)
@@ -178,8 +179,9 @@ def test_control_sizing_is_refused_by_name_where_there_are_no_controls(kontext_d
     for model, value, named in ((plain, "1024", "this model takes none"), (kontext_dir, '"big"', "got 'big'")):
         toml.write_text(f'[[datasets]]\ncontrol_resolution = {value}\n[[datasets.subsets]]\nimage_dir = '
                         f'"{data / SUBSET}"\n', encoding="utf-8")
+        values = TrainConfig("lora", _values(model)).values
         with pytest.raises(ConfigError) as refused:  # read as the run's start and the dataset check read it
-            load_dataset_config(toml, TrainConfig("lora", _values(model)).values, [])
+            load_dataset_config(toml, values, [], takes_controls(values))
         assert "control_resolution" in str(refused.value) and named in str(refused.value)
 
 

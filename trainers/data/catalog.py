@@ -191,10 +191,12 @@ class Catalog:
         return catalog
 
 
-def build_catalog(values: Mapping[str, Any], warnings: list[str] | None = None) -> Catalog:
-    """Read the run's datasets. Raises DatasetLayoutError / ConfigError when nothing can be trained."""
+def build_catalog(values: Mapping[str, Any], warnings: list[str] | None = None,
+                  controls: int | None = None) -> Catalog:
+    """Read the run's datasets. Raises DatasetLayoutError / ConfigError when nothing can be trained. `controls`: how
+    many control images the run's model takes (trainers/models/edit_rules.py `takes_controls`; None: not known)."""
     warnings = [] if warnings is None else warnings
-    specs = dataset_specs(values, warnings)
+    specs = dataset_specs(values, warnings, controls)
     subsets: list[CatalogSubset] = []
     found: list[list[tuple[ImageItem, SubsetSpec]]] = []
     for d, spec in enumerate(specs):

@@ -38,7 +38,7 @@ from trainers.core.options.schema import ConfigError, ConfigIssue, coerce
 from trainers.core.options.training import BY_NAME
 from trainers.core.options.validation import parse_resolution
 from trainers.data.checks import bucket_issues
-from trainers.data.edit_pairs import sizing_from_values, sizing_refusals, takes_controls
+from trainers.data.edit_pairs import sizing_from_values, sizing_refusals
 from trainers.data.specs import DatasetSpec, SubsetSpec, bucket_settings, specs_from_values, subset_spec
 
 FIELD = "dataset_config"
@@ -65,8 +65,11 @@ IGNORED = {  # sd-scripts keys without an effect here: loading warns about each
 }
 
 
-def load_dataset_config(path: Path, values: Mapping[str, Any], warnings: list[str]) -> list[DatasetSpec]:
-    """The datasets of an sd-scripts dataset config; `values` are the run's options (the last defaults)."""
+def load_dataset_config(path: Path, values: Mapping[str, Any], warnings: list[str],
+                        controls: int | None = None) -> list[DatasetSpec]:
+    """The datasets of an sd-scripts dataset config; `values` are the run's options (the last defaults). `controls`
+    is how many control images the run's model takes (trainers/models/edit_rules.py `takes_controls`; 0: none,
+    None: not known): an edit model's subsets read conditioning_data_dir as their control images."""
     path = Path(path).expanduser()
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -98,8 +101,8 @@ def load_dataset_config(path: Path, values: Mapping[str, Any], warnings: list[st
         if not isinstance(subsets, list) or not subsets:
             issues.append(f"{where} has no [[datasets.subsets]]: add one with image_dir (or metadata_dir)")
             continue
-        subset_specs = [_subset(s, f"{where} [[datasets.subsets]] #{i}", merged, path.parent, issues, warnings)
-                        for i, s in enumerate(subsets, 1)]
+        subset_specs = [_subset(s, f"{where} [[datasets.subsets]] #{i}", merged, path.parent, issues, warnings,
+                                controls) for i, s in enumerate(subsets, 1)]
         split = merged.get("validation_split", 0.0)
         if split >= 1:
             issues.append(f"{where}: validation_split is {split}: that holds out every image; use a share below 1, "
@@ -137,7 +140,7 @@ def _level(table: Any, where: str, allowed: tuple[str, ...], issues: list[str], 
 
 
 def _subset(table: Any, where: str, defaults: dict[str, Any], base: Path, issues: list[str],
-            warnings: list[str]) -> SubsetSpec | None:
+            warnings: list[str], controls: int | None) -> SubsetSpec | None:
     if not isinstance(table, dict):
         issues.append(f"{where} must be a table")
         return None
@@ -158,13 +161,13 @@ def _subset(table: Any, where: str, defaults: dict[str, Any], base: Path, issues
     if not isinstance(folder, str):
         problems.append("image_dir / metadata_dir must be text")
     masks_dir, controls_dir = table.get("conditioning_data_dir"), table.get("control_directory")
-    if masks_dir is not None and controls_dir is None and not values.get("masked_loss") and takes_controls(values):
+    if masks_dir is not None and controls_dir is None and not values.get("masked_loss") and controls:
         masks_dir, controls_dir = None, masks_dir  # an edit model's control images (sd-scripts' key)
     if masks_dir is not None:
         problems += _masks_problems(masks_dir, values, bool(metadata_dir))
     if controls_dir is not None:
-        problems += _controls_problems(controls_dir, values, bool(metadata_dir))
-    problems += _sizing_problems(values)
+        problems += _controls_problems(controls_dir, bool(metadata_dir), controls)
+    problems += _sizing_problems(values, controls)
     if problems:
         issues.extend(f"{where}: {p}" for p in problems)
         return None
@@ -226,22 +229,22 @@ def _masks_problems(masks_dir: Any, values: Mapping[str, Any], metadata: bool) -
     return []
 
 
-def _controls_problems(controls_dir: Any, values: Mapping[str, Any], metadata: bool) -> list[str]:
+def _controls_problems(controls_dir: Any, metadata: bool, controls: int | None) -> list[str]:
     """A subset's control_directory (an edit model's control images) against the rest of its settings."""
     if not isinstance(controls_dir, str) or not controls_dir.strip():
         return ["control_directory must be a folder (text)"]
     if metadata:
         return ["control_directory goes with image_dir (controls are found by the image's file name there), not "
                 "with metadata_dir"]
-    if takes_controls(values) == 0:
+    if controls == 0:
         return ["control_directory holds the control images of an edit model (FLUX.1 Kontext, Qwen-Image-Edit, "
                 "FLUX.2); this model takes none: remove it, or train an edit model"]
     return []
 
 
-def _sizing_problems(values: Mapping[str, Any]) -> list[str]:
+def _sizing_problems(values: Mapping[str, Any], controls: int | None) -> list[str]:
     """A subset's no_resize_control / control_resolution: a readable resolution, for a model that takes controls."""
-    refused = [f"{issue.field} {issue.message}" for issue in sizing_refusals(values)]
+    refused = [f"{issue.field} {issue.message}" for issue in sizing_refusals(values, controls)]
     if refused:
         return refused
     try:
@@ -278,15 +281,16 @@ def _misplaced(key: str, where: str, allowed: tuple[str, ...]) -> str:
     return f"{where}: unknown key {key!r}" + (f"; did you mean {guess!r}?" if guess else "")
 
 
-def dataset_specs(values: Mapping[str, Any], warnings: list[str]) -> list[DatasetSpec]:
-    """The run's datasets: from its dataset_config when set, else from the flat options."""
+def dataset_specs(values: Mapping[str, Any], warnings: list[str], controls: int | None = None) -> list[DatasetSpec]:
+    """The run's datasets: from its dataset_config when set, else from the flat options. `controls`: how many
+    control images the run's model takes (see `load_dataset_config`)."""
     config = str(values.get("dataset_config") or "").strip()
     if not config:
         return [specs_from_values(values)]
     for name in ("train_data_dir", "reg_data_dir", "metadata_dir"):
         if str(values.get(name) or "").strip():
             warnings.append(f"{name} is ignored: dataset_config is set (as in sd-scripts)")
-    specs = load_dataset_config(Path(config), values, warnings)
+    specs = load_dataset_config(Path(config), values, warnings, controls)
     issues = _caching_issues(specs, values) + _mask_issues(specs, values)
     if issues:
         raise ConfigError(issues)

@@ -75,9 +75,10 @@ def sizing_from_values(values: Mapping[str, Any]) -> ControlSizing:
     return ControlSizing(bool(values.get("no_resize_control")), area)
 
 
-def sizing_refusals(values: Mapping[str, Any]) -> list[ConfigIssue]:
-    """no_resize_control / control_resolution set for a model known to take no control images, each named."""
-    if takes_controls(values) != 0:
+def sizing_refusals(values: Mapping[str, Any], controls: int | None) -> list[ConfigIssue]:
+    """no_resize_control / control_resolution set for a model known to take no control images (`controls`, the
+    model's count: trainers/models/edit_rules.py `takes_controls`), each named."""
+    if controls != 0:
         return []
     return [ConfigIssue(name, "sizes an edit model's control images; this model takes none: clear it", "loss")
             for name in SIZING_OPTIONS if values.get(name)]
@@ -104,21 +105,6 @@ class PairReport:
     def too_many(self) -> list[EditPair]:
         """Pairs with more controls than the model takes."""
         return [pair for pair in self.pairs if len(pair.controls) > self.max_controls]
-
-
-def takes_controls(values: Mapping[str, Any]) -> int | None:
-    """How many control images a run's model takes per target (0: it is not an edit model), as model_family or
-    the model's local files say; None for a model that cannot be told (a hub id)."""
-    from trainers.models.checks import local_family
-    from trainers.models.rules import rules_of
-
-    name = str(values.get("model_family") or "auto")
-    if name == "auto":
-        name = local_family(str(values.get("pretrained_model_name_or_path") or "")) or ""
-    try:
-        return int(getattr(rules_of(name), "max_controls", 0)) if name else None
-    except (KeyError, ValueError):
-        return None
 
 
 def match_pairs(targets: Sequence[Path], control_dir: Path, max_controls: int,

@@ -13,7 +13,6 @@ from trainers.core.errors import BadInput, ConfigError
 from trainers.core.options import options_for
 from trainers.core.registry import FAMILY_NAMES, METHOD_NAMES
 from trainers.data.dataset_toml import load_dataset_config
-from trainers.data.edit_pairs import takes_controls
 from trainers.data.kohya_folders import (
     DatasetLayoutError,
     normalize_caption_extension,
@@ -22,6 +21,7 @@ from trainers.data.kohya_folders import (
 )
 from trainers.data.probe import ImageSkipped, probe_image
 from trainers.data.text_files import decode_caption
+from trainers.models.edit_rules import takes_controls
 
 BACKUP_DIR = ".atelier_backup"  # inside the dataset; hidden, so no scanner reads it as images
 Layout = Literal["kohya", "toml", "flat"]
@@ -126,7 +126,7 @@ def toml_concepts(path: Path) -> list[Concept]:
     """The image_dir subsets of a dataset TOML, with their masks and control folders (see viewing_values)."""
     warnings: list[str] = []
     try:
-        specs = load_dataset_config(path, viewing_values(), warnings)
+        specs = load_dataset_config(path, viewing_values(), warnings, takes_controls(viewing_values()))
     except ConfigError as err:
         raise DatasetEditError(f"dataset config {path}: {err}") from None
     concepts = [Concept(s.path, s.repeats, s.tokens, s.masks, s.controls) for d in specs for s in d.subsets

@@ -52,10 +52,27 @@ class EditRules:
         return issues + config_pair_issues(values, self.max_controls) + images
 
 
+def takes_controls(values: Mapping[str, Any]) -> int | None:
+    """How many control images a run's model takes per target (0: it is not an edit model), as model_family or
+    the model's local files say; None for a model that cannot be told (a hub id). The dataset readers below the
+    models are handed it (trainers/data/dataset_toml.py)."""
+    from trainers.models.checks import local_family
+    from trainers.models.rules import rules_of
+
+    name = str(values.get("model_family") or "auto")
+    if name == "auto":
+        name = local_family(str(values.get("pretrained_model_name_or_path") or "")) or ""
+    try:
+        return int(getattr(rules_of(name), "max_controls", 0)) if name else None
+    except (KeyError, ValueError):
+        return None
+
+
 def names_controls(values: Mapping[str, Any]) -> bool:
     """Whether a config's dataset names a control folder (a subset's, or control_directory / conditioning_data_dir)."""
     try:
-        return any(subset.controls is not None for spec in dataset_specs(values, []) for subset in spec.subsets)
+        return any(subset.controls is not None for spec in dataset_specs(values, [], takes_controls(values))
+                   for subset in spec.subsets)
     except (BadInput, OSError, KeyError):  # KeyError: values without the dataset options, which name none
         return False
 
@@ -111,7 +128,7 @@ def _subset_pairs(values: Mapping[str, Any], max_controls: int) -> Iterator[tupl
     """Each training subset (a kohya root's each part) with its pairs, None for one without a control folder; none
     at all for a dataset that cannot be read (the dataset checks name it)."""
     try:
-        specs = dataset_specs(values, [])
+        specs = dataset_specs(values, [], takes_controls(values))
         found = []
         # regularization images are pairs too (reg_data_dir, which has no control folder, is named by the model)
         for subset in (s for spec in specs for s in spec.subsets if s.field != "reg_data_dir"):

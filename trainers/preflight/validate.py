@@ -19,17 +19,19 @@ from trainers.core.overwrites import overwrite_issue
 from trainers.core.plan import StepPlan
 from trainers.core.saves import Position, planned_saves, read_manifest, resolve_resume
 from trainers.data.checks import dataset_issues
-from trainers.data.edit_pairs import sizing_refusals, takes_controls
+from trainers.data.edit_pairs import sizing_refusals
 from trainers.methods import rules_for
 from trainers.models.checks import model_issues
+from trainers.models.edit_rules import takes_controls
 
 
 def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
     """Every problem of `cfg`; an empty list means it can start."""
     rules = rules_for(cfg.method)
-    edit_model = bool(takes_controls(cfg.values))  # its control images may be in conditioning_data_dir
+    controls = takes_controls(cfg.values)
+    edit_model = bool(controls)  # its control images may be in conditioning_data_dir
     issues = (option_issues(cfg, check_paths) + optimizer_issues(cfg) + loss_issues(cfg, edit_model)
-              + rules.issues(cfg) + dataset_issues(cfg) + sizing_refusals(cfg.values))
+              + rules.issues(cfg) + dataset_issues(cfg) + sizing_refusals(cfg.values, controls))
     if check_paths:  # the disk: outputs a run would overwrite, and the model's files
         issues += existing_outputs(cfg, rules.outputs(cfg)) + model_issues(cfg.values)
     return issues

@@ -27,6 +27,7 @@ from trainers.data.report import catalog_report
 from trainers.models import LoadedModel, ModelFiles, load_model, resolve_model_folder
 from trainers.models.block_swap import BlockSwap, offloaded_blocks, place_with_swap
 from trainers.models.checks import model_issues
+from trainers.models.edit_rules import takes_controls
 from trainers.quant.apply import check_platform, quantize_model
 from trainers.train import memo
 from trainers.train.control import Control
@@ -79,7 +80,8 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     events = life.events
     if prepare is not None:
         prepare(cfg, accelerator, events, weight_dtype_for(cfg.mixed_precision))
-    catalog = build_catalog(cfg.values, dataset_warnings)  # every image checked (cheaply) before a model loads
+    # every image checked (cheaply) before a model loads
+    catalog = build_catalog(cfg.values, dataset_warnings, takes_controls(cfg.values))
     if accelerator.device.type == "cpu":
         torch.set_flush_denormal(True)  # tiny values would otherwise slow CPU math 5-20x
     life.running()
