@@ -12,31 +12,34 @@ from safetensors.torch import save_file
 from trainers.loras.lora_fit import lycoris_change, misfit_for_generate
 from trainers.models import load_model
 
-FUSED = "lora_unet_double_blocks_0_img_attn_qkv"
 CROSS = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k"  # reads the text's width
 
 
-def _fused_lora(model, rows_off: int = 0) -> dict[str, torch.Tensor]:
-    """A kohya FLUX LoRA of the model's fused img_attn qkv module (rows_off rows short: another model's)."""
+def _fused_lora(model, fused: str, rows_off: int = 0) -> dict[str, torch.Tensor]:
+    """A kohya LoRA of the model's fused q, k, v module `fused` (rows_off rows short: another model's)."""
     from trainers.loras.layers import layer_map
 
-    out, inputs = layer_map(model)[FUSED].shape()
-    return {f"{FUSED}.lora_down.weight": torch.randn(4, inputs), f"{FUSED}.lora_up.weight": torch.zeros(out - rows_off,
-                                                                                                        4),
-            f"{FUSED}.alpha": torch.tensor(4.0)}
+    out, inputs = layer_map(model)[fused].shape()
+    return {f"{fused}.lora_down.weight": torch.randn(4, inputs),
+            f"{fused}.lora_up.weight": torch.zeros(out - rows_off, 4), f"{fused}.alpha": torch.tensor(4.0)}
 
 
-def test_a_fused_flux_module_of_other_shapes_is_named(tiny_flux_dir: Path, tmp_path: Path) -> None:
-    model = load_model(str(tiny_flux_dir), "auto", torch.float32)
-    good, bad = tmp_path / "flux.safetensors", tmp_path / "other flux.safetensors"
-    save_file(_fused_lora(model), good)
-    save_file(_fused_lora(model, rows_off=3), bad)
+@pytest.mark.parametrize(("folder", "fused", "title"), [
+    ("tiny_flux_dir", "lora_unet_double_blocks_0_img_attn_qkv", "FLUX.1"),
+    ("tiny_sd3_dir", "lora_unet_joint_blocks_0_x_block_attn_qkv", "SD3"),
+])
+def test_a_fused_module_of_other_shapes_is_named(request: pytest.FixtureRequest, tmp_path: Path, folder: str,
+                                                 fused: str, title: str) -> None:
     from safetensors.torch import load_file
 
+    model = load_model(str(request.getfixturevalue(folder)), "auto", torch.float32)
+    good, bad = tmp_path / "same model.safetensors", tmp_path / "other model.safetensors"
+    save_file(_fused_lora(model, fused), good)
+    save_file(_fused_lora(model, fused, rows_off=3), bad)
     assert misfit_for_generate(str(good), load_file(good), model) is None
     text = misfit_for_generate(str(bad), load_file(bad), model) or ""
-    assert text.startswith(f"other flux.safetensors: module {FUSED} changes a "), text
-    assert "but that layer of this FLUX.1 model is" in text
+    assert text.startswith(f"other model.safetensors: module {fused} changes a "), text
+    assert f"but that layer of this {title}" in text, text
 
 
 def _lokr(out: int, inputs: int) -> dict[str, torch.Tensor]:
@@ -93,3 +96,23 @@ def test_generate_refuses_a_cut_lora_file_by_name_before_loading(tmp_path: Path)
                                                             "mode": "compare", "compare_loras": [str(lora)]}))
             if i.field in ("loras", "compare_loras")]
     assert len(said) == 2 and all(m.startswith(f"{lora} is cut short: its header lists") for m in said), said
+
+
+@pytest.mark.parametrize(("algo", "extra"), [
+    ("loha", {}), ("loha", {"use_tucker": True}), ("lokr", {"factor": 4}), ("lokr", {"use_tucker": True}),
+    ("locon", {"use_tucker": True}), ("locon", {"dora_wd": True}), ("full", {}), ("ia3", {}), ("diag-oft", {}),
+    ("boft", {}), ("glora", {}),
+])
+def test_every_lycoris_file_of_the_model_itself_fits(tiny_sd1_dir: Path, algo: str, extra: dict) -> None:
+    """No false refusal: each algorithm's file, made on the model (its convolutions too), fits it."""
+    from trainers.methods.lora.lycoris_net import LycorisNetwork
+
+    model = load_model(str(tiny_sd1_dir), "auto", torch.float32)
+    network = LycorisNetwork(model.unet, model.text_encoders, model.vae, unet_key_style=model.family.unet_key_style,
+                             network_dim=4, network_alpha=4, train_unet=True, train_text_encoder=True,
+                             kwargs={"algo": algo, "conv_dim": "4", "conv_alpha": "4",
+                                     **{k: str(v) for k, v in extra.items()}})
+    state = network.kohya_state_dict(torch.float32)
+    network.restore() if hasattr(network, "restore") else None
+    fresh = load_model(str(tiny_sd1_dir), "auto", torch.float32)
+    assert misfit_for_generate("made here.safetensors", state, fresh) is None

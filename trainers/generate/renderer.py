@@ -125,13 +125,15 @@ class Renderer:
             if words and path not in self.words:
                 self.model.tokenizers = self._tokenizers
                 self.words[path] = install_words(self.model, words, name)
-            if is_lycoris_file(state):
-                self.lycoris[path] = LycorisFile(state, self.model, self.device, self.dtype)
-                return
-            state = with_one_alpha(self.model.family.lora_in_own_names(state))
+            lycoris = is_lycoris_file(state)
+            if not lycoris:
+                state = with_one_alpha(self.model.family.lora_in_own_names(state))
             misfit = misfit_for_generate(path, state, self.model)
             if misfit is not None:
                 raise ModelLoadError(f"loras: {misfit}")
+            if lycoris:
+                self.lycoris[path] = LycorisFile(state, self.model, self.device, self.dtype)
+                return
             self.pipe.load_lora_weights(self.model.family.lora_for_pipeline(state, self.model), adapter_name=name)
         except FileNotFoundError:
             raise ModelLoadError(f"loras: {path}: no such file") from None
