@@ -116,3 +116,20 @@ def test_every_lycoris_file_of_the_model_itself_fits(tiny_sd1_dir: Path, algo: s
     network.restore() if hasattr(network, "restore") else None
     fresh = load_model(str(tiny_sd1_dir), "auto", torch.float32)
     assert misfit_for_generate("made here.safetensors", state, fresh) is None
+
+
+def test_the_renderer_refuses_a_lokr_of_other_shapes_before_wrapping_a_layer(tiny_sd1_dir: Path,
+                                                                            tmp_path: Path) -> None:
+    from trainers.generate.options import GenerateConfig
+    from trainers.generate.renderer import Renderer
+    from trainers.models import ModelLoadError
+
+    renderer = Renderer(GenerateConfig({"model": str(tiny_sd1_dir), "precision": "fp32"}), "cpu", [])
+    renderer.load(str(tiny_sd1_dir))
+    from trainers.loras.lycoris_files import kohya_modules
+
+    out, inputs = kohya_modules(renderer.model)[CROSS].weight.shape
+    save_file(_lokr(out, inputs * 2), tmp_path / "sd2 lokr.safetensors")
+    with pytest.raises(ModelLoadError, match=rf"^loras: sd2 lokr\.safetensors: module {CROSS} changes a "):
+        renderer._load_lora(str(tmp_path / "sd2 lokr.safetensors"))
+    assert not renderer.lycoris
