@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,7 +212,7 @@ def class_path(optimizer_type: str) -> tuple[str, str]:
     return module or "torch.optim", name
 
 
-def parse_args(entries: list[str]) -> tuple[dict[str, Any], list[str]]:
+def parse_args(entries: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """optimizer_args / lr_scheduler_args as sd-scripts reads them: 'key=value', the value through ast.literal_eval
     (so betas=0.9,0.99 is a tuple), a string where literal_eval refuses it. Returns (kwargs, malformed entries)."""
     import ast

@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from trainers.core.options import TrainConfig
+from trainers.core.options.typed import LaunchOptions, PrecisionOptions
 
 BUCKET_CAP_MB = 100  # a LoRA's gradients fit in one or two buckets; a full SDXL UNet in ~100
 STRAGGLER_EVERY = 20  # steps between comparisons of the ranks' step times (one small all_gather)
@@ -31,21 +32,22 @@ def check_launch(cfg: TrainConfig, accelerator: Any) -> None:
 
     from trainers.core.options import ConfigError, ConfigIssue
 
+    launch = LaunchOptions.of(cfg)
     launched = {DistributedType.DEEPSPEED: "deepspeed", DistributedType.FSDP: "fsdp"}.get(
         accelerator.distributed_type, "ddp")
-    if launched == cfg.distributed_backend:
+    if launched == launch.distributed_backend:
         plugin = getattr(accelerator.state, "fsdp_plugin", None) if launched == "fsdp" else None
-        if plugin is not None and plugin.fsdp_version != cfg.fsdp_version:
-            raise ConfigError([ConfigIssue("fsdp_version", f"is {cfg.fsdp_version} but the processes were launched "
+        if plugin is not None and plugin.fsdp_version != launch.fsdp_version:
+            raise ConfigError([ConfigIssue("fsdp_version", f"is {launch.fsdp_version} but the processes were launched "
                                            f"with FSDP{plugin.fsdp_version}: write the accelerate.yaml again (`python "
                                            "-m trainers accelerate-config --config <config.toml>`)", "launch")])
         return
-    if cfg.distributed_backend != "ddp":
+    if launch.distributed_backend != "ddp":
         how = ("launch with `accelerate launch --config_file accelerate.yaml ...`, the file written by "
                "`python -m trainers accelerate-config --config <config.toml>` (the GUI writes it into the run folder)")
     else:
         how = f"set distributed_backend = {launched!r}, or launch without the {launched} accelerate config"
-    raise ConfigError([ConfigIssue("distributed_backend", f"is {cfg.distributed_backend!r} but the processes were "
+    raise ConfigError([ConfigIssue("distributed_backend", f"is {launch.distributed_backend!r} but the processes were "
                                    f"launched for {launched!r}: {how}", "launch")])
 
 
@@ -63,11 +65,12 @@ def check_backend_device(cfg: TrainConfig) -> None:
 
     if not on_cpu():
         return
-    if cfg.distributed_backend == "fsdp" and cfg.fsdp_version == 1:
+    launch = LaunchOptions.of(cfg)
+    if launch.distributed_backend == "fsdp" and launch.fsdp_version == 1:
         raise ConfigError([ConfigIssue("distributed_backend", "'fsdp' with fsdp_version = 1 needs NVIDIA GPUs "
                                        "(accelerate runs CPU processes as plain DDP): set fsdp_version = 2, or "
                                        "choose 'ddp' or 'deepspeed'", "launch")])
-    if cfg.distributed_backend == "deepspeed" and cfg.zero_stage == 3:
+    if launch.distributed_backend == "deepspeed" and launch.zero_stage == 3:
         raise ConfigError([ConfigIssue("zero_stage", "3 needs NVIDIA GPUs (on CPU processes its parameter "
                                        "prefetch over gloo hangs): use zero_stage = 2, or distributed_backend = "
                                        "'fsdp', which shards the weights too", "launch")])
@@ -83,12 +86,13 @@ def shard_cpu_processes(cfg: TrainConfig, accelerator: Any) -> None:
     from accelerate import PartialState
     from accelerate.utils import DistributedType
 
-    launched = {"fsdp": "ACCELERATE_USE_FSDP", "deepspeed": "ACCELERATE_USE_DEEPSPEED"}.get(cfg.distributed_backend)
+    launch = LaunchOptions.of(cfg)
+    launched = {"fsdp": "ACCELERATE_USE_FSDP", "deepspeed": "ACCELERATE_USE_DEEPSPEED"}.get(launch.distributed_backend)
     if (launched is None or os.environ.get(launched, "false").lower() != "true"
             or accelerator.distributed_type != DistributedType.MULTI_CPU):
         return
     state = accelerator.state
-    if cfg.distributed_backend == "deepspeed":
+    if launch.distributed_backend == "deepspeed":
         import deepspeed
         from accelerate.utils import DeepSpeedPlugin
 
@@ -105,7 +109,7 @@ def shard_cpu_processes(cfg: TrainConfig, accelerator: Any) -> None:
         from accelerate.utils import FullyShardedDataParallelPlugin
 
         plugin = FullyShardedDataParallelPlugin()
-        if plugin.fsdp_version != 2 or cfg.fsdp_version != 2:
+        if plugin.fsdp_version != 2 or launch.fsdp_version != 2:
             return  # check_launch names the mismatch
         if accelerator.mixed_precision != "no":
             plugin.set_mixed_precision(accelerator.mixed_precision)
@@ -143,9 +147,10 @@ def accelerator_handlers(cfg: TrainConfig) -> list[Any]:
     """accelerate kwargs handlers: the collective timeout, and DDP's buckets (no unused-parameter search)."""
     from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
+    checkpointing = PrecisionOptions.of(cfg).gradient_checkpointing
     ddp = DistributedDataParallelKwargs(bucket_cap_mb=BUCKET_CAP_MB, gradient_as_bucket_view=True,
-                                        static_graph=cfg.gradient_checkpointing, find_unused_parameters=False)
-    timeout = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.ddp_timeout))
+                                        static_graph=checkpointing, find_unused_parameters=False)
+    timeout = InitProcessGroupKwargs(timeout=timedelta(minutes=LaunchOptions.of(cfg).ddp_timeout))
     return [ddp, timeout]
 
 

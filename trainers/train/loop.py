@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trainers.core.options.typed import LoggingOptions, SamplingOptions, SavingOptions
 from trainers.core.rundir import Request
 from trainers.core.saves import Position
 from trainers.train.control import ROLLING_STATE
@@ -25,6 +26,7 @@ from trainers.train.validation import validation_hook
 def train(session: Session, trainable: Trainable) -> Path:
     """Run the whole training (the rest of it, with `resume`) and return the final output file."""
     cfg, accelerator, plan = session.cfg, session.accelerator, session.plan
+    saving, sampling, logging = SavingOptions.of(cfg), SamplingOptions.of(cfg), LoggingOptions.of(cfg)
     params = [p for group in trainable.param_groups for p in group["params"]]
     optimizer = build_optimizer(cfg, trainable.param_groups, warn=session.events.warn)
     lr_scheduler = build_lr_scheduler(cfg, optimizer, plan.total_steps, plan.num_processes)
@@ -45,10 +47,10 @@ def train(session: Session, trainable: Trainable) -> Path:
     validate = pause.around(validation_hook(session, trainable.model, predictor, noise, report.meter), "validating")
     at, data_wait = Position(), 0.0
     with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM
-        if cfg.resume.strip():
-            at = state.restore(resume_folder(cfg))
+        if saving.resume.strip():
+            at = state.restore(resume_folder(saving))
         save.refuse_overwrites(at)  # the planned step and epoch saves, before the first step
-        if sample and cfg.sample_at_first and not at.step:
+        if sample and sampling.sample_at_first and not at.step:
             sample(0, 0)
         predictor.train()
         modes.train()  # also after a resume: a state saved in eval mode comes back in eval mode
@@ -80,22 +82,22 @@ def train(session: Session, trainable: Trainable) -> Path:
                 requests = session.control.poll()
                 if Request.STOP in requests:
                     raise save.stop(at)
-                if Request.SAVE_NOW in requests or _due(cfg.save_every_n_steps, at.step) and at.step < plan.total_steps:
+                if Request.SAVE_NOW in requests or _due(saving.save_every_n_steps, at.step) and at.step < plan.total_steps:
                     save.step(at)
                 if ROLLING_STATE in requests:
                     save.rolling(at)  # unless that save wrote a state of this step
-                if sample and _due(cfg.sample_every_n_steps, at.step):
+                if sample and _due(sampling.sample_every_n_steps, at.step):
                     sample(at.step, epoch)
-                if validate and _due(cfg.validate_every_n_steps, at.step):
+                if validate and _due(logging.validate_every_n_steps, at.step):
                     validate(at.step, epoch, "step")
                 if at.step >= plan.total_steps:
                     break
             at = replace(at, epoch_done=at.batches >= session.sampler.groups_per_epoch())
-            if validate and _due(cfg.validate_every_n_epochs or 1, epoch):  # sd-scripts: every epoch by default
+            if validate and _due(logging.validate_every_n_epochs or 1, epoch):  # sd-scripts: every epoch by default
                 validate(at.step, epoch, "epoch")
-            if _due(cfg.save_every_n_epochs, epoch) and epoch < plan.epochs:
+            if _due(saving.save_every_n_epochs, epoch) and epoch < plan.epochs:
                 save.epoch(at)
-            if sample and _due(cfg.sample_every_n_epochs, epoch):
+            if sample and _due(sampling.sample_every_n_epochs, epoch):
                 sample(at.step, epoch)
             if at.step >= plan.total_steps:
                 break

@@ -19,6 +19,7 @@ from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.optimizers import OptimizerSpec, class_path, is_schedule_free, parse_args, spec_for
 from trainers.core.options import TrainConfig
 from trainers.core.options.optimizer_checks import optimizer_warnings
+from trainers.core.options.typed import OptimizerOptions
 from trainers.core.schedules import build_schedule, schedule_kind, step_count
 
 Warn = Callable[[str], None]
@@ -46,12 +47,13 @@ def _import_class(path: str, default_module: str, option: str) -> Any:
     return found
 
 
-def optimizer_class(cfg: TrainConfig) -> Any:
+def optimizer_class(cfg: TrainConfig | OptimizerOptions) -> Any:
     """The class optimizer_type names (imported); a ConfigError naming optimizer_type if it cannot be."""
-    spec = spec_for(cfg.optimizer_type)
+    opts = cfg if isinstance(cfg, OptimizerOptions) else OptimizerOptions.of(cfg)
+    spec = spec_for(opts.optimizer_type)
     if spec is not None:
         return _import_class(spec.target, "", "optimizer_type")
-    module, name = class_path(cfg.optimizer_type)
+    module, name = class_path(opts.optimizer_type)
     return _import_class(f"{module}.{name}", "torch.optim", "optimizer_type")
 
 
@@ -71,32 +73,33 @@ def check_optimizer(cfg: TrainConfig) -> None:
     """Before any model loads: the optimizer and any lr_scheduler_type import, and a class path's optimizer_args /
     lr_scheduler_args name arguments they take. Raises ConfigError listing every problem."""
     issues: list[ConfigIssue] = []
+    opts, kind = OptimizerOptions.of(cfg), schedule_kind(cfg)
     for check in (_check_optimizer_class, _check_scheduler_class):
         try:
-            check(cfg)
+            check(opts, kind)
         except ConfigError as err:
             issues += err.issues
     if issues:
         raise ConfigError(issues)
 
 
-def _check_optimizer_class(cfg: TrainConfig) -> None:
-    cls = optimizer_class(cfg)
-    if spec_for(cfg.optimizer_type) is None:
-        kwargs, _ = parse_args(cfg.optimizer_args)
+def _check_optimizer_class(opts: OptimizerOptions, schedule: str) -> None:
+    cls = optimizer_class(opts)
+    if spec_for(opts.optimizer_type) is None:
+        kwargs, _ = parse_args(opts.optimizer_args)
         unknown = _unknown_keywords(cls, list(kwargs), skip=1)
         if unknown:
-            raise _error("optimizer_args", f"{cfg.optimizer_type} takes no argument(s) {', '.join(unknown)}")
+            raise _error("optimizer_args", f"{opts.optimizer_type} takes no argument(s) {', '.join(unknown)}")
 
 
-def _check_scheduler_class(cfg: TrainConfig) -> None:
-    if schedule_kind(cfg) != "custom":
+def _check_scheduler_class(opts: OptimizerOptions, schedule: str) -> None:
+    if schedule != "custom":
         return
-    cls = _import_class(cfg.lr_scheduler_type.strip(), "torch.optim.lr_scheduler", "lr_scheduler_type")
-    kwargs, _ = parse_args(cfg.lr_scheduler_args)
+    cls = _import_class(opts.lr_scheduler_type.strip(), "torch.optim.lr_scheduler", "lr_scheduler_type")
+    kwargs, _ = parse_args(opts.lr_scheduler_args)
     unknown = _unknown_keywords(cls, list(kwargs), skip=1)
     if unknown:
-        raise _error("lr_scheduler_args", f"{cfg.lr_scheduler_type} takes no argument(s) {', '.join(unknown)}")
+        raise _error("lr_scheduler_args", f"{opts.lr_scheduler_type} takes no argument(s) {', '.join(unknown)}")
 
 
 def build_optimizer(cfg: TrainConfig, param_groups: list[dict[str, Any]], warn: Warn | None = None
@@ -109,21 +112,22 @@ def build_optimizer(cfg: TrainConfig, param_groups: list[dict[str, Any]], warn: 
     warn = warn or _print_warning
     for message in optimizer_warnings(cfg):
         warn(message)
-    spec = spec_for(cfg.optimizer_type)
-    cls = optimizer_class(cfg)
-    kwargs, _ = parse_args(cfg.optimizer_args)
-    lr: float | None = cfg.learning_rate
+    opts = OptimizerOptions.of(cfg)
+    spec = spec_for(opts.optimizer_type)
+    cls = optimizer_class(opts)
+    kwargs, _ = parse_args(opts.optimizer_args)
+    lr: float | None = opts.learning_rate
     groups = param_groups
     if spec is not None:
         kwargs = {**spec.defaults, **kwargs, **spec.fixed}
-        lr, groups = _fit_to(spec, cfg, kwargs, param_groups, warn)
+        lr, groups = _fit_to(spec, opts.learning_rate, kwargs, param_groups, warn)
     if _fusable(cls, groups) and "fused" not in kwargs and "foreach" not in kwargs:
         kwargs["fused"] = True  # the same update in one kernel over all tensors, not a Python loop over them
     try:
         optimizer = cls(groups, lr=lr, **kwargs)
     except (TypeError, ValueError, AssertionError) as err:
         shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "no optimizer_args"
-        raise _error("optimizer_args", f"{cfg.optimizer_type} refused its arguments ({shown}, learning rate "
+        raise _error("optimizer_args", f"{opts.optimizer_type} refused its arguments ({shown}, learning rate "
                      f"{lr}): {err}") from None
     if callable(getattr(optimizer, "train", None)):
         optimizer.train()  # as sd-scripts: schedule-free optimizers start in train mode
@@ -140,13 +144,13 @@ def _fusable(cls: Any, groups: list[dict[str, Any]]) -> bool:
     return bool(params) and devices in ({"cuda"}, {"cpu"}) and all(p.is_floating_point() for p in params)
 
 
-def _fit_to(spec: OptimizerSpec, cfg: TrainConfig, kwargs: dict[str, Any], groups: list[dict[str, Any]],
+def _fit_to(spec: OptimizerSpec, learning_rate: float, kwargs: dict[str, Any], groups: list[dict[str, Any]],
             warn: Warn) -> tuple[float | None, list[dict[str, Any]]]:
     """The learning rate and parameter groups `spec` is built with; fills in sd-scripts' defaults in `kwargs`."""
     if spec.paged and not torch.cuda.is_available():
         warn(f"{spec.name} pages its state between GPU and CPU memory; without CUDA it runs unpaged")
     if spec.adaptive:
-        rates = {g.get("lr", cfg.learning_rate) for g in groups} - {0, 0.0}
+        rates = {g.get("lr", learning_rate) for g in groups} - {0, 0.0}
         if len(rates) > 1:
             raise _error("unet_lr", f"{spec.name} adapts one learning rate for every weight, but the parameter "
                          f"groups have {sorted(rates)}: set unet_lr and text_encoder_lr to the same value (or leave "
@@ -156,12 +160,12 @@ def _fit_to(spec: OptimizerSpec, cfg: TrainConfig, kwargs: dict[str, Any], group
             kwargs["relative_step"] = True
         if kwargs["relative_step"]:  # Adafactor finds its own step size: no lr, anywhere
             return None, [{k: v for k, v in g.items() if k != "lr"} for g in groups]
-    return cfg.learning_rate, groups
+    return learning_rate, groups
 
 
 def warmup_steps(cfg: TrainConfig, total_steps: int, num_processes: int = 1) -> int:
     """lr_warmup_steps below 1 is a fraction of all steps; from 1 up a count of one-process steps (see step_count)."""
-    return step_count(cfg.lr_warmup_steps, cfg, total_steps, num_processes)
+    return step_count(OptimizerOptions.of(cfg).lr_warmup_steps, cfg, total_steps, num_processes)
 
 
 def build_lr_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, total_steps: int,
@@ -170,15 +174,16 @@ def build_lr_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, total
     from torch.optim.lr_scheduler import LambdaLR
 
     kind = schedule_kind(cfg)
+    opts = OptimizerOptions.of(cfg)
     if kind == "custom":
-        return _custom_scheduler(cfg, optimizer)
+        return _custom_scheduler(opts, optimizer)
     if kind == "adafactor":
         from transformers.optimization import Adafactor, AdafactorSchedule
 
         if not isinstance(optimizer, Adafactor):
             raise _error("lr_scheduler", "'adafactor' is Adafactor's own schedule: choose optimizer_type 'Adafactor' "
                          "or another lr_scheduler")
-        return AdafactorSchedule(optimizer, cfg.learning_rate)
+        return AdafactorSchedule(optimizer, opts.learning_rate)
     lr_init = optimizer.defaults.get("lr")
     try:
         schedule = build_schedule(cfg, total_steps, num_processes,
@@ -188,13 +193,13 @@ def build_lr_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer, total
     return LambdaLR(optimizer, lambda step: schedule(step))  # a plain function: nothing of it goes into states
 
 
-def _custom_scheduler(cfg: TrainConfig, optimizer: torch.optim.Optimizer) -> Any:
-    cls = _import_class(cfg.lr_scheduler_type.strip(), "torch.optim.lr_scheduler", "lr_scheduler_type")
-    kwargs, _ = parse_args(cfg.lr_scheduler_args)
+def _custom_scheduler(opts: OptimizerOptions, optimizer: torch.optim.Optimizer) -> Any:
+    cls = _import_class(opts.lr_scheduler_type.strip(), "torch.optim.lr_scheduler", "lr_scheduler_type")
+    kwargs, _ = parse_args(opts.lr_scheduler_args)
     try:
         return cls(optimizer, **kwargs)
     except (TypeError, ValueError) as err:
-        raise _error("lr_scheduler_args", f"{cfg.lr_scheduler_type} refused its arguments "
+        raise _error("lr_scheduler_args", f"{opts.lr_scheduler_type} refused its arguments "
                      f"({', '.join(f'{k}={v!r}' for k, v in kwargs.items()) or 'none'}): {err}") from None
 
 
@@ -204,7 +209,7 @@ class OptimizerModes:
 
     def __init__(self, optimizer: Any, cfg: TrainConfig) -> None:
         self.optimizer = optimizer
-        self.active = is_schedule_free(cfg.optimizer_type) and callable(getattr(optimizer, "eval", None))
+        self.active = is_schedule_free(OptimizerOptions.of(cfg).optimizer_type) and callable(getattr(optimizer, "eval", None))
         self.training = True  # build_optimizer left it in train mode
 
     def train(self) -> None:

@@ -18,6 +18,7 @@ from trainers.core.errors import ConfigError, DiskFull, NonFiniteLoss, TrainingF
 from trainers.core.events import Checkpoint
 from trainers.core.fsio import clean_stale_temps, remove_save
 from trainers.core.overwrites import overwrite_issue
+from trainers.core.options.typed import SavingOptions
 from trainers.core.options.validation import states_supported
 from trainers.core.retention import Retention, prune
 from trainers.core.saves import (Position, SaveName, check_free_space, find_states, planned_saves, save_name,
@@ -39,17 +40,18 @@ class Saver:
         self.session, self.trainable, self.state = session, trainable, state
         self.pause = pause  # saves are written in the optimizer's eval mode and kept out of it/s
         cfg = session.cfg
-        self.name = cfg.output_name
-        self.out_dir = Path(cfg.output_dir).expanduser()
+        self.opts = opts = SavingOptions.of(cfg)
+        self.name = opts.output_name
+        self.out_dir = Path(opts.output_dir).expanduser()
         self.retention = Retention.of(cfg.values)
         self.main = session.accelerator.is_main_process
         # FSDP1's flat parameters have no per-parameter names to save them by (TrainingState's layouts: state.py)
         self.with_states = states_supported(cfg.values)
-        if not self.with_states and self.main and (cfg.save_state or cfg.save_state_on_train_end):
+        if not self.with_states and self.main and (opts.save_state or opts.save_state_on_train_end):
             self._warn("training states are not saved with FSDP1 (fsdp_version = 1); saves and Stop write the model "
                        "only: use fsdp_version = 2 or distributed_backend = 'deepspeed' to save states")
-        if cfg.save_state_every_n_minutes and self.with_states:
-            session.control.schedule(ROLLING_STATE, cfg.save_state_every_n_minutes * 60)
+        if opts.save_state_every_n_minutes and self.with_states:
+            session.control.schedule(ROLLING_STATE, opts.save_state_every_n_minutes * 60)
         if self.main:
             for left in clean_stale_temps(self.out_dir, self.name):
                 print(f"removed {left}, left over from a save that was interrupted", flush=True)
@@ -59,11 +61,11 @@ class Saver:
     def refuse_overwrites(self, at: Position) -> None:
         """Before the first step (of a resumed run too): a ConfigError naming the first file that a planned step or
         epoch save would replace and that neither this run nor the runs it resumes wrote (unless overwrite_output)."""
-        cfg = self.session.cfg
         issue = None
         if self.main:
-            names = planned_saves(self.name, cfg.save_every_n_steps, cfg.save_every_n_epochs, self.session.plan, at)
-            issue = overwrite_issue(cfg, self.session.outputs, names, self.state.run_started)
+            names = planned_saves(self.name, self.opts.save_every_n_steps, self.opts.save_every_n_epochs,
+                                  self.session.plan, at)
+            issue = overwrite_issue(self.session.cfg, self.session.outputs, names, self.state.run_started)
         issue = self._agree(issue)
         if issue is not None:
             raise ConfigError([issue])
@@ -75,8 +77,7 @@ class Saver:
         return self._save(save_name(self.name, step=at.step), at, "step")
 
     def final(self, at: Position) -> Path:
-        cfg = self.session.cfg
-        path = self._save(self.name, at, "final", with_state=cfg.save_state or cfg.save_state_on_train_end)
+        path = self._save(self.name, at, "final", with_state=self.opts.save_state or self.opts.save_state_on_train_end)
         if self.main:  # rolling states guard against a crash; the run is complete now
             for state in find_states(self.out_dir, self.name):
                 if state.kind == "rolling":
@@ -136,7 +137,7 @@ class Saver:
 
     def _write(self, name: str, at: Position, kind: str, with_state: bool | None = None) -> Path:
         accelerator = self.session.accelerator
-        with_state = self.session.cfg.save_state if with_state is None else with_state
+        with_state = self.opts.save_state if with_state is None else with_state
         path = self.out_dir / f"{name}{self.trainable.output.suffix}"
         folder = self.out_dir / state_name(name) if with_state and self.with_states else None
         accelerator.wait_for_everyone()

@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.events import Resume
 from trainers.core.fsio import atomic_dir
+from trainers.core.options.typed import LaunchOptions, ModelOptions, OptimizerOptions, SavingOptions
 from trainers.core.saves import MANIFEST, Position, folder_files, manifest_for, read_manifest, resolve_resume
 from trainers.train.faults import weights_finite
 
@@ -53,6 +54,9 @@ class TrainingState:
                  lr_scheduler: Any, params: list[torch.Tensor]) -> None:
         self.session, self.trainable = session, trainable
         self.optimizer, self.lr_scheduler = optimizer, lr_scheduler
+        self.launch, self.saving = LaunchOptions.of(session.cfg), SavingOptions.of(session.cfg)
+        self.optimizer_type = OptimizerOptions.of(session.cfg).optimizer_type
+        self.base_model = ModelOptions.of(session.cfg).pretrained_model_name_or_path
         self.params = params
         self.module = session.accelerator.unwrap_model(predictor)
         wanted = {id(p) for p in params}
@@ -61,7 +65,7 @@ class TrainingState:
         self.sharded = any(isinstance(p, DTensor) for p in params)  # FSDP2: each process holds a shard
         self.engine: Any = predictor if _is_deepspeed(session.accelerator) else None  # DeepSpeed's engine
         self.layout = (DEEPSPEED if self.engine is not None else
-                       SHARDED if self.sharded and session.cfg.fsdp_state_dict_type == "SHARDED_STATE_DICT" else WHOLE)
+                       SHARDED if self.sharded and self.launch.fsdp_state_dict_type == "SHARDED_STATE_DICT" else WHOLE)
         self.collective = self.sharded or self.engine is not None  # every process takes part in a save
         self.resumed_at: Position | None = None
         # When this run, or the first of the runs it resumes, started: its saves are newer (written_before)
@@ -151,7 +155,7 @@ class TrainingState:
             torch.save(scaler.state_dict(), tmp / SCALER)
         manifest = manifest_for(
             kind, at, layout=self.layout, method=cfg.method, model_family=session.model.family.name,
-            pretrained_model_name_or_path=cfg.pretrained_model_name_or_path, output_name=cfg.output_name,
+            pretrained_model_name_or_path=self.base_model, output_name=self.saving.output_name,
             output=str(output) if output else None, run_started=self.run_started, total_steps=session.plan.total_steps,
             batches_per_epoch=session.sampler.groups_per_epoch(), num_processes=session.accelerator.num_processes,
             config_hash=config_hash(cfg.values), config=_jsonable(cfg.values), files=folder_files(tmp))
@@ -263,9 +267,9 @@ class TrainingState:
         if manifest.get("model_family") != family:
             problems.append(f"it was trained on a {manifest.get('model_family')} model and this model is {family}")
         saved_optimizer = manifest.get("config", {}).get("optimizer_type")
-        if saved_optimizer and saved_optimizer != cfg.optimizer_type:
+        if saved_optimizer and saved_optimizer != self.optimizer_type:
             problems.append(f"it was trained with optimizer_type {saved_optimizer!r} and this config has "
-                            f"{cfg.optimizer_type!r}")
+                            f"{self.optimizer_type!r}")
         return problems
 
     def _layout_mismatches(self, manifest: dict[str, Any], layout: str) -> list[str]:
@@ -281,9 +285,9 @@ class TrainingState:
             return [f"it is a DeepSpeed state: resume it with distributed_backend = 'deepspeed' on {processes} "
                     "processes"]
         problems = []
-        if saved.get("zero_stage") != self.session.cfg.zero_stage:
+        if saved.get("zero_stage") != self.launch.zero_stage:
             problems.append(f"it was saved with zero_stage = {saved.get('zero_stage')} and this run has "
-                            f"{self.session.cfg.zero_stage}: set zero_stage = {saved.get('zero_stage')}")
+                            f"{self.launch.zero_stage}: set zero_stage = {saved.get('zero_stage')}")
         if processes != now:
             problems.append(f"it was saved by {processes} DeepSpeed processes and this run has {now}: a DeepSpeed "
                             "state resumes on the same number of processes (num_processes x num_machines)")
@@ -397,10 +401,10 @@ def _check_shared(accelerator: Any, tmp: Path) -> None:
                            f"main machine (e.g. {unseen[0]}): output_dir must be storage every machine shares")
 
 
-def resume_folder(cfg: Any) -> Path:
+def resume_folder(saving: SavingOptions) -> Path:
     """The state folder the config's `resume` names ('latest' or a folder); a ConfigError naming `resume` if none."""
     try:
-        return resolve_resume(cfg.resume, cfg.output_dir, cfg.output_name)
+        return resolve_resume(saving.resume, saving.output_dir, saving.output_name)
     except ValueError as err:
         raise resume_error(str(err)) from None
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from trainers.core.events import Validation
+from trainers.core.options.typed import DatasetOptions, LoggingOptions, OptimizerOptions
 from trainers.data.catalog import Catalog
 from trainers.data.dataset import CaptionedImages, collate
 from trainers.models import LoadedModel
@@ -164,6 +165,8 @@ def validation_hook(session: Session, model: LoadedModel, predictor: nn.Module, 
         tqdm.write(f"validation loss at step {step} (epoch {epoch}, {kind}): {value:.5f}")
 
     return Validator(predictor, model, session.validation, noise, session.weight_dtype,
-                     session.validation.catalog.per_device_batches(accelerator.num_processes, cfg.keep_global_batch),
-                     accelerator.process_index, accelerator.num_processes, cfg.max_validation_steps,
-                     lambda t: accelerator.reduce(t, reduction="sum"), cfg.max_data_loader_n_workers, report)
+                     session.validation.catalog.per_device_batches(accelerator.num_processes,
+                                                                   OptimizerOptions.of(cfg).keep_global_batch),
+                     accelerator.process_index, accelerator.num_processes, LoggingOptions.of(cfg).max_validation_steps,
+                     lambda t: accelerator.reduce(t, reduction="sum"), DatasetOptions.of(cfg).max_data_loader_n_workers,
+                     report)
