@@ -1,6 +1,7 @@
 """LoRA files cut short (an interrupted download or copy: the header whole, the last tensor's bytes gone) are named
 with the option that gives them before anything loads: network_weights and base_weights by the run's checks
-(Validate, --print-config, the run's start), and again where the run reads them (tests/tools/test_cut_inputs.py: the tools' inputs)."""
+(Validate, --print-config, the run's start), and again where the run reads them (the tools' inputs:
+tests/tools/test_cut_inputs.py)."""
 from __future__ import annotations
 
 from pathlib import Path
