@@ -1,10 +1,21 @@
 """Shared pytest fixtures."""
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
-import pytest
+# One torch thread per test process (the trainers and jobs a test starts inherit it): the tiny models are too small
+# for more to pay, and on a shared or busy CPU, or beside pytest-xdist's other worker, extra threads mostly wait on
+# each other (a tiny UNet's training step measured 6x slower with 2 threads than with 1 on a loaded 2-core machine).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from filelock import FileLock  # noqa: E402
+
+from browser_app import browser, demo_app, page, shots  # noqa: F401 - fixtures of every browser module
+from process_guard import install, pytest_runtest_protocol, pytest_runtest_teardown  # noqa: F401 - hooks
 from trainers.demo import ensure_demo
 from trainers.models.flux.tiny import build_tiny_flux
 from trainers.models.sd.tiny import build_tiny_sd1
@@ -12,12 +23,20 @@ from trainers.models.sd3.tiny import build_tiny_sd3
 from trainers.models.sdxl.tiny import build_tiny_sdxl
 
 
+pytest_plugins = ("pytester",)  # tests/test_process_guard.py runs a throwaway test file
+
+install()
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 @pytest.fixture(scope="session")
-def built_demo() -> Path:
-    """The repo's demo/ (what `app.py --demo` builds: its model from the shipped weights, in seconds)."""
+def built_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repo's demo/ (what `app.py --demo` builds: its model from the shipped weights, in seconds). Built under a
+    lock in the folder every pytest-xdist worker's temporary folder sits in: one worker builds, the others wait."""
     demo = Path(__file__).resolve().parents[1] / "demo"
-    for line in ensure_demo(demo):
-        print(f"demo {line}", flush=True)
+    with FileLock(str(tmp_path_factory.getbasetemp().parent / "built_demo.lock")):
+        for line in ensure_demo(demo):
+            print(f"demo {line}", flush=True)
     return demo
 
 

@@ -6,14 +6,11 @@ Stop ends it with the finished captions kept, and Resume captions only the rest.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gui"))  # the app and browser fixtures live there
-from test_gui_browser import App, browser, demo_app, expect, page, shots  # noqa: E402,F401 - fixtures
-
+from browser_app import App, expect  # the app, page and browser fixtures are conftest's
 from tests.caption.conftest import image_folder
 from trainers.caption.job import read_done
 from trainers.caption.tiny import build_tiny_florence2

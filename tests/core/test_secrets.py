@@ -23,6 +23,7 @@ def test_events_and_status_are_redacted(tmp_path: Path, monkeypatch: pytest.Monk
     assert TOKEN not in text and "***" in text
 
 
+@pytest.mark.slow
 def test_trainer_output_is_redacted(tmp_path: Path) -> None:
     env = {"HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     result = subprocess.run([sys.executable, "-m", "trainers", "lora", "--run-dir", str(tmp_path / "run"),

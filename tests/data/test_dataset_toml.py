@@ -137,6 +137,7 @@ def test_cache_options_are_checked_against_each_subset(kohya_dataset: Path) -> N
         build_catalog(cfg.values)
 
 
+@pytest.mark.slow
 def test_preflight_command_reports_steps_for_the_process_count_without_torch(kohya_dataset: Path,
                                                                            tmp_path: Path) -> None:
     config = tmp_path / "run.toml"

@@ -248,6 +248,7 @@ def test_config_errors_name_the_field_and_the_fix(tmp_path: Path) -> None:
     assert "'x' is not a number" in issues["compare_weights"] and "pick a training run" in issues["compare_run"]
 
 
+@pytest.mark.slow
 def test_cli_reports_config_problems_without_loading_a_model(tmp_path: Path) -> None:
     result = run_cli(["--prompt", "a fox", "--run-dir", str(tmp_path / "job")])
     assert result.returncode == 2

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from image_files import save_image
-from test_gui_browser import App, _start_app, _stop_app, browser, expect, page_at  # noqa: F401 - fixtures
+from browser_app import App, _start_app, _stop_app, expect, page_at
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

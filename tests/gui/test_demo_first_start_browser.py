@@ -19,7 +19,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from helpers import free_port
-from test_gui_browser import REPO, UI_MS, VIEWPORT, App, _env, _stop_app, browser, expect  # noqa: F401 - fixture
+from browser_app import REPO, UI_MS, VIEWPORT, App, _env, _stop_app, expect
 
 pytestmark = pytest.mark.browser
 

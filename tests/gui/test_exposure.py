@@ -274,6 +274,7 @@ def test_an_upload_larger_than_max_upload_size_is_refused_as_it_arrives(tmp_path
         assert large.status_code == 413, large.text
 
 
+@pytest.mark.slow
 def test_tensorboard_is_served_under_the_gui_behind_its_login(served, tmp_path: Path) -> None:
     from torch.utils.tensorboard import SummaryWriter
 

@@ -63,6 +63,7 @@ def _assert_no_secrets(pid: int) -> None:
         assert name not in environ and value not in environ, name
 
 
+@pytest.mark.slow
 def test_tensorboard_gets_none_of_the_guis_secrets_and_stops_with_its_children(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gui.tensorboard import TensorBoards

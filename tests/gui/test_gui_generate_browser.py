@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from test_gui_browser import App, browser, demo_app, expect, page, shots  # noqa: F401 - fixtures
+from browser_app import App, expect
 
 pytestmark = pytest.mark.browser
 

@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from gui.jobs import gpu_count, gpu_set
-from test_gui_browser import App, _start_app, _stop_app, browser, expect, page_at  # noqa: F401
+from browser_app import App, _start_app, _stop_app, expect, page_at
 
 pytestmark = pytest.mark.browser
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from test_gui_browser import VIEWPORT, App, _fill, browser, demo_app, demo_tab, expect, lora, shots  # noqa: F401
+from browser_app import VIEWPORT, App, expect
+from test_gui_browser import _fill, demo_tab, lora  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.browser
 

@@ -239,6 +239,7 @@ def run_app(*args: str) -> subprocess.CompletedProcess:
                           timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--listen"], ["--listen", "0.0.0.0"], ["--share"]])
 def test_exposed_app_without_login_refuses_to_start(flags: list[str]) -> None:
     result = run_app(*flags)
@@ -246,6 +247,7 @@ def test_exposed_app_without_login_refuses_to_start(flags: list[str]) -> None:
     assert "--username/--password" in result.stderr and "--no-auth" in result.stderr
 
 
+@pytest.mark.slow
 def test_auth_file_errors_name_the_line(tmp_path: Path) -> None:
     bad = tmp_path / "users.txt"
     bad.write_text("alice:pw\nbob\n", encoding="utf-8")

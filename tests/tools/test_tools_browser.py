@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gui"))  # the app and browser fixtures live there
-from lora_samples import sample_modules, write  # noqa: E402
-from test_gui_browser import App, browser, demo_app, expect, page, shots  # noqa: E402,F401 - fixtures
+from browser_app import App, expect  # the app, page and browser fixtures are conftest's
+from lora_samples import sample_modules, write
 
 pytestmark = pytest.mark.browser
 

@@ -187,6 +187,7 @@ def test_accelerate_yaml_per_backend_parses_back(values: dict, kind: str, sectio
     assert (args.use_deepspeed, args.use_fsdp, args.num_processes) == (kind == "DEEPSPEED", kind == "FSDP", 2)
 
 
+@pytest.mark.slow
 def test_ddp_runs_need_no_accelerate_yaml_and_headless_users_can_print_one(tmp_path: Path) -> None:
     import subprocess
 

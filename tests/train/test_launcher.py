@@ -19,6 +19,7 @@ def launch(tmp_path: Path, *launch_args: str, env: dict[str, str] | None = None)
     return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_refused_config_exits_2_with_the_trainers_message_only(tmp_path: Path) -> None:
     result = launch(tmp_path, "--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no",
                     "--dynamo_backend", "no")
@@ -52,6 +53,7 @@ def _probe(tmp_path: Path, *launch_args: str, env: dict[str, str] | None = None)
     return proc.pid, json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_one_process_starts_in_the_launchers_own_process_with_accelerates_environment(tmp_path: Path) -> None:
     flags = ("--num_cpu_threads_per_process", "2", "--num_processes", "1", "--num_machines", "1", "--mixed_precision",
              "bf16", "--dynamo_backend", "no", "--main_process_port", "29500", "--gpu_ids", "1")

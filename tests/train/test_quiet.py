@@ -25,6 +25,7 @@ def test_known_chatter_is_dropped_and_other_warnings_kept(capfd: pytest.CaptureF
     assert "a real problem with the weights" in err and "another real problem" in err
 
 
+@pytest.mark.slow
 def test_a_run_imports_its_libraries_without_bitsandbytes_until_an_8bit_optimizer_asks() -> None:
     """bitsandbytes' import compiles kernels with torch.compile (~1 s before the first step); the model libraries
     import it for quantized models the trainers never load. A fresh interpreter, as a run starts."""
