@@ -219,7 +219,7 @@ def test_an_export_carries_only_what_the_family_s_script_reads() -> None:
     and loss settings of SD models (a value other than the default is said to be left out)."""
     flow_only = {"timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
                  "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
-                 "apply_t5_attn_mask", "apply_lg_attn_mask", "t5xxl_max_token_length", "clip_l", "clip_g", "t5xxl",
+                 "apply_t5_attn_mask", "apply_lg_attn_mask", "text_encoder_max_tokens", "clip_l", "clip_g", "t5xxl",
                  "ae", "blocks_to_swap"}
     cfg = load_config("lora", overrides=["max_train_steps=10", "min_snr_gamma=5", "noise_offset=0.05"])
     for family in ("sd1", "sdxl", None):

@@ -41,6 +41,6 @@ def test_only_names_of_secrets_count_as_secrets() -> None:
 
     for name in ("hf_token", "huggingface_token", "wandb_api_key", "token", "ATELIER_PASSWORD", "aws_secret_access_key"):
         assert SECRET_KEY.search(name), name
-    for name in ("max_token_length", "t5xxl_max_token_length", "token_warmup_min", "token_warmup_step",
-                 "keep_tokens", "secondary_separator", "huggingface_repo_id"):
+    for name in ("max_token_length", "t5xxl_max_token_length", "text_encoder_max_tokens", "token_warmup_min",
+                 "token_warmup_step", "keep_tokens", "secondary_separator", "huggingface_repo_id"):
         assert not SECRET_KEY.search(name), name

@@ -219,7 +219,7 @@ timestep_sampling = "shift"
 discrete_flow_shift = 3.1582
 model_prediction_type = "raw"
 guidance_scale = 1.0
-t5xxl_max_token_length = 64
+text_encoder_max_tokens = 64
 cache_text_encoder_outputs = true
 ''', encoding="utf-8")
     result = run_trainer(["--config", str(config)], tmp_path / "run")
@@ -328,7 +328,7 @@ def test_a_finetune_from_the_files_saves_both_layouts(which: str, key: str, requ
     assert train("finetune", tmp_path / "run", **options, train_data_dir=str(build_dataset(tmp_path / "data")),
                  output_dir=str(out), output_name="ft", save_model_as="both", save_precision="float",
                  max_train_steps=2, resolution="64", train_batch_size=2, max_data_loader_n_workers=0,
-                 learning_rate=1e-3, t5xxl_max_token_length=32) == 0
+                 learning_rate=1e-3, text_encoder_max_tokens=32) == 0
     base = load_model(str(folder), "auto", torch.float32)
     with safe_open(out / "ft.safetensors", "pt") as f:
         meta = f.metadata()
@@ -361,7 +361,7 @@ def test_an_sd3_lora_trains_from_the_files_and_loads_in_diffusers(sd3_files: tup
     folder, files = sd3_files
     assert train("lora", tmp_path / "run", **_options(files), train_data_dir=str(build_dataset(tmp_path / "data")),
                  output_dir=str(tmp_path / "out"), max_train_steps=2, resolution="64", train_batch_size=2,
-                 max_data_loader_n_workers=0, learning_rate=1e-2, network_dim=4, t5xxl_max_token_length=32,
+                 max_data_loader_n_workers=0, learning_rate=1e-2, network_dim=4, text_encoder_max_tokens=32,
                  network_train_unet_only=True, cache_text_encoder_outputs=True, save_diffusers_lora=True,
                  save_precision="float", sample_prompt_lines=["sks shape --w 64 --h 64 --s 2"],
                  sample_every_n_steps=2) == 0
@@ -404,7 +404,7 @@ def test_blocks_to_swap_trains_the_same_lora_and_is_checked(tmp_path: Path) -> N
     data = build_dataset(tmp_path / "data")
     common = {"pretrained_model_name_or_path": str(folder), "train_data_dir": str(data), "resolution": "64",
               "max_train_steps": 2, "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
-              "network_dim": 4, "t5xxl_max_token_length": 32, "gradient_checkpointing": True, "seed": 3}
+              "network_dim": 4, "text_encoder_max_tokens": 32, "gradient_checkpointing": True, "seed": 3}
     moves: list[int] = []
     real_init = block_swap.BlockSwap.__init__
 

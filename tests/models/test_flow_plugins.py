@@ -46,7 +46,7 @@ PLUGINS = {
     "chroma": Plugin(
         "chroma", "Chroma", build_tiny_chroma, "ChromaPipeline",
         {"timestep_sampling": "sigmoid", "model_prediction_type": "raw", "guidance_scale": 0.0,
-         "apply_t5_attn_mask": True, "t5xxl_max_token_length": 32},
+         "apply_t5_attn_mask": True, "text_encoder_max_tokens": 32},
         ("lora_unet_double_blocks_0_img_attn_qkv", "lora_unet_double_blocks_0_txt_mlp_2",
          "lora_unet_single_blocks_0_linear1", "lora_unet_single_blocks_0_linear2"),
         {"ss_base_model_version": "chroma", "ss_model_type": "chroma", "ss_network_module": "networks.lora_flux",

@@ -73,7 +73,7 @@ def test_a_lora_trained_from_the_files_equals_one_from_the_folder(chroma: tuple[
     folder, files = chroma
     common = {"train_data_dir": str(build_dataset(tmp_path / "data", folder="2_sks shape")), "resolution": "64",
               "max_train_steps": 1, "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
-              "network_dim": 4, "save_precision": "float", "t5xxl_max_token_length": 32, "seed": 3,
+              "network_dim": 4, "save_precision": "float", "text_encoder_max_tokens": 32, "seed": 3,
               "timestep_sampling": "sigmoid", "model_prediction_type": "raw", "guidance_scale": 0.0}
     assert train("lora", tmp_path / "files", **files, **common, output_dir=str(tmp_path / "a"), output_name="l") == 0
     assert train("lora", tmp_path / "folder", **common, pretrained_model_name_or_path=str(folder),

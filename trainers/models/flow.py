@@ -26,7 +26,7 @@ from trainers.models.flow_sigmas import FlowSettings, flux_sigmas, sd3_sigmas  #
 
 CLIP_LENGTH = 77
 # Settings of how captions are encoded that sd-scripts does not write into the files it saves.
-_NOT_IN_METADATA = ("t5xxl_max_token_length", "t5xxl_dtype")
+_NOT_IN_METADATA = ("text_encoder_max_tokens", "t5xxl_dtype")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class TextEncoderSpec:
     tokenizer_kind: str  # "clip", "t5" or "auto" (transformers' AutoTokenizer): how its tokenizer loads
     tokenizer_subfolder: str
     what: str  # for messages, e.g. "T5-XXL"
-    max_length: int | None = None  # tokens it reads; None: the family's text_length (e.g. t5xxl_max_token_length)
+    max_length: int | None = None  # tokens it reads; None: the family's text_length (e.g. text_encoder_max_tokens)
     template: str = "{}"  # the prompt it reads around the caption (e.g. a chat template)
     length_option: str = ""  # the option setting its length: a longer caption is cut with a warning naming it
     trainable: bool = False  # LoRA may train it (CLIP); the others stay frozen, in eval mode
@@ -133,7 +133,7 @@ class FlowFamily:
 
     @property
     def t5_length(self) -> int:
-        return self.settings.t5xxl_max_token_length or self.default_t5_length
+        return self.settings.text_encoder_max_tokens or self.default_t5_length
 
     def text_length(self, spec: TextEncoderSpec) -> int:
         """The tokens `spec`'s encoder reads (its own, else the length option's or the family's default)."""

@@ -159,7 +159,7 @@ _REFUSED: tuple[tuple[str, str, Callable[[Any], bool], str], ...] = (
     ("v_parameterization", "model", _on, "v-prediction does not apply"),
     ("clip_skip", "model", lambda v: v != 1, "the text encoders' layers are fixed: set clip_skip = 1"),
     ("max_token_length", "dataset", lambda v: v not in (None, 75), "CLIP reads 77 tokens; the T5 encoder's length is "
-     "t5xxl_max_token_length"),
+     "text_encoder_max_tokens"),
     ("weighted_captions", "dataset", _on, "weighted captions are not available"),
     ("min_snr_gamma", "loss", lambda v: v not in (None, 0), "min-SNR weighting needs a noise schedule's SNR; "
      "weighting_scheme weights flow matching"),

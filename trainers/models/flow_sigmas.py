@@ -36,7 +36,7 @@ class FlowSettings:
     logit_std: float = _DEFAULTS["logit_std"]
     mode_scale: float = _DEFAULTS["mode_scale"]
     training_shift: float = _DEFAULTS["training_shift"]
-    t5xxl_max_token_length: int | None = _DEFAULTS["t5xxl_max_token_length"]
+    text_encoder_max_tokens: int | None = _DEFAULTS["text_encoder_max_tokens"]
     apply_t5_attn_mask: bool = _DEFAULTS["apply_t5_attn_mask"]
     apply_lg_attn_mask: bool = _DEFAULTS["apply_lg_attn_mask"]
     t5xxl_dtype: str = _DEFAULTS["t5xxl_dtype"]

@@ -8,7 +8,7 @@ DENSITY: frozenset[str] = frozenset({"weighting_scheme", "logit_mean", "logit_st
 # the families that draw their noise levels by timestep_sampling (SD3 draws by weighting_scheme)
 SAMPLING: frozenset[str] = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift"})
 # the families with a T5-XXL text encoder
-T5: frozenset[str] = frozenset({"t5xxl_max_token_length", "apply_t5_attn_mask"})
+T5: frozenset[str] = frozenset({"text_encoder_max_tokens", "apply_t5_attn_mask"})
 # the families whose single files may lack parts, read from files of their own
 SINGLE_FILE: frozenset[str] = frozenset({"tokenizer_cache_dir"})
 # the edit families: the images each edit starts from

@@ -80,7 +80,7 @@ FAMILY_LORA_MODULE: dict[str, str] = {"flux": "networks.lora_flux", "sd3": "netw
 # Options only some families' scripts read (sd3_train_utils.py, flux_train_utils.py, lumina_train_util.py,
 # train_util.py's add_dit_training_arguments, sdxl_train_util.py), by the families that read them.
 _DIT = ("text_encoder_batch_size", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "blocks_to_swap")
-_T5 = ("apply_t5_attn_mask", "t5xxl_max_token_length", "clip_l", "t5xxl")
+_T5 = ("apply_t5_attn_mask", "text_encoder_max_tokens", "t5xxl_max_token_length", "clip_l", "t5xxl")
 _FLUX = ("flux", "chroma")
 FAMILY_ONLY: dict[str, tuple[str, ...]] = {
     **{name: ("sd3", *_FLUX, "lumina2") for name in _DIT},
@@ -104,6 +104,11 @@ def _save_model_as(value: Any, out: dict[str, Any], problems: list[str]) -> None
         problems.append(f"save_model_as = {value!r} is not supported; files are always written as safetensors")
 
 
+def _text_length(value: Any, out: dict[str, Any], problems: list[str]) -> None:
+    """sd-scripts' t5xxl_max_token_length: our text_encoder_max_tokens (named for what it is, not for T5)."""
+    out["text_encoder_max_tokens"] = value
+
+
 def _fp8_base_unet(value: Any, out: dict[str, Any], problems: list[str]) -> None:
     """sd-scripts' fp8 for the UNet or transformer only (the text encoders keep their dtype): our fp8 base."""
     if value:
@@ -113,6 +118,7 @@ def _fp8_base_unet(value: Any, out: dict[str, Any], problems: list[str]) -> None
 TRANSLATED: dict[str, Callable[[Any, dict[str, Any], list[str]], None]] = {
     "save_model_as": _save_model_as,
     "fp8_base_unet": _fp8_base_unet,
+    "t5xxl_max_token_length": _text_length,
 }
 
 

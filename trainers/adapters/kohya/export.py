@@ -24,6 +24,8 @@ from trainers.models.lumina2.rules import SYSTEM_PROMPT as LUMINA_SYSTEM_PROMPT
 FLOW_FAMILIES = tuple(FAMILY_LORA_MODULE)  # sd3, flux, chroma, lumina2
 # Options sd-scripts names otherwise for a family (ours -> its), and its keys that make its script train as we do
 RENAMED: dict[str, dict[str, str]] = {"lumina2": {"text_encoder": "gemma2"}}
+# Options sd-scripts names otherwise for every family (ours -> its; see docs/kohya.md, "Names that differ")
+SD_SCRIPTS_NAMES: dict[str, str] = {"text_encoder_max_tokens": "t5xxl_max_token_length"}
 FAMILY_KEYS: dict[str, dict[str, Any]] = {"chroma": {"model_type": "chroma"},
                                           "lumina2": {"system_prompt": LUMINA_SYSTEM_PROMPT}}
 
@@ -56,7 +58,7 @@ SAME: frozenset[str] = frozenset({
     "clip_l", "clip_g", "t5xxl", "ae", "tokenizer_cache_dir", "cache_text_encoder_outputs_to_disk", "fp8_base",
     "blocks_to_swap", "timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
     "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
-    "t5xxl_max_token_length", "apply_t5_attn_mask", "apply_lg_attn_mask",
+    "text_encoder_max_tokens", "apply_t5_attn_mask", "apply_lg_attn_mask",
     "text_encoder",  # Lumina 2's Gemma 2 file, written under sd-scripts' name (RENAMED)
 })
 # sd-scripts' network trainers read these; its train_db.py and fine_tune.py do not.
@@ -199,7 +201,7 @@ def _family(family: str | None, script: str, values: dict[str, Any], notes: list
         values[flag] = True
     if family in FAMILY_LORA_MODULE and values.get("network_module") == "networks.lora":
         values["network_module"] = FAMILY_LORA_MODULE[family]
-    for ours, theirs in RENAMED.get(str(family), {}).items():
+    for ours, theirs in {**SD_SCRIPTS_NAMES, **RENAMED.get(str(family), {})}.items():
         if ours in values:
             values[theirs] = values.pop(ours)
     values.update(FAMILY_KEYS.get(str(family), {}))

@@ -1,7 +1,8 @@
 """Configs written by older versions of Atelier, brought up to date on every load (runs, presets, imports, resume).
 
 Each saved config and preset carries `schema_version`. A file without one (hand-written, or an
-sd-scripts config) is version 0, which has the same names as version 1. When an option is renamed
+sd-scripts config) is version 0, which has the same names as version 1 (sd-scripts' own names, which the kohya
+adapter reads besides). When an option is renamed
 or changes meaning, SCHEMA_VERSION goes up by one and MIGRATIONS gains the step from the old version:
 a function from that version's flat {name: value} dict to the next version's.
 """
@@ -12,10 +13,23 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# Version 2: sd-scripts' t5xxl_max_token_length is text_encoder_max_tokens (a caption's length in tokens of the long
+# text encoder, whichever encoder that is; sd-scripts' max_token_length, CLIP's, keeps its name and meaning).
+RENAMED_IN_2: dict[str, str] = {"t5xxl_max_token_length": "text_encoder_max_tokens"}
+
+
+def _renamed(names: dict[str, str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def step(flat: dict[str, Any]) -> dict[str, Any]:
+        return {names.get(key, key) if names.get(key, key) not in flat else key: value
+                for key, value in flat.items()}
+    return step
+
 
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     0: dict,
+    1: _renamed(RENAMED_IN_2),
 }
 
 

@@ -253,7 +253,7 @@ class FlowOptions(OptionSlice):
     logit_mean: float
     logit_std: float
     mode_scale: float
-    t5xxl_max_token_length: int | None
+    text_encoder_max_tokens: int | None
     apply_t5_attn_mask: bool
     text_encoder_batch_size: int | None
     training_shift: float

@@ -26,7 +26,7 @@ class Chroma(ChromaRules, Flux, ModelFamily):
     # sd-scripts requires apply_t5_attn_mask and guidance_scale 0 for Chroma; here they are what it always does.
     fixed_settings = {"apply_t5_attn_mask": True, "guidance_scale": 0.0}
     text_encoder_specs = (TextEncoderSpec("T5EncoderModel", "text_encoder", "t5", "tokenizer", "T5-XXL",
-                                          length_option="t5xxl_max_token_length"),)
+                                          length_option="text_encoder_max_tokens"),)
 
     def checkpoint_variant(self, config: Any) -> "Chroma":
         return self

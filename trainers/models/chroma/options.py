@@ -5,6 +5,6 @@ from trainers.models.flux.options import NOTES as FLUX_NOTES
 from trainers.models.flux.options import READS as FLUX_READS
 
 READS = FLUX_READS - {"clip_l"}
-NOTES = {**FLUX_NOTES, "t5xxl_max_token_length": "unset reads 512.",
+NOTES = {**FLUX_NOTES, "text_encoder_max_tokens": "unset reads 512.",
          "apply_t5_attn_mask": "always masked (as sd-scripts requires).",
          "guidance_scale": "it has no guidance embedding: 0 (or the default, which it ignores)."}

@@ -34,7 +34,7 @@ class Flux(FluxRules, FlowFamily, ModelFamily):
         TextEncoderSpec("CLIPTextModel", "text_encoder", "clip", "tokenizer", "CLIP-L", max_length=CLIP_LENGTH,
                         trainable=True),
         TextEncoderSpec("T5EncoderModel", "text_encoder_2", "t5", "tokenizer_2", "T5-XXL",
-                        length_option="t5xxl_max_token_length"))
+                        length_option="text_encoder_max_tokens"))
 
     def variant(self, guidance_embeds: bool) -> "Flux":
         """dev (guidance-distilled: a guidance embedding) or schnell (none)."""

@@ -8,7 +8,7 @@ NOTES = {
     "timestep_sampling": "sd-scripts' docs recommend 'shift' (with discrete_flow_shift 3.1582) or 'flux_shift'.",
     "weighting_scheme": "'sigma_sqrt' and 'cosmap' weight the loss by the noise level with model_prediction_type "
                         "'sigma_scaled'.",
-    "t5xxl_max_token_length": "unset reads 512 for dev, 256 for schnell.",
+    "text_encoder_max_tokens": "unset reads 512 for dev, 256 for schnell.",
     "apply_t5_attn_mask": "in the text encoder and in the transformer's attention.",
     "ae": "FLUX.1's ae.safetensors.",
     "tokenizer_cache_dir": "its T5 tokenizer.",

@@ -39,7 +39,7 @@ class StableDiffusion3(StableDiffusion3Rules, FlowFamily, ModelFamily):
         TextEncoderSpec("CLIPTextModelWithProjection", "text_encoder_2", "clip", "tokenizer_2", "CLIP-G",
                         max_length=CLIP_LENGTH, trainable=True),
         TextEncoderSpec("T5EncoderModel", "text_encoder_3", "t5", "tokenizer_3", "T5-XXL",
-                        length_option="t5xxl_max_token_length"))
+                        length_option="text_encoder_max_tokens"))
 
     def variant(self, config: Any) -> "StableDiffusion3":
         """sd-scripts' model type: 'medium' (SD3), '5-medium' (extra self-attention blocks) or '5-large'."""

@@ -11,7 +11,7 @@ READS = DENSITY | T5 | SINGLE_FILE | {"clip_l", "t5xxl"}
 NOTES = {
     "weighting_scheme": "it draws every timestep by 'logit_normal' and 'mode' (it has no timestep_sampling); "
                         "'sigma_sqrt' and 'cosmap' weight the loss by the noise level instead.",
-    "t5xxl_max_token_length": "unset reads 256.",
+    "text_encoder_max_tokens": "unset reads 256.",
     "apply_t5_attn_mask": "in the text encoder.",
     "tokenizer_cache_dir": "its T5 tokenizer.",
 }

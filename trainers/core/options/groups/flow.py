@@ -37,8 +37,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("logit_std", "float", 1.0, "Standard deviation of weighting_scheme 'logit_normal'.", "flow", min=0,
            advanced=True),
     Option("mode_scale", "float", 1.29, "Scale of weighting_scheme 'mode'.", "flow", advanced=True),
-    Option("t5xxl_max_token_length", "int", None, "Tokens of each caption the T5-XXL text encoder reads (unset: "
-           "the model's own length).", "flow", min=1, max=4096, nullable=True, advanced=True),
+    # sd-scripts' t5xxl_max_token_length (kohya imports and exports use that name): named for what it is, a
+    # caption's length in text-encoder tokens, not for one encoder; distinct from sd-scripts' CLIP max_token_length
+    Option("text_encoder_max_tokens", "int", None, "Tokens of each caption the long text encoder (T5-XXL) reads "
+           "(sd-scripts' t5xxl_max_token_length; unset: the model's own length).", "flow", min=1, max=4096,
+           nullable=True, advanced=True),
     Option("apply_t5_attn_mask", "bool", False, "Mask T5-XXL's padding tokens.", "flow", advanced=True),
     Option("text_encoder_batch_size", "int", None, "Captions encoded at once when cache_text_encoder_outputs caches "
            "them before training (unset: 16). Larger is faster and needs more memory; the outputs are the same.",
