@@ -55,3 +55,20 @@ def test_the_run_names_a_cut_file_where_it_reads_it(tiny_sd1_dir: Path, tmp_path
         _start_weights(_config(tiny_sd1_dir, tmp_path, network_weights=str(cut_lora)), model.family)
     with pytest.raises(ConfigError, match=r"base_weights: .*start lora\.safetensors is cut short"):
         merge_base_weights(model, [str(cut_lora)], [1.0])
+
+
+def test_a_base_weights_lora_of_other_shapes_is_named(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    from trainers.methods.lora.base_weights import merge_base_weights
+    from trainers.methods.lora.file_format import save_lora_file
+    from trainers.models import load_model
+
+    model = load_model(str(tiny_sd1_dir), "auto", torch.float32)
+    wider = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k"  # reads the text's width
+    layer = model.unet.down_blocks[0].attentions[0].transformer_blocks[0].attn2.to_k
+    out, inputs = layer.weight.shape
+    path = tmp_path / "sd2 lora.safetensors"
+    save_lora_file(path, {f"{wider}.lora_down.weight": torch.zeros(2, inputs * 2),
+                          f"{wider}.lora_up.weight": torch.zeros(out, 2), f"{wider}.alpha": torch.tensor(2.0)}, {})
+    with pytest.raises(ConfigError, match=r"(?s)base_weights: .*sd2 lora\.safetensors does not fit this SD1\.x model "
+                                          rf".*{wider}\.lora_down\.weight: shape \(2, {inputs * 2}\) in the file"):
+        merge_base_weights(model, [str(path)], [1.0])

@@ -42,7 +42,11 @@ def merge_base_weights(model: LoadedModel, files: list[str], multipliers: list[f
         if unknown:
             raise _bad(f"{path} has {len(unknown)} modules this {model.family.title} model does not have (e.g. "
                        f"{unknown[0]}): is it a LoRA of another model family?")
-        network.load_kohya_state_dict({k: v for k, v in state.items() if k.split(".")[0] in found})
+        try:
+            network.load_kohya_state_dict({k: v for k, v in state.items() if k.split(".")[0] in found})
+        except ValueError as err:  # a module of the right name but other shapes: another model's LoRA
+            raise _bad(f"{path} does not fit this {model.family.title} model (is it a LoRA of another model?): "
+                       f"{err}") from None
         for lora in found.values():
             target = lora._org_module[0].weight
             target.add_((lora.update_weight() * multiplier).to(target.device, target.dtype))
