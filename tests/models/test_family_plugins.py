@@ -3,6 +3,7 @@ section, a timestep_sampling value of its own, the shared options it reads named
 the page's tab, Validate, TOML, presets and docs/options.md with no edit anywhere else."""
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import pkgutil
@@ -148,3 +149,39 @@ def test_the_shared_options_help_names_no_family() -> None:
 
 def test_each_family_has_one_title() -> None:
     assert {spec.name: spec.title for spec in FAMILIES} == {spec.name: rules_of(spec.name).title for spec in FAMILIES}
+
+
+def test_a_variant_is_written_without_editing_the_family_it_builds_on() -> None:
+    """Qwen-Image 2.1 and Krea 2 build on Qwen-Image's classes (and the edit models on their bases): the family they
+    build on names none of them; what differs lives in the variant's folder (hooks it overrides)."""
+    from trainers.models.families import all_families
+
+    packages = {spec.name: spec.package for spec in FAMILIES}
+    found = {family.name: family for family in all_families()}
+    pairs = [(base, variant) for variant in found.values() for base in found.values()
+             if packages[base.name] != packages[variant.name] and isinstance(variant, type(base))]
+    assert ("qwen_image", "qwen_image21") in {(b.name, v.name) for b, v in pairs}
+    assert ("qwen_image", "krea2") in {(b.name, v.name) for b, v in pairs}
+    for base, variant in pairs:
+        folder = REPO / packages[base.name].replace(".", "/")
+        for source in folder.glob("*.py"):
+            code = _code_words(source)
+            assert not [w for w in code if variant.name in w or variant.title in w], (source, variant.name)
+
+
+def _code_words(source: Path) -> list[str]:
+    """The strings and names of a module's code (its docstrings and comments left out: they may say what a hook
+    is for)."""
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    words = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words.append(node.value)
+        elif isinstance(node, ast.Name):
+            words.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            words.append(node.attr)
+    return words
