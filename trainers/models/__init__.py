@@ -2,7 +2,8 @@
 
 A family is one folder (trainers/models/<family>/: its torch-free FamilyRules in `rules.py`, its ModelFamily in
 `family.py`, its torch-free option declarations in `options.py`) plus one line in trainers/core/registry.py.
-Single-file checkpoints are read and written by `single_file/`. What a model's options need before it loads is checked by `checks.py` (torch-free).
+Single-file checkpoints are read and written by `single_file/`. What a model's options need before it loads is
+checked by `checks.py` (torch-free).
 
 Importing this package loads no torch, so that the rules and checks serve the GUI's Validate; the names below
 load their modules (and torch) when first used.
