@@ -8,6 +8,8 @@ import torch
 from torch import nn
 
 from trainers.core.errors import ConfigError, ConfigIssue
+from trainers.core.options import TrainConfig
+from trainers.core.options.typed import LossOptions, OptimizerOptions
 from trainers.data.prompt_chunks import WeightedIds, split_weighted
 from trainers.models import LoadedModel, SizeConditioning
 from trainers.train import memo
@@ -115,11 +117,12 @@ class NoiseOptions:
             raise ConfigError(issues)
 
     @classmethod
-    def from_config(cls, cfg: Any, prediction_type: str) -> "NoiseOptions":
+    def from_config(cls, cfg: TrainConfig, prediction_type: str) -> "NoiseOptions":
         """The options of a run's config (a TrainConfig) for a model predicting `prediction_type`."""
         names = [f.name for f in fields(cls) if f.name not in ("seed", "prediction_type", "multires_noise_iterations")]
-        multires = cfg.multires_noise_iterations if cfg.noise_offset_type == "Multires" else 0
-        return cls(seed=cfg.seed, prediction_type=prediction_type, multires_noise_iterations=multires,
+        loss = LossOptions.of(cfg)
+        multires = loss.multires_noise_iterations if loss.noise_offset_type == "Multires" else 0
+        return cls(seed=OptimizerOptions.of(cfg).seed, prediction_type=prediction_type, multires_noise_iterations=multires,
                    **{name: cfg.values[name] for name in names})
 
 

@@ -28,6 +28,7 @@ import torch
 
 from trainers.memory_estimate import estimate_memory
 from trainers.core.options import TrainConfig
+from trainers.core.options.typed import PrecisionOptions
 from trainers.core.rundir import update_status
 from trainers.core.weights_memory import GB
 
@@ -134,7 +135,7 @@ class SpillGuard:
             steps.append("base_model_precision = 'int8' (or 'nf4')")
         if not values.get("layer_offload_fraction") and not values.get("blocks_to_swap"):
             steps.append("layer_offload_fraction = 0.5")
-        if not self.cfg.gradient_checkpointing:
+        if not PrecisionOptions.of(self.cfg).gradient_checkpointing:
             steps.append("gradient_checkpointing = true")
         if int(values.get("train_batch_size") or 1) > 1:
             steps.append("a smaller train_batch_size (with gradient_accumulation_steps to keep the batch)")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainers.core.options import TrainConfig
+from trainers.core.options.typed import ModelOptions, OptimizerOptions
 from trainers.train.optim import optimizer_class
 
 if TYPE_CHECKING:
@@ -34,8 +35,9 @@ _SAME_AS_OPTION = {
 def run_metadata(cfg: TrainConfig, session: "Session") -> dict[str, Any]:
     """The ss_* keys sd-scripts' train_network.py writes about the training settings (None values are left out)."""
     values: dict[str, Any] = {key: cfg.values.get(option) for key, option in _SAME_AS_OPTION.items()}
-    args = ",".join(cfg.optimizer_args)
-    optimizer = optimizer_class(cfg)  # as sd-scripts records it: the class's module path, then its arguments
+    opts, model = OptimizerOptions.of(cfg), ModelOptions.of(cfg)
+    args = ",".join(opts.optimizer_args)
+    optimizer = optimizer_class(opts)  # as sd-scripts records it: the class's module path, then its arguments
     values.update({
         "ss_optimizer": f"{optimizer.__module__}.{optimizer.__name__}" + (f"({args})" if args else ""),
         "ss_total_batch_size": session.plan.global_batch,
@@ -44,9 +46,9 @@ def run_metadata(cfg: TrainConfig, session: "Session") -> dict[str, Any]:
         "ss_lowram": False,
         "ss_num_validation_images": session.catalog.num_validation_images,
     })
-    values.update(_model_names_and_hashes(cfg.pretrained_model_name_or_path, "sd"))
-    if cfg.vae.strip():
-        values.update(_model_names_and_hashes(cfg.vae, "vae"))
+    values.update(_model_names_and_hashes(model.pretrained_model_name_or_path, "sd"))
+    if model.vae.strip():
+        values.update(_model_names_and_hashes(model.vae, "vae"))
     return {k: v for k, v in values.items() if v is not None}
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from trainers.core.lifecycle import Lifecycle
 from trainers.core.options import TrainConfig, load_config
+from trainers.core.options.typed import SavingOptions
 from trainers.core.overwrites import Outputs
 from trainers.core.rundir import CONFIG, RunState, new_run_dir
 from trainers.train.faults import MemoryTips
@@ -60,7 +61,7 @@ def _run(method: str, config: Path | None, run_dir: Path | None, overrides: list
             print(cfg.to_toml())
             return 0
         if run_dir is None:
-            run_dir = new_run_dir(Path("runs"), cfg.output_name)
+            run_dir = new_run_dir(Path("runs"), SavingOptions.of(cfg).output_name)
             life = Lifecycle(run_dir, is_main=is_main, rank=rank)
         if is_main:
             run_dir.mkdir(parents=True, exist_ok=True)

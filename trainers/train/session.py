@@ -17,6 +17,8 @@ from trainers.core.events import Dataset, EventWriter
 from trainers.core.lifecycle import Lifecycle
 from trainers.core.logdir import tensorboard_dir
 from trainers.core.options import TrainConfig
+from trainers.core.options.typed import (DatasetOptions, LaunchOptions, LoggingOptions, LossOptions, ModelOptions,
+                                         OptimizerOptions, PrecisionOptions, SavingOptions)
 from trainers.core.overwrites import Outputs
 from trainers.core.plan import StepPlan, plan_steps
 from trainers.data.buckets import BucketBatchSampler
@@ -62,7 +64,8 @@ class Session:
     def memoize_text(self) -> bool:
         """memoize_encoders, and every subset's captions the same each epoch: shuffled or dropped tags seldom come
         again, and a memo would encode them one by one (train/memo.py) and keep them for nothing."""
-        return self.cfg.memoize_encoders and all(subset.captions.is_fixed for subset in self.catalog.subsets)
+        return DatasetOptions.of(self.cfg).memoize_encoders and all(subset.captions.is_fixed
+                                                                    for subset in self.catalog.subsets)
 
 
 def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None = None,
@@ -74,12 +77,14 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     architectures); `outputs` names the paths a save of the method writes (what saves must not replace);
     `memory_tips` the method's advice when memory runs out."""
     check_optimizer(cfg)  # a class-path optimizer or lr_scheduler_type imports, and takes its arguments
+    model_opts, precision, optimizer = ModelOptions.of(cfg), PrecisionOptions.of(cfg), OptimizerOptions.of(cfg)
+    memoize = DatasetOptions.of(cfg).memoize_encoders
     dataset_warnings: list[str] = []
     accelerator = make_accelerator(cfg, run_dir)
     life = life or Lifecycle(run_dir, is_main=accelerator.is_main_process, rank=accelerator.process_index)
     events = life.events
     if prepare is not None:
-        prepare(cfg, accelerator, events, weight_dtype_for(cfg.mixed_precision))
+        prepare(cfg, accelerator, events, weight_dtype_for(precision.mixed_precision))
     # every image checked (cheaply) before a model loads
     catalog = build_catalog(cfg.values, dataset_warnings, takes_controls(cfg.values))
     if accelerator.device.type == "cpu":
@@ -92,36 +97,36 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
         events.emit(Dataset(report=report.to_dict(max_listed=200)))
         print(report.text(), flush=True)
 
-    weight_dtype = weight_dtype_for(cfg.mixed_precision)
+    weight_dtype = weight_dtype_for(precision.mixed_precision)
     check_platform(cfg, accelerator.device)  # a quantization this machine cannot do, before the model loads
     resident_before_model = resident_bytes()
-    model = load_model(_checked_model(cfg), cfg.model_family, weight_dtype, cfg.vae.strip(), random_init,
+    model = load_model(_checked_model(cfg), model_opts.model_family, weight_dtype, model_opts.vae.strip(), random_init,
                        ModelFiles.from_values(cfg.values))
-    Path(cfg.output_dir).expanduser().mkdir(parents=True, exist_ok=True)  # only once the model loaded
+    Path(SavingOptions.of(cfg).output_dir).expanduser().mkdir(parents=True, exist_ok=True)  # only once the model loaded
     model.family = model.family.configured(cfg.values)  # the run's settings of its text encoding and denoiser
-    if cfg.v_parameterization:
+    if model_opts.v_parameterization:
         model.noise_scheduler.register_to_config(prediction_type="v_prediction")
         model.prediction_type = "v_prediction"
-    if cfg.zero_terminal_snr:  # a config field of the schedule: sample images follow it
+    if LossOptions.of(cfg).zero_terminal_snr:  # a config field of the schedule: sample images follow it
         from trainers.train.losses import zero_terminal_snr_scheduler
 
         model.noise_scheduler = zero_terminal_snr_scheduler(model.noise_scheduler)
     offloading = bool(cfg.values.get("blocks_to_swap") or cfg.values.get("layer_offload_fraction"))
     quantize_model(model, cfg, weight_dtype, torch.device("cpu") if offloading else accelerator.device)
-    _place_encoders(cfg, model, accelerator.device, weight_dtype)
+    _place_encoders(precision, model, accelerator.device, weight_dtype)
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
     # The VAE runs once per image (and flip), not once per epoch: for training without cached latents, and for the
     # held-out images, which are never cached.
-    model.latent_memo = memo.RowMemo(memo.LATENT_BYTES) if cfg.memoize_encoders else None
-    block_swap = _place_denoiser(cfg, model, accelerator.device)
-    per_device = data.catalog.per_device_batches(accelerator.num_processes, cfg.keep_global_batch)
+    model.latent_memo = memo.RowMemo(memo.LATENT_BYTES) if memoize else None
+    block_swap = _place_denoiser(cfg, precision, model, accelerator.device)
+    per_device = data.catalog.per_device_batches(accelerator.num_processes, optimizer.keep_global_batch)
     plan = plan_steps(len(data.catalog.samples), per_device[0], accelerator.num_processes,
-                      cfg.gradient_accumulation_steps, cfg.max_train_epochs, cfg.max_train_steps,
-                      batches_per_epoch=data.sampler.groups_per_epoch(), keep_global_batch=cfg.keep_global_batch)
+                      optimizer.gradient_accumulation_steps, optimizer.max_train_epochs, optimizer.max_train_steps,
+                      batches_per_epoch=data.sampler.groups_per_epoch(), keep_global_batch=optimizer.keep_global_batch)
     set_deepspeed_micro_batch(accelerator, plan.per_device_batch)
     from accelerate.utils import set_seed
 
-    set_seed(cfg.seed)  # the method's new weights (e.g. a LoRA's init) are the same in every run and on every rank
+    set_seed(optimizer.seed)  # the method's new weights (e.g. a LoRA's init) are the same in every run and on every rank
     return Session(cfg, run_dir, events, accelerator, data.catalog, model, plan, data.loader, data.sampler,
                    weight_dtype, time.time(),
                    Control(run_dir, accelerator), outputs, memory_tips, accelerator.rank_timer, data.validation, block_swap,
@@ -131,7 +136,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
 def _checked_model(cfg: TrainConfig) -> str:
     """The model to load: a local one as given (the entry's `check` read its files), a hub id fetched and then
     checked alike."""
-    given = cfg.pretrained_model_name_or_path
+    given = ModelOptions.of(cfg).pretrained_model_name_or_path
     if Path(given).expanduser().exists():
         return given
     folder = resolve_model_folder(given)
@@ -140,25 +145,27 @@ def _checked_model(cfg: TrainConfig) -> str:
     return str(folder)
 
 
-def _place_encoders(cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
+def _place_encoders(precision: PrecisionOptions, model: LoadedModel, device: torch.device,
+                    weight_dtype: torch.dtype) -> None:
     """The VAE and text encoders on the device, before the denoiser: caching their outputs then never holds them
     and the denoiser at once (T5-XXL and FLUX's transformer are 9.5 and 23.8 GB in bf16)."""
-    if cfg.gradient_checkpointing:
+    if precision.gradient_checkpointing:
         for te in model.text_encoders:
             te.gradient_checkpointing_enable()
     # Some VAEs (SDXL's) overflow in fp16; bf16 has the range, fp32 is the safe default elsewhere.
-    keep_vae_fp32 = cfg.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
+    keep_vae_fp32 = precision.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
     model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
     for te in model.text_encoders:
         te.to(device)
 
 
-def _place_denoiser(cfg: TrainConfig, model: LoadedModel, device: torch.device) -> BlockSwap | None:
-    if not cfg.sdpa:
+def _place_denoiser(cfg: TrainConfig, precision: PrecisionOptions, model: LoadedModel, device: torch.device
+                    ) -> BlockSwap | None:
+    if not precision.sdpa:
         from diffusers.models.attention_processor import AttnProcessor
 
         model.unet.set_attn_processor(AttnProcessor())
-    if cfg.gradient_checkpointing:
+    if precision.gradient_checkpointing:
         model.unet.enable_gradient_checkpointing()
     option = "layer_offload_fraction" if cfg.values.get("layer_offload_fraction") else "blocks_to_swap"
     try:
@@ -186,11 +193,12 @@ def make_accelerator(cfg: TrainConfig, run_dir: Path | None = None) -> Any:
                                             hold_process_group, install_rank_timer, shard_cpu_processes)
 
     check_backend_device(cfg)
-    tensorboard = tensorboard_dir(cfg.logging_dir, run_dir)
+    optimizer = OptimizerOptions.of(cfg)
+    tensorboard = tensorboard_dir(LoggingOptions.of(cfg).logging_dir, run_dir)
     logging_dir = str(tensorboard) if tensorboard is not None else None
     accelerator = Accelerator(
-        mixed_precision=cfg.mixed_precision,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        mixed_precision=PrecisionOptions.of(cfg).mixed_precision,
+        gradient_accumulation_steps=optimizer.gradient_accumulation_steps,
         log_with="tensorboard" if logging_dir else None,
         project_config=ProjectConfiguration(project_dir=logging_dir or ".", logging_dir=logging_dir),
         kwargs_handlers=accelerator_handlers(cfg),
@@ -198,7 +206,7 @@ def make_accelerator(cfg: TrainConfig, run_dir: Path | None = None) -> Any:
     hold_process_group()
     shard_cpu_processes(cfg, accelerator)
     check_launch(cfg, accelerator)
-    accelerator.rank_timer = install_rank_timer(accelerator, cfg.ddp_gradient_precision)
+    accelerator.rank_timer = install_rank_timer(accelerator, LaunchOptions.of(cfg).ddp_gradient_precision)
     return accelerator
 
 
