@@ -166,7 +166,7 @@ def test_preset_versions_migrate_or_are_refused(tmp_path: Path, monkeypatch: pyt
     user = tmp_path / "user"
     user.mkdir()
     (user / "old.toml").write_text('method = "lora"\nlearning_rat = 0.5\n', encoding="utf-8")
-    monkeypatch.setattr(module, "MIGRATIONS", {0: lambda flat: {
+    monkeypatch.setattr(module, "MIGRATIONS", {**module.MIGRATIONS, 0: lambda flat: {
         ("learning_rate" if k == "learning_rat" else k): v for k, v in flat.items()}})
     values, _ = Presets(user).load("user: old", "lora")
     assert values == {"learning_rate": 0.5}
