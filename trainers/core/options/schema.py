@@ -25,7 +25,7 @@ GROUPS: dict[str, str] = {
     "training": "What to train",
     "optimizer": "Optimizer and schedule",
     "loss": "Loss, noise and timesteps",
-    "flow": "Flow matching (SD3, FLUX)",
+    "flow": "Flow matching",
     "precision": "Precision and memory",
     "sampling": "Sample images",
     "saving": "Saving",

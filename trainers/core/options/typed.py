@@ -241,7 +241,7 @@ class LossOptions(OptionSlice):
 
 @dataclass(frozen=True)
 class FlowOptions(OptionSlice):
-    """Flow matching (SD3, FLUX) ([flow])."""
+    """Flow matching ([flow])."""
 
     GROUP: ClassVar[str] = "flow"
     timestep_sampling: str
