@@ -52,7 +52,7 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     prompts = root / "prompts.txt"
     prompts.write_text("sks shape, red circle --s 4\n", encoding="utf-8")
     weights = root / "weights.safetensors"
-    weights.write_bytes(b"")
+    save_file({"lora_unet_down_blocks_0_attentions_0_proj_in.lora_down.weight": torch.zeros(4, 8)}, weights)
     flux = root / "flux1-dev.safetensors"  # a FLUX.1 transformer file's header: what Validate reads of it
     save_file({"double_blocks.0.img_attn.qkv.weight": torch.zeros(1)}, flux)
     sd3 = root / "sd3_medium.safetensors"  # an SD3 file with its VAE

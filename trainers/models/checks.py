@@ -80,6 +80,7 @@ class Model:
     config_dir: Path  # its component configs: the folder itself, or the family's shipped arch/ for a single file
     single_file: bool
     reads: frozenset[str] = frozenset()  # the component file options it reads
+    file: Path | None = None  # the single file, when it is one
 
 
 def model_issues(values: Mapping[str, Any], model: Path | None = None) -> list[ConfigIssue]:
@@ -196,7 +197,7 @@ def _file_model(path: Path, values: Mapping[str, Any], issues: list[ConfigIssue]
     issues += rules.checkpoint_issues(CheckpointKeys(shapes, str(path)), ModelFiles.from_values(values),
                                       str(values.get("vae") or "").strip())
     reads = {p.option for p in rules.checkpoint_parts if p.option} if rules.own_checkpoint_layout else set()
-    return Model(rules, rules.arch_dir, single_file=True, reads=frozenset(reads))
+    return Model(rules, rules.arch_dir, single_file=True, reads=frozenset(reads), file=path)
 
 
 def _clip_skip_issues(found: Model, values: Mapping[str, Any]) -> list[ConfigIssue]:
@@ -278,7 +279,7 @@ def _latent_problem(path: Path, part: Any, found: Model) -> str | None:
         shapes, _ = read_safetensors_header(path)
     except ValueError:
         return None  # component_problem names a file that is not one
-    channels, needed = latent_channels(shapes), int(getattr(part, "latent_channels", 0) or 0)
+    channels, needed = latent_channels(shapes), _channels_of_part(part, found)
     if channels is None or not needed or channels == needed:
         return None
     title = found.rules.title
@@ -293,7 +294,22 @@ def _latent_channels_needed(model: Model) -> int | None:
     if own is not None:
         return own.get("latent_channels")
     part = next((p for p in model.rules.checkpoint_parts if getattr(p, "kind", "") == "vae"), None)
-    return getattr(part, "latent_channels", None) if model.single_file else None
+    return _channels_of_part(part, model) if model.single_file and part is not None else None
+
+
+def _channels_of_part(part: Any, model: Model) -> int:
+    """The latent channels an autoencoder part must work in: what the single file's denoiser takes where its
+    file tells (`Part.denoiser_input`), else the family's published count."""
+    name, per_channel = getattr(part, "denoiser_input", ()) or ("", 0)
+    if name and model.file is not None:
+        try:
+            shapes, _ = read_safetensors_header(model.file)
+        except ValueError:
+            shapes = {}
+        shape = next((v for k, v in shapes.items() if k == name or k.endswith("." + name)), ())
+        if len(shape) >= 2 and shape[1] % per_channel == 0:
+            return int(shape[1]) // per_channel
+    return int(getattr(part, "latent_channels", 0) or 0)
 
 
 def vae_problem(folder: Path, model: Model | None = None) -> str | None:

@@ -42,6 +42,10 @@ class Part:
     # an autoencoder part's latent channels (its decoder's first conv's inputs): FLUX.1's ae, SD3's VAE and
     # Qwen-Image's all work in 16 (an SD/SDXL VAE in 4, FLUX.2's in 32)
     latent_channels: int = 16
+    # an autoencoder part: the denoiser's tensor (in the reference single file) whose inputs are the latents, and
+    # how many of its inputs one latent channel fills (its patch area). Where the model file has it, the latent
+    # channels needed are read from it (a model's own width rules over the family's published one)
+    denoiser_input: tuple[str, int] = ()
 
 
 def part_issues(parts: tuple[Part, ...], keys: CheckpointKeys, files: ModelFiles, vae_path: str,

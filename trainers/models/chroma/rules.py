@@ -27,7 +27,8 @@ class ChromaRules(FluxRules):
     detect_priority = 4  # its single files have FLUX.1's double blocks too
     reference_prefixes = GUIDANCE_PREFIXES
     checkpoint_parts = (Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
-                        Part("vae", "vae.", "ae", "autoencoder"))
+                        Part("vae", "vae.", "ae", "autoencoder",
+                             denoiser_input=("img_in.weight", 4)))
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)

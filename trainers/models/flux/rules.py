@@ -23,7 +23,8 @@ class FluxRules(FlowRules):
     reference_prefixes = ("double_blocks.", "model.diffusion_model.double_blocks.", "diffusion_model.double_blocks.")
     checkpoint_parts = (Part("clip_l", "text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder"),
                         Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
-                        Part("vae", "vae.", "ae", "autoencoder"))
+                        Part("vae", "vae.", "ae", "autoencoder",
+                             denoiser_input=("img_in.weight", 4)))
     network_arg_keys = frozenset(FLUX_NETWORK_ARGS)
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:

@@ -32,7 +32,8 @@ class Lumina2Rules(FlowRules):
     checkpoint_parts = (Part("llm", "text_encoders.gemma2_2b.", "text_encoder", "Gemma 2 text encoder",
                              encoder_class="Gemma2Model", base_config=Path(__file__).with_name("text_encoder.json"),
                              tokenizer="Alpha-VLLM/Lumina-Image-2.0", tokenizer_subfolder="tokenizer"),
-                        Part("vae", "vae.", "ae", "autoencoder (FLUX.1's ae.safetensors)"))
+                        Part("vae", "vae.", "ae", "autoencoder (FLUX.1's ae.safetensors)",
+                             denoiser_input=("x_embedder.weight", 4)))
 
     def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
         """NextDiT's caption embedder beside a plain x_embedder (Z-Image's files, which have them too, are claimed

@@ -26,7 +26,7 @@ class QwenImageRules(FlowRules):
                              base_config=Path(__file__).with_name("text_encoder.json"), tokenizer="Qwen/Qwen-Image",
                              tokenizer_subfolder="tokenizer", reader="trainers.models.qwen_image.parts"),
                         Part("vae", "vae.", "ae", "autoencoder (Qwen-Image's qwen_image_vae.safetensors)",
-                             reader="trainers.models.qwen_image.parts",
+                             reader="trainers.models.qwen_image.parts", denoiser_input=("img_in.weight", 4),
                              file_keys=(("encoder.conv1.weight", "encoder.conv_in.weight"),  # Wan's or diffusers'
                                         ("conv2.weight", "post_quant_conv.weight"))))
 

@@ -25,7 +25,7 @@ class StableDiffusion3Rules(FlowRules):
         Part("clip_l", "text_encoders.clip_l.transformer.", "clip_l", "CLIP-L text encoder", projection=True),
         Part("clip_g", "text_encoders.clip_g.transformer.", "clip_g", "CLIP-G text encoder", projection=True),
         Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
-        Part("vae", "first_stage_model.", "", "VAE"))
+        Part("vae", "first_stage_model.", "", "VAE", denoiser_input=("x_embedder.proj.weight", 1)))
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)

@@ -26,7 +26,8 @@ class ZImageRules(FlowRules):
     checkpoint_parts = (Part("llm", "text_encoders.qwen3_4b.", "text_encoder", "Qwen3 text encoder",
                              encoder_class="Qwen3Model", base_config=Path(__file__).with_name("text_encoder.json"),
                              tokenizer="Qwen/Qwen3-4B"),
-                        Part("vae", "vae.", "ae", "autoencoder (FLUX.1's ae.safetensors)"))
+                        Part("vae", "vae.", "ae", "autoencoder (FLUX.1's ae.safetensors)",
+                             denoiser_input=("x_embedder.weight", 4)))
 
 
 ZIMAGE = ZImageRules()
