@@ -1,5 +1,7 @@
 """A caption job: the captioner loaded once, then every image not done yet captioned into `<name><ext>` beside it
-(trainers/caption/job.py), with the trigger word first and `existing` honoured."""
+(trainers/caption/job.py), with the trigger word first and `existing` honoured. Each caption is read and written
+holding the dataset folder's edit lock (trainers/dataset_edit/lock.py), as the Dataset tab's bulk edits are: an
+edit and the job never write the same folder at once, and an edit it keeps out names the job."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +12,11 @@ from trainers.caption.job import ImageJob, SkipImage, run_images, summary_report
 from trainers.caption.loading import model_folder, torch_device, torch_dtype
 from trainers.caption.options import JobConfig
 from trainers.core.fsio import atomic_write_text
+from trainers.data.kohya_folders import parse_folder_name
 from trainers.data.text_files import decode_caption
+from trainers.dataset_edit.lock import folder_lock
+
+JOB_LOCK_WAIT_S = 60.0  # a bulk edit holds the lock for seconds; the job waits that out rather than fail
 
 TAG_SEPARATOR = ", "
 
@@ -59,13 +65,22 @@ def load_captioner(job: ImageJob) -> Any:
     return Captioner(model_folder(job), cfg, device, torch_dtype(cfg, device))
 
 
+def lock_folder(images: Path) -> Path:
+    """The folder whose edit lock guards the captions under `images`: the Dataset tab opens a kohya dataset at the
+    parent of its `<repeats>_<name>` folders, so a job on one of those folders locks the parent."""
+    return images.parent if parse_folder_name(images.name) is not None else images
+
+
 def run(cfg: JobConfig, job: ImageJob) -> str:
     captioner = load_captioner(job)
+    locked = lock_folder(Path(cfg.images).expanduser())
+    holder = f"the caption job {job.folder.name}" if job.folder is not None else "a caption job"
 
     def write(image: Path, target: Path, result: str | list[str], _: Any) -> ImageResult:
-        existing = read_caption(target) if cfg.existing == "append" and target.exists() else ""
-        text = compose(result, existing, cfg)
-        atomic_write_text(target, text + "\n")
+        with folder_lock(locked, JOB_LOCK_WAIT_S, holder):
+            existing = read_caption(target) if cfg.existing == "append" and target.exists() else ""
+            text = compose(result, existing, cfg)
+            atomic_write_text(target, text + "\n")
         return ImageResult(image=str(image), written=str(target), caption=text)
 
     summary = run_images(job, lambda image: caption_path(image, cfg.caption_extension), captioner, write)
