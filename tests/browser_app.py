@@ -1,10 +1,11 @@
 """The browser tests' app and browser: a real `app.py` process on CPU driven by Playwright with Debian's chromium.
 
-tests/conftest.py serves the fixtures here to every browser module: one browser and one demo app (`--demo`, a fresh
-`--runs-dir`) for the whole session (each pytest-xdist worker has its own), instead of one of each per module, since
-starting the app costs tens of seconds on a busy CPU. Tests that need other flags start their own with `_start_app`.
+tests/conftest.py serves the fixtures here to every browser module: one demo app (`--demo`, a fresh `--runs-dir`) for
+the whole session (each pytest-xdist worker has its own) instead of one per module, since starting the app costs tens
+of seconds on a busy CPU; a browser per module. Tests that need other flags start their own with `_start_app`.
 Screenshots go to $ATELIER_SCREENSHOTS when set, else to a temporary folder.
 """
+from __future__ import annotations
 
 import os
 import signal
@@ -131,8 +132,10 @@ def demo_app(tmp_path_factory: pytest.TempPathFactory, built_demo: Path) -> Iter
         _stop_app(app)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator:
+    """Chromium, one per module: Playwright's sync API keeps an event loop running while it is open, and the tests
+    after a browser module call asyncio.run (a second to launch it again)."""
     if playwright_api is None:
         pytest.skip("the playwright package is missing (bash setup.sh --dev)")
     if not CHROMIUM.exists():
