@@ -132,3 +132,18 @@ def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = 30
         if time.monotonic() > deadline:
             pytest.fail(f"timed out: {what}")
         time.sleep(0.05)
+
+
+def run_plugin_probe(tmp_path: Path, probe: str, preset: str, text: str) -> dict:
+    """Run `probe` (a Python program) in a fresh interpreter that sees tmp_path/src's plug-in package first, with a
+    presets folder holding `preset`.toml (`text`) and an empty data folder as its arguments; its last line's JSON."""
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    (presets / f"{preset}.toml").write_text(text)
+    (tmp_path / "data").mkdir()
+    env = {"PYTHONPATH": f"{tmp_path / 'src'}:{REPO}:{REPO / 'tests'}", "HF_HUB_OFFLINE": "1",
+           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", probe, str(presets), str(tmp_path / "data"), str(tmp_path / "out")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -2,13 +2,11 @@
 page's tab, Validate, TOML, presets, the CLI and docs/options.md with no edit anywhere else."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import run_plugin_probe
+
 
 OPTIONS_PY = '''
 from trainers.core.options.schema import Option
@@ -97,16 +95,8 @@ def _plugin_package(root: Path) -> None:
 
 def test_a_method_folder_is_picked_up_with_no_other_edits(tmp_path: Path) -> None:
     _plugin_package(tmp_path / "src")
-    presets = tmp_path / "presets"
-    presets.mkdir()
-    (presets / "mine.toml").write_text('schema_version = 1\nmethod = "glaze"\n\n[glaze]\nglaze_strength = 0.25\n')
-    (tmp_path / "data").mkdir()
-    env = {"PYTHONPATH": f"{tmp_path / 'src'}:{REPO}:{REPO / 'tests'}", "HF_HUB_OFFLINE": "1",
-           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", PROBE, str(presets), str(tmp_path / "data"), str(tmp_path / "out")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_plugin_probe(tmp_path, PROBE, "mine",
+                            'schema_version = 1\nmethod = "glaze"\n\n[glaze]\nglaze_strength = 0.25\n')
     # Its own section, after "What to train", in the schema, the page's tab, the TOML and the docs.
     assert seen["groups"].index("training") < seen["groups"].index("glaze") < seen["groups"].index("optimizer")
     assert {"glaze_strength", "glaze_word"} <= set(seen["widgets"]) and "glaze" in seen["accordions"]

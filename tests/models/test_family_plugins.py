@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import ast
 import importlib
-import json
 import pkgutil
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_plugin_probe
 from trainers.core.options import groups
 from trainers.core.registry import FAMILIES
 from trainers.models.rules import rules_of
@@ -102,17 +100,8 @@ def _plugin_package(root: Path) -> None:
 @pytest.mark.slow  # a Python process of its own: the registry gains the family before the schema is built
 def test_a_family_folder_brings_its_options_with_no_other_edits(tmp_path: Path) -> None:
     _plugin_package(tmp_path / "src")
-    presets = tmp_path / "presets"
-    presets.mkdir()
-    (presets / "glazed.toml").write_text('schema_version = 1\nmethod = "lora"\n\n[model]\nmodel_family = "glazed"\n\n'
-                                         '[glazed]\nglaze_depth = 0.25\n')
-    (tmp_path / "data").mkdir()
-    env = {"PYTHONPATH": f"{tmp_path / 'src'}:{REPO}:{REPO / 'tests'}", "HF_HUB_OFFLINE": "1",
-           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", PROBE, str(presets), str(tmp_path / "data"), str(tmp_path / "out")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = run_plugin_probe(tmp_path, PROBE, "glazed", 'schema_version = 1\nmethod = "lora"\n\n[model]\n'
+                            'model_family = "glazed"\n\n[glazed]\nglaze_depth = 0.25\n')
     # Its own section, after the flow section, in the schema, the page's tab (with the family to choose), the TOML
     # and the docs.
     assert seen["groups"].index("flow") < seen["groups"].index("glazed") < seen["groups"].index("precision")
