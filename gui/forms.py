@@ -39,16 +39,6 @@ class Form:
         """gradio updates that put `values` (name -> value) into the widgets they name."""
         return {self.widgets[n]: to_widget(option_for(self.method, n), v) for n, v in values.items() if n in self.widgets}
 
-    def changes(self, values: dict[str, Any]) -> dict[gr.components.Component, Any]:
-        """The updates of `values` that change a widget from the value it is built with: all a fresh page needs
-        (a built-in preset names every option; sending each widget its unchanged default cost seconds per load)."""
-        changed = {}
-        for name, value in values.items():
-            opt = option_for(self.method, name) if name in self.widgets else None
-            if opt is not None and (shown := to_widget(opt, value)) != to_widget(opt, opt.default):
-                changed[self.widgets[name]] = shown
-        return changed
-
 
 NUMBER_KINDS = ("int", "float", "number")
 _WORDS = {"lr": "LR", "te": "TE", "te1": "TE1", "te2": "TE2", "ema": "EMA", "snr": "SNR", "vae": "VAE", "gpu": "GPU",

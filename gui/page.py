@@ -4,8 +4,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +76,10 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
             with gr.Column(scale=3), browse_panel():  # every tab's path fields share one Browse list
                 with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays in sight
                     method_tabs = {}
-                    for i, method in enumerate(METHODS):
+                    for i, method in enumerate(METHODS):  # the first tab (LoRA) opens with the initial preset
                         with gr.Tab(method.title, id=method.name):
-                            method_tabs[method.name] = _method_tab(
-                                method.name, services, viewed, opening_preset(services.presets, method.name,
-                                                                              initial_preset, i == 0), page)
+                            method_tabs[method.name] = _method_tab(method.name, services, viewed,
+                                                                   initial_preset if i == 0 else None, page)
                     with gr.Tab("Dataset", id="dataset"):
                         dataset = build_dataset_tab(services)
                     with gr.Tab("Generate", id="generate"):
@@ -99,12 +97,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                 downloads = build_downloads()
                 tensorboard = build_tensorboard()
         wire_imports(method_tabs, tabs, services.runs_dir)
-        opened = _wire_panel(services, viewed, panel, stop, resume, page)
-        # Only once the run panel shows its run (see MethodTab.opening); the shown tab (LoRA) last, so that its
-        # "Loaded preset" says the page has settled.
-        for tab in reversed(method_tabs.values()):
-            if tab.opening is not None:
-                opened = opened.then(tab.opening, outputs=tab.opening_outputs, show_progress="hidden")
+        _wire_panel(services, viewed, panel, stop, resume, page)
         wire_downloads(downloads, viewed, services.watchers, services.runs_dir)
         wire_tensorboard(tensorboard, viewed, services.runs_dir)
         wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
@@ -122,8 +115,7 @@ def keep_api_docs_off(page: gr.Blocks) -> None:
 
 
 def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, stop: gr.Button, resume: gr.Button,
-                page: gr.Blocks) -> Any:
-    """Returns the page-load event that shows this browser's run (more page-load steps can follow it)."""
+                page: gr.Blocks) -> None:
     def refresh(run_id: str, shown: list[Any] | None) -> list[Any]:
         view = view_for(services.watchers, services.runs_dir, run_id)
         if view is None:
@@ -159,10 +151,9 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
     timer = gr.Timer(1.0)
     outputs = panel.outputs + [stop, resume, shown]
     timer.tick(refresh, inputs=[viewed, shown], outputs=outputs, show_progress="hidden")
-    loaded = page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=[viewed, shown], outputs=outputs)
+    page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=[viewed, shown], outputs=outputs)
     stop.click(stop_run, inputs=viewed)
     resume.click(resume_run, inputs=viewed, outputs=viewed)
-    return loaded
 
 
 def _resume(services: Services, run_id: str) -> tuple[str | None, str]:
@@ -174,15 +165,6 @@ def _resume(services: Services, run_id: str) -> tuple[str | None, str]:
     except JobError as err:
         return None, f"Not resumed: {plain(err)}"
     return started.name, f"Resumed {run_id} as {started.name}"
-
-
-def opening_preset(presets: Presets, method: str, initial: str | None, first: bool) -> str | None:
-    """The preset a method tab opens with: the first tab (LoRA) the initial one; another tab the initial one's
-    variant for its method where one is built in (with --demo the ControlNet tab opens on demo_controlnet)."""
-    if initial is None or first:
-        return initial
-    variant = f"{initial}_{method}"
-    return variant if variant in presets.names(method) else None
 
 
 def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initial_preset: str | None,
@@ -268,15 +250,14 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
         report.cfg.save(path)
         return {exported: gr.File(str(path), visible=True)}
 
-    def on_load_preset(name: str, fresh: bool = False) -> dict:
-        """`fresh`: on a page just opened, whose widgets hold their defaults (only what differs is sent)."""
+    def on_load_preset(name: str) -> dict:
         if not name:
             return {report_md: "Pick a preset first."}
         try:
             values, warnings = presets.load(name, method)
         except PresetError as err:
             return {report_md: f"### Preset not loaded\n{plain(err)}"}
-        updates = form.changes(values) if fresh else form.updates(values)
+        updates = form.updates(values)
         updates[report_md] = f"### Loaded preset {label(name)}\n" + "\n".join(f"- {plain(w)}" for w in warnings)
         return updates
 
@@ -311,8 +292,9 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     _keep_launch_consistent(form)
     # Presets are read from disk on every page load: one saved in another tab or browser is listed after a reload.
     page.load(lambda: gr.Dropdown(choices=presets.choices(method), value=initial_preset), outputs=preset)
-    opening = (lambda: on_load_preset(initial_preset, fresh=True)) if initial_preset else None
-    return MethodTab(form, report_md, upload, opening, form_out)
+    if initial_preset:
+        page.load(lambda: on_load_preset(initial_preset), outputs=form_out)
+    return MethodTab(form, report_md, upload)
 
 
 @dataclass
@@ -320,11 +302,6 @@ class MethodTab:
     form: Form
     report: gr.Markdown
     import_button: gr.UploadButton
-    # The tab's opening preset, loaded when a page opens. build_page runs it after the run panel's page load: as
-    # one more page-load event of its own, the ControlNet tab's demo preset kept a fresh page's run panel at "No run
-    # yet" for minutes on a busy machine (each page-load event began seconds after the one before).
-    opening: Callable[[], dict] | None = None
-    opening_outputs: set[gr.components.Component] = field(default_factory=set)
 
 
 def _keep_launch_consistent(form: "Form") -> None:

@@ -16,14 +16,12 @@ from gui.allowed_paths import AllowedRoots
 from gui.checks import check_form
 from gui.forms import ESSENTIALS, build_form, from_widget, option_for, to_widget
 from gui.jobs import JobError, JobManager
-from gui.page import opening_preset
 from gui.presets import PresetError, Presets
 from gui.run_files import RunWatcher, list_runs
 from trainers.core import events as ev
 from trainers.core.events import TextTail as Tail
 from trainers.core.launch import accelerate_command, other_machine_commands
 from trainers.core.options import TrainConfig, load_config, options_for
-from trainers.core.registry import METHOD_NAMES
 from trainers.demo import build_dataset
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,24 +139,6 @@ def test_builtin_presets_load_for_their_method(tmp_path: Path) -> None:
     assert (flux["timestep_sampling"], flux["discrete_flow_shift"], flux["model_prediction_type"]) == (
         "shift", 3.1582, "raw")
     assert "dreambooth_sd15" in presets.names("dreambooth") and "finetune_sdxl" in presets.names("finetune")
-
-
-def test_with_the_demo_each_tab_opens_on_its_own_demo_preset(tmp_path: Path) -> None:
-    presets = Presets(tmp_path / "user")
-    opening = {method: opening_preset(presets, method, "demo", i == 0) for i, method in enumerate(METHOD_NAMES)}
-    assert opening["lora"] == "demo" and opening["controlnet"] == "demo_controlnet"
-    assert opening["dreambooth"] is None  # no demo of its own: the tab opens empty rather than on the LoRA's
-    assert opening_preset(presets, "controlnet", None, False) is None
-
-
-def test_a_fresh_page_is_sent_only_the_preset_values_that_differ_from_its_fields(tmp_path: Path) -> None:
-    with gr.Blocks():
-        form = build_form("controlnet")
-    values, _ = Presets(tmp_path / "user").load("demo_controlnet", "controlnet")
-    changes = form.changes(values)
-    assert len(changes) < len(form.updates(values)) // 4  # a built-in preset names every option
-    assert changes[form.widgets["conditioning_data_dir"]] == "demo/controls"
-    assert all(form.updates(values)[w] == v for w, v in changes.items())
 
 
 def test_user_presets_save_load_delete_and_never_keep_secrets(tmp_path: Path) -> None:
