@@ -147,3 +147,15 @@ def run_plugin_probe(tmp_path: Path, probe: str, preset: str, text: str) -> dict
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def write_plugin_package(root: Path, name: str, files: dict[str, str]) -> None:
+    """A throwaway plug-in package root/plugins_for_test/<name>/ holding `files` (file name -> source, dedented)."""
+    import textwrap
+
+    folder = root / "plugins_for_test" / name
+    folder.mkdir(parents=True)
+    (root / "plugins_for_test" / "__init__.py").write_text("")
+    (folder / "__init__.py").write_text("")
+    for file, source in files.items():
+        (folder / file).write_text(textwrap.dedent(source))

@@ -2,10 +2,9 @@
 page's tab, Validate, TOML, presets, the CLI and docs/options.md with no edit anywhere else."""
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
-from tests.helpers import run_plugin_probe
+from tests.helpers import run_plugin_probe, write_plugin_package
 
 
 OPTIONS_PY = '''
@@ -85,12 +84,7 @@ print(json.dumps({
 
 
 def _plugin_package(root: Path) -> None:
-    folder = root / "plugins_for_test" / "glaze"
-    folder.mkdir(parents=True)
-    (root / "plugins_for_test" / "__init__.py").write_text("")
-    (folder / "__init__.py").write_text("")
-    (folder / "options.py").write_text(textwrap.dedent(OPTIONS_PY))
-    (folder / "rules.py").write_text(textwrap.dedent(RULES_PY))
+    write_plugin_package(root, "glaze", {"options.py": OPTIONS_PY, "rules.py": RULES_PY})
 
 
 def test_a_method_folder_is_picked_up_with_no_other_edits(tmp_path: Path) -> None:

@@ -7,12 +7,11 @@ import ast
 import importlib
 import pkgutil
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_plugin_probe
+from tests.helpers import run_plugin_probe, write_plugin_package
 from trainers.core.options import groups
 from trainers.core.registry import FAMILIES
 from trainers.models.rules import rules_of
@@ -89,12 +88,7 @@ print(json.dumps({
 
 
 def _plugin_package(root: Path) -> None:
-    folder = root / "plugins_for_test" / "glazed"
-    folder.mkdir(parents=True)
-    (root / "plugins_for_test" / "__init__.py").write_text("")
-    (folder / "__init__.py").write_text("")
-    (folder / "options.py").write_text(textwrap.dedent(OPTIONS_PY))
-    (folder / "rules.py").write_text(textwrap.dedent(RULES_PY))
+    write_plugin_package(root, "glazed", {"options.py": OPTIONS_PY, "rules.py": RULES_PY})
 
 
 @pytest.mark.slow  # a Python process of its own: the registry gains the family before the schema is built
