@@ -80,7 +80,7 @@ class Model:
     config_dir: Path  # its component configs: the folder itself, or the family's shipped arch/ for a single file
     single_file: bool
     reads: frozenset[str] = frozenset()  # the component file options it reads
-    file: Path | None = None  # the single file, when it is one
+    latents: int | None = None  # the latent channels its single file's denoiser takes, where the file tells
 
 
 def model_issues(values: Mapping[str, Any], model: Path | None = None) -> list[ConfigIssue]:
@@ -197,7 +197,8 @@ def _file_model(path: Path, values: Mapping[str, Any], issues: list[ConfigIssue]
     issues += rules.checkpoint_issues(CheckpointKeys(shapes, str(path)), ModelFiles.from_values(values),
                                       str(values.get("vae") or "").strip())
     reads = {p.option for p in rules.checkpoint_parts if p.option} if rules.own_checkpoint_layout else set()
-    return Model(rules, rules.arch_dir, single_file=True, reads=frozenset(reads), file=path)
+    return Model(rules, rules.arch_dir, single_file=True, reads=frozenset(reads),
+                 latents=_denoiser_latents(rules, shapes))
 
 
 def _clip_skip_issues(found: Model, values: Mapping[str, Any]) -> list[ConfigIssue]:
@@ -297,19 +298,19 @@ def _latent_channels_needed(model: Model) -> int | None:
     return _channels_of_part(part, model) if model.single_file and part is not None else None
 
 
+def _denoiser_latents(rules: FamilyRules, shapes: Mapping[str, tuple[int, ...]]) -> int | None:
+    """The latent channels a single file's denoiser takes, read from its input tensor (its autoencoder part's
+    `denoiser_input`), or None where the file does not tell."""
+    part = next((p for p in getattr(rules, "checkpoint_parts", ()) if getattr(p, "kind", "") == "vae"), None)
+    name, per_channel = getattr(part, "denoiser_input", ()) or ("", 0)
+    shape = next((v for k, v in shapes.items() if name and (k == name or k.endswith("." + name))), ())
+    return int(shape[1]) // per_channel if len(shape) >= 2 and shape[1] % per_channel == 0 else None
+
+
 def _channels_of_part(part: Any, model: Model) -> int:
     """The latent channels an autoencoder part must work in: what the single file's denoiser takes where its
-    file tells (`Part.denoiser_input`), else the family's published count."""
-    name, per_channel = getattr(part, "denoiser_input", ()) or ("", 0)
-    if name and model.file is not None:
-        try:
-            shapes, _ = read_safetensors_header(model.file)
-        except ValueError:
-            shapes = {}
-        shape = next((v for k, v in shapes.items() if k == name or k.endswith("." + name)), ())
-        if len(shape) >= 2 and shape[1] % per_channel == 0:
-            return int(shape[1]) // per_channel
-    return int(getattr(part, "latent_channels", 0) or 0)
+    file tells, else the family's published count."""
+    return model.latents or int(getattr(part, "latent_channels", 0) or 0)
 
 
 def vae_problem(folder: Path, model: Model | None = None) -> str | None:
