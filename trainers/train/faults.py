@@ -36,27 +36,29 @@ def memory_suggestions(cfg: "TrainConfig", method_tips: Sequence[str]) -> list[s
     """What would make this config fit in less memory, most effective first; only what is not done yet.
     `method_tips` are the method's own (its rules' `memory_tips(cfg)`), told after the shared ones."""
     from trainers.core.options import parse_resolution
+    from trainers.core.options.typed import DatasetOptions, OptimizerOptions, PrecisionOptions
 
+    opts, precision, data = OptimizerOptions.of(cfg), PrecisionOptions.of(cfg), DatasetOptions.of(cfg)
     tips: list[str] = []
-    if cfg.train_batch_size > 1:
-        tips.append(f"lower train_batch_size (now {cfg.train_batch_size}); raise gradient_accumulation_steps to "
+    if opts.train_batch_size > 1:
+        tips.append(f"lower train_batch_size (now {opts.train_batch_size}); raise gradient_accumulation_steps to "
                     "keep the same effective batch")
-    if not cfg.gradient_checkpointing:
+    if not precision.gradient_checkpointing:
         tips.append("turn on gradient_checkpointing (much less memory, about 20% slower)")
-    if cfg.mixed_precision == "no":
+    if precision.mixed_precision == "no":
         tips.append("set mixed_precision = 'bf16' (or 'fp16' on GPUs without bf16)")
-    if cfg.optimizer_type == "AdamW":
+    if opts.optimizer_type == "AdamW":
         tips.append("use optimizer_type = 'AdamW8bit' (or 'Adafactor')")
-    if not (cfg.cache_latents or cfg.cache_latents_to_disk):
+    if not (data.cache_latents or data.cache_latents_to_disk):
         tips.append("turn on cache_latents (the VAE does not run during steps)")
     tips += method_tips
     try:
-        width, height = parse_resolution(cfg.resolution)
+        width, height = parse_resolution(data.resolution)
     except ValueError:
         width = height = 0
     if width * height > 512 * 512:
-        tips.append(f"lower resolution (now {cfg.resolution}; e.g. '{max(512, width * 3 // 4 // 64 * 64)}')")
-    if not cfg.sdpa:
+        tips.append(f"lower resolution (now {data.resolution}; e.g. '{max(512, width * 3 // 4 // 64 * 64)}')")
+    if not precision.sdpa:
         tips.append("turn sdpa back on (memory-efficient attention)")
     return tips
 
@@ -85,8 +87,11 @@ class LossGuard:
     """
 
     def __init__(self, cfg: "TrainConfig", accelerator: Any, params: list["torch.Tensor"], events: "EventWriter") -> None:
-        self.cfg, self.accelerator, self.params, self.events = cfg, accelerator, params, events
-        self.limit = int(cfg.nan_steps_before_stop)
+        from trainers.core.options.typed import OptimizerOptions, PrecisionOptions, SavingOptions
+
+        self.opts, self.precision = OptimizerOptions.of(cfg), PrecisionOptions.of(cfg)
+        self.accelerator, self.params, self.events = accelerator, params, events
+        self.limit = int(SavingOptions.of(cfg).nan_steps_before_stop)
         self.bad: list[int] = []  # the steps of the current run of skipped updates
         self.dropped = False
 
@@ -95,8 +100,8 @@ class LossGuard:
         import torch
 
         grads = [p.grad for p in self.params if p.grad is not None]
-        if self.cfg.max_grad_norm:
-            norm = self.accelerator.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        if self.opts.max_grad_norm:
+            norm = self.accelerator.clip_grad_norm_(self.params, self.opts.max_grad_norm)
         elif grads:  # one foreach kernel over every gradient, not one norm each
             norm = torch.nn.utils.get_total_norm(grads)
         else:
@@ -118,12 +123,12 @@ class LossGuard:
             raise NonFiniteLoss(self.message(), steps=list(self.bad))
 
     def message(self) -> str:
-        cfg, first = self.cfg, self.bad[0]
-        tips = [f"lower learning_rate (now {cfg.learning_rate:g})"]
-        if cfg.mixed_precision == "fp16":
+        opts, first = self.opts, self.bad[0]
+        tips = [f"lower learning_rate (now {opts.learning_rate:g})"]
+        if self.precision.mixed_precision == "fp16":
             tips.append("use mixed_precision = 'bf16' if the GPU has it (fp16 overflows)")
             tips.append("turn on no_half_vae")
-        if not cfg.max_grad_norm:
+        if not opts.max_grad_norm:
             tips.append("set max_grad_norm = 1.0")
         tips.append("check the images (a broken or blank image can do this)")
         return (f"the loss was NaN/inf for {len(self.bad)} steps in a row (steps {first}-{self.bad[-1]}); those "

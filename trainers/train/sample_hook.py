@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager
 
 from trainers.core.options import parse_resolution
+from trainers.core.options.typed import DatasetOptions, ModelOptions, OptimizerOptions, SamplingOptions, SavingOptions
 from trainers.core.prompts import config_prompts
 from trainers.core.rundir import SAMPLES
 from trainers.models import LoadedModel
@@ -26,27 +27,29 @@ def sample_hook(session: Session, model: LoadedModel, weights: Callable[[], Cont
     each prompt renders with (a ControlNet's control image).
     """
     cfg, accelerator = session.cfg, session.accelerator
-    prompts = config_prompts(cfg.sample_prompts, cfg.sample_prompt_lines)
+    sampling, saving = SamplingOptions.of(cfg), SavingOptions.of(cfg)
+    prompts = config_prompts(sampling.sample_prompts, list(sampling.sample_prompt_lines))
     if not prompts:
         return None
     from trainers.sampling.pipeline import generate_samples, sample_event, sample_path
 
-    out_dir = (session.run_dir or Path(cfg.output_dir).expanduser()) / SAMPLES
+    out_dir = (session.run_dir or Path(saving.output_dir).expanduser()) / SAMPLES
     if accelerator.is_main_process:  # said once in the page, not at every sampling
         texts = [p.prompt for p in prompts] + [p.negative for p in prompts if p.negative]
         for text in model.family.overlong(model.tokenizers, texts, model.prompt_format):
             session.events.warn(f"a sample prompt is longer than max_token_length ({model.prompt_format.limit} "
                                 f"tokens) and is cut there: {text[:200]!r}")
-    size = parse_resolution(cfg.resolution)
+    size = parse_resolution(DatasetOptions.of(cfg).resolution)
+    seed, clip_skip = OptimizerOptions.of(cfg).seed, ModelOptions.of(cfg).clip_skip
 
     def sample(step: int, epoch: int) -> None:
-        tag = f"{cfg.output_name}_{step:06d}"
+        tag = f"{saving.output_name}_{step:06d}"
         accelerator.wait_for_everyone()
         with weights():
-            generate_samples(model, prompts, out_dir, tag, sampler=cfg.sample_sampler, default_size=size,
-                             default_steps=cfg.sample_steps, default_cfg=cfg.sample_cfg_scale, base_seed=cfg.seed,
+            generate_samples(model, prompts, out_dir, tag, sampler=sampling.sample_sampler, default_size=size,
+                             default_steps=sampling.sample_steps, default_cfg=sampling.sample_cfg_scale, base_seed=seed,
                              rank=accelerator.process_index, world_size=accelerator.num_processes,
-                             clip_skip=cfg.clip_skip, device=accelerator.device, dtype=session.weight_dtype,
+                             clip_skip=clip_skip, device=accelerator.device, dtype=session.weight_dtype,
                              per_prompt=per_prompt)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
