@@ -1,4 +1,5 @@
-"""mypy (pinned in requirements-dev.txt, configured in mypy.ini) finds no error in trainers/core and trainers/train."""
+"""mypy (pinned in requirements-dev.txt, configured in mypy.ini) finds no error in trainers/core, trainers/train and
+trainers/models/checks.py."""
 from __future__ import annotations
 
 import tempfile
@@ -14,5 +15,6 @@ REPO = Path(__file__).resolve().parents[2]
 def test_mypy_passes_over_core_and_train() -> None:
     cache = Path(tempfile.gettempdir()) / "atelier-mypy-cache"
     out, err, status = api.run(["--config-file", str(REPO / "mypy.ini"), "--cache-dir", str(cache),
-                                str(REPO / "trainers" / "core"), str(REPO / "trainers" / "train")])
+                                str(REPO / "trainers" / "core"), str(REPO / "trainers" / "train"),
+                                str(REPO / "trainers" / "models" / "checks.py")])
     assert status == 0, out + err

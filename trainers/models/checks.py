@@ -231,7 +231,7 @@ def _component_issues(values: Mapping[str, Any], found: Model | None) -> list[Co
         if path is None or found is not None and option not in found.reads:
             continue
         part = _autoencoder_part(found, option)
-        problem = component_problem(path, component if part is None else _autoencoder(part, found))
+        problem = component_problem(path, component if part is None or found is None else _autoencoder(part, found))
         if problem is None and part is not None and found is not None:
             problem = _latent_problem(path, part, found)
         if problem:
