@@ -86,8 +86,13 @@ def from_widget(opt: Option, value: Any) -> Any:
     return value
 
 
-def make_widget(opt: Option) -> gr.components.Component:
-    common = {"label": label(opt.name), "info": plain_info(opt.help), "value": to_widget(opt, opt.default),
+_DEFAULT: Any = object()  # make_widget's value when none is given: the option's default
+
+
+def make_widget(opt: Option, value: Any = _DEFAULT) -> gr.components.Component:
+    """`opt`'s widget, holding `value` (an option value; by default the option's default)."""
+    shown = to_widget(opt, opt.default if value is _DEFAULT else value)
+    common = {"label": label(opt.name), "info": plain_info(opt.help), "value": shown,
               "elem_id": f"opt-{opt.name}"}
     if opt.kind == "bool":
         return gr.Checkbox(**common)
@@ -106,8 +111,10 @@ def make_widget(opt: Option) -> gr.components.Component:
     return gr.Textbox(placeholder=placeholder, **common)
 
 
-def build_form(method: str) -> Form:
-    """Render the form inside the current gradio context and return its widgets."""
+def build_form(method: str, values: dict[str, Any] | None = None) -> Form:
+    """Render the form inside the current gradio context and return its widgets, holding `values` (name -> value)
+    where given, else the options' defaults."""
+    start = values or {}
     form = Form(method)
     options = options_for(method)
     by_group: dict[str, list[Option]] = {}
@@ -120,7 +127,8 @@ def build_form(method: str) -> Form:
             with gr.Row():
                 for name in row:
                     with gr.Column(min_width=160):  # its problems directly under it, as a form shows them
-                        form.widgets[name] = make_widget(option_for(method, name))
+                        opt = option_for(method, name)
+                        form.widgets[name] = make_widget(opt, start.get(name, opt.default))
                         form.group_notes[name] = gr.Markdown(visible=False, elem_classes=["group-problems"],
                                                              elem_id=f"note-{name}")
     form.group_notes["essentials"] = gr.Markdown(visible=False, elem_classes=["group-problems"])  # names no option
@@ -132,16 +140,16 @@ def build_form(method: str) -> Form:
         with gr.Accordion(title, open=shown, elem_id=f"group-{method}-{group}") as accordion:
             form.accordions[group] = accordion
             form.group_notes[group] = gr.Markdown(visible=False, elem_classes=["group-problems"])
-            _grid([o for o in members if not o.advanced], form)
+            _grid([o for o in members if not o.advanced], form, start)
             advanced = [o for o in members if o.advanced]
             if advanced:
                 with gr.Accordion("Advanced", open=False):
-                    _grid(advanced, form)
+                    _grid(advanced, form, start)
     return form
 
 
-def _grid(options: list[Option], form: Form, per_row: int = 3) -> None:
+def _grid(options: list[Option], form: Form, values: dict[str, Any], per_row: int = 3) -> None:
     for start in range(0, len(options), per_row):
         with gr.Row():
             for opt in options[start:start + per_row]:
-                form.widgets[opt.name] = make_widget(opt)
+                form.widgets[opt.name] = make_widget(opt, values.get(opt.name, opt.default))

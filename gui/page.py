@@ -76,10 +76,11 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
             with gr.Column(scale=3), browse_panel():  # every tab's path fields share one Browse list
                 with gr.Tabs(overflow_behavior="wrap") as tabs:  # on a phone every tab stays in sight
                     method_tabs = {}
-                    for i, method in enumerate(METHODS):  # the first tab (LoRA) opens with the initial preset
+                    for i, method in enumerate(METHODS):
                         with gr.Tab(method.title, id=method.name):
-                            method_tabs[method.name] = _method_tab(method.name, services, viewed,
-                                                                   initial_preset if i == 0 else None, page)
+                            method_tabs[method.name] = _method_tab(
+                                method.name, services, viewed, opening_preset(services.presets, method.name,
+                                                                              initial_preset, i == 0), page)
                     with gr.Tab("Dataset", id="dataset"):
                         dataset = build_dataset_tab(services)
                     with gr.Tab("Generate", id="generate"):
@@ -167,6 +168,26 @@ def _resume(services: Services, run_id: str) -> tuple[str | None, str]:
     return started.name, f"Resumed {run_id} as {started.name}"
 
 
+def opening_preset(presets: Presets, method: str, initial: str | None, first: bool) -> str | None:
+    """The preset a method tab opens with: the first tab (LoRA) the initial one; another tab the initial one's
+    variant for its method where one is built in (with --demo the ControlNet tab opens on demo_controlnet)."""
+    if initial is None or first:
+        return initial
+    variant = f"{initial}_{method}"
+    return variant if variant in presets.names(method) else None
+
+
+def _opening(presets: Presets, method: str, name: str | None) -> tuple[dict[str, Any] | None, str]:
+    """(the values a tab's widgets are built with, its report's opening text) for opening preset `name`."""
+    if not name:
+        return None, ""
+    try:
+        values, warnings = presets.load(name, method)
+    except PresetError as err:
+        return None, f"### Preset not loaded\n{plain(err)}"
+    return values, f"### Loaded preset {label(name)}\n" + "\n".join(f"- {plain(w)}" for w in warnings)
+
+
 def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initial_preset: str | None,
                 page: gr.Blocks) -> MethodTab:
     presets = services.presets
@@ -195,7 +216,10 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     job_files = gr.File(visible=False, file_count="multiple", label="Cluster job files (SLURM, Kubernetes)")
     exported = gr.File(visible=False, label="Config")
     upload_box = build_upload(services.uploads, method)
-    form = build_form(method)
+    # The opening preset's values are the widgets' own: a page opens on them with no event (sending them at each
+    # page load kept a fresh page busy for long on a loaded machine).
+    opening_values, opened = _opening(presets, method, initial_preset)
+    form = build_form(method, opening_values)
     upload_box.wire(form.widgets["train_data_dir"], report_md)
     inputs = set(form.components)
     notes = list(form.group_notes.values()) + list(form.accordions.values())
@@ -291,9 +315,9 @@ def _method_tab(method: str, services: Services, viewed: gr.BrowserState, initia
     delete.click(on_delete_preset, inputs=preset, outputs={preset, report_md})
     _keep_launch_consistent(form)
     # Presets are read from disk on every page load: one saved in another tab or browser is listed after a reload.
-    page.load(lambda: gr.Dropdown(choices=presets.choices(method), value=initial_preset), outputs=preset)
-    if initial_preset:
-        page.load(lambda: on_load_preset(initial_preset), outputs=form_out)
+    # Its report says which preset it opened on with that same event: "Loaded preset" tells the page has loaded.
+    page.load(lambda: {preset: gr.Dropdown(choices=presets.choices(method), value=initial_preset),
+                       report_md: opened or gr.skip()}, outputs={preset, report_md})
     return MethodTab(form, report_md, upload)
 
 

@@ -179,5 +179,13 @@ def test_upload_a_dataset_then_download_a_runs_results(lora, demo_app: App, tmp_
             fresh.locator("#download-file a").first.click()
         got.value.save_as(tmp_path / "model.safetensors")
         assert (tmp_path / "model.safetensors").read_bytes() == b"the lora"
+        # --demo opens the ControlNet tab on its own demo preset too (its widgets are built holding its values)
+        fresh.get_by_role("tab", name="ControlNet", exact=True).click(timeout=90_000)  # renders its ~400 fields
+        expect(fresh.locator("#report-controlnet")).to_contain_text("Loaded preset demo_controlnet", timeout=60_000)
+        panel = fresh.get_by_role("tabpanel")
+        expect(panel.locator("#opt-output_name").locator("textarea, input").first).to_have_value("demo_controlnet")
+        expect(panel.locator("#opt-conditioning_data_dir").locator("textarea, input").first).to_have_value(
+            "demo/controls")
+        expect(fresh.locator("#run-title")).to_contain_text(run.name)
     finally:
         fresh.context.close()
