@@ -136,6 +136,19 @@ class Checkpoint(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Health(Event):
+    """The health check of one save (trainers/health/): `verdict` "healthy" or "warnings", each warning with its
+    reason; `report` is the JSON file under the run's health/ folder."""
+
+    type: ClassVar[str] = "health"
+    path: str
+    step: int
+    verdict: str
+    warnings: list[str] = field(default_factory=list)
+    report: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Sample(Event):
     type: ClassVar[str] = "sample"
     path: str
@@ -251,7 +264,7 @@ def _registry(*kinds: type[Event]) -> dict[str, type[Event]]:
 
 _SHARED = (Warning, Error, Done)
 TRAINING_EVENTS = _registry(*_SHARED, Start, Progress, Validation, Checkpoint, Sample, Dataset, Cache, Resume,
-                            ClassImages, Info)
+                            ClassImages, Info, Health)
 JOB_EVENTS = _registry(*_SHARED, JobStart, Image, GenerateProgress, Grid)
 
 

@@ -30,6 +30,7 @@ EVENTS = "events.jsonl"
 LOG = "train.log"  # stdout and stderr of every process
 CONTROL = "control"  # flag files: one per pending request
 SAMPLES = "samples"
+HEALTH = "health"  # a health report per save (<save file name>.json, trainers/health/)
 IMAGES = "images"  # a generation job's images (unless it names another folder)
 
 
