@@ -18,7 +18,8 @@ from typing import Any, Literal, TypeVar
 from trainers.core.errors import BadInput, ConfigIssue
 from trainers.core.memory_facts import ModelSize
 from trainers.core.options.training import family_declaration, family_sections, in_group
-from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
+from trainers.core.options.families import family_network_args
+from trainers.core.options.groups.network import FUSED_LAYER_ARGS
 from trainers.core.registry import FAMILIES, FamilySpec
 
 SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth")  # what load_model reads as a single file
@@ -151,9 +152,11 @@ class FamilyRules(ABC):
     def network_arg_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """network_args keys of another family's LoRAs."""
         keys = [str(a).split("=")[0].strip() for a in values.get("network_args") or []]
-        issues = [ConfigIssue("network_args", f"{key} chooses FLUX.1 layers (sd-scripts' networks.lora_flux), which "
-                              f"{self.title} models do not have: leave it out", "network")
-                  for key in keys if key in FLUX_NETWORK_ARGS and key not in self.network_arg_keys]
+        owners = family_network_args()
+        issues = [ConfigIssue("network_args", f"{key} chooses {' and '.join(owners[key])} layers (sd-scripts' "
+                              f"network_args for {' and '.join(owners[key])} LoRAs), which {self.title} models do not "
+                              "have: leave it out", "network")
+                  for key in keys if key in owners and key not in self.network_arg_keys]
         if self.unet_key_style != "own":  # only families naming their own modules have fused q/k/v ones
             issues += [ConfigIssue("network_args", f"{key} splits LoRA modules that cover q, k and v together; an "
                                    f"{self.title} model's LoRA has none: leave it out", "network")

@@ -11,7 +11,8 @@ import difflib
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS
+from trainers.core.options.groups.network import FUSED_LAYER_ARGS
+from trainers.models.flux.options import NETWORK_ARGS as FLUX_NETWORK_ARGS
 from trainers.adapters.kohya.compat import MODEL_TYPE_REFUSED, MODEL_TYPES_HERE
 from trainers.core.options.training import BY_NAME
 

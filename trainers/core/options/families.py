@@ -5,7 +5,9 @@
 - GROUPS: sections of its own ({id: title}; after the flow section);
 - READS: the shared options it reads;
 - TIMESTEP_SAMPLINGS: timestep_sampling values of its own ({value: what it draws});
-- NOTES: what a shared option means for it ({option: sentence}).
+- NOTES: what a shared option means for it ({option: sentence});
+- NETWORK_ARGS: network_args keys its LoRAs take that no shared option names (FLUX.1's layer choices); the other
+  families refuse them.
 
 From these, every option a family reads says so in its help ("FLUX.1 and Chroma: ..."), timestep_sampling's
 choices and help gain the families' own values, and each note is added under the names of the families that give
@@ -56,6 +58,10 @@ class FamilyOptions:
     def groups(self) -> dict[str, str]:
         return dict(getattr(self.module, "GROUPS", {}))
 
+    @property
+    def network_args(self) -> tuple[str, ...]:
+        return tuple(getattr(self.module, "NETWORK_ARGS", ()))
+
 
 def declarations() -> tuple[FamilyOptions, ...]:
     """Every family package's `options` module, in registry order (the order help texts name families in)."""
@@ -64,6 +70,15 @@ def declarations() -> tuple[FamilyOptions, ...]:
         by_package.setdefault(spec.options, []).append(spec)
     return tuple(FamilyOptions(tuple(specs), importlib.import_module(name)) for name, specs in by_package.items()
                  if importlib.util.find_spec(name) is not None)
+
+
+def family_network_args() -> dict[str, tuple[str, ...]]:
+    """{network_args key: the titles of the families whose LoRAs take it} (their NETWORK_ARGS)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for family in declarations():
+        for key in family.network_args:
+            found[key] = found.get(key, ()) + family.titles
+    return found
 
 
 def names(titles: list[str]) -> str:

@@ -13,7 +13,8 @@ from typing import Any
 
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.core.options import BY_NAME, TrainConfig
-from trainers.core.options.groups.network import FLUX_NETWORK_ARGS, FUSED_LAYER_ARGS, NETWORK_ARG_OPTIONS
+from trainers.core.options.families import family_network_args
+from trainers.core.options.groups.network import FUSED_LAYER_ARGS, NETWORK_ARG_OPTIONS
 from trainers.methods.lora.blocks import LAYOUTS, block_lr_weights, parse_numbers
 
 # network_args keys that are options of ours (value kinds for reading them from a string).
@@ -22,7 +23,7 @@ OPTION_KEYS: dict[str, type] = {key: _KINDS[BY_NAME[key].kind] for key in NETWOR
 _LORAPLUS = {"loraplus_lr_ratio", "loraplus_unet_lr_ratio", "loraplus_text_encoder_lr_ratio"}
 # What each module takes in network_args besides nothing else (LyCORIS: lycoris/kohya.py create_network).
 MODULE_KEYS: dict[str, set[str]] = {
-    "networks.lora": set(OPTION_KEYS) | set(FLUX_NETWORK_ARGS) | set(FUSED_LAYER_ARGS),
+    "networks.lora": set(OPTION_KEYS) | set(family_network_args()) | set(FUSED_LAYER_ARGS),
     "networks.dylora": {"conv_dim", "conv_alpha", "unit"} | _LORAPLUS,
     "lycoris.kohya": {"conv_dim", "conv_alpha", "dropout", "rank_dropout", "module_dropout", "algo", "preset",
                       "factor", "dora_wd", "wd_on_output", "use_tucker", "use_cp", "use_conv_cp", "disable_conv_cp",

@@ -8,7 +8,7 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import CLIP_L, CLIP_L_LINEAR, CLIP_L_LORA, FLOW_AE, T5XXL, T5XXL_LINEAR, ModelSize
-from trainers.core.options.groups.network import FLUX_NETWORK_ARGS
+from trainers.models.flux.options import NETWORK_ARGS
 from trainers.models.flow_rules import FlowRules, Part
 from trainers.models.flux import lora_layers
 
@@ -25,7 +25,7 @@ class FluxRules(FlowRules):
                         Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
                         Part("vae", "vae.", "ae", "autoencoder",
                              denoiser_input=("img_in.weight", 4)))
-    network_arg_keys = frozenset(FLUX_NETWORK_ARGS)
+    network_arg_keys = frozenset(NETWORK_ARGS)
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)

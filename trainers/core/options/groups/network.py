@@ -10,11 +10,6 @@ NETWORK_ARG_OPTIONS = ("conv_dim", "conv_alpha", "rank_dropout", "module_dropout
                        "conv_block_dims", "conv_block_alphas", "down_lr_weight", "mid_lr_weight", "up_lr_weight",
                        "block_lr_zero_threshold", "loraplus_lr_ratio", "loraplus_unet_lr_ratio",
                        "loraplus_text_encoder_lr_ratio")
-# network_args of sd-scripts' networks.lora_flux that choose which FLUX.1 layers train and at which rank
-# (trainers/models/flux/lora_layers.py reads them); any other family refuses them.
-FLUX_NETWORK_ARGS = ("train_blocks", "train_double_block_indices", "train_single_block_indices", "img_attn_dim",
-                     "txt_attn_dim", "img_mlp_dim", "txt_mlp_dim", "img_mod_dim", "txt_mod_dim", "single_dim",
-                     "single_mod_dim", "in_dims")
 # network_args of sd-scripts' networks.lora_flux / lora_sd3 for LoRA modules over several layers (q, k and v):
 # `split_qkv=True` trains each layer its own LoRA. Families without such modules refuse it.
 FUSED_LAYER_ARGS = ("split_qkv",)
