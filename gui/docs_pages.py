@@ -1,4 +1,4 @@
-"""The project's documentation (README.md and docs/*.md) as pages under the GUI's own address, /manual/<file>, so the
+"""The project's documentation (README.md and docs/*.md, and each option's whole help) as pages under the GUI's own address, /manual/<file>, so the
 page can link to it wherever the GUI runs (--listen, --share, a reverse proxy), behind the same login.
 
 Only those markdown files are served, read from this checkout, rendered without raw HTML; headings get GitHub's
@@ -11,9 +11,11 @@ import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from gui.option_help import help_body
 from gui.session_guard import TEXT_PLAIN, PrefixMiddleware, Receive, Scope, Send, reply
 
 PREFIX = "/manual/"
+OPTION_PREFIX = "option/"  # /manual/option/<key>: one option's whole help (gui/option_help.py)
 REPO = Path(__file__).resolve().parents[1]
 # The page's row of links (relative: they follow a --root-path).
 DOCS_LINKS = ("Docs: [Getting started](manual/README.md) · [The GUI](manual/README.md#the-gui) · "
@@ -75,6 +77,13 @@ class DocsPages(PrefixMiddleware):
         self.root = root
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, rest: str) -> None:
+        if rest.startswith(OPTION_PREFIX) and scope.get("method") in ("GET", "HEAD"):
+            found = help_body(rest[len(OPTION_PREFIX):])
+            if found is not None:  # an option's whole help (its widget shows the first sentence)
+                title, body = found
+                page = _PAGE.format(title=html.escape(title), body=body).encode("utf-8")
+                await reply(send, 200, page, content_type=b"text/html; charset=utf-8")
+                return
         file = doc_files(self.root).get(rest)
         if file is None or scope.get("method") not in ("GET", "HEAD"):
             await reply(send, 404, b"No such page: the manual has README.md and docs/*.md.", content_type=TEXT_PLAIN)

@@ -11,7 +11,7 @@ from typing import Any
 import gradio as gr
 
 from gui.folder_browser import browsable_textbox
-from gui.text import plain_info
+from gui.option_help import widget_info
 from trainers.core.options import GROUPS, Option, options_for
 from trainers.core.options.training import open_groups
 
@@ -92,7 +92,7 @@ _DEFAULT: Any = object()  # make_widget's value when none is given: the option's
 def make_widget(opt: Option, value: Any = _DEFAULT) -> gr.components.Component:
     """`opt`'s widget, holding `value` (an option value; by default the option's default)."""
     shown = to_widget(opt, opt.default if value is _DEFAULT else value)
-    common = {"label": label(opt.name), "info": plain_info(opt.help), "value": shown,
+    common = {"label": label(opt.name), "info": widget_info(opt), "value": shown,
               "elem_id": f"opt-{opt.name}"}
     if opt.kind == "bool":
         return gr.Checkbox(**common)

@@ -174,8 +174,9 @@ def test_messages_and_help_read_in_full(page, tmp_path: Path) -> None:
         page.goto(app.url)
         page.get_by_role("tab", name="LoRA", exact=True).click()
         help_text = page.locator("#opt-optimizer_type")
-        # a look-alike of *: gradio's info rules read no escapes
-        expect(help_text).to_contain_text("Paged\u2217 ones page their state to CPU memory and run unpaged")
+        # its first sentence, and a link to the whole help (gui/option_help.py); gradio's info rules read no escapes
+        expect(help_text).to_contain_text("Optimizer, as in sd-scripts (any case), or a module.Class path")
+        expect(help_text.get_by_role("link", name="more")).to_have_attribute("href", "manual/option/optimizer_type")
         expect(help_text.locator("em")).to_have_count(0)
         page.locator("#validate-lora").click()  # an empty form: the images are required
         full = ("train_data_dir: is required: give a folder of <repeats>_<tokens> subfolders (or set metadata_dir "

@@ -14,7 +14,8 @@ from helpers import free_port
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 httpx = pytest.importorskip("httpx")
 
-PAGE_LIMIT = 2_000_000  # bytes of the page (HTML with its config); it was 6.9 MB, 5 MB of it API docs
+PAGE_LIMIT = 1_900_000  # bytes of the page (HTML with its config); it was 6.9 MB (5 MB of it API docs), 1.88 MB with
+# every option's whole help under its field (1.82 MB with its first sentence and a link to the rest)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, obje
         page.close()
 
 
-def test_the_page_a_browser_downloads_stays_under_2_mb(served) -> None:
+def test_the_page_a_browser_downloads_stays_under_1_9_mb(served) -> None:
     url, _ = served
     with httpx.Client(base_url=url, timeout=60) as client:
         page = client.get("/")
