@@ -8,6 +8,7 @@ import os
 # each other (a tiny UNet's training step measured 6x slower with 2 threads than with 1 on a loaded 2-core machine).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -47,6 +48,24 @@ def built_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for line in ensure_demo(demo):
             print(f"demo {line}", flush=True)
     return demo
+
+
+@pytest.fixture(scope="session")
+def _fake_model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.fake_family.family import build_fake_model
+
+    return build_fake_model(tmp_path_factory.mktemp("fake_model"))
+
+
+@pytest.fixture()
+def fake_model_dir(_fake_model_folder: Path) -> Iterator[Path]:
+    """A model folder of the tests' fake family (tests/fake_family/: a few-thousand-parameter denoiser behind the
+    real family interface), for tests whose behaviour does not depend on the model; the family is registered in
+    this process for the test. A trainer process finds it with `fake_family_env()` (tests/helpers.py)."""
+    from tests.fake_family import registered
+
+    with registered():
+        yield _fake_model_folder
 
 
 @pytest.fixture(scope="session")

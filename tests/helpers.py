@@ -26,6 +26,11 @@ def hook_env(**variables: str) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests" / "hooks")]), **variables}
 
 
+def fake_family_env(**variables: str) -> dict[str, str]:
+    """hook_env in which the tests' fake model family (tests/fake_family/, conftest's fake_model_dir) is a family."""
+    return hook_env(ATELIER_TEST_FAKE_FAMILY="1", **variables)
+
+
 def free_port() -> int:
     """A port nothing listens on now: each multi-process run gets its own, so no run meets another's leftovers."""
     with socket.socket() as s:

@@ -5,6 +5,7 @@ it patches Atelier's modules as they are imported. Production code carries no te
 
 - ATELIER_TEST_FAIL_RANK_AT_STEP="RANK:STEP": that rank raises at that optimizer step.
 - ATELIER_TEST_FAIL_WORKER=ID: generation worker ID raises on its first work item.
+- ATELIER_TEST_FAKE_FAMILY=1: the tests' fake model family (tests/fake_family/) is one of the families.
 - ATELIER_TEST_COUNT_COLLECTIVES=FILE: torch.distributed collectives per optimizer step (those since the
   previous step's report) and the bytes handed to them, one JSON line per rank and step appended to FILE
   (also read by benchmarks/collectives_benchmark.py).
@@ -153,6 +154,12 @@ def _fail_worker(wid: str) -> Callable[[Any], None]:
     return patch
 
 
+def _add_fake_family(rules: Any) -> None:
+    from tests.fake_family.registration import add_to
+
+    add_to(rules)
+
+
 def _install() -> None:
     reporting: list[Callable[[Any], None]] = []
     if os.environ.get("ATELIER_TEST_COUNT_COLLECTIVES"):
@@ -163,6 +170,8 @@ def _install() -> None:
         _PATCHES["trainers.train.reporting"] = lambda module: [patch(module) for patch in reporting]
     if os.environ.get("ATELIER_TEST_FAIL_WORKER"):
         _PATCHES["trainers.generate.job"] = _fail_worker(os.environ["ATELIER_TEST_FAIL_WORKER"])
+    if os.environ.get("ATELIER_TEST_FAKE_FAMILY"):
+        _PATCHES["trainers.models.rules"] = _add_fake_family
     if _PATCHES:
         sys.meta_path.insert(0, _PatchAfterImport())
 

@@ -1,0 +1,28 @@
+"""The fake family without its weights (torch-free): it claims the folders build_fake_model writes."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainers.models.rules import CheckpointKeys, FamilyRules
+
+PIPELINE = "FakeDenoiserPipeline"
+
+
+class FakeRules(FamilyRules):
+    name = "fake"
+    title = "Fake"
+    unet_key_style = "own"  # lora_targets names its modules
+    denoiser_folder = "denoiser"
+    arch_dir = Path(__file__).with_name("arch")
+    pipeline_class = PIPELINE
+    single_file_text_encoders = ()
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        return index.get("_class_name") == PIPELINE
+
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        return False
+
+
+FAKE = FakeRules()
