@@ -22,10 +22,11 @@ from gui.run_files import Watchers, format_duration
 from gui.text import plain
 from gui.transfers import DOWNLOADS, TransferError, download_zip
 from trainers.core import events as ev
+from trainers.core.job import JobOutput, JobProgress, JobReport
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.rundir import RunState, read_status
 from trainers.generate.options import parse_loras
-from trainers.tools.events import TOOL_EVENTS, ToolOutput, ToolProgress, ToolReport
+from trainers.tools.events import TOOL_EVENTS
 from trainers.tools.options import JOB_METHOD, VERBS, ToolConfig, check_config, config_from_values, options_for
 
 
@@ -36,7 +37,7 @@ class ToolView:
     mode: str = JOB_METHOD
     status: dict[str, Any] = field(default_factory=dict)
     error: str = ""
-    progress: ToolProgress | None = None
+    progress: JobProgress | None = None
     title: str = ""
     report: str = ""
     outputs: list[tuple[str, str]] = field(default_factory=list)  # (path, kind)
@@ -53,11 +54,11 @@ class ToolWatcher(JobWatcher):
 
     def _apply(self, event: ev.Event) -> None:
         v: ToolView = self.view  # type: ignore[assignment]
-        if isinstance(event, ToolProgress):
+        if isinstance(event, JobProgress):
             v.progress = event
-        elif isinstance(event, ToolReport):
+        elif isinstance(event, JobReport):
             v.title, v.report = event.title, event.markdown
-        elif isinstance(event, ToolOutput):
+        elif isinstance(event, JobOutput):
             v.outputs.append((event.path, event.kind))
         elif isinstance(event, ev.Warning):
             v.warnings.append(event.message)

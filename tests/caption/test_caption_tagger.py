@@ -13,8 +13,8 @@ from trainers.caption.job import ImageJob, read_done
 from trainers.caption.options import check_config, config_from_values
 from trainers.caption.tagger import read_tags
 from trainers.core.errors import ToolError
+from trainers.core.job import JobStopped
 from trainers.core.rundir import Request, request
-from trainers.tools.job import ToolStopped
 
 
 def caption_cfg(images: Path, tagger: Path, **values: object):
@@ -89,7 +89,7 @@ def test_a_stopped_job_keeps_its_captions_and_a_resume_does_only_the_rest(tmp_pa
 
     caption_run.load_captioner = stopping_captioner
     try:
-        with pytest.raises(ToolStopped, match="stopped after 4 of 6 images"):
+        with pytest.raises(JobStopped, match="stopped after 4 of 6 images"):
             caption_run.run(cfg, job)
     finally:
         caption_run.load_captioner = real

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from trainers.caption.options import JOB_METHOD, VERBS, JobConfig, check_config, new_job_dir, options_for
-from trainers.core.options.jobs import add_job_arguments
-from trainers.tools.cli import checked_config, run_reported
+from trainers.core.job import JobEnd, checked_config, job_folder, run_reported
+from trainers.core.options.jobs import add_job_arguments, flag_values
 
 
 def add_arguments(commands: argparse._SubParsersAction) -> None:
@@ -29,19 +29,17 @@ def add_arguments(commands: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from trainers.core.lifecycle import job_started
-
-    cfg = checked_config(args, JobConfig, check_config)
+    cfg = checked_config(args, lambda: JobConfig.load(args.verb, args.config, args.overrides, flag_values(args)),
+                         check_config, f"{args.verb}: the options have problems")
     if isinstance(cfg, int):
         return cfg
-    job_dir = args.run_dir or new_job_dir(Path("runs"), cfg)
-    life = job_started(job_dir, cfg, method=JOB_METHOD, verb=cfg.verb)
+    job_dir, life = job_folder(args, cfg, new_job_dir, method=JOB_METHOD, verb=cfg.verb)
 
-    def work() -> tuple[str, str, dict[str, Any]]:
+    def work() -> JobEnd:
         summary = _run(cfg, job_dir, life.events)
-        return str(job_dir), summary, {"job": str(job_dir), "summary": summary}
+        return JobEnd(str(job_dir), summary, {"job": str(job_dir), "summary": summary})
 
-    return run_reported(life, job_dir, cfg.verb, work)
+    return run_reported(life, job_dir, work, cfg.verb)
 
 
 def _run(cfg: JobConfig, job_dir: Path, events: Any) -> str:

@@ -1,16 +1,16 @@
-"""What caption and mask jobs add to a tool job's events: progress counted in images, with a rate, and the newest
-result (a caption or a mask preview) for the page to show. Torch-free: the Caption tab reads these back."""
+"""What caption and mask jobs add to every job's events (trainers/core/job.py): progress counted in images, with a
+rate, and the newest result (a caption or a mask preview) for the page to show. Torch-free: the Caption tab reads these back."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
 from trainers.core import events as ev
-from trainers.tools.events import TOOL_EVENTS, ToolProgress
+from trainers.core.job import JOB_EVENTS, JobProgress
 
 
 @dataclass(frozen=True, kw_only=True)
-class ImagesProgress(ToolProgress):
+class ImagesProgress(JobProgress):
     """`done` of `total` images; `images_per_s` over the last few batches (wall clock); skipped (already done) and
     unreadable images are counted apart, not in `done`."""
 
@@ -31,5 +31,5 @@ class ImageResult(ev.Event):
     preview: str | None = None
 
 
-CAPTION_EVENTS: dict[str, type[ev.Event]] = {**TOOL_EVENTS, ImagesProgress.type: ImagesProgress,
+CAPTION_EVENTS: dict[str, type[ev.Event]] = {**JOB_EVENTS, ImagesProgress.type: ImagesProgress,
                                              ImageResult.type: ImageResult}

@@ -20,9 +20,8 @@ from trainers.caption.events import ImageResult, ImagesProgress
 from trainers.caption.options import DONE_LIST, JobConfig
 from trainers.core import events as ev
 from trainers.core.errors import ToolError
-from trainers.core.rundir import Request, take_requests
+from trainers.core.job import PROGRESS_EVERY_S, JobFolder, JobStopped
 from trainers.data.kohya_folders import IMAGE_EXTENSIONS
-from trainers.tools.job import PROGRESS_EVERY_S, ToolJob, ToolStopped
 
 RATE_WINDOW = 8  # batches the images/s rate is measured over
 
@@ -67,15 +66,14 @@ class Summary:
         return self.skipped_existing + self.skipped_done
 
 
-class ImageJob(ToolJob):
-    """A tool job whose progress counts images, with a wall-clock rate over the last batches."""
+class ImageJob(JobFolder):
+    """A job whose progress counts images, with a wall-clock rate over the last batches."""
+
+    cfg: JobConfig
 
     def __init__(self, cfg: JobConfig, folder: Path | None, events: ev.EventWriter | None = None) -> None:
-        super().__init__(cfg, folder, events)  # type: ignore[arg-type]
+        super().__init__(cfg, folder, events)
         self._recent: deque[tuple[float, int]] = deque(maxlen=RATE_WINDOW + 1)
-
-    def stop_requested(self) -> bool:
-        return Request.STOP in take_requests(self.folder)
 
     def count(self, summary: Summary, done: int, todo: int, final: bool = False) -> None:
         now = time.monotonic()
@@ -125,7 +123,7 @@ def run_images(job: ImageJob, target_of: Callable[[Path], Path], process: Callab
     try:
         for batch in _batches(todo, cfg.batch_size):
             if job.stop_requested():
-                raise ToolStopped(f"stopped after {done} of {len(todo)} images; those are written and the rest are "
+                raise JobStopped(f"stopped after {done} of {len(todo)} images; those are written and the rest are "
                                   f"untouched (a job with resume = {job.folder} does the rest)")
             loaded: list[tuple[Path, Any]] = []
             for image in batch:

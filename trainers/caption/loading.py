@@ -7,11 +7,11 @@ from typing import Any
 
 from trainers.caption.options import JobConfig, model_source
 from trainers.core.errors import ToolError
+from trainers.core.job import JobFolder
 from trainers.core.paths import is_hub_id
-from trainers.tools.job import ToolJob
 
 
-def model_folder(job: ToolJob, patterns: list[str] | None = None) -> Path:
+def model_folder(job: JobFolder, patterns: list[str] | None = None) -> Path:
     """The job's model as a local folder: the folder given, or the hub id's snapshot (only `patterns`' files),
     downloaded now unless the hub cache has it, its MiB counted in `download` progress events."""
     source = model_source(job.cfg)  # type: ignore[arg-type]

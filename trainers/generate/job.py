@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core import events as ev
-from trainers.core.rundir import Request, take_requests
+from trainers.core.job import JobStopped, stop_requested
 from trainers.generate.options import GenerateConfig
 from trainers.generate.plan import Plan, WorkItem, build_plan, resolve_seed
 
@@ -31,7 +31,7 @@ class GenerationFailed(RuntimeError):
     """No worker is left to finish the job; the message says what happened to each."""
 
 
-class GenerationStopped(RuntimeError):
+class GenerationStopped(JobStopped):
     """The user asked the job to stop; the images made so far are kept."""
 
 
@@ -105,10 +105,6 @@ class _Meter:
                                    eta_s=round(remaining / rate, 1) if rate > 0 else None, seconds=round(seconds, 3))
 
 
-def _stop_requested(job_dir: Path | None) -> bool:
-    return Request.STOP in take_requests(job_dir)
-
-
 def run_job(cfg: GenerateConfig, job_dir: Path | None, events: ev.EventWriter | None = None) -> JobResult:
     """Render every image of the job; write events to `job_dir` (when given). Returns what was made."""
     events = events or ev.EventWriter(job_dir)
@@ -165,7 +161,7 @@ def _run_in_process(cfg: GenerateConfig, plan: Plan, devices: list[str], events:
         work = _Queue(plan.items)
         meter.start()
         while (item := work.take(renderer.variant)) is not None:
-            if _stop_requested(job_dir):
+            if stop_requested(job_dir):
                 raise GenerationStopped(f"stopped with {meter.done} of {meter.total} images made")
             started = time.perf_counter()
             renderer.render(item)
@@ -250,7 +246,7 @@ def _run_workers(cfg: GenerateConfig, plan: Plan, devices: list[str], events: ev
 
     try:
         while True:
-            if _stop_requested(job_dir):
+            if stop_requested(job_dir):
                 raise GenerationStopped(f"stopped with {meter.done} of {meter.total} images made")
             alive = [w for w in workers if w.state in ("starting", "working", "idle")]
             if not alive:

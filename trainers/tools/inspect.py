@@ -13,6 +13,7 @@ from typing import Any
 from safetensors import safe_open
 
 from trainers.core.errors import ToolError
+from trainers.core.job import REPORT_MD
 from trainers.data.kohya_folders import parse_folder_name
 from trainers.generate.saves import is_lora_file
 from trainers.loras.layers import skeleton
@@ -25,7 +26,7 @@ from trainers.models.single_file.checkpoint import open_checkpoint
 from trainers.sampling.pnginfo import lora_short_hash
 from trainers.tools.blocks import BLOCKS, block_of
 from trainers.tools.formats import Names, to_kohya
-from trainers.tools.job import REPORT_MD, ToolJob
+from trainers.tools.job import ToolJob
 from trainers.tools.loaders import verdicts
 from trainers.tools.loaders import FAMILY
 from trainers.tools.options import ToolConfig
