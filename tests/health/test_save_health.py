@@ -62,9 +62,11 @@ def test_a_nan_tensor_is_flagged(tmp_path: Path) -> None:
 
 
 def test_a_file_that_is_no_lora_is_a_warning_not_a_pass(tmp_path: Path) -> None:
-    save_file({"emb_params": torch.ones(1, 8)}, str(tmp_path / "other.safetensors"))
-    report = check_save(tmp_path / "other.safetensors")
+    (tmp_path / "other.ckpt").write_bytes(b"pickle")
+    report = check_save(tmp_path / "other.ckpt")
     assert report["verdict"] == WARNINGS and "nothing checked" in report["warnings"][0]
+    save_file({"emb_params": torch.ones(1, 8)}, str(tmp_path / "embedding.safetensors"))
+    assert check_save(tmp_path / "embedding.safetensors")["verdict"] == HEALTHY
 
 
 def _image(value: np.ndarray) -> Image.Image:
@@ -94,3 +96,13 @@ def test_the_report_file_and_event(tmp_path: Path) -> None:
     assert TRAINING_EVENTS["health"] is Health
     event = Health.from_json({"path": str(lora), "step": 3, "verdict": report["verdict"], "report": str(written)})
     assert event.warnings == [] and event.verdict == HEALTHY
+
+
+def test_a_model_save_is_scanned_for_nan(tmp_path: Path) -> None:
+    folder = tmp_path / "model" / "unet"
+    folder.mkdir(parents=True)
+    save_file({"a.weight": torch.ones(2, 2), "b.weight": torch.tensor([float("inf")])},
+              str(folder / "diffusion_pytorch_model.safetensors"))
+    report = check_save(tmp_path / "model")
+    assert report["checks"]["weights"]["nonfinite"] == ["diffusion_pytorch_model.safetensors: b.weight"]
+    assert report["verdict"] == WARNINGS

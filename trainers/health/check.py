@@ -28,7 +28,14 @@ def check_save(path: Path, family: str | None = None, base_image: Path | None = 
     report: dict[str, Any] = {"file": str(path), "checks": {}, "warnings": []}
     warnings: list[str] = report["warnings"]
     if not is_lora_file(path):
-        warnings.append(f"{path.name} holds no LoRA weights (no lora_/lycoris_ keys): nothing checked")
+        files = sorted(path.rglob("*.safetensors")) if path.is_dir() else [path]
+        bad = nonfinite_tensors(files) if files and all(f.suffix == ".safetensors" for f in files) else None
+        if bad is None:
+            warnings.append(f"{path.name} holds no safetensors weights this check reads: nothing checked")
+        else:
+            report["checks"]["weights"] = {"files": len(files), "nonfinite": bad[:SHOWN], "nonfinite_count": len(bad)}
+            if bad:
+                warnings.append(f"NaN/Inf weights in {len(bad)} tensors, e.g. {', '.join(bad[:SHOWN])}")
     else:
         try:
             lora = read_lora(path, "file")
@@ -50,6 +57,29 @@ def check_save(path: Path, family: str | None = None, base_image: Path | None = 
             report["checks"]["effect"] = {"difference": diff, "base": str(base_image), "with_lora": str(lora_image)}
             warnings += found
     report["verdict"] = WARNINGS if warnings else HEALTHY
+    return report
+
+
+def nonfinite_tensors(files: list[Path]) -> list[str]:
+    """The names (file: key) of the tensors holding NaN or Inf, read one at a time (a model's save is large)."""
+    import torch
+    from safetensors import safe_open
+
+    bad = []
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            for key in handle.keys():
+                tensor = handle.get_tensor(key)
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    bad.append(f"{file.name}: {key}")
+    return bad
+
+
+def check_and_write(saved: Path, run_dir: Path, family: str | None) -> dict[str, Any]:
+    """What a run is handed (trainers/train/run.py `Checks.health`): the report of a save, written to the run's
+    health/ folder ("report": its path)."""
+    report = check_save(saved, family)
+    report["report"] = str(write_report(run_dir, saved, report))
     return report
 
 
