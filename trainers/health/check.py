@@ -12,7 +12,7 @@ from trainers.core.fsio import atomic_path
 from trainers.core.rundir import HEALTH
 from trainers.generate.saves import is_lora_file
 from trainers.health.effect import effect_warnings
-from trainers.health.weights import SHOWN, check_weights
+from trainers.health.weights import SHOWN, WeightsCheck, check_weights, shown_names
 from trainers.loras.lora_family import guess_family, key_format, key_style, kohya_named
 from trainers.loras.lora_state import module_type, read_lora
 from trainers.tools.loaders import FAMILY, verdicts
@@ -34,8 +34,7 @@ def check_save(path: Path, family: str | None = None, base_image: Path | None = 
             warnings.append(f"{path.name} holds no safetensors weights this check reads: nothing checked")
         else:
             report["checks"]["weights"] = {"files": len(files), "nonfinite": bad[:SHOWN], "nonfinite_count": len(bad)}
-            if bad:
-                warnings.append(f"NaN/Inf weights in {len(bad)} tensors, e.g. {', '.join(bad[:SHOWN])}")
+            warnings += WeightsCheck(nonfinite=bad).warnings()
     else:
         try:
             lora = read_lora(path, "file")
@@ -96,9 +95,9 @@ def _loading(lora: Any, family: str | None, checks: dict[str, Any]) -> list[str]
         found[verdict.loader] = {"status": verdict.status, "dropped": len(verdict.ignored),
                                  "examples": verdict.ignored[:SHOWN]}
         if verdict.status != "yes":
-            dropped = ", ".join(verdict.ignored[:SHOWN]) + (" …" if len(verdict.ignored) > SHOWN else "")
             warnings.append(f"{verdict.loader} would not load {len(verdict.ignored)} of {total} keys (key format "
-                            f"{fmt}), e.g. {dropped or '-'}" + (f": {verdict.note}" if verdict.note else ""))
+                            f"{fmt}), e.g. {shown_names(verdict.ignored) or '-'}"
+                            + (f": {verdict.note}" if verdict.note else ""))
     guess = guess_family(kohya)
     checks["loading"] = {"key_format": fmt, "key_style": style, "loaders": found, "family": guess.text()}
     if family and guess.families and family not in {f.name for f in guess.families}:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from trainers.loras.lora_state import LowRankModule
+
 SHOWN = 5  # module names shown in a warning
 
 
@@ -21,18 +23,19 @@ class WeightsCheck:
     def warnings(self) -> list[str]:
         found = []
         if self.nonfinite:
-            found.append(f"NaN/Inf weights in {len(self.nonfinite)} tensors, e.g. {_names(self.nonfinite)}: the "
+            found.append(f"NaN/Inf weights in {len(self.nonfinite)} tensors, e.g. {shown_names(self.nonfinite)}: the "
                          "file breaks every image it is applied to")
         if self.modules and len(self.still) == self.modules:
             found.append(f"the learned delta is zero in all {self.modules} modules: the LoRA does nothing (did the "
                          "network train? check learning_rate and the trained modules)")
         elif self.still:
             found.append(f"{len(self.still)} of {self.modules} modules never moved (their delta is zero), e.g. "
-                         f"{_names(self.still)}")
+                         f"{shown_names(self.still)}")
         return found
 
 
-def _names(names: list[str]) -> str:
+def shown_names(names: list[str]) -> str:
+    """The first SHOWN of `names`, an ellipsis after them when there are more."""
     return ", ".join(names[:SHOWN]) + (" …" if len(names) > SHOWN else "")
 
 
@@ -50,11 +53,12 @@ def module_delta(parts: Mapping[str, Tensor]) -> float:
     down, up = parts.get("lora_down.weight", parts.get("lora_A.weight")), parts.get("lora_up.weight",
                                                                                     parts.get("lora_B.weight"))
     if down is not None and up is not None:
-        inner = _mat(down)
         if "lora_mid.weight" in parts:  # Tucker: a bound of the product's norm, zero when any factor is
             return float(torch.linalg.norm(up.float()) * torch.linalg.norm(parts["lora_mid.weight"].float())
-                         * torch.linalg.norm(inner)) * _scale(parts, down.shape[0])
-        return float(torch.linalg.norm(_mat(up) @ inner)) * _scale(parts, down.shape[0])
+                         * torch.linalg.norm(_mat(down))) * _scale(parts, down.shape[0])
+        alpha = parts.get("alpha")
+        return float(torch.linalg.norm(LowRankModule(down, up, float(alpha) if alpha is not None
+                                                     else float(down.shape[0])).delta()))
     if "hada_w1_a" in parts:
         w1 = _mat(parts["hada_w1_a"]) @ _mat(parts["hada_w1_b"])
         w2 = _mat(parts["hada_w2_a"]) @ _mat(parts["hada_w2_b"])
