@@ -89,7 +89,13 @@ def render(view: RunView) -> list[tuple[Any, Any]]:
 
 
 CHART_EVERY_S = 5.0  # a running run's charts are redrawn at most this often; its text every tick
-_CHARTS: dict[str, tuple[float, list[tuple[Any, Any]]]] = {}  # run id -> (when drawn, its two chart pairs)
+_CHARTS: dict[str, tuple[float, list[tuple[Any, Any]], tuple[bool, bool]]] = {}  # run id -> (when drawn, its two
+# chart pairs, whether each was shown)
+
+
+def charts_shown(view: RunView) -> tuple[bool, bool]:
+    """Whether the loss chart and the learning rate chart are shown."""
+    return len(view.losses) >= 3, bool(view.lr_planned) or len(view.losses) >= 3
 
 
 def _steady_charts(view: RunView, pairs: list[tuple[Any, Any]], now: float) -> list[tuple[Any, Any]]:
@@ -99,10 +105,10 @@ def _steady_charts(view: RunView, pairs: list[tuple[Any, Any]], now: float) -> l
     charts = pairs[3:5]
     drawn = _CHARTS.get(view.run_id)
     if drawn is not None and view.state.active and now - drawn[0] < CHART_EVERY_S:
-        same_shown = all(old.visible == new.visible for (_, old), (_, new) in zip(drawn[1], charts))
-        if same_shown and drawn[1][0][0][2] == charts[0][0][2]:  # and the same validation points
+        # a plot built in an event handler has no `visible` attribute (Gradio sets only what the page updates)
+        if drawn[2] == charts_shown(view) and drawn[1][0][0][2] == charts[0][0][2]:  # and the same validation points
             return pairs[:3] + drawn[1] + pairs[5:]
-    _CHARTS[view.run_id] = (now, charts)
+    _CHARTS[view.run_id] = (now, charts, charts_shown(view))
     return pairs
 
 
@@ -149,7 +155,7 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
         title, stats = f"### {shown}: `{view.run_id}`", "A generation job: its images are on the **Generate** tab."
         bar = _bar(*view.images, unit="images")
     return [(title, title), (bar, bar), (stats, stats),
-            (chart_key, gr.LinePlot(frame, visible=len(view.losses) >= 3, x_axis_format="d",  # whole-step ticks
+            (chart_key, gr.LinePlot(frame, visible=charts_shown(view)[0], x_axis_format="d",  # whole-step ticks
                                     x_lim=[0, max(10, view.losses[-1][0] if view.losses else 0)])),
             ((chart_key, bool(view.lr_planned)), _lr_plot(view, [0, max(10, total)])),
             (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log),
@@ -174,7 +180,7 @@ def _lr_plot(view: RunView, steps_axis: list[int]) -> gr.LinePlot:
     rows = [(s, lr, f"planned {name}") for name, points in view.lr_planned.items() for s, lr in points]
     rows += [(s, lr, "reported") for s, _, _, lr in view.losses]
     frame = pd.DataFrame(rows, columns=["step", "lr", "series"])
-    return gr.LinePlot(frame, visible=bool(view.lr_planned) or len(view.losses) >= 3, x_axis_format="d",
+    return gr.LinePlot(frame, visible=charts_shown(view)[1], x_axis_format="d",
                        x_lim=steps_axis)
 
 
