@@ -60,6 +60,7 @@ class Session(threading.Thread):
         self.first: float | None = None  # the session's first poll: Gradio sets the session up
         self.latencies: list[float] = []
         self.errors = 0
+        self.first_error = ""
 
     def poll(self) -> float:
         start = time.perf_counter()
@@ -91,8 +92,9 @@ class Session(threading.Thread):
                     self.first = took
                 else:
                     self.latencies.append(took)
-            except (OSError, RuntimeError, ValueError):
+            except (OSError, RuntimeError, ValueError) as error:
                 self.errors += 1
+                self.first_error = self.first_error or f"{type(error).__name__}: {error}"
             self.stop.wait(max(0.0, self.every_s - (time.monotonic() - started)))
 
 
@@ -124,7 +126,8 @@ def phase(base: str, poll: tuple[int, int], run_dir: Path, sessions: int, second
             "poll_median_s": statistics.median(latencies) if latencies else float("nan"),
             "poll_max_s": max(latencies, default=float("nan")), "polls": len(latencies),
             "first_poll_max_s": max(firsts, default=float("nan")),
-            "errors": sum(s.errors for s in polling), "page_median_s": statistics.median(pages),
+            "errors": sum(s.errors for s in polling),
+            "first_error": next((s.first_error for s in polling if s.first_error), ""), "page_median_s": statistics.median(pages),
             "page_max_s": max(pages)}
 
 
@@ -157,14 +160,19 @@ def main() -> int:
             for proc in (trainer, app):
                 if proc is not None and proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
-    print("\n| sessions | page load median / max | first poll max | poll median / max | steps/s |\n|---|---|---|---|---|")
+    print("\n| sessions | page load median / max | first poll max | poll median / max | failed polls | steps/s |\n"
+          "|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['sessions']} | {r['page_median_s']:.2f} / {r['page_max_s']:.2f} s | {r['first_poll_max_s']:.2f} s | "
-              f"{r['poll_median_s']:.3f} / {r['poll_max_s']:.3f} s | {r['steps_per_s']:.2f} |")
+              f"{r['poll_median_s']:.3f} / {r['poll_max_s']:.3f} s | {r['errors']} | {r['steps_per_s']:.2f} |")
     one = [r["steps_per_s"] for r in results if r["sessions"] == 1]
     many = [r["steps_per_s"] for r in results if r["sessions"] > 1]
     print(f"\npage {len(page) / 1e6:.2f} MB; with {args.sessions} sessions training is "
           f"{1 - statistics.mean(many) / statistics.mean(one):+.1%} slower than with one")
+    failed = next((r["first_error"] for r in results if r["errors"]), "")
+    if failed:  # a failing poll is answered at once: its latency would make the page look fast
+        print(f"\nPOLLS FAILED ({sum(r['errors'] for r in results)}); the first: {failed}")
+        return 1
     return 0
 
 
