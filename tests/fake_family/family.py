@@ -1,12 +1,18 @@
 """The fake family's model: a denoiser of a few thousand parameters (a conv in, one attention over the text, a conv
 out), a VAE that is one strided conv each way, a text "encoder" that is an embedding and two small MLP layers, the
 tiny models' character-level CLIP tokenizer and a DDPM schedule. Its linear layers take LoRAs (lora_targets; the text
-encoder's through kohya's CLIPMLP class name), so saves, resumes and faults exercise real networks."""
+encoder's through kohya's CLIPMLP class name), so saves, resumes and faults exercise real networks.
+
+A full model (finetune, dreambooth) saves through the real families' path (trainers/models/single_file/save.py): a
+diffusers-style folder (each part's save_config / save_pretrained, the files family.load reads back) and a single
+file in the family's own layout (to_checkpoint; load_checkpoint reads it back). Samples render with
+pipeline.FakePipeline."""
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +20,16 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from tests.fake_family.rules import PIPELINE, FakeRules
+from tests.fake_family.pipeline import LATENT, SCALE, FakePipeline
+from tests.fake_family.rules import CHECKPOINT_PREFIXES, PIPELINE, FakeRules
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily
 from trainers.models.prompt_states import apply_weights, chunk_count, merge_chunks
 
-LATENT = 4  # latent channels
-SCALE = 8  # image pixels per latent pixel, each side
 WIDTH = 16  # the denoiser's and the text encoder's width
-WEIGHTS = "model.safetensors"
+PARTS = ("denoiser", "vae", "text_encoder")
+# Each part's weights file in a model folder, as save.py writes them (diffusers' name; transformers' for the encoder).
+WEIGHTS = {"denoiser": "diffusion_pytorch_model.safetensors", "vae": "diffusion_pytorch_model.safetensors",
+           "text_encoder": "model.safetensors"}
 
 
 @dataclass(frozen=True)
@@ -57,9 +65,21 @@ class _Placed(nn.Module):
     def dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
 
+    def config_dict(self) -> dict[str, Any]:
+        return {}
+
+    def save_config(self, folder: Path) -> None:
+        """Its config.json, as diffusers' ConfigMixin writes one (save.py's diffusers folder calls it)."""
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "config.json").write_text(json.dumps({"_class_name": type(self).__name__,
+                                                              **self.config_dict()}), encoding="utf-8")
+
 
 class FakeVae(_Placed):
     config = VaeConfig()
+
+    def config_dict(self) -> dict[str, Any]:
+        return asdict(self.config)
 
     def __init__(self) -> None:
         super().__init__()
@@ -98,6 +118,15 @@ class FakeTextEncoder(_Placed):
         self.embeddings = nn.Embedding(vocab_size, WIDTH)
         self.positions = nn.Parameter(torch.zeros(77, WIDTH))
         self.layers = nn.ModuleList(CLIPMLP() for _ in range(self.config.num_hidden_layers))
+
+    def config_dict(self) -> dict[str, Any]:
+        return asdict(self.config)
+
+    def save_pretrained(self, folder: Path, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """config.json and its weights (`state_dict`, else its own), as transformers' save_pretrained writes them."""
+        self.save_config(folder)
+        state = self.state_dict() if state_dict is None else state_dict
+        save_file({k: v.contiguous() for k, v in state.items()}, str(Path(folder) / WEIGHTS["text_encoder"]))
 
     def forward(self, ids: torch.Tensor, clip_skip: int = 1) -> torch.Tensor:
         x = self.embeddings(ids) + self.positions[: ids.shape[1]]
@@ -150,26 +179,48 @@ class FakeDenoiser(_Placed):
         """One attention, always computed the same way."""
 
 
-def build_fake_model(folder: Path, seed: int = 0) -> Path:
-    """Write a fake-family model folder (random weights from `seed`) and return it."""
+def _index_entries() -> dict[str, list[str]]:
+    return {"denoiser": ["tests.fake_family", "FakeDenoiser"], "vae": ["tests.fake_family", "FakeVae"],
+            "text_encoder": ["tests.fake_family", "FakeTextEncoder"]}
+
+
+def _training_scheduler() -> Any:
     from diffusers import DDPMScheduler
+
+    return DDPMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False,
+                         steps_offset=1)
+
+
+def _tokenizer(folder: Path | None = None) -> Any:
+    """The tiny character-level CLIP tokenizer: a model folder's, or (a single file holds none) written afresh."""
     from transformers import CLIPTokenizer
 
     from trainers.models.tiny import write_tiny_tokenizer
 
+    if folder is not None:
+        return CLIPTokenizer.from_pretrained(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_tiny_tokenizer(Path(tmp))
+        return CLIPTokenizer.from_pretrained(tmp)
+
+
+def _parts(vocab: int) -> dict[str, _Placed]:
+    return {"denoiser": FakeDenoiser(), "vae": FakeVae(), "text_encoder": FakeTextEncoder(vocab)}
+
+
+def build_fake_model(folder: Path, seed: int = 0) -> Path:
+    """Write a fake-family model folder (random weights from `seed`) and return it."""
+    from trainers.models.tiny import write_tiny_tokenizer
+
     torch.manual_seed(seed)
     write_tiny_tokenizer(folder / "tokenizer")
-    vocab = len(CLIPTokenizer.from_pretrained(folder / "tokenizer"))
-    parts: dict[str, nn.Module] = {"denoiser": FakeDenoiser(), "vae": FakeVae(), "text_encoder": FakeTextEncoder(vocab)}
-    for name, module in parts.items():
-        (folder / name).mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(folder / name / WEIGHTS))
-        config = {"vocab_size": vocab, "num_hidden_layers": 2} if name == "text_encoder" else {}
-        (folder / name / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    DDPMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False,
-                  steps_offset=1).save_pretrained(folder / "scheduler")
-    index = {"_class_name": PIPELINE, **{name: ["tests.fake_family", type(m).__name__] for name, m in parts.items()}}
-    (folder / "model_index.json").write_text(json.dumps(index), encoding="utf-8")
+    vocab = len(_tokenizer(folder / "tokenizer"))
+    for name, module in _parts(vocab).items():
+        module.save_config(folder / name)
+        save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(folder / name / WEIGHTS[name]))
+    _training_scheduler().save_pretrained(folder / "scheduler")
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": PIPELINE, **_index_entries()}),
+                                             encoding="utf-8")
     return folder
 
 
@@ -182,16 +233,38 @@ class FakeFamily(FakeRules, ModelFamily):
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "",
              random_init: bool = False) -> LoadedModel:
         from diffusers import DDPMScheduler
-        from transformers import CLIPTokenizer
 
-        tokenizer = CLIPTokenizer.from_pretrained(folder / "tokenizer")
-        parts = {"denoiser": FakeDenoiser(), "vae": FakeVae(), "text_encoder": FakeTextEncoder(len(tokenizer))}
+        tokenizer = _tokenizer(folder / "tokenizer")
+        parts = _parts(len(tokenizer))
         for name, module in parts.items():
             if not random_init:
-                module.load_state_dict(load_file(str(folder / name / WEIGHTS)))
+                module.load_state_dict(load_file(str(folder / name / WEIGHTS[name])))
         scheduler = DDPMScheduler.from_pretrained(folder / "scheduler")
+        return self._loaded(parts, tokenizer, scheduler, weight_dtype, str(folder))
+
+    def _loaded(self, parts: dict[str, _Placed], tokenizer: Any, scheduler: Any, weight_dtype: torch.dtype,
+                source: str) -> LoadedModel:
         return LoadedModel(self, parts["denoiser"].to(weight_dtype), parts["vae"], [parts["text_encoder"]],
-                           [tokenizer], scheduler, scheduler.config.prediction_type, str(folder))
+                           [tokenizer], scheduler, scheduler.config.prediction_type, source)
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: Any) -> LoadedModel:
+        """A single file to_checkpoint wrote (the scheduler and tokenizer are the fake models' own)."""
+        tokenizer = _tokenizer()
+        parts = _parts(len(tokenizer))
+        for name, prefix in CHECKPOINT_PREFIXES.items():
+            parts[name].load_state_dict({k[len(prefix):]: v for k, v in ckpt.tensors(prefix).items()})
+        return self._loaded(parts, tokenizer, _training_scheduler(), weight_dtype, str(ckpt.path))
+
+    def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
+        """Every part under its CHECKPOINT_PREFIXES; the denoiser's weights are `denoiser_state` (e.g. an EMA's)."""
+        from accelerate.utils import extract_model_from_parallel
+
+        states = {"denoiser": denoiser_state, "vae": extract_model_from_parallel(model.vae).state_dict(),
+                  "text_encoder": extract_model_from_parallel(model.text_encoders[0]).state_dict()}
+        return {CHECKPOINT_PREFIXES[name] + k: v for name, state in states.items() for k, v in state.items()}
+
+    def model_index(self) -> dict[str, Any]:
+        return _index_entries()
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, None]:
@@ -213,7 +286,7 @@ class FakeFamily(FakeRules, ModelFamily):
                 for path, module in unet.named_modules() if isinstance(module, nn.Linear)]
 
     def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
-        raise NotImplementedError("the fake family renders no samples: test samples on a real tiny model")
+        return FakePipeline(model.unet, scheduler)
 
     def text_encoders_to_original(self, states: list[dict[str, torch.Tensor]], text_encoders: list[nn.Module],
                                   prediction_type: str) -> dict[str, torch.Tensor]:

@@ -7,6 +7,9 @@ from typing import Any
 from trainers.models.rules import CheckpointKeys, FamilyRules
 
 PIPELINE = "FakeDenoiserPipeline"
+# The single file's tensor names per part (family.to_checkpoint): the denoiser's under the name every UNet's sits at,
+# so its LoRA modules' reference paths (trainers/loras/layers.py) are its own module paths.
+CHECKPOINT_PREFIXES = {"denoiser": "model.diffusion_model.", "vae": "fake_vae.", "text_encoder": "fake_text_encoder."}
 
 
 class FakeRules(FamilyRules):
@@ -17,12 +20,13 @@ class FakeRules(FamilyRules):
     arch_dir = Path(__file__).with_name("arch")
     pipeline_class = PIPELINE
     single_file_text_encoders = ()
+    own_checkpoint_layout = True  # a single file of it is to_checkpoint's layout
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         return index.get("_class_name") == PIPELINE
 
     def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
-        return False
+        return keys.has(CHECKPOINT_PREFIXES["vae"])
 
 
 FAKE = FakeRules()
