@@ -1,6 +1,6 @@
 """The tests' fake model family (tests/fake_family/) trains, samples and saves through the real paths: a LoRA run
 renders its sample prompts to PNGs, and a finetune's diffusers folder and single file load back to the weights
-it trained."""
+it trained; its encoders' rows depend on the batch, as real ones' do."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,3 +54,18 @@ def test_a_finetune_saves_a_folder_and_a_single_file_that_load_back(fake_model_d
         assert changed == (part == "unet"), part
     a, b, c = (m.text_encoders[0].state_dict() for m in (base, folder, single))
     assert all(torch.equal(b[k], c[k]) for k in b) and any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_its_encoders_rows_depend_on_the_batch_as_a_real_models_do(fake_model_dir: Path) -> None:
+    """What the memo tests (test_memo.py, test_resume.py) need of it: a row encoded alone differs from the same
+    row encoded in a batch, as the tiny SD1 VAE's does (test_memo.py), so encoding whole batches would show."""
+    from trainers.models import load_model
+
+    model = load_model(str(fake_model_dir), "auto", torch.float32)
+    pixels = torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    ids = model.tokenize(["sks shape, red circle", "a blue square", "a", "b"])
+    with torch.no_grad():
+        assert not torch.equal(model.vae.encode(pixels).latent_dist.mean[:1], model.vae.encode(pixels[:1]).latent_dist.mean)
+        batch, _ = model.family.encode_prompts(model.text_encoders, ids, 1)
+        alone, _ = model.family.encode_prompts(model.text_encoders, [i[:1] for i in ids], 1)
+    assert not torch.equal(batch[:1], alone) and torch.allclose(batch[:1], alone, atol=1e-5)

@@ -1,7 +1,8 @@
 """Resume: 10 steps straight equal 5 + resume + 5; Stop saves a state that 'latest' continues; a state
 that does not fit the config is a clear error; the GUI's Resume button (without a browser).
 
-Trainers run in this process (trainers.__main__.run_method), on the tiny model, to stay fast.
+Trainers run in this process (trainers.__main__.run_method), on the tests' fake model family (tests/fake_family/),
+to stay fast.
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture()
-def lora(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> dict[str, object]:
-    return {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(dataset),
+def lora(fake_model_dir: Path, dataset: Path, tmp_path: Path) -> dict[str, object]:
+    return {"pretrained_model_name_or_path": str(fake_model_dir), "train_data_dir": str(dataset),
             "output_dir": str(tmp_path / "out"), **FAST}
 
 
@@ -70,11 +71,12 @@ def test_lora_ten_steps_equal_five_plus_resume_plus_five(lora: dict, tmp_path: P
         assert e["lr"] == pytest.approx(straight[e["step"]]["lr"]) and e["loss"] == straight[e["step"]]["loss"]
 
 
-def test_resumed_without_cached_latents_the_memos_train_the_same_floats(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+def test_resumed_without_cached_latents_the_memos_train_the_same_floats(fake_model_dir: Path, tmp_path: Path) -> None:
     """The VAE and text-encoder memos (no cache_latents; the text encoder frozen) keep rows of batches a resumed
-    run, its memos empty, never saw: 3 epochs of 2 batches of 4, resumed in epoch 2, train the same floats."""
+    run, its memos empty, never saw: 3 epochs of 2 batches of 4, resumed in epoch 2, train the same floats (the fake
+    encoders' rows depend on their batch, as real ones' do: test_fake_family.py)."""
     data = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)  # 8 images of one bucket
-    common = {**FAST, "pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data),
+    common = {**FAST, "pretrained_model_name_or_path": str(fake_model_dir), "train_data_dir": str(data),
               "output_dir": str(tmp_path / "out"), "train_batch_size": 4, "max_train_steps": 6,
               "network_train_unet_only": True, "save_precision": "float"}
     assert train("lora", tmp_path / "straight", **common, output_name="straight", save_every_n_steps=3,
@@ -121,12 +123,22 @@ def test_a_state_that_does_not_fit_is_a_config_error(lora: dict, tmp_path: Path)
     assert "trace" not in error
 
 
-def test_finetune_with_ema_resumes_to_the_same_weights(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
+def _saved_weights(out: Path, name: str) -> dict[str, torch.Tensor]:
+    """Every tensor of a full model's save: its single file, and its folder's files (path/name)."""
     from safetensors.torch import load_file
 
-    common = {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(dataset),
+    tensors = dict(load_file(out / f"{name}.safetensors"))
+    for file in sorted((out / name).rglob("*.safetensors")):
+        part = file.relative_to(out / name).as_posix()
+        tensors |= {f"{part}/{k}": v for k, v in load_file(file).items()}
+    return tensors
+
+
+def test_finetune_with_ema_resumes_to_the_same_weights(fake_model_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    # Saved as both: the fake family's single file holds its text encoder's trained weights, its folder the EMA's.
+    common = {"pretrained_model_name_or_path": str(fake_model_dir), "train_data_dir": str(dataset),
               "output_dir": str(tmp_path / "out"), **{k: v for k, v in FAST.items() if not k.startswith("network")},
-              "max_train_steps": 4, "save_model_as": "safetensors", "save_precision": "float", "use_ema": "cpu",
+              "max_train_steps": 4, "save_model_as": "both", "save_precision": "float", "use_ema": "cpu",
               "ema_decay": 0.5, "save_ema": "both", "train_text_encoder": True}
     assert train("finetune", tmp_path / "a", **common, output_name="straight", save_every_n_steps=2,
                  save_state=True) == 0
@@ -134,8 +146,9 @@ def test_finetune_with_ema_resumes_to_the_same_weights(tiny_sd1_dir: Path, datas
     assert (state / "extra.safetensors").is_file(), "the EMA is part of the state"
     assert train("finetune", tmp_path / "b", **common, output_name="resumed", resume=str(state)) == 0
     for suffix in ("", "-ema"):
-        a = load_file(tmp_path / "out" / f"straight{suffix}.safetensors")
-        b = load_file(tmp_path / "out" / f"resumed{suffix}.safetensors")
+        a = _saved_weights(tmp_path / "out", f"straight{suffix}")
+        b = _saved_weights(tmp_path / "out", f"resumed{suffix}")
+        assert any(k.startswith("text_encoder/") for k in a), "the folder's text encoder is compared too"
         assert_same(a, b, atol=1e-5)
 
 
