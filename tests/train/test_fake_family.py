@@ -21,6 +21,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_dataset(tmp_path_factory.mktemp("fake family data"), folder="1_sks shape", size=64)
 
 
+@pytest.mark.slow  # runs a trainer (in this process)
 def test_a_lora_run_renders_its_sample_prompts(fake_model_dir: Path, dataset: Path, tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("sks shape --s 3 --d 1\nred circle --n blue --l 2.5 --s 2\n", encoding="utf-8")
@@ -34,6 +35,7 @@ def test_a_lora_run_renders_its_sample_prompts(fake_model_dir: Path, dataset: Pa
     assert Image.open(samples[1]["path"]).tobytes() != first.tobytes(), "another prompt, seed and sampler run"
 
 
+@pytest.mark.slow  # runs a trainer (in this process)
 def test_a_finetune_saves_a_folder_and_a_single_file_that_load_back(fake_model_dir: Path, dataset: Path,
                                                                      tmp_path: Path) -> None:
     from trainers.models import load_model

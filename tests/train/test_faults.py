@@ -124,6 +124,7 @@ def test_weights_that_are_not_finite_are_never_saved(tmp_path: Path) -> None:
     saver._check("lora.safetensors", 10)
 
 
+@pytest.mark.slow  # a process of its own
 def test_a_stop_signal_during_a_hung_step_exits_within_the_deadline(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -100,26 +100,26 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_dataset(tmp_path_factory.mktemp("memo data"), folder="1_sks shape", size=64)
 
 
-def test_a_lora_run_encodes_each_caption_and_image_once_and_trains_the_same(tiny_sd1_dir: Path, dataset: Path,
+def test_a_lora_run_encodes_each_caption_and_image_once_and_trains_the_same(fake_model_dir: Path, dataset: Path,
                                                                            tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from diffusers import AutoencoderKL
+    from tests.fake_family.family import FakeVae
 
     captions: list[int] = []
     images: list[int] = []
-    encode_text, encode_image = NoisePredictor._encode, AutoencoderKL.encode
+    encode_text, encode_image = NoisePredictor._encode, FakeVae.encode
 
     def counting_text(self: NoisePredictor, ids: list[torch.Tensor], weights: list[torch.Tensor] | None):
         captions.append(ids[0].shape[0])
         return encode_text(self, ids, weights)
 
-    def counting_images(self: AutoencoderKL, pixels: torch.Tensor, *args, **kwargs):
+    def counting_images(self: FakeVae, pixels: torch.Tensor, *args, **kwargs):
         images.append(pixels.shape[0])
         return encode_image(self, pixels, *args, **kwargs)
 
     monkeypatch.setattr(NoisePredictor, "_encode", counting_text)
-    monkeypatch.setattr(AutoencoderKL, "encode", counting_images)
-    values = dict(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset), resolution="64",
+    monkeypatch.setattr(FakeVae, "encode", counting_images)
+    values = dict(pretrained_model_name_or_path=str(fake_model_dir), train_data_dir=str(dataset), resolution="64",
                   max_data_loader_n_workers=0, network_dim=4, network_alpha=2, learning_rate=1e-3,
                   save_precision="float", train_batch_size=2, max_train_epochs=3, network_train_unet_only=True)
     assert train("lora", tmp_path / "memo", **values, output_dir=str(tmp_path / "memo-out")) == 0
