@@ -82,6 +82,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("qwen_image_edit_plus", "trainers.models.qwen_image_edit", "QWEN_IMAGE_EDIT_PLUS",
                "Qwen-Image-Edit-2509/2511"),
     FamilySpec("qwen_image21", "trainers.models.qwen_image21", "QWEN_IMAGE21", "Qwen-Image 2.1"),
+    FamilySpec("hunyuan_image21", "trainers.models.hunyuan_image21", "HUNYUAN_IMAGE21", "HunyuanImage 2.1"),
     FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2", "Lumina 2"),
     FamilySpec("flux2", "trainers.models.flux2", "FLUX2", "FLUX.2"),
     FamilySpec("krea2", "trainers.models.krea2", "KREA2", "Krea 2"),

@@ -1,0 +1,200 @@
+"""HunyuanImage 2.1 (diffusers HunyuanImageTransformer2DModel, HunyuanImagePipeline), as sd-scripts'
+hunyuan_image_train_network.py trains it: captions in the pipeline's template read by Qwen2.5-VL (its third-last
+hidden states, less the template's 34 system tokens), the text in quotes of a caption (its glyph text) read by ByT5,
+a transformer of dual- and single-stream blocks (FLUX.1's layout) over the unpatched 64-channel latents of its own
+32x autoencoder (scaled by 0.75289), timestep = sigma x 1000, the velocity as output.
+
+encode_prompts gives both encoders' states in one tensor: Qwen2.5-VL's tokens, then GLYPH_LENGTH ByT5 tokens, each
+zero-padded to the wider of the two (the mask likewise), so that cached rows and the layer's one-tensor interface
+hold both; denoise splits them again. Its LoRAs train every linear layer of the blocks under ComfyUI's names (the
+reference's fused qkv and linear1: `lora_unet_double_blocks_0_img_attn_qkv`, `..._img_mlp_0`, `..._img_mod_lin`,
+`lora_unet_single_blocks_0_modulation_lin`); sd-scripts' own names (`img_mlp_fc1`, `img_mod_linear`, ...) are read
+too. diffusers' HunyuanImagePipeline has no LoRA loader: lora_for_pipeline's PEFT keys load with
+`pipe.transformer.load_lora_adapter(state, prefix="transformer")`.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
+from trainers.models.flux.family import Flux, double_block_targets, single_block_targets
+from trainers.models.hunyuan_image21.rules import HunyuanImage21Rules
+from trainers.models.qwen_image.family import CHAT_TEMPLATE as QWEN_CHAT_TEMPLATE
+from trainers.models.qwen_image.family import TEMPLATE_TOKENS, trimmed
+
+# HunyuanImagePipeline's prompt_template_encode: Qwen-Image's without the assistant turn (nor the newline before it)
+CHAT_TEMPLATE = QWEN_CHAT_TEMPLATE.removesuffix("\n<|im_start|>assistant\n")
+TEXT_LENGTH = 1000  # its tokenizer_max_length (caption tokens after the template's system tokens)
+GLYPH_LENGTH = 128  # its tokenizer_2_max_length (ByT5's bytes of the glyph text)
+HIDDEN_LAYER = -3  # the hidden states it reads: hidden_state_skip_layer 2
+# sd-scripts' names of the reference's layers -> ComfyUI's (its networks/convert_hunyuan_image_lora_to_comfy.py)
+SD_SCRIPTS_NAMES = ((r"_(img|txt)_mlp_fc1\.", r"_\1_mlp_0."), (r"_(img|txt)_mlp_fc2\.", r"_\1_mlp_2."),
+                    (r"_(img|txt)_mod_linear\.", r"_\1_mod_lin."), (r"_modulation_linear\.", "_modulation_lin."))
+_QUOTED = (r"\'(.*?)\'", r"\"(.*?)\"", r"‘(.*?)’", r"“(.*?)”")
+
+
+def glyph_text(caption: str) -> str | None:
+    """The text a caption asks to be drawn (in quotes) as its ByT5 encoder reads it, None when there is none
+    (HunyuanImagePipeline's extract_glyph_text)."""
+    found = [text for pattern in _QUOTED for text in re.findall(pattern, caption)]
+    return ". ".join(f'Text "{text}"' for text in found) + ". " if found else None
+
+
+class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
+    implementation = "https://github.com/Tencent-Hunyuan/HunyuanImage-2.1"
+    native_size = 2048  # its pipeline's default_sample_size x the autoencoder's 32
+    transformer_class = "HunyuanImageTransformer2DModel"
+    vae_class = "AutoencoderKLHunyuanImage"
+    default_t5_length = TEXT_LENGTH
+    latent_scaling = (0.75289, 0.0)  # unused: no single files
+    lora_network_module = "networks.lora_hunyuan_image"  # sd-scripts' (ss_network_module)
+    text_encoder_specs = (
+        TextEncoderSpec("Qwen2_5_VLForConditionalGeneration", "text_encoder", "auto", "tokenizer", "Qwen2.5-VL",
+                        max_length=TEXT_LENGTH + TEMPLATE_TOKENS, template=CHAT_TEMPLATE),
+        TextEncoderSpec("T5EncoderModel", "text_encoder_2", "auto", "tokenizer_2", "ByT5", max_length=GLYPH_LENGTH))
+    pad_token_id: int = 0  # Qwen2.5-VL's tokenizer's, set when loaded
+    glyph_width: int = 0  # ByT5's d_model, set when loaded (the packed states' glyph channels)
+    swap_blocks = Flux.swap_blocks  # sd-scripts' count: count // 2 double blocks and twice the rest single ones
+
+    def load(self, folder: Any, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
+        model = super().load(folder, weight_dtype, vae_path, random_init)
+        family = copy.copy(model.family)  # knowing its tokenizer's pad token and ByT5's width
+        family.pad_token_id = model.tokenizers[0].pad_token_id
+        family.glyph_width = model.text_encoders[1].config.d_model
+        return dataclasses.replace(model, family=family)
+
+    def tokenize(self, tokenizers: list[Any], captions: list[str], fmt: Any = None) -> list[torch.Tensor]:
+        """Qwen2.5-VL's ids of each caption in the template, and ByT5's of its glyph text (all padding without one:
+        the pipeline's zero states and mask)."""
+        (qwen_ids,) = super().tokenize(tokenizers[:1], captions, fmt)
+        byt5 = tokenizers[1]
+        rows = []
+        for caption in captions:
+            text = glyph_text(caption)
+            ids = byt5(text or "", max_length=GLYPH_LENGTH, padding="max_length", truncation=True,
+                       return_tensors="pt").input_ids
+            rows.append(ids if text is not None else torch.full_like(ids, byt5.pad_token_id))
+        return [qwen_ids, torch.cat(rows)]
+
+    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
+                       weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Qwen2.5-VL's third-last hidden states after the template's system tokens, then ByT5's states of the
+        glyph text, both zero on their padding and on the channels they lack; the mask of both), as
+        HunyuanImagePipeline encodes. Qwen2.5-VL reads the batch's longest caption, not every padding token."""
+        (qwen, byt5), (ids, glyph_ids) = text_encoders, input_ids
+        mask = ids != self.pad_token_id
+        longest = int(mask.sum(dim=1).max())
+        hidden = run_frozen(qwen, lambda: qwen.model(input_ids=ids[:, :longest], attention_mask=mask[:, :longest],
+                                                     output_hidden_states=True).hidden_states[HIDDEN_LAYER])
+        hidden = torch.cat([hidden, hidden.new_zeros(ids.shape[0], ids.shape[1] - longest, hidden.shape[-1])], dim=1)
+        mask = mask[:, TEMPLATE_TOKENS:]
+        text = hidden[:, TEMPLATE_TOKENS:] * mask[..., None].to(hidden.dtype)
+        glyph_mask = glyph_ids != 0  # ByT5's pad id; a caption without glyph text is all padding
+        glyph = text.new_zeros(*glyph_ids.shape, byt5.config.d_model)
+        if rows := [i for i in range(glyph_ids.shape[0]) if glyph_mask[i].any()]:
+            states = run_frozen(byt5, lambda: byt5(glyph_ids[rows], attention_mask=glyph_mask[rows].float())[0])
+            glyph[rows] = states.to(glyph.dtype) * glyph_mask[rows][..., None].to(glyph.dtype)
+        width = max(text.shape[-1], glyph.shape[-1])
+        packed = torch.cat([_widened(text, width), _widened(glyph, width)], dim=1)
+        return packed, torch.cat([mask, glyph_mask], dim=1).to(hidden.dtype)
+
+    def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
+                text_mask: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
+        """The velocity for latents (B, C, h, w), each latent one token; each encoder's states cut after the batch's
+        longest (the rest is padding the transformer masks); the distilled variant's guidance (x 1000, as its
+        pipeline) and, for MeanFlow, the interval's end at the timestep itself (the instantaneous velocity)."""
+        assert text_mask is not None, "HunyuanImage 2.1's encode_prompts gives the text mask"
+        config = unet.config
+        text, mask = trimmed(hidden[:, :-GLYPH_LENGTH, :config.text_embed_dim], text_mask[:, :-GLYPH_LENGTH])
+        glyph, glyph_mask = trimmed(hidden[:, -GLYPH_LENGTH:], text_mask[:, -GLYPH_LENGTH:])
+        extra: dict[str, Any] = {}
+        if config.text_embed_2_dim is not None:
+            extra = {"encoder_hidden_states_2": glyph[..., :config.text_embed_2_dim].to(noisy.dtype),
+                     "encoder_attention_mask_2": glyph_mask.bool().to(noisy.device)}
+        if (guidance := self.guidance(unet, noisy.shape[0], noisy.device)) is not None:
+            extra["guidance"] = (guidance * 1000).to(noisy.dtype)
+        if config.use_meanflow:
+            extra["timestep_r"] = timesteps.to(noisy.dtype)
+        return unet(hidden_states=noisy, timestep=timesteps.to(noisy.dtype), encoder_hidden_states=text.to(noisy.dtype),
+                    encoder_attention_mask=mask.bool().to(noisy.device), return_dict=False, **extra)[0]
+
+    def image_tokens(self, height: int, width: int) -> int:
+        return height * width
+
+    # --- samples ---
+
+    def scheduler_config(self) -> dict[str, Any]:
+        """HunyuanImage 2.1's sampling schedule: its pipeline's linear sigmas shifted by 5 (sd-scripts' flow_shift)."""
+        return {"shift": 5.0}
+
+    def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
+        return _pipeline_class()(scheduler=scheduler, vae=model.vae, text_encoder=model.text_encoders[0],
+                                 tokenizer=model.tokenizers[0], text_encoder_2=model.text_encoders[1],
+                                 tokenizer_2=model.tokenizers[1], transformer=model.unet)
+
+    def pipeline_embeds(self, hidden: torch.Tensor, text_mask: torch.Tensor | None) -> dict[str, Any]:
+        """encode_prompts' (prompt, negative) rows as the pipeline's four embeddings and masks of each."""
+        assert text_mask is not None, "HunyuanImage 2.1's encode_prompts gives the text mask"
+        text, mask = trimmed(hidden[:, :-GLYPH_LENGTH], text_mask[:, :-GLYPH_LENGTH])
+        glyph, glyph_mask = hidden[:, -GLYPH_LENGTH:, :self.glyph_width], text_mask[:, -GLYPH_LENGTH:]
+        return {"prompt_embeds": text[:1], "prompt_embeds_mask": mask[:1].long(),
+                "negative_prompt_embeds": text[1:], "negative_prompt_embeds_mask": mask[1:].long(),
+                "prompt_embeds_2": glyph[:1], "prompt_embeds_mask_2": glyph_mask[:1].long(),
+                "negative_prompt_embeds_2": glyph[1:], "negative_prompt_embeds_mask_2": glyph_mask[1:].long()}
+
+    def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
+        """Classifier-free guidance at the scale (the published folder's adaptive projected guider is not used);
+        the distilled variant's guidance embedding at guidance_scale."""
+        return {"guidance_scale": cfg_scale, "distilled_guidance_scale": self.settings.guidance_scale}
+
+    # --- LoRA ---
+
+    def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
+        return {**super().lora_metadata(v_prediction), "modelspec.implementation": self.implementation,
+                "modelspec.prediction_type": None, "ss_network_module": self.lora_network_module,
+                **self.flow_metadata()}
+
+    def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
+        """Every linear layer of the dual- and single-stream blocks under ComfyUI's names (as sd-scripts' LoRA
+        trains them, modulations included)."""
+        return [*double_block_targets(unet), *single_block_targets(unet)]
+
+    def lora_in_own_names(self, state: dict[str, torch.Tensor],
+                          network_alpha: float | None = None) -> dict[str, torch.Tensor]:
+        """sd-scripts' files (`img_mlp_fc1`, `img_mod_linear`, `modulation_linear`) in ComfyUI's names."""
+        out = {}
+        for key, value in state.items():
+            for pattern, name in SD_SCRIPTS_NAMES:
+                key = re.sub(pattern, name, key) if key.startswith("lora_unet_") else key
+            out[key] = value
+        return out
+
+
+def _widened(states: torch.Tensor, width: int) -> torch.Tensor:
+    """`states` (B, L, D) zero-padded to `width` channels."""
+    return torch.nn.functional.pad(states, (0, width - states.shape[-1]))
+
+
+def _pipeline_class() -> type:
+    """HunyuanImagePipeline taking a CFG scale (`guidance_scale`): its guider for the call, classifier-free guidance
+    above 1, none otherwise (the pipeline's own guider choice needs a guider object per scale)."""
+    from diffusers import HunyuanImagePipeline
+    from diffusers.guiders import ClassifierFreeGuidance
+
+    class ScaledHunyuanImagePipeline(HunyuanImagePipeline):
+        def __call__(self, *args: Any, guidance_scale: float = 1.0, **kwargs: Any) -> Any:
+            self.guider = ClassifierFreeGuidance(guidance_scale=guidance_scale) if guidance_scale > 1 else None
+            self.ocr_guider = None
+            return super().__call__(*args, **kwargs)
+
+    return ScaledHunyuanImagePipeline
+
+
+HUNYUAN_IMAGE21 = HunyuanImage21()

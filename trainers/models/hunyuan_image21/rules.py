@@ -1,0 +1,48 @@
+"""HunyuanImage 2.1 without its weights (torch-free): its pipeline, its published sizes, and the flow options it reads
+(sd-scripts' hunyuan_image_train_network.py names: timestep_sampling, discrete_flow_shift, model_prediction_type)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainers.core.memory_facts import (BYT5_GLYPH, BYT5_GLYPH_LINEAR, HUNYUAN_IMAGE21_VAE, QWEN25_VL_7B,
+                                     QWEN25_VL_7B_LINEAR, ModelSize)
+from trainers.models.flow_rules import FlowRules
+from trainers.models.rules import ModelLoadError
+
+# diffusers' pipelines of the family that are not trained here (the refiner: another transformer and autoencoder)
+REFUSED_PIPELINES = {"HunyuanImageRefinerPipeline": "the HunyuanImage 2.1 refiner"}
+
+
+class HunyuanImage21Rules(FlowRules):
+    name = "hunyuan_image21"
+    title = "HunyuanImage 2.1"
+    # counted on the meta device from arch/ (diffusers 0.42.1); blocks_to_swap counts two single blocks as one (as
+    # sd-scripts, and FLUX.1 here); activations: FLUX.1's scaled by width x block-streams (as Qwen-Image's), to
+    # calibrate
+    memory_facts = ModelSize(17_425_795_520, 17_421_664_256, QWEN25_VL_7B + BYT5_GLYPH,
+                             QWEN25_VL_7B_LINEAR + BYT5_GLYPH_LINEAR, HUNYUAN_IMAGE21_VAE, 5_877_760, 0, 40,
+                             "the published HunyuanImage 2.1 sizes", 2048 * 2048, 29.5, 2.7)
+    base_model_version = "hunyuan-image-2.1"  # sd-scripts' MODEL_VERSION_2_1
+    modelspec_architecture = "hunyuan-image-2.1"  # sd-scripts' ARCH_HUNYUAN_IMAGE_2_1
+    arch_dir = Path(__file__).with_name("arch")
+    pipeline_class = "HunyuanImagePipeline"
+    # the reference (Tencent's dit/hunyuanimage2.1.safetensors) and ComfyUI's files: the ByT5 mapper is this
+    # family's own; recognised and refused by name (Atelier reads HunyuanImage 2.1 as diffusers folders)
+    reference_prefixes = ("byt5_in.", "model.diffusion_model.byt5_in.", "diffusion_model.byt5_in.")
+    reads_single_files = False
+    writes_single_files = False
+    checkpoint_parts = ()
+    # its text encoders stay frozen (sd-scripts: "LoRA modules for Text Encoders are not supported")
+    frozen_text_encoder = "Qwen2.5-VL and ByT5"
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        """HunyuanImagePipeline folders; its refiner's is refused by name (before anything loads)."""
+        pipeline = str(index.get("_class_name", ""))
+        if pipeline in REFUSED_PIPELINES:
+            raise ModelLoadError(f"{folder} is {REFUSED_PIPELINES[pipeline]} ({pipeline}), which Atelier does not "
+                                 f"train: give the base model's diffusers folder ({self.pipeline_class})")
+        return pipeline == self.pipeline_class
+
+
+HUNYUAN_IMAGE21 = HunyuanImage21Rules()
