@@ -10,7 +10,7 @@ hold both; denoise splits them again. Its LoRAs train every linear layer of the 
 reference's fused qkv and linear1: `lora_unet_double_blocks_0_img_attn_qkv`, `..._img_mlp_0`, `..._img_mod_lin`,
 `lora_unet_single_blocks_0_modulation_lin`); sd-scripts' own names (`img_mlp_fc1`, `img_mod_linear`, ...) are read
 too. diffusers' HunyuanImagePipeline has no LoRA loader: lora_for_pipeline's PEFT keys load with
-`pipe.transformer.load_lora_adapter(state, prefix="transformer")`.
+`pipe.transformer.load_lora_adapter(state, prefix="transformer")` (what build_pipeline's load_lora_weights does).
 """
 from __future__ import annotations
 
@@ -184,7 +184,9 @@ def _widened(states: torch.Tensor, width: int) -> torch.Tensor:
 
 def _pipeline_class() -> type:
     """HunyuanImagePipeline taking a CFG scale (`guidance_scale`): its guider for the call, classifier-free guidance
-    above 1, none otherwise (the pipeline's own guider choice needs a guider object per scale)."""
+    above 1, none otherwise (the pipeline's own guider choice needs a guider object per scale); and the LoRA calls
+    Generate makes of a pipeline, which HunyuanImagePipeline lacks (no LoRA loader mixin in diffusers 0.42.1),
+    through its transformer's PeftAdapterMixin."""
     from diffusers import HunyuanImagePipeline
     from diffusers.guiders import ClassifierFreeGuidance
 
@@ -193,6 +195,16 @@ def _pipeline_class() -> type:
             self.guider = ClassifierFreeGuidance(guidance_scale=guidance_scale) if guidance_scale > 1 else None
             self.ocr_guider = None
             return super().__call__(*args, **kwargs)
+
+        def load_lora_weights(self, state: dict[str, torch.Tensor], adapter_name: str | None = None) -> None:
+            """lora_for_pipeline's `transformer.` keys into the transformer."""
+            self.transformer.load_lora_adapter(state, prefix="transformer", adapter_name=adapter_name)
+
+        def set_adapters(self, adapter_names: list[str], adapter_weights: list[float] | None = None) -> None:
+            self.transformer.set_adapters(adapter_names, adapter_weights)
+
+        def delete_adapters(self, adapter_names: list[str] | str) -> None:
+            self.transformer.delete_adapters(adapter_names)
 
     return ScaledHunyuanImagePipeline
 
