@@ -17,6 +17,7 @@ from trainers.data.catalog import build_catalog
 from trainers.data.checks import dataset_issues
 from trainers.data.dataset import CaptionedImages
 from trainers.data.pipeline import _clock
+from trainers.data.prompt_chunks import PromptFormat
 
 from helpers import events
 from image_files import save_image
@@ -219,7 +220,8 @@ def test_the_pipeline_sets_prompts_cache_batch_and_workers(tiny_sd1_dir: Path, t
     monkeypatch.setattr(pipeline.Dist, "of", classmethod(lambda cls, acc: cls()))
     cfg = config(data, max_data_loader_n_workers=1, weighted_captions=True, cache_latents=True, train_batch_size=2)
     built = pipeline.build_pipeline(cfg, build_catalog(cfg.values), model, accelerator, EventWriter(tmp_path / "run"))
-    assert model.prompt_format.max_token_length is None and model.prompt_format.weighted
+    assert built.model.prompt_format.max_token_length is None and built.model.prompt_format.weighted
+    assert model.prompt_format == PromptFormat()  # the loaded model is left as it was
     assert built.loader.persistent_workers and batch_sizes == [2]  # as before these options existed
     warned = [e["message"] for e in events(tmp_path / "run") if e["type"] == "warning"]
     assert len(warned) == 1 and "1 caption(s) have more than the 75 tokens" in warned[0]
@@ -227,7 +229,7 @@ def test_the_pipeline_sets_prompts_cache_batch_and_workers(tiny_sd1_dir: Path, t
     cfg = cfg.replace(persistent_data_loader_workers=False, vae_batch_size=3, max_token_length=150)
     built = pipeline.build_pipeline(cfg, build_catalog(cfg.values), model, accelerator, EventWriter(tmp_path / "r2"))
     assert not built.loader.persistent_workers and batch_sizes[-1] == 3
-    assert model.prompt_format.max_token_length == 150 and built.dataset[(0, 0, 0)]["input_ids"][0].ids.shape == (154,)
+    assert built.model.prompt_format.max_token_length == 150 and built.dataset[(0, 0, 0)]["input_ids"][0].ids.shape == (154,)
     assert not [e for e in events(tmp_path / "r2") if e["type"] == "warning"]  # 100 tokens fit in 150
 
 

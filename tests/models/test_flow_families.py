@@ -1,6 +1,7 @@
 """The SD3 and FLUX families: detection, loading, option checks, text encoding, latent packing, LoRA module tables."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ def test_flux_tokens_and_text_encoding(tiny_flux_dir: Path) -> None:
     assert hidden.shape == (2, 512, 32) and pooled.shape == (2, 32)
     assert (hidden[:, -1].abs().sum(dim=-1) > 0).all()  # padding has states without the mask
     masked_family = model.family.configured(_defaults(apply_t5_attn_mask=True, text_encoder_max_tokens=32))
-    model.family = masked_family
+    model = replace(model, family=masked_family)
     hidden, _ = model.encode_texts(["a red circle", "sks"], 1)
     real = (t5_ids[:, :32] != 0).sum(dim=1)
     assert hidden.shape == (2, 32, 32)

@@ -3,6 +3,7 @@ at once while caching the text encoders' outputs), on the tiny SD3 and FLUX mode
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,12 +24,12 @@ def test_t5xxl_dtype_is_the_precision_t5_runs_in_under_any_autocast(tiny_sd3_dir
     exact, _ = model.encode_texts(captions, 1)
     t5_tokens = exact.shape[1] - 77  # CLIP's 77 states first, then T5's
     t5 = model.text_encoders[-1]
-    model.family = model.family.configured(_defaults(t5xxl_dtype="float32"))
+    model = replace(model, family=model.family.configured(_defaults(t5xxl_dtype="float32")))
     with torch.autocast("cpu", dtype=torch.bfloat16):  # the run's mixed precision does not reach T5
         kept, _ = model.encode_texts(captions, 1)
     assert next(t5.parameters()).dtype == torch.float32
     assert torch.equal(kept[:, -t5_tokens:], exact[:, -t5_tokens:])
-    model.family = model.family.configured(_defaults(t5xxl_dtype="bf16"))
+    model = replace(model, family=model.family.configured(_defaults(t5xxl_dtype="bf16")))
     low, _ = model.encode_texts(captions, 1)
     assert next(t5.parameters()).dtype == torch.bfloat16 and low.dtype == torch.bfloat16
     assert not torch.equal(low[:, -t5_tokens:].float(), exact[:, -t5_tokens:])

@@ -1,14 +1,14 @@
 """From the catalog to the data loader, once the model is loaded: caches, dataset, bucket batches.
 
-Here the run's prompt format (max_token_length, weighted_captions) is set on the model, so the dataset's
-tokenization, the text-encoder cache and sample images all encode text the same way.
+Here the run's view of the model gets its prompt format (max_token_length, weighted_captions), so the dataset's
+tokenization, the text-encoder cache and sample images all encode text the same way, and its cached texts.
 """
 from __future__ import annotations
 
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +34,13 @@ class DataPipeline:
     dataset: CaptionedImages
     sampler: BucketBatchSampler
     loader: Any
+    model: Any  # the run's view of the model (a LoadedModel): its prompt format, and its cached texts when cached
     validation: CaptionedImages | None = None  # the held-out images (validation_split); latents encoded as needed
 
 
 def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: Any, events: EventWriter) -> DataPipeline:
     main = accelerator.is_main_process
-    model.prompt_format = PromptFormat(cfg.max_token_length, cfg.weighted_captions)
+    model = replace(model, prompt_format=PromptFormat(cfg.max_token_length, cfg.weighted_captions))
     latents = None
     if cfg.cache_latents or cfg.cache_latents_to_disk:
         try:
@@ -82,7 +83,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
                                                "writable, or cache in memory only", "dataset")]) from None
         if validation is not None:
             validation.texts = dataset.texts
-        model.cached_texts = dataset.texts
+        model = replace(model, cached_texts=dataset.texts)
         for te in model.text_encoders:
             te.to("cpu")  # not needed any more: free the accelerator's memory
     workers = cfg.max_data_loader_n_workers
@@ -91,7 +92,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
         persistent_workers=workers > 0 and cfg.persistent_data_loader_workers,
         pin_memory=accelerator.device.type == "cuda",
     )
-    return DataPipeline(catalog, dataset, sampler, loader, validation)
+    return DataPipeline(catalog, dataset, sampler, loader, model, validation)
 
 
 def sample_texts(cfg: TrainConfig) -> list[str]:

@@ -139,9 +139,9 @@ class EditFamily(EditRules):
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         model = super().load(folder, weight_dtype, vae_path, random_init)  # type: ignore[misc]
-        model.family = copy.copy(model.family)
-        model.family.slot = ControlSlot()
-        return model
+        family = copy.copy(model.family)
+        family.slot = ControlSlot()
+        return replace(model, family=family)
 
     def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
         """The method's objective with each batch's control latents in the slot while it runs (the objective as it

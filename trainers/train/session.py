@@ -4,9 +4,10 @@ Order matters for users: config and dataset problems are reported before any mod
 """
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,21 +104,14 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     model = load_model(_checked_model(cfg), model_opts.model_family, weight_dtype, model_opts.vae.strip(), random_init,
                        ModelFiles.from_values(cfg.values))
     Path(SavingOptions.of(cfg).output_dir).expanduser().mkdir(parents=True, exist_ok=True)  # only once the model loaded
-    model.family = model.family.configured(cfg.values)  # the run's settings of its text encoding and denoiser
-    if model_opts.v_parameterization:
-        model.noise_scheduler.register_to_config(prediction_type="v_prediction")
-        model.prediction_type = "v_prediction"
-    if LossOptions.of(cfg).zero_terminal_snr:  # a config field of the schedule: sample images follow it
-        from trainers.train.losses import zero_terminal_snr_scheduler
-
-        model.noise_scheduler = zero_terminal_snr_scheduler(model.noise_scheduler)
+    model = run_model(cfg, model)
     offloading = bool(cfg.values.get("blocks_to_swap") or cfg.values.get("layer_offload_fraction"))
     quantize_model(model, cfg, weight_dtype, torch.device("cpu") if offloading else accelerator.device)
     _place_encoders(precision, model, accelerator.device, weight_dtype)
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
     # The VAE runs once per image (and flip), not once per epoch: for training without cached latents, and for the
     # held-out images, which are never cached.
-    model.latent_memo = memo.RowMemo(memo.LATENT_BYTES) if memoize else None
+    model = replace(data.model, latent_memo=memo.RowMemo(memo.LATENT_BYTES) if memoize else None)
     block_swap = _place_denoiser(cfg, precision, model, accelerator.device)
     per_device = data.catalog.per_device_batches(accelerator.num_processes, optimizer.keep_global_batch)
     plan = plan_steps(len(data.catalog.samples), per_device[0], accelerator.num_processes,
@@ -131,6 +125,21 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
                    weight_dtype, time.time(),
                    Control(run_dir, accelerator), outputs, memory_tips, accelerator.rank_timer, data.validation, block_swap,
                    resident_before_model)
+
+
+def run_model(cfg: TrainConfig, model: LoadedModel) -> LoadedModel:
+    """The run's view of the loaded model: its family configured with the run's settings of its text encoding and
+    denoiser, and the noise schedule the run trains with (v_parameterization, zero_terminal_snr)."""
+    scheduler, prediction_type = model.noise_scheduler, model.prediction_type
+    if ModelOptions.of(cfg).v_parameterization:
+        scheduler, prediction_type = copy.deepcopy(scheduler), "v_prediction"  # the loaded model's is left as it is
+        scheduler.register_to_config(prediction_type="v_prediction")
+    if LossOptions.of(cfg).zero_terminal_snr:  # a config field of the schedule: sample images follow it
+        from trainers.train.losses import zero_terminal_snr_scheduler
+
+        scheduler = zero_terminal_snr_scheduler(scheduler)
+    return replace(model, family=model.family.configured(cfg.values), noise_scheduler=scheduler,
+                   prediction_type=prediction_type)
 
 
 def _checked_model(cfg: TrainConfig) -> str:

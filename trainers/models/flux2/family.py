@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +74,9 @@ class Flux2(EditFamily, Flux2Rules, FlowFamily, ModelFamily):
         tokenizer = model.tokenizers[0]
         if not getattr(tokenizer, "chat_template", None):
             tokenizer.chat_template = processor_chat_template(folder / family.text_encoder_specs[0].tokenizer_subfolder)
-        model.family = model.family.with_tokenizer(tokenizer)
-        model.family.slot = ControlSlot()
-        return model
+        family = model.family.with_tokenizer(tokenizer)
+        family.slot = ControlSlot()
+        return replace(model, family=family)
 
     def checkpoint_variant(self, config: Any) -> "Flux2":
         """klein 9B (a 4096-wide transformer) or 4B, as musubi-tuner names them in its LoRAs' metadata."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import types
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -165,9 +166,9 @@ def _ready(model: LoadedModel) -> LoadedModel:
     """`model` with its autoencoder encoding single frames and a copy of its family that knows its tokenizer's pad
     token (the text mask's; the text encoder's config may not name it)."""
     encode_single_frames(model.vae)
-    model.family = copy.copy(model.family)
-    model.family.pad_token_id = model.tokenizers[0].pad_token_id
-    return model
+    family = copy.copy(model.family)
+    family.pad_token_id = model.tokenizers[0].pad_token_id
+    return replace(model, family=family)
 
 
 def encode_single_frames(vae: nn.Module) -> None:

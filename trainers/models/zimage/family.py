@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +108,9 @@ class ZImage(ZImageRules, FlowFamily, ModelFamily):
 
 def _with_pad_token(model: LoadedModel) -> LoadedModel:
     """`model` with a copy of its family that knows its tokenizer's pad token (the text mask's)."""
-    model.family = copy.copy(model.family)
-    model.family.pad_token_id = model.tokenizers[0].pad_token_id
-    return model
+    family = copy.copy(model.family)
+    family.pad_token_id = model.tokenizers[0].pad_token_id
+    return replace(model, family=family)
 
 
 def _without_padding(hidden: torch.Tensor, text_mask: torch.Tensor | None) -> list[torch.Tensor]:
