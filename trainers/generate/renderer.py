@@ -10,6 +10,7 @@ chunked encoding as sample images during training (`encode_for_pipeline`).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +78,9 @@ class Renderer:
         self.adapters, self.lycoris, self.words, self.variant, self._embeds = {}, {}, {}, None, {}
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        model = load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae, random_init=self.cfg.random_init,
-                           files=ModelFiles.from_values(self.cfg.values))
-        model.prompt_format = PROMPTS
+        model = replace(load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae,
+                                   random_init=self.cfg.random_init, files=ModelFiles.from_values(self.cfg.values)),
+                        prompt_format=PROMPTS)
         vae_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
         model.unet.to(self.device).eval().requires_grad_(False)
         model.vae.to(self.device, vae_dtype).eval().requires_grad_(False)
@@ -111,7 +112,9 @@ class Renderer:
         for path, lycoris in self.lycoris.items():
             lycoris.set_weight(active[path])
         assert self.model is not None
-        self.model.tokenizers = reading_words(self._tokenizers, [w for p in active for w in self.words.get(p, [])])
+        # the variant's view of the model: its prompts read the words bundled in its LoRAs
+        self.model = replace(self.model, tokenizers=reading_words(self._tokenizers,
+                                                                  [w for p in active for w in self.words.get(p, [])]))
         self.variant = index
 
     def _load_lora(self, path: str) -> None:
@@ -123,8 +126,7 @@ class Renderer:
             assert self.model is not None
             state, words = split_bundled(with_conv_ups(load_file(path)))
             if words and path not in self.words:
-                self.model.tokenizers = self._tokenizers
-                self.words[path] = install_words(self.model, words, name)
+                self.words[path] = install_words(replace(self.model, tokenizers=self._tokenizers), words, name)
             lycoris = is_lycoris_file(state)
             if not lycoris:
                 state = with_one_alpha(self.model.family.lora_in_own_names(state))
