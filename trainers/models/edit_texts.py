@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +24,16 @@ def pair_key(caption: str, controls: tuple[Path, ...], bucket: tuple[int, int]) 
 
 
 @contextmanager
-def reading_images(model: Any, device: torch.device | None = None) -> Iterator[None]:
-    """The model's text encoder encoding afresh (not from the captions' cache, whose encodings read no image), for
-    prompts read with their images: on `device` (put back after), or where it is (a sample mid-run: on the CPU
-    when the captions are cached, where moving it to the accelerator could run the card out of memory)."""
-    cached, model.cached_texts = model.cached_texts, None
+def reading_images(model: Any, device: torch.device | None = None) -> Iterator[Any]:
+    """The model as it encodes prompts read with their images: its text encoder encoding afresh (not from the
+    captions' cache, whose encodings read no image), on `device` (put back after), or where it is (a sample mid-run:
+    on the CPU when the captions are cached, where moving it to the accelerator could run the card out of memory)."""
     encoder = model.text_encoders[0]
     home = next(encoder.parameters()).device
     encoder.to(device or home)
     try:
-        yield
+        yield replace(model, cached_texts=None)
     finally:
-        model.cached_texts = cached
         encoder.to(home)
 
 
@@ -53,12 +52,12 @@ class PairTexts:
                 self.rows[index] = key
                 first.setdefault(key, index)
         try:
-            with reading_images(model, session.accelerator.device):
+            with reading_images(model, session.accelerator.device) as fresh:
                 for key, index in first.items():
                     target = catalog.images[catalog.samples[index]].path
                     family.slot.pixels = [controls.control(path, 0, index)[None] for path in controls.pairs[target]]
                     with torch.no_grad():
-                        hidden, mask = model.encode_texts([key[0]], session.cfg.clip_skip)
+                        hidden, mask = fresh.encode_texts([key[0]], session.cfg.clip_skip)
                     self.embeds[key] = (hidden[0].cpu(), mask[0].cpu())
         finally:
             family.slot.pixels = None

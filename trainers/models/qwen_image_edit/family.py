@@ -99,8 +99,8 @@ class QwenImageEdit(EditFamily, QwenImageEditRules, QwenImage):
         self.slot.pixels = [sample_control(Path(path).expanduser(), width, height).expand(len(texts), -1, -1, -1)
                             for path in images[:self.max_controls]]
         try:
-            with reading_images(model):
-                return model.encode_texts(texts, clip_skip)
+            with reading_images(model) as fresh:
+                return fresh.encode_texts(texts, clip_skip)
         finally:
             self.slot.pixels = None
 
