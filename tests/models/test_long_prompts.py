@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,7 @@ def models(tiny_sd1_dir: Path, tiny_sdxl_dir: Path) -> dict[str, LoadedModel]:
 
 def with_format(model: LoadedModel, fmt: PromptFormat) -> LoadedModel:
     """The same modules with another prompt format (the fixture's model is shared)."""
-    other = copy.copy(model)
-    other.prompt_format = fmt
-    return other
+    return replace(model, prompt_format=fmt)
 
 
 def reference_chunks(tokenizer, text: str, chunks: int) -> list[torch.Tensor]:

@@ -50,8 +50,16 @@ class LoraTarget:
     path: str = ""  # the dotted module path `name` is made from, where the family's files name it so (lora_file_names)
 
 
+# The slot a method may swap for the duration of its samples (ControlNet renders through its controlled denoiser).
+SWAPPABLE = frozenset({"unet"})
+
+
 @dataclass
 class LoadedModel:
+    """What loading made, and a run's (or a generation job's) view of it, which is another LoadedModel made with
+    `dataclasses.replace` (the run's configured family, prompt format, cached texts): no field but the denoiser is
+    assigned once the object is made, so what a run sets is never left on the model it was made from."""
+
     family: "ModelFamily"
     unet: nn.Module  # the denoiser: a UNet, or the transformer of SD3 and FLUX (the name stays for every family)
     vae: nn.Module
@@ -60,14 +68,20 @@ class LoadedModel:
     noise_scheduler: Any  # a diffusers DDPMScheduler for training noise; flow families: their inference scheduler
     prediction_type: str  # "epsilon" or "v_prediction"; "flow" for flow-matching families
     source: str  # what the user gave (folder or hub id), for metadata
-    # How its prompts are tokenized (max_token_length, weighted captions): set once for a run or a generation
-    # job, so training captions, cached text-encoder outputs and sample prompts are encoded alike.
+    # How its prompts are tokenized (max_token_length, weighted captions): the run's or the generation job's, so
+    # training captions, cached text-encoder outputs and sample prompts are encoded alike.
     prompt_format: PromptFormat = field(default_factory=PromptFormat)
     # Text-encoder outputs encoded before training (data/cache.py's TextCache: captions and sample prompts), read
     # instead of running the encoders, which then may sit on the CPU.
     cached_texts: Any = None
     # The VAE's outputs of images seen before in a run without cached latents (train/memo.py's RowMemo), or None.
     latent_memo: Any = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in SWAPPABLE and (name in self.__dict__ or name not in self.__dataclass_fields__):
+            raise AttributeError(f"LoadedModel.{name} is set when the model is made: make the run's view of it with "
+                                 f"dataclasses.replace(model, {name}=...)")
+        object.__setattr__(self, name, value)
 
     def tokenize(self, texts: list[str]) -> list[torch.Tensor] | list[WeightedIds]:
         """Token ids per tokenizer (WeightedIds with weighted captions), in `prompt_format`."""
