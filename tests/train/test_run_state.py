@@ -69,12 +69,14 @@ def test_a_view_is_made_with_replace_and_leaves_the_model_as_it_was() -> None:
 def test_the_runs_view_has_its_schedule_and_the_loaded_model_keeps_its_own() -> None:
     from diffusers import DDPMScheduler
 
-    scheduler = DDPMScheduler(num_train_timesteps=1000)
+    scheduler = DDPMScheduler(num_train_timesteps=1000, prediction_type="epsilon")  # as the loaders make it
     model = loaded(scheduler)
     v = run_model(TrainConfig("lora", {"v_parameterization": True}), model)
     assert v.prediction_type == "v_prediction" and v.noise_scheduler.config.prediction_type == "v_prediction"
     zero = run_model(TrainConfig("lora", {"zero_terminal_snr": True}), model)
     assert zero.noise_scheduler.config.rescale_betas_zero_snr and zero.unet is model.unet
+    both = run_model(TrainConfig("lora", {"v_parameterization": True, "zero_terminal_snr": True}), model).noise_scheduler
+    assert both.config.prediction_type == "v_prediction" and both.config.rescale_betas_zero_snr
     assert model.noise_scheduler is scheduler and model.prediction_type == "epsilon"
     assert scheduler.config.prediction_type == "epsilon" and not scheduler.config.rescale_betas_zero_snr
     plain = run_model(TrainConfig("lora", {}), model)
