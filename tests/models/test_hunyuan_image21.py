@@ -199,3 +199,25 @@ def test_sd_scripts_names_read_as_the_trained_modules(model: object, saved: Simp
         theirs[key] = value
     assert theirs.keys() != saved.file.keys()
     assert model.family.lora_in_own_names(theirs).keys() == saved.file.keys()
+
+
+def test_the_distilled_variant_gets_its_guidance_and_meanflow_timestep(tmp_path: Path) -> None:
+    folder = build_tiny_hunyuan_image21(tmp_path / "distilled", guidance_embeds=True, use_meanflow=True)
+    distilled = load_model(str(folder), "auto", torch.float32)
+    family = distilled.family.configured({"guidance_scale": 3.25})
+    hidden, mask = family.encode_prompts(distilled.text_encoders, family.tokenize(distilled.tokenizers, CAPTIONS), 1)
+    embeds = family.pipeline_embeds(hidden, mask)
+    noisy, timesteps = torch.randn(2, 8, 2, 2), torch.tensor([600.0, 600.0])
+    with torch.no_grad():
+        ours = family.denoise(distilled.unet, noisy, timesteps, hidden, mask, None)
+        first = distilled.unet(hidden_states=noisy[:1], timestep=timesteps[:1], timestep_r=timesteps[:1],
+                               guidance=torch.tensor([3250.0]), encoder_hidden_states=embeds["prompt_embeds"],
+                               encoder_attention_mask=embeds["prompt_embeds_mask"],
+                               encoder_hidden_states_2=embeds["prompt_embeds_2"],
+                               encoder_attention_mask_2=embeds["prompt_embeds_mask_2"], return_dict=False)[0]
+    assert torch.allclose(ours[:1], first, atol=1e-5)
+    pipe = family.build_pipeline(distilled, family.inference_scheduler(distilled, "euler"))
+    pipe.set_progress_bar_config(disable=True)
+    latents = pipe(height=64, width=64, num_inference_steps=2, output_type="latent", **embeds,
+                   **family.pipeline_kwargs(1.0), generator=torch.Generator().manual_seed(0)).images
+    assert latents.shape == (1, 8, 2, 2) and torch.isfinite(latents).all()
