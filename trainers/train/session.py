@@ -47,7 +47,7 @@ class Session:
     events: EventWriter
     accelerator: Any
     catalog: Catalog
-    model: LoadedModel
+    model: LoadedModel  # the run's view of the loaded model (run_model, then build_pipeline's and the memo)
     plan: StepPlan
     loader: Any
     sampler: BucketBatchSampler
