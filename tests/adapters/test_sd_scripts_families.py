@@ -90,3 +90,44 @@ def test_another_model_type_is_still_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         import_kohya_file(_toml(tmp_path, CHROMA_LORA.replace('"chroma"', '"flux2"')))
     assert [issue.field for issue in err.value.issues] == ["model_type"]
+
+
+# sd-scripts' docs/hunyuan_image_train_network.md example as a --config_file TOML, with its 24 GB advice (fp8_scaled,
+# blocks_to_swap 9) and fp8_vl
+HUNYUAN_LORA = """
+pretrained_model_name_or_path = "/models/hunyuanimage2.1.safetensors"
+text_encoder = "/models/qwen_2.5_vl_7b.safetensors"
+byt5 = "/models/byt5_small_glyphxl_fp16.safetensors"
+vae = "/models/hunyuan_image_2.1_vae_fp16.safetensors"
+network_module = "networks.lora_hunyuan_image"
+network_dim = 16
+network_alpha = 1
+network_train_unet_only = true
+learning_rate = 1e-4
+optimizer_type = "AdamW8bit"
+lr_scheduler = "constant"
+attn_mode = "torch"
+split_attn = true
+max_train_epochs = 10
+mixed_precision = "bf16"
+gradient_checkpointing = true
+model_prediction_type = "raw"
+fp8_scaled = true
+fp8_vl = true
+blocks_to_swap = 9
+cache_text_encoder_outputs = true
+cache_latents = true
+"""
+
+
+def test_a_hunyuan_image_lora_config_reads_as_hunyuan_image_21_with_sd_scripts_defaults(tmp_path: Path) -> None:
+    method, values, notes = import_kohya_file(_toml(tmp_path, HUNYUAN_LORA))
+    assert method == "lora"
+    assert (values["model_family"], values["network_module"]) == ("hunyuan_image21", "networks.lora")
+    assert (values["timestep_sampling"], values["discrete_flow_shift"], values["model_prediction_type"]) == \
+        ("sigma", 5.0, "raw")
+    assert (values["fp8_base"], values["text_encoder_precision"], values["blocks_to_swap"]) == (True, "fp8", 9)
+    assert not {"byt5", "attn_mode", "split_attn"} & set(values) and values["text_encoder"] == values["vae"] == ""
+    assert any("diffusers folder" in n for n in notes) and any("attn_mode" in n for n in notes)
+    _, values, _ = import_kohya_file(_toml(tmp_path, HUNYUAN_LORA + "discrete_flow_shift = 3.0\n"))
+    assert values["discrete_flow_shift"] == 3.0

@@ -1,6 +1,7 @@
 """sd-scripts' keys of the flow families that came after FLUX.1 and SD3, read as Atelier's (torch-free): Chroma
-(flux_train_network.py with `model_type = "chroma"`) and Lumina Image 2.0 (lumina_train_network.py, its
-networks.lora_lumina and library/lumina_train_util.py's options). A config adapter (trainers/core/registry.py CONFIG_ADAPTERS):
+(flux_train_network.py with `model_type = "chroma"`), Lumina Image 2.0 (lumina_train_network.py, its
+networks.lora_lumina and library/lumina_train_util.py's options) and HunyuanImage 2.1 (hunyuan_image_train_network.py,
+its networks.lora_hunyuan_image). A config adapter (trainers/core/registry.py CONFIG_ADAPTERS):
 it claims the sd-scripts files of these families, reads their own keys, and leaves the rest to sd-scripts' reader
 (trainers/adapters/kohya/reading.py).
 """
@@ -21,12 +22,27 @@ LUMINA_MODULE = "networks.lora_lumina"
 LUMINA_DEFAULTS: dict[str, Any] = {"timestep_sampling": "shift", "discrete_flow_shift": 6.0,
                                    "model_prediction_type": "raw"}
 LUMINA_SPEED_ONLY = ("use_flash_attn", "use_sage_attn")
+HUNYUAN_MODULE = "networks.lora_hunyuan_image"
+# hunyuan_image_train_network.py's defaults where ours would train differently (its argparse defaults)
+HUNYUAN_DEFAULTS: dict[str, Any] = {"timestep_sampling": "sigma", "discrete_flow_shift": 5.0,
+                                    "model_prediction_type": "raw"}
+HUNYUAN_SPLIT_FILES = ("text_encoder", "byt5", "vae")  # its Qwen2.5-VL, ByT5 and autoencoder files
+HUNYUAN_SPEED_ONLY = ("attn_mode", "split_attn", "vae_chunk_size", "text_encoder_cpu")
+# its options read as ours (what they keep in 8-bit floats)
+HUNYUAN_READ_AS = {"fp8_scaled": ("fp8_base", True), "fp8_vl": ("text_encoder_precision", "fp8")}
 
 
 def claims(flat: dict[str, Any]) -> bool:
-    """A Chroma or Lumina 2 file of sd-scripts: its model_type, its LoRA module, or its Gemma 2 file."""
+    """A Chroma, Lumina 2 or HunyuanImage 2.1 file of sd-scripts: its model_type, its LoRA module, or its Gemma 2 or
+    ByT5 file."""
     return (MODEL_TYPES.get(str(flat.get("model_type"))) is not None or flat.get("network_module") == LUMINA_MODULE
-            or "gemma2" in flat)
+            or "gemma2" in flat or is_hunyuan_image(flat))
+
+
+def is_hunyuan_image(flat: dict[str, Any]) -> bool:
+    """A HunyuanImage 2.1 file of sd-scripts (its LoRA module or its ByT5 file), whose fp8_* keys musubi-tuner's
+    files have too."""
+    return flat.get("network_module") == HUNYUAN_MODULE or "byt5" in flat
 
 
 def read(flat: dict[str, Any], method: str, notes: list[str], issues: list[ConfigIssue]) -> dict[str, Any]:
@@ -44,6 +60,9 @@ def read(flat: dict[str, Any], method: str, notes: list[str], issues: list[Confi
 def read_family_keys(flat: dict[str, Any], note: Callable[[str], None], bad: Callable[[str, str], None]) -> None:
     """Set model_family from sd-scripts' model_type (Chroma) or LoRA module (Lumina), and read Lumina's keys: those
     Atelier honours are checked and left out, the others refused by name."""
+    if is_hunyuan_image(flat):
+        _hunyuan_keys(flat, note)
+        return
     family = MODEL_TYPES.get(str(flat.get("model_type")))
     if family and "model_family" not in flat:
         flat["model_family"] = family
@@ -81,4 +100,31 @@ def _lumina_keys(flat: dict[str, Any], note: Callable[[str], None], bad: Callabl
     flat.update(used)
     if used:
         note("lumina_train_network.py's defaults for options the file leaves out: "
+             + ", ".join(f"{name} = {value!r}" for name, value in used.items()))
+
+
+def _hunyuan_keys(flat: dict[str, Any], note: Callable[[str], None]) -> None:
+    """HunyuanImage 2.1's: its module and fp8 options read as ours, its split files and speed options left out (it
+    is read from a diffusers folder here), sd-scripts' defaults for the flow options the file leaves out."""
+    if flat.get("network_module") == HUNYUAN_MODULE:
+        flat["network_module"] = "networks.lora"
+        note(f"network_module = {HUNYUAN_MODULE!r} is read as model_family = 'hunyuan_image21' with network_module = "
+             "'networks.lora' (the family names the LoRA's keys as ComfyUI does, sd-scripts' names read too)")
+    flat.setdefault("model_family", "hunyuan_image21")
+    files = [name for name in HUNYUAN_SPLIT_FILES if flat.pop(name, None)]
+    if files:
+        note(f"{', '.join(files)} (sd-scripts' split files) left out: HunyuanImage 2.1 is read from its diffusers "
+             "folder here (give it as pretrained_model_name_or_path, e.g. "
+             "hunyuanvideo-community/HunyuanImage-2.1-Diffusers)")
+    for name, (ours, value) in HUNYUAN_READ_AS.items():
+        if flat.pop(name, None):
+            flat[ours] = value
+            note(f"{name} is read as {ours} = {value!r} (8-bit floats without scales here)")
+    dropped = [name for name in HUNYUAN_SPEED_ONLY if flat.pop(name, None) not in (None, "", False)]
+    if dropped:
+        note(f"{', '.join(dropped)} left out: speed only here (PyTorch SDPA attention, text encoder outputs cached)")
+    used = {name: value for name, value in HUNYUAN_DEFAULTS.items() if name not in flat}
+    flat.update(used)
+    if used:
+        note("hunyuan_image_train_network.py's defaults for options the file leaves out: "
              + ", ".join(f"{name} = {value!r}" for name, value in used.items()))

@@ -84,8 +84,11 @@ MAX_TRAIN_STEPS = 1600  # with neither max_train_steps nor max_train_epochs
 
 
 def is_musubi_file(flat: dict[str, Any]) -> bool:
-    """Whether flat TOML keys are a musubi-tuner config: a musubi network module or a key only musubi writes."""
+    """Whether flat TOML keys are a musubi-tuner config: a musubi network module or a key only musubi writes (an
+    sd-scripts HunyuanImage 2.1 file has fp8_scaled and fp8_vl too: its LoRA module or ByT5 file tells it)."""
     module = flat.get("network_module")
+    if module == "networks.lora_hunyuan_image" or "byt5" in flat:
+        return False
     return bool(MUSUBI_KEYS & set(flat)) or (isinstance(module, str) and module.startswith("networks.lora_")
                                              and module in FAMILY_MODULES)
 

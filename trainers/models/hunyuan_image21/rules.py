@@ -30,6 +30,7 @@ class HunyuanImage21Rules(FlowRules):
     # the reference (Tencent's dit/hunyuanimage2.1.safetensors) and ComfyUI's files: the ByT5 mapper is this
     # family's own; recognised and refused by name (Atelier reads HunyuanImage 2.1 as diffusers folders)
     reference_prefixes = ("byt5_in.", "model.diffusion_model.byt5_in.", "diffusion_model.byt5_in.")
+    detect_priority = 4  # before FLUX.1's: its single files have FLUX.1's double and single blocks too
     reads_single_files = False
     writes_single_files = False
     checkpoint_parts = ()
