@@ -66,3 +66,74 @@ def test_broken_clips_are_named(tmp_path: Path) -> None:
         assert err.value.path == tmp_path / name and name in str(err.value)
     with pytest.raises(ClipError, match="needs frame 20"):
         read_frames(tmp_path / "whole.mp4", [0, 20])
+
+
+# --- musubi-tuner's dataset TOML keys (trainers/data/video_toml.py)
+
+def _config(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "clips").mkdir(exist_ok=True)
+    (tmp_path / "stills").mkdir(exist_ok=True)
+    path = tmp_path / "dataset.toml"
+    path.write_text(text)
+    return path
+
+
+def test_musubi_video_keys_read_with_musubi_defaults(tmp_path: Path) -> None:
+    from trainers.data.video_toml import load_video_dataset_config
+
+    warnings: list[str] = []
+    specs = load_video_dataset_config(_config(tmp_path, """
+[general]
+resolution = [48, 32]
+caption_extension = ".caption"
+enable_bucket = true
+[[datasets]]
+video_directory = "clips"
+target_frames = [1, 10, 17]
+frame_extraction = "slide"
+frame_stride = 3
+source_fps = 30.0
+num_repeats = 2
+[[datasets]]
+image_directory = "stills"
+resolution = 32
+batch_size = 2
+"""), warnings)
+    video, images = specs
+    assert (video.directory, video.resolution, video.caption_extension, video.enable_bucket) == (
+        tmp_path / "clips", (48, 32), ".caption", True)
+    assert (video.target_frames, video.frame_extraction, video.frame_stride, video.source_fps, video.num_repeats) == (
+        (1, 10, 17), "slide", 3, 30.0, 2)
+    assert (video.frame_sample, video.max_frames, video.batch_size, video.bucket_no_upscale) == (1, 129, 1, False)
+    assert images.is_image and images.resolution == (32, 32) and images.batch_size == 2 and not warnings
+
+
+def test_unknown_and_unhonoured_keys_are_refused_by_name(tmp_path: Path) -> None:
+    from trainers.core.options.schema import ConfigError
+    from trainers.data.video_toml import load_video_dataset_config
+
+    with pytest.raises(ConfigError) as err:
+        load_video_dataset_config(_config(tmp_path, """
+[general]
+target_frames = [9]
+[[datasets]]
+video_directory = "clips"
+frame_extraction = "chain"
+control_directory = "clips"
+frame_strid = 2
+fp_latent_window_size = 9
+"""), [])
+    text = str(err.value)
+    for expected in ("target_frames belongs to a [[datasets]] entry", "'chain' is not musubi-tuner's name",
+                     "control_directory (musubi-tuner) is refused", "did you mean 'frame_stride'",
+                     "fp_latent_window_size (musubi-tuner) is refused"):
+        assert expected in text, text
+
+
+def test_an_image_run_refuses_a_video_dataset_config_by_name(tmp_path: Path) -> None:
+    from trainers.core.options.schema import ConfigError
+    from trainers.data.dataset_toml import load_dataset_config
+
+    path = _config(tmp_path, '[[datasets]]\nvideo_directory = "clips"\n')
+    with pytest.raises(ConfigError, match="musubi-tuner video dataset config"):
+        load_dataset_config(path, {}, [])

@@ -24,6 +24,8 @@ its images (same name, any image extension), as sd-scripts reads them; ``alpha_m
 images' transparency instead. For edit models (FLUX.1 Kontext, Qwen-Image-Edit) a subset's ``control_directory``
 (musubi-tuner's key), or its ``conditioning_data_dir`` without masked_loss, holds the control images
 (trainers/data/edit_pairs.py).
+musubi-tuner's video dataset configs (video_directory) are read by trainers/data/video_toml.py for video
+families; here they are refused by name.
 Torch-free.
 """
 from __future__ import annotations
@@ -40,6 +42,7 @@ from trainers.core.options.validation import parse_resolution
 from trainers.data.checks import bucket_issues
 from trainers.data.edit_pairs import sizing_from_values, sizing_refusals
 from trainers.data.specs import DatasetSpec, SubsetSpec, bucket_settings, specs_from_values, subset_spec
+from trainers.data.video_toml import is_video_dataset_config
 
 FIELD = "dataset_config"
 # Subset-level keys that are also options of ours (same name, same meaning).
@@ -77,6 +80,11 @@ def load_dataset_config(path: Path, values: Mapping[str, Any], warnings: list[st
         raise ConfigError([ConfigIssue(FIELD, f"cannot read {path}: {err.strerror or err}", "dataset")]) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError([ConfigIssue(FIELD, f"{path} is not valid TOML: {err}", "dataset")]) from None
+    if is_video_dataset_config(raw):
+        raise ConfigError([ConfigIssue(FIELD, f"{path.name} is a musubi-tuner video dataset config (video_directory "
+                                       "or video_jsonl_file): clips train only with a video family (docs/video.md); "
+                                       "this model trains on images: write an sd-scripts dataset config, or set "
+                                       "train_data_dir to an image folder", "dataset")])
     issues: list[str] = []
     unknown_top = sorted(set(raw) - {"general", "datasets"})
     if unknown_top:
