@@ -92,11 +92,31 @@ def test_training_flags_are_read_as_set_in_command_line_order(tmp_path: Path) ->
     assert load_config("lora", None, last.overrides).learning_rate == 5e-5
 
 
-def test_the_job_docs_tables_come_from_one_generator() -> None:
-    from trainers.caption.options import options_for as caption_options
-    from trainers.caption.options import options_markdown as caption_markdown
-    from trainers.tools.options import options_for as tool_options
-    from trainers.tools.options import options_markdown as tools_markdown
+def test_the_job_docs_tables_come_from_one_generator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training's docs/options.md and the three jobs' tables are all written by jobs.options_markdown: with it
+    replaced, each document's tables are the replacement's."""
+    from trainers.caption import options as caption
+    from trainers.core.options import docs
+    from trainers.generate import options as generate
+    from trainers.tools import options as tools
 
-    assert caption_markdown("masks") == "\n".join(jobs.options_table(caption_options("masks")))
-    assert "\n".join(jobs.options_table(tool_options("inspect"), "**tools inspect**")) in tools_markdown()
+    real = jobs.options_markdown
+    calls: list[tuple[list[str], bool]] = []
+
+    def spy(sections: list[jobs.Section], methods: bool = False) -> str:
+        sections = [(heading, list(options)) for heading, options in sections]
+        calls.append(([heading for heading, _ in sections], methods))
+        return real(sections, methods)
+
+    for module in (jobs, caption, generate, tools):
+        monkeypatch.setattr(module, "job_docs" if module is not jobs else "options_markdown", spy)
+    training = docs.options_markdown()
+    assert calls.pop() == ([f"## [{g}] {t}" for g, t in docs.GROUPS.items()], True)
+    assert "| option | default | accepts | methods | what |" in training
+    assert "| `output_name` | `\"lora\"; dreambooth: \"dreambooth\"" in training  # a method's own default
+    assert generate.options_markdown().startswith("**[model]** ") and calls.pop()[1] is False
+    assert tools.options_markdown().startswith("**tools inspect**") and calls.pop()[1] is False
+    masks = caption.options_markdown("masks")
+    assert calls.pop() == ([""], False)
+    assert masks == "\n".join(jobs.options_table(caption.options_for("masks"))) + "\n"
+    assert "separated by `\\|`" in masks  # a | in help is escaped, not cut into a cell

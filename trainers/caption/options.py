@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.caption.shared_options import CAPTION, SHARED_OPTIONS, job_option
-from trainers.core.options.jobs import options_table
+from trainers.core.options.jobs import options_markdown as job_docs
 from trainers.core.options.schema import ConfigIssue, Option
 from trainers.core.options.verbs import VerbConfig
 from trainers.core.paths import is_hub_id
@@ -160,4 +160,4 @@ def new_job_dir(runs_root: Path, cfg: JobConfig) -> Path:
 
 def options_markdown(verb: str) -> str:
     """The table of a job's options, for docs/captioning.md."""
-    return "\n".join(options_table(options_for(verb)))
+    return job_docs([("", options_for(verb))])

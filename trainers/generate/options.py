@@ -13,7 +13,7 @@ from typing import Any
 
 from trainers.core.fsio import read_safetensors_header
 from trainers.core.options import toml_text
-from trainers.core.options.jobs import NO_MIGRATIONS, job_header, job_values, options_table
+from trainers.core.options.jobs import NO_MIGRATIONS, job_header, job_values, options_markdown as job_docs
 from trainers.core.options.loading import closest
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option, coerce_values
 from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
@@ -311,10 +311,8 @@ def new_job_dir(runs_root: Path, cfg: GenerateConfig) -> Path:
 
 def options_markdown() -> str:
     """The table of generation options for docs/generate.md, by section."""
-    lines = []
-    for group, title in GEN_GROUPS.items():
-        lines += options_table((o for o in GEN_OPTIONS if o.group == group), f"**[{group}]** {title}") + [""]
-    return "\n".join(lines)
+    return job_docs((f"**[{group}]** {title}", [o for o in GEN_OPTIONS if o.group == group])
+                    for group, title in GEN_GROUPS.items())
 
 
 def declared_size(model: str) -> int | None:

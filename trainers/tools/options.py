@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainers.core.options.jobs import options_table
+from trainers.core.options.jobs import options_markdown as job_docs
 from trainers.core.options.schema import ConfigError, ConfigIssue, Option
 from trainers.core.options.training import BY_NAME as TRAIN_OPTIONS
 from trainers.core.options.verbs import VerbConfig
@@ -280,7 +280,4 @@ def gpu_device(cfg: ToolConfig) -> str | None:
 
 def options_markdown() -> str:
     """The table of each verb's options, for docs/tools.md."""
-    lines = []
-    for verb in VERBS:
-        lines += options_table(options_for(verb), f"**tools {verb}**") + [""]
-    return "\n".join(lines)
+    return job_docs((f"**tools {verb}**", options_for(verb)) for verb in VERBS)

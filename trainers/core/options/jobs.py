@@ -169,11 +169,38 @@ def add_training_flags(parser: argparse.ArgumentParser, options: Iterable[Option
 
 # ---- docs -----------------------------------------------------------------------------------------------------
 
-def options_table(options: Iterable[Option], heading: str = "") -> list[str]:
-    """A job's options as a Markdown table (option, default, accepts, what), under `heading` when given."""
+Section = tuple[str, Iterable[Option]]  # (heading, options); an empty heading gives the table alone
+
+
+def _default(opt: Option, methods: bool) -> str:
+    """An option's default as TOML writes it (JSON's form for these kinds), with each method's own after it."""
+    shown = "unset" if opt.default is None else json.dumps(opt.default, ensure_ascii=False)
+    if methods:
+        shown += "".join(f"; {m}: {json.dumps(d, ensure_ascii=False)}" for m, d in opt.method_defaults)
+    return shown
+
+
+def options_table(options: Iterable[Option], heading: str = "", methods: bool = False) -> list[str]:
+    """Options as a Markdown table (option, default, accepts, what), under `heading` when given; with `methods`,
+    a column of the training methods that read each and their own defaults beside the shared one."""
     lines = [heading, ""] if heading else []
-    lines += ["| option | default | accepts | what |", "|---|---|---|---|"]
+    if methods:
+        lines += ["| option | default | accepts | methods | what |", "|---|---|---|---|---|"]
+    else:
+        lines += ["| option | default | accepts | what |", "|---|---|---|---|"]
     for opt in options:
-        default = "unset" if opt.default is None else json.dumps(opt.default, ensure_ascii=False)
-        lines.append(f"| `{opt.name}` | `{default}` | {opt.allowed()} | {opt.help.replace('|', '/')} |")
+        cells = [f"`{opt.name}`", f"`{_default(opt, methods)}`", opt.allowed()]
+        if methods:
+            cells.append(", ".join(sorted(opt.methods)))
+        cells.append(opt.help.replace("|", "\\|"))  # a bare | would end the cell
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def options_markdown(sections: Iterable[Section], methods: bool = False) -> str:
+    """The docs tables of training (docs/options.md) and of every job (docs/generate.md, tools.md, captioning.md):
+    one table a section, each under its heading and followed by a blank line."""
+    lines: list[str] = []
+    for heading, options in sections:
+        lines += options_table(options, heading, methods) + [""]
+    return "\n".join(lines)
