@@ -234,3 +234,21 @@ def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> 
         (issue,) = model_issues(_values(path))
         assert issue.field == "pretrained_model_name_or_path", issue
         assert "HunyuanImage 2.1 single file" in issue.message and "HunyuanImagePipeline" in issue.message
+
+
+def test_gradient_checkpointing_trains_as_without_it(tiny: Path) -> None:
+    """diffusers 0.42.1's transformer hands its checkpointing function keyword arguments (the family's load makes
+    the default one take them)."""
+    grads = []
+    for checkpointing in (False, True):
+        loaded = load_model(str(tiny), "auto", torch.float32)
+        family = loaded.family.configured({})
+        if checkpointing:
+            loaded.unet.enable_gradient_checkpointing()
+        loaded.unet.train()
+        hidden, mask = family.encode_prompts(loaded.text_encoders, family.tokenize(loaded.tokenizers, CAPTIONS), 1)
+        torch.manual_seed(0)
+        family.denoise(loaded.unet, torch.randn(2, 8, 2, 2), torch.tensor([300.0, 800.0]), hidden, mask,
+                       None).square().mean().backward()
+        grads.append(loaded.unet.transformer_blocks[0].attn.to_q.weight.grad)
+    assert grads[0].abs().max() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+import types
 from typing import Any
 
 import torch
@@ -65,6 +66,7 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
 
     def load(self, folder: Any, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         model = super().load(folder, weight_dtype, vae_path, random_init)
+        checkpoint_with_keywords(model.unet)
         family = copy.copy(model.family)  # knowing its tokenizer's pad token and ByT5's width
         family.pad_token_id = model.tokenizers[0].pad_token_id
         family.glyph_width = model.text_encoders[1].config.d_model
@@ -175,6 +177,24 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
                 key = re.sub(pattern, name, key) if key.startswith("lora_unet_") else key
             out[key] = value
         return out
+
+
+def checkpoint_with_keywords(transformer: nn.Module) -> None:
+    """Make the transformer's enable_gradient_checkpointing work: diffusers 0.42.1's HunyuanImageTransformer2DModel
+    calls its checkpointing function with keyword arguments (attention_mask, image_rotary_emb), which the default
+    one (positional only) refuses; non-reentrant torch checkpointing passes them on (the instance's method: the
+    saved model is unchanged)."""
+    from torch.utils.checkpoint import checkpoint
+
+    enable = transformer.enable_gradient_checkpointing
+
+    def checkpointed(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        return checkpoint(module.__call__, *args, use_reentrant=False, **kwargs)
+
+    def enable_with_keywords(self: nn.Module, gradient_checkpointing_func: Any = None) -> None:
+        enable(gradient_checkpointing_func or checkpointed)
+
+    transformer.enable_gradient_checkpointing = types.MethodType(enable_with_keywords, transformer)
 
 
 def _widened(states: torch.Tensor, width: int) -> torch.Tensor:
