@@ -137,3 +137,39 @@ class BucketBatchSampler:
             out.append(keys or [(epoch, chunk[0], 1)])
             start += take
         return out
+
+
+FrameBucket = tuple[int, int, int]  # (frames, width, height): a video bucket; an image trains as frames = 1
+
+
+class AreaBucketChooser:
+    """musubi-tuner's BucketSelector (video datasets): buckets of the resolution's area, sides in `steps` from half
+    the square's side; the nearest aspect ratio wins; with `no_upscale` a frame no larger than the area keeps its
+    size, rounded down to `steps`. Without `enable` every clip trains at the resolution."""
+
+    def __init__(self, resolution: tuple[int, int], enable: bool = False, no_upscale: bool = False,
+                 steps: int = 16) -> None:
+        self.resolution, self.area, self.steps = resolution, resolution[0] * resolution[1], steps
+        self.no_upscale = enable and no_upscale
+        if not enable:
+            self.resos = [resolution]
+        else:
+            side = int(math.sqrt(self.area))
+            found = set()
+            for w in range(_down(side // 2, steps), side + steps, steps):
+                h = _down(self.area // w, steps)
+                found |= {(w, h), (h, w)}
+            self.resos = sorted(found)
+        self.ratios = [w / h for w, h in self.resos]
+
+    def choose(self, width: int, height: int) -> tuple[int, int] | None:
+        """(width, height) a frame of this size trains at; None if it rounds to nothing (no_upscale, tiny frames)."""
+        if self.no_upscale and width * height <= self.area:
+            bucket = (_down(width, self.steps), _down(height, self.steps))
+            return bucket if min(bucket) > 0 else None
+        ratio = width / height
+        return self.resos[min(range(len(self.resos)), key=lambda i: abs(self.ratios[i] - ratio))]
+
+
+def _down(value: int, step: int) -> int:
+    return value - value % step

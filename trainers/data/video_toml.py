@@ -207,7 +207,7 @@ def _check(key: str, value: Any) -> str:
         ok = whole(value) or (isinstance(value, list) and len(value) == 2 and all(whole(v) for v in value))
         return "" if ok else f"got {value!r}; expected a number or [width, height]"
     if key == "target_frames":
-        ok = isinstance(value, list) and value and all(whole(v) for v in value)
+        ok = isinstance(value, list) and bool(value) and all(whole(v) for v in value)
         return "" if ok else f"got {value!r}; expected a list of frame counts >= 1, e.g. [1, 25, 45]"
     if key == "frame_extraction":
         if value == "chain":
