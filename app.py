@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     from gui.allowed_paths import AllowedRoots
     from gui.demo_build import DemoQueue
     from gui.jobs import JobManager
-    from gui.page import Services, build_page
+    from gui.page import Services, build_page, queue_page
     from gui.presets import Presets
     from gui.run_files import Watchers
     from gui.run_queue import RunQueue
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     services = Services(runs_dir, jobs, Presets(args.presets_dir.expanduser()), Watchers(), allowed, datasets_dir,
                         queue, demo)
     page = build_page(services, initial_preset="demo" if args.demo else None)
-    page.queue(default_concurrency_limit=8)
+    queue_page(page)
     host = "localhost" if args.listen in ("0.0.0.0", "::") else args.listen
     print(f"Atelier: serving on http://{host}:{args.server_port}{args.root_path} "
           f"(listening on {args.listen}{', login required' if users else ''})", flush=True)

@@ -37,24 +37,26 @@ def fetch(url: str, timeout_s: float = 120) -> tuple[bytes, float]:
     return body, time.perf_counter() - start
 
 
-def panel_poll(config: dict) -> tuple[int, int]:
-    """(fn_index, trigger id) of the run panel's timer refresh: the tick whose outputs hold #run-title."""
+def panel_poll(config: dict) -> tuple[int, int, int | None]:
+    """(fn_index, trigger id, where the timer is among its outputs) of the run panel's timer refresh: the tick whose
+    outputs hold #run-title. The refresh answers with the timer's next interval, as a page's timer takes it."""
     ids = {c["props"].get("elem_id"): c["id"] for c in config["components"]}
     types = {c["id"]: c["type"] for c in config["components"]}
     for dep in config["dependencies"]:
         ticks = [t for t, event in dep["targets"] if event == "tick" and types.get(t) == "timer"]
         if ticks and ids["run-title"] in dep["outputs"]:
-            return dep["id"], ticks[0]
+            outputs = dep["outputs"]
+            return dep["id"], ticks[0], outputs.index(ticks[0]) if ticks[0] in outputs else None
     raise SystemExit("no run panel poll in the page's config")
 
 
 class Session(threading.Thread):
     """One page: polls the run panel every `every_s` until `stop` is set, keeping each poll's latency."""
 
-    def __init__(self, base: str, fn_index: int, trigger: int, run_id: str, stop: threading.Event,
-                 every_s: float = 1.0) -> None:
+    def __init__(self, base: str, fn_index: int, trigger: int, timer_at: int | None, run_id: str,
+                 stop: threading.Event, every_s: float = 1.0) -> None:
         super().__init__(daemon=True)
-        self.base, self.fn_index, self.trigger, self.run_id = base, fn_index, trigger, run_id
+        self.base, self.fn_index, self.trigger, self.timer_at, self.run_id = base, fn_index, trigger, timer_at, run_id
         self.stop, self.every_s = stop, every_s
         self.hash = uuid.uuid4().hex[:11]
         self.first: float | None = None  # the session's first poll: Gradio sets the session up
@@ -80,7 +82,12 @@ class Session(threading.Thread):
                 if message.get("event_id") == event_id and message.get("msg") == "process_completed":
                     if not message.get("success", False):
                         raise RuntimeError(str(message.get("output"))[:200])
-                    return time.perf_counter() - start
+                    took = time.perf_counter() - start
+                    if self.timer_at is not None:
+                        timer = message["output"]["data"][self.timer_at]
+                        if isinstance(timer, dict) and isinstance(timer.get("value"), (int, float)):
+                            self.every_s = float(timer["value"])
+                    return took
         raise RuntimeError("the event stream ended before the poll's answer")
 
     def run(self) -> None:
@@ -98,7 +105,7 @@ class Session(threading.Thread):
             self.stop.wait(max(0.0, self.every_s - (time.monotonic() - started)))
 
 
-def phase(base: str, poll: tuple[int, int], run_dir: Path, sessions: int, seconds: float) -> dict:
+def phase(base: str, poll: tuple[int, int, int | None], run_dir: Path, sessions: int, seconds: float) -> dict:
     stop = threading.Event()
     pages: list[float] = []
 
@@ -126,7 +133,7 @@ def phase(base: str, poll: tuple[int, int], run_dir: Path, sessions: int, second
             "poll_median_s": statistics.median(latencies) if latencies else float("nan"),
             "poll_max_s": max(latencies, default=float("nan")), "polls": len(latencies),
             "first_poll_max_s": max(firsts, default=float("nan")),
-            "errors": sum(s.errors for s in polling),
+            "errors": sum(s.errors for s in polling), "every_s": max(s.every_s for s in polling),
             "first_error": next((s.first_error for s in polling if s.first_error), ""), "page_median_s": statistics.median(pages),
             "page_max_s": max(pages)}
 
@@ -160,11 +167,12 @@ def main() -> int:
             for proc in (trainer, app):
                 if proc is not None and proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
-    print("\n| sessions | page load median / max | first poll max | poll median / max | failed polls | steps/s |\n"
-          "|---|---|---|---|---|---|")
+    print("\n| sessions | page load median / max | first poll max | poll median / max | refresh every | failed polls "
+          "| steps/s |\n|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['sessions']} | {r['page_median_s']:.2f} / {r['page_max_s']:.2f} s | {r['first_poll_max_s']:.2f} s | "
-              f"{r['poll_median_s']:.3f} / {r['poll_max_s']:.3f} s | {r['errors']} | {r['steps_per_s']:.2f} |")
+              f"{r['poll_median_s']:.3f} / {r['poll_max_s']:.3f} s | {r['every_s']:.1f} s | {r['errors']} | "
+              f"{r['steps_per_s']:.2f} |")
     one = [r["steps_per_s"] for r in results if r["sessions"] == 1]
     many = [r["steps_per_s"] for r in results if r["sessions"] > 1]
     print(f"\npage {len(page) / 1e6:.2f} MB; with {args.sessions} sessions training is "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
 from gui.multinode import machines_panel
 from gui.presets import PresetError, Presets, label
+from gui.refresh_budget import RefreshBudget
 from gui.run_files import RunSummary, Watchers, format_duration, list_runs
 from gui.run_panel import RunPanel, build_run_panel, is_generation_job, render, view_for
 from gui.run_queue import RunQueue
@@ -60,6 +61,7 @@ class Services:
     datasets_dir: Path | None = None  # where uploaded datasets go (default: datasets/ beside the runs folder)
     queue: RunQueue | None = None  # Start while the GPUs are busy queues the run (None: refuses it)
     demo: DemoBuild | None = None  # app.py --demo: the demo being prepared (Start on it waits for it)
+    refreshes: RefreshBudget = field(default_factory=RefreshBudget)  # how often each open page's run panel refreshes
 
     @property
     def uploads(self) -> Path:
@@ -107,6 +109,18 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
     return page
 
 
+QUEUE_IDLE_S = 0.02  # Gradio's queue, with nothing to do, looks for work this often (its default: every 1 ms)
+PROGRESS_IDLE_S = 0.1  # and for progress to send this often (its default: every 10 ms)
+
+
+def queue_page(page: gr.Blocks, concurrency: int = 8) -> None:
+    """The page's event queue, which waits for work without spinning: at Gradio's 1 ms its loop alone took 5% of a
+    core from a training run, page or no page. An event then starts at most QUEUE_IDLE_S later."""
+    page.queue(default_concurrency_limit=concurrency)
+    page._queue.sleep_when_free = QUEUE_IDLE_S
+    page._queue.progress_update_sleep_when_free = PROGRESS_IDLE_S
+
+
 def keep_api_docs_off(page: gr.Blocks) -> None:
     """The page's events stay callable but out of Gradio's API docs, which every page load would otherwise carry:
     5 MB of code snippets for its ~250 events, rebuilt for each request."""
@@ -117,13 +131,15 @@ def keep_api_docs_off(page: gr.Blocks) -> None:
 
 def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, stop: gr.Button, resume: gr.Button,
                 page: gr.Blocks) -> None:
-    def refresh(run_id: str, shown: list[Any] | None) -> list[Any]:
+    def refresh(run_id: str, shown: list[Any] | None, request: gr.Request) -> list[Any]:
+        every_s = services.refreshes.interval(request.session_hash or "")
         view = view_for(services.watchers, services.runs_dir, run_id)
         if view is None:
-            return [gr.skip()] * (len(panel.outputs) + 2) + [shown]
+            return [gr.skip()] * (len(panel.outputs) + 3) + [shown]
         active = view.state.active
         resumable = view.state in (RunState.STOPPED, RunState.FAILED) and view.status.get("method") in METHOD_NAMES
-        pairs = render(view) + [(active, gr.Button(visible=active)), (resumable, gr.Button(visible=resumable))]
+        pairs = render(view) + [(active, gr.Button(visible=active)), (resumable, gr.Button(visible=resumable)),
+                                (every_s, gr.Timer(every_s))]
         keys = [(run_id, key) for key, _ in pairs]
         old = shown if shown and len(shown) == len(keys) else [None] * len(keys)
         return [value if key != before else gr.skip() for (_, value), key, before in zip(pairs, keys, old)] + [keys]
@@ -149,8 +165,8 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
         return started or gr.update()
 
     shown = gr.State(None)  # change keys of what this browser tab shows now
-    timer = gr.Timer(1.0)
-    outputs = panel.outputs + [stop, resume, shown]
+    timer = gr.Timer(1.0)  # each refresh answers with the interval to the next (gui/refresh_budget.py)
+    outputs = panel.outputs + [stop, resume, timer, shown]
     timer.tick(refresh, inputs=[viewed, shown], outputs=outputs, show_progress="hidden")
     page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=[viewed, shown], outputs=outputs)
     stop.click(stop_run, inputs=viewed)

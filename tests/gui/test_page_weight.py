@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextvars
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -19,10 +21,16 @@ PAGE_LIMIT = 1_900_000  # bytes of the page (HTML with its config); it was 6.9 M
 # every option's whole help under its field (1.82 MB with its first sentence and a link to the rest)
 
 
+class Served(NamedTuple):
+    url: str
+    page: Any
+    runs: Path  # its runs folder
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, object]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     from gui.jobs import JobManager
-    from gui.page import Services, build_page
+    from gui.page import Services, build_page, queue_page
     from gui.presets import Presets
     from gui.run_files import Watchers
 
@@ -30,17 +38,17 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, obje
     runs = base / "runs"
     runs.mkdir()
     page = build_page(Services(runs, JobManager(runs), Presets(base / "presets"), Watchers(), [base]))
-    page.queue()
+    queue_page(page)  # as app.py queues it
     port = free_port()
     page.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, footer_links=[])
     try:
-        yield f"http://127.0.0.1:{port}", page
+        yield Served(f"http://127.0.0.1:{port}", page, runs)
     finally:
         page.close()
 
 
 def test_the_page_a_browser_downloads_stays_under_1_9_mb(served) -> None:
-    url, _ = served
+    url = served.url
     with httpx.Client(base_url=url, timeout=60) as client:
         page = client.get("/")
     assert page.status_code == 200
@@ -49,7 +57,7 @@ def test_the_page_a_browser_downloads_stays_under_1_9_mb(served) -> None:
 
 
 def test_the_page_events_stay_callable_without_their_api_docs(served) -> None:
-    url, page = served
+    url, page = served.url, served.page
     with httpx.Client(base_url=url, timeout=60) as client:
         info = client.get("/gradio_api/info").json()
     assert info["named_endpoints"] == {}
@@ -60,7 +68,7 @@ def test_the_title_line_names_every_registered_method_and_family(served) -> None
     from trainers.core.registry import FAMILIES, METHODS
     from trainers.models.rules import rules_of
 
-    _, page = served
+    page = served.page
     title = next(c for c in page.get_config_file()["components"] if c["props"].get("elem_id") == "page-title")
     text = title["props"]["value"]
     missing = [f.name for f in FAMILIES if rules_of(f.name).title not in text]
@@ -110,7 +118,7 @@ def test_a_new_session_builds_no_config_copy_of_every_component_until_a_deep_lin
     import gradio.blocks
     from gradio import state_holder
 
-    _, page = served
+    page = served.page
     title = next(c["id"] for c in page.get_config_file()["components"] if c["props"].get("elem_id") == "run-title")
     built = []
     original = gradio.blocks.BlocksConfig.config_for_block
@@ -122,3 +130,42 @@ def test_a_new_session_builds_no_config_copy_of_every_component_until_a_deep_lin
     assert len(built) < 10, f"{len(built)} component configs built for one new session"
     shown = {c["id"]: c for c in session.components}  # a deep link: every component, with this session's values
     assert len(shown) > 1000 and shown[title]["props"]["value"] == "### Training: `run-1`"
+
+
+def test_with_many_pages_open_each_refreshes_its_run_panel_less_often(served) -> None:
+    """All open pages together refresh at most PAGE_REFRESHES_PER_S times a second: each page's timer is told
+    its interval by the refresh, 1 s while few pages are open."""
+    import json
+
+    import gradio as gr
+
+    from gui.refresh_budget import PAGE_REFRESHES_PER_S
+
+    page = served.page
+    config = page.get_config_file()
+    comps = {c["id"]: c for c in config["components"]}
+    title = next(c["id"] for c in config["components"] if c["props"].get("elem_id") == "run-title")
+    tick = next(d for d in config["dependencies"] if title in d["outputs"]
+                and any(event == "tick" for _, event in d["targets"]))
+    timer = next(t for t, event in tick["targets"] if event == "tick")
+    assert comps[timer]["type"] == "timer" and tick["outputs"].index(timer) >= 0
+    run = served.runs / "run-1"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "running", "launcher_pid": os.getpid(), "method": "lora"}))
+    refresh = page.fns[tick["id"]].fn
+
+    def interval(session: str) -> float:
+        answer = refresh("run-1", None, gr.Request(session_hash=session))
+        return answer[tick["outputs"].index(timer)].constructor_args["value"]
+
+    assert interval("page-0") == 1.0
+    for n in range(1, 20):
+        every_s = interval(f"page-{n}")
+    assert every_s == 20 / PAGE_REFRESHES_PER_S == 4.0
+
+
+def test_the_page_queue_waits_for_work_without_spinning(served) -> None:
+    from gui.page import QUEUE_IDLE_S
+
+    page = served.page
+    assert page._queue.sleep_when_free == QUEUE_IDLE_S >= 0.01  # Gradio's 1 ms took 5% of a core from training
