@@ -205,6 +205,7 @@ def test_the_distilled_variant_gets_its_guidance_and_meanflow_timestep(tmp_path:
     folder = build_tiny_hunyuan_image21(tmp_path / "distilled", guidance_embeds=True, use_meanflow=True)
     distilled = load_model(str(folder), "auto", torch.float32)
     family = distilled.family.configured({"guidance_scale": 3.25})
+    assert family.pipeline_kwargs(4.0) == {"guidance_scale": 1.0, "distilled_guidance_scale": 3.25}  # no CFG
     hidden, mask = family.encode_prompts(distilled.text_encoders, family.tokenize(distilled.tokenizers, CAPTIONS), 1)
     embeds = family.pipeline_embeds(hidden, mask)
     noisy, timesteps = torch.randn(2, 8, 2, 2), torch.tensor([600.0, 600.0])

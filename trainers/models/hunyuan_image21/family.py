@@ -61,6 +61,7 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
                         max_length=TEXT_LENGTH + TEMPLATE_TOKENS, template=CHAT_TEMPLATE),
         TextEncoderSpec("T5EncoderModel", "text_encoder_2", "auto", "tokenizer_2", "ByT5", max_length=GLYPH_LENGTH))
     pad_token_id: int = 0  # Qwen2.5-VL's tokenizer's, set when loaded
+    guidance_distilled = False  # its distilled variant (a guidance embedding or MeanFlow): samples without CFG
     glyph_width: int = 0  # ByT5's d_model, set when loaded (the packed states' glyph channels)
     swap_blocks = Flux.swap_blocks  # sd-scripts' count: count // 2 double blocks and twice the rest single ones
 
@@ -71,6 +72,14 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
         family.pad_token_id = model.tokenizers[0].pad_token_id
         family.glyph_width = model.text_encoders[1].config.d_model
         return dataclasses.replace(model, family=family)
+
+    def checkpoint_variant(self, config: Any) -> "HunyuanImage21":
+        """The base model, or its distilled variant as the transformer's config tells it."""
+        if not (config.guidance_embeds or config.use_meanflow):
+            return self
+        clone = copy.copy(self)
+        clone.guidance_distilled = True
+        return clone
 
     def tokenize(self, tokenizers: list[Any], captions: list[str], fmt: Any = None) -> list[torch.Tensor]:
         """Qwen2.5-VL's ids of each caption in the template, and ByT5's of its glyph text (all padding without one:
@@ -127,9 +136,6 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
         return unet(hidden_states=noisy, timestep=timesteps.to(noisy.dtype), encoder_hidden_states=text.to(noisy.dtype),
                     encoder_attention_mask=mask.bool().to(noisy.device), return_dict=False, **extra)[0]
 
-    def image_tokens(self, height: int, width: int) -> int:
-        return height * width
-
     # --- samples ---
 
     def scheduler_config(self) -> dict[str, Any]:
@@ -152,9 +158,11 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
                 "negative_prompt_embeds_2": glyph[1:], "negative_prompt_embeds_mask_2": glyph_mask[1:].long()}
 
     def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
-        """Classifier-free guidance at the scale (the published folder's adaptive projected guider is not used);
-        the distilled variant's guidance embedding at guidance_scale."""
-        return {"guidance_scale": cfg_scale, "distilled_guidance_scale": self.settings.guidance_scale}
+        """Classifier-free guidance at the scale (the published folder's adaptive projected guider is not used); the
+        distilled variant samples without it (as its pipeline does), its guidance embedding at guidance_scale."""
+        if self.guidance_distilled:
+            return {"guidance_scale": 1.0, "distilled_guidance_scale": self.settings.guidance_scale}
+        return {"guidance_scale": cfg_scale}
 
     # --- LoRA ---
 
