@@ -304,3 +304,13 @@ def torch_ids(captions: list[str]):
     import torch
 
     return torch.tensor([[len(c)] for c in captions])
+
+
+def test_a_video_jsonl_file_lists_clips_and_captions(tmp_path: Path) -> None:
+    (tmp_path / "list.jsonl").write_text('{"video_path": "clips/b.gif", "caption": "from the list"}\n'
+                                         'not json\n{"video_path": "clips/a.mp4", "caption": "second"}\n')
+    warnings: list[str] = []
+    catalog = _catalog(tmp_path, '[general]\nresolution = 32\n[[datasets]]\nvideo_jsonl_file = "list.jsonl"\n'
+                       "target_frames = [9]\n", warnings=warnings)
+    assert [(c.path.name, c.caption) for c in catalog.clips] == [("b.gif", "from the list"), ("a.mp4", "second")]
+    assert any("line 2: not JSON" in w for w in warnings)
