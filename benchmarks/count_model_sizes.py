@@ -10,7 +10,8 @@ from what the family's swap_blocks counts. It prints each model's ModelSize argu
 
 Activation figures are FLUX.1's (24.0 GB, 2.2 GB checkpointed, at 1024x1024), scaled by the hidden size times the
 block-streams (a double-stream block counts twice): an estimate to calibrate with benchmarks/memory_benchmark.py.
-Every model here has FLUX.1's 4096 image tokens at 1024x1024 (8x VAE with 2x2 patches, or 16x VAE without).
+Every model here has FLUX.1's 4096 image tokens at 1024x1024 (8x VAE with 2x2 patches, or 16x VAE without), but
+HunyuanImage 2.1 at 2048x2048 (32x VAE).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ class Published:
     family: str  # the family whose lora_targets and swap_blocks count it
     transformer: tuple[str, dict[str, Any]]  # diffusers class, its published config (its keys that differ)
     text_encoder: tuple[str, dict[str, Any]] | None  # transformers config class (or a json file here), its config
-    vae: tuple[str, dict[str, Any]] | None  # diffusers class, its config; None: FLUX.1's ae (FLOW_AE)
+    vae: tuple[str, str | dict[str, Any]] | None  # diffusers class, its config; None: FLUX.1's ae (FLOW_AE)
     source: str
     variant: str = ""  # Flux2Pipeline or Flux2KleinPipeline for FLUX.2
 
@@ -104,6 +105,14 @@ MODELS: dict[str, Published] = {
         ("AutoencoderKLQwenImage21", {}),
         "Qwen/Qwen-Image-2.1 as diffusers 0.42.1's class defaults give it (not cross-checked: no second published "
         "config found); its context_in_dim 4096 is Qwen3-VL-8B's width"),
+    "hunyuan_image21": Published(
+        "hunyuan_image21", ("HunyuanImageTransformer2DModel", "hunyuan_image21/arch/transformer.json"),
+        ("Qwen2_5_VLForConditionalGeneration", QWEN25_VL_7B),
+        ("AutoencoderKLHunyuanImage", "hunyuan_image21/arch/vae.json"),
+        "hunyuanvideo-community/HunyuanImage-2.1-Diffusers (20 double, 40 single blocks, 28x128 heads; sd-scripts' "
+        "library/hunyuan_image_models.py agrees; Qwen2.5-VL-7B-Instruct; its 32x VAE, sd-scripts' config). Its ByT5 "
+        "glyph encoder (memory_facts' BYT5_GLYPH) is added in its rules.py; at 2048x2048 it has FLUX.1's 4096 "
+        "image tokens"),
     "flux2_dev": Published(
         "flux2", ("Flux2Transformer2DModel", {}), ("Mistral3ForConditionalGeneration", MISTRAL_SMALL_31),
         ("AutoencoderKLFlux2", {}),
@@ -185,7 +194,7 @@ def count(name: str) -> dict[str, Any]:
         else:
             encoder = text_encoder(*spec.text_encoder)
             texts, texts_linear = _params(encoder), _linear(encoder)
-        vae = _params(getattr(diffusers, spec.vae[0])(**spec.vae[1])) if spec.vae else FLOW_AE
+        vae = _params(getattr(diffusers, spec.vae[0])(**_config(spec.vae[1]))) if spec.vae else FLOW_AE
     targets = family.lora_targets(transformer)
     lora = sum(t.layers[0].in_features + sum(layer.out_features for layer in t.layers) for t in targets)
     units = swap_units(family, transformer)

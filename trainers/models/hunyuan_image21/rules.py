@@ -17,9 +17,9 @@ REFUSED_PIPELINES = {"HunyuanImageRefinerPipeline": "the HunyuanImage 2.1 refine
 class HunyuanImage21Rules(FlowRules):
     name = "hunyuan_image21"
     title = "HunyuanImage 2.1"
-    # counted on the meta device from arch/ (diffusers 0.42.1); blocks_to_swap counts two single blocks as one (as
-    # sd-scripts, and FLUX.1 here); activations: FLUX.1's scaled by width x block-streams (as Qwen-Image's), to
-    # calibrate
+    # benchmarks/count_model_sizes.py's count from arch/ (diffusers 0.42.1), plus sd-scripts' ByT5 glyph encoder;
+    # blocks_to_swap counts two single blocks as one (as sd-scripts, and FLUX.1 here); activations: FLUX.1's scaled
+    # by width x block-streams, at 2048x2048 (FLUX.1's 4096 tokens at 1024x1024), to calibrate
     memory_facts = ModelSize(17_425_795_520, 17_421_664_256, QWEN25_VL_7B + BYT5_GLYPH,
                              QWEN25_VL_7B_LINEAR + BYT5_GLYPH_LINEAR, HUNYUAN_IMAGE21_VAE, 5_877_760, 0, 40,
                              "the published HunyuanImage 2.1 sizes", 2048 * 2048, 29.5, 2.7)
