@@ -314,3 +314,17 @@ def test_a_video_jsonl_file_lists_clips_and_captions(tmp_path: Path) -> None:
                        "target_frames = [9]\n", warnings=warnings)
     assert [(c.path.name, c.caption) for c in catalog.clips] == [("b.gif", "from the list"), ("a.mp4", "second")]
     assert any("line 2: not JSON" in w for w in warnings)
+
+
+def test_a_musubi_import_keeps_a_video_dataset_config_for_the_video_family(tmp_path: Path) -> None:
+    from trainers.adapters.musubi.options import read_musubi
+    from trainers.core.errors import ConfigIssue
+
+    path = _config(tmp_path, '[[datasets]]\nimage_directory = "stills"\n[[datasets]]\nvideo_directory = "clips"\n')
+    issues: list[ConfigIssue] = []
+    out = read_musubi({"network_module": "networks.lora_qwen_image", "dataset_config": str(path)}, "lora", [],
+                      issues)
+    assert out["dataset_config"] == str(path) and not [i for i in issues if i.field == "dataset_config"]
+    image_only = _config(tmp_path, '[[datasets]]\nimage_directory = "stills"\n')
+    read_musubi({"network_module": "networks.lora_qwen_image", "dataset_config": str(image_only)}, "lora", [], issues)
+    assert [i.field for i in issues] == ["dataset_config"]  # refused by name, as before

@@ -14,6 +14,7 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.adapters.kohya.keys import blank
+from trainers.data.video_toml import is_video_dataset_config
 
 # musubi-tuner's network modules of the families trained here -> model_family
 FAMILY_MODULES: dict[str, str] = {"networks.lora_qwen_image": "qwen_image", "networks.lora_zimage": "zimage",
@@ -181,7 +182,9 @@ def _dataset_config(out: dict[str, Any], issues: list[ConfigIssue]) -> None:
         return
     try:
         text = Path(path).expanduser().read_text(encoding="utf-8")
-        musubi = "image_directory" in tomllib.loads(text).get("datasets", [{}])[0] if text else False
+        raw = tomllib.loads(text) if text else {}
+        # a video dataset config is read as it is (trainers/data/video_toml.py) when a video family trains
+        musubi = "image_directory" in raw.get("datasets", [{}])[0] and not is_video_dataset_config(raw)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, IndexError, AttributeError, TypeError):
         return  # the dataset check names what is wrong with it
     if musubi:
