@@ -20,7 +20,9 @@ FAMILIES = {"chroma": ("lodestones/Chroma1-HD", "trainers.models.chroma.tiny", "
             "lumina2": ("Alpha-VLLM/Lumina-Image-2.0", "trainers.models.lumina2.tiny", "build_tiny_lumina2"),
             "qwen_image": ("Qwen/Qwen-Image", "trainers.models.qwen_image.tiny", "build_tiny_qwen_image"),
             "flux2": ("black-forest-labs/FLUX.2-klein-base-9B", "trainers.models.flux2.tiny",
-                      "build_tiny_flux2_klein")}
+                      "build_tiny_flux2_klein"),
+            "hunyuan_image21": ("hunyuanvideo-community/HunyuanImage-2.1-Diffusers",
+                                "trainers.models.hunyuan_image21.tiny", "build_tiny_hunyuan_image21")}
 FOUND = sorted(PRESETS.glob("*_finetune_*gb.toml"))
 
 
