@@ -328,3 +328,10 @@ def test_a_musubi_import_keeps_a_video_dataset_config_for_the_video_family(tmp_p
     image_only = _config(tmp_path, '[[datasets]]\nimage_directory = "stills"\n')
     read_musubi({"network_module": "networks.lora_qwen_image", "dataset_config": str(image_only)}, "lora", [], issues)
     assert [i.field for i in issues] == ["dataset_config"]  # refused by name, as before
+
+
+def test_clips_at_another_rate_without_source_fps_are_said(tmp_path: Path) -> None:
+    warnings: list[str] = []
+    _catalog(tmp_path, HEAD + "target_frames = [9]\n", target_fps=16.0, warnings=warnings)
+    note = next(w for w in warnings if "source_fps" in w)
+    assert "1 at 10 fps, 1 at 24 fps: every frame is trained (the model's rate is 16 fps)" in note

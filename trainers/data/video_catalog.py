@@ -10,8 +10,10 @@ is fatal unless nothing is left. The image catalog (catalog.py) is not involved:
 """
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Hashable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,9 +90,11 @@ def build_video_catalog(specs: list[VideoDatasetSpec], frame_rule: int = 4, targ
         chooser = AreaBucketChooser(spec.resolution, spec.enable_bucket, spec.bucket_no_upscale, bucket_steps)
         items, problems = _items(spec)
         warnings.extend(f"{spec.label}: {p}" for p in problems)
-        for path, caption in items:
+        infos = _probe_all([path for path, _ in items])
+        for (path, caption), info in zip(items, infos):
             try:
-                found = _windows(spec, path, caption, number, chooser, frame_rule, target_fps)
+                found = info if isinstance(info, str) else _windows(spec, info, caption, number, chooser, frame_rule,
+                                                                    target_fps)
             except ClipError as err:
                 skipped.append(SkippedFile(err.path, err.reason))
                 continue
@@ -100,6 +104,7 @@ def build_video_catalog(specs: list[VideoDatasetSpec], frame_rule: int = 4, targ
             for clip in found:
                 samples += [len(clips)] * spec.num_repeats
                 clips.append(clip)
+        warnings.extend(_rate_notes(spec, [i for i in infos if not isinstance(i, str)], target_fps))
     catalog = VideoCatalog(list(specs), clips, samples, skipped, warnings)
     if not clips:
         reasons = Counter(s.reason for s in skipped)
@@ -146,18 +151,44 @@ def _caption(spec: VideoDatasetSpec, path: Path) -> str:
     return text.text.strip()
 
 
-def _windows(spec: VideoDatasetSpec, path: Path, caption: str | None, dataset: int, chooser: AreaBucketChooser,
+def _probe(path: Path) -> ClipInfo | str:
+    """A clip's (or an image's: 1 frame) facts, or why it is skipped."""
+    try:
+        if is_image_file(path) and not path.is_dir():
+            return ClipInfo(path, 1, None, probe_image(path))
+        return probe_clip(path)
+    except ImageSkipped as err:
+        return err.reason
+    except ClipError as err:
+        return err.reason
+
+
+def _probe_all(paths: list[Path]) -> list[ClipInfo | str]:
+    """Headers are read in parallel (network drives), as catalog.py reads images'."""
+    if len(paths) < 16:
+        return [_probe(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
+        return list(pool.map(_probe, paths))
+
+
+def _rate_notes(spec: VideoDatasetSpec, infos: list[ClipInfo], target_fps: float | None) -> list[str]:
+    """Clips whose rate is not the family's while source_fps is unset: trained frame by frame (musubi-tuner's
+    meaning), which plays them slower or faster than they were shot."""
+    if spec.is_image or spec.source_fps or not target_fps:
+        return []
+    rates = Counter(round(i.fps, 2) for i in infos if i.fps and abs(i.fps - target_fps) > 0.5)
+    if not rates:
+        return []
+    listed = ", ".join(f"{n} at {fps:g} fps" for fps, n in sorted(rates.items()))
+    return [f"{spec.label}: {listed}: every frame is trained (the model's rate is {target_fps:g} fps); set "
+            "source_fps to the clips' rate to drop frames to it"]
+
+
+def _windows(spec: VideoDatasetSpec, info: ClipInfo, caption: str | None, dataset: int, chooser: AreaBucketChooser,
              frame_rule: int, target_fps: float | None) -> list[CatalogClip] | str:
     """The clip's windows, or why it gives none."""
+    path = info.path
     image = is_image_file(path) and not path.is_dir()
-    if image:
-        try:
-            size = probe_image(path)
-        except ImageSkipped as err:
-            return err.reason
-        info = ClipInfo(path, 1, None, size)
-    else:
-        info = probe_clip(path)
     text = caption if caption is not None else _caption(spec, path)
     bucket = chooser.choose(*info.size)
     if bucket is None:
