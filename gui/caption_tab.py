@@ -17,12 +17,11 @@ import gradio as gr
 from gui.allowed_paths import TypedPath, option_paths, paths_outside
 from gui.dataset_tab import DatasetTab
 from gui.forms import make_widget
-from gui.generate_tab import ActiveJob
-from gui.job_status import job_status_text
+from gui.job_status import ActiveJob, job_panel, job_status_text, start_checked
 from gui.jobs import JobError, devices_text, gpu_set
 from gui.run_files import Watchers, format_duration
 from gui.text import plain
-from gui.tools_tab import ToolView, ToolWatcher, form_values, option_form, start_checked
+from gui.tools_tab import ToolView, ToolWatcher, form_values, option_form
 from trainers.caption.events import CAPTION_EVENTS, ImageResult
 from trainers.caption.mask_layout import is_dataset_toml, mask_folders
 from trainers.caption.options import JOB_METHOD, VERBS, JobConfig, check_config, config_from_values, options_for
@@ -129,7 +128,6 @@ def build_caption_tab(services: Any, dataset: DatasetTab | None = None) -> None:
     """Render the tab inside the current gradio context (call within `gr.Tab`); a job that ends shows `dataset`'s
     open dataset again (its new captions and masks)."""
     runs_dir: Path = services.runs_dir
-    job = gr.BrowserState("", storage_key="atelier-caption-job")
     forms: dict[str, tuple[dict[str, gr.components.Component], gr.Button]] = {}
     with gr.Tabs():
         for verb, what in VERBS.items():
@@ -140,10 +138,9 @@ def build_caption_tab(services: Any, dataset: DatasetTab | None = None) -> None:
                 widgets = option_form(options_for(verb), lambda opt, verb=verb: _widget(verb, opt))
                 forms[verb] = (widgets, gr.Button(f"Start {FORM_TITLES[verb].lower()}", variant="primary",
                                                   elem_id=f"{verb}-run"))
-    with gr.Row():
-        stop = gr.Button("Stop", variant="stop", elem_id="caption-stop")
-        resume = gr.Button("Resume", elem_id="caption-resume")
-    status = gr.Markdown("Fill in a form, then press **Start**.", elem_id="caption-status")
+    panel = job_panel(services, ACTIVE, WATCHERS, name="caption", prefix="caption", after=[
+        ("Resume", "caption-resume", "secondary")], hint="Fill in a form, then press **Start**.")
+    job, status, resume = panel.job, panel.status, panel.buttons["caption-resume"]
     results = gr.Markdown(elem_id="caption-results")
     previews = gr.Gallery(label="Masks (red: left out of the loss)", visible=False, columns=4, height="auto",
                           elem_id="caption-previews")
@@ -172,10 +169,9 @@ def build_caption_tab(services: Any, dataset: DatasetTab | None = None) -> None:
         return start(form_values(options_for(verb), widgets, data), verb)
 
     def on_resume(job_id: str) -> dict:
-        job_id, _ = ACTIVE.shown(runs_dir, job_id)
+        job_id, v = panel.shown(job_id)
         if not job_id:
             return {status: "No job to resume."}
-        v: CaptionView = WATCHERS.view(runs_dir / job_id)
         if v.state not in (RunState.STOPPED, RunState.FAILED):
             return {status: status_text(v) + f"\n\nOnly a stopped or failed job can be resumed; this one is {v.state}."}
         try:
@@ -184,46 +180,20 @@ def build_caption_tab(services: Any, dataset: DatasetTab | None = None) -> None:
             return {status: f"### Not resumed\n{plain(err)}"}
         return start(values, values.pop("verb"))
 
-    def on_stop(job_id: str) -> str:
-        job_id, _ = ACTIVE.shown(runs_dir, job_id)
-        if not job_id:
-            return "No job to stop."
-        v: CaptionView = WATCHERS.view(runs_dir / job_id)
-        if v.state == RunState.QUEUED and services.queue is not None:
-            try:
-                services.queue.cancel(runs_dir / job_id)
-            except JobError as err:  # it started meanwhile
-                return f"### Not taken out of the queue\n{plain(err)}"
-            return f"Took `{job_id}` out of the queue: it never started."
-        if not v.state.active:
-            return status_text(v)
-        services.jobs.stop(runs_dir / job_id)
-        return "Asked the job to stop: the files it finished stay, Resume does the rest."
-
     reload = [dataset.reload] if dataset else []
 
-    def tick(job_id: str, shown: Any) -> list[Any]:
-        job_id, adopted = ACTIVE.shown(runs_dir, job_id)
-        unchanged = [gr.skip()] * (5 + len(reload)) + [shown]
-        if not job_id:
-            return unchanged
-        v: CaptionView = WATCHERS.view(runs_dir / job_id)
+    def updates(job_id: str, v: CaptionView, waits_for: str) -> list[tuple[Any, Any]]:
         shown_previews = [r.preview for r in v.results if r.preview and Path(r.preview).is_file()]
-        queued = v.state == RunState.QUEUED and services.queue is not None
-        waits_for = services.queue.waits_for(runs_dir / job_id) if queued else ""
-        key = (job_id, status_text(v, waits_for), results_text(v), tuple(shown_previews), v.report)
-        if key == shown:
-            return unchanged
+        text, results_shown = status_text(v, waits_for), results_text(v)
         report_text = f"## {plain(v.title)}\n\n{v.report}" if v.report else ""
-        gallery = gr.Gallery(value=shown_previews[::-1] or None, visible=bool(shown_previews))
-        ended = [f"{job_id} {v.state}" if v.state in ENDED else gr.skip() for _ in reload]
-        return [job_id if adopted else gr.skip(), key[1], key[2], gallery, report_text, *ended, key]
+        ended = f"{job_id} {v.state}" if v.state in ENDED else None  # the Dataset tab reads its dataset again
+        return [(text, text), (results_shown, results_shown),
+                (tuple(shown_previews), gr.Gallery(value=shown_previews[::-1] or None, visible=bool(shown_previews))),
+                (report_text, report_text), *[(ended, ended or gr.skip()) for _ in reload]]
 
     for verb, (widgets, run) in forms.items():
         run.click(lambda data, verb=verb, widgets=widgets: launch(verb, widgets, data),
                   inputs=set(widgets.values()), outputs={job, status, report, results, previews})
-    stop.click(on_stop, inputs=job, outputs=status)
+    panel.stoppable("Asked the job to stop: the files it finished stay, Resume does the rest.", ended=status_text)
     resume.click(on_resume, inputs=job, outputs={job, status, report, results, previews})
-    shown = gr.State(None)
-    gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[job, status, results, previews, report, *reload, shown],
-                       show_progress="hidden")
+    panel.watch([results, previews, report, *reload], updates)

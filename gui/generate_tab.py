@@ -7,7 +7,6 @@ a second browser sees the same job. No torch here.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,7 @@ from gradio.context import get_render_context
 
 from gui.allowed_paths import TypedPath, option_paths, paths_outside
 from gui.forms import from_widget, make_widget, to_widget
-from gui.job_status import TITLES, job_status_text
-from gui.jobs import JobError
+from gui.job_status import TITLES, ActiveJob, job_panel, job_status_text, start_checked
 from gui.presets import PresetError, Presets
 from gui.run_files import Watchers, format_duration, list_runs
 from gui.text import plain
@@ -150,44 +148,7 @@ def _run_choices(runs_dir: Path | None = None, extra: str = "") -> list[tuple[st
     return choices
 
 
-class ActiveJob:
-    """The generation job (or, with other `methods`, tool job) running now, if any, looked up at most every `ttl_s`
-    seconds for all pages together: a browser that did not start it (another machine, a cleared storage) still shows
-    it and can stop it."""
-
-    def __init__(self, ttl_s: float = 2.0, methods: tuple[str, ...] = MODES) -> None:
-        self.ttl_s, self.methods = ttl_s, methods
-        self._cached: tuple[float, Path | None, str] = (0.0, None, "")
-        self._lock = threading.Lock()
-
-    def find(self, runs_dir: Path) -> str:
-        with self._lock:
-            at, folder, job_id = self._cached
-            if folder != runs_dir or time.monotonic() - at > self.ttl_s:
-                job_id = next((r.run_id for r in list_runs(runs_dir)
-                               if r.method in self.methods and r.state.active), "")
-                self._cached = (time.monotonic(), runs_dir, job_id)
-            return job_id
-
-    def stop(self, jobs: Any, runs_dir: Path, job_id: str, asked: str) -> str:
-        """Stop the job a page shows (its own, else the one running now); `asked` says what stopping keeps."""
-        job_id, _ = self.shown(runs_dir, job_id)
-        if not job_id:
-            return "No job to stop."
-        jobs.stop(runs_dir / job_id)
-        return asked
-
-    def shown(self, runs_dir: Path, job_id: str) -> tuple[str, bool]:
-        """(the job a page shows: its own `job_id`, else the one running now, or "" for none; whether it was
-        adopted so)."""
-        adopted = "" if job_id else self.find(runs_dir)
-        job_id = job_id or adopted
-        if not job_id or "/" in job_id or not (runs_dir / job_id).is_dir():
-            return "", False
-        return job_id, bool(adopted)
-
-
-ACTIVE = ActiveJob()
+ACTIVE = ActiveJob(methods=MODES)  # the generation job running now: generate or compare
 
 
 def _size_text(cfg: GenerateConfig) -> str:
@@ -273,7 +234,6 @@ def build_generate_tab(services: Any) -> GenerateTab:
     for opt in GEN_OPTIONS:
         if opt.name not in ESSENTIALS + HIDDEN:
             by_group.setdefault(opt.group, []).append(opt)
-    job = gr.BrowserState("", storage_key="atelier-generate-job")
     demo = demo_values(services.presets) if getattr(services, "demo", None) is not None else {}
     with gr.Group():
         for name in ESSENTIALS:
@@ -299,10 +259,9 @@ def build_generate_tab(services: Any) -> GenerateTab:
                         widgets[opt.name] = _widget(opt, runs_dir)
             if group == "compare":
                 compare_btn = gr.Button("Render compare grid", elem_id="gen-compare")
-    with gr.Row():
-        start = gr.Button("Generate", variant="primary", elem_id="gen-start")
-        stop = gr.Button("Stop", variant="stop", elem_id="gen-stop")
-    status = gr.Markdown("Fill in the model and prompts, then press **Generate**.", elem_id="gen-status")
+    panel = job_panel(services, ACTIVE, WATCHERS, name="generate", prefix="gen", before=[
+        ("Generate", "gen-start", "primary")], hint="Fill in the model and prompts, then press **Generate**.")
+    job, status, start = panel.job, panel.status, panel.buttons["gen-start"]
     gallery = gr.Gallery(label="Images", columns=4, height=420, elem_id="gen-gallery")
     grid = gr.Image(label="Compare grid", type="filepath", visible=False, interactive=False,
                     elem_id="gen-grid")
@@ -313,46 +272,33 @@ def build_generate_tab(services: Any) -> GenerateTab:
     def launch(data: dict, mode: str) -> dict:
         values = {n: from_widget(GEN_BY_NAME[n], data[w]) for n, w in widgets.items()}
         values = {n: "" if v is None and GEN_BY_NAME[n].kind == "str" else v for n, v in values.items()}
-        try:
-            cfg = config_from_values({**values, "mode": mode})
-            issues = _outside_roots(cfg, services.allowed_roots) or check_config(cfg)  # nothing outside is looked at
-            if issues:
-                raise ConfigError(issues)
-        except ConfigError as err:
-            return {status: f"### Not started: fix these first\n{plain(err)}"}
-        try:
-            job_dir = services.jobs.start_generate(cfg)
-        except JobError as err:
-            return {status: f"### Not started\n{plain(err)}"}
-        return {job: job_dir.name, status: f"### Started `{job_dir.name}`\n{_size_text(cfg)} Loading the model…",
+        size = ""
+
+        def submit(cfg: GenerateConfig) -> Path:
+            nonlocal size
+            size = _size_text(cfg)
+            return services.jobs.start_generate(cfg)
+
+        job_dir, refused = start_checked(lambda: config_from_values({**values, "mode": mode}), lambda cfg: (
+            _outside_roots(cfg, services.allowed_roots) or check_config(cfg)), submit)  # nothing outside is looked at
+        if job_dir is None:
+            return {status: refused}
+        return {job: job_dir.name, status: f"### Started `{job_dir.name}`\n{size} Loading the model…",
                 gallery: gr.Gallery(value=[]), grid: gr.Image(value=None, visible=mode == "compare")}
 
-    def on_stop(job_id: str) -> str:
-        return ACTIVE.stop(services.jobs, runs_dir, job_id, "Asked the job to stop: the images made so far are kept.")
-
-    def tick(job_id: str, shown: Any) -> list[Any]:
-        job_id, adopted = ACTIVE.shown(runs_dir, job_id)
-        if not job_id:
-            return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
-        v = WATCHERS.view(runs_dir / job_id)
+    def updates(job_id: str, v: JobView, _waits_for: str) -> list[tuple[Any, Any]]:
         images = [v.images[k] for k in sorted(v.images)][-GALLERY_MAX:]
         images = [(p, c) for p, c in images if _servable(Path(p), runs_dir)]
-        key = (job_id, status_text(v), len(images), v.grid)
-        if key == shown:
-            return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
-        old = shown or (None, None, -1, None)
-        same_job = key[0] == old[0]
-        gallery_update = gr.Gallery(value=images) if not same_job or key[2] != old[2] else gr.skip()
         grid_file = v.grid if v.grid and _servable(Path(v.grid), runs_dir) else None
-        grid_update = gr.Image(value=grid_file, visible=bool(v.grid)) if not same_job or key[3] != old[3] else gr.skip()
-        return [job_id if adopted else gr.skip(), status_text(v), gallery_update, grid_update, key]
+        text = status_text(v)
+        return [(text, text), (len(images), gr.Gallery(value=images)),
+                (v.grid, gr.Image(value=grid_file, visible=bool(v.grid)))]
 
-    shown = gr.State(None)
     outputs = {job, status, gallery, grid}
     start.click(lambda data: launch(data, "generate"), inputs=inputs, outputs=outputs)
     compare_btn.click(lambda data: launch(data, "compare"), inputs=inputs, outputs=outputs)
-    stop.click(on_stop, inputs=job, outputs=status)
-    gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[job, status, gallery, grid, shown], show_progress="hidden")
+    panel.stoppable("Asked the job to stop: the images made so far are kept.")
+    panel.watch([gallery, grid], updates)
     compare_run = widgets["compare_run"]
     compare_run.focus(lambda value: gr.Dropdown(choices=_run_choices(runs_dir, extra=value or "")),
                       inputs=compare_run, outputs=compare_run)

@@ -15,9 +15,8 @@ import gradio as gr
 
 from gui.allowed_paths import TypedPath, option_paths, paths_outside
 from gui.forms import from_widget, make_widget
-from gui.generate_tab import ActiveJob, JobWatcher
-from gui.job_status import job_status_text
-from gui.jobs import JobError
+from gui.generate_tab import JobWatcher
+from gui.job_status import ActiveJob, job_panel, job_status_text, start_checked
 from gui.run_files import Watchers, format_duration
 from gui.text import plain
 from gui.transfers import DOWNLOADS, TransferError, download_zip
@@ -168,25 +167,9 @@ def form_values(options: tuple[Option, ...], widgets: dict[str, gr.components.Co
     return {n: "" if v is None and by_name[n].kind == "str" else v for n, v in values.items()}
 
 
-def start_checked(make: Callable[[], Any], check: Callable[[Any], list[ConfigIssue]],
-                  start: Callable[[Any], Path]) -> tuple[Path | None, str]:
-    """Make a job's config, check it and launch it: (its folder, "") or (None, what to tell the user)."""
-    try:
-        cfg = make()
-        issues = check(cfg)
-        if issues:
-            raise ConfigError(issues)
-        return start(cfg), ""
-    except ConfigError as err:
-        return None, f"### Not started: fix these first\n{plain(err)}"
-    except JobError as err:
-        return None, f"### Not started\n{plain(err)}"
-
-
 def build_tools_tab(services: Any) -> None:
     """Render the tab inside the current gradio context (call within `gr.Tab`)."""
     runs_dir: Path = services.runs_dir
-    job = gr.BrowserState("", storage_key="atelier-tools-job")
     forms: dict[str, tuple[dict[str, gr.components.Component], gr.Button]] = {}
     with gr.Tabs():
         for verb, what in VERBS.items():
@@ -196,8 +179,9 @@ def build_tools_tab(services: Any) -> None:
                             "[docs/tools.md](manual/docs/tools.md).")
                 widgets = _form(verb)
                 forms[verb] = (widgets, gr.Button(f"Run {verb}", variant="primary", elem_id=f"tools-{verb}-run"))
-    stop = gr.Button("Stop", variant="stop", elem_id="tools-stop")
-    status = gr.Markdown("Fill in a tool's form, then press **Run**.", elem_id="tools-status")
+    panel = job_panel(services, ACTIVE, WATCHERS, name="tools", prefix="tools",
+                      hint="Fill in a tool's form, then press **Run**.")
+    job, status = panel.job, panel.status
     report = gr.Markdown(elem_id="tools-report")
     zip_button = gr.Button("Download a folder output (zip)", size="sm", elem_id="tools-zip")
     files = gr.File(label="Outputs", file_count="multiple", interactive=False, visible=False, elem_id="tools-files")
@@ -219,17 +203,6 @@ def build_tools_tab(services: Any) -> None:
             return {status: refused, **cleared}
         return {job: job_dir.name, status: f"### {said}", **cleared}
 
-    def on_stop(job_id: str) -> str:
-        job_id, _ = ACTIVE.shown(runs_dir, job_id)
-        queued = job_id and RunState.of(read_status(runs_dir / job_id).get("state")) == RunState.QUEUED
-        if queued and services.queue is not None:
-            try:
-                services.queue.cancel(runs_dir / job_id)
-            except JobError as err:  # it started meanwhile
-                return f"### Not taken out of the queue\n{plain(err)}"
-            return f"Took `{job_id}` out of the queue: it never started."
-        return ACTIVE.stop(services.jobs, runs_dir, job_id, "Asked the job to stop: nothing half-written is kept.")
-
     def on_zip(job_id: str) -> Any:
         job_id, _ = ACTIVE.shown(runs_dir, job_id)
         if not job_id:
@@ -244,25 +217,16 @@ def build_tools_tab(services: Any) -> None:
         shown = downloads(v, runs_dir / job_id, runs_dir)
         return gr.File(value=shown or None, visible=bool(shown))
 
-    def tick(job_id: str, shown: Any) -> list[Any]:
-        job_id, adopted = ACTIVE.shown(runs_dir, job_id)
-        if not job_id:
-            return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
-        v: ToolView = WATCHERS.view(runs_dir / job_id)
+    def updates(job_id: str, v: ToolView, waits_for: str) -> list[tuple[Any, Any]]:
         outputs = downloads(v, runs_dir / job_id, runs_dir)
-        queued = v.state == RunState.QUEUED and services.queue is not None
-        waits_for = services.queue.waits_for(runs_dir / job_id) if queued else ""
-        key = (job_id, status_text(v, waits_for), v.report, tuple(outputs))
-        if key == shown:
-            return [gr.skip(), gr.skip(), gr.skip(), gr.skip(), shown]
+        text = status_text(v, waits_for)
         report_text = f"## {plain(v.title)}\n\n{v.report}" if v.report else ""
-        return [job_id if adopted else gr.skip(), key[1], report_text,
-                gr.File(value=outputs or None, visible=bool(outputs)), key]
+        return [(text, text), (report_text, report_text),
+                (tuple(outputs), gr.File(value=outputs or None, visible=bool(outputs)))]
 
     for verb, (widgets, run) in forms.items():
         run.click(lambda data, verb=verb, widgets=widgets: launch(verb, widgets, data),
                   inputs=set(widgets.values()), outputs={job, status, report, files})
-    stop.click(on_stop, inputs=job, outputs=status)
+    panel.stoppable("Asked the job to stop: nothing half-written is kept.")
     zip_button.click(on_zip, inputs=job, outputs=files)
-    shown = gr.State(None)
-    gr.Timer(1.0).tick(tick, inputs=[job, shown], outputs=[job, status, report, files, shown], show_progress="hidden")
+    panel.watch([report, files], updates)

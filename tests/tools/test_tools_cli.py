@@ -78,5 +78,5 @@ def test_the_generate_tab_leaves_tool_jobs_to_the_tools_tab(tmp_path: Path) -> N
         (tmp_path / name / "status.json").write_text(json.dumps(
             {"state": "running", "method": method, "pgid": os.getpid(), "launcher_pid": os.getpid(),
              "trainer_pid": os.getpid(), "created": time.time() - age}))
-    assert generate_tab.ActiveJob().find(tmp_path) == "generate-y"
+    assert generate_tab.ACTIVE.find(tmp_path) == "generate-y"
     assert tools_tab.ACTIVE.find(tmp_path) == "tools-x"
