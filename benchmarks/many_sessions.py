@@ -4,10 +4,12 @@
 
 Starts `app.py --demo` in a temporary folder and a long demo training run in its runs folder, then alternates
 phases with one session and with N sessions (1, N, 1, N, ...). A session is what a browser tab does to the server
-without the browser: it loads the page once, then asks for the run panel's refresh every second as the page's
-timer does (Gradio's queue: join, then read the answer from the session's event stream), over plain HTTP to
-127.0.0.1. Prints the page's size, the page load times with N sessions loading at once, the poll's median and
-maximum latency per phase, and the run's steps/s per phase, then the slowdown with N sessions.
+without the browser: it loads the page once, then asks for the run panel's refresh as the page's timer does, at
+the interval each refresh answers with (Gradio's queue: join, then read the answer from the session's event
+stream), over plain HTTP to 127.0.0.1. Prints the page's size, the page load times with N sessions loading at
+once, the poll's median and maximum latency per phase, the refresh interval, the CPU the GUI process used (the
+part of the slowdown that does not depend on how busy the machine is) and the run's steps/s per phase, then the
+slowdown with N sessions.
 """
 from __future__ import annotations
 
@@ -105,7 +107,14 @@ class Session(threading.Thread):
             self.stop.wait(max(0.0, self.every_s - (time.monotonic() - started)))
 
 
-def phase(base: str, poll: tuple[int, int, int | None], run_dir: Path, sessions: int, seconds: float) -> dict:
+def cpu_s(pid: int) -> float:
+    """CPU seconds process `pid` has used (user + system, its own threads: not its children's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def phase(base: str, poll: tuple[int, int, int | None], run_dir: Path, sessions: int, seconds: float,
+          gui_pid: int) -> dict:
     stop = threading.Event()
     pages: list[float] = []
 
@@ -121,15 +130,15 @@ def phase(base: str, poll: tuple[int, int, int | None], run_dir: Path, sessions:
     for session in polling:
         session.start()
     time.sleep(3)  # the sessions settle
-    step0, t0 = last_step(run_dir), time.monotonic()
+    step0, t0, cpu0 = last_step(run_dir), time.monotonic(), cpu_s(gui_pid)
     time.sleep(seconds)
-    step1, t1 = last_step(run_dir), time.monotonic()
+    step1, t1, cpu1 = last_step(run_dir), time.monotonic(), cpu_s(gui_pid)
     stop.set()
     for session in polling:
         session.join(timeout=130)
     latencies = [x for s in polling for x in s.latencies]
     firsts = [s.first for s in polling if s.first is not None]
-    return {"sessions": sessions, "steps_per_s": (step1 - step0) / (t1 - t0),
+    return {"sessions": sessions, "steps_per_s": (step1 - step0) / (t1 - t0), "gui_cores": (cpu1 - cpu0) / (t1 - t0),
             "poll_median_s": statistics.median(latencies) if latencies else float("nan"),
             "poll_max_s": max(latencies, default=float("nan")), "polls": len(latencies),
             "first_poll_max_s": max(firsts, default=float("nan")),
@@ -160,7 +169,7 @@ def main() -> int:
             print(f"page: {len(page) / 1e6:.2f} MB", flush=True)
             for _ in range(args.rounds):
                 for sessions in (1, args.sessions):
-                    results.append(phase(base, poll, run_dir, sessions, args.seconds))
+                    results.append(phase(base, poll, run_dir, sessions, args.seconds, app.pid))
                     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
                                       for k, v in results[-1].items()}), flush=True)
         finally:
@@ -168,11 +177,11 @@ def main() -> int:
                 if proc is not None and proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
     print("\n| sessions | page load median / max | first poll max | poll median / max | refresh every | failed polls "
-          "| steps/s |\n|---|---|---|---|---|---|---|")
+          "| GUI CPU | steps/s |\n|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['sessions']} | {r['page_median_s']:.2f} / {r['page_max_s']:.2f} s | {r['first_poll_max_s']:.2f} s | "
               f"{r['poll_median_s']:.3f} / {r['poll_max_s']:.3f} s | {r['every_s']:.1f} s | {r['errors']} | "
-              f"{r['steps_per_s']:.2f} |")
+              f"{r['gui_cores']:.3f} cores | {r['steps_per_s']:.2f} |")
     one = [r["steps_per_s"] for r in results if r["sessions"] == 1]
     many = [r["steps_per_s"] for r in results if r["sessions"] > 1]
     print(f"\npage {len(page) / 1e6:.2f} MB; with {args.sessions} sessions training is "
