@@ -28,7 +28,7 @@ VIDEO_EXTENSIONS: frozenset[str] = frozenset({".mp4", ".webm", ".mov", ".gif", "
 
 
 class ClipError(BadInput):
-    """A clip could not be opened or decoded. ``path`` holds the file (or folder), ``reason`` says why in a few words."""
+    """A clip could not be opened or decoded. ``path``: the file (or folder); ``reason``: why, in a few words."""
 
     def __init__(self, path: Path, reason: str) -> None:
         self.path = Path(path)
