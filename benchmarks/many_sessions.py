@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.pages_benchmark import free_port, last_step, start_demo_app, start_long_run  # noqa: E402
+from benchmarks.pages_benchmark import cpu_halves, free_port, last_step, start_demo_app, start_long_run  # noqa: E402
 
 
 
@@ -152,18 +152,25 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=40, help="length of each phase")
     parser.add_argument("--rounds", type=int, default=2, help="(1 session, N sessions) pairs")
+    parser.add_argument("--pin", action="store_true",
+                        help="the GUI and the trainer on the first half of the CPUs, the sessions (this process) on "
+                             "the rest, as browsers on other machines would be")
     args = parser.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     with tempfile.TemporaryDirectory(prefix="atelier-sessions-") as tmp:
         work = Path(tmp)
         port = free_port()
-        app = start_demo_app(work, port, env)
+        server_cpus, session_cpus = cpu_halves() if args.pin else (None, None)
+        pin = (lambda: os.sched_setaffinity(0, server_cpus)) if server_cpus else None
+        if session_cpus:
+            os.sched_setaffinity(0, session_cpus)
+        app = start_demo_app(work, port, env, pin)
         run_dir = work / "runs" / "20260101-000000-lora-bench"
         trainer = None
         results = []
         try:
             base = f"http://127.0.0.1:{port}/"
-            trainer = start_long_run(base, work, run_dir, env)
+            trainer = start_long_run(base, work, run_dir, env, pin)
             page, _ = fetch(base)
             poll = panel_poll(json.loads(fetch(f"{base}config")[0]))
             print(f"page: {len(page) / 1e6:.2f} MB", flush=True)

@@ -71,7 +71,7 @@ def main() -> int:
     parser.add_argument("--pin-browsers", action="store_true",
                         help="GUI and trainer on the first half of the CPUs, chromium on the other half (Linux)")
     args = parser.parse_args()
-    server_cpus, browser_cpus = _cpu_halves() if args.pin_browsers else (None, None)
+    server_cpus, browser_cpus = cpu_halves() if args.pin_browsers else (None, None)
     pin = (lambda: os.sched_setaffinity(0, server_cpus)) if server_cpus else None
     from playwright.sync_api import sync_playwright
 
@@ -162,7 +162,7 @@ def _long_demo_config(out: Path) -> str:
     return toml.dumps(raw)
 
 
-def _cpu_halves() -> tuple[set[int], set[int]]:
+def cpu_halves() -> tuple[set[int], set[int]]:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         raise SystemExit("--pin-browsers needs at least 2 CPUs")
