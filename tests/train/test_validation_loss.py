@@ -1,5 +1,5 @@
 """The validation loss (validation_split): sd-scripts' 4 fixed timesteps, reproducible, and the same on any number
-of processes."""
+of processes. On the tests' fake model family (tests/fake_family/): the loss does not depend on the model."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +17,7 @@ from trainers.models import LoadedModel, load_model
 from trainers.train.diffusion import NoiseOptions, NoisePredictor
 from trainers.train.validation import Validator, shard, validation_timesteps
 
-from helpers import events, run_trainer, sets, train, two_processes
+from helpers import events, fake_family_env, run_trainer, sets, train, two_processes
 
 
 
@@ -64,15 +64,16 @@ def _by_hand(model: LoadedModel, held: CaptionedImages, seed: int) -> float:
                 latents = (dist.mean + dist.std * eps) * vae.config.scaling_factor
                 noise = torch.randn(latents.shape[1:], generator=sample_generator(seed, number, i, "noise"))[None]
                 timestep = torch.tensor([t])
-                pred = model.unet(scheduler.add_noise(latents, noise, timestep), timestep, hidden).sample
+                noisy = scheduler.add_noise(latents, noise, timestep)
+                pred = model.family.denoise(model.unet, noisy, timestep, hidden, None, None)
                 losses.append(F.mse_loss(pred, noise).item())
     return sum(losses) / len(losses)
 
 
-def test_loss_is_reproducible_follows_the_weights_and_matches_a_hand_computation(tiny_sd1_dir: Path,
+def test_loss_is_reproducible_follows_the_weights_and_matches_a_hand_computation(fake_model_dir: Path,
                                                                                   dataset: Path) -> None:
     torch.set_flush_denormal(True)  # as a run does (session.py): random tiny weights are slow otherwise
-    model = load_model(str(tiny_sd1_dir), "auto", torch.float32)
+    model = load_model(str(fake_model_dir), "auto", torch.float32)
     validator, held, predictor = _validator(model, dataset)
     assert len(held) == 2 and validator.timesteps == [200, 400, 600, 800]
     predictor.train()
@@ -94,11 +95,11 @@ def test_loss_is_reproducible_follows_the_weights_and_matches_a_hand_computation
 
 
 @pytest.mark.slow
-def test_lora_run_reports_validation_at_its_steps_and_epochs(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
+def test_lora_run_reports_validation_at_its_steps_and_epochs(fake_model_dir: Path, dataset: Path, tmp_path: Path) -> None:
     from trainers.methods.lora.file_format import read_lora_file
 
     # 8 images: 6 trained (3 steps of 2 an epoch), 2 held out; 4 steps = 2 epochs
-    code = train("lora", tmp_path / "run", pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
+    code = train("lora", tmp_path / "run", pretrained_model_name_or_path=str(fake_model_dir), train_data_dir=str(dataset),
                  output_dir=str(tmp_path / "out"), resolution="64", train_batch_size=2, max_train_steps=4,
                  max_data_loader_n_workers=0, network_dim=4, network_alpha=2, learning_rate=1e-3,
                  validation_split=0.25, validate_every_n_steps=2, logging_dir=str(tmp_path / "tb"))
@@ -119,15 +120,15 @@ def test_lora_run_reports_validation_at_its_steps_and_epochs(tiny_sd1_dir: Path,
 
 
 @pytest.mark.slow
-def test_two_processes_give_the_validation_loss_of_one(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
-    values = dict(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset), resolution="64",
+def test_two_processes_give_the_validation_loss_of_one(fake_model_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    values = dict(pretrained_model_name_or_path=str(fake_model_dir), train_data_dir=str(dataset), resolution="64",
                   max_data_loader_n_workers=0, network_dim=4, network_alpha=2, learning_rate=1e-3,
                   save_precision="float", keep_global_batch=True, train_batch_size=2, max_train_steps=2,
                   validation_split=0.25, validate_every_n_steps=1, validate_every_n_epochs=10)
-    one = run_trainer(sets(**values, output_dir=str(tmp_path / "one")), tmp_path / "run1")
+    one = run_trainer(sets(**values, output_dir=str(tmp_path / "one")), tmp_path / "run1", env=fake_family_env())
     assert one.returncode == 0, one.stderr[-3000:]
     two = run_trainer(sets(**values, output_dir=str(tmp_path / "two"), num_processes=2), tmp_path / "run2",
-                      two_processes(), env={"ACCELERATE_USE_CPU": "1"})
+                      two_processes(), env=fake_family_env(ACCELERATE_USE_CPU="1"))
     assert two.returncode == 0, two.stderr[-3000:]
     a = [(e["step"], e["loss"]) for e in events(tmp_path / "run1") if e["type"] == "validation"]
     b = [(e["step"], e["loss"]) for e in events(tmp_path / "run2") if e["type"] == "validation"]
