@@ -13,15 +13,16 @@ import pytest
 import yaml
 
 from trainers.__main__ import main
-from trainers.core.options import config_from_dict
+from trainers.core.options import config_from_dict, load_config
+from trainers.core.options.validation import option_issues
 
 
-@pytest.fixture()
-def config(tmp_path: Path) -> Path:
+@pytest.fixture(params=["10.0.0.1", ""], ids=["address in the config", "no address in the config"])
+def config(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     shared = tmp_path / "shared storage"
     shared.mkdir()
     path = shared / "my run.toml"
-    config_from_dict("lora", {"num_processes": 2, "num_machines": 3, "main_process_ip": "10.0.0.1",
+    config_from_dict("lora", {"num_processes": 2, "num_machines": 3, "main_process_ip": request.param,
                               "main_process_port": 29555, "output_dir": str(shared / "out")}).save(path)
     return path
 
@@ -53,12 +54,20 @@ def test_sbatch_script_starts_one_launcher_a_node_with_its_rank(config: Path, tm
     assert ran.returncode == 0, ran.stderr
     launches = [json.loads(line) for line in calls.read_text().splitlines()]
     assert [a[a.index("--machine_rank") + 1] for a in launches] == ["0", "1", "2"]
+    named = bool(load_config("lora", config).main_process_ip)
     for argv in launches:
         assert argv[:3] == ["-m", "trainers.train.launcher", "--multi_gpu"]
-        flags = dict(zip(argv[3:-7:2], argv[4:-7:2]))
+        trainer = argv.index("-m", 1)
+        flags = dict(zip(argv[3:trainer:2], argv[4:trainer:2]))
         assert (flags["--num_processes"], flags["--num_machines"], flags["--main_process_ip"]) == ("6", "3", "gpu-a")
         assert flags["--main_process_port"] == "29555" and "--num_cpu_threads_per_process" not in flags
-        assert argv[-7:] == ["-m", "trainers", "lora", "--config", str(config), "--run-dir", str(run_dir)]
+        assert argv[trainer:trainer + 7] == ["-m", "trainers", "lora", "--config", str(config), "--run-dir",
+                                             str(run_dir)]
+        # a config without the address is handed the scheduler's, so each node's trainer does not refuse it
+        overrides = argv[trainer + 7:]
+        assert overrides == ([] if named else ["--set", "main_process_ip=gpu-a"])
+        node = load_config("lora", config, overrides[1::2])
+        assert not [i for i in option_issues(node, check_paths=False) if i.field == "main_process_ip"]
     assert run_dir.is_dir(), "the script makes the run folder on the shared storage"
 
 

@@ -81,6 +81,9 @@ def node_command(cfg: TrainConfig, layout: Layout, rank: str, address: str, flag
     for flag, value in ((RANK_FLAG, rank), (ADDRESS_FLAG, address)):
         if flag in argv:  # one node: no machines to meet
             words[argv.index(flag) + 1] = value
+    if ADDRESS_FLAG in argv and not cfg.main_process_ip.strip():
+        # the scheduler's address is the run's: each node's trainer checks its config, which names none
+        words += ["--set", f"main_process_ip={address}"]
     return " ".join(words)
 
 
