@@ -64,7 +64,7 @@ def test_broken_clips_are_named(tmp_path: Path) -> None:
         with pytest.raises(ClipError) as err:
             probe_clip(tmp_path / name)
         assert err.value.path == tmp_path / name and name in str(err.value)
-    with pytest.raises(ClipError, match="needs frame 20"):
+    with pytest.raises(ClipError, match="ends before frame 20"):
         read_frames(tmp_path / "whole.mp4", [0, 20])
 
 
@@ -264,6 +264,12 @@ def test_a_clip_that_breaks_after_the_scan_is_replaced_within_its_bucket(tmp_pat
     (tmp_path / "clips" / "a.mp4").write_bytes(b"gone")
     item = ClipWindows(catalog, lambda captions: [torch_ids(captions)])[(0, index, 0)]
     assert item["pixels"].shape[0] == 9 and "a.mp4" in item["problems"][0]
+    import torch
+
+    from trainers.data.video_cache import build_clip_latent_cache
+
+    _, failures = build_clip_latent_cache(catalog, lambda px: (px, torch.zeros_like(px)), "vae", to_disk=False)
+    assert [catalog.clips[i].path.name for i in failures] == ["a.mp4"]
 
 
 def test_the_cache_key_changes_when_the_clip_or_its_window_changes(tmp_path: Path) -> None:
@@ -335,3 +341,29 @@ def test_clips_at_another_rate_without_source_fps_are_said(tmp_path: Path) -> No
     _catalog(tmp_path, HEAD + "target_frames = [9]\n", target_fps=16.0, warnings=warnings)
     note = next(w for w in warnings if "source_fps" in w)
     assert "1 at 10 fps, 1 at 24 fps: every frame is trained (the model's rate is 16 fps)" in note
+
+
+def test_windows_of_one_clip_are_cached_from_one_decode_with_the_items_pixels(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    import trainers.data.clips as clips
+    from trainers.data.video_cache import build_clip_latent_cache
+    from trainers.data.video_dataset import clip_pixels
+
+    catalog = _catalog(tmp_path, '[general]\nresolution = 16\n[[datasets]]\nvideo_directory = "clips"\n'
+                       'target_frames = [5, 9]\nframe_extraction = "slide"\nframe_stride = 4\n')
+    opened: list[str] = []
+    original = clips._decode
+
+    def counted(path: Path, wanted: list[int]):
+        opened.append(Path(path).name)
+        return original(path, wanted)
+
+    monkeypatch.setattr(clips, "_decode", counted)
+    cache, failures = build_clip_latent_cache(catalog, lambda px: (px, torch.zeros_like(px)), "vae", to_disk=False)
+    assert not failures and opened.count("a.mp4") == 1
+    a_windows = [c for c in catalog.clips if c.path.name == "a.mp4"]
+    assert len(a_windows) == 3 + 4  # 9 frames from 0, 4, 8; 5 frames from 0, 4, 8, 12
+    for clip in a_windows:
+        assert torch.equal(cache.get(clip)[0], clip_pixels(clip))

@@ -12,7 +12,7 @@ and ``read_frames`` names that.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,47 +119,57 @@ def _probe_folder(folder: Path) -> ClipInfo:
 
 def read_frames(path: Path, indices: Sequence[int]) -> np.ndarray:
     """The frames at `indices` (ascending source-frame numbers) as RGB uint8, shape (len(indices), H, W, 3)."""
-    path = Path(path)
-    if not indices:
-        raise ValueError("read_frames needs at least one frame index")
-    wanted = sorted(set(indices))
-    got: dict[int, np.ndarray] = {}
-    if path.is_dir():
-        files = folder_frames(path)
-        for index in wanted:
-            if index >= len(files):
-                break
-            try:
-                with Image.open(files[index]) as im:
-                    got[index] = np.asarray(im.convert("RGB"))
-            except (OSError, SyntaxError, ValueError) as err:
-                raise ClipError(files[index], f"frame {index} does not decode ({err})") from None
-    else:
-        got = _decode(path, wanted)
-    missing = [i for i in wanted if i not in got]
-    if missing:
-        raise ClipError(path, f"has {len(got) and max(got) + 1 or 0} readable frame(s) from the start, the window "
-                        f"needs frame {missing[0]} (the clip is shorter than its header says, or truncated)")
-    shapes = {got[i].shape for i in wanted}
+    got = dict(iter_frames(path, indices))
+    shapes = {frame.shape for frame in got.values()}
     if len(shapes) > 1:
         raise ClipError(path, f"its frames differ in size ({', '.join(f'{s[1]}x{s[0]}' for s in sorted(shapes))})")
     return np.stack([got[i] for i in indices])
 
 
-def _decode(path: Path, wanted: list[int]) -> dict[int, np.ndarray]:
+def iter_frames(path: Path, indices: Sequence[int]) -> Iterator[tuple[int, np.ndarray]]:
+    """(frame number, RGB uint8 (H, W, 3)) of each wanted frame, in order, decoding the clip once from its start;
+    ClipError when the clip ends (or breaks) before the last of them."""
+    path = Path(path)
+    if not indices:
+        raise ValueError("iter_frames needs at least one frame index")
+    wanted = sorted(set(indices))
+    frames = _folder_frames(path, wanted) if path.is_dir() else _decode(path, wanted)
+    expected = iter(wanted)
+    for number, frame in frames:
+        next(expected)
+        yield number, frame
+    missing = next(expected, None)
+    if missing is not None:
+        raise ClipError(path, f"ends before frame {missing}, which the window needs (the clip is shorter than its "
+                        "header says, or truncated)")
+
+
+def _folder_frames(folder: Path, wanted: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+    files = folder_frames(folder)
+    for index in wanted:
+        if index >= len(files):
+            return
+        try:
+            with Image.open(files[index]) as im:
+                yield index, np.asarray(im.convert("RGB"))
+        except (OSError, SyntaxError, ValueError) as err:
+            raise ClipError(files[index], f"frame {index} does not decode ({err})") from None
+
+
+def _decode(path: Path, wanted: list[int]) -> Iterator[tuple[int, np.ndarray]]:
     import av  # noqa: PLC0415
 
-    want, last, got = set(wanted), wanted[-1], {}
+    want, last, found = set(wanted), wanted[-1], 0
     try:
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             for number, frame in enumerate(container.decode(stream)):
                 if number in want:
-                    got[number] = frame.to_ndarray(format="rgb24")
+                    found += 1
+                    yield number, frame.to_ndarray(format="rgb24")
                 if number >= last:
-                    break
+                    return
     except (av.error.FFmpegError, OSError, ValueError, IndexError) as err:
-        if not got:
+        if not found:
             raise ClipError(path, f"not a readable video (truncated or corrupt: {err})") from None
-    return got

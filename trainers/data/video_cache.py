@@ -10,15 +10,17 @@ returns their latent mean and std (B, C', F', H', W'); the video family (its 3D 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
+from PIL import Image
 from safetensors.torch import load_file, save_file
 
 from trainers.core.fsio import atomic_path
-from trainers.data.cache import CACHE_DIR, CacheWriteError, _file_version, _stored_key
-from trainers.data.clips import ClipError, folder_frames
+from trainers.data.cache import CACHE_DIR, CacheWriteError, Dist, _file_version, _stored_key
+from trainers.data.clips import ClipError, folder_frames, iter_frames
+from trainers.data.images import prepare_image
 from trainers.data.video_catalog import CatalogClip, VideoCatalog
 from trainers.data.video_dataset import clip_pixels
 
@@ -72,35 +74,75 @@ class ClipLatentCache:
 
 
 def build_clip_latent_cache(catalog: VideoCatalog, encode: Encode, vae_key: str, to_disk: bool,
-                            ) -> tuple[ClipLatentCache, dict[int, str]]:
-    """Encode every window (one at a time: windows of a clip differ in length); returns the cache and
-    {window index: reason} of those that failed to decode. On disk, only windows whose key changed are encoded."""
+                            dist: Dist | None = None) -> tuple[ClipLatentCache, dict[int, str]]:
+    """Encode every window, one at a time (windows differ in length), each clip decoded once for all its windows;
+    returns the cache and {window index: reason} of those that failed to decode. On disk only windows whose key
+    changed are encoded, and several processes split the clips between them."""
+    dist = dist or Dist()
     failures: dict[int, str] = {}
     memory: dict[ClipKey, tuple[torch.Tensor, torch.Tensor]] = {}
-    files: dict[ClipKey, Path] = {}
+    paths = {i: clip_cache_file(c, catalog.datasets[c.dataset].cache_directory) for i, c in enumerate(catalog.clips)}
+    keys = {i: clip_entry_key(c, vae_key) for i, c in enumerate(catalog.clips)} if to_disk else {}
+    todo: dict[Path, list[int]] = {}
     for index, clip in enumerate(catalog.clips):
-        spec = catalog.datasets[clip.dataset]
-        path = clip_cache_file(clip, spec.cache_directory)
-        key = clip_entry_key(clip, vae_key)
-        if to_disk and _stored_key(path) == key:
-            files[window_key(clip)] = path
-            continue
-        try:
-            pixels = clip_pixels(clip)
-        except ClipError as err:
-            failures[index] = err.reason
-            continue
+        if not to_disk or _stored_key(paths[index]) != keys[index]:
+            todo.setdefault(clip.path, []).append(index)
+    clips = list(todo)
+    if to_disk:
+        dist.barrier()  # every process has looked before any writes
+        clips = clips[dist.rank::dist.world]
+    for path in clips:
+        for index, mean, std in _encode_clip(catalog, todo[path], encode, failures):
+            if to_disk:
+                _write(paths[index], mean, std, keys[index])
+            else:
+                memory[window_key(catalog.clips[index])] = (mean, std)
+    if not to_disk:
+        return ClipLatentCache(memory=memory), failures
+    dist.barrier()
+    for part in dist.gather(sorted(failures.items())):
+        failures.update(dict(part))
+    return ClipLatentCache(files={window_key(c): paths[i] for i, c in enumerate(catalog.clips)
+                                  if i not in failures}), failures
+
+
+def _encode_clip(catalog: VideoCatalog, windows: list[int], encode: Encode,
+                 failures: dict[int, str]) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """(window, latent mean, std) of each window of one clip. The clip is decoded once; a frame is resized to its
+    bucket when it arrives and kept only while a window still to encode takes it."""
+    def encoded(index: int, pixels: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
         with torch.no_grad():
             mean, std = encode(pixels[None])
-        mean, std = mean[0].detach().cpu().contiguous(), std[0].detach().cpu().contiguous()
-        if not to_disk:
-            memory[window_key(clip)] = (mean, std)
-            continue
+        return index, mean[0].detach().cpu().contiguous(), std[0].detach().cpu().contiguous()
+
+    first = catalog.clips[windows[0]]
+    if first.is_image:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(path, durable=False) as tmp:
-                save_file({"mean": mean, "std": std}, tmp, metadata={"key": key, "format": FORMAT})
-        except OSError as err:
-            raise CacheWriteError(f"cannot write the latent cache file {path} ({err.strerror or err})") from None
-        files[window_key(clip)] = path
-    return (ClipLatentCache(memory=memory) if not to_disk else ClipLatentCache(files=files)), failures
+            yield encoded(windows[0], clip_pixels(first))
+        except ClipError as err:
+            failures[windows[0]] = err.reason
+        return
+    pending = sorted(windows, key=lambda i: catalog.clips[i].frames[-1])
+    kept: dict[tuple[int, tuple[int, int]], torch.Tensor] = {}
+    buckets = {catalog.clips[i].bucket for i in windows}
+    try:
+        for number, frame in iter_frames(first.path, sorted({f for i in windows for f in catalog.clips[i].frames})):
+            image = Image.fromarray(frame)
+            kept.update({(number, b): prepare_image(image, *b).pixels for b in buckets})
+            while pending and catalog.clips[pending[0]].frames[-1] == number:
+                index = pending.pop(0)
+                clip = catalog.clips[index]
+                yield encoded(index, torch.stack([kept[(f, clip.bucket)] for f in clip.frames]))
+            start = min((catalog.clips[i].frames[0] for i in pending), default=number + 1)
+            kept = {k: v for k, v in kept.items() if k[0] >= start}
+    except ClipError as err:
+        failures.update({i: err.reason for i in pending})
+
+
+def _write(path: Path, mean: torch.Tensor, std: torch.Tensor, key: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path, durable=False) as tmp:  # a lost cache file is rebuilt: no fsync
+            save_file({"mean": mean, "std": std}, tmp, metadata={"key": key, "format": FORMAT})
+    except OSError as err:
+        raise CacheWriteError(f"cannot write the latent cache file {path} ({err.strerror or err})") from None
