@@ -347,7 +347,7 @@ def test_v_prediction_only_options_are_checked_against_the_model_too() -> None:
 # --- a short run ------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_run_with_the_new_options_trains_the_lora(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+def test_a_run_with_the_new_options_trains_the_lora(fake_model_dir: Path, tmp_path: Path) -> None:
     from PIL import Image
 
     from trainers.demo import build_dataset
@@ -359,7 +359,7 @@ def test_a_run_with_the_new_options_trains_the_lora(tiny_sd1_dir: Path, tmp_path
         (tmp_path / "masks" / "1_sks shape").mkdir(parents=True, exist_ok=True)
         mask.save(tmp_path / "masks" / "1_sks shape" / image.name)
     out, run_dir = tmp_path / "out", tmp_path / "run"
-    code = train("lora", run_dir, pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(data),
+    code = train("lora", run_dir, pretrained_model_name_or_path=str(fake_model_dir), train_data_dir=str(data),
                  output_dir=str(out), output_name="lossy", max_train_steps=3, resolution="64", train_batch_size=2,
                  max_data_loader_n_workers=0, learning_rate=1e-3, network_dim=4, network_alpha=2,
                  loss_type="huber", huber_schedule="exponential", min_timestep=100, max_timestep=900,

@@ -18,7 +18,7 @@ from trainers.core.options.optimizer_checks import optimizer_issues, optimizer_w
 from trainers.core.schedules import LIBRARY, SCHEDULER_ARGS, SCHEDULERS, lr_curve, preview_blocker
 from trainers.train.optim import OptimizerModes, build_lr_scheduler, build_optimizer, check_optimizer
 
-from helpers import events, run_trainer, sets, train
+from helpers import events, fake_family_env, run_trainer, sets, train
 
 
 def _class(target: str) -> type:
@@ -160,19 +160,19 @@ def _fake_model_and_data(tmp_path: Path, model: Path) -> dict[str, str]:
             "output_dir": str(tmp_path / "out")}
 
 
-def test_bad_optimizer_args_stop_the_run_before_any_model_loads(tmp_path: Path, tiny_sd1_dir: Path,
+def test_bad_optimizer_args_stop_the_run_before_any_model_loads(tmp_path: Path, fake_model_dir: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("trainers.train.session.load_model", lambda *a, **k: pytest.fail("a model was loaded"))
-    code = train("lora", tmp_path / "run", **_fake_model_and_data(tmp_path, tiny_sd1_dir), max_train_steps=2,
+    code = train("lora", tmp_path / "run", **_fake_model_and_data(tmp_path, fake_model_dir), max_train_steps=2,
                  optimizer_args=["foo=1", "weight_decay=-1", "betas=0.9"])
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert code == 2 and status["message"].count("optimizer_args:") == 3
 
 
 @pytest.mark.slow
-def test_the_trainer_exits_with_code_2_and_the_message(tmp_path: Path, tiny_sd1_dir: Path) -> None:
-    args = sets(**_fake_model_and_data(tmp_path, tiny_sd1_dir), max_train_steps=2, optimizer_args=["foo=1", "betas=0.9"])
-    result = run_trainer(args, tmp_path / "run")
+def test_the_trainer_exits_with_code_2_and_the_message(tmp_path: Path, fake_model_dir: Path) -> None:
+    args = sets(**_fake_model_and_data(tmp_path, fake_model_dir), max_train_steps=2, optimizer_args=["foo=1", "betas=0.9"])
+    result = run_trainer(args, tmp_path / "run", env=fake_family_env())
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "optimizer_args: foo=1: AdamW (torch.optim.AdamW) has no argument 'foo'" in result.stderr
     assert "betas must be 2 numbers" in result.stderr
@@ -301,7 +301,7 @@ def test_schedule_free_modes_switch_around_evaluation() -> None:
 
 
 @pytest.mark.slow
-def test_schedule_free_samples_and_saves_in_eval_mode_and_resumes(tiny_sd1_dir: Path, tmp_path: Path,
+def test_schedule_free_samples_and_saves_in_eval_mode_and_resumes(fake_model_dir: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import trainers.sampling.pipeline as pipeline
     import trainers.train.loop as loop
@@ -319,7 +319,7 @@ def test_schedule_free_samples_and_saves_in_eval_mode_and_resumes(tiny_sd1_dir: 
     monkeypatch.setattr(Saver, "_announce", lambda self, path, at, kind, state: modes.append((kind, train_mode()))
                         or announce(self, path, at, kind, state))
     data = build_dataset(tmp_path / "data", folder="1_sks shape")
-    run = {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data), "resolution": "64",
+    run = {"pretrained_model_name_or_path": str(fake_model_dir), "train_data_dir": str(data), "resolution": "64",
            "output_dir": str(tmp_path / "out"), "train_batch_size": 2, "max_data_loader_n_workers": 0,
            "network_dim": 4, "optimizer_type": "AdamWScheduleFree", "learning_rate": 1e-3, "max_train_steps": 4,
            "save_precision": "float"}
@@ -336,10 +336,10 @@ def test_schedule_free_samples_and_saves_in_eval_mode_and_resumes(tiny_sd1_dir: 
 
 # --- the GUI's Validate report ---
 
-def test_the_validate_report_draws_the_learning_rate_of_the_planned_steps(tmp_path: Path, tiny_sd1_dir: Path) -> None:
+def test_the_validate_report_draws_the_learning_rate_of_the_planned_steps(tmp_path: Path, fake_model_dir: Path) -> None:
     from gui.checks import check_form
 
-    values = {**_fake_model_and_data(tmp_path, tiny_sd1_dir), "max_train_epochs": 2, "train_batch_size": 4, "learning_rate": 1e-3,
+    values = {**_fake_model_and_data(tmp_path, fake_model_dir), "max_train_epochs": 2, "train_batch_size": 4, "learning_rate": 1e-3,
               "text_encoder_lr": 5e-4, "lr_scheduler": "cosine", "lr_warmup_steps": 0.25}
     report = check_form("lora", values)
     assert report.ok, report.summary()

@@ -95,10 +95,10 @@ def test_a_resumed_run_replaces_its_own_chains_saves_but_not_older_files(values:
 
 @pytest.mark.slow
 def test_the_trainer_refuses_a_step_save_over_a_foreign_file_and_a_resume_continues_its_own(
-        tiny_sd1_dir: Path, tmp_path: Path) -> None:
+        fake_model_dir: Path, tmp_path: Path) -> None:
     data = captioned_images(tmp_path / "data" / "2_sks shape", "ab")
     out = tmp_path / "out"
-    common = {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data), "resolution": "64",
+    common = {"pretrained_model_name_or_path": str(fake_model_dir), "train_data_dir": str(data), "resolution": "64",
               "train_batch_size": 1, "max_data_loader_n_workers": 0, "network_dim": 4, "network_alpha": 2,
               "output_dir": str(out), "output_name": "x", "max_train_steps": 3, "save_every_n_steps": 1}
     out.mkdir()

@@ -165,7 +165,7 @@ def test_clip_skip_uses_an_earlier_layer(tiny_sd1_dir: Path) -> None:
     assert torch.allclose(skip2, expected)
 
 
-def test_caches_are_built_before_the_denoiser_takes_device_memory(tiny_sd1_dir: Path, tmp_path: Path,
+def test_caches_are_built_before_the_denoiser_takes_device_memory(fake_model_dir: Path, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Text-encoder outputs and latents are cached while the denoiser is not on the device yet (T5-XXL and FLUX's
     transformer together would not fit a 24 GB card); the denoiser is placed before training starts."""
@@ -179,7 +179,7 @@ def test_caches_are_built_before_the_denoiser_takes_device_memory(tiny_sd1_dir: 
         real = getattr(session, name)
         monkeypatch.setattr(session, name, lambda *a, _real=real, _name=name, **k: (order.append(_name),
                                                                                     _real(*a, **k))[1])
-    assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(tiny_sd1_dir),
+    assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(fake_model_dir),
                  train_data_dir=str(build_dataset(tmp_path / "data")), output_dir=str(tmp_path / "out"),
                  resolution="64", max_train_steps=1, max_data_loader_n_workers=0, network_train_unet_only=True,
                  cache_text_encoder_outputs=True, cache_latents=True) == 0
