@@ -36,7 +36,8 @@ def write_frames_folder(folder: Path, frames: int, size: tuple[int, int] = (32, 
 
 
 @pytest.mark.parametrize(("name", "frames", "fps", "codec"), [
-    ("a.mp4", 17, 16, "mpeg4"), ("b.gif", 9, 10, "gif"), ("c.webm", 13, 24, "libvpx"), ("d.avi", 11, 8, "mpeg4")])
+    ("a.mp4", 17, 16, "mpeg4"), ("b.gif", 9, 10, "gif"), ("c.webm", 13, 24, "libvpx"), ("d.avi", 11, 8, "mpeg4"),
+    ("e.mov", 10, 25, "mpeg4")])
 def test_clips_decode_with_their_frame_count_rate_and_size(tmp_path: Path, name: str, frames: int, fps: int,
                                                            codec: str) -> None:
     info = probe_clip(write_clip(tmp_path / name, frames, fps, codec))
