@@ -123,12 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         from trainers.config_report import print_config
 
         return print_config(args.command, args.config, args.overrides, args.export_sd_scripts)
+    from trainers.health.report import check_and_write
     from trainers.methods import method_memory_tips
     from trainers.preflight.validate import check, method_outputs
     from trainers.train.run import Checks, run_method
 
     return run_method(args.command, args.config, args.run_dir, args.overrides,
-                      Checks(check, method_outputs, method_memory_tips))
+                      Checks(check, method_outputs, method_memory_tips, check_and_write))
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from trainers.core.events import TRAINING_EVENTS, Health
-from trainers.health.check import HEALTHY, WARNINGS, check_save, report_path, write_report
+from trainers.health.check import HEALTHY, WARNINGS, check_save
 from trainers.health.effect import BARELY, difference
+from trainers.health.report import report_path, write_report
 
 MODULES = ("lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q",
            "lora_unet_up_blocks_1_attentions_0_transformer_blocks_0_attn2_to_k")

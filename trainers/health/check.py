@@ -3,13 +3,10 @@ key of it (trainers/tools/loaders.py's predictions from the file's own keys), an
 A check that fails is a warning with its reason; one that cannot run says why, never passes silently."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ToolError
-from trainers.core.fsio import atomic_path
-from trainers.core.rundir import HEALTH
 from trainers.generate.saves import is_lora_file
 from trainers.health.effect import effect_warnings
 from trainers.health.weights import SHOWN, WeightsCheck, check_weights, shown_names
@@ -74,14 +71,6 @@ def nonfinite_tensors(files: list[Path]) -> list[str]:
     return bad
 
 
-def check_and_write(saved: Path, run_dir: Path, family: str | None) -> dict[str, Any]:
-    """What a run is handed (trainers/train/run.py `Checks.health`): the report of a save, written to the run's
-    health/ folder ("report": its path)."""
-    report = check_save(saved, family)
-    report["report"] = str(write_report(run_dir, saved, report))
-    return report
-
-
 def _loading(lora: Any, family: str | None, checks: dict[str, Any]) -> list[str]:
     kohya, naming = kohya_named(lora)
     fmt, style = (FAMILY, None) if naming else (key_format(lora.modules), key_style(lora.modules))
@@ -104,15 +93,3 @@ def _loading(lora: Any, family: str | None, checks: dict[str, Any]) -> list[str]
         warnings.append(f"the file reads as a LoRA for {guess.text()}, but the run trained {family}: loaders will "
                         "apply it to the wrong model")
     return warnings
-
-
-def report_path(run_dir: Path, saved: Path) -> Path:
-    return run_dir / HEALTH / f"{saved.name}.json"
-
-
-def write_report(run_dir: Path, saved: Path, report: dict[str, Any]) -> Path:
-    target = report_path(run_dir, saved)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(target) as tmp:
-        Path(tmp).write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
-    return target

@@ -16,15 +16,16 @@ from trainers.train.method import Trainable
 from trainers.train.optim import OptimizerModes, build_lr_scheduler, build_optimizer
 from trainers.train.pauses import Pauses
 from trainers.train.reporting import Reporter
-from trainers.train.sample_hook import sample_hook
-from trainers.train.saving import Saver, saved_on_failure
+from trainers.train.sample_hook import effect_renders, sample_hook
+from trainers.train.saving import HealthCheck, Saver, saved_on_failure
 from trainers.train.session import Session
 from trainers.train.state import TrainingState, resume_folder
 from trainers.train.validation import validation_hook
 
 
-def train(session: Session, trainable: Trainable) -> Path:
-    """Run the whole training (the rest of it, with `resume`) and return the final output file."""
+def train(session: Session, trainable: Trainable, health: HealthCheck | None = None) -> Path:
+    """Run the whole training (the rest of it, with `resume`) and return the final output file; `health` checks
+    every save (trainers/health/, handed in from above)."""
     cfg, accelerator, plan = session.cfg, session.accelerator, session.plan
     saving, sampling, logging = SavingOptions.of(cfg), SamplingOptions.of(cfg), LoggingOptions.of(cfg)
     params = [p for group in trainable.param_groups for p in group["params"]]
@@ -41,7 +42,10 @@ def train(session: Session, trainable: Trainable) -> Path:
     report = Reporter(session, trainable.model.family.name, sum(p.numel() for p in params), trainable.hooks)
     modes = OptimizerModes(optimizer, cfg)  # schedule-free optimizers: eval() for samples and saves
     pause = Pauses(session.run_dir, accelerator.is_main_process, modes, report.meter)
-    save, guard = Saver(session, trainable, state, pause), LossGuard(cfg, accelerator, params, session.events)
+    effect = effect_renders(session, trainable.model, trainable.without_output, trainable.sampling_weights,
+                            trainable.sampling_prompt) if health is not None else None
+    save = Saver(session, trainable, state, pause, health, effect)
+    guard = LossGuard(cfg, accelerator, params, session.events)
     sample = pause.around(sample_hook(session, trainable.model, trainable.sampling_weights,
                                       trainable.sampling_prompt), "sampling")
     validate = pause.around(validation_hook(session, trainable.model, predictor, noise, report.meter), "validating")

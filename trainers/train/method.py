@@ -76,6 +76,9 @@ class Trainable:
     # The step's loss: (predictor, model, batch, NoiseOptions, weight dtype) -> loss; a method may score more than
     # its images' denoising (a slider's direction, a preservation term).
     objective: Callable[..., Tensor] = diffusion_loss
+    # The base model for the block, without what the run trains (a LoRA at multiplier 0): the save health check
+    # renders its effect image against it. None: the method has no such switch (the effect is not checked).
+    without_output: Callable[[], ContextManager[Any]] | None = None
 
     def state(self) -> dict[str, Tensor]:
         return {k: v for hook in self.hooks for k, v in hook.state().items()}

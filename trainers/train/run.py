@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainers.core.lifecycle import Lifecycle
 from trainers.core.options import TrainConfig, load_config
@@ -21,6 +22,9 @@ from trainers.core.options.typed import SavingOptions
 from trainers.core.overwrites import Outputs
 from trainers.core.rundir import CONFIG, RunState, new_run_dir
 from trainers.train.faults import MemoryTips
+
+if TYPE_CHECKING:
+    from trainers.train.saving import HealthCheck
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class Checks:
     config: Callable[[TrainConfig], None]  # Validate's checks: raises ConfigError; torch-free
     outputs: Outputs  # every path a final save of the config's method writes (its rules' outputs)
     memory_tips: MemoryTips  # what the config's method could change to use less memory (its rules' memory_tips)
+    health: "HealthCheck | None" = None  # every save's health check (trainers/health/report.py check_and_write)
 
 
 def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str], checks: Checks,
@@ -102,4 +107,5 @@ def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle, checks: Checks) -> 
     method = method_of(cfg)
     session = start_session(cfg, run_dir, life, prepare=method.prepare, outputs=checks.outputs,
                             memory_tips=checks.memory_tips)
-    return train(session, session.model.family.adapt_trainable(cfg, session, method.make_trainable(cfg, session)))
+    return train(session, session.model.family.adapt_trainable(cfg, session, method.make_trainable(cfg, session)),
+                 checks.health)

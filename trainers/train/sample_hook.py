@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ContextManager
 from trainers.core.options import parse_resolution
 from trainers.core.options.typed import DatasetOptions, ModelOptions, OptimizerOptions, SamplingOptions, SavingOptions
 from trainers.core.prompts import config_prompts
-from trainers.core.rundir import SAMPLES
+from trainers.core.rundir import HEALTH, SAMPLES
 from trainers.models import LoadedModel
 from trainers.train.session import Session
 
@@ -57,3 +58,55 @@ def sample_hook(session: Session, model: LoadedModel, weights: Callable[[], Cont
                 session.events.emit(sample_event(sample_path(out_dir, tag, prompt), prompt, step, epoch))
 
     return sample
+
+
+EffectRenders = Callable[[str], "tuple[Path, Path] | str"]
+
+
+def effect_renders(session: Session, model: LoadedModel, without_output: Callable[[], ContextManager[Any]] | None,
+                   weights: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
+                   per_prompt: "PerPrompt | None" = None) -> EffectRenders:
+    """A function (save name) -> (base image, image with the save's weights) of the first sample prompt at the
+    sample settings, or the reason the effect cannot be checked; every rank calls it, as it does the sample hook.
+
+    The base image (the trained output switched off by `without_output`) is rendered once per run and kept in the
+    run's health/ folder under a name made from the prompt and settings; the other is rendered for each save."""
+    cfg, accelerator = session.cfg, session.accelerator
+    sampling = SamplingOptions.of(cfg)
+    prompts = config_prompts(sampling.sample_prompts, list(sampling.sample_prompt_lines))[:1]
+    if not prompts:
+        return lambda name: "the run renders no samples (sample_prompts is empty): the effect was not checked"
+    if without_output is None:
+        return lambda name: ("the effect was not checked: this method's output cannot be switched off to render "
+                             "the base model")
+    from trainers.sampling.pipeline import generate_samples, sample_path
+
+    out_dir = (session.run_dir or Path(SavingOptions.of(cfg).output_dir).expanduser()) / HEALTH
+    size = parse_resolution(DatasetOptions.of(cfg).resolution)
+    seed, clip_skip = OptimizerOptions.of(cfg).seed, ModelOptions.of(cfg).clip_skip
+    settings = (prompts[0], size, sampling.sample_sampler, sampling.sample_steps, sampling.sample_cfg_scale, seed,
+                clip_skip)
+    base_tag = "base-" + hashlib.sha1(repr(settings).encode("utf-8")).hexdigest()[:10]
+
+    def render(tag: str) -> Path:
+        generate_samples(model, prompts, out_dir, tag, sampler=sampling.sample_sampler, default_size=size,
+                         default_steps=sampling.sample_steps, default_cfg=sampling.sample_cfg_scale, base_seed=seed,
+                         rank=accelerator.process_index, world_size=accelerator.num_processes,
+                         clip_skip=clip_skip, device=accelerator.device, dtype=session.weight_dtype,
+                         per_prompt=per_prompt)
+        return sample_path(out_dir, tag, prompts[0])
+
+    def renders(name: str) -> tuple[Path, Path] | str:
+        try:  # a failed render is a reason in the report, not a failed run
+            with weights():
+                base = sample_path(out_dir, base_tag, prompts[0])
+                if not base.exists():
+                    with without_output():
+                        base = render(base_tag)
+                return base, render(name)
+        except Exception as err:  # noqa: BLE001 - reported in the save's health report
+            return f"the effect check could not render its images: {type(err).__name__}: {err}"
+        finally:
+            accelerator.wait_for_everyone()
+
+    return renders

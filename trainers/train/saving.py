@@ -12,10 +12,10 @@ import gc
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainers.core.errors import ConfigError, DiskFull, NonFiniteLoss, TrainingFailed, TrainingStopped
-from trainers.core.events import Checkpoint
+from trainers.core.events import Checkpoint, Health
 from trainers.core.fsio import clean_stale_temps, remove_save
 from trainers.core.overwrites import overwrite_issue
 from trainers.core.options.typed import SavingOptions
@@ -30,15 +30,27 @@ from trainers.train.faults import is_out_of_memory, out_of_memory, weights_finit
 if TYPE_CHECKING:
     from trainers.train.method import Trainable
     from trainers.train.pauses import Pauses
+    from trainers.train.sample_hook import EffectRenders
     from trainers.train.session import Session
     from trainers.train.state import TrainingState
 
 
+class HealthCheck(Protocol):
+    """The health check of one save, handed in from above (trainers/health/report.py `check_and_write`): writes the
+    report to the run's health/ folder and returns it ("verdict", "warnings", "report": its path). `renders`: the
+    effect check's (base image, image with the save), or the reason the effect was not checked."""
+
+    def __call__(self, saved: Path, run_dir: Path, family: str | None,
+                 renders: "tuple[Path, Path] | str") -> dict[str, Any]: ...
+
+
 class Saver:
     def __init__(self, session: "Session", trainable: "Trainable", state: "TrainingState",
-                 pause: "Pauses | None" = None) -> None:
+                 pause: "Pauses | None" = None, health: HealthCheck | None = None,
+                 effect: "EffectRenders | None" = None) -> None:
         self.session, self.trainable, self.state = session, trainable, state
         self.pause = pause  # saves are written in the optimizer's eval mode and kept out of it/s
+        self.health, self.effect = health, effect  # every save's check (main process), its renders (every process)
         cfg = session.cfg
         self.opts = opts = SavingOptions.of(cfg)
         self.name = opts.output_name
@@ -159,11 +171,30 @@ class Saver:
             self.state.save(folder, at, kind, output=path)  # every process: gathers or writes its shards
         if self.main:
             self._announce(path, at, kind, state=folder)
-            if kind != "final":
-                for gone in prune(self.out_dir, self.name, self.retention, at):
-                    print(f"removed {gone} (retention)", flush=True)
+        if self.health is not None and self.session.run_dir is not None:
+            renders = self.effect(path.name) if self.effect is not None else "the effect was not checked"
+            if self.main:
+                self._check_health(path, at, renders)
+        if self.main and kind != "final":
+            for gone in prune(self.out_dir, self.name, self.retention, at):
+                print(f"removed {gone} (retention)", flush=True)
         accelerator.wait_for_everyone()
         return path
+
+    def _check_health(self, path: Path, at: Position, renders: "tuple[Path, Path] | str") -> None:
+        """The save's health report and its event; a check that fails is a warning with its reason."""
+        assert self.health is not None and self.session.run_dir is not None
+        try:
+            report = self.health(path, self.session.run_dir, self.session.model.family.name, renders)
+        except Exception as err:  # noqa: BLE001 - a failed check must not end the run, nor pass silently
+            reason = f"the health check of {path.name} failed: {type(err).__name__}: {err}"
+            self._warn(reason)
+            self.session.events.emit(Health(path=str(path), step=at.step, verdict="warnings", warnings=[reason]))
+            return
+        for warning in report["warnings"]:
+            print(f"health of {path.name}: {warning}", flush=True)
+        self.session.events.emit(Health(path=str(path), step=at.step, verdict=report["verdict"],
+                                        warnings=list(report["warnings"]), report=report.get("report")))
 
     def _check(self, what: str, needed: int) -> None:
         """Raise NonFiniteLoss for non-finite weights, DiskFull for too little space."""

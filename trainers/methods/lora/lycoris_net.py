@@ -81,6 +81,9 @@ class LycorisNetwork(nn.Module):
     def named_modules_for_kohya(self) -> list[tuple[str, nn.Module]]:
         return [(m.lora_name, m) for m in [*self.inner.text_encoder_loras, *self.inner.unet_loras]]
 
+    def set_multiplier(self, multiplier: float) -> None:
+        self.inner.set_multiplier(multiplier)
+
     def kohya_state_dict(self, dtype: torch.dtype) -> dict[str, Tensor]:
         return {k: v.detach().to(device="cpu", dtype=dtype if v.is_floating_point() else v.dtype).clone().contiguous()
                 for k, v in self.inner.state_dict().items()}

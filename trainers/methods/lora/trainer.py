@@ -1,9 +1,11 @@
 """LoRA training: the network on the frozen model, its file, and the pieces the shared loop needs."""
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +250,17 @@ class LoRA(Method):
         if cfg.scale_weight_norms:
             hooks.append(MaxNorm(network, cfg.scale_weight_norms, session))
         return Trainable(model, predictor, groups, LoRAFile(cfg, session, network, settings, word), hooks=hooks,
-                         objective=objective_for(cfg, network, model))
+                         objective=objective_for(cfg, network, model), without_output=lambda: switched_off(network))
+
+
+@contextlib.contextmanager
+def switched_off(network: Network) -> Iterator[None]:
+    """The network at multiplier 0 for the block (the base model's image for the save health check)."""
+    network.set_multiplier(0.0)
+    try:
+        yield
+    finally:
+        network.set_multiplier(1.0)
 
 
 def word_groups(cfg: TrainConfig, word: NewWord) -> list[dict[str, Any]]:
