@@ -375,7 +375,7 @@ class RunList:
 RUN_LIST = RunList()
 
 
-RUN_COLUMNS = ("run", "state", "started", "duration", "loss", "method", "output", "note")
+RUN_COLUMNS = ("run", "state", "started", "duration", "loss", "health", "method", "output", "note")
 CELL_CHARS = 100  # a longer cell (a note) is cut; run ids stay whole (at most 84 characters: see new_run_dir)
 
 
@@ -387,7 +387,7 @@ def run_row(run: RunSummary) -> list[str]:
         note += f" (resumed from {run.resumed_from})"
     return [run.run_id, str(run.state), time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started)),
             format_duration(took) if took is not None else "", f"{run.last_loss:.4f}" if run.last_loss else "",
-            run.method, Path(run.output).name if run.output else "", note]
+            run.health, run.method, Path(run.output).name if run.output else "", note]
 
 
 def _runs_tab(services: Services, viewed: gr.BrowserState) -> None:

@@ -5,6 +5,7 @@ shared by every browser session, so a refresh or a second browser costs nothing 
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import deque
@@ -17,11 +18,12 @@ from trainers.core import events as ev
 from trainers.core.events import EventReader, TextTail, parse_event, progress_line
 from trainers.core.registry import METHOD_NAMES
 from trainers.core.lifecycle import settled_state
-from trainers.core.rundir import CONFIG, EVENTS, LOG, RunState, read_status
+from trainers.core.rundir import CONFIG, EVENTS, HEALTH, LOG, RunState, read_status
 
 MAX_CHART_POINTS = 400
 MAX_KEPT_POINTS = 20_000
 LOG_LINES = 200
+NOT_CHECKED = "not checked"  # a run without a save health report (trainers/health/)
 
 
 @dataclass
@@ -40,6 +42,7 @@ class RunView:
     checkpoints: list[str] = field(default_factory=list)
     samples: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    health: ev.Health | None = None  # the newest save's health check (trainers/health/)
     error: ev.Error | None = None
     output: str = ""
     log_tail: list[str] = field(default_factory=list)
@@ -106,6 +109,8 @@ class RunWatcher:
             v.samples.append(event.path)
         elif isinstance(event, ev.Warning):
             v.warnings.append(event.message)
+        elif isinstance(event, ev.Health):
+            v.health = event
         elif isinstance(event, ev.Error):
             v.error = event
         elif isinstance(event, ev.Done):
@@ -148,6 +153,7 @@ class RunSummary:
     ended: float | None = None
     resumed_from: str = ""  # the run this one continues (Resume)
     last_loss: float | None = None  # the smoothed loss of its last step
+    health: str = NOT_CHECKED  # its newest save's health: "healthy", "N warnings" or "not checked"
 
     def duration_s(self) -> float | None:
         end = self.ended or (time.time() if self.state.active else None)
@@ -166,7 +172,7 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
         runs.append(RunSummary(path.name, path, status.get("method", "?"), settled_state(path, status),
                                status.get("created", path.stat().st_mtime), status.get("output", ""),
                                status.get("message", ""), status.get("finished"), status.get("resumed_from", ""),
-                               last_loss(path)))
+                               last_loss(path), health_text(path)))
     return sorted(runs, key=lambda r: r.started, reverse=True)
 
 
@@ -183,6 +189,35 @@ def last_loss(run_dir: Path, tail_bytes: int = 8192) -> float | None:
             event = parse_event(line, ev.TRAINING_EVENTS)
             return event.loss_smoothed if isinstance(event, ev.Progress) else None
     return None
+
+
+_HEALTH_READ: dict[Path, tuple[int, str]] = {}  # run dir -> (its health folder's mtime, the text read then)
+
+
+def health_text(run_dir: Path) -> str:
+    """The newest save's health verdict ("healthy", "N warnings") from the run's health/ folder, "not checked" when
+    it holds no report. A report is written into the folder by a rename, so the folder's mtime says when to read
+    again: an unchanged folder costs one stat."""
+    folder = run_dir / HEALTH
+    try:
+        stamp = folder.stat().st_mtime_ns
+    except OSError:
+        return NOT_CHECKED
+    known = _HEALTH_READ.get(run_dir)
+    if known is not None and known[0] == stamp and time.time_ns() - stamp > 2_000_000_000:  # not changed since
+        return known[1]  # (a folder changed within its clock's last tick could have changed again in that tick)
+    text = NOT_CHECKED
+    reports = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for report in reports:
+        try:
+            found = json.loads(report.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # being replaced, or not a report
+            continue
+        count = len(found.get("warnings") or []) if isinstance(found, dict) else 0
+        text = f"{count} warning{'s' if count != 1 else ''}" if count else "healthy"
+        break
+    _HEALTH_READ[run_dir] = (stamp, text)
+    return text
 
 
 class Watchers:

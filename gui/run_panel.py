@@ -13,6 +13,7 @@ from gui.jobs import devices_text, gpu_set
 from gui.run_files import RunView, Watchers, format_duration
 from gui.text import plain
 from trainers.caption.options import JOB_METHOD as DATASET_METHOD
+from trainers.core.events import Health
 from trainers.core.registry import METHOD_NAMES
 from trainers.core.rundir import RunState
 from trainers.tools.options import JOB_METHOD as TOOLS_METHOD
@@ -219,9 +220,22 @@ def result_text(view: RunView) -> str:
             hint = failure_hint(str(message) + "\n" + "\n".join(view.log_tail[-30:]))
             if hint:
                 lines.insert(1, f"*Hint:* {hint}")
+    if view.health is not None:
+        lines.append(health_text(view.health))
     if view.warnings:
         lines.append("**Warnings**\n" + "\n".join(f"- {plain(w)}" for w in view.warnings[-5:]))
     return "\n\n".join(lines)
+
+
+def health_text(health: Health) -> str:
+    """The newest save's health check (docs/health.md says what each warning means)."""
+    name = Path(health.path).name
+    if not health.warnings:
+        return f"**Health of `{name}`:** healthy (what is checked: docs/health.md)"
+    count = len(health.warnings)
+    found = "\n".join(f"- {plain(w)}" for w in health.warnings[:8])
+    return (f"**Health of `{name}`: {count} warning{'s' if count != 1 else ''}** (what each means: docs/health.md)"
+            f"\n{found}")
 
 
 def failure_hint(text: str) -> str:
