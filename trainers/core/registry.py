@@ -86,6 +86,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2", "Lumina 2"),
     FamilySpec("flux2", "trainers.models.flux2", "FLUX2", "FLUX.2"),
     FamilySpec("krea2", "trainers.models.krea2", "KREA2", "Krea 2"),
+    FamilySpec("wan21", "trainers.models.wan", "WAN21", "Wan 2.1"),
 )
 
 # Translators of other tools' config files (trainers/adapters/): each module's claims(flat) says whether a flat

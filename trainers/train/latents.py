@@ -16,10 +16,12 @@ def latent_distribution(model: LoadedModel, batch: dict[str, Any]) -> tuple[torc
     if "latent_mean" in batch:
         return batch["latent_mean"], batch["latent_std"]
     vae = model.vae
+    # clips come as (B, F, C, H, W) (trainers/data/video_dataset.py); 3D autoencoders take (B, C, F, H, W)
+    pixels = batch["pixels"] if batch["pixels"].ndim == 4 else batch["pixels"].transpose(1, 2)
 
     def encode(rows: Select) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
-            dist = vae.encode(batch["pixels"][rows].to(vae.device, vae.dtype)).latent_dist
+            dist = vae.encode(pixels[rows].to(vae.device, vae.dtype)).latent_dist
         return dist.mean, dist.std
 
     memo = model.latent_memo

@@ -1,0 +1,202 @@
+"""Wan 2.1 text-to-video, the first video family, in process on a tiny random-init model of its real diffusers classes
+(WanTransformer3DModel, the causal AutoencoderKLWan, UMT5EncoderModel): the folder is claimed, other Wan pipelines and
+other families' models are refused by name before anything loads, captions are encoded and the transformer called as
+WanPipeline does on (B, C, F, h, w) latents (images as 1-frame clips), one flow-matching step trains every block, and
+its LoRA file (musubi-tuner's names) loads with every key in ComfyUI (comfy_lora.py) and in WanPipeline."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
+from lora_networks import random_network
+
+from trainers.core.options import BY_NAME
+from trainers.models import load_model
+from trainers.models.checks import model_issues
+from trainers.models.flow_lora import kohya_to_diffusers
+from trainers.models.rules import folder_rules
+from trainers.models.wan.rules import WAN21
+from trainers.models.wan.tiny import build_tiny_wan
+
+CAPTIONS = ["a red fox runs through snow", "waves at dusk"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_wan(tmp_path_factory.mktemp("wan") / "model")
+
+
+@pytest.fixture(scope="module")
+def model(tiny: Path) -> object:
+    return load_model(str(tiny), "auto", torch.float32)
+
+
+def _values(model_dir: Path, **options: object) -> dict[str, object]:
+    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir), **options}
+
+
+def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return folder
+
+
+def test_the_tiny_folder_is_claimed_and_other_wan_pipelines_refused_by_name(tiny: Path, tmp_path: Path) -> None:
+    assert folder_rules(tiny) is WAN21
+    index = json.loads((tiny / "model_index.json").read_text())
+    assert index["transformer"][1] == "WanTransformer3DModel" and index["vae"][1] == "AutoencoderKLWan"
+    assert index["text_encoder"][1] == "UMT5EncoderModel"
+    i2v = _folder(tmp_path, "i2v", {"_class_name": "WanImageToVideoPipeline"})
+    (issue,) = model_issues(_values(i2v))
+    assert issue.field == "pretrained_model_name_or_path" and "WanImageToVideoPipeline" in issue.message
+    pair = _folder(tmp_path, "a14b", {**index, "transformer_2": ["diffusers", "WanTransformer3DModel"],
+                                      "boundary_ratio": 0.875})
+    (issue,) = model_issues(_values(pair))
+    assert "Wan 2.2 two-expert" in issue.message
+
+
+def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
+    (issue,) = model_issues(_values(tiny, model_family="zimage"))
+    assert issue.field == "model_family" and "Wan 2.1" in issue.message
+    image = _folder(tmp_path, "qwen", {"_class_name": "QwenImagePipeline"})
+    (issue,) = model_issues(_values(image, model_family="wan21"))
+    assert issue.field == "model_family" and "Qwen-Image" in issue.message
+
+
+def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
+    issues = model_issues(_values(tiny, min_snr_gamma=5.0, save_model_as="safetensors", text_encoder_lr=[1e-4]))
+    assert sorted(i.field for i in issues) == ["min_snr_gamma", "save_model_as", "text_encoder_lr"]
+    assert all("Wan 2.1" in i.message for i in issues)
+
+
+def test_captions_are_encoded_as_its_pipeline_does(model: object) -> None:
+    from diffusers import WanPipeline
+
+    pipe = WanPipeline(tokenizer=model.tokenizers[0], text_encoder=model.text_encoders[0], vae=model.vae,
+                       scheduler=model.noise_scheduler, transformer=model.unet)
+    theirs = pipe.encode_prompt(CAPTIONS, do_classifier_free_guidance=False, max_sequence_length=512,
+                                device=torch.device("cpu"))[0]
+    ours, mask = model.encode_texts(CAPTIONS, 1)
+    assert ours.shape == theirs.shape == (2, 512, 32)
+    assert torch.allclose(ours, theirs, atol=1e-5)
+    assert mask.sum(dim=1).tolist() == [float(n) for n in (ours.abs().sum(-1) > 0).sum(dim=1).tolist()]
+
+
+def test_clips_and_images_encode_to_latents_with_a_frame_axis(model: object) -> None:
+    """Causal temporal compression 4 (1 + 4k frames to 1 + k), spatial 8, 16 channels; an image is one frame."""
+    with torch.no_grad():
+        clip = model.vae.encode(torch.rand(1, 3, 9, 32, 48) * 2 - 1).latent_dist.mean
+        image = model.vae.encode(torch.rand(2, 3, 32, 48) * 2 - 1).latent_dist.mean
+    assert clip.shape == (1, 16, 3, 4, 6) and image.shape == (2, 16, 1, 4, 6)
+    vae = model.vae.config
+    normed = model.family.vae_latents(clip, model.vae)
+    expected = (clip - torch.tensor(vae.latents_mean).view(1, 16, 1, 1, 1)) / torch.tensor(
+        vae.latents_std).view(1, 16, 1, 1, 1)
+    assert torch.allclose(normed, expected)
+
+
+def test_denoise_calls_the_transformer_as_its_pipeline_does(model: object) -> None:
+    noisy, timesteps = torch.randn(2, 16, 2, 4, 6), torch.tensor([900.0, 100.0])
+    hidden, mask = model.encode_texts(CAPTIONS, 1)
+    with torch.no_grad():
+        ours = model.family.denoise(model.unet, noisy, timesteps, hidden, mask, None)
+        theirs = model.unet(hidden_states=noisy, timestep=timesteps, encoder_hidden_states=hidden,
+                            return_dict=False)[0]
+    assert ours.shape == noisy.shape and torch.equal(ours, theirs)
+
+
+def test_one_flow_matching_step_on_a_clip_and_an_image_trains_every_block(model: object) -> None:
+    from trainers.train.diffusion import NoiseOptions
+    from trainers.train.flow import flow_loss
+
+    family = model.family.configured({**{n: o.default for n, o in BY_NAME.items()},
+                                      "timestep_sampling": "shift", "discrete_flow_shift": 3.0})
+    run = SimpleNamespace(**{**model.__dict__, "family": family, "unet": copy.deepcopy(model.unet)})
+    hidden, _ = model.encode_texts(CAPTIONS[:1], 1)
+
+    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, ids: object, sizes: object,
+                  embeds: object) -> torch.Tensor:
+        return family.denoise(run.unet, noisy, timesteps, hidden.expand(noisy.shape[0], -1, -1), None, None)
+
+    opts = NoiseOptions(seed=1, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
+    sizes = {name: torch.zeros(1, 2) for name in ("original_size", "crop_top_left", "target_size")}
+    # a clip as the video dataset gives it (B, F, C, H, W), an image as the image dataset does (B, C, H, W)
+    for pixels in (torch.rand(1, 5, 3, 32, 32) * 2 - 1, torch.rand(1, 3, 32, 32) * 2 - 1):
+        run.unet.zero_grad()
+        batch = {"pixels": pixels, "keys": torch.tensor([[0, 3]]), **sizes}
+        loss = flow_loss(predictor, run, batch, opts, torch.float32)
+        loss.backward()
+        assert torch.isfinite(loss) and loss > 0
+        for i, block in enumerate(run.unet.blocks):
+            assert block.attn1.to_q.weight.grad.abs().sum() > 0, i
+            assert block.ffn.net[2].weight.grad.abs().sum() > 0, i
+
+
+def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
+    """The blocks' linear weights of ComfyUI's Wan model (comfy/ldm/wan/model.py, Wan-AI's names: self_attn.q,
+    cross_attn.o, ffn.0, ffn.2)."""
+    config = unet.config
+    width, ffn = config.num_attention_heads * config.attention_head_dim, config.ffn_dim
+    shapes = {}
+    for i in range(config.num_layers):
+        for attention in ("self_attn", "cross_attn"):
+            for proj in "qkvo":
+                shapes[f"{PREFIX}blocks.{i}.{attention}.{proj}.weight"] = torch.Size((width, width))
+        shapes[f"{PREFIX}blocks.{i}.ffn.0.weight"] = torch.Size((ffn, width))
+        shapes[f"{PREFIX}blocks.{i}.ffn.2.weight"] = torch.Size((width, ffn))
+    return shapes
+
+
+@pytest.fixture(scope="module")
+def saved(model: object) -> SimpleNamespace:
+    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
+    unet = copy.deepcopy(model.unet).eval()
+    network, targets, state = random_network(model.family, unet)
+    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
+    peft = kohya_to_diffusers(state, view, targets, ())
+    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
+               for k, v in peft.items() if k.endswith(".lora_A.weight")}
+    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
+                           state=state, updates=updates, view=view)
+
+
+def test_its_lora_file_has_musubis_names_and_comfyui_loads_every_key(saved: SimpleNamespace) -> None:
+    assert {t.name for t in saved.targets} >= {"lora_unet_blocks_0_self_attn_q", "lora_unet_blocks_0_cross_attn_o",
+                                               "lora_unet_blocks_1_ffn_0", "lora_unet_blocks_1_ffn_2"}
+    shapes = _comfy_shapes(saved.unet)
+    key_map = unet_key_map(shapes)
+    patches, not_loaded = load_lora(saved.file, key_map)
+    assert not_loaded == []  # ComfyUI warns "lora key not loaded" for each of these
+    assert len(patches) == len(saved.targets) == len(shapes)  # every block linear has its LoRA
+    check_patches(patches, shapes)
+    paths = {id(m): p for p, m in saved.unet.named_modules()}
+    for target in saved.targets:
+        assert torch.allclose(patches[key_map[target.name]], saved.updates[paths[id(target.layers[0])]], atol=1e-5)
+
+
+def test_wan_pipeline_loads_every_key_into_the_layer_that_was_trained(model: object, saved: SimpleNamespace,
+                                                                       tmp_path: Path) -> None:
+    from diffusers import WanPipeline
+    from safetensors.torch import save_file
+
+    save_file(saved.file, tmp_path / "lora.safetensors")
+    pipe = WanPipeline(tokenizer=model.tokenizers[0], text_encoder=model.text_encoders[0], vae=model.vae,
+                       scheduler=model.noise_scheduler, transformer=copy.deepcopy(model.unet).eval())
+    pipe.load_lora_weights(tmp_path / "lora.safetensors", adapter_name="default_0")
+    loaded = {name: module.lora_B["default_0"].weight @ module.lora_A["default_0"].weight * module.scaling["default_0"]
+              for name, module in pipe.transformer.named_modules()
+              if hasattr(module, "lora_A") and "default_0" in module.lora_A}
+    assert loaded.keys() == saved.updates.keys()
+    for name, update in saved.updates.items():
+        assert torch.allclose(loaded[name], update, atol=1e-5), name
+    inputs = {"hidden_states": torch.randn(1, 16, 2, 4, 4), "timestep": torch.tensor([500.0]),
+              "encoder_hidden_states": torch.randn(1, 7, 32), "return_dict": False}
+    saved.network.apply_to()  # the network as training runs it computes what diffusers does
+    with torch.no_grad():
+        assert torch.allclose(pipe.transformer(**inputs)[0], saved.unet(**inputs)[0], atol=1e-4)
