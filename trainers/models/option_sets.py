@@ -7,6 +7,8 @@ DENSITY: frozenset[str] = frozenset({"weighting_scheme", "logit_mean", "logit_st
                                      "text_encoder_batch_size", "save_diffusers_lora"})
 # the families that draw their noise levels by timestep_sampling (SD3 draws by weighting_scheme)
 SAMPLING: frozenset[str] = frozenset({"timestep_sampling", "sigmoid_scale", "discrete_flow_shift"})
+# the families with a distilled (turbo) variant told from its files (trainers/models/distilled.py)
+DISTILLED: frozenset[str] = frozenset({"training_adapter", "training_adapter_multiplier"})
 # the families with a T5-XXL text encoder
 T5: frozenset[str] = frozenset({"text_encoder_max_tokens", "apply_t5_attn_mask"})
 # the families whose single files may lack parts, read from files of their own

@@ -42,6 +42,15 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ModelLoadError(f"{path} is not valid JSON ({err})") from None
 
 
+def json_or_empty(path: Path) -> dict[str, Any]:
+    """A JSON config's fields; {} when it is missing or unreadable (what only tells a variant apart)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 @dataclass(frozen=True)
 class CheckpointKeys:
     """The tensor names and shapes of a single-file checkpoint (no tensor read), for family detection."""
@@ -56,6 +65,16 @@ class CheckpointKeys:
         """The UNet's text-embedding width (from an attn2.to_k weight), None when there is none."""
         return next((s[1] for k, s in self.shapes.items()
                      if k.startswith(unet_prefix) and k.endswith("attn2.to_k.weight") and len(s) == 2), None)
+
+
+@dataclass(frozen=True)
+class DistilledBase:
+    """A step-distilled ("turbo") variant of a family, told from its files (trainers/models/distilled.py)."""
+
+    variant: str  # e.g. "FLUX.1 schnell"
+    told_by: str  # what in its files says so
+    adapter: str = ""  # the de-distillation training adapter its authors or peers publish; "": none published
+    without: str = ""  # what to do instead where no adapter is published
 
 
 @dataclass(frozen=True)
@@ -162,6 +181,11 @@ class FamilyRules(ABC):
                                    f"{self.title} model's LoRA has none: leave it out", "network")
                        for key in keys if key in FUSED_LAYER_ARGS]
         return issues
+
+    def distilled_base(self, path: Path) -> DistilledBase | None:
+        """The distilled variant a model folder or single file of this family is, from its files; None when it
+        is not one, or its files do not tell."""
+        return None
 
     def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
         """What a single file of this family lacks, with no option set to stand in, before it loads. An LDM/SGM

@@ -14,6 +14,7 @@ from trainers.core.weights_memory import weights_note
 from trainers.data.catalog import build_catalog
 from trainers.data.kohya_folders import DatasetLayoutError
 from trainers.data.report import PreflightReport, fill_report
+from trainers.models.distilled import distilled_notes
 from trainers.models.edit_rules import takes_controls
 from trainers.preflight.validate import planned_save_issues, validate
 
@@ -26,6 +27,7 @@ def preflight(cfg: TrainConfig, num_processes: int | None = None) -> PreflightRe
     if num_processes is None:
         num_processes = int(cfg.values.get("num_processes") or 1) * int(cfg.values.get("num_machines") or 1)
     report = PreflightReport(num_processes, errors=validate(cfg), memory=weights_note(cfg))
+    report.warnings += distilled_notes(cfg.values)  # the handling chosen for a distilled base
     named = {issue.field for issue in report.errors}
     try:  # read even with option errors, so that the dataset's own problems are named in the same pass
         catalog = build_catalog(cfg.values, report.warnings, takes_controls(cfg.values))

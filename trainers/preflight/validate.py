@@ -22,6 +22,7 @@ from trainers.data.checks import dataset_issues
 from trainers.data.edit_pairs import sizing_refusals
 from trainers.methods import rules_for
 from trainers.models.checks import model_issues
+from trainers.models.distilled import adapter_issues
 from trainers.models.edit_rules import takes_controls
 
 
@@ -33,7 +34,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
     issues = (option_issues(cfg, check_paths) + optimizer_issues(cfg) + loss_issues(cfg, edit_model)
               + rules.issues(cfg) + dataset_issues(cfg) + sizing_refusals(cfg.values, controls))
     if check_paths:  # the disk: outputs a run would overwrite, and the model's files
-        issues += existing_outputs(cfg, rules.outputs(cfg)) + model_issues(cfg.values)
+        issues += existing_outputs(cfg, rules.outputs(cfg)) + model_issues(cfg.values) + adapter_issues(cfg.values)
     return issues
 
 

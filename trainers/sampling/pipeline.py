@@ -24,6 +24,7 @@ from trainers.core.events import Sample
 from trainers.core.fsio import atomic_path
 from trainers.core.prompts import SamplePrompt
 from trainers.models import LoadedModel
+from trainers.models.training_adapter import training_adapter_off
 
 # What one prompt renders with, given (prompt, width, height): a ControlNet sets its control image.
 PerPrompt = Callable[[SamplePrompt, int, int], ContextManager[Any]]
@@ -136,7 +137,8 @@ def generate_samples(model: LoadedModel, prompts: list[SamplePrompt], out_dir: P
     device = torch.device(device) if device is not None else next(model.unet.parameters()).device
     pipe = build_pipeline(model, sampler)
     written = []
-    with _sampling_mode([model.unet, model.vae, *model.text_encoders]):
+    # samples show what the saved weights give: a distilled base's training adapter is off
+    with _sampling_mode([model.unet, model.vae, *model.text_encoders]), training_adapter_off(model.unet):
         for prompt in prompts[rank::world_size]:
             settings = _Settings(
                 prompt, width=prompt.width or default_size[0], height=prompt.height or default_size[1],

@@ -30,7 +30,9 @@ from trainers.data.report import catalog_report
 from trainers.models import LoadedModel, ModelFiles, load_model, resolve_model_folder
 from trainers.models.block_swap import BlockSwap, offloaded_blocks, place_with_swap
 from trainers.models.checks import model_issues
+from trainers.models.distilled import adapter_issues, adapter_path, distilled_notes
 from trainers.models.edit_rules import takes_controls
+from trainers.models.training_adapter import attach_training_adapter
 from trainers.quant.apply import check_platform, quantize_model
 from trainers.train import memo
 from trainers.train.control import Control
@@ -101,12 +103,14 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     weight_dtype = weight_dtype_for(precision.mixed_precision)
     check_platform(cfg, accelerator.device)  # a quantization this machine cannot do, before the model loads
     resident_before_model = resident_bytes()
-    model = load_model(_checked_model(cfg), model_opts.model_family, weight_dtype, model_opts.vae.strip(), random_init,
+    model_path = _checked_model(cfg)
+    model = load_model(model_path, model_opts.model_family, weight_dtype, model_opts.vae.strip(), random_init,
                        ModelFiles.from_values(cfg.values))
     Path(SavingOptions.of(cfg).output_dir).expanduser().mkdir(parents=True, exist_ok=True)  # only once the model loaded
     model = run_model(cfg, model)
     offloading = bool(cfg.values.get("blocks_to_swap") or cfg.values.get("layer_offload_fraction"))
     quantize_model(model, cfg, weight_dtype, torch.device("cpu") if offloading else accelerator.device)
+    _distilled_base(cfg, model, Path(model_path), events, accelerator.is_main_process)
     _place_encoders(precision, model, accelerator.device, weight_dtype)
     data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
     # The VAE runs once per image (and flip), not once per epoch: for training without cached latents, and for the
@@ -149,9 +153,22 @@ def _checked_model(cfg: TrainConfig) -> str:
     if Path(given).expanduser().exists():
         return given
     folder = resolve_model_folder(given)
-    if issues := model_issues(cfg.values, folder):
+    if issues := model_issues(cfg.values, folder) + adapter_issues(cfg.values, folder):
         raise ConfigError(issues)
     return str(folder)
+
+
+def _distilled_base(cfg: TrainConfig, model: LoadedModel, model_path: Path, events: EventWriter, main: bool) -> None:
+    """A distilled base's training adapter hooked onto its denoiser (trainers/models/training_adapter.py), and
+    what Validate says about its handling said again in the log (a warning without an adapter)."""
+    adapter = adapter_path(cfg.values)
+    if adapter is not None:
+        attach_training_adapter(model, adapter, float(cfg.values.get("training_adapter_multiplier", 1.0)))
+    for note in distilled_notes(cfg.values, model_path) if main else []:
+        if adapter is None:
+            events.warn(note)
+        else:
+            print(note, flush=True)
 
 
 def _place_encoders(precision: PrecisionOptions, model: LoadedModel, device: torch.device,

@@ -256,6 +256,8 @@ class FlowOptions(OptionSlice):
     text_encoder_max_tokens: int | None
     apply_t5_attn_mask: bool
     text_encoder_batch_size: int | None
+    training_adapter: str
+    training_adapter_multiplier: float
     training_shift: float
     apply_lg_attn_mask: bool
     t5xxl_dtype: Literal["auto", "float32", "fp16", "bf16"]

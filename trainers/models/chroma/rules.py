@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
@@ -29,6 +30,10 @@ class ChromaRules(FluxRules):
     checkpoint_parts = (Part("t5", "text_encoders.t5xxl.transformer.", "t5xxl", "T5-XXL text encoder"),
                         Part("vae", "vae.", "ae", "autoencoder",
                              denoiser_input=("img_in.weight", 4)))
+
+    def distilled_base(self, path: Path) -> None:
+        """Chroma is not step-distilled (its distilled guidance layer computes the modulations; it samples with CFG)."""
+        return None
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)

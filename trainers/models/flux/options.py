@@ -1,9 +1,9 @@
 """FLUX.1: the shared options it reads (torch-free; see trainers/core/options/families.py)."""
 from __future__ import annotations
 
-from trainers.models.option_sets import DENSITY, SAMPLING, SINGLE_FILE, T5
+from trainers.models.option_sets import DENSITY, DISTILLED, SAMPLING, SINGLE_FILE, T5
 
-READS = DENSITY | SAMPLING | T5 | SINGLE_FILE | {"model_prediction_type", "guidance_scale", "clip_l", "t5xxl", "ae"}
+READS = DENSITY | SAMPLING | T5 | SINGLE_FILE | DISTILLED | {"model_prediction_type", "guidance_scale", "clip_l", "t5xxl", "ae"}
 # network_args of sd-scripts' networks.lora_flux that choose which FLUX.1 layers train and at which rank
 # (lora_layers.py reads them); any other family refuses them.
 NETWORK_ARGS = ("train_blocks", "train_double_block_indices", "train_single_block_indices", "img_attn_dim",

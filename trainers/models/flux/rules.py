@@ -7,10 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
+from trainers.core.fsio import read_safetensors_header
 from trainers.core.memory_facts import CLIP_L, CLIP_L_LINEAR, CLIP_L_LORA, FLOW_AE, T5XXL, T5XXL_LINEAR, ModelSize
 from trainers.models.flux.options import NETWORK_ARGS
 from trainers.models.flow_rules import FlowRules, Part
 from trainers.models.flux import lora_layers
+from trainers.models.rules import DistilledBase, json_or_empty
+
+SCHNELL_ADAPTER = "ostris/FLUX.1-schnell-training-adapter (pytorch_lora_weights.safetensors)"
 
 
 class FluxRules(FlowRules):
@@ -26,6 +30,24 @@ class FluxRules(FlowRules):
                         Part("vae", "vae.", "ae", "autoencoder",
                              denoiser_input=("img_in.weight", 4)))
     network_arg_keys = frozenset(NETWORK_ARGS)
+
+    def distilled_base(self, path: Path) -> DistilledBase | None:
+        """schnell: a transformer without a guidance embedding (guidance_embeds false; a single file without
+        guidance_in.*), where dev has one."""
+        if path.is_dir():
+            config = json_or_empty(path / "transformer" / "config.json")
+            if "guidance_embeds" not in config or config["guidance_embeds"]:
+                return None
+            told = "its transformer's config has guidance_embeds false"
+        else:
+            try:
+                shapes, _ = read_safetensors_header(path)
+            except ValueError:
+                return None
+            if any(".guidance_in." in f".{k}" for k in shapes):
+                return None
+            told = "its transformer has no guidance embedding (guidance_in.*)"
+        return DistilledBase("FLUX.1 schnell", told, SCHNELL_ADAPTER)
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)

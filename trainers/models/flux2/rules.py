@@ -12,6 +12,7 @@ from trainers.core.memory_facts import (FLUX2_AE, MISTRAL3_24B, MISTRAL3_24B_LIN
                                         QWEN3_8B, QWEN3_8B_LINEAR, ModelSize)
 from trainers.models.edit_rules import EditRules
 from trainers.models.flow_rules import FlowRules
+from trainers.models.rules import DistilledBase, json_or_empty
 
 PIPELINES = ("Flux2Pipeline", "Flux2KleinPipeline")  # dev, klein
 # klein's published sizes (benchmarks/count_model_sizes.py), told apart by the words of a hub id; activations: FLUX.1's
@@ -46,6 +47,16 @@ class Flux2Rules(EditRules, FlowRules):
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         return str(index.get("_class_name", "")) in PIPELINES
+
+    def distilled_base(self, path: Path) -> DistilledBase | None:
+        """klein's distilled checkpoints (Flux2KleinPipeline with is_distilled true); its base ones are not. BFL
+        publishes no training adapter for them: peers (ai-toolkit, musubi-tuner) train the klein base models."""
+        index = json_or_empty(path / "model_index.json") if path.is_dir() else {}
+        if index.get("_class_name") != PIPELINES[1] or not index.get("is_distilled"):
+            return None
+        return DistilledBase("FLUX.2 klein (distilled)", "its model_index.json has is_distilled true", "",
+                             "train the klein base model of the same size (black-forest-labs/FLUX.2-klein-base-4B or "
+                             "-9B), as ai-toolkit and musubi-tuner do, and render its LoRA on the distilled model")
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from trainers.core.memory_facts import QWEN3_VL_4B, QWEN3_VL_4B_LINEAR, QWEN_IMAGE_VAE, ModelSize
 from trainers.models.flow_rules import FlowRules
+from trainers.models.rules import DistilledBase, json_or_empty
+
+TURBO_ADAPTER = "ostris/krea2_turbo_training_adapter (krea2_turbo_training_adapter_v1.safetensors)"
 
 
 class Krea2Rules(FlowRules):
@@ -24,6 +27,13 @@ class Krea2Rules(FlowRules):
     reads_single_files = False
     writes_single_files = False
     checkpoint_parts = ()
+
+    def distilled_base(self, path: Path) -> DistilledBase | None:
+        """Krea 2 Turbo: its model_index.json has is_distilled true (Krea 2 Raw's has not)."""
+        index = json_or_empty(path / "model_index.json") if path.is_dir() else {}
+        if not index.get("is_distilled"):
+            return None
+        return DistilledBase("Krea 2 Turbo", "its model_index.json has is_distilled true", TURBO_ADAPTER)
 
 
 KREA2 = Krea2Rules()

@@ -23,8 +23,8 @@ def tiny_krea2_transformer() -> "torch.nn.Module":
         num_layerwise_text_blocks=1, num_refiner_text_blocks=1, axes_dims_rope=(4, 6, 6))
 
 
-def build_tiny_krea2(folder: Path, seed: int = 0) -> Path:
-    """Save a tiny Krea2Pipeline to `folder`."""
+def build_tiny_krea2(folder: Path, seed: int = 0, distilled: bool = False) -> Path:
+    """Save a tiny Krea2Pipeline to `folder` (Krea 2 Raw's, or with `distilled` Krea 2 Turbo's is_distilled)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, Krea2Pipeline
     from transformers import AutoTokenizer
 
@@ -37,6 +37,6 @@ def build_tiny_krea2(folder: Path, seed: int = 0) -> Path:
     transformer = tiny_krea2_transformer()
     pipe = Krea2Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**KREA2.scheduler_config()), vae=tiny_qwen_vae(),
                          text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer,
-                         text_encoder_select_layers=(1, 2))
+                         text_encoder_select_layers=(1, 2), is_distilled=distilled)
     pipe.save_pretrained(folder)
     return folder

@@ -6,6 +6,10 @@ from pathlib import Path
 
 from trainers.core.memory_facts import FLOW_AE, QWEN3_4B, QWEN3_4B_LINEAR, ModelSize
 from trainers.models.flow_rules import FlowRules, Part
+from trainers.models.rules import DistilledBase, json_or_empty
+
+TURBO_SHIFT = 3.0  # Tongyi-MAI/Z-Image-Turbo's scheduler; the undistilled Tongyi-MAI/Z-Image's is 6.0
+TURBO_ADAPTER = "ostris/zimage_turbo_training_adapter (zimage_turbo_training_adapter_v2.safetensors)"
 
 
 class ZImageRules(FlowRules):
@@ -28,6 +32,15 @@ class ZImageRules(FlowRules):
                              tokenizer="Qwen/Qwen3-4B"),
                         Part("vae", "vae.", "ae", "autoencoder (FLUX.1's ae.safetensors)",
                              denoiser_input=("x_embedder.weight", 4)))
+
+    def distilled_base(self, path: Path) -> DistilledBase | None:
+        """Turbo: both publish the same transformer config; Turbo's scheduler shifts by 3.0, the base model's by 6.0
+        (a single file, without a scheduler, does not tell)."""
+        config = json_or_empty(path / "scheduler" / "scheduler_config.json") if path.is_dir() else {}
+        if config.get("shift") != TURBO_SHIFT or config.get("use_dynamic_shifting"):
+            return None
+        return DistilledBase("Z-Image Turbo", f"its scheduler's shift is {TURBO_SHIFT:g}, where Z-Image base's is 6",
+                             TURBO_ADAPTER)
 
 
 ZIMAGE = ZImageRules()

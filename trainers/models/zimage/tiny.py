@@ -28,8 +28,9 @@ def write_tiny_qwen_tokenizer(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def build_tiny_zimage(folder: Path, seed: int = 0) -> Path:
-    """Save a tiny ZImagePipeline (ZImageTransformer2DModel, Qwen3 text encoder, 4-channel shifted VAE)."""
+def build_tiny_zimage(folder: Path, seed: int = 0, turbo: bool = True) -> Path:
+    """Save a tiny ZImagePipeline (ZImageTransformer2DModel, Qwen3 text encoder, 4-channel shifted VAE); its scheduler
+    Z-Image Turbo's (shift 3), or without `turbo` Z-Image base's (shift 6)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
     from transformers import AutoTokenizer, Qwen3Config, Qwen3Model
 
@@ -43,7 +44,7 @@ def build_tiny_zimage(folder: Path, seed: int = 0) -> Path:
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
         num_key_value_heads=2, head_dim=16, pad_token_id=tokenizer.pad_token_id,
         rope_theta=1000000.0))  # Qwen3-4B's, as the published config that single files are read with
-    pipe = ZImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0), vae=tiny_shifted_vae(0.3611, 0.1159),
+    pipe = ZImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0 if turbo else 6.0), vae=tiny_shifted_vae(0.3611, 0.1159),
                           text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
     pipe.save_pretrained(folder)
     return folder

@@ -46,4 +46,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("text_encoder_batch_size", "int", None, "Captions encoded at once when cache_text_encoder_outputs caches "
            "them before training (unset: 16). Larger is faster and needs more memory; the outputs are the same.",
            "flow", min=1, max=4096, nullable=True, advanced=True),
+    # ai-toolkit's assistant_lora_path: a de-distillation LoRA for a step-distilled base (docs/distilled.md)
+    Option("training_adapter", "str", "", "A distilled (turbo/schnell) base: the de-distillation training adapter, a "
+           "LoRA .safetensors file (ai-toolkit's assistant_lora_path), applied to the frozen base while training and "
+           "left out of every save and of the samples, so that the trained LoRA keeps the base's few-step speed. "
+           "Validate names the adapter published for the model.", "flow", path="file"),
+    Option("training_adapter_multiplier", "float", 1.0, "Weight of training_adapter while training.", "flow",
+           advanced=True),
 )
