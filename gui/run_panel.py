@@ -227,15 +227,18 @@ def result_text(view: RunView) -> str:
     return "\n\n".join(lines)
 
 
+HEALTH_DOC = "[docs/health.md](manual/docs/health.md)"
+
+
 def health_text(health: Health) -> str:
     """The newest save's health check (docs/health.md says what each warning means)."""
     name = Path(health.path).name
     if not health.warnings:
-        return f"**Health of `{name}`:** healthy (what is checked: docs/health.md)"
+        return f"**Health of `{name}`:** healthy (what is checked: {HEALTH_DOC})"
     count = len(health.warnings)
     found = "\n".join(f"- {plain(w)}" for w in health.warnings[:8])
-    return (f"**Health of `{name}`: {count} warning{'s' if count != 1 else ''}** (what each means: docs/health.md)"
-            f"\n{found}")
+    plural = "s" if count != 1 else ""
+    return f"**Health of `{name}`: {count} warning{plural}** (what each means: {HEALTH_DOC})\n{found}"
 
 
 def failure_hint(text: str) -> str:
