@@ -169,3 +169,15 @@ def test_a_lora_trained_with_the_adapter_saves_no_adapter_keys(zimage: dict[str,
     warned = [e["message"] for e in events(tmp / "plain") if e["type"] == "warning"]
     assert any("ostris/zimage_turbo_training_adapter" in message for message in warned)
     assert not any("Z-Image Turbo" in e.get("message", "") for e in events(tmp / "adapted"))
+
+    # an adapter in the family's kohya names (the LoRA just trained) adapts as the LoRA network applies that file
+    from trainers.methods.lora.network import LoRANetwork
+
+    hooked, networked = (load_model(str(zimage["turbo"]), "auto", torch.float32) for _ in range(2))
+    assert attach_training_adapter(hooked, tmp / "runs" / "plain.safetensors", 1.0) > 0
+    network = LoRANetwork(networked.unet, [], unet_key_style="own", network_dim=1, network_alpha=1,
+                          train_text_encoder=False, modules_dim=LoRANetwork.modules_dim_from_state_dict(plain),
+                          unet_targets=networked.family.lora_targets(networked.unet))
+    network.load_kohya_state_dict(plain)
+    network.apply_to()
+    assert torch.allclose(_prediction(hooked), _prediction(networked), atol=1e-5)
