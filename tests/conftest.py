@@ -68,6 +68,16 @@ def fake_model_dir(_fake_model_folder: Path) -> Iterator[Path]:
         yield _fake_model_folder
 
 
+@pytest.fixture(scope="module")
+def module_fake_model_dir(_fake_model_folder: Path) -> Iterator[Path]:
+    """fake_model_dir for a module-scoped fixture (a run several tests read): the family is registered in this
+    process until the module's last test ends."""
+    from tests.fake_family import registered
+
+    with registered():
+        yield _fake_model_folder
+
+
 @pytest.fixture(scope="session")
 def tiny_sd1_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-init SD1.x diffusers pipeline folder, built once per test session."""
