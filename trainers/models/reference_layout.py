@@ -7,7 +7,7 @@ modulations keep their (shift, scale) halves in the other order.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,23 +91,33 @@ def head_width(config: Mapping[str, Any]) -> int:
 class Layout:
     """A family's reference layout as its `reference` module offers it: where its files nest the denoiser (under
     one of `prefixes`, found by `marker`) and its rules for a transformer config (`rules_of`), fused tensors split
-    `width(config)` rows a part. A family's module binds `strip_prefix`, `to_diffusers` and `to_reference` to it
-    and writes its own only where its layout needs more (an unused tensor, grouped heads)."""
+    `width(config)` rows a part; `unused`: tensors the reference holds and its forward never reads (NextDiT's
+    final norm), which diffusers drops: left out on the way in, written as an identity norm `width(config)` wide
+    on the way out, so that strict loaders find every tensor. A family's module binds `strip_prefix`,
+    `to_diffusers` and `to_reference` to it and writes its own only where its layout needs more (grouped heads)."""
 
     prefixes: tuple[str, ...]
     marker: str
     rules_of: Callable[[Mapping[str, Any]], list[Rule]]
     width: Callable[[Mapping[str, Any]], int] = head_width
+    unused: tuple[str, ...] = ()
 
     def strip_prefix(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """The transformer's own tensors of a file (the nesting of all-in-one checkpoints removed)."""
         return strip_prefix(state, self.prefixes, self.marker)
 
-    def to_diffusers(self, state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str
-                     ) -> dict[str, torch.Tensor]:
-        """Reference-layout tensors -> the diffusers transformer's state dict."""
-        return to_diffusers(state, self.rules_of(config), self.width(config), name)
+    def to_diffusers(self, state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str,
+                     skip: Sequence[Rule] = ()) -> dict[str, torch.Tensor]:
+        """Reference-layout tensors -> the diffusers transformer's state dict; `skip`: rules the caller converts
+        itself (Lumina 2's q, k and v of grouped heads)."""
+        used = {k: v for k, v in state.items() if k not in self.unused}
+        rules = [rule for rule in self.rules_of(config) if rule not in skip]
+        return to_diffusers(used, rules, self.width(config), name)
 
     def to_reference(self, state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """The diffusers transformer's state dict -> reference-layout tensors (what the family's single files hold)."""
-        return to_reference(state, self.rules_of(config))
+        rules = self.rules_of(config)
+        out = to_reference(state, rules)
+        like = state[rules[0].parts[0]]
+        out.update({name: torch.ones(self.width(config), dtype=like.dtype, device=like.device) for name in self.unused})
+        return out

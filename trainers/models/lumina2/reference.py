@@ -61,21 +61,11 @@ def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], n
     hidden = config["hidden_size"]
     kv = config["num_kv_heads"] * hidden // config["num_attention_heads"]
     fused = [rule for rule in _rules_of(config) if rule.reference.endswith(QKV)]
-    out = layout.to_diffusers({k: v for k, v in state.items() if k != UNUSED and not k.endswith(QKV)},
-                              [rule for rule in _rules_of(config) if rule not in fused], hidden, name)
+    out = LAYOUT.to_diffusers({k: v for k, v in state.items() if not k.endswith(QKV)}, config, name, skip=fused)
     for rule in fused:
         if rule.reference not in state:
             raise ModelLoadError(f"{name}: the transformer has no {rule.reference}: is the file complete?")
         out.update(zip(rule.parts, state[rule.reference].split([hidden, kv, kv])))
-    return out
-
-
-def to_reference(state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """Lumina2Transformer2DModel's state dict -> reference-layout tensors, with the reference's unused final norm
-    (norm_final, which diffusers drops) as an identity so that strict loaders find every tensor."""
-    out = LAYOUT.to_reference(state, config)
-    width = config["hidden_size"]
-    out[UNUSED] = torch.ones(width, dtype=state["x_embedder.weight"].dtype, device=state["x_embedder.weight"].device)
     return out
 
 
@@ -84,5 +74,5 @@ def _rules_of(config: Mapping[str, Any]) -> list[Rule]:
                   "layers": config["num_layers"]})
 
 
-LAYOUT = layout.Layout(PREFIXES, MARKER, _rules_of, lambda config: config["hidden_size"])
-strip_prefix = LAYOUT.strip_prefix
+LAYOUT = layout.Layout(PREFIXES, MARKER, _rules_of, lambda config: config["hidden_size"], unused=(UNUSED,))
+strip_prefix, to_reference = LAYOUT.strip_prefix, LAYOUT.to_reference

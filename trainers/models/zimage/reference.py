@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from trainers.models import nextdit
 from trainers.models import reference_layout as layout
 from trainers.models.reference_layout import Rule, linear
@@ -56,25 +54,11 @@ def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict
     return nextdit.published(BASE_CONFIG, config, found.head, "dim", "n_heads", "axes_dims")
 
 
-def to_diffusers(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], name: str) -> dict[str, torch.Tensor]:
-    """Reference-layout tensors -> ZImageTransformer2DModel's state dict (q, k and v equally wide)."""
-    return LAYOUT.to_diffusers({k: v for k, v in state.items() if k != UNUSED}, config, name)
-
-
-def to_reference(state: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """ZImageTransformer2DModel's state dict -> reference-layout tensors, with the unused final norm as an identity
-    so that strict loaders find every tensor."""
-    out = LAYOUT.to_reference(state, config)
-    like = state["x_pad_token"]
-    out[UNUSED] = torch.ones(config["dim"], dtype=like.dtype, device=like.device)
-    return out
-
-
 def _rules_of(config: Mapping[str, Any]) -> list[Rule]:
     layers = {"noise_refiner": config["n_refiner_layers"], "context_refiner": config["n_refiner_layers"],
               "layers": config["n_layers"]}
     return rules(layers)
 
 
-LAYOUT = layout.Layout(PREFIXES, MARKER, _rules_of, lambda config: config["dim"])
-strip_prefix = LAYOUT.strip_prefix
+LAYOUT = layout.Layout(PREFIXES, MARKER, _rules_of, lambda config: config["dim"], unused=(UNUSED,))
+strip_prefix, to_diffusers, to_reference = LAYOUT.strip_prefix, LAYOUT.to_diffusers, LAYOUT.to_reference
