@@ -102,6 +102,15 @@ def test_a_bad_training_adapter_is_refused_by_name(zimage: dict[str, Path], case
     assert any(issue.field == "training_adapter" for issue in report.errors), report.errors
 
 
+def test_the_adapter_lies_under_the_allowed_roots_like_every_path_option(zimage: dict[str, Path]) -> None:
+    from gui.allowed_paths import outside_roots
+
+    cfg = _config(zimage, training_adapter=str(zimage["adapter"]))
+    assert not outside_roots(cfg, [zimage["tmp"]])
+    (issue,) = outside_roots(cfg.replace(training_adapter="/etc/adapter.safetensors"), [zimage["tmp"]])
+    assert issue.field == "training_adapter"
+
+
 def _prediction(model: Any) -> torch.Tensor:
     generator = torch.Generator().manual_seed(0)
     latents = torch.randn(1, 4, 8, 8, generator=generator)
