@@ -1,6 +1,7 @@
 """Two "machines" on one host: the launch command Atelier prints for machine 0 and machine 1 (`--num_machines 2
 --machine_rank 0/1 --main_process_ip 127.0.0.1`), run as two launcher groups over loopback (gloo on CPU), train the
-same images with the same schedule to the same weights as one process with the whole batch."""
+same images with the same schedule to the same weights as one process with the whole batch, on the tests' fake model
+family (tests/fake_family/)."""
 from __future__ import annotations
 
 import os
@@ -13,7 +14,7 @@ from trainers.core.launch import accelerate_command, launch_env
 from trainers.core.options import config_from_dict
 from trainers.demo import build_dataset
 
-from helpers import REPO, events, free_port, train
+from helpers import REPO, events, fake_family_env, free_port, train
 
 pytestmark = pytest.mark.slow
 
@@ -22,11 +23,11 @@ VALUES = {"resolution": "64", "max_data_loader_n_workers": 0, "learning_rate": 1
           "train_batch_size": 2, "max_train_steps": 3, "lr_scheduler": "linear"}
 
 
-def test_two_machines_train_what_one_process_trains(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+def test_two_machines_train_what_one_process_trains(fake_model_dir: Path, tmp_path: Path) -> None:
     from trainers.methods.lora.file_format import read_lora_file
 
     data = build_dataset(tmp_path / "data", folder="2_sks shape")
-    base = {**VALUES, "pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data)}
+    base = {**VALUES, "pretrained_model_name_or_path": str(fake_model_dir), "train_data_dir": str(data)}
     assert train("lora", tmp_path / "one", **base, output_dir=str(tmp_path / "out1")) == 0
 
     cfg = config_from_dict("lora", {**base, "output_dir": str(tmp_path / "out2"), "num_machines": 2,
@@ -35,7 +36,7 @@ def test_two_machines_train_what_one_process_trains(tiny_sd1_dir: Path, tmp_path
     run_dir = tmp_path / "two"  # on "shared storage": both machines name the same run folder
     run_dir.mkdir()
     cfg.save(run_dir / "config.toml")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **launch_env(cfg)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **fake_family_env(), **launch_env(cfg)}
     machines = [subprocess.Popen(accelerate_command(cfg, run_dir / "config.toml", run_dir, machine_rank=rank),
                                  cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 for rank in (0, 1)]
