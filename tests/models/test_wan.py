@@ -200,3 +200,21 @@ def test_wan_pipeline_loads_every_key_into_the_layer_that_was_trained(model: obj
     saved.network.apply_to()  # the network as training runs it computes what diffusers does
     with torch.no_grad():
         assert torch.allclose(pipe.transformer(**inputs)[0], saved.unet(**inputs)[0], atol=1e-4)
+
+
+def test_a_sample_is_a_short_mp4_rendered_through_wan_pipeline(model: object, tmp_path: Path) -> None:
+    import av
+
+    from trainers.core.prompts import config_prompts
+    from trainers.sampling.pipeline import generate_samples
+
+    prompts = config_prompts("", ["a red fox --n blurry --w 48 --h 32 --s 2 --d 3"])
+    (written,) = generate_samples(model, prompts, tmp_path, "step2", default_size=(48, 32), default_steps=2,
+                                  default_cfg=3.0)
+    assert written.suffix == ".mp4" and written.parent == tmp_path
+    with av.open(str(written)) as container:
+        stream = container.streams.video[0]
+        frames = list(container.decode(stream))
+        assert "a red fox" in container.metadata.get("comment", "")
+    assert len(frames) == model.family.sample_frames and (frames[0].width, frames[0].height) == (48, 32)
+    assert float(stream.average_rate) == model.family.frame_rate

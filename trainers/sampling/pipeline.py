@@ -148,7 +148,8 @@ def generate_samples(model: LoadedModel, prompts: list[SamplePrompt], out_dir: P
                 sampler=sampler, clip_skip=clip_skip)
             with (per_prompt or _nothing)(prompt, settings.width, settings.height):
                 image = _render(pipe, model, settings, device, dtype)
-            written.append(save_png(image, sample_path(out_dir, tag, prompt), settings.parameters()))
+            path, parameters = sample_path(out_dir, tag, prompt), settings.parameters()
+            written.append(model.family.save_sample(image, path, parameters) or save_png(image, path, parameters))
     return written
 
 
@@ -182,9 +183,9 @@ def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, d
                                                                                      s.height),
             generator=torch.Generator("cpu").manual_seed(s.seed),
             output_type="latent",
-        ).images
+        )[0]  # its images (a video pipeline's frames) as latents
     pixels = model.family.decode_latents(model.vae, latents, s.width, s.height)
-    return pipe.image_processor.postprocess(pixels.float(), output_type="pil")[0]
+    return model.family.sample_output(pipe, pixels)
 
 
 def encode_for_pipeline(model: LoadedModel, texts: list[str], clip_skip: int, device: torch.device,

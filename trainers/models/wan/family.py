@@ -12,6 +12,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -86,6 +87,17 @@ class Wan(WanRules, FlowFamily, ModelFamily):
         latents = latents.to(vae.device, vae.dtype)
         mean, std = latent_stats(vae, latents)
         return vae.decode(latents * std + mean).sample
+
+    def sample_output(self, pipe: Any, pixels: torch.Tensor) -> Any:
+        """The first sample's frames (F, H, W, 3) uint8, as WanPipeline post-processes them."""
+        frames = pipe.video_processor.postprocess_video(pixels.float(), output_type="np")[0]
+        return (np.clip(frames, 0, 1) * 255).round().astype(np.uint8)
+
+    def save_sample(self, sample: Any, path: Path, parameters: str) -> Path:
+        """A short mp4 at 16 fps beside where an image sample would go (`path` with .mp4)."""
+        from trainers.models.wan.samples import write_mp4
+
+        return write_mp4(sample, path.with_suffix(".mp4"), self.frame_rate, parameters)
 
     # --- LoRA ---
 
