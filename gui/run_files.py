@@ -153,7 +153,7 @@ class RunSummary:
     ended: float | None = None
     resumed_from: str = ""  # the run this one continues (Resume)
     last_loss: float | None = None  # the smoothed loss of its last step
-    health: str = NOT_CHECKED  # its newest save's health: "healthy", "N warnings" or "not checked"
+    health: str = NOT_CHECKED  # its newest save's health: "healthy", "N warnings" or "not checked" ("": a job)
 
     def duration_s(self) -> float | None:
         end = self.ended or (time.time() if self.state.active else None)
@@ -172,7 +172,7 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
         runs.append(RunSummary(path.name, path, status.get("method", "?"), settled_state(path, status),
                                status.get("created", path.stat().st_mtime), status.get("output", ""),
                                status.get("message", ""), status.get("finished"), status.get("resumed_from", ""),
-                               last_loss(path), health_text(path)))
+                               last_loss(path), health_text(path) if status.get("method") in METHOD_NAMES else ""))
     return sorted(runs, key=lambda r: r.started, reverse=True)
 
 

@@ -53,7 +53,10 @@ def test_the_runs_table_has_a_health_column(tmp_path: Path) -> None:
     _planted(healthy, "a.safetensors", [], age_s=0)
     _planted(warned, "b-step00000002.safetensors", [], age_s=10)  # an older save's report: not what is shown
     _planted(warned, "b.safetensors", ["NaN/Inf weights in 1 tensors"], age_s=0)
+    job = _run(tmp_path, "20260101-generate")
+    (job / "status.json").write_text(json.dumps({"state": "finished", "method": "generate", "created": 1000.0}))
     rows = {r.run_id: dict(zip(RUN_COLUMNS, run_row(r))) for r in list_runs(tmp_path)}
+    assert rows[job.name]["health"] == "", "a job has no saves to check"
     assert rows[healthy.name]["health"] == "healthy"
     assert rows[warned.name]["health"] == "1 warning"
     assert rows[unchecked.name]["health"] == "not checked"
