@@ -131,6 +131,29 @@ def test_the_adapter_changes_the_prediction_and_nothing_that_is_saved(zimage: di
     assert set(model.unet.state_dict()) == keys  # a finetune's save holds none of it
 
 
+def test_flux_schnell_takes_its_adapter_in_the_names_ostris_publishes(tmp_path: Path) -> None:
+    model = load_model(str(build_tiny_flux(tmp_path / "schnell", guidance_embeds=False)), "auto", torch.float32)
+    generator, adapter = torch.Generator().manual_seed(2), {}
+    for name in ("transformer_blocks.0.attn.to_q", "single_transformer_blocks.0.attn.to_k",
+                 "single_transformer_blocks.0.proj_out"):
+        layer = model.unet.get_submodule(name)
+        adapter[f"transformer.{name}.lora_A.weight"] = torch.randn(2, layer.in_features, generator=generator)
+        adapter[f"transformer.{name}.lora_B.weight"] = torch.randn(layer.out_features, 2, generator=generator)
+    save_file(adapter, tmp_path / "pytorch_lora_weights.safetensors")
+    latents, hidden = torch.randn(1, 4, 4, 4, generator=generator), torch.randn(1, 4, 32, generator=generator)
+    pooled = torch.randn(1, 32, generator=generator)
+
+    def predict() -> torch.Tensor:
+        with torch.no_grad():
+            return model.family.denoise(model.unet, latents, torch.tensor([700.0]), hidden, pooled, None)
+
+    before = predict()
+    assert attach_training_adapter(model, tmp_path / "pytorch_lora_weights.safetensors", 0.5) == 3
+    assert (predict() - before).abs().max() > 1e-3
+    with training_adapter_off(model.unet):
+        assert torch.equal(predict(), before)
+
+
 def test_an_adapter_of_another_model_is_refused_by_name(zimage: dict[str, Path]) -> None:
     model = load_model(str(zimage["turbo"]), "auto", torch.float32)
     wrong = zimage["tmp"] / "wrong.safetensors"
