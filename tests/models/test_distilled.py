@@ -70,6 +70,16 @@ def test_each_family_tells_its_distilled_variant_from_its_files(name: str, tmp_p
     assert variant in note and named in note and "speed" in note  # the warning names what to download or train
 
 
+def test_a_flux_single_file_without_a_guidance_embedding_is_schnell(tmp_path: Path) -> None:
+    blocks = {"double_blocks.0.img_attn.qkv.weight": torch.zeros(2, 2), "img_in.weight": torch.zeros(2, 64),
+              "single_blocks.0.linear1.weight": torch.zeros(2, 2)}
+    save_file(blocks, tmp_path / "flux1-schnell.safetensors")
+    save_file({**blocks, "guidance_in.in_layer.weight": torch.zeros(2, 2)}, tmp_path / "flux1-dev.safetensors")
+    found = distilled_base({MODEL: str(tmp_path / "flux1-schnell.safetensors")})
+    assert found is not None and found.variant == "FLUX.1 schnell" and "guidance_in" in found.told_by
+    assert distilled_base({MODEL: str(tmp_path / "flux1-dev.safetensors")}) is None
+
+
 def _config(zimage: dict[str, Path], model: str = "turbo", **values: Any) -> Any:
     return config_from_dict("lora", {MODEL: str(zimage[model]), "train_data_dir": str(zimage["data"]),
                                      "output_dir": str(zimage["tmp"] / "out"), "resolution": "64", "max_train_steps": 2,
