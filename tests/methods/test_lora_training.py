@@ -1,4 +1,6 @@
-"""End to end: `python -m trainers lora` on tiny models, as a user runs it, and what they get."""
+"""End to end: `python -m trainers lora` on tiny models, as a user runs it, and what they get. What does not depend on
+the model (processes, stopping, samples, v-prediction and resuming from a LoRA) runs on the tests' fake model family
+(tests/fake_family/)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +15,7 @@ from safetensors import safe_open
 
 from trainers.demo import build_dataset
 
-from helpers import FAST, REPO, events, fixed_seed_image, run_trainer, sets, two_processes
+from helpers import FAST, REPO, events, fake_family_env, fixed_seed_image, run_trainer, sets, two_processes
 
 pytestmark = pytest.mark.slow  # every test here runs a trainer
 
@@ -122,13 +124,13 @@ def test_an_unknown_option_is_refused_by_the_process_with_the_closest_name(tmp_p
     assert result.returncode == 2 and "did you mean 'network_dim'" in result.stderr
 
 
-def test_two_processes_train_the_same_images_in_half_the_steps(tiny_sd1_dir: Path, dataset: Path,
+def test_two_processes_train_the_same_images_in_half_the_steps(fake_model_dir: Path, dataset: Path,
                                                                 tmp_path: Path) -> None:
     launcher = two_processes()
-    args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
+    args = sets(pretrained_model_name_or_path=str(fake_model_dir), train_data_dir=str(dataset),
                 output_dir=str(tmp_path / "o"), max_train_epochs=1, network_train_unet_only=True)
     result = run_trainer(args + [a for kv in FAST for a in ("--set", kv)], tmp_path / "run", launcher,
-                         env={"ACCELERATE_USE_CPU": "1"})
+                         env=fake_family_env(ACCELERATE_USE_CPU="1"))
     assert result.returncode == 0, result.stderr[-3000:]
     evs = events(tmp_path / "run")
     start = next(e for e in evs if e["type"] == "start")
@@ -138,21 +140,33 @@ def test_two_processes_train_the_same_images_in_half_the_steps(tiny_sd1_dir: Pat
     assert (tmp_path / "o" / "lora.safetensors").exists()
 
 
+def v_prediction_model(folder: Path) -> Path:
+    """A fake-family model folder whose scheduler predicts v (as build_tiny_sd1's v_prediction=True)."""
+    from tests.fake_family.family import build_fake_model
+
+    model = build_fake_model(folder)
+    config = model / "scheduler" / "scheduler_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "prediction_type": "v_prediction"}))
+    return model
+
+
 def test_v_prediction_full_bf16_and_resume_from_lora_weights(dataset: Path, tmp_path: Path) -> None:
     from trainers.methods.lora.file_format import read_lora_file
-    from trainers.models.sd.tiny import build_tiny_sd1
 
-    model = build_tiny_sd1(tmp_path / "v-model", v_prediction=True)
+    model = v_prediction_model(tmp_path / "v-model")
     common = sets(pretrained_model_name_or_path=str(model), train_data_dir=str(dataset),
                   output_dir=str(tmp_path / "o")) + [a for kv in FAST for a in ("--set", kv)]
-    first = run_trainer(common + sets(max_train_steps=2, mixed_precision="bf16", full_bf16=True), tmp_path / "r1")
+    env = fake_family_env()
+    first = run_trainer(common + sets(max_train_steps=2, mixed_precision="bf16", full_bf16=True), tmp_path / "r1",
+                        env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     trained, meta = read_lora_file(tmp_path / "o" / "lora.safetensors")
     assert meta["ss_v_parameterization"] == "True" and meta["modelspec.prediction_type"] == "v"
     assert any(t.abs().sum() > 0 for k, t in trained.items() if k.endswith("lora_up.weight"))
 
     resumed = run_trainer(common + sets(max_train_steps=1, learning_rate=1e-9, output_name="resumed",  # ~unchanged
-                                        network_weights=str(tmp_path / "o" / "lora.safetensors")), tmp_path / "r2")
+                                        network_weights=str(tmp_path / "o" / "lora.safetensors")), tmp_path / "r2",
+                          env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     again, _ = read_lora_file(tmp_path / "o" / "resumed.safetensors")
     assert again.keys() == trained.keys()
@@ -160,22 +174,24 @@ def test_v_prediction_full_bf16_and_resume_from_lora_weights(dataset: Path, tmp_
         assert torch.allclose(again[key].float(), trained[key].float(), atol=1e-3), key
 
     wrong_rank = run_trainer(common + sets(max_train_steps=1, network_dim=8, output_name="x",
-                                           network_weights=str(tmp_path / "o" / "lora.safetensors")), tmp_path / "r3")
+                                           network_weights=str(tmp_path / "o" / "lora.safetensors")), tmp_path / "r3",
+                             env=env)
     assert wrong_rank.returncode == 2 and "network_weights: cannot start from" in wrong_rank.stderr
     assert "rank 4" in wrong_rank.stderr and "Traceback" not in wrong_rank.stderr
 
 
-def test_stop_request_saves_and_marks_the_run_stopped(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
+def test_stop_request_saves_and_marks_the_run_stopped(fake_model_dir: Path, dataset: Path, tmp_path: Path) -> None:
     import time
 
     from trainers.core.rundir import request
 
     run_dir = tmp_path / "run"
-    args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
-                output_dir=str(tmp_path / "o"), max_train_steps=500)
+    steps = 100_000  # the fake model trains hundreds of steps a second: the stop must come first
+    args = sets(pretrained_model_name_or_path=str(fake_model_dir), train_data_dir=str(dataset),
+                output_dir=str(tmp_path / "o"), max_train_steps=steps)
     cmd = [sys.executable, "-m", "trainers", "lora", "--run-dir", str(run_dir), *args,
            *[a for kv in FAST for a in ("--set", kv)]]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **fake_family_env()}
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not (run_dir / "events.jsonl").exists() or \
@@ -192,19 +208,19 @@ def test_stop_request_saves_and_marks_the_run_stopped(tiny_sd1_dir: Path, datase
     saved = [e["path"] for e in evs if e["type"] == "checkpoint"]
     assert saved and all(Path(p).exists() for p in saved) and "-step" in saved[-1]
     assert evs[-1]["type"] == "done" and evs[-1]["stopped"] is True
-    assert max(e["step"] for e in evs if e["type"] == "progress") < 500
+    assert max(e["step"] for e in evs if e["type"] == "progress") < steps
 
 
-def test_sample_images_are_made_and_announced(tiny_sd1_dir: Path, dataset: Path, tmp_path: Path) -> None:
+def test_sample_images_are_made_and_announced(fake_model_dir: Path, dataset: Path, tmp_path: Path) -> None:
     from PIL import Image
 
     prompts = tmp_path / "prompts ü.txt"
     prompts.write_text("# samples\nsks shape, red circle --d 7 --s 2\nblue square --n blurry --w 32 --h 64 --s 2\n",
                        encoding="utf-8")
-    args = sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
+    args = sets(pretrained_model_name_or_path=str(fake_model_dir), train_data_dir=str(dataset),
                 output_dir=str(tmp_path / "o"), max_train_steps=4, sample_prompts=str(prompts),
                 sample_every_n_steps=2, sample_at_first=True, sample_sampler="ddim")
-    result = run_trainer(args + [a for kv in FAST for a in ("--set", kv)], tmp_path / "run")
+    result = run_trainer(args + [a for kv in FAST for a in ("--set", kv)], tmp_path / "run", env=fake_family_env())
     assert result.returncode == 0, result.stderr[-3000:]
     samples = [e for e in events(tmp_path / "run") if e["type"] == "sample"]
     assert [(e["step"], e["index"]) for e in samples] == [(0, 0), (0, 1), (2, 0), (2, 1), (4, 0), (4, 1)]
