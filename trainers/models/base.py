@@ -231,13 +231,15 @@ class ModelFamily(FamilyRules):
         """Pixels (B, 3, H, W) in [-1, 1] of the latents a pipeline returns with output_type="latent"."""
         return vae.decode(latents.to(vae.device, vae.dtype) / vae.config.scaling_factor).sample
 
+    sample_suffix: str = ".png"  # what its samples are written as (save_sample)
+
     def sample_output(self, pipe: Any, pixels: torch.Tensor) -> Any:
         """What a sample is of decode_latents' pixels: a PIL image here (video families: their frames)."""
         return pipe.image_processor.postprocess(pixels.float(), output_type="pil")[0]
 
     def save_sample(self, sample: Any, path: Path, parameters: str) -> Path | None:
-        """Write a sample (sample_output's) of its own kind beside `path` (a .png) and return the file (video
-        families: a clip); None: the sampler writes it as the PNG."""
+        """Write a sample (sample_output's) of its own kind as `path` (its sample_suffix) and return it (video
+        families: a clip); None: the sampler writes it as a PNG."""
         return None
 
     def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> LoadedModel:

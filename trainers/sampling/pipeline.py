@@ -84,9 +84,10 @@ def build_pipeline(model: LoadedModel, sampler: str) -> Any:
     return pipe
 
 
-def sample_path(out_dir: Path, tag: str, prompt: SamplePrompt) -> Path:
-    """Where a prompt's image goes: the same on every rank, so rank 0 can announce all of them."""
-    return Path(out_dir) / f"{tag}_{prompt.index:02d}.png"
+def sample_path(out_dir: Path, tag: str, prompt: SamplePrompt, suffix: str = ".png") -> Path:
+    """Where a prompt's image goes (a video family's clip: its family's sample_suffix): the same on every rank, so
+    rank 0 can announce all of them."""
+    return Path(out_dir) / f"{tag}_{prompt.index:02d}{suffix}"
 
 
 def sample_event(path: Path, prompt: SamplePrompt, step: int, epoch: int) -> Sample:
@@ -148,7 +149,7 @@ def generate_samples(model: LoadedModel, prompts: list[SamplePrompt], out_dir: P
                 sampler=sampler, clip_skip=clip_skip)
             with (per_prompt or _nothing)(prompt, settings.width, settings.height):
                 image = _render(pipe, model, settings, device, dtype)
-            path, parameters = sample_path(out_dir, tag, prompt), settings.parameters()
+            path, parameters = sample_path(out_dir, tag, prompt, model.family.sample_suffix), settings.parameters()
             written.append(model.family.save_sample(image, path, parameters) or save_png(image, path, parameters))
     return written
 

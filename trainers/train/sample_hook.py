@@ -55,7 +55,8 @@ def sample_hook(session: Session, model: LoadedModel, weights: Callable[[], Cont
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             for prompt in prompts:
-                session.events.emit(sample_event(sample_path(out_dir, tag, prompt), prompt, step, epoch))
+                path = sample_path(out_dir, tag, prompt, model.family.sample_suffix)
+                session.events.emit(sample_event(path, prompt, step, epoch))
 
     return sample
 

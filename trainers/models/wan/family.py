@@ -37,6 +37,7 @@ class Wan(WanRules, FlowFamily, ModelFamily):
                                           max_length=TEXT_LENGTH),)
     latent_scaling = (1.0, 0.0)  # unused: its autoencoder normalises by the published per-channel statistics
     sample_frames = 17  # frames of a sample during training (1 + 4k): about one second at 16 fps
+    sample_suffix = ".mp4"
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         model = super().load(folder, weight_dtype, vae_path, random_init)
@@ -94,10 +95,10 @@ class Wan(WanRules, FlowFamily, ModelFamily):
         return (np.clip(frames, 0, 1) * 255).round().astype(np.uint8)
 
     def save_sample(self, sample: Any, path: Path, parameters: str) -> Path:
-        """A short mp4 at 16 fps beside where an image sample would go (`path` with .mp4)."""
+        """A short mp4 at 16 fps."""
         from trainers.models.wan.samples import write_mp4
 
-        return write_mp4(sample, path.with_suffix(".mp4"), self.frame_rate, parameters)
+        return write_mp4(sample, path, self.frame_rate, parameters)
 
     # --- LoRA ---
 
