@@ -126,10 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     from trainers.health.report import check_and_write
     from trainers.methods import method_memory_tips
     from trainers.preflight.validate import check, method_outputs
+    from trainers.scores.hook import start_scores
     from trainers.train.run import Checks, run_method
 
     return run_method(args.command, args.config, args.run_dir, args.overrides,
-                      Checks(check, method_outputs, method_memory_tips, check_and_write))
+                      Checks(check, method_outputs, method_memory_tips, check_and_write, start_scores))
 
 
 if __name__ == "__main__":

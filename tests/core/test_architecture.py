@@ -30,7 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("preflight", "loras"),
     ("generate", "dataset_edit"),
     ("tools", "caption"),
-    ("health",),
+    ("health", "scores"),
     ("cluster", "demo_shapes"),
     ("demo_pretrain",),
     ("demo", "config_report"),

@@ -149,6 +149,24 @@ class Health(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Scores(Event):
+    """The scores of one sampling (trainers/scores/): prompt fidelity and likeness of its sample images, the save of
+    that step (None: it sampled without saving), the best save so far by best_save_rule, and the epoch overfitting
+    starts from (likeness rising while fidelity falls), if seen; `report` is the run's scores.json."""
+
+    type: ClassVar[str] = "scores"
+    step: int
+    epoch: int
+    fidelity: float | None = None
+    likeness: float | None = None
+    save: str | None = None
+    best_save: str | None = None
+    best_step: int | None = None
+    overfitting_from_epoch: int | None = None
+    report: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Sample(Event):
     type: ClassVar[str] = "sample"
     path: str
@@ -264,7 +282,7 @@ def _registry(*kinds: type[Event]) -> dict[str, type[Event]]:
 
 _SHARED = (Warning, Error, Done)
 TRAINING_EVENTS = _registry(*_SHARED, Start, Progress, Validation, Checkpoint, Sample, Dataset, Cache, Resume,
-                            ClassImages, Info, Health)
+                            ClassImages, Info, Health, Scores)
 JOB_EVENTS = _registry(*_SHARED, JobStart, Image, GenerateProgress, Grid)
 
 

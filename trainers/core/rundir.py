@@ -31,6 +31,8 @@ LOG = "train.log"  # stdout and stderr of every process
 CONTROL = "control"  # flag files: one per pending request
 SAMPLES = "samples"
 HEALTH = "health"  # a health report per save (<save file name>.json, trainers/health/)
+SCORES = "scores.json"  # every sampling's scores and the best save (trainers/scores/)
+SCORE_CACHE = "score_cache"  # the training images' embeddings, computed once per run and score model
 IMAGES = "images"  # a generation job's images (unless it names another folder)
 
 

@@ -18,14 +18,17 @@ from trainers.train.pauses import Pauses
 from trainers.train.reporting import Reporter
 from trainers.train.sample_hook import effect_renders, sample_hook
 from trainers.train.saving import HealthCheck, Saver, saved_on_failure
+from trainers.train.scoring import ScoreStart, scored
 from trainers.train.session import Session
 from trainers.train.state import TrainingState, resume_folder
 from trainers.train.validation import validation_hook
 
 
-def train(session: Session, trainable: Trainable, health: HealthCheck | None = None) -> Path:
+def train(session: Session, trainable: Trainable, health: HealthCheck | None = None,
+          scores: ScoreStart | None = None) -> Path:
     """Run the whole training (the rest of it, with `resume`) and return the final output file; `health` checks
-    every save (trainers/health/, handed in from above)."""
+    every save, `scores` scores every sampling on the main process (trainers/health/, trainers/scores/: handed in
+    from above)."""
     cfg, accelerator, plan = session.cfg, session.accelerator, session.plan
     saving, sampling, logging = SavingOptions.of(cfg), SamplingOptions.of(cfg), LoggingOptions.of(cfg)
     params = [p for group in trainable.param_groups for p in group["params"]]
@@ -46,8 +49,9 @@ def train(session: Session, trainable: Trainable, health: HealthCheck | None = N
                             trainable.sampling_prompt) if health is not None else None
     save = Saver(session, trainable, state, pause, health, effect)
     guard = LossGuard(cfg, accelerator, params, session.events)
-    sample = pause.around(sample_hook(session, trainable.model, trainable.sampling_weights,
-                                      trainable.sampling_prompt), "sampling")
+    scorer = scores(session) if scores is not None and accelerator.is_main_process else None
+    sample = pause.around(scored(sample_hook(session, trainable.model, trainable.sampling_weights,
+                                             trainable.sampling_prompt), scorer), "sampling")
     validate = pause.around(validation_hook(session, trainable.model, predictor, noise, report.meter), "validating")
     at, data_wait = Position(), 0.0
     with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM
@@ -107,6 +111,8 @@ def train(session: Session, trainable: Trainable, health: HealthCheck | None = N
                 break
         report.close()
         final = save.final(at)
+        if scorer is not None:
+            scorer.finish()  # the final save's scores and the best save into its metadata
     accelerator.end_training()
     return final
 

@@ -24,6 +24,7 @@ from trainers.core.rundir import CONFIG, RunState, new_run_dir
 from trainers.train.faults import MemoryTips
 
 if TYPE_CHECKING:
+    from trainers.train.scoring import ScoreStart
     from trainers.train.saving import HealthCheck
 
 
@@ -35,6 +36,7 @@ class Checks:
     outputs: Outputs  # every path a final save of the config's method writes (its rules' outputs)
     memory_tips: MemoryTips  # what the config's method could change to use less memory (its rules' memory_tips)
     health: "HealthCheck | None" = None  # every save's health check (trainers/health/report.py check_and_write)
+    scores: "ScoreStart | None" = None  # every sampling's scores, the best save (trainers/scores/hook.py start_scores)
 
 
 def run_method(method: str, config: Path | None, run_dir: Path | None, overrides: list[str], checks: Checks,
@@ -108,4 +110,4 @@ def _train(cfg: TrainConfig, run_dir: Path, life: Lifecycle, checks: Checks) -> 
     session = start_session(cfg, run_dir, life, prepare=method.prepare, outputs=checks.outputs,
                             memory_tips=checks.memory_tips)
     return train(session, session.model.family.adapt_trainable(cfg, session, method.make_trainable(cfg, session)),
-                 checks.health)
+                 checks.health, checks.scores)

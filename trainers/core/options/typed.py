@@ -293,6 +293,11 @@ class SamplingOptions(OptionSlice):
     sample_sampler: Literal["ddim", "euler", "euler_a", "dpmpp_2m"]
     sample_steps: int
     sample_cfg_scale: float
+    score_saves: bool
+    score_model: str
+    likeness_model: str
+    best_save_rule: Literal["likeness_keep_fidelity", "likeness", "fidelity", "validation_loss"]
+    best_save_fidelity_margin: float
 
 
 @dataclass(frozen=True)
