@@ -120,6 +120,7 @@ def test_downloads_hold_the_runs_files_and_are_served_from_its_folder(tmp_path: 
     out.mkdir()
     lora.write_bytes(b"final")
     save.write_bytes(b"epoch 1")
+    (run / "scores.json").write_text('{"records": []}', encoding="utf-8")  # a scored run's scores (docs/scores.md)
     model = download_model(run, str(lora))
     assert model.parent == run / "downloads" and model.read_bytes() == b"final"
     files = result_files(run, str(lora), [str(save), str(tmp_path / "deleted.safetensors")], [str(sample)])
@@ -127,7 +128,7 @@ def test_downloads_hold_the_runs_files_and_are_served_from_its_folder(tmp_path: 
     assert archive.is_relative_to(run)
     with zipfile.ZipFile(archive) as z:
         assert sorted(z.namelist()) == ["config.toml", "fox-000001.safetensors", "fox.safetensors",
-                                        "samples/fox_000010.png"]
+                                        "samples/fox_000010.png", "scores.json"]
         assert z.read("fox.safetensors") == b"final"
     with pytest.raises(TransferError, match="no output"):
         download_model(run, "")
