@@ -144,6 +144,23 @@ class FakeTextEncoder(_Placed):
     def gradient_checkpointing_enable(self) -> None:
         """Nothing to save: its activations are a few kilobytes."""
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings
+
+    def resize_token_embeddings(self, count: int, mean_resizing: bool = True) -> nn.Embedding:
+        """`count` rows, the first ones kept, as transformers' (textual inversion adds its word's tokens): new rows
+        are the old rows' mean with `mean_resizing`, else random."""
+        old = self.embeddings.weight.detach()
+        resized = nn.Embedding(count, WIDTH).to(old)
+        with torch.no_grad():
+            kept = min(count, old.shape[0])
+            resized.weight[:kept] = old[:kept]
+            if mean_resizing and count > kept:
+                resized.weight[kept:] = old.mean(dim=0)
+        self.embeddings = resized
+        self.config = TextConfig(count, self.config.num_hidden_layers, self.config.max_position_embeddings)
+        return resized
+
 
 class Attention(nn.Module):
     def __init__(self) -> None:

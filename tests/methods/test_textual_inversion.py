@@ -26,6 +26,16 @@ def ti_args(model: Path, dataset: Path, out: Path, **values: object) -> list[str
                   token_string="sks", **values), *[a for kv in TI_FAST for a in ("--set", kv)]]
 
 
+@pytest.fixture()
+def fake_ti_model(fake_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fake family's model folder, taking new words in this process: its tokenizer is the tiny models' CLIP one,
+    its text encoder an embedding with transformers' resize_token_embeddings (tests/fake_family/)."""
+    from trainers.methods.textual_inversion import rules
+
+    monkeypatch.setattr(rules, "FAMILIES", (*rules.FAMILIES, "fake"))
+    return fake_model_dir
+
+
 def issues_of(model: Path, **values: object) -> dict[str, str]:
     cfg = load_config("textual_inversion", overrides=[f"{k}={v!r}".replace("'", '"') for k, v in
                                                       {"pretrained_model_name_or_path": str(model), **values}.items()])
@@ -240,16 +250,17 @@ def test_start_weights_of_another_length_and_both_templates_are_named_before_tra
 
 @pytest.mark.slow
 def test_an_embedding_starts_from_a_file_and_learns_from_templates_when_no_caption_holds_its_word(
-        tiny_sd1_dir: Path, tmp_path: Path) -> None:
+        fake_ti_model: Path, tmp_path: Path) -> None:
+    from tests.fake_family.family import WIDTH
     from safetensors.torch import load_file, save_file
 
     from helpers import train
 
     dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)  # captions: "sks shape, red circle"
-    start = torch.randn(2, 32, generator=torch.Generator().manual_seed(3))
+    start = torch.randn(2, WIDTH, generator=torch.Generator().manual_seed(3))  # the fake text encoder's width
     save_file({"emb_params": start}, str(tmp_path / "start.safetensors"))
     out = tmp_path / "out"
-    assert train("textual_inversion", tmp_path / "run", pretrained_model_name_or_path=str(tiny_sd1_dir),
+    assert train("textual_inversion", tmp_path / "run", pretrained_model_name_or_path=str(fake_ti_model),
                  train_data_dir=str(dataset), output_dir=str(out), token_string="zxc", num_vectors_per_token=2,
                  weights=str(tmp_path / "start.safetensors"), use_object_template=True, max_train_steps=1,
                  resolution="64", train_batch_size=2, max_data_loader_n_workers=0, learning_rate=0.01,
@@ -262,12 +273,12 @@ def test_an_embedding_starts_from_a_file_and_learns_from_templates_when_no_capti
 
 
 @pytest.mark.slow
-def test_a_resumed_textual_inversion_run_saves_the_embedding_of_the_uninterrupted_one(tiny_sd1_dir: Path,
+def test_a_resumed_textual_inversion_run_saves_the_embedding_of_the_uninterrupted_one(fake_ti_model: Path,
                                                                                     tmp_path: Path) -> None:
     from helpers import resumed_saves
 
     dataset = build_dataset(tmp_path / "data", folder="1_sks shape", size=64)
-    straight, resumed = resumed_saves("textual_inversion", tmp_path, pretrained_model_name_or_path=str(tiny_sd1_dir),
+    straight, resumed = resumed_saves("textual_inversion", tmp_path, pretrained_model_name_or_path=str(fake_ti_model),
                                       train_data_dir=str(dataset), token_string="zxc", num_vectors_per_token=2,
                                       init_word="o", use_style_template=True, resolution="64", train_batch_size=2,
                                       max_data_loader_n_workers=0, learning_rate=0.05)
