@@ -40,7 +40,7 @@ def test_a_lora_run_writes_a_health_report_for_every_save_with_its_effect(tiny_s
     result = run_trainer(sets(pretrained_model_name_or_path=str(tiny_sd1_dir), train_data_dir=str(dataset),
                               output_dir=str(out), output_name="h", **FAST, network_dim=4, network_alpha=2,
                               max_train_steps=2, save_every_n_steps=1, sample_every_n_steps=2,
-                              sample_prompts=str(prompts)), run)
+                              sample_at_first=True, sample_prompts=str(prompts)), run)
     assert result.returncode == 0, result.stderr[-3000:]
     found = events(run)
     health = [e for e in found if e["type"] == "health"]
@@ -57,6 +57,12 @@ def test_a_lora_run_writes_a_health_report_for_every_save_with_its_effect(tiny_s
         assert Image.open(effect["with_lora"]).size == Image.open(effect["base"]).size == (64, 64)
     bases = {json.loads(Path(e["report"]).read_text())["checks"]["effect"]["base"] for e in health}
     assert len(bases) == 1, "the base image is rendered once per run"
+    first = next(e for e in found if e["type"] == "sample" and e["step"] == 0 and e["index"] == 0)
+    assert Image.open(bases.pop()).tobytes() == Image.open(first["path"]).tobytes(), (
+        "the base image is the base model's: the LoRA at multiplier 0 renders what its untrained start did")
+    final = json.loads(Path(health[-1]["report"]).read_text())["checks"]["effect"]["with_lora"]
+    last = next(e for e in found if e["type"] == "sample" and e["step"] == 2 and e["index"] == 0)
+    assert Image.open(final).tobytes() == Image.open(last["path"]).tobytes(), "the final save's image is its sample"
 
 
 @pytest.mark.slow  # runs a trainer (in this process)

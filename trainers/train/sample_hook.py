@@ -90,20 +90,26 @@ def effect_renders(session: Session, model: LoadedModel, without_output: Callabl
     base_tag = "base-" + hashlib.sha1(repr(settings).encode("utf-8")).hexdigest()[:10]
 
     def render(tag: str) -> Path:
-        generate_samples(model, prompts, out_dir, tag, sampler=sampling.sample_sampler, default_size=size,
-                         default_steps=sampling.sample_steps, default_cfg=sampling.sample_cfg_scale, base_seed=seed,
-                         rank=accelerator.process_index, world_size=accelerator.num_processes,
-                         clip_skip=clip_skip, device=accelerator.device, dtype=session.weight_dtype,
-                         per_prompt=per_prompt)
-        return sample_path(out_dir, tag, prompts[0])
+        written = generate_samples(model, prompts, out_dir, tag, sampler=sampling.sample_sampler, default_size=size,
+                                   default_steps=sampling.sample_steps, default_cfg=sampling.sample_cfg_scale,
+                                   base_seed=seed, rank=accelerator.process_index,
+                                   world_size=accelerator.num_processes, clip_skip=clip_skip,
+                                   device=accelerator.device, dtype=session.weight_dtype, per_prompt=per_prompt)
+        return written[0] if written else sample_path(out_dir, tag, prompts[0])  # the main process renders it
+
+    clips: list[str] = []  # a video family's samples are clips: their suffix, once its base was rendered
 
     def renders(name: str) -> tuple[Path, Path] | str:
         try:  # a failed render is a reason in the report, not a failed run
             with weights():
                 base = sample_path(out_dir, base_tag, prompts[0])
-                if not base.exists():
+                if not clips and not base.exists():
                     with without_output():
                         base = render(base_tag)
+                    if base.suffix != ".png":
+                        clips.append(base.suffix)
+                if clips:
+                    return f"the effect was not checked: the samples are {clips[0]} clips, which it does not compare"
                 return base, render(name)
         except Exception as err:  # noqa: BLE001 - reported in the save's health report
             return f"the effect check could not render its images: {type(err).__name__}: {err}"
