@@ -25,6 +25,9 @@ GEMMA2_2B, GEMMA2_2B_LINEAR = 2_614_341_888, 2_024_275_968  # Lumina 2's
 FLUX2_AE, QWEN_IMAGE_VAE, QWEN_IMAGE21_VAE = 84_046_115, 126_892_531, 337_740_404  # their autoencoders
 BYT5_GLYPH, BYT5_GLYPH_LINEAR = 221_537_664, 217_055_232  # HunyuanImage 2.1's ByT5-small glyph encoder
 HUNYUAN_IMAGE21_VAE = 405_575_491  # its 32x autoencoder
+CLIP_L_248, CLIP_G_248 = 123_781_632, 694_878_720  # HiDream-I1's CLIPs with projections, 248 positions
+CLIP_L_248_LINEAR, CLIP_G_248_LINEAR = 85_524_480, 630_784_000
+LLAMA31_8B, LLAMA31_8B_LINEAR = 8_030_261_248, 7_504_658_432  # HiDream-I1's LlamaForCausalLM
 UMT5_XXL, UMT5_XXL_LINEAR = 5_680_910_336, 4_630_511_616  # Wan's UMT5-XXL encoder (T5-XXL's layers, 256k vocab)
 WAN21_VAE = QWEN_IMAGE_VAE  # Wan 2.1's causal 3D autoencoder: Qwen-Image's is the same network
 

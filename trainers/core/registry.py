@@ -83,6 +83,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
                "Qwen-Image-Edit-2509/2511"),
     FamilySpec("qwen_image21", "trainers.models.qwen_image21", "QWEN_IMAGE21", "Qwen-Image 2.1"),
     FamilySpec("hunyuan_image21", "trainers.models.hunyuan_image21", "HUNYUAN_IMAGE21", "HunyuanImage 2.1"),
+    FamilySpec("hidream", "trainers.models.hidream", "HIDREAM", "HiDream-I1"),
     FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2", "Lumina 2"),
     FamilySpec("flux2", "trainers.models.flux2", "FLUX2", "FLUX.2"),
     FamilySpec("krea2", "trainers.models.krea2", "KREA2", "Krea 2"),

@@ -1,0 +1,214 @@
+"""HiDream-I1 as a one-folder flow plug-in, in process on a tiny random-init model of its real diffusers classes
+(HiDreamImageTransformer2DModel with MoE blocks, FLUX.1's AutoencoderKL kind, CLIP-L and CLIP-G with projections,
+T5, Llama): the folder is claimed and other families' models refused by name before anything loads, Dev and Fast
+are told from Full by their scheduler configs (and reported as distilled bases), captions are encoded and the
+transformer called as HiDreamImagePipeline does (its training-mode output included), and a LoRA file loads with
+every key through HiDreamImagePipeline.load_lora_weights and in ComfyUI (comfy_lora.py)."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
+from lora_networks import random_network
+
+from trainers.core.options import BY_NAME
+from trainers.models import load_model
+from trainers.models.checks import model_issues
+from trainers.models.distilled import distilled_base
+from trainers.models.flow_lora import kohya_to_diffusers
+from trainers.models.hidream.rules import HIDREAM
+from trainers.models.hidream.tiny import build_tiny_hidream
+from trainers.models.rules import folder_rules
+
+CAPTIONS = ["a red cat on a mat", "a blue square"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_hidream(tmp_path_factory.mktemp("hidream") / "model")
+
+
+@pytest.fixture(scope="module")
+def model(tiny: Path) -> object:
+    return load_model(str(tiny), "auto", torch.float32)
+
+
+def _values(model_dir: Path, **options: object) -> dict[str, object]:
+    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir), **options}
+
+
+def _folder(tmp_path: Path, name: str, pipeline: str, scheduler: dict[str, object] | None = None) -> Path:
+    folder = tmp_path / name
+    (folder / "scheduler").mkdir(parents=True)
+    (folder / "model_index.json").write_text(json.dumps({"_class_name": pipeline}))
+    if scheduler is not None:
+        (folder / "scheduler" / "scheduler_config.json").write_text(json.dumps(scheduler))
+    return folder
+
+
+def test_the_tiny_folder_is_claimed(tiny: Path) -> None:
+    assert folder_rules(tiny) is HIDREAM
+    index = json.loads((tiny / "model_index.json").read_text())
+    assert index["_class_name"] == "HiDreamImagePipeline" and index["text_encoder_4"][1] == "LlamaForCausalLM"
+    assert model_issues(_values(tiny)) == []
+
+
+def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
+    (issue,) = model_issues(_values(tiny, model_family="flux"))
+    assert issue.field == "model_family" and "HiDream-I1" in issue.message
+    other = _folder(tmp_path, "qwen", "QwenImagePipeline")
+    (issue,) = model_issues(_values(other, model_family="hidream"))
+    assert issue.field == "model_family" and "Qwen-Image" in issue.message
+
+
+def test_dev_and_fast_are_told_by_their_scheduler_and_reported_distilled(tmp_path: Path) -> None:
+    full = _folder(tmp_path, "full", "HiDreamImagePipeline", {"_class_name": "UniPCMultistepScheduler",
+                                                              "flow_shift": 3.0, "use_flow_sigmas": True})
+    dev = _folder(tmp_path, "dev", "HiDreamImagePipeline", {"_class_name": "FlowMatchEulerDiscreteScheduler",
+                                                            "shift": 6.0})
+    fast = _folder(tmp_path, "fast", "HiDreamImagePipeline", {"_class_name": "FlowMatchEulerDiscreteScheduler",
+                                                              "shift": 3.0})
+    assert distilled_base(_values(full)) is None
+    assert distilled_base(_values(dev)).variant == "HiDream-I1 Dev"
+    found = distilled_base(_values(fast))
+    assert found.variant == "HiDream-I1 Fast" and "scheduler" in found.told_by and "Full" in found.without
+
+
+def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
+    issues = model_issues(_values(tiny, min_snr_gamma=5.0, save_model_as="safetensors", text_encoder_lr=[1e-4]))
+    assert sorted(i.field for i in issues) == ["min_snr_gamma", "save_model_as", "text_encoder_lr"]
+    assert all("HiDream-I1" in i.message for i in issues)
+
+
+def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "hidream_i1_full.safetensors"
+    save_file({"double_stream_blocks.0.block.ff_i.gate.weight": torch.zeros(4, 8),
+               "single_stream_blocks.0.block.attn1.to_q.weight": torch.zeros(8, 8)}, str(path))
+    (issue,) = model_issues(_values(path))
+    assert issue.field == "pretrained_model_name_or_path"
+    assert "HiDream-I1 single file" in issue.message and "HiDreamImagePipeline" in issue.message
+
+
+def test_captions_are_encoded_and_rendered_as_its_pipeline_does(model: object) -> None:
+    family = model.family.configured({})
+    hidden, pooled = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
+    pipe = family.build_pipeline(model, family.inference_scheduler(model, "euler"))
+    pipe.set_progress_bar_config(disable=True)
+    t5, _, llama, _, pooled_theirs, _ = pipe.encode_prompt(CAPTIONS, device="cpu", do_classifier_free_guidance=False)
+    ours = family.split_states(hidden)
+    assert torch.allclose(ours[0], t5, atol=1e-5) and torch.allclose(ours[1], llama, atol=1e-5)
+    assert torch.allclose(pooled, pooled_theirs, atol=1e-5)
+    assert llama.shape[0] == model.text_encoders[3].config.num_hidden_layers  # hidden_states[1:], every layer
+
+    def image(**kwargs: object) -> torch.Tensor:
+        return pipe(height=64, width=64, num_inference_steps=2, output_type="latent", guidance_scale=4.0,
+                    generator=torch.Generator().manual_seed(0), **kwargs).images
+
+    embeds = family.pipeline_embeds(hidden, pooled)
+    latents = image(**embeds)
+    assert latents.shape == (1, 16, 16, 16) and torch.isfinite(latents).all()
+    assert torch.allclose(latents, image(prompt=CAPTIONS[0], negative_prompt=CAPTIONS[1]), atol=1e-4)
+    pixels = family.decode_latents(model.vae, latents, 64, 64)
+    assert pixels.shape == (1, 3, 64, 64)
+
+
+@pytest.mark.parametrize("size", [(8, 8), (8, 12)])
+def test_denoise_is_the_negated_transformer_output_in_both_modes(model: object, size: tuple[int, int]) -> None:
+    """The velocity: the transformer's output negated, as its pipeline steps; in training mode (the MoE's other
+    path, unpatchify's patches, non-square latents padded to max_resolution) the same as in eval mode."""
+    family = model.family.configured({})
+    hidden, pooled = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
+    embeds = family.pipeline_embeds(hidden, pooled)
+    noisy, timesteps = torch.randn(2, 16, *size), torch.tensor([700.0, 700.0])
+    unet = copy.deepcopy(model.unet).eval()
+    with torch.no_grad():
+        ours = family.denoise(unet, noisy, timesteps, hidden, pooled, None)
+        first = unet(hidden_states=noisy[:1], timesteps=timesteps[:1],
+                     encoder_hidden_states_t5=embeds["prompt_embeds_t5"],
+                     encoder_hidden_states_llama3=embeds["prompt_embeds_llama3"],
+                     pooled_embeds=embeds["pooled_prompt_embeds"], return_dict=False)[0]
+        unet.train()
+        training = family.denoise(unet, noisy, timesteps, hidden, pooled, None)
+    assert ours.shape == noisy.shape and torch.allclose(ours[:1], -first, atol=1e-5)
+    assert torch.allclose(training, ours, atol=1e-5)
+
+
+def test_gradient_checkpointing_trains_as_without_it(tiny: Path) -> None:
+    grads = []
+    for checkpointing in (False, True):
+        loaded = load_model(str(tiny), "auto", torch.float32)
+        family = loaded.family.configured({})
+        if checkpointing:
+            loaded.unet.enable_gradient_checkpointing()
+        loaded.unet.train()
+        hidden, pooled = family.encode_prompts(loaded.text_encoders, family.tokenize(loaded.tokenizers, CAPTIONS), 1)
+        torch.manual_seed(0)
+        family.denoise(loaded.unet, torch.randn(2, 16, 8, 8), torch.tensor([300.0, 800.0]), hidden, pooled,
+                       None).square().mean().backward()
+        grads.append(loaded.unet.double_stream_blocks[0].block.attn1.to_q.weight.grad)
+    assert grads[0].abs().max() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def saved(model: object) -> SimpleNamespace:
+    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
+    unet = copy.deepcopy(model.unet).eval()
+    network, targets, state = random_network(model.family, unet)
+    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
+    peft = kohya_to_diffusers(state, view, targets, ())
+    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
+               for k, v in peft.items() if k.endswith(".lora_A.weight")}
+    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
+                           state=state, updates=updates, view=view)
+
+
+def test_its_lora_targets_every_linear_layer_of_the_blocks(saved: SimpleNamespace) -> None:
+    paths = {t.path for t in saved.targets}
+    assert {"double_stream_blocks.0.block.attn1.to_q", "double_stream_blocks.0.block.attn1.to_out_t",
+            "double_stream_blocks.0.block.ff_i.experts.3.w2", "double_stream_blocks.0.block.ff_i.shared_experts.w1",
+            "double_stream_blocks.0.block.ff_t.w3", "double_stream_blocks.0.block.adaLN_modulation.1",
+            "single_stream_blocks.0.block.attn1.to_v", "single_stream_blocks.0.block.ff_i.experts.0.w1"} <= paths
+    assert not any(p.startswith(("caption_projection", "x_embedder", "final_layer")) for p in paths)
+    assert all(key.startswith("diffusion_model.") and ".lora_" in key for key in saved.file)
+    assert saved.view.family.lora_in_own_names(saved.file).keys() == saved.state.keys()
+
+
+def test_comfyui_loads_every_key_into_the_layer_that_was_trained(saved: SimpleNamespace) -> None:
+    """ComfyUI's HiDream model holds the published (diffusers-named) weights: its generic `diffusion_model.<path>`
+    names (and its HiDream branch's `transformer.<path>`) address them."""
+    shapes = {f"{PREFIX}{k}": v.shape for k, v in saved.unet.state_dict().items()}
+    key_map = unet_key_map(shapes)
+    patches, not_loaded = load_lora(saved.file, key_map)
+    assert not_loaded == []  # ComfyUI warns "lora key not loaded" for each of these
+    assert len(patches) == len(saved.targets)
+    check_patches(patches, shapes)
+    for target in saved.targets:
+        assert torch.allclose(patches[f"{PREFIX}{target.path}.weight"], saved.updates[target.path], atol=1e-5)
+
+
+def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: SimpleNamespace) -> None:
+    family = model.family.configured({})
+    pipe = family.build_pipeline(SimpleNamespace(**{**vars(model), "unet": copy.deepcopy(model.unet).eval()}),
+                                 family.inference_scheduler(model, "euler"))
+    state = pipe.lora_state_dict(dict(saved.file))
+    assert len(state) == len(saved.file)  # its HiDream conversion reads `diffusion_model.` keys
+    pipe.load_lora_weights(dict(saved.file), adapter_name="default_0")
+    unet = pipe.transformer
+    loaded = {name: module.lora_B["default_0"].weight @ module.lora_A["default_0"].weight * module.scaling["default_0"]
+              for name, module in unet.named_modules() if hasattr(module, "lora_A") and "default_0" in module.lora_A}
+    assert loaded.keys() == saved.updates.keys()
+    for name, update in saved.updates.items():
+        assert torch.allclose(loaded[name], update, atol=1e-5), name
+    hidden, pooled = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
+    noisy, timesteps = torch.randn(2, 16, 8, 8), torch.tensor([500.0, 500.0])
+    saved.network.apply_to()  # the network as training runs it (on the fixture's copy) computes what diffusers does
+    with torch.no_grad():
+        assert torch.allclose(family.denoise(unet, noisy, timesteps, hidden, pooled, None),
+                              family.denoise(saved.unet, noisy, timesteps, hidden, pooled, None), atol=1e-4)
