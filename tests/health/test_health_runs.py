@@ -99,3 +99,32 @@ def test_a_finetune_without_samples_is_scanned_and_says_the_effect_was_not_check
     assert report["checks"]["weights"]["nonfinite_count"] == 0
     assert report["checks"]["effect"] == {"checked": False, "reason": "the run renders no samples (sample_prompts "
                                                                       "is empty): the effect was not checked"}
+
+
+@pytest.mark.slow  # runs a trainer (in this process)
+def test_a_lycoris_save_has_its_effect_checked_and_an_embeddings_epoch_saves_are_scanned(tiny_sd1_dir: Path,
+                                                                                           dataset: Path,
+                                                                                           tmp_path: Path) -> None:
+    from trainers.health.report import check_and_write
+
+    common = {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(dataset), **FAST,
+              "sample_prompt_lines": ["sks shape --s 2 --d 1"]}
+    run = tmp_path / "loha"
+    assert _train("lora", run, check_and_write, output_dir=str(tmp_path / "o1"), output_name="l", **common,
+                  network_module="lycoris.kohya", network_args=["algo=loha"], network_dim=4, network_alpha=2,
+                  max_train_steps=1) == 0
+    report = json.loads((run / "health" / "l.safetensors.json").read_text(encoding="utf-8"))
+    assert report["checks"]["weights"]["modules"] > 0 and report["checks"]["weights"]["nonfinite_count"] == 0
+    assert "difference" in report["checks"]["effect"], report["checks"]["effect"]
+    assert report["checks"]["loading"]["loaders"]["ComfyUI"]["dropped"] == 0
+
+    run = tmp_path / "ti"
+    assert _train("textual_inversion", run, check_and_write, output_dir=str(tmp_path / "o2"), output_name="t",
+                  **common, token_string="sks", max_train_epochs=2, save_every_n_epochs=1) == 0
+    health = [e for e in events(run) if e["type"] == "health"]
+    assert [Path(e["path"]).name for e in health] == ["t-000001.safetensors", "t.safetensors"]
+    for event in health:
+        report = json.loads(Path(event["report"]).read_text(encoding="utf-8"))
+        assert event["verdict"] == "healthy" and report["checks"]["weights"]["nonfinite_count"] == 0
+        assert report["checks"]["effect"]["checked"] is False
+        assert "cannot be switched off" in report["checks"]["effect"]["reason"]
