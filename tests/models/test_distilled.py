@@ -173,6 +173,14 @@ def test_an_adapter_of_another_model_is_refused_by_name(zimage: dict[str, Path])
         attach_training_adapter(model, wrong, 1.0)
     (issue,) = err.value.issues
     assert issue.field == "training_adapter" and "single_transformer_blocks.0.attn.to_q" in issue.message
+    dora = zimage["tmp"] / "dora.safetensors"
+    save_file({"layers.0.attention.to_q.lora_A.weight": torch.zeros(2, 32),
+               "layers.0.attention.to_q.lora_B.weight": torch.zeros(32, 2),
+               "layers.0.attention.to_q.lora_magnitude_vector": torch.ones(32)}, dora)
+    with pytest.raises(ConfigError) as err:
+        attach_training_adapter(model, dora, 1.0)
+    assert err.value.issues[0].field == "training_adapter" and "DoRA" in err.value.issues[0].message
+    assert not adapter_hooks(model.unet)  # nothing was hooked by a refused file
 
 
 def test_samples_are_rendered_without_the_adapter(zimage: dict[str, Path]) -> None:

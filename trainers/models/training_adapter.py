@@ -61,12 +61,14 @@ def attach_training_adapter(model: LoadedModel, path: Path, multiplier: float) -
     if missing:
         raise _bad(f"{path} adapts {len(missing)} layers this {model.family.title} model does not have (e.g. "
                    f"{missing[0]}): is it the training adapter of another model?")
-    for name, (down, up, scale) in pairs.items():
+    for name, (down, up, _) in pairs.items():  # every layer checked before any is hooked
         layer = modules[name]
         ins, outs = getattr(layer, "in_features", None), getattr(layer, "out_features", None)
         if (ins, outs) != (down.shape[1], up.shape[0]):
             raise _bad(f"{path} does not fit this {model.family.title} model: its {name} maps {down.shape[1]} to "
                        f"{up.shape[0]} features, the model's layer {ins} to {outs}")
+    for name, (down, up, scale) in pairs.items():
+        layer = modules[name]
         dtype = layer.weight.dtype if isinstance(getattr(layer, "weight", None), torch.Tensor) and \
             layer.weight.dtype.is_floating_point else torch.float32
         layer.register_forward_hook(AdapterHook(down.to(dtype), up.to(dtype), scale * multiplier))
@@ -127,6 +129,10 @@ def _in_module_paths(state: dict[str, torch.Tensor], model: LoadedModel, path: P
 
 def _pairs(state: dict[str, torch.Tensor], path: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor, float]]:
     """{module path: (down, up, alpha / rank)} of a state in module paths."""
+    other = sorted(k for k in state if not k.endswith((".lora_A.weight", ".lora_B.weight", ".alpha")))
+    if other:
+        raise _bad(f"{path} holds {len(other)} tensors that are not plain LoRA weights (e.g. {other[0]}; a DoRA or "
+                   "LyCORIS file?): a training adapter is a LoRA of lora_A/lora_B (or lora_down/lora_up) weights")
     pairs = {}
     for key, down in state.items():
         if not key.endswith(".lora_A.weight"):
