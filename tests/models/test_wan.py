@@ -6,6 +6,7 @@ its LoRA file (musubi-tuner's names) loads with every key in ComfyUI (comfy_lora
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -218,3 +219,86 @@ def test_a_sample_is_a_short_mp4_rendered_through_wan_pipeline(model: object, tm
         assert "a red fox" in container.metadata.get("comment", "")
     assert len(frames) == model.family.sample_frames and (frames[0].width, frames[0].height) == (48, 32)
     assert float(stream.average_rate) == model.family.frame_rate
+
+
+def _write_clip(path: Path, frames: int, size: tuple[int, int] = (32, 32)) -> Path:
+    """An mpeg4 clip at 16 fps whose frames brighten, with a caption beside it."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=16)
+        stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
+        for i in range(frames):
+            pixels = np.full((size[1], size[0], 3), i * 12 % 256, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    path.with_suffix(".txt").write_text(f"a clip of {frames} frames")
+    return path
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_two_step_lora_trains_from_three_clips_and_an_image(model: object, tmp_path: Path, cached: bool) -> None:
+    """The video data path (build_video_pipeline: V's catalog and clip windows) into the flow objective: batches of
+    clips (B, F, C, H, W) and a 1-frame image, 5D latents, the LoRA's file in musubi-tuner's names."""
+    from PIL import Image
+
+    from trainers.core.options import load_config
+    from trainers.data.pipeline import build_video_pipeline
+    from trainers.data.video_catalog import build_video_catalog
+    from trainers.data.video_toml import video_dataset_specs
+    from trainers.methods.lora.network import LoRANetwork
+    from trainers.train.diffusion import NoiseOptions
+    from trainers.train.flow import flow_loss
+
+    clips, images = tmp_path / "clips", tmp_path / "images"
+    clips.mkdir()
+    images.mkdir()
+    for name, frames in (("a.mp4", 9), ("b.mp4", 5), ("c.mp4", 12)):
+        _write_clip(clips / name, frames)
+    Image.new("RGB", (32, 32), (200, 40, 40)).save(images / "red.png")
+    (images / "red.txt").write_text("a red square")
+    raw = {"general": {"resolution": [32, 32], "batch_size": 1},
+           "datasets": [{"video_directory": str(clips), "target_frames": [1, 5]}, {"image_directory": str(images)}]}
+    specs = video_dataset_specs(raw, tmp_path, [])
+    catalog = build_video_catalog(specs, model.family.frame_rule, model.family.frame_rate)
+    assert {len(c.frames) for c in catalog.clips} == {1, 5} and any(c.is_image for c in catalog.clips)
+    (tmp_path / "cfg.toml").write_text("")
+    cfg = load_config("lora", tmp_path / "cfg.toml", [f"cache_latents={json.dumps(cached)}",
+                                                      "max_data_loader_n_workers=0"])
+    accelerator = SimpleNamespace(is_main_process=True, num_processes=1, device=torch.device("cpu"))
+    warned: list[str] = []
+    events = SimpleNamespace(warn=warned.append, emit=lambda event: None)
+    family = model.family.configured({**cfg.values, "timestep_sampling": "shift", "discrete_flow_shift": 3.0})
+    run = dataclasses.replace(model, family=family, unet=copy.deepcopy(model.unet))
+    data = build_video_pipeline(cfg, catalog, run, accelerator, events)
+    assert warned == []
+    targets = family.lora_targets(run.unet)
+    network = LoRANetwork(run.unet, [], unet_key_style="own", network_dim=4, network_alpha=2,
+                          train_text_encoder=False, unet_targets=targets)
+    network.apply_to()
+    optimizer = torch.optim.AdamW(network.parameters(), lr=1e-2)
+    text_encoders = model.text_encoders
+
+    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, ids: list[torch.Tensor], sizes: object,
+                  embeds: object) -> torch.Tensor:
+        hidden, mask = family.encode_prompts(text_encoders, ids, 1)
+        return family.denoise(run.unet, noisy, timesteps, hidden, mask, sizes)
+
+    opts = NoiseOptions(seed=1, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
+    frames_seen = set()
+    before = {k: v.clone() for k, v in network.kohya_state_dict(torch.float32).items()}
+    for step, batch in zip(range(2), data.loader):
+        key = "latent_mean" if cached else "pixels"
+        frames_seen.add(batch[key].shape[2] if cached else batch[key].shape[1])
+        loss = flow_loss(predictor, data.model, batch, opts, torch.float32)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        assert torch.isfinite(loss), step
+    after = network.kohya_state_dict(torch.float32)
+    assert any(not torch.equal(before[k], after[k]) for k in after if k.endswith("lora_up.weight"))
+    assert "lora_unet_blocks_1_cross_attn_v.lora_up.weight" in family.lora_file(after, run)
+    assert frames_seen  # windows of 1 or 5 frames (2 latent frames), or an image (1)

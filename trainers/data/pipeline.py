@@ -95,6 +95,65 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
     return DataPipeline(catalog, dataset, sampler, loader, model, validation)
 
 
+def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator: Any,
+                         events: EventWriter) -> DataPipeline:
+    """A video family's data (its `is_video`): the video catalog's clip windows (trainers/data/video_catalog.py;
+    images as 1-frame clips), batches of one (dataset, frames, width, height) bucket, pixels (B, F, C, H, W) or their
+    cached latents (video_cache.py, encoded by the family's 3D autoencoder), captions as the image path tokenizes or
+    caches them. What the loop reads of a batch is what an image batch has, latents with a frame axis."""
+    from trainers.data.video_cache import build_clip_latent_cache
+    from trainers.data.video_catalog import VideoCatalog
+    from trainers.data.video_dataset import ClipWindows, collate_clips
+
+    main = accelerator.is_main_process
+    model = replace(model, prompt_format=PromptFormat(cfg.max_token_length, cfg.weighted_captions))
+    latents = None
+    if cfg.cache_latents or cfg.cache_latents_to_disk:
+        from trainers.data.cache import vae_fingerprint
+
+        vae = model.vae
+
+        def encode(pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # (B, F, C, H, W), as batches come
+            dist = vae.encode(pixels.transpose(1, 2).to(vae.device, vae.dtype)).latent_dist
+            return dist.mean, dist.std
+
+        try:
+            latents, failed = build_clip_latent_cache(catalog, encode, vae_fingerprint(vae), cfg.cache_latents_to_disk)
+        except CacheWriteError as err:
+            raise ConfigError([ConfigIssue("cache_latents_to_disk", f"{err}: make that folder writable, or cache in "
+                                           "memory (cache_latents = true, cache_latents_to_disk = false)",
+                                           "dataset")]) from None
+        if failed:
+            for index, reason in failed.items():
+                events.warn(f"skipped {catalog.clips[index].path}: {reason}")
+            kept = [i for i in range(len(catalog.clips)) if i not in failed]
+            renumber = {old: new for new, old in enumerate(kept)}
+            catalog = VideoCatalog(catalog.datasets, [catalog.clips[i] for i in kept],
+                                   [renumber[s] for s in catalog.samples if s in renumber], catalog.skipped,
+                                   catalog.warnings)
+    sampler = catalog.batch_sampler(accelerator.num_processes, cfg.seed)
+    dataset = ClipWindows(catalog, _quiet(model.tokenize), latents)
+    captions = sorted({clip.caption for clip in catalog.clips})
+    if main:
+        _warn_overlong(captions, model, events)
+    if cfg.cache_text_encoder_outputs:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PromptTruncated)  # reported above
+            dataset.texts = build_text_cache(captions + sample_texts(cfg),
+                                             lambda caps: model.encode_texts(caps, cfg.clip_skip),
+                                             cfg.values.get("text_encoder_batch_size"),
+                                             progress=_progress("text", main, events))
+        model = replace(model, cached_texts=dataset.texts)
+        for te in model.text_encoders:
+            te.to("cpu")  # not needed any more: free the accelerator's memory
+    workers = cfg.max_data_loader_n_workers
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_sampler=sampler, collate_fn=collate_clips, num_workers=workers,
+        persistent_workers=workers > 0 and cfg.persistent_data_loader_workers,
+        pin_memory=accelerator.device.type == "cuda")
+    return DataPipeline(catalog, dataset, sampler, loader, model)
+
+
 def sample_texts(cfg: TrainConfig) -> list[str]:
     """The run's sample prompts and negative prompts."""
     prompts = config_prompts(cfg.sample_prompts, cfg.sample_prompt_lines)

@@ -11,7 +11,8 @@ from trainers.models import SizeConditioning
 def conditioning(batch: dict[str, Any], device: torch.device) -> tuple[Any, Any, Any]:
     """What the denoiser is conditioned on: the prompt's token ids, or its cached encoder outputs (prompt and
     pooled embeddings), and the SDXL size conditioning."""
-    sizes = SizeConditioning(batch["original_size"], batch["crop_top_left"], batch["target_size"])
+    sizes = (SizeConditioning(batch["original_size"], batch["crop_top_left"], batch["target_size"])
+             if "original_size" in batch else None)  # clip batches (video families) have no SDXL sizes
     input_ids = [ids.to(device) for ids in batch["input_ids"]] if "input_ids" in batch else None
     embeds = None
     if "prompt_embeds" in batch:
