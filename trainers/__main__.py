@@ -8,8 +8,9 @@ Also: `python -m trainers demo --out DIR` (tiny model + dataset, offline),
 `python -m trainers accelerate-config --config run.toml` (the accelerate config of DeepSpeed/FSDP runs),
 `python -m trainers generate|compare` (images and compare grids; see trainers/generate/),
 `python -m trainers tools <verb>` (LoRA and model tools; see trainers/tools/),
-`python -m trainers caption|masks` (captions and loss masks of a dataset; see trainers/caption/), and
-`python -m trainers cluster sbatch|k8s <config>` (SLURM / Kubernetes job files; see trainers/cluster/).
+`python -m trainers caption|masks` (captions and loss masks of a dataset; see trainers/caption/),
+`python -m trainers cluster sbatch|k8s <config>` (SLURM / Kubernetes job files; see trainers/cluster/), and
+`python -m trainers scores <run dir>` (a run's saves scored from its samples, the best picked; docs/scores.md).
 Methods (their subcommands) come from trainers/core/registry.py.
 """
 from __future__ import annotations
@@ -86,6 +87,9 @@ def _parser(flags_for: str | None = None) -> argparse.ArgumentParser:
     from trainers.cluster.cli import add_arguments as add_cluster_arguments
 
     add_cluster_arguments(sub)  # cluster sbatch|k8s: job files
+    from trainers.scores.cli import add_arguments as add_scores_arguments
+
+    add_scores_arguments(sub)  # scores <run dir>: a run's saves scored from its samples
     return parser
 
 
