@@ -225,16 +225,17 @@ def test_lycoris_names_are_kohyas_on_both_families(sd1, sdxl) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module, args, key", [
-    ("lycoris.kohya", ["algo=loha"], ".hada_w1_a"),
-    ("lycoris.kohya", ["algo=lokr", "factor=4"], ".lokr_w1"),
-    ("networks.dylora", ["unit=2"], ".lora_down.weight"),
+@pytest.mark.parametrize("module, args, key, model", [
+    ("lycoris.kohya", ["algo=loha"], ".hada_w1_a", "fake_model_dir"),
+    ("lycoris.kohya", ["algo=lokr", "factor=4"], ".lokr_w1", "fake_model_dir"),
+    ("networks.dylora", ["unit=2"], ".lora_down.weight", "tiny_sd1_dir"),  # DyLoRA takes diffusers/sgm names only
 ])
-def test_network_modules_train_save_and_reload(module: str, args: list[str], key: str, tiny_sd1_dir: Path,
-                                               tmp_path: Path) -> None:
+def test_network_modules_train_save_and_reload(module: str, args: list[str], key: str, model: str,
+                                               request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """LyCORIS on the tests' fake model family (tests/fake_family/; its names on real UNets are checked above)."""
     data = build_dataset(tmp_path / "data", folder="2_sks shape")
     out = tmp_path / "out"
-    values = {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data), "output_dir": str(out),
+    values = {"pretrained_model_name_or_path": str(request.getfixturevalue(model)), "train_data_dir": str(data), "output_dir": str(out),
               **FAST, "network_module": module, "network_args": args}
     assert train("lora", tmp_path / "run", **values) == 0
     tensors, meta = read_lora_file(out / "lora.safetensors")
