@@ -39,7 +39,8 @@ def model(tiny: Path) -> object:
 
 
 def _values(model_dir: Path, **options: object) -> dict[str, object]:
-    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir), **options}
+    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir),
+            "network_train_unet_only": True, **options}
 
 
 def _folder(tmp_path: Path, name: str, pipeline: str, scheduler: dict[str, object] | None = None) -> Path:
@@ -83,6 +84,11 @@ def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
     issues = model_issues(_values(tiny, min_snr_gamma=5.0, save_model_as="safetensors", text_encoder_lr=[1e-4]))
     assert sorted(i.field for i in issues) == ["min_snr_gamma", "save_model_as", "text_encoder_lr"]
     assert all("HiDream-I1" in i.message for i in issues)
+
+
+def test_a_lora_that_would_train_its_text_encoders_is_refused_by_name(tiny: Path) -> None:
+    (issue,) = model_issues(_values(tiny, network_train_unet_only=False))
+    assert issue.field == "network_train_unet_only" and "HiDream-I1" in issue.message and "CLIP-L" in issue.message
 
 
 def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> None:

@@ -3,9 +3,11 @@ folder is (their scheduler configs alone tell them apart: the three publish the 
 flow options it reads."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import (CLIP_G_248, CLIP_G_248_LINEAR, CLIP_L_248, CLIP_L_248_LINEAR, FLOW_AE,
                                      LLAMA31_8B, LLAMA31_8B_LINEAR, T5XXL, T5XXL_LINEAR, ModelSize)
 from trainers.models.flow_rules import FlowRules
@@ -47,6 +49,16 @@ class HiDreamRules(FlowRules):
     writes_single_files = False
     checkpoint_parts = ()
     frozen_text_encoder = "CLIP-L, CLIP-G, T5-XXL and Llama 3.1"
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """Its text encoders stay frozen: a LoRA that would train its CLIPs is refused by name (diffusers'
+        HiDreamImagePipeline loads LoRAs into the transformer only; ai-toolkit and SimpleTuner train that alone)."""
+        issues = super().option_issues(values)
+        if values.get("network_train_unet_only", True) is False:
+            issues.append(ConfigIssue("network_train_unet_only", f"{self.title}'s {self.frozen_text_encoder} text "
+                                      "encoders are never trained (only the transformer's LoRA is, as in ai-toolkit "
+                                      "and SimpleTuner): set it to true", "network"))
+        return issues
 
     def distilled_base(self, path: Path) -> DistilledBase | None:
         """Dev and Fast (guidance-distilled from Full), told by their scheduler config only (see variant_of)."""
