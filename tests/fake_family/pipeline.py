@@ -3,7 +3,6 @@ in, latents out with output_type="latent", an image processor for the decoded pi
 so LoRA hooks and trained weights apply. Classifier-free guidance with the scheduler it is given, as diffusers'."""
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -24,7 +23,7 @@ class FakePipeline:
 
     def __call__(self, prompt_embeds: torch.Tensor, negative_prompt_embeds: torch.Tensor, width: int, height: int,
                  num_inference_steps: int, guidance_scale: float, generator: torch.Generator,
-                 output_type: str = "latent") -> SimpleNamespace:
+                 output_type: str = "latent") -> Any:
         if output_type != "latent":
             raise ValueError("the fake pipeline returns latents only (the sampler decodes them)")
         param = next(self.denoiser.parameters())
@@ -37,4 +36,6 @@ class FakePipeline:
             uncond, cond = self.denoiser(both, t.expand(2), text).chunk(2)
             guided = uncond + guidance_scale * (cond - uncond)
             latents = self.scheduler.step(guided, t, latents, generator=generator).prev_sample
-        return SimpleNamespace(images=latents)
+        from diffusers.pipelines.pipeline_utils import ImagePipelineOutput
+
+        return ImagePipelineOutput(images=latents)  # read as .images or [0], as diffusers' outputs are

@@ -128,3 +128,21 @@ def test_a_lycoris_save_has_its_effect_checked_and_an_embeddings_epoch_saves_are
         assert event["verdict"] == "healthy" and report["checks"]["weights"]["nonfinite_count"] == 0
         assert report["checks"]["effect"]["checked"] is False
         assert "cannot be switched off" in report["checks"]["effect"]["reason"]
+
+
+@pytest.mark.slow  # runs two trainer processes
+def test_two_processes_check_every_save_once(fake_model_dir: Path, dataset: Path, tmp_path: Path) -> None:
+    from helpers import fake_family_env, two_processes
+
+    run = tmp_path / "run"
+    result = run_trainer(sets(pretrained_model_name_or_path=str(fake_model_dir), train_data_dir=str(dataset),
+                              output_dir=str(tmp_path / "out"), output_name="d", **FAST, network_dim=4,
+                              network_alpha=2, keep_global_batch=True, num_processes=2, max_train_steps=2,
+                              save_every_n_steps=1, sample_prompt_lines=["sks shape --s 2 --d 1", "red circle --s 2"]),
+                         run, two_processes(), env=fake_family_env(ACCELERATE_USE_CPU="1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    health = [e for e in events(run) if e["type"] == "health"]
+    assert [Path(e["path"]).name for e in health] == ["d-step00000001.safetensors", "d.safetensors"]
+    for event in health:
+        effect = json.loads(Path(event["report"]).read_text(encoding="utf-8"))["checks"]["effect"]
+        assert "difference" in effect, effect  # rendered by the main process while the other waited
