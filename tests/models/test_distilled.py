@@ -18,7 +18,7 @@ from trainers.core.options import BY_NAME, config_from_dict
 from trainers.demo import build_dataset
 from trainers.methods.lora.file_format import read_lora_file
 from trainers.models import load_model
-from trainers.models.distilled import distilled_base, distilled_notes
+from trainers.models.distilled import adapter_issues, distilled_base, distilled_notes
 from trainers.models.flux.tiny import build_tiny_flux
 from trainers.models.flux2.tiny import build_tiny_flux2_klein
 from trainers.models.krea2.tiny import build_tiny_krea2
@@ -78,6 +78,23 @@ def test_a_flux_single_file_without_a_guidance_embedding_is_schnell(tmp_path: Pa
     found = distilled_base({MODEL: str(tmp_path / "flux1-schnell.safetensors")})
     assert found is not None and found.variant == "FLUX.1 schnell" and "guidance_in" in found.told_by
     assert distilled_base({MODEL: str(tmp_path / "flux1-dev.safetensors")}) is None
+    dev_with_adapter = {MODEL: str(tmp_path / "flux1-dev.safetensors"), "training_adapter": str(tmp_path / "a.st")}
+    save_file({"transformer.x.lora_A.weight": torch.zeros(1, 2), "transformer.x.lora_B.weight": torch.zeros(2, 1)},
+              tmp_path / "a.st")
+    (issue,) = adapter_issues(dev_with_adapter)  # a single file tells dev from schnell
+    assert issue.field == "training_adapter" and "not distilled" in issue.message
+
+
+def test_a_zimage_single_file_does_not_tell_turbo_and_takes_an_adapter(tmp_path: Path) -> None:
+    from trainers.models.checks import local_family
+
+    save_file({"cap_pad_token": torch.zeros(1, 32), "x_embedder.weight": torch.zeros(32, 16)},
+              tmp_path / "z_image_turbo_bf16.safetensors")
+    assert local_family(str(tmp_path / "z_image_turbo_bf16.safetensors")) == "zimage"
+    save_file({"transformer.x.lora_A.weight": torch.zeros(1, 2), "transformer.x.lora_B.weight": torch.zeros(2, 1)},
+              tmp_path / "a.st")
+    values = {MODEL: str(tmp_path / "z_image_turbo_bf16.safetensors"), "training_adapter": str(tmp_path / "a.st")}
+    assert distilled_base(values) is None and adapter_issues(values) == []
 
 
 def _config(zimage: dict[str, Path], model: str = "turbo", **values: Any) -> Any:

@@ -82,9 +82,11 @@ def adapter_issues(values: Mapping[str, Any], model: Path | None = None) -> list
                             "training adapter's .safetensors file", "flow")]
     path = model or given_path(values, MODEL)
     name = local_family(str(path)) if path is not None else None
-    declared = family_declaration(name) if name is not None else None
-    if declared is not None and ADAPTER in declared.reads and distilled_base(values, model) is None:
-        title = rules_of(name).title
-        return [ConfigIssue(ADAPTER, f"is for distilled (turbo) bases, but {path} is a {title} model that is not "
-                            "distilled (its files tell): leave it empty", "flow")]
+    if path is None or name is None:
+        return []  # a hub id is checked once fetched; a model that cannot be told is named by the model checks
+    declared, rules = family_declaration(name), rules_of(name)
+    reads = declared is not None and ADAPTER in declared.reads  # the other families refuse the option itself
+    if reads and rules.tells_distilled(path) and distilled_base(values, model) is None:
+        return [ConfigIssue(ADAPTER, f"is for distilled (turbo) bases, but {path} is a {rules.title} model that is "
+                            "not distilled (its files tell): leave it empty", "flow")]
     return []

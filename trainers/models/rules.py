@@ -124,6 +124,11 @@ class FamilyRules(ABC):
     own_checkpoint_layout: bool = False
     checkpoint_parts: tuple[Any, ...] = ()  # the parts (flow_rules.Part) separate files may stand in for
     memory_facts: ModelSize | None = None  # its published sizes, for the memory estimate of a model not here
+    # the video layer: a video family trains clips (video_directory datasets, trainers/data/video_run.py), frames
+    # 1 + frame_rule x k (its causal 3D VAE's temporal compression), dropped to frame_rate (fps; None: as recorded)
+    is_video: bool = False
+    frame_rule: int = 1
+    frame_rate: float | None = None
     # its variants' sizes, keyed by the words (lowercase) a hub id of that variant holds, the most specific first
     memory_variants: Mapping[tuple[str, ...], ModelSize] = {}
 
@@ -186,6 +191,11 @@ class FamilyRules(ABC):
         """The distilled variant a model folder or single file of this family is, from its files; None when it
         is not one, or its files do not tell."""
         return None
+
+    def tells_distilled(self, path: Path) -> bool:
+        """Whether `path`'s files tell a distilled variant from the others (a diffusers folder's configs do; most
+        single files do not)."""
+        return path.is_dir()
 
     def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
         """What a single file of this family lacks, with no option set to stand in, before it loads. An LDM/SGM

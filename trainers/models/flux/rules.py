@@ -49,6 +49,9 @@ class FluxRules(FlowRules):
             told = "its transformer has no guidance embedding (guidance_in.*)"
         return DistilledBase("FLUX.1 schnell", told, SCHNELL_ADAPTER)
 
+    def tells_distilled(self, path: Path) -> bool:
+        return True  # a single file has guidance_in.* or not
+
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)
         args = dict(str(a).split("=", 1) for a in values.get("network_args") or [] if "=" in str(a))
