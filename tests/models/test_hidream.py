@@ -91,6 +91,14 @@ def test_a_lora_that_would_train_its_text_encoders_is_refused_by_name(tiny: Path
     assert issue.field == "network_train_unet_only" and "HiDream-I1" in issue.message and "CLIP-L" in issue.message
 
 
+def test_a_folder_without_its_llama_says_where_to_get_it(tmp_path: Path) -> None:
+    from trainers.models.rules import ModelLoadError
+
+    folder = _folder(tmp_path, "no_llama", "HiDreamImagePipeline")
+    with pytest.raises(ModelLoadError, match="text_encoder_4 and tokenizer_4.*Llama 3.1 Community License"):
+        load_model(str(folder), "auto", torch.float32)
+
+
 def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 

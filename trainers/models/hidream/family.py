@@ -28,13 +28,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelLoadError, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen, t5_attention_mask
 from trainers.models.hidream.rules import VARIANT_SHIFTS, HiDreamRules, variant_of
 from trainers.models.lora_file_names import FileNamedLora, path_target
 
 TEXT_LENGTH = 128  # the pipeline's max_sequence_length, for each of the four encoders
 BLOCKS = ("double_stream_blocks.", "single_stream_blocks.")
+LLAMA_HELP = ("HiDream-I1 reads captions with Llama-3.1-8B-Instruct too, which the published folders leave out (its "
+              "own license): accept Meta's Llama 3.1 Community License on the hub, download "
+              "meta-llama/Llama-3.1-8B-Instruct, and put its model files in the folder as text_encoder_4 and its "
+              "tokenizer files as tokenizer_4 (model_index.json names them: LlamaForCausalLM, "
+              "PreTrainedTokenizerFast)")
 LORA_FILE_MODULES = re.compile(r"(double|single)_stream_blocks\.\d+\.block\.[\w.]+")
 
 
@@ -63,6 +68,8 @@ class HiDream(FileNamedLora, HiDreamRules, FlowFamily, ModelFamily):
     def load(self, folder: Any, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         from diffusers import FlowMatchEulerDiscreteScheduler
 
+        if not random_init and not all((Path(folder) / sub).is_dir() for sub in ("text_encoder_4", "tokenizer_4")):
+            raise ModelLoadError(f"{folder} has no text_encoder_4 and tokenizer_4: {LLAMA_HELP}")
         scheduler_file = Path(folder) / "scheduler" / "scheduler_config.json"
         config = json.loads(scheduler_file.read_text(encoding="utf-8")) if scheduler_file.is_file() else {}
         model = super().load(folder, weight_dtype, vae_path, random_init)
