@@ -90,6 +90,24 @@ def test_grid_has_a_row_per_save_and_a_column_per_prompt(training_run: Path, tmp
     assert set(seeds.values()) == {42, 5}  # one fixed seed per column (the line's --d wins)
 
 
+def test_a_scored_runs_rows_sort_by_likeness(training_run: Path, tmp_path: Path) -> None:
+    saves = find_saves(training_run)
+    records = [{"save": s.path, "step": s.step, "epoch": s.epoch, "likeness": like, "fidelity": 0.3}
+               for s, like in zip(saves, (0.1, 0.5, 0.3))]
+    (training_run / "scores.json").write_text(json.dumps({"records": records, "best": records[1]}), encoding="utf-8")
+    job = tmp_path / "job"
+    args = ["--compare-run", str(training_run), "--compare-order", "likeness", "--run-dir", str(job)]
+    for name, value in FAST.items():
+        args += [f"--{name.replace('_', '-')}", str(value)]
+    assert compare_form_values(training_run)["compare_order"] == "likeness", "Compare saves sorts a scored run"
+    try:
+        assert run_main(args, command="compare") == 0
+    finally:
+        (training_run / "scores.json").unlink()
+    rows = next(e for e in events(job) if e["type"] == "grid")["rows"]
+    assert rows == ["epoch 2  L 0.500  F 0.300  (best)", "final  L 0.300  F 0.300", "epoch 1  L 0.100  F 0.300"]
+
+
 def test_a_weight_axis_adds_columns_and_weight_zero_is_the_base(training_run: Path, tmp_path: Path) -> None:
     job = tmp_path / "job"
     args = ["--compare-run", str(training_run), "--prompt", SAMPLE_PROMPTS[0] + " --s 3", "--weight", "0", "--weight", "1",

@@ -97,6 +97,15 @@ def read_run_config(run_dir: Path) -> dict[str, Any] | None:
     return flat
 
 
+def read_scores(run_dir: Path) -> dict[str, Any]:
+    """A run's scores.json (trainers/scores/: records, best, overfitting_from_epoch); {} when none or unreadable."""
+    try:
+        data = json.loads((Path(run_dir) / SCORES).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def read_status(run_dir: Path | None) -> dict[str, Any]:
     """status.json as a dict; empty when there is none (yet) or it cannot be read."""
     if run_dir is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from trainers.core.events import EventWriter, Grid
 from trainers.core.fsio import atomic_path
+from trainers.core.rundir import read_scores
 from trainers.generate.options import GenerateConfig
 from trainers.generate.plan import Plan, input_images
 
@@ -61,7 +62,51 @@ def layout(plan: Plan, cfg: GenerateConfig) -> GridLayout:
     count = max(map(len, inputs), default=0)
     labels = ["input image"] if count == 1 else [f"input {n + 1}" for n in range(count)]
     input_rows = [[images[n] if n < len(images) else "" for images in inputs] for n in range(count)]
+    if cfg.compare_order != "save" and cfg.compare_run.strip():
+        rows, cells = by_score(rows, cells, _row_saves(plan), read_scores(Path(cfg.compare_run).expanduser()),
+                               cfg.compare_order)
     return GridLayout(labels + rows, columns, input_rows + cells, cell)
+
+
+def _row_saves(plan: Plan) -> dict[str, str]:
+    """Each save row's file: the full-model save it rendered with, or the save's LoRA (the variant's last)."""
+    out: dict[str, str] = {}
+    for v in plan.variants:
+        if v.save:
+            out.setdefault(v.save, v.model or (v.loras[-1].path if v.loras else ""))
+    return out
+
+
+def by_score(rows: list[str], cells: list[list[str]], files: dict[str, str], scores: dict[str, Any],
+             key: str) -> tuple[list[str], list[list[str]]]:
+    """The save rows ordered by their run's `key` score ("likeness" or "fidelity"), highest first (rows without a
+    score keep their order after them), each label given its scores and the run's best save marked."""
+    by_file = {_same(r["save"]): r for r in scores.get("records", []) if isinstance(r, dict) and r.get("save")}
+    best = scores.get("best") or {}
+    best_file = _same(best["save"]) if best.get("save") else None
+
+    def record(row: str) -> dict[str, Any] | None:
+        return by_file.get(_same(files[row])) if files.get(row) else None
+
+    def label(row: str) -> str:
+        found = record(row)
+        if found is None:
+            return row
+        text = f"{row}  L {found['likeness']:.3f}  F {found['fidelity']:.3f}" if found.get("likeness") is not None \
+            else f"{row}  F {found['fidelity']:.3f}"
+        return text + ("  (best)" if best_file is not None and _same(files[row]) == best_file else "")
+
+    def rank(i: int) -> tuple[bool, float, int]:
+        found = record(rows[i])
+        value = found.get(key) if found else None
+        return value is None, -(value or 0.0), i
+
+    order = sorted(range(len(rows)), key=rank)
+    return [label(rows[i]) for i in order], [cells[i] for i in order]
+
+
+def _same(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
 
 
 def _font(size: int) -> Any:

@@ -97,6 +97,10 @@ GEN_OPTIONS: tuple[Option, ...] = (
     _opt("compare_weights", "list", ["1"], "LoRA weights to render each save at (a column per prompt and weight); "
          "full-model saves are rendered once.",
          "compare"),
+    _opt("compare_order", "str", "save", "Row order of the grid's saves: save (as they were written), or a run's "
+         "scores highest first (likeness, fidelity; score_saves: docs/scores.md), each row labelled with its scores "
+         "and the best save marked; saves without scores come last.", "compare",
+         choices=("save", "likeness", "fidelity")),
     _opt("devices", "str", "auto", "auto: every GPU (a worker each), else the CPU; or `cpu`, or GPU ids `0,1`.",
          "launch"),
     _opt("num_workers", "int", 0, "Workers on the CPU (each GPU gets one); 0: one.", "launch", min=0, max=64,

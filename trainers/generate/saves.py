@@ -13,7 +13,7 @@ from trainers.core.events import Checkpoint, read_events
 from trainers.core.fsio import read_safetensors_header
 from trainers.core.options.groups.model import COMPONENT_FILE_OPTIONS
 from trainers.core.options.validation import parse_resolution
-from trainers.core.rundir import read_run_config
+from trainers.core.rundir import read_run_config, read_scores
 from trainers.core.saves import SaveName, list_saves
 
 
@@ -83,7 +83,8 @@ def compare_form_values(run_dir: Path) -> dict[str, Any]:
     cfg = run_config(run_dir)
     values: dict[str, Any] = {"mode": "compare", "compare_run": str(run_dir), "compare_loras": [], "loras": [],
                               "model": run_base_model(run_dir), "prompts": run_sample_prompts(run_dir),
-                              **run_model_files(cfg)}
+                              **run_model_files(cfg),
+                              "compare_order": "likeness" if read_scores(run_dir).get("records") else "save"}
     if cfg.get("seed") is not None:
         values["seed"] = int(cfg["seed"])
     if cfg.get("sample_sampler"):

@@ -17,7 +17,7 @@ from typing import Any
 
 from trainers.core.events import TRAINING_EVENTS, Checkpoint, Event, EventReader, Sample, Scores, Validation
 from trainers.core.fsio import atomic_write_text
-from trainers.core.rundir import SCORE_CACHE, SCORES
+from trainers.core.rundir import SCORE_CACHE, SCORES, read_scores
 from trainers.scores.metadata import add_metadata, score_metadata
 from trainers.scores.pick import overfitting_epoch, pick_best
 
@@ -53,7 +53,7 @@ class RunScorer:
         self.samples: dict[int, list[Sample]] = {}
         self.saves: dict[int, str] = {}
         self.losses: dict[int, float] = {}
-        self.records: dict[int, dict[str, Any]] = {r["step"]: r for r in _read(self.run_dir).get("records", [])}
+        self.records: dict[int, dict[str, Any]] = {r["step"]: r for r in read_scores(self.run_dir).get("records", [])}
         self.off: str | None = None  # why scores are off for this run
         self.final: tuple[int, str] | None = None  # (step, path) of the final save
         self._encoders: tuple[Any, Any] | None = None
@@ -208,16 +208,3 @@ class RunScorer:
                                  best_save=best.get("save") if best else None,
                                  best_step=best["step"] if best else None, overfitting_from_epoch=overfit,
                                  report=str(report)))
-
-
-def read_scores(run_dir: Path) -> dict[str, Any]:
-    """The run's scores.json ({} when it has none or it is unreadable)."""
-    return _read(Path(run_dir))
-
-
-def _read(run_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((run_dir / SCORES).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
