@@ -302,3 +302,75 @@ def test_a_two_step_lora_trains_from_three_clips_and_an_image(model: object, tmp
     assert any(not torch.equal(before[k], after[k]) for k in after if k.endswith("lora_up.weight"))
     assert "lora_unet_blocks_1_cross_attn_v.lora_up.weight" in family.lora_file(after, run)
     assert frames_seen  # windows of 1 or 5 frames (2 latent frames), or an image (1)
+
+
+def _video_dataset(tmp: Path) -> Path:
+    """3 tiny clips (9, 5 and 12 frames) and an image, as a musubi-tuner video dataset config."""
+    from PIL import Image
+
+    clips, images = tmp / "clips", tmp / "images"
+    clips.mkdir(parents=True)
+    images.mkdir()
+    for name, frames in (("a.mp4", 9), ("b.mp4", 5), ("c.mp4", 12)):
+        _write_clip(clips / name, frames)
+    Image.new("RGB", (32, 32), (200, 40, 40)).save(images / "red.png")
+    (images / "red.txt").write_text("a red square")
+    config = tmp / "dataset.toml"
+    config.write_text(f'[general]\nresolution = [32, 32]\nbatch_size = 1\n\n[[datasets]]\nvideo_directory = '
+                      f'"{clips}"\ntarget_frames = [1, 5]\n\n[[datasets]]\nimage_directory = "{images}"\n')
+    return config
+
+
+def test_an_image_family_refuses_a_video_dataset_config_by_name(tmp_path: Path) -> None:
+    from trainers.core.options import ConfigError
+    from trainers.models.video_data import is_video_run, video_run_catalog
+
+    values = {"dataset_config": str(_video_dataset(tmp_path)), "model_family": "zimage"}
+    assert is_video_run(values)
+    with pytest.raises(ConfigError) as err:
+        video_run_catalog(values, [])
+    (issue,) = err.value.issues
+    assert issue.field == "dataset_config" and "Z-Image trains on images" in issue.message
+    clips = video_run_catalog({**values, "model_family": "wan21"}, [])
+    assert clips.num_train_samples == 7 and {len(c.frames) for c in clips.video.clips} == {1, 5}
+
+
+@pytest.fixture(scope="module")
+def clip_runs(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """A 2-step LoRA from 3 clips and an image (a sample at its end, a state at step 1), the same resumed."""
+    from helpers import train
+
+    from trainers.methods.lora.file_format import read_lora_file
+
+    tmp = tmp_path_factory.mktemp("wan-clips")
+    common = {"pretrained_model_name_or_path": str(tiny), "dataset_config": str(_video_dataset(tmp / "data")),
+              "output_dir": str(tmp / "out"), "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
+              "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "shift",
+              "discrete_flow_shift": 3.0, "max_train_steps": 2}
+    assert train("lora", tmp / "straight", **common, output_name="straight", save_every_n_steps=1, save_state=True,
+                 sample_prompt_lines=["a clip --n blurry --w 32 --h 32 --s 2"], sample_every_n_steps=2) == 0
+    state = tmp / "out" / "straight-step00000001-state"
+    assert train("lora", tmp / "resumed", **common, output_name="resumed", resume=str(state)) == 0
+    straight, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
+    return SimpleNamespace(run=tmp / "straight", lora=straight, metadata=metadata,
+                           resumed=read_lora_file(tmp / "out" / "resumed.safetensors")[0])
+
+
+@pytest.mark.slow
+def test_a_lora_run_from_clips_trains_samples_an_mp4_and_names_musubis_modules(clip_runs: SimpleNamespace) -> None:
+    from helpers import events
+
+    evs = events(clip_runs.run)
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    sample = Path(next(e for e in evs if e["type"] == "sample")["path"])
+    assert sample.suffix == ".mp4" and sample.stat().st_size > 0
+    keys = {"lora_unet_blocks_0_self_attn_q.lora_down.weight", "lora_unet_blocks_1_ffn_2.alpha"}
+    assert keys <= clip_runs.lora.keys()
+    assert clip_runs.metadata["ss_network_module"] == "networks.lora_wan"
+    assert clip_runs.metadata["ss_num_train_images"] == "7"  # 6 clip windows and the image
+
+
+@pytest.mark.slow
+def test_a_resumed_clip_lora_equals_the_uninterrupted_one(clip_runs: SimpleNamespace) -> None:
+    assert clip_runs.lora.keys() == clip_runs.resumed.keys()
+    assert max((clip_runs.lora[k] - clip_runs.resumed[k]).abs().max().item() for k in clip_runs.lora) < 1e-6

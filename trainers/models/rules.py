@@ -124,7 +124,7 @@ class FamilyRules(ABC):
     own_checkpoint_layout: bool = False
     checkpoint_parts: tuple[Any, ...] = ()  # the parts (flow_rules.Part) separate files may stand in for
     memory_facts: ModelSize | None = None  # its published sizes, for the memory estimate of a model not here
-    # the video layer: a video family trains clips (video_directory datasets, trainers/data/video_run.py), frames
+    # the video layer: a video family trains clips (video_directory datasets, trainers/models/video_data.py), frames
     # 1 + frame_rule x k (its causal 3D VAE's temporal compression), dropped to frame_rate (fps; None: as recorded)
     is_video: bool = False
     frame_rule: int = 1

@@ -14,6 +14,7 @@ from trainers.core.weights_memory import weights_note
 from trainers.data.catalog import build_catalog
 from trainers.data.kohya_folders import DatasetLayoutError
 from trainers.data.report import PreflightReport, fill_report
+from trainers.models.video_data import is_video_run, video_run_catalog
 from trainers.models.distilled import distilled_notes
 from trainers.models.edit_rules import takes_controls
 from trainers.preflight.validate import planned_save_issues, validate
@@ -30,7 +31,8 @@ def preflight(cfg: TrainConfig, num_processes: int | None = None) -> PreflightRe
     report.warnings += distilled_notes(cfg.values)  # the handling chosen for a distilled base
     named = {issue.field for issue in report.errors}
     try:  # read even with option errors, so that the dataset's own problems are named in the same pass
-        catalog = build_catalog(cfg.values, report.warnings, takes_controls(cfg.values))
+        catalog = (video_run_catalog(cfg.values, report.warnings) if is_video_run(cfg.values) else
+                   build_catalog(cfg.values, report.warnings, takes_controls(cfg.values)))
     except ConfigError as err:
         report.errors += [issue for issue in err.issues if issue.field not in named]
         return report

@@ -25,8 +25,9 @@ from trainers.core.plan import StepPlan, plan_steps
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.dataset import CaptionedImages
-from trainers.data.pipeline import build_pipeline
+from trainers.data.pipeline import build_pipeline, build_video_pipeline
 from trainers.data.report import catalog_report
+from trainers.models.video_data import is_video_run, video_run_catalog
 from trainers.models import LoadedModel, ModelFiles, load_model, resolve_model_folder
 from trainers.models.block_swap import BlockSwap, offloaded_blocks, place_with_swap
 from trainers.models.checks import model_issues
@@ -88,8 +89,10 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     events = life.events
     if prepare is not None:
         prepare(cfg, accelerator, events, weight_dtype_for(precision.mixed_precision))
-    # every image checked (cheaply) before a model loads
-    catalog = build_catalog(cfg.values, dataset_warnings, takes_controls(cfg.values))
+    # every image (a video family's clip) checked (cheaply) before a model loads
+    clips = is_video_run(cfg.values)
+    catalog = (video_run_catalog(cfg.values, dataset_warnings) if clips else
+               build_catalog(cfg.values, dataset_warnings, takes_controls(cfg.values)))
     if accelerator.device.type == "cpu":
         torch.set_flush_denormal(True)  # tiny values would otherwise slow CPU math 5-20x
     life.running()
@@ -112,7 +115,11 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     quantize_model(model, cfg, weight_dtype, torch.device("cpu") if offloading else accelerator.device)
     _distilled_base(cfg, model, Path(model_path), events, accelerator.is_main_process)
     _place_encoders(precision, model, accelerator.device, weight_dtype)
-    data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
+    if clips:  # the clips' windows and latents (a video family's; its rules refused the rest by name)
+        data = build_video_pipeline(cfg, catalog.video, model, accelerator, events)
+        data = replace(data, catalog=replace(catalog, video=data.catalog))
+    else:
+        data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
     # The VAE runs once per image (and flip), not once per epoch: for training without cached latents, and for the
     # held-out images, which are never cached.
     model = replace(data.model, latent_memo=memo.RowMemo(memo.LATENT_BYTES) if memoize else None)
