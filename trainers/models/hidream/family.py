@@ -170,8 +170,9 @@ class HiDream(FileNamedLora, HiDreamRules, FlowFamily, ModelFamily):
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         """Every Linear layer of the double- and single-stream blocks (attention, the MoE's routed and shared
-        experts, the text feed-forward, the modulations), as ai-toolkit's HiDream LoRA targets the blocks; the
-        MoE gate (a bare parameter) stays frozen."""
+        experts, the text feed-forward, the modulations); the MoE gate (a bare parameter) stays frozen. ai-toolkit
+        targets every Linear of the transformer; its embedders, 49 caption projections and final layer are left out
+        here (the blocks are what LoRAs of other DiTs train here too)."""
         return [path_target(path, (module,)) for path, module in unet.named_modules()
                 if isinstance(module, nn.Linear) and path.startswith(BLOCKS)]
 
