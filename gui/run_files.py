@@ -43,6 +43,7 @@ class RunView:
     samples: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     health: ev.Health | None = None  # the newest save's health check (trainers/health/)
+    scores: list[ev.Scores] = field(default_factory=list)  # each scored sampling (trainers/scores/)
     error: ev.Error | None = None
     output: str = ""
     log_tail: list[str] = field(default_factory=list)
@@ -111,6 +112,8 @@ class RunWatcher:
             v.warnings.append(event.message)
         elif isinstance(event, ev.Health):
             v.health = event
+        elif isinstance(event, ev.Scores):
+            v.scores.append(event)
         elif isinstance(event, ev.Error):
             v.error = event
         elif isinstance(event, ev.Done):

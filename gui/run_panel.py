@@ -11,6 +11,7 @@ import pandas as pd
 
 from gui.jobs import devices_text, gpu_set
 from gui.run_files import RunView, Watchers, format_duration
+from gui.scores_view import scores_text
 from gui.text import plain
 from trainers.caption.options import JOB_METHOD as DATASET_METHOD
 from trainers.core.events import Health
@@ -222,6 +223,8 @@ def result_text(view: RunView) -> str:
                 lines.insert(1, f"*Hint:* {hint}")
     if view.health is not None:
         lines.append(health_text(view.health))
+    if view.scores:
+        lines.append(scores_text(view.scores))
     if view.warnings:
         lines.append("**Warnings**\n" + "\n".join(f"- {plain(w)}" for w in view.warnings[-5:]))
     return "\n\n".join(lines)

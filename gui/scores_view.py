@@ -1,0 +1,32 @@
+"""The run panel's scores block: each scored sampling's prompt fidelity and likeness, the best save marked and the
+overfitting flag (trainers/scores/, docs/scores.md), from the run's Scores events."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainers.core.events import Scores
+
+SCORES_DOC = "[docs/scores.md](manual/docs/scores.md)"
+SHOWN = 12  # the newest samplings in the table
+
+
+def scores_text(scores: list[Scores]) -> str:
+    """Markdown: a table of the newest samplings' scores (the best save's row marked), the pick and the flag."""
+    if not scores:
+        return ""
+    newest = scores[-1]
+    best = Path(newest.best_save).name if newest.best_save else None
+    head = f"**Scores** ({SCORES_DOC}): best save " + (f"**`{best}`** (step {newest.best_step})" if best else
+                                                      "not picked yet")
+    if newest.overfitting_from_epoch is not None:
+        head += f" · **overfitting from epoch {newest.overfitting_from_epoch}** (likeness up, fidelity down)"
+    rows = ["| step | epoch | fidelity | likeness | save |", "|---|---|---|---|---|"]
+    for s in scores[-SHOWN:]:
+        save = Path(s.save).name if s.save else ""
+        mark = " ★" if newest.best_step is not None and s.step == newest.best_step else ""
+        rows.append(f"| {s.step} | {s.epoch} | {_num(s.fidelity)} | {_num(s.likeness)} | {save}{mark} |")
+    return head + "\n\n" + "\n".join(rows)
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
