@@ -226,3 +226,25 @@ def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: Simpl
     with torch.no_grad():
         assert torch.allclose(family.denoise(unet, noisy, timesteps, hidden, pooled, None),
                               family.denoise(saved.unet, noisy, timesteps, hidden, pooled, None), atol=1e-4)
+
+
+def test_ai_toolkits_files_load_whole_in_diffusers(model: object) -> None:
+    """ai-toolkit's HiDream LoRAs: `diffusion_model.<path>` lora_A/lora_B without alphas, on any Linear of the
+    transformer (a caption projection too), read in the family's names and loaded by load_lora_weights with every
+    key."""
+    family = model.family.configured({})
+    torch.manual_seed(0)
+    theirs, updates = {}, {}
+    for path in ("double_stream_blocks.0.block.attn1.to_q", "caption_projection.0.linear"):
+        layer = model.unet.get_submodule(path)
+        down, up = torch.randn(4, layer.in_features), torch.randn(layer.out_features, 4)
+        theirs[f"diffusion_model.{path}.lora_A.weight"], theirs[f"diffusion_model.{path}.lora_B.weight"] = down, up
+        updates[path] = up @ down
+    converted = family.lora_for_pipeline(family.lora_in_own_names(theirs), model)
+    pipe = family.build_pipeline(SimpleNamespace(**{**vars(model), "unet": copy.deepcopy(model.unet).eval()}),
+                                 family.inference_scheduler(model, "euler"))
+    pipe.load_lora_weights(converted, adapter_name="aitk")
+    for path, update in updates.items():
+        module = pipe.transformer.get_submodule(path)
+        loaded = module.lora_B["aitk"].weight @ module.lora_A["aitk"].weight * module.scaling["aitk"]
+        assert torch.allclose(loaded, update, atol=1e-4), path

@@ -168,6 +168,15 @@ class HiDream(FileNamedLora, HiDreamRules, FlowFamily, ModelFamily):
         return {**super().lora_metadata(v_prediction), "modelspec.implementation": self.implementation,
                 "modelspec.prediction_type": None, **self.flow_metadata()}
 
+    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
+        """A kohya-named file as load_lora_weights takes it: any Linear layer of the transformer, so that ai-toolkit's
+        files (which also train the embedders, caption projections and final layer) render whole."""
+        from trainers.models.flow_lora import kohya_to_diffusers
+
+        every = [path_target(path, (module,)) for path, module in model.unet.named_modules()
+                 if isinstance(module, nn.Linear)]
+        return kohya_to_diffusers(state, model, every, (None,) * len(self.text_encoder_specs))
+
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
         """Every Linear layer of the double- and single-stream blocks (attention, the MoE's routed and shared
         experts, the text feed-forward, the modulations); the MoE gate (a bare parameter) stays frozen. ai-toolkit
