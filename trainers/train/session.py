@@ -115,7 +115,10 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     quantize_model(model, cfg, weight_dtype, torch.device("cpu") if offloading else accelerator.device)
     _distilled_base(cfg, model, Path(model_path), events, accelerator.is_main_process)
     _place_encoders(precision, model, accelerator.device, weight_dtype)
-    if clips:  # the clips' windows and latents (a video family's; its rules refused the rest by name)
+    if clips and not model.family.is_video:  # a hub id's family is known only now
+        raise ConfigError([ConfigIssue("dataset_config", f"clips train only with a video family (docs/video.md), and "
+                                       f"{model.family.title} trains on images", "dataset")])
+    if clips:  # the clips' windows and latents (a video family's)
         data = build_video_pipeline(cfg, catalog.video, model, accelerator, events)
         data = replace(data, catalog=replace(catalog, video=data.catalog))
     else:
