@@ -66,13 +66,16 @@ def test_a_lora_run_writes_a_health_report_for_every_save_with_its_effect(tiny_s
 
 
 @pytest.mark.slow  # runs a trainer (in this process)
-def test_a_failing_check_is_a_warning_and_the_run_finishes(fake_model_dir: Path, dataset: Path,
-                                                           tmp_path: Path) -> None:
-    def failing(saved: Path, run_dir: Path, family: str | None, renders: Any) -> dict[str, Any]:
+def test_a_failing_check_is_a_warning_and_the_run_finishes(fake_model_dir: Path, dataset: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainers.health.report import check_and_write
+
+    def failing(*args: Any) -> dict[str, Any]:
         raise RuntimeError("planted failure")
 
+    monkeypatch.setattr("trainers.health.check.check_save", failing)
     run = tmp_path / "run"
-    assert _train("lora", run, failing, pretrained_model_name_or_path=str(fake_model_dir),
+    assert _train("lora", run, check_and_write, pretrained_model_name_or_path=str(fake_model_dir),
                   train_data_dir=str(dataset), output_dir=str(tmp_path / "out"), output_name="f", **FAST,
                   network_dim=4, network_alpha=2, max_train_steps=1) == 0
     found = events(run)
