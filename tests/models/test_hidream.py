@@ -99,6 +99,14 @@ def test_a_folder_without_its_llama_says_where_to_get_it(tmp_path: Path) -> None
         load_model(str(folder), "auto", torch.float32)
 
 
+def test_non_square_sizes_above_its_token_budget_are_refused_by_name(tiny: Path) -> None:
+    assert model_issues(_values(tiny, resolution="1024", enable_bucket=True)) == []
+    assert model_issues(_values(tiny, resolution="1536")) == []  # square latents are not padded
+    for values in ({"resolution": "1280", "enable_bucket": True}, {"resolution": "1280,1024"}):
+        (issue,) = model_issues(_values(tiny, **values))
+        assert issue.field == "resolution" and "HiDream-I1" in issue.message and "1024 x 1024" in issue.message
+
+
 def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
@@ -192,6 +200,7 @@ def test_its_lora_targets_every_linear_layer_of_the_blocks(saved: SimpleNamespac
     assert not any(p.startswith(("caption_projection", "x_embedder", "final_layer")) for p in paths)
     assert all(key.startswith("diffusion_model.") and ".lora_" in key for key in saved.file)
     assert saved.view.family.lora_in_own_names(saved.file).keys() == saved.state.keys()
+    assert saved.view.family.lora_file_paths(saved.file.keys()) == {t.name: t.path for t in saved.targets}
 
 
 def test_comfyui_loads_every_key_into_the_layer_that_was_trained(saved: SimpleNamespace) -> None:

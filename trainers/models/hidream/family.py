@@ -40,7 +40,10 @@ LLAMA_HELP = ("HiDream-I1 reads captions with Llama-3.1-8B-Instruct too, which t
               "meta-llama/Llama-3.1-8B-Instruct, and put its model files in the folder as text_encoder_4 and its "
               "tokenizer files as tokenizer_4 (model_index.json names them: LlamaForCausalLM, "
               "PreTrainedTokenizerFast)")
-LORA_FILE_MODULES = re.compile(r"(double|single)_stream_blocks\.\d+\.block\.[\w.]+")
+# the module paths of its files: the blocks' (what it trains) and the other Linear layers ai-toolkit's files hold
+LORA_FILE_MODULES = re.compile(r"(double|single)_stream_blocks\.\d+\.block\.[\w.]+|caption_projection\.\d+\.linear"
+                               r"|x_embedder\.proj|(t_embedder\.timestep|p_embedder\.pooled)_embedder\.linear_[12]"
+                               r"|final_layer\.(linear|adaLN_modulation\.1)")
 
 
 class HiDream(FileNamedLora, HiDreamRules, FlowFamily, ModelFamily):

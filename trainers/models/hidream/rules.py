@@ -58,7 +58,7 @@ class HiDreamRules(FlowRules):
             issues.append(ConfigIssue("network_train_unet_only", f"{self.title}'s {self.frozen_text_encoder} text "
                                       "encoders are never trained (only the transformer's LoRA is, as in ai-toolkit "
                                       "and SimpleTuner): set it to true", "network"))
-        return issues
+        return issues + _size_budget_issues(values, self.title)
 
     def distilled_base(self, path: Path) -> DistilledBase | None:
         """Dev and Fast (guidance-distilled from Full), told by their scheduler config only (see variant_of)."""
@@ -71,5 +71,22 @@ class HiDreamRules(FlowRules):
                              without="train on HiDream-I1 Full (HiDream-ai/HiDream-I1-Full) and apply the LoRA to "
                              f"{VARIANT_TITLES[variant]}")
 
+
+def _size_budget_issues(values: Mapping[str, Any], title: str) -> list[ConfigIssue]:
+    """Non-square images above its token budget, refused by name: the transformer pads non-square latents to
+    max_resolution's 128 x 128 (4096 tokens, 1024 x 1024 px) and cannot hold more (square ones are not padded)."""
+    sides = [p.strip() for p in str(values.get("resolution", "")).replace("x", ",").split(",")]
+    if not all(p.isdigit() for p in sides):
+        return []
+    width, height = int(sides[0]), int(sides[-1])
+    if width * height <= BUDGET_PIXELS or (width == height and not values.get("enable_bucket")):
+        return []
+    which = "its aspect-ratio buckets" if width == height else "its non-square size"
+    return [ConfigIssue("resolution", f"{title} pads non-square images to its 1024 x 1024 token budget: "
+                        f"{which} above that area cannot be trained (use a resolution of at most 1024, or square "
+                        "images without buckets)", "dataset")]
+
+
+BUDGET_PIXELS = 1024 * 1024  # max_resolution's 128 x 128 latents, 8 px each
 
 HIDREAM = HiDreamRules()
