@@ -149,3 +149,19 @@ def test_two_processes_check_every_save_once(fake_model_dir: Path, dataset: Path
     for event in health:
         effect = json.loads(Path(event["report"]).read_text(encoding="utf-8"))["checks"]["effect"]
         assert "difference" in effect, effect  # rendered by the main process while the other waited
+
+
+@pytest.mark.slow  # runs a trainer (in this process)
+def test_a_controlnet_save_is_scanned(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    from trainers.health.report import check_and_write
+
+    from methods.test_controlnet import tiny_data
+
+    run = tmp_path / "run"
+    assert _train("controlnet", run, check_and_write, pretrained_model_name_or_path=str(tiny_sd1_dir),
+                  output_dir=str(tmp_path / "out"), max_train_steps=1, train_batch_size=1, learning_rate=1e-3,
+                  **tiny_data(tmp_path)) == 0
+    health = [e for e in events(run) if e["type"] == "health"]
+    assert [Path(e["path"]).name for e in health] == ["controlnet"] and health[0]["verdict"] == "healthy", health
+    report = json.loads(Path(health[0]["report"]).read_text(encoding="utf-8"))
+    assert report["checks"]["weights"]["files"] >= 1 and report["checks"]["weights"]["nonfinite_count"] == 0
