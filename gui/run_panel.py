@@ -11,7 +11,7 @@ import pandas as pd
 
 from gui.jobs import devices_text, gpu_set
 from gui.run_files import RunView, Watchers, format_duration
-from gui.scores_view import scores_text
+from gui.scores_view import scores_chart, scores_text
 from gui.text import plain
 from trainers.caption.options import JOB_METHOD as DATASET_METHOD
 from trainers.core.events import Health
@@ -39,10 +39,12 @@ class RunPanel:
     result: gr.Markdown
     log: gr.Textbox
     compare: gr.Button  # "Compare saves" of a finished run (wired to the Generate tab by the page)
+    scores_chart: gr.LinePlot  # a scored run's fidelity and likeness over its samplings (gui/scores_view.py)
 
     @property
     def outputs(self) -> list[gr.components.Component]:
-        return [self.title, self.progress, self.stats, self.chart, self.lr_chart, self.gallery, self.result, self.log, self.compare]
+        return [self.title, self.progress, self.stats, self.chart, self.lr_chart, self.gallery, self.result, self.log,
+                self.compare, self.scores_chart]
 
 
 def build_run_panel() -> RunPanel:
@@ -53,6 +55,8 @@ def build_run_panel() -> RunPanel:
                         title="Loss", height=220, visible=False, elem_id="run-chart")
     lr_chart = gr.LinePlot(pd.DataFrame({"step": [], "lr": [], "series": []}), x="step", y="lr", color="series",
                            title="Learning rate", height=180, visible=False, elem_id="run-lr-chart")
+    scores_chart = gr.LinePlot(pd.DataFrame({"step": [], "score": [], "series": []}), x="step", y="score",
+                               color="series", title="Scores", height=180, visible=False, elem_id="run-scores-chart")
     # As tall as its rows of thumbnails (a fixed height cropped the second row); columns fit the width (page CSS).
     gallery = gr.Gallery(label="Samples", height="auto", visible=False, elem_id="run-gallery")
     result = gr.Markdown(elem_id="run-result")
@@ -60,7 +64,7 @@ def build_run_panel() -> RunPanel:
     with gr.Accordion("Log", open=False) as log_box:
         log = gr.Textbox(lines=14, max_lines=14, autoscroll=True, show_label=False, elem_id="run-log")
     log_box.expand(None, js=SCROLL_LOG_TO_END)  # opened: show the newest lines, not the first
-    return RunPanel(title, progress, stats, chart, lr_chart, gallery, result, log, compare)
+    return RunPanel(title, progress, stats, chart, lr_chart, gallery, result, log, compare, scores_chart)
 
 
 def _bar(step: int, total: int, unit: str = "steps") -> str:
@@ -161,7 +165,7 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
                                     x_lim=[0, max(10, view.losses[-1][0] if view.losses else 0)])),
             ((chart_key, bool(view.lr_planned)), _lr_plot(view, [0, max(10, total)])),
             (tuple(samples), gr.Gallery(value=samples, visible=bool(samples))), (result, result), (log, log),
-            (comparable, gr.Button(visible=comparable))]
+            (comparable, gr.Button(visible=comparable)), scores_chart(view.scores)]
 
 
 def memory_text(view: RunView) -> str:

@@ -3,6 +3,7 @@ overfitting flag (trainers/scores/, docs/scores.md), from the run's Scores event
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from trainers.core.events import Scores
 
@@ -30,3 +31,17 @@ def scores_text(scores: list[Scores]) -> str:
 
 def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
+
+
+def scores_chart(scores: list[Scores]) -> tuple[Any, Any]:
+    """(change key, the scores chart): fidelity and likeness over the run's steps, its title naming the best save."""
+    import gradio as gr
+    import pandas as pd
+
+    key = (len(scores), scores[-1].best_step if scores else None)
+    frame = pd.DataFrame([(s.step, s.fidelity, "fidelity") for s in scores if s.fidelity is not None]
+                         + [(s.step, s.likeness, "likeness") for s in scores if s.likeness is not None],
+                         columns=["step", "score", "series"])
+    best = scores[-1].best_step if scores else None
+    title = "Scores" + (f" (best save: step {best})" if best is not None else "")
+    return key, gr.LinePlot(frame, title=title, visible=bool(scores), x_axis_format="d")

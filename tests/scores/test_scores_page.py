@@ -26,6 +26,10 @@ def test_the_run_panel_shows_the_scores_the_best_save_and_overfitting(tmp_path: 
     assert "**overfitting from epoch 2**" in text
     assert "| 4 | 2 | 0.300 | 0.550 | a-step00000004.safetensors ★ |" in text
     assert "| 6 | 3 | 0.250 | 0.700 | a-step00000006.safetensors |" in text
+    from gui.run_panel import render
     from gui.scores_view import scores_text
 
+    key, chart = render(RunWatcher(run).refresh())[-1]  # the panel's last output: the scores chart
+    assert key == (3, 4) and "step 4" in chart.title
+    assert [row[1:] for row in chart.value["data"] if row[0] == 4] == [[0.30, "fidelity"], [0.55, "likeness"]]
     assert scores_text([]) == "", "an unscored run shows no scores block"
