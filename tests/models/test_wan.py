@@ -353,6 +353,7 @@ def clip_runs(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNam
     assert train("lora", tmp / "resumed", **common, output_name="resumed", resume=str(state)) == 0
     straight, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
     return SimpleNamespace(run=tmp / "straight", lora=straight, metadata=metadata,
+                           file=tmp / "out" / "straight.safetensors",
                            resumed=read_lora_file(tmp / "out" / "resumed.safetensors")[0])
 
 
@@ -398,3 +399,20 @@ def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path
                                      f'output_dir="{tmp_path / "out"}"'])
     report = preflight(cfg)
     assert [str(issue) for issue in report.errors] == [] and report.train_samples == 7
+
+
+@pytest.mark.slow
+def test_the_saved_clip_lora_loads_with_every_key_in_comfyui_and_wan_pipeline(model: object,
+                                                                             clip_runs: SimpleNamespace) -> None:
+    from diffusers import WanPipeline
+    from safetensors.torch import load_file
+
+    on_disk = load_file(clip_runs.file)
+    patches, not_loaded = load_lora(on_disk, unet_key_map(_comfy_shapes(model.unet)))
+    assert not_loaded == [] and len(patches) == 2 * 10  # 2 blocks x (8 attention + 2 feed-forward linears)
+    pipe = WanPipeline(tokenizer=model.tokenizers[0], text_encoder=model.text_encoders[0], vae=model.vae,
+                       scheduler=model.noise_scheduler, transformer=copy.deepcopy(model.unet).eval())
+    pipe.load_lora_weights(clip_runs.file, adapter_name="trained")
+    layers = [name for name, module in pipe.transformer.named_modules()
+              if hasattr(module, "lora_A") and "trained" in module.lora_A]
+    assert len(layers) == len(patches)
