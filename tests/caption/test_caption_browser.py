@@ -26,8 +26,9 @@ def fill(page, elem_id: str, text: str) -> None:
     field.press("Tab")
 
 
-# enough that the job is still captioning when Stop is clicked (a tiny Florence-2 on one thread does ~25 images/s)
-IMAGES = 200
+# enough that the job is still captioning when Stop is clicked (a tiny Florence-2 on one thread does ~25 images/s;
+# with 200 a fast machine finished the job before the screenshot was taken and Stop clicked)
+IMAGES = 600
 
 
 def test_a_caption_job_shows_its_progress_stops_and_resumes(page, demo_app: App, shots: Path,  # noqa: F811
@@ -46,9 +47,9 @@ def test_a_caption_job_shows_its_progress_stops_and_resumes(page, demo_app: App,
     page.locator("#caption-run").click()
     status = page.locator("#caption-status")
     expect(status).to_contain_text("images/s", timeout=START_S * 1000)
-    expect(page.locator("#caption-results")).to_contain_text("sks, ")  # the newest captions
-    page.screenshot(path=str(shots / "caption-tab-running.png"), full_page=True)
+    page.screenshot(path=str(shots / "caption-tab-running.png"))
     page.locator("#caption-stop").click()
+    expect(page.locator("#caption-results")).to_contain_text("sks, ")  # the newest captions
     expect(status).to_contain_text("Stopped", timeout=60_000)
     job = next(p for p in set(demo_app.runs_dir.iterdir()) - before if "-caption-" in p.name)
     finished = read_done(job)
