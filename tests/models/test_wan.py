@@ -416,3 +416,23 @@ def test_the_saved_clip_lora_loads_with_every_key_in_comfyui_and_wan_pipeline(mo
     layers = [name for name, module in pipe.transformer.named_modules()
               if hasattr(module, "lora_A") and "trained" in module.lora_A]
     assert len(layers) == len(patches)
+
+
+def test_clip_captions_are_cached_on_disk_beside_the_first_dataset(model: object, tmp_path: Path) -> None:
+    from trainers.core.options import load_config
+    from trainers.data.cache import CACHE_DIR
+    from trainers.data.pipeline import build_video_pipeline
+    from trainers.models.video_data import video_run_catalog
+
+    config = _video_dataset(tmp_path)
+    values = {"dataset_config": str(config), "model_family": "wan21"}
+    (tmp_path / "cfg.toml").write_text("")
+    cfg = load_config("lora", tmp_path / "cfg.toml", ["cache_text_encoder_outputs=true", "max_data_loader_n_workers=0",
+                                                      "cache_text_encoder_outputs_to_disk=true"])
+    accelerator = SimpleNamespace(is_main_process=True, num_processes=1, device=torch.device("cpu"))
+    events = SimpleNamespace(warn=lambda message: None, emit=lambda event: None)
+    run = dataclasses.replace(model, text_encoders=[copy.deepcopy(model.text_encoders[0])])
+    data = build_video_pipeline(cfg, video_run_catalog(values, []).video, run, accelerator, events)
+    assert any((tmp_path / "clips" / CACHE_DIR / "text").iterdir())
+    batch = next(iter(data.loader))
+    assert batch["prompt_embeds"].shape == (1, 512, 32) and "input_ids" not in batch

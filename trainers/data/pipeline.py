@@ -137,12 +137,20 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
     if main:
         _warn_overlong(captions, model, events)
     if cfg.cache_text_encoder_outputs:
+        first = catalog.datasets[0]  # its folder (a JSONL list's), or its cache_directory, holds the text cache
+        base = first.cache_directory or (first.directory if first.directory is not None else first.jsonl.parent)
+        folder = base / CACHE_DIR / "text" if cfg.values.get("cache_text_encoder_outputs_to_disk") else None
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PromptTruncated)  # reported above
-            dataset.texts = build_text_cache(captions + sample_texts(cfg),
-                                             lambda caps: model.encode_texts(caps, cfg.clip_skip),
-                                             cfg.values.get("text_encoder_batch_size"),
-                                             progress=_progress("text", main, events))
+            try:
+                dataset.texts = build_text_cache(captions + sample_texts(cfg),
+                                                 lambda caps: model.encode_texts(caps, cfg.clip_skip),
+                                                 cfg.values.get("text_encoder_batch_size"),
+                                                 progress=_progress("text", main, events), folder=folder,
+                                                 encoder_key=text_encoder_key(cfg, model) if folder else "")
+            except CacheWriteError as err:
+                raise ConfigError([ConfigIssue("cache_text_encoder_outputs_to_disk", f"{err}: make that folder "
+                                               "writable, or cache in memory only", "dataset")]) from None
         model = replace(model, cached_texts=dataset.texts)
         for te in model.text_encoders:
             te.to("cpu")  # not needed any more: free the accelerator's memory
