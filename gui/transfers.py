@@ -27,7 +27,7 @@ from typing import IO
 
 from trainers.core.fsio import atomic_dir, atomic_path
 from trainers.core.paths import NAME_MAX, PATH_MAX, name_problem
-from trainers.core.rundir import CONFIG, LOG, SCORES
+from trainers.core.rundir import CONFIG, HEALTH, LOG, SCORES
 from trainers.data.kohya_folders import IMAGE_EXTENSIONS, parse_folder_name
 from trainers.data.probe import ImageSkipped, probe_image
 
@@ -333,8 +333,10 @@ def size_text(n: float) -> str:
 # ---- downloads ----------------------------------------------------------------------------------------------
 
 def result_files(run_dir: Path, output: str, checkpoints: Sequence[str], samples: Sequence[str]) -> list[Path]:
-    """What a run produced and reported, that still exists: its output, saves, samples, config, log and scores."""
-    reported = [output, *checkpoints, *samples, str(run_dir / CONFIG), str(run_dir / LOG), str(run_dir / SCORES)]
+    """What a run produced and reported, that still exists: its output, saves, samples, config, log, scores and the
+    saves' health reports."""
+    reported = [output, *checkpoints, *samples, str(run_dir / CONFIG), str(run_dir / LOG), str(run_dir / SCORES),
+                str(run_dir / HEALTH)]
     seen: dict[Path, None] = {}
     for text in reported:
         if text and Path(text).exists():

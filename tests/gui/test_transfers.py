@@ -121,6 +121,8 @@ def test_downloads_hold_the_runs_files_and_are_served_from_its_folder(tmp_path: 
     lora.write_bytes(b"final")
     save.write_bytes(b"epoch 1")
     (run / "scores.json").write_text('{"records": []}', encoding="utf-8")  # a scored run's scores (docs/scores.md)
+    (run / "health").mkdir()
+    (run / "health" / "fox.safetensors.json").write_text('{"verdict": "healthy"}', encoding="utf-8")  # docs/health.md
     model = download_model(run, str(lora))
     assert model.parent == run / "downloads" and model.read_bytes() == b"final"
     files = result_files(run, str(lora), [str(save), str(tmp_path / "deleted.safetensors")], [str(sample)])
@@ -128,7 +130,7 @@ def test_downloads_hold_the_runs_files_and_are_served_from_its_folder(tmp_path: 
     assert archive.is_relative_to(run)
     with zipfile.ZipFile(archive) as z:
         assert sorted(z.namelist()) == ["config.toml", "fox-000001.safetensors", "fox.safetensors",
-                                        "samples/fox_000010.png", "scores.json"]
+                                        "health/fox.safetensors.json", "samples/fox_000010.png", "scores.json"]
         assert z.read("fox.safetensors") == b"final"
     with pytest.raises(TransferError, match="no output"):
         download_model(run, "")
