@@ -8,16 +8,15 @@ names), on the blocks' attention and feed-forward linears (musubi's lora_wan lea
 """
 from __future__ import annotations
 
-import types
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
+from trainers.models.video import VideoFamily, encode_images_as_frames
 from trainers.models.wan.rules import WanRules
 
 TEXT_LENGTH = 512  # WanPipeline's max_sequence_length (musubi-tuner's too)
@@ -27,7 +26,7 @@ PROJECTIONS = {"to_q": "q", "to_k": "k", "to_v": "v", "to_out.0": "o"}
 FFN = {"ffn.net.0.proj": "ffn_0", "ffn.net.2": "ffn_2"}
 
 
-class Wan(WanRules, FlowFamily, ModelFamily):
+class Wan(WanRules, VideoFamily, FlowFamily, ModelFamily):
     implementation = "https://github.com/Wan-Video/Wan2.1"
     native_size = 480  # its sampling size is 832x480 (832 wide)
     vae_class = "AutoencoderKLWan"
@@ -36,8 +35,6 @@ class Wan(WanRules, FlowFamily, ModelFamily):
     text_encoder_specs = (TextEncoderSpec("UMT5EncoderModel", "text_encoder", "t5", "tokenizer", "UMT5",
                                           max_length=TEXT_LENGTH),)
     latent_scaling = (1.0, 0.0)  # unused: its autoencoder normalises by the published per-channel statistics
-    sample_frames = 17  # frames of a sample during training (1 + 4k): about one second at 16 fps
-    sample_suffix = ".mp4"
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         model = super().load(folder, weight_dtype, vae_path, random_init)
@@ -89,17 +86,6 @@ class Wan(WanRules, FlowFamily, ModelFamily):
         mean, std = latent_stats(vae, latents)
         return vae.decode(latents * std + mean).sample
 
-    def sample_output(self, pipe: Any, pixels: torch.Tensor) -> Any:
-        """The first sample's frames (F, H, W, 3) uint8, as WanPipeline post-processes them."""
-        frames = pipe.video_processor.postprocess_video(pixels.float(), output_type="np")[0]
-        return (np.clip(frames, 0, 1) * 255).round().astype(np.uint8)
-
-    def save_sample(self, sample: Any, path: Path, parameters: str) -> Path:
-        """A short mp4 at 16 fps."""
-        from trainers.models.wan.samples import write_mp4
-
-        return write_mp4(sample, path, self.frame_rate, parameters)
-
     # --- LoRA ---
 
     def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
@@ -128,18 +114,6 @@ def latent_stats(vae: nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torc
     mean = torch.tensor(vae.config.latents_mean).view(shape).to(like.device, like.dtype)
     std = torch.tensor(vae.config.latents_std).view(shape).to(like.device, like.dtype)
     return mean, std
-
-
-def encode_images_as_frames(vae: nn.Module) -> None:
-    """Make the 3D autoencoder encode images (B, C, H, W) as 1-frame clips, their distribution (B, C', 1, h, w): what
-    the image datasets and their latent caches give it (the instance's method: the saved model is unchanged). Clips
-    come as (B, C, F, H, W), which it encodes as it does."""
-    encode_video = vae.encode
-
-    def encode(self: nn.Module, pixels: torch.Tensor, return_dict: bool = True) -> Any:
-        return encode_video(pixels.unsqueeze(2) if pixels.ndim == 4 else pixels, return_dict=return_dict)
-
-    vae.encode = types.MethodType(encode, vae)
 
 
 WAN21 = Wan()
