@@ -16,6 +16,7 @@ def scores_text(scores: list[Scores]) -> str:
     if not scores:
         return ""
     newest = scores[-1]
+    scores = latest(scores)
     best = Path(newest.best_save).name if newest.best_save else None
     head = f"**Scores** ({SCORES_DOC}): best save " + (f"**`{best}`** (step {newest.best_step})" if best else
                                                       "not picked yet")
@@ -29,6 +30,11 @@ def scores_text(scores: list[Scores]) -> str:
     return head + "\n\n" + "\n".join(rows)
 
 
+def latest(scores: list[Scores]) -> list[Scores]:
+    """One event per step, the newest (the run's end scores its last sampling again, with its final save)."""
+    return sorted({s.step: s for s in scores}.values(), key=lambda s: s.step)
+
+
 def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
@@ -39,9 +45,10 @@ def scores_chart(scores: list[Scores]) -> tuple[Any, Any]:
     import pandas as pd
 
     key = (len(scores), scores[-1].best_step if scores else None)
+    best = scores[-1].best_step if scores else None
+    scores = latest(scores)
     frame = pd.DataFrame([(s.step, s.fidelity, "fidelity") for s in scores if s.fidelity is not None]
                          + [(s.step, s.likeness, "likeness") for s in scores if s.likeness is not None],
                          columns=["step", "score", "series"])
-    best = scores[-1].best_step if scores else None
     title = "Scores" + (f" (best save: step {best})" if best is not None else "")
     return key, gr.LinePlot(frame, title=title, visible=bool(scores), x_axis_format="d")

@@ -32,7 +32,9 @@ def test_a_scored_run_writes_scores_the_event_and_the_metadata(tiny_sd1_dir: Pat
     assert result.returncode == 0, result.stderr[-3000:]
     found = events(run)
     scores = [e for e in found if e["type"] == "scores"]
-    assert [e["step"] for e in scores] == [1, 2]
+    assert [e["step"] for e in scores] == [1, 2, 2], "the last sampling again at the end, with its final save"
+    assert scores[1].get("save") is None and Path(scores[2]["save"]).name == "s.safetensors"
+    assert scores[-1].get("best_save") is not None
     assert not [e for e in found if e["type"] == "warning" and "score" in e["message"]]
     report = json.loads((run / "scores.json").read_text(encoding="utf-8"))
     assert [r["step"] for r in report["records"]] == [1, 2]

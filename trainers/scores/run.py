@@ -91,18 +91,26 @@ class RunScorer:
 
     def finish(self) -> dict[str, Any] | None:
         """After the final save: its step's scores (when it sampled there), the pick into the best and the final
-        saves' metadata. The best record, or None."""
+        saves' metadata. The best record, or None; a failure is a warning, never a failed run."""
         self.after_samples()
-        if not self.records:
+        if not self.records or self.off:
             return None
+        try:
+            return self._finish()
+        except Exception as err:  # noqa: BLE001 - the run's saves are written; scores must not fail it
+            self.off = f"scoring failed: {type(err).__name__}: {err}"
+            self.warn(f"score_saves: {self.off}")
+            return None
+
+    def _finish(self) -> dict[str, Any] | None:
         best = self._best()
         keys = score_metadata(None, best, self.settings.rule, overfitting_epoch(self._list()))
         if best is not None and best.get("save"):
             add_metadata(Path(best["save"]), {**score_metadata(best, None, "", None), **keys})
+        own = self.records.get(self.final[0]) if self.final is not None else None
         if self.final is not None:
-            own = self.records.get(self.final[0])
             add_metadata(Path(self.final[1]), {**score_metadata(own, None, "", None), **keys})
-        self._write([])
+        self._write([own] if own is not None else [])  # the last sampling again, now with its (final) save
         return best
 
     # --- the work ---
