@@ -163,3 +163,9 @@ def test_a_missing_model_offline_is_a_named_warning(tmp_path: Path, monkeypatch:
     assert len(warnings) == 1 and "'nobody/absent-score-model' is not downloaded" in warnings[0]
     assert "score_model" in warnings[0]
     assert not [e for e in read_events(run) if isinstance(e, Scores)]
+
+
+def test_scores_is_a_training_event() -> None:
+    from trainers.core.events import TRAINING_EVENTS
+
+    assert TRAINING_EVENTS["scores"] is Scores
