@@ -19,7 +19,7 @@ from lora_networks import random_network
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
 from trainers.models.checks import model_issues
-from trainers.models.distilled import distilled_base
+from trainers.models.distilled import distilled_base, distilled_notes
 from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.hidream.rules import HIDREAM
 from trainers.models.hidream.tiny import build_tiny_hidream
@@ -78,6 +78,8 @@ def test_dev_and_fast_are_told_by_their_scheduler_and_reported_distilled(tmp_pat
     assert distilled_base(_values(dev)).variant == "HiDream-I1 Dev"
     found = distilled_base(_values(fast))
     assert found.variant == "HiDream-I1 Fast" and "scheduler" in found.told_by and "Full" in found.without
+    (note,) = distilled_notes(_values(dev))  # what Validate and the run say
+    assert "HiDream-I1 Dev is a distilled base" in note and "train on HiDream-I1 Full" in note
 
 
 def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
@@ -257,3 +259,11 @@ def test_ai_toolkits_files_load_whole_in_diffusers(model: object) -> None:
         module = pipe.transformer.get_submodule(path)
         loaded = module.lora_B["aitk"].weight @ module.lora_A["aitk"].weight * module.scaling["aitk"]
         assert torch.allclose(loaded, update, atol=1e-4), path
+
+
+def test_a_dev_folder_loads_as_dev_and_samples_without_cfg(tmp_path: Path) -> None:
+    loaded = load_model(str(build_tiny_hidream(tmp_path / "dev", variant="dev")), "auto", torch.float32)
+    family = loaded.family.configured({})
+    assert family.variant == "dev" and family.pipeline_kwargs(4.0) == {"guidance_scale": 0.0}
+    assert loaded.noise_scheduler.config.shift == 6.0 and family.scheduler_config() == {"shift": 6.0}
+    assert load_model(str(tmp_path / "dev"), "auto", torch.float32).family.title == "HiDream-I1"
