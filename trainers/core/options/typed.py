@@ -185,6 +185,7 @@ class OptimizerOptions(OptionSlice):
     GROUP: ClassVar[str] = "optimizer"
     optimizer_type: str
     optimizer_args: tuple[str, ...]
+    fused_optimizer: Literal["auto", "on", "off"]
     learning_rate: float
     unet_lr: float | None
     text_encoder_lr: float | tuple[float, ...] | None

@@ -28,6 +28,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("optimizer_args", "list", [], "Extra optimizer arguments as key=value, one per entry, read as Python "
            "values like sd-scripts does: weight_decay=0.01, betas=0.9,0.99 (a tuple), relative_step=False. "
            "Validate lists the names each optimizer accepts.", "optimizer", advanced=True),
+    Option("fused_optimizer", "str", "auto", "How AdamW/Adam update the weights: 'auto' in one fused kernel over "
+           "all tensors where torch has one for their device and dtype (CUDA, CPU, MPS, XPU; floating-point "
+           "weights all on one device), else torch's default loop; 'on' always fused (refused where torch has no "
+           "fused kernel); 'off' torch's default loop (multi-tensor on CUDA, per-tensor on the CPU), to rule the fused "
+           "kernel out. Other optimizers are "
+           "left as they are; optimizer_args fused=/foreach= win. Not sd-scripts' fused_backward_pass (Adafactor).",
+           "optimizer", choices=("auto", "on", "off"), advanced=True),
     Option("learning_rate", "float", 1e-4, "Learning rate (used where unet_lr / text_encoder_lr are unset).",
            "optimizer", min=0),
     Option("unet_lr", "float", None, "Learning rate of the UNet (of its LoRA in LoRA training).", "optimizer", min=0,
