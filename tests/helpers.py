@@ -81,13 +81,14 @@ def fixed_seed_image(pipe, lora: Path | None = None) -> torch.Tensor:
     return image
 
 
-def train(method: str, run_dir: Path, **values: object) -> int:
-    """Run a trainer in this process, as `python -m trainers <method> --set ...` would."""
+def train(method: str, run_dir: Path, *settings: str, **values: object) -> int:
+    """Run a trainer in this process, as `python -m trainers <method> --set ...` would: `values` first, then
+    `settings` ("key=value", as --set takes them; a later one wins)."""
     from trainers.methods import method_memory_tips
     from trainers.preflight.validate import check, method_outputs
     from trainers.train.run import Checks, run_method
 
-    overrides = [f"{k}={json.dumps(v)}" for k, v in values.items()]
+    overrides = [f"{k}={json.dumps(v)}" for k, v in values.items()] + list(settings)
     return run_method(method, None, run_dir, overrides, Checks(check, method_outputs, method_memory_tips))
 
 

@@ -12,7 +12,7 @@ from trainers.core.options import load_config
 from trainers.demo import build_dataset
 from trainers.preflight.validate import validate
 
-from helpers import FAST, fake_family_env, run_trainer, sets
+from helpers import FAST, train
 
 CAPTION = "sks shape, grey square"  # the demo images' captions: "sks shape, <colour> <shape>"
 
@@ -33,11 +33,10 @@ def test_a_slider_without_both_prompts_or_preservation_without_its_trigger_is_na
 
 
 def _train(model: Path, dataset: Path, out: Path, run_dir: Path, **values: object) -> Path:
-    args = [*sets(pretrained_model_name_or_path=str(model), train_data_dir=str(dataset), output_dir=str(out),
-                  network_train_unet_only=True, max_train_steps=2, seed=1, **values),
-            *[a for kv in FAST for a in ("--set", kv)], "--set", "train_batch_size=1"]
-    result = run_trainer(args, run_dir, env=fake_family_env())
-    assert result.returncode == 0, result.stderr[-3000:]
+    """A LoRA trained in this process, set as `--set`s in this order would set it."""
+    assert train("lora", run_dir, *FAST, "train_batch_size=1", pretrained_model_name_or_path=str(model),
+                 train_data_dir=str(dataset), output_dir=str(out), network_train_unet_only=True, max_train_steps=2,
+                 seed=1, **values) == 0
     return out / "lora.safetensors"
 
 
