@@ -2,8 +2,8 @@
 
 Every file name is spelled here and nowhere else. `status.json` is the one place a run's state
 lives; the GUI and the trainer both update it under a lock (`update_status`), and `effective_state`
-corrects it for a process that died without saying so. Control requests (stop, save_now) are flag
-files in `control/` that the GUI writes and the trainer consumes. Torch-free.
+corrects it for a process that died without saying so. Control requests (stop, save_now, pause, continue) are
+flag files in `control/` that the GUI writes and the trainer consumes. Torch-free.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class RunState(str, Enum):
     QUEUED = "queued"  # waits for its GPUs (the GUI's queue starts it)
     STARTING = "starting"
     RUNNING = "running"
+    PAUSED = "paused"  # a trainer waiting for Continue, its model loaded (trainers/train/user_pause.py)
     STOPPING = "stopping"
     FINISHED = "finished"
     FAILED = "failed"
@@ -65,7 +66,7 @@ class RunState(str, Enum):
             return cls.UNKNOWN
 
 
-ACTIVE_STATES = frozenset({RunState.STARTING, RunState.RUNNING, RunState.STOPPING})
+ACTIVE_STATES = frozenset({RunState.STARTING, RunState.RUNNING, RunState.PAUSED, RunState.STOPPING})
 
 
 class Request(str, Enum):
@@ -73,6 +74,8 @@ class Request(str, Enum):
 
     STOP = "stop"
     SAVE_NOW = "save_now"
+    PAUSE = "pause"  # wait at the next step boundary, the model kept loaded, until CONTINUE or STOP
+    CONTINUE = "continue"
 
     def __str__(self) -> str:
         return self.value

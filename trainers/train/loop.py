@@ -21,6 +21,7 @@ from trainers.train.saving import HealthCheck, Saver, saved_on_failure
 from trainers.train.scoring import ScoreStart, scored
 from trainers.train.session import Session
 from trainers.train.state import TrainingState, resume_folder
+from trainers.train.user_pause import UserPause
 from trainers.train.validation import validation_hook
 
 
@@ -53,6 +54,7 @@ def train(session: Session, trainable: Trainable, health: HealthCheck | None = N
     sample = pause.around(scored(sample_hook(session, trainable.model, trainable.sampling_weights,
                                              trainable.sampling_prompt), scorer), "sampling")
     validate = pause.around(validation_hook(session, trainable.model, predictor, noise, report.meter), "validating")
+    user = UserPause(session.control, pause, session.run_dir, accelerator.is_main_process)
     at, data_wait = Position(), 0.0
     with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM
         if saving.resume.strip():
@@ -87,7 +89,7 @@ def train(session: Session, trainable: Trainable, health: HealthCheck | None = N
                 report.step(at.step, epoch, loss, lr, data_wait)
                 guard.after_step(at.step)  # nan_steps_before_stop dropped updates in a row end the run
                 data_wait = 0.0
-                requests = session.control.poll()
+                requests = user.held(session.control.poll())  # Pause waits here for Continue or Stop
                 if Request.STOP in requests:
                     raise save.stop(at)
                 if Request.SAVE_NOW in requests or _due(saving.save_every_n_steps, at.step) and at.step < plan.total_steps:
