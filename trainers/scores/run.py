@@ -80,8 +80,8 @@ class RunScorer:
             if step in self.records or self.off:
                 continue
             record = self._score(step)
-            if record is None:
-                break
+            if record is None:  # no model (scores are off now), or no images at that step (clips, or deleted)
+                continue
             self.records[step] = record
             new.append(record)
         self._update()
