@@ -23,8 +23,8 @@ def test_dreambooth_generates_missing_class_images_and_trains_with_them(fake_mod
     class_dir.mkdir(parents=True)
     Image.new("RGB", (64, 64), (120, 120, 120)).save(class_dir / "mine.png")  # one present, one to generate
     out = tmp_path / "out"
-    args = full_args(fake_model_dir, dataset, out, output_name="db", max_train_steps=3, reg_data_dir=str(tmp_path / "reg"),
-                     class_prompt="shape", num_class_images=2, prior_loss_weight=0.5, sample_steps=2,
+    args = full_args(fake_model_dir, dataset, out, output_name="db", max_train_steps=3,
+                     reg_data_dir=str(tmp_path / "reg"), class_prompt="shape", num_class_images=2, prior_loss_weight=0.5, sample_steps=2,
                      train_text_encoder=True, stop_text_encoder_training=1, use_ema="cpu", ema_decay=0.5,
                      save_ema="both", save_model_as="both")
     result = run_trainer(args, tmp_path / "run", method="dreambooth", env=fake_family_env())

@@ -235,8 +235,8 @@ def test_network_modules_train_save_and_reload(module: str, args: list[str], key
     """LyCORIS on the tests' fake model family (tests/fake_family/; its names on real UNets are checked above)."""
     data = build_dataset(tmp_path / "data", folder="2_sks shape")
     out = tmp_path / "out"
-    values = {"pretrained_model_name_or_path": str(request.getfixturevalue(model)), "train_data_dir": str(data), "output_dir": str(out),
-              **FAST, "network_module": module, "network_args": args}
+    values = {"pretrained_model_name_or_path": str(request.getfixturevalue(model)), "train_data_dir": str(data),
+              "output_dir": str(out), **FAST, "network_module": module, "network_args": args}
     assert train("lora", tmp_path / "run", **values) == 0
     tensors, meta = read_lora_file(out / "lora.safetensors")
     assert any(k.endswith(key) for k in tensors) and meta["ss_network_module"] == module
