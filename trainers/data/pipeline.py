@@ -30,8 +30,8 @@ FULL_CAPTIONS = 2**62  # a step after any token warmup
 
 @dataclass
 class DataPipeline:
-    catalog: Catalog
-    dataset: CaptionedImages
+    catalog: Catalog  # a video run's: its VideoCatalog (build_video_pipeline; the session wraps it in RunClips)
+    dataset: CaptionedImages  # a video run's: ClipWindows
     sampler: BucketBatchSampler
     loader: Any
     model: Any  # the run's view of the model (a LoadedModel): its prompt format, and its cached texts when cached
