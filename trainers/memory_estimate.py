@@ -8,10 +8,14 @@
 The model's parameters come from its safetensors headers (trainers/core/weights_memory.py), or from the family's
 published sizes (each family's rules.py: memory_facts). Weights follow their dtype and quantization
 (base_model_precision, text_encoder_precision), layer offload moves a share of the denoiser's blocks to host RAM, and the trained
-parameters carry their gradients and optimizer states. Activations are rough (per family, scaled by resolution,
-batch and gradient checkpointing); weights and optimizer states are counted exactly. `gpu_gb` is what
-torch.cuda.max_memory_allocated would report; a card also needs the CUDA context and the allocator's slack on top
-(CARD_OVERHEAD_GB).
+parameters carry their gradients and optimizer states. Activations are counted from the family's sequence (image
+tokens from the resolution, the autoencoder's factor and the patch size, text tokens, width, blocks; memory_facts'
+Tokens) where it states one, else from its two figures scaled by resolution; both by batch and gradient
+checkpointing. Weights and optimizer states are counted exactly. Three readings of a card
+(docs/memory.md; tests/core/test_memory_published.py holds them to peers' published figures):
+`gpu_gb` is what torch.cuda.max_memory_allocated reports, `reserved_gb` what torch.cuda.max_memory_reserved reports
+(the caching allocator holds freed blocks and rounds allocations up: ALLOCATOR_RESERVE of the peak), and `card_gb` what
+nvidia-smi shows, the CUDA context (CUDA_CONTEXT_GB) on top: what a card must have free.
 """
 from __future__ import annotations
 
@@ -20,17 +24,23 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from trainers.core.memory_facts import ModelSize, with_controls
+from trainers.core.memory_facts import ModelSize, Tokens, with_controls
 from trainers.core.options import TrainConfig
 from trainers.core.registry import FAMILY_NAMES, method_spec
 from trainers.core.weights_memory import GB, Part, model_parts
 
-CARD_OVERHEAD_GB = 1.0  # the CUDA context, cuBLAS workspaces and allocator slack beside what tensors take
+# The CUDA context of torch 2.x with lazy module loading (~0.3 GB), cuBLAS' and cuDNN's workspaces beside it
+CUDA_CONTEXT_GB = 0.5
+ALLOCATOR_RESERVE = 0.06  # what the caching allocator holds beyond the peak allocated, as a share of it
+# What a transformer block keeps for its backward, in hidden-wide 16-bit tensors per token: 34 bytes per token and unit
+# of width (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", without the
+# attention scores SDPA does not keep)
+BLOCK_ACTIVATIONS = 17
 FIT_MARGIN = 0.9  # a run fits a card when its need is at most this share of the card
 QUANT_BYTES = {"fp8": 1.0, "int8": 1.0, "int4": 0.53, "nf4": 0.56}  # per weight, with their scales
 QUANT_MODES = ("none", *QUANT_BYTES)
 # Optimizer state bytes per trained parameter (sd-scripts' optimizer_type names, matched case-insensitively).
-_STATE_BYTES = (("adafactor", 0.1), ("came", 4.0), ("8bit", 2.0), ("lion", 4.0), ("sgdnesterov", 4.0), ("sgd", 0.0),
+_STATE_BYTES = (("adafactor", 0.1), ("came", 4.0), ("lion8bit", 1.0), ("8bit", 2.0), ("lion", 4.0), ("sgdnesterov", 4.0), ("sgd", 0.0),
                 ("prodigy", 16.0), ("dadapt", 12.0))  # plain SGD: torch's default, no momentum
 _ADAM_STATE_BYTES = 8.0  # AdamW's two float32 moments
 
@@ -68,14 +78,19 @@ class MemoryEstimate:
         return sum(self.host.values())
 
     @property
+    def reserved_gb(self) -> float:
+        """What torch.cuda.max_memory_reserved would report: the peak allocated and the allocator's reserve."""
+        return self.gpu_gb * (1 + ALLOCATOR_RESERVE)
+
+    @property
     def card_gb(self) -> float:
-        """What a card must have free for the run's steps."""
-        return self.gpu_gb + CARD_OVERHEAD_GB
+        """What a card must have free for the run's steps (what nvidia-smi would show): reserved and the context."""
+        return self.reserved_gb + CUDA_CONTEXT_GB
 
     @property
     def caching_card_gb(self) -> float:
         """What a card must have free while the captions are encoded before the first step (0: not done)."""
-        return self.caching + CARD_OVERHEAD_GB if self.caching else 0.0
+        return self.caching * (1 + ALLOCATOR_RESERVE) + CUDA_CONTEXT_GB if self.caching else 0.0
 
     def weights_and_states_gb(self) -> float:
         """The exactly counted part (all but activations), wherever it lives: what a CPU run's RSS measures."""
@@ -88,7 +103,7 @@ class MemoryEstimate:
         caching = (f" Encoding the captions before the first step takes ~{_gb(self.caching_card_gb)} GB of the card."
                    if self.caching else "")
         return (f"Estimated peak GPU memory ~{_gb(self.gpu_gb)} GB ({items}; from {self.source}), "
-                f"~{_gb(self.card_gb)} GB of the card with the CUDA context{host}.{caching}")
+                f"~{_gb(self.card_gb)} GB of the card with the allocator's reserve and the CUDA context{host}.{caching}")
 
     def to_dict(self) -> dict[str, object]:
         return {"gpu_gb": round(self.gpu_gb, 3), "host_gb": round(self.host_gb, 3),
@@ -200,6 +215,8 @@ def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bo
         lora = size.lora_per_rank * rank * (0 if cfg.values.get("network_train_text_encoder_only") else 1)
         lora += size.text_lora_per_rank * rank * (1 if _trains_text_encoders(cfg) else 0)
         gpu["LoRA, gradients and optimizer states"] = lora * (4 + 4 + state_bytes(cfg.optimizer_type)) / GB
+        if setting.base == "fp8":
+            gpu["fp8 layers cast for the backward"] = _fp8_cast(cfg, size, dtype_bytes)
         trainable_text = 0
     text_quant = str(values.get("text_encoder_precision") or "none")
     resident = not cfg.cache_text_encoder_outputs or _trains_text_encoders(cfg)
@@ -219,23 +236,45 @@ def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bo
 
 
 def _quantized(params: int, linear: int, mode: str, dtype_bytes: int) -> float:
-    """Bytes of weights with `mode`: fp8 stores every layer in one byte; int8, int4 and nf4 quantize Linear weights."""
+    """Bytes of weights with `mode`: fp8, int8, int4 and nf4 quantize the Linear weights (fp8 with diffusers' layerwise
+    casting; norms and embeddings keep the compute dtype)."""
     if mode == "none":
         return params * dtype_bytes
-    if mode == "fp8":
-        return params * QUANT_BYTES["fp8"]
     return linear * QUANT_BYTES[mode] + (params - linear) * dtype_bytes
 
 
+def _fp8_cast(cfg: TrainConfig, size: ModelSize, dtype_bytes: int) -> float:
+    """GB of fp8 weights cast to the compute dtype that autograd keeps for the backward (a Linear's input gradient needs
+    its weight): with gradient checkpointing those of the one block being recomputed, without it every layer's."""
+    linear = size.denoiser_linear / size.swap_units if cfg.gradient_checkpointing and size.swap_units else \
+        size.denoiser_linear
+    return linear * dtype_bytes / GB
+
+
 def _activations(cfg: TrainConfig, size: ModelSize) -> float:
+    """GB of activations kept for the backward: from the family's sequence (size.tokens) where it has one, else its
+    two figures at native_pixels scaled by the pixel count."""
     width, _, height = str(cfg.values.get("resolution") or "512").partition(",")
     try:
         pixels = int(width) * int(height or width)
     except ValueError:  # Validate names the resolution itself
         pixels = size.native_pixels
-    per_sample = size.activations_checkpointed_gb if cfg.gradient_checkpointing else size.activations_gb
     dtype = 1 if cfg.mixed_precision in ("bf16", "fp16") else 2
-    return per_sample * pixels / size.native_pixels * int(cfg.values.get("train_batch_size") or 1) * dtype
+    batch = int(cfg.values.get("train_batch_size") or 1)
+    if size.tokens:
+        return _sequence_activations(size.tokens, pixels, bool(cfg.gradient_checkpointing)) * batch * dtype
+    per_sample = size.activations_checkpointed_gb if cfg.gradient_checkpointing else size.activations_gb
+    return per_sample * pixels / size.native_pixels * batch * dtype
+
+
+def _sequence_activations(tokens: Tokens, pixels: int, checkpointed: bool) -> float:
+    """GB one 16-bit sample keeps: every block's activations, or with gradient checkpointing every block's input and
+    the activations of the one block recomputed in the backward."""
+    sequence = tokens.images * pixels / tokens.pixels_per_token + tokens.text_tokens
+    width = sequence * tokens.hidden * 2 / GB  # one hidden-wide 16-bit tensor
+    if checkpointed:
+        return (tokens.blocks + BLOCK_ACTIVATIONS) * width
+    return tokens.blocks * BLOCK_ACTIVATIONS * width
 
 
 def _trains_text_encoders(cfg: TrainConfig) -> bool:

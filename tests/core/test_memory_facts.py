@@ -55,4 +55,5 @@ def test_an_edit_models_activations_count_its_control_images_tokens(monkeypatch:
     edited, plain = (_report(monkeypatch, family, "some/hub-id").cfg for family in (edit, base))
     edited_gpu, plain_gpu = memory_estimate.estimate_memory(edited).gpu, memory_estimate.estimate_memory(plain).gpu
     assert edited_gpu["denoiser weights"] == plain_gpu["denoiser weights"]
-    assert edited_gpu["activations"] == pytest.approx(2 * plain_gpu["activations"])  # the control's tokens join
+    # the control's image tokens join the sequence, the caption's are not doubled
+    assert 1.5 * plain_gpu["activations"] < edited_gpu["activations"] < 2 * plain_gpu["activations"]

@@ -33,6 +33,25 @@ WAN21_VAE = QWEN_IMAGE_VAE  # Wan 2.1's causal 3D autoencoder: Qwen-Image's is t
 
 
 @dataclass(frozen=True)
+class Tokens:
+    """A transformer's sequence, for activations counted from it (trainers/memory_estimate.py): image tokens from the
+    pixels one token covers, the text tokens beside them, the width and the blocks they go through."""
+
+    hidden: int
+    blocks: int  # the transformer blocks every token goes through (FLUX.1: 19 double-stream and 38 single-stream)
+    pixels_per_token: int  # (the autoencoder's factor x the patch size) squared
+    text_tokens: int  # padded to this, or (captions trimmed to the batch's longest) a long caption's
+    images: int = 1  # the target, and an edit model's control images
+
+
+# FLUX.1 and Chroma: 3072 wide, 19 + 38 blocks, 8x autoencoder with 2x2 patches, T5 padded to 512 tokens
+FLUX1_TOKENS = Tokens(3072, 57, 16 * 16, 512)
+# Qwen-Image: 3072 wide, 60 dual-stream blocks, 8x autoencoder with 2x2 patches; Qwen2.5-VL's states trimmed to the
+# batch's longest caption (up to 1024 tokens): 256 for a long one
+QWEN_IMAGE_TOKENS = Tokens(3072, 60, 16 * 16, 256)
+
+
+@dataclass(frozen=True)
 class ModelSize:
     """What a memory estimate needs of a model; counted from its files, or published."""
 
@@ -50,11 +69,13 @@ class ModelSize:
     # checkpointing (SDPA attention: linear in the pixel count). Calibrate with benchmarks/memory_benchmark.py on a GPU.
     activations_gb: float = 0.0
     activations_checkpointed_gb: float = 0.0
+    tokens: Tokens | None = None  # the sequence: activations counted from it instead of the two figures above
 
 
 
 def with_controls(base: ModelSize, controls: int, source: str) -> ModelSize:
     """An edit model's sizes: its base model's weights, and activations for `controls` control images' tokens beside
     the target's (the sequence they join is that much longer; SDPA's activations grow with it)."""
+    tokens = replace(base.tokens, images=base.tokens.images + controls) if base.tokens else None
     return replace(base, source=source, activations_gb=base.activations_gb * (1 + controls),
-                   activations_checkpointed_gb=base.activations_checkpointed_gb * (1 + controls))
+                   activations_checkpointed_gb=base.activations_checkpointed_gb * (1 + controls), tokens=tokens)

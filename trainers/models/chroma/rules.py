@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.memory_facts import FLOW_AE, T5XXL, T5XXL_LINEAR, ModelSize
+from trainers.core.memory_facts import FLOW_AE, FLUX1_TOKENS, T5XXL, T5XXL_LINEAR, ModelSize
 from trainers.core.options.training import BY_NAME
 from trainers.models.flow_rules import Part
 from trainers.models.flux.rules import FluxRules
@@ -21,7 +21,7 @@ class ChromaRules(FluxRules):
     name = "chroma"
     title = "Chroma"
     memory_facts = ModelSize(8_899_983_424, 8_897_888_256, T5XXL, T5XXL_LINEAR, FLOW_AE, 3_512_384, 0, 38,
-                             "the published Chroma1-HD sizes", 1024 * 1024, 24.0, 2.2)
+                             "the published Chroma1-HD sizes", 1024 * 1024, 24.0, 2.2, tokens=FLUX1_TOKENS)
     pipeline_class = "ChromaPipeline"
     base_model_version = "chroma"  # sd-scripts' MODEL_VERSION_CHROMA (its LoRAs' ss_base_model_version)
     modelspec_architecture = "chroma"

@@ -9,6 +9,7 @@ from typing import Any
 from trainers.core.errors import ConfigIssue
 from trainers.core.fsio import read_safetensors_header
 from trainers.core.memory_facts import CLIP_L, CLIP_L_LINEAR, CLIP_L_LORA, FLOW_AE, T5XXL, T5XXL_LINEAR, ModelSize
+from trainers.core.memory_facts import FLUX1_TOKENS
 from trainers.models.flux.options import NETWORK_ARGS
 from trainers.models.flow_rules import FlowRules, Part
 from trainers.models.flux import lora_layers
@@ -21,7 +22,8 @@ class FluxRules(FlowRules):
     name = "flux"
     title = "FLUX.1"
     memory_facts = ModelSize(11_891_178_560, 11_888_099_328, CLIP_L + T5XXL, CLIP_L_LINEAR + T5XXL_LINEAR, FLOW_AE,
-                             5_369_856, CLIP_L_LORA, 38, "the published FLUX.1 dev sizes", 1024 * 1024, 24.0, 2.2)
+                             5_369_856, CLIP_L_LORA, 38, "the published FLUX.1 dev sizes", 1024 * 1024, 24.0, 2.2,
+                             tokens=FLUX1_TOKENS)
     arch_dir = Path(__file__).with_name("arch")  # none: a single file's config is read from its shapes
     pipeline_class = "FluxPipeline"
     reference_prefixes = ("double_blocks.", "model.diffusion_model.double_blocks.", "diffusion_model.double_blocks.")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.core.memory_facts import QWEN25_VL_7B, QWEN25_VL_7B_LINEAR, QWEN_IMAGE_VAE, ModelSize
+from trainers.core.memory_facts import (QWEN25_VL_7B, QWEN25_VL_7B_LINEAR, QWEN_IMAGE_TOKENS, QWEN_IMAGE_VAE,
+                                         ModelSize)
 from trainers.models.flow_rules import FlowRules, Part
 
 
@@ -13,7 +14,8 @@ class QwenImageRules(FlowRules):
     title = "Qwen-Image"
     # activations: FLUX.1's scaled by width x block-streams (benchmarks/count_model_sizes.py), to calibrate
     memory_facts = ModelSize(20_430_401_088, 20_424_818_688, QWEN25_VL_7B, QWEN25_VL_7B_LINEAR, QWEN_IMAGE_VAE,
-                             6_635_520, 0, 60, "the published Qwen-Image sizes", 1024 * 1024, 37.9, 3.5)
+                             6_635_520, 0, 60, "the published Qwen-Image sizes", 1024 * 1024, 37.9, 3.5,
+                             tokens=QWEN_IMAGE_TOKENS)
     base_model_version = "qwen_image"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_QWEN_IMAGE_FULL)
     modelspec_architecture = "Qwen-Image"
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs

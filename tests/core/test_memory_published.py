@@ -1,0 +1,113 @@
+"""The memory estimate held to the figures peers publish (issue 42 item 1): each measured point within 15% either way,
+each tier a peer says a config runs on fits that card's memory. docs/memory.md states the error per point.
+
+A row's reading decides what it is compared with: "nvidia-smi" (what a card shows in use: the CUDA context and the
+allocator's reserve included) the estimate's card_gb, "reserved" reserved_gb, "allocated" gpu_gb. Settings are our
+config values for the source's; where a source leaves a setting unstated, the row's note says what is assumed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from trainers.core.options import TrainConfig
+from trainers.memory_estimate import MemoryEstimate, estimate_memory
+
+TOLERANCE = 0.15
+GIB = 2**30 / 1e9  # a card sold as N GB holds N GiB
+
+
+@dataclass(frozen=True)
+class Point:
+    name: str
+    source: str
+    values: dict[str, object]
+    published_gb: float  # the peak as published; for a tier row, the card's size in GB as sold (GiB)
+    reading: str  # "nvidia-smi", "reserved", "allocated", or "tier" (the config runs on a card of that size)
+    note: str = ""
+    xfail: str = ""  # why the point cannot be met honestly (a strict xfail)
+
+
+MUSUBI_QWEN = ("kohya-ss/musubi-tuner docs/qwen_image.md, 'VRAM Usage Estimates with Memory Saving Options' "
+               "(1024x1024, batch 1, bf16, gradient checkpointing; optimizer and rank from its example command)")
+QWEN = {"model_family": "qwen_image", "pretrained_model_name_or_path": "Qwen/Qwen-Image", "resolution": "1024",
+        "mixed_precision": "bf16", "gradient_checkpointing": True, "train_batch_size": 1, "network_dim": 16,
+        "network_train_unet_only": True, "optimizer_type": "AdamW8bit", "cache_text_encoder_outputs": True}
+SIMPLETUNER_FLUX = ("bghira/SimpleTuner documentation/quickstart/FLUX.md, 'Hardware requirements' (a rank-16 LoRA on "
+                    "every component, 'a bit more than N G VRAM')")
+FLUX_ST = {"model_family": "flux", "resolution": "512", "mixed_precision": "bf16", "gradient_checkpointing": True,
+           "train_batch_size": 1, "network_dim": 16, "network_train_unet_only": True, "optimizer_type": "AdamW",
+           "cache_text_encoder_outputs": True}
+ST_NOTE = ("resolution unstated: 512 px, by the same page's 'Lowest VRAM config' (nf4, 512 px: 9090M, the list's "
+           "nf4 figure); optimizer unstated: AdamW (the page recommends adamw_bf16, whose LoRA and states are bf16: "
+           "ours counts them in float32, ~0.7 GB more)")
+SD_SCRIPTS_FLUX = ("kohya-ss/sd-scripts docs/flux_train_network.md, 6.1 'Recommended Settings by GPU Memory' "
+                   "(with --fp8_base; network_dim 16, AdamW8bit, gradient checkpointing, cached text encoder "
+                   "outputs from its example command)")
+FLUX_SD = {"model_family": "flux", "resolution": "1024", "mixed_precision": "bf16", "gradient_checkpointing": True,
+           "train_batch_size": 1, "network_dim": 16, "network_train_unet_only": True, "optimizer_type": "AdamW8bit",
+           "cache_text_encoder_outputs": True, "fp8_base": True}
+SD_NOTE = "resolution unstated: 1024 px (FLUX.1's)"
+
+POINTS = (
+    Point("musubi Qwen-Image bf16", MUSUBI_QWEN, QWEN, 42, "nvidia-smi"),
+    Point("musubi Qwen-Image fp8", MUSUBI_QWEN, {**QWEN, "fp8_base": True}, 30, "nvidia-smi",
+          "--fp8_base --fp8_scaled: fp8 Linear weights (ours: base_model_precision fp8)"),
+    Point("musubi Qwen-Image fp8, 16 blocks swapped", MUSUBI_QWEN, {**QWEN, "fp8_base": True, "blocks_to_swap": 16},
+          24, "nvidia-smi"),
+    Point("musubi Qwen-Image fp8, 45 blocks swapped", MUSUBI_QWEN, {**QWEN, "fp8_base": True, "blocks_to_swap": 45},
+          12, "nvidia-smi"),
+    Point("SimpleTuner FLUX.1 bf16", SIMPLETUNER_FLUX, FLUX_ST, 30, "nvidia-smi", ST_NOTE),
+    Point("SimpleTuner FLUX.1 int8", SIMPLETUNER_FLUX, {**FLUX_ST, "base_model_precision": "int8"}, 18, "nvidia-smi",
+          ST_NOTE + "; int8-quanto (ours: torchao int8)"),
+    Point("SimpleTuner FLUX.1 int4", SIMPLETUNER_FLUX, {**FLUX_ST, "base_model_precision": "int4"}, 13, "nvidia-smi",
+          ST_NOTE + "; int4-quanto (ours: torchao int4)",
+          xfail="reads 26% low (9.6 GB): optimum-quanto's int4 takes 4 GB more than the same page's nf4 row at the "
+                "same settings, though it stores fewer bytes a weight; no term shared with the other rows explains it"),
+    Point("SimpleTuner FLUX.1 nf4", SIMPLETUNER_FLUX, {**FLUX_ST, "base_model_precision": "nf4"}, 9, "nvidia-smi",
+          ST_NOTE + "; nf4-bnb"),
+    Point("SimpleTuner FLUX.1 lowest VRAM", "bghira/SimpleTuner documentation/quickstart/FLUX.md, 'Lowest VRAM config'",
+          {**FLUX_ST, "base_model_precision": "nf4", "optimizer_type": "PagedLion8bit"}, 9090 * 2**20 / 1e9,
+          "nvidia-smi", "nf4-bnb, bnb-lion8bit-paged, 512 px, batch 1, gradient checkpointing (stated); rank "
+                        "unstated: 16 as the page's other rows"),
+    Point("sd-scripts FLUX.1 24 GB, batch 2", SD_SCRIPTS_FLUX, {**FLUX_SD, "train_batch_size": 2}, 24, "tier", SD_NOTE),
+    Point("sd-scripts FLUX.1 12 GB, 16 blocks swapped", SD_SCRIPTS_FLUX, {**FLUX_SD, "blocks_to_swap": 16}, 12, "tier",
+          SD_NOTE),
+    Point("sd-scripts FLUX.1 10 GB, 22 blocks swapped, fp8 T5", SD_SCRIPTS_FLUX,
+          {**FLUX_SD, "blocks_to_swap": 22, "text_encoder_precision": "fp8"}, 10, "tier", SD_NOTE),
+    Point("sd-scripts FLUX.1 8 GB, 28 blocks swapped, fp8 T5", SD_SCRIPTS_FLUX,
+          {**FLUX_SD, "blocks_to_swap": 28, "text_encoder_precision": "fp8"}, 8, "tier", SD_NOTE),
+)
+
+
+def reading_gb(estimate: MemoryEstimate, reading: str) -> float:
+    """The estimate as the row's source read its card."""
+    return {"nvidia-smi": estimate.card_gb, "tier": estimate.card_gb, "reserved": estimate.reserved_gb,
+            "allocated": estimate.gpu_gb}[reading]
+
+
+def _param(point: Point) -> object:
+    marks = [pytest.mark.xfail(strict=True, reason=point.xfail)] if point.xfail else []
+    return pytest.param(point, id=point.name, marks=marks)
+
+
+@pytest.mark.parametrize("point", [_param(p) for p in POINTS])
+def test_the_estimate_meets_each_published_point(point: Point) -> None:
+    estimate = estimate_memory(TrainConfig("lora", point.values))
+    assert estimate is not None, point.name
+    estimated = reading_gb(estimate, point.reading)
+    if point.reading == "tier":  # the peer runs it on that card: its steps and its caption pass fit the card
+        card = point.published_gb * GIB
+        assert estimated <= card and estimate.caching_card_gb <= card, (
+            f"{point.name}: estimated {estimated:.1f} GB (captions {estimate.caching_card_gb:.1f} GB), "
+            f"the card holds {card:.1f} GB ({point.source})")
+        return
+    error = estimated / point.published_gb - 1
+    assert abs(error) <= TOLERANCE, (f"{point.name}: published {point.published_gb:.1f} GB ({point.reading}), "
+                                     f"estimated {estimated:.1f} GB ({error:+.0%}; {point.source})")
+
+
+def test_each_point_names_its_source_and_reading() -> None:
+    assert all(p.source and p.reading in ("nvidia-smi", "reserved", "allocated", "tier") for p in POINTS)
+    assert len({p.name for p in POINTS}) == len(POINTS)
