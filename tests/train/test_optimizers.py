@@ -171,7 +171,8 @@ def test_bad_optimizer_args_stop_the_run_before_any_model_loads(tmp_path: Path, 
 
 @pytest.mark.slow
 def test_the_trainer_exits_with_code_2_and_the_message(tmp_path: Path, fake_model_dir: Path) -> None:
-    args = sets(**_fake_model_and_data(tmp_path, fake_model_dir), max_train_steps=2, optimizer_args=["foo=1", "betas=0.9"])
+    args = sets(**_fake_model_and_data(tmp_path, fake_model_dir), max_train_steps=2,
+                optimizer_args=["foo=1", "betas=0.9"])
     result = run_trainer(args, tmp_path / "run", env=fake_family_env())
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "optimizer_args: foo=1: AdamW (torch.optim.AdamW) has no argument 'foo'" in result.stderr
@@ -339,7 +340,8 @@ def test_schedule_free_samples_and_saves_in_eval_mode_and_resumes(fake_model_dir
 def test_the_validate_report_draws_the_learning_rate_of_the_planned_steps(tmp_path: Path, fake_model_dir: Path) -> None:
     from gui.checks import check_form
 
-    values = {**_fake_model_and_data(tmp_path, fake_model_dir), "max_train_epochs": 2, "train_batch_size": 4, "learning_rate": 1e-3,
+    values = {**_fake_model_and_data(tmp_path, fake_model_dir), "max_train_epochs": 2, "train_batch_size": 4,
+              "learning_rate": 1e-3,
               "text_encoder_lr": 5e-4, "lr_scheduler": "cosine", "lr_warmup_steps": 0.25}
     report = check_form("lora", values)
     assert report.ok, report.summary()

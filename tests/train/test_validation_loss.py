@@ -95,11 +95,13 @@ def test_loss_is_reproducible_follows_the_weights_and_matches_a_hand_computation
 
 
 @pytest.mark.slow
-def test_lora_run_reports_validation_at_its_steps_and_epochs(fake_model_dir: Path, dataset: Path, tmp_path: Path) -> None:
+def test_lora_run_reports_validation_at_its_steps_and_epochs(fake_model_dir: Path, dataset: Path,
+                                                             tmp_path: Path) -> None:
     from trainers.methods.lora.file_format import read_lora_file
 
     # 8 images: 6 trained (3 steps of 2 an epoch), 2 held out; 4 steps = 2 epochs
-    code = train("lora", tmp_path / "run", pretrained_model_name_or_path=str(fake_model_dir), train_data_dir=str(dataset),
+    code = train("lora", tmp_path / "run", pretrained_model_name_or_path=str(fake_model_dir),
+                 train_data_dir=str(dataset),
                  output_dir=str(tmp_path / "out"), resolution="64", train_batch_size=2, max_train_steps=4,
                  max_data_loader_n_workers=0, network_dim=4, network_alpha=2, learning_rate=1e-3,
                  validation_split=0.25, validate_every_n_steps=2, logging_dir=str(tmp_path / "tb"))
