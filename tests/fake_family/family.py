@@ -26,7 +26,6 @@ from trainers.models.base import LoadedModel, LoraTarget, ModelFamily
 from trainers.models.prompt_states import apply_weights, chunk_count, merge_chunks
 
 WIDTH = 16  # the denoiser's and the text encoder's width
-PARTS = ("denoiser", "vae", "text_encoder")
 # Each part's weights file in a model folder, as save.py writes them (diffusers' name; transformers' for the encoder).
 WEIGHTS = {"denoiser": "diffusion_pytorch_model.safetensors", "vae": "diffusion_pytorch_model.safetensors",
            "text_encoder": "model.safetensors"}
