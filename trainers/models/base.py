@@ -156,6 +156,17 @@ class ModelFamily(FamilyRules):
                              f"{len(units) - 2} of them in CPU memory")
         return units[len(units) - count:]
 
+    def repeated_blocks(self, denoiser: nn.Module) -> list[nn.Module]:
+        """The blocks compile_blocks compiles one by one (diffusers' regional compilation): the modules of the classes
+        the denoiser's `_repeated_blocks` names (diffusers' own list), else the entries of its block lists."""
+        names = set(getattr(denoiser, "_repeated_blocks", None) or ())
+        if names:
+            return [m for m in denoiser.modules() if type(m).__name__ in names]
+        lists = ("transformer_blocks", "single_transformer_blocks", "double_stream_blocks", "single_stream_blocks",
+                 "blocks", "layers")
+        return [block for name in lists if isinstance(getattr(denoiser, name, None), nn.ModuleList)
+                for block in getattr(denoiser, name)]
+
     def lora_target_dims(self, targets: list[LoraTarget], args: Mapping[str, str], dim: int) -> dict[str, int] | None:
         """The rank of each of lora_targets' modules under the run's network_args (0: not trained); None: all
         at network_dim."""

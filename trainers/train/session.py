@@ -36,6 +36,7 @@ from trainers.models.edit_rules import takes_controls
 from trainers.models.training_adapter import attach_training_adapter
 from trainers.quant.apply import check_platform, quantize_model
 from trainers.train import memo
+from trainers.train.compile import compile_blocks
 from trainers.train.control import Control
 from trainers.train.distributed import RankTimer
 from trainers.train.faults import MemoryTips
@@ -203,6 +204,7 @@ def _place_denoiser(cfg: TrainConfig, precision: PrecisionOptions, model: Loaded
         model.unet.set_attn_processor(AttnProcessor())
     if precision.gradient_checkpointing:
         model.unet.enable_gradient_checkpointing()
+    compile_blocks(model.family, model.unet, cfg.values, device.type)  # compiled at their first call (after a LoRA)
     option = "layer_offload_fraction" if cfg.values.get("layer_offload_fraction") else "blocks_to_swap"
     try:
         count = offloaded_blocks(cfg.values, model.unet)

@@ -273,6 +273,7 @@ class PrecisionOptions(OptionSlice):
     full_bf16: bool
     gradient_checkpointing: bool
     sdpa: bool
+    compile_blocks: Literal["auto", "on", "off"]
     fp8_base: bool
     blocks_to_swap: int | None
     base_model_precision: Literal["none", "fp8", "int8", "int4", "nf4"]

@@ -83,12 +83,29 @@ def option_issues(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssu
     if name:
         bad("output_name", name)
     issues.extend(_launch_issues(cfg, group))
+    issues.extend(compile_issues(cfg))
     issues.extend(distributed_issues(cfg))
     issues.extend(_sample_prompt_issues(cfg))
     issues.extend(_resume_issues(cfg, check_paths))
     if check_paths:
         issues.extend(_path_issues(cfg, group))
     return issues
+
+
+def compile_issues(cfg: TrainConfig) -> list[ConfigIssue]:
+    """compile_blocks = 'on' where it cannot run (trainers/train/compile.py)."""
+    values = cfg.values
+    if values.get("compile_blocks") != "on":
+        return []
+    found = []
+    if str(values.get("dynamo_backend") or "no") != "no":
+        found.append(ConfigIssue("compile_blocks", f"and dynamo_backend = {values['dynamo_backend']!r} both compile "
+                                 "the denoiser (dynamo_backend the whole model): keep one (compile_blocks = 'off', or "
+                                 "dynamo_backend = 'no')", "precision"))
+    found += [ConfigIssue("compile_blocks", f"cannot compile blocks whose weights {name} moves between the CPU and the "
+                          "GPU while they run: set compile_blocks = 'auto' or 'off'", "precision")
+              for name in ("blocks_to_swap", "layer_offload_fraction") if values.get(name)]
+    return found
 
 
 def _launch_issues(cfg: TrainConfig, group: dict[str, str]) -> list[ConfigIssue]:

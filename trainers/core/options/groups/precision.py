@@ -13,6 +13,14 @@ OPTIONS: tuple[Option, ...] = (
            "memory, about 20% slower.", "precision"),
     Option("sdpa", "bool", True, "Use PyTorch scaled-dot-product attention (fast, memory-efficient).",
            "precision", advanced=True),
+    Option("compile_blocks", "str", "auto", "Compile each of the denoiser's repeated blocks (a transformer's blocks, "
+           "a UNet's transformer blocks) with torch.compile, as diffusers' regional compilation does: one compiled "
+           "block reused by all, so compiling takes seconds, not minutes, and steps run faster. 'auto': on for CUDA "
+           "runs without block swap or layer offload, fp8/nf4 base weights or DeepSpeed/FSDP, off otherwise (the CPU "
+           "gains little and compiles slowly); 'on' always (refused with block swap or layer offload, whose weight "
+           "moves cannot be compiled); 'off' never. The first step of each new image size compiles. Not with "
+           "dynamo_backend, which compiles the whole model.", "precision", choices=("auto", "on", "off"),
+           advanced=True),
     Option("fp8_base", "bool", False, "Keep the base model's UNet or transformer in 8-bit floats (float8_e4m3fn), "
            "each layer cast to the mixed_precision dtype while it runs (diffusers' layerwise casting): about half "
            "the memory of bf16 weights, e.g. a 12B transformer on 16-24 GB. LoRA only; needs mixed_precision. The text encoders "
