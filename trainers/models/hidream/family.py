@@ -130,9 +130,9 @@ class HiDream(FileNamedLora, HiDreamRules, FlowFamily, ModelFamily):
         training-mode patches put back on the grid."""
         assert pooled is not None, "HiDream-I1's encode_prompts gives the pooled CLIP outputs"
         t5, llama = self.split_states(hidden)
-        out = unet(hidden_states=noisy, timesteps=timesteps.to(noisy.dtype), encoder_hidden_states_t5=t5.to(noisy.dtype),
-                   encoder_hidden_states_llama3=llama.to(noisy.dtype), pooled_embeds=pooled.to(noisy.dtype),
-                   return_dict=False)[0]
+        out = unet(hidden_states=noisy, timesteps=timesteps.to(noisy.dtype),
+                   encoder_hidden_states_t5=t5.to(noisy.dtype), encoder_hidden_states_llama3=llama.to(noisy.dtype),
+                   pooled_embeds=pooled.to(noisy.dtype), return_dict=False)[0]
         if unet.training and not unet.config.force_inference_output:
             out = patches_to_grid(out, noisy.shape[-2], noisy.shape[-1], unet.config.patch_size)
         return -out
