@@ -8,6 +8,7 @@ same work (--fair).
     .venv/bin/python benchmarks/side_by_side.py --workload sd15-64 --steps 30   # compute-bound, real-size UNet
     .venv/bin/python benchmarks/side_by_side.py --workload sdxl-1024 --steps 30 ...  # on a CUDA GPU
     .venv/bin/python benchmarks/side_by_side.py --baseline /tmp/before   # A/B against an earlier Atelier checkout
+    .venv/bin/python benchmarks/side_by_side.py --fair --speed-arms   # compile_blocks and fused_optimizer on/off
 
 Workloads (built in code, nothing fetched): `tiny` is a random-init SD1-style UNet (block_out_channels 32/64) on
 8 images at 64 px, batch 2, fp32, LoRA rank 4 alpha 4 on the UNet only, AdamW 1e-4 constant, 60 steps, no
@@ -316,6 +317,9 @@ def build_arms(args: argparse.Namespace, work: Path, model: Path, kohya: Path, i
     if args.baseline:  # the same config and launch, run by the other checkout's code
         baseline = args.baseline.resolve()
         arms.append(Arm("baseline", arms[0].argv, baseline, work / "out-atelier", code=baseline))
+    if args.speed_arms:  # the same config and work, one speed setting flipped (CPU defaults: not compiled, fused)
+        for name, flip in (("atelier-compiled", "compile_blocks=on"), ("atelier-unfused", "fused_optimizer=off")):
+            arms.append(Arm(name, atelier(name, [*ours, flip]), REPO, work / f"out-{name}", note=f"{name}: {flip}"))
     if args.sd_scripts:
         checkout = sd_scripts_for(args.sd_scripts, model, work, s)
         arms.append(Arm("sd-scripts", sd_scripts_argv(checkout, work, model, kohya, s, args.steps,
@@ -355,6 +359,10 @@ def main() -> int:
                                                     "accelerate launch gives a CPU process 1, Atelier the cores)")
     parser.add_argument("--baseline", type=Path, help="another Atelier checkout (e.g. `git worktree add /tmp/before "
                                                       "<commit>`), timed as one more arm: what a change bought")
+    parser.add_argument("--speed-arms", action="store_true",
+                        help="two more Atelier arms on the same work: compile_blocks=on (atelier-compiled) and "
+                             "fused_optimizer=off (atelier-unfused), each against the atelier arm (on the CPU: "
+                             "blocks not compiled, AdamW fused)")
     parser.add_argument("--python", default=sys.executable, help="the python the other trainers run with")
     parser.add_argument("--sd-scripts-python", help="sd-scripts' own python, where it needs other library versions "
                                                     "than the diffusers example (default: --python)")
