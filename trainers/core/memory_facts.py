@@ -49,6 +49,18 @@ FLUX1_TOKENS = Tokens(3072, 57, 16 * 16, 512)
 # Qwen-Image: 3072 wide, 60 dual-stream blocks, 8x autoencoder with 2x2 patches; Qwen2.5-VL's states trimmed to the
 # batch's longest caption (up to 1024 tokens): 256 for a long one
 QWEN_IMAGE_TOKENS = Tokens(3072, 60, 16 * 16, 256)
+# Z-Image: 3840 wide, 30 layers and 2 noise-refiner layers, FLUX.1's autoencoder with 2x2 patches, Qwen3 up to 512
+ZIMAGE_TOKENS = Tokens(3840, 32, 16 * 16, 512)
+# Lumina 2: 2304 wide, 26 layers and 2 noise-refiner layers, FLUX.1's autoencoder with 2x2 patches, Gemma 2 at 256
+LUMINA2_TOKENS = Tokens(2304, 28, 16 * 16, 256)
+# FLUX.2: an 8x autoencoder with 2x2 patches, text padded to 512 tokens; dev 6144 wide, 8 + 48 blocks; klein 9B 4096
+# wide, 8 + 24; klein 4B 3072 wide, 5 + 20
+FLUX2_DEV_TOKENS, FLUX2_KLEIN9_TOKENS, FLUX2_KLEIN4_TOKENS = (Tokens(6144, 56, 16 * 16, 512),
+                                                              Tokens(4096, 32, 16 * 16, 512),
+                                                              Tokens(3072, 25, 16 * 16, 512))
+# HunyuanImage 2.1: 3584 wide, 20 + 40 blocks, a 32x autoencoder with 1x1 patches, Qwen2.5-VL's 1000 tokens and
+# ByT5's 128 beside them
+HUNYUAN_IMAGE21_TOKENS = Tokens(3584, 60, 32 * 32, 1000 + 128)
 
 
 @dataclass(frozen=True)

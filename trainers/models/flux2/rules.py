@@ -8,20 +8,22 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.memory_facts import (FLUX2_AE, MISTRAL3_24B, MISTRAL3_24B_LINEAR, QWEN3_4B, QWEN3_4B_LM_LINEAR,
-                                        QWEN3_8B, QWEN3_8B_LINEAR, ModelSize)
+from trainers.core.memory_facts import (FLUX2_AE, FLUX2_DEV_TOKENS, FLUX2_KLEIN4_TOKENS, FLUX2_KLEIN9_TOKENS,
+                                        MISTRAL3_24B, MISTRAL3_24B_LINEAR, QWEN3_4B, QWEN3_4B_LM_LINEAR, QWEN3_8B,
+                                        QWEN3_8B_LINEAR, ModelSize)
 from trainers.models.edit_rules import EditRules
 from trainers.models.flow_rules import FlowRules
 from trainers.models.rules import DistilledBase, json_or_empty
 
 PIPELINES = ("Flux2Pipeline", "Flux2KleinPipeline")  # dev, klein
-# klein's published sizes (benchmarks/count_model_sizes.py), told apart by the words of a hub id; activations: FLUX.1's
-# scaled by width x block-streams, to calibrate
+# klein's published sizes (benchmarks/count_model_sizes.py), told apart by the words of a hub id; activations from
+# their sequences (the figures: FLUX.1's scaled by width x block-streams, for a model from its files)
 KLEIN_MEMORY_FACTS = {
     ("klein", "9b"): ModelSize(9_078_581_248, 9_078_571_008, QWEN3_8B, QWEN3_8B_LINEAR, FLUX2_AE, 2_588_672, 0, 20,
-                               "the published FLUX.2 klein 9B sizes", 1024 * 1024, 16.8, 1.5),
+                               "the published FLUX.2 klein 9B sizes", 1024 * 1024, 16.8, 1.5,
+                               tokens=FLUX2_KLEIN9_TOKENS),
     ("klein",): ModelSize(3_875_544_576, 3_875_536_896, QWEN3_4B, QWEN3_4B_LM_LINEAR, FLUX2_AE, 1_443_840, 0, 15,
-                          "the published FLUX.2 klein 4B sizes", 1024 * 1024, 9.5, 0.9)}
+                          "the published FLUX.2 klein 4B sizes", 1024 * 1024, 9.5, 0.9, tokens=FLUX2_KLEIN4_TOKENS)}
 
 
 class Flux2Rules(EditRules, FlowRules):
@@ -32,7 +34,7 @@ class Flux2Rules(EditRules, FlowRules):
     controls_optional = True
     max_controls = 3
     memory_facts = ModelSize(32_223_281_152, 32_223_264_768, MISTRAL3_24B, MISTRAL3_24B_LINEAR, FLUX2_AE, 6_094_848, 0,
-                             32, "the published FLUX.2 dev sizes", 1024 * 1024, 40.4, 3.7)
+                             32, "the published FLUX.2 dev sizes", 1024 * 1024, 40.4, 3.7, tokens=FLUX2_DEV_TOKENS)
     memory_variants = KLEIN_MEMORY_FACTS
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
     pipeline_class = PIPELINES[0]

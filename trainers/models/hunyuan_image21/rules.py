@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainers.core.memory_facts import (BYT5_GLYPH, BYT5_GLYPH_LINEAR, HUNYUAN_IMAGE21_VAE, QWEN25_VL_7B,
-                                     QWEN25_VL_7B_LINEAR, ModelSize)
+from trainers.core.memory_facts import (BYT5_GLYPH, BYT5_GLYPH_LINEAR, HUNYUAN_IMAGE21_TOKENS, HUNYUAN_IMAGE21_VAE,
+                                     QWEN25_VL_7B, QWEN25_VL_7B_LINEAR, ModelSize)
 from trainers.models.flow_rules import FlowRules
 from trainers.models.rules import ModelLoadError
 
@@ -22,7 +22,8 @@ class HunyuanImage21Rules(FlowRules):
     # by width x block-streams, at 2048x2048 (FLUX.1's 4096 tokens at 1024x1024), to calibrate
     memory_facts = ModelSize(17_425_795_520, 17_421_664_256, QWEN25_VL_7B + BYT5_GLYPH,
                              QWEN25_VL_7B_LINEAR + BYT5_GLYPH_LINEAR, HUNYUAN_IMAGE21_VAE, 5_877_760, 0, 40,
-                             "the published HunyuanImage 2.1 sizes", 2048 * 2048, 29.5, 2.7)
+                             "the published HunyuanImage 2.1 sizes", 2048 * 2048, 29.5, 2.7,
+                             tokens=HUNYUAN_IMAGE21_TOKENS)
     base_model_version = "hunyuan-image-2.1"  # sd-scripts' MODEL_VERSION_2_1
     modelspec_architecture = "hunyuan-image-2.1"  # sd-scripts' ARCH_HUNYUAN_IMAGE_2_1
     arch_dir = Path(__file__).with_name("arch")

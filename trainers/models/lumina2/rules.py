@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.core.memory_facts import FLOW_AE, GEMMA2_2B, GEMMA2_2B_LINEAR, ModelSize
+from trainers.core.memory_facts import FLOW_AE, GEMMA2_2B, GEMMA2_2B_LINEAR, LUMINA2_TOKENS, ModelSize
 from trainers.models.flow_rules import FlowRules, Part
 from trainers.models.rules import CheckpointKeys
 
@@ -20,7 +20,8 @@ class Lumina2Rules(FlowRules):
     title = "Lumina 2"
     # activations: FLUX.1's scaled by width x block-streams (benchmarks/count_model_sizes.py), to calibrate
     memory_facts = ModelSize(2_609_769_152, 2_609_217_536, GEMMA2_2B, GEMMA2_2B_LINEAR, FLOW_AE, 1_651_776, 0, 26,
-                             "the published Lumina-Image-2.0 sizes", 1024 * 1024, 6.2, 0.6)
+                             "the published Lumina-Image-2.0 sizes", 1024 * 1024, 6.2, 0.6,
+                             tokens=LUMINA2_TOKENS)
     base_model_version = "lumina2"  # sd-scripts' MODEL_VERSION_LUMINA_V2
     modelspec_architecture = "lumina-2"
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainers.core.memory_facts import FLOW_AE, QWEN3_4B, QWEN3_4B_LINEAR, ModelSize
+from trainers.core.memory_facts import FLOW_AE, QWEN3_4B, QWEN3_4B_LINEAR, ZIMAGE_TOKENS, ModelSize
 from trainers.models.flow_rules import FlowRules, Part
 from trainers.models.rules import DistilledBase, json_or_empty
 
@@ -17,7 +17,7 @@ class ZImageRules(FlowRules):
     title = "Z-Image"
     # activations: FLUX.1's scaled by width x block-streams (benchmarks/count_model_sizes.py), to calibrate
     memory_facts = ModelSize(6_154_908_736, 6_153_863_168, QWEN3_4B, QWEN3_4B_LINEAR, FLOW_AE, 1_958_400, 0, 30,
-                             "the published Z-Image sizes", 1024 * 1024, 11.8, 1.1)
+                             "the published Z-Image sizes", 1024 * 1024, 11.8, 1.1, tokens=ZIMAGE_TOKENS)
     arch_dir = Path(__file__).with_name("arch")  # none: diffusers folders carry their configs
     pipeline_class = "ZImagePipeline"
     base_model_version = "z_image"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_Z_IMAGE_FULL)
