@@ -7,10 +7,10 @@
 
 The model's parameters come from its safetensors headers (trainers/core/weights_memory.py), or from the family's
 published sizes (each family's rules.py: memory_facts). Weights follow their dtype and quantization
-(base_model_precision, text_encoder_precision), layer offload moves a share of the denoiser's blocks to host RAM, and the trained
-parameters carry their gradients and optimizer states. Activations are counted from the family's sequence (image
-tokens from the resolution, the autoencoder's factor and the patch size, text tokens, width, blocks; memory_facts'
-Tokens) where it states one, else from its two figures scaled by resolution; both by batch and gradient
+(base_model_precision, text_encoder_precision), layer offload moves a share of the denoiser's blocks to host RAM, and
+the trained parameters carry their gradients and optimizer states. Activations are counted from the family's sequence
+(image tokens from the resolution, the autoencoder's factor and the patch size, text tokens, width, blocks:
+memory_facts' Tokens) where it states one, else from its two figures scaled by resolution; both by batch and gradient
 checkpointing. Weights and optimizer states are counted exactly. Three readings of a card
 (docs/memory.md; tests/core/test_memory_published.py holds them to peers' published figures):
 `gpu_gb` is what torch.cuda.max_memory_allocated reports, `reserved_gb` what torch.cuda.max_memory_reserved reports
@@ -40,8 +40,8 @@ FIT_MARGIN = 0.9  # a run fits a card when its need is at most this share of the
 QUANT_BYTES = {"fp8": 1.0, "int8": 1.0, "int4": 0.53, "nf4": 0.56}  # per weight, with their scales
 QUANT_MODES = ("none", *QUANT_BYTES)
 # Optimizer state bytes per trained parameter (sd-scripts' optimizer_type names, matched case-insensitively).
-_STATE_BYTES = (("adafactor", 0.1), ("came", 4.0), ("lion8bit", 1.0), ("8bit", 2.0), ("lion", 4.0), ("sgdnesterov", 4.0), ("sgd", 0.0),
-                ("prodigy", 16.0), ("dadapt", 12.0))  # plain SGD: torch's default, no momentum
+_STATE_BYTES = (("adafactor", 0.1), ("came", 4.0), ("lion8bit", 1.0), ("8bit", 2.0), ("lion", 4.0),
+                ("sgdnesterov", 4.0), ("sgd", 0.0), ("prodigy", 16.0), ("dadapt", 12.0))  # plain SGD: no momentum
 _ADAM_STATE_BYTES = 8.0  # AdamW's two float32 moments
 
 
@@ -103,7 +103,8 @@ class MemoryEstimate:
         caching = (f" Encoding the captions before the first step takes ~{_gb(self.caching_card_gb)} GB of the card."
                    if self.caching else "")
         return (f"Estimated peak GPU memory ~{_gb(self.gpu_gb)} GB ({items}; from {self.source}), "
-                f"~{_gb(self.card_gb)} GB of the card with the allocator's reserve and the CUDA context{host}.{caching}")
+                f"~{_gb(self.card_gb)} GB of the card with the allocator's reserve and the CUDA context{host}."
+                f"{caching}")
 
     def to_dict(self) -> dict[str, object]:
         return {"gpu_gb": round(self.gpu_gb, 3), "host_gb": round(self.host_gb, 3),
