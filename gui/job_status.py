@@ -22,7 +22,7 @@ from trainers.core.options.schema import ConfigError, ConfigIssue
 from trainers.core.rundir import RunState, read_status
 
 TITLES: dict[str, str] = {
-    RunState.QUEUED: "Queued", RunState.STARTING: "Starting", RunState.RUNNING: "Running",
+    RunState.QUEUED: "Queued", RunState.STARTING: "Starting", RunState.RUNNING: "Running", RunState.PAUSED: "Paused",
     RunState.STOPPING: "Stopping…", RunState.FINISHED: "Finished", RunState.FAILED: "Failed",
     RunState.STOPPED: "Stopped"}
 SHOWN_WARNINGS = 5

@@ -205,6 +205,20 @@ class JobManager:
         pgid = status.get("pgid")
         threading.Thread(target=self._kill_later, args=(run_dir, pgid, grace_s), daemon=True).start()
 
+    def pause(self, run_dir: Path) -> bool:
+        """Ask a training run to wait after its current step, its model kept loaded; False when it is not running."""
+        return self._ask(run_dir, Request.PAUSE, RunState.RUNNING)
+
+    def continue_(self, run_dir: Path) -> bool:
+        """Ask a paused training run to go on; False when it is not paused."""
+        return self._ask(run_dir, Request.CONTINUE, RunState.PAUSED)
+
+    def _ask(self, run_dir: Path, wanted: Request, when: RunState) -> bool:
+        if effective_state(read_status(run_dir)) != when:
+            return False
+        request(run_dir, wanted)
+        return True
+
     def resume(self, run_dir: Path) -> Path:
         """Start a new run from a stopped or failed run's config, resuming from its newest training state."""
         started = self.start(resume_config(run_dir))

@@ -97,10 +97,11 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
                 panel = build_run_panel()
                 stop = gr.Button("Stop this run", variant="stop", visible=False, elem_id="stop-run")
                 resume = gr.Button("Resume this run", visible=False, elem_id="resume-run")
+                pause = gr.Button("Pause", visible=False, elem_id="pause-run")  # "Continue" while paused
                 downloads = build_downloads()
                 tensorboard = build_tensorboard()
         wire_imports(method_tabs, tabs, services.runs_dir)
-        _wire_panel(services, viewed, panel, stop, resume, page)
+        _wire_panel(services, viewed, panel, stop, resume, page, pause)
         wire_downloads(downloads, viewed, services.watchers, services.runs_dir)
         wire_tensorboard(tensorboard, viewed, services.runs_dir)
         wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
@@ -130,15 +131,19 @@ def keep_api_docs_off(page: gr.Blocks) -> None:
 
 
 def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, stop: gr.Button, resume: gr.Button,
-                page: gr.Blocks) -> None:
+                page: gr.Blocks, pause: gr.Button) -> None:
     def refresh(run_id: str, shown: list[Any] | None, request: gr.Request) -> list[Any]:
         every_s = services.refreshes.interval(request.session_hash or "")
         view = view_for(services.watchers, services.runs_dir, run_id)
         if view is None:
-            return [gr.skip()] * (len(panel.outputs) + 3) + [shown]
+            return [gr.skip()] * (len(panel.outputs) + 4) + [shown]
         active = view.state.active
         resumable = view.state in (RunState.STOPPED, RunState.FAILED) and view.status.get("method") in METHOD_NAMES
+        training = view.status.get("method") in METHOD_NAMES
+        pausing = training and view.state in (RunState.RUNNING, RunState.PAUSED) and str(view.state)
         pairs = render(view) + [(active, gr.Button(visible=active)), (resumable, gr.Button(visible=resumable)),
+                                (pausing, gr.Button("Continue" if pausing == RunState.PAUSED else "Pause",
+                                                    visible=bool(pausing))),
                                 (every_s, gr.Timer(every_s))]
         keys = [(run_id, key) for key, _ in pairs]
         old = shown if shown and len(shown) == len(keys) else [None] * len(keys)
@@ -159,6 +164,15 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
             services.jobs.stop(services.runs_dir / run_id)
             gr.Info("Asked the trainer to save and stop.")
 
+    def pause_or_continue(run_id: str) -> None:
+        """Pause a training run, or let a paused one continue (the button's label says which, by the run's state)."""
+        if not run_id:
+            return
+        if services.jobs.pause(services.runs_dir / run_id):
+            gr.Info("The run pauses after this step, its model kept loaded: Continue goes on, Stop saves and stops.")
+        elif services.jobs.continue_(services.runs_dir / run_id):
+            gr.Info("The run goes on.")
+
     def resume_run(run_id: str) -> Any:
         started, message = _resume(services, run_id)
         (gr.Info if started else gr.Warning)(message)
@@ -166,11 +180,12 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
 
     shown = gr.State(None)  # change keys of what this browser tab shows now
     timer = gr.Timer(1.0)  # each refresh answers with the interval to the next (gui/refresh_budget.py)
-    outputs = panel.outputs + [stop, resume, timer, shown]
+    outputs = panel.outputs + [stop, resume, pause, timer, shown]
     timer.tick(refresh, inputs=[viewed, shown], outputs=outputs, show_progress="hidden")
     page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=[viewed, shown], outputs=outputs)
     stop.click(stop_run, inputs=viewed)
     resume.click(resume_run, inputs=viewed, outputs=viewed)
+    pause.click(pause_or_continue, inputs=viewed)
 
 
 def _resume(services: Services, run_id: str) -> tuple[str | None, str]:

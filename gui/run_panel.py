@@ -24,7 +24,7 @@ OOM_HINT = ("Out of memory: lower train_batch_size or resolution, turn on gradie
 SCROLL_LOG_TO_END = """() => { setTimeout(() => { const t = document.querySelector('#run-log textarea');
   if (t) { t.scrollTop = t.scrollHeight; } }, 100); }"""
 STATE_LABEL = {RunState.QUEUED: "Queued", RunState.STARTING: "Starting", RunState.RUNNING: "Training",
-               RunState.STOPPING: "Stopping…",
+               RunState.PAUSED: "Paused", RunState.STOPPING: "Stopping…",
                RunState.FINISHED: "Finished", RunState.FAILED: "Failed", RunState.STOPPED: "Stopped"}
 
 

@@ -4,6 +4,7 @@ stops. Trainers run in this process, on the tests' fake model family (tests/fake
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -12,12 +13,10 @@ import pytest
 import torch
 
 from trainers.core import lifecycle
-from trainers.core.rundir import Request, read_status, request
+from trainers.core.rundir import CONTROL, Request, read_status, request, update_status
 from trainers.demo import build_dataset
 
 from helpers import events, train
-
-pytestmark = pytest.mark.slow
 
 FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-3,
         "network_dim": 4, "network_alpha": 2, "max_train_steps": 8, "save_precision": "float"}
@@ -82,6 +81,7 @@ class Presser(threading.Thread):
             self.error = err
 
 
+@pytest.mark.slow
 def test_a_paused_then_continued_run_ends_with_the_weights_of_an_unpaused_one(lora: dict, tmp_path: Path) -> None:
     assert train("lora", tmp_path / "straight", **lora, output_name="straight") == 0
     run = tmp_path / "paused"
@@ -108,6 +108,7 @@ def test_a_paused_then_continued_run_ends_with_the_weights_of_an_unpaused_one(lo
     assert after["it_per_s"] > 1.5 * (paused_at + 1) / PAUSE_S, after
 
 
+@pytest.mark.slow
 def test_stop_while_paused_saves_the_state_and_stops(lora: dict, tmp_path: Path) -> None:
     run = tmp_path / "run"
     presser = Presser(run, then="stop")
@@ -121,3 +122,19 @@ def test_stop_while_paused_saves_the_state_and_stops(lora: dict, tmp_path: Path)
     assert status["state"] == "stopped" and state.is_dir(), status
     saved = [e for e in events(run) if e["type"] == "checkpoint"]
     assert saved[-1]["kind"] == "stop" and saved[-1]["state"] == str(state)
+
+
+def test_the_gui_asks_a_running_run_to_pause_and_a_paused_one_to_continue(tmp_path: Path) -> None:
+    from gui.jobs import JobManager
+
+    jobs, run = JobManager(tmp_path / "runs"), tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    update_status(run, state="running", method="lora", trainer_pid=os.getpid())
+    assert not jobs.continue_(run) and not (run / CONTROL / "continue").exists(), "not paused: nothing to continue"
+    assert jobs.pause(run) and (run / CONTROL / "pause").exists()
+    update_status(run, state="paused")
+    assert not jobs.pause(run)
+    assert jobs.continue_(run) and (run / CONTROL / "continue").exists()
+    update_status(run, state="finished")
+    (run / CONTROL / "pause").unlink()
+    assert not jobs.pause(run) and not (run / CONTROL / "pause").exists(), "an ended run is not asked"
