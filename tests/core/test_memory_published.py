@@ -50,6 +50,7 @@ FLUX_SD = {"model_family": "flux", "resolution": "1024", "mixed_precision": "bf1
            "train_batch_size": 1, "network_dim": 16, "network_train_unet_only": True, "optimizer_type": "AdamW8bit",
            "cache_text_encoder_outputs": True, "fp8_base": True}
 SD_NOTE = "resolution unstated: 1024 px (FLUX.1's)"
+AI_TOOLKIT = "ostris/ai-toolkit config/examples/"
 SD_SCRIPTS_HUNYUAN = ("kohya-ss/sd-scripts docs/hunyuan_image_train_network.md, 6.1 'Recommended Settings by GPU "
                       "Memory' (network_dim 16, AdamW8bit, gradient checkpointing, cached text encoder outputs from "
                       "its example command)")
@@ -95,6 +96,17 @@ POINTS = (
           {**HUNYUAN_SD, "blocks_to_swap": 37, "text_encoder_precision": "fp8"}, 8, "tier",
           HUNYUAN_NOTE + "; --text_encoder_cpu below 12 GB, as the page advises: the captions are encoded on the CPU",
           captions_on_card=False),
+    Point("ai-toolkit FLUX.1 24 GB", AI_TOOLKIT + "train_lora_flux_24gb.yaml",
+          {**FLUX_SD, "fp8_base": False, "base_model_precision": "fp8", "text_encoder_precision": "fp8",
+           "cache_text_encoder_outputs": False}, 24, "tier",
+          "quantize: true (qfloat8; ours fp8), its text encoders too (quantize_te follows quantize, qtype_te qfloat8) "
+          "and on the card (no cache_text_embeddings); linear 16, adamw8bit, batch 1, gradient checkpointing, "
+          "buckets up to 1024 px (1024 here)"),
+    Point("ai-toolkit Qwen-Image 24 GB", AI_TOOLKIT + "train_lora_qwen_image_24gb.yaml",
+          {**QWEN, "base_model_precision": "nf4", "text_encoder_precision": "fp8"}, 24, "tier",
+          "qtype uint3 with an accuracy recovery adapter (ours: nf4, more bytes a weight: an upper bound), qtype_te "
+          "qfloat8, cache_text_embeddings; linear 16, adamw8bit, batch 1, gradient checkpointing, buckets up to "
+          "1024 px (1024 here)"),
 )
 
 
