@@ -44,4 +44,6 @@ def _other(option: Option) -> object:
         return next(c for c in option.choices if c != option.default)
     if option.kind == "bool":
         return not option.default
+    if isinstance(option.default, str):  # a file (training_adapter): a name, not read here
+        return "other.safetensors"
     return 100 if option.default is None else option.default + 0.5
