@@ -51,6 +51,13 @@ FLUX_SD = {"model_family": "flux", "resolution": "1024", "mixed_precision": "bf1
            "cache_text_encoder_outputs": True, "fp8_base": True}
 SD_NOTE = "resolution unstated: 1024 px (FLUX.1's)"
 AI_TOOLKIT = "ostris/ai-toolkit config/examples/"
+ONETRAINER = "Nerogar/OneTrainer training_presets/"
+CHROMA_OT = {"model_family": "chroma", "pretrained_model_name_or_path": "lodestones/Chroma1-HD", "resolution": "512",
+             "mixed_precision": "bf16", "gradient_checkpointing": True, "train_batch_size": 2, "network_dim": 16,
+             "network_train_unet_only": True, "optimizer_type": "AdamW", "cache_text_encoder_outputs": True,
+             "base_model_precision": "fp8"}
+OT_NOTE = ("transformer FLOAT_8, 512 px, batch 2 (stated); rank 16, AdamW, gradient checkpointing: OneTrainer's "
+           "defaults (modules/util/config/TrainConfig.py); text encoder outputs cached (it does not train)")
 SD_SCRIPTS_HUNYUAN = ("kohya-ss/sd-scripts docs/hunyuan_image_train_network.md, 6.1 'Recommended Settings by GPU "
                       "Memory' (network_dim 16, AdamW8bit, gradient checkpointing, cached text encoder outputs from "
                       "its example command)")
@@ -107,6 +114,10 @@ POINTS = (
           "qtype uint3 with an accuracy recovery adapter (ours: nf4, more bytes a weight: an upper bound), qtype_te "
           "qfloat8, cache_text_embeddings; linear 16, adamw8bit, batch 1, gradient checkpointing, buckets up to "
           "1024 px (1024 here)"),
+    Point("OneTrainer Chroma 16 GB", ONETRAINER + "Chroma/#chroma LoRA 16GB.json", CHROMA_OT, 16, "tier", OT_NOTE),
+    Point("OneTrainer Chroma 8 GB", ONETRAINER + "Chroma/#chroma LoRA 8GB.json",
+          {**CHROMA_OT, "layer_offload_fraction": 0.6, "text_encoder_precision": "fp8"}, 8, "tier",
+          OT_NOTE + "; offload_fraction 0.6, the text encoder in FLOAT_8"),
 )
 
 
