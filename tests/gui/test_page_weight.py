@@ -18,8 +18,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 httpx = pytest.importorskip("httpx")
 
 PAGE_LIMIT = 1_910_000  # bytes of the page (HTML with its config); it was 6.9 MB (5 MB of it API docs), 1.88 MB with
-# every option's whole help under its field (1.82 MB with its first sentence and a link to the rest); 1.887 MB built
-# alone with the run panel's Pause button, up to 13 KB more after tests/gui/test_gui_units.py in the same process
+# every option's whole help under its field (1.82 MB with its first sentence and a link to the rest); 1.887 MB with
+# the families, options and run panel buttons of 2026-12-02's fourth session (issue 38's goal: under 2 MB)
 
 
 class Served(NamedTuple):
@@ -35,10 +35,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     from gui.presets import Presets
     from gui.run_files import Watchers
 
+    from gradio.context import Context
+
     base = tmp_path_factory.mktemp("weight")
     runs = base / "runs"
     runs.mkdir()
+    # numbered from 0 as in the app: each component's id is written in the page a few times, so ids grown by the
+    # pages other tests built in this process (5 digits instead of 4) weigh tens of KB
+    built_before, Context.id = Context.id, 0
     page = build_page(Services(runs, JobManager(runs), Presets(base / "presets"), Watchers(), [base]))
+    Context.id = max(Context.id, built_before)
     queue_page(page)  # as app.py queues it
     port = free_port()
     page.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, footer_links=[])
