@@ -101,7 +101,7 @@ def test_the_real_size_runs_pass_the_trainers_checks(tmp_path: Path) -> None:
     sizes = Sizes(**REAL, work=tmp_path)
     data = build_dataset(tmp_path / "data", folder="100_bench", size=64)
     runs = [part.run for part in gpu_check.parts(sizes) if isinstance(part.run, TrainRun)]
-    assert len(runs) == 10
+    assert len(runs) == 11
     for run in runs:
         cfg = run.config(sizes, data, tmp_path / "out")
         check(cfg)  # raises ConfigError naming each problem
