@@ -14,6 +14,9 @@ from torch import nn
 
 # With these the blocks' weights move or are cast by hooks that dynamo cannot compile (or was not checked with).
 _OFFLOAD = ("blocks_to_swap", "layer_offload_fraction")
+# 'auto' compiles on CUDA only once benchmarks/gpu_check.py (sdxl-lora-bs1 against sdxl-lora-bs1-compiled) has shown
+# it faster on a card: no GPU has run it yet, and each new bucket size recompiles (dynamo's recompile limit is 8).
+AUTO_ON_CUDA = False
 
 
 def compile_wanted(values: Mapping[str, Any], device_type: str) -> bool:
@@ -21,7 +24,7 @@ def compile_wanted(values: Mapping[str, Any], device_type: str) -> bool:
     mode = str(values.get("compile_blocks") or "auto")
     if mode != "auto":
         return mode == "on"
-    return (device_type == "cuda" and not any(values.get(name) for name in _OFFLOAD)
+    return (AUTO_ON_CUDA and device_type == "cuda" and not any(values.get(name) for name in _OFFLOAD)
             and not values.get("fp8_base") and str(values.get("base_model_precision") or "none") not in ("fp8", "nf4")
             and str(values.get("distributed_backend") or "ddp") == "ddp"
             and str(values.get("dynamo_backend") or "no") == "no")

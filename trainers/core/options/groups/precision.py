@@ -15,9 +15,9 @@ OPTIONS: tuple[Option, ...] = (
            "precision", advanced=True),
     Option("compile_blocks", "str", "auto", "Compile each of the denoiser's repeated blocks (a transformer's blocks, "
            "a UNet's transformer blocks) with torch.compile, as diffusers' regional compilation does: one compiled "
-           "block reused by all, so compiling takes seconds, not minutes, and steps run faster. 'auto': on for CUDA "
-           "runs without block swap or layer offload, fp8/nf4 base weights or DeepSpeed/FSDP, off otherwise (the CPU "
-           "gains little and compiles slowly); 'on' always (refused with block swap or layer offload, whose weight "
+           "block reused by all, so compiling takes seconds, not minutes. 'auto': off for now (it will turn on for CUDA "
+           "runs without block swap or layer offload, fp8/nf4 base weights or DeepSpeed/FSDP once a GPU check has "
+           "shown it faster; the CPU gains little and compiles slowly); 'on' always (refused with block swap or layer offload, whose weight "
            "moves cannot be compiled); 'off' never. The first step of each new image size compiles. Not with "
            "dynamo_backend, which compiles the whole model.", "precision", choices=("auto", "on", "off"),
            advanced=True),
