@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import gradio as gr
 import pandas as pd
@@ -145,8 +146,9 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
     else:
         stats = "Loading the model and data…" if view.state.active else ""
     chart_key = (len(view.losses), view.losses[-1] if view.losses else None, len(view.validation))
+    losses = thinned(view.losses)
     frame = pd.DataFrame(
-        [(s, loss, "raw") for s, loss, _, _ in view.losses] + [(s, sm, "smoothed") for s, _, sm, _ in view.losses]
+        [(s, loss, "raw") for s, loss, _, _ in losses] + [(s, sm, "smoothed") for s, _, sm, _ in losses]
         + [(s, loss, "validation") for s, loss in view.validation], columns=["step", "loss", "series"])
     samples = [s for s in view.samples if Path(s).exists()][-12:]
     result, bar, log = result_text(view), _bar(step, total), "\n".join(view.log_tail)
@@ -181,10 +183,24 @@ def memory_text(view: RunView) -> str:
     return text
 
 
+T = TypeVar("T")
+CHART_POINTS = 500  # at most this many points a line: a chart 220 px tall shows no more, and every page is sent each
+
+
+def thinned(points: Sequence[T], at_most: int = CHART_POINTS) -> Sequence[T]:
+    """Every k-th of `points` so that at most `at_most` remain, the last one always kept (a 10,000-step run's loss
+    chart was 20,000 rows, serialized for every open page at each redraw)."""
+    if len(points) <= at_most:
+        return points
+    every = -(-len(points) // (at_most - 1))
+    kept = list(points[::every])
+    return kept + [points[-1]] if kept[-1] is not points[-1] else kept
+
+
 def _lr_plot(view: RunView, steps_axis: list[int]) -> gr.LinePlot:
     """Over the whole run's steps: the planned schedule (one line per distinct rate) and the rate each step reported."""
-    rows = [(s, lr, f"planned {name}") for name, points in view.lr_planned.items() for s, lr in points]
-    rows += [(s, lr, "reported") for s, _, _, lr in view.losses]
+    rows = [(s, lr, f"planned {name}") for name, points in view.lr_planned.items() for s, lr in thinned(points)]
+    rows += [(s, lr, "reported") for s, _, _, lr in thinned(view.losses)]
     frame = pd.DataFrame(rows, columns=["step", "lr", "series"])
     return gr.LinePlot(frame, visible=charts_shown(view)[1], x_axis_format="d",
                        x_lim=steps_axis)

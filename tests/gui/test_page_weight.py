@@ -176,3 +176,14 @@ def test_the_page_queue_waits_for_work_without_spinning(served) -> None:
 
     page = served.page
     assert page._queue.sleep_when_free == QUEUE_IDLE_S >= 0.01  # Gradio's 1 ms took 5% of a core from training
+
+
+def test_a_long_runs_charts_send_a_few_hundred_points_a_line() -> None:
+    from gui.run_panel import CHART_POINTS, thinned
+
+    steps = list(range(1, 10_001))
+    kept = thinned(steps)
+    assert len(kept) <= CHART_POINTS and kept[0] == 1 and kept[-1] == 10_000  # the newest step always shown
+    assert thinned(steps[:300]) == steps[:300]  # a short run: every step
+    gaps = {b - a for a, b in zip(kept, kept[1:-1])}
+    assert gaps == {max(gaps)}  # evenly spaced
