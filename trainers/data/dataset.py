@@ -34,7 +34,24 @@ from trainers.data.images import (
 from trainers.data.prompt_chunks import WeightedIds
 from trainers.data.seeds import sample_seed
 
-MAX_SUBSTITUTES = 8  # other images of the bucket tried before giving up on a batch
+MAX_SUBSTITUTES = 8  # other images (clips) of the bucket tried before giving up on a batch
+
+
+def bucket_candidates(catalog: Any, bucket_members: Any, position: Any, index: int,
+                      at_most: int = MAX_SUBSTITUTES) -> Iterator[int]:
+    """Sample `index`, then (only if it fails to load) samples of other images or clips of its bucket, the next ones
+    after it first: `catalog` has bucket_of and samples, `bucket_members` lists each bucket's samples and `position`
+    is each sample's place among them."""
+    yield index
+    members = bucket_members[catalog.bucket_of(index)]
+    start = position[index]
+    seen = {catalog.samples[index]}
+    for other in members[start + 1:] + members[:start]:
+        if len(seen) > at_most:
+            return
+        if catalog.samples[other] not in seen:
+            seen.add(catalog.samples[other])
+            yield other
 
 
 def sample_generator(seed: int, epoch: int, index: int, stream: str) -> torch.Generator:
@@ -126,17 +143,7 @@ class CaptionedImages(Dataset):
         raise RuntimeError("could not load any image of this bucket; last problems:\n" + "\n".join(problems))
 
     def _candidates(self, index: int) -> Iterator[int]:
-        """The sample itself, then (only if it fails) samples of other images in its bucket."""
-        yield index
-        members = self.bucket_members[self.catalog.bucket_of(index)]
-        start = self.position[index]
-        seen = {self.catalog.samples[index]}
-        for other in members[start + 1:] + members[:start]:
-            if len(seen) > MAX_SUBSTITUTES:
-                return
-            if self.catalog.samples[other] not in seen:
-                seen.add(self.catalog.samples[other])
-                yield other
+        return bucket_candidates(self.catalog, self.bucket_members, self.position, index)
 
     def _sample(self, epoch: int, index: int, step: int) -> dict[str, Any]:
         image = self.catalog.images[self.catalog.samples[index]]

@@ -30,7 +30,6 @@ Torch-free.
 """
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from trainers.core.options.validation import parse_resolution
 from trainers.data.checks import bucket_issues
 from trainers.data.edit_pairs import sizing_from_values, sizing_refusals
 from trainers.data.specs import DatasetSpec, SubsetSpec, bucket_settings, specs_from_values, subset_spec
-from trainers.data.video_toml import is_video_dataset_config
+from trainers.data.video_toml import is_video_dataset_config, read_dataset_toml
 
 FIELD = "dataset_config"
 # Subset-level keys that are also options of ours (same name, same meaning).
@@ -74,12 +73,7 @@ def load_dataset_config(path: Path, values: Mapping[str, Any], warnings: list[st
     is how many control images the run's model takes (trainers/models/edit_rules.py `takes_controls`; 0: none,
     None: not known): an edit model's subsets read conditioning_data_dir as their control images."""
     path = Path(path).expanduser()
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError([ConfigIssue(FIELD, f"cannot read {path}: {err.strerror or err}", "dataset")]) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError([ConfigIssue(FIELD, f"{path} is not valid TOML: {err}", "dataset")]) from None
+    raw = read_dataset_toml(path)
     if is_video_dataset_config(raw):
         raise ConfigError([ConfigIssue(FIELD, f"{path.name} is a musubi-tuner video dataset config (video_directory "
                                        "or video_jsonl_file): clips train only with a video family (docs/video.md); "

@@ -49,9 +49,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
                 Dist.of(accelerator),
                 _progress("latents", main, events), workers=max(1, cfg.max_data_loader_n_workers))
         except CacheWriteError as err:
-            raise ConfigError([ConfigIssue("cache_latents_to_disk", f"{err}: make that folder writable, or cache in "
-                                           "memory (cache_latents = true, cache_latents_to_disk = false)",
-                                           "dataset")]) from None
+            raise _unwritable_cache(err) from None
         if failed:
             for index, reason in failed.items():
                 events.warn(f"skipped {catalog.images[index].path}: {reason}")
@@ -79,8 +77,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
                                                  progress=_progress("text", main, events), folder=folder,
                                                  encoder_key=text_encoder_key(cfg, model) if folder else "")
             except CacheWriteError as err:
-                raise ConfigError([ConfigIssue("cache_text_encoder_outputs_to_disk", f"{err}: make that folder "
-                                               "writable, or cache in memory only", "dataset")]) from None
+                raise _unwritable_cache(err, "cache_text_encoder_outputs_to_disk", "cache in memory only") from None
         if validation is not None:
             validation.texts = dataset.texts
         model = replace(model, cached_texts=dataset.texts)
@@ -120,9 +117,7 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
         try:
             latents, failed = build_clip_latent_cache(catalog, encode, vae_fingerprint(vae), cfg.cache_latents_to_disk)
         except CacheWriteError as err:
-            raise ConfigError([ConfigIssue("cache_latents_to_disk", f"{err}: make that folder writable, or cache in "
-                                           "memory (cache_latents = true, cache_latents_to_disk = false)",
-                                           "dataset")]) from None
+            raise _unwritable_cache(err) from None
         if failed:
             for index, reason in failed.items():
                 events.warn(f"skipped {catalog.clips[index].path}: {reason}")
@@ -149,8 +144,7 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
                                                  progress=_progress("text", main, events), folder=folder,
                                                  encoder_key=text_encoder_key(cfg, model) if folder else "")
             except CacheWriteError as err:
-                raise ConfigError([ConfigIssue("cache_text_encoder_outputs_to_disk", f"{err}: make that folder "
-                                               "writable, or cache in memory only", "dataset")]) from None
+                raise _unwritable_cache(err, "cache_text_encoder_outputs_to_disk", "cache in memory only") from None
         model = replace(model, cached_texts=dataset.texts)
         for te in model.text_encoders:
             te.to("cpu")  # not needed any more: free the accelerator's memory
@@ -234,3 +228,9 @@ def _progress(what: str, enabled: bool, events: EventWriter) -> Callable[[int, i
             bar.close()
 
     return update
+
+
+def _unwritable_cache(err: CacheWriteError, field: str = "cache_latents_to_disk",
+                      instead: str = "cache in memory (cache_latents = true, cache_latents_to_disk = false)"
+                      ) -> ConfigError:
+    return ConfigError([ConfigIssue(field, f"{err}: make that folder writable, or {instead}", "dataset")])

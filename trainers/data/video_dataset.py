@@ -17,10 +17,9 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from trainers.data.clips import ClipError, read_frames
+from trainers.data.dataset import bucket_candidates
 from trainers.data.images import ImageLoadError, load_image, prepare_image
 from trainers.data.video_catalog import CatalogClip, VideoCatalog
-
-MAX_SUBSTITUTES = 8  # other windows of the bucket tried before giving up on a batch
 
 
 def clip_frames(clip: CatalogClip) -> list[Image.Image]:
@@ -74,16 +73,7 @@ class ClipWindows(Dataset):
         raise RuntimeError("could not load any clip of this bucket; last problems:\n" + "\n".join(problems))
 
     def _candidates(self, index: int) -> Iterator[int]:
-        yield index
-        members = self.bucket_members[self.catalog.bucket_of(index)]
-        start = self.position[index]
-        seen = {self.catalog.samples[index]}
-        for other in members[start + 1:] + members[:start]:
-            if len(seen) > MAX_SUBSTITUTES:
-                return
-            if self.catalog.samples[other] not in seen:
-                seen.add(self.catalog.samples[other])
-                yield other
+        return bucket_candidates(self.catalog, self.bucket_members, self.position, index)
 
     def _sample(self, index: int) -> dict[str, Any]:
         clip = self.catalog.clips[self.catalog.samples[index]]

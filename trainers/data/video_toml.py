@@ -98,13 +98,18 @@ def is_video_dataset_config(raw: Mapping[str, Any]) -> bool:
 def load_video_dataset_config(path: Path, warnings: list[str]) -> list[VideoDatasetSpec]:
     """The datasets of a musubi-tuner dataset TOML; ConfigError naming every key that cannot be honoured."""
     path = Path(path).expanduser()
+    return video_dataset_specs(read_dataset_toml(path), path.parent, warnings, path.name)
+
+
+def read_dataset_toml(path: Path) -> dict[str, Any]:
+    """The tables of a dataset config file (sd-scripts' or musubi-tuner's); ConfigError naming dataset_config when
+    it cannot be read or is not TOML."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise ConfigError([ConfigIssue(FIELD, f"cannot read {path}: {err.strerror or err}", "dataset")]) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError([ConfigIssue(FIELD, f"{path} is not valid TOML: {err}", "dataset")]) from None
-    return video_dataset_specs(raw, path.parent, warnings, path.name)
 
 
 def video_dataset_specs(raw: Mapping[str, Any], base: Path, warnings: list[str],
