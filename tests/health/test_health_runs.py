@@ -111,7 +111,7 @@ def test_a_lycoris_save_has_its_effect_checked_and_an_embeddings_epoch_saves_are
     from trainers.health.report import check_and_write
 
     common = {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(dataset), **FAST,
-              "sample_prompt_lines": ["sks shape --s 2 --d 1"]}
+              "sample_prompt_lines": ["sks shape --s 2 --d 1"], "sample_every_n_steps": 100}  # a run that samples
     run = tmp_path / "loha"
     assert _train("lora", run, check_and_write, output_dir=str(tmp_path / "o1"), output_name="l", **common,
                   network_module="lycoris.kohya", network_args=["algo=loha"], network_dim=4, network_alpha=2,
@@ -141,7 +141,8 @@ def test_two_processes_check_every_save_once(fake_model_dir: Path, dataset: Path
     result = run_trainer(sets(pretrained_model_name_or_path=str(fake_model_dir), train_data_dir=str(dataset),
                               output_dir=str(tmp_path / "out"), output_name="d", **FAST, network_dim=4,
                               network_alpha=2, keep_global_batch=True, num_processes=2, max_train_steps=2,
-                              save_every_n_steps=1, sample_prompt_lines=["sks shape --s 2 --d 1", "red circle --s 2"]),
+                              save_every_n_steps=1, sample_prompt_lines=["sks shape --s 2 --d 1", "red circle --s 2"],
+                              sample_every_n_steps=100),
                          run, two_processes(), env=fake_family_env(ACCELERATE_USE_CPU="1"))
     assert result.returncode == 0, result.stderr[-3000:]
     health = [e for e in events(run) if e["type"] == "health"]

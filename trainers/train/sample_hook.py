@@ -77,6 +77,9 @@ def effect_renders(session: Session, model: LoadedModel, without_output: Callabl
     prompts = config_prompts(sampling.sample_prompts, list(sampling.sample_prompt_lines))[:1]
     if not prompts:
         return lambda name: "the run renders no samples (sample_prompts is empty): the effect was not checked"
+    if not (sampling.sample_every_n_steps or sampling.sample_every_n_epochs):  # not a render the run did not ask for
+        return lambda name: ("the run renders no samples (neither sample_every_n_steps nor sample_every_n_epochs is "
+                             "set): the effect was not checked")
     if without_output is None:
         return lambda name: ("the effect was not checked: this method's output cannot be switched off to render "
                              "the base model")

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -27,6 +27,7 @@ from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.dataset import CaptionedImages
 from trainers.data.pipeline import build_pipeline, build_video_pipeline
 from trainers.data.report import catalog_report
+from trainers.data.video_catalog import VideoCatalog
 from trainers.models.video_data import is_video_run, video_run_catalog
 from trainers.models import LoadedModel, ModelFiles, load_model, resolve_model_folder
 from trainers.models.block_swap import BlockSwap, offloaded_blocks, place_with_swap
@@ -91,8 +92,9 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     if prepare is not None:
         prepare(cfg, accelerator, events, weight_dtype_for(precision.mixed_precision))
     # every image (a video family's clip) checked (cheaply) before a model loads
-    clips = is_video_run(cfg.values)
-    catalog = (video_run_catalog(cfg.values, dataset_warnings) if clips else
+    clips = video_run_catalog(cfg.values, dataset_warnings) if is_video_run(cfg.values) else None
+    # a video run's RunClips answers what the report and the run ask of a Catalog
+    catalog = (cast(Catalog, clips) if clips is not None else
                build_catalog(cfg.values, dataset_warnings, takes_controls(cfg.values)))
     if accelerator.device.type == "cpu":
         torch.set_flush_denormal(True)  # tiny values would otherwise slow CPU math 5-20x
@@ -116,12 +118,12 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     quantize_model(model, cfg, weight_dtype, torch.device("cpu") if offloading else accelerator.device)
     _distilled_base(cfg, model, Path(model_path), events, accelerator.is_main_process)
     _place_encoders(precision, model, accelerator.device, weight_dtype)
-    if clips and not model.family.is_video:  # a hub id's family is known only now
+    if clips is not None and not model.family.is_video:  # a hub id's family is known only now
         raise ConfigError([ConfigIssue("dataset_config", f"clips train only with a video family (docs/video.md), and "
                                        f"{model.family.title} trains on images", "dataset")])
-    if clips:  # the clips' windows and latents (a video family's)
-        data = build_video_pipeline(cfg, catalog.video, model, accelerator, events)
-        data = replace(data, catalog=replace(catalog, video=data.catalog))
+    if clips is not None:  # the clips' windows and latents (a video family's)
+        data = build_video_pipeline(cfg, clips.video, model, accelerator, events)
+        data = replace(data, catalog=cast(Catalog, replace(clips, video=cast(VideoCatalog, data.catalog))))
     else:
         data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
     # The VAE runs once per image (and flip), not once per epoch: for training without cached latents, and for the
