@@ -17,7 +17,7 @@ from typing import Any
 from trainers.core.errors import ConfigIssue
 from trainers.adapters.kohya import gui_json_flow as flow
 from trainers.adapters.kohya.compat import SDXL_FLAG
-from trainers.adapters.kohya.keys import FAMILY_OF_KEY, TRAINED_HERE, blank, ignored_keys_warning
+from trainers.adapters.kohya.keys import ANIMA, FAMILY_OF_KEY, TRAINED_HERE, blank, ignored_keys_warning
 from trainers.core.options.training import BY_NAME
 
 
@@ -100,11 +100,13 @@ DECIDES: dict[str, tuple[str, ...]] = {
 _FLOW_JSON = ("kohya_ss's FLUX.1 configs other than a 'Flux1' LoRA are not read here: import "
               "the TOML kohya_ss wrote for the run (sd-scripts' options; SD3 and FLUX.1 files load), or start from the "
               "presets flux_dev_lora_16gb, flux_dev_lora_24gb or sd35_medium_lora")
+_OWN_TOML = ("kohya_ss's {0} JSON configs are not read here: import the TOML kohya_ss wrote for the run (sd-scripts' "
+             "options: {0} files load), or start from the preset {1}")
 OTHER_FAMILY_SWITCHES: dict[str, str] = {
     "flux1_checkbox": _FLOW_JSON, "sd3_checkbox": _FLOW_JSON,
-    "hunyuan_image_checkbox": "HunyuanImage, Lumina and Anima training is not available",
-    "anima_checkbox": "HunyuanImage, Lumina and Anima training is not available",
-    "lumina_checkbox": "HunyuanImage, Lumina and Anima training is not available",
+    "hunyuan_image_checkbox": _OWN_TOML.format("HunyuanImage 2.1", "hunyuan_image21_lora_24gb"),
+    "anima_checkbox": ANIMA,
+    "lumina_checkbox": _OWN_TOML.format("Lumina", "lumina2_lora_16gb"),
 }
 # GUI fields of those families (every kohya_ss JSON has them; kohya_ss passes them only for that family).
 OTHER_FAMILY_PREFIXES = ("flux1_", "flux_", "sd3_", "hunyuan_", "anima_", "lumina_", "t5xxl", "show_timesteps",
@@ -147,9 +149,9 @@ REFUSED_LORA_TYPES: dict[str, str] = {
     "LoRA-FA": "LoRA-FA is not available; choose LoRA_type 'Standard'",
     "Flux1": "it is the FLUX.1 LoRA: kohya_ss runs it only with flux1_checkbox = true",
     "Flux1 OFT": "sd-scripts' FLUX OFT is not available; choose LoRA_type 'Flux1'",
-    "HunyuanImage-2.1": "HunyuanImage, Lumina and Anima training is not available",
-    "Anima": "HunyuanImage, Lumina and Anima training is not available",
-    "Lumina": "HunyuanImage, Lumina and Anima training is not available",
+    "HunyuanImage-2.1": _OWN_TOML.format("HunyuanImage 2.1", "hunyuan_image21_lora_24gb"),
+    "Anima": ANIMA,
+    "Lumina": _OWN_TOML.format("Lumina", "lumina2_lora_16gb"),
 }
 # The names LyCORIS reads for kohya_ss's fields where they differ.
 _LYCORIS_NAMES = {"unit": "block_size", "constrain": "constraint"}

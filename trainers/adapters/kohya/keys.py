@@ -15,6 +15,7 @@ from trainers.core.options.groups.network import FUSED_LAYER_ARGS
 from trainers.models.flux.options import NETWORK_ARGS as FLUX_NETWORK_ARGS
 from trainers.adapters.kohya.compat import MODEL_TYPE_REFUSED, MODEL_TYPES_HERE
 from trainers.core.options.training import BY_NAME
+from trainers.core.registry import FAMILIES
 
 ZERO3_WHERE = "DeepSpeed ZeRO-3 runs on NVIDIA GPUs; CPU processes refuse it"
 # Key -> why it is refused and what to use instead. Refused only when set: an empty or off value loads quietly.
@@ -46,6 +47,8 @@ REFUSED: dict[str, str] = {
     "conditioning_image_dir": "is not read by sd-scripts: ControlNet control images come from conditioning_data_dir",
 }
 
+ANIMA = ("Anima training (sd-scripts' anima_train_network.py) is not available here: no diffusers class for it "
+         "yet")
 # Keys only sd-scripts' trainers of other model families read: one message names them all.
 OTHER_FAMILIES: dict[str, frozenset[str]] = {
     # SD3 and FLUX train here from diffusers folders or sd-scripts' files (with clip_l, clip_g, t5xxl, ae), with the
@@ -62,22 +65,26 @@ OTHER_FAMILIES: dict[str, frozenset[str]] = {
     "['train_blocks=single', 'img_attn_dim=8', ...])": frozenset(FLUX_NETWORK_ARGS),
     "split_qkv is read from network_args, as sd-scripts' networks.lora_flux and lora_sd3 read it (network_args = "
     "['split_qkv=True'])": frozenset(FUSED_LAYER_ARGS),
-    "HunyuanImage, Lumina and Anima training is not available": frozenset({
-        "qwen3", "gemma2", "byt5", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length",
-        "t5_max_token_length", "gemma2_max_token_length", "system_prompt", "use_flash_attn", "use_sage_attn",
-        "attn_mode", "split_attn", "fp8_scaled", "fp8_vl", "text_encoder_cpu", "vae_chunk_size", "vae_disable_cache",
-        "unsloth_offload_checkpointing", "qwen_image_vae_2d",
+    ANIMA: frozenset({
+        "qwen3", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length", "t5_max_token_length",
+        "unsloth_offload_checkpointing", "vae_disable_cache", "qwen_image_vae_2d",
+    }),
+    # Read in the files of those trainers (sd_scripts_families: a Lumina file names networks.lora_lumina or its gemma2
+    # file, a HunyuanImage file networks.lora_hunyuan_image or its byt5 file); anywhere else they mean nothing.
+    "an option of sd-scripts' Lumina 2 or HunyuanImage 2.1 trainer, read only in their configs (a file that names "
+    "network_module = 'networks.lora_lumina' or its gemma2 file, or 'networks.lora_hunyuan_image' or its byt5 file)":
+    frozenset({
+        "gemma2_max_token_length", "system_prompt", "use_flash_attn", "use_sage_attn", "attn_mode", "split_attn",
+        "fp8_scaled", "fp8_vl", "text_encoder_cpu", "vae_chunk_size",
     }),
 }
 FAMILY_OF_KEY: dict[str, str] = {key: message for message, keys in OTHER_FAMILIES.items() for key in keys}
-TRAINED_HERE = ("Atelier trains SD1.x, SD2.x, SDXL, SD3/SD3.5, FLUX.1 (and Kontext), FLUX.2, Chroma, Z-Image, Qwen-Image "
-                "(and 2.1, Edit), Lumina 2 and Krea 2")
+TRAINED_HERE = "Atelier trains " + ", ".join(family.title for family in FAMILIES)
 
 # sd-scripts' network modules for families not trained here.
 FAMILY_NETWORK_MODULES: dict[str, str] = {
     "networks.oft_flux": "sd-scripts' FLUX OFT is not available; use network_module = 'networks.lora'",
-    "networks.lora_hunyuan_image": "HunyuanImage, Lumina and Anima training is not available",
-    "networks.lora_anima": "HunyuanImage, Lumina and Anima training is not available",
+    "networks.lora_anima": ANIMA,
 }
 # network_module values of sd-scripts that are not ours -> why, and what to use.
 NETWORK_MODULES: dict[str, str] = {
