@@ -22,6 +22,7 @@ QWEN3_VL_4B, QWEN3_VL_4B_LINEAR = 4_437_815_808, 4_044_357_632  # Krea 2's
 QWEN3_VL_8B, QWEN3_VL_8B_LINEAR = 8_767_123_696, 8_139_599_872  # Qwen-Image 2.1's
 MISTRAL3_24B, MISTRAL3_24B_LINEAR = 24_011_361_280, 23_339_204_608  # FLUX.2 dev's Mistral-Small-3.1-24B
 GEMMA2_2B, GEMMA2_2B_LINEAR = 2_614_341_888, 2_024_275_968  # Lumina 2's
+MINISTRAL3_3B, MINISTRAL3_3B_LINEAR = 3_849_090_048, 3_445_620_736  # ERNIE-Image's Mistral3Model (Pixtral too)
 FLUX2_AE, QWEN_IMAGE_VAE, QWEN_IMAGE21_VAE = 84_046_115, 126_892_531, 337_740_404  # their autoencoders
 BYT5_GLYPH, BYT5_GLYPH_LINEAR = 221_537_664, 217_055_232  # HunyuanImage 2.1's ByT5-small glyph encoder
 HUNYUAN_IMAGE21_VAE = 405_575_491  # its 32x autoencoder
@@ -61,6 +62,9 @@ FLUX2_DEV_TOKENS, FLUX2_KLEIN9_TOKENS, FLUX2_KLEIN4_TOKENS = (Tokens(6144, 56, 1
 # HunyuanImage 2.1: 3584 wide, 20 + 40 blocks, a 32x autoencoder with 1x1 patches, Qwen2.5-VL's 1000 tokens and
 # ByT5's 128 beside them
 HUNYUAN_IMAGE21_TOKENS = Tokens(3584, 60, 32 * 32, 1000 + 128)
+# ERNIE-Image: 4096 wide, 36 single-stream layers, FLUX.2's 8x autoencoder with 2x2 patches; Ministral 3's states
+# trimmed to the batch's longest caption (up to 512 tokens): 256 for a long one
+ERNIE_IMAGE_TOKENS = Tokens(4096, 36, 16 * 16, 256)
 
 
 @dataclass(frozen=True)
