@@ -20,6 +20,7 @@ QWEN3_8B, QWEN3_8B_LINEAR = 8_190_735_360, 7_568_097_280  # Qwen3ForCausalLM (FL
 QWEN25_VL_7B, QWEN25_VL_7B_LINEAR = 8_292_166_656, 7_744_815_104  # Qwen-Image's, with its vision tower
 QWEN3_VL_4B, QWEN3_VL_4B_LINEAR = 4_437_815_808, 4_044_357_632  # Krea 2's
 QWEN3_VL_8B, QWEN3_VL_8B_LINEAR = 8_767_123_696, 8_139_599_872  # Qwen-Image 2.1's
+QWEN3_VL_8B_MODEL, QWEN3_VL_8B_MODEL_LINEAR = 8_144_793_840, 7_517_270_016  # Ideogram 4's Qwen3VLModel (no LM head)
 MISTRAL3_24B, MISTRAL3_24B_LINEAR = 24_011_361_280, 23_339_204_608  # FLUX.2 dev's Mistral-Small-3.1-24B
 GEMMA2_2B, GEMMA2_2B_LINEAR = 2_614_341_888, 2_024_275_968  # Lumina 2's
 MINISTRAL3_3B, MINISTRAL3_3B_LINEAR = 3_849_090_048, 3_445_620_736  # ERNIE-Image's Mistral3Model (Pixtral too)
@@ -69,6 +70,9 @@ HUNYUAN_IMAGE21_TOKENS = Tokens(3584, 60, 32 * 32, 1000 + 128)
 # ERNIE-Image: 4096 wide, 36 single-stream layers, FLUX.2's 8x autoencoder with 2x2 patches; Ministral 3's states
 # trimmed to the batch's longest caption (up to 512 tokens): 256 for a long one
 ERNIE_IMAGE_TOKENS = Tokens(4096, 36, 16 * 16, 256)
+# Ideogram 4: 4608 wide, 34 single-stream blocks, FLUX.2's 8x autoencoder with 2x2 patches, Qwen3-VL's states
+# padded to 512 tokens
+IDEOGRAM4_TOKENS = Tokens(4608, 34, 16 * 16, 512)
 
 
 @dataclass(frozen=True)
