@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from trainers.caption.options import JOB_METHOD, VERBS, JobConfig, check_config, new_job_dir, options_for
-from trainers.core.job import JobEnd, checked_config, job_folder, run_reported
-from trainers.core.options.jobs import add_job_arguments, flag_values
+from trainers.core.job import JobEnd, run_verb_job
+from trainers.core.lifecycle import Lifecycle
+from trainers.core.options.jobs import add_job_arguments
 
 
 def add_arguments(commands: argparse._SubParsersAction) -> None:
@@ -29,17 +30,12 @@ def add_arguments(commands: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = checked_config(args, lambda: JobConfig.load(args.verb, args.config, args.overrides, flag_values(args)),
-                         check_config, f"{args.verb}: the options have problems")
-    if isinstance(cfg, int):
-        return cfg
-    job_dir, life = job_folder(args, cfg, new_job_dir, method=JOB_METHOD, verb=cfg.verb)
+    return run_verb_job(args, JobConfig, check_config, new_job_dir, JOB_METHOD, _work)
 
-    def work() -> JobEnd:
-        summary = _run(cfg, job_dir, life.events)
-        return JobEnd(str(job_dir), summary, {"job": str(job_dir), "summary": summary})
 
-    return run_reported(life, job_dir, work, cfg.verb)
+def _work(cfg: JobConfig, job_dir: Path, life: Lifecycle) -> JobEnd:
+    summary = _run(cfg, job_dir, life.events)
+    return JobEnd(str(job_dir), summary, {"job": str(job_dir), "summary": summary})
 
 
 def _run(cfg: JobConfig, job_dir: Path, events: Any) -> str:

@@ -21,13 +21,16 @@ from trainers.core import events as ev
 from trainers.core.errors import EXIT_BAD_INPUT, BadInput
 from trainers.core.fsio import atomic_write_text
 from trainers.core.lifecycle import Lifecycle, job_started
+from trainers.core.options.jobs import flag_values
 from trainers.core.options.schema import ConfigError, ConfigIssue
+from trainers.core.options.verbs import VerbConfig
 from trainers.core.rundir import Request, RunState, take_requests
 
 REPORT_MD, REPORT_JSON = "report.md", "report.json"
 PROGRESS_EVERY_S = 0.5
 
 Config = TypeVar("Config")
+Verb = TypeVar("Verb", bound=VerbConfig)
 
 
 class JobStopped(RuntimeError):
@@ -186,3 +189,17 @@ def run_reported(life: Lifecycle, job_dir: Path, work: Callable[[], JobEnd], lab
     life.finished(end.output, end.message, **end.done)
     print(json.dumps(end.printed, ensure_ascii=False))
     return 0
+
+
+def run_verb_job(args: argparse.Namespace, config: type[Verb], check: Callable[[Verb], list[ConfigIssue]],
+                 new_job_dir: Callable[[Path, Verb], Path], method: str,
+                 work: Callable[[Verb, Path, Lifecycle], JobEnd]) -> int:
+    """The `main` of a command with verbs (`tools <verb>`, `caption`, `masks`): the verb's config from --config,
+    --set and the option flags, checked, its job folder, then `work(cfg, job_dir, life)` reported there."""
+    name = f"{config.command}{args.verb}"
+    cfg = checked_config(args, lambda: config.load(args.verb, args.config, args.overrides, flag_values(args)),
+                         check, f"{name}: the options have problems")
+    if isinstance(cfg, int):
+        return cfg
+    job_dir, life = job_folder(args, cfg, new_job_dir, method=method, verb=cfg.verb)
+    return run_reported(life, job_dir, lambda: work(cfg, job_dir, life), name)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainers.core.job import JobEnd, checked_config, job_folder, run_reported
-from trainers.core.options.jobs import add_job_arguments, flag_values
+from trainers.core.job import JobEnd, run_verb_job
+from trainers.core.lifecycle import Lifecycle
+from trainers.core.options.jobs import add_job_arguments
 from trainers.tools.options import JOB_METHOD, VERBS, ToolConfig, check_config, new_job_dir, options_for
 
 _SINGULAR = {"loras": "lora", "lbws": "lbw"}
@@ -32,16 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = checked_config(args, lambda: ToolConfig.load(args.verb, args.config, args.overrides, flag_values(args)),
-                         check_config, f"{ToolConfig.command}{args.verb}: the options have problems")
-    if isinstance(cfg, int):
-        return cfg
-    job_dir, life = job_folder(args, cfg, new_job_dir, method=JOB_METHOD, verb=cfg.verb)
+    return run_verb_job(args, ToolConfig, check_config, new_job_dir, JOB_METHOD, _work)
 
-    def work() -> JobEnd:
-        from trainers.tools.job import run_tool
 
-        output, job = run_tool(cfg, job_dir, life.events)
-        return JobEnd(str(output), f"wrote {output}", {"output": str(output), "written": [str(p) for p in job.outputs]})
+def _work(cfg: ToolConfig, job_dir: Path, life: Lifecycle) -> JobEnd:
+    from trainers.tools.job import run_tool
 
-    return run_reported(life, job_dir, work, f"tools {cfg.verb}")
+    output, job = run_tool(cfg, job_dir, life.events)
+    return JobEnd(str(output), f"wrote {output}", {"output": str(output), "written": [str(p) for p in job.outputs]})
