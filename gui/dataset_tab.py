@@ -20,11 +20,12 @@ from gui.dataset_checks import checks_text
 from gui.dataset_pairs import pair_view
 from gui.folder_browser import browsable_textbox, inside
 from gui.text import plain
-from gui.thumbnails import prune_thumbnails, thumbnail
+from gui.thumbnails import clip_thumbnail, prune_thumbnails, thumbnail
 from trainers.core.paths import text_problem
 from trainers.data.kohya_folders import match_masks
 from trainers.dataset_edit.backups import list_backups, undo_last
 from trainers.dataset_edit.checks import dataset_checks
+from trainers.dataset_edit.clip_view import folder_spec, windows_line
 from trainers.dataset_edit.concepts import create_concept, move_images
 from trainers.dataset_edit.edits import Change, caption_edit, describe, preview, write_changes
 from trainers.dataset_edit.fixes import SET_ASIDE_DIR, resave_utf8, set_aside_duplicates
@@ -96,12 +97,17 @@ def shown_entries(dataset: Dataset, concept: str = ALL, text: str = "") -> list[
 
 def gallery_rows(entries: Iterable[Entry], masks: dict[Path, Path] | None = None) -> list[tuple[str, str, str]]:
     """(thumbnail, caption shown under it, image path) of each image whose thumbnail could be made, with its mask
-    from `masks` over it (see masks_of)."""
+    from `masks` over it (see masks_of); a clip's thumbnail is its first frame, and under its caption what a video
+    run takes of it."""
     rows = []
     for e in entries:
         mask = (masks or {}).get(e.image)
-        if thumb := thumbnail(e.image, mask):
-            shown = e.caption or f"(no caption: {e.concept.tokens!r})"
+        shown = e.caption or f"(no caption: {e.concept.tokens!r})"
+        if e.clip is not None:
+            if thumb := clip_thumbnail(e.image):
+                line = windows_line(e.clip, e.concept.video or folder_spec(e.concept.folder))
+                rows.append((thumb, f"{shown} · clip: {line}", str(e.image)))
+        elif thumb := thumbnail(e.image, mask):
             rows.append((thumb, f"{shown} · masked" if mask else shown, str(e.image)))
     return rows
 
@@ -117,8 +123,14 @@ def gallery_items(folder: str | Path, caption_extension: str = ".txt", concept: 
 
 
 def summary(dataset: Dataset, shown: int) -> str:
-    lines = [f"**{plain(dataset.root)}** ({dataset.layout} layout): {len(dataset.readable)} image(s) in "
+    clips = sum(e.clip is not None for e in dataset.readable)
+    items = f"{len(dataset.readable) - clips} image(s)" + (f" and {clips} video clip(s)" if clips else "")
+    lines = [f"**{plain(dataset.root)}** ({dataset.layout} layout): {items} in "
              f"{len(dataset.concepts)} concept folder(s); {shown} shown"]
+    if clips:
+        lines.append("Clips train with video families only (Wan, HunyuanVideo): under each, what a video run takes "
+                     "of it (musubi-tuner's target_frames and frame_extraction: a video dataset .toml's, else one "
+                     "frame from the start)")
     lines += [f"- {plain(c.folder.name)}: {sum(e.concept == c for e in dataset.entries)} image(s), x{c.repeats}"
               for c in dataset.concepts]
     unreadable = [e for e in dataset.entries if e.problem]
@@ -195,7 +207,7 @@ def build_dataset_tab(services: Any) -> DatasetTab:
         concept = gr.Dropdown([ALL], value=ALL, label="Concept folder", scale=2, elem_id="dataset-concept")
         search = gr.Textbox(label="Show captions containing", scale=2, elem_id="dataset-search")
     status = gr.Markdown(elem_id="dataset-status")
-    gallery = gr.Gallery(label="Images", columns=6, height=440, object_fit="contain", allow_preview=False,
+    gallery = gr.Gallery(label="Images and clips", columns=6, height=440, object_fit="contain", allow_preview=False,
                          elem_id="dataset-gallery")
     with gr.Row():
         caption = gr.Textbox(label="Caption of the selected image", lines=2, scale=5, elem_id="dataset-caption")

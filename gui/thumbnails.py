@@ -11,6 +11,8 @@ from pathlib import Path
 
 from PIL import Image, ImageOps
 
+from trainers.dataset_edit.clip_view import poster_frame
+
 THUMBS = Path(tempfile.gettempdir()) / "atelier-thumbs"
 THUMB_SIDE = 256
 THUMBS_MAX_BYTES = 256 * 2**20  # the thumbnails kept, least recently shown removed first
@@ -24,6 +26,15 @@ def thumbnail(image: Path, mask: Path | None = None) -> str | None:
         small = small_copy(image)
         return small if mask is None else _overlay(small, mask)
     return cached_thumbnail("image", [image, *([mask] if mask else [])], make)
+
+
+def clip_thumbnail(clip: Path) -> str | None:
+    """A small copy of a video clip's first frame (its poster); None when the clip does not decode."""
+    def make() -> Image.Image:
+        poster = poster_frame(clip)
+        poster.thumbnail((THUMB_SIDE, THUMB_SIDE))
+        return poster
+    return cached_thumbnail("poster", [clip], make)
 
 
 def small_copy(image: Path, side: int = THUMB_SIDE) -> Image.Image:

@@ -1,6 +1,7 @@
 """A dataset opened for editing: its concepts (kohya `<repeats>_<name>` folders, the image folders of a dataset TOML,
-or one flat folder) and each image with the whole text of its caption file. Folders are listed by trainers.data's
-own scanners, so the tab shows the images a run would read. Torch-free."""
+the folders of a musubi-tuner video dataset TOML, or one flat folder) and each image or video clip with the whole
+text of its caption file. Folders are listed by trainers.data's own scanners, so the tab shows the images a run would
+read; the clips beside them are what a video run reads (trainers/dataset_edit/clip_view.py). Torch-free."""
 from __future__ import annotations
 
 import functools
@@ -12,6 +13,7 @@ from typing import Any, Literal
 from trainers.core.errors import BadInput, ConfigError
 from trainers.core.options import options_for
 from trainers.core.registry import FAMILY_NAMES, METHOD_NAMES
+from trainers.data.clips import ClipError, ClipInfo, is_video_file, probe_clip
 from trainers.data.dataset_toml import load_dataset_config
 from trainers.data.kohya_folders import (
     DatasetLayoutError,
@@ -21,6 +23,8 @@ from trainers.data.kohya_folders import (
 )
 from trainers.data.probe import ImageSkipped, probe_image
 from trainers.data.text_files import decode_caption
+from trainers.data.video_toml import VideoDatasetSpec, is_musubi_dataset_config, read_dataset_toml, video_dataset_specs
+from trainers.dataset_edit.clip_view import clip_files
 from trainers.models.edit_rules import takes_controls
 
 BACKUP_DIR = ".atelier_backup"  # inside the dataset; hidden, so no scanner reads it as images
@@ -38,6 +42,7 @@ class Concept:
     tokens: str  # the caption of an image without a caption file (kohya: the folder name after `<repeats>_`)
     masks: Path | None = None  # a dataset TOML subset's conditioning_data_dir: its masks for masked_loss
     controls: Path | None = None  # its control_directory: an edit model's control images (trainers/data/edit_pairs)
+    video: VideoDatasetSpec | None = None  # a musubi-tuner video dataset: how a video run cuts its clips
 
     @property
     def label(self) -> str:
@@ -56,6 +61,7 @@ class Entry:
     problem: str = ""  # why the image cannot be trained on: it is listed, and skipped by edits and statistics
     seen: str = ""  # the caption file's fingerprint when it was read (see fingerprint): an edit checks it is still so
     is_text: bool = True  # False: the caption file cannot be read as text (it trains as if there were none)
+    clip: ClipInfo | None = None  # a video clip's frames and rate (`image` is then the clip file)
 
 
 @dataclass
@@ -123,8 +129,17 @@ def viewing_values() -> dict[str, Any]:
 
 
 def toml_concepts(path: Path) -> list[Concept]:
-    """The image_dir subsets of a dataset TOML, with their masks and control folders (see viewing_values)."""
+    """The image_dir subsets of a dataset TOML, with their masks and control folders (see viewing_values); the
+    folders of a musubi-tuner (video) dataset TOML."""
     warnings: list[str] = []
+    try:
+        raw = read_dataset_toml(path)
+        if is_musubi_dataset_config(raw):
+            specs = video_dataset_specs(raw, path.parent, warnings, path.name)
+            return [Concept(s.directory, s.num_repeats, "", video=None if s.is_image else s) for s in specs
+                    if s.directory is not None]
+    except ConfigError as err:
+        raise DatasetEditError(f"dataset config {path}: {err}") from None
     try:
         specs = load_dataset_config(path, viewing_values(), warnings, takes_controls(viewing_values()))
     except ConfigError as err:
@@ -148,6 +163,7 @@ def _with_captions(root: Path, layout: Layout, concepts: list[Concept], ext: str
             continue
         dataset.notes += notes
         dataset.entries += [read_entry(item.path, concept, ext) for item in subset.images]
+        dataset.entries += [read_entry(clip, concept, ext) for clip in clip_files(concept.folder)]
     return dataset
 
 
@@ -167,12 +183,19 @@ def file_fingerprint(path: Path) -> str:
 
 
 def read_entry(image: Path, concept: Concept, ext: str) -> Entry:
-    """An image with its caption file's text and encoding, and its size (or why it cannot be trained on)."""
+    """An image or a video clip with its caption file's text and encoding, and its size (or why it cannot be trained
+    on)."""
     entry = Entry(image, concept, image.with_suffix(ext))
     try:
-        entry.size = probe_image(image)
+        if is_video_file(image):
+            entry.clip = probe_clip(image)
+            entry.size = entry.clip.size
+        else:
+            entry.size = probe_image(image)
     except ImageSkipped as skipped:
         entry.problem = skipped.reason
+    except ClipError as err:
+        entry.problem = err.reason
     try:
         raw = entry.caption_file.read_bytes()
     except FileNotFoundError:
