@@ -286,6 +286,11 @@ class ModelFamily(FamilyRules):
 
     lora_file_naming: str = ""  # how lora_file names a module, for tools inspect ("": kohya's names)
 
+    def lora_file_parts(self, path: Path, state: dict[str, torch.Tensor]) -> dict[Path, dict[str, torch.Tensor]]:
+        """Files saved beside a LoRA file `path` (lora_file's `state`), each with its tensors: a family whose file
+        holds several models' LoRAs gives one file per model (Wan 2.2's experts); most give none."""
+        return {}
+
     def lora_file_paths(self, keys: Iterable[str]) -> dict[str, str] | None:
         """kohya module name -> the module's path, for each module of a file in lora_file's naming (told from its
         keys); None where the keys are not in it (kohya's names, another family's)."""
