@@ -1,0 +1,185 @@
+"""ERNIE-Image as a one-folder flow plug-in, in process on a tiny random-init model of its real diffusers classes
+(ErnieImageTransformer2DModel, FLUX.2's AutoencoderKLFlux2 kind, a Mistral3Model text encoder): the folder is claimed
+and other families' models refused by name before anything loads, Turbo is reported as a distilled base, captions
+are encoded and the transformer called as ErnieImagePipeline does, and a LoRA file loads with every key through
+ErnieImagePipeline.load_lora_weights and in ComfyUI (comfy_lora.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainers.core.options import BY_NAME
+from trainers.models.checks import model_issues
+from trainers.models.distilled import distilled_base, distilled_notes
+from trainers.models.ernie_image.rules import ERNIE_IMAGE
+from trainers.models.ernie_image.tiny import build_tiny_ernie_image
+from trainers.models.rules import folder_rules
+
+CAPTIONS = ["a red cat on a mat", "a blue square"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_ernie_image(tmp_path_factory.mktemp("ernie") / "model")
+
+
+def _values(model_dir: Path, **options: object) -> dict[str, object]:
+    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir),
+            "network_train_unet_only": True, **options}
+
+
+def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
+    folder = tmp_path / name
+    folder.mkdir(parents=True)
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return folder
+
+
+def test_the_tiny_folder_is_claimed(tiny: Path) -> None:
+    assert folder_rules(tiny).name == ERNIE_IMAGE.name
+    index = json.loads((tiny / "model_index.json").read_text())
+    assert index["_class_name"] == "ErnieImagePipeline" and index["text_encoder"][1] == "Mistral3Model"
+    assert index["transformer"][1] == "ErnieImageTransformer2DModel" and index["vae"][1] == "AutoencoderKLFlux2"
+    assert model_issues(_values(tiny)) == []
+
+
+def test_a_folder_naming_its_transformer_class_is_claimed(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, "renamed", {"_class_name": "SomeErniePipeline",
+                                           "transformer": ["diffusers", "ErnieImageTransformer2DModel"]})
+    assert folder_rules(folder).name == ERNIE_IMAGE.name
+
+
+def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
+    (issue,) = model_issues(_values(tiny, model_family="flux"))
+    assert issue.field == "model_family" and "ERNIE-Image" in issue.message
+    other = _folder(tmp_path, "qwen", {"_class_name": "QwenImagePipeline"})
+    (issue,) = model_issues(_values(other, model_family="ernie_image"))
+    assert issue.field == "model_family" and "Qwen-Image" in issue.message
+
+
+def test_turbo_is_reported_as_a_distilled_base(tmp_path: Path) -> None:
+    base = _folder(tmp_path, "ERNIE-Image", {"_class_name": "ErnieImagePipeline"})
+    turbo = _folder(tmp_path / "models--baidu--ERNIE-Image-Turbo" / "snapshots", "0123",
+                    {"_class_name": "ErnieImagePipeline"})
+    assert distilled_base(_values(base)) is None
+    found = distilled_base(_values(turbo))
+    assert found.variant == "ERNIE-Image-Turbo" and found.adapter == "" and "baidu/ERNIE-Image" in found.without
+    (note,) = distilled_notes(_values(turbo))  # what Validate and the run say
+    assert "ERNIE-Image-Turbo is a distilled base" in note
+
+
+def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
+    issues = model_issues(_values(tiny, min_snr_gamma=5.0, save_model_as="safetensors", text_encoder_lr=[1e-4]))
+    assert sorted(i.field for i in issues) == ["min_snr_gamma", "save_model_as", "text_encoder_lr"]
+    assert all("ERNIE-Image" in i.message for i in issues)
+
+
+def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "ernie-image.safetensors"
+    save_file({"layers.0.adaLN_sa_ln.weight": torch.zeros(8), "layers.0.self_attention.to_q.weight": torch.zeros(8, 8),
+               "text_proj.weight": torch.zeros(8, 4)}, str(path))
+    (issue,) = model_issues(_values(path))
+    assert issue.field == "pretrained_model_name_or_path"
+    assert "ERNIE-Image single file" in issue.message and "ErnieImagePipeline" in issue.message
+
+
+@pytest.fixture(scope="module")
+def model(tiny: Path) -> object:
+    from trainers.models import load_model
+
+    return load_model(str(tiny), "auto", torch.float32)
+
+
+def test_captions_are_encoded_and_rendered_as_its_pipeline_does(model: object) -> None:
+    family = model.family.configured({})
+    hidden, mask = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
+    assert hidden.shape[1] == 512 and mask.sum(dim=1).tolist() == [len(c) + 1 for c in CAPTIONS]  # + the BOS
+    pipe = family.build_pipeline(model, family.inference_scheduler(model, "euler"))
+    pipe.set_progress_bar_config(disable=True)
+    theirs = pipe.encode_prompt(CAPTIONS, device="cpu")
+    embeds = family.pipeline_embeds(hidden, mask)
+    for ours, their in zip([*embeds["prompt_embeds"], *embeds["negative_prompt_embeds"]], theirs):
+        assert ours.shape == their.shape and torch.allclose(ours, their, atol=1e-5)
+
+    def image(**kwargs: object) -> torch.Tensor:
+        return pipe(height=32, width=32, num_inference_steps=2, output_type="latent",
+                    generator=torch.Generator().manual_seed(0), **family.pipeline_kwargs(4.0), **kwargs).images
+
+    latents = image(**embeds)
+    assert latents.shape == (1, 16, 8, 8) and torch.isfinite(latents).all()
+    assert torch.allclose(latents, image(prompt=CAPTIONS[0], negative_prompt=CAPTIONS[1]), atol=1e-4)
+    pixels = family.decode_latents(model.vae, latents, 32, 32)
+    with torch.no_grad():
+        decoded = pipe(height=32, width=32, num_inference_steps=2, guidance_scale=4.0, output_type="pt",
+                       generator=torch.Generator().manual_seed(0), use_pe=False, **embeds).images
+    assert pixels.shape == (1, 3, 32, 32) and torch.allclose((pixels / 2 + 0.5).clamp(0, 1), decoded, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [(8, 8), (8, 12)])
+def test_denoise_is_the_transformer_on_patchified_latents(model: object, size: tuple[int, int]) -> None:
+    """The velocity: the transformer's output on the 2x2 patches of the autoencoder's grid, each caption with its own
+    length (a shorter caption's padding masked), as its pipeline steps."""
+    from diffusers import ErnieImagePipeline
+
+    family = model.family.configured({})
+    hidden, mask = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
+    rows = family.pipeline_embeds(hidden, mask)
+    noisy, timesteps = torch.randn(2, 4, *size), torch.tensor([700.0, 300.0])
+    with torch.no_grad():
+        ours = family.denoise(model.unet, noisy, timesteps, hidden, mask, None)
+        text, lengths = ErnieImagePipeline._pad_text([*rows["prompt_embeds"], *rows["negative_prompt_embeds"]],
+                                                     "cpu", torch.float32, model.unet.config.text_in_dim)
+        theirs = model.unet(hidden_states=ErnieImagePipeline._patchify_latents(noisy), timestep=timesteps,
+                            text_bth=text, text_lens=lengths, return_dict=False)[0]
+    assert ours.shape == noisy.shape
+    assert torch.allclose(ours, ErnieImagePipeline._unpatchify_latents(theirs), atol=1e-5)
+
+
+def test_latents_are_normalised_per_patch_as_its_pipeline_undoes_it(model: object) -> None:
+    """vae_latents' grid, patchified, is what the pipeline's decode un-normalises by the batch-norm statistics."""
+    from diffusers import ErnieImagePipeline
+
+    raw = torch.randn(1, 4, 8, 8)
+    ours = ErnieImagePipeline._patchify_latents(model.family.vae_latents(raw, model.vae))
+    bn = model.vae.bn
+    undone = ours * torch.sqrt(bn.running_var.view(1, -1, 1, 1) + 1e-5) + bn.running_mean.view(1, -1, 1, 1)
+    assert torch.allclose(ErnieImagePipeline._unpatchify_latents(undone), raw, atol=1e-5)
+
+
+def test_one_step_on_the_flow_loss_lowers_it_with_or_without_checkpointing(tiny: Path) -> None:
+    """The velocity loss (noise - latents) trains the blocks: gradients reach them, alike with gradient
+    checkpointing, and a step against them lowers the loss."""
+    from trainers.models import load_model
+
+    grads, losses = [], []
+    for checkpointing in (False, True):
+        loaded = load_model(str(tiny), "auto", torch.float32)
+        family = loaded.family.configured({})
+        if checkpointing:
+            loaded.unet.enable_gradient_checkpointing()
+        loaded.unet.train()
+        hidden, mask = family.encode_prompts(loaded.text_encoders, family.tokenize(loaded.tokenizers, CAPTIONS), 1)
+        torch.manual_seed(0)
+        latents, noise = torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8)
+        sigmas = torch.tensor([0.3, 0.8])
+
+        def loss() -> torch.Tensor:
+            noisy = (1 - sigmas.view(-1, 1, 1, 1)) * latents + sigmas.view(-1, 1, 1, 1) * noise
+            out = family.denoise(loaded.unet, noisy, sigmas * 1000, hidden, mask, None)
+            return (out - (noise - latents)).square().mean()
+
+        before = loss()
+        before.backward()
+        grads.append(loaded.unet.layers[0].self_attention.to_q.weight.grad.clone())
+        with torch.no_grad():
+            for parameter in loaded.unet.parameters():
+                if parameter.grad is not None:
+                    parameter -= 0.05 * parameter.grad
+            losses.append((float(before), float(loss())))
+    assert grads[0].abs().max() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6)
+    assert all(after < first for first, after in losses)
