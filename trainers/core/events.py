@@ -177,6 +177,21 @@ class Sample(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LiveRender(Event):
+    """A paused run's answer to a render request (trainers/core/render_request.py): `path` the image (or clip) it
+    rendered with its live weights at step `step`, or `error` why it rendered none; `request` is the request's id."""
+
+    type: ClassVar[str] = "live_render"
+    request: str
+    step: int
+    path: str | None = None
+    prompt: str = ""
+    seed: int | None = None
+    multiplier: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Dataset(Event):
     """The preflight report of the data the run trains on (folders, buckets, skipped files, steps)."""
 
@@ -282,7 +297,7 @@ def _registry(*kinds: type[Event]) -> dict[str, type[Event]]:
 
 _SHARED = (Warning, Error, Done)
 TRAINING_EVENTS = _registry(*_SHARED, Start, Progress, Validation, Checkpoint, Sample, Dataset, Cache, Resume,
-                            ClassImages, Info, Health, Scores)
+                            ClassImages, Info, Health, Scores, LiveRender)
 JOB_EVENTS = _registry(*_SHARED, JobStart, Image, GenerateProgress, Grid)
 
 

@@ -3,7 +3,8 @@
 Every file name is spelled here and nowhere else. `status.json` is the one place a run's state
 lives; the GUI and the trainer both update it under a lock (`update_status`), and `effective_state`
 corrects it for a process that died without saying so. Control requests (stop, save_now, pause, continue) are
-flag files in `control/` that the GUI writes and the trainer consumes. Torch-free.
+flag files in `control/` that the GUI writes and the trainer consumes; a render request (what a paused run renders
+with its live weights) is a JSON file beside them. Torch-free.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from trainers.core.fsio import atomic_write_text
 from trainers.core.processes import group_alive, pid_alive
+from trainers.core.render_request import RenderRequest
 from trainers.core.secrets import redact
 
 CONFIG = "config.toml"  # the full resolved config
@@ -34,6 +36,8 @@ HEALTH = "health"  # a health report per save (<save file name>.json, trainers/h
 SCORES = "scores.json"  # every sampling's scores and the best save (trainers/scores/)
 SCORE_CACHE = "score_cache"  # the training images' embeddings, computed once per run and score model
 IMAGES = "images"  # a generation job's images (unless it names another folder)
+LIVE = "live"  # what a paused run rendered with its live weights for the Generate tab (trainers/train/live_render.py)
+RENDER_REQUEST = "render.json"  # in control/: the render a paused run is asked for (write_render_request)
 
 
 class RunState(str, Enum):
@@ -191,6 +195,35 @@ def take_requests(run_dir: Path | None) -> set[Request]:
             found.add(wanted)
             flag.unlink(missing_ok=True)
     return found
+
+
+def write_render_request(run_dir: Path, wanted: RenderRequest) -> None:
+    """Ask the paused run of `run_dir` to render `wanted` (the GUI's side; atomic: the trainer never reads half a
+    request). A request not taken yet is replaced."""
+    folder = Path(run_dir) / CONTROL
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / RENDER_REQUEST, json.dumps(wanted.to_json(), ensure_ascii=False))
+
+
+def take_render_request(run_dir: Path | None) -> dict[str, Any] | str | None:
+    """The pending render request of `run_dir`, consumed: its JSON object (checked by parse_render_request), the
+    reason it cannot be one, or None when there is none."""
+    path = Path(run_dir) / CONTROL / RENDER_REQUEST if run_dir is not None else None
+    if path is None:
+        return None
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"the render request could not be read: {err}"
+    finally:
+        path.unlink(missing_ok=True)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as err:  # UnicodeDecodeError is one
+        return f"the render request is not JSON: {err}"
+    return data if isinstance(data, dict) else f"a render request is a JSON object, not {type(data).__name__}"
 
 
 def new_run_dir(runs_root: Path, name: str) -> Path:

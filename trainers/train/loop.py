@@ -12,6 +12,7 @@ from trainers.core.saves import Position
 from trainers.train.control import ROLLING_STATE
 from trainers.train.diffusion import NoiseOptions
 from trainers.train.faults import LossGuard
+from trainers.train.live_render import live_renderer, went_on
 from trainers.train.method import Trainable
 from trainers.train.optim import OptimizerModes, build_lr_scheduler, build_optimizer
 from trainers.train.pauses import Pauses
@@ -54,7 +55,8 @@ def train(session: Session, trainable: Trainable, health: HealthCheck | None = N
     sample = pause.around(scored(sample_hook(session, trainable.model, trainable.sampling_weights,
                                              trainable.sampling_prompt), scorer), "sampling")
     validate = pause.around(validation_hook(session, trainable.model, predictor, noise, report.meter), "validating")
-    user = UserPause(session.control, pause, session.run_dir, accelerator.is_main_process)
+    user = UserPause(session.control, pause, session.run_dir, accelerator.is_main_process,  # renders while paused
+                     live_renderer(session, trainable), lambda left, step: went_on(session, left, step))
     at, data_wait = Position(), 0.0
     with saved_on_failure(session, save, lambda: at):  # an emergency state on errors; memory advice on OOM
         if saving.resume.strip():
@@ -89,7 +91,7 @@ def train(session: Session, trainable: Trainable, health: HealthCheck | None = N
                 report.step(at.step, epoch, loss, lr, data_wait)
                 guard.after_step(at.step)  # nan_steps_before_stop dropped updates in a row end the run
                 data_wait = 0.0
-                requests = user.held(session.control.poll())  # Pause waits here for Continue or Stop
+                requests = user.held(session.control.poll(), at.step)  # Pause waits here for Continue or Stop
                 if Request.STOP in requests:
                     raise save.stop(at)
                 if Request.SAVE_NOW in requests or _due(saving.save_every_n_steps, at.step) and at.step < plan.total_steps:

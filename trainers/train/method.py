@@ -79,6 +79,9 @@ class Trainable:
     # The base model for the block, without what the run trains (a LoRA at multiplier 0): the save health check
     # renders its effect image against it. None: the method has no such switch (the effect is not checked).
     without_output: Callable[[], ContextManager[Any]] | None = None
+    # What the run trains at another weight for the block (a LoRA at a multiplier): a paused run's live render
+    # (trainers/train/live_render.py) at the Generate tab's multiplier. None: the output renders at 1 only.
+    at_multiplier: Callable[[float], ContextManager[Any]] | None = None
 
     def state(self) -> dict[str, Tensor]:
         return {k: v for hook in self.hooks for k, v in hook.state().items()}

@@ -7,7 +7,7 @@ import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 import torch
 from safetensors import SafetensorError
@@ -250,13 +250,19 @@ class LoRA(Method):
         if cfg.scale_weight_norms:
             hooks.append(MaxNorm(network, cfg.scale_weight_norms, session))
         return Trainable(model, predictor, groups, LoRAFile(cfg, session, network, settings, word), hooks=hooks,
-                         objective=objective_for(cfg, network, model), without_output=lambda: switched_off(network))
+                         objective=objective_for(cfg, network, model), without_output=lambda: switched_off(network),
+                         at_multiplier=lambda weight: multiplied(network, weight))
+
+
+def switched_off(network: Network) -> ContextManager[None]:
+    """The network at multiplier 0 for the block (the base model's image for the save health check)."""
+    return multiplied(network, 0.0)
 
 
 @contextlib.contextmanager
-def switched_off(network: Network) -> Iterator[None]:
-    """The network at multiplier 0 for the block (the base model's image for the save health check)."""
-    network.set_multiplier(0.0)
+def multiplied(network: Network, weight: float) -> Iterator[None]:
+    """The network at multiplier `weight` for the block (a paused run's live render), 1 again afterwards."""
+    network.set_multiplier(weight)
     try:
         yield
     finally:

@@ -1,0 +1,158 @@
+"""Render while paused (trainers/train/live_render.py): a paused run renders the Generate tab's request with its live
+weights into live/, answers a bad request with the reason and stays paused, and, continued, ends with the same final
+weights as an unpaused run. Trainers run in this process, on the tests' fake model family (tests/fake_family/)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from trainers.core.render_request import RenderRequest, parse_render_request
+from trainers.core.rundir import CONTROL, LIVE, RENDER_REQUEST, Request, read_status, request, write_render_request
+from trainers.demo import build_dataset
+
+from helpers import events, train
+
+FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-3,
+        "network_dim": 4, "network_alpha": 2, "max_train_steps": 4, "save_precision": "float"}
+WAIT_S = 300.0
+
+
+@pytest.fixture()
+def lora(fake_model_dir: Path, tmp_path: Path) -> dict[str, object]:
+    data = build_dataset(tmp_path / "data", folder="2_sks shape")
+    return {"pretrained_model_name_or_path": str(fake_model_dir), "train_data_dir": str(data),
+            "output_dir": str(tmp_path / "out"), **FAST}
+
+
+def _wait(condition: object, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _answer(run: Path, request_id: str) -> dict:
+    """The live_render event answering `request_id`, once it is there."""
+    found: list[dict] = []
+
+    def answered() -> bool:
+        try:
+            found[:] = [e for e in events(run) if e["type"] == "live_render" and e["request"] == request_id]
+        except (OSError, ValueError):
+            return False
+        return bool(found)
+
+    _wait(answered, f"the answer to render request {request_id}")
+    return found[0]
+
+
+class Asker(threading.Thread):
+    """Pause pressed before the run starts (it pauses after step 1); once paused: a good render request, a bad
+    one (written by hand, as a script might), then one at multiplier 0, each awaited; then Continue."""
+
+    def __init__(self, run: Path) -> None:
+        super().__init__(daemon=True)
+        self.run_dir = run
+        self.answers: dict[str, dict] = {}
+        self.states: list[str] = []
+        self.error: BaseException | None = None
+        request(run, Request.PAUSE)
+
+    def asking(self) -> None:
+        _wait(lambda: read_status(self.run_dir).get("state") == "paused", "the paused state")
+        write_render_request(self.run_dir, RenderRequest(id="good", prompt="sks shape, a red cross", seed=7,
+                                                         steps=3, width=64, height=72, cfg_scale=4.0))
+        self.answers["good"] = _answer(self.run_dir, "good")
+        bad = {"id": "bad", "prompt": "sks shape", "width": 100, "heigth": 64}
+        (self.run_dir / CONTROL / RENDER_REQUEST).write_text(json.dumps(bad), encoding="utf-8")
+        self.answers["bad"] = _answer(self.run_dir, "bad")
+        bad.pop("heigth")
+        bad["id"] = "bad size"
+        (self.run_dir / CONTROL / RENDER_REQUEST).write_text(json.dumps(bad), encoding="utf-8")
+        self.answers["bad size"] = _answer(self.run_dir, "bad size")
+        self.states.append(str(read_status(self.run_dir).get("state")))
+        write_render_request(self.run_dir, RenderRequest(id="off", prompt="sks shape, a red cross", seed=7, steps=3,
+                                                         width=64, height=72, cfg_scale=4.0, multiplier=0.0))
+        self.answers["off"] = _answer(self.run_dir, "off")
+        self.states.append(str(read_status(self.run_dir).get("state")))
+        request(self.run_dir, Request.CONTINUE)
+
+    def run(self) -> None:  # noqa: D102 - Thread's entry point
+        try:
+            self.asking()
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            self.error = err
+
+
+def _lora_file(path: Path) -> dict[str, torch.Tensor]:
+    from trainers.methods.lora.file_format import read_lora_file
+
+    return read_lora_file(path)[0]
+
+
+@pytest.mark.slow
+def test_a_paused_run_renders_with_its_live_weights_and_ends_as_an_unpaused_one(lora: dict, tmp_path: Path) -> None:
+    assert train("lora", tmp_path / "straight", **lora, output_name="straight") == 0
+    run = tmp_path / "paused"
+    asker = Asker(run)
+    asker.start()
+    assert train("lora", run, **lora, output_name="paused") == 0
+    asker.join(WAIT_S)
+    assert asker.error is None, asker.error
+
+    good = asker.answers["good"]
+    assert good.get("error") is None, good
+    assert good["step"] == 1 and good["prompt"] == "sks shape, a red cross" and good["seed"] == 7
+    image = Path(good["path"])
+    assert image.parent == run / LIVE and image.suffix == ".png"
+    with Image.open(image) as png:
+        assert png.size == (64, 72)
+        parameters = png.info["parameters"]
+    assert "sks shape, a red cross" in parameters and "Seed: 7" in parameters and "Steps: 3" in parameters
+
+    assert "'heigth'" in asker.answers["bad"]["error"] and "'height'" in asker.answers["bad"]["error"]
+    assert "width 100 must be a multiple of 8 (e.g. 96 or 104)" in asker.answers["bad size"]["error"]
+    assert asker.states == ["paused", "paused"], "a bad request leaves the run paused"
+    off = asker.answers["off"]
+    assert off.get("error") is None and off["multiplier"] == 0.0 and Path(off["path"]) != image
+
+    out = tmp_path / "out"
+    a, b = _lora_file(out / "straight.safetensors"), _lora_file(out / "paused.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "the renders changed the training"
+    status = read_status(run)
+    assert status["state"] == "finished" and status["activity"] == ""
+    assert [e["step"] for e in events(run) if e["type"] == "progress"] == list(range(1, 5))
+
+
+def test_a_render_request_is_checked_and_round_trips() -> None:
+    wanted = RenderRequest(id="r1", prompt="a cat", negative="blurry", seed=3, steps=20, width=512, height=768,
+                           cfg_scale=7.0, multiplier=0.5)
+    assert parse_render_request(json.loads(json.dumps(wanted.to_json()))) == wanted
+    assert parse_render_request({"id": "x", "prompt": "a cat"}) == RenderRequest(id="x", prompt="a cat")
+    assert "unknown key 'sed'" in (reason := str(parse_render_request({"prompt": "a", "sed": 1})))
+    assert "did you mean 'seed'" in reason
+    assert "prompt is empty" in str(parse_render_request({"prompt": " "}))
+    assert "height 4100 must be between 64 and 4096" in str(parse_render_request({"prompt": "a", "height": 4100}))
+    assert "multiplier" in str(parse_render_request({"prompt": "a", "multiplier": float("nan")}))
+    assert "steps" in str(parse_render_request({"prompt": "a", "steps": 2.5}))
+    assert "JSON object" in str(parse_render_request(["a"]))
+
+
+def test_a_render_request_is_written_atomically_and_taken_once(tmp_path: Path) -> None:
+    from trainers.core.rundir import take_render_request
+
+    assert take_render_request(tmp_path) is None
+    write_render_request(tmp_path, RenderRequest(id="a", prompt="first"))
+    write_render_request(tmp_path, RenderRequest(id="b", prompt="second"))  # not taken yet: replaced
+    assert take_render_request(tmp_path) == {"id": "b", "prompt": "second", "negative": "", "multiplier": 1.0}
+    assert take_render_request(tmp_path) is None
+    assert [p.name for p in (tmp_path / CONTROL).iterdir()] == []
+    (tmp_path / CONTROL / RENDER_REQUEST).write_text("{not json", encoding="utf-8")
+    assert "not JSON" in str(take_render_request(tmp_path))
