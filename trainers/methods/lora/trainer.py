@@ -197,6 +197,8 @@ class LoRAFile:
         bundled = self.word.bundled(self.dtype) if self.word is not None else {}  # pivotal tuning: A1111/Forge's way
         named = {**self.session.model.family.lora_file(tensors, self.session.model), **bundled}
         save_lora_file(path, named, with_hashes(named, metadata))
+        for part_path, part in self.session.model.family.lora_file_parts(path, named).items():
+            save_lora_file(part_path, part, with_hashes(part, metadata))  # one file per model (Wan 2.2's experts)
         final = path == outputs(self.cfg)[0]
         if self.word is not None and final:  # and on its own, for diffusers' load_textual_inversion and ComfyUI
             save_lora_file(embedding_file(path, self.word.word), self.word.embedding_file(self.dtype),

@@ -40,8 +40,8 @@ class WanRules(FlowRules):
     frame_rate = 16.0  # Wan 2.1's frames per second (musubi-tuner drops source_fps to it)
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
-        """WanPipeline folders with a WanTransformer3DModel (and no second expert: Wan 2.2's A14B pair); the other Wan
-        pipelines are refused by name."""
+        """WanPipeline folders with one WanTransformer3DModel (a second expert is Wan 2.2's A14B pair); the other
+        Wan pipelines are refused by name."""
         pipeline = str(index.get("_class_name", ""))
         if pipeline in REFUSED_PIPELINES:
             raise ModelLoadError(f"{folder} is {REFUSED_PIPELINES[pipeline]} ({pipeline}), which Atelier does not "
@@ -51,10 +51,11 @@ class WanRules(FlowRules):
         transformer = index.get("transformer") or [None, None]
         if transformer[-1] != self.transformer_class:
             return False
-        if (index.get("transformer_2") or [None, None])[-1] is not None or index.get("boundary_ratio") is not None:
-            raise ModelLoadError(f"{folder} is a Wan 2.2 two-expert model (transformer_2, boundary_ratio), which "
-                                 "Atelier does not train yet: give a Wan 2.1 text-to-video diffusers folder")
-        return True
+        if index.get("expand_timesteps"):
+            raise ModelLoadError(f"{folder} is Wan 2.2's TI2V 5B (expand_timesteps, its 48-channel VAE), which "
+                                 "Atelier does not train yet: give a Wan 2.1 or Wan 2.2 A14B diffusers folder")
+        # Wan 2.2's A14B pair (transformer_2, boundary_ratio) is Wan 2.2's (wan22/rules.py)
+        return (index.get("transformer_2") or [None, None])[-1] is None and index.get("boundary_ratio") is None
 
 
 WAN21 = WanRules()

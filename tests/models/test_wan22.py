@@ -1,0 +1,213 @@
+"""Wan 2.2 A14B, the two-expert pair, on a tiny random-init model of its real diffusers classes (two
+WanTransformer3DModel experts and boundary_ratio in a WanPipeline folder): the folder is claimed, the boundary read as
+musubi-tuner reads --timestep_boundary, each sample goes to the expert of its timestep (the high-noise LoRA only ever
+sees timesteps at or above the boundary, the low-noise one those below), one expert trains on its range alone, and a
+LoRA per expert loads in WanPipeline (the low-noise one with load_into_transformer_2=True) and ComfyUI with every key."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from comfy_lora import load_lora, unet_key_map
+from lora_networks import random_network
+
+from trainers.core.options import BY_NAME
+from trainers.models import load_model
+from trainers.models.checks import model_issues
+from trainers.models.rules import folder_rules
+from trainers.models.wan.rules import WAN21
+from trainers.models.wan.wan22.rules import WAN22, boundary_ratio
+from trainers.models.wan.wan22.tiny import build_tiny_wan22
+
+BOUNDARY = 0.875
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_wan22(tmp_path_factory.mktemp("wan22") / "model")
+
+
+@pytest.fixture(scope="module")
+def model(tiny: Path) -> object:
+    return load_model(str(tiny), "auto", torch.float32)
+
+
+def _values(model_dir: Path, **options: object) -> dict[str, object]:
+    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir), **options}
+
+
+def test_the_pair_is_claimed_as_wan22_and_ti2v_5b_refused_by_name(tiny: Path, tmp_path: Path) -> None:
+    assert folder_rules(tiny) is WAN22
+    index = json.loads((tiny / "model_index.json").read_text())
+    assert index["transformer_2"][1] == "WanTransformer3DModel" and index["boundary_ratio"] == BOUNDARY
+    assert not WAN21.claims_folder(index, {}, tiny)
+    ti2v = tmp_path / "ti2v"
+    ti2v.mkdir()
+    one = {k: v for k, v in index.items() if k not in ("transformer_2", "boundary_ratio")}
+    (ti2v / "model_index.json").write_text(json.dumps({**one, "expand_timesteps": True}))
+    (issue,) = model_issues(_values(ti2v))
+    assert issue.field == "pretrained_model_name_or_path" and "TI2V 5B" in issue.message
+
+
+def test_timestep_boundary_is_read_as_musubi_reads_it(tiny: Path) -> None:
+    assert boundary_ratio(None, 0.875) == 0.875 and boundary_ratio(None, None) == 0.875
+    assert boundary_ratio(0.9, 0.875) == 0.9 and boundary_ratio(900, 0.875) == 0.9  # a timestep above 1
+    assert model_issues(_values(tiny, timestep_boundary=900, train_expert="high_noise")) == []
+    (issue,) = model_issues(_values(tiny, timestep_boundary=1000))
+    assert issue.field == "timestep_boundary"
+    (issue,) = WAN21.option_issues(_values(tiny, train_expert="low_noise"))  # Wan 2.2's own option
+    assert issue.field == "train_expert" and "Wan 2.1" in issue.message
+
+
+def test_each_sample_goes_to_the_expert_of_its_timestep(model: object) -> None:
+    pair = model.unet
+    noisy, hidden = torch.randn(3, 16, 2, 4, 4), torch.randn(3, 7, 32)
+    timesteps = torch.tensor([900.0, 100.0, 875.0])  # the boundary itself is the high-noise expert's (WanPipeline)
+    with torch.no_grad():
+        ours = model.family.denoise(pair, noisy, timesteps, hidden, None, None)
+        high = pair.transformer(hidden_states=noisy, timestep=timesteps, encoder_hidden_states=hidden,
+                                return_dict=False)[0]
+        low = pair.transformer_2(hidden_states=noisy, timestep=timesteps, encoder_hidden_states=hidden,
+                                 return_dict=False)[0]
+    assert torch.allclose(ours[0], high[0], atol=1e-5) and torch.allclose(ours[2], high[2], atol=1e-5)
+    assert torch.allclose(ours[1], low[1], atol=1e-5) and not torch.allclose(ours[1], high[1], atol=1e-3)
+
+
+def _recorded(pair: torch.nn.Module) -> dict[str, list[float]]:
+    """The timesteps each expert receives, from here on (forward pre-hooks)."""
+    seen: dict[str, list[float]] = {"high_noise": [], "low_noise": []}
+    for name, expert in zip(seen, pair.experts):
+        expert.register_forward_pre_hook(
+            lambda module, args, kwargs, name=name: seen[name].extend(kwargs["timestep"].flatten().tolist()),
+            with_kwargs=True)
+    return seen
+
+
+def _steps(model: object, values: dict[str, object], steps: int) -> SimpleNamespace:
+    """`steps` flow-matching steps of a batch of 6 clips on a copy of the pair with a LoRA on the trained
+    expert(s); the timesteps each expert received and the LoRA's state before and after."""
+    import dataclasses
+
+    from trainers.methods.lora.network import LoRANetwork
+    from trainers.train.diffusion import NoiseOptions
+    from trainers.train.flow import flow_loss
+
+    family = model.family.configured({**{n: o.default for n, o in BY_NAME.items()}, "timestep_sampling": "shift",
+                                      "discrete_flow_shift": 3.0, **values})
+    run = dataclasses.replace(model, family=family, unet=copy.deepcopy(model.unet))
+    seen = _recorded(run.unet)
+    network = LoRANetwork(run.unet, [], unet_key_style="own", network_dim=4, network_alpha=2,
+                          train_text_encoder=False, unet_targets=family.lora_targets(run.unet))
+    network.apply_to()
+    for parameter in network.parameters():  # the up weights start at zero: gradients reach the down ones too
+        torch.nn.init.normal_(parameter, std=0.1)
+    optimizer = torch.optim.SGD(network.parameters(), lr=1e-2)
+    hidden, _ = model.encode_texts(["a red fox runs through snow"], 1)
+
+    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, *rest: object) -> torch.Tensor:
+        return family.denoise(run.unet, noisy, timesteps, hidden.expand(noisy.shape[0], -1, -1), None, None)
+
+    opts = NoiseOptions(seed=3, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
+    sizes = {name: torch.zeros(6, 2) for name in ("original_size", "crop_top_left", "target_size")}
+    before = {k: v.clone() for k, v in network.kohya_state_dict(torch.float32).items()}
+    for step in range(steps):
+        batch = {"pixels": torch.rand(6, 5, 3, 32, 32) * 2 - 1, "keys": torch.tensor([[step, i] for i in range(6)]),
+                 **sizes}
+        loss = flow_loss(predictor, run, batch, opts, torch.float32)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return SimpleNamespace(seen=seen, before=before, after=network.kohya_state_dict(torch.float32), family=family,
+                           run=run, network=network)
+
+
+def _changed(trained: SimpleNamespace, marker: str) -> bool:
+    return any(not torch.equal(trained.before[k], trained.after[k]) for k in trained.after if marker in k)
+
+
+def test_with_both_experts_each_lora_only_ever_sees_its_own_timesteps(model: object) -> None:
+    """The issue's check: the high-noise LoRA only ever sees timesteps at or above the boundary."""
+    trained = _steps(model, {}, 3)
+    high, low = trained.seen["high_noise"], trained.seen["low_noise"]
+    assert high and low  # 18 samples drawn over both ranges
+    assert min(high) >= BOUNDARY * 1000 and max(low) < BOUNDARY * 1000
+    assert len(high) + len(low) == 18
+    assert _changed(trained, "lora_unet_high_noise_blocks_") and _changed(trained, "lora_unet_low_noise_blocks_")
+    assert {k.split("_blocks_")[0] for k in trained.after} == {"lora_unet_high_noise", "lora_unet_low_noise"}
+
+
+@pytest.mark.parametrize("expert", ["high_noise", "low_noise"])
+def test_one_expert_trains_on_its_range_alone(model: object, expert: str) -> None:
+    trained = _steps(model, {"train_expert": expert, "timestep_boundary": 900}, 2)
+    other = "low_noise" if expert == "high_noise" else "high_noise"
+    assert trained.seen[other] == [] and len(trained.seen[expert]) == 12
+    if expert == "high_noise":
+        assert min(trained.seen[expert]) >= 900
+    else:
+        assert max(trained.seen[expert]) < 900
+    # its file is the expert's LoRA in Wan 2.1's names (ComfyUI loads it on that expert)
+    assert all(k.startswith("lora_unet_blocks_") for k in trained.after) and _changed(trained, "lora_unet_blocks_")
+    assert trained.family.lora_file_parts(Path("x.safetensors"), trained.after) == {}
+
+
+def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
+    from comfy_lora import PREFIX
+
+    config = unet.config
+    width, ffn = config.num_attention_heads * config.attention_head_dim, config.ffn_dim
+    shapes = {}
+    for i in range(config.num_layers):
+        for attention in ("self_attn", "cross_attn"):
+            for proj in "qkvo":
+                shapes[f"{PREFIX}blocks.{i}.{attention}.{proj}.weight"] = torch.Size((width, width))
+        shapes[f"{PREFIX}blocks.{i}.ffn.0.weight"] = torch.Size((ffn, width))
+        shapes[f"{PREFIX}blocks.{i}.ffn.2.weight"] = torch.Size((width, ffn))
+    return shapes
+
+
+def test_a_lora_per_expert_loads_in_wan_pipeline_and_comfyui_with_every_key(model: object, tmp_path: Path) -> None:
+    from diffusers import WanPipeline
+    from safetensors.torch import save_file
+
+    pair = copy.deepcopy(model.unet).eval()
+    network, targets, state = random_network(model.family, pair)
+    parts = model.family.lora_file_parts(tmp_path / "lora.safetensors", state)
+    assert sorted(p.name for p in parts) == ["lora_high_noise.safetensors", "lora_low_noise.safetensors"]
+    for path, part in parts.items():
+        save_file(part, path)
+        patches, not_loaded = load_lora(part, unet_key_map(_comfy_shapes(pair.transformer)))
+        assert not_loaded == [] and len(patches) == len(targets) // 2
+    with pytest.raises(ValueError, match="both experts"):
+        model.family.lora_for_pipeline(state, model)
+    pipe = WanPipeline(tokenizer=model.tokenizers[0], text_encoder=model.text_encoders[0], vae=model.vae,
+                       scheduler=model.noise_scheduler, transformer=copy.deepcopy(pair.transformer),
+                       transformer_2=copy.deepcopy(pair.transformer_2), boundary_ratio=BOUNDARY)
+    pipe.load_lora_weights(tmp_path / "lora_high_noise.safetensors", adapter_name="high")
+    pipe.load_lora_weights(tmp_path / "lora_low_noise.safetensors", adapter_name="low", load_into_transformer_2=True)
+    for transformer, adapter in ((pipe.transformer, "high"), (pipe.transformer_2, "low")):
+        layers = [n for n, m in transformer.named_modules() if hasattr(m, "lora_A") and adapter in m.lora_A]
+        assert len(layers) == len(targets) // 2, adapter
+    network.apply_to()  # the network as training runs it computes what diffusers does, expert by expert
+    inputs = {"hidden_states": torch.randn(1, 16, 2, 4, 4), "encoder_hidden_states": torch.randn(1, 7, 32),
+              "return_dict": False}
+    with torch.no_grad():
+        for t, theirs in ((900.0, pipe.transformer), (100.0, pipe.transformer_2)):
+            step = torch.tensor([t])
+            assert torch.allclose(theirs(timestep=step, **inputs)[0], pair(timestep=step, **inputs)[0], atol=1e-4)
+
+
+def test_a_sample_renders_through_both_experts(model: object, tmp_path: Path) -> None:
+    from trainers.core.prompts import config_prompts
+    from trainers.sampling.pipeline import generate_samples
+
+    seen = _recorded(model.unet)
+    prompts = config_prompts("", ["a red fox --w 32 --h 32 --s 4 --d 3"])
+    (written,) = generate_samples(model, prompts, tmp_path, "step2", default_size=(32, 32), default_steps=4,
+                                  default_cfg=1.0)
+    assert written.suffix == ".mp4"
+    assert seen["high_noise"] and seen["low_noise"]
+    assert min(seen["high_noise"]) >= BOUNDARY * 1000 > max(seen["low_noise"])

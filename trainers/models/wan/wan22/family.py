@@ -1,0 +1,157 @@
+"""Wan 2.2 A14B text-to-video (diffusers WanPipeline with `transformer` and `transformer_2`), trained as musubi-tuner
+trains it with --timestep_boundary: the two 14B experts are one denoiser (experts.py), each sample going to the
+expert of its timestep. `train_expert = "both"` gives each expert its own LoRA, trained only on its range, saved
+beside the run's file as `<name>_high_noise.safetensors` and `<name>_low_noise.safetensors` (in Wan 2.1's musubi-tuner
+names, which ComfyUI reads, and diffusers' WanPipeline loads: the low-noise one with load_into_transformer_2=True);
+the run's own file holds both under `lora_unet_high_noise_...` / `lora_unet_low_noise_...`. With one expert
+("high_noise", "low_noise") its timesteps are scaled into its range (musubi-tuner's min_timestep/max_timestep) and
+the run's file is that expert's LoRA. (musubi-tuner itself, given both experts, trains one LoRA over both: here
+each expert has its own, as ai-toolkit saves them and as ComfyUI's Wan 2.2 workflows load them.)
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.models.base import LoadedModel, LoraTarget, SizeConditioning
+from trainers.models.flow import last_blocks
+from trainers.models.wan.family import Wan, block_targets
+from trainers.models.wan.wan22.experts import EXPERT_NAMES, ExpertPair
+from trainers.models.wan.wan22.rules import T2V_BOUNDARY, Wan22Rules, boundary_ratio, folder_boundary
+
+ATTRIBUTES = dict(zip(EXPERT_NAMES, ("transformer", "transformer_2")))
+PREFIX = "lora_unet_"
+
+
+class Wan22(Wan22Rules, Wan):
+    implementation = "https://github.com/Wan-Video/Wan2.2"
+    folder_ratio: float | None = None  # the loaded folder's boundary_ratio
+    boundary = T2V_BOUNDARY  # the run's (timestep_boundary, else the folder's)
+    train_expert = "both"
+
+    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
+        import diffusers
+
+        from trainers.models.components import load_component
+
+        model = super().load(folder, weight_dtype, vae_path, random_init)  # the high-noise expert and the rest
+        second = load_component(getattr(diffusers, self.transformer_class), folder, "transformer_2", weight_dtype,
+                                random_init)
+        family = copy.copy(model.family)
+        family.folder_ratio = folder_boundary(folder)
+        family.boundary = boundary_ratio(None, family.folder_ratio)
+        return dataclasses.replace(model, family=family, unet=ExpertPair(model.unet, second, family.boundary))
+
+    def configured(self, values: Mapping[str, Any]) -> Any:
+        clone = super().configured(values)
+        clone.boundary = boundary_ratio(values.get("timestep_boundary"), self.folder_ratio)
+        clone.train_expert = str(values.get("train_expert") or "both")
+        return clone
+
+    @property
+    def trained(self) -> tuple[str, ...]:
+        """The experts the LoRA trains (EXPERT_NAMES' names)."""
+        return EXPERT_NAMES if self.train_expert == "both" else (self.train_expert,)
+
+    def timestep_range(self) -> tuple[float, float]:
+        """The noise levels (sigma) the trained expert(s) see."""
+        return {"high_noise": (self.boundary, 1.0), "low_noise": (0.0, self.boundary)}.get(self.train_expert,
+                                                                                           (0.0, 1.0))
+
+    # --- training ---
+
+    def draw_sigmas(self, normal: torch.Tensor, uniform: torch.Tensor, latent_size: tuple[int, int],
+                    min_timestep: int | None, max_timestep: int | None) -> torch.Tensor:
+        sigmas = super().draw_sigmas(normal, uniform, latent_size, min_timestep, max_timestep)
+        low, high = self.timestep_range()
+        return sigmas * (high - low) + low  # one expert: scaled into its range (musubi-tuner's t_min/t_max)
+
+    def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
+                text_mask: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
+        """Both experts: each sample through the expert of its timestep (routed on the float timesteps, before the
+        cast); one: that expert, whatever the timestep (its range is drawn)."""
+        inputs = {"hidden_states": noisy, "encoder_hidden_states": hidden.to(noisy.dtype), "return_dict": False}
+        if self.train_expert == "both":
+            return unet(timestep=timesteps, boundary=self.boundary, **inputs)[0]
+        expert = getattr(unet, ATTRIBUTES[self.train_expert])
+        return expert(timestep=timesteps.to(noisy.dtype), **inputs)[0]
+
+    def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
+        """blocks_to_swap of each expert (musubi-tuner swaps that many blocks in each model)."""
+        return [block for expert in denoiser.experts for block in last_blocks(expert.blocks, count, "blocks")]
+
+    # --- samples ---
+
+    def scheduler_config(self) -> dict[str, Any]:
+        return {"shift": 12.0}  # Wan 2.2 T2V's sampling shift (musubi-tuner's docs/wan.md)
+
+    def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
+        from diffusers import WanPipeline
+
+        pair = model.unet
+        return WanPipeline(tokenizer=model.tokenizers[0], text_encoder=model.text_encoders[0], vae=model.vae,
+                           scheduler=scheduler, transformer=pair.transformer, transformer_2=pair.transformer_2,
+                           boundary_ratio=self.boundary)
+
+    # --- LoRA ---
+
+    def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
+        return {**super().lora_metadata(v_prediction), "ss_timestep_boundary": self.boundary,
+                "ss_train_expert": self.train_expert}
+
+    def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
+        """The trained experts' block linears: Wan 2.1's names for one expert, each expert's marked for both."""
+        out = []
+        for expert_name in self.trained:
+            attribute = ATTRIBUTES[expert_name]
+            expert = getattr(unet, attribute)
+            for index, block in enumerate(expert.blocks):
+                for target in block_targets(index, block):
+                    name = marked(target.name, expert_name) if len(self.trained) > 1 else target.name
+                    out.append(dataclasses.replace(target, name=name, path=f"{attribute}.{target.path}"))
+        return out
+
+    def lora_file_parts(self, path: Path, state: dict[str, torch.Tensor]) -> dict[Path, dict[str, torch.Tensor]]:
+        """Both experts: a file per expert beside the run's (`<name>_high_noise.safetensors`), in Wan 2.1's names."""
+        parts = expert_states(state)
+        if not parts:
+            return {}
+        return {path.with_name(f"{path.stem}_{name}{path.suffix}"): part for name, part in parts.items()}
+
+    def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
+        """One expert's file (Wan 2.1's names) as WanPipeline.load_lora_weights takes it (into transformer_2 with
+        load_into_transformer_2=True: both experts have the same modules)."""
+        from trainers.models.flow_lora import kohya_to_diffusers
+
+        if expert_states(state):
+            raise ValueError("this file holds both experts' LoRAs: load its _high_noise and _low_noise files, the "
+                             "second with load_into_transformer_2=True")
+        expert = model.unet.transformer
+        view = dataclasses.replace(model, unet=expert) if isinstance(model, LoadedModel) else model
+        targets = [t for i, block in enumerate(expert.blocks) for t in block_targets(i, block)]
+        return kohya_to_diffusers(state, view, targets, ())
+
+
+def marked(name: str, expert: str) -> str:
+    """`lora_unet_blocks_0_...` as the run's file names it for `expert` (`lora_unet_high_noise_blocks_0_...`)."""
+    return f"{PREFIX}{expert}_{name.removeprefix(PREFIX)}"
+
+
+def expert_states(state: Mapping[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """A file of both experts split into one state per expert, in Wan 2.1's names ({}: not such a file)."""
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for key, tensor in state.items():
+        for expert in EXPERT_NAMES:
+            mark = f"{PREFIX}{expert}_"
+            if key.startswith(mark):
+                out.setdefault(expert, {})[PREFIX + key.removeprefix(mark)] = tensor
+    return out
+
+
+WAN22 = Wan22()

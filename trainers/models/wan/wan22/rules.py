@@ -1,0 +1,65 @@
+"""Wan 2.2 A14B text-to-video without its weights (torch-free): a WanPipeline folder with two experts (`transformer`
+for the high-noise steps, `transformer_2` for the low-noise ones, switched at `boundary_ratio`), and the boundary a
+run trains with (musubi-tuner's --timestep_boundary: a ratio 0-1 or a timestep above 1)."""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainers.core.errors import ConfigIssue
+from trainers.core.memory_facts import UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE, ModelSize
+from trainers.models.wan.rules import WanRules
+
+T2V_BOUNDARY, I2V_BOUNDARY = 0.875, 0.9  # musubi-tuner's wan/configs (and Wan-AI's) boundaries per task
+# one 14B expert (diffusers' WanTransformer3DModel at 5120 wide, 40 layers), counted on the meta device
+EXPERT_14B, EXPERT_14B_LINEAR, EXPERT_14B_LORA_PER_RANK = 14_288_491_584, 14_283_243_520, 4_792_320
+
+
+def boundary_ratio(value: float | None, folder_ratio: float | None, default: float = T2V_BOUNDARY) -> float:
+    """The boundary as a ratio 0-1: `value` (timestep_boundary: a timestep when above 1, as musubi-tuner reads it),
+    else the folder's boundary_ratio, else the task's default."""
+    if value is None:
+        return float(folder_ratio) if folder_ratio is not None else default
+    return float(value) / 1000.0 if float(value) > 1 else float(value)
+
+
+def folder_boundary(folder: Path) -> float | None:
+    """The boundary_ratio a diffusers folder's model_index.json gives (None: none, or no readable index)."""
+    try:
+        value = json.loads((folder / "model_index.json").read_text(encoding="utf-8")).get("boundary_ratio")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+class Wan22Rules(WanRules):
+    name = "wan22"
+    title = "Wan 2.2"
+    detect_priority = 4  # above Wan 2.1's: the same pipeline, a second expert
+    # both experts load (the one not trained renders samples); activations are one expert's, for one 81-frame clip
+    # at 832x480: Wan 2.1 1.3B's scaled by width (5120 / 1536) and depth (40 / 30), to calibrate on a GPU
+    memory_facts = ModelSize(2 * EXPERT_14B, 2 * EXPERT_14B_LINEAR, UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE,
+                             2 * EXPERT_14B_LORA_PER_RANK, 0, 80, "the published Wan 2.2 T2V A14B sizes (two experts)",
+                             832 * 480, 149.0, 13.8)
+    base_model_version = "wan22_t2v_a14b"
+    modelspec_architecture = "wan2.2-t2v-a14b"
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        """WanPipeline folders with two WanTransformer3DModel experts and a boundary_ratio."""
+        if str(index.get("_class_name", "")) != self.pipeline_class:
+            return False
+        experts = [(index.get(name) or [None, None])[-1] for name in ("transformer", "transformer_2")]
+        return experts == [self.transformer_class] * 2 and index.get("boundary_ratio") is not None
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        issues = super().option_issues(values)
+        value = values.get("timestep_boundary")
+        if value is not None and not 0 < boundary_ratio(float(value), None) < 1:
+            issues.append(ConfigIssue("timestep_boundary", f"{value!r} leaves one expert no timesteps: give a ratio "
+                                      "between 0 and 1 or a timestep between 1 and 1000 (exclusive)", "flow"))
+        return issues
+
+
+WAN22 = Wan22Rules()
