@@ -5,17 +5,22 @@ are encoded and the transformer called as ErnieImagePipeline does, and a LoRA fi
 ErnieImagePipeline.load_lora_weights and in ComfyUI (comfy_lora.py)."""
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
+from lora_networks import random_network
 
 from trainers.core.options import BY_NAME
 from trainers.models.checks import model_issues
 from trainers.models.distilled import distilled_base, distilled_notes
 from trainers.models.ernie_image.rules import ERNIE_IMAGE
 from trainers.models.ernie_image.tiny import build_tiny_ernie_image
+from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.rules import folder_rules
 
 CAPTIONS = ["a red cat on a mat", "a blue square"]
@@ -183,3 +188,82 @@ def test_one_step_on_the_flow_loss_lowers_it_with_or_without_checkpointing(tiny:
             losses.append((float(before), float(loss())))
     assert grads[0].abs().max() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6)
     assert all(after < first for first, after in losses)
+
+
+@pytest.fixture(scope="module")
+def saved(model: object) -> SimpleNamespace:
+    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
+    unet = copy.deepcopy(model.unet).eval()
+    network, targets, state = random_network(model.family, unet)
+    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
+    peft = kohya_to_diffusers(state, view, targets, ())
+    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
+               for k, v in peft.items() if k.endswith(".lora_A.weight")}
+    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
+                           state=state, updates=updates, view=view)
+
+
+def test_its_lora_targets_the_blocks_attention_and_mlp(saved: SimpleNamespace) -> None:
+    paths = {t.path for t in saved.targets}
+    layers = ("self_attention.to_q", "self_attention.to_k", "self_attention.to_v", "self_attention.to_out.0",
+              "mlp.gate_proj", "mlp.up_proj", "mlp.linear_fc2")
+    assert paths == {f"layers.{i}.{name}" for i in range(2) for name in layers}
+    assert all(key.startswith("diffusion_model.layers.") and ".lora_" in key for key in saved.file)
+    assert not any(key.endswith(".alpha") for key in saved.file)  # folded into lora_A: diffusers reads no alpha
+    assert saved.view.family.lora_in_own_names(saved.file).keys() == saved.state.keys()
+    assert saved.view.family.lora_file_paths(saved.file.keys()) == {t.name: t.path for t in saved.targets}
+
+
+def test_comfyui_loads_every_key_into_the_layer_that_was_trained(saved: SimpleNamespace) -> None:
+    """ComfyUI's ERNIE-Image model (comfy/ldm/ernie) names its weights as diffusers does: its generic
+    `diffusion_model.<path>` names address them."""
+    shapes = {f"{PREFIX}{k}": v.shape for k, v in saved.unet.state_dict().items()}
+    patches, not_loaded = load_lora(saved.file, unet_key_map(shapes))
+    assert not_loaded == []  # ComfyUI warns "lora key not loaded" for each of these
+    assert len(patches) == len(saved.targets)
+    check_patches(patches, shapes)
+    for target in saved.targets:
+        assert torch.allclose(patches[f"{PREFIX}{target.path}.weight"], saved.updates[target.path], atol=1e-5)
+
+
+def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: SimpleNamespace) -> None:
+    """The saved file as it is: ErnieImagePipeline.load_lora_weights (ErnieImageLoraLoaderMixin) reads its
+    `diffusion_model.` keys, and the transformer then computes what training's network does."""
+    family = model.family.configured({})
+    pipe = family.build_pipeline(SimpleNamespace(**{**vars(model), "unet": copy.deepcopy(model.unet).eval()}),
+                                 family.inference_scheduler(model, "euler"))
+    assert len(pipe.lora_state_dict(dict(saved.file))) == len(saved.file)
+    pipe.load_lora_weights(dict(saved.file), adapter_name="default_0")
+    unet = pipe.transformer
+    loaded = {name: module.lora_B["default_0"].weight @ module.lora_A["default_0"].weight * module.scaling["default_0"]
+              for name, module in unet.named_modules() if hasattr(module, "lora_A") and "default_0" in module.lora_A}
+    assert loaded.keys() == saved.updates.keys()
+    for name, update in saved.updates.items():
+        assert torch.allclose(loaded[name], update, atol=1e-5), name
+    hidden, mask = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
+    noisy, timesteps = torch.randn(2, 4, 8, 8), torch.tensor([500.0, 500.0])
+    saved.network.apply_to()  # the network as training runs it (on the fixture's copy) computes what diffusers does
+    with torch.no_grad():
+        assert torch.allclose(family.denoise(unet, noisy, timesteps, hidden, mask, None),
+                              family.denoise(saved.unet, noisy, timesteps, hidden, mask, None), atol=1e-4)
+
+
+def test_ai_toolkits_files_load_whole_in_diffusers(model: object) -> None:
+    """ai-toolkit's ERNIE-Image LoRAs: `diffusion_model.<path>` lora_A/lora_B without alphas, on any Linear of the
+    transformer (its text projection too), read in the family's names and loaded by load_lora_weights whole."""
+    family = model.family.configured({})
+    torch.manual_seed(0)
+    theirs, updates = {}, {}
+    for path in ("layers.1.mlp.up_proj", "text_proj"):
+        layer = model.unet.get_submodule(path)
+        down, up = torch.randn(4, layer.in_features), torch.randn(layer.out_features, 4)
+        theirs[f"diffusion_model.{path}.lora_A.weight"], theirs[f"diffusion_model.{path}.lora_B.weight"] = down, up
+        updates[path] = up @ down
+    converted = family.lora_for_pipeline(family.lora_in_own_names(theirs), model)
+    pipe = family.build_pipeline(SimpleNamespace(**{**vars(model), "unet": copy.deepcopy(model.unet).eval()}),
+                                 family.inference_scheduler(model, "euler"))
+    pipe.load_lora_weights(converted, adapter_name="aitk")
+    for path, update in updates.items():
+        module = pipe.transformer.get_submodule(path)
+        loaded = module.lora_B["aitk"].weight @ module.lora_A["aitk"].weight * module.scaling["aitk"]
+        assert torch.allclose(loaded, update, atol=1e-4), path
