@@ -37,6 +37,14 @@ ALLOCATOR_RESERVE = 0.06  # what the caching allocator holds beyond the peak all
 # attention scores SDPA does not keep)
 BLOCK_ACTIVATIONS = 17
 FIT_MARGIN = 0.9  # a run fits a card when its need is at most this share of the card
+# The caption pass's activations per token of a text encoder of P parameters, in 16-bit bytes: 4.5 sqrt(P). The
+# encoder keeps every layer's hidden states (the families ask for them: (layers + 1) x width) beside one layer's
+# working set (its MLP's 3 x intermediate and attention's 4 x width); across T5-XXL, Gemma 2 2B, Qwen2.5-VL 7B, Qwen3
+# 8B and Mistral 3 24B that is 4.1-4.9 sqrt(P) (docs/memory.md, "The caption pass").
+CAPTION_BYTES_PER_TOKEN = 4.5
+CAPTION_TOKENS = 256  # a caption's tokens where the family states no text sequence (memory_facts' Tokens)
+CAPTION_BATCH_MAX = 64  # captions a GPU encodes at once at most when text_encoder_batch_size is unset
+CAPTION_FREE_SHARE = 0.8  # of the device's free memory the caption pass's activations may take
 QUANT_BYTES = {"fp8": 1.0, "int8": 1.0, "int4": 0.53, "nf4": 0.56}  # per weight, with their scales
 QUANT_MODES = ("none", *QUANT_BYTES)
 # Optimizer state bytes per trained parameter (sd-scripts' optimizer_type names, matched case-insensitively).
@@ -64,10 +72,16 @@ class MemoryEstimate:
     host: dict[str, float] = field(default_factory=dict)  # item -> GB of host RAM held beside the process
     source: str = ""  # where the model's sizes come from
     setting: Setting = Setting()
-    # GB on the GPU while the captions are encoded once before the first step (cached text-encoder outputs): the
-    # text encoders beside the VAE, and a denoiser quantized to int8/int4/nf4 without offload, which is quantized onto
-    # the card before the captions are encoded. 0 when the text encoders stay for the steps (counted in `gpu`).
-    caching: float = 0.0
+    # GB on the GPU while the captions are encoded once before the first step (cached text-encoder outputs), by item:
+    # the text encoders alone beside the VAE (the denoiser goes to the card after the pass), and the activations of
+    # the captions encoded at once. Empty when the text encoders stay for the steps (counted in `gpu`).
+    caption_pass: dict[str, float] = field(default_factory=dict)
+    caption_batch: int = 1  # the captions encoded at once the figure counts (text_encoder_batch_size, else 1)
+
+    @property
+    def caching(self) -> float:
+        """GB allocated on the GPU during the caption pass (0: not done)."""
+        return sum(self.caption_pass.values())
 
     @property
     def gpu_gb(self) -> float:
@@ -92,6 +106,11 @@ class MemoryEstimate:
         """What a card must have free while the captions are encoded before the first step (0: not done)."""
         return self.caching * (1 + ALLOCATOR_RESERVE) + CUDA_CONTEXT_GB if self.caching else 0.0
 
+    @property
+    def peak_pass(self) -> str:
+        """Which pass needs more of the card: "steps" or "captions" (the pass encoding the captions before them)."""
+        return "captions" if self.caching_card_gb > self.card_gb else "steps"
+
     def weights_and_states_gb(self) -> float:
         """The exactly counted part (all but activations), wherever it lives: what a CPU run's RSS measures."""
         return sum(gb for item, gb in {**self.gpu, **self.host}.items() if item != "activations")
@@ -100,7 +119,11 @@ class MemoryEstimate:
         items = ", ".join(f"{item} {_gb(gb)}" for item, gb in self.gpu.items() if gb >= 0.0005)
         host = (f"; host RAM beside the process ~{_gb(self.host_gb)} GB ("
                 + ", ".join(f"{item} {_gb(gb)}" for item, gb in self.host.items()) + ")") if self.host else ""
-        caching = (f" Encoding the captions before the first step takes ~{_gb(self.caching_card_gb)} GB of the card."
+        passed = ", ".join(f"{item} {_gb(gb)}" for item, gb in self.caption_pass.items() if gb >= 0.0005)
+        peak = ("; the peak is this pass, not the steps" if self.peak_pass == "captions" else
+                "; the steps are the peak")
+        caching = (f" Encoding the captions before the first step takes ~{_gb(self.caching_card_gb)} GB of the card "
+                   f"({passed}, {self.caption_batch} caption(s) at a time, the denoiser not yet on the card){peak}."
                    if self.caching else "")
         return (f"Estimated peak GPU memory ~{_gb(self.gpu_gb)} GB ({items}; from {self.source}), "
                 f"~{_gb(self.card_gb)} GB of the card with the allocator's reserve and the CUDA context{host}."
@@ -226,9 +249,11 @@ def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bo
         gpu["text encoders"] = (text_weights if not trainable_text
                                 else trainable_text * (4 + 4 + state_bytes(cfg.optimizer_type)) / GB)
     gpu["VAE"] = size.vae * (4 if values.get("no_half_vae") or not half else 2) / GB
-    if size.text_encoders and not resident and on_gpu:
-        quantized_on_card = setting.base in ("int8", "int4", "nf4") and not setting.offload
-        out.caching = text_weights + gpu["VAE"] + (gpu["denoiser weights"] if quantized_on_card else 0.0)
+    if size.text_encoders and not resident and on_gpu:  # the text encoders alone on the card (trainers/train/session.py)
+        out.caption_batch = int(values.get("text_encoder_batch_size") or 1)
+        out.caption_pass = {"text encoders": text_weights, "VAE": gpu["VAE"],
+                            "activations": out.caption_batch * caption_activations_gb(
+                                size.text_encoders, caption_tokens(cfg.model_family, size), dtype_bytes)}
     gpu["activations"] = _activations(cfg, size)
     if not on_gpu:
         host.update(gpu)
@@ -276,6 +301,28 @@ def _sequence_activations(tokens: Tokens, pixels: int, checkpointed: bool) -> fl
     if checkpointed:
         return (tokens.blocks + BLOCK_ACTIVATIONS) * width
     return tokens.blocks * BLOCK_ACTIVATIONS * width
+
+
+def caption_tokens(family: str, size: ModelSize | None = None) -> int:
+    """A caption's tokens as its family's text encoders see it: the text sequence its memory_facts state (Tokens),
+    else CAPTION_TOKENS."""
+    size = size or published_size(family)
+    return size.tokens.text_tokens if size is not None and size.tokens else CAPTION_TOKENS
+
+
+def caption_activations_gb(text_params: int, tokens: int, dtype_bytes: int = 2) -> float:
+    """GB of activations encoding one caption of `tokens` takes in text encoders of `text_params` parameters (no
+    gradients: what one layer works on and the hidden states kept): CAPTION_BYTES_PER_TOKEN sqrt(P) bytes a token in
+    16 bits."""
+    return CAPTION_BYTES_PER_TOKEN * text_params ** 0.5 * tokens * dtype_bytes / 2 / GB
+
+
+def caption_batch_size(free_gb: float, per_caption_gb: float) -> int:
+    """Captions to encode at once when text_encoder_batch_size is unset: as many as CAPTION_FREE_SHARE of the
+    device's free memory holds (the text encoders already on it), at least 1, at most CAPTION_BATCH_MAX."""
+    if per_caption_gb <= 0:
+        return CAPTION_BATCH_MAX
+    return max(1, min(CAPTION_BATCH_MAX, int(free_gb * CAPTION_FREE_SHARE / per_caption_gb)))
 
 
 def _trains_text_encoders(cfg: TrainConfig) -> bool:

@@ -118,18 +118,25 @@ def test_a_cpu_run_holds_the_weights_and_optimizer_states_the_estimate_predicts(
 
 
 def test_encoding_the_captions_before_training_is_counted_and_warned_when_it_does_not_fit_the_card() -> None:
-    """Cached captions are encoded once with the text encoders on the card (a quantized denoiser that is not offloaded
-    is already there): Qwen-Image's 8.3 B Qwen2.5-VL in bf16 does not fit a 16 GB card then, whatever the steps need."""
+    """Cached captions are encoded once with the text encoders alone on the card (the denoiser, quantized or not, goes
+    there after the pass): Qwen-Image's 8.3 B Qwen2.5-VL in bf16 does not fit a 16 GB card then, whatever the steps
+    need; the message says which pass is the peak."""
     values = {"pretrained_model_name_or_path": "Qwen/Qwen-Image", "model_family": "qwen_image", "resolution": "1024",
               "mixed_precision": "bf16", "gradient_checkpointing": True, "cache_text_encoder_outputs": True,
               "cache_latents": True, "network_train_unet_only": True, "base_model_precision": "nf4", "blocks_to_swap": 30}
     bf16, int8 = TrainConfig("lora", values), TrainConfig("lora", {**values, "text_encoder_precision": "int8"})
     assert estimate_memory(bf16).caching_card_gb > 16 > estimate_memory(int8).caching_card_gb
     line, warnings = memory_report(bf16, card_gb=16)
-    assert "Encoding the captions before the first step takes" in line
+    assert "Encoding the captions before the first step takes" in line and "the peak is this pass" in line
     assert any("text_encoder_precision" in w and "encoding the captions" in w for w in warnings), warnings
     assert not [w for w in memory_report(int8, card_gb=16)[1] if "encoding the captions" in w]
+    assert "the steps are the peak" in memory_report(int8, card_gb=16)[0]
     on_card = TrainConfig("lora", {**values, "text_encoder_precision": "int8", "blocks_to_swap": 0})
-    assert estimate_memory(on_card).caching > estimate_memory(int8).caching + 10  # + the nf4 denoiser's 11.4 GB
+    assert estimate_memory(on_card).caching == estimate_memory(int8).caching  # the nf4 denoiser is not there yet
+    pass_ = estimate_memory(int8).caption_pass
+    assert set(pass_) == {"text encoders", "VAE", "activations"} and 0.05 < pass_["activations"] < 0.2
+    batched = estimate_memory(TrainConfig("lora", {**values, "text_encoder_precision": "int8",
+                                                   "text_encoder_batch_size": 8}))
+    assert batched.caption_batch == 8 and batched.caption_pass["activations"] == pytest.approx(8 * pass_["activations"])
     uncached = TrainConfig("lora", {**values, "cache_text_encoder_outputs": False})
     assert estimate_memory(uncached).caching == 0  # the text encoders stay for the steps: counted in them

@@ -237,16 +237,18 @@ class TextCache:
 
 
 TEXT_FORMAT = "atelier-text-1"
-TEXT_BATCH_SIZE = 16  # captions encoded at once unless text_encoder_batch_size says
+TEXT_BATCH_SIZE = 16  # captions encoded at once on a CPU unless text_encoder_batch_size says (a GPU: by memory)
 
 
 def build_text_cache(captions: list[str], encode: Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]],
-                     batch_size: int | None = None, progress: Progress | None = None, folder: Path | None = None,
-                     encoder_key: str = "") -> TextCache:
-    """Each caption's outputs, encoded `batch_size` captions at a time (text_encoder_batch_size). With `folder`,
-    those of an earlier run with the same `encoder_key` (the text encoders and every setting that changes their
-    outputs) are read from it, and the new ones written there."""
-    batch_size = batch_size or TEXT_BATCH_SIZE
+                     batch_size: int | Callable[[], int] | None = None, progress: Progress | None = None,
+                     folder: Path | None = None, encoder_key: str = "",
+                     prepare: Callable[[], None] | None = None) -> TextCache:
+    """Each caption's outputs, encoded `batch_size` captions at a time (text_encoder_batch_size; a callable is asked
+    after `prepare`, e.g. for what the device's free memory holds). With `folder`, those of an earlier run with the
+    same `encoder_key` (the text encoders and every setting that changes their outputs) are read from it, and the new
+    ones written there. `prepare` runs once before the first encoding (the text encoders onto the device), never
+    when every caption was read from `folder`."""
     unique = sorted(set(captions))
     embeds: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
     files = {c: folder / f"{_text_key(encoder_key, c)}.safetensors" for c in unique} if folder else {}
@@ -258,7 +260,12 @@ def build_text_cache(captions: list[str], encode: Callable[[list[str]], tuple[to
                 continue
             embeds[caption] = (stored["hidden"], stored.get("pooled"))
     missing = [c for c in unique if c not in embeds]
-    chunks = [missing[i:i + batch_size] for i in range(0, len(missing), batch_size)]
+    if missing and prepare is not None:
+        prepare()
+    if missing and callable(batch_size):
+        batch_size = batch_size()
+    size = int(batch_size or TEXT_BATCH_SIZE) if not callable(batch_size) else TEXT_BATCH_SIZE
+    chunks = [missing[i:i + size] for i in range(0, len(missing), size)]
     for done, chunk in enumerate(chunks, 1):
         with torch.no_grad():
             hidden, pooled = encode(chunk)

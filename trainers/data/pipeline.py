@@ -28,6 +28,17 @@ from trainers.data.prompt_chunks import PromptFormat, PromptTruncated
 FULL_CAPTIONS = 2**62  # a step after any token warmup
 
 
+@dataclass(frozen=True)
+class TextPass:
+    """How the caption pass (cache_text_encoder_outputs) gets its text encoders: `place` puts them on the device
+    (quantized as text_encoder_precision says) before the first caption is encoded, never when every caption is
+    cached on disk; `batch_size` is asked then: how many captions to encode at once (the session's: the option, or
+    what the device's free memory holds). The default: the text encoders are where they are, TEXT_BATCH_SIZE."""
+
+    place: Callable[[], None] = lambda: None
+    batch_size: Callable[[], int] | None = None
+
+
 @dataclass
 class DataPipeline:
     catalog: Catalog  # a video run's: its VideoCatalog (build_video_pipeline; the session wraps it in RunClips)
@@ -38,7 +49,8 @@ class DataPipeline:
     validation: CaptionedImages | None = None  # the held-out images (validation_split); latents encoded as needed
 
 
-def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: Any, events: EventWriter) -> DataPipeline:
+def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: Any, events: EventWriter,
+                   text_pass: TextPass = TextPass()) -> DataPipeline:
     main = accelerator.is_main_process
     model = replace(model, prompt_format=PromptFormat(cfg.max_token_length, cfg.weighted_captions))
     latents = None
@@ -73,16 +85,17 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
             try:  # the sample prompts too: samples then need no text encoder (they are moved off the device below)
                 texts = captions + sample_texts(cfg)
                 dataset.texts = build_text_cache(texts, lambda caps: model.encode_texts(caps, cfg.clip_skip),
-                                                 cfg.values.get("text_encoder_batch_size"),
+                                                 text_pass.batch_size or cfg.values.get("text_encoder_batch_size"),
                                                  progress=_progress("text", main, events), folder=folder,
-                                                 encoder_key=text_encoder_key(cfg, model) if folder else "")
+                                                 encoder_key=text_encoder_key(cfg, model) if folder else "",
+                                                 prepare=text_pass.place)
             except CacheWriteError as err:
                 raise _unwritable_cache(err, "cache_text_encoder_outputs_to_disk", "cache in memory only") from None
         if validation is not None:
             validation.texts = dataset.texts
         model = replace(model, cached_texts=dataset.texts)
         for te in model.text_encoders:
-            te.to("cpu")  # not needed any more: free the accelerator's memory
+            te.to("cpu")  # not needed any more: free the accelerator's memory (the denoiser goes there next)
     workers = cfg.max_data_loader_n_workers
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
@@ -93,7 +106,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
 
 
 def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator: Any,
-                         events: EventWriter) -> DataPipeline:
+                         events: EventWriter, text_pass: TextPass = TextPass()) -> DataPipeline:
     """A video family's data (its `is_video`): the video catalog's clip windows (trainers/data/video_catalog.py;
     images as 1-frame clips), batches of one (dataset, frames, width, height) bucket, pixels (B, F, C, H, W) or their
     cached latents (video_cache.py, encoded by the family's 3D autoencoder), captions as the image path tokenizes or
@@ -140,14 +153,15 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
             try:
                 dataset.texts = build_text_cache(captions + sample_texts(cfg),
                                                  lambda caps: model.encode_texts(caps, cfg.clip_skip),
-                                                 cfg.values.get("text_encoder_batch_size"),
+                                                 text_pass.batch_size or cfg.values.get("text_encoder_batch_size"),
                                                  progress=_progress("text", main, events), folder=folder,
-                                                 encoder_key=text_encoder_key(cfg, model) if folder else "")
+                                                 encoder_key=text_encoder_key(cfg, model) if folder else "",
+                                                 prepare=text_pass.place)
             except CacheWriteError as err:
                 raise _unwritable_cache(err, "cache_text_encoder_outputs_to_disk", "cache in memory only") from None
         model = replace(model, cached_texts=dataset.texts)
         for te in model.text_encoders:
-            te.to("cpu")  # not needed any more: free the accelerator's memory
+            te.to("cpu")  # not needed any more: free the accelerator's memory (the denoiser goes there next)
     workers = cfg.max_data_loader_n_workers
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, collate_fn=collate_clips, num_workers=workers,
@@ -164,7 +178,8 @@ def sample_texts(cfg: TrainConfig) -> list[str]:
 
 def text_encoder_key(cfg: TrainConfig, model: Any) -> str:
     """What a caption's cached outputs depend on besides its text: the text encoders' files (path, size, time),
-    their dtype, and every setting of how captions are tokenized and encoded."""
+    their dtype and quantization, and every setting of how captions are tokenized and encoded. Read before the text
+    encoders are quantized (the caption pass quantizes them when it first encodes)."""
     source = Path(model.source).expanduser()
     files = [source] if source.is_file() else sorted([*source.glob("text_encoder*/*"), *source.glob("tokenizer*/*")])
     files += [Path(str(cfg.values.get(name))).expanduser() for name in ("clip_l", "clip_g", "t5xxl")
@@ -173,6 +188,9 @@ def text_encoder_key(cfg: TrainConfig, model: Any) -> str:
     dtype = next(model.text_encoders[0].parameters()).dtype
     settings = (model.family.name, cfg.clip_skip, cfg.max_token_length, cfg.weighted_captions, str(dtype),
                 repr(getattr(model.family, "settings", "")))
+    quantized = str(cfg.values.get("text_encoder_precision") or "none")
+    if quantized != "none":  # unquantized encoders keep the key they had before this was part of it
+        settings += (f"text_encoder_precision={quantized}",)
     return "|".join([*versions, *map(str, settings)])
 
 

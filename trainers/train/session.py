@@ -22,10 +22,12 @@ from trainers.core.options.typed import (DatasetOptions, LaunchOptions, LoggingO
                                          OptimizerOptions, PrecisionOptions, SavingOptions)
 from trainers.core.overwrites import Outputs
 from trainers.core.plan import StepPlan, plan_steps
+from trainers.core.weights_memory import GB
 from trainers.data.buckets import BucketBatchSampler
+from trainers.data.cache import TEXT_BATCH_SIZE
 from trainers.data.catalog import Catalog, build_catalog
 from trainers.data.dataset import CaptionedImages
-from trainers.data.pipeline import build_pipeline, build_video_pipeline
+from trainers.data.pipeline import TextPass, build_pipeline, build_video_pipeline
 from trainers.data.report import catalog_report
 from trainers.data.video_catalog import VideoCatalog
 from trainers.models.video_data import is_video_run, video_run_catalog
@@ -35,7 +37,8 @@ from trainers.models.checks import model_issues
 from trainers.models.distilled import adapter_issues, adapter_path, distilled_notes
 from trainers.models.edit_rules import takes_controls
 from trainers.models.training_adapter import attach_training_adapter
-from trainers.quant.apply import check_platform, quantize_model
+from trainers.memory_estimate import base_precision, caption_activations_gb, caption_batch_size, caption_tokens
+from trainers.quant.apply import check_platform, quantize_frozen
 from trainers.train import memo
 from trainers.train.compile import compile_blocks
 from trainers.train.control import Control
@@ -114,18 +117,23 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
                        ModelFiles.from_values(cfg.values))
     Path(SavingOptions.of(cfg).output_dir).expanduser().mkdir(parents=True, exist_ok=True)  # only once the model loaded
     model = run_model(cfg, model)
-    offloading = bool(cfg.values.get("blocks_to_swap") or cfg.values.get("layer_offload_fraction"))
-    quantize_model(model, cfg, weight_dtype, torch.device("cpu") if offloading else accelerator.device)
-    _distilled_base(cfg, model, Path(model_path), events, accelerator.is_main_process)
-    _place_encoders(precision, model, accelerator.device, weight_dtype)
+    # The caption pass holds the text encoders alone on the device (with cached outputs they leave it after the pass,
+    # and they go there only when a caption is not cached on disk); the denoiser stays in host RAM until then.
+    text_pass = _text_pass(cfg, precision, model, accelerator.device, weight_dtype)
+    _place_encoders(precision, model, accelerator.device, weight_dtype, text_encoders=not cfg.cache_text_encoder_outputs)
     if clips is not None and not model.family.is_video:  # a hub id's family is known only now
         raise ConfigError([ConfigIssue("dataset_config", f"clips train only with a video family (docs/video.md), and "
                                        f"{model.family.title} trains on images", "dataset")])
     if clips is not None:  # the clips' windows and latents (a video family's)
-        data = build_video_pipeline(cfg, clips.video, model, accelerator, events)
+        data = build_video_pipeline(cfg, clips.video, model, accelerator, events, text_pass)
         data = replace(data, catalog=cast(Catalog, replace(clips, video=cast(VideoCatalog, data.catalog))))
     else:
-        data = build_pipeline(cfg, catalog, model, accelerator, events)  # caches, bucket batches, workers
+        data = build_pipeline(cfg, catalog, model, accelerator, events, text_pass)  # caches, bucket batches, workers
+    offloading = bool(cfg.values.get("blocks_to_swap") or cfg.values.get("layer_offload_fraction"))
+    base = base_precision(cfg.values)
+    if base != "none":  # onto the device, which the text encoders have left (offloaded: in host RAM)
+        quantize_frozen(data.model.unet, base, weight_dtype, torch.device("cpu") if offloading else accelerator.device)
+    _distilled_base(cfg, data.model, Path(model_path), events, accelerator.is_main_process)  # on the quantized layers
     # The VAE runs once per image (and flip), not once per epoch: for training without cached latents, and for the
     # held-out images, which are never cached.
     model = replace(data.model, latent_memo=memo.RowMemo(memo.LATENT_BYTES) if memoize else None)
@@ -185,17 +193,50 @@ def _distilled_base(cfg: TrainConfig, model: LoadedModel, model_path: Path, even
 
 
 def _place_encoders(precision: PrecisionOptions, model: LoadedModel, device: torch.device,
-                    weight_dtype: torch.dtype) -> None:
-    """The VAE and text encoders on the device, before the denoiser: caching their outputs then never holds them
-    and the denoiser at once (T5-XXL and FLUX's transformer are 9.5 and 23.8 GB in bf16)."""
+                    weight_dtype: torch.dtype, text_encoders: bool = True) -> None:
+    """The VAE and (unless the caption pass places them: `text_encoders` False) the text encoders on the device,
+    before the denoiser: caching their outputs then never holds them and the denoiser at once (T5-XXL and FLUX's
+    transformer are 9.5 and 23.8 GB in bf16)."""
     if precision.gradient_checkpointing:
         for te in model.text_encoders:
             te.gradient_checkpointing_enable()
     # Some VAEs (SDXL's) overflow in fp16; bf16 has the range, fp32 is the safe default elsewhere.
     keep_vae_fp32 = precision.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
     model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
-    for te in model.text_encoders:
+    for te in model.text_encoders if text_encoders else []:
         te.to(device)
+
+
+def _text_pass(cfg: TrainConfig, precision: PrecisionOptions, model: LoadedModel, device: torch.device,
+               weight_dtype: torch.dtype) -> TextPass:
+    """The text encoders quantized (text_encoder_precision) onto the device: at once when they stay for the steps,
+    else when the caption pass first encodes (never, when every caption is cached on disk); and how many captions
+    that pass encodes at once (text_encoder_batch_size, else as many as the device's free memory holds)."""
+    mode = str(cfg.values.get("text_encoder_precision") or "none")
+
+    def place() -> None:
+        for encoder in model.text_encoders:
+            if mode != "none":
+                quantize_frozen(encoder, mode, weight_dtype, device)
+            encoder.to(device)
+
+    if not cfg.cache_text_encoder_outputs:
+        place()  # with the VAE, before the denoiser
+        return TextPass()
+    given = cfg.values.get("text_encoder_batch_size")
+    return TextPass(place, lambda: int(given) if given else _caption_batch(model, device, weight_dtype))
+
+
+def _caption_batch(model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> int:
+    """Captions encoded at once: on a GPU as many as its free memory holds by the estimate of one's activations
+    (memory_estimate.caption_activations_gb), else TEXT_BATCH_SIZE."""
+    if device.type != "cuda":
+        return TEXT_BATCH_SIZE
+    free, _ = torch.cuda.mem_get_info(device)
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)  # the allocator's to reuse
+    params = sum(p.numel() for encoder in model.text_encoders for p in encoder.parameters())
+    per_caption = caption_activations_gb(params, caption_tokens(model.family.name), weight_dtype.itemsize)
+    return caption_batch_size(free / GB, per_caption)
 
 
 def _place_denoiser(cfg: TrainConfig, precision: PrecisionOptions, model: LoadedModel, device: torch.device
