@@ -1,0 +1,260 @@
+"""HunyuanVideo 1.5 text-to-video, in process on a tiny random-init model of its real diffusers classes
+(HunyuanVideo15Transformer3DModel, the causal AutoencoderKLHunyuanVideo15, Qwen2_5_VLTextModel and ByT5): the folder
+is claimed, its image-to-video pipeline and other families' models are refused by name before anything loads,
+captions are encoded and the transformer called as HunyuanVideo15Pipeline does on (B, C, F, h, w) latents (images as
+1-frame clips), one flow-matching step trains every block, and its LoRA file (ComfyUI's names; musubi-tuner's read)
+loads with every key in ComfyUI (comfy_lora.py) and in the pipeline's transformer."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
+from lora_networks import random_network
+
+from trainers.core.options import BY_NAME
+from trainers.models import load_model
+from trainers.models.checks import model_issues
+from trainers.models.flow_lora import kohya_to_diffusers
+from trainers.models.hunyuan_video15.rules import HUNYUAN_VIDEO15
+from trainers.models.hunyuan_video15.tiny import build_tiny_hunyuan_video15
+from trainers.models.rules import checkpoint_rules, folder_rules
+
+CAPTIONS = ['a neon sign that reads "OPEN" flickers', "waves at dusk"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_hunyuan_video15(tmp_path_factory.mktemp("hv15") / "model")
+
+
+@pytest.fixture(scope="module")
+def model(tiny: Path) -> object:
+    return load_model(str(tiny), "auto", torch.float32)
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny: Path) -> object:
+    from diffusers import HunyuanVideo15Pipeline
+
+    return HunyuanVideo15Pipeline.from_pretrained(tiny)
+
+
+def _values(model_dir: Path, **options: object) -> dict[str, object]:
+    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir), **options}
+
+
+def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return folder
+
+
+def test_the_tiny_folder_is_claimed_and_its_image_to_video_pipeline_refused_by_name(tiny: Path,
+                                                                                     tmp_path: Path) -> None:
+    assert folder_rules(tiny) is HUNYUAN_VIDEO15
+    index = json.loads((tiny / "model_index.json").read_text())
+    assert index["transformer"][1] == "HunyuanVideo15Transformer3DModel"
+    assert index["vae"][1] == "AutoencoderKLHunyuanVideo15" and index["text_encoder"][1] == "Qwen2_5_VLTextModel"
+    i2v = _folder(tmp_path, "i2v", {**index, "_class_name": "HunyuanVideo15ImageToVideoPipeline"})
+    (issue,) = model_issues(_values(i2v))
+    assert issue.field == "pretrained_model_name_or_path" and "HunyuanVideo15ImageToVideoPipeline" in issue.message
+
+
+def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
+    (issue,) = model_issues(_values(tiny, model_family="wan21"))
+    assert issue.field == "model_family" and "HunyuanVideo 1.5" in issue.message
+    image = _folder(tmp_path, "hunyuan_image", {"_class_name": "HunyuanImagePipeline"})
+    (issue,) = model_issues(_values(image, model_family="hunyuan_video15"))
+    assert issue.field == "model_family" and "HunyuanImage 2.1" in issue.message
+
+
+def test_its_single_files_are_recognised_and_refused_by_name() -> None:
+    """Tencent's (and ComfyUI's) transformer files: their condition-type embedding is the family's own (HunyuanImage
+    2.1's files share the ByT5 mapper)."""
+    shapes = {"cond_type_embedding.weight": (3, 2048), "byt5_in.fc1.weight": (2048, 1472),
+              "double_blocks.0.img_attn_q.weight": (2048, 2048)}
+    assert checkpoint_rules(shapes, "hunyuanvideo1.5_480p_t2v.safetensors") is HUNYUAN_VIDEO15
+    assert checkpoint_rules({f"model.diffusion_model.{k}": v for k, v in shapes.items()}, "x.safetensors") is \
+        HUNYUAN_VIDEO15
+
+
+def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
+    issues = model_issues(_values(tiny, min_snr_gamma=5.0, save_model_as="safetensors", text_encoder_lr=[1e-4]))
+    assert sorted(i.field for i in issues) == ["min_snr_gamma", "save_model_as", "text_encoder_lr"]
+    assert all("HunyuanVideo 1.5" in i.message for i in issues)
+
+
+def test_captions_are_encoded_as_its_pipeline_does(model: object, pipe: object) -> None:
+    """Qwen2.5-VL's states after the 108 template tokens (1000 of them) and ByT5's of the quoted text (256), each
+    with its mask; a caption without quoted text has ByT5's zero states and mask."""
+    with torch.no_grad():
+        text, text_mask, glyph, glyph_mask = pipe.encode_prompt(CAPTIONS, device=torch.device("cpu"),
+                                                                dtype=torch.float32, batch_size=2)
+        ours, mask = model.encode_texts(CAPTIONS, 1)
+    assert ours.shape == (2, 1000 + 256, 32) and text.shape == (2, 1000, 32) and glyph.shape == (2, 256, 24)
+    assert torch.equal(mask[:, :1000], text_mask) and torch.equal(mask[:, 1000:], glyph_mask)
+    assert torch.allclose(ours[:, :1000], text * text_mask[..., None], atol=1e-5)
+    assert torch.allclose(ours[:, 1000:, :24], glyph * glyph_mask[..., None], atol=1e-5)
+    assert glyph_mask[0].sum() > 0 and glyph_mask[1].sum() == 0 and ours[1, 1000:].abs().sum() == 0
+
+
+def test_clips_and_images_encode_to_latents_with_a_frame_axis(model: object) -> None:
+    """Causal temporal compression 4 (1 + 4k frames to 1 + k), spatial 16, its channels scaled by 1.03682; an image
+    is one frame."""
+    with torch.no_grad():
+        clip = model.vae.encode(torch.rand(1, 3, 9, 32, 48) * 2 - 1).latent_dist.mean
+        image = model.vae.encode(torch.rand(2, 3, 32, 48) * 2 - 1).latent_dist.mean
+    assert clip.shape == (1, 8, 3, 2, 3) and image.shape == (2, 8, 1, 2, 3)
+    assert torch.allclose(model.family.vae_latents(clip, model.vae), clip * 1.03682)
+
+
+def test_denoise_calls_the_transformer_as_its_pipeline_does(model: object, pipe: object) -> None:
+    """Zero condition latents and mask beside the noisy ones; the pipeline's 729 zero image states (masked out) and
+    its untrimmed text give the same velocity as none and the trimmed text."""
+    noisy, timesteps = torch.randn(2, 8, 2, 2, 3), torch.tensor([900.0, 100.0])
+    hidden, mask = model.encode_texts(CAPTIONS, 1)
+    with torch.no_grad():
+        text, text_mask, glyph, glyph_mask = pipe.encode_prompt(CAPTIONS, device=torch.device("cpu"),
+                                                                dtype=torch.float32, batch_size=2)
+        ours = model.family.denoise(model.unet, noisy, timesteps, hidden, mask, None)
+        theirs = model.unet(hidden_states=torch.cat([noisy, torch.zeros(2, 9, 2, 2, 3)], dim=1), timestep=timesteps,
+                            encoder_hidden_states=text, encoder_attention_mask=text_mask,
+                            encoder_hidden_states_2=glyph, encoder_attention_mask_2=glyph_mask,
+                            image_embeds=torch.zeros(2, 729, 16), return_dict=False)[0]
+    assert ours.shape == noisy.shape and torch.isfinite(ours).all()
+    assert torch.allclose(ours, theirs, atol=1e-5)
+
+
+def test_one_flow_matching_step_on_a_clip_and_an_image_trains_every_block(model: object) -> None:
+    from trainers.train.diffusion import NoiseOptions
+    from trainers.train.flow import flow_loss
+
+    family = model.family.configured({**{n: o.default for n, o in BY_NAME.items()},
+                                      "timestep_sampling": "shift", "discrete_flow_shift": 2.0})
+    run = SimpleNamespace(**{**model.__dict__, "family": family, "unet": copy.deepcopy(model.unet)})
+    hidden, mask = model.encode_texts(CAPTIONS[:1], 1)
+
+    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, ids: object, sizes: object,
+                  embeds: object) -> torch.Tensor:
+        n = noisy.shape[0]
+        return family.denoise(run.unet, noisy, timesteps, hidden.expand(n, -1, -1), mask.expand(n, -1), None)
+
+    opts = NoiseOptions(seed=1, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
+    sizes = {name: torch.zeros(1, 2) for name in ("original_size", "crop_top_left", "target_size")}
+    # a clip as the video dataset gives it (B, F, C, H, W), an image as the image dataset does (B, C, H, W)
+    for pixels in (torch.rand(1, 5, 3, 32, 32) * 2 - 1, torch.rand(1, 3, 32, 32) * 2 - 1):
+        run.unet.zero_grad()
+        batch = {"pixels": pixels, "keys": torch.tensor([[0, 3]]), **sizes}
+        loss = flow_loss(predictor, run, batch, opts, torch.float32)
+        loss.backward()
+        assert torch.isfinite(loss) and loss > 0
+        blocks = run.unet.transformer_blocks
+        for i, block in enumerate(blocks):
+            assert block.attn.to_q.weight.grad.abs().sum() > 0, i
+            assert block.ff.net[2].weight.grad.abs().sum() > 0, i
+        # the text stream's last feed-forward feeds nothing (the text tokens are dropped after the last block)
+        assert blocks[0].ff_context.net[2].weight.grad.abs().sum() > 0 and blocks[-1].ff_context.net[2].weight.grad is None
+
+
+def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
+    """The double blocks' linear weights of ComfyUI's HunyuanVideo 1.5 model (comfy/ldm/hunyuan_video/model.py on
+    FLUX's DoubleStreamBlock: img_mod.lin, img_attn.qkv, img_attn.proj, img_mlp.0, img_mlp.2 and the txt_ ones)."""
+    config = unet.config
+    width = config.num_attention_heads * config.attention_head_dim
+    mlp = int(width * config.mlp_ratio)
+    shapes = {}
+    for i in range(config.num_layers):
+        for stream in ("img", "txt"):
+            shapes[f"{PREFIX}double_blocks.{i}.{stream}_mod.lin.weight"] = torch.Size((6 * width, width))
+            shapes[f"{PREFIX}double_blocks.{i}.{stream}_attn.qkv.weight"] = torch.Size((3 * width, width))
+            shapes[f"{PREFIX}double_blocks.{i}.{stream}_attn.proj.weight"] = torch.Size((width, width))
+            shapes[f"{PREFIX}double_blocks.{i}.{stream}_mlp.0.weight"] = torch.Size((mlp, width))
+            shapes[f"{PREFIX}double_blocks.{i}.{stream}_mlp.2.weight"] = torch.Size((width, mlp))
+    return shapes
+
+
+@pytest.fixture(scope="module")
+def saved(model: object) -> SimpleNamespace:
+    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
+    unet = copy.deepcopy(model.unet).eval()
+    network, targets, state = random_network(model.family, unet)
+    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
+    peft = kohya_to_diffusers(state, view, targets, ())
+    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
+               for k, v in peft.items() if k.endswith(".lora_A.weight")}
+    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
+                           state=state, updates=updates, view=view, peft=peft)
+
+
+def test_its_lora_file_has_comfyuis_names_and_comfyui_loads_every_key(saved: SimpleNamespace) -> None:
+    assert {t.name for t in saved.targets} >= {"lora_unet_double_blocks_0_img_attn_qkv",
+                                               "lora_unet_double_blocks_0_txt_mod_lin",
+                                               "lora_unet_double_blocks_1_img_mlp_0",
+                                               "lora_unet_double_blocks_1_txt_attn_proj"}
+    shapes = _comfy_shapes(saved.unet)
+    patches, not_loaded = load_lora(saved.file, unet_key_map(shapes))
+    assert not_loaded == []  # ComfyUI warns "lora key not loaded" for each of these
+    assert len(patches) == len(saved.targets) == len(shapes) == 2 * 10  # every block linear has its LoRA
+    check_patches(patches, shapes)
+
+
+def test_the_pipelines_transformer_loads_every_key_into_the_layer_that_was_trained(saved: SimpleNamespace,
+                                                                                   pipe: object) -> None:
+    """HunyuanVideo15Pipeline has no LoRA loader: its transformer's load_lora_adapter takes lora_for_pipeline's
+    keys, every one, and computes what the network as training runs it does."""
+    from trainers.models.hunyuan_video15.family import HUNYUAN_VIDEO15
+
+    transformer = copy.deepcopy(saved.unet).eval()
+    state = HUNYUAN_VIDEO15.lora_for_pipeline(saved.state, saved.view)
+    transformer.load_lora_adapter(state, prefix="transformer", adapter_name="default_0")
+    loaded = {name: module.lora_B["default_0"].weight @ module.lora_A["default_0"].weight * module.scaling["default_0"]
+              for name, module in transformer.named_modules()
+              if hasattr(module, "lora_A") and "default_0" in module.lora_A}
+    assert loaded.keys() == saved.updates.keys() and len(loaded) == 2 * 14  # q, k, v apart in diffusers
+    for name, update in saved.updates.items():
+        assert torch.allclose(loaded[name], update, atol=1e-5), name
+    inputs = {"hidden_states": torch.randn(1, 17, 2, 2, 2), "timestep": torch.tensor([500.0]),
+              "encoder_hidden_states": torch.randn(1, 7, 32), "encoder_attention_mask": torch.ones(1, 7),
+              "encoder_hidden_states_2": torch.randn(1, 3, 24), "encoder_attention_mask_2": torch.ones(1, 3),
+              "image_embeds": torch.zeros(1, 0, 16), "return_dict": False}
+    saved.network.apply_to()  # the network as training runs it computes what diffusers does
+    with torch.no_grad():
+        assert torch.allclose(transformer(**inputs)[0], saved.unet(**inputs)[0], atol=1e-4)
+
+
+def test_musubis_lora_files_are_read_in_comfyuis_names(saved: SimpleNamespace) -> None:
+    """musubi-tuner's lora_hv_1_5 names (q, k and v apart, img_mlp_fc1, img_mod_linear) fused and renamed as its
+    convert_hunyuan_video_1_5_lora_to_comfy.py does: the same update of every layer."""
+    from trainers.models.hunyuan_video15.family import HUNYUAN_VIDEO15
+
+    musubi: dict[str, torch.Tensor] = {}
+    renames = {"_mlp_0": "_mlp_fc1", "_mlp_2": "_mlp_fc2", "_mod_lin": "_mod_linear"}
+    for target in saved.targets:
+        name = target.name
+        down, up = saved.state[f"{name}.lora_down.weight"], saved.state[f"{name}.lora_up.weight"]
+        alpha = saved.state[f"{name}.alpha"]
+        if name.endswith("_qkv"):  # musubi-tuner trains q, k and v as layers of their own, each of the rank
+            for j, part in enumerate("qkv"):
+                rows = slice(j * up.shape[0] // 3, (j + 1) * up.shape[0] // 3)
+                musubi[f"{name[:-4]}_{part}.lora_down.weight"] = down
+                musubi[f"{name[:-4]}_{part}.lora_up.weight"] = up[rows]
+                musubi[f"{name[:-4]}_{part}.alpha"] = alpha
+            continue
+        for ours, theirs in renames.items():
+            name = name.replace(ours, theirs) if name.endswith(ours) else name
+        musubi.update({f"{name}.lora_down.weight": down, f"{name}.lora_up.weight": up, f"{name}.alpha": alpha})
+    read = HUNYUAN_VIDEO15.lora_in_own_names(musubi)
+    assert set(read) == set(saved.state)
+    shapes = _comfy_shapes(saved.unet)
+    key_map = unet_key_map(shapes)
+    ours, _ = load_lora(saved.state, key_map)
+    theirs, not_loaded = load_lora(read, key_map)
+    assert not_loaded == [] and ours.keys() == theirs.keys()
+    for key in ours:
+        assert torch.allclose(ours[key], theirs[key], atol=1e-5), key

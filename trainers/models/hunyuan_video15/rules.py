@@ -1,0 +1,60 @@
+"""HunyuanVideo 1.5 text-to-video without its weights (torch-free): how its diffusers folders are told apart, its
+published sizes, and the flow options it reads (musubi-tuner's hv_1_5_train_network.py names and meanings:
+timestep_sampling, discrete_flow_shift, weighting_scheme; no guidance embedding). Its frames follow its causal 3D
+VAE's rule, 1 + 4k, at 24 fps."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainers.core.memory_facts import (BYT5_GLYPH, BYT5_GLYPH_LINEAR, HUNYUAN_VIDEO15_VAE, QWEN25_VL_7B_TEXT,
+                                     QWEN25_VL_7B_TEXT_LINEAR, ModelSize)
+from trainers.models.flow_rules import FlowRules
+from trainers.models.rules import ModelLoadError
+
+# diffusers' pipelines of the family that are not trained here yet, refused by name before anything loads
+REFUSED_PIPELINES = {"HunyuanVideo15ImageToVideoPipeline": "a HunyuanVideo 1.5 image-to-video model"}
+
+
+class HunyuanVideo15Rules(FlowRules):
+    name = "hunyuan_video15"
+    title = "HunyuanVideo 1.5"
+    # the 480p T2V transformer (diffusers 0.42.1's defaults, task_type t2v) counted on the meta device, Qwen2.5-VL's
+    # text model (no vision tower: the pipeline's Qwen2_5_VLTextModel) and the ByT5 glyph encoder; activations for one
+    # 33-frame window at 848x480 (9 latent frames x 1590 tokens): FLUX.1's scaled by width x block-streams and by
+    # tokens, to calibrate on a GPU
+    memory_facts = ModelSize(8_326_608_160, 8_323_022_848, QWEN25_VL_7B_TEXT + BYT5_GLYPH,
+                             QWEN25_VL_7B_TEXT_LINEAR + BYT5_GLYPH_LINEAR, HUNYUAN_VIDEO15_VAE, 5_087_232, 0, 54,
+                             "the published HunyuanVideo 1.5 480p T2V sizes", 848 * 480, 79.4, 7.3)
+    base_model_version = "hunyuan_video_1_5"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_..._FULL)
+    modelspec_architecture = "hunyuan-video-1.5"  # musubi-tuner's ARCH_HUNYUAN_VIDEO_1_5
+    pipeline_class = "HunyuanVideo15Pipeline"
+    transformer_class = "HunyuanVideo15Transformer3DModel"
+    frozen_text_encoder = "Qwen2.5-VL and ByT5"
+    # Tencent's and ComfyUI's single files (the condition-type embedding is this family's own; HunyuanImage 2.1's
+    # files share the ByT5 mapper): recognised, refused by name
+    reference_prefixes = ("cond_type_embedding.", "model.diffusion_model.cond_type_embedding.",
+                          "diffusion_model.cond_type_embedding.")
+    detect_priority = 5  # before HunyuanImage 2.1's (byt5_in.)
+    reads_single_files = False
+    writes_single_files = False
+    checkpoint_parts = ()
+    # the video layer: clips train (video_directory datasets), frames come 1 + frame_rule x k (the causal 3D VAE)
+    is_video = True
+    frame_rule = 4
+    frame_rate = 24.0  # HunyuanVideo 1.5's frames per second (musubi-tuner drops source_fps to it)
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        """HunyuanVideo15Pipeline folders with a text-to-video transformer; its image-to-video pipeline is refused
+        by name."""
+        pipeline = str(index.get("_class_name", ""))
+        if pipeline in REFUSED_PIPELINES:
+            raise ModelLoadError(f"{folder} is {REFUSED_PIPELINES[pipeline]} ({pipeline}), which Atelier does not "
+                                 f"train yet: give a HunyuanVideo 1.5 text-to-video diffusers folder "
+                                 f"({self.pipeline_class})")
+        if pipeline != self.pipeline_class:
+            return False
+        return (index.get("transformer") or [None, None])[-1] == self.transformer_class
+
+
+HUNYUAN_VIDEO15 = HunyuanVideo15Rules()
