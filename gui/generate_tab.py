@@ -1,6 +1,7 @@
 """The Generate tab: a form generated from the generation options, Generate / Compare buttons, a live gallery.
 
-Like training, the page only writes a config and launches `python -m trainers generate` (gui/jobs.py);
+Like training, the page only writes a config and launches `python -m trainers generate` (gui/jobs.py), or asks a
+paused training run to render with its live weights (gui/live_render.py);
 everything shown comes from the job folder's events.jsonl, tailed with a byte cursor, so a reload or
 a second browser sees the same job. No torch here.
 """
@@ -17,6 +18,7 @@ from gradio.context import get_render_context
 from gui.allowed_paths import TypedPath, option_paths, paths_outside
 from gui.forms import from_widget, make_widget, to_widget
 from gui.job_status import TITLES, ActiveJob, job_panel, job_status_text, start_checked
+from gui.live_render import build_live_source, wire_live_source
 from gui.presets import PresetError, Presets
 from gui.run_files import Watchers, format_duration, list_runs
 from gui.text import plain
@@ -235,6 +237,7 @@ def build_generate_tab(services: Any) -> GenerateTab:
         if opt.name not in ESSENTIALS + HIDDEN:
             by_group.setdefault(opt.group, []).append(opt)
     demo = demo_values(services.presets) if getattr(services, "demo", None) is not None else {}
+    live = build_live_source(runs_dir)  # or a paused run, rendering with its live weights
     with gr.Group():
         for name in ESSENTIALS:
             widgets[name] = _widget(GEN_BY_NAME[name], runs_dir)
@@ -302,6 +305,7 @@ def build_generate_tab(services: Any) -> GenerateTab:
     compare_run = widgets["compare_run"]
     compare_run.focus(lambda value: gr.Dropdown(choices=_run_choices(runs_dir, extra=value or "")),
                       inputs=compare_run, outputs=compare_run)
+    wire_live_source(live, services, widgets)
     return tab
 
 

@@ -44,6 +44,7 @@ class RunView:
     warnings: list[str] = field(default_factory=list)
     health: ev.Health | None = None  # the newest save's health check (trainers/health/)
     scores: list[ev.Scores] = field(default_factory=list)  # each scored sampling (trainers/scores/)
+    live_renders: dict[str, ev.LiveRender] = field(default_factory=dict)  # a paused run's renders, by request id
     error: ev.Error | None = None
     output: str = ""
     log_tail: list[str] = field(default_factory=list)
@@ -114,6 +115,8 @@ class RunWatcher:
             v.health = event
         elif isinstance(event, ev.Scores):
             v.scores.append(event)
+        elif isinstance(event, ev.LiveRender):
+            v.live_renders[event.request] = event
         elif isinstance(event, ev.Error):
             v.error = event
         elif isinstance(event, ev.Done):
