@@ -87,6 +87,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("lumina2", "trainers.models.lumina2", "LUMINA2", "Lumina 2"),
     FamilySpec("flux2", "trainers.models.flux2", "FLUX2", "FLUX.2"),
     FamilySpec("krea2", "trainers.models.krea2", "KREA2", "Krea 2"),
+    FamilySpec("ideogram4", "trainers.models.ideogram4", "IDEOGRAM4", "Ideogram 4"),
     FamilySpec("ernie_image", "trainers.models.ernie_image", "ERNIE_IMAGE", "ERNIE-Image"),
     FamilySpec("wan21", "trainers.models.wan", "WAN21", "Wan 2.1"),
 )

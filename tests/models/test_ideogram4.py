@@ -1,0 +1,188 @@
+"""Ideogram 4 as a one-folder flow plug-in, in process on a tiny random-init model of its real diffusers classes
+(Ideogram4Transformer2DModel as the conditional and unconditional transformer, a 36-layer Qwen3VLModel, FLUX.2's
+32-channel AutoencoderKLFlux2): the folder is claimed and other families' models refused by name before anything
+loads, captions are encoded and the transformer called as Ideogram4Pipeline does, its timestep sampling is
+musubi-tuner's, and a LoRA file loads with every key through Ideogram4Pipeline.load_lora_weights and in ComfyUI."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from trainers.core.options import BY_NAME
+from trainers.models import load_model
+from trainers.models.checks import model_issues
+from trainers.models.ideogram4.rules import IDEOGRAM4
+from trainers.models.ideogram4.sequence import patchify, unpatchify
+from trainers.models.ideogram4.tiny import build_tiny_ideogram4
+from trainers.models.rules import folder_rules
+
+CAPTIONS = ["a red cat on a mat", "a blue square"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_ideogram4(tmp_path_factory.mktemp("ideogram4") / "model")
+
+
+@pytest.fixture(scope="module")
+def model(tiny: Path) -> object:
+    return load_model(str(tiny), "auto", torch.float32)
+
+
+def _values(model_dir: Path, **options: object) -> dict[str, object]:
+    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir),
+            "network_train_unet_only": True, **options}
+
+
+def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
+    folder = tmp_path / name
+    folder.mkdir(parents=True)
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return folder
+
+
+def test_the_tiny_folder_is_claimed(tiny: Path, tmp_path: Path) -> None:
+    assert folder_rules(tiny) is IDEOGRAM4
+    index = json.loads((tiny / "model_index.json").read_text())
+    assert index["_class_name"] == "Ideogram4Pipeline" and index["text_encoder"][1] == "Qwen3VLModel"
+    assert index["vae"][1] == "AutoencoderKLFlux2" and index["unconditional_transformer"][1] == index["transformer"][1]
+    assert model_issues(_values(tiny)) == []
+    # a folder of another pipeline class whose transformer is Ideogram 4's
+    other = _folder(tmp_path, "renamed", {"_class_name": "SomePipeline",
+                                          "transformer": ["diffusers", "Ideogram4Transformer2DModel"]})
+    assert folder_rules(other) is IDEOGRAM4
+
+
+def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
+    (issue,) = model_issues(_values(tiny, model_family="flux2"))
+    assert issue.field == "model_family" and "Ideogram 4" in issue.message
+    other = _folder(tmp_path, "qwen", {"_class_name": "QwenImagePipeline"})
+    (issue,) = model_issues(_values(other, model_family="ideogram4"))
+    assert issue.field == "model_family" and "Qwen-Image" in issue.message
+
+
+def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
+    issues = model_issues(_values(tiny, min_snr_gamma=5.0, save_model_as="safetensors", text_encoder_lr=[1e-4],
+                                  timestep_sampling="qwen_shift"))
+    assert sorted(i.field for i in issues) == ["min_snr_gamma", "save_model_as", "text_encoder_lr",
+                                               "timestep_sampling"]
+    assert all("Ideogram 4" in i.message for i in issues)
+    assert model_issues(_values(tiny, timestep_sampling="ideogram4_shift")) == []
+
+
+def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "ideogram4_fp8_scaled.safetensors"
+    save_file({"embed_image_indicator.weight": torch.zeros(2, 8), "layers.0.attention.qkv.weight": torch.zeros(24, 8)},
+              str(path))
+    (issue,) = model_issues(_values(path))
+    assert issue.field == "pretrained_model_name_or_path"
+    assert "Ideogram 4 single file" in issue.message and "Ideogram4Pipeline" in issue.message
+
+
+def test_captions_are_encoded_as_its_pipeline_does(model: object, tiny: Path) -> None:
+    from diffusers import Ideogram4Pipeline
+
+    family = model.family.configured({})
+    hidden, mask = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
+    pipe = Ideogram4Pipeline.from_pretrained(tiny)
+    theirs, _, _, indicator = pipe.encode_prompt(CAPTIONS, 2, 2, 512, "cpu")
+    assert hidden.shape == (2, 512, 13 * 16) and torch.equal(mask.bool(), indicator[:, :512] == 3)
+    assert torch.allclose(hidden, theirs[:, :512], atol=1e-5)
+
+
+def test_denoise_is_the_negated_transformer_output_on_the_pipelines_sequence(model: object, tiny: Path) -> None:
+    """The velocity: the pipeline's packed [padding][text][image] sequence at model time 1 - sigma, its image tokens'
+    output negated; trimming the padding every caption has changes nothing."""
+    from diffusers import Ideogram4Pipeline
+
+    family = model.family.configured({})
+    hidden, mask = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
+    pipe = Ideogram4Pipeline.from_pretrained(tiny)
+    features, positions, segments, indicator = pipe.encode_prompt(CAPTIONS, 4, 6, 512, "cpu")
+    noisy, timesteps = torch.randn(2, 32, 8, 12), torch.tensor([300.0, 800.0])
+    with torch.no_grad():
+        ours = family.denoise(model.unet, noisy, timesteps, hidden, mask, None)
+        sequence = torch.cat([torch.zeros(2, 512, 128), patchify(noisy)], dim=1)
+        out = model.unet(hidden_states=sequence, timestep=1 - timesteps / 1000, encoder_hidden_states=features,
+                         position_ids=positions, segment_ids=segments, indicator=indicator, return_dict=False)[0]
+    assert torch.allclose(ours, -unpatchify(out[:, 512:], 8, 12), atol=1e-5)
+
+
+def test_latents_are_its_normalised_patches(model: object) -> None:
+    """vae_latents: the 2x2 patches normalised by the autoencoder's batch-norm statistics (as the pipeline
+    denormalises its tokens before decoding), kept on the VAE's grid."""
+    raw = torch.randn(1, 32, 8, 8)
+    latents = model.family.vae_latents(raw, model.vae)
+    bn = model.vae.bn
+    tokens = (patchify(raw) - bn.running_mean) / torch.sqrt(bn.running_var + model.vae.config.batch_norm_eps)
+    assert latents.shape == raw.shape and torch.allclose(patchify(latents), tokens, atol=1e-6)
+
+
+def test_ideogram4_shift_is_musubi_tuners() -> None:
+    """compute_ideogram4_shift_timestep: sigmoid(mu + 1.5 z), mu = 0.5 log(pixels / 512^2), clamped to the
+    pipeline's log-SNR range; a larger image draws noisier."""
+    from trainers.models.ideogram4.family import IDEOGRAM4 as FAMILY
+
+    family = FAMILY.configured({"timestep_sampling": "ideogram4_shift"})
+    u = torch.tensor([1e-9, 0.1, 0.5, 0.9, 1 - 1e-9], dtype=torch.float64)
+    z = torch.special.ndtri(u.clamp(1e-7, 1 - 1e-7))
+    at_512 = family.draw_sigmas(z, u, (64, 64), None, None)
+    expected = torch.sigmoid(1.5 * z).clamp(1 - 1 / (1 + math.exp(-7.5)), 1 - 1 / (1 + math.exp(9)))
+    assert torch.allclose(at_512, expected)
+    at_1024 = family.draw_sigmas(z, u, (128, 128), None, None)
+    assert torch.allclose(at_1024[2], torch.sigmoid(torch.tensor(0.5 * math.log(4.0), dtype=torch.float64)))
+    assert (at_1024[1:4] > at_512[1:4]).all()
+
+
+def test_one_training_step_lowers_nothing_to_nan_and_reaches_every_block(tiny: Path) -> None:
+    """One step of the flow objective in training mode (gradient checkpointing on): a finite loss and gradients in
+    every block's attention and feed-forward, the same as without checkpointing."""
+    grads = []
+    for checkpointing in (False, True):
+        loaded = load_model(str(tiny), "auto", torch.float32)
+        family = loaded.family.configured({})
+        if checkpointing:
+            loaded.unet.enable_gradient_checkpointing()
+        loaded.unet.train()
+        hidden, mask = family.encode_prompts(loaded.text_encoders, family.tokenize(loaded.tokenizers, CAPTIONS), 1)
+        torch.manual_seed(0)
+        latents, noise = torch.randn(2, 32, 8, 8), torch.randn(2, 32, 8, 8)
+        sigmas = torch.tensor([0.3, 0.8]).view(-1, 1, 1, 1)
+        noisy = (1 - sigmas) * latents + sigmas * noise
+        pred = family.denoise(loaded.unet, noisy, sigmas.flatten() * 1000, hidden, mask, None)
+        loss = torch.nn.functional.mse_loss(pred, noise - latents)
+        loss.backward()
+        assert torch.isfinite(loss)
+        blocks = loaded.unet.layers
+        assert all(b.attention.to_q.weight.grad.abs().max() > 0 and b.feed_forward.w2.weight.grad.abs().max() > 0
+                   for b in blocks)
+        grads.append(blocks[0].attention.to_q.weight.grad)
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_a_sample_renders_through_its_pipeline(model: object) -> None:
+    """Samples: Ideogram4Pipeline's loop with the family's encoded prompts; the unconditional branch the trained
+    transformer reading the negative prompt (musubi-tuner's LoRA sampling)."""
+    family = model.family.configured({})
+    hidden, mask = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
+    pipe = family.build_pipeline(model, family.inference_scheduler(model, "euler"))
+    pipe.set_progress_bar_config(disable=True)
+
+    def image(cfg: float) -> torch.Tensor:
+        return pipe(**family.pipeline_embeds(hidden, mask), height=64, width=96, num_inference_steps=2,
+                    output_type="latent", generator=torch.Generator().manual_seed(0),
+                    **family.pipeline_kwargs(cfg)).images
+
+    latents = image(4.0)
+    assert latents.shape == (1, 16 * 24, 128) and torch.isfinite(latents).all()  # the tiny VAE halves: 4 px a token
+    assert not torch.allclose(latents, image(1.0))  # the negative prompt's branch counts
+    pixels = family.decode_latents(model.vae, latents, 96, 64)
+    assert pixels.shape == (1, 3, 64, 96)

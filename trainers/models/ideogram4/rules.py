@@ -1,0 +1,48 @@
+"""Ideogram 4 without its weights (torch-free): its pipeline (Ideogram4Pipeline: a conditional and an unconditional
+Ideogram4Transformer2DModel, a Qwen3-VL 8B text encoder, FLUX.2's autoencoder), its published sizes, and the flow
+options it reads (musubi-tuner's names and meanings: timestep_sampling 'ideogram4_shift')."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainers.core.memory_facts import FLUX2_AE, IDEOGRAM4_TOKENS, QWEN3_VL_8B_MODEL, QWEN3_VL_8B_MODEL_LINEAR, \
+    ModelSize
+from trainers.models.flow_rules import FlowRules
+
+TRANSFORMER_CLASS = "Ideogram4Transformer2DModel"
+LICENSE = ("Ideogram 4's weights are published under a non-commercial license (ideogram-ai/ideogram-v4, and "
+           "Comfy-Org/Ideogram-4's files): read and accept it on the hub before downloading them")
+
+
+class Ideogram4Rules(FlowRules):
+    name = "ideogram4"
+    title = "Ideogram 4"
+    # counted on the meta device from diffusers 0.42.1's class defaults (the published layout: 34 blocks 4608 wide,
+    # 53,248 text features); LoRA per rank: musubi-tuner's targets (attention.qkv fused, attention.o,
+    # feed_forward.w1/w2/w3 of every block); the text encoder a Qwen3VLModel (no LM head); its unconditional
+    # transformer is read for samples only
+    memory_facts = ModelSize(9_279_288_448, 9_277_931_520, QWEN3_VL_8B_MODEL, QWEN3_VL_8B_MODEL_LINEAR, FLUX2_AE,
+                             2_663_424, 0, 34, "the published Ideogram 4 sizes", 1024 * 1024, tokens=IDEOGRAM4_TOKENS)
+    arch_dir = Path(__file__).with_name("arch")
+    pipeline_class = "Ideogram4Pipeline"
+    base_model_version = "ideogram4"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_IDEOGRAM4_FULL)
+    modelspec_architecture = "Ideogram-4"  # musubi-tuner's ARCH_IDEOGRAM4
+    # Comfy-Org's single files (diffusion_models/ideogram4_fp8_scaled.safetensors): recognised and refused by name
+    # (its text-feature embedder, which no other family's file has: Lumina 2's and Z-Image's also have
+    # layers.N.attention.qkv)
+    reference_prefixes = ("embed_image_indicator.", "model.diffusion_model.embed_image_indicator.",
+                          "diffusion_model.embed_image_indicator.")
+    reads_single_files = False
+    writes_single_files = False
+    checkpoint_parts = ()
+    frozen_text_encoder = "Qwen3-VL"
+
+    def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
+        """Its pipeline's folders, or any whose model_index.json names its transformer class."""
+        transformer = index.get("transformer")
+        return (str(index.get("_class_name", "")) == self.pipeline_class
+                or isinstance(transformer, list) and TRANSFORMER_CLASS in transformer)
+
+
+IDEOGRAM4 = Ideogram4Rules()
