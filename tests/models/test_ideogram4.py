@@ -186,3 +186,94 @@ def test_a_sample_renders_through_its_pipeline(model: object) -> None:
     assert not torch.allclose(latents, image(1.0))  # the negative prompt's branch counts
     pixels = family.decode_latents(model.vae, latents, 96, 64)
     assert pixels.shape == (1, 3, 64, 96)
+
+
+@pytest.fixture(scope="module")
+def saved(model: object) -> SimpleNamespace:
+    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
+    from lora_networks import random_network
+
+    from trainers.models.flow_lora import kohya_to_diffusers
+
+    unet = copy.deepcopy(model.unet).eval()
+    network, targets, state = random_network(model.family, unet)
+    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
+    peft = kohya_to_diffusers(state, view, targets, ())
+    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
+               for k, v in peft.items() if k.endswith(".lora_A.weight")}
+    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
+                           state=state, updates=updates, view=view)
+
+
+def test_its_lora_is_musubi_tuners_modules_under_reference_names(saved: SimpleNamespace) -> None:
+    names = {t.name for t in saved.targets}
+    assert {"lora_unet_layers_0_attention_qkv", "lora_unet_layers_1_attention_o", "lora_unet_layers_0_feed_forward_w1",
+            "lora_unet_layers_1_feed_forward_w3"} <= names and len(names) == 2 * 5
+    assert not any("adaln" in name for name in names)
+    assert "diffusion_model.layers.0.attention.qkv.lora_down.weight" in saved.file
+    assert all(key.startswith("diffusion_model.layers.") for key in saved.file)
+    assert saved.view.family.lora_in_own_names(saved.file).keys() == saved.state.keys()
+    assert saved.view.family.lora_in_own_names(saved.state) is saved.state  # musubi-tuner's files, as they are
+    assert saved.view.family.lora_file_paths(saved.file.keys()) == {t.name: t.path for t in saved.targets}
+
+
+def _reference_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
+    """The transformer's weights under Comfy-Org's reference names (musubi-tuner's Ideogram4Transformer: q, k and v
+    one attention.qkv, to_out.0 as attention.o), as ComfyUI's model holds them."""
+    shapes: dict[str, torch.Size] = {}
+    for key, value in unet.state_dict().items():
+        if ".attention.to_k." in key or ".attention.to_v." in key:
+            continue
+        if ".attention.to_q." in key:
+            key, value = key.replace(".to_q.", ".qkv."), torch.empty(3 * value.shape[0], value.shape[1])
+        shapes["diffusion_model." + key.replace(".attention.to_out.0.", ".attention.o.")] = value.shape
+    return shapes
+
+
+def test_comfyui_loads_every_key_into_the_layer_that_was_trained(saved: SimpleNamespace) -> None:
+    from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
+
+    shapes = _reference_shapes(saved.unet)
+    patches, not_loaded = load_lora(saved.file, unet_key_map(shapes))
+    assert not_loaded == []  # ComfyUI warns "lora key not loaded" for each of these
+    assert len(patches) == len(saved.targets)
+    check_patches(patches, shapes)
+    for i in range(len(saved.unet.layers)):
+        block = f"layers.{i}.attention."
+        qkv = torch.cat([saved.updates[block + p] for p in ("to_q", "to_k", "to_v")])
+        assert torch.allclose(patches[f"{PREFIX}{block}qkv.weight"], qkv, atol=1e-5)
+        assert torch.allclose(patches[f"{PREFIX}{block}o.weight"], saved.updates[block + "to_out.0"], atol=1e-5)
+        for w in ("w1", "w2", "w3"):
+            path = f"layers.{i}.feed_forward.{w}"
+            assert torch.allclose(patches[f"{PREFIX}{path}.weight"], saved.updates[path], atol=1e-5)
+
+
+def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: SimpleNamespace) -> None:
+    """Ideogram4Pipeline.load_lora_weights (its conversion of `diffusion_model.` kohya files: qkv split, alpha
+    folded in) loads the file into the layers trained, and the transformer then computes what training's does."""
+    from diffusers import Ideogram4Pipeline
+
+    family = model.family.configured({})
+    unet = copy.deepcopy(model.unet).eval()
+    pipe = Ideogram4Pipeline(scheduler=model.noise_scheduler, vae=model.vae, text_encoder=model.text_encoders[0],
+                             tokenizer=model.tokenizers[0], transformer=unet, unconditional_transformer=unet)
+    state = pipe.lora_state_dict(dict(saved.file))
+    assert len(state) == 2 * len(saved.targets) + 2 * 2 * len(unet.layers)  # qkv is three modules in diffusers
+    pipe.load_lora_weights(dict(saved.file), adapter_name="default_0")
+    loaded = {name: module.lora_B["default_0"].weight @ module.lora_A["default_0"].weight * module.scaling["default_0"]
+              for name, module in unet.named_modules() if hasattr(module, "lora_A") and "default_0" in module.lora_A}
+    assert loaded.keys() == saved.updates.keys()
+    for name, update in saved.updates.items():
+        assert torch.allclose(loaded[name], update, atol=1e-5), name
+    hidden, mask = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
+    noisy, timesteps = torch.randn(2, 32, 8, 8), torch.tensor([500.0, 500.0])
+    saved.network.apply_to()  # the network as training runs it (on the fixture's copy) computes what diffusers does
+    with torch.no_grad():
+        assert torch.allclose(family.denoise(unet, noisy, timesteps, hidden, mask, None),
+                              family.denoise(saved.unet, noisy, timesteps, hidden, mask, None), atol=1e-4)
+
+
+def test_the_lora_renders_in_our_pipeline_as_diffusers_names_it(model: object, saved: SimpleNamespace) -> None:
+    """lora_for_pipeline: the file as the layer's load_lora_weights takes it (diffusers' own module names)."""
+    converted = model.family.lora_for_pipeline(model.family.lora_in_own_names(saved.file), saved.view)
+    assert {k.removeprefix("transformer.").rsplit(".lora_", 1)[0] for k in converted} == saved.updates.keys()
