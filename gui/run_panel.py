@@ -135,6 +135,8 @@ def _render(view: RunView) -> list[tuple[Any, Any]]:
         activity = view.status.get("activity")
         if activity:  # a sample or save between steps (left out of the rates)
             stats = f"**{str(activity).capitalize()}…** · {stats}"
+        if view.state == RunState.PAUSED:  # gui/live_render.py
+            stats += " · try it in **Generate**: model source *the paused run*"
     elif p:  # a run that ended: what it reached, no live rates
         stats = f"Epoch **{p.epoch} / {p.total_epochs}** · final loss {p.loss_smoothed:.4f} · {memory_text(view)}"
         if view.validation:
