@@ -1,0 +1,147 @@
+"""HunyuanVideo 1.5 runs (slow: each trains the tiny model of the real diffusers classes in process): a 2-step LoRA from
+3 clips and an image renders an mp4 sample, saves ComfyUI's names that ComfyUI and the pipeline's transformer load
+with every key, and a run resumed from its step-1 state ends with the uninterrupted run's weights."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from comfy_lora import load_lora, unet_key_map
+from test_hunyuan_video15 import _comfy_shapes
+
+from trainers.models.hunyuan_video15.tiny import build_tiny_hunyuan_video15
+
+
+def write_clip(path: Path, frames: int, size: tuple[int, int] = (32, 32), fps: int = 24) -> Path:
+    """An mpeg4 clip whose frames brighten, with a caption beside it."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
+        for i in range(frames):
+            pixels = np.full((size[1], size[0], 3), i * 12 % 256, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    path.with_suffix(".txt").write_text(f'a clip of {frames} frames, a sign reading "HI"')
+    return path
+
+
+def video_dataset(tmp: Path) -> Path:
+    """3 tiny clips (9, 5 and 12 frames) and an image, as a musubi-tuner video dataset config."""
+    from PIL import Image
+
+    clips, images = tmp / "clips", tmp / "images"
+    clips.mkdir(parents=True)
+    images.mkdir()
+    for name, frames in (("a.mp4", 9), ("b.mp4", 5), ("c.mp4", 12)):
+        write_clip(clips / name, frames)
+    Image.new("RGB", (32, 32), (200, 40, 40)).save(images / "red.png")
+    (images / "red.txt").write_text("a red square")
+    config = tmp / "dataset.toml"
+    config.write_text(f'[general]\nresolution = [32, 32]\nbatch_size = 1\n\n[[datasets]]\nvideo_directory = '
+                      f'"{clips}"\ntarget_frames = [1, 5]\n\n[[datasets]]\nimage_directory = "{images}"\n')
+    return config
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_hunyuan_video15(tmp_path_factory.mktemp("hv15") / "model")
+
+
+@pytest.fixture(scope="module")
+def clip_runs(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """A 2-step LoRA from 3 clips and an image (a sample at its end, a state at step 1), the same resumed."""
+    from helpers import train
+
+    from trainers.methods.lora.file_format import read_lora_file
+
+    tmp = tmp_path_factory.mktemp("hv15-clips")
+    common = {"pretrained_model_name_or_path": str(tiny), "dataset_config": str(video_dataset(tmp / "data")),
+              "output_dir": str(tmp / "out"), "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
+              "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "shift",
+              "discrete_flow_shift": 2.0, "max_train_steps": 2}
+    assert train("lora", tmp / "straight", **common, output_name="straight", save_every_n_steps=1, save_state=True,
+                 sample_prompt_lines=["a clip --n blurry --w 32 --h 32 --s 2"], sample_every_n_steps=2) == 0
+    state = tmp / "out" / "straight-step00000001-state"
+    assert train("lora", tmp / "resumed", **common, output_name="resumed", resume=str(state)) == 0
+    straight, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
+    return SimpleNamespace(run=tmp / "straight", lora=straight, metadata=metadata,
+                           file=tmp / "out" / "straight.safetensors", resumed_run=tmp / "resumed",
+                           resumed=read_lora_file(tmp / "out" / "resumed.safetensors")[0])
+
+
+@pytest.mark.slow
+def test_a_lora_run_from_clips_trains_samples_an_mp4_and_names_comfyuis_modules(clip_runs: SimpleNamespace) -> None:
+    import av
+    from helpers import events
+
+    evs = events(clip_runs.run)
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    sample = Path(next(e for e in evs if e["type"] == "sample")["path"])
+    assert sample.suffix == ".mp4" and sample.stat().st_size > 0
+    with av.open(str(sample)) as container:
+        stream = container.streams.video[0]
+        assert len(list(container.decode(stream))) == 25 and float(stream.average_rate) == 24.0
+    keys = {"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight", "lora_unet_double_blocks_1_txt_mlp_2.alpha"}
+    assert keys <= clip_runs.lora.keys()
+    assert clip_runs.metadata["ss_network_module"] == "networks.lora_hv_1_5"
+    assert clip_runs.metadata["ss_base_model_version"] == "hunyuan_video_1_5"
+    assert clip_runs.metadata["ss_num_train_images"] == "7"  # 6 clip windows and the image
+
+
+@pytest.mark.slow
+def test_the_saved_clip_lora_loads_with_every_key_in_comfyui_and_the_pipelines_transformer(
+        tiny: Path, clip_runs: SimpleNamespace) -> None:
+    from diffusers import HunyuanVideo15Transformer3DModel
+    from safetensors.torch import load_file
+
+    from trainers.models.hunyuan_video15.family import HUNYUAN_VIDEO15
+
+    transformer = HunyuanVideo15Transformer3DModel.from_pretrained(tiny / "transformer").eval()
+    on_disk = load_file(clip_runs.file)
+    patches, not_loaded = load_lora(on_disk, unet_key_map(_comfy_shapes(transformer)))
+    assert not_loaded == [] and len(patches) == 2 * 10  # 2 blocks x (2 streams x 5 fused linears)
+    view = SimpleNamespace(unet=copy.deepcopy(transformer), text_encoders=[], family=HUNYUAN_VIDEO15)
+    transformer.load_lora_adapter(HUNYUAN_VIDEO15.lora_for_pipeline(on_disk, view), prefix="transformer",
+                                  adapter_name="trained")
+    layers = [name for name, module in transformer.named_modules()
+              if hasattr(module, "lora_A") and "trained" in module.lora_A]
+    assert len(layers) == 2 * 14  # q, k and v apart in diffusers
+
+
+@pytest.mark.slow
+def test_a_resumed_clip_lora_equals_the_uninterrupted_one(clip_runs: SimpleNamespace) -> None:
+    from helpers import events
+
+    assert [e["step"] for e in events(clip_runs.resumed_run) if e["type"] == "progress"] == [2]
+    assert clip_runs.lora.keys() == clip_runs.resumed.keys()
+    assert max((clip_runs.lora[k] - clip_runs.resumed[k]).abs().max().item() for k in clip_runs.lora) < 1e-6
+    assert any(v.abs().sum() > 0 for k, v in clip_runs.lora.items() if k.endswith("lora_up.weight"))
+
+
+def test_a_sample_is_a_short_mp4_rendered_through_its_pipeline(tiny: Path, tmp_path: Path) -> None:
+    """Classifier-free guidance of the prompt's scale through HunyuanVideo15Pipeline, 25 frames at 24 fps."""
+    import av
+
+    from trainers.core.prompts import config_prompts
+    from trainers.models import load_model
+    from trainers.sampling.pipeline import generate_samples
+
+    model = load_model(str(tiny), "auto", torch.float32)
+    prompts = config_prompts("", ['a sign reading "HI" --n blurry --w 48 --h 32 --s 2 --d 3'])
+    (written,) = generate_samples(model, prompts, tmp_path, "step2", default_size=(48, 32), default_steps=2,
+                                  default_cfg=3.0)
+    assert written.suffix == ".mp4" and written.parent == tmp_path
+    with av.open(str(written)) as container:
+        stream = container.streams.video[0]
+        frames = list(container.decode(stream))
+        assert "a sign reading" in container.metadata.get("comment", "")
+    assert len(frames) == model.family.sample_frames == 25 and (frames[0].width, frames[0].height) == (48, 32)
+    assert float(stream.average_rate) == model.family.frame_rate == 24.0
