@@ -211,3 +211,92 @@ def test_a_sample_renders_through_both_experts(model: object, tmp_path: Path) ->
     assert written.suffix == ".mp4"
     assert seen["high_noise"] and seen["low_noise"]
     assert min(seen["high_noise"]) >= BOUNDARY * 1000 > max(seen["low_noise"])
+
+
+# --- Wan 2.2 I2V A14B: the first frame's mask and latent concatenated to the noisy latents ---
+
+
+@pytest.fixture(scope="module")
+def i2v_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_wan22(tmp_path_factory.mktemp("wan22-i2v") / "model", i2v=True)
+
+
+@pytest.fixture(scope="module")
+def i2v(i2v_folder: Path) -> object:
+    return load_model(str(i2v_folder), "auto", torch.float32)
+
+
+def test_the_i2v_pair_is_claimed_with_its_boundary_and_refuses_cached_latents(i2v: object, i2v_folder: Path
+                                                                               ) -> None:
+    folder = i2v_folder
+    assert folder_rules(folder) is WAN22 and i2v.family.i2v and i2v.family.boundary == 0.9
+    assert i2v.unet.transformer.config.in_channels == 36
+    issues = model_issues(_values(folder, cache_latents=True))
+    assert [i.field for i in issues] == ["cache_latents"] and "first frame" in issues[0].message
+
+
+def test_the_first_frame_condition_is_the_pipelines(i2v: object) -> None:
+    """WanImageToVideoPipeline.prepare_latents' condition of a clip's first frame: the same mask and latent."""
+    from trainers.models.wan.wan22.i2v import first_frame_condition
+
+    pipe = i2v.family.build_pipeline(i2v, i2v.noise_scheduler)
+    clip = torch.rand(1, 5, 3, 32, 32) * 2 - 1
+    with torch.no_grad():
+        _, theirs = pipe.prepare_latents(clip[:, 0], 1, 16, 32, 32, 5, torch.float32, torch.device("cpu"))
+    ours = first_frame_condition(i2v.vae, clip, torch.float32)
+    assert ours.shape == theirs.shape == (1, 20, 2, 4, 4) and torch.allclose(ours, theirs, atol=1e-5)
+    assert ours[:, :4, 0].min() == 1 and ours[:, :4, 1:].max() == 0  # the mask: the first latent frame only
+
+
+def test_an_i2v_step_trains_both_experts_on_the_first_frame_condition(i2v: object) -> None:
+    import dataclasses
+
+    from trainers.methods.lora.network import LoRANetwork
+    from trainers.models.wan.wan22.i2v import conditioned_objective
+    from trainers.train.diffusion import NoiseOptions
+    from trainers.train.flow import flow_loss
+
+    family = i2v.family.configured({**{n: o.default for n, o in BY_NAME.items()}, "timestep_sampling": "shift",
+                                    "discrete_flow_shift": 3.0})
+    run = dataclasses.replace(i2v, family=family, unet=copy.deepcopy(i2v.unet))
+    seen = _recorded(run.unet)
+    inputs: list[torch.Tensor] = []
+    run.unet.transformer.register_forward_pre_hook(lambda m, a, kw: inputs.append(kw["hidden_states"]),
+                                                   with_kwargs=True)
+    network = LoRANetwork(run.unet, [], unet_key_style="own", network_dim=4, network_alpha=2,
+                          train_text_encoder=False, unet_targets=family.lora_targets(run.unet))
+    network.apply_to()
+    hidden, _ = i2v.encode_texts(["a red fox"], 1)
+
+    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, *rest: object) -> torch.Tensor:
+        return family.denoise(run.unet, noisy, timesteps, hidden.expand(noisy.shape[0], -1, -1), None, None)
+
+    objective = conditioned_objective(flow_loss, family.slot)
+    opts = NoiseOptions(seed=3, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
+    pixels = torch.rand(6, 5, 3, 32, 32) * 2 - 1
+    loss = objective(predictor, run, {"pixels": pixels, "keys": torch.tensor([[0, i] for i in range(6)])}, opts,
+                     torch.float32)
+    loss.backward()
+    assert torch.isfinite(loss) and family.slot.condition is None  # cleared after the step
+    assert seen["high_noise"] and seen["low_noise"] and min(seen["high_noise"]) >= 900 > max(seen["low_noise"])
+    assert inputs[0].shape[1] == 36  # 16 noisy + 4 mask + 16 image latent channels
+    grads = [p.grad for p in network.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    with pytest.raises(ValueError, match="cache_latents"):
+        objective(predictor, run, {"latent_mean": torch.zeros(1), "keys": torch.tensor([[0, 0]])}, opts,
+                  torch.float32)
+
+
+def test_an_i2v_sample_renders_from_its_first_frame(i2v: object, tmp_path: Path) -> None:
+    from PIL import Image
+
+    from trainers.core.prompts import config_prompts
+    from trainers.sampling.pipeline import generate_samples
+
+    Image.new("RGB", (32, 32), (200, 40, 40)).save(tmp_path / "first.png")
+    prompts = config_prompts("", [f"a red fox --w 32 --h 32 --s 2 --d 3 --ci {tmp_path / 'first.png'}"])
+    (written,) = generate_samples(i2v, prompts, tmp_path, "step2", default_size=(32, 32), default_steps=2,
+                                  default_cfg=1.0)
+    assert written.suffix == ".mp4" and written.stat().st_size > 0
+    with pytest.raises(ValueError, match="--ci"):
+        i2v.family.edit_inputs([], 32, 32)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,15 @@ from trainers.models.base import LoadedModel, LoraTarget, SizeConditioning
 from trainers.models.flow import last_blocks
 from trainers.models.wan.family import Wan, block_targets
 from trainers.models.wan.wan22.experts import EXPERT_NAMES, ExpertPair
-from trainers.models.wan.wan22.rules import T2V_BOUNDARY, Wan22Rules, boundary_ratio, folder_boundary
+from trainers.models.wan.wan22.i2v import ConditionSlot, conditioned_objective
+from trainers.models.wan.wan22.rules import (
+    I2V_BOUNDARY,
+    T2V_BOUNDARY,
+    Wan22Rules,
+    boundary_ratio,
+    folder_boundary,
+    is_i2v_folder,
+)
 
 ATTRIBUTES = dict(zip(EXPERT_NAMES, ("transformer", "transformer_2")))
 PREFIX = "lora_unet_"
@@ -34,6 +42,8 @@ class Wan22(Wan22Rules, Wan):
     folder_ratio: float | None = None  # the loaded folder's boundary_ratio
     boundary = T2V_BOUNDARY  # the run's (timestep_boundary, else the folder's)
     train_expert = "both"
+    i2v = False  # WanImageToVideoPipeline's pair: the first frame's condition concatenated (i2v.py)
+    slot = ConditionSlot()
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         import diffusers
@@ -44,15 +54,27 @@ class Wan22(Wan22Rules, Wan):
         second = load_component(getattr(diffusers, self.transformer_class), folder, "transformer_2", weight_dtype,
                                 random_init)
         family = copy.copy(model.family)
+        family.i2v = is_i2v_folder(folder)
         family.folder_ratio = folder_boundary(folder)
-        family.boundary = boundary_ratio(None, family.folder_ratio)
+        family.boundary = boundary_ratio(None, family.folder_ratio, family.default_boundary)
         return dataclasses.replace(model, family=family, unet=ExpertPair(model.unet, second, family.boundary))
 
     def configured(self, values: Mapping[str, Any]) -> Any:
         clone = super().configured(values)
-        clone.boundary = boundary_ratio(values.get("timestep_boundary"), self.folder_ratio)
+        clone.boundary = boundary_ratio(values.get("timestep_boundary"), self.folder_ratio, self.default_boundary)
         clone.train_expert = str(values.get("train_expert") or "both")
+        clone.slot = ConditionSlot()  # the run's own (I2V: each step's first-frame condition)
         return clone
+
+    @property
+    def default_boundary(self) -> float:
+        return I2V_BOUNDARY if self.i2v else T2V_BOUNDARY
+
+    def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
+        """I2V: each step's first-frame condition (i2v.py) in the slot denoise reads."""
+        if not self.i2v:
+            return trainable
+        return dataclasses.replace(trainable, objective=conditioned_objective(trainable.objective, self.slot))
 
     @property
     def trained(self) -> tuple[str, ...]:
@@ -76,6 +98,10 @@ class Wan22(Wan22Rules, Wan):
                 text_mask: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
         """Both experts: each sample through the expert of its timestep (routed on the float timesteps, before the
         cast); one: that expert, whatever the timestep (its range is drawn)."""
+        if self.i2v:  # the first frame's mask and latent after the noisy latents, as WanImageToVideoPipeline
+            if self.slot.condition is None:
+                raise ValueError("Wan 2.2 image-to-video needs each clip's first frame (adapt_trainable's condition)")
+            noisy = torch.cat([noisy, self.slot.condition.to(noisy.device, noisy.dtype)], dim=1)
         inputs = {"hidden_states": noisy, "encoder_hidden_states": hidden.to(noisy.dtype), "return_dict": False}
         if self.train_expert == "both":
             return unet(timestep=timesteps, boundary=self.boundary, **inputs)[0]
@@ -92,12 +118,23 @@ class Wan22(Wan22Rules, Wan):
         return {"shift": 12.0}  # Wan 2.2 T2V's sampling shift (musubi-tuner's docs/wan.md)
 
     def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
-        from diffusers import WanPipeline
+        import diffusers
 
         pair = model.unet
-        return WanPipeline(tokenizer=model.tokenizers[0], text_encoder=model.text_encoders[0], vae=model.vae,
-                           scheduler=scheduler, transformer=pair.transformer, transformer_2=pair.transformer_2,
-                           boundary_ratio=self.boundary)
+        pipeline = getattr(diffusers, "WanImageToVideoPipeline" if self.i2v else "WanPipeline")
+        return pipeline(tokenizer=model.tokenizers[0], text_encoder=model.text_encoders[0], vae=model.vae,
+                        scheduler=scheduler, transformer=pair.transformer, transformer_2=pair.transformer_2,
+                        boundary_ratio=self.boundary)
+
+    def edit_inputs(self, images: Sequence[str], width: int, height: int) -> dict[str, Any]:
+        """I2V: the sample's first frame (a sample prompt's --ci, Generate's input image) at its size."""
+        if not self.i2v:
+            return {}
+        if not images:
+            raise ValueError("Wan 2.2 image-to-video renders from a first frame: give the sample prompt `--ci path`")
+        from trainers.models.edit import sample_images
+
+        return {"image": sample_images(images[:1], width, height)[0]}
 
     # --- LoRA ---
 

@@ -1,4 +1,4 @@
-"""Wan 2.2 A14B text-to-video without its weights (torch-free): a WanPipeline folder with two experts (`transformer`
+"""Wan 2.2 A14B text-to-video and image-to-video without its weights (torch-free): a WanPipeline folder with two experts (`transformer`
 for the high-noise steps, `transformer_2` for the low-noise ones, switched at `boundary_ratio`), and the boundary a
 run trains with (musubi-tuner's --timestep_boundary: a ratio 0-1 or a timestep above 1)."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE, ModelSize
 from trainers.models.wan.rules import WanRules
 
+PIPELINES = ("WanPipeline", "WanImageToVideoPipeline")
 T2V_BOUNDARY, I2V_BOUNDARY = 0.875, 0.9  # musubi-tuner's wan/configs (and Wan-AI's) boundaries per task
 # one 14B expert (diffusers' WanTransformer3DModel at 5120 wide, 40 layers), counted on the meta device
 EXPERT_14B, EXPERT_14B_LINEAR, EXPERT_14B_LORA_PER_RANK = 14_288_491_584, 14_283_243_520, 4_792_320
@@ -25,13 +26,23 @@ def boundary_ratio(value: float | None, folder_ratio: float | None, default: flo
     return float(value) / 1000.0 if float(value) > 1 else float(value)
 
 
+def _index(folder: Path) -> dict[str, Any]:
+    try:
+        index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
+
+
 def folder_boundary(folder: Path) -> float | None:
     """The boundary_ratio a diffusers folder's model_index.json gives (None: none, or no readable index)."""
-    try:
-        value = json.loads((folder / "model_index.json").read_text(encoding="utf-8")).get("boundary_ratio")
-    except (OSError, ValueError, AttributeError):
-        return None
+    value = _index(folder).get("boundary_ratio")
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def is_i2v_folder(folder: Path) -> bool:
+    """Whether a diffusers folder is an image-to-video pipeline's (Wan 2.2 I2V A14B)."""
+    return _index(folder).get("_class_name") == "WanImageToVideoPipeline"
 
 
 class Wan22Rules(WanRules):
@@ -47,11 +58,20 @@ class Wan22Rules(WanRules):
     modelspec_architecture = "wan2.2-t2v-a14b"
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
-        """WanPipeline folders with two WanTransformer3DModel experts and a boundary_ratio."""
-        if str(index.get("_class_name", "")) != self.pipeline_class:
+        """WanPipeline (T2V) and WanImageToVideoPipeline (I2V) folders with two WanTransformer3DModel experts and a
+        boundary_ratio."""
+        if str(index.get("_class_name", "")) not in PIPELINES:
             return False
         experts = [(index.get(name) or [None, None])[-1] for name in ("transformer", "transformer_2")]
         return experts == [self.transformer_class] * 2 and index.get("boundary_ratio") is not None
+
+    def option_issues_i2v(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """An I2V pair encodes each clip's first frame at every step: cached latents would lack it."""
+        if not is_i2v_folder(Path(str(values.get("pretrained_model_name_or_path") or ""))):
+            return []
+        return [ConfigIssue(name, f"Wan 2.2 image-to-video encodes each clip's first frame at every step (its "
+                            "image latent): leave it off", "dataset")
+                for name in ("cache_latents", "cache_latents_to_disk") if values.get(name)]
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)
@@ -59,7 +79,7 @@ class Wan22Rules(WanRules):
         if value is not None and not 0 < boundary_ratio(float(value), None) < 1:
             issues.append(ConfigIssue("timestep_boundary", f"{value!r} leaves one expert no timesteps: give a ratio "
                                       "between 0 and 1 or a timestep between 1 and 1000 (exclusive)", "flow"))
-        return issues
+        return issues + self.option_issues_i2v(values)
 
 
 WAN22 = Wan22Rules()
