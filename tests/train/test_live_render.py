@@ -16,7 +16,7 @@ from trainers.core.render_request import RenderRequest, parse_render_request
 from trainers.core.rundir import CONTROL, LIVE, RENDER_REQUEST, Request, read_status, request, write_render_request
 from trainers.demo import build_dataset
 
-from helpers import events, train
+from helpers import events, fake_family_env, run_trainer, sets, train, two_processes
 
 FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-3,
         "network_dim": 4, "network_alpha": 2, "max_train_steps": 4, "save_precision": "float"}
@@ -156,3 +156,34 @@ def test_a_render_request_is_written_atomically_and_taken_once(tmp_path: Path) -
     assert [p.name for p in (tmp_path / CONTROL).iterdir()] == []
     (tmp_path / CONTROL / RENDER_REQUEST).write_text("{not json", encoding="utf-8")
     assert "not JSON" in str(take_render_request(tmp_path))
+
+
+@pytest.mark.slow
+def test_two_processes_render_once_and_train_on(lora: dict, tmp_path: Path) -> None:
+    """DDP over gloo: the request rank 0 reads reaches every rank, the main process renders, the other waits."""
+    run = tmp_path / "two"
+    request(run, Request.PAUSE)
+    answers: list[dict] = []
+    failures: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            _wait(lambda: read_status(run).get("state") == "paused", "the paused state")
+            write_render_request(run, RenderRequest(id="both", prompt="sks shape", seed=1, steps=2))
+            answers.append(_answer(run, "both"))
+            request(run, Request.CONTINUE)
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            failures.append(err)
+            request(run, Request.STOP)
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    result = run_trainer(sets(**lora, num_processes=2), run, two_processes(),
+                         env=fake_family_env(ACCELERATE_USE_CPU="1"))
+    asker.join(WAIT_S)
+    assert not failures, failures
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert answers[0].get("error") is None, answers[0]
+    assert [p.name for p in (run / LIVE).iterdir()] == [Path(answers[0]["path"]).name]
+    assert read_status(run)["state"] == "finished"
+    assert [e["request"] for e in events(run) if e["type"] == "live_render"] == ["both"], "answered once"
