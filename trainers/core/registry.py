@@ -90,6 +90,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("ideogram4", "trainers.models.ideogram4", "IDEOGRAM4", "Ideogram 4"),
     FamilySpec("ernie_image", "trainers.models.ernie_image", "ERNIE_IMAGE", "ERNIE-Image"),
     FamilySpec("wan21", "trainers.models.wan", "WAN21", "Wan 2.1"),
+    FamilySpec("wan22", "trainers.models.wan.wan22", "WAN22", "Wan 2.2"),
     FamilySpec("hunyuan_video15", "trainers.models.hunyuan_video15", "HUNYUAN_VIDEO15", "HunyuanVideo 1.5"),
 )
 

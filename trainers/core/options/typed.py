@@ -262,6 +262,8 @@ class FlowOptions(OptionSlice):
     training_shift: float
     apply_lg_attn_mask: bool
     t5xxl_dtype: Literal["auto", "float32", "fp16", "bf16"]
+    timestep_boundary: float | None
+    train_expert: Literal["both", "high_noise", "low_noise"]
 
 
 @dataclass(frozen=True)
