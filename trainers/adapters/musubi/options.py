@@ -1,5 +1,6 @@
 """musubi-tuner's options (src/musubi_tuner/training/parser_common.py, qwen_image_train_network.py,
-zimage_train_network.py, flux_2_train_network.py, krea2_train_network.py) with musubi's meaning, as Atelier's
+zimage_train_network.py, flux_2_train_network.py, krea2_train_network.py, ideogram4_train_network.py) with musubi's
+meaning, as Atelier's
 (torch-free).
 
 Options of the same name and meaning pass through; musubi's network module names the family; options that change
@@ -18,7 +19,8 @@ from trainers.data.video_toml import is_video_dataset_config
 
 # musubi-tuner's network modules of the families trained here -> model_family
 FAMILY_MODULES: dict[str, str] = {"networks.lora_qwen_image": "qwen_image", "networks.lora_zimage": "zimage",
-                                  "networks.lora_flux_2": "flux2", "networks.lora_krea2": "krea2"}
+                                  "networks.lora_flux_2": "flux2", "networks.lora_krea2": "krea2",
+                                  "networks.lora_ideogram4": "ideogram4"}
 # Keys only musubi-tuner writes (what tells its files from sd-scripts')
 MUSUBI_KEYS = frozenset({"dit", "dit_dtype", "fp8_vl", "fp8_llm", "fp8_scaled", "vae_dtype", "flow_shift",
                          "num_timestep_buckets", "preserve_distribution_shape", "remove_first_image_from_target",
@@ -35,7 +37,16 @@ FOLDER_ONLY: dict[str, str] = {
               "yet: give its diffusers folder as pretrained_model_name_or_path (model_version names the published "
               "one, e.g. black-forest-labs/FLUX.2-klein-4B)"),
     "krea2": ("Krea 2's single files (the reference krea-ai/krea-2 DiT, the Qwen-Image VAE, Qwen3-VL) are not read "
-              "here yet: give its diffusers folder (Krea2Pipeline's) as pretrained_model_name_or_path")}
+              "here yet: give its diffusers folder (Krea2Pipeline's) as pretrained_model_name_or_path"),
+    "ideogram4": ("Ideogram 4's Comfy-Org single files (its fp8 DiTs, Qwen3-VL and FLUX.2 VAE files) are not read here "
+                  "yet: give its diffusers folder (Ideogram4Pipeline's, e.g. ideogram-ai/ideogram-v4) as "
+                  "pretrained_model_name_or_path")}
+# musubi-tuner's options of one family's script with no effect on what is trained here: left out, said once
+# (Ideogram 4's samples render with the trained transformer in both branches, musubi-tuner's LoRA-sampling default)
+FAMILY_LEFT_OUT: dict[str, tuple[str, ...]] = {
+    "ideogram4": ("unconditional_dit", "use_unconditional_dit_for_lora_sampling", "sampler_preset", "initial_sigma",
+                  "log_loss_stats", "validate_caption_structure", "warn_on_caption_issues", "ideogram4_timestep_mu",
+                  "ideogram4_timestep_std")}
 # musubi-tuner's FLUX.2 model_version -> the published diffusers folder of that model
 FLUX2_VERSIONS: dict[str, str] = {
     "dev": "black-forest-labs/FLUX.2-dev", "klein-4b": "black-forest-labs/FLUX.2-klein-4B",
@@ -73,14 +84,16 @@ HUNYUAN_ONLY = ("guidance_scale", "flow_shift")
 # musubi-tuner's timestep_sampling values and the option ours reads them as (None: not available here).
 TIMESTEP_SAMPLINGS: dict[str, str | None] = {
     **{name: name for name in ("sigma", "uniform", "sigmoid", "shift", "flux_shift", "qwen_shift", "flux2_shift",
-                               "krea2_shift")},
-    **{name: None for name in ("ideogram4_shift", "logsnr", "qinglong_flux", "qinglong_qwen")},
+                               "krea2_shift", "ideogram4_shift")},
+    **{name: None for name in ("logsnr", "qinglong_flux", "qinglong_qwen")},
 }
 # musubi-tuner's defaults where ours would train differently, for options a file leaves out.
 DEFAULTS: dict[str, Any] = {"timestep_sampling": "sigma", "discrete_flow_shift": 1.0, "weighting_scheme": "none",
                             "learning_rate": 2e-6, "network_dim": 4, "network_alpha": 1.0}
 # musubi-tuner's fixed values per family, set whatever the file says (its guidance_scale is HunyuanVideo's)
 FAMILY_FIXED: dict[str, dict[str, Any]] = {"flux2": {"guidance_scale": 1.0}}  # flux_2_train_network.py's guidance
+# musubi-tuner's per-script defaults (its parser.set_defaults), over DEFAULTS for a file that leaves them out
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {"ideogram4": {"timestep_sampling": "ideogram4_shift"}}
 MAX_TRAIN_STEPS = 1600  # with neither max_train_steps nor max_train_epochs
 
 
@@ -113,9 +126,10 @@ def read_musubi(flat: dict[str, Any], method: str, notes: list[str], issues: lis
             why = FOLDER_ONLY.get(family, why) if name in _MODEL_FILES else why
             issues.append(ConfigIssue(name, f"{name} = {out[name]!r} (musubi-tuner) is refused: {why}"))
         out.pop(name, None)
-    dropped = [name for name in (*SPEED_ONLY, *HUNYUAN_ONLY) if not blank(out.pop(name, None))]
+    dropped = [name for name in (*SPEED_ONLY, *HUNYUAN_ONLY, *FAMILY_LEFT_OUT.get(family, ()))
+               if not blank(out.pop(name, None))]
     if dropped:
-        notes.append(f"musubi-tuner options left out: {', '.join(dropped)} (speed only here, or read by "
+        notes.append(f"musubi-tuner options left out: {', '.join(dropped)} (speed or sampling only here, or read by "
                      "HunyuanVideo only)")
     if out.pop("fp8_text_encoder", False):
         out["text_encoder_precision"] = "fp8"
@@ -171,8 +185,8 @@ def _timestep_sampling(out: dict[str, Any], issues: list[ConfigIssue]) -> None:
                                   f"not available here; choose one of "
                                   f"{', '.join(k for k, v in TIMESTEP_SAMPLINGS.items() if v)} ('shift' with "
                                   "discrete_flow_shift is musubi-tuner's advice for Qwen-Image and Z-Image; "
-                                  "'qwen_shift', 'flux2_shift' and 'krea2_shift' are Qwen-Image's, FLUX.2's and "
-                                  "Krea 2's only)"))
+                                  "'qwen_shift', 'flux2_shift', 'krea2_shift' and 'ideogram4_shift' are "
+                                  "Qwen-Image's, FLUX.2's, Krea 2's and Ideogram 4's only)"))
 
 
 def _dataset_config(out: dict[str, Any], issues: list[ConfigIssue]) -> None:
@@ -195,7 +209,8 @@ def _dataset_config(out: dict[str, Any], issues: list[ConfigIssue]) -> None:
 
 
 def _defaults(out: dict[str, Any], method: str, notes: list[str]) -> None:
-    used = {name: value for name, value in DEFAULTS.items() if name not in out
+    defaults = {**DEFAULTS, **FAMILY_DEFAULTS.get(str(out.get("model_family")), {})}
+    used = {name: value for name, value in defaults.items() if name not in out
             and (method == "lora" or not name.startswith("network_"))}
     if "max_train_steps" not in out and "max_train_epochs" not in out:
         used["max_train_steps"] = MAX_TRAIN_STEPS
