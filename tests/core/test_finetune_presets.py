@@ -22,7 +22,8 @@ FAMILIES = {"chroma": ("lodestones/Chroma1-HD", "trainers.models.chroma.tiny", "
             "flux2": ("black-forest-labs/FLUX.2-klein-base-9B", "trainers.models.flux2.tiny",
                       "build_tiny_flux2_klein"),
             "hunyuan_image21": ("hunyuanvideo-community/HunyuanImage-2.1-Diffusers",
-                                "trainers.models.hunyuan_image21.tiny", "build_tiny_hunyuan_image21")}
+                                "trainers.models.hunyuan_image21.tiny", "build_tiny_hunyuan_image21"),
+            "ernie_image": ("baidu/ERNIE-Image", "trainers.models.ernie_image.tiny", "build_tiny_ernie_image")}
 FOUND = sorted(PRESETS.glob("*_finetune_*gb.toml"))
 
 
