@@ -68,15 +68,15 @@ def parse_render_request(data: object) -> RenderRequest | str:
             lower = value - value % 8
             problems.append(f"{name} {value} must be a multiple of 8 (e.g. {lower} or {lower + 8})")
         values[name] = value
-    for name, (low, high) in (("cfg_scale", CFG_RANGE), ("multiplier", MULTIPLIER_RANGE)):
-        value = data.get(name)
-        if value is None:
+    for name, (bottom, top) in (("cfg_scale", CFG_RANGE), ("multiplier", MULTIPLIER_RANGE)):
+        number = data.get(name)
+        if number is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            problems.append(f"{name} {value!r} is not a number")
-        elif not low <= value <= high:
-            problems.append(f"{name} {value:g} must be between {low:g} and {high:g}")
-        values[name] = float(value)
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+            problems.append(f"{name} {number!r} is not a number")
+        elif not bottom <= number <= top:
+            problems.append(f"{name} {number:g} must be between {bottom:g} and {top:g}")
+        values[name] = float(number)
     if problems:
         return "; ".join(problems)
     return RenderRequest(id=str(data.get("id", "")), prompt=str(prompt), negative=str(data.get("negative", "")),
