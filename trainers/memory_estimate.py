@@ -358,7 +358,14 @@ def fitting_settings(cfg: TrainConfig, card_gb: float, limit: int = 3) -> list[t
 
 
 def fits(estimate: MemoryEstimate, card_gb: float) -> bool:
+    """Whether the steps fit: within FIT_MARGIN of the card (a long run's fragmentation needs the room)."""
     return estimate.card_gb <= card_gb * FIT_MARGIN
+
+
+def caption_pass_fits(estimate: MemoryEstimate, card_gb: float) -> bool:
+    """Whether the pass encoding the captions once before the steps fits the card (a short pass of one allocation
+    pattern: the whole card)."""
+    return estimate.caching_card_gb <= card_gb
 
 
 def memory_report(cfg: TrainConfig, card_gb: float | None = None) -> tuple[str, list[str]]:
@@ -371,7 +378,7 @@ def memory_report(cfg: TrainConfig, card_gb: float | None = None) -> tuple[str, 
     line = estimate.text()
     caching = ([f"encoding the captions before the first step needs ~{estimate.caching_card_gb:.1f} GB of GPU "
                 f"memory, more than this {card_gb:.0f} GB card: set text_encoder_precision to 'int8' or 'nf4'"]
-               if card_gb and estimate.caching_card_gb > card_gb else [])
+               if card_gb and not caption_pass_fits(estimate, card_gb) else [])
     if card_gb is None or fits(estimate, card_gb):
         return line + (f" Fits a {card_gb:.0f} GB card." if card_gb and not caching else ""), caching
     options = [f"{s.describe()}: ~{e.card_gb:.1f} GB" for s, e in fitting_settings(cfg, card_gb)]
