@@ -258,3 +258,69 @@ def test_musubis_lora_files_are_read_in_comfyuis_names(saved: SimpleNamespace) -
     assert not_loaded == [] and ours.keys() == theirs.keys()
     for key in ours:
         assert torch.allclose(ours[key], theirs[key], atol=1e-5), key
+
+
+def write_clip(path: Path, frames: int, size: tuple[int, int] = (32, 32), fps: int = 24) -> Path:
+    """An mpeg4 clip whose frames brighten, with a caption beside it."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
+        for i in range(frames):
+            pixels = np.full((size[1], size[0], 3), i * 12 % 256, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    path.with_suffix(".txt").write_text(f'a clip of {frames} frames, a sign reading "HI"')
+    return path
+
+
+def video_dataset(tmp: Path) -> Path:
+    """3 tiny clips (9, 5 and 12 frames) and an image, as a musubi-tuner video dataset config."""
+    from PIL import Image
+
+    clips, images = tmp / "clips", tmp / "images"
+    clips.mkdir(parents=True)
+    images.mkdir()
+    for name, frames in (("a.mp4", 9), ("b.mp4", 5), ("c.mp4", 12)):
+        write_clip(clips / name, frames)
+    Image.new("RGB", (32, 32), (200, 40, 40)).save(images / "red.png")
+    (images / "red.txt").write_text("a red square")
+    config = tmp / "dataset.toml"
+    config.write_text(f'[general]\nresolution = [32, 32]\nbatch_size = 1\n\n[[datasets]]\nvideo_directory = '
+                      f'"{clips}"\ntarget_frames = [1, 5]\n\n[[datasets]]\nimage_directory = "{images}"\n')
+    return config
+
+
+PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("hunyuan_video15_t2v_lora_*gb.toml"))
+
+
+def test_there_is_a_preset_for_each_small_tier() -> None:
+    assert [p.stem.rsplit("_", 1)[1] for p in PRESETS] == ["12gb", "16gb", "24gb"]
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])
+def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path, tmp_path: Path) -> None:
+    """By the estimate for the published 480p T2V model (as its comment says, the caption pass too), and Validate's
+    preflight on the tiny model with a video dataset config."""
+    from trainers.core.options import load_config
+    from trainers.memory_estimate import FIT_MARGIN, estimate_memory
+    from trainers.preflight.report import preflight
+
+    tier = int(path.stem.rsplit("_", 1)[1].removesuffix("gb"))
+    published = load_config("lora", path, ['pretrained_model_name_or_path="hunyuanvideo-community/'
+                                           'HunyuanVideo-1.5-480p_t2v"'])
+    estimate = estimate_memory(published)
+    assert estimate.source.startswith("the published HunyuanVideo 1.5")
+    assert estimate.card_gb <= FIT_MARGIN * tier and estimate.caching_card_gb <= tier
+    comment = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
+    assert f"~{estimate.card_gb:.1f} GB of the card" in comment
+    assert f"~{estimate.caching_card_gb:.1f} GB while the captions are encoded" in comment
+    cfg = load_config("lora", path, [f'pretrained_model_name_or_path="{tiny}"',
+                                     f'dataset_config="{video_dataset(tmp_path / "data")}"',
+                                     f'output_dir="{tmp_path / "out"}"'])
+    report = preflight(cfg)
+    assert [str(issue) for issue in report.errors] == [] and report.train_samples == 7

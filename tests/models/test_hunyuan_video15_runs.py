@@ -10,44 +10,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import load_lora, unet_key_map
-from test_hunyuan_video15 import _comfy_shapes
+from test_hunyuan_video15 import _comfy_shapes, video_dataset
 
 from trainers.models.hunyuan_video15.tiny import build_tiny_hunyuan_video15
-
-
-def write_clip(path: Path, frames: int, size: tuple[int, int] = (32, 32), fps: int = 24) -> Path:
-    """An mpeg4 clip whose frames brighten, with a caption beside it."""
-    import av
-    import numpy as np
-
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
-        for i in range(frames):
-            pixels = np.full((size[1], size[0], 3), i * 12 % 256, np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    path.with_suffix(".txt").write_text(f'a clip of {frames} frames, a sign reading "HI"')
-    return path
-
-
-def video_dataset(tmp: Path) -> Path:
-    """3 tiny clips (9, 5 and 12 frames) and an image, as a musubi-tuner video dataset config."""
-    from PIL import Image
-
-    clips, images = tmp / "clips", tmp / "images"
-    clips.mkdir(parents=True)
-    images.mkdir()
-    for name, frames in (("a.mp4", 9), ("b.mp4", 5), ("c.mp4", 12)):
-        write_clip(clips / name, frames)
-    Image.new("RGB", (32, 32), (200, 40, 40)).save(images / "red.png")
-    (images / "red.txt").write_text("a red square")
-    config = tmp / "dataset.toml"
-    config.write_text(f'[general]\nresolution = [32, 32]\nbatch_size = 1\n\n[[datasets]]\nvideo_directory = '
-                      f'"{clips}"\ntarget_frames = [1, 5]\n\n[[datasets]]\nimage_directory = "{images}"\n')
-    return config
 
 
 @pytest.fixture(scope="module")
