@@ -300,3 +300,59 @@ def test_an_i2v_sample_renders_from_its_first_frame(i2v: object, tmp_path: Path)
     assert written.suffix == ".mp4" and written.stat().st_size > 0
     with pytest.raises(ValueError, match="--ci"):
         i2v.family.edit_inputs([], 32, 32)
+
+
+# --- runs (slow): a 2-step LoRA from clips through the trainer, both experts ---
+
+
+@pytest.fixture(scope="module")
+def pair_run(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """A 2-step LoRA of both experts from 3 clips and an image (a sample at its end), the timesteps each expert got."""
+    from helpers import train
+    from test_wan import _video_dataset
+
+    from trainers.models.wan.wan22 import experts
+
+    tmp = tmp_path_factory.mktemp("wan22-run")
+    seen: dict[str, list[float]] = {"high_noise": [], "low_noise": []}
+    init = experts.ExpertPair.__init__
+
+    def recording(self: experts.ExpertPair, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)
+        for name, expert in zip(seen, self.experts):
+            expert.register_forward_pre_hook(
+                lambda m, a, kw, name=name: seen[name].extend(kw["timestep"].flatten().tolist()), with_kwargs=True)
+
+    experts.ExpertPair.__init__ = recording  # type: ignore[method-assign]
+    try:
+        assert train("lora", tmp / "run", pretrained_model_name_or_path=str(tiny),
+                     dataset_config=str(_video_dataset(tmp / "data")), output_dir=str(tmp / "out"),
+                     output_name="pair", max_data_loader_n_workers=0, learning_rate=1e-2, network_dim=4,
+                     network_alpha=2, save_precision="float", timestep_sampling="shift", discrete_flow_shift=3.0,
+                     max_train_steps=2, sample_prompt_lines=["a clip --w 32 --h 32 --s 4"],
+                     sample_every_n_steps=2) == 0
+    finally:
+        experts.ExpertPair.__init__ = init  # type: ignore[method-assign]
+    return SimpleNamespace(run=tmp / "run", out=tmp / "out", seen=seen)
+
+
+@pytest.mark.slow
+def test_a_pair_run_saves_a_lora_per_expert_and_samples_an_mp4(pair_run: SimpleNamespace, model: object) -> None:
+    from helpers import events
+    from safetensors.torch import load_file
+
+    from trainers.methods.lora.file_format import read_lora_file
+
+    evs = events(pair_run.run)
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    assert Path(next(e for e in evs if e["type"] == "sample")["path"]).suffix == ".mp4"
+    combined = load_file(pair_run.out / "pair.safetensors")
+    high, metadata = read_lora_file(pair_run.out / "pair_high_noise.safetensors")
+    low = load_file(pair_run.out / "pair_low_noise.safetensors")
+    assert len(high) == len(low) == len(combined) // 2 and all(k.startswith("lora_unet_blocks_") for k in high)
+    assert metadata["ss_network_module"] == "networks.lora_wan" and metadata["ss_train_expert"] == "both"
+    for name, part in (("high_noise", high), ("low_noise", low)):
+        for key, tensor in part.items():
+            assert torch.equal(tensor, combined[f"lora_unet_{name}_{key.removeprefix('lora_unet_')}"])
+    # training and the sample: each expert only ever got its own timesteps
+    assert min(pair_run.seen["high_noise"]) >= BOUNDARY * 1000 > max(pair_run.seen["low_noise"])
