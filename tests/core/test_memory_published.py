@@ -65,6 +65,13 @@ HUNYUAN_SD = {"model_family": "hunyuan_image21", "resolution": "1024", "mixed_pr
               "gradient_checkpointing": True, "train_batch_size": 1, "network_dim": 16, "network_train_unet_only": True,
               "optimizer_type": "AdamW8bit", "cache_text_encoder_outputs": True, "fp8_base": True}
 HUNYUAN_NOTE = "--fp8_scaled (ours: fp8); resolution unstated: 1024 px"
+# The caption pass's rows (issue 42 item 2): both fit only with the text encoders alone on the card while they encode
+KLEIN_OT = {"model_family": "flux2", "pretrained_model_name_or_path": "black-forest-labs/FLUX.2-klein-base-9B",
+            "resolution": "512", "mixed_precision": "bf16", "gradient_checkpointing": True, "train_batch_size": 2,
+            "network_dim": 16, "network_train_unet_only": True, "optimizer_type": "AdamW",
+            "cache_text_encoder_outputs": True, "base_model_precision": "int8", "text_encoder_precision": "fp8",
+            "no_half_vae": True}
+QWEN_ST = {**QWEN, "network_dim": 8, "optimizer_type": "Lion", "base_model_precision": "nf4"}
 
 POINTS = (
     Point("musubi Qwen-Image bf16", MUSUBI_QWEN, QWEN, 42, "nvidia-smi"),
@@ -118,6 +125,17 @@ POINTS = (
     Point("OneTrainer Chroma 8 GB", ONETRAINER + "Chroma/#chroma LoRA 8GB.json",
           {**CHROMA_OT, "layer_offload_fraction": 0.6, "text_encoder_precision": "fp8"}, 8, "tier",
           OT_NOTE + "; offload_fraction 0.6, the text encoder in FLOAT_8"),
+    Point("OneTrainer FLUX.2 klein 9B 16 GB", ONETRAINER + "Flux 2/#flux2 LoRA 16GB.json", KLEIN_OT, 16, "tier",
+          "FLUX.2-klein-base-9B, transformer INT_W8A8 (ours: int8 weights), text encoder FLOAT_8, VAE FLOAT_32, "
+          "512 px, batch 2 (stated); rank 16, AdamW, gradient checkpointing, cached text encoder outputs: "
+          "OneTrainer's defaults. With the int8 transformer on the card beside the text encoder while it encodes, "
+          "that pass took ~20 GB"),
+    Point("SimpleTuner Qwen-Image 24 GB", "bghira/SimpleTuner documentation/quickstart/QWEN_IMAGE.md, 'Lowest VRAM "
+          "config (24GB minimum)'", QWEN_ST, 24, "tier",
+          "nf4-bnb, optimi-lion (ours: Lion), rank 8, batch 1, gradient checkpointing (stated); 1024 px as its "
+          "example config; text embeds always cached, the text encoder unquantized (~16.6 GB: the page's 'offload "
+          "during startup' keeps the transformer off the card meanwhile). With the nf4 transformer on the card "
+          "beside it, that pass took ~30 GB"),
 )
 
 
