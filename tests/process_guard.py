@@ -1,4 +1,5 @@
-"""Honest markers: a test that starts a trainer, a job, a worker or the app as a process (see `heavy`) is marked
+"""Honest markers: a test that starts a trainer, a job, a worker or the app as a process (see `heavy`), or a
+multiprocessing worker in a fresh interpreter (see `fresh_interpreter`), is marked
 `slow` (or `browser`), so the fast part (-m "not slow and not browser") stays fast. conftest.py
 installs these hooks; a test that breaks the rule fails with the command it started.
 
@@ -6,6 +7,7 @@ ATELIER_PROCESS_LOG=<file> appends every process a test starts (its node id and 
 """
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import re
 import subprocess
@@ -18,6 +20,7 @@ import pytest
 _current: list[pytest.Item] = []  # the test being set up, run or torn down
 _started: dict[str, list[list[str]]] = {}  # node id -> the heavy commands it started, unmarked tests only
 _original_init = subprocess.Popen.__init__
+_original_start = multiprocessing.process.BaseProcess.start
 
 
 def heavy(argv: Sequence[str]) -> bool:
@@ -39,22 +42,42 @@ def _argv(args: Any) -> list[str]:
     return [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args]
 
 
+def _note(argv: list[str], is_heavy: bool) -> None:
+    if not _current:
+        return
+    item = _current[-1]
+    log = os.environ.get("ATELIER_PROCESS_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(f"{item.nodeid}\t{' '.join(argv)}\n")
+    marked = item.get_closest_marker("slow") or item.get_closest_marker("browser")
+    if is_heavy and not marked:
+        _started.setdefault(item.nodeid, []).append(argv)
+
+
 def _watching_init(self: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> None:
     argv = _argv(args)
-    if _current:
-        item = _current[-1]
-        log = os.environ.get("ATELIER_PROCESS_LOG")
-        if log:
-            with open(log, "a", encoding="utf-8") as fh:
-                fh.write(f"{item.nodeid}\t{' '.join(argv)}\n")
-        marked = item.get_closest_marker("slow") or item.get_closest_marker("browser")
-        if heavy(argv) and not marked:
-            _started.setdefault(item.nodeid, []).append(argv)
+    _note(argv, heavy(argv))
     _original_init(self, args, *rest, **kwargs)
+
+
+def fresh_interpreter(process: multiprocessing.process.BaseProcess) -> bool:
+    """A multiprocessing worker that starts a new interpreter (spawn, forkserver: torch's spawn of ranks, a
+    DataLoader's workers under spawn), which imports what it runs anew. A fork of the test process costs
+    milliseconds and is not one."""
+    method = getattr(process, "_start_method", None) or multiprocessing.get_start_method(allow_none=True) or "fork"
+    return method != "fork"
+
+
+def _watching_start(self: multiprocessing.process.BaseProcess) -> None:
+    target = getattr(self, "_target", None)
+    _note(["multiprocessing", self.name, getattr(target, "__qualname__", repr(target))], fresh_interpreter(self))
+    _original_start(self)
 
 
 def install() -> None:
     subprocess.Popen.__init__ = _watching_init  # type: ignore[method-assign]
+    multiprocessing.process.BaseProcess.start = _watching_start  # type: ignore[method-assign]
 
 
 @pytest.hookimpl(wrapper=True)

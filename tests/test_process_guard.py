@@ -2,12 +2,13 @@
 one fails (pytester runs a throwaway test file under the same hooks)."""
 from __future__ import annotations
 
+import multiprocessing
 import sys
 from pathlib import Path
 
 import pytest
 
-from process_guard import heavy
+from process_guard import fresh_interpreter, heavy
 
 PY = sys.executable
 
@@ -36,6 +37,13 @@ def test_probes_stand_ins_and_tools_are_not(argv: list[str]) -> None:
     assert not heavy(argv)
 
 
+def test_spawned_workers_are_heavy_and_forks_are_not() -> None:
+    spawn, fork = multiprocessing.get_context("spawn"), multiprocessing.get_context("fork")
+    assert fresh_interpreter(spawn.Process(target=print))
+    assert fresh_interpreter(multiprocessing.get_context("forkserver").Process(target=print))
+    assert not fresh_interpreter(fork.Process(target=print))
+
+
 def test_an_unmarked_test_that_starts_a_trainer_fails_and_a_marked_one_passes(pytester: pytest.Pytester,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # process_guard; not the repo: no trainer loads
@@ -43,6 +51,7 @@ def test_an_unmarked_test_that_starts_a_trainer_fails_and_a_marked_one_passes(py
                           "install()\n")
     pytester.makeini("[pytest]\nmarkers =\n    slow: slow\n    browser: browser\n")
     pytester.makepyfile(f"""
+import multiprocessing
 import subprocess
 import pytest
 
@@ -57,7 +66,21 @@ def test_marked():
 
 def test_a_probe():
     subprocess.run([{PY!r}, "-c", "pass"])
+
+def _worker(method):
+    worker = multiprocessing.get_context(method).Process(target=print)
+    worker.start()
+    worker.join()
+    assert worker.exitcode == 0
+
+def test_a_spawned_worker():
+    _worker("spawn")
+
+def test_a_forked_worker():
+    _worker("fork")
 """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist")
-    result.assert_outcomes(passed=3, errors=1)
+    result.assert_outcomes(passed=5, errors=2)
     result.stdout.fnmatch_lines(["*test_unmarked starts a trainer, job, worker or app process but is not marked slow*"])
+    result.stdout.fnmatch_lines(["*test_a_spawned_worker starts a trainer, job, worker or app process*",
+                                 "*multiprocessing*"])
