@@ -76,7 +76,7 @@ def test_render_in_the_tab_writes_the_request_and_shows_the_runs_answer(tmp_path
     assert isinstance(taken, dict) and taken["prompt"] == "sks shape" and taken["id"] == pending[1]
     assert on_tick(pending) == {}, "no answer yet: nothing sent"
 
-    image = run / "live" / "step000001-001_00.png"
+    image = run / "live" / "step000001-001.png"
     image.parent.mkdir()
     image.write_bytes(b"png")
     EventWriter(run).emit(LiveRender(request=pending[1], step=1, path=str(image), prompt="sks shape", seed=3,

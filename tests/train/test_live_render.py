@@ -111,7 +111,7 @@ def test_a_paused_run_renders_with_its_live_weights_and_ends_as_an_unpaused_one(
     assert good.get("error") is None, good
     assert good["step"] == 1 and good["prompt"] == "sks shape, a red cross" and good["seed"] == 7
     image = Path(good["path"])
-    assert image.parent == run / LIVE and image.suffix == ".png"
+    assert image.parent == run / LIVE and image.name == "step000001-001.png"
     with Image.open(image) as png:
         assert png.size == (64, 72)
         parameters = png.info["parameters"]

@@ -51,7 +51,9 @@ def live_renderer(session: Session, trainable: Trainable) -> Renderer:
                                        rank=accelerator.process_index, world_size=accelerator.num_processes,
                                        clip_skip=clip_skip, device=accelerator.device, dtype=session.weight_dtype,
                                        per_prompt=trainable.sampling_prompt)
-        return written[0] if written else sample_path(out_dir, tag, prompt, trainable.model.family.sample_suffix)
+        if not written:  # another process: the main one rendered it
+            return sample_path(out_dir, tag, prompt, trainable.model.family.sample_suffix)
+        return written[0].replace(written[0].with_name(tag + written[0].suffix))  # live/step000001-001.png
 
     def answer(raw: object, step: int) -> None:
         wanted = parse_render_request(raw) if isinstance(raw, dict) else str(raw)
