@@ -277,3 +277,21 @@ def test_the_lora_renders_in_our_pipeline_as_diffusers_names_it(model: object, s
     """lora_for_pipeline: the file as the layer's load_lora_weights takes it (diffusers' own module names)."""
     converted = model.family.lora_for_pipeline(model.family.lora_in_own_names(saved.file), saved.view)
     assert {k.removeprefix("transformer.").rsplit(".lora_", 1)[0] for k in converted} == saved.updates.keys()
+
+
+def test_the_published_layout_gives_its_memory_facts() -> None:
+    """arch/transformer.json (the published layout: diffusers' class defaults) counted on the meta device: the
+    memory facts' parameters, and musubi-tuner's LoRA targets' parameters per rank."""
+    from accelerate import init_empty_weights
+    from diffusers import Ideogram4Transformer2DModel
+
+    from trainers.models.ideogram4.family import IDEOGRAM4 as FAMILY
+
+    config = json.loads((FAMILY.arch_dir / "transformer.json").read_text())
+    with init_empty_weights():
+        unet = Ideogram4Transformer2DModel.from_config(config)
+    facts = FAMILY.memory_facts
+    assert sum(p.numel() for p in unet.parameters()) == facts.denoiser and facts.swap_units == len(unet.layers)
+    per_rank = sum(sum(layer.in_features for layer in t.layers[:1]) + sum(layer.out_features for layer in t.layers)
+                   for t in FAMILY.lora_targets(unet))
+    assert per_rank == facts.lora_per_rank
