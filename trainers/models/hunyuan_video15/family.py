@@ -83,6 +83,7 @@ class HunyuanVideo15(HunyuanVideo15Rules, VideoFamily, FlowFamily, ModelFamily):
         model = super().load(folder, weight_dtype, vae_path, random_init)
         encode_images_as_frames(model.vae)
         batched_vae_attention(model.vae)
+        model.vae.enable_tiling()  # 256-pixel tiles, as its pipeline's example and musubi-tuner's caching tile it
         family = copy.copy(model.family)  # knowing its tokenizer's pad token and ByT5's width
         family.pad_token_id = model.tokenizers[0].pad_token_id
         family.glyph_width = model.text_encoders[1].config.d_model
