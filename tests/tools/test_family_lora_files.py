@@ -1,7 +1,7 @@
-"""The tools on the LoRA files Lumina 2, Krea 2 and Qwen-Image 2.1 runs save (their own naming, ModelFamily.lora_file:
-`diffusion_model.<reference path>` with lora_A/lora_B, or diffusers' paths with kohya's weights): inspect names the
-family and says diffusers and ComfyUI load every key; resize, merge and convert write the same naming back, which
-plain diffusers' load_lora_weights still loads with each module's change."""
+"""The tools on the LoRA files Lumina 2, Krea 2, Qwen-Image 2.1 and ERNIE-Image runs save (their own naming,
+ModelFamily.lora_file: `diffusion_model.<reference path>` with lora_A/lora_B, or diffusers' paths with kohya's
+weights): inspect names the family and says diffusers and ComfyUI load every key; resize, merge and convert write the
+same naming back, which plain diffusers' load_lora_weights still loads with each module's change."""
 from __future__ import annotations
 
 import copy
@@ -29,13 +29,16 @@ def _lumina2() -> nn.Module:
 
 
 def _builder(name: str):  # noqa: ANN202 - a function building the family's tiny transformer
+    from trainers.models.ernie_image.tiny import tiny_ernie_transformer
     from trainers.models.krea2.tiny import tiny_krea2_transformer
     from trainers.models.qwen_image21.tiny import tiny_qwen21_transformer
 
-    return {"lumina2": _lumina2, "krea2": tiny_krea2_transformer, "qwen_image21": tiny_qwen21_transformer}[name]
+    return {"lumina2": _lumina2, "krea2": tiny_krea2_transformer, "qwen_image21": tiny_qwen21_transformer,
+            "ernie_image": tiny_ernie_transformer}[name]
 
 
-PIPELINES = {"lumina2": "Lumina2Pipeline", "krea2": "Krea2Pipeline", "qwen_image21": "QwenImage21Pipeline"}
+PIPELINES = {"lumina2": "Lumina2Pipeline", "krea2": "Krea2Pipeline", "qwen_image21": "QwenImage21Pipeline",
+             "ernie_image": "ErnieImagePipeline"}
 
 
 def _saved(name: str, folder: Path, metadata: bool = True, unet: nn.Module | None = None) -> SimpleNamespace:
@@ -63,7 +66,7 @@ def _loaded_updates(saved: SimpleNamespace, path: Path) -> dict[str, torch.Tenso
             for name, m in unet.named_modules() if hasattr(m, "lora_A") and "default_0" in m.lora_A}
 
 
-@pytest.mark.parametrize("name", ["lumina2", "krea2", "qwen_image21"])
+@pytest.mark.parametrize("name", ["lumina2", "krea2", "qwen_image21", "ernie_image"])
 @pytest.mark.parametrize("metadata", [True, False], ids=["metadata", "keys only"])
 def test_inspect_names_the_family_and_that_diffusers_and_comfyui_load_every_key(name: str, metadata: bool,
                                                                                 tmp_path: Path) -> None:
@@ -79,7 +82,7 @@ def test_inspect_names_the_family_and_that_diffusers_and_comfyui_load_every_key(
     assert f"**Family:** {saved.family.title} (" in markdown and "| diffusers | yes | 0 |" in markdown
 
 
-@pytest.mark.parametrize("name", ["lumina2", "krea2", "qwen_image21"])
+@pytest.mark.parametrize("name", ["lumina2", "krea2", "qwen_image21", "ernie_image"])
 def test_resize_and_merge_write_the_familys_naming_back(name: str, tmp_path: Path) -> None:
     saved = _saved(name, tmp_path)
     before, _ = read_lora_file(saved.path)
@@ -93,7 +96,7 @@ def test_resize_and_merge_write_the_familys_naming_back(name: str, tmp_path: Pat
         assert metadata["ss_base_model_version"] == saved.family.base_model_version
 
 
-@pytest.mark.parametrize("name", ["krea2", "qwen_image21"])
+@pytest.mark.parametrize("name", ["krea2", "qwen_image21", "ernie_image"])
 def test_diffusers_loads_a_resized_and_a_merged_file_with_each_modules_change(name: str, tmp_path: Path) -> None:
     saved = _saved(name, tmp_path)
     original = _loaded_updates(saved, saved.path)
