@@ -60,8 +60,8 @@ class ErnieImage(FileNamedLora, ErnieImageRules, FlowFamily, ModelFamily):
         model = super().load(folder, weight_dtype, vae_path, random_init)
         (tokenizer,) = model.tokenizers
         tokenizer.padding_side = "right"  # the mask below counts a caption's tokens from the left
-        if tokenizer.pad_token is None:  # padding a batch needs one; the pipeline itself never pads
-            tokenizer.pad_token = tokenizer.unk_token or tokenizer.eos_token
+        if tokenizer.pad_token is None:  # padding a batch needs one (the pipeline never pads); its EOS is never
+            tokenizer.pad_token = tokenizer.eos_token  # in a caption's tokens (only the BOS is added)
         family = copy.copy(model.family)
         family.pad_token_id = tokenizer.pad_token_id
         return dataclasses.replace(model, family=family)
