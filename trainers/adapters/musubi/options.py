@@ -15,16 +15,18 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.adapters.kohya.keys import blank
+from trainers.adapters.musubi import wan
 from trainers.data.video_toml import is_video_dataset_config
 
 # musubi-tuner's network modules of the families trained here -> model_family
 FAMILY_MODULES: dict[str, str] = {"networks.lora_qwen_image": "qwen_image", "networks.lora_zimage": "zimage",
                                   "networks.lora_flux_2": "flux2", "networks.lora_krea2": "krea2",
-                                  "networks.lora_ideogram4": "ideogram4"}
+                                  "networks.lora_ideogram4": "ideogram4", "networks.lora_wan": "wan21"}
 # Keys only musubi-tuner writes (what tells its files from sd-scripts')
 MUSUBI_KEYS = frozenset({"dit", "dit_dtype", "fp8_vl", "fp8_llm", "fp8_scaled", "vae_dtype", "flow_shift",
                          "num_timestep_buckets", "preserve_distribution_shape", "remove_first_image_from_target",
-                         "use_32bit_attention", "img_in_txt_in_offloading", "block_swap_h2d_only", "turbo_dit"})
+                         "use_32bit_attention", "img_in_txt_in_offloading", "block_swap_h2d_only", "turbo_dit",
+                         "dit_high_noise", "timestep_boundary", "offload_inactive_dit", "fp8_t5"})
 _MODEL_FILES = ("dit", "text_encoder", "vae")
 _FOLDER = ("musubi-tuner's separate model files are not read for this family yet: give its diffusers folder (e.g. "
            "Qwen/Qwen-Image) as pretrained_model_name_or_path")
@@ -110,6 +112,8 @@ def is_musubi_file(flat: dict[str, Any]) -> bool:
 def read_musubi(flat: dict[str, Any], method: str, notes: list[str], issues: list[ConfigIssue]) -> dict[str, Any]:
     """`flat` (a musubi-tuner config's keys) as our options; refusals go to `issues`, translations to `notes`."""
     out = dict(flat)
+    if flat.get("network_module") == wan.MODULE:  # its task names the family (trainers/adapters/musubi/wan.py)
+        wan.read_wan(out, notes, issues)
     _family(out, notes, issues)
     family = str(out.get("model_family"))
     if family == "flux2":

@@ -1,0 +1,111 @@
+"""musubi-tuner's Wan training configs (docs/wan.md's wan_train_network.py examples as --config_file TOMLs) read as
+Atelier's options: networks.lora_wan with its task names the family (Wan 2.1, or the Wan 2.2 A14B pair and which
+expert it trains), musubi's names of the same meaning pass (timestep_boundary, discrete_flow_shift, fp8_base,
+blocks_to_swap), fp8_t5 is read as text_encoder_precision, and what cannot be honoured is refused by name (its model
+files, other tasks, offload_inactive_dit). Its video dataset TOML is kept for the video family."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainers.adapters.kohya.page_import import import_kohya_file
+from trainers.adapters.musubi.options import is_musubi_file, read_musubi
+from trainers.core.errors import ConfigError
+
+# docs/wan.md's training example (its model files left out), as a --config_file TOML
+WAN_LORA = """
+task = "t2v-1.3B"
+network_module = "networks.lora_wan"
+network_dim = 32
+mixed_precision = "bf16"
+sdpa = true
+fp8_base = true
+optimizer_type = "adamw8bit"
+learning_rate = 2e-4
+gradient_checkpointing = true
+max_data_loader_n_workers = 2
+persistent_data_loader_workers = true
+timestep_sampling = "shift"
+discrete_flow_shift = 3.0
+max_train_epochs = 16
+save_every_n_epochs = 1
+seed = 42
+output_dir = "/tmp/out"
+output_name = "wan-lora"
+"""
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "musubi.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_wan21_lora_config_reads_with_musubis_meaning(tmp_path: Path) -> None:
+    method, values, notes = import_kohya_file(_toml(tmp_path, WAN_LORA + "blocks_to_swap = 10\nfp8_t5 = true\n"))
+    assert method == "lora"
+    assert (values["model_family"], values["network_module"]) == ("wan21", "networks.lora")
+    assert values["pretrained_model_name_or_path"] == "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"  # the task's folder
+    assert (values["timestep_sampling"], values["discrete_flow_shift"]) == ("shift", 3.0)
+    assert (values["fp8_base"], values["blocks_to_swap"], values["text_encoder_precision"]) == (True, 10, "fp8")
+    assert values["network_alpha"] == 1.0  # musubi-tuner's default, not ours
+    assert any("task = 't2v-1.3B'" in n for n in notes)
+
+
+def test_an_a14b_config_with_both_experts_trains_both() -> None:
+    notes: list[str] = []
+    issues: list = []
+    out = read_musubi({"task": "t2v-A14B", "network_module": "networks.lora_wan", "timestep_boundary": 900,
+                       "pretrained_model_name_or_path": "/m/wan22"}, "lora", notes, issues)
+    assert issues == [] and out["model_family"] == "wan22" and out["timestep_boundary"] == 900
+    assert "train_expert" not in out  # ours defaults to both; musubi's both needs dit_high_noise (refused: a file)
+    issues = []
+    out = read_musubi({"task": "i2v-A14B", "network_module": "networks.lora_wan", "dit": "/m/low.safetensors",
+                       "dit_high_noise": "/m/high.safetensors"}, "lora", notes, issues)
+    assert out["train_expert"] == "both" and sorted(i.field for i in issues) == ["dit", "dit_high_noise"]
+    assert "Wan-AI/Wan2.2-I2V-A14B-Diffusers" in issues[0].message
+
+
+@pytest.mark.parametrize("timesteps, expert", [({"min_timestep": 875}, "high_noise"),
+                                               ({"max_timestep": 875}, "low_noise")])
+def test_one_a14b_expert_is_told_by_its_timestep_range(timesteps: dict[str, int], expert: str) -> None:
+    notes: list[str] = []
+    issues: list = []
+    out = read_musubi({"task": "t2v-A14B", "network_module": "networks.lora_wan", "dit": "/m/one.safetensors",
+                       **timesteps}, "lora", notes, issues)
+    assert out["train_expert"] == expert and "min_timestep" not in out and "max_timestep" not in out
+    assert [i.field for i in issues] == ["dit"]
+    issues = []
+    read_musubi({"task": "t2v-A14B", "network_module": "networks.lora_wan", "dit": "/m/one.safetensors"}, "lora",
+                notes, issues)
+    assert sorted(i.field for i in issues) == ["dit", "train_expert"]
+
+
+@pytest.mark.parametrize("line, field", [
+    ('task = "i2v-14B"', "task"),
+    ('task = "t2v-14B-FC"', "task"),
+    ('dit = "/m/wan2.1_t2v_1.3B_bf16.safetensors"', "dit"),
+    ('t5 = "/m/models_t5_umt5-xxl-enc-bf16.pth"', "t5"),
+    ('vae = "/m/Wan2.1_VAE.pth"', "vae"),
+    ('clip = "/m/models_clip.pth"', "clip"),
+    ("offload_inactive_dit = true", "offload_inactive_dit"),
+    ("force_v2_1_time_embedding = true", "force_v2_1_time_embedding"),
+    ("fp8_scaled = true", "fp8_scaled"),
+])
+def test_what_cannot_be_honoured_is_refused_by_name(tmp_path: Path, line: str, field: str) -> None:
+    text = "\n".join(x for x in WAN_LORA.splitlines() if x.split(" = ")[0] != line.split(" = ")[0])
+    with pytest.raises(ConfigError) as err:
+        import_kohya_file(_toml(tmp_path, text + "\n" + line + "\n"))
+    assert [issue.field for issue in err.value.issues] == [field]
+
+
+def test_its_video_dataset_config_is_kept_and_speed_options_left_out(tmp_path: Path) -> None:
+    dataset = tmp_path / "dataset.toml"
+    dataset.write_text('[general]\nresolution = [960, 544]\n\n[[datasets]]\nvideo_directory = "/data/clips"\n'
+                       'target_frames = [1, 25, 45]\nframe_extraction = "head"\n', encoding="utf-8")
+    assert is_musubi_file({"network_module": "networks.lora_wan"}) and is_musubi_file({"dit_high_noise": "x"})
+    _, values, notes = import_kohya_file(_toml(tmp_path, WAN_LORA + f'dataset_config = "{dataset}"\n'
+                                               "vae_cache_cpu = true\n"))
+    assert values["dataset_config"] == str(dataset)
+    assert any("vae_cache_cpu" in n for n in notes) and "vae_cache_cpu" not in values
