@@ -32,6 +32,9 @@ CLIP_L_248_LINEAR, CLIP_G_248_LINEAR = 85_524_480, 630_784_000
 LLAMA31_8B, LLAMA31_8B_LINEAR = 8_030_261_248, 7_504_658_432  # HiDream-I1's LlamaForCausalLM
 UMT5_XXL, UMT5_XXL_LINEAR = 5_680_910_336, 4_630_511_616  # Wan's UMT5-XXL encoder (T5-XXL's layers, 256k vocab)
 WAN21_VAE = QWEN_IMAGE_VAE  # Wan 2.1's causal 3D autoencoder: Qwen-Image's is the same network
+# Wan 2.1 T2V 14B, and each expert of Wan 2.2's A14B pair: WanTransformer3DModel 5120 wide, 40 layers (counted on
+# the meta device, diffusers 0.42.1); LoRA parameters per rank on its blocks' attention and feed-forward linears
+WAN_14B, WAN_14B_LINEAR, WAN_14B_LORA_PER_RANK = 14_288_491_584, 14_283_243_520, 4_792_320
 # HunyuanVideo 1.5's Qwen2.5-VL text model (its pipeline's Qwen2_5_VLTextModel: no vision tower, no lm_head) and
 # its causal 3D autoencoder (16x in space, 4x in time, 32 channels)
 QWEN25_VL_7B_TEXT, QWEN25_VL_7B_TEXT_LINEAR = 7_070_619_136, 6_525_288_448
