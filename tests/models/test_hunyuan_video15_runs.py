@@ -110,3 +110,29 @@ def test_a_sample_is_a_short_mp4_rendered_through_its_pipeline(tiny: Path, tmp_p
         assert "a sign reading" in container.metadata.get("comment", "")
     assert len(frames) == model.family.sample_frames == 25 and (frames[0].width, frames[0].height) == (48, 32)
     assert float(stream.average_rate) == model.family.frame_rate == 24.0
+
+
+@pytest.mark.slow
+def test_a_finetune_saves_a_folder_it_and_diffusers_load(tiny: Path, tmp_path: Path) -> None:
+    """2 full-weight steps from clips: the transformer trained, the text encoders not; the folder is claimed again,
+    and HunyuanVideo15Pipeline loads it given a guider (a finetune's folder has none)."""
+    from diffusers import HunyuanVideo15Pipeline
+    from diffusers.guiders import ClassifierFreeGuidance
+    from helpers import train
+
+    from trainers.models import load_model
+    from trainers.models.rules import folder_rules
+
+    assert train("finetune", tmp_path / "run", pretrained_model_name_or_path=str(tiny),
+                 dataset_config=str(video_dataset(tmp_path / "data")), output_dir=str(tmp_path / "out"),
+                 max_data_loader_n_workers=0, learning_rate=1e-3, save_precision="float", timestep_sampling="shift",
+                 discrete_flow_shift=2.0, max_train_steps=2, output_name="ft") == 0
+    folder = tmp_path / "out" / "ft"
+    assert folder_rules(folder).name == "hunyuan_video15"
+    before, after = load_model(str(tiny), "auto", torch.float32), load_model(str(folder), "auto", torch.float32)
+    trained = after.unet.state_dict()
+    assert any(not torch.equal(v, trained[k]) for k, v in before.unet.state_dict().items())
+    for ours, theirs in zip(before.text_encoders, after.text_encoders):
+        assert all(torch.equal(v, theirs.state_dict()[k]) for k, v in ours.state_dict().items())
+    pipe = HunyuanVideo15Pipeline.from_pretrained(folder, guider=ClassifierFreeGuidance(guidance_scale=6.0))
+    assert type(pipe.vae).__name__ == "AutoencoderKLHunyuanVideo15"

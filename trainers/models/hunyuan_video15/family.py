@@ -143,6 +143,11 @@ class HunyuanVideo15(HunyuanVideo15Rules, VideoFamily, FlowFamily, ModelFamily):
                     encoder_attention_mask_2=glyph_mask.bool().to(noisy.device),
                     image_embeds=noisy.new_zeros(batch, 0, config.image_embed_dim), return_dict=False)[0]
 
+    def model_index(self) -> dict[str, Any]:
+        """A finetune's folder names its autoencoder's class; it has no guider (diffusers takes one as
+        `from_pretrained(folder, guider=ClassifierFreeGuidance(guidance_scale=6.0))`) and no image encoder."""
+        return {"vae": ["diffusers", self.vae_class], "guider": [None, None]}
+
     # --- samples ---
 
     def scheduler_config(self) -> dict[str, Any]:
