@@ -4,6 +4,7 @@ prompt with its live weights (trainers/train/live_render.py). Render writes the 
 the run's events as the run panel reads them (the page's shared run watchers). No torch here."""
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from dataclasses import dataclass
@@ -19,7 +20,14 @@ from trainers.core import events as ev
 from trainers.core.prompts import parse_prompt_lines
 from trainers.core.registry import METHOD_NAMES
 from trainers.core.render_request import SEED_MAX, RenderRequest, parse_render_request
-from trainers.core.rundir import RunState, effective_state, read_status, write_render_request
+from trainers.core.rundir import (
+    CONTROL,
+    RENDER_REQUEST,
+    RunState,
+    effective_state,
+    read_status,
+    write_render_request,
+)
 from trainers.generate.options import GEN_BY_NAME
 
 FORM = ""  # the source value of the form's own model and LoRAs
@@ -79,6 +87,24 @@ def ask(runs_dir: Path, run_id: str, values: dict[str, Any], multiplier: float |
                        f"multiplier {wanted.multiplier:g}: the run renders it while paused…")
 
 
+def unanswered(run_dir: Path, request_id: str, state: RunState) -> str:
+    """Why the request `request_id` will not be answered (the run ended, or went on and left it untaken: it is taken
+    back), or "" while it may still be."""
+    if not state.active:
+        return f"`{run_dir.name}` ended before it rendered the request."
+    if state == RunState.PAUSED:
+        return ""
+    left = run_dir / CONTROL / RENDER_REQUEST
+    try:
+        mine = json.loads(left.read_text(encoding="utf-8")).get("id") == request_id
+    except (OSError, ValueError, AttributeError):
+        return ""  # taken: the run answers it
+    if not mine:
+        return ""
+    left.unlink(missing_ok=True)
+    return f"`{run_dir.name}` went on before it rendered the request: pause it again, then **Render**."
+
+
 def answer_text(run_id: str, answer: ev.LiveRender) -> str:
     if answer.error:
         return f"### Not rendered by `{run_id}`\n{plain(answer.error)}"
@@ -134,10 +160,10 @@ def wire_live_source(live: LiveSource, services: Any, widgets: dict[str, gr.comp
         view = services.watchers.view(runs_dir / run_id)
         answer = view.live_renders.get(request_id)
         if answer is None:
-            if view.state.active:
+            why = unanswered(runs_dir / run_id, request_id, view.state)
+            if not why:
                 return {}
-            return {status: f"### Not rendered\n`{run_id}` ended before it rendered the request.",
-                    pending: ("", ""), timer: gr.Timer(active=False)}
+            return {status: f"### Not rendered\n{why}", pending: ("", ""), timer: gr.Timer(active=False)}
         shown = answer.path if answer.path and _under(Path(answer.path), runs_dir) else None
         return {status: answer_text(run_id, answer), image: gr.Image(value=shown, visible=shown is not None),
                 pending: ("", ""), timer: gr.Timer(active=False)}

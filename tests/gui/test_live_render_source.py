@@ -90,3 +90,17 @@ def test_render_in_the_tab_writes_the_request_and_shows_the_runs_answer(tmp_path
     update_status(run, state="running")
     data[_by_id(blocks, "gen-source")] = "paused-run"
     assert NOT_PAUSED in on_render(data).values()
+
+
+def test_a_request_left_untaken_by_a_run_that_went_on_is_taken_back(tmp_path: Path) -> None:
+    from gui.live_render import unanswered
+    from trainers.core.rundir import RunState
+
+    run = _run(tmp_path, "r", "paused")
+    request_id, _ = ask(tmp_path, "r", FORM_VALUES, 1.0)
+    assert unanswered(run, request_id, RunState.PAUSED) == "", "paused: the run will answer it"
+    assert unanswered(run, "another", RunState.RUNNING) == "", "not this page's request"
+    assert "went on before it rendered" in unanswered(run, request_id, RunState.RUNNING)
+    assert not (run / CONTROL / RENDER_REQUEST).exists()
+    assert unanswered(run, request_id, RunState.RUNNING) == "", "taken: the run's answer comes"
+    assert "ended before" in unanswered(run, request_id, RunState.FINISHED)
