@@ -104,3 +104,18 @@ def test_a_request_left_untaken_by_a_run_that_went_on_is_taken_back(tmp_path: Pa
     assert not (run / CONTROL / RENDER_REQUEST).exists()
     assert unanswered(run, request_id, RunState.RUNNING) == "", "taken: the run's answer comes"
     assert "ended before" in unanswered(run, request_id, RunState.FINISHED)
+
+
+def test_a_paused_runs_panel_says_to_try_it_in_generate(tmp_path: Path) -> None:
+    from gui.run_files import RunWatcher
+    from gui.run_panel import render
+    from trainers.core.events import Progress
+
+    run = _run(tmp_path, "r", "paused")
+    update_status(run, activity="paused", launcher_pid=os.getpid())
+    EventWriter(run).emit(Progress(step=1, total_steps=8, epoch=1, total_epochs=1, loss=1.0, loss_smoothed=1.0,
+                                   lr=1e-4, it_per_s=1.0, images_per_s=2.0))
+    stats = render(RunWatcher(run).refresh())[2][1]
+    assert stats.startswith("**Paused…**") and "try it in **Generate**" in stats
+    update_status(run, state="running", activity="")
+    assert "Generate" not in render(RunWatcher(run).refresh())[2][1]
