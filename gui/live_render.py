@@ -32,6 +32,7 @@ from trainers.generate.options import GEN_BY_NAME
 
 FORM = ""  # the source value of the form's own model and LoRAs
 FORM_LABEL = "the model and LoRAs below"
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")  # what the image box shows (a clip's path is said instead)
 NOT_PAUSED = ("The run must be paused to render from its live weights: press **Pause** in its run panel, wait for "
               "*Paused*, then **Render** here.")
 
@@ -165,6 +166,8 @@ def wire_live_source(live: LiveSource, services: Any, widgets: dict[str, gr.comp
                 return {}
             return {status: f"### Not rendered\n{why}", pending: ("", ""), timer: gr.Timer(active=False)}
         shown = answer.path if answer.path and _under(Path(answer.path), runs_dir) else None
+        if shown and Path(shown).suffix.lower() not in IMAGE_SUFFIXES:  # a video family's clip: its path is said
+            shown = None
         return {status: answer_text(run_id, answer), image: gr.Image(value=shown, visible=shown is not None),
                 pending: ("", ""), timer: gr.Timer(active=False)}
 
