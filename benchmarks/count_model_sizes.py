@@ -70,6 +70,12 @@ MISTRAL_SMALL_31 = {  # mistralai/Mistral-Small-3.1-24B-Instruct-2503 (FLUX.2 de
     "vision_config": {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
                       "num_attention_heads": 16, "image_size": 1540, "patch_size": 14},
     "spatial_merge_size": 2, "multimodal_projector_bias": False, "tie_word_embeddings": False}
+MINISTRAL3_3B = {  # baidu/ERNIE-Image's text_encoder folder (Mistral3Model: Ministral 3 3B and its Pixtral tower)
+    "text_config": {"model_type": "mistral", "hidden_size": 3072, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 131072,
+                    "tie_word_embeddings": True},
+    "vision_config": MISTRAL_SMALL_31["vision_config"],
+    "image_token_index": 10, "spatial_merge_size": 2, "multimodal_projector_bias": False, "tie_word_embeddings": True}
 FLUX2_KLEIN = {  # the transformer configs of FLUX.2-klein-4B and -9B (their diffusers folders)
     "4b": {"num_layers": 5, "num_single_layers": 20, "num_attention_heads": 24, "joint_attention_dim": 7680,
            "guidance_embeds": False},
@@ -132,6 +138,11 @@ MODELS: dict[str, Published] = {
         "krea2", ("Krea2Transformer2DModel", {}), ("Qwen3VLModel", QWEN3_VL["4b"]), ("AutoencoderKLQwenImage", {}),
         "Krea 2 as diffusers 0.42.1's class defaults give it (no published diffusers folder: not cross-checked); its "
         "text_hidden_dim 2560 is Qwen3-VL-4B's width; Qwen-Image's VAE"),
+    "ernie_image": Published(
+        "ernie_image", ("ErnieImageTransformer2DModel", "ernie_image/arch/transformer.json"),
+        ("Mistral3Model", MINISTRAL3_3B), ("AutoencoderKLFlux2", {}),
+        "baidu/ERNIE-Image (36 single-stream layers, 32x128 heads, text_in_dim 3072; ComfyUI's comfy/ldm/ernie "
+        "defaults agree; Ministral 3 3B with its Pixtral tower; FLUX.2's AutoencoderKLFlux2)"),
 }
 
 
