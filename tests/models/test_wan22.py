@@ -356,3 +356,29 @@ def test_a_pair_run_saves_a_lora_per_expert_and_samples_an_mp4(pair_run: SimpleN
             assert torch.equal(tensor, combined[f"lora_unet_{name}_{key.removeprefix('lora_unet_')}"])
     # training and the sample: each expert only ever got its own timesteps
     assert min(pair_run.seen["high_noise"]) >= BOUNDARY * 1000 > max(pair_run.seen["low_noise"])
+
+
+PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan22_t2v_a14b_lora_*gb.toml"))
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])
+def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path, tmp_path: Path) -> None:
+    """By the estimate for the published A14B pair (both experts' weights, a LoRA on each, one expert's
+    activations), as its comment says, and Validate's preflight on the tiny pair with a video dataset config."""
+    from test_wan import _video_dataset
+
+    from trainers.core.options import load_config
+    from trainers.memory_estimate import FIT_MARGIN, estimate_memory
+    from trainers.preflight.report import preflight
+
+    tier = int(path.stem.rsplit("_", 1)[1].removesuffix("gb"))
+    published = load_config("lora", path, ['pretrained_model_name_or_path="Wan-AI/Wan2.2-T2V-A14B-Diffusers"'])
+    estimate = estimate_memory(published)
+    assert estimate.card_gb <= FIT_MARGIN * tier and estimate.caching_card_gb <= tier
+    comment = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
+    assert f"~{estimate.card_gb:.1f} GB of the card" in comment
+    cfg = load_config("lora", path, [f'pretrained_model_name_or_path="{tiny}"',
+                                     f'dataset_config="{_video_dataset(tmp_path / "data")}"',
+                                     f'output_dir="{tmp_path / "out"}"'])
+    report = preflight(cfg)
+    assert [str(issue) for issue in report.errors] == [] and report.train_samples == 7

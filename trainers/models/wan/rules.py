@@ -6,10 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainers.core.memory_facts import UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE, ModelSize
+from trainers.core.memory_facts import (
+    UMT5_XXL,
+    UMT5_XXL_LINEAR,
+    WAN21_VAE,
+    WAN_14B,
+    WAN_14B_LINEAR,
+    WAN_14B_LORA_PER_RANK,
+    ModelSize,
+)
 from trainers.models.flow_rules import FlowRules
 from trainers.models.rules import ModelLoadError
 
+# the 14B's activations for one 81-frame clip at 832x480 (21 latent frames x 1560 tokens): the 1.3B's scaled by width
+# (5120 / 1536) and depth (40 / 30), to calibrate on a GPU
+WAN_14B_ACTIVATIONS = (832 * 480, 149.0, 13.8)
 # Wan pipelines of diffusers that are not trained here yet, refused by name before anything loads
 REFUSED_PIPELINES = {"WanImageToVideoPipeline": "a Wan image-to-video model",
                      "WanVACEPipeline": "a Wan VACE model", "WanVideoToVideoPipeline": "a Wan video-to-video pipeline",
@@ -23,6 +34,9 @@ class WanRules(FlowRules):
     # frames x 1560 tokens): Z-Image's scaled by tokens x width, to calibrate on a GPU
     memory_facts = ModelSize(1_418_996_800, 1_417_641_984, UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE, 1_367_040, 0, 30,
                              "the published Wan 2.1 T2V 1.3B sizes", 832 * 480, 33.6, 3.1)
+    memory_variants = {("14b",): ModelSize(WAN_14B, WAN_14B_LINEAR, UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE,
+                                           WAN_14B_LORA_PER_RANK, 0, 40, "the published Wan 2.1 T2V 14B sizes",
+                                           *WAN_14B_ACTIVATIONS)}
     base_model_version = "wan21_t2v"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_WAN "wan" + task)
     modelspec_architecture = "wan2.1-t2v"
     arch_dir = Path(__file__).with_name("arch")  # the published 1.3B configs (transformer/, vae/)

@@ -9,13 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from trainers.core.errors import ConfigIssue
-from trainers.core.memory_facts import UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE, ModelSize
-from trainers.models.wan.rules import WanRules
+from trainers.core.memory_facts import (
+    UMT5_XXL,
+    UMT5_XXL_LINEAR,
+    WAN21_VAE,
+    WAN_14B,
+    WAN_14B_LINEAR,
+    WAN_14B_LORA_PER_RANK,
+    ModelSize,
+)
+from trainers.models.wan.rules import WAN_14B_ACTIVATIONS, WanRules
 
 PIPELINES = ("WanPipeline", "WanImageToVideoPipeline")
 T2V_BOUNDARY, I2V_BOUNDARY = 0.875, 0.9  # musubi-tuner's wan/configs (and Wan-AI's) boundaries per task
-# one 14B expert (diffusers' WanTransformer3DModel at 5120 wide, 40 layers), counted on the meta device
-EXPERT_14B, EXPERT_14B_LINEAR, EXPERT_14B_LORA_PER_RANK = 14_288_491_584, 14_283_243_520, 4_792_320
 
 
 def boundary_ratio(value: float | None, folder_ratio: float | None, default: float = T2V_BOUNDARY) -> float:
@@ -49,11 +55,12 @@ class Wan22Rules(WanRules):
     name = "wan22"
     title = "Wan 2.2"
     detect_priority = 4  # above Wan 2.1's: the same pipeline, a second expert
-    # both experts load (the one not trained renders samples); activations are one expert's, for one 81-frame clip
-    # at 832x480: Wan 2.1 1.3B's scaled by width (5120 / 1536) and depth (40 / 30), to calibrate on a GPU
-    memory_facts = ModelSize(2 * EXPERT_14B, 2 * EXPERT_14B_LINEAR, UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE,
-                             2 * EXPERT_14B_LORA_PER_RANK, 0, 80, "the published Wan 2.2 T2V A14B sizes (two experts)",
-                             832 * 480, 149.0, 13.8)
+    # both experts load (the one not trained renders samples), a LoRA on each (train_expert "both"); activations are
+    # one expert's (Wan 2.1 14B's); blocks_to_swap counts the blocks of each expert (40)
+    memory_facts = ModelSize(2 * WAN_14B, 2 * WAN_14B_LINEAR, UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE,
+                             2 * WAN_14B_LORA_PER_RANK, 0, 40, "the published Wan 2.2 T2V A14B sizes (two experts)",
+                             *WAN_14B_ACTIVATIONS)
+    memory_variants = {}  # not Wan 2.1's 14B ("a14b" holds "14b")
     base_model_version = "wan22_t2v_a14b"
     modelspec_architecture = "wan2.2-t2v-a14b"
 
