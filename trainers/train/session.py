@@ -119,8 +119,11 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     model = run_model(cfg, model)
     # The caption pass holds the text encoders alone on the device (with cached outputs they leave it after the pass,
     # and they go there only when a caption is not cached on disk); the denoiser stays in host RAM until then.
-    text_pass = _text_pass(cfg, precision, model, accelerator.device, weight_dtype)
-    _place_encoders(precision, model, accelerator.device, weight_dtype, text_encoders=not cfg.cache_text_encoder_outputs)
+    encoders = _TextEncoders(cfg, model, accelerator.device, weight_dtype)
+    _place_encoders(precision, model, accelerator.device, weight_dtype)
+    if not cfg.cache_text_encoder_outputs:
+        encoders.place()  # with the VAE, before the denoiser: they stay for the steps
+    text_pass = TextPass(encoders.place, encoders.batch_size)
     if clips is not None and not model.family.is_video:  # a hub id's family is known only now
         raise ConfigError([ConfigIssue("dataset_config", f"clips train only with a video family (docs/video.md), and "
                                        f"{model.family.title} trains on images", "dataset")])
@@ -129,6 +132,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
         data = replace(data, catalog=cast(Catalog, replace(clips, video=cast(VideoCatalog, data.catalog))))
     else:
         data = build_pipeline(cfg, catalog, model, accelerator, events, text_pass)  # caches, bucket batches, workers
+    encoders.settle()
     offloading = bool(cfg.values.get("blocks_to_swap") or cfg.values.get("layer_offload_fraction"))
     base = base_precision(cfg.values)
     if base != "none":  # onto the device, which the text encoders have left (offloaded: in host RAM)
@@ -193,38 +197,47 @@ def _distilled_base(cfg: TrainConfig, model: LoadedModel, model_path: Path, even
 
 
 def _place_encoders(precision: PrecisionOptions, model: LoadedModel, device: torch.device,
-                    weight_dtype: torch.dtype, text_encoders: bool = True) -> None:
-    """The VAE and (unless the caption pass places them: `text_encoders` False) the text encoders on the device,
-    before the denoiser: caching their outputs then never holds them and the denoiser at once (T5-XXL and FLUX's
-    transformer are 9.5 and 23.8 GB in bf16)."""
+                    weight_dtype: torch.dtype) -> None:
+    """The VAE on the device, before the denoiser (the text encoders go there with _TextEncoders.place): caching
+    their outputs then never holds them and the denoiser at once (T5-XXL and FLUX's transformer are 9.5 and 23.8 GB
+    in bf16)."""
     if precision.gradient_checkpointing:
         for te in model.text_encoders:
             te.gradient_checkpointing_enable()
     # Some VAEs (SDXL's) overflow in fp16; bf16 has the range, fp32 is the safe default elsewhere.
     keep_vae_fp32 = precision.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
     model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
-    for te in model.text_encoders if text_encoders else []:
-        te.to(device)
 
 
-def _text_pass(cfg: TrainConfig, precision: PrecisionOptions, model: LoadedModel, device: torch.device,
-               weight_dtype: torch.dtype) -> TextPass:
-    """The text encoders quantized (text_encoder_precision) onto the device: at once when they stay for the steps,
-    else when the caption pass first encodes (never, when every caption is cached on disk); and how many captions
-    that pass encodes at once (text_encoder_batch_size, else as many as the device's free memory holds)."""
-    mode = str(cfg.values.get("text_encoder_precision") or "none")
+class _TextEncoders:
+    """The text encoders quantized (text_encoder_precision) onto the device when they are placed: at once when they
+    stay for the steps, else when the caption pass first encodes. When it encodes none (every caption cached on
+    disk) they are never placed, and `settle` quantizes them in host RAM, so what encodes later (a slider's prompts,
+    a new sample prompt, an edit model's pairs) encodes as the cached captions were."""
 
-    def place() -> None:
-        for encoder in model.text_encoders:
-            if mode != "none":
-                quantize_frozen(encoder, mode, weight_dtype, device)
-            encoder.to(device)
+    def __init__(self, cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
+        self.model, self.device, self.weight_dtype = model, device, weight_dtype
+        self.mode = str(cfg.values.get("text_encoder_precision") or "none")
+        self.given = cfg.values.get("text_encoder_batch_size")
+        self.quantized = False
 
-    if not cfg.cache_text_encoder_outputs:
-        place()  # with the VAE, before the denoiser
-        return TextPass()
-    given = cfg.values.get("text_encoder_batch_size")
-    return TextPass(place, lambda: int(given) if given else _caption_batch(model, device, weight_dtype))
+    def place(self) -> None:
+        self._quantize(self.device)
+        for encoder in self.model.text_encoders:
+            encoder.to(self.device)
+
+    def settle(self) -> None:
+        self._quantize(torch.device("cpu"))
+
+    def batch_size(self) -> int:
+        """Captions the pass encodes at once: text_encoder_batch_size, else what the device's free memory holds."""
+        return int(self.given) if self.given else _caption_batch(self.model, self.device, self.weight_dtype)
+
+    def _quantize(self, device: torch.device) -> None:
+        if self.mode != "none" and not self.quantized:
+            for encoder in self.model.text_encoders:
+                quantize_frozen(encoder, self.mode, self.weight_dtype, device)
+        self.quantized = True
 
 
 def _caption_batch(model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> int:
