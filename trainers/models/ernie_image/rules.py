@@ -17,9 +17,9 @@ TURBO = "ERNIE-Image-Turbo"
 class ErnieImageRules(FlowRules):
     name = "ernie_image"
     title = "ERNIE-Image"
-    # counted on the meta device from arch/transformer.json and the published text_encoder config (Mistral3Model:
-    # Ministral 3's 26-layer language model and its Pixtral vision tower); LoRA per rank: the blocks' attention and
-    # MLP layers (lora_targets); activations: FLUX.1's scaled by width x blocks, to calibrate
+    # benchmarks/count_model_sizes.py's count on the meta device from arch/transformer.json and the published
+    # text_encoder config (Mistral3Model: Ministral 3's 26-layer language model and its Pixtral vision tower); LoRA per
+    # rank: the blocks' attention and MLP layers (lora_targets); activations: FLUX.1's scaled by width x blocks
     memory_facts = ModelSize(8_033_490_048, 8_032_616_448, MINISTRAL3_3B, MINISTRAL3_3B_LINEAR, FLUX2_AE, 2_949_120, 0,
                              36, "the published ERNIE-Image sizes", 1024 * 1024, 15.2, 1.4, tokens=ERNIE_IMAGE_TOKENS)
     base_model_version = "ernie_image"  # ai-toolkit's arch name (its LoRAs' ss_base_model_version)
