@@ -378,19 +378,20 @@ def test_a_resumed_clip_lora_equals_the_uninterrupted_one(clip_runs: SimpleNames
     assert max((clip_runs.lora[k] - clip_runs.resumed[k]).abs().max().item() for k in clip_runs.lora) < 1e-6
 
 
-PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan21_t2v_1_3b_lora_*gb.toml"))
+PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan21_t2v_*_lora_*gb.toml"))
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])
 def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path, tmp_path: Path) -> None:
-    """By the estimate for the published 1.3B (as its comment says, the caption pass too), and Validate's preflight
-    on the tiny model with a video dataset config."""
+    """By the estimate for the published 1.3B or 14B (as its comment says, the caption pass too), and Validate's
+    preflight on the tiny model with a video dataset config."""
     from trainers.core.options import load_config
     from trainers.memory_estimate import FIT_MARGIN, estimate_memory
     from trainers.preflight.report import preflight
 
     tier = int(path.stem.rsplit("_", 1)[1].removesuffix("gb"))
-    published = load_config("lora", path, ['pretrained_model_name_or_path="Wan-AI/Wan2.1-T2V-1.3B-Diffusers"'])
+    size = "14B" if "_14b_" in path.stem else "1.3B"
+    published = load_config("lora", path, [f'pretrained_model_name_or_path="Wan-AI/Wan2.1-T2V-{size}-Diffusers"'])
     estimate = estimate_memory(published)
     assert estimate.card_gb <= FIT_MARGIN * tier and estimate.caching_card_gb <= tier
     comment = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
