@@ -1,6 +1,6 @@
 """Render while paused (trainers/train/live_render.py): a paused run renders the Generate tab's request with its live
-weights into live/, answers a bad request with the reason and stays paused, and, continued, ends with the same final
-weights as an unpaused run. Trainers run in this process, on the tests' fake model family (tests/fake_family/)."""
+weights into live/, answers a bad request or a failed render with the reason and stays paused, and, continued, ends
+with the same final weights as an unpaused run. Trainers run in this process, on the tests' fake model family (tests/fake_family/)."""
 from __future__ import annotations
 
 import json
@@ -54,8 +54,9 @@ def _answer(run: Path, request_id: str) -> dict:
 
 
 class Asker(threading.Thread):
-    """Pause pressed before the run starts (it pauses after step 1); once paused: a good render request, a bad
-    one (written by hand, as a script might), then one at multiplier 0, each awaited; then Continue."""
+    """Pause pressed before the run starts (it pauses after step 1); once paused: a good render request, two bad
+    ones (written by hand, as a script might), one at multiplier 0 and one whose render fails, each awaited; then
+    Continue."""
 
     def __init__(self, run: Path) -> None:
         super().__init__(daemon=True)
@@ -81,6 +82,8 @@ class Asker(threading.Thread):
         write_render_request(self.run_dir, RenderRequest(id="off", prompt="sks shape, a red cross", seed=7, steps=3,
                                                          width=64, height=72, cfg_scale=4.0, multiplier=0.0))
         self.answers["off"] = _answer(self.run_dir, "off")
+        write_render_request(self.run_dir, RenderRequest(id="boom", prompt="explode"))
+        self.answers["boom"] = _answer(self.run_dir, "boom")
         self.states.append(str(read_status(self.run_dir).get("state")))
         request(self.run_dir, Request.CONTINUE)
 
@@ -98,7 +101,18 @@ def _lora_file(path: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_a_paused_run_renders_with_its_live_weights_and_ends_as_an_unpaused_one(lora: dict, tmp_path: Path) -> None:
+def test_a_paused_run_renders_with_its_live_weights_and_ends_as_an_unpaused_one(lora: dict, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainers.sampling import pipeline
+
+    real = pipeline.generate_samples
+
+    def failing(model: object, prompts: list, *args: object, **kwargs: object) -> list:
+        if prompts[0].prompt == "explode":
+            raise RuntimeError("out of memory (planted)")
+        return real(model, prompts, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "generate_samples", failing)
     assert train("lora", tmp_path / "straight", **lora, output_name="straight") == 0
     run = tmp_path / "paused"
     asker = Asker(run)
@@ -120,6 +134,7 @@ def test_a_paused_run_renders_with_its_live_weights_and_ends_as_an_unpaused_one(
     assert "'heigth'" in asker.answers["bad"]["error"] and "'height'" in asker.answers["bad"]["error"]
     assert "width 100 must be a multiple of 8 (e.g. 96 or 104)" in asker.answers["bad size"]["error"]
     assert asker.states == ["paused", "paused"], "a bad request leaves the run paused"
+    assert asker.answers["boom"]["error"] == "the render failed: RuntimeError: out of memory (planted)"
     off = asker.answers["off"]
     assert off.get("error") is None and off["multiplier"] == 0.0 and Path(off["path"]) != image
 

@@ -73,6 +73,7 @@ def live_renderer(session: Session, trainable: Trainable) -> Renderer:
                 path = render(wanted, step)
         except Exception as err:  # noqa: BLE001 - answered in the event; the run stays paused
             error = f"the render failed: {type(err).__name__}: {err}"
+            _free_cached_memory()  # e.g. out of memory at a large size: training goes on with what it had
         finally:
             accelerator.wait_for_everyone()
             if main:
@@ -108,6 +109,13 @@ def _at(trainable: Trainable, multiplier: float) -> ContextManager[Any]:
         return trainable.at_multiplier(multiplier)
     assert trainable.without_output is not None  # _multiplier_refused said so
     return trainable.without_output()
+
+
+def _free_cached_memory() -> None:
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def _next_number(folder: Path) -> int:
