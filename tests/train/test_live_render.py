@@ -1,6 +1,7 @@
 """Render while paused (trainers/train/live_render.py): a paused run renders the Generate tab's request with its live
 weights into live/, answers a bad request or a failed render with the reason and stays paused, and, continued, ends
-with the same final weights as an unpaused run. Trainers run in this process, on the tests' fake model family (tests/fake_family/)."""
+with the same final weights as an unpaused run. Trainers run in this process (and as two DDP processes), on the tests'
+fake model family (tests/fake_family/)."""
 from __future__ import annotations
 
 import json
