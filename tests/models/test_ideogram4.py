@@ -295,3 +295,21 @@ def test_the_published_layout_gives_its_memory_facts() -> None:
     per_rank = sum(sum(layer.in_features for layer in t.layers[:1]) + sum(layer.out_features for layer in t.layers)
                    for t in FAMILY.lora_targets(unet))
     assert per_rank == facts.lora_per_rank
+
+
+def test_a_saved_folder_keeps_the_unconditional_transformer_and_loads_in_diffusers(model: object,
+                                                                                 tmp_path: Path) -> None:
+    """A finetune's diffusers folder: the trained (conditional) transformer, FLUX.2's autoencoder class, and the
+    loaded folder's unconditional transformer as it was, so that Ideogram4Pipeline.from_pretrained loads it."""
+    from diffusers import Ideogram4Pipeline
+
+    from trainers.models.single_file.save import save_diffusers_folder
+
+    folder = save_diffusers_folder(model, tmp_path / "saved", torch.float32)
+    index = json.loads((folder / "model_index.json").read_text())
+    assert index["vae"] == ["diffusers", "AutoencoderKLFlux2"]
+    assert index["unconditional_transformer"] == ["diffusers", "Ideogram4Transformer2DModel"]
+    pipe = Ideogram4Pipeline.from_pretrained(folder)
+    source = Ideogram4Pipeline.from_pretrained(model.source).unconditional_transformer.state_dict()
+    assert all(torch.equal(v, source[k]) for k, v in pipe.unconditional_transformer.state_dict().items())
+    assert folder_rules(folder) is IDEOGRAM4

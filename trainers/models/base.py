@@ -320,6 +320,11 @@ class ModelFamily(FamilyRules):
         """Entries of a saved diffusers folder's model_index.json beyond the components."""
         return {}
 
+    def kept_components(self) -> dict[str, tuple[Path, list[str]]]:
+        """Components of the loaded folder that a saved diffusers folder keeps as they are (neither trained nor
+        loaded, e.g. Ideogram 4's unconditional transformer): name -> (its folder, its model_index.json entry)."""
+        return {}
+
     def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
         """The family's ss_* and modelspec.* values in a LoRA file (kohya's, for the loaders that read them): these
         four, and any others the family writes (they override the run's; None leaves a key out)."""

@@ -42,6 +42,7 @@ from trainers.models.ideogram4.sequence import image_positions, packed, patchify
 from trainers.models.lora_file_names import FileNamedLora
 
 TEXT_LENGTH = 512
+UNCONDITIONAL = "unconditional_transformer"
 MARK = "\x00caption\x00"  # stands for the caption while the chat template is rendered
 TEXT_LAYERS = (0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, 35)  # the pipeline's QWEN3_VL_ACTIVATION_LAYERS
 SHIFT_STD = 1.5  # the pipeline's and musubi-tuner's logit-normal std
@@ -62,10 +63,14 @@ class Ideogram4(FileNamedLora, Ideogram4Rules, FlowFamily, ModelFamily):
     lora_file_modules = LORA_FILE_MODULES
     lora_file_peft = False  # kohya's weight names and alpha: diffusers' conversion and ComfyUI read both
     pad_token_id: int = 0  # its tokenizer's, set when loaded
+    unconditional_folder: Path | None = None  # the loaded folder's unconditional transformer, kept by saved folders
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         model = FlowFamily.load(self, folder, weight_dtype, vae_path, random_init)
-        return replace(model, family=model.family.with_tokenizer(model.tokenizers[0]))
+        family = model.family.with_tokenizer(model.tokenizers[0])
+        unconditional = Path(folder) / UNCONDITIONAL
+        family.unconditional_folder = unconditional if unconditional.is_dir() else None
+        return replace(model, family=family)
 
     def with_tokenizer(self, tokenizer: Any) -> "Ideogram4":
         """A copy whose prompt template is the chat template around a caption, as the pipeline renders it; the
@@ -152,6 +157,16 @@ class Ideogram4(FileNamedLora, Ideogram4Rules, FlowFamily, ModelFamily):
         mean, std = _patch_stats(vae, latents)
         grid = unpatchify(latents * std + mean, 2 * (height // (2 * scale)), 2 * (width // (2 * scale)))
         return vae.decode(grid.to(vae.device, vae.dtype)).sample
+
+    def model_index(self) -> dict[str, Any]:
+        return {"vae": ["diffusers", self.vae_class]}
+
+    def kept_components(self) -> dict[str, tuple[Path, list[str]]]:
+        """The unconditional transformer (never trained: LoRAs and finetunes train the conditional one), copied into
+        a saved folder so that Ideogram4Pipeline.from_pretrained loads it."""
+        if self.unconditional_folder is None:
+            return {}
+        return {UNCONDITIONAL: (self.unconditional_folder, ["diffusers", self.transformer_class])}
 
     # --- LoRA ---
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -152,6 +153,9 @@ def save_diffusers_folder(model: LoadedModel, folder: Path, dtype: torch.dtype =
             index[f"text_encoder{suffix}"] = ["transformers", type(te).__name__]
             index[f"tokenizer{suffix}"] = ["transformers", type(tok).__name__]
         sched_cls.from_config(sched_cfg).save_pretrained(tmp / "scheduler")
+        for name, (source, entry) in model.family.kept_components().items():
+            shutil.copytree(source, tmp / name)
+            index[name] = entry
         (tmp / "model_index.json").write_text(json.dumps(dict(sorted(index.items())), indent=2) + "\n",
                                               encoding="utf-8")
     return folder
