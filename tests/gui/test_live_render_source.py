@@ -32,7 +32,8 @@ def _run(runs: Path, name: str, state: str) -> Path:
 def test_a_paused_run_is_offered_and_asked_for_the_forms_first_prompt(tmp_path: Path) -> None:
     paused, running = _run(tmp_path, "paused-run", "paused"), _run(tmp_path, "busy", "running")
     _run(tmp_path, "done", "finished")
-    assert source_choices(tmp_path) == [("the model and LoRAs below", FORM), ("the paused run paused-run", "paused-run")]
+    assert source_choices(tmp_path) == [("the model and LoRAs below", FORM),
+                                        ("the paused run paused-run", "paused-run")]
 
     request_id, text = ask(tmp_path, "paused-run", FORM_VALUES, 0.5)
     assert request_id and "Rendering" in text
@@ -59,7 +60,8 @@ def _by_id(blocks: gr.Blocks, elem_id: str) -> Any:
 
 def test_render_in_the_tab_writes_the_request_and_shows_the_runs_answer(tmp_path: Path) -> None:
     run = _run(tmp_path, "paused-run", "paused")
-    services = SimpleNamespace(runs_dir=tmp_path, jobs=None, queue=None, allowed_roots=None, watchers=Watchers(min_interval_s=0))
+    services = SimpleNamespace(runs_dir=tmp_path, jobs=None, queue=None, allowed_roots=None,
+                               watchers=Watchers(min_interval_s=0))
     with gr.Blocks() as blocks:
         build_generate_tab(services)
     on_render, on_tick = _handler(blocks, "on_render"), _handler(blocks, "on_tick")
