@@ -382,3 +382,18 @@ def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path
                                      f'output_dir="{tmp_path / "out"}"'])
     report = preflight(cfg)
     assert [str(issue) for issue in report.errors] == [] and report.train_samples == 7
+
+
+@pytest.mark.slow
+def test_a_resumed_pair_lora_equals_the_uninterrupted_one(tiny: Path, tmp_path: Path) -> None:
+    """Both experts' LoRAs (the run's file holds both) resumed from the step-1 state equal the straight run's."""
+    from helpers import resumed_saves
+    from test_wan import _video_dataset
+
+    straight, resumed = resumed_saves("lora", tmp_path, pretrained_model_name_or_path=str(tiny),
+                                      dataset_config=str(_video_dataset(tmp_path / "data")),
+                                      max_data_loader_n_workers=0, learning_rate=1e-2, network_dim=4,
+                                      network_alpha=2, timestep_sampling="shift", discrete_flow_shift=3.0)
+    assert straight.keys() == resumed.keys() and any("low_noise" in k for k in straight)
+    assert max((straight[k] - resumed[k]).abs().max().item() for k in straight) < 1e-6
+    assert (tmp_path / "out" / "straight_high_noise.safetensors").exists()
