@@ -136,3 +136,66 @@ def test_a_finetune_saves_a_folder_it_and_diffusers_load(tiny: Path, tmp_path: P
         assert all(torch.equal(v, theirs.state_dict()[k]) for k, v in ours.state_dict().items())
     pipe = HunyuanVideo15Pipeline.from_pretrained(folder, guider=ClassifierFreeGuidance(guidance_scale=6.0))
     assert type(pipe.vae).__name__ == "AutoencoderKLHunyuanVideo15"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cached", [False, True])
+def test_two_steps_from_clips_through_the_video_data_path(tiny: Path, tmp_path: Path, cached: bool) -> None:
+    """As the presets train: build_video_pipeline's clip windows (latents and both encoders' packed caption states
+    cached on disk, or neither) into the flow objective, 5D latents, the LoRA's file in ComfyUI's names."""
+    import dataclasses
+    import json
+
+    from trainers.core.options import load_config
+    from trainers.data.cache import CACHE_DIR
+    from trainers.data.pipeline import build_video_pipeline
+    from trainers.methods.lora.network import LoRANetwork
+    from trainers.models import load_model
+    from trainers.models.video_data import video_run_catalog
+    from trainers.train.diffusion import NoiseOptions
+    from trainers.train.flow import flow_loss
+
+    model = load_model(str(tiny), "auto", torch.float32)
+    config = video_dataset(tmp_path)
+    (tmp_path / "cfg.toml").write_text("")
+    flags = json.dumps(cached)
+    cfg = load_config("lora", tmp_path / "cfg.toml", [
+        f"cache_latents={flags}", f"cache_latents_to_disk={flags}", f"cache_text_encoder_outputs={flags}",
+        f"cache_text_encoder_outputs_to_disk={flags}", "max_data_loader_n_workers=0"])
+    accelerator = SimpleNamespace(is_main_process=True, num_processes=1, device=torch.device("cpu"))
+    warned: list[str] = []
+    events = SimpleNamespace(warn=warned.append, emit=lambda event: None)
+    family = model.family.configured({**cfg.values, "timestep_sampling": "shift", "discrete_flow_shift": 2.0})
+    run = dataclasses.replace(model, family=family, unet=copy.deepcopy(model.unet),
+                              text_encoders=[copy.deepcopy(t) for t in model.text_encoders])
+    catalog = video_run_catalog({"dataset_config": str(config), "model_family": "hunyuan_video15"}, []).video
+    data = build_video_pipeline(cfg, catalog, run, accelerator, events)
+    assert warned == []
+    if cached:
+        assert any((tmp_path / "clips" / CACHE_DIR / "text").iterdir())
+    targets = family.lora_targets(run.unet)
+    network = LoRANetwork(run.unet, [], unet_key_style="own", network_dim=4, network_alpha=2,
+                          train_text_encoder=False, unet_targets=targets)
+    network.apply_to()
+    optimizer = torch.optim.AdamW(network.parameters(), lr=1e-2)
+
+    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, ids: list[torch.Tensor] | None, sizes: object,
+                  embeds: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        # cached: the packed states and their mask in the (hidden, pooled) slots, as the trainer's predictor reads them
+        hidden, mask = family.encode_prompts(run.text_encoders, ids, 1) if embeds is None else embeds
+        return family.denoise(run.unet, noisy, timesteps, hidden, mask, sizes)
+
+    opts = NoiseOptions(seed=1, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
+    before = {k: v.clone() for k, v in network.kohya_state_dict(torch.float32).items()}
+    for step, batch in zip(range(2), data.loader):
+        assert ("prompt_embeds" in batch) == cached and ("latent_mean" in batch) == cached
+        if cached:
+            assert batch["prompt_embeds"].shape == (1, 1000 + 256, 32) and batch["pooled_embeds"].shape == (1, 1256)
+        loss = flow_loss(predictor, data.model, batch, opts, torch.float32)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        assert torch.isfinite(loss), step
+    after = network.kohya_state_dict(torch.float32)
+    assert any(not torch.equal(before[k], after[k]) for k in after if k.endswith("lora_up.weight"))
+    assert "lora_unet_double_blocks_1_img_attn_qkv.lora_up.weight" in family.lora_file(after, run)
