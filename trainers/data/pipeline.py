@@ -186,8 +186,8 @@ def text_encoder_key(cfg: TrainConfig, model: Any) -> str:
               if str(cfg.values.get(name) or "").strip()]
     versions = [f"{f}|{f.stat().st_size}|{f.stat().st_mtime_ns}" for f in files if f.is_file()]
     dtype = next(model.text_encoders[0].parameters()).dtype
-    settings = (model.family.name, cfg.clip_skip, cfg.max_token_length, cfg.weighted_captions, str(dtype),
-                repr(getattr(model.family, "settings", "")))
+    settings: tuple[Any, ...] = (model.family.name, cfg.clip_skip, cfg.max_token_length, cfg.weighted_captions,
+                                 str(dtype), repr(getattr(model.family, "settings", "")))
     quantized = str(cfg.values.get("text_encoder_precision") or "none")
     if quantized != "none":  # unquantized encoders keep the key they had before this was part of it
         settings += (f"text_encoder_precision={quantized}",)
