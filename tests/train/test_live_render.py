@@ -203,3 +203,51 @@ def test_two_processes_render_once_and_train_on(lora: dict, tmp_path: Path) -> N
     assert [p.name for p in (run / LIVE).iterdir()] == [Path(answers[0]["path"]).name]
     assert read_status(run)["state"] == "finished"
     assert [e["request"] for e in events(run) if e["type"] == "live_render"] == ["both"], "answered once"
+
+
+@pytest.mark.slow
+def test_a_paused_tiny_sd1_run_renders_what_its_next_sample_shows(tiny_sd1_dir: Path, tmp_path: Path) -> None:
+    """The demo's kind of model (a tiny SD1.x, a LoRA with conv layers): the live render at step 1 is the image the
+    step-1 sample makes with the same settings (the live weights, not a save's), at multiplier 0 the base model's
+    (the step-0 sample), and the run ends with the weights of an unpaused one."""
+    data = build_dataset(tmp_path / "data", folder="2_sks shape")
+    common = {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data),
+              "output_dir": str(tmp_path / "out"), **FAST, "max_train_steps": 2, "network_dim": 8,
+              "network_alpha": 8.0, "conv_dim": 8, "conv_alpha": 8.0, "learning_rate": 0.01,
+              "sample_prompt_lines": ["sks shape, grey cross --s 2 --d 1"], "sample_every_n_steps": 1,
+              "sample_at_first": True}
+    assert train("lora", tmp_path / "straight", **common, output_name="straight") == 0
+    run = tmp_path / "paused"
+    request(run, Request.PAUSE)
+    answers: dict[str, dict] = {}
+    failures: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            _wait(lambda: read_status(run).get("state") == "paused", "the paused state")
+            for name, multiplier in (("live", 1.0), ("base", 0.0)):
+                write_render_request(run, RenderRequest(id=name, prompt="sks shape, grey cross", seed=1, steps=2,
+                                                        multiplier=multiplier))
+                answers[name] = _answer(run, name)
+            request(run, Request.CONTINUE)
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            failures.append(err)
+            request(run, Request.STOP)
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    assert train("lora", run, **common, output_name="paused") == 0
+    asker.join(WAIT_S)
+    assert not failures, failures
+    samples = {e["step"]: e["path"] for e in events(run) if e["type"] == "sample"}
+
+    def pixels(path: str) -> bytes:
+        with Image.open(path) as image:
+            return image.tobytes()
+
+    assert pixels(answers["live"]["path"]) == pixels(samples[1]), "rendered with the weights of step 1"
+    assert pixels(answers["base"]["path"]) == pixels(samples[0]), "multiplier 0: the base model"
+    assert pixels(samples[1]) != pixels(samples[0]), "the first step changed the image (else the test sees nothing)"
+    out = tmp_path / "out"
+    a, b = _lora_file(out / "straight.safetensors"), _lora_file(out / "paused.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
