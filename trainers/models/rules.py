@@ -129,6 +129,7 @@ class FamilyRules(ABC):
     is_video: bool = False
     frame_rule: int = 1
     frame_rate: float | None = None
+    bucket_step: int = 16  # the side step of its video buckets (musubi-tuner's 16; Wan 2.2 TI2V 5B's 16x VAE: 32)
     # its variants' sizes, keyed by the words (lowercase) a hub id of that variant holds, the most specific first
     memory_variants: Mapping[tuple[str, ...], ModelSize] = {}
 

@@ -55,7 +55,8 @@ def video_run_catalog(values: Mapping[str, Any], warnings: list[str]) -> "RunCli
                                        "set train_data_dir to an image folder", "dataset")])
     specs = load_video_dataset_config(Path(str(values[FIELD])), warnings)
     rule, rate = (family.frame_rule, family.frame_rate) if family is not None else (4, None)
-    catalog = build_video_catalog(specs, rule, rate, warnings=warnings)
+    step = family.bucket_step if family is not None else 16
+    catalog = build_video_catalog(specs, rule, rate, bucket_steps=step, warnings=warnings)
     warnings.extend(catalog.warnings)
     return RunClips(catalog)
 
