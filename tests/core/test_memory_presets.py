@@ -49,7 +49,7 @@ FLOW_MODELS = {"chroma": "lodestones/Chroma1-HD", "zimage": "Tongyi-MAI/Z-Image"
                "flux2_klein": "black-forest-labs/FLUX.2-klein-base-{size}", "flux2_dev": "black-forest-labs/FLUX.2-dev",
                "hunyuan_image21": "hunyuanvideo-community/HunyuanImage-2.1-Diffusers",
                "hidream": "HiDream-ai/HiDream-I1-Full", "ernie_image": "baidu/ERNIE-Image",
-               "ideogram4": "ideogram-ai/ideogram-v4"}
+               "ideogram4": "ideogram-ai/ideogram-4-fp8"}
 FLOW_TINY = {**{family: (module, builder) for family, (_, module, builder) in FINETUNE_FAMILIES.items()},
              "flux2_klein": FINETUNE_FAMILIES["flux2"][1:],
              "flux2_dev": ("trainers.models.flux2.tiny", "build_tiny_flux2"),

@@ -41,7 +41,7 @@ FOLDER_ONLY: dict[str, str] = {
     "krea2": ("Krea 2's single files (the reference krea-ai/krea-2 DiT, the Qwen-Image VAE, Qwen3-VL) are not read "
               "here yet: give its diffusers folder (Krea2Pipeline's) as pretrained_model_name_or_path"),
     "ideogram4": ("Ideogram 4's Comfy-Org single files (its fp8 DiTs, Qwen3-VL and FLUX.2 VAE files) are not read here "
-                  "yet: give its diffusers folder (Ideogram4Pipeline's, e.g. ideogram-ai/ideogram-v4) as "
+                  "yet: give its diffusers folder (Ideogram4Pipeline's, e.g. ideogram-ai/ideogram-4-fp8) as "
                   "pretrained_model_name_or_path")}
 # musubi-tuner's options of one family's script with no effect on what is trained here: left out, said once
 # (Ideogram 4's samples render with the trained transformer in both branches, musubi-tuner's LoRA-sampling default)

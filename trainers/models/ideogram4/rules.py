@@ -11,8 +11,6 @@ from trainers.core.memory_facts import FLUX2_AE, IDEOGRAM4_TOKENS, QWEN3_VL_8B_M
 from trainers.models.flow_rules import FlowRules
 
 TRANSFORMER_CLASS = "Ideogram4Transformer2DModel"
-LICENSE = ("Ideogram 4's weights are published under a non-commercial license (ideogram-ai/ideogram-v4, and "
-           "Comfy-Org/Ideogram-4's files): read and accept it on the hub before downloading them")
 
 
 class Ideogram4Rules(FlowRules):
