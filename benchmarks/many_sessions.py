@@ -5,11 +5,11 @@
 Starts `app.py --demo` in a temporary folder and a long demo training run in its runs folder, then alternates
 phases with one session and with N sessions (1, N, 1, N, ...). A session is what a browser tab does to the server
 without the browser: it loads the page once, then asks for the run panel's refresh as the page's timer does, at
-the interval each refresh answers with (Gradio's queue: join, then read the answer from the session's event
-stream), over plain HTTP to 127.0.0.1. Prints the page's size, the page load times with N sessions loading at
-once, the poll's median and maximum latency per phase, the refresh interval, the CPU the GUI process used (the
-part of the slowdown that does not depend on how busy the machine is) and the run's steps/s per phase, then the
-slowdown with N sessions.
+the interval each refresh answers with (as the page's config says: one POST outside Gradio's queue, or a queue
+join and the answer read from the session's event stream), over plain HTTP to 127.0.0.1. Prints the page's size,
+the page load times with N sessions loading at once, the poll's median and maximum latency per phase, the refresh
+interval, the CPU the GUI process used in all and per poll (the part of the slowdown that does not depend on how
+busy the machine is) and the run's steps/s per phase, then the slowdown with N sessions.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -39,26 +40,29 @@ def fetch(url: str, timeout_s: float = 120) -> tuple[bytes, float]:
     return body, time.perf_counter() - start
 
 
-def panel_poll(config: dict) -> tuple[int, int, int | None]:
-    """(fn_index, trigger id, where the timer is among its outputs) of the run panel's timer refresh: the tick whose
-    outputs hold #run-title. The refresh answers with the timer's next interval, as a page's timer takes it."""
+def panel_poll(config: dict) -> tuple[int, int, int | None, bool]:
+    """(fn_index, trigger id, where the timer is among its outputs, whether it goes through Gradio's queue) of the
+    run panel's timer refresh: the tick whose outputs hold #run-title. The refresh answers with the timer's next
+    interval, as a page's timer takes it."""
     ids = {c["props"].get("elem_id"): c["id"] for c in config["components"]}
     types = {c["id"]: c["type"] for c in config["components"]}
     for dep in config["dependencies"]:
         ticks = [t for t, event in dep["targets"] if event == "tick" and types.get(t) == "timer"]
         if ticks and ids["run-title"] in dep["outputs"]:
             outputs = dep["outputs"]
-            return dep["id"], ticks[0], outputs.index(ticks[0]) if ticks[0] in outputs else None
+            queued = dep.get("queue") is not False and config.get("enable_queue", True)
+            return dep["id"], ticks[0], outputs.index(ticks[0]) if ticks[0] in outputs else None, queued
     raise SystemExit("no run panel poll in the page's config")
 
 
 class Session(threading.Thread):
     """One page: polls the run panel every `every_s` until `stop` is set, keeping each poll's latency."""
 
-    def __init__(self, base: str, fn_index: int, trigger: int, timer_at: int | None, run_id: str,
+    def __init__(self, base: str, fn_index: int, trigger: int, timer_at: int | None, queued: bool, run_id: str,
                  stop: threading.Event, every_s: float = 1.0) -> None:
         super().__init__(daemon=True)
         self.base, self.fn_index, self.trigger, self.timer_at, self.run_id = base, fn_index, trigger, timer_at, run_id
+        self.queued = queued
         self.stop, self.every_s = stop, every_s
         self.hash = uuid.uuid4().hex[:11]
         self.first: float | None = None  # the session's first poll: Gradio sets the session up
@@ -70,6 +74,26 @@ class Session(threading.Thread):
         start = time.perf_counter()
         body = json.dumps({"data": [self.run_id, None], "fn_index": self.fn_index, "session_hash": self.hash,
                            "event_data": None, "trigger_id": self.trigger}).encode()
+        output = self._queued(body) if self.queued else self._direct(body)
+        took = time.perf_counter() - start
+        if self.timer_at is not None:
+            timer = output["data"][self.timer_at]
+            if isinstance(timer, dict) and isinstance(timer.get("value"), (int, float)):
+                self.every_s = float(timer["value"])
+        return took
+
+    def _direct(self, body: bytes) -> dict:
+        """An event outside the queue, as the page sends it: one POST answered with the outputs."""
+        request = urllib.request.Request(f"{self.base}gradio_api/run/predict", body,
+                                         {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            raise RuntimeError(f"HTTP {error.code}: {error.read()[:200]!r}") from None
+
+    def _queued(self, body: bytes) -> dict:
+        """An event through Gradio's queue: join, then read the answer from the session's event stream."""
         request = urllib.request.Request(f"{self.base}gradio_api/queue/join", body,
                                          {"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=120) as answer:
@@ -84,12 +108,7 @@ class Session(threading.Thread):
                 if message.get("event_id") == event_id and message.get("msg") == "process_completed":
                     if not message.get("success", False):
                         raise RuntimeError(str(message.get("output"))[:200])
-                    took = time.perf_counter() - start
-                    if self.timer_at is not None:
-                        timer = message["output"]["data"][self.timer_at]
-                        if isinstance(timer, dict) and isinstance(timer.get("value"), (int, float)):
-                            self.every_s = float(timer["value"])
-                    return took
+                    return message["output"]
         raise RuntimeError("the event stream ended before the poll's answer")
 
     def run(self) -> None:
@@ -113,7 +132,11 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def phase(base: str, poll: tuple[int, int, int | None], run_dir: Path, sessions: int, seconds: float,
+def _polls(sessions: list[Session]) -> int:
+    return sum(len(s.latencies) + (s.first is not None) for s in sessions)
+
+
+def phase(base: str, poll: tuple[int, int, int | None, bool], run_dir: Path, sessions: int, seconds: float,
           gui_pid: int) -> dict:
     stop = threading.Event()
     pages: list[float] = []
@@ -130,15 +153,16 @@ def phase(base: str, poll: tuple[int, int, int | None], run_dir: Path, sessions:
     for session in polling:
         session.start()
     time.sleep(3)  # the sessions settle
-    step0, t0, cpu0 = last_step(run_dir), time.monotonic(), cpu_s(gui_pid)
+    step0, t0, cpu0, polls0 = last_step(run_dir), time.monotonic(), cpu_s(gui_pid), _polls(polling)
     time.sleep(seconds)
-    step1, t1, cpu1 = last_step(run_dir), time.monotonic(), cpu_s(gui_pid)
+    step1, t1, cpu1, polls1 = last_step(run_dir), time.monotonic(), cpu_s(gui_pid), _polls(polling)
     stop.set()
     for session in polling:
         session.join(timeout=130)
     latencies = [x for s in polling for x in s.latencies]
     firsts = [s.first for s in polling if s.first is not None]
     return {"sessions": sessions, "steps_per_s": (step1 - step0) / (t1 - t0), "gui_cores": (cpu1 - cpu0) / (t1 - t0),
+            "gui_ms_per_poll": 1000 * (cpu1 - cpu0) / max(1, polls1 - polls0),  # the idle GUI's share included
             "poll_median_s": statistics.median(latencies) if latencies else float("nan"),
             "poll_max_s": max(latencies, default=float("nan")), "polls": len(latencies),
             "first_poll_max_s": max(firsts, default=float("nan")),
@@ -184,11 +208,11 @@ def main() -> int:
                 if proc is not None and proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
     print("\n| sessions | page load median / max | first poll max | poll median / max | refresh every | failed polls "
-          "| GUI CPU | steps/s |\n|---|---|---|---|---|---|---|---|")
+          "| GUI CPU | GUI CPU a poll | steps/s |\n|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['sessions']} | {r['page_median_s']:.2f} / {r['page_max_s']:.2f} s | {r['first_poll_max_s']:.2f} s | "
               f"{r['poll_median_s']:.3f} / {r['poll_max_s']:.3f} s | {r['every_s']:.1f} s | {r['errors']} | "
-              f"{r['gui_cores']:.3f} cores | {r['steps_per_s']:.2f} |")
+              f"{r['gui_cores']:.3f} cores | {r['gui_ms_per_poll']:.1f} ms | {r['steps_per_s']:.2f} |")
     one = [r["steps_per_s"] for r in results if r["sessions"] == 1]
     many = [r["steps_per_s"] for r in results if r["sessions"] > 1]
     print(f"\npage {len(page) / 1e6:.2f} MB; with {args.sessions} sessions training is "

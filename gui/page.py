@@ -11,6 +11,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from gui.cheap_updates import cheapen_updates
 from gui.checks import CheckReport, check_form
 from gui.config_import import wire_imports
 from gui.dataset_tab import build_dataset_tab
@@ -107,6 +108,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
     keep_api_docs_off(page)
     lighten_sessions()
+    cheapen_updates()
     return page
 
 
@@ -141,13 +143,13 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
         resumable = view.state in (RunState.STOPPED, RunState.FAILED) and view.status.get("method") in METHOD_NAMES
         training = view.status.get("method") in METHOD_NAMES
         pausing = training and view.state in (RunState.RUNNING, RunState.PAUSED) and str(view.state)
-        pairs = render(view) + [(active, gr.Button(visible=active)), (resumable, gr.Button(visible=resumable)),
-                                (pausing, gr.Button("Continue" if pausing == RunState.PAUSED else "Pause",
-                                                    visible=bool(pausing))),
-                                (every_s, gr.Timer(every_s))]
+        pairs = [(key, lambda value=value: value) for key, value in render(view)] + [
+            (active, lambda: gr.Button(visible=active)), (resumable, lambda: gr.Button(visible=resumable)),
+            (pausing, lambda: gr.Button("Continue" if pausing == RunState.PAUSED else "Pause", visible=bool(pausing))),
+            (every_s, lambda: gr.Timer(every_s))]  # built only for the page that is sent them
         keys = [(run_id, key) for key, _ in pairs]
         old = shown if shown and len(shown) == len(keys) else [None] * len(keys)
-        return [value if key != before else gr.skip() for (_, value), key, before in zip(pairs, keys, old)] + [keys]
+        return [make() if key != before else gr.skip() for (_, make), key, before in zip(pairs, keys, old)] + [keys]
 
     def on_load(run_id: str) -> str:
         """The training run this browser viewed last; else the one going on now; else the newest. Generation jobs
@@ -181,7 +183,9 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
     shown = gr.State(None)  # change keys of what this browser tab shows now
     timer = gr.Timer(1.0)  # each refresh answers with the interval to the next (gui/refresh_budget.py)
     outputs = panel.outputs + [stop, resume, pause, timer, shown]
-    timer.tick(refresh, inputs=[viewed, shown], outputs=outputs, show_progress="hidden")
+    # Outside the queue: one POST answered with the outputs, not a queue join and an answer on the event stream
+    # (half of Gradio's CPU for a refresh); the refresh is quick, reads only the shared watchers and needs no slot.
+    timer.tick(refresh, inputs=[viewed, shown], outputs=outputs, show_progress="hidden", queue=False)
     page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=[viewed, shown], outputs=outputs)
     stop.click(stop_run, inputs=viewed)
     resume.click(resume_run, inputs=viewed, outputs=viewed)
