@@ -55,15 +55,15 @@ def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
     return folder
 
 
-def test_the_tiny_folder_is_claimed_and_its_image_to_video_pipeline_refused_by_name(tiny: Path,
-                                                                                     tmp_path: Path) -> None:
+def test_the_tiny_folder_is_claimed_and_an_image_to_video_one_without_its_image_encoder_refused(
+        tiny: Path, tmp_path: Path) -> None:
     assert folder_rules(tiny) is HUNYUAN_VIDEO15
     index = json.loads((tiny / "model_index.json").read_text())
     assert index["transformer"][1] == "HunyuanVideo15Transformer3DModel"
     assert index["vae"][1] == "AutoencoderKLHunyuanVideo15" and index["text_encoder"][1] == "Qwen2_5_VLTextModel"
     i2v = _folder(tmp_path, "i2v", {**index, "_class_name": "HunyuanVideo15ImageToVideoPipeline"})
     (issue,) = model_issues(_values(i2v))
-    assert issue.field == "pretrained_model_name_or_path" and "HunyuanVideo15ImageToVideoPipeline" in issue.message
+    assert issue.field == "pretrained_model_name_or_path" and "without its image_encoder" in issue.message
 
 
 def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
@@ -324,3 +324,48 @@ def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path
                                      f'output_dir="{tmp_path / "out"}"'])
     report = preflight(cfg)
     assert [str(issue) for issue in report.errors] == [] and report.train_samples == 7
+
+
+@pytest.fixture(scope="module")
+def tiny_i2v(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_hunyuan_video15(tmp_path_factory.mktemp("hv15-i2v") / "model", i2v=True)
+
+
+def test_an_image_to_video_first_frame_conditions_as_its_pipeline_does(tiny_i2v: Path) -> None:
+    """The first frame alone through the VAE (its mode, scaled) on the first latent frame, a mask of ones there,
+    SigLIP's states of it; and denoise calls the transformer with them as HunyuanVideo15ImageToVideoPipeline does."""
+    from diffusers import HunyuanVideo15ImageToVideoPipeline
+    from PIL import Image
+
+    from trainers.models.hunyuan_video15.i2v import first_frame_condition
+
+    assert folder_rules(tiny_i2v) is HUNYUAN_VIDEO15
+    model = load_model(str(tiny_i2v), "auto", torch.float32)
+    family = model.family
+    assert family.i2v and family.pipeline_class == "HunyuanVideo15ImageToVideoPipeline"
+    pipe = HunyuanVideo15ImageToVideoPipeline.from_pretrained(tiny_i2v)
+    first = torch.randint(0, 256, (32, 48, 3), dtype=torch.uint8)  # 8-bit pixels, as a PIL image has them
+    pixels = (first.permute(2, 0, 1).float() / 127.5 - 1)[None, None].expand(1, 5, -1, -1, -1)
+    condition = first_frame_condition(model.vae, family.image_encoder, pixels, 2, torch.float32)
+    image = Image.fromarray(first.numpy())
+    with torch.no_grad():
+        latents, mask = pipe.prepare_cond_latents_and_mask(torch.zeros(1, 8, 2, 2, 3), image, 1, 32, 48,
+                                                           torch.float32, torch.device("cpu"))
+        embeds = pipe.encode_image(image, 1, torch.device("cpu"), torch.float32)
+    assert torch.allclose(condition.latents[:, :8], latents, atol=1e-4) and torch.equal(condition.latents[:, 8:], mask)
+    assert torch.allclose(condition.image_embeds, embeds, atol=1e-5) and embeds.shape == (1, 4, 16)
+    noisy, timesteps = torch.randn(1, 8, 2, 2, 3), torch.tensor([700.0])
+    hidden, text_mask = model.encode_texts(CAPTIONS[:1], 1)
+    family.slot.latents, family.slot.image_embeds = condition.latents, condition.image_embeds
+    with torch.no_grad():
+        ours = family.denoise(model.unet, noisy, timesteps, hidden, text_mask, None)
+        text, text_mask_, glyph, glyph_mask = pipe.encode_prompt(CAPTIONS[:1], device=torch.device("cpu"),
+                                                                 dtype=torch.float32)
+        theirs = model.unet(hidden_states=torch.cat([noisy, latents, mask], dim=1), timestep=timesteps,
+                            encoder_hidden_states=text, encoder_attention_mask=text_mask_,
+                            encoder_hidden_states_2=glyph, encoder_attention_mask_2=glyph_mask,
+                            image_embeds=embeds, return_dict=False)[0]
+    family.slot.latents = family.slot.image_embeds = None
+    assert torch.allclose(ours, theirs, atol=1e-4)
+    with pytest.raises(ValueError, match="first frame"):
+        family.denoise(model.unet, noisy, timesteps, hidden, text_mask, None)

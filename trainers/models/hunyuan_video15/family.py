@@ -1,11 +1,12 @@
-"""HunyuanVideo 1.5 text-to-video (diffusers HunyuanVideo15Transformer3DModel, HunyuanVideo15Pipeline), as
-musubi-tuner's hv_1_5_train_network.py trains it: captions in the pipeline's video template read by Qwen2.5-VL (its
+"""HunyuanVideo 1.5 text-to-video and image-to-video (diffusers HunyuanVideo15Transformer3DModel,
+HunyuanVideo15Pipeline and HunyuanVideo15ImageToVideoPipeline), as musubi-tuner's hv_1_5_train_network.py trains it: captions in the pipeline's video template read by Qwen2.5-VL (its
 third-last hidden states, less the first 108 template tokens, up to 1000 caption tokens), the text in double quotes
 of a caption (its glyph text) read by ByT5 (256 bytes), a transformer of 54 dual-stream blocks over the unpatched
 latents of its causal 3D autoencoder (AutoencoderKLHunyuanVideo15: 1 + 4k frames to 1 + k latent frames, 16x smaller
 sides, 32 channels scaled by 1.03682), timestep = 1000 x sigma, the velocity (noise - latents) as its output, no
-guidance embedding. Its input is the noisy latents beside the condition latents and their mask (zero for text to
-video, as the pipeline and musubi-tuner give them), with no image states. Images train as 1-frame clips.
+guidance embedding. Its input is the noisy latents beside the condition latents and their mask: zero for text to
+video (as the pipeline and musubi-tuner give them), with no image states; image to video: each clip's first frame's
+(i2v.py), with SigLIP's states of it. Images train as 1-frame clips.
 
 encode_prompts gives both encoders' states in one tensor (HunyuanImage 2.1's packing): Qwen2.5-VL's tokens, then
 GLYPH_LENGTH ByT5 tokens, each zero-padded to the wider of the two (the mask likewise); denoise splits them again.
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,8 @@ from torch import nn
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
 from trainers.models.flux.family import double_block_targets
-from trainers.models.hunyuan_video15.rules import HunyuanVideo15Rules
+from trainers.models.hunyuan_video15.i2v import FirstFrame, ImageEncoder, conditioned_objective
+from trainers.models.hunyuan_video15.rules import I2V_PIPELINE, HunyuanVideo15Rules, is_i2v_folder
 from trainers.models.qwen_image.family import trimmed
 from trainers.models.video import VideoFamily, encode_images_as_frames
 
@@ -78,6 +82,10 @@ class HunyuanVideo15(HunyuanVideo15Rules, VideoFamily, FlowFamily, ModelFamily):
     sample_frames = 25  # 1 + 4k: about a second at 24 fps
     pad_token_id: int = 0  # Qwen2.5-VL's tokenizer's, set when loaded
     glyph_width: int = 0  # ByT5's d_model, set when loaded (the packed states' glyph channels)
+    i2v = False  # HunyuanVideo15ImageToVideoPipeline's folder: the first frame conditions (i2v.py)
+    image_encoder: ImageEncoder | None = None  # I2V's SigLIP, set when loaded
+    slot = FirstFrame()  # each run's own (configured): the batch's first-frame condition
+    folder: Path | None = None  # the loaded folder (its guider and image encoder are kept in saved folders)
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         model = super().load(folder, weight_dtype, vae_path, random_init)
@@ -87,7 +95,24 @@ class HunyuanVideo15(HunyuanVideo15Rules, VideoFamily, FlowFamily, ModelFamily):
         family = copy.copy(model.family)  # knowing its tokenizer's pad token and ByT5's width
         family.pad_token_id = model.tokenizers[0].pad_token_id
         family.glyph_width = model.text_encoders[1].config.d_model
+        family.folder = Path(folder)
+        if is_i2v_folder(Path(folder)):
+            family.i2v, family.pipeline_class = True, I2V_PIPELINE
+            family.image_encoder = load_image_encoder(Path(folder), weight_dtype, random_init)
         return dataclasses.replace(model, family=family)
+
+    def configured(self, values: Mapping[str, Any]) -> Any:
+        clone = super().configured(values)
+        clone.slot = FirstFrame()
+        return clone
+
+    def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
+        """I2V: each step's first-frame condition (i2v.py) in the slot denoise reads."""
+        if not self.i2v:
+            return trainable
+        assert self.image_encoder is not None, "an image-to-video folder loads its image encoder"
+        return dataclasses.replace(trainable, objective=conditioned_objective(trainable.objective, self.slot,
+                                                                              self.image_encoder))
 
     def tokenize(self, tokenizers: list[Any], captions: list[str], fmt: Any = None) -> list[torch.Tensor]:
         """Qwen2.5-VL's ids of each caption in the template (an empty one as a space, as the pipeline), and ByT5's
@@ -137,16 +162,33 @@ class HunyuanVideo15(HunyuanVideo15Rules, VideoFamily, FlowFamily, ModelFamily):
                                     text_mask[:, -GLYPH_LENGTH:])
         batch, _, frames, height, width = noisy.shape
         condition = noisy.new_zeros(batch, config.in_channels - noisy.shape[1], frames, height, width)
+        image_embeds = noisy.new_zeros(batch, 0, config.image_embed_dim)
+        if self.i2v:  # the first frame's latent and mask, and SigLIP's states of it, as the I2V pipeline
+            if self.slot.latents is None or self.slot.image_embeds is None:
+                raise ValueError("HunyuanVideo 1.5 image-to-video needs each clip's first frame (adapt_trainable)")
+            condition = self.slot.latents.to(noisy.device, noisy.dtype)
+            image_embeds = self.slot.image_embeds.to(noisy.device, noisy.dtype)
         return unet(hidden_states=torch.cat([noisy, condition], dim=1), timestep=timesteps.to(noisy.dtype),
                     encoder_hidden_states=text.to(noisy.dtype), encoder_attention_mask=mask.bool().to(noisy.device),
                     encoder_hidden_states_2=glyph.to(noisy.dtype),
                     encoder_attention_mask_2=glyph_mask.bool().to(noisy.device),
-                    image_embeds=noisy.new_zeros(batch, 0, config.image_embed_dim), return_dict=False)[0]
+                    image_embeds=image_embeds, return_dict=False)[0]
 
     def model_index(self) -> dict[str, Any]:
-        """A finetune's folder names its autoencoder's class; it has no guider (diffusers takes one as
-        `from_pretrained(folder, guider=ClassifierFreeGuidance(guidance_scale=6.0))`) and no image encoder."""
-        return {"vae": ["diffusers", self.vae_class], "guider": [None, None]}
+        """A finetune's folder names its autoencoder's class (and no guider where the loaded folder had none:
+        diffusers then takes one as `from_pretrained(folder, guider=ClassifierFreeGuidance(guidance_scale=6.0))`)."""
+        return {"vae": ["diffusers", self.vae_class], "guider": [None, None],
+                **{name: entry for name, (_, entry) in self.kept_components().items()}}
+
+    def kept_components(self) -> dict[str, tuple[Path, list[str]]]:
+        """The loaded folder's guider and (I2V) SigLIP image encoder and processor, copied into a saved folder as
+        they were (none of them trains), so that its pipeline's from_pretrained loads it."""
+        if self.folder is None:
+            return {}
+        index = json.loads((self.folder / "model_index.json").read_text(encoding="utf-8"))
+        names = ("guider", "image_encoder", "feature_extractor") if self.i2v else ("guider",)
+        return {name: (self.folder / name, list(index[name])) for name in names
+                if (self.folder / name).is_dir() and (index.get(name) or [None, None])[-1]}
 
     # --- samples ---
 
@@ -155,9 +197,24 @@ class HunyuanVideo15(HunyuanVideo15Rules, VideoFamily, FlowFamily, ModelFamily):
         return {"shift": 7.0}
 
     def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
-        return _pipeline_class()(text_encoder=model.text_encoders[0], tokenizer=model.tokenizers[0],
-                                 transformer=model.unet, vae=model.vae, scheduler=scheduler,
-                                 text_encoder_2=model.text_encoders[1], tokenizer_2=model.tokenizers[1], guider=None)
+        components = {"text_encoder": model.text_encoders[0], "tokenizer": model.tokenizers[0],
+                      "transformer": model.unet, "vae": model.vae, "scheduler": scheduler,
+                      "text_encoder_2": model.text_encoders[1], "tokenizer_2": model.tokenizers[1], "guider": None}
+        if self.i2v:
+            assert self.image_encoder is not None, "an image-to-video folder loads its image encoder"
+            components.update(image_encoder=self.image_encoder.model, feature_extractor=self.image_encoder.processor)
+        return _pipeline_class(self.i2v)(**components)
+
+    def edit_inputs(self, images: Sequence[str], width: int, height: int) -> dict[str, Any]:
+        """I2V: the sample's first frame (a sample prompt's --ci, Generate's input image) at its size."""
+        if not self.i2v:
+            return {}
+        if not images:
+            raise ValueError("HunyuanVideo 1.5 image-to-video renders from a first frame: give the sample prompt "
+                             "`--ci path`")
+        from trainers.models.edit import sample_images
+
+        return {"image": sample_images(images[:1], width, height)[0]}
 
     def pipeline_embeds(self, hidden: torch.Tensor, text_mask: torch.Tensor | None) -> dict[str, Any]:
         """encode_prompts' (prompt, negative) rows as the pipeline's four embeddings and masks of each."""
@@ -208,6 +265,17 @@ class HunyuanVideo15(HunyuanVideo15Rules, VideoFamily, FlowFamily, ModelFamily):
         return renamed
 
 
+def load_image_encoder(folder: Path, weight_dtype: torch.dtype, random_init: bool) -> ImageEncoder:
+    """An I2V folder's SigLIP vision model (frozen, in eval mode) and its image processor."""
+    import transformers
+
+    from trainers.models.components import load_component
+
+    model = load_component(transformers.SiglipVisionModel, folder, "image_encoder", weight_dtype, random_init)
+    model.requires_grad_(False).eval()
+    return ImageEncoder(model, transformers.SiglipImageProcessor.from_pretrained(folder / "feature_extractor"))
+
+
 def batched_vae_attention(vae: nn.Module) -> None:
     """Make the autoencoder's attention blocks take batches of more than one clip: diffusers 0.42.1's causal mask
     (B, L, L) broadcasts against the (B, 1, L, D) heads as (1, B, L, L) and fails; the mask is given a head axis (and
@@ -231,16 +299,24 @@ def _widened(states: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(states, (0, width - states.shape[-1]))
 
 
-def _pipeline_class() -> type:
-    """HunyuanVideo15Pipeline taking a CFG scale (`guidance_scale`): classifier-free guidance of that scale for the
-    call (the pipeline takes a guider object); and the LoRA calls Generate makes of a pipeline, which it lacks (no
-    LoRA loader mixin in diffusers 0.42.1), through its transformer's PeftAdapterMixin."""
-    from diffusers import HunyuanVideo15Pipeline
+def _pipeline_class(i2v: bool = False) -> type:
+    """HunyuanVideo15Pipeline (or, `i2v`, HunyuanVideo15ImageToVideoPipeline) taking a CFG scale (`guidance_scale`):
+    classifier-free guidance of that scale for the call (the pipeline takes a guider object); the I2V pipeline at the
+    sample's size (it picks one from its target size and the image's shape otherwise); and the LoRA calls Generate
+    makes of a pipeline, which it lacks (no LoRA loader mixin in diffusers 0.42.1), through its transformer's
+    PeftAdapterMixin."""
+    import diffusers
     from diffusers.guiders import ClassifierFreeGuidance
 
-    class ScaledHunyuanVideo15Pipeline(HunyuanVideo15Pipeline):
+    base = getattr(diffusers, I2V_PIPELINE if i2v else "HunyuanVideo15Pipeline")
+
+    class ScaledHunyuanVideo15Pipeline(base):  # type: ignore[misc, valid-type]
         def __call__(self, *args: Any, guidance_scale: float = 1.0, **kwargs: Any) -> Any:
             self.guider = ClassifierFreeGuidance(guidance_scale=guidance_scale, enabled=guidance_scale > 1)
+            if i2v:
+                height, width = kwargs.pop("height", None), kwargs.pop("width", None)
+                if height and width:
+                    self.video_processor.calculate_default_height_width = lambda *a, **k: (height, width)
             return super().__call__(*args, **kwargs)
 
         def load_lora_weights(self, state: dict[str, torch.Tensor], adapter_name: str | None = None) -> None:

@@ -1,5 +1,5 @@
-"""HunyuanVideo 1.5 text-to-video without its weights (torch-free): how its diffusers folders are told apart, its
-published sizes, and the flow options it reads (musubi-tuner's hv_1_5_train_network.py names and meanings:
+"""HunyuanVideo 1.5 text-to-video and image-to-video without its weights (torch-free): how its diffusers folders
+are told apart, its published sizes, and the flow options it reads (musubi-tuner's hv_1_5_train_network.py names and meanings:
 timestep_sampling, discrete_flow_shift, weighting_scheme; no guidance embedding). Its frames follow its causal 3D
 VAE's rule, 1 + 4k, at 24 fps."""
 from __future__ import annotations
@@ -12,8 +12,7 @@ from trainers.core.memory_facts import (BYT5_GLYPH, BYT5_GLYPH_LINEAR, HUNYUAN_V
 from trainers.models.flow_rules import FlowRules
 from trainers.models.rules import ModelLoadError
 
-# diffusers' pipelines of the family that are not trained here yet, refused by name before anything loads
-REFUSED_PIPELINES = {"HunyuanVideo15ImageToVideoPipeline": "a HunyuanVideo 1.5 image-to-video model"}
+I2V_PIPELINE = "HunyuanVideo15ImageToVideoPipeline"  # its image-to-video folders (a SigLIP image encoder beside)
 
 
 class HunyuanVideo15Rules(FlowRules):
@@ -45,16 +44,30 @@ class HunyuanVideo15Rules(FlowRules):
     frame_rate = 24.0  # HunyuanVideo 1.5's frames per second (musubi-tuner drops source_fps to it)
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
-        """HunyuanVideo15Pipeline folders with a text-to-video transformer; its image-to-video pipeline is refused
-        by name."""
+        """HunyuanVideo15Pipeline (text-to-video) and HunyuanVideo15ImageToVideoPipeline folders; an image-to-video
+        one without its image encoder is refused by name."""
         pipeline = str(index.get("_class_name", ""))
-        if pipeline in REFUSED_PIPELINES:
-            raise ModelLoadError(f"{folder} is {REFUSED_PIPELINES[pipeline]} ({pipeline}), which Atelier does not "
-                                 f"train yet: give a HunyuanVideo 1.5 text-to-video diffusers folder "
-                                 f"({self.pipeline_class})")
-        if pipeline != self.pipeline_class:
+        if pipeline not in (self.pipeline_class, I2V_PIPELINE):
             return False
-        return (index.get("transformer") or [None, None])[-1] == self.transformer_class
+        if (index.get("transformer") or [None, None])[-1] != self.transformer_class:
+            return False
+        if pipeline == I2V_PIPELINE and not all((index.get(k) or [None, None])[-1]
+                                                for k in ("image_encoder", "feature_extractor")):
+            raise ModelLoadError(f"{folder} is a HunyuanVideo 1.5 image-to-video folder ({pipeline}) without its "
+                                 "image_encoder and feature_extractor (SigLIP), which its training reads: give the "
+                                 "whole folder")
+        return True
+
+
+def is_i2v_folder(folder: Path) -> bool:
+    """Whether a HunyuanVideo 1.5 folder is its image-to-video pipeline's."""
+    import json
+
+    try:
+        index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return index.get("_class_name") == I2V_PIPELINE
 
 
 HUNYUAN_VIDEO15 = HunyuanVideo15Rules()

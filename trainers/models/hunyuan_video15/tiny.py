@@ -2,7 +2,8 @@
 HunyuanVideo15Transformer3DModel (its input the noisy latents, the condition latents and their mask: 2 x 8 + 1
 channels), a causal AutoencoderKLHunyuanVideo15 (temporal compression 4, spatial 16, 8 latent channels; the
 published 32), a three-layer Qwen2_5_VLTextModel with a character-level tokenizer carrying Qwen's chat tokens, a
-ByT5 glyph encoder (T5EncoderModel, ByT5's byte tokenizer), the flow-matching scheduler and a guider."""
+ByT5 glyph encoder (T5EncoderModel, ByT5's byte tokenizer), the flow-matching scheduler and a guider; and its
+image-to-video pipeline with a one-layer SigLIP image encoder."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +16,7 @@ from trainers.models.zimage.tiny import write_tiny_qwen_tokenizer
 
 LATENT_CHANNELS = 8
 TEXT_WIDTH = 32  # the tiny Qwen2.5-VL's hidden size
-IMAGE_WIDTH = 16  # the tiny SigLIP states' width (unused in text-to-video: zero image states)
+IMAGE_WIDTH = 16  # the tiny SigLIP states' width (text to video gives no image states)
 
 
 def tiny_hunyuan_video15_vae() -> Any:
@@ -48,19 +49,36 @@ def tiny_hunyuan_video15_transformer(task_type: str = "t2v") -> Any:
         task_type=task_type)
 
 
-def build_tiny_hunyuan_video15(folder: Path, seed: int = 0) -> Path:
-    """Save a tiny HunyuanVideo15Pipeline to `folder`."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideo15Pipeline
+def tiny_siglip() -> tuple[Any, Any]:
+    """I2V's SigLIP vision model (one layer, 28-pixel images in 14-pixel patches: 4 states of IMAGE_WIDTH; the
+    published so400m: 729 of 1152) and its image processor."""
+    from transformers import SiglipImageProcessor, SiglipVisionConfig, SiglipVisionModel
+
+    model = SiglipVisionModel(SiglipVisionConfig(hidden_size=IMAGE_WIDTH, intermediate_size=32, num_hidden_layers=1,
+                                                 num_attention_heads=2, image_size=28, patch_size=14))
+    return model, SiglipImageProcessor(size={"height": 28, "width": 28})
+
+
+def build_tiny_hunyuan_video15(folder: Path, seed: int = 0, i2v: bool = False) -> Path:
+    """Save a tiny HunyuanVideo15Pipeline to `folder` (`i2v`: a HunyuanVideo15ImageToVideoPipeline, its transformer's
+    task_type i2v, with a SigLIP image encoder)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideo15ImageToVideoPipeline, HunyuanVideo15Pipeline
     from diffusers.guiders import ClassifierFreeGuidance
     from transformers import AutoTokenizer, ByT5Tokenizer
 
     torch.manual_seed(seed)
     write_tiny_qwen_tokenizer(folder / "tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
-    pipe = HunyuanVideo15Pipeline(
-        text_encoder=tiny_qwen25_vl_text(len(tokenizer), tokenizer.pad_token_id), tokenizer=tokenizer,
-        transformer=tiny_hunyuan_video15_transformer(), vae=tiny_hunyuan_video15_vae(),
-        scheduler=FlowMatchEulerDiscreteScheduler(shift=5.0), text_encoder_2=tiny_byt5(),
-        tokenizer_2=ByT5Tokenizer(), guider=ClassifierFreeGuidance(guidance_scale=6.0))
+    components = {"text_encoder": tiny_qwen25_vl_text(len(tokenizer), tokenizer.pad_token_id),
+                  "tokenizer": tokenizer, "transformer": tiny_hunyuan_video15_transformer("i2v" if i2v else "t2v"),
+                  "vae": tiny_hunyuan_video15_vae(), "scheduler": FlowMatchEulerDiscreteScheduler(shift=5.0),
+                  "text_encoder_2": tiny_byt5(), "tokenizer_2": ByT5Tokenizer(),
+                  "guider": ClassifierFreeGuidance(guidance_scale=6.0)}
+    if i2v:
+        image_encoder, feature_extractor = tiny_siglip()
+        pipe = HunyuanVideo15ImageToVideoPipeline(**components, image_encoder=image_encoder,
+                                                  feature_extractor=feature_extractor)
+    else:
+        pipe = HunyuanVideo15Pipeline(**components)
     pipe.save_pretrained(folder)
     return folder
