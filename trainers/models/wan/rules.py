@@ -66,8 +66,7 @@ class WanRules(FlowRules):
         if transformer[-1] != self.transformer_class:
             return False
         if index.get("expand_timesteps"):
-            raise ModelLoadError(f"{folder} is Wan 2.2's TI2V 5B (expand_timesteps, its 48-channel VAE), which "
-                                 "Atelier does not train yet: give a Wan 2.1 or Wan 2.2 A14B diffusers folder")
+            return False  # Wan 2.2's TI2V 5B (wan/ti2v/rules.py)
         # Wan 2.2's A14B pair (transformer_2, boundary_ratio) is Wan 2.2's (wan22/rules.py)
         return (index.get("transformer_2") or [None, None])[-1] is None and index.get("boundary_ratio") is None
 

@@ -35,12 +35,12 @@ def tiny_umt5(vocab_size: int) -> Any:
         pad_token_id=0, eos_token_id=1, decoder_start_token_id=0))
 
 
-def tiny_wan_transformer(in_channels: int = LATENT_CHANNELS) -> Any:
-    """`in_channels`: image-to-video's take the first frame's mask and latent too (16 + 4 + 16)."""
+def tiny_wan_transformer(in_channels: int = LATENT_CHANNELS, out_channels: int = LATENT_CHANNELS) -> Any:
+    """`in_channels`: image-to-video's take the first frame's mask and latent too (16 + 4 + 16); TI2V 5B's 48."""
     from diffusers import WanTransformer3DModel
 
     return WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8,
-                                 in_channels=in_channels, out_channels=LATENT_CHANNELS, text_dim=TEXT_WIDTH,
+                                 in_channels=in_channels, out_channels=out_channels, text_dim=TEXT_WIDTH,
                                  freq_dim=16, ffn_dim=32, num_layers=2, cross_attn_norm=True,
                                  qk_norm="rms_norm_across_heads", rope_max_seq_len=64)
 

@@ -1,0 +1,105 @@
+"""Wan 2.2 TI2V 5B as text-to-video, on a tiny random-init model of its real diffusers classes (WanPipeline with
+expand_timesteps, a 48-channel transformer, Wan 2.2's 48-channel 16x AutoencoderKLWan): the folder is claimed, clips
+encode to 48-channel latents 16x smaller, the transformer is called as the pipeline calls it (one timestep per token,
+all the step's), a 2-step LoRA trains from clips and an image, its file loads in WanPipeline with every key, and a
+sample is an mp4 at 24 fps."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from trainers.models import load_model
+from trainers.models.rules import folder_rules
+from trainers.models.wan.rules import WAN21
+from trainers.models.wan.ti2v.rules import WAN22_TI2V
+from trainers.models.wan.ti2v.tiny import build_tiny_wan22_ti2v
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_wan22_ti2v(tmp_path_factory.mktemp("wan22-ti2v") / "model")
+
+
+@pytest.fixture(scope="module")
+def model(tiny: Path) -> object:
+    return load_model(str(tiny), "auto", torch.float32)
+
+
+def test_the_folder_is_claimed_as_ti2v_5b(tiny: Path) -> None:
+    assert folder_rules(tiny) is WAN22_TI2V
+    index = json.loads((tiny / "model_index.json").read_text())
+    assert index["expand_timesteps"] is True and not WAN21.claims_folder(index, {}, tiny)
+    assert WAN22_TI2V.frame_rate == 24.0 and WAN22_TI2V.bucket_step == 32
+
+
+def test_clips_encode_to_48_channels_16x_smaller(model: object) -> None:
+    with torch.no_grad():
+        clip = model.vae.encode(torch.rand(1, 3, 9, 64, 96) * 2 - 1).latent_dist.mean
+        image = model.vae.encode(torch.rand(2, 3, 64, 96) * 2 - 1).latent_dist.mean
+    assert clip.shape == (1, 48, 3, 4, 6) and image.shape == (2, 48, 1, 4, 6)
+
+
+def test_denoise_is_the_pipelines_call_with_a_timestep_per_token(model: object) -> None:
+    """WanPipeline(expand_timesteps) gives every token the step's timestep (text-to-video): the same output."""
+    noisy, timesteps = torch.randn(2, 48, 2, 4, 4), torch.tensor([900.0, 100.0])
+    hidden, mask = model.encode_texts(["a red fox", "waves"], 1)
+    per_token = timesteps[:, None].expand(2, 2 * 2 * 2)  # latent frames x (h / 2) x (w / 2)
+    with torch.no_grad():
+        ours = model.family.denoise(model.unet, noisy, timesteps, hidden, mask, None)
+        theirs = model.unet(hidden_states=noisy, timestep=per_token, encoder_hidden_states=hidden,
+                            return_dict=False)[0]
+    assert ours.shape == noisy.shape and torch.allclose(ours, theirs, atol=1e-5)
+
+
+def test_a_sample_is_an_mp4_at_24_fps(model: object, tmp_path: Path) -> None:
+    import av
+
+    from trainers.core.prompts import config_prompts
+    from trainers.sampling.pipeline import generate_samples
+
+    (written,) = generate_samples(model, config_prompts("", ["a red fox --w 64 --h 64 --s 2"]), tmp_path, "step2",
+                                  default_size=(64, 64), default_steps=2, default_cfg=1.0)
+    with av.open(str(written)) as container:
+        stream = container.streams.video[0]
+        assert float(stream.average_rate) == 24.0 and stream.width == 64
+
+
+@pytest.fixture(scope="module")
+def clip_run(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    from helpers import train
+    from test_wan import _video_dataset
+
+    from trainers.methods.lora.file_format import read_lora_file
+
+    tmp = tmp_path_factory.mktemp("wan22-ti2v-run")
+    assert train("lora", tmp / "run", pretrained_model_name_or_path=str(tiny),
+                 dataset_config=str(_video_dataset(tmp / "data")), output_dir=str(tmp / "out"), output_name="ti2v",
+                 max_data_loader_n_workers=0, learning_rate=1e-2, network_dim=4, network_alpha=2,
+                 save_precision="float", timestep_sampling="shift", discrete_flow_shift=3.0, max_train_steps=2,
+                 sample_prompt_lines=["a clip --w 32 --h 32 --s 2"], sample_every_n_steps=2) == 0
+    lora, metadata = read_lora_file(tmp / "out" / "ti2v.safetensors")
+    return SimpleNamespace(run=tmp / "run", file=tmp / "out" / "ti2v.safetensors", lora=lora, metadata=metadata)
+
+
+@pytest.mark.slow
+def test_a_two_step_lora_from_clips_samples_and_loads_in_wan_pipeline(clip_run: SimpleNamespace,
+                                                                      model: object) -> None:
+    from diffusers import WanPipeline
+    from helpers import events
+
+    evs = events(clip_run.run)
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    assert Path(next(e for e in evs if e["type"] == "sample")["path"]).suffix == ".mp4"
+    assert clip_run.metadata["ss_base_model_version"] == "wan22_ti2v_5b"
+    assert "lora_unet_blocks_0_self_attn_q.lora_down.weight" in clip_run.lora
+    pipe = WanPipeline(tokenizer=model.tokenizers[0], text_encoder=model.text_encoders[0], vae=model.vae,
+                       scheduler=model.noise_scheduler, transformer=copy.deepcopy(model.unet).eval(),
+                       expand_timesteps=True)
+    pipe.load_lora_weights(clip_run.file, adapter_name="trained")
+    layers = [n for n, m in pipe.transformer.named_modules() if hasattr(m, "lora_A") and "trained" in m.lora_A]
+    assert len(layers) == 2 * 10  # 2 blocks x (8 attention + 2 feed-forward linears)
