@@ -40,6 +40,12 @@ WAN22_VAE = 704_688_668  # Wan 2.2's 48-channel autoencoder (TI2V 5B's), from it
 # its causal 3D autoencoder (16x in space, 4x in time, 32 channels)
 QWEN25_VL_7B_TEXT, QWEN25_VL_7B_TEXT_LINEAR = 7_070_619_136, 6_525_288_448
 HUNYUAN_VIDEO15_VAE = 1_260_634_115
+# LTX-2 (19B): Gemma 3 12B (Gemma3ForConditionalGeneration, its vision tower included, as the pipeline loads it)
+# and its text connectors (their 188k-wide input projection of every Gemma layer), and its video autoencoder (32x in
+# space, 8x in time, 128 channels): diffusers 0.42.1's defaults on the meta device
+GEMMA3_12B, GEMMA3_12B_LINEAR = 13_194_203_760, 12_176_338_944
+LTX2_CONNECTORS, LTX2_CONNECTORS_LINEAR = 1_431_475_200, 1_430_323_200
+LTX2_VAE = 1_222_479_601
 
 
 @dataclass(frozen=True)
