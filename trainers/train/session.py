@@ -30,6 +30,7 @@ from trainers.data.dataset import CaptionedImages
 from trainers.data.pipeline import TextPass, build_pipeline, build_video_pipeline
 from trainers.data.report import catalog_report
 from trainers.data.video_catalog import VideoCatalog
+from trainers.memory_estimate import base_precision, caption_activations_gb, caption_batch_size, caption_tokens
 from trainers.models.video_data import is_video_run, video_run_catalog
 from trainers.models import LoadedModel, ModelFiles, load_model, resolve_model_folder
 from trainers.models.block_swap import BlockSwap, offloaded_blocks, place_with_swap
@@ -37,7 +38,6 @@ from trainers.models.checks import model_issues
 from trainers.models.distilled import adapter_issues, adapter_path, distilled_notes
 from trainers.models.edit_rules import takes_controls
 from trainers.models.training_adapter import attach_training_adapter
-from trainers.memory_estimate import base_precision, caption_activations_gb, caption_batch_size, caption_tokens
 from trainers.quant.apply import check_platform, quantize_frozen
 from trainers.train import memo
 from trainers.train.compile import compile_blocks
