@@ -4,6 +4,7 @@ with every key, and a run resumed from its step-1 state ends with the uninterrup
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -115,7 +116,7 @@ def test_a_sample_is_a_short_mp4_rendered_through_its_pipeline(tiny: Path, tmp_p
 @pytest.mark.slow
 def test_a_finetune_saves_a_folder_it_and_diffusers_load(tiny: Path, tmp_path: Path) -> None:
     """2 full-weight steps from clips: the transformer trained, the text encoders not; the folder is claimed again,
-    and HunyuanVideo15Pipeline loads it given a guider (a finetune's folder has none)."""
+    and HunyuanVideo15Pipeline loads it whole (the loaded folder's guider kept)."""
     from diffusers import HunyuanVideo15Pipeline
     from diffusers.guiders import ClassifierFreeGuidance
     from helpers import train
@@ -134,8 +135,9 @@ def test_a_finetune_saves_a_folder_it_and_diffusers_load(tiny: Path, tmp_path: P
     assert any(not torch.equal(v, trained[k]) for k, v in before.unet.state_dict().items())
     for ours, theirs in zip(before.text_encoders, after.text_encoders):
         assert all(torch.equal(v, theirs.state_dict()[k]) for k, v in ours.state_dict().items())
-    pipe = HunyuanVideo15Pipeline.from_pretrained(folder, guider=ClassifierFreeGuidance(guidance_scale=6.0))
+    pipe = HunyuanVideo15Pipeline.from_pretrained(folder)
     assert type(pipe.vae).__name__ == "AutoencoderKLHunyuanVideo15"
+    assert isinstance(pipe.guider, ClassifierFreeGuidance) and pipe.guider.guidance_scale == 6.0
 
 
 @pytest.mark.slow
@@ -199,3 +201,44 @@ def test_two_steps_from_clips_through_the_video_data_path(tiny: Path, tmp_path: 
     after = network.kohya_state_dict(torch.float32)
     assert any(not torch.equal(before[k], after[k]) for k in after if k.endswith("lora_up.weight"))
     assert "lora_unet_double_blocks_1_img_attn_qkv.lora_up.weight" in family.lora_file(after, run)
+
+
+@pytest.mark.slow
+def test_an_image_to_video_lora_trains_from_clips_and_samples_from_a_first_frame(tmp_path: Path) -> None:
+    """I2V: a 2-step LoRA from clips (each step's first-frame condition), a sample rendered through
+    HunyuanVideo15ImageToVideoPipeline from the prompt's --ci at its size, ComfyUI's names; cached latents refused by
+    name; a finetune's folder keeps the guider, SigLIP and its processor, and diffusers loads it whole."""
+    import av
+    from diffusers import HunyuanVideo15ImageToVideoPipeline
+    from helpers import events, train
+    from PIL import Image
+
+    from trainers.core.options import BY_NAME
+    from trainers.methods.lora.file_format import read_lora_file
+    from trainers.models.checks import model_issues
+
+    tiny = build_tiny_hunyuan_video15(tmp_path / "model", i2v=True)
+    first = tmp_path / "first.png"
+    Image.new("RGB", (32, 32), (30, 160, 90)).save(first)
+    values = {n: o.default for n, o in BY_NAME.items()}
+    issues = model_issues({**values, "pretrained_model_name_or_path": str(tiny), "cache_latents": True})
+    assert [i.field for i in issues] == ["cache_latents"] and "first frame" in issues[0].message
+    common = {"pretrained_model_name_or_path": str(tiny), "dataset_config": str(video_dataset(tmp_path / "data")),
+              "output_dir": str(tmp_path / "out"), "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
+              "save_precision": "float", "timestep_sampling": "shift", "discrete_flow_shift": 2.0,
+              "max_train_steps": 2}
+    assert train("lora", tmp_path / "lora", **common, network_dim=4, network_alpha=2, output_name="i2v",
+                 sample_prompt_lines=[f"a clip --ci {first} --w 32 --h 32 --s 2"], sample_every_n_steps=2) == 0
+    sample = Path(next(e for e in events(tmp_path / "lora") if e["type"] == "sample")["path"])
+    with av.open(str(sample)) as container:
+        frames = list(container.decode(container.streams.video[0]))
+    assert len(frames) == 25 and (frames[0].width, frames[0].height) == (32, 32)
+    lora, _ = read_lora_file(tmp_path / "out" / "i2v.safetensors")
+    assert "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight" in lora
+    assert any(v.abs().sum() > 0 for k, v in lora.items() if k.endswith("lora_up.weight"))
+    assert train("finetune", tmp_path / "ft", **common, output_name="ft") == 0
+    folder = tmp_path / "out" / "ft"
+    index = json.loads((folder / "model_index.json").read_text())
+    assert index["_class_name"] == "HunyuanVideo15ImageToVideoPipeline" and index["guider"][1]
+    pipe = HunyuanVideo15ImageToVideoPipeline.from_pretrained(folder)
+    assert type(pipe.image_encoder).__name__ == "SiglipVisionModel" and pipe.guider is not None

@@ -4,8 +4,11 @@ timestep_sampling, discrete_flow_shift, weighting_scheme; no guidance embedding)
 VAE's rule, 1 + 4k, at 24 fps."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from trainers.core.errors import ConfigIssue
 
 from trainers.core.memory_facts import (BYT5_GLYPH, BYT5_GLYPH_LINEAR, HUNYUAN_VIDEO15_VAE, QWEN25_VL_7B_TEXT,
                                      QWEN25_VL_7B_TEXT_LINEAR, ModelSize)
@@ -57,6 +60,16 @@ class HunyuanVideo15Rules(FlowRules):
                                  "image_encoder and feature_extractor (SigLIP), which its training reads: give the "
                                  "whole folder")
         return True
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """Image to video: each clip's first frame is encoded at every step, so its latents are not cached."""
+        issues = super().option_issues(values)
+        folder = Path(str(values.get("pretrained_model_name_or_path") or "")).expanduser()
+        if folder.is_dir() and is_i2v_folder(folder):
+            issues += [ConfigIssue(name, f"{self.title} image-to-video encodes each clip's first frame at every step "
+                                   "(its condition and SigLIP's states of it): leave it off", "dataset")
+                       for name in ("cache_latents", "cache_latents_to_disk") if values.get(name)]
+        return issues
 
 
 def is_i2v_folder(folder: Path) -> bool:
