@@ -313,3 +313,16 @@ def test_a_saved_folder_keeps_the_unconditional_transformer_and_loads_in_diffuse
     source = Ideogram4Pipeline.from_pretrained(model.source).unconditional_transformer.state_dict()
     assert all(torch.equal(v, source[k]) for k, v in pipe.unconditional_transformer.state_dict().items())
     assert folder_rules(folder) is IDEOGRAM4
+
+
+def test_a_caption_longer_than_its_tokens_is_cut_before_the_generation_prompt(model: object) -> None:
+    from trainers.data.prompt_chunks import PromptTruncated
+
+    family = model.family.configured({})
+    long = "a " + "very " * 300 + "long caption"  # one token a character in the tiny tokenizer
+    with pytest.warns(PromptTruncated, match="Qwen3-VL tokens and is cut there"):
+        (ids,) = family.tokenize(model.tokenizers, [long, CAPTIONS[0]])
+    assert family.overlong(model.tokenizers, [long, CAPTIONS[0]], None) == [long]
+    tokenizer = model.tokenizers[0]
+    tail = tokenizer("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False).input_ids
+    assert ids.shape == (2, 512) and ids[0, -len(tail):].tolist() == tail and ids[0, 0] != tokenizer.pad_token_id

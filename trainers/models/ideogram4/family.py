@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainers.data.prompt_chunks import PromptTruncated
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
 from trainers.models.ideogram4.rules import Ideogram4Rules
@@ -89,6 +91,29 @@ class Ideogram4(FileNamedLora, Ideogram4Rules, FlowFamily, ModelFamily):
         return last_blocks(denoiser.layers, count, "blocks")
 
     # --- text ---
+
+    def tokenize(self, tokenizers: list[Any], captions: list[str], fmt: Any = None) -> list[torch.Tensor]:
+        """Ids (B, 512) of each caption in the chat template, left-padded; a longer caption is cut to the room the
+        template leaves (a PromptTruncated warning names it), so that the generation prompt after it stays (the
+        pipeline refuses such a prompt instead)."""
+        spec, (tokenizer,) = self.text_encoder_specs[0], tokenizers
+        room = self._room(spec, tokenizer)
+        fitted = []
+        encoded = tokenizer(captions, add_special_tokens=False, return_offsets_mapping=True)
+        for caption, ids, offsets in zip(captions, encoded.input_ids, encoded.offset_mapping):
+            if len(ids) > room:
+                warnings.warn(PromptTruncated(f"a caption has more than {room} {spec.what} tokens and is cut there "
+                                              f"({self.title} reads {self.text_length(spec)} with its chat "
+                                              f"template): {caption[:200]!r}"), stacklevel=2)
+                caption = caption[:offsets[room - 1][1]]  # the text of its first `room` tokens
+            fitted.append(caption)
+        return FlowFamily.tokenize(self, tokenizers, fitted, fmt)
+
+    def overlong(self, tokenizers: list[Any], captions: list[str], fmt: Any) -> list[str]:
+        (tokenizer,) = tokenizers
+        room = self._room(self.text_encoder_specs[0], tokenizer)
+        return [c for c, ids in zip(captions, tokenizer(captions, add_special_tokens=False).input_ids)
+                if len(ids) > room]
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
