@@ -15,13 +15,14 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.adapters.kohya.keys import blank
-from trainers.adapters.musubi import wan
+from trainers.adapters.musubi import hunyuan_video15, wan
 from trainers.data.video_toml import is_video_dataset_config
 
 # musubi-tuner's network modules of the families trained here -> model_family
 FAMILY_MODULES: dict[str, str] = {"networks.lora_qwen_image": "qwen_image", "networks.lora_zimage": "zimage",
                                   "networks.lora_flux_2": "flux2", "networks.lora_krea2": "krea2",
-                                  "networks.lora_ideogram4": "ideogram4", "networks.lora_wan": "wan21"}
+                                  "networks.lora_ideogram4": "ideogram4", "networks.lora_wan": "wan21",
+                                  hunyuan_video15.MODULE: hunyuan_video15.FAMILY}
 # Keys only musubi-tuner writes (what tells its files from sd-scripts')
 MUSUBI_KEYS = frozenset({"dit", "dit_dtype", "fp8_vl", "fp8_llm", "fp8_scaled", "vae_dtype", "flow_shift",
                          "num_timestep_buckets", "preserve_distribution_shape", "remove_first_image_from_target",
@@ -103,7 +104,7 @@ def is_musubi_file(flat: dict[str, Any]) -> bool:
     """Whether flat TOML keys are a musubi-tuner config: a musubi network module or a key only musubi writes (an
     sd-scripts HunyuanImage 2.1 file has fp8_scaled and fp8_vl too: its LoRA module or ByT5 file tells it)."""
     module = flat.get("network_module")
-    if module == "networks.lora_hunyuan_image" or "byt5" in flat:
+    if module == "networks.lora_hunyuan_image" or ("byt5" in flat and module != hunyuan_video15.MODULE):
         return False
     return bool(MUSUBI_KEYS & set(flat)) or (isinstance(module, str) and module.startswith("networks.lora_")
                                              and module in FAMILY_MODULES)
@@ -114,6 +115,8 @@ def read_musubi(flat: dict[str, Any], method: str, notes: list[str], issues: lis
     out = dict(flat)
     if flat.get("network_module") == wan.MODULE:  # its task names the family (trainers/adapters/musubi/wan.py)
         wan.read_wan(out, notes, issues)
+    if flat.get("network_module") == hunyuan_video15.MODULE:  # its task names the folder (musubi/hunyuan_video15.py)
+        hunyuan_video15.read_hunyuan_video15(out, notes, issues)
     _family(out, notes, issues)
     family = str(out.get("model_family"))
     if family == "flux2":

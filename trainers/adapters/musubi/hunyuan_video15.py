@@ -1,0 +1,57 @@
+"""musubi-tuner's HunyuanVideo 1.5 training configs (hv_1_5_train_network.py: `task`, `dit`, `vae`, `text_encoder`,
+`byt5`, `image_encoder`, `vae_sample_size`, ...) read as Atelier's options (torch-free). Its `task` (t2v or i2v) names
+the published diffusers folder; its model files (Tencent's and ComfyUI's .safetensors) are refused by name, since
+HunyuanVideo 1.5 is read from diffusers folders here, and a folder of the other task is refused by name too (the
+folder's pipeline says which task it trains)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainers.adapters.kohya.keys import blank
+from trainers.core.errors import ConfigIssue
+
+MODULE = "networks.lora_hv_1_5"
+FAMILY = "hunyuan_video15"
+# musubi-tuner's tasks -> the published diffusers folder (diffusers' pipeline examples)
+TASKS: dict[str, str] = {"t2v": "hunyuanvideo-community/HunyuanVideo-1.5-480p_t2v",
+                         "i2v": "hunyuanvideo-community/HunyuanVideo-1.5-480p_i2v"}
+DEFAULT_TASK = "t2v"  # musubi-tuner's --task default
+_FILES = ("dit", "vae", "text_encoder", "byt5", "image_encoder")
+LEFT_OUT = ("vae_sample_size", "vae_enable_patch_conv")  # its VAE tiling (256-pixel tiles here) and patch convs
+
+
+def read_hunyuan_video15(out: dict[str, Any], notes: list[str], issues: list[ConfigIssue]) -> None:
+    """A networks.lora_hv_1_5 config's task, model files and options, in place."""
+    task = str(out.pop("task", None) or DEFAULT_TASK)
+    if task not in TASKS:
+        issues.append(ConfigIssue("task", f"task = {task!r} (musubi-tuner) is refused: HunyuanVideo 1.5's tasks are "
+                                  f"{', '.join(map(repr, TASKS))}"))
+        task = DEFAULT_TASK
+    folder = TASKS[task]
+    out["model_family"], out["network_module"] = FAMILY, "networks.lora"
+    notes.append(f"network_module = {MODULE!r} with task = {task!r} (musubi-tuner) is read as model_family = "
+                 f"{FAMILY!r} with network_module = 'networks.lora' (its LoRA keys in ComfyUI's names; musubi-tuner's "
+                 "own are read too)")
+    given = [name for name in _FILES if not blank(out.get(name))]
+    for name in given:
+        issues.append(ConfigIssue(name, f"{name} = {out[name]!r} (musubi-tuner) is refused: HunyuanVideo 1.5's model "
+                                  f"files (Tencent's or ComfyUI's) are not read here yet: give the diffusers folder "
+                                  f"(task {task}: {folder}) as pretrained_model_name_or_path"))
+    for name in _FILES:
+        out.pop(name, None)
+    model = out.get("pretrained_model_name_or_path")
+    if blank(model) and not given:
+        out["pretrained_model_name_or_path"] = folder
+        notes.append(f"task = {task!r}: pretrained_model_name_or_path = {folder!r}, its published diffusers folder")
+    elif not blank(model) and (path := Path(str(model)).expanduser()).is_dir():
+        from trainers.models.hunyuan_video15.rules import is_i2v_folder
+
+        if is_i2v_folder(path) != (task == "i2v"):
+            kind = "an image-to-video" if task == "t2v" else "a text-to-video"
+            issues.append(ConfigIssue("task", f"task = {task!r} (musubi-tuner), but {model} is {kind} folder: the "
+                                      "folder's pipeline says which task it trains here"))
+    dropped = [name for name in LEFT_OUT if not blank(out.pop(name, None))]
+    if dropped:
+        notes.append(f"musubi-tuner's HunyuanVideo 1.5 options left out: {', '.join(dropped)} (its autoencoder "
+                     "tiles clips above 256 pixels here)")
