@@ -44,7 +44,8 @@ OPTIONS: tuple[Option, ...] = (
            nullable=True, advanced=True),
     Option("apply_t5_attn_mask", "bool", False, "Mask T5-XXL's padding tokens.", "flow", advanced=True),
     Option("text_encoder_batch_size", "int", None, "Captions encoded at once when cache_text_encoder_outputs caches "
-           "them before training (unset: 16). Larger is faster and needs more memory; the outputs are the same.",
+           "them before training (unset: on a GPU as many as its free memory holds, at most 64; on a CPU 16). Larger "
+           "is faster and needs more memory; the outputs are the same.",
            "flow", min=1, max=4096, nullable=True, advanced=True),
     # ai-toolkit's assistant_lora_path: a de-distillation LoRA for a step-distilled base (docs/distilled.md)
     Option("training_adapter", "str", "", "A distilled (turbo/schnell) base: the de-distillation training adapter, a "
