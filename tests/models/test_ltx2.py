@@ -1,0 +1,172 @@
+"""LTX-2 text-to-video, in process on a tiny random-init model of its real diffusers classes (LTX2VideoTransformer3DModel,
+the causal AutoencoderKLLTX2Video, Gemma3ForConditionalGeneration, LTX2TextConnectors, the audio autoencoder and
+vocoder): the folder is claimed, its other pipelines, LTX-Video 0.9's and other families' models are refused by name
+before anything loads, captions are encoded as LTX2Pipeline does, the transformer is called as the pipeline calls it
+on (B, C, F, h, w) latents (1 + 8k frames; images as 1-frame clips) beside a silent audio track, one flow-matching
+step trains the video stream and leaves the audio stream's output unscored, and its LoRA file loads with every key in
+ComfyUI (comfy_lora.py) and in LTX2Pipeline."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from trainers.core.options import BY_NAME
+from trainers.models import load_model
+from trainers.models.checks import model_issues
+from trainers.models.ltx2.rules import LTX2
+from trainers.models.ltx2.tiny import build_tiny_ltx2
+from trainers.models.rules import checkpoint_rules, folder_rules
+
+CAPTIONS = ["  a robot dances in the rain ", "waves at dusk"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_ltx2(tmp_path_factory.mktemp("ltx2") / "model")
+
+
+@pytest.fixture(scope="module")
+def model(tiny: Path) -> object:
+    return load_model(str(tiny), "auto", torch.float32)
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny: Path) -> object:
+    from diffusers import LTX2Pipeline
+
+    return LTX2Pipeline.from_pretrained(tiny)
+
+
+def _values(model_dir: Path, **options: object) -> dict[str, object]:
+    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir), **options}
+
+
+def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return folder
+
+
+def test_the_tiny_folder_is_claimed_and_its_other_pipelines_refused_by_name(tiny: Path, tmp_path: Path) -> None:
+    assert folder_rules(tiny) is LTX2
+    index = json.loads((tiny / "model_index.json").read_text())
+    assert index["transformer"][1] == "LTX2VideoTransformer3DModel" and index["vae"][1] == "AutoencoderKLLTX2Video"
+    assert index["text_encoder"][1] == "Gemma3ForConditionalGeneration" and index["connectors"][1] == \
+        "LTX2TextConnectors"
+    for pipeline, what in (("LTX2ImageToVideoPipeline", "LTX-2 image-to-video"), ("LTXPipeline", "LTX-Video 0.9")):
+        folder = _folder(tmp_path, pipeline, {**index, "_class_name": pipeline})
+        (issue,) = model_issues(_values(folder))
+        assert issue.field == "pretrained_model_name_or_path" and what in issue.message, issue.message
+
+
+def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
+    (issue,) = model_issues(_values(tiny, model_family="wan21"))
+    assert issue.field == "model_family" and "LTX-2" in issue.message
+    image = _folder(tmp_path, "flux", {"_class_name": "FluxPipeline", "transformer": ["diffusers",
+                                                                                     "FluxTransformer2DModel"]})
+    (issue,) = model_issues(_values(image, model_family="ltx2"))
+    assert issue.field == "model_family" and "FLUX.1" in issue.message, issue.message
+
+
+def test_its_single_files_are_recognised_and_refused_by_name() -> None:
+    shapes = {"audio_adaln_single.linear.weight": (12288, 2048), "adaln_single.linear.weight": (24576, 4096),
+              "transformer_blocks.0.attn1.to_q.weight": (4096, 4096)}
+    assert checkpoint_rules({f"model.diffusion_model.{k}": v for k, v in shapes.items()}, "ltx-2-19b-dev.safetensors") \
+        is LTX2
+
+
+def test_its_frames_follow_the_1_plus_8k_rule() -> None:
+    from trainers.data.frames import target_lengths
+
+    assert LTX2.frame_rule == 8 and LTX2.frame_rate == 24.0 and LTX2.bucket_step == 32
+    assert target_lengths([1, 9, 12, 25, 49], LTX2.frame_rule) == (1, 9, 25, 49)
+
+
+def test_captions_are_encoded_as_its_pipeline_does(model: object, pipe: object) -> None:
+    """Gemma 3's stacked hidden states of the stripped, left-padded captions (1024 tokens) through the connectors:
+    the video connector's states, then the audio connector's, and their mask (all ones: the registers fill the
+    padding)."""
+    with torch.no_grad():
+        states, mask, _, _ = pipe.encode_prompt(CAPTIONS, do_classifier_free_guidance=False,
+                                                device=torch.device("cpu"), dtype=torch.float32)
+        video, audio, text_mask = pipe.connectors(states, mask, padding_side="left")
+        ours, our_mask = model.encode_texts(CAPTIONS, 1)
+    width = video.shape[-1]
+    assert states.shape[1] == 1024 and ours.shape == (2, 1024, 2 * width)
+    assert torch.equal(our_mask, text_mask.float())
+    assert torch.allclose(ours[..., :width], video, atol=1e-5) and torch.allclose(ours[..., width:], audio, atol=1e-5)
+
+
+def test_clips_and_images_encode_to_normalised_latents_with_a_frame_axis(model: object) -> None:
+    """Causal temporal compression 8 (1 + 8k frames to 1 + k), spatial 32, its channels normalised by its
+    per-channel mean and std; an image is one frame."""
+    with torch.no_grad():
+        clip = model.vae.encode(torch.rand(1, 3, 9, 64, 96) * 2 - 1).latent_dist.mean
+        image = model.vae.encode(torch.rand(2, 3, 64, 96) * 2 - 1).latent_dist.mean
+    assert clip.shape == (1, 8, 2, 2, 3) and image.shape == (2, 8, 1, 2, 3)
+    mean, std = model.vae.latents_mean.view(1, -1, 1, 1, 1), model.vae.latents_std.view(1, -1, 1, 1, 1)
+    assert torch.allclose(model.family.vae_latents(clip, model.vae), (clip - mean) / std)
+
+
+def test_denoise_calls_the_transformer_as_its_pipeline_does(model: object, pipe: object) -> None:
+    """The latents packed as the pipeline packs them, the connectors' states of each stream with their mask, the
+    audio track as long as the clip (the pipeline's count), the timestep 1000 x sigma for both streams."""
+    from trainers.models.ltx2.family import silent_audio
+
+    noisy, timesteps = torch.randn(2, 8, 2, 2, 3), torch.tensor([900.0, 100.0])
+    hidden, mask = model.encode_texts(CAPTIONS, 1)
+    with torch.no_grad():
+        ours = model.family.denoise(model.unet, noisy, timesteps, hidden, mask, None)
+        states, text_mask, _, _ = pipe.encode_prompt(CAPTIONS, do_classifier_free_guidance=False,
+                                                     device=torch.device("cpu"), dtype=torch.float32)
+        video, audio, connector_mask = pipe.connectors(states, text_mask, padding_side="left")
+        audio_frames = round(9 / 24.0 * pipe.audio_sampling_rate / pipe.audio_hop_length
+                             / pipe.audio_vae_temporal_compression_ratio)
+        track = silent_audio(model.unet.config, 2, 2, timesteps, 24.0)
+        theirs = model.unet(hidden_states=pipe._pack_latents(noisy), audio_hidden_states=track,
+                            encoder_hidden_states=video, audio_encoder_hidden_states=audio, timestep=timesteps,
+                            sigma=timesteps, encoder_attention_mask=connector_mask,
+                            audio_encoder_attention_mask=connector_mask, num_frames=2, height=2, width=3, fps=24.0,
+                            audio_num_frames=audio_frames, use_cross_timestep=True, return_dict=False)[0]
+    assert track.shape[1] == audio_frames and ours.shape == noisy.shape and torch.isfinite(ours).all()
+    assert torch.allclose(ours, pipe._unpack_latents(theirs, 2, 2, 3), atol=1e-5)
+    # the silent track is noised to each sample's sigma, the same for the same noise levels
+    assert torch.equal(track, silent_audio(model.unet.config, 2, 2, timesteps, 24.0))
+    assert track[1].std() < track[0].std()
+
+
+def test_one_flow_matching_step_on_a_clip_and_an_image_trains_the_video_stream(model: object) -> None:
+    from trainers.train.diffusion import NoiseOptions
+    from trainers.train.flow import flow_loss
+
+    family = model.family.configured({**{n: o.default for n, o in BY_NAME.items()},
+                                      "timestep_sampling": "shift", "discrete_flow_shift": 4.7})
+    run = SimpleNamespace(**{**model.__dict__, "family": family, "unet": copy.deepcopy(model.unet)})
+    hidden, mask = model.encode_texts(CAPTIONS[:1], 1)
+
+    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, ids: object, sizes: object,
+                  embeds: object) -> torch.Tensor:
+        n = noisy.shape[0]
+        return family.denoise(run.unet, noisy, timesteps, hidden.expand(n, -1, -1), mask.expand(n, -1), None)
+
+    opts = NoiseOptions(seed=1, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
+    sizes = {name: torch.zeros(1, 2) for name in ("original_size", "crop_top_left", "target_size")}
+    # a clip as the video dataset gives it (B, F, C, H, W), an image as the image dataset does (B, C, H, W)
+    for pixels in (torch.rand(1, 9, 3, 64, 64) * 2 - 1, torch.rand(1, 3, 64, 64) * 2 - 1):
+        run.unet.zero_grad()
+        batch = {"pixels": pixels, "keys": torch.tensor([[0, 3]]), **sizes}
+        loss = flow_loss(predictor, run, batch, opts, torch.float32)
+        loss.backward()
+        assert torch.isfinite(loss) and loss > 0
+        targets = family.lora_targets(run.unet)
+        assert len(targets) == 2 * 10
+        for target in targets:
+            assert target.layers[0].weight.grad.abs().sum() > 0, target.name
+        # the audio stream's output is not scored
+        assert run.unet.audio_proj_out.weight.grad is None

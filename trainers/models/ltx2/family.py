@@ -1,0 +1,244 @@
+"""LTX-2 text-to-video (diffusers LTX2VideoTransformer3DModel, LTX2Pipeline): the video stream of its audio-video
+transformer trained, the audio stream frozen and fed a silent track. Captions are read as the pipeline reads them:
+stripped, left-padded to 1024 Gemma 3 tokens, every hidden state of Gemma 3 (its embeddings and each layer's) stacked,
+then LTX2TextConnectors (frozen: the per-layer masked normalisation, the projection, one connector per stream, their
+learnable registers in the padding) give the video stream's and the audio stream's text states and their mask. The
+latents are its causal video autoencoder's (AutoencoderKLLTX2Video: 1 + 8k frames to 1 + k latent frames, 32x
+smaller sides, 128 channels normalised by its per-channel mean and std), each latent one token (1x1 patches),
+timestep = 1000 x sigma, the velocity (noise - latents) as its output, no guidance embedding. Images train as
+1-frame clips.
+
+The audio stream reads the clip's length of audio latents (the pipeline's count: frames / 24 fps x 25 latents a
+second) of a silent track noised to the video's sigma (sigma x noise: SimpleTuner's zero audio latents for clips
+without sound, noised as the video; ai-toolkit gives pure noise), at the video's timestep; its output is not scored.
+The noise of that track is seeded by the batch's noise levels, so a resumed run draws what an uninterrupted one does.
+
+Its LoRA files name the video stream's attention and feed-forward linears of every block (`attn1` self-attention,
+`attn2` text cross-attention, `ff.net.0.proj`, `ff.net.2`; SimpleTuner's attention targets and the feed-forward of
+ai-toolkit's, the audio stream and its cross-modal attention left out) in kohya's form of the reference names
+(`lora_unet_transformer_blocks_0_attn1_to_q`: Lightricks' module names, which are diffusers' and ComfyUI's), which
+ComfyUI reads; lora_for_pipeline's PEFT keys load with LTX2Pipeline.load_lora_weights (its LTX2LoraLoaderMixin).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
+from trainers.models.ltx2.rules import LTX2Rules
+from trainers.models.video import VideoFamily, encode_images_as_frames
+
+TEXT_LENGTH = 1024  # LTX2Pipeline's max_sequence_length (left padding, as Gemma reads chat prompts)
+SCALE_FACTOR = 8  # the connectors' scale of the normalised Gemma states (the pipeline's)
+# diffusers' (and Lightricks') module names of a block's video-stream linears LoRAs train
+VIDEO_LINEARS = ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "attn2.to_q", "attn2.to_k",
+                 "attn2.to_v", "attn2.to_out.0", "ff.net.0.proj", "ff.net.2")
+
+
+@dataclasses.dataclass
+class AudioParts:
+    """The frozen parts of a folder beside the transformer, VAE and Gemma 3: its text connectors (run with Gemma 3,
+    on its device), and the audio autoencoder and vocoder its pipeline is built with (kept on the CPU: samples
+    render no audio)."""
+
+    connectors: nn.Module
+    audio_vae: nn.Module
+    vocoder: nn.Module
+
+
+class LTX2(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
+    implementation = "https://github.com/Lightricks/LTX-2"
+    native_size = 512  # its pipeline's default 768x512
+    vae_class = "AutoencoderKLLTX2Video"
+    default_t5_length = TEXT_LENGTH
+    fixed_settings = {"model_prediction_type": "raw", "guidance_scale": 0.0}  # no guidance embedding
+    text_encoder_specs = (TextEncoderSpec("Gemma3ForConditionalGeneration", "text_encoder", "auto", "tokenizer",
+                                          "Gemma 3", max_length=TEXT_LENGTH),)
+    latent_scaling = (1.0, 0.0)  # unused: its autoencoder normalises by its per-channel statistics
+    sample_frames = 25  # 1 + 8k: about a second at 24 fps
+    parts: AudioParts | None = None  # set when loaded
+    video_text_width: int = 0  # the video connector's width (the packed states' first channels), set when loaded
+
+    def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
+        import diffusers
+        from diffusers.pipelines.ltx2 import LTX2TextConnectors
+        from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
+
+        from trainers.models.components import load_component
+
+        model = super().load(folder, weight_dtype, vae_path, random_init)
+        encode_images_as_frames(model.vae)
+        tokenizer = model.tokenizers[0]
+        tokenizer.padding_side = "left"  # as LTX2Pipeline sets it
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        vocoder_class = LTX2VocoderWithBWE if _class_in_index(folder, "vocoder") == "LTX2VocoderWithBWE" \
+            else LTX2Vocoder
+        connectors = load_component(LTX2TextConnectors, folder, "connectors", weight_dtype, random_init)
+        connectors.requires_grad_(False).eval()
+        parts = AudioParts(connectors,
+                           load_component(diffusers.AutoencoderKLLTX2Audio, folder, "audio_vae", weight_dtype,
+                                          random_init).requires_grad_(False).eval(),
+                           load_component(vocoder_class, folder, "vocoder", weight_dtype,
+                                          random_init).requires_grad_(False).eval())
+        family = copy.copy(model.family)
+        family.parts = parts
+        family.video_text_width = connectors.video_connector.inner_dim
+        return dataclasses.replace(model, family=family)
+
+    def tokenize(self, tokenizers: list[Any], captions: list[str], fmt: Any = None) -> list[torch.Tensor]:
+        """Gemma 3's ids of each caption stripped, left-padded to 1024 tokens (as the pipeline)."""
+        return super().tokenize(tokenizers, [c.strip() for c in captions], fmt)
+
+    def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
+                       weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the video connector's states, then the audio connector's, on the channel axis; their mask), as
+        LTX2Pipeline encodes a caption and its connectors read it."""
+        (gemma,), (ids,) = text_encoders, input_ids
+        assert self.parts is not None, "LTX-2's connectors are loaded with the model"
+        pad = gemma.config.get_text_config().pad_token_id
+        mask = (ids != pad).long() if pad is not None else torch.ones_like(ids)
+        states = run_frozen(gemma, lambda: torch.stack(gemma(input_ids=ids, attention_mask=mask,
+                                                             output_hidden_states=True).hidden_states, dim=-1))
+        states = states.flatten(2, 3).to(next(gemma.parameters()).dtype)
+        connectors = self.parts.connectors.to(states.device)
+        video, audio, text_mask = run_frozen(connectors, lambda: connectors(states, mask, padding_side="left",
+                                                                            scale_factor=SCALE_FACTOR))
+        return torch.cat([video, audio.to(video.dtype)], dim=-1), text_mask.to(video.dtype)
+
+    def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
+                text_mask: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
+        """The video velocity for latents (B, C, F, h, w) (an image's F = 1), packed as the pipeline packs them,
+        beside the silent audio track's latents at the same sigma; the timestep 1000 x sigma."""
+        from diffusers import LTX2Pipeline
+
+        assert text_mask is not None, "LTX-2's encode_prompts gives the text mask"
+        config = unet.config
+        batch, _, frames, height, width = noisy.shape
+        packed = LTX2Pipeline._pack_latents(noisy, config.patch_size, config.patch_size_t)
+        audio = silent_audio(config, batch, frames, timesteps, self.frame_rate).to(noisy.device, noisy.dtype)
+        text = hidden.to(noisy.dtype)
+        mask = text_mask.to(noisy.device)
+        timestep = timesteps.to(noisy.dtype)
+        video, _ = unet(hidden_states=packed, audio_hidden_states=audio,
+                        encoder_hidden_states=text[..., :self.video_text_width],
+                        audio_encoder_hidden_states=text[..., self.video_text_width:], timestep=timestep,
+                        sigma=timestep, encoder_attention_mask=mask, audio_encoder_attention_mask=mask,
+                        num_frames=frames, height=height, width=width, fps=self.frame_rate,
+                        audio_num_frames=audio.shape[1], return_dict=False)
+        return LTX2Pipeline._unpack_latents(video, frames, height, width, config.patch_size, config.patch_size_t)
+
+    def vae_latents(self, raw: torch.Tensor, vae: nn.Module) -> torch.Tensor:
+        mean, std = latent_stats(vae, raw)
+        return (raw - mean) * vae.config.scaling_factor / std
+
+    def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
+        from trainers.models.flow import last_blocks
+
+        return last_blocks(denoiser.transformer_blocks, count, "blocks")
+
+    def model_index(self) -> dict[str, Any]:
+        """A finetune's folder names its autoencoder's class."""
+        return {"vae": ["diffusers", self.vae_class]}
+
+    # --- samples ---
+
+    def scheduler_config(self) -> dict[str, Any]:
+        """Its published scheduler: the exponential resolution-dependent shift (0.95 at 1024 tokens to 2.05 at
+        4096), a terminal sigma of 0.1."""
+        from trainers.models.ltx2.tiny import SCHEDULER
+
+        return dict(SCHEDULER)
+
+    def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
+        """LTX2Pipeline over the model's modules; encode_prompts' packed states stand in for the connectors' output
+        (their pass-through, with the real connectors kept for LoRA files that train them)."""
+        from diffusers import LTX2Pipeline
+
+        assert self.parts is not None, "LTX-2's audio parts are loaded with the model"
+        return LTX2Pipeline(scheduler=scheduler, vae=model.vae, audio_vae=self.parts.audio_vae,
+                            text_encoder=model.text_encoders[0], tokenizer=model.tokenizers[0],
+                            connectors=PackedConnectorStates(self.video_text_width), transformer=model.unet,
+                            vocoder=self.parts.vocoder)
+
+    def pipeline_embeds(self, hidden: torch.Tensor, text_mask: torch.Tensor | None) -> dict[str, Any]:
+        assert text_mask is not None, "LTX-2's encode_prompts gives the text mask"
+        return {"prompt_embeds": hidden[:1], "prompt_attention_mask": text_mask[:1],
+                "negative_prompt_embeds": hidden[1:], "negative_prompt_attention_mask": text_mask[1:]}
+
+    def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
+        """Classifier-free guidance of the scale on both streams, without the pipeline's spatio-temporal and
+        modality guidance or its rescale (LTX-2.3's defaults); its audio is not rendered (latents out)."""
+        return {"guidance_scale": cfg_scale, "audio_guidance_scale": cfg_scale, "stg_scale": 0.0,
+                "audio_stg_scale": 0.0, "modality_scale": 1.0, "audio_modality_scale": 1.0,
+                "guidance_rescale": 0.0, "audio_guidance_rescale": 0.0, "spatio_temporal_guidance_blocks": None,
+                "num_frames": self.sample_frames, "frame_rate": self.frame_rate}
+
+    def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
+        """Frames (B, 3, F, H, W) in [-1, 1] of the latents LTX2Pipeline returns (output_type="latent": already
+        denormalised), decoded as it decodes them (decode_timestep 0, no decode noise)."""
+        latents = latents.to(vae.device, vae.dtype)
+        timestep = latents.new_zeros(latents.shape[0]) if vae.config.timestep_conditioning else None
+        return vae.decode(latents, timestep).sample
+
+    # --- LoRA ---
+
+    def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:
+        return {**super().lora_metadata(v_prediction), "modelspec.implementation": self.implementation,
+                "modelspec.prediction_type": None, **self.flow_metadata()}
+
+    def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
+        modules = dict(unet.named_modules())
+        return [LoraTarget(f"lora_unet_{path.replace('.', '_')}", (modules[path],), path=path)
+                for i in range(len(unet.transformer_blocks)) for path in
+                (f"transformer_blocks.{i}.{linear}" for linear in VIDEO_LINEARS)]
+
+
+class PackedConnectorStates(nn.Module):
+    """What LTX2Pipeline's connectors give, of encode_prompts' packed states: the video connector's channels, the
+    audio connector's, and the mask as it is."""
+
+    def __init__(self, video_width: int) -> None:
+        super().__init__()
+        self.video_width = video_width
+
+    def forward(self, states: torch.Tensor, mask: torch.Tensor, padding_side: str = "left",
+                scale_factor: int = SCALE_FACTOR) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return states[..., :self.video_width], states[..., self.video_width:], mask
+
+
+def silent_audio(config: Any, batch: int, frames: int, timesteps: torch.Tensor, fps: float) -> torch.Tensor:
+    """The packed audio latents (B, L, C) of `batch` silent tracks as long as `frames` latent frames, noised to
+    sigma = timesteps / 1000 (sigma x noise), the noise seeded by the noise levels."""
+    pixel_frames = (frames - 1) * config.vae_scale_factors[0] + 1
+    per_second = config.audio_sampling_rate / config.audio_hop_length / config.audio_scale_factor
+    length = max(1, round(pixel_frames / fps * per_second))
+    seed = int((timesteps.detach().double().cpu() * 1e6).sum().item()) % (2 ** 63)
+    noise = torch.randn(batch, length, config.audio_in_channels, generator=torch.Generator().manual_seed(seed))
+    return noise * (timesteps.detach().float().cpu() / 1000).view(-1, 1, 1)
+
+
+def latent_stats(vae: nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The autoencoder's per-channel latent mean and std (its buffers), shaped (1, C, 1, 1, 1) like `like`."""
+    shape = (1, -1) + (1,) * (like.ndim - 2)
+    return (vae.latents_mean.view(shape).to(like.device, like.dtype),
+            vae.latents_std.view(shape).to(like.device, like.dtype))
+
+
+def _class_in_index(folder: Path, component: str) -> str:
+    import json
+
+    try:
+        index = json.loads((Path(folder) / "model_index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return str((index.get(component) or [None, ""])[-1])
+
+
+LTX2 = LTX2()
