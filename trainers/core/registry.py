@@ -93,6 +93,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("wan22", "trainers.models.wan.wan22", "WAN22", "Wan 2.2"),
     FamilySpec("wan22_ti2v", "trainers.models.wan.ti2v", "WAN22_TI2V", "Wan 2.2 TI2V 5B"),
     FamilySpec("hunyuan_video15", "trainers.models.hunyuan_video15", "HUNYUAN_VIDEO15", "HunyuanVideo 1.5"),
+    FamilySpec("ltx2", "trainers.models.ltx2", "LTX2", "LTX-2"),
 )
 
 # Translators of other tools' config files (trainers/adapters/): each module's claims(flat) says whether a flat
