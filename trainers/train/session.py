@@ -231,7 +231,13 @@ class _TextEncoders:
 
     def batch_size(self) -> int:
         """Captions the pass encodes at once: text_encoder_batch_size, else what the device's free memory holds."""
-        return int(self.given) if self.given else _caption_batch(self.model, self.device, self.weight_dtype)
+        if self.given:
+            return int(self.given)
+        chosen = _caption_batch(self.model, self.device, self.weight_dtype)
+        if self.device.type == "cuda":
+            print(f"encoding the captions {chosen} at a time (text_encoder_batch_size unset: what the free memory "
+                  "holds)", flush=True)
+        return chosen
 
     def _quantize(self, device: torch.device) -> None:
         if self.mode != "none" and not self.quantized:
