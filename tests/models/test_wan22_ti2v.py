@@ -105,6 +105,95 @@ def test_a_two_step_lora_from_clips_samples_and_loads_in_wan_pipeline(clip_run: 
     assert len(layers) == 2 * 10  # 2 blocks x (8 attention + 2 feed-forward linears)
 
 
+# --- ti2v_first_frame: trained as image-to-video, as WanImageToVideoPipeline runs the 5B ---
+
+
+def _first_frame_family(model: object) -> object:
+    from trainers.core.options import BY_NAME
+
+    return model.family.configured({**{n: o.default for n, o in BY_NAME.items()}, "ti2v_first_frame": True,
+                                    "timestep_sampling": "shift", "discrete_flow_shift": 3.0})
+
+
+def test_the_first_frame_inputs_are_the_pipelines(model: object) -> None:
+    """WanImageToVideoPipeline(expand_timesteps).prepare_latents' condition and mask: the first latent frame is the
+    image's, clean, its tokens at timestep 0 (temp_ts = (mask[0][0][:, ::2, ::2] * t).flatten())."""
+    from trainers.models.wan.ti2v.first_frame import conditioned_inputs, first_latent_frame
+
+    family = _first_frame_family(model)
+    pipe = family.build_pipeline(model, model.noise_scheduler)
+    clip = torch.rand(1, 5, 3, 64, 64) * 2 - 1
+    with torch.no_grad():
+        _, condition, mask = pipe.prepare_latents(clip[:, 0], 1, 48, 64, 64, 5, torch.float32, torch.device("cpu"))
+    first = first_latent_frame(family, model.vae, {"pixels": clip})
+    assert torch.allclose(first, condition[:, :, :1], atol=1e-5)
+    noisy, t = torch.randn(1, 48, 2, 4, 4), torch.tensor([700.0])
+    model_input, per_token = conditioned_inputs(noisy, t, first, model.unet.config.patch_size)
+    assert torch.allclose(model_input, (1 - mask) * condition + mask * noisy, atol=1e-5)
+    assert torch.equal(per_token[0], (mask[0][0][:, ::2, ::2] * t).flatten())
+
+
+def test_a_first_frame_step_scores_only_the_frames_after_it(model: object) -> None:
+    import dataclasses
+
+    from trainers.methods.lora.network import LoRANetwork
+    from trainers.models.wan.ti2v.first_frame import first_frame_objective
+    from trainers.train.diffusion import NoiseOptions
+    from trainers.train.flow import flow_loss
+
+    family = _first_frame_family(model)
+    run = dataclasses.replace(model, family=family, unet=copy.deepcopy(model.unet))
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    run.unet.register_forward_pre_hook(lambda m, a, kw: seen.append((kw["hidden_states"], kw["timestep"])),
+                                       with_kwargs=True)
+    network = LoRANetwork(run.unet, [], unet_key_style="own", network_dim=4, network_alpha=2,
+                          train_text_encoder=False, unet_targets=family.lora_targets(run.unet))
+    network.apply_to()
+    hidden, _ = model.encode_texts(["a red fox"], 1)
+    scored: list[torch.Tensor] = []
+
+    def inner(predictor: object, model_: object, batch: dict, opts: object, dtype: torch.dtype) -> torch.Tensor:
+        if "masks" in batch:
+            scored.append(batch["masks"])
+        return flow_loss(predictor, model_, batch, opts, dtype)
+
+    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, *rest: object) -> torch.Tensor:
+        return family.denoise(run.unet, noisy, timesteps, hidden.expand(noisy.shape[0], -1, -1), None, None)
+
+    objective = first_frame_objective(inner, family, family.slot)
+    opts = NoiseOptions(seed=3, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
+    clip = torch.rand(2, 5, 3, 64, 64) * 2 - 1
+    loss = objective(predictor, run, {"pixels": clip, "keys": torch.tensor([[0, 0], [0, 1]])}, opts, torch.float32)
+    loss.backward()
+    assert torch.isfinite(loss) and family.slot.first is None
+    (mask,) = scored
+    assert mask.shape == (2, 1, 2, 4, 4) and mask[:, :, 0].max() == 0 and mask[:, :, 1].min() == 1
+    (model_input, timestep) = seen[0]
+    first = family.vae_latents(model.vae.encode(clip[:, :1].transpose(1, 2)).latent_dist.mode(), model.vae)
+    assert torch.allclose(model_input[:, :, :1], first, atol=1e-5)  # the first frame clean, at timestep 0
+    assert timestep.shape == (2, 2 * 2 * 2) and timestep[:, :4].max() == 0 and timestep[:, 4:].min() > 0
+    # an image (1 frame) has nothing after its first frame: it trains as text-to-video
+    objective(predictor, run, {"pixels": torch.rand(1, 3, 64, 64), "keys": torch.tensor([[0, 2]])}, opts,
+              torch.float32)
+    assert len(scored) == 1 and seen[-1][1].ndim == 1
+
+
+def test_a_first_frame_sample_renders_from_its_first_frame(model: object, tmp_path: Path) -> None:
+    import dataclasses
+
+    from PIL import Image
+
+    from trainers.core.prompts import config_prompts
+    from trainers.sampling.pipeline import generate_samples
+
+    run = dataclasses.replace(model, family=_first_frame_family(model))
+    Image.new("RGB", (64, 64), (200, 40, 40)).save(tmp_path / "first.png")
+    prompts = config_prompts("", [f"a red fox --w 64 --h 64 --s 2 --ci {tmp_path / 'first.png'}"])
+    (written,) = generate_samples(run, prompts, tmp_path, "step2", default_size=(64, 64), default_steps=2,
+                                  default_cfg=1.0)
+    assert written.suffix == ".mp4" and written.stat().st_size > 0
+
+
 PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan22_ti2v_5b_lora_*gb.toml"))
 
 
