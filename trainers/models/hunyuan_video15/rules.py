@@ -30,6 +30,8 @@ class HunyuanVideo15Rules(FlowRules):
                              "the published HunyuanVideo 1.5 480p T2V sizes", 848 * 480, 79.4, 7.3)
     base_model_version = "hunyuan_video_1_5"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_..._FULL)
     modelspec_architecture = "hunyuan-video-1.5"  # musubi-tuner's ARCH_HUNYUAN_VIDEO_1_5
+    # the 480p T2V configs (transformer/, vae/): diffusers 0.42.1's defaults of its classes, task_type t2v
+    arch_dir = Path(__file__).with_name("arch")
     pipeline_class = "HunyuanVideo15Pipeline"
     transformer_class = "HunyuanVideo15Transformer3DModel"
     frozen_text_encoder = "Qwen2.5-VL and ByT5"
