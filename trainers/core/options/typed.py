@@ -264,6 +264,7 @@ class FlowOptions(OptionSlice):
     t5xxl_dtype: Literal["auto", "float32", "fp16", "bf16"]
     timestep_boundary: float | None
     train_expert: Literal["both", "high_noise", "low_noise"]
+    ti2v_first_frame: bool
 
 
 @dataclass(frozen=True)
