@@ -305,7 +305,7 @@ def build_generate_tab(services: Any) -> GenerateTab:
     compare_run = widgets["compare_run"]
     compare_run.focus(lambda value: gr.Dropdown(choices=_run_choices(runs_dir, extra=value or "")),
                       inputs=compare_run, outputs=compare_run)
-    wire_live_source(live, services, widgets)
+    wire_live_source(live, services, widgets, status, gallery)
     return tab
 
 

@@ -32,7 +32,7 @@ from trainers.generate.options import GEN_BY_NAME
 
 FORM = ""  # the source value of the form's own model and LoRAs
 FORM_LABEL = "the model and LoRAs below"
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")  # what the image box shows (a clip's path is said instead)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")  # what the gallery shows (a clip's path is said instead)
 NOT_PAUSED = ("The run must be paused to render from its live weights: press **Pause** in its run panel, wait for "
               "*Paused*, then **Render** here.")
 
@@ -118,30 +118,24 @@ class LiveSource:
     source: gr.Dropdown
     multiplier: gr.Number
     render: gr.Button
-    status: gr.Markdown
-    image: gr.Image
 
 
 def build_live_source(runs_dir: Path) -> LiveSource:
-    """The source row, rendered in the current gradio context: the source dropdown, the LoRA multiplier and Render,
-    then what the paused run answered (hidden until it did)."""
+    """The source row, rendered in the current gradio context: the source dropdown, the LoRA multiplier, Render."""
     with gr.Row(equal_height=True):
-        source = gr.Dropdown(choices=source_choices(runs_dir), value=FORM, label="model source", scale=3,
-                             info="Or a paused training run: Render draws the first prompt with its live weights.",
-                             elem_id="gen-source")
-        multiplier = gr.Number(1.0, label="LoRA multiplier (paused run)", minimum=-10, maximum=10, step=0.1,
-                               scale=1, elem_id="gen-live-multiplier")
+        source = gr.Dropdown(choices=source_choices(runs_dir), value=FORM, label="model source (or a paused run)",
+                             scale=3, elem_id="gen-source")
+        multiplier = gr.Number(1.0, label="its LoRA multiplier", minimum=-10, maximum=10, step=0.1, scale=1,
+                               elem_id="gen-live-multiplier")
         render = gr.Button("Render", scale=1, elem_id="gen-live-render")
-    status = gr.Markdown("", elem_id="gen-live-status")
-    image = gr.Image(label="Paused run's render", type="filepath", visible=False, interactive=False, height=320,
-                     elem_id="gen-live-image")
-    return LiveSource(source, multiplier, render, status, image)
+    return LiveSource(source, multiplier, render)
 
 
-def wire_live_source(live: LiveSource, services: Any, widgets: dict[str, gr.components.Component]) -> None:
-    """Render writes the request; a timer, on while one is pending, shows its answer and the image."""
+def wire_live_source(live: LiveSource, services: Any, widgets: dict[str, gr.components.Component],
+                     status: gr.Markdown, gallery: gr.Gallery) -> None:
+    """Render writes the request; a timer, on while one is pending, shows its answer in the tab's `status` and the
+    image in its `gallery` (the page's weight is near its limit: no components of its own for them)."""
     runs_dir: Path = services.runs_dir
-    status, image = live.status, live.image
     pending = gr.State(("", ""))  # (run id, request id) awaiting its answer
     timer = gr.Timer(1.0, active=False)
     inputs = set(widgets.values()) | {live.source, live.multiplier}
@@ -168,11 +162,13 @@ def wire_live_source(live: LiveSource, services: Any, widgets: dict[str, gr.comp
         shown = answer.path if answer.path and _under(Path(answer.path), runs_dir) else None
         if shown and Path(shown).suffix.lower() not in IMAGE_SUFFIXES:  # a video family's clip: its path is said
             shown = None
-        return {status: answer_text(run_id, answer), image: gr.Image(value=shown, visible=shown is not None),
-                pending: ("", ""), timer: gr.Timer(active=False)}
+        sent: dict[Any, Any] = {status: answer_text(run_id, answer), pending: ("", ""), timer: gr.Timer(active=False)}
+        if shown:
+            sent[gallery] = gr.Gallery(value=[(shown, f"{answer.prompt[:60]} · seed {answer.seed}")])
+        return sent
 
     live.render.click(on_render, inputs=inputs, outputs={status, pending, timer})
-    timer.tick(on_tick, inputs=pending, outputs={status, image, pending, timer}, show_progress="hidden")
+    timer.tick(on_tick, inputs=pending, outputs={status, gallery, pending, timer}, show_progress="hidden")
     live.source.focus(lambda value: gr.Dropdown(choices=source_choices(runs_dir, keep=value or "")),
                       inputs=live.source, outputs=live.source)
 

@@ -86,8 +86,8 @@ def test_render_in_the_tab_writes_the_request_and_shows_the_runs_answer(tmp_path
     shown = on_tick(pending)
     texts = [v for v in shown.values() if isinstance(v, str)]
     assert any("Rendered by `paused-run` at step 1" in t for t in texts)
-    images = [v for v in shown.values() if isinstance(v, gr.Image)]
-    assert len(images) == 1 and images[0].constructor_args == {"value": str(image), "visible": True}
+    galleries = [v for v in shown.values() if isinstance(v, gr.Gallery)]
+    assert len(galleries) == 1 and galleries[0].constructor_args["value"] == [(str(image), "sks shape · seed 3")]
 
     update_status(run, state="running")
     data[_by_id(blocks, "gen-source")] = "paused-run"
