@@ -19,7 +19,7 @@ class Ideogram4Rules(FlowRules):
     # counted on the meta device from diffusers 0.42.1's class defaults (the published layout: 34 blocks 4608 wide,
     # 53,248 text features); LoRA per rank: musubi-tuner's targets (attention.qkv fused, attention.o,
     # feed_forward.w1/w2/w3 of every block); the text encoder a Qwen3VLModel (no LM head); its unconditional
-    # transformer is read for samples only
+    # transformer is neither loaded nor trained (saved folders copy it)
     memory_facts = ModelSize(9_279_288_448, 9_277_931_520, QWEN3_VL_8B_MODEL, QWEN3_VL_8B_MODEL_LINEAR, FLUX2_AE,
                              2_663_424, 0, 34, "the published Ideogram 4 sizes", 1024 * 1024, tokens=IDEOGRAM4_TOKENS)
     arch_dir = Path(__file__).with_name("arch")
@@ -27,8 +27,8 @@ class Ideogram4Rules(FlowRules):
     base_model_version = "ideogram4"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_IDEOGRAM4_FULL)
     modelspec_architecture = "Ideogram-4"  # musubi-tuner's ARCH_IDEOGRAM4
     # Comfy-Org's single files (diffusion_models/ideogram4_fp8_scaled.safetensors): recognised and refused by name
-    # (its text-feature embedder, which no other family's file has: Lumina 2's and Z-Image's also have
-    # layers.N.attention.qkv)
+    # (by its image-indicator embedding, which no other family's file has: Lumina 2's and Z-Image's have
+    # layers.N.attention.qkv too)
     reference_prefixes = ("embed_image_indicator.", "model.diffusion_model.embed_image_indicator.",
                           "diffusion_model.embed_image_indicator.")
     reads_single_files = False
