@@ -23,6 +23,7 @@ from gui.forms import Form, build_form
 from gui.generate_tab import build_generate_tab, wire_compare_button
 from gui.jobs import JobError, JobManager
 from gui.multinode import machines_panel
+from gui.page_config import lighten_page_config
 from gui.presets import PresetError, Presets, label
 from gui.refresh_budget import RefreshBudget
 from gui.run_files import RunSummary, Watchers, format_duration, list_runs
@@ -108,6 +109,7 @@ def build_page(services: Services, initial_preset: str | None = None) -> gr.Bloc
         wire_compare_button(panel.compare, viewed, services.runs_dir, generate, tabs)
     keep_api_docs_off(page)
     lighten_sessions()
+    lighten_page_config()
     cheapen_updates()
     return page
 
