@@ -14,6 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
+from lora_networks import random_network
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
@@ -170,3 +172,90 @@ def test_one_flow_matching_step_on_a_clip_and_an_image_trains_the_video_stream(m
             assert target.layers[0].weight.grad.abs().sum() > 0, target.name
         # the audio stream's output is not scored
         assert run.unet.audio_proj_out.weight.grad is None
+
+
+def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
+    """The linear weights of ComfyUI's LTX-2 model (comfy/ldm/lightricks: Lightricks' module names, which are
+    diffusers': transformer_blocks.N.attn1.to_q, ..., ff.net.0.proj, ff.net.2, the audio stream's beside)."""
+    return {f"{PREFIX}{name}.weight": module.weight.shape for name, module in unet.named_modules()
+            if isinstance(module, torch.nn.Linear)}
+
+
+@pytest.fixture(scope="module")
+def saved(model: object) -> SimpleNamespace:
+    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
+    unet = copy.deepcopy(model.unet).eval()
+    network, targets, state = random_network(model.family, unet)
+    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
+    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
+                           state=state, view=view)
+
+
+def test_its_lora_file_has_the_reference_names_and_comfyui_loads_every_key(saved: SimpleNamespace) -> None:
+    assert {t.name for t in saved.targets} >= {"lora_unet_transformer_blocks_0_attn1_to_q",
+                                               "lora_unet_transformer_blocks_0_attn2_to_out_0",
+                                               "lora_unet_transformer_blocks_1_ff_net_0_proj"}
+    assert not any("audio" in t.name for t in saved.targets)  # the audio stream is frozen
+    shapes = _comfy_shapes(saved.unet)
+    patches, not_loaded = load_lora(saved.file, unet_key_map(shapes))
+    assert not_loaded == []  # ComfyUI warns "lora key not loaded" for each of these
+    assert len(patches) == len(saved.targets) == 2 * 10
+    check_patches(patches, {key: shapes[key] for key in patches})
+
+
+def test_ltx2pipeline_loads_every_key_into_the_layer_that_was_trained(saved: SimpleNamespace, pipe: object) -> None:
+    """LTX2Pipeline.load_lora_weights (its LTX2LoraLoaderMixin) takes lora_for_pipeline's keys, every one, and
+    its transformer computes what the network as training runs it does."""
+    from trainers.models.ltx2.family import LTX2
+
+    pipe = copy.copy(pipe)
+    pipe.transformer = copy.deepcopy(saved.unet).eval()
+    state = LTX2.lora_for_pipeline(saved.state, saved.view)
+    pipe.load_lora_weights(state, adapter_name="trained")
+    layers = [name for name, module in pipe.transformer.named_modules()
+              if hasattr(module, "lora_A") and "trained" in module.lora_A]
+    assert len(layers) == len(state) // 2 == 2 * 10
+    inputs = {"hidden_states": torch.randn(1, 12, 8), "audio_hidden_states": torch.randn(1, 4, 8),
+              "encoder_hidden_states": torch.randn(1, 7, 32), "audio_encoder_hidden_states": torch.randn(1, 7, 32),
+              "timestep": torch.tensor([500.0]), "encoder_attention_mask": torch.ones(1, 7),
+              "audio_encoder_attention_mask": torch.ones(1, 7), "num_frames": 2, "height": 2, "width": 3,
+              "audio_num_frames": 4, "return_dict": False}
+    saved.network.apply_to()  # the network as training runs it computes what diffusers does
+    with torch.no_grad():
+        assert torch.allclose(pipe.transformer(**inputs)[0], saved.unet(**inputs)[0], atol=1e-4)
+
+
+def write_clip(path: Path, frames: int, size: tuple[int, int] = (64, 64), fps: int = 24) -> Path:
+    """An mpeg4 clip whose frames brighten, with a caption beside it."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
+        for i in range(frames):
+            pixels = np.full((size[1], size[0], 3), i * 12 % 256, np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    path.with_suffix(".txt").write_text(f"a clip of {frames} frames brightening")
+    return path
+
+
+def video_dataset(tmp: Path) -> Path:
+    """3 tiny clips (9, 5 and 12 frames) and an image, as a musubi-tuner video dataset config (windows of 1 and 9
+    frames: LTX-2's 1 + 8k)."""
+    from PIL import Image
+
+    clips, images = tmp / "clips", tmp / "images"
+    clips.mkdir(parents=True)
+    images.mkdir()
+    for name, frames in (("a.mp4", 9), ("b.mp4", 5), ("c.mp4", 12)):
+        write_clip(clips / name, frames)
+    Image.new("RGB", (64, 64), (200, 40, 40)).save(images / "red.png")
+    (images / "red.txt").write_text("a red square")
+    config = tmp / "dataset.toml"
+    config.write_text(f'[general]\nresolution = [64, 64]\nbatch_size = 1\n\n[[datasets]]\nvideo_directory = '
+                      f'"{clips}"\ntarget_frames = [1, 9]\n\n[[datasets]]\nimage_directory = "{images}"\n')
+    return config

@@ -207,6 +207,15 @@ class PackedConnectorStates(nn.Module):
     def __init__(self, video_width: int) -> None:
         super().__init__()
         self.video_width = video_width
+        self.register_buffer("anchor", torch.zeros(0), persistent=False)  # where it is, for the pipeline
+
+    @property
+    def device(self) -> torch.device:
+        return self.anchor.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.anchor.dtype
 
     def forward(self, states: torch.Tensor, mask: torch.Tensor, padding_side: str = "left",
                 scale_factor: int = SCALE_FACTOR) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

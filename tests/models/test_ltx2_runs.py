@@ -1,0 +1,115 @@
+"""LTX-2 runs (slow: each trains the tiny model of the real diffusers classes in process): a 2-step LoRA from 3 clips
+and an image renders an mp4 sample (video only: the audio is not rendered), saves the reference names that ComfyUI
+and LTX2Pipeline load with every key, and a run resumed from its step-1 state ends with the uninterrupted run's
+weights."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from comfy_lora import load_lora, unet_key_map
+from test_ltx2 import _comfy_shapes, video_dataset
+
+from trainers.models.ltx2.tiny import build_tiny_ltx2
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_ltx2(tmp_path_factory.mktemp("ltx2") / "model")
+
+
+@pytest.fixture(scope="module")
+def clip_runs(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """A 2-step LoRA from 3 clips and an image (a sample at its end, a state at step 1), the same resumed."""
+    from helpers import train
+
+    from trainers.methods.lora.file_format import read_lora_file
+
+    tmp = tmp_path_factory.mktemp("ltx2-clips")
+    common = {"pretrained_model_name_or_path": str(tiny), "dataset_config": str(video_dataset(tmp / "data")),
+              "output_dir": str(tmp / "out"), "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
+              "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "shift",
+              "discrete_flow_shift": 4.7, "max_train_steps": 2}
+    assert train("lora", tmp / "straight", **common, output_name="straight", save_every_n_steps=1, save_state=True,
+                 sample_prompt_lines=["a clip --n blurry --w 64 --h 64 --s 2"], sample_every_n_steps=2) == 0
+    state = tmp / "out" / "straight-step00000001-state"
+    assert train("lora", tmp / "resumed", **common, output_name="resumed", resume=str(state)) == 0
+    straight, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
+    return SimpleNamespace(run=tmp / "straight", lora=straight, metadata=metadata,
+                           file=tmp / "out" / "straight.safetensors", resumed_run=tmp / "resumed",
+                           resumed=read_lora_file(tmp / "out" / "resumed.safetensors")[0])
+
+
+@pytest.mark.slow
+def test_a_lora_run_from_clips_trains_samples_an_mp4_and_names_the_reference_modules(
+        clip_runs: SimpleNamespace) -> None:
+    import av
+    from helpers import events
+
+    evs = events(clip_runs.run)
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    sample = Path(next(e for e in evs if e["type"] == "sample")["path"])
+    assert sample.suffix == ".mp4" and sample.stat().st_size > 0
+    with av.open(str(sample)) as container:
+        assert not container.streams.audio  # its audio is not rendered
+        stream = container.streams.video[0]
+        assert len(list(container.decode(stream))) == 25 and float(stream.average_rate) == 24.0
+    keys = {"lora_unet_transformer_blocks_0_attn1_to_q.lora_down.weight", "lora_unet_transformer_blocks_1_ff_net_2.alpha"}
+    assert keys <= clip_runs.lora.keys() and not any("audio" in k for k in clip_runs.lora)
+    assert clip_runs.metadata["ss_base_model_version"] == "ltx2"
+    # windows: a (9 frames) 1 + 1, b (5) 1, c (12) 1 + 1, and the image
+    assert clip_runs.metadata["ss_num_train_images"] == "6"
+
+
+@pytest.mark.slow
+def test_the_saved_clip_lora_loads_with_every_key_in_comfyui_and_ltx2pipeline(
+        tiny: Path, clip_runs: SimpleNamespace) -> None:
+    from diffusers import LTX2Pipeline
+    from safetensors.torch import load_file
+
+    from trainers.models.ltx2.family import LTX2
+
+    pipe = LTX2Pipeline.from_pretrained(tiny)
+    on_disk = load_file(clip_runs.file)
+    patches, not_loaded = load_lora(on_disk, unet_key_map(_comfy_shapes(pipe.transformer)))
+    assert not_loaded == [] and len(patches) == 2 * 10
+    view = SimpleNamespace(unet=copy.deepcopy(pipe.transformer), text_encoders=[], family=LTX2)
+    pipe.load_lora_weights(LTX2.lora_for_pipeline(on_disk, view), adapter_name="trained")
+    layers = [name for name, module in pipe.transformer.named_modules()
+              if hasattr(module, "lora_A") and "trained" in module.lora_A]
+    assert len(layers) == 2 * 10
+
+
+@pytest.mark.slow
+def test_a_resumed_clip_lora_equals_the_uninterrupted_one(clip_runs: SimpleNamespace) -> None:
+    from helpers import events
+
+    assert [e["step"] for e in events(clip_runs.resumed_run) if e["type"] == "progress"] == [2]
+    assert clip_runs.lora.keys() == clip_runs.resumed.keys()
+    assert max((clip_runs.lora[k] - clip_runs.resumed[k]).abs().max().item() for k in clip_runs.lora) < 1e-6
+    assert any(v.abs().sum() > 0 for k, v in clip_runs.lora.items() if k.endswith("lora_up.weight"))
+
+
+@pytest.mark.slow
+def test_a_sample_is_a_short_mp4_rendered_through_its_pipeline(tiny: Path, tmp_path: Path) -> None:
+    """Classifier-free guidance of the prompt's scale through LTX2Pipeline (video only), 25 frames at 24 fps."""
+    import av
+
+    from trainers.core.prompts import config_prompts
+    from trainers.models import load_model
+    from trainers.sampling.pipeline import generate_samples
+
+    model = load_model(str(tiny), "auto", torch.float32)
+    prompts = config_prompts("", ["a robot dancing --n blurry --w 96 --h 64 --s 2 --d 3"])
+    (written,) = generate_samples(model, prompts, tmp_path, "step2", default_size=(96, 64), default_steps=2,
+                                  default_cfg=3.0)
+    assert written.suffix == ".mp4" and written.parent == tmp_path
+    with av.open(str(written)) as container:
+        stream = container.streams.video[0]
+        frames = list(container.decode(stream))
+        assert "a robot dancing" in container.metadata.get("comment", "")
+    assert len(frames) == model.family.sample_frames == 25 and (frames[0].width, frames[0].height) == (96, 64)
+    assert float(stream.average_rate) == model.family.frame_rate == 24.0
