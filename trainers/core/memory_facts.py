@@ -35,6 +35,7 @@ WAN21_VAE = QWEN_IMAGE_VAE  # Wan 2.1's causal 3D autoencoder: Qwen-Image's is t
 # Wan 2.1 T2V 14B, and each expert of Wan 2.2's A14B pair: WanTransformer3DModel 5120 wide, 40 layers (counted on
 # the meta device, diffusers 0.42.1); LoRA parameters per rank on its blocks' attention and feed-forward linears
 WAN_14B, WAN_14B_LINEAR, WAN_14B_LORA_PER_RANK = 14_288_491_584, 14_283_243_520, 4_792_320
+CLIP_H_VISION = 630_766_080  # Wan 2.1 I2V's CLIP ViT-H/14 image encoder (CLIPVisionModel, 32 layers, 1280 wide)
 WAN22_VAE = 704_688_668  # Wan 2.2's 48-channel autoencoder (TI2V 5B's), from its published config on the meta device
 # HunyuanVideo 1.5's Qwen2.5-VL text model (its pipeline's Qwen2_5_VLTextModel: no vision tower, no lm_head) and
 # its causal 3D autoencoder (16x in space, 4x in time, 32 channels)
