@@ -132,7 +132,8 @@ class MemoryEstimate:
     def to_dict(self) -> dict[str, object]:
         return {"gpu_gb": round(self.gpu_gb, 3), "host_gb": round(self.host_gb, 3),
                 "gpu": {k: round(v, 3) for k, v in self.gpu.items()},
-                "host": {k: round(v, 3) for k, v in self.host.items()}, "source": self.source}
+                "host": {k: round(v, 3) for k, v in self.host.items()}, "source": self.source,
+                "caption_pass_gb": round(self.caching, 3)}
 
 
 def _gb(value: float) -> str:

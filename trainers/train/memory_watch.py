@@ -156,7 +156,9 @@ class MemoryWatch:
         self.guard = SpillGuard(cfg, read, read_shared=shared_memory_reader() if on_gpu else None)
         restart_resident_peak()
         if estimate is not None:
-            update_status(run_dir, memory_estimate_gb=round(estimate.gpu_gb if on_gpu else estimate.host_gb, 3),
+            # on a GPU the measured peak (max_memory_allocated since the start) spans the caption pass too
+            peak = max(estimate.gpu_gb, estimate.caching) if on_gpu else estimate.host_gb
+            update_status(run_dir, memory_estimate_gb=round(peak, 3),
                           memory_estimate=estimate.to_dict())
 
     def peak_gb(self) -> tuple[float, str]:
