@@ -53,6 +53,12 @@ def test_a_wan21_lora_config_reads_with_musubis_meaning(tmp_path: Path) -> None:
     assert any("task = 't2v-1.3B'" in n for n in notes)
 
 
+def test_an_i2v_14b_config_names_wan21_i2v() -> None:
+    out = read_musubi({"task": "i2v-14B", "network_module": "networks.lora_wan"}, "lora", [], [])
+    assert (out["model_family"], out["pretrained_model_name_or_path"]) == (
+        "wan21_i2v", "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers")
+
+
 def test_an_a14b_config_with_both_experts_trains_both() -> None:
     notes: list[str] = []
     issues: list = []
@@ -83,7 +89,7 @@ def test_one_a14b_expert_is_told_by_its_timestep_range(timesteps: dict[str, int]
 
 
 @pytest.mark.parametrize("line, field", [
-    ('task = "i2v-14B"', "task"),
+    ('task = "flf2v-14B"', "task"),
     ('task = "t2v-14B-FC"', "task"),
     ('dit = "/m/wan2.1_t2v_1.3B_bf16.safetensors"', "dit"),
     ('t5 = "/m/models_t5_umt5-xxl-enc-bf16.pth"', "t5"),

@@ -1,6 +1,6 @@
 """musubi-tuner's Wan training configs (wan_train_network.py: `task`, `dit`, `dit_high_noise`, `t5`, `clip`, `vae`,
 `timestep_boundary`, `offload_inactive_dit`, ...) read as Atelier's options (torch-free). Its `task` names the family
-(Wan 2.1 or the Wan 2.2 A14B pair) and the published diffusers folder; its model files (Wan-AI's .safetensors/.pth)
+(Wan 2.1 T2V or I2V, or the Wan 2.2 A14B pair) and the published diffusers folder; its model files (Wan-AI's .safetensors/.pth)
 are refused by name, since Wan is read from diffusers folders here; with the A14B pair, `dit_high_noise` beside `dit`
 is musubi-tuner's "train both experts" (train_expert = "both"), `dit` alone one expert, told by min_timestep and
 max_timestep as its docs advise setting them."""
@@ -18,10 +18,10 @@ TASKS: dict[str, tuple[str, str, float | None]] = {
     "t2v-14B": ("wan21", "Wan-AI/Wan2.1-T2V-14B-Diffusers", None),
     "t2v-A14B": ("wan22", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", 0.875),
     "i2v-A14B": ("wan22", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", 0.9),
+    "i2v-14B": ("wan21_i2v", "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", None),
 }
 # its other tasks, refused by name
 OTHER_TASKS: dict[str, str] = {
-    "i2v-14B": "Wan 2.1's image-to-video (its CLIP image encoder) is not trained here yet",
     "flf2v-14B": "Wan 2.1's first-last-frame model is not trained here",
     "t2i-14B": "Wan 2.1's text-to-image task is not trained here: train t2v-14B on images (1-frame clips)",
     "t2v-1.3B-FC": "Wan-Fun Control models are not trained here", "t2v-14B-FC": "Wan-Fun Control models are not "
