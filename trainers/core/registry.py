@@ -92,6 +92,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("wan21", "trainers.models.wan", "WAN21", "Wan 2.1"),
     FamilySpec("wan22", "trainers.models.wan.wan22", "WAN22", "Wan 2.2"),
     FamilySpec("wan22_ti2v", "trainers.models.wan.ti2v", "WAN22_TI2V", "Wan 2.2 TI2V 5B"),
+    FamilySpec("wan21_i2v", "trainers.models.wan.i2v21", "WAN21_I2V", "Wan 2.1 I2V"),
     FamilySpec("hunyuan_video15", "trainers.models.hunyuan_video15", "HUNYUAN_VIDEO15", "HunyuanVideo 1.5"),
     FamilySpec("ltx2", "trainers.models.ltx2", "LTX2", "LTX-2"),
 )
