@@ -161,3 +161,29 @@ def test_its_lora_covers_the_image_projections_and_wan_pipeline_loads_every_key(
     network.apply_to()  # the network as training runs it computes what diffusers does
     with torch.no_grad():
         assert torch.allclose(pipe.transformer(**inputs)[0], unet(**inputs)[0], atol=1e-4)
+
+
+PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan21_i2v_14b_lora_*gb.toml"))
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])
+def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path, tmp_path: Path) -> None:
+    """By the estimate for the published I2V 14B (as its comment says), with room for what it does not count (the
+    VAE encoding each step's clip, the CLIP encoder), and Validate's preflight on the tiny model."""
+    from test_wan import _video_dataset
+
+    from trainers.core.options import load_config
+    from trainers.memory_estimate import FIT_MARGIN, estimate_memory
+    from trainers.preflight.report import preflight
+
+    tier = int(path.stem.rsplit("_", 1)[1].removesuffix("gb"))
+    published = load_config("lora", path, ['pretrained_model_name_or_path="Wan-AI/Wan2.1-I2V-14B-480P-Diffusers"'])
+    estimate = estimate_memory(published)
+    assert estimate.card_gb + 2.0 <= FIT_MARGIN * tier and estimate.caching_card_gb <= tier
+    comment = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
+    assert f"~{estimate.card_gb:.1f} GB of the card" in comment
+    cfg = load_config("lora", path, [f'pretrained_model_name_or_path="{tiny}"',
+                                     f'dataset_config="{_video_dataset(tmp_path / "data")}"',
+                                     f'output_dir="{tmp_path / "out"}"'])
+    report = preflight(cfg)
+    assert [str(issue) for issue in report.errors] == [] and report.train_samples == 7
