@@ -55,7 +55,7 @@ def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
     return folder
 
 
-def test_the_tiny_folder_is_claimed_and_an_image_to_video_one_without_its_image_encoder_refused(
+def test_the_tiny_folder_is_claimed_and_incomplete_or_step_distilled_folders_refused(
         tiny: Path, tmp_path: Path) -> None:
     assert folder_rules(tiny) is HUNYUAN_VIDEO15
     index = json.loads((tiny / "model_index.json").read_text())
@@ -64,6 +64,11 @@ def test_the_tiny_folder_is_claimed_and_an_image_to_video_one_without_its_image_
     i2v = _folder(tmp_path, "i2v", {**index, "_class_name": "HunyuanVideo15ImageToVideoPipeline"})
     (issue,) = model_issues(_values(i2v))
     assert issue.field == "pretrained_model_name_or_path" and "without its image_encoder" in issue.message
+    distilled = _folder(tmp_path, "step_distilled", index)
+    (distilled / "transformer").mkdir()
+    (distilled / "transformer" / "config.json").write_text(json.dumps({"use_meanflow": True}))
+    (issue,) = model_issues(_values(distilled))
+    assert issue.field == "pretrained_model_name_or_path" and "step-distilled (MeanFlow)" in issue.message
 
 
 def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:

@@ -61,6 +61,9 @@ class HunyuanVideo15Rules(FlowRules):
             raise ModelLoadError(f"{folder} is a HunyuanVideo 1.5 image-to-video folder ({pipeline}) without its "
                                  "image_encoder and feature_extractor (SigLIP), which its training reads: give the "
                                  "whole folder")
+        if _transformer_config(folder).get("use_meanflow"):
+            raise ModelLoadError(f"{folder} is a HunyuanVideo 1.5 step-distilled (MeanFlow) model, whose second "
+                                 "timestep Atelier does not train: give the base 480p or 720p folder")
         return True
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
@@ -72,6 +75,15 @@ class HunyuanVideo15Rules(FlowRules):
                                    "(its condition and SigLIP's states of it): leave it off", "dataset")
                        for name in ("cache_latents", "cache_latents_to_disk") if values.get(name)]
         return issues
+
+
+def _transformer_config(folder: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        return dict(json.loads((folder / "transformer" / "config.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {}
 
 
 def is_i2v_folder(folder: Path) -> bool:
