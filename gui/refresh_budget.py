@@ -1,8 +1,10 @@
 """How often each open page refreshes its run panel: every second, unless so many pages are open (a `--share`
 link passed around) that their refreshes together would take the trainer's CPU.
 
-A refresh costs the GUI about 10 ms of CPU in Gradio (its queue, event stream and output handling), whatever the
-run panel shows; 20 pages refreshing every second took a fifth of a core from a training run on a 2-core machine.
+A refresh cost the GUI 10-30 ms of CPU in Gradio (its queue, event stream and output handling), whatever the run
+panel showed; 20 pages refreshing every second took a fifth of a core from a training run on a 2-core machine. It
+is 5-9 ms now (outside the queue, skipped outputs and shared charts cheap: gui/cheap_updates.py), and still paid
+per refresh, so the budget stays.
 All open pages together refresh at most PAGE_REFRESHES_PER_S times a second: with up to that many pages each one
 refreshes every second, with more each one less often (20 pages: every 4 s). The page's timer takes the interval
 its refresh answers with.
