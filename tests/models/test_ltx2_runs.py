@@ -113,3 +113,94 @@ def test_a_sample_is_a_short_mp4_rendered_through_its_pipeline(tiny: Path, tmp_p
         assert "a robot dancing" in container.metadata.get("comment", "")
     assert len(frames) == model.family.sample_frames == 25 and (frames[0].width, frames[0].height) == (96, 64)
     assert float(stream.average_rate) == model.family.frame_rate == 24.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cached", [False, True])
+def test_two_steps_from_clips_through_the_video_data_path(tiny: Path, tmp_path: Path, cached: bool) -> None:
+    """As the presets train: build_video_pipeline's clip windows (latents and the connectors' packed caption states
+    cached on disk, or neither) into the flow objective, 5D latents, the LoRA's file in the reference names."""
+    import dataclasses
+    import json
+
+    from trainers.core.options import load_config
+    from trainers.data.cache import CACHE_DIR
+    from trainers.data.pipeline import build_video_pipeline
+    from trainers.methods.lora.network import LoRANetwork
+    from trainers.models import load_model
+    from trainers.models.video_data import video_run_catalog
+    from trainers.train.diffusion import NoiseOptions
+    from trainers.train.flow import flow_loss
+
+    model = load_model(str(tiny), "auto", torch.float32)
+    config = video_dataset(tmp_path)
+    (tmp_path / "cfg.toml").write_text("")
+    flags = json.dumps(cached)
+    cfg = load_config("lora", tmp_path / "cfg.toml", [
+        f"cache_latents={flags}", f"cache_latents_to_disk={flags}", f"cache_text_encoder_outputs={flags}",
+        f"cache_text_encoder_outputs_to_disk={flags}", "max_data_loader_n_workers=0"])
+    accelerator = SimpleNamespace(is_main_process=True, num_processes=1, device=torch.device("cpu"))
+    warned: list[str] = []
+    events = SimpleNamespace(warn=warned.append, emit=lambda event: None)
+    family = model.family.configured({**cfg.values, "timestep_sampling": "shift", "discrete_flow_shift": 4.7})
+    run = dataclasses.replace(model, family=family, unet=copy.deepcopy(model.unet),
+                              text_encoders=[copy.deepcopy(t) for t in model.text_encoders])
+    catalog = video_run_catalog({"dataset_config": str(config), "model_family": "ltx2"}, []).video
+    data = build_video_pipeline(cfg, catalog, run, accelerator, events)
+    assert warned == []
+    if cached:
+        assert any((tmp_path / "clips" / CACHE_DIR / "text").iterdir())
+    targets = family.lora_targets(run.unet)
+    network = LoRANetwork(run.unet, [], unet_key_style="own", network_dim=4, network_alpha=2,
+                          train_text_encoder=False, unet_targets=targets)
+    network.apply_to()
+    optimizer = torch.optim.AdamW(network.parameters(), lr=1e-2)
+
+    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, ids: list[torch.Tensor] | None, sizes: object,
+                  embeds: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        # cached: the packed states and their mask in the (hidden, pooled) slots, as the trainer's predictor reads them
+        hidden, mask = family.encode_prompts(run.text_encoders, ids, 1) if embeds is None else embeds
+        return family.denoise(run.unet, noisy, timesteps, hidden, mask, sizes)
+
+    opts = NoiseOptions(seed=1, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
+    before = {k: v.clone() for k, v in network.kohya_state_dict(torch.float32).items()}
+    for step, batch in zip(range(2), data.loader):
+        assert ("prompt_embeds" in batch) == cached and ("latent_mean" in batch) == cached
+        if cached:
+            assert batch["prompt_embeds"].shape == (1, 1024, 64) and batch["pooled_embeds"].shape == (1, 1024)
+        loss = flow_loss(predictor, data.model, batch, opts, torch.float32)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        assert torch.isfinite(loss), step
+    after = network.kohya_state_dict(torch.float32)
+    assert any(not torch.equal(before[k], after[k]) for k in after if k.endswith("lora_up.weight"))
+    assert "lora_unet_transformer_blocks_1_attn2_to_v.lora_up.weight" in family.lora_file(after, run)
+
+
+@pytest.mark.slow
+def test_a_finetune_saves_a_folder_it_and_diffusers_load(tiny: Path, tmp_path: Path) -> None:
+    """2 full-weight steps from clips: the transformer trained, Gemma 3 not; the folder is claimed again, and
+    LTX2Pipeline loads it whole (its connectors, audio autoencoder and vocoder as they were)."""
+    from diffusers import LTX2Pipeline
+    from helpers import train
+
+    from trainers.models import load_model
+    from trainers.models.rules import folder_rules
+
+    assert train("finetune", tmp_path / "run", pretrained_model_name_or_path=str(tiny),
+                 dataset_config=str(video_dataset(tmp_path / "data")), output_dir=str(tmp_path / "out"),
+                 max_data_loader_n_workers=0, learning_rate=1e-3, save_precision="float", timestep_sampling="shift",
+                 discrete_flow_shift=4.7, max_train_steps=2, output_name="ft") == 0
+    folder = tmp_path / "out" / "ft"
+    assert folder_rules(folder).name == "ltx2"
+    before, after = load_model(str(tiny), "auto", torch.float32), load_model(str(folder), "auto", torch.float32)
+    trained = after.unet.state_dict()
+    assert any(not torch.equal(v, trained[k]) for k, v in before.unet.state_dict().items())
+    for ours, theirs in zip(before.text_encoders, after.text_encoders):
+        assert all(torch.equal(v, theirs.state_dict()[k]) for k, v in ours.state_dict().items())
+    pipe = LTX2Pipeline.from_pretrained(folder)
+    assert type(pipe.vae).__name__ == "AutoencoderKLLTX2Video"
+    assert type(pipe.connectors).__name__ == "LTX2TextConnectors" and type(pipe.vocoder).__name__ == "LTX2Vocoder"
+    original = LTX2Pipeline.from_pretrained(tiny)
+    assert all(torch.equal(v, pipe.connectors.state_dict()[k]) for k, v in original.connectors.state_dict().items())

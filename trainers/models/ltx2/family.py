@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ class LTX2(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
     sample_frames = 25  # 1 + 8k: about a second at 24 fps
     parts: AudioParts | None = None  # set when loaded
     video_text_width: int = 0  # the video connector's width (the packed states' first channels), set when loaded
+    folder: Path | None = None  # the loaded folder (its connectors and audio parts are kept in saved folders)
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         import diffusers
@@ -88,7 +90,7 @@ class LTX2(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
                            load_component(vocoder_class, folder, "vocoder", weight_dtype,
                                           random_init).requires_grad_(False).eval())
         family = copy.copy(model.family)
-        family.parts = parts
+        family.parts, family.folder = parts, Path(folder)
         family.video_text_width = connectors.video_connector.inner_dim
         return dataclasses.replace(model, family=family)
 
@@ -144,8 +146,18 @@ class LTX2(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         return last_blocks(denoiser.transformer_blocks, count, "blocks")
 
     def model_index(self) -> dict[str, Any]:
-        """A finetune's folder names its autoencoder's class."""
-        return {"vae": ["diffusers", self.vae_class]}
+        """A finetune's folder names its autoencoder's class and the parts it keeps as they were."""
+        return {"vae": ["diffusers", self.vae_class],
+                **{name: entry for name, (_, entry) in self.kept_components().items()}}
+
+    def kept_components(self) -> dict[str, tuple[Path, list[str]]]:
+        """The loaded folder's connectors, audio autoencoder and vocoder, copied into a saved folder as they were
+        (none of them trains), so that LTX2Pipeline.from_pretrained loads it."""
+        if self.folder is None:
+            return {}
+        index = json.loads((self.folder / "model_index.json").read_text(encoding="utf-8"))
+        return {name: (self.folder / name, list(index[name])) for name in ("connectors", "audio_vae", "vocoder")
+                if (self.folder / name).is_dir() and (index.get(name) or [None, None])[-1]}
 
     # --- samples ---
 
@@ -241,8 +253,6 @@ def latent_stats(vae: nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 def _class_in_index(folder: Path, component: str) -> str:
-    import json
-
     try:
         index = json.loads((Path(folder) / "model_index.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
