@@ -60,6 +60,9 @@ def test_timestep_boundary_is_read_as_musubi_reads_it(tiny: Path) -> None:
     assert issue.field == "timestep_boundary"
     (issue,) = WAN21.option_issues(_values(tiny, train_expert="low_noise"))  # Wan 2.2's own option
     assert issue.field == "train_expert" and "Wan 2.1" in issue.message
+    (issue,) = model_issues(_values(tiny, num_processes=2))  # DDP: every LoRA parameter needs its gradient
+    assert issue.field == "train_expert" and "one expert per run" in issue.message
+    assert model_issues(_values(tiny, num_processes=2, train_expert="high_noise")) == []
 
 
 def test_each_sample_goes_to_the_expert_of_its_timestep(model: object) -> None:

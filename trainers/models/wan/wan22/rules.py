@@ -86,6 +86,11 @@ class Wan22Rules(WanRules):
         if value is not None and not 0 < boundary_ratio(float(value), None) < 1:
             issues.append(ConfigIssue("timestep_boundary", f"{value!r} leaves one expert no timesteps: give a ratio "
                                       "between 0 and 1 or a timestep between 1 and 1000 (exclusive)", "flow"))
+        processes = int(values.get("num_processes") or 1) * int(values.get("num_machines") or 1)
+        if processes > 1 and values.get("train_expert", "both") == "both":
+            issues.append(ConfigIssue("train_expert", "with several processes, train one expert per run ('high_noise' "
+                                      "or 'low_noise'): a batch of one expert's timesteps leaves the other's LoRA "
+                                      "without gradients, which DDP does not allow", "flow"))
         return issues + self.option_issues_i2v(values)
 
 
