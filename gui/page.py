@@ -134,11 +134,6 @@ def keep_api_docs_off(page: gr.Blocks) -> None:
             fn.api_visibility = "undocumented"
 
 
-# A page in a background browser tab asks for no run (the refresh answers it with nothing, its cheapest answer) and
-# takes the shown run up again at its first tick in front.
-HIDDEN_PAGE_ASKS_NOTHING = "(run, shown) => [document.visibilityState === 'hidden' ? '' : run, shown]"
-
-
 def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, stop: gr.Button, resume: gr.Button,
                 page: gr.Blocks, pause: gr.Button) -> None:
     def refresh(run_id: str, shown: list[Any] | None, request: gr.Request) -> list[Any]:
@@ -192,8 +187,9 @@ def _wire_panel(services: Services, viewed: gr.BrowserState, panel: RunPanel, st
     outputs = panel.outputs + [stop, resume, pause, timer, shown]
     # Outside the queue: one POST answered with the outputs, not a queue join and an answer on the event stream
     # (half of Gradio's CPU for a refresh); the refresh is quick, reads only the shared watchers and needs no slot.
-    timer.tick(refresh, inputs=[viewed, shown], outputs=outputs, show_progress="hidden", queue=False,
-               js=HIDDEN_PAGE_ASKS_NOTHING)
+    # (Gradio's timer ticks only while its page is visible: a background tab does not refresh, and after
+    # refresh_budget.SEEN_FOR_S it no longer counts toward the other pages' budget.)
+    timer.tick(refresh, inputs=[viewed, shown], outputs=outputs, show_progress="hidden", queue=False)
     page.load(on_load, inputs=viewed, outputs=viewed).then(refresh, inputs=[viewed, shown], outputs=outputs)
     stop.click(stop_run, inputs=viewed)
     resume.click(resume_run, inputs=viewed, outputs=viewed)
