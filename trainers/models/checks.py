@@ -70,6 +70,7 @@ COMPONENTS: dict[str, Component] = {
                               (("model.embed_tokens.weight", "embed_tokens.weight"), ("model.layers.", "layers."))),
 }
 assert set(COMPONENTS) == set(COMPONENT_FILE_OPTIONS), "every component file option is checked"
+_KIND_COMPONENTS = {"t5": COMPONENTS["t5xxl"], "llm": COMPONENTS["text_encoder"], "clip_l": _CLIP, "clip_g": _CLIP}
 
 
 @dataclass
@@ -231,6 +232,8 @@ def _component_issues(values: Mapping[str, Any], found: Model | None) -> list[Co
         if path is None or found is not None and option not in found.reads:
             continue
         part = _autoencoder_part(found, option)
+        if part is None and found is not None:  # a text encoder part: the layout of its kind (Wan's UMT5 is a T5)
+            component = _KIND_COMPONENTS.get(_part_kind(found, option), component)
         problem = component_problem(path, component if part is None or found is None else _autoencoder(part, found))
         if problem is None and part is not None and found is not None:
             problem = _latent_problem(path, part, found)
@@ -243,6 +246,11 @@ def _autoencoder_part(found: Model | None, option: str) -> Any:
     """The family's autoencoder part (flow_rules.Part) an option's file stands in for; None when it names none."""
     parts = found.rules.checkpoint_parts if found is not None else ()
     return next((p for p in parts if p.option == option and p.kind == "vae"), None)
+
+
+def _part_kind(found: Model, option: str) -> str:
+    """The kind (flow_rules.Part.kind) of the family's part an option's file stands in for; "" when none."""
+    return next((p.kind for p in found.rules.checkpoint_parts if getattr(p, "option", "") == option), "")
 
 
 def _autoencoder(part: Any, found: Model) -> Component:

@@ -78,7 +78,7 @@ def part_tokenizers(parts: tuple[Part, ...], cache_dir: str) -> list[Any]:
     for part in parts:
         if part.kind == "vae":
             continue
-        if part.kind == "llm":
+        if part.kind == "llm" or part.tokenizer:  # a part naming its own tokenizer (Wan's UMT5: google/umt5-xxl)
             out.append(cached_tokenizer(AutoTokenizer, part.tokenizer, cache_dir, part.tokenizer_subfolder))
             continue
         model_id, pad = TOKENIZERS[part.kind]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainers.core.errors import ConfigIssue
+from trainers.core.fsio import read_safetensors_header
 from trainers.core.memory_facts import (
     UMT5_XXL,
     UMT5_XXL_LINEAR,
@@ -15,8 +17,9 @@ from trainers.core.memory_facts import (
     WAN_14B_LORA_PER_RANK,
     ModelSize,
 )
-from trainers.models.flow_rules import FlowRules
-from trainers.models.rules import ModelLoadError
+from trainers.models.flow_rules import FlowRules, Part
+from trainers.models.rules import CheckpointKeys, ModelFiles, ModelLoadError
+from trainers.models.wan.split_files import scaled_fp8
 
 # the 14B's activations for one 81-frame clip at 832x480 (21 latent frames x 1560 tokens): the 1.3B's scaled by width
 # (5120 / 1536) and depth (40 / 30), to calibrate on a GPU
@@ -25,6 +28,48 @@ WAN_14B_ACTIVATIONS = (832 * 480, 149.0, 13.8)
 REFUSED_PIPELINES = {"WanImageToVideoPipeline": "a Wan image-to-video model",
                      "WanVACEPipeline": "a Wan VACE model", "WanVideoToVideoPipeline": "a Wan video-to-video pipeline",
                      "WanAnimatePipeline": "a Wan Animate model"}
+# ComfyUI's split files beside a Wan 2.1 T2V diffusion_models file (wan/single_file.py reads them): UMT5-XXL and
+# the autoencoder, each in a file of its own; UMT5's tokenizer is google/umt5-xxl's (WanPipeline's, musubi-tuner's)
+SPLIT_PARTS = (Part("t5", "text_encoders.umt5xxl.", "text_encoder", "UMT5-XXL text encoder (ComfyUI's "
+                    "umt5_xxl_fp16.safetensors)", tokenizer="google/umt5-xxl", reader="trainers.models.wan.single_file"),
+               Part("vae", "vae.", "ae", "autoencoder (ComfyUI's wan_2.1_vae.safetensors)",
+                    reader="trainers.models.wan.single_file", denoiser_input=("patch_embedding.weight", 1),
+                    file_keys=(("encoder.conv1.weight", "encoder.conv_in.weight"),  # Wan-AI's or diffusers'
+                               ("conv2.weight", "post_quant_conv.weight"))))
+# each Wan family's kind of reference-layout file (wan_file_kind); Wan 2.1 T2V's own are read, the others refused
+FILE_KINDS = {"wan21": "t2v", "wan21_i2v": "i2v", "wan22": "a14b_i2v", "wan22_ti2v": "ti2v"}
+OTHER_FILES = {"i2v": "a Wan 2.1 image-to-video (or first-last-frame) model", "a14b_i2v": "a Wan 2.2 I2V A14B expert",
+               "ti2v": "Wan 2.2 TI2V 5B", "vace": "a Wan VACE model", "animate": "a Wan Animate model",
+               "other": "a Wan model of another kind"}
+
+
+def _scaled_files(keys: CheckpointKeys, files: ModelFiles) -> list[ConfigIssue]:
+    """The split files stored as scaled fp8, named with their option (Validate, before anything loads)."""
+    found = [("pretrained_model_name_or_path", Path(keys.name), "the transformer")] if scaled_fp8(keys.shapes) else []
+    for part in SPLIT_PARTS:
+        path = Path(getattr(files, part.option)).expanduser() if getattr(files, part.option) else None
+        try:
+            if path is not None and path.is_file() and scaled_fp8(read_safetensors_header(path)[0]):
+                found.append((part.option, path, f"the {part.what.split(' (')[0]}"))
+        except ValueError:
+            continue  # a damaged file: the component checks name it
+    return [ConfigIssue(option, f"{path.name} stores {what} as scaled fp8 (ComfyUI's *_fp8_scaled files), which is "
+                        "not read here: use its fp16/bf16 file (fp8_base and text_encoder_precision = 'fp8' keep "
+                        "weights in 8 bits)", "model") for option, path, what in found]
+
+
+def wan_file_kind(keys: CheckpointKeys) -> str:
+    """What a Wan reference-layout file holds, told by its input channels (16: text-to-video, 36: image-to-video,
+    48: TI2V 5B) and its own modules (the image projection of Wan 2.1 I2V, VACE's, Animate's). A Wan 2.2 T2V A14B
+    expert's file has Wan 2.1 T2V 14B's layout and is read as that."""
+    if keys.has("vace_blocks.") or any(".vace_blocks." in k for k in keys.shapes):
+        return "vace"
+    if any("motion_encoder." in k for k in keys.shapes):
+        return "animate"
+    patch = next((v for k, v in keys.shapes.items() if k.endswith("patch_embedding.weight")), ())
+    channels = patch[1] if len(patch) > 1 else 0
+    image = any("img_emb." in k for k in keys.shapes)
+    return {16: "t2v", 36: "i2v" if image else "a14b_i2v", 48: "ti2v"}.get(channels, "other")
 
 
 class WanRules(FlowRules):
@@ -43,15 +88,48 @@ class WanRules(FlowRules):
     pipeline_class = "WanPipeline"
     transformer_class = "WanTransformer3DModel"
     frozen_text_encoder = "UMT5"
-    # the reference layout (Wan-AI's and ComfyUI's diffusion_models files): recognised, refused by name
+    # the reference layout (Wan-AI's and ComfyUI's diffusion_models files): Wan 2.1 T2V's read with ComfyUI's
+    # text_encoders and vae files beside it (text_encoder, ae); the other Wan models' files refused by name
     reference_prefixes = ("head.modulation", "model.diffusion_model.head.modulation", "diffusion_model.head.modulation")
-    reads_single_files = False
     writes_single_files = False
-    checkpoint_parts = ()
+    checkpoint_parts = SPLIT_PARTS
     # the video layer: clips train (video_directory datasets), frames come 1 + frame_rule x k (the causal 3D VAE)
     is_video = True
     frame_rule = 4
     frame_rate = 16.0  # Wan 2.1's frames per second (musubi-tuner drops source_fps to it)
+
+    @property
+    def reads_single_files(self) -> bool:  # type: ignore[override]
+        """Wan 2.1 T2V's single files are read; the Wan families built on these rules refuse theirs by name."""
+        return self.name == WanRules.name
+
+    def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
+        """A Wan reference-layout file of this family's kind; Wan 2.1 T2V takes the kinds no Wan family claims,
+        to name them."""
+        return super().claims_checkpoint(keys) and (self.name == WanRules.name
+                                                    or FILE_KINDS.get(self.name) == wan_file_kind(keys))
+
+    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        kind = wan_file_kind(keys)
+        if self.reads_single_files and kind != "t2v":
+            return [ConfigIssue("pretrained_model_name_or_path", f"{Path(keys.name).name} is {OTHER_FILES[kind]}'s "
+                                "single file, which Atelier does not read: give its diffusers folder or a Wan 2.1 "
+                                "T2V diffusion_models file (wan2.1_t2v_1.3B_fp16.safetensors)", "model")]
+        return _scaled_files(keys, files) or super().checkpoint_issues(keys, files, vae_path)
+
+    def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: Any) -> Any:
+        from trainers.models.wan.single_file import transformer
+
+        return transformer(ckpt, weight_dtype, self.title)
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: Any, vae_path: str, files: ModelFiles) -> Any:
+        """ComfyUI's split files (flow_checkpoint.py reads the parts through wan/single_file.py)."""
+        from trainers.models.flow_checkpoint import load_flow_checkpoint
+        from trainers.models.video import encode_images_as_frames
+
+        model = load_flow_checkpoint(self, ckpt, weight_dtype, vae_path, files)
+        encode_images_as_frames(model.vae)
+        return model
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """WanPipeline folders with one WanTransformer3DModel (a second expert is Wan 2.2's A14B pair); the other
