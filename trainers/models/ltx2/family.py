@@ -53,7 +53,7 @@ class AudioParts:
     vocoder: nn.Module
 
 
-class LTX2(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
+class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
     implementation = "https://github.com/Lightricks/LTX-2"
     native_size = 512  # its pipeline's default 768x512
     vae_class = "AutoencoderKLLTX2Video"
@@ -216,6 +216,8 @@ class PackedConnectorStates(nn.Module):
     """What LTX2Pipeline's connectors give, of encode_prompts' packed states: the video connector's channels, the
     audio connector's, and the mask as it is."""
 
+    anchor: torch.Tensor
+
     def __init__(self, video_width: int) -> None:
         super().__init__()
         self.video_width = video_width
@@ -260,4 +262,4 @@ def _class_in_index(folder: Path, component: str) -> str:
     return str((index.get(component) or [None, ""])[-1])
 
 
-LTX2 = LTX2()
+LTX2 = LTX2Video()
