@@ -6,9 +6,9 @@ One prompt a line; options anywhere after the prompt text:
 
 `--n` negative prompt, `--w`/`--h` size in pixels (multiples of 8), `--s` steps, `--d` seed,
 `--l` (or `--cfg`) CFG scale, `--cn` a ControlNet's control image, `--ci` an edit model's input image (repeated
-for models that take several). Blank lines and lines starting with `#` are skipped. Unlike
-sd-scripts, an unknown option or a bad value is an error that names the line, not silently
-ignored, so a typo does not quietly render the wrong picture.
+for models that take several), `--f` a video model's frames (musubi-tuner's option). Blank lines and lines
+starting with `#` are skipped. Unlike sd-scripts, an unknown option or a bad value is an error that names the
+line, not silently ignored, so a typo does not quietly render the wrong picture.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class SamplePrompt:
     index: int = 0  # position among the prompts: names the image file and picks the default seed
     control_image: str | None = None  # --cn: a ControlNet's control image (sd-scripts' option)
     edit_images: tuple[str, ...] = ()  # --ci, once per image: an edit model's input images (musubi-tuner's option)
+    frames: int | None = None  # --f: a video model's clip length in frames (musubi-tuner's option)
 
 
 # An option is `--name` at the start of the line or after whitespace, followed by whitespace or the end.
@@ -74,6 +75,7 @@ _FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "cfg": ("cfg_scale", _cfg),
     "cn": ("control_image", str),
     "ci": ("edit_images", str),
+    "f": ("frames", _whole(1, 1025)),
 }
 _REPEATED = {"edit_images"}  # fields an option may give several times, each adding a value
 

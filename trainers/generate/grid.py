@@ -2,6 +2,10 @@
 model's grid starts with a row of each column's input image ("input image", or "input 1", "input 2", ... for prompts
 with several), fitted into the cell, so every edit is seen beside the image it started from.
 
+A video model's grid shows each cell's clip by its poster frame (the clip's middle frame: an image-to-video clip
+starts on its input image in every save) and lists the clips (`clips`, row by column) in the layout; the copy
+beside a compared run has its clips beside it (`grid-<stamp>/`), and the page plays them in the gallery under it.
+
 The layout is also written into the PNG ("atelier-grid": rows, columns, cell size) so tools and tests
 can read it back.
 """
@@ -10,7 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ from trainers.core.fsio import atomic_path
 from trainers.core.rundir import read_scores
 from trainers.generate.options import GenerateConfig
 from trainers.generate.plan import Plan, input_images
+from trainers.generate.video import CLIP_SUFFIX
 
 PAD = 8
 MAX_HEADER_LINES = 4
@@ -30,6 +35,7 @@ class GridLayout:
     columns: list[str]  # column labels, left to right ("prompt", "prompt\nseed 5", "prompt\nweight 0.5")
     cells: list[list[str]]  # image path of each (row, column)
     cell_size: tuple[int, int]  # (width, height) of a cell
+    clips: list[list[str]] = field(default_factory=list)  # a video grid's clip of each cell (cells: their posters)
 
 
 def layout(plan: Plan, cfg: GenerateConfig) -> GridLayout:
@@ -51,6 +57,8 @@ def layout(plan: Plan, cfg: GenerateConfig) -> GridLayout:
         row = rows.index(v.save or v.label or "base")
         col = [p.index for p in plan.prompts].index(item.prompt.index) * len(weights) + weights.index(v.weight_label)
         cells[row][col] = item.images[0].path
+    clips = [line[:] for line in cells] if any(_is_clip(p) for line in cells for p in line) else []
+    cells = [[poster_frame(Path(p)) if _is_clip(p) else p for p in line] for line in cells]
     from PIL import Image
 
     sizes = []
@@ -63,9 +71,28 @@ def layout(plan: Plan, cfg: GenerateConfig) -> GridLayout:
     labels = ["input image"] if count == 1 else [f"input {n + 1}" for n in range(count)]
     input_rows = [[images[n] if n < len(images) else "" for images in inputs] for n in range(count)]
     if cfg.compare_order != "save" and cfg.compare_run.strip():
-        rows, cells = by_score(rows, cells, _row_saves(plan), read_scores(Path(cfg.compare_run).expanduser()),
-                               cfg.compare_order)
-    return GridLayout(labels + rows, columns, input_rows + cells, cell)
+        order = by_score(rows, list(range(len(rows))), _row_saves(plan),
+                         read_scores(Path(cfg.compare_run).expanduser()), cfg.compare_order)
+        rows, cells, clips = order[0], [cells[i] for i in order[1]], [clips[i] for i in order[1]] if clips else []
+    no_clips = [["" for _ in line] for line in input_rows]
+    return GridLayout(labels + rows, columns, input_rows + cells, cell, no_clips + clips if clips else [])
+
+
+def _is_clip(path: str) -> bool:
+    return Path(path).suffix.lower() == CLIP_SUFFIX
+
+
+def poster_frame(clip: Path) -> str:
+    """A clip's middle frame as a PNG beside it (`<clip>.poster.png`): what its grid cell shows."""
+    from PIL import Image
+
+    from trainers.data.clips import probe_clip, read_frames
+
+    frame = read_frames(clip, [probe_clip(clip).frames // 2])[0]
+    poster = clip.with_name(clip.stem + ".poster.png")
+    with atomic_path(poster) as tmp:
+        Image.fromarray(frame).save(tmp, format="PNG")
+    return str(poster)
 
 
 def _row_saves(plan: Plan) -> dict[str, str]:
@@ -185,6 +212,16 @@ def read_grid_layout(path: Path) -> dict[str, Any]:
         return json.loads(im.text["atelier-grid"])  # type: ignore[attr-defined]
 
 
+def _copied(clip: str, folder: Path) -> str:
+    if not clip:
+        return ""
+    target = folder / Path(clip).name
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(target) as tmp:
+        shutil.copyfile(clip, tmp)
+    return str(target)
+
+
 def column_seeds(plan: Plan) -> dict[int, int]:
     """The seed each prompt's grid cells were made with (one image per cell: the prompt's --d or the job seed)."""
     return {item.prompt.index: item.images[0].seed for item in plan.items}
@@ -211,7 +248,11 @@ def save_compare_grid(cfg: GenerateConfig, plan: Plan, job_dir: Path, events: Ev
     copy = None
     if run is not None and run.is_dir():
         copy = run / "compare" / f"grid-{time.strftime('%Y%m%d-%H%M%S')}.png"
-        with atomic_path(copy) as tmp:
-            shutil.copyfile(path, tmp)
+        if grid.clips:  # the clips beside the copy, which lists them there
+            grid = replace(grid, clips=[[_copied(p, copy.with_suffix("")) for p in line] for line in grid.clips])
+            save_grid(render_grid(grid, title), copy, grid, {"seed": plan.seed, "title": title})
+        else:
+            with atomic_path(copy) as tmp:
+                shutil.copyfile(path, tmp)
     events.emit(Grid(path=str(path), copy=str(copy) if copy else None, rows=grid.rows, columns=grid.columns))
     return copy or path

@@ -65,8 +65,8 @@ GEN_OPTIONS: tuple[Option, ...] = (
     _opt("random_init", "bool", False, "Benchmarks: build the model from its configs with random weights "
          "(only the configs are read).", "model", advanced=True),
     _opt("prompts", "list", [], "One prompt a line: `a dog --n blurry --w 512 --h 768 --s 28 --d 42 --l 7` "
-         "(--n negative, --w/--h size, --s steps, --d seed, --l CFG, --ci an edit model's input image; # lines "
-         "skipped).", "prompts"),
+         "(--n negative, --w/--h size, --s steps, --d seed, --l CFG, --ci an edit model's input image, --f a video "
+         "model's frames; # lines skipped).", "prompts"),
     _opt("prompts_file", "str", "", "Or a prompts file in the same syntax (read before the lines above).",
          "prompts", path="file"),
     _opt("input_image", "str", "", "Edit models (FLUX.1 Kontext, Qwen-Image-Edit and Edit-Plus, FLUX.2 with references): the image the prompts "
@@ -82,6 +82,9 @@ GEN_OPTIONS: tuple[Option, ...] = (
          min=64, max=4096, nullable=True),
     _opt("height", "int", None, "Height of the prompts without --h; unset: the model's native size.", "render",
          min=64, max=4096, nullable=True),
+    _opt("frames", "int", None, "Video models (Wan, HunyuanVideo 1.5, LTX-2): frames of each clip of the prompts "
+         "without --f; unset: the family's sample length (1 + 4k frames; LTX-2 1 + 8k).", "render", min=1,
+         max=1025, nullable=True),
     _opt("steps", "int", 20, "Denoising steps of the prompts without --s.", "render", min=1, max=1000),
     _opt("cfg_scale", "float", 7.0, "CFG scale of the prompts without --l.", "render", min=0, max=50),
     _opt("sampler", "str", "euler_a", "Sampler.", "render", choices=SAMPLER_CHOICES),
@@ -251,6 +254,7 @@ def check_config(cfg: GenerateConfig) -> list[ConfigIssue]:
                        for path in prompt.edit_images if not Path(path).expanduser().is_file()]
     except ConfigError as err:
         issues.extend(err.issues)
+    issues += _frame_issues(cfg)
     if cfg.input_image.strip() and not Path(cfg.input_image).expanduser().is_file():
         add("input_image", f"{Path(cfg.input_image).expanduser()} is not an image file: give the image the prompts "
                            "edit (edit models only)")
@@ -279,6 +283,28 @@ def check_config(cfg: GenerateConfig) -> list[ConfigIssue]:
                 add("compare_run", f"{folder} has no saves yet (no checkpoint events nor output files)")
         elif not cfg.compare_loras:
             add("compare_run", "pick a training run, or list LoRA files in compare_loras, to compare")
+    return issues
+
+
+def _frame_issues(cfg: GenerateConfig) -> list[ConfigIssue]:
+    """Clip lengths (the frames option, a prompt's --f) the model's causal VAE cannot make, when its family can be
+    told before loading (a video family makes 1 + frame_rule x k frames)."""
+    from trainers.generate.video import model_rules
+
+    rules = model_rules(cfg.model, cfg.model_family) if cfg.model.strip() else None
+    if rules is None or not rules.is_video or rules.frame_rule == 1:
+        return []
+    try:
+        asked = [("frames", "frames", cfg.frames)] + [("prompts", f"prompt {p.index + 1}: --f", p.frames)
+                                                       for p in job_prompts(cfg)]
+    except ConfigError:
+        asked = [("frames", "frames", cfg.frames)]
+    step, issues = rules.frame_rule, []
+    for name, what, count in asked:
+        if count is not None and (count - 1) % step:
+            lower = count - (count - 1) % step
+            issues.append(ConfigIssue(name, f"{what} {count}: {rules.title} makes clips of 1 + {step}k frames "
+                                            f"(e.g. {lower} or {lower + step})", GEN_BY_NAME[name].group))
     return issues
 
 

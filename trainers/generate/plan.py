@@ -13,6 +13,7 @@ from pathlib import Path
 from trainers.core.prompts import SamplePrompt
 from trainers.generate.options import GenerateConfig, LoraRef, job_prompts, parse_loras, parse_weights
 from trainers.generate.saves import Save, find_saves, is_lora_file
+from trainers.generate.video import output_suffix
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class WorkItem:
     height: int | None
     steps: int
     cfg_scale: float
+    frames: int | None = None  # a video model's clip length (the prompt's --f, else the job's; None: the family's)
 
 
 @dataclass
@@ -107,8 +109,10 @@ def compare_variants(cfg: GenerateConfig, weights: list[float]) -> list[Variant]
 
 
 def build_plan(cfg: GenerateConfig, out_dir: Path, seed: int, variants: list[Variant] | None = None) -> Plan:
-    """Work items in a fixed order: variant, then prompt, then batches of `batch_size` images."""
+    """Work items in a fixed order: variant, then prompt, then batches of `batch_size` images (a video model's
+    clips: .mp4 files)."""
     prompts = job_prompts(cfg)
+    suffix = output_suffix(cfg.model, cfg.model_family)
     if variants is None:
         if cfg.mode == "compare":
             variants = compare_variants(cfg, parse_weights(cfg.compare_weights))
@@ -123,10 +127,12 @@ def build_plan(cfg: GenerateConfig, out_dir: Path, seed: int, variants: list[Var
             images = []
             for index in range(per_prompt):
                 stem = f"{prompt.index:03d}-{index:04d}" if len(variants) == 1 else f"v{v:03d}-{prompt.index:03d}"
-                images.append(Image(index, image_seed(prompt, seed, index), str(Path(out_dir) / f"{stem}.png"), order))
+                path = str(Path(out_dir) / f"{stem}{suffix}")
+                images.append(Image(index, image_seed(prompt, seed, index), path, order))
                 order += 1
             for start in range(0, len(images), batch):
                 items.append(WorkItem(len(items), v, prompt, tuple(images[start:start + batch]), prompt.width or cfg.width,
                                       prompt.height or cfg.height, prompt.steps or cfg.steps,
-                                      cfg.cfg_scale if prompt.cfg_scale is None else prompt.cfg_scale))
+                                      cfg.cfg_scale if prompt.cfg_scale is None else prompt.cfg_scale,
+                                      prompt.frames or cfg.frames))
     return Plan(variants, prompts, items, seed)

@@ -21,9 +21,11 @@ from trainers.generate.bundled_words import BundledWord, install_words, reading_
 from trainers.generate.options import GenerateConfig, LoraRef
 from trainers.generate.plan import Variant, WorkItem, input_images
 from trainers.generate.saves import lora_touches_text_encoder
+from trainers.generate.video import CLIP_SUFFIX
 from trainers.loras.lora_fit import misfit_for_generate
 from trainers.loras.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups, with_one_alpha
 from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model
+from trainers.models.video import frame_kwargs
 from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
 from trainers.sampling.pnginfo import lora_short_hash, lora_tag, parameters_text
 
@@ -185,10 +187,15 @@ class Renderer:
         return self.model.family.default_size(self.model.prediction_type)
 
     def render(self, item: WorkItem) -> list[Path]:
-        """Render one work item (a batch of one prompt's images) and write its PNGs."""
+        """Render one work item (a batch of one prompt's images, a video model's clips) and write its files through
+        the family's sample hooks (sample_output, save_sample: PNGs, or mp4s with the parameters in their comment),
+        as samples during training are written."""
         self.use_variant(item.variant)
         assert self.model is not None
+        family = self.model.family
+        self._check_suffix(Path(item.images[0].path).suffix)
         width, height = item.width or self.native_size(), item.height or self.native_size()
+        clip = frame_kwargs(family, item.frames)
         batch = len(item.images)
         images = input_images(self.cfg, item.prompt)
         one = self.embeds(item.prompt.prompt, item.prompt.negative, images, (width, height))
@@ -196,25 +203,37 @@ class Renderer:
         generators = [torch.Generator("cpu").manual_seed(image.seed) for image in item.images]
         with torch.no_grad():
             latents = self.pipe(**embeds, width=width, height=height, num_inference_steps=item.steps,
-                                **self.model.family.pipeline_kwargs(item.cfg_scale),
-                                **self.model.family.edit_inputs(images, width, height),
+                                **(family.pipeline_kwargs(item.cfg_scale) | clip),
+                                **family.edit_inputs(images, width, height),
                                 generator=generators,
-                                output_type="latent").images
-            pixels = self.model.family.decode_latents(self.model.vae, latents, width, height)
-        pictures = self.pipe.image_processor.postprocess(pixels.float(), output_type="pil")
+                                output_type="latent")[0]  # its images (a video pipeline's frames) as latents
+            pixels = family.decode_latents(self.model.vae, latents, width, height)
         written = []
-        for image, picture in zip(item.images, pictures):
-            text = self.parameters(item, image.seed, width, height)
-            written.append(save_png(picture, Path(image.path), text))
+        for n, image in enumerate(item.images):
+            sample = family.sample_output(self.pipe, pixels[n:n + 1])
+            text = self.parameters(item, image.seed, width, height, clip.get("num_frames"))
+            path = Path(image.path)
+            written.append(family.save_sample(sample, path, text) or save_png(sample, path, text))
         return written
 
-    def parameters(self, item: WorkItem, seed: int, width: int, height: int) -> str:
+    def _check_suffix(self, planned: str) -> None:
+        """The plan named its files before the model loaded (trainers/generate/video.py); a model whose family
+        could only be told now (a hub id) and makes the other kind is named, not written with the wrong suffix."""
+        assert self.model is not None
+        family = self.model.family
+        if planned.lower() != family.sample_suffix:
+            kind = "clips" if family.sample_suffix == CLIP_SUFFIX else "images"
+            raise ModelLoadError(f"model_family: {model_name(self.model_source)} is a {family.title} model, which "
+                                 f"makes {kind}, and its family could not be told before it loaded: set "
+                                 f"model_family = {family.name}")
+
+    def parameters(self, item: WorkItem, seed: int, width: int, height: int, frames: int | None = None) -> str:
         loras = [r for r in self.variants[item.variant].loras if r.weight != 0]
         prompt = " ".join([item.prompt.prompt] + [lora_tag(Path(r.path), r.weight) for r in loras])
         hashes = ", ".join(f"{Path(r.path).stem}: {self._hash(r)}" for r in loras)
         return parameters_text(prompt, item.prompt.negative, {
             "Steps": item.steps, "Sampler": sampler_title(self.cfg.sampler), "CFG scale": item.cfg_scale,
-            "Seed": seed, "Size": f"{width}x{height}", "Model": model_name(self.model_source),
+            "Seed": seed, "Size": f"{width}x{height}", "Frames": frames, "Model": model_name(self.model_source),
             "Clip skip": self.cfg.clip_skip if self.cfg.clip_skip > 1 else None, "Lora hashes": hashes or None})
 
     def _hash(self, ref: LoraRef) -> str:

@@ -54,6 +54,20 @@ class VideoFamily:
         return write_mp4(sample, path, self.frame_rate, parameters)
 
 
+def frame_kwargs(family: Any, frames: int | None) -> dict[str, Any]:
+    """The pipeline call's clip length of a video family (`frames`: a prompt's --f or Generate's frames; None: its
+    sample_frames), merged over its pipeline_kwargs; nothing for an image family. A length its causal VAE cannot
+    make (not 1 + frame_rule x k) is refused by name rather than rounded, as diffusers' pipelines would."""
+    if not getattr(family, "is_video", False):
+        return {}
+    count = frames or family.sample_frames
+    if (count - 1) % family.frame_rule:
+        lower = count - (count - 1) % family.frame_rule
+        raise ValueError(f"frames: {family.title} makes clips of 1 + {family.frame_rule}k frames; {count} is not "
+                         f"one (e.g. {lower} or {lower + family.frame_rule})")
+    return {"num_frames": count}
+
+
 def encode_images_as_frames(vae: nn.Module) -> None:
     """Make a 3D autoencoder encode images (B, C, H, W) as 1-frame clips, their distribution (B, C', 1, h, w): what
     the image datasets and their latent caches give it (the instance's method: the saved model is unchanged). Clips
