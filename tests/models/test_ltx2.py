@@ -83,6 +83,12 @@ def test_its_single_files_are_recognised_and_refused_by_name() -> None:
         is LTX2
 
 
+def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
+    issues = model_issues(_values(tiny, min_snr_gamma=5.0, save_model_as="safetensors", text_encoder_lr=[1e-4]))
+    assert sorted(i.field for i in issues) == ["min_snr_gamma", "save_model_as", "text_encoder_lr"]
+    assert all("LTX-2" in i.message for i in issues)
+
+
 def test_its_frames_follow_the_1_plus_8k_rule() -> None:
     from trainers.data.frames import target_lengths
 
