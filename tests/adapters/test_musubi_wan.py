@@ -115,3 +115,15 @@ def test_its_video_dataset_config_is_kept_and_speed_options_left_out(tmp_path: P
                                                "vae_cache_cpu = true\n"))
     assert values["dataset_config"] == str(dataset)
     assert any("vae_cache_cpu" in n for n in notes) and "vae_cache_cpu" not in values
+
+
+def test_an_image_dataset_config_is_kept_for_wan_and_refused_for_an_image_family(tmp_path: Path) -> None:
+    """A video family reads musubi-tuner's image datasets as 1-frame clips (tests/models/test_wan22.py runs one)."""
+    dataset = tmp_path / "images.toml"
+    dataset.write_text('[general]\nresolution = [960, 544]\n\n[[datasets]]\nimage_directory = "/data/img"\n',
+                       encoding="utf-8")
+    _, values, _ = import_kohya_file(_toml(tmp_path, WAN_LORA + f'dataset_config = "{dataset}"\n'))
+    assert values["dataset_config"] == str(dataset)
+    issues: list = []
+    read_musubi({"network_module": "networks.lora_zimage", "dataset_config": str(dataset)}, "lora", [], issues)
+    assert [i.field for i in issues] == ["dataset_config"]

@@ -399,3 +399,21 @@ def test_a_resumed_pair_lora_equals_the_uninterrupted_one(tiny: Path, tmp_path: 
     assert straight.keys() == resumed.keys() and any("low_noise" in k for k in straight)
     assert max((straight[k] - resumed[k]).abs().max().item() for k in straight) < 1e-6
     assert (tmp_path / "out" / "straight_high_noise.safetensors").exists()
+
+
+def test_a_musubi_image_dataset_config_trains_its_images_as_1_frame_clips(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from trainers.models.video_data import is_video_run, video_run_catalog
+
+    images = tmp_path / "images"
+    images.mkdir()
+    for name, color in (("red", (200, 40, 40)), ("blue", (40, 40, 200))):
+        Image.new("RGB", (32, 32), color).save(images / f"{name}.png")
+        (images / f"{name}.txt").write_text(f"a {name} square")
+    config = tmp_path / "dataset.toml"
+    config.write_text(f'[general]\nresolution = [32, 32]\n\n[[datasets]]\nimage_directory = "{images}"\n')
+    values = {"dataset_config": str(config), "model_family": "wan22"}
+    assert is_video_run(values) and not is_video_run({**values, "model_family": "zimage"})
+    clips = video_run_catalog(values, [])
+    assert clips.num_train_samples == 2 and all(c.is_image and len(c.frames) == 1 for c in clips.video.clips)

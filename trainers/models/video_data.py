@@ -17,19 +17,26 @@ from trainers.core.options import ConfigError, ConfigIssue
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.catalog import SkippedFile
 from trainers.data.video_catalog import VideoCatalog, build_video_catalog
-from trainers.data.video_toml import FIELD, is_video_dataset_config, load_video_dataset_config
+from trainers.data.video_toml import FIELD, is_musubi_dataset_config, is_video_dataset_config, load_video_dataset_config
 from trainers.models.rules import ModelLoadError, folder_rules, rules_of
 
 
 def is_video_run(values: Mapping[str, Any]) -> bool:
-    """Whether the run's dataset_config is a musubi-tuner video dataset config (one that cannot be read is not: the
-    image reader names its problem)."""
+    """Whether the run's dataset_config is a musubi-tuner video dataset config, or a musubi-tuner image dataset config
+    of a video family's run (its images train as 1-frame clips); one that cannot be read is not: the image reader
+    names its problem."""
     path = Path(str(values.get(FIELD) or "")).expanduser()
     if not str(values.get(FIELD) or "").strip() or not path.is_file():
         return False
     try:
-        return is_video_dataset_config(tomllib.loads(path.read_text(encoding="utf-8")))
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return False
+    if is_video_dataset_config(raw):
+        return True
+    try:
+        return is_musubi_dataset_config(raw) and bool(getattr(run_family(values), "is_video", False))
+    except KeyError:  # an unknown model_family: its check names it
         return False
 
 

@@ -145,7 +145,8 @@ def read_musubi(flat: dict[str, Any], method: str, notes: list[str], issues: lis
         out[name] = value
         notes.append(f"{name} = {value!r}: musubi-tuner trains {family} with it")
     _timestep_sampling(out, issues)
-    _dataset_config(out, issues)
+    if not wan.is_video_family(family):  # a video family reads musubi-tuner's image datasets too (1-frame clips)
+        _dataset_config(out, issues)
     _defaults(out, method, notes)
     return out
 

@@ -38,6 +38,16 @@ REFUSED: dict[str, str] = {
 LEFT_OUT = ("vae_cache_cpu", "sample_solver", "lazy_loading")  # speed or sampling only here
 
 
+def is_video_family(name: str) -> bool:
+    """Whether `name` (model_family) is a video family, whose runs read musubi-tuner's dataset TOMLs as they are."""
+    from trainers.models.rules import rules_of
+
+    try:
+        return bool(rules_of(name).is_video)
+    except KeyError:
+        return False
+
+
 def read_wan(out: dict[str, Any], notes: list[str], issues: list[ConfigIssue]) -> None:
     """A networks.lora_wan config's task (the family), model files and Wan options, in place."""
     task = str(out.pop("task", None) or DEFAULT_TASK)
