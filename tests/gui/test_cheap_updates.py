@@ -80,3 +80,27 @@ def test_a_chart_is_prepared_once_for_all_pages() -> None:
     assert len(charts_built) == 1  # the first page's; the others got the same data
     chart_id = fn.outputs[1]._id
     assert all(isinstance(s[chart_id], gr.LinePlot) and s[chart_id].visible for s in sessions)  # as Gradio keeps it
+
+
+def test_file_urls_get_the_root_and_prepared_charts_are_not_walked() -> None:
+    page, fn = _page()
+    chart = gr.LinePlot(pd.DataFrame({"step": [1, 2], "loss": [0.3, 0.2]}), visible=True)
+    sent = asyncio.run(_postprocess_cheaply(page, fn, [gr.skip(), chart, gr.skip(), gr.skip(), None],
+                                            SessionState(page)))
+    image = {"path": "/tmp/a.png", "url": "/gradio_api/file=/tmp/a.png", "meta": {"_type": "gradio.FileData"}}
+    data = [dict(image), sent[1], "text"]
+    expected = cheap_updates._add_root_url([dict(image), sent[1], "text"], "http://host:7860", None)
+    walked: list[Any] = []
+    original = cheap_updates._add_root_url
+
+    def counting(value: Any, *args: Any) -> Any:
+        walked.append(value)
+        return original(value, *args)
+
+    cheap_updates._add_root_url = counting
+    try:
+        assert cheap_updates._root_url_but_prepared(data, "http://host:7860", None) == expected
+    finally:
+        cheap_updates._add_root_url = original
+    assert expected[0]["url"] == "http://host:7860/gradio_api/file=/tmp/a.png"
+    assert all(value is not sent[1] for value in walked)  # the chart's rows were not walked
