@@ -141,3 +141,17 @@ def test_a_compare_over_a_video_runs_saves_is_a_poster_grid_with_each_cells_clip
         assert np.abs(np.asarray(poster.convert("RGB")).astype(int) - frames[2].astype(int)).mean() < 1
     job_layout = read_grid_layout(job / "grid.png")
     assert [Path(p).parent for line in job_layout["clips"] for p in line] == [job / "images"] * 4
+
+
+def test_a_training_sample_prompts_f_sets_its_clips_frames(wan: Path, tmp_path: Path) -> None:
+    from trainers.core.prompts import config_prompts
+    from trainers.models import load_model
+    from trainers.sampling.pipeline import generate_samples
+
+    model = load_model(str(wan), "auto", torch.float32)
+    prompts = config_prompts("", ["a red fox --w 64 --h 64 --s 2 --d 3 --f 9"])
+    (written,) = generate_samples(model, prompts, tmp_path, "step2", default_size=(64, 64), default_steps=2)
+    assert clip(written)[0].shape[0] == 9
+    with pytest.raises(ValueError, match="1 \\+ 4k frames; 8 is not one"):
+        generate_samples(model, config_prompts("", ["a fox --f 8"]), tmp_path, "step3", default_size=(64, 64),
+                         default_steps=2)

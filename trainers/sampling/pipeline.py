@@ -25,6 +25,7 @@ from trainers.core.fsio import atomic_path
 from trainers.core.prompts import SamplePrompt
 from trainers.models import LoadedModel
 from trainers.models.training_adapter import training_adapter_off
+from trainers.models.video import frame_kwargs
 
 # What one prompt renders with, given (prompt, width, height): a ControlNet sets its control image.
 PerPrompt = Callable[[SamplePrompt, int, int], ContextManager[Any]]
@@ -180,8 +181,8 @@ def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, d
                                      s.prompt.edit_images, (s.width, s.height))
         latents = pipe(
             **embeds, width=s.width, height=s.height, num_inference_steps=s.steps,
-            **model.family.pipeline_kwargs(s.cfg_scale), **model.family.edit_inputs(s.prompt.edit_images, s.width,
-                                                                                     s.height),
+            **(model.family.pipeline_kwargs(s.cfg_scale) | frame_kwargs(model.family, s.prompt.frames)),
+            **model.family.edit_inputs(s.prompt.edit_images, s.width, s.height),
             generator=torch.Generator("cpu").manual_seed(s.seed),
             output_type="latent",
         )[0]  # its images (a video pipeline's frames) as latents

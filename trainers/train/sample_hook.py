@@ -32,8 +32,14 @@ def sample_hook(session: Session, model: LoadedModel, weights: Callable[[], Cont
     prompts = config_prompts(sampling.sample_prompts, list(sampling.sample_prompt_lines))
     if not prompts:
         return None
+    from trainers.models.video import frame_kwargs
     from trainers.sampling.pipeline import generate_samples, sample_event, sample_path
 
+    for prompt in prompts:  # a clip length (--f) the video model cannot make stops the run before its first step
+        try:
+            frame_kwargs(model.family, prompt.frames)
+        except ValueError as err:
+            raise ValueError(f"sample prompt {prompt.index + 1}: {err}") from None
     out_dir = (session.run_dir or Path(saving.output_dir).expanduser()) / SAMPLES
     if accelerator.is_main_process:  # said once in the page, not at every sampling
         texts = [p.prompt for p in prompts] + [p.negative for p in prompts if p.negative]
