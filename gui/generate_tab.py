@@ -40,6 +40,7 @@ from trainers.generate.options import (
     parse_loras,
 )
 from trainers.generate.saves import compare_form_values, find_saves, is_lora_file
+from trainers.generate.video import is_video_model
 
 ESSENTIALS = ("model", "loras", "prompts")
 DEMO_PRESET = "demo"  # what `app.py --demo` fills the tab from
@@ -228,6 +229,23 @@ def _outside_roots(cfg: GenerateConfig, roots: list[Path] | None) -> list[Config
     return paths_outside(typed, roots)
 
 
+def shows_frames(model: str, model_family: str, roots: list[Path] | None) -> bool:
+    """The frames field is offered for a video family's model only (Wan, HunyuanVideo 1.5, LTX-2), told from
+    model_family or the model's files; a path outside the allowed roots is not looked at."""
+    values = {"model": model or "", "model_family": model_family or "auto"}
+    if values["model_family"] == "auto" and _outside_roots(GenerateConfig(values), roots):
+        return False
+    return is_video_model(values["model"], values["model_family"])
+
+
+def _wire_frames_field(widgets: dict[str, gr.components.Component], roots: list[Path] | None) -> None:
+    sources = [widgets["model"], widgets["model_family"]]
+    widgets["frames"].visible = shows_frames(*(str(w.value or "") for w in sources), roots)
+    for source in sources:
+        source.change(lambda model, family: gr.update(visible=shows_frames(model, family, roots)), inputs=sources,
+                      outputs=widgets["frames"], show_progress="hidden")
+
+
 def build_generate_tab(services: Any) -> GenerateTab:
     """Render the tab inside the current gradio context (call within `gr.Tab`)."""
     runs_dir: Path = services.runs_dir
@@ -262,6 +280,7 @@ def build_generate_tab(services: Any) -> GenerateTab:
                         widgets[opt.name] = _widget(opt, runs_dir)
             if group == "compare":
                 compare_btn = gr.Button("Render compare grid", elem_id="gen-compare")
+    _wire_frames_field(widgets, services.allowed_roots)
     panel = job_panel(services, ACTIVE, WATCHERS, name="generate", prefix="gen", before=[
         ("Generate", "gen-start", "primary")], hint="Fill in the model and prompts, then press **Generate**.")
     job, status, start = panel.job, panel.status, panel.buttons["gen-start"]

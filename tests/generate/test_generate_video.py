@@ -155,3 +155,25 @@ def test_a_training_sample_prompts_f_sets_its_clips_frames(wan: Path, tmp_path: 
     with pytest.raises(ValueError, match="1 \\+ 4k frames; 8 is not one"):
         generate_samples(model, config_prompts("", ["a fox --f 8"]), tmp_path, "step3", default_size=(64, 64),
                          default_steps=2)
+
+
+def test_the_generate_tab_offers_the_frames_field_for_a_video_model_only(wan: Path, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    import gradio as gr
+
+    from gui.generate_tab import build_generate_tab, shows_frames
+    from gui.run_files import Watchers
+
+    services = SimpleNamespace(runs_dir=tmp_path, jobs=None, queue=None, allowed_roots=None,
+                               watchers=Watchers(min_interval_s=0))
+    with gr.Blocks() as blocks:
+        build_generate_tab(services)
+    frames = next(b for b in blocks.blocks.values() if getattr(b, "elem_id", None) == "gen-frames")
+    assert frames.visible is False  # no model yet
+    (on_change, *_) = [f.fn for f in blocks.fns.values() if f.fn.__module__ == "gui.generate_tab"
+                       and frames._id in [o._id for o in f.outputs]]
+    assert on_change(str(wan), "auto")["visible"] is True
+    assert on_change(str(tmp_path), "auto")["visible"] is False  # no model there
+    assert on_change("", "wan21")["visible"] is True  # the family set: no file read
+    assert not shows_frames(str(wan), "auto", [tmp_path])  # outside the allowed roots: not looked at

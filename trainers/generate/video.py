@@ -4,6 +4,7 @@ the frames field; and the frames each prompt renders (its --f, else the job's fr
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ def model_rules(model: str, model_family: str = "auto") -> Any | None:
         return rules_of(model_family)
     path = Path(model.strip()).expanduser() if model.strip() else None
     try:
+        if path is not None and not path.exists() and (cached := _hub_folder(model.strip())) is not None:
+            path = cached
         if path is not None and (path / "model_index.json").is_file():
             return folder_rules(path)
         if path is not None and path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES[:1]:
@@ -30,6 +33,16 @@ def model_rules(model: str, model_family: str = "auto") -> Any | None:
     except (BadInput, OSError, ValueError):
         return None
     return None
+
+
+def _hub_folder(repo_id: str) -> Path | None:
+    """The local snapshot of a hub id (org/name) already in the Hugging Face cache, without asking the hub."""
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "model_index.json")
+    return Path(found).parent if isinstance(found, str) else None
 
 
 def is_video_model(model: str, model_family: str = "auto") -> bool:
