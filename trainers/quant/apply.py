@@ -80,8 +80,13 @@ def quantize_frozen(module: nn.Module, mode: str, compute_dtype: torch.dtype, de
             return
         from diffusers.hooks import apply_layerwise_casting
 
+        # Embeddings by class too: T5's `shared` ties its weight to `encoder.embed_tokens`, which the name pattern
+        # skips and which then met an fp8 weight without a hook to cast it back. The layers a transformers model
+        # keeps in float32 stay out as well: T5 casts the input of its `wo` to that layer's weight dtype.
+        kept = tuple(getattr(module, "_keep_in_fp32_modules", None) or ())
         apply_layerwise_casting(module, storage_dtype=torch.float8_e4m3fn, compute_dtype=compute_dtype,
-                                skip_modules_pattern=("norm", "embed", "pos_embed", "patch_embed"))
+                                skip_modules_pattern=("norm", "embed", "pos_embed", "patch_embed", *kept),
+                                skip_modules_classes=(nn.Embedding,))
         return
     module.requires_grad_(False)
     if mode == "nf4":
