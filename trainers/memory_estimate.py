@@ -22,7 +22,11 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from trainers.core.memory_facts import ModelSize, Tokens, with_controls
 from trainers.core.options import TrainConfig
@@ -173,7 +177,12 @@ def model_size(cfg: TrainConfig) -> ModelSize | None:
     return ModelSize(denoiser.params, denoiser.linear, total["text_encoder"].params, total["text_encoder"].linear,
                      total["vae"].params, denoiser.lora_per_rank, total["text_encoder"].lora_per_rank,
                      units, "the model's files", like.native_pixels, like.activations_gb * scale,
-                     like.activations_checkpointed_gb * scale)
+                     like.activations_checkpointed_gb * scale, tokens=_video_tokens(published))
+
+
+def _video_tokens(published: ModelSize | None) -> Tokens | None:
+    """A video family's sequence, kept for its model's own files (its frames and resolution set its activations)."""
+    return published.tokens if published is not None and published.tokens and published.tokens.frame_rule else None
 
 
 def published_size(family: str, model: str = "") -> ModelSize | None:
@@ -279,8 +288,9 @@ def _fp8_cast(cfg: TrainConfig, size: ModelSize, dtype_bytes: int) -> float:
 
 
 def _activations(cfg: TrainConfig, size: ModelSize) -> float:
-    """GB of activations kept for the backward: from the family's sequence (size.tokens) where it has one, else its
-    two figures at native_pixels scaled by the pixel count."""
+    """GB of activations kept for the backward: from the family's sequence (size.tokens) where it has one (a video
+    family's the largest window of its dataset: video_windows), else its two figures at native_pixels scaled by the
+    pixel count."""
     width, _, height = str(cfg.values.get("resolution") or "512").partition(",")
     try:
         pixels = int(width) * int(height or width)
@@ -288,20 +298,70 @@ def _activations(cfg: TrainConfig, size: ModelSize) -> float:
         pixels = size.native_pixels
     dtype = 1 if cfg.mixed_precision in ("bf16", "fp16") else 2
     batch = int(cfg.values.get("train_batch_size") or 1)
+    checkpointed = bool(cfg.gradient_checkpointing)
+    if size.tokens and size.tokens.frame_rule:
+        windows = video_windows(cfg.values, size.tokens) or [(size.tokens.frames, pixels)]
+        return max(_sequence_activations(size.tokens, area, checkpointed, frames) * batch * dtype
+                   for frames, area in windows)
     if size.tokens:
-        return _sequence_activations(size.tokens, pixels, bool(cfg.gradient_checkpointing)) * batch * dtype
-    per_sample = size.activations_checkpointed_gb if cfg.gradient_checkpointing else size.activations_gb
+        return _sequence_activations(size.tokens, pixels, checkpointed) * batch * dtype
+    per_sample = size.activations_checkpointed_gb if checkpointed else size.activations_gb
     return per_sample * pixels / size.native_pixels * batch * dtype
 
 
-def _sequence_activations(tokens: Tokens, pixels: int, checkpointed: bool) -> float:
+def latent_frames(tokens: Tokens, frames: int) -> int:
+    """A video transformer's latent frames for a window of `frames` (1 + (frames - 1) / frame_rule; 1 for an image
+    model)."""
+    return 1 + (max(1, frames) - 1) // tokens.frame_rule if tokens.frame_rule else 1
+
+
+def sequence_tokens(tokens: Tokens, pixels: int, frames: int = 1) -> float:
+    """The tokens one sample puts through the transformer: its images' (each frame's latent tokens x latent frames)
+    and the text's."""
+    return tokens.images * pixels / tokens.pixels_per_token * latent_frames(tokens, frames) + tokens.text_tokens
+
+
+def _sequence_activations(tokens: Tokens, pixels: int, checkpointed: bool, frames: int = 1) -> float:
     """GB one 16-bit sample keeps: every block's activations, or with gradient checkpointing every block's input and
-    the activations of the one block recomputed in the backward."""
-    sequence = tokens.images * pixels / tokens.pixels_per_token + tokens.text_tokens
-    width = sequence * tokens.hidden * 2 / GB  # one hidden-wide 16-bit tensor
+    the activations of the one block recomputed in the backward (SDPA's attention keeps no scores: linear in
+    tokens)."""
+    width = sequence_tokens(tokens, pixels, frames) * tokens.hidden * 2 / GB  # one hidden-wide 16-bit tensor
     if checkpointed:
         return (tokens.blocks + BLOCK_ACTIVATIONS) * width
     return tokens.blocks * BLOCK_ACTIVATIONS * width
+
+
+def video_windows(values: Mapping[str, Any], tokens: Tokens) -> list[tuple[int, int]]:
+    """(frames, pixels) of the longest window of each dataset in the run's musubi-tuner video dataset TOML
+    (dataset_config): its largest target_frames (max_frames with frame_extraction "full"), rounded down to
+    1 + frame_rule x k, at its resolution; an image dataset's items are 1-frame clips. Empty when the run names no
+    readable video dataset TOML (the estimate then counts the family's window, tokens.frames)."""
+    from trainers.data.video_toml import DEFAULTS, FIELD, is_video_dataset_config
+
+    path = Path(str(values.get(FIELD) or "")).expanduser()
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8")) if str(values.get(FIELD) or "").strip() else {}
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return []
+    if not is_video_dataset_config(raw):
+        return []
+    general = raw.get("general") if isinstance(raw.get("general"), dict) else {}
+    windows = []
+    for table in (t for t in raw["datasets"] if isinstance(t, dict)):
+        values_of = {**DEFAULTS, **general, **table}
+        try:
+            resolution = values_of["resolution"]
+            width, height = (resolution, resolution) if isinstance(resolution, int) else resolution[:2]
+            if "image_directory" in table or "image_jsonl_file" in table:
+                frames = 1
+            elif values_of["frame_extraction"] == "full":
+                frames = int(values_of["max_frames"])
+            else:
+                frames = max(int(f) for f in values_of["target_frames"])
+            windows.append((1 + (frames - 1) // tokens.frame_rule * tokens.frame_rule, int(width) * int(height)))
+        except (TypeError, ValueError):  # Validate names the dataset's own problem
+            continue
+    return windows
 
 
 def caption_tokens(family: str, size: ModelSize | None = None) -> int:

@@ -59,6 +59,11 @@ class Tokens:
     pixels_per_token: int  # (the autoencoder's factor x the patch size) squared
     text_tokens: int  # padded to this, or (captions trimmed to the batch's longest) a long caption's
     images: int = 1  # the target, and an edit model's control images
+    # A video transformer's frames: its latent frames are 1 + (frames - 1) / frame_rule (the causal VAE's temporal
+    # compression, its rules' frame_rule; 0: an image model), each of pixels / pixels_per_token tokens; `frames` is
+    # the window counted when the run's dataset states none (the window its activation figures were for)
+    frame_rule: int = 0
+    frames: int = 1
 
 
 # FLUX.1 and Chroma: 3072 wide, 19 + 38 blocks, 8x autoencoder with 2x2 patches, T5 padded to 512 tokens
@@ -84,6 +89,21 @@ ERNIE_IMAGE_TOKENS = Tokens(4096, 36, 16 * 16, 256)
 # Ideogram 4: 4608 wide, 34 single-stream blocks, FLUX.2's 8x autoencoder with 2x2 patches, Qwen3-VL's states
 # padded to 512 tokens
 IDEOGRAM4_TOKENS = Tokens(4608, 34, 16 * 16, 512)
+
+# The video families' sequences: latent frames x (height / spatial factor / patch) x (width / ...) tokens, their text
+# beside them (cross-attention's keys and values in Wan and LTX-2, joined in HunyuanVideo 1.5: counted alike).
+# Wan 2.1 T2V 1.3B 1536 wide, 30 blocks; its 14B (and I2V 14B, each Wan 2.2 A14B expert) 5120 wide, 40 blocks: an
+# 8x VAE with 1x2x2 patches, UMT5 padded to 512 tokens, 81 frames
+WAN_1_3B_TOKENS = Tokens(1536, 30, 16 * 16, 512, frame_rule=4, frames=81)
+WAN_14B_TOKENS = Tokens(5120, 40, 16 * 16, 512, frame_rule=4, frames=81)
+# Wan 2.2 TI2V 5B: 3072 wide, 30 blocks, its 16x VAE with 1x2x2 patches, 121 frames
+WAN_TI2V_TOKENS = Tokens(3072, 30, 32 * 32, 512, frame_rule=4, frames=121)
+# HunyuanVideo 1.5: 2048 wide, 54 blocks, a 16x VAE with 1x1x1 patches, Qwen2.5-VL's 1000 tokens and ByT5's 256, 33
+# frames (musubi-tuner's window)
+HUNYUAN_VIDEO15_TOKENS = Tokens(2048, 54, 16 * 16, 1000 + 256, frame_rule=4, frames=33)
+# LTX-2: 4096 wide, 48 blocks, a 32x VAE (8x in time) with 1x1x1 patches, Gemma 3's 1024 tokens, 49 frames (the
+# audio stream's few tokens left out)
+LTX2_TOKENS = Tokens(4096, 48, 32 * 32, 1024, frame_rule=8, frames=49)
 
 
 @dataclass(frozen=True)

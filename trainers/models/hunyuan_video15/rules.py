@@ -10,8 +10,8 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 
-from trainers.core.memory_facts import (BYT5_GLYPH, BYT5_GLYPH_LINEAR, HUNYUAN_VIDEO15_VAE, QWEN25_VL_7B_TEXT,
-                                     QWEN25_VL_7B_TEXT_LINEAR, ModelSize)
+from trainers.core.memory_facts import (BYT5_GLYPH, BYT5_GLYPH_LINEAR, HUNYUAN_VIDEO15_TOKENS, HUNYUAN_VIDEO15_VAE,
+                                     QWEN25_VL_7B_TEXT, QWEN25_VL_7B_TEXT_LINEAR, ModelSize)
 from trainers.models.flow_rules import FlowRules
 from trainers.models.rules import ModelLoadError
 
@@ -27,7 +27,8 @@ class HunyuanVideo15Rules(FlowRules):
     # tokens, to calibrate on a GPU
     memory_facts = ModelSize(8_326_608_160, 8_323_022_848, QWEN25_VL_7B_TEXT + BYT5_GLYPH,
                              QWEN25_VL_7B_TEXT_LINEAR + BYT5_GLYPH_LINEAR, HUNYUAN_VIDEO15_VAE, 5_087_232, 0, 54,
-                             "the published HunyuanVideo 1.5 480p T2V sizes", 848 * 480, 79.4, 7.3)
+                             "the published HunyuanVideo 1.5 480p T2V sizes", 848 * 480, 79.4, 7.3,
+                             tokens=HUNYUAN_VIDEO15_TOKENS)
     base_model_version = "hunyuan_video_1_5"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_..._FULL)
     modelspec_architecture = "hunyuan-video-1.5"  # musubi-tuner's ARCH_HUNYUAN_VIDEO_1_5
     # the 480p T2V configs (transformer/, vae/): diffusers 0.42.1's defaults of its classes, task_type t2v

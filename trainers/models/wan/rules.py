@@ -15,6 +15,8 @@ from trainers.core.memory_facts import (
     WAN_14B,
     WAN_14B_LINEAR,
     WAN_14B_LORA_PER_RANK,
+    WAN_14B_TOKENS,
+    WAN_1_3B_TOKENS,
     ModelSize,
 )
 from trainers.models.flow_rules import FlowRules, Part
@@ -78,10 +80,10 @@ class WanRules(FlowRules):
     # the 1.3B counted from arch/ (diffusers 0.42.1); activations are for one 81-frame clip at 832x480 (21 latent
     # frames x 1560 tokens): Z-Image's scaled by tokens x width, to calibrate on a GPU
     memory_facts = ModelSize(1_418_996_800, 1_417_641_984, UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE, 1_367_040, 0, 30,
-                             "the published Wan 2.1 T2V 1.3B sizes", 832 * 480, 33.6, 3.1)
+                             "the published Wan 2.1 T2V 1.3B sizes", 832 * 480, 33.6, 3.1, tokens=WAN_1_3B_TOKENS)
     memory_variants = {("14b",): ModelSize(WAN_14B, WAN_14B_LINEAR, UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE,
                                            WAN_14B_LORA_PER_RANK, 0, 40, "the published Wan 2.1 T2V 14B sizes",
-                                           *WAN_14B_ACTIVATIONS)}
+                                           *WAN_14B_ACTIVATIONS, tokens=WAN_14B_TOKENS)}
     base_model_version = "wan21_t2v"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_WAN "wan" + task)
     modelspec_architecture = "wan2.1-t2v"
     arch_dir = Path(__file__).with_name("arch")  # the published 1.3B configs (transformer/, vae/)

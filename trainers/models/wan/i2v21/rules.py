@@ -14,6 +14,7 @@ from trainers.core.memory_facts import (
     UMT5_XXL_LINEAR,
     WAN21_VAE,
     WAN_14B_LORA_PER_RANK,
+    WAN_14B_TOKENS,
     ModelSize,
 )
 from trainers.models.wan.rules import WAN_14B_ACTIVATIONS, WanRules
@@ -27,7 +28,8 @@ class WanI2VRules(WanRules):
     title = "Wan 2.1 I2V"
     detect_priority = 4  # before Wan 2.1 T2V's, which refuses this pipeline by name
     memory_facts = ModelSize(I2V_14B, I2V_14B_LINEAR, UMT5_XXL + CLIP_H_VISION, UMT5_XXL_LINEAR, WAN21_VAE,
-                             WAN_14B_LORA_PER_RANK, 0, 40, "the published Wan 2.1 I2V 14B sizes", *WAN_14B_ACTIVATIONS)
+                             WAN_14B_LORA_PER_RANK, 0, 40, "the published Wan 2.1 I2V 14B sizes", *WAN_14B_ACTIVATIONS,
+                             tokens=WAN_14B_TOKENS)
     memory_variants = {}
     base_model_version = "wan21_i2v"
     modelspec_architecture = "wan2.1-i2v-14b"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainers.core.memory_facts import UMT5_XXL, UMT5_XXL_LINEAR, WAN22_VAE, ModelSize
+from trainers.core.memory_facts import UMT5_XXL, UMT5_XXL_LINEAR, WAN22_VAE, WAN_TI2V_TOKENS, ModelSize
 from trainers.models.wan.rules import WanRules
 
 # WanTransformer3DModel 3072 wide, 30 layers, 48 channels (counted on the meta device, diffusers 0.42.1)
@@ -20,7 +20,8 @@ class WanTI2VRules(WanRules):
     # activations for one 121-frame clip at 1280x704 (31 latent frames x 880 tokens): Wan 2.1 1.3B's scaled by tokens
     # and width (3072 / 1536), to calibrate on a GPU
     memory_facts = ModelSize(TI2V_5B, TI2V_5B_LINEAR, UMT5_XXL, UMT5_XXL_LINEAR, WAN22_VAE, TI2V_5B_LORA_PER_RANK, 0,
-                             30, "the published Wan 2.2 TI2V 5B sizes", 1280 * 704, 55.9, 5.2)
+                             30, "the published Wan 2.2 TI2V 5B sizes", 1280 * 704, 55.9, 5.2,
+                             tokens=WAN_TI2V_TOKENS)
     memory_variants = {}
     base_model_version = "wan22_ti2v_5b"
     modelspec_architecture = "wan2.2-ti2v-5b"

@@ -16,6 +16,7 @@ from trainers.core.memory_facts import (
     WAN_14B,
     WAN_14B_LINEAR,
     WAN_14B_LORA_PER_RANK,
+    WAN_14B_TOKENS,
     ModelSize,
 )
 from trainers.models.wan.rules import WAN_14B_ACTIVATIONS, WanRules
@@ -59,7 +60,7 @@ class Wan22Rules(WanRules):
     # one expert's (Wan 2.1 14B's); blocks_to_swap counts the blocks of each expert (40)
     memory_facts = ModelSize(2 * WAN_14B, 2 * WAN_14B_LINEAR, UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE,
                              2 * WAN_14B_LORA_PER_RANK, 0, 40, "the published Wan 2.2 T2V A14B sizes (two experts)",
-                             *WAN_14B_ACTIVATIONS)
+                             *WAN_14B_ACTIVATIONS, tokens=WAN_14B_TOKENS)
     memory_variants = {}  # not Wan 2.1's 14B ("a14b" holds "14b")
     base_model_version = "wan22_t2v_a14b"
     modelspec_architecture = "wan2.2-t2v-a14b"
