@@ -121,7 +121,7 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     # and they go there only when a caption is not cached on disk); the denoiser stays in host RAM until then.
     encoders = _TextEncoders(cfg, model, accelerator.device, weight_dtype)
     _place_encoders(precision, model, accelerator.device, weight_dtype)
-    if not cfg.cache_text_encoder_outputs:
+    if not DatasetOptions.of(cfg).cache_text_encoder_outputs:
         encoders.place()  # with the VAE, before the denoiser: they stay for the steps
     text_pass = TextPass(encoders.place, encoders.batch_size)
     if clips is not None and not model.family.is_video:  # a hub id's family is known only now
