@@ -1,10 +1,10 @@
-"""LTX-2 text-to-video, in process on a tiny random-init model of its real diffusers classes (LTX2VideoTransformer3DModel,
-the causal AutoencoderKLLTX2Video, Gemma3ForConditionalGeneration, LTX2TextConnectors, the audio autoencoder and
-vocoder): the folder is claimed, its other pipelines, LTX-Video 0.9's and other families' models are refused by name
-before anything loads, captions are encoded as LTX2Pipeline does, the transformer is called as the pipeline calls it
-on (B, C, F, h, w) latents (1 + 8k frames; images as 1-frame clips) beside a silent audio track, one flow-matching
-step trains the video stream and leaves the audio stream's output unscored, and its LoRA file loads with every key in
-ComfyUI (comfy_lora.py) and in LTX2Pipeline."""
+"""LTX-2 text-to-video, in process on a tiny random-init model of its real diffusers classes
+(LTX2VideoTransformer3DModel, the causal AutoencoderKLLTX2Video, Gemma3ForConditionalGeneration, LTX2TextConnectors,
+the audio autoencoder and vocoder): the folder is claimed, its other pipelines, LTX-Video 0.9's and other families'
+models are refused by name before anything loads, captions are encoded as LTX2Pipeline does, the transformer is called
+as the pipeline calls it on (B, C, F, h, w) latents (1 + 8k frames; images as 1-frame clips) beside a silent audio
+track, one flow-matching step trains the video stream and leaves the audio stream's output unscored, and its LoRA
+file loads with every key in ComfyUI (comfy_lora.py) and in LTX2Pipeline."""
 from __future__ import annotations
 
 import copy
@@ -87,6 +87,8 @@ def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
     issues = model_issues(_values(tiny, min_snr_gamma=5.0, save_model_as="safetensors", text_encoder_lr=[1e-4]))
     assert sorted(i.field for i in issues) == ["min_snr_gamma", "save_model_as", "text_encoder_lr"]
     assert all("LTX-2" in i.message for i in issues)
+    (issue,) = model_issues(_values(tiny, text_encoder_precision="fp8"))
+    assert issue.field == "text_encoder_precision" and "'int8' or 'nf4'" in issue.message
 
 
 def test_its_frames_follow_the_1_plus_8k_rule() -> None:

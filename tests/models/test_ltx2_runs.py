@@ -57,7 +57,8 @@ def test_a_lora_run_from_clips_trains_samples_an_mp4_and_names_the_reference_mod
         assert not container.streams.audio  # its audio is not rendered
         stream = container.streams.video[0]
         assert len(list(container.decode(stream))) == 25 and float(stream.average_rate) == 24.0
-    keys = {"lora_unet_transformer_blocks_0_attn1_to_q.lora_down.weight", "lora_unet_transformer_blocks_1_ff_net_2.alpha"}
+    keys = {"lora_unet_transformer_blocks_0_attn1_to_q.lora_down.weight",
+            "lora_unet_transformer_blocks_1_ff_net_2.alpha"}
     assert keys <= clip_runs.lora.keys() and not any("audio" in k for k in clip_runs.lora)
     assert clip_runs.metadata["ss_base_model_version"] == "ltx2"
     # windows: a (9 frames) 1 + 1, b (5) 1, c (12) 1 + 1, and the image

@@ -44,11 +44,9 @@ VIDEO_LINEARS = ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "at
 
 @dataclasses.dataclass
 class AudioParts:
-    """The frozen parts of a folder beside the transformer, VAE and Gemma 3: its text connectors (run with Gemma 3,
-    on its device), and the audio autoencoder and vocoder its pipeline is built with (kept on the CPU: samples
-    render no audio)."""
+    """The audio autoencoder and vocoder of a folder, which its pipeline is built with (frozen, kept on the CPU:
+    samples render no audio)."""
 
-    connectors: nn.Module
     audio_vae: nn.Module
     vocoder: nn.Module
 
@@ -82,17 +80,18 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
             tokenizer.pad_token = tokenizer.eos_token
         vocoder_class = LTX2VocoderWithBWE if _class_in_index(folder, "vocoder") == "LTX2VocoderWithBWE" \
             else LTX2Vocoder
+        # the connectors are the second of its text encoders: placed, quantized (text_encoder_precision) and set
+        # aside with Gemma 3 as the run places its text encoders
         connectors = load_component(LTX2TextConnectors, folder, "connectors", weight_dtype, random_init)
         connectors.requires_grad_(False).eval()
-        parts = AudioParts(connectors,
-                           load_component(diffusers.AutoencoderKLLTX2Audio, folder, "audio_vae", weight_dtype,
+        parts = AudioParts(load_component(diffusers.AutoencoderKLLTX2Audio, folder, "audio_vae", weight_dtype,
                                           random_init).requires_grad_(False).eval(),
                            load_component(vocoder_class, folder, "vocoder", weight_dtype,
                                           random_init).requires_grad_(False).eval())
         family = copy.copy(model.family)
         family.parts, family.folder = parts, Path(folder)
         family.video_text_width = connectors.video_connector.inner_dim
-        return dataclasses.replace(model, family=family)
+        return dataclasses.replace(model, family=family, text_encoders=[*model.text_encoders, connectors])
 
     def tokenize(self, tokenizers: list[Any], captions: list[str], fmt: Any = None) -> list[torch.Tensor]:
         """Gemma 3's ids of each caption stripped, left-padded to 1024 tokens (as the pipeline)."""
@@ -102,14 +101,12 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(the video connector's states, then the audio connector's, on the channel axis; their mask), as
         LTX2Pipeline encodes a caption and its connectors read it."""
-        (gemma,), (ids,) = text_encoders, input_ids
-        assert self.parts is not None, "LTX-2's connectors are loaded with the model"
+        (gemma, connectors), (ids,) = text_encoders, input_ids
         pad = gemma.config.get_text_config().pad_token_id
         mask = (ids != pad).long() if pad is not None else torch.ones_like(ids)
         states = run_frozen(gemma, lambda: torch.stack(gemma(input_ids=ids, attention_mask=mask,
                                                              output_hidden_states=True).hidden_states, dim=-1))
         states = states.flatten(2, 3).to(next(gemma.parameters()).dtype)
-        connectors = self.parts.connectors.to(states.device)
         video, audio, text_mask = run_frozen(connectors, lambda: connectors(states, mask, padding_side="left",
                                                                             scale_factor=SCALE_FACTOR))
         return torch.cat([video, audio.to(video.dtype)], dim=-1), text_mask.to(video.dtype)

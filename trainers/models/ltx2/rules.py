@@ -5,9 +5,11 @@ frames follow its causal video autoencoder's rule, 1 + 8k, at 24 fps; its bucket
 autoencoder, 1x1 patches)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import (GEMMA3_12B, GEMMA3_12B_LINEAR, LTX2_CONNECTORS, LTX2_CONNECTORS_LINEAR,
                                      LTX2_VAE, ModelSize)
 from trainers.models.flow_rules import FlowRules
@@ -62,6 +64,16 @@ class LTX2Rules(FlowRules):
         if pipeline != self.pipeline_class:
             return False
         return (index.get("transformer") or [None, None])[-1] == self.transformer_class
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """The flow rules, and text_encoder_precision 'fp8' refused by name: Gemma 3's LM head shares its weight with
+        the token embedding, which fp8 casting then leaves in fp8 (its scaled embedding cannot compute in it)."""
+        issues = super().option_issues(values)
+        if values.get("text_encoder_precision") == "fp8":
+            issues.append(ConfigIssue("text_encoder_precision", f"'fp8' does not work for {self.title}'s Gemma 3 (its "
+                                      "LM head and token embedding share one weight, which fp8 storage breaks): use "
+                                      "'int8' or 'nf4'", "precision"))
+        return issues
 
 
 LTX2 = LTX2Rules()
