@@ -11,8 +11,10 @@ published sizes (each family's rules.py: memory_facts). Weights follow their dty
 the trained parameters carry their gradients and optimizer states. Activations are counted from the family's sequence
 (image tokens from the resolution, the autoencoder's factor and the patch size, text tokens, width, blocks:
 memory_facts' Tokens) where it states one, else from its two figures scaled by resolution; both by batch and gradient
-checkpointing. Weights and optimizer states are counted exactly. Three readings of a card
-(docs/memory.md; tests/core/test_memory_published.py holds them to peers' published figures):
+checkpointing. A video family's sequence is its latent frames (1 + (frames - 1) / frame_rule) x each frame's tokens,
+for the longest window of the run's video dataset TOML, else the family's window (docs/memory.md, "Video"). Weights
+and optimizer states are counted exactly. Three readings of a card (docs/memory.md; tests/core/test_memory_published.py
+holds them to peers' published figures):
 `gpu_gb` is what torch.cuda.max_memory_allocated reports, `reserved_gb` what torch.cuda.max_memory_reserved reports
 (the caching allocator holds freed blocks and rounds allocations up: ALLOCATOR_RESERVE of the peak), and `card_gb` what
 nvidia-smi shows, the CUDA context (CUDA_CONTEXT_GB) on top: what a card must have free.
@@ -265,6 +267,10 @@ def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bo
                             "activations": out.caption_batch * caption_activations_gb(
                                 size.text_encoders, caption_tokens(cfg.model_family, size), dtype_bytes)}
     gpu["activations"] = _activations(cfg, size)
+    window = counted_window(cfg, size)
+    if window and size.tokens:
+        out.source += (f"; {window[0]}-frame windows: {latent_frames(size.tokens, window[0])} latent frames of "
+                       f"{window[1] / size.tokens.pixels_per_token:.0f} tokens")
     if not on_gpu:
         host.update(gpu)
         gpu.clear()
@@ -287,22 +293,34 @@ def _fp8_cast(cfg: TrainConfig, size: ModelSize, dtype_bytes: int) -> float:
     return linear * dtype_bytes / GB
 
 
-def _activations(cfg: TrainConfig, size: ModelSize) -> float:
-    """GB of activations kept for the backward: from the family's sequence (size.tokens) where it has one (a video
-    family's the largest window of its dataset: video_windows), else its two figures at native_pixels scaled by the
-    pixel count."""
+def _pixels(cfg: TrainConfig, size: ModelSize) -> int:
     width, _, height = str(cfg.values.get("resolution") or "512").partition(",")
     try:
-        pixels = int(width) * int(height or width)
+        return int(width) * int(height or width)
     except ValueError:  # Validate names the resolution itself
-        pixels = size.native_pixels
+        return size.native_pixels
+
+
+def counted_window(cfg: TrainConfig, size: ModelSize) -> tuple[int, int] | None:
+    """(frames, pixels) of the window a video family's estimate counts: of the run's dataset TOML the one with the
+    most tokens (video_windows), else the family's window at the run's resolution; None for an image family."""
+    tokens = size.tokens
+    if tokens is None or not tokens.frame_rule:
+        return None
+    windows = video_windows(cfg.values, tokens) or [(tokens.frames, _pixels(cfg, size))]
+    return max(windows, key=lambda window: sequence_tokens(tokens, window[1], window[0]))
+
+
+def _activations(cfg: TrainConfig, size: ModelSize) -> float:
+    """GB of activations kept for the backward: from the family's sequence (size.tokens) where it has one (a video
+    family's at its counted_window), else its two figures at native_pixels scaled by the pixel count."""
+    pixels = _pixels(cfg, size)
     dtype = 1 if cfg.mixed_precision in ("bf16", "fp16") else 2
     batch = int(cfg.values.get("train_batch_size") or 1)
     checkpointed = bool(cfg.gradient_checkpointing)
-    if size.tokens and size.tokens.frame_rule:
-        windows = video_windows(cfg.values, size.tokens) or [(size.tokens.frames, pixels)]
-        return max(_sequence_activations(size.tokens, area, checkpointed, frames) * batch * dtype
-                   for frames, area in windows)
+    window = counted_window(cfg, size)
+    if size.tokens and window:
+        return _sequence_activations(size.tokens, window[1], checkpointed, window[0]) * batch * dtype
     if size.tokens:
         return _sequence_activations(size.tokens, pixels, checkpointed) * batch * dtype
     per_sample = size.activations_checkpointed_gb if checkpointed else size.activations_gb

@@ -49,6 +49,7 @@ def test_the_estimate_grows_with_the_frames_linearly_in_tokens(tmp_path: Path) -
     tokens = published_size("wan21", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers").tokens  # type: ignore[union-attr]
     assert (latent_frames(tokens, 17), latent_frames(tokens, 81)) == (5, 21)
     assert estimate_memory(long).gpu_gb > estimate_memory(short).gpu_gb  # type: ignore[union-attr]
+    assert "81-frame windows: 21 latent frames of 1560 tokens" in str(estimate_memory(long).text())  # type: ignore
     ratio = _activations(long) / _activations(short)
     assert ratio == pytest.approx(sequence_tokens(tokens, 832 * 480, 81) / sequence_tokens(tokens, 832 * 480, 17))
     assert ratio > 3.5  # 21 x 1560 + 512 tokens against 5 x 1560 + 512
@@ -66,7 +67,8 @@ def test_the_estimate_grows_with_the_resolution_linearly_in_tokens(tmp_path: Pat
 def test_without_a_video_dataset_the_family_window_is_counted(tmp_path: Path) -> None:
     """The presets name no dataset: the window the family's facts state (Wan's 81 frames) at the run's resolution."""
     assert _activations(_wan()) == pytest.approx(_activations(_wan(_clips(tmp_path, 81))))
-    assert video_windows({"dataset_config": str(tmp_path / "missing.toml")}, rules_of("wan21").memory_facts.tokens) == []
+    tokens = rules_of("wan21").memory_facts.tokens
+    assert video_windows({"dataset_config": str(tmp_path / "missing.toml")}, tokens) == []  # type: ignore[arg-type]
 
 
 def test_the_longest_window_of_every_dataset_counts(tmp_path: Path) -> None:
