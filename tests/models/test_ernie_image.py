@@ -7,20 +7,19 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from lora_networks import random_network
+from family_checks import (check_adapter_updates, check_ai_toolkit_files_load_whole,
+    check_comfyui_loads_by_generic_names, check_network_denoises_as, index_folder, option_values, saved_network)
 
-from trainers.core.options import BY_NAME
 from trainers.models.checks import model_issues
 from trainers.models.distilled import distilled_base, distilled_notes
 from trainers.models.ernie_image.rules import ERNIE_IMAGE
 from trainers.models.ernie_image.tiny import build_tiny_ernie_image
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.rules import folder_rules
 
 CAPTIONS = ["a red cat on a mat", "a blue square"]
@@ -31,16 +30,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_ernie_image(tmp_path_factory.mktemp("ernie") / "model")
 
 
-def _values(model_dir: Path, **options: object) -> dict[str, object]:
-    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir),
-            "network_train_unet_only": True, **options}
-
-
-def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
-    folder = tmp_path / name
-    folder.mkdir(parents=True)
-    (folder / "model_index.json").write_text(json.dumps(index))
-    return folder
+_values = partial(option_values, network_train_unet_only=True)
 
 
 def test_the_tiny_folder_is_claimed(tiny: Path) -> None:
@@ -52,23 +42,23 @@ def test_the_tiny_folder_is_claimed(tiny: Path) -> None:
 
 
 def test_a_folder_naming_its_transformer_class_is_claimed(tmp_path: Path) -> None:
-    folder = _folder(tmp_path, "renamed", {"_class_name": "SomeErniePipeline",
-                                           "transformer": ["diffusers", "ErnieImageTransformer2DModel"]})
+    folder = index_folder(tmp_path, "renamed", {"_class_name": "SomeErniePipeline",
+                                                "transformer": ["diffusers", "ErnieImageTransformer2DModel"]})
     assert folder_rules(folder).name == ERNIE_IMAGE.name
 
 
 def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
     (issue,) = model_issues(_values(tiny, model_family="flux"))
     assert issue.field == "model_family" and "ERNIE-Image" in issue.message
-    other = _folder(tmp_path, "qwen", {"_class_name": "QwenImagePipeline"})
+    other = index_folder(tmp_path, "qwen", {"_class_name": "QwenImagePipeline"})
     (issue,) = model_issues(_values(other, model_family="ernie_image"))
     assert issue.field == "model_family" and "Qwen-Image" in issue.message
 
 
 def test_turbo_is_reported_as_a_distilled_base(tmp_path: Path) -> None:
-    base = _folder(tmp_path, "ERNIE-Image", {"_class_name": "ErnieImagePipeline"})
-    turbo = _folder(tmp_path / "models--baidu--ERNIE-Image-Turbo" / "snapshots", "0123",
-                    {"_class_name": "ErnieImagePipeline"})
+    base = index_folder(tmp_path, "ERNIE-Image", {"_class_name": "ErnieImagePipeline"})
+    turbo = index_folder(tmp_path / "models--baidu--ERNIE-Image-Turbo" / "snapshots", "0123",
+                         {"_class_name": "ErnieImagePipeline"})
     assert distilled_base(_values(base)) is None
     found = distilled_base(_values(turbo))
     assert found.variant == "ERNIE-Image-Turbo" and found.adapter == "" and "baidu/ERNIE-Image" in found.without
@@ -193,14 +183,7 @@ def test_one_step_on_the_flow_loss_lowers_it_with_or_without_checkpointing(tiny:
 @pytest.fixture(scope="module")
 def saved(model: object) -> SimpleNamespace:
     """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    unet = copy.deepcopy(model.unet).eval()
-    network, targets, state = random_network(model.family, unet)
-    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
-    peft = kohya_to_diffusers(state, view, targets, ())
-    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
-               for k, v in peft.items() if k.endswith(".lora_A.weight")}
-    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
-                           state=state, updates=updates, view=view)
+    return saved_network(model)
 
 
 def test_its_lora_targets_the_blocks_attention_and_mlp(saved: SimpleNamespace) -> None:
@@ -217,13 +200,7 @@ def test_its_lora_targets_the_blocks_attention_and_mlp(saved: SimpleNamespace) -
 def test_comfyui_loads_every_key_into_the_layer_that_was_trained(saved: SimpleNamespace) -> None:
     """ComfyUI's ERNIE-Image model (comfy/ldm/ernie) names its weights as diffusers does: its generic
     `diffusion_model.<path>` names address them."""
-    shapes = {f"{PREFIX}{k}": v.shape for k, v in saved.unet.state_dict().items()}
-    patches, not_loaded = load_lora(saved.file, unet_key_map(shapes))
-    assert not_loaded == []  # ComfyUI warns "lora key not loaded" for each of these
-    assert len(patches) == len(saved.targets)
-    check_patches(patches, shapes)
-    for target in saved.targets:
-        assert torch.allclose(patches[f"{PREFIX}{target.path}.weight"], saved.updates[target.path], atol=1e-5)
+    check_comfyui_loads_by_generic_names(saved)
 
 
 def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: SimpleNamespace) -> None:
@@ -235,35 +212,13 @@ def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: Simpl
     assert len(pipe.lora_state_dict(dict(saved.file))) == len(saved.file)
     pipe.load_lora_weights(dict(saved.file), adapter_name="default_0")
     unet = pipe.transformer
-    loaded = {name: module.lora_B["default_0"].weight @ module.lora_A["default_0"].weight * module.scaling["default_0"]
-              for name, module in unet.named_modules() if hasattr(module, "lora_A") and "default_0" in module.lora_A}
-    assert loaded.keys() == saved.updates.keys()
-    for name, update in saved.updates.items():
-        assert torch.allclose(loaded[name], update, atol=1e-5), name
+    check_adapter_updates(unet, saved.updates)
     hidden, mask = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
-    noisy, timesteps = torch.randn(2, 4, 8, 8), torch.tensor([500.0, 500.0])
-    saved.network.apply_to()  # the network as training runs it (on the fixture's copy) computes what diffusers does
-    with torch.no_grad():
-        assert torch.allclose(family.denoise(unet, noisy, timesteps, hidden, mask, None),
-                              family.denoise(saved.unet, noisy, timesteps, hidden, mask, None), atol=1e-4)
+    # the network as training runs it (on the fixture's copy) computes what diffusers does
+    check_network_denoises_as(family, unet, saved, torch.randn(2, 4, 8, 8), hidden, mask)
 
 
 def test_ai_toolkits_files_load_whole_in_diffusers(model: object) -> None:
     """ai-toolkit's ERNIE-Image LoRAs: `diffusion_model.<path>` lora_A/lora_B without alphas, on any Linear of the
     transformer (its text projection too), read in the family's names and loaded by load_lora_weights whole."""
-    family = model.family.configured({})
-    torch.manual_seed(0)
-    theirs, updates = {}, {}
-    for path in ("layers.1.mlp.up_proj", "text_proj"):
-        layer = model.unet.get_submodule(path)
-        down, up = torch.randn(4, layer.in_features), torch.randn(layer.out_features, 4)
-        theirs[f"diffusion_model.{path}.lora_A.weight"], theirs[f"diffusion_model.{path}.lora_B.weight"] = down, up
-        updates[path] = up @ down
-    converted = family.lora_for_pipeline(family.lora_in_own_names(theirs), model)
-    pipe = family.build_pipeline(SimpleNamespace(**{**vars(model), "unet": copy.deepcopy(model.unet).eval()}),
-                                 family.inference_scheduler(model, "euler"))
-    pipe.load_lora_weights(converted, adapter_name="aitk")
-    for path, update in updates.items():
-        module = pipe.transformer.get_submodule(path)
-        loaded = module.lora_B["aitk"].weight @ module.lora_A["aitk"].weight * module.scaling["aitk"]
-        assert torch.allclose(loaded, update, atol=1e-4), path
+    check_ai_toolkit_files_load_whole(model, ("layers.1.mlp.up_proj", "text_proj"))

@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from lora_networks import random_network
+from family_checks import (check_adapter_updates, check_ai_toolkit_files_load_whole,
+    check_comfyui_loads_by_generic_names, check_network_denoises_as, option_values, saved_network)
 
-from trainers.core.options import BY_NAME
 from trainers.models import load_model
 from trainers.models.checks import model_issues
 from trainers.models.distilled import distilled_base, distilled_notes
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.hidream.rules import HIDREAM
 from trainers.models.hidream.tiny import build_tiny_hidream
 from trainers.models.rules import folder_rules
@@ -38,9 +37,7 @@ def model(tiny: Path) -> object:
     return load_model(str(tiny), "auto", torch.float32)
 
 
-def _values(model_dir: Path, **options: object) -> dict[str, object]:
-    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir),
-            "network_train_unet_only": True, **options}
+_values = partial(option_values, network_train_unet_only=True)
 
 
 def _folder(tmp_path: Path, name: str, pipeline: str, scheduler: dict[str, object] | None = None) -> Path:
@@ -183,14 +180,7 @@ def test_gradient_checkpointing_trains_as_without_it(tiny: Path) -> None:
 @pytest.fixture(scope="module")
 def saved(model: object) -> SimpleNamespace:
     """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    unet = copy.deepcopy(model.unet).eval()
-    network, targets, state = random_network(model.family, unet)
-    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
-    peft = kohya_to_diffusers(state, view, targets, ())
-    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
-               for k, v in peft.items() if k.endswith(".lora_A.weight")}
-    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
-                           state=state, updates=updates, view=view)
+    return saved_network(model)
 
 
 def test_its_lora_targets_every_linear_layer_of_the_blocks(saved: SimpleNamespace) -> None:
@@ -208,14 +198,7 @@ def test_its_lora_targets_every_linear_layer_of_the_blocks(saved: SimpleNamespac
 def test_comfyui_loads_every_key_into_the_layer_that_was_trained(saved: SimpleNamespace) -> None:
     """ComfyUI's HiDream model holds the published (diffusers-named) weights: its generic `diffusion_model.<path>`
     names (and its HiDream branch's `transformer.<path>`) address them."""
-    shapes = {f"{PREFIX}{k}": v.shape for k, v in saved.unet.state_dict().items()}
-    key_map = unet_key_map(shapes)
-    patches, not_loaded = load_lora(saved.file, key_map)
-    assert not_loaded == []  # ComfyUI warns "lora key not loaded" for each of these
-    assert len(patches) == len(saved.targets)
-    check_patches(patches, shapes)
-    for target in saved.targets:
-        assert torch.allclose(patches[f"{PREFIX}{target.path}.weight"], saved.updates[target.path], atol=1e-5)
+    check_comfyui_loads_by_generic_names(saved)
 
 
 def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: SimpleNamespace) -> None:
@@ -226,39 +209,17 @@ def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: Simpl
     assert len(state) == len(saved.file)  # its HiDream conversion reads `diffusion_model.` keys
     pipe.load_lora_weights(dict(saved.file), adapter_name="default_0")
     unet = pipe.transformer
-    loaded = {name: module.lora_B["default_0"].weight @ module.lora_A["default_0"].weight * module.scaling["default_0"]
-              for name, module in unet.named_modules() if hasattr(module, "lora_A") and "default_0" in module.lora_A}
-    assert loaded.keys() == saved.updates.keys()
-    for name, update in saved.updates.items():
-        assert torch.allclose(loaded[name], update, atol=1e-5), name
+    check_adapter_updates(unet, saved.updates)
     hidden, pooled = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
-    noisy, timesteps = torch.randn(2, 16, 8, 8), torch.tensor([500.0, 500.0])
-    saved.network.apply_to()  # the network as training runs it (on the fixture's copy) computes what diffusers does
-    with torch.no_grad():
-        assert torch.allclose(family.denoise(unet, noisy, timesteps, hidden, pooled, None),
-                              family.denoise(saved.unet, noisy, timesteps, hidden, pooled, None), atol=1e-4)
+    # the network as training runs it (on the fixture's copy) computes what diffusers does
+    check_network_denoises_as(family, unet, saved, torch.randn(2, 16, 8, 8), hidden, pooled)
 
 
 def test_ai_toolkits_files_load_whole_in_diffusers(model: object) -> None:
     """ai-toolkit's HiDream LoRAs: `diffusion_model.<path>` lora_A/lora_B without alphas, on any Linear of the
     transformer (a caption projection too), read in the family's names and loaded by load_lora_weights with every
     key."""
-    family = model.family.configured({})
-    torch.manual_seed(0)
-    theirs, updates = {}, {}
-    for path in ("double_stream_blocks.0.block.attn1.to_q", "caption_projection.0.linear"):
-        layer = model.unet.get_submodule(path)
-        down, up = torch.randn(4, layer.in_features), torch.randn(layer.out_features, 4)
-        theirs[f"diffusion_model.{path}.lora_A.weight"], theirs[f"diffusion_model.{path}.lora_B.weight"] = down, up
-        updates[path] = up @ down
-    converted = family.lora_for_pipeline(family.lora_in_own_names(theirs), model)
-    pipe = family.build_pipeline(SimpleNamespace(**{**vars(model), "unet": copy.deepcopy(model.unet).eval()}),
-                                 family.inference_scheduler(model, "euler"))
-    pipe.load_lora_weights(converted, adapter_name="aitk")
-    for path, update in updates.items():
-        module = pipe.transformer.get_submodule(path)
-        loaded = module.lora_B["aitk"].weight @ module.lora_A["aitk"].weight * module.scaling["aitk"]
-        assert torch.allclose(loaded, update, atol=1e-4), path
+    check_ai_toolkit_files_load_whole(model, ("double_stream_blocks.0.block.attn1.to_q", "caption_projection.0.linear"))
 
 
 def test_a_dev_folder_loads_as_dev_and_samples_without_cfg(tmp_path: Path) -> None:

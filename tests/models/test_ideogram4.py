@@ -8,13 +8,14 @@ from __future__ import annotations
 import copy
 import json
 import math
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from family_checks import check_adapter_updates, check_network_denoises_as, index_folder, option_values, saved_network
 
-from trainers.core.options import BY_NAME
 from trainers.models import load_model
 from trainers.models.checks import model_issues
 from trainers.models.ideogram4.rules import IDEOGRAM4
@@ -35,16 +36,7 @@ def model(tiny: Path) -> object:
     return load_model(str(tiny), "auto", torch.float32)
 
 
-def _values(model_dir: Path, **options: object) -> dict[str, object]:
-    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir),
-            "network_train_unet_only": True, **options}
-
-
-def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
-    folder = tmp_path / name
-    folder.mkdir(parents=True)
-    (folder / "model_index.json").write_text(json.dumps(index))
-    return folder
+_values = partial(option_values, network_train_unet_only=True)
 
 
 def test_the_tiny_folder_is_claimed(tiny: Path, tmp_path: Path) -> None:
@@ -54,15 +46,15 @@ def test_the_tiny_folder_is_claimed(tiny: Path, tmp_path: Path) -> None:
     assert index["vae"][1] == "AutoencoderKLFlux2" and index["unconditional_transformer"][1] == index["transformer"][1]
     assert model_issues(_values(tiny)) == []
     # a folder of another pipeline class whose transformer is Ideogram 4's
-    other = _folder(tmp_path, "renamed", {"_class_name": "SomePipeline",
-                                          "transformer": ["diffusers", "Ideogram4Transformer2DModel"]})
+    other = index_folder(tmp_path, "renamed", {"_class_name": "SomePipeline",
+                                               "transformer": ["diffusers", "Ideogram4Transformer2DModel"]})
     assert folder_rules(other) is IDEOGRAM4
 
 
 def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
     (issue,) = model_issues(_values(tiny, model_family="flux2"))
     assert issue.field == "model_family" and "Ideogram 4" in issue.message
-    other = _folder(tmp_path, "qwen", {"_class_name": "QwenImagePipeline"})
+    other = index_folder(tmp_path, "qwen", {"_class_name": "QwenImagePipeline"})
     (issue,) = model_issues(_values(other, model_family="ideogram4"))
     assert issue.field == "model_family" and "Qwen-Image" in issue.message
 
@@ -191,18 +183,7 @@ def test_a_sample_renders_through_its_pipeline(model: object) -> None:
 @pytest.fixture(scope="module")
 def saved(model: object) -> SimpleNamespace:
     """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    from lora_networks import random_network
-
-    from trainers.models.flow_lora import kohya_to_diffusers
-
-    unet = copy.deepcopy(model.unet).eval()
-    network, targets, state = random_network(model.family, unet)
-    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
-    peft = kohya_to_diffusers(state, view, targets, ())
-    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
-               for k, v in peft.items() if k.endswith(".lora_A.weight")}
-    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
-                           state=state, updates=updates, view=view)
+    return saved_network(model)
 
 
 def test_its_lora_is_musubi_tuners_modules_under_reference_names(saved: SimpleNamespace) -> None:
@@ -260,17 +241,10 @@ def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: Simpl
     state = pipe.lora_state_dict(dict(saved.file))
     assert len(state) == 2 * len(saved.targets) + 2 * 2 * len(unet.layers)  # qkv is three modules in diffusers
     pipe.load_lora_weights(dict(saved.file), adapter_name="default_0")
-    loaded = {name: module.lora_B["default_0"].weight @ module.lora_A["default_0"].weight * module.scaling["default_0"]
-              for name, module in unet.named_modules() if hasattr(module, "lora_A") and "default_0" in module.lora_A}
-    assert loaded.keys() == saved.updates.keys()
-    for name, update in saved.updates.items():
-        assert torch.allclose(loaded[name], update, atol=1e-5), name
+    check_adapter_updates(unet, saved.updates)
     hidden, mask = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
-    noisy, timesteps = torch.randn(2, 32, 8, 8), torch.tensor([500.0, 500.0])
-    saved.network.apply_to()  # the network as training runs it (on the fixture's copy) computes what diffusers does
-    with torch.no_grad():
-        assert torch.allclose(family.denoise(unet, noisy, timesteps, hidden, mask, None),
-                              family.denoise(saved.unet, noisy, timesteps, hidden, mask, None), atol=1e-4)
+    # the network as training runs it (on the fixture's copy) computes what diffusers does
+    check_network_denoises_as(family, unet, saved, torch.randn(2, 32, 8, 8), hidden, mask)
 
 
 def test_the_lora_renders_in_our_pipeline_as_diffusers_names_it(model: object, saved: SimpleNamespace) -> None:

@@ -1,0 +1,154 @@
+"""What the family tests (test_<family>.py, in process on each family's tiny model) share: the option values of a
+model, a folder holding only a model_index.json, a random LoRA network saved in the family's file names with each
+layer's update, the updates a pipeline's load_lora_weights put in its layers, and for the video families a tiny clips
+dataset and the 2-step LoRA run (a sample, a state at step 1) resumed from that state."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+
+def option_values(model_dir: Path, **options: object) -> dict[str, object]:
+    """Every option at its default, the model `model_dir`, then `options`."""
+    from trainers.core.options import BY_NAME
+
+    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir), **options}
+
+
+def index_folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
+    """A model folder of only its model_index.json: what the family rules read before anything loads."""
+    folder = tmp_path / name
+    folder.mkdir(parents=True)
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return folder
+
+
+def saved_network(model: object) -> SimpleNamespace:
+    """A network on every target of a copy of the model's transformer (random weights, alpha 2 at rank 4), its file's
+    tensors in the family's names, and each layer's update (diffusers' path -> B @ A)."""
+    from lora_networks import random_network
+
+    from trainers.models.flow_lora import kohya_to_diffusers
+
+    unet = copy.deepcopy(model.unet).eval()
+    network, targets, state = random_network(model.family, unet)
+    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
+    peft = kohya_to_diffusers(state, view, targets, ())
+    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
+               for k, v in peft.items() if k.endswith(".lora_A.weight")}
+    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
+                           state=state, updates=updates, view=view, peft=peft)
+
+
+def adapter_updates(module: torch.nn.Module, adapter: str = "default_0") -> dict[str, torch.Tensor]:
+    """Each layer's update B @ A x scaling of the PEFT adapter that load_lora_weights put in `module`."""
+    return {name: layer.lora_B[adapter].weight @ layer.lora_A[adapter].weight * layer.scaling[adapter]
+            for name, layer in module.named_modules() if hasattr(layer, "lora_A") and adapter in layer.lora_A}
+
+
+def check_adapter_updates(module: torch.nn.Module, updates: dict[str, torch.Tensor],
+                          adapter: str = "default_0") -> None:
+    """The adapter in `module` holds the trained layers' updates, each one, and no other layer."""
+    loaded = adapter_updates(module, adapter)
+    assert loaded.keys() == updates.keys()
+    for name, update in updates.items():
+        assert torch.allclose(loaded[name], update, atol=1e-5), name
+
+
+def check_network_denoises_as(family: object, loaded: torch.nn.Module, saved: SimpleNamespace,
+                              noisy: torch.Tensor, *conditions: object) -> None:
+    """The network as training runs it (applied to the saved network's transformer copy) computes what `loaded`,
+    a transformer holding the LoRA as diffusers loads it, does."""
+    timesteps = torch.full((noisy.shape[0],), 500.0)
+    saved.network.apply_to()
+    with torch.no_grad():
+        assert torch.allclose(family.denoise(loaded, noisy, timesteps, *conditions, None),
+                              family.denoise(saved.unet, noisy, timesteps, *conditions, None), atol=1e-4)
+
+
+def write_captioned_clip(path: Path, frames: int, caption: str, fps: int = 16,
+                         size: tuple[int, int] = (32, 32)) -> Path:
+    """An mpeg4 clip whose frames brighten (tests/data/test_video_clips.py's), with its caption beside it."""
+    from tests.data.test_video_clips import write_clip
+
+    write_clip(path, frames, fps, size=size)
+    path.with_suffix(".txt").write_text(caption)
+    return path
+
+
+def clips_dataset(tmp: Path, fps: int = 16, caption_tail: str = "") -> Path:
+    """3 tiny clips (9, 5 and 12 frames, captioned "a clip of N frames" + `caption_tail`) and an image, as a
+    musubi-tuner video dataset config."""
+    from PIL import Image
+
+    clips, images = tmp / "clips", tmp / "images"
+    clips.mkdir(parents=True)
+    images.mkdir()
+    for name, frames in (("a.mp4", 9), ("b.mp4", 5), ("c.mp4", 12)):
+        write_captioned_clip(clips / name, frames, f"a clip of {frames} frames{caption_tail}", fps)
+    Image.new("RGB", (32, 32), (200, 40, 40)).save(images / "red.png")
+    (images / "red.txt").write_text("a red square")
+    config = tmp / "dataset.toml"
+    config.write_text(f'[general]\nresolution = [32, 32]\nbatch_size = 1\n\n[[datasets]]\nvideo_directory = '
+                      f'"{clips}"\ntarget_frames = [1, 5]\n\n[[datasets]]\nimage_directory = "{images}"\n')
+    return config
+
+
+def clip_lora_runs(tiny: Path, tmp: Path, dataset: Path, **options: object) -> SimpleNamespace:
+    """A 2-step LoRA of the tiny model from `dataset` (a sample at its end, a state at step 1), the same resumed from
+    that state; `options` over the shared ones (shift sampling, rank 4, alpha 2, learning rate 1e-2)."""
+    from helpers import train
+
+    from trainers.methods.lora.file_format import read_lora_file
+
+    common = {"pretrained_model_name_or_path": str(tiny), "dataset_config": str(dataset),
+              "output_dir": str(tmp / "out"), "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
+              "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "shift",
+              "max_train_steps": 2, **options}
+    assert train("lora", tmp / "straight", **common, output_name="straight", save_every_n_steps=1, save_state=True,
+                 sample_prompt_lines=["a clip --n blurry --w 32 --h 32 --s 2"], sample_every_n_steps=2) == 0
+    state = tmp / "out" / "straight-step00000001-state"
+    assert train("lora", tmp / "resumed", **common, output_name="resumed", resume=str(state)) == 0
+    straight, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
+    return SimpleNamespace(run=tmp / "straight", lora=straight, metadata=metadata,
+                           file=tmp / "out" / "straight.safetensors", resumed_run=tmp / "resumed",
+                           resumed=read_lora_file(tmp / "out" / "resumed.safetensors")[0])
+
+
+def check_comfyui_loads_by_generic_names(saved: SimpleNamespace) -> None:
+    """A ComfyUI model holding the published (diffusers-named) weights: its generic `diffusion_model.<path>` names
+    address every key of the file, each into the layer that was trained."""
+    from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
+
+    shapes = {f"{PREFIX}{k}": v.shape for k, v in saved.unet.state_dict().items()}
+    patches, not_loaded = load_lora(saved.file, unet_key_map(shapes))
+    assert not_loaded == []  # ComfyUI warns "lora key not loaded" for each of these
+    assert len(patches) == len(saved.targets)
+    check_patches(patches, shapes)
+    for target in saved.targets:
+        assert torch.allclose(patches[f"{PREFIX}{target.path}.weight"], saved.updates[target.path], atol=1e-5)
+
+
+def check_ai_toolkit_files_load_whole(model: object, paths: tuple[str, ...]) -> None:
+    """ai-toolkit's LoRAs: `diffusion_model.<path>` lora_A/lora_B without alphas on the Linear layers `paths`, read
+    in the family's names and loaded whole by its pipeline's load_lora_weights."""
+    family = model.family.configured({})
+    torch.manual_seed(0)
+    theirs, updates = {}, {}
+    for path in paths:
+        layer = model.unet.get_submodule(path)
+        down, up = torch.randn(4, layer.in_features), torch.randn(layer.out_features, 4)
+        theirs[f"diffusion_model.{path}.lora_A.weight"], theirs[f"diffusion_model.{path}.lora_B.weight"] = down, up
+        updates[path] = up @ down
+    converted = family.lora_for_pipeline(family.lora_in_own_names(theirs), model)
+    pipe = family.build_pipeline(SimpleNamespace(**{**vars(model), "unet": copy.deepcopy(model.unet).eval()}),
+                                 family.inference_scheduler(model, "euler"))
+    pipe.load_lora_weights(converted, adapter_name="aitk")
+    for path, update in updates.items():
+        module = pipe.transformer.get_submodule(path)
+        loaded = module.lora_B["aitk"].weight @ module.lora_A["aitk"].weight * module.scaling["aitk"]
+        assert torch.allclose(loaded, update, atol=1e-4), path
