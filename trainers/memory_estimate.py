@@ -363,7 +363,7 @@ def video_windows(values: Mapping[str, Any], tokens: Tokens) -> list[tuple[int, 
         return []
     if not is_video_dataset_config(raw):
         return []
-    general = raw.get("general") if isinstance(raw.get("general"), dict) else {}
+    general: dict[str, Any] = raw["general"] if isinstance(raw.get("general"), dict) else {}
     windows = []
     for table in (t for t in raw["datasets"] if isinstance(t, dict)):
         values_of = {**DEFAULTS, **general, **table}
