@@ -106,7 +106,7 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         mask = (ids != pad).long() if pad is not None else torch.ones_like(ids)
         states = run_frozen(gemma, lambda: torch.stack(gemma(input_ids=ids, attention_mask=mask,
                                                              output_hidden_states=True).hidden_states, dim=-1))
-        states = states.flatten(2, 3).to(next(gemma.parameters()).dtype)
+        states = states.flatten(2, 3)  # in the dtype Gemma 3 computes in (its stored one may be quantized)
         video, audio, text_mask = run_frozen(connectors, lambda: connectors(states, mask, padding_side="left",
                                                                             scale_factor=SCALE_FACTOR))
         return torch.cat([video, audio.to(video.dtype)], dim=-1), text_mask.to(video.dtype)
