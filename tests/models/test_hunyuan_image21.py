@@ -224,19 +224,6 @@ def test_the_distilled_variant_gets_its_guidance_and_meanflow_timestep(tmp_path:
     assert latents.shape == (1, 8, 2, 2) and torch.isfinite(latents).all()
 
 
-def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> None:
-    from safetensors.torch import save_file
-
-    for prefix in ("", "model.diffusion_model."):  # Tencent's dit file, ComfyUI's checkpoint layout
-        path = tmp_path / f"hunyuanimage2.1{prefix[:5]}.safetensors"
-        save_file({f"{prefix}byt5_in.fc1.weight": torch.zeros(4, 4),
-                   f"{prefix}double_blocks.0.img_attn_qkv.weight": torch.zeros(12, 4),
-                   f"{prefix}single_blocks.0.linear1.weight": torch.zeros(28, 4)}, str(path))
-        (issue,) = model_issues(_values(path))
-        assert issue.field == "pretrained_model_name_or_path", issue
-        assert "HunyuanImage 2.1 single file" in issue.message and "HunyuanImagePipeline" in issue.message
-
-
 def test_gradient_checkpointing_trains_as_without_it(tiny: Path) -> None:
     """diffusers 0.42.1's transformer hands its checkpointing function keyword arguments (the family's load makes
     the default one take them)."""

@@ -32,7 +32,8 @@ def _tiny_folder(folder: Path) -> Path:
     tokenizer = T5TokenizerFast.from_pretrained(folder / "tokenizer")
     vae = single_file.published("vae")
     pipe = WanPipeline(
-        tokenizer=tokenizer, text_encoder=tiny_umt5(len(tokenizer)), scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+        tokenizer=tokenizer, text_encoder=tiny_umt5(len(tokenizer)),
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
         vae=AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=vae["dim_mult"], num_res_blocks=vae["num_res_blocks"],
                              attn_scales=[], temperal_downsample=vae["temperal_downsample"],
                              latents_mean=vae["latents_mean"], latents_std=vae["latents_std"]),

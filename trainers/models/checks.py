@@ -61,6 +61,10 @@ COMPONENTS: dict[str, Component] = {
     "t5xxl": Component("a T5 encoder in transformers' layout (shared.weight, encoder.block...)",
                        (("shared.weight", "encoder.embed_tokens.weight"),
                         ("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",))),
+    "byt5": Component("a ByT5 glyph encoder in transformers' T5 layout (shared.weight, encoder.block...), as ComfyUI's "
+                      "byt5_small_glyphxl_fp16.safetensors",
+                      (("shared.weight", "encoder.embed_tokens.weight"),
+                       ("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",))),
     "ae": Component("an autoencoder (encoder.conv_in, decoder.conv_in...; Wan's encoder.conv1...), as FLUX.1's "
                     "ae.safetensors or Qwen-Image's qwen_image_vae.safetensors",
                     (("encoder.conv_in.weight", "encoder.conv1.weight"), ("decoder.conv_in.weight",
@@ -232,7 +236,7 @@ def _component_issues(values: Mapping[str, Any], found: Model | None) -> list[Co
         if path is None or found is not None and option not in found.reads:
             continue
         part = _autoencoder_part(found, option)
-        if part is None and found is not None:  # a text encoder part: the layout of its kind (Wan's UMT5 is a T5)
+        if option == "text_encoder" and found is not None:  # the family's text encoder: its kind's layout (Wan's T5)
             component = _KIND_COMPONENTS.get(_part_kind(found, option), component)
         problem = component_problem(path, component if part is None or found is None else _autoencoder(part, found))
         if problem is None and part is not None and found is not None:

@@ -87,6 +87,7 @@ class ModelFiles:
     t5xxl: str = ""
     ae: str = ""
     text_encoder: str = ""  # musubi-tuner's name: an LLM text encoder's file (Z-Image)
+    byt5: str = ""  # sd-scripts' name: HunyuanImage 2.1's ByT5 glyph encoder's file
     tokenizer_cache_dir: str = ""
 
     @classmethod

@@ -24,6 +24,7 @@ class ModelOptions(OptionSlice):
     t5xxl: str
     ae: str
     text_encoder: str
+    byt5: str
     tokenizer_cache_dir: str
     clip_skip: int
     clip_g: str

@@ -54,7 +54,7 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
     transformer_class = "HunyuanImageTransformer2DModel"
     vae_class = "AutoencoderKLHunyuanImage"
     default_t5_length = TEXT_LENGTH
-    latent_scaling = (0.75289, 0.0)  # unused: no single files
+    latent_scaling = (0.75289, 0.0)  # unused: its autoencoder's file is read with the published config's factor
     lora_network_module = "networks.lora_hunyuan_image"  # sd-scripts' (ss_network_module)
     text_encoder_specs = (
         TextEncoderSpec("Qwen2_5_VLForConditionalGeneration", "text_encoder", "auto", "tokenizer", "Qwen2.5-VL",
@@ -66,7 +66,13 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
     swap_blocks = Flux.swap_blocks  # sd-scripts' count: count // 2 double blocks and twice the rest single ones
 
     def load(self, folder: Any, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
-        model = super().load(folder, weight_dtype, vae_path, random_init)
+        return self._loaded(super().load(folder, weight_dtype, vae_path, random_init))
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: Any) -> Any:
+        """ComfyUI's split files: the diffusion_models file (reference.py), text_encoder, byt5 and ae."""
+        return self._loaded(super().load_checkpoint(ckpt, weight_dtype, vae_path, files))
+
+    def _loaded(self, model: LoadedModel) -> LoadedModel:
         checkpoint_with_keywords(model.unet)
         family = copy.copy(model.family)  # knowing its tokenizer's pad token and ByT5's width
         family.pad_token_id = model.tokenizers[0].pad_token_id

@@ -7,9 +7,21 @@ from typing import Any
 
 from trainers.core.memory_facts import (BYT5_GLYPH, BYT5_GLYPH_LINEAR, HUNYUAN_IMAGE21_TOKENS, HUNYUAN_IMAGE21_VAE,
                                      QWEN25_VL_7B, QWEN25_VL_7B_LINEAR, ModelSize)
-from trainers.models.flow_rules import FlowRules
+from trainers.models.flow_rules import FlowRules, Part
 from trainers.models.rules import ModelLoadError
 
+# ComfyUI's split files beside its diffusion_models file (sd-scripts' --text_encoder, --byt5, --vae): Qwen2.5-VL as
+# Qwen-Image's reader takes it (the same qwen_2.5_vl_7b file), ByT5 in transformers' T5 layout, the autoencoder in
+# Tencent's or diffusers' layout (hunyuan_image21/single_file.py); the tokenizers from the hub or tokenizer_cache_dir
+SPLIT_PARTS = (Part("llm", "text_encoders.qwen25_7b.", "text_encoder", "Qwen2.5-VL text encoder (ComfyUI's "
+                    "qwen_2.5_vl_7b.safetensors)", base_config=Path(__file__).parents[1] / "qwen_image" /
+                    "text_encoder.json", tokenizer="hunyuanvideo-community/HunyuanImage-2.1-Diffusers",
+                    tokenizer_subfolder="tokenizer", reader="trainers.models.qwen_image.parts"),
+               Part("t5", "text_encoders.byt5.", "byt5", "ByT5 glyph encoder (ComfyUI's "
+                    "byt5_small_glyphxl_fp16.safetensors)", tokenizer="google/byt5-small"),
+               Part("vae", "vae.", "ae", "autoencoder (ComfyUI's hunyuan_image_2.1_vae_fp16.safetensors)",
+                    reader="trainers.models.hunyuan_image21.single_file", denoiser_input=("img_in.proj.weight", 1),
+                    latent_channels=64, file_keys=(("encoder.conv_in.weight",), ("decoder.conv_in.weight",))))
 # diffusers' pipelines of the family that are not trained here (the refiner: another transformer and autoencoder)
 REFUSED_PIPELINES = {"HunyuanImageRefinerPipeline": "the HunyuanImage 2.1 refiner"}
 
@@ -28,13 +40,12 @@ class HunyuanImage21Rules(FlowRules):
     modelspec_architecture = "hunyuan-image-2.1"  # sd-scripts' ARCH_HUNYUAN_IMAGE_2_1
     arch_dir = Path(__file__).with_name("arch")
     pipeline_class = "HunyuanImagePipeline"
-    # the reference (Tencent's dit/hunyuanimage2.1.safetensors) and ComfyUI's files: the ByT5 mapper is this
-    # family's own; recognised and refused by name (Atelier reads HunyuanImage 2.1 as diffusers folders)
+    # the reference (Tencent's dit/hunyuanimage2.1.safetensors) and ComfyUI's diffusion_models files, told by the
+    # ByT5 mapper that is this family's own (reference.py converts them), read with ComfyUI's split files beside
     reference_prefixes = ("byt5_in.", "model.diffusion_model.byt5_in.", "diffusion_model.byt5_in.")
     detect_priority = 4  # before FLUX.1's: its single files have FLUX.1's double and single blocks too
-    reads_single_files = False
-    writes_single_files = False
-    checkpoint_parts = ()
+    writes_single_files = False  # its finetunes are saved as diffusers folders
+    checkpoint_parts = SPLIT_PARTS
     # its text encoders stay frozen (sd-scripts: "LoRA modules for Text Encoders are not supported")
     frozen_text_encoder = "Qwen2.5-VL and ByT5"
 
