@@ -38,11 +38,12 @@ SPLIT_PARTS = (Part("t5", "text_encoders.umt5xxl.", "text_encoder", "UMT5-XXL te
                     reader="trainers.models.wan.single_file", denoiser_input=("patch_embedding.weight", 1),
                     file_keys=(("encoder.conv1.weight", "encoder.conv_in.weight"),  # Wan-AI's or diffusers'
                                ("conv2.weight", "post_quant_conv.weight"))))
-# each Wan family's kind of reference-layout file (wan_file_kind); Wan 2.1 T2V's own are read, the others refused
-FILE_KINDS = {"wan21": "t2v", "wan21_i2v": "i2v", "wan22": "a14b_i2v", "wan22_ti2v": "ti2v"}
-OTHER_FILES = {"i2v": "a Wan 2.1 image-to-video (or first-last-frame) model", "a14b_i2v": "a Wan 2.2 I2V A14B expert",
-               "ti2v": "Wan 2.2 TI2V 5B", "vace": "a Wan VACE model", "animate": "a Wan Animate model",
-               "other": "a Wan model of another kind"}
+# what each kind of Wan reference-layout file (wan_file_kind) is, for the refusal of the kinds not read; each Wan
+# family's rules say the kind of its own files (single_file_kind): Wan 2.1 T2V's are read, the others refused
+OTHER_FILES = {"i2v": "an image-to-video Wan model (36 input channels and an image projection)",
+               "a14b_i2v": "an image-to-video Wan expert (36 input channels, no image projection)",
+               "ti2v": "a 48-channel Wan model (the TI2V 5B)", "vace": "a Wan VACE model",
+               "animate": "a Wan Animate model", "other": "a Wan model of another kind"}
 
 
 def _scaled_files(keys: CheckpointKeys, files: ModelFiles) -> list[ConfigIssue]:
@@ -99,6 +100,7 @@ class WanRules(FlowRules):
     is_video = True
     frame_rule = 4
     frame_rate = 16.0  # Wan 2.1's frames per second (musubi-tuner drops source_fps to it)
+    single_file_kind = "t2v"  # what its reference-layout files are (wan_file_kind)
 
     @property
     def reads_single_files(self) -> bool:  # type: ignore[override]
@@ -109,7 +111,7 @@ class WanRules(FlowRules):
         """A Wan reference-layout file of this family's kind; Wan 2.1 T2V takes the kinds no Wan family claims,
         to name them."""
         return super().claims_checkpoint(keys) and (self.name == WanRules.name
-                                                    or FILE_KINDS.get(self.name) == wan_file_kind(keys))
+                                                    or self.single_file_kind == wan_file_kind(keys))
 
     def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
         kind = wan_file_kind(keys)

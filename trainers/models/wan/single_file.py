@@ -178,7 +178,7 @@ def autoencoder(state: Mapping[str, torch.Tensor]) -> nn.Module:
     latents = weights["post_quant_conv.weight"].shape[0]
     if latents != LATENT_CHANNELS:
         raise ModelLoadError(f"ae: the autoencoder has {latents} latent channels; Wan 2.1's has {LATENT_CHANNELS} "
-                             "(wan_2.1_vae.safetensors; Wan 2.2's 48-channel wan2.2_vae is TI2V 5B's)")
+                             "(wan_2.1_vae.safetensors; the 48-channel wan2.2_vae is the TI2V 5B's)")
     config = published("vae")
     up = "decoder.up_blocks.{}."
     stages = count(weights, "decoder.up_blocks.")

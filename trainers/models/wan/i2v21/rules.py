@@ -34,6 +34,7 @@ class WanI2VRules(WanRules):
     base_model_version = "wan21_i2v"
     modelspec_architecture = "wan2.1-i2v-14b"
     pipeline_class = PIPELINE
+    single_file_kind = "i2v"  # its files (36 channels and an image projection), refused by name
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """WanImageToVideoPipeline folders with one WanTransformer3DModel and a CLIP image encoder."""

@@ -27,6 +27,7 @@ class WanTI2VRules(WanRules):
     modelspec_architecture = "wan2.2-ti2v-5b"
     frame_rate = 24.0  # Wan 2.2 TI2V 5B's (121 frames at 24 fps)
     bucket_step = 32
+    single_file_kind = "ti2v"  # its 48-channel files, refused by name
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """WanPipeline folders with one WanTransformer3DModel and expand_timesteps (Wan 2.2 TI2V 5B)."""

@@ -1,6 +1,7 @@
-"""Wan 2.2 A14B text-to-video and image-to-video without its weights (torch-free): a WanPipeline folder with two experts (`transformer`
-for the high-noise steps, `transformer_2` for the low-noise ones, switched at `boundary_ratio`), and the boundary a
-run trains with (musubi-tuner's --timestep_boundary: a ratio 0-1 or a timestep above 1)."""
+"""Wan 2.2 A14B text-to-video and image-to-video without its weights (torch-free): a WanPipeline (or
+WanImageToVideoPipeline) folder with two experts (`transformer` for the high-noise steps, `transformer_2` for the
+low-noise ones, switched at `boundary_ratio`), and the boundary a run trains with (musubi-tuner's
+--timestep_boundary: a ratio 0-1 or a timestep above 1)."""
 from __future__ import annotations
 
 import json
@@ -62,6 +63,9 @@ class Wan22Rules(WanRules):
                              2 * WAN_14B_LORA_PER_RANK, 0, 40, "the published Wan 2.2 T2V A14B sizes (two experts)",
                              *WAN_14B_ACTIVATIONS, tokens=WAN_14B_TOKENS)
     memory_variants = {}  # not Wan 2.1's 14B ("a14b" holds "14b")
+    # its I2V experts' files (36 channels, no image projection), refused by name; a T2V expert's file has Wan 2.1
+    # T2V 14B's layout
+    single_file_kind = "a14b_i2v"
     base_model_version = "wan22_t2v_a14b"
     modelspec_architecture = "wan2.2-t2v-a14b"
 
