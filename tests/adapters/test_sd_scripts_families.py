@@ -127,7 +127,14 @@ def test_a_hunyuan_image_lora_config_reads_as_hunyuan_image_21_with_sd_scripts_d
     assert (values["timestep_sampling"], values["discrete_flow_shift"], values["model_prediction_type"]) == \
         ("sigma", 5.0, "raw")
     assert (values["fp8_base"], values["text_encoder_precision"], values["blocks_to_swap"]) == (True, "fp8", 9)
-    assert not {"byt5", "attn_mode", "split_attn"} & set(values) and values["text_encoder"] == values["vae"] == ""
-    assert any("diffusers folder" in n for n in notes) and any("attn_mode" in n for n in notes)
+    assert not {"attn_mode", "split_attn"} & set(values) and values["vae"] == ""
+    assert (values["text_encoder"], values["byt5"], values["ae"]) == (
+        "/models/qwen_2.5_vl_7b.safetensors", "/models/byt5_small_glyphxl_fp16.safetensors",
+        "/models/hunyuan_image_2.1_vae_fp16.safetensors")  # read beside the DiT file
+    assert any("read as ae" in n for n in notes) and any("attn_mode" in n for n in notes)
+    folder = HUNYUAN_LORA.replace("/models/hunyuanimage2.1.safetensors", "/models/HunyuanImage-2.1-Diffusers")
+    _, values, notes = import_kohya_file(_toml(tmp_path, folder))
+    assert values["text_encoder"] == values["vae"] == values["byt5"] == ""
+    assert any("split files) left out" in n for n in notes)
     _, values, _ = import_kohya_file(_toml(tmp_path, HUNYUAN_LORA + "discrete_flow_shift = 3.0\n"))
     assert values["discrete_flow_shift"] == 3.0

@@ -111,11 +111,14 @@ def _hunyuan_keys(flat: dict[str, Any], note: Callable[[str], None]) -> None:
         note(f"network_module = {HUNYUAN_MODULE!r} is read as model_family = 'hunyuan_image21' with network_module = "
              "'networks.lora' (the family names the LoRA's keys as ComfyUI does, sd-scripts' names read too)")
     flat.setdefault("model_family", "hunyuan_image21")
-    files = [name for name in HUNYUAN_SPLIT_FILES if flat.pop(name, None)]
+    dit = str(flat.get("pretrained_model_name_or_path") or "").lower().endswith((".safetensors", ".ckpt", ".pt"))
+    if dit and flat.get("vae"):  # its DiT file with the split files beside it, as ComfyUI's users have them
+        flat["ae"] = flat.pop("vae")
+        note("vae (sd-scripts' HunyuanImage 2.1 autoencoder file) is read as ae; text_encoder and byt5 as they are")
+    files = [name for name in HUNYUAN_SPLIT_FILES if not dit and flat.pop(name, None)]
     if files:
-        note(f"{', '.join(files)} (sd-scripts' split files) left out: HunyuanImage 2.1 is read from its diffusers "
-             "folder here (give it as pretrained_model_name_or_path, e.g. "
-             "hunyuanvideo-community/HunyuanImage-2.1-Diffusers)")
+        note(f"{', '.join(files)} (sd-scripts' split files) left out: they are read beside its DiT .safetensors "
+             "file, and pretrained_model_name_or_path is none")
     for name, (ours, value) in HUNYUAN_READ_AS.items():
         if flat.pop(name, None):
             flat[ours] = value
