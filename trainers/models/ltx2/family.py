@@ -84,6 +84,9 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         # aside with Gemma 3 as the run places its text encoders
         connectors = load_component(LTX2TextConnectors, folder, "connectors", weight_dtype, random_init)
         connectors.requires_grad_(False).eval()
+        # what the run asks of every text encoder with gradient checkpointing on (transformers' method): nothing
+        # for these, which run frozen without autograd
+        connectors.gradient_checkpointing_enable = lambda *args, **kwargs: None
         parts = AudioParts(load_component(diffusers.AutoencoderKLLTX2Audio, folder, "audio_vae", weight_dtype,
                                           random_init).requires_grad_(False).eval(),
                            load_component(vocoder_class, folder, "vocoder", weight_dtype,
