@@ -83,6 +83,7 @@ class MemoryEstimate:
     # the captions encoded at once. Empty when the text encoders stay for the steps (counted in `gpu`).
     caption_pass: dict[str, float] = field(default_factory=dict)
     caption_batch: int = 1  # the captions encoded at once the figure counts (text_encoder_batch_size, else 1)
+    frames: int = 0  # a video family's window the activations count (counted_window); 0: an image family
 
     @property
     def caching(self) -> float:
@@ -269,6 +270,7 @@ def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bo
     gpu["activations"] = _activations(cfg, size)
     window = counted_window(cfg, size)
     if window and size.tokens:
+        out.frames = window[0]
         out.source += (f"; {window[0]}-frame windows: {latent_frames(size.tokens, window[0])} latent frames of "
                        f"{window[1] / size.tokens.pixels_per_token:.0f} tokens")
     if not on_gpu:
@@ -463,6 +465,9 @@ def memory_report(cfg: TrainConfig, card_gb: float | None = None) -> tuple[str, 
     options = [f"{s.describe()}: ~{e.card_gb:.1f} GB" for s, e in fitting_settings(cfg, card_gb)]
     advice = ("would fit: " + "; ".join(options) + " (base_model_precision, layer_offload_fraction)" if options
               else "lower resolution or train_batch_size, turn on gradient_checkpointing or cache_text_encoder_outputs")
+    if estimate.frames > 1:  # a video run's activations grow with its windows' frames
+        advice += (f"; or shorter windows: the {estimate.frames}-frame windows' activations take "
+                   f"~{estimate.gpu.get('activations', 0.0):.1f} GB (target_frames in the dataset TOML)")
     return line, [f"the run needs ~{estimate.card_gb:.1f} GB of GPU memory, more than {FIT_MARGIN:.0%} of this "
                   f"{card_gb:.0f} GB card; {advice}", *caching]
 

@@ -14,7 +14,8 @@ from test_memory_presets import _comment
 
 from trainers.core.options import TrainConfig, load_config
 from trainers.core.registry import FAMILY_NAMES
-from trainers.memory_estimate import estimate_memory, latent_frames, published_size, sequence_tokens, video_windows
+from trainers.memory_estimate import (estimate_memory, latent_frames, memory_report, published_size, sequence_tokens,
+                                      video_windows)
 from trainers.models.rules import rules_of
 
 WAN_13B = 'pretrained_model_name_or_path="Wan-AI/Wan2.1-T2V-1.3B-Diffusers"'
@@ -83,6 +84,11 @@ def test_the_longest_window_of_every_dataset_counts(tmp_path: Path) -> None:
     assert video_windows({"dataset_config": str(path)}, tokens) == [(81, 832 * 480), (45, 512 * 512),
                                                                     (1, 1024 * 1024)]
     assert _activations(_wan(path)) == pytest.approx(_activations(_wan(_clips(tmp_path, 81, name="one.toml"))))
+
+
+def test_a_video_run_that_does_not_fit_is_told_of_shorter_windows(tmp_path: Path) -> None:
+    _, warnings = memory_report(_wan(_clips(tmp_path, 81)), card_gb=6)
+    assert warnings and "shorter windows: the 81-frame windows' activations take" in warnings[0]
 
 
 @pytest.mark.parametrize("family", VIDEO_FAMILIES)
