@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from lora_networks import random_network
+from family_checks import (check_adapter_updates, clip_lora_runs, clips_dataset, index_folder, option_values,
+                           saved_network, write_captioned_clip)
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
 from trainers.models.checks import model_issues
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.rules import folder_rules
 from trainers.models.wan.rules import WAN21
 from trainers.models.wan.tiny import build_tiny_wan
@@ -37,15 +37,7 @@ def model(tiny: Path) -> object:
     return load_model(str(tiny), "auto", torch.float32)
 
 
-def _values(model_dir: Path, **options: object) -> dict[str, object]:
-    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir), **options}
-
-
-def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "model_index.json").write_text(json.dumps(index))
-    return folder
+_values, _folder = option_values, index_folder
 
 
 def test_the_tiny_folder_is_claimed_and_other_wan_pipelines_refused_by_name(tiny: Path, tmp_path: Path) -> None:
@@ -158,14 +150,7 @@ def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
 @pytest.fixture(scope="module")
 def saved(model: object) -> SimpleNamespace:
     """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    unet = copy.deepcopy(model.unet).eval()
-    network, targets, state = random_network(model.family, unet)
-    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
-    peft = kohya_to_diffusers(state, view, targets, ())
-    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
-               for k, v in peft.items() if k.endswith(".lora_A.weight")}
-    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
-                           state=state, updates=updates, view=view)
+    return saved_network(model)
 
 
 def test_its_lora_file_has_musubis_names_and_comfyui_loads_every_key(saved: SimpleNamespace) -> None:
@@ -191,12 +176,7 @@ def test_wan_pipeline_loads_every_key_into_the_layer_that_was_trained(model: obj
     pipe = WanPipeline(tokenizer=model.tokenizers[0], text_encoder=model.text_encoders[0], vae=model.vae,
                        scheduler=model.noise_scheduler, transformer=copy.deepcopy(model.unet).eval())
     pipe.load_lora_weights(tmp_path / "lora.safetensors", adapter_name="default_0")
-    loaded = {name: module.lora_B["default_0"].weight @ module.lora_A["default_0"].weight * module.scaling["default_0"]
-              for name, module in pipe.transformer.named_modules()
-              if hasattr(module, "lora_A") and "default_0" in module.lora_A}
-    assert loaded.keys() == saved.updates.keys()
-    for name, update in saved.updates.items():
-        assert torch.allclose(loaded[name], update, atol=1e-5), name
+    check_adapter_updates(pipe.transformer, saved.updates)
     inputs = {"hidden_states": torch.randn(1, 16, 2, 4, 4), "timestep": torch.tensor([500.0]),
               "encoder_hidden_states": torch.randn(1, 7, 32), "return_dict": False}
     saved.network.apply_to()  # the network as training runs it computes what diffusers does
@@ -224,20 +204,7 @@ def test_a_sample_is_a_short_mp4_rendered_through_wan_pipeline(model: object, tm
 
 def _write_clip(path: Path, frames: int, size: tuple[int, int] = (32, 32)) -> Path:
     """An mpeg4 clip at 16 fps whose frames brighten, with a caption beside it."""
-    import av
-    import numpy as np
-
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=16)
-        stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
-        for i in range(frames):
-            pixels = np.full((size[1], size[0], 3), i * 12 % 256, np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    path.with_suffix(".txt").write_text(f"a clip of {frames} frames")
-    return path
+    return write_captioned_clip(path, frames, f"a clip of {frames} frames", size=size)
 
 
 @pytest.mark.parametrize("cached", [False, True])
@@ -307,19 +274,7 @@ def test_a_two_step_lora_trains_from_three_clips_and_an_image(model: object, tmp
 
 def _video_dataset(tmp: Path) -> Path:
     """3 tiny clips (9, 5 and 12 frames) and an image, as a musubi-tuner video dataset config."""
-    from PIL import Image
-
-    clips, images = tmp / "clips", tmp / "images"
-    clips.mkdir(parents=True)
-    images.mkdir()
-    for name, frames in (("a.mp4", 9), ("b.mp4", 5), ("c.mp4", 12)):
-        _write_clip(clips / name, frames)
-    Image.new("RGB", (32, 32), (200, 40, 40)).save(images / "red.png")
-    (images / "red.txt").write_text("a red square")
-    config = tmp / "dataset.toml"
-    config.write_text(f'[general]\nresolution = [32, 32]\nbatch_size = 1\n\n[[datasets]]\nvideo_directory = '
-                      f'"{clips}"\ntarget_frames = [1, 5]\n\n[[datasets]]\nimage_directory = "{images}"\n')
-    return config
+    return clips_dataset(tmp)
 
 
 def test_an_image_family_refuses_a_video_dataset_config_by_name(tmp_path: Path) -> None:
@@ -339,23 +294,8 @@ def test_an_image_family_refuses_a_video_dataset_config_by_name(tmp_path: Path) 
 @pytest.fixture(scope="module")
 def clip_runs(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """A 2-step LoRA from 3 clips and an image (a sample at its end, a state at step 1), the same resumed."""
-    from helpers import train
-
-    from trainers.methods.lora.file_format import read_lora_file
-
     tmp = tmp_path_factory.mktemp("wan-clips")
-    common = {"pretrained_model_name_or_path": str(tiny), "dataset_config": str(_video_dataset(tmp / "data")),
-              "output_dir": str(tmp / "out"), "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
-              "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "shift",
-              "discrete_flow_shift": 3.0, "max_train_steps": 2}
-    assert train("lora", tmp / "straight", **common, output_name="straight", save_every_n_steps=1, save_state=True,
-                 sample_prompt_lines=["a clip --n blurry --w 32 --h 32 --s 2"], sample_every_n_steps=2) == 0
-    state = tmp / "out" / "straight-step00000001-state"
-    assert train("lora", tmp / "resumed", **common, output_name="resumed", resume=str(state)) == 0
-    straight, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
-    return SimpleNamespace(run=tmp / "straight", lora=straight, metadata=metadata,
-                           file=tmp / "out" / "straight.safetensors",
-                           resumed=read_lora_file(tmp / "out" / "resumed.safetensors")[0])
+    return clip_lora_runs(tiny, tmp, _video_dataset(tmp / "data"), discrete_flow_shift=3.0)
 
 
 @pytest.mark.slow
