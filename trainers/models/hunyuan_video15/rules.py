@@ -22,9 +22,9 @@ class HunyuanVideo15Rules(FlowRules):
     name = "hunyuan_video15"
     title = "HunyuanVideo 1.5"
     # the 480p T2V transformer (diffusers 0.42.1's defaults, task_type t2v) counted on the meta device, Qwen2.5-VL's
-    # text model (no vision tower: the pipeline's Qwen2_5_VLTextModel) and the ByT5 glyph encoder; activations for one
-    # 33-frame window at 848x480 (9 latent frames x 1590 tokens): FLUX.1's scaled by width x block-streams and by
-    # tokens, to calibrate on a GPU
+    # text model (no vision tower: the pipeline's Qwen2_5_VLTextModel) and the ByT5 glyph encoder; activations from its
+    # sequence (HUNYUAN_VIDEO15_TOKENS: 9 latent frames x 1590 tokens for 33 frames at 848x480), the figures for that
+    # window (FLUX.1's scaled by width x block-streams and tokens) kept beside it
     memory_facts = ModelSize(8_326_608_160, 8_323_022_848, QWEN25_VL_7B_TEXT + BYT5_GLYPH,
                              QWEN25_VL_7B_TEXT_LINEAR + BYT5_GLYPH_LINEAR, HUNYUAN_VIDEO15_VAE, 5_087_232, 0, 54,
                              "the published HunyuanVideo 1.5 480p T2V sizes", 848 * 480, 79.4, 7.3,

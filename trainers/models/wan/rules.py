@@ -23,8 +23,8 @@ from trainers.models.flow_rules import FlowRules, Part
 from trainers.models.rules import CheckpointKeys, ModelFiles, ModelLoadError
 from trainers.models.wan.split_files import scaled_fp8
 
-# the 14B's activations for one 81-frame clip at 832x480 (21 latent frames x 1560 tokens): the 1.3B's scaled by width
-# (5120 / 1536) and depth (40 / 30), to calibrate on a GPU
+# the 14B's former activation figures for one 81-frame clip at 832x480 (the 1.3B's scaled by width and depth); the
+# estimate counts its sequence instead (WAN_14B_TOKENS: the frames and resolution of the run's windows)
 WAN_14B_ACTIVATIONS = (832 * 480, 149.0, 13.8)
 # Wan pipelines of diffusers that are not trained here yet, refused by name before anything loads
 REFUSED_PIPELINES = {"WanImageToVideoPipeline": "a Wan image-to-video model",
@@ -78,8 +78,8 @@ def wan_file_kind(keys: CheckpointKeys) -> str:
 class WanRules(FlowRules):
     name = "wan21"
     title = "Wan 2.1"
-    # the 1.3B counted from arch/ (diffusers 0.42.1); activations are for one 81-frame clip at 832x480 (21 latent
-    # frames x 1560 tokens): Z-Image's scaled by tokens x width, to calibrate on a GPU
+    # the 1.3B counted from arch/ (diffusers 0.42.1); activations from its sequence (WAN_1_3B_TOKENS: latent frames x
+    # each frame's tokens, by width and blocks), the figures for one 81-frame clip at 832x480 kept beside it
     memory_facts = ModelSize(1_418_996_800, 1_417_641_984, UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE, 1_367_040, 0, 30,
                              "the published Wan 2.1 T2V 1.3B sizes", 832 * 480, 33.6, 3.1, tokens=WAN_1_3B_TOKENS)
     memory_variants = {("14b",): ModelSize(WAN_14B, WAN_14B_LINEAR, UMT5_XXL, UMT5_XXL_LINEAR, WAN21_VAE,

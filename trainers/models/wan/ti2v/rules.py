@@ -17,8 +17,8 @@ class WanTI2VRules(WanRules):
     name = "wan22_ti2v"
     title = "Wan 2.2 TI2V 5B"
     detect_priority = 4  # before Wan 2.1's: the same pipeline class
-    # activations for one 121-frame clip at 1280x704 (31 latent frames x 880 tokens): Wan 2.1 1.3B's scaled by tokens
-    # and width (3072 / 1536), to calibrate on a GPU
+    # activations from its sequence (WAN_TI2V_TOKENS: 31 latent frames x 880 tokens for 121 frames at 1280x704), the
+    # figures for that clip (Wan 2.1 1.3B's scaled by tokens and width) kept beside it
     memory_facts = ModelSize(TI2V_5B, TI2V_5B_LINEAR, UMT5_XXL, UMT5_XXL_LINEAR, WAN22_VAE, TI2V_5B_LORA_PER_RANK, 0,
                              30, "the published Wan 2.2 TI2V 5B sizes", 1280 * 704, 55.9, 5.2,
                              tokens=WAN_TI2V_TOKENS)
