@@ -14,12 +14,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from lora_networks import random_network
+from family_checks import check_adapter_updates, clips_dataset, index_folder, option_values, saved_network
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
 from trainers.models.checks import model_issues
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.hunyuan_video15.rules import HUNYUAN_VIDEO15
 from trainers.models.hunyuan_video15.tiny import build_tiny_hunyuan_video15
 from trainers.models.rules import checkpoint_rules, folder_rules
@@ -44,15 +43,7 @@ def pipe(tiny: Path) -> object:
     return HunyuanVideo15Pipeline.from_pretrained(tiny)
 
 
-def _values(model_dir: Path, **options: object) -> dict[str, object]:
-    return {**{n: o.default for n, o in BY_NAME.items()}, "pretrained_model_name_or_path": str(model_dir), **options}
-
-
-def _folder(tmp_path: Path, name: str, index: dict[str, object]) -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "model_index.json").write_text(json.dumps(index))
-    return folder
+_values, _folder = option_values, index_folder
 
 
 def test_the_tiny_folder_is_claimed_and_incomplete_or_step_distilled_folders_refused(
@@ -187,14 +178,7 @@ def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
 @pytest.fixture(scope="module")
 def saved(model: object) -> SimpleNamespace:
     """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    unet = copy.deepcopy(model.unet).eval()
-    network, targets, state = random_network(model.family, unet)
-    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
-    peft = kohya_to_diffusers(state, view, targets, ())
-    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
-               for k, v in peft.items() if k.endswith(".lora_A.weight")}
-    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
-                           state=state, updates=updates, view=view, peft=peft)
+    return saved_network(model)
 
 
 def test_its_lora_file_has_comfyuis_names_and_comfyui_loads_every_key(saved: SimpleNamespace) -> None:
@@ -218,12 +202,8 @@ def test_the_pipelines_transformer_loads_every_key_into_the_layer_that_was_train
     transformer = copy.deepcopy(saved.unet).eval()
     state = HUNYUAN_VIDEO15.lora_for_pipeline(saved.state, saved.view)
     transformer.load_lora_adapter(state, prefix="transformer", adapter_name="default_0")
-    loaded = {name: module.lora_B["default_0"].weight @ module.lora_A["default_0"].weight * module.scaling["default_0"]
-              for name, module in transformer.named_modules()
-              if hasattr(module, "lora_A") and "default_0" in module.lora_A}
-    assert loaded.keys() == saved.updates.keys() and len(loaded) == 2 * 14  # q, k, v apart in diffusers
-    for name, update in saved.updates.items():
-        assert torch.allclose(loaded[name], update, atol=1e-5), name
+    check_adapter_updates(transformer, saved.updates)
+    assert len(saved.updates) == 2 * 14  # q, k, v apart in diffusers
     inputs = {"hidden_states": torch.randn(1, 17, 2, 2, 2), "timestep": torch.tensor([500.0]),
               "encoder_hidden_states": torch.randn(1, 7, 32), "encoder_attention_mask": torch.ones(1, 7),
               "encoder_hidden_states_2": torch.randn(1, 3, 24), "encoder_attention_mask_2": torch.ones(1, 3),
@@ -265,39 +245,10 @@ def test_musubis_lora_files_are_read_in_comfyuis_names(saved: SimpleNamespace) -
         assert torch.allclose(ours[key], theirs[key], atol=1e-5), key
 
 
-def write_clip(path: Path, frames: int, size: tuple[int, int] = (32, 32), fps: int = 24) -> Path:
-    """An mpeg4 clip whose frames brighten, with a caption beside it."""
-    import av
-    import numpy as np
-
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
-        for i in range(frames):
-            pixels = np.full((size[1], size[0], 3), i * 12 % 256, np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    path.with_suffix(".txt").write_text(f'a clip of {frames} frames, a sign reading "HI"')
-    return path
-
-
 def video_dataset(tmp: Path) -> Path:
-    """3 tiny clips (9, 5 and 12 frames) and an image, as a musubi-tuner video dataset config."""
-    from PIL import Image
-
-    clips, images = tmp / "clips", tmp / "images"
-    clips.mkdir(parents=True)
-    images.mkdir()
-    for name, frames in (("a.mp4", 9), ("b.mp4", 5), ("c.mp4", 12)):
-        write_clip(clips / name, frames)
-    Image.new("RGB", (32, 32), (200, 40, 40)).save(images / "red.png")
-    (images / "red.txt").write_text("a red square")
-    config = tmp / "dataset.toml"
-    config.write_text(f'[general]\nresolution = [32, 32]\nbatch_size = 1\n\n[[datasets]]\nvideo_directory = '
-                      f'"{clips}"\ntarget_frames = [1, 5]\n\n[[datasets]]\nimage_directory = "{images}"\n')
-    return config
+    """3 tiny clips (9, 5 and 12 frames at 24 fps, a sign in their captions) and an image, as a musubi-tuner video
+    dataset config."""
+    return clips_dataset(tmp, fps=24, caption_tail=', a sign reading "HI"')
 
 
 PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("hunyuan_video15_t2v_lora_*gb.toml"))

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import load_lora, unet_key_map
+from family_checks import clip_lora_runs
 from test_hunyuan_video15 import _comfy_shapes, video_dataset
 
 from trainers.models.hunyuan_video15.tiny import build_tiny_hunyuan_video15
@@ -24,23 +25,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def clip_runs(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """A 2-step LoRA from 3 clips and an image (a sample at its end, a state at step 1), the same resumed."""
-    from helpers import train
-
-    from trainers.methods.lora.file_format import read_lora_file
-
     tmp = tmp_path_factory.mktemp("hv15-clips")
-    common = {"pretrained_model_name_or_path": str(tiny), "dataset_config": str(video_dataset(tmp / "data")),
-              "output_dir": str(tmp / "out"), "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
-              "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "shift",
-              "discrete_flow_shift": 2.0, "max_train_steps": 2}
-    assert train("lora", tmp / "straight", **common, output_name="straight", save_every_n_steps=1, save_state=True,
-                 sample_prompt_lines=["a clip --n blurry --w 32 --h 32 --s 2"], sample_every_n_steps=2) == 0
-    state = tmp / "out" / "straight-step00000001-state"
-    assert train("lora", tmp / "resumed", **common, output_name="resumed", resume=str(state)) == 0
-    straight, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
-    return SimpleNamespace(run=tmp / "straight", lora=straight, metadata=metadata,
-                           file=tmp / "out" / "straight.safetensors", resumed_run=tmp / "resumed",
-                           resumed=read_lora_file(tmp / "out" / "resumed.safetensors")[0])
+    return clip_lora_runs(tiny, tmp, video_dataset(tmp / "data"), discrete_flow_shift=2.0)
 
 
 @pytest.mark.slow
