@@ -118,7 +118,7 @@ def test_a_sample_renders_from_its_first_frame(model: object, tmp_path: Path) ->
 @pytest.mark.slow
 def test_a_two_step_lora_from_clips_names_musubis_modules(tiny: Path, tmp_path: Path) -> None:
     from helpers import events, train
-    from test_wan import _video_dataset
+    from family_checks import clips_dataset as _video_dataset
 
     from trainers.methods.lora.file_format import read_lora_file
 
@@ -170,7 +170,7 @@ PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan21_i
 def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path, tmp_path: Path) -> None:
     """By the estimate for the published I2V 14B (as its comment says), with room for what it does not count (the
     VAE encoding each step's clip, the CLIP encoder), and Validate's preflight on the tiny model."""
-    from test_wan import _video_dataset
+    from family_checks import clips_dataset as _video_dataset
 
     from trainers.core.options import load_config
     from trainers.memory_estimate import FIT_MARGIN, estimate_memory

@@ -311,7 +311,7 @@ def test_an_i2v_sample_renders_from_its_first_frame(i2v: object, tmp_path: Path)
 def pair_run(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """A 2-step LoRA of both experts from 3 clips and an image (a sample at its end), the timesteps each expert got."""
     from helpers import train
-    from test_wan import _video_dataset
+    from family_checks import clips_dataset as _video_dataset
 
     from trainers.models.wan.wan22 import experts
 
@@ -367,7 +367,7 @@ PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan22_t
 def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path, tmp_path: Path) -> None:
     """By the estimate for the published A14B pair (both experts' weights, a LoRA on each, one expert's
     activations), as its comment says, and Validate's preflight on the tiny pair with a video dataset config."""
-    from test_wan import _video_dataset
+    from family_checks import clips_dataset as _video_dataset
 
     from trainers.core.options import load_config
     from trainers.memory_estimate import FIT_MARGIN, estimate_memory
@@ -390,7 +390,7 @@ def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path
 def test_a_resumed_pair_lora_equals_the_uninterrupted_one(tiny: Path, tmp_path: Path) -> None:
     """Both experts' LoRAs (the run's file holds both) resumed from the step-1 state equal the straight run's."""
     from helpers import resumed_saves
-    from test_wan import _video_dataset
+    from family_checks import clips_dataset as _video_dataset
 
     straight, resumed = resumed_saves("lora", tmp_path, pretrained_model_name_or_path=str(tiny),
                                       dataset_config=str(_video_dataset(tmp_path / "data")),

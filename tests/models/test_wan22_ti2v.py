@@ -72,7 +72,7 @@ def test_a_sample_is_an_mp4_at_24_fps(model: object, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def clip_run(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     from helpers import train
-    from test_wan import _video_dataset
+    from family_checks import clips_dataset as _video_dataset
 
     from trainers.methods.lora.file_format import read_lora_file
 
@@ -201,7 +201,7 @@ PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan22_t
 def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path, tmp_path: Path) -> None:
     """By the estimate for the published 5B (as its comment says, the caption pass too), and Validate's preflight
     on the tiny model with a video dataset config."""
-    from test_wan import _video_dataset
+    from family_checks import clips_dataset as _video_dataset
 
     from trainers.core.options import load_config
     from trainers.memory_estimate import FIT_MARGIN, estimate_memory
