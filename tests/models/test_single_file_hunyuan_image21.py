@@ -184,3 +184,13 @@ def test_a_missing_or_wrong_part_is_named_with_its_file_and_option(hunyuan: tupl
     assert train("lora", tmp_path / "run", **{k: v for k, v in files.items() if k != "byt5"},
                  train_data_dir=str(tmp_path), output_dir=str(out), max_train_steps=1) != 0
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_scaled_fp8_transformer_file_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "hunyuanimage2.1_fp8_scaled.safetensors"
+    save_file({f"model.diffusion_model.{k}": torch.zeros(1) for k in (
+        "byt5_in.fc1.weight", "double_blocks.0.img_attn_qkv.weight", "double_blocks.0.img_attn_qkv.scale_weight",
+        "scaled_fp8")}, path)
+    (issue,) = _issues(pretrained_model_name_or_path=str(path))
+    assert issue.field == "pretrained_model_name_or_path" and "scaled fp8" in issue.message
+    assert path.name in issue.message and "HunyuanImage 2.1" in issue.message

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import (BYT5_GLYPH, BYT5_GLYPH_LINEAR, HUNYUAN_IMAGE21_TOKENS, HUNYUAN_IMAGE21_VAE,
                                      QWEN25_VL_7B, QWEN25_VL_7B_LINEAR, ModelSize)
 from trainers.models.flow_rules import FlowRules, Part
-from trainers.models.rules import ModelLoadError
+from trainers.models.rules import CheckpointKeys, ModelFiles, ModelLoadError
 
 # ComfyUI's split files beside its diffusion_models file (sd-scripts' --text_encoder, --byt5, --vae): Qwen2.5-VL as
 # Qwen-Image's reader takes it (the same qwen_2.5_vl_7b file), ByT5 in transformers' T5 layout, the autoencoder in
@@ -48,6 +49,16 @@ class HunyuanImage21Rules(FlowRules):
     checkpoint_parts = SPLIT_PARTS
     # its text encoders stay frozen (sd-scripts: "LoRA modules for Text Encoders are not supported")
     frozen_text_encoder = "Qwen2.5-VL and ByT5"
+
+    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        """ComfyUI's scaled fp8 transformer files (a scale beside each weight, which the conversion would drop) are
+        refused by name; otherwise the parts the file lacks."""
+        if any(k.endswith(("scaled_fp8", ".scale_weight")) for k in keys.shapes):
+            return [ConfigIssue("pretrained_model_name_or_path", f"{Path(keys.name).name} stores the {self.title} "
+                                "transformer as scaled fp8 (ComfyUI's *_fp8_scaled files), which is not read here: "
+                                "use its bf16 file (hunyuanimage2.1_bf16.safetensors) and set fp8_base to train in "
+                                "fp8", "model")]
+        return super().checkpoint_issues(keys, files, vae_path)
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """HunyuanImagePipeline folders; its refiner's is refused by name (before anything loads)."""

@@ -27,8 +27,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("text_encoder", "str", "", "A single file without it (ComfyUI's diffusion_models file, musubi-tuner's "
            "--dit): its text encoder's .safetensors (musubi-tuner's --text_encoder). Its tokenizer is read from "
            "tokenizer_cache_dir (fetched from the hub once).", "model", path="file", advanced=True),
-    Option("byt5", "str", "", "A HunyuanImage 2.1 single file without it: its ByT5 glyph encoder's .safetensors "
-           "(sd-scripts' --byt5, ComfyUI's byt5_small_glyphxl_fp16.safetensors).", "model", path="file",
+    Option("byt5", "str", "", "A single file without it: its ByT5 glyph encoder's .safetensors "
+           "(sd-scripts' --byt5). Not needed when the model file holds it.", "model", path="file",
            advanced=True),
     Option("tokenizer_cache_dir", "str", "", "Where tokenizers a single file lacks are kept (fetched from the hub "
            "once, then read from here offline), as in sd-scripts.", "model", path="out", advanced=True),
