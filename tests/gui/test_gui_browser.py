@@ -39,6 +39,8 @@ from helpers import free_port
 
 pytestmark = pytest.mark.browser
 
+LONG = 5000  # steps of a run that is stopped long before its end (about 9 steps/s on an idle 2-core CPU)
+
 
 @pytest.fixture(scope="module")
 def demo_tab(browser, demo_app: App) -> Iterator:
@@ -76,12 +78,38 @@ def _fill(page, option: str, value: str) -> None:
     expect(field).to_have_value(value)
 
 
+def _open(page, group: str, advanced: bool = False) -> None:
+    """Open a LoRA form group's accordion (closed ones render their fields only once opened), and with `advanced`
+    its Advanced one inside. Gradio marks an open accordion's header with the class `open`."""
+    accordion = page.locator(f"#group-lora-{group}")
+    headers = [accordion.locator("button.label-wrap").first]
+    if advanced:
+        headers.append(accordion.locator("button.label-wrap", has_text="Advanced"))
+    for header in headers:
+        if "open" not in (header.get_attribute("class") or "").split():
+            header.click()
+        expect(header).to_have_class(re.compile(r"(^|\s)open(\s|$)"))
+
+
 def _configure(page, out: Path, steps: int) -> None:
-    """The demo preset's model and data, `steps` optimizer steps, LoRA files under `out` (not the repo)."""
+    """The demo preset's model and data, `steps` optimizer steps (100 an epoch), LoRA files under `out` (not the
+    repo), one CPU thread (as conftest gives the tests' own processes: unset, a CPU run takes every core, and two
+    threads of a tiny model beside the app, the browser and pytest measured 30 s a step, not 0.2 s, on a busy
+    2-core machine)."""
     _fill(page, "train_data_dir", "demo/data")
     _fill(page, "output_dir", str(out))
     _fill(page, "max_train_epochs", "")  # epochs win over max_train_steps when both are set
     _fill(page, "max_train_steps", str(steps))
+    _open(page, "launch", advanced=True)
+    _fill(page, "num_cpu_threads_per_process", "1")
+
+
+def _no_samples(page) -> None:
+    """No samples scheduled: the demo's (before the first step and each epoch, and the save health's renders of the
+    base model and the LoRA in a run that samples) cost a run that is stopped early about 20 s of CPU."""
+    _open(page, "sampling")
+    _fill(page, "sample_every_n_epochs", "")
+    page.locator("#opt-sample_at_first input").uncheck()
 
 
 def _progress(page) -> tuple[int, int]:
@@ -117,8 +145,10 @@ def _runs(app: App) -> set[str]:
 
 def _start(page) -> str:
     """Press Start on the LoRA tab; return the id of the run it started (shown in the run panel)."""
-    page.locator("#start-lora").click()
     report = page.locator("#report-lora")
+    said = report.inner_text()  # the shared page may still say "Started <the previous test's run>"
+    page.locator("#start-lora").click()
+    expect(report).not_to_have_text(said, timeout=60_000)
     expect(report).to_contain_text("Started", timeout=60_000)
     run_id = re.search(r"Started\s+(\S+)", report.inner_text()).group(1)
     expect(page.locator("#run-title")).to_contain_text(run_id)
@@ -167,35 +197,50 @@ def test_empty_dataset_folder_is_reported_in_the_dataset_group(lora, demo_app: A
     expect(problem).to_be_hidden()
 
 
-def test_messages_and_help_read_in_full(page, tmp_path: Path) -> None:
-    """Text with <...> or * in it is shown as written, not taken as HTML or emphasis (an app of its own: no demo)."""
-    app = _start_app([], tmp_path)
-    try:
-        page.goto(app.url)
-        page.get_by_role("tab", name="LoRA", exact=True).click()
-        help_text = page.locator("#opt-optimizer_type")
-        # its first sentence, and a link to the whole help (gui/option_help.py); gradio's info rules read no escapes
-        expect(help_text).to_contain_text("Optimizer, as in sd-scripts (any case), or a module.Class path")
-        expect(help_text.get_by_role("link", name="more")).to_have_attribute("href", "manual/option/optimizer_type")
-        expect(help_text.locator("em")).to_have_count(0)
-        page.locator("#validate-lora").click()  # an empty form: the images are required
-        full = ("train_data_dir: is required: give a folder of <repeats>_<tokens> subfolders (or set metadata_dir "
-                "or dataset_config)")
-        expect(page.locator("#report-lora")).to_contain_text(full)
-        note = page.locator("#note-train_data_dir")  # right under the field
-        expect(note).to_contain_text("<repeats>_<tokens> subfolders")
-        expect(page.locator("#note-output_name")).to_be_hidden()  # it has a default
-    finally:
-        _stop_app(app)
+def test_messages_and_help_read_in_full(lora) -> None:
+    """Text with <...> or * in it is shown as written, not taken as HTML or emphasis."""
+    page = lora
+    help_text = page.locator("#opt-optimizer_type")
+    # its first sentence, and a link to the whole help (gui/option_help.py); gradio's info rules read no escapes
+    expect(help_text).to_contain_text("Optimizer, as in sd-scripts (any case), or a module.Class path")
+    expect(help_text.get_by_role("link", name="more")).to_have_attribute("href", "manual/option/optimizer_type")
+    expect(help_text.locator("em")).to_have_count(0)
+    _fill(page, "train_data_dir", "")  # no images: they are required
+    page.locator("#validate-lora").click()
+    full = ("train_data_dir: is required: give a folder of <repeats>_<tokens> subfolders (or set metadata_dir "
+            "or dataset_config)")
+    expect(page.locator("#report-lora")).to_contain_text(full)
+    note = page.locator("#note-train_data_dir")  # right under the field
+    expect(note).to_contain_text("<repeats>_<tokens> subfolders")
+    expect(page.locator("#note-output_name")).to_be_hidden()  # it has a value
+    _fill(page, "train_data_dir", "demo/data")
+    page.locator("#validate-lora").click()
+    expect(note).to_be_hidden()
 
 
 def test_start_shows_progress_to_total_and_the_lora_file(lora, shots: Path, tmp_path: Path) -> None:
     page = lora
-    _configure(page, tmp_path / "out", steps=20)  # long enough to be seen running while a second Start queues
+    _configure(page, tmp_path / "out", steps=20)
+    _no_samples(page)
     run_id = _start(page)
     title = page.locator("#run-title")
     expect(title).to_contain_text(re.compile(r"(Starting|Training): " + re.escape(run_id)))
-    _wait_steps(page, 1)
+    expect(page.locator("#run-progress")).to_contain_text("20 / 20 steps", timeout=RUN_S * 1000)
+    expect(title).to_contain_text(f"Finished: {run_id}", timeout=RUN_S * 1000)  # after the save and its check
+    lora_file = tmp_path / "out" / "demo_lora.safetensors"
+    expect(page.locator("#run-result")).to_contain_text(f"Saved: {lora_file}")
+    assert lora_file.is_file()
+    page.screenshot(path=str(shots / "finished_job.png"), full_page=True)
+
+
+def test_a_second_start_queues_a_reload_keeps_streaming_and_stop_saves_a_checkpoint(lora, demo_app: App, shots: Path,
+                                                                                     tmp_path: Path) -> None:
+    page = lora
+    _configure(page, tmp_path / "out", steps=LONG)  # far more than the test waits for
+    _no_samples(page)
+    run_id = _start(page)
+    title = page.locator("#run-title")
+    before = _wait_steps(page, 1)
     expect(page.locator("#run-stats")).to_contain_text(re.compile(r"Epoch\s+\d+ / \d+.*it/s"))
     page.screenshot(path=str(shots / "running_job.png"), full_page=True)
 
@@ -217,28 +262,12 @@ def test_start_shows_progress_to_total_and_the_lora_file(lora, shots: Path, tmp_
     expect(title).to_contain_text(run_id)
     page.get_by_role("tab", name="LoRA", exact=True).click()
 
-    expect(page.locator("#run-progress")).to_contain_text("20 / 20 steps", timeout=RUN_S * 1000)
-    # after the last step: the final samples, the save and its health check (which renders the base model once)
-    expect(title).to_contain_text(f"Finished: {run_id}", timeout=RUN_S * 1000)
-    lora_file = tmp_path / "out" / "demo_lora.safetensors"
-    expect(page.locator("#run-result")).to_contain_text(f"Saved: {lora_file}")
-    assert lora_file.is_file()
-    page.screenshot(path=str(shots / "finished_job.png"), full_page=True)
-
-
-def test_reload_mid_run_keeps_streaming_then_stop_saves_a_checkpoint(lora, demo_app: App, tmp_path: Path) -> None:
-    page = lora
-    _configure(page, tmp_path / "out", steps=200)  # far more than the test waits for
-    run_id = _start(page)
-    before = _wait_steps(page, 1)
-
     # Reload: the page finds the run again (kept in localStorage) and progress keeps coming.
     page.reload()
-    title = page.locator("#run-title")
     expect(title).to_contain_text(f"Training: {run_id}", timeout=90_000)
     after_reload = _wait_steps(page, before)
     moving = _wait_steps(page, after_reload + 1)  # still moving, not a snapshot taken at load
-    assert _progress(page)[1] == 200
+    assert _progress(page)[1] == LONG
     expect(page.locator("#run-stats")).to_contain_text("it/s")
 
     # Stop: the trainer saves where it is and exits; the panel says so and lists the checkpoint.
@@ -249,7 +278,7 @@ def test_reload_mid_run_keeps_streaming_then_stop_saves_a_checkpoint(lora, demo_
     expect(result).to_contain_text("Checkpoint saved when stopped")
     expect(result).to_contain_text(re.compile(r"demo_lora-step\d{8}\.safetensors"))
     saved_step = int(re.search(r"demo_lora-step(\d{8})\.safetensors", result.inner_text()).group(1))
-    assert moving <= saved_step < 200
+    assert moving <= saved_step < LONG
     assert (tmp_path / "out" / f"demo_lora-step{saved_step:08d}.safetensors").is_file()
     assert not (tmp_path / "out" / "demo_lora.safetensors").exists(), "a stopped run is not a finished one"
     assert (tmp_path / "out" / f"demo_lora-step{saved_step:08d}-state" / "manifest.json").is_file()
@@ -263,7 +292,7 @@ def test_reload_mid_run_keeps_streaming_then_stop_saves_a_checkpoint(lora, demo_
     expect(title).to_contain_text(f"Training: {resumed_id}", timeout=90_000)
     expect(page.locator("#resume-run")).to_be_hidden()
     _wait_steps(page, saved_step + 1)
-    assert _progress(page)[1] == 200
+    assert _progress(page)[1] == LONG
     lines = (demo_app.runs_dir / resumed_id / "events.jsonl").read_text(encoding="utf-8").splitlines()
     steps = [e["step"] for e in map(json.loads, lines) if e["type"] == "progress"]
     assert steps[0] == saved_step + 1, f"the resumed run started at step {steps[0]}, not {saved_step + 1}"
