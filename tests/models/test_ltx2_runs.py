@@ -210,16 +210,20 @@ def test_a_finetune_saves_a_folder_it_and_diffusers_load(tiny: Path, tmp_path: P
 @pytest.mark.slow
 def test_a_lora_run_as_the_presets_train(tiny: Path, tmp_path: Path) -> None:
     """bf16 with gradient checkpointing (which the run asks of every text encoder, the connectors too), latents and
-    caption states cached, Gemma 3 and the connectors stored in int8: two steps and a sample."""
-    from helpers import events, train
+    caption states cached, Gemma 3 and the connectors stored in int8: two steps and a sample (a process of its own:
+    this one's accelerator state is set without mixed precision)."""
+    from helpers import events, run_trainer, sets
 
-    assert train("lora", tmp_path / "run", pretrained_model_name_or_path=str(tiny),
-                 dataset_config=str(video_dataset(tmp_path / "data")), output_dir=str(tmp_path / "out"),
-                 max_data_loader_n_workers=0, learning_rate=1e-2, network_dim=4, network_alpha=2,
-                 timestep_sampling="shift", discrete_flow_shift=4.7, max_train_steps=2, mixed_precision="bf16",
-                 gradient_checkpointing=True, cache_latents=True, cache_text_encoder_outputs=True,
-                 network_train_unet_only=True, text_encoder_precision="int8", output_name="presets",
-                 sample_prompt_lines=["a clip --w 64 --h 64 --s 2"], sample_every_n_steps=2) == 0
+    dataset = video_dataset(tmp_path / "data")
+    done = run_trainer(sets(pretrained_model_name_or_path=str(tiny), dataset_config=str(dataset),
+                            output_dir=str(tmp_path / "out"), max_data_loader_n_workers=0, learning_rate=1e-2,
+                            network_dim=4, network_alpha=2, timestep_sampling="shift", discrete_flow_shift=4.7,
+                            max_train_steps=2, mixed_precision="bf16", gradient_checkpointing=True,
+                            cache_latents=True, cache_text_encoder_outputs=True, network_train_unet_only=True,
+                            text_encoder_precision="int8", output_name="presets",
+                            sample_prompt_lines=["a clip --w 64 --h 64 --s 2"], sample_every_n_steps=2),
+                       tmp_path / "run")
+    assert done.returncode == 0, done.stderr[-3000:]
     evs = events(tmp_path / "run")
     assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
     assert Path(next(e for e in evs if e["type"] == "sample")["path"]).suffix == ".mp4"
