@@ -119,6 +119,26 @@ def test_comfyuis_split_files_load_as_the_folder(wan: tuple[Path, dict[str, str]
     assert torch.allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.slow  # builds, saves and loads the tiny model
+def test_wan_ais_own_umt5_file_is_read_as_comfyuis(wan: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """models_t5_umt5-xxl-enc-bf16.pth (Wan-AI's names: token_embedding, blocks.N.attn.q, ffn.gate.0; musubi-tuner's
+    --t5) gives the same UMT5 as ComfyUI's umt5_xxl_fp16.safetensors."""
+    _, files = wan
+    comfy = load_file(files["text_encoder"])
+    theirs = single_file.umt5_to_reference(comfy)
+    assert {"token_embedding.weight", "blocks.0.attn.q.weight", "blocks.1.pos_embedding.embedding.weight",
+            "blocks.0.ffn.gate.0.weight", "norm.weight"} <= set(theirs)
+    pth = tmp_path / "models_t5_umt5-xxl-enc-bf16.pth"
+    torch.save(theirs, pth)
+    given = {**files, "text_encoder": str(pth)}
+    assert _issues(**given) == []
+    model = given.pop("pretrained_model_name_or_path")
+    read = load_model(model, "auto", torch.float32, files=ModelFiles.from_values(given)).text_encoders[0]
+    want = load_model(model, "auto", torch.float32, files=ModelFiles.from_values(
+        {k: v for k, v in files.items() if k != "pretrained_model_name_or_path"})).text_encoders[0]
+    assert all(torch.equal(v, want.state_dict()[k]) for k, v in read.state_dict().items())
+
+
 @pytest.mark.slow  # two 1-step LoRA runs
 def test_a_lora_trained_from_the_files_equals_one_from_the_folder(wan: tuple[Path, dict[str, str]],
                                                                   tmp_path: Path) -> None:

@@ -139,13 +139,13 @@ def umt5(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> nn.Module:
         raise ModelLoadError("text_encoder: the file stores UMT5-XXL as scaled fp8 (ComfyUI's "
                              "umt5_xxl_fp8_e4m3fn_scaled.safetensors), which is not read here: use "
                              "umt5_xxl_fp16.safetensors (text_encoder_precision = 'fp8' keeps it in 8 bits)")
-    weights = dict(state)
+    weights = umt5_from_reference(state) if "token_embedding.weight" in state else dict(state)
     embed = weights.get("shared.weight", weights.get("encoder.embed_tokens.weight"))
     bias = "encoder.block.{}.layer.0.SelfAttention.relative_attention_bias.weight"
     if embed is None or bias.format(0) not in weights:
         raise ModelLoadError("text_encoder: the file has no shared.weight or encoder.block.0...relative_attention_bias:"
-                             " it is not UMT5-XXL in transformers' layout (ComfyUI's umt5_xxl_fp16.safetensors; "
-                             "Wan-AI's models_t5_umt5-xxl-enc-bf16.pth is another layout)")
+                             " it is not UMT5-XXL in transformers' layout (ComfyUI's umt5_xxl_fp16.safetensors) nor "
+                             "in Wan-AI's (models_t5_umt5-xxl-enc-bf16.pth)")
     layers = count(weights, "encoder.block.")
     if layers > 1 and bias.format(1) not in weights:
         raise ModelLoadError("text_encoder: the file is a T5 encoder (a relative attention bias in its first block "
@@ -162,6 +162,42 @@ def umt5(state: Mapping[str, torch.Tensor], dtype: torch.dtype) -> nn.Module:
     with init_empty_weights():
         model = transformers.UMT5EncoderModel(config)
     return fill_meta(model, weights, dtype, "UMT5 text encoder")
+
+
+# Wan-AI's UMT5 encoder (wan/modules/t5.py: T5Encoder without a shared position bias) -> transformers' names
+_UMT5_BLOCK = (("pos_embedding.embedding.", "layer.0.SelfAttention.relative_attention_bias."),
+               ("norm1.", "layer.0.layer_norm."), ("attn.", "layer.0.SelfAttention."),
+               ("norm2.", "layer.1.layer_norm."), ("ffn.gate.0.", "layer.1.DenseReluDense.wi_0."),
+               ("ffn.fc1.", "layer.1.DenseReluDense.wi_1."), ("ffn.fc2.", "layer.1.DenseReluDense.wo."))
+_UMT5_TOP = (("token_embedding.", "shared."), ("norm.", "encoder.final_layer_norm."))
+
+
+def umt5_from_reference(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Wan-AI's models_t5_umt5-xxl-enc-bf16.pth (musubi-tuner's --t5) in transformers' UMT5 names."""
+    out = {}
+    for key, value in state.items():
+        new = next((ours + key[len(theirs):] for theirs, ours in _UMT5_TOP if key.startswith(theirs)), key)
+        if match := re.fullmatch(r"blocks\.(\d+)\.(.+)", key):
+            index, rest = match.groups()
+            rest = next((ours + rest[len(theirs):] for theirs, ours in _UMT5_BLOCK if rest.startswith(theirs)), rest)
+            new = f"encoder.block.{index}.{rest}"
+        out[new] = value
+    return out
+
+
+def umt5_to_reference(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """transformers' UMT5 encoder in Wan-AI's names (the inverse of umt5_from_reference)."""
+    out = {}
+    for key, value in state.items():
+        if key == "encoder.embed_tokens.weight":
+            continue  # tied to shared.weight
+        new = next((theirs + key[len(ours):] for theirs, ours in _UMT5_TOP if key.startswith(ours)), key)
+        if match := re.fullmatch(r"encoder\.block\.(\d+)\.(.+)", key):
+            index, rest = match.groups()
+            rest = next((theirs + rest[len(ours):] for theirs, ours in _UMT5_BLOCK if rest.startswith(ours)), rest)
+            new = f"blocks.{index}.{rest}"
+        out[new] = value
+    return out
 
 
 def autoencoder(state: Mapping[str, torch.Tensor]) -> nn.Module:
