@@ -20,12 +20,13 @@ MISTRAL_CHAT = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'syste
                 "{% for c in m['content'] %}{{ c['text'] }}{% endfor %}[/INST]{% endif %}{% endfor %}")
 
 
-def tiny_flux2_vae() -> "torch.nn.Module":
+def tiny_flux2_vae(latent_channels: int = LATENT_CHANNELS) -> "torch.nn.Module":
+    """FLUX.2's autoencoder kind, 32 wide, with random batch-norm statistics (ERNIE-Image and Ideogram 4 use it)."""
     from diffusers import AutoencoderKLFlux2
 
     vae = AutoencoderKLFlux2(block_out_channels=(32, 32), down_block_types=("DownEncoderBlock2D",) * 2,
                              up_block_types=("UpDecoderBlock2D",) * 2, layers_per_block=1,
-                             latent_channels=LATENT_CHANNELS, norm_num_groups=8, sample_size=64,
+                             latent_channels=latent_channels, norm_num_groups=8, sample_size=64,
                              mid_block_add_attention=False)
     generator = torch.Generator().manual_seed(1)
     vae.bn.running_mean.copy_(torch.randn(vae.bn.num_features, generator=generator) * 0.2)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from trainers.models.flux2.tiny import tiny_flux2_vae
 from trainers.models.zimage.tiny import write_tiny_qwen_tokenizer
 
 LATENT_CHANNELS = 32  # the published VAE's (FLUX.2's)
@@ -31,16 +32,7 @@ def write_tiny_ideogram4_tokenizer(folder: Path) -> None:
 
 
 def tiny_ideogram4_vae() -> "torch.nn.Module":
-    from diffusers import AutoencoderKLFlux2
-
-    vae = AutoencoderKLFlux2(block_out_channels=(32, 32), down_block_types=("DownEncoderBlock2D",) * 2,
-                             up_block_types=("UpDecoderBlock2D",) * 2, layers_per_block=1,
-                             latent_channels=LATENT_CHANNELS, norm_num_groups=8, sample_size=64,
-                             mid_block_add_attention=False)
-    generator = torch.Generator().manual_seed(1)
-    vae.bn.running_mean.copy_(torch.randn(vae.bn.num_features, generator=generator) * 0.2)
-    vae.bn.running_var.copy_(torch.rand(vae.bn.num_features, generator=generator) + 0.5)
-    return vae
+    return tiny_flux2_vae(LATENT_CHANNELS)
 
 
 def tiny_ideogram4_transformer() -> "torch.nn.Module":
