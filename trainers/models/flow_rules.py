@@ -94,6 +94,12 @@ class FlowRules(FamilyRules):
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         return str(index.get("_class_name", "")) == self.pipeline_class
 
+    def claims_by_pipeline_or_transformer(self, index: dict[str, Any], transformer_class: str) -> bool:
+        """Its pipeline's folders, or any whose model_index.json names `transformer_class` (["diffusers", class])."""
+        transformer = index.get("transformer")
+        named = isinstance(transformer, list) and len(transformer) == 2 and transformer[1] == transformer_class
+        return str(index.get("_class_name", "")) == self.pipeline_class or named
+
     def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
         return any(keys.has(prefix) for prefix in self.reference_prefixes)
 

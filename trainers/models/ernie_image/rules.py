@@ -36,9 +36,7 @@ class ErnieImageRules(FlowRules):
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """ErnieImagePipeline folders, or any whose model_index.json names its transformer class."""
-        transformer = index.get("transformer")
-        named = isinstance(transformer, list) and len(transformer) == 2 and transformer[1] == TRANSFORMER_CLASS
-        return str(index.get("_class_name", "")) == self.pipeline_class or named
+        return self.claims_by_pipeline_or_transformer(index, TRANSFORMER_CLASS)
 
     def distilled_base(self, path: Path) -> DistilledBase | None:
         """ERNIE-Image-Turbo (distilled from ERNIE-Image, 8 steps without CFG), told by its folder's name (a hub

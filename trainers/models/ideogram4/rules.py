@@ -38,9 +38,7 @@ class Ideogram4Rules(FlowRules):
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """Its pipeline's folders, or any whose model_index.json names its transformer class."""
-        transformer = index.get("transformer")
-        return (str(index.get("_class_name", "")) == self.pipeline_class
-                or isinstance(transformer, list) and TRANSFORMER_CLASS in transformer)
+        return self.claims_by_pipeline_or_transformer(index, TRANSFORMER_CLASS)
 
 
 IDEOGRAM4 = Ideogram4Rules()
