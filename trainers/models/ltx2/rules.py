@@ -11,7 +11,7 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import (GEMMA3_12B, GEMMA3_12B_LINEAR, LTX2_CONNECTORS, LTX2_CONNECTORS_LINEAR,
-                                     LTX2_VAE, ModelSize)
+                                     LTX2_TOKENS, LTX2_VAE, ModelSize)
 from trainers.models.flow_rules import FlowRules
 from trainers.models.rules import ModelLoadError
 
@@ -29,12 +29,12 @@ LTX2_19B, LTX2_19B_LINEAR, LTX2_19B_LORA_PER_RANK = 18_876_174_592, 18_866_503_6
 class LTX2Rules(FlowRules):
     name = "ltx2"
     title = "LTX-2"
-    # activations for one 49-frame clip at 768x512 (7 latent frames x 384 tokens): HunyuanVideo 1.5's scaled by width
-    # x blocks x tokens (4096 x 48 x 2688 against 2048 x 54 x 14310; the audio stream's few tokens left out), to
-    # calibrate on a GPU
+    # activations from its sequence (LTX2_TOKENS: the run's windows, 49 frames when its dataset states none); the
+    # figures beside it are for one 49-frame clip at 768x512 (7 latent frames x 384 tokens), HunyuanVideo 1.5's
+    # scaled by width x blocks x tokens, to calibrate on a GPU
     memory_facts = ModelSize(LTX2_19B, LTX2_19B_LINEAR, GEMMA3_12B + LTX2_CONNECTORS,
                              GEMMA3_12B_LINEAR + LTX2_CONNECTORS_LINEAR, LTX2_VAE, LTX2_19B_LORA_PER_RANK, 0, 48,
-                             "the published LTX-2 19B sizes", 768 * 512, 26.5, 2.4)
+                             "the published LTX-2 19B sizes", 768 * 512, 26.5, 2.4, tokens=LTX2_TOKENS)
     base_model_version = "ltx2"  # ai-toolkit's get_base_model_version
     modelspec_architecture = "ltx-2"
     pipeline_class = "LTX2Pipeline"
