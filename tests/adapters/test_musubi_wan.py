@@ -91,9 +91,6 @@ def test_one_a14b_expert_is_told_by_its_timestep_range(timesteps: dict[str, int]
 @pytest.mark.parametrize("line, field", [
     ('task = "flf2v-14B"', "task"),
     ('task = "t2v-14B-FC"', "task"),
-    ('dit = "/m/wan2.1_t2v_1.3B_bf16.safetensors"', "dit"),
-    ('t5 = "/m/models_t5_umt5-xxl-enc-bf16.pth"', "t5"),
-    ('vae = "/m/Wan2.1_VAE.pth"', "vae"),
     ('clip = "/m/models_clip.pth"', "clip"),
     ("offload_inactive_dit = true", "offload_inactive_dit"),
     ("force_v2_1_time_embedding = true", "force_v2_1_time_embedding"),
@@ -104,6 +101,21 @@ def test_what_cannot_be_honoured_is_refused_by_name(tmp_path: Path, line: str, f
     with pytest.raises(ConfigError) as err:
         import_kohya_file(_toml(tmp_path, text + "\n" + line + "\n"))
     assert [issue.field for issue in err.value.issues] == [field]
+
+
+def test_wan21_t2vs_model_files_are_read_as_its_single_files() -> None:
+    notes: list[str] = []
+    issues: list = []
+    out = read_musubi({"task": "t2v-1.3B", "network_module": "networks.lora_wan",
+                       "dit": "/m/wan2.1_t2v_1.3B_bf16.safetensors", "t5": "/m/models_t5_umt5-xxl-enc-bf16.pth",
+                       "vae": "/m/Wan2.1_VAE.pth"}, "lora", notes, issues)
+    assert issues == [] and not {"dit", "t5", "vae"} & set(out)
+    assert (out["pretrained_model_name_or_path"], out["text_encoder"], out["ae"]) == (
+        "/m/wan2.1_t2v_1.3B_bf16.safetensors", "/m/models_t5_umt5-xxl-enc-bf16.pth", "/m/Wan2.1_VAE.pth")
+    assert any("vae (musubi-tuner) is read as ae" in n for n in notes)
+    read_musubi({"task": "t2v-A14B", "network_module": "networks.lora_wan", "t5": "/m/t5.pth"}, "lora", [],
+                issues)
+    assert [i.field for i in issues] == ["t5"]  # the pair's files are not read
 
 
 def test_its_video_dataset_config_is_kept_and_speed_options_left_out(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ _FOLDER = ("musubi-tuner's separate model files are not read for this family yet
            "Qwen/Qwen-Image) as pretrained_model_name_or_path")
 # musubi-tuner's model files -> our options, for the families that read them (ComfyUI's split files)
 _SPLIT_FILES = {"dit": "pretrained_model_name_or_path", "text_encoder": "text_encoder", "vae": "ae"}
-FILE_OPTIONS: dict[str, dict[str, str]] = {"zimage": _SPLIT_FILES, "qwen_image": _SPLIT_FILES}
+FILE_OPTIONS: dict[str, dict[str, str]] = {"zimage": _SPLIT_FILES, "qwen_image": _SPLIT_FILES, "wan21": _SPLIT_FILES}
 # Why a family's musubi-tuner model files are refused, where the generic _FOLDER does not say it
 FOLDER_ONLY: dict[str, str] = {
     "flux2": ("FLUX.2's single files (BFL's flux2-*.safetensors, its separate text encoder and ae) are not read here "

@@ -1,9 +1,9 @@
 """musubi-tuner's Wan training configs (wan_train_network.py: `task`, `dit`, `dit_high_noise`, `t5`, `clip`, `vae`,
 `timestep_boundary`, `offload_inactive_dit`, ...) read as Atelier's options (torch-free). Its `task` names the family
-(Wan 2.1 T2V or I2V, or the Wan 2.2 A14B pair) and the published diffusers folder; its model files (Wan-AI's .safetensors/.pth)
-are refused by name, since Wan is read from diffusers folders here; with the A14B pair, `dit_high_noise` beside `dit`
-is musubi-tuner's "train both experts" (train_expert = "both"), `dit` alone one expert, told by min_timestep and
-max_timestep as its docs advise setting them."""
+(Wan 2.1 T2V or I2V, or the Wan 2.2 A14B pair) and the published diffusers folder; Wan 2.1 T2V's model files (dit,
+t5, vae: Wan-AI's or ComfyUI's) are read as its single files, the other tasks' refused by name; with the A14B pair,
+`dit_high_noise` beside `dit` is musubi-tuner's "train both experts" (train_expert = "both"), `dit` alone one
+expert, told by min_timestep and max_timestep as its docs advise setting them."""
 from __future__ import annotations
 
 from typing import Any
@@ -29,6 +29,7 @@ OTHER_TASKS: dict[str, str] = {
 }
 DEFAULT_TASK = "t2v-14B"  # musubi-tuner's --task default
 _FILES = ("dit", "dit_high_noise", "t5", "clip", "vae", "text_encoder")
+WAN21_FILES = ("dit", "text_encoder", "vae")  # read for Wan 2.1 T2V (its t5 as text_encoder) by options.py
 REFUSED: dict[str, str] = {
     "offload_inactive_dit": ("both experts stay on the device here (samples render through both): set "
                              "blocks_to_swap, which swaps that many blocks of each expert"),
@@ -60,12 +61,17 @@ def read_wan(out: dict[str, Any], notes: list[str], issues: list[ConfigIssue]) -
     notes.append(f"network_module = {MODULE!r} with task = {task!r} (musubi-tuner) is read as model_family = "
                  f"{family!r} with network_module = 'networks.lora' (its LoRA keys are musubi-tuner's names)")
     both, one = not blank(out.get("dit_high_noise")), not blank(out.get("dit"))
-    given = [name for name in _FILES if not blank(out.get(name))]
+    read: set[str] = set()
+    if family == "wan21":  # Wan 2.1 T2V's own files are read (trainers/models/wan/single_file.py), as options.py's
+        read = set(WAN21_FILES)  # FILE_OPTIONS names them; its UMT5 file is musubi-tuner's t5
+        if not blank(out.get("t5")):
+            out["text_encoder"] = out.pop("t5")
+    given = [name for name in _FILES if name not in read and not blank(out.get(name))]
     for name in given:
         issues.append(ConfigIssue(name, f"{name} = {out[name]!r} (musubi-tuner) is refused: Wan's model files "
                                   f"(Wan-AI's or ComfyUI's) are not read here yet: give the diffusers folder "
                                   f"(task {task}: {folder}) as pretrained_model_name_or_path"))
-    for name in _FILES:
+    for name in set(_FILES) - read:
         out.pop(name, None)
     if blank(out.get("pretrained_model_name_or_path")) and not given:
         out["pretrained_model_name_or_path"] = folder
