@@ -113,6 +113,7 @@ def test_wan21_t2vs_model_files_are_read_as_its_single_files() -> None:
     assert (out["pretrained_model_name_or_path"], out["text_encoder"], out["ae"]) == (
         "/m/wan2.1_t2v_1.3B_bf16.safetensors", "/m/models_t5_umt5-xxl-enc-bf16.pth", "/m/Wan2.1_VAE.pth")
     assert any("vae (musubi-tuner) is read as ae" in n for n in notes)
+    assert not any("its published diffusers folder" in n for n in notes)
     read_musubi({"task": "t2v-A14B", "network_module": "networks.lora_wan", "t5": "/m/t5.pth"}, "lora", [],
                 issues)
     assert [i.field for i in issues] == ["t5"]  # the pair's files are not read

@@ -73,7 +73,7 @@ def read_wan(out: dict[str, Any], notes: list[str], issues: list[ConfigIssue]) -
                                   f"(task {task}: {folder}) as pretrained_model_name_or_path"))
     for name in set(_FILES) - read:
         out.pop(name, None)
-    if blank(out.get("pretrained_model_name_or_path")) and not given:
+    if blank(out.get("pretrained_model_name_or_path")) and not given and blank(out.get("dit")):
         out["pretrained_model_name_or_path"] = folder
         notes.append(f"task = {task!r}: pretrained_model_name_or_path = {folder!r}, its published diffusers folder")
     if family == "wan22":
