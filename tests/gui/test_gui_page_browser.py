@@ -14,16 +14,9 @@ import pytest
 from PIL import Image
 
 from browser_app import VIEWPORT, App, expect
-from test_gui_browser import _fill, demo_tab, lora  # noqa: F401 - fixtures
+from test_gui_browser import _fill, _open, demo_tab, lora  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.browser
-
-
-def _open(page, group: str) -> None:
-    """Open a form group's accordion (closed ones render their fields only once opened)."""
-    accordion = page.locator(f"#group-lora-{group}")
-    if not accordion.locator("textarea, input").first.is_visible():
-        accordion.locator("button").first.click()
 
 
 def _import(page, path: Path) -> None:
