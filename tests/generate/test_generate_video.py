@@ -101,6 +101,13 @@ def test_generate_renders_clips_and_a_wan_lora_changes_them(wan: Path, tmp_path:
     lora_fox, lora_meta, _ = clip(with_lora / "images" / "000-0000.mp4")
     assert lora_fox.shape == fox.shape and np.abs(lora_fox.astype(int) - fox.astype(int)).mean() > 1
     assert "<lora:fox lora:1>" in lora_meta["comment"] and "Lora hashes: " in lora_meta["comment"]
+    import gradio as gr
+
+    from gui.generate_tab import JobWatcher
+
+    view = JobWatcher(base).refresh()  # what the tab's gallery is given: it plays them
+    shown = gr.Gallery().postprocess([view.images[k] for k in sorted(view.images)]).root
+    assert [item.video.mime_type for item in shown if item.video is not None] == ["video/mp4"] * 2
 
 
 def test_a_compare_over_a_video_runs_saves_is_a_poster_grid_with_each_cells_clip(wan: Path,
