@@ -5,8 +5,6 @@ fake model family (tests/fake_family/)."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,28 +13,17 @@ from PIL import Image
 
 from trainers.core.render_request import RenderRequest, parse_render_request
 from trainers.core.rundir import CONTROL, LIVE, RENDER_REQUEST, Request, read_status, request, write_render_request
-from trainers.demo import build_dataset
 
 from helpers import events, fake_family_env, run_trainer, sets, train, two_processes
+from paused_runs import WAIT_S, WhilePaused, lora_file, lora_options, wait_for
 
 FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-3,
         "network_dim": 4, "network_alpha": 2, "max_train_steps": 4, "save_precision": "float"}
-WAIT_S = 300.0
 
 
 @pytest.fixture()
 def lora(fake_model_dir: Path, tmp_path: Path) -> dict[str, object]:
-    data = build_dataset(tmp_path / "data", folder="2_sks shape")
-    return {"pretrained_model_name_or_path": str(fake_model_dir), "train_data_dir": str(data),
-            "output_dir": str(tmp_path / "out"), **FAST}
-
-
-def _wait(condition: object, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return lora_options(fake_model_dir, tmp_path, FAST)
 
 
 def _answer(run: Path, request_id: str) -> dict:
@@ -50,25 +37,21 @@ def _answer(run: Path, request_id: str) -> dict:
             return False
         return bool(found)
 
-    _wait(answered, f"the answer to render request {request_id}")
+    wait_for(answered, f"the answer to render request {request_id}")
     return found[0]
 
 
-class Asker(threading.Thread):
+class Asker(WhilePaused):
     """Pause pressed before the run starts (it pauses after step 1); once paused: a good render request, two bad
     ones (written by hand, as a script might), one at multiplier 0 and one whose render fails, each awaited; then
     Continue."""
 
     def __init__(self, run: Path) -> None:
-        super().__init__(daemon=True)
-        self.run_dir = run
+        super().__init__(run)
         self.answers: dict[str, dict] = {}
         self.states: list[str] = []
-        self.error: BaseException | None = None
-        request(run, Request.PAUSE)
 
-    def asking(self) -> None:
-        _wait(lambda: read_status(self.run_dir).get("state") == "paused", "the paused state")
+    def while_paused(self) -> None:
         write_render_request(self.run_dir, RenderRequest(id="good", prompt="sks shape, a red cross", seed=7,
                                                          steps=3, width=64, height=72, cfg_scale=4.0))
         self.answers["good"] = _answer(self.run_dir, "good")
@@ -87,18 +70,6 @@ class Asker(threading.Thread):
         self.answers["boom"] = _answer(self.run_dir, "boom")
         self.states.append(str(read_status(self.run_dir).get("state")))
         request(self.run_dir, Request.CONTINUE)
-
-    def run(self) -> None:  # noqa: D102 - Thread's entry point
-        try:
-            self.asking()
-        except BaseException as err:  # noqa: BLE001 - reported by the test
-            self.error = err
-
-
-def _lora_file(path: Path) -> dict[str, torch.Tensor]:
-    from trainers.methods.lora.file_format import read_lora_file
-
-    return read_lora_file(path)[0]
 
 
 @pytest.mark.slow
@@ -140,7 +111,7 @@ def test_a_paused_run_renders_with_its_live_weights_and_ends_as_an_unpaused_one(
     assert off.get("error") is None and off["multiplier"] == 0.0 and Path(off["path"]) != image
 
     out = tmp_path / "out"
-    a, b = _lora_file(out / "straight.safetensors"), _lora_file(out / "paused.safetensors")
+    a, b = lora_file(out / "straight.safetensors"), lora_file(out / "paused.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "the renders changed the training"
     status = read_status(run)
     assert status["state"] == "finished" and status["activity"] == ""
@@ -178,26 +149,19 @@ def test_a_render_request_is_written_atomically_and_taken_once(tmp_path: Path) -
 def test_two_processes_render_once_and_train_on(lora: dict, tmp_path: Path) -> None:
     """DDP over gloo: the request rank 0 reads reaches every rank, the main process renders, the other waits."""
     run = tmp_path / "two"
-    request(run, Request.PAUSE)
     answers: list[dict] = []
-    failures: list[BaseException] = []
 
     def ask() -> None:
-        try:
-            _wait(lambda: read_status(run).get("state") == "paused", "the paused state")
-            write_render_request(run, RenderRequest(id="both", prompt="sks shape", seed=1, steps=2))
-            answers.append(_answer(run, "both"))
-            request(run, Request.CONTINUE)
-        except BaseException as err:  # noqa: BLE001 - reported by the test
-            failures.append(err)
-            request(run, Request.STOP)
+        write_render_request(run, RenderRequest(id="both", prompt="sks shape", seed=1, steps=2))
+        answers.append(_answer(run, "both"))
+        request(run, Request.CONTINUE)
 
-    asker = threading.Thread(target=ask, daemon=True)
+    asker = WhilePaused(run, ask, stop_on_error=True)
     asker.start()
     result = run_trainer(sets(**lora, num_processes=2), run, two_processes(),
                          env=fake_family_env(ACCELERATE_USE_CPU="1"))
     asker.join(WAIT_S)
-    assert not failures, failures
+    assert asker.error is None, asker.error
     assert result.returncode == 0, result.stderr[-3000:]
     assert answers[0].get("error") is None, answers[0]
     assert [p.name for p in (run / LIVE).iterdir()] == [Path(answers[0]["path"]).name]
@@ -210,35 +174,26 @@ def test_a_paused_tiny_sd1_run_renders_what_its_next_sample_shows(tiny_sd1_dir: 
     """The demo's kind of model (a tiny SD1.x, a LoRA with conv layers): the live render at step 1 is the image the
     step-1 sample makes with the same settings (the live weights, not a save's), at multiplier 0 the base model's
     (the step-0 sample), and the run ends with the weights of an unpaused one."""
-    data = build_dataset(tmp_path / "data", folder="2_sks shape")
-    common = {"pretrained_model_name_or_path": str(tiny_sd1_dir), "train_data_dir": str(data),
-              "output_dir": str(tmp_path / "out"), **FAST, "max_train_steps": 2, "network_dim": 8,
-              "network_alpha": 8.0, "conv_dim": 8, "conv_alpha": 8.0, "learning_rate": 0.01,
-              "sample_prompt_lines": ["sks shape, grey cross --s 2 --d 1"], "sample_every_n_steps": 1,
-              "sample_at_first": True}
+    common = lora_options(tiny_sd1_dir, tmp_path, {
+        **FAST, "max_train_steps": 2, "network_dim": 8, "network_alpha": 8.0, "conv_dim": 8, "conv_alpha": 8.0,
+        "learning_rate": 0.01, "sample_prompt_lines": ["sks shape, grey cross --s 2 --d 1"],
+        "sample_every_n_steps": 1, "sample_at_first": True})
     assert train("lora", tmp_path / "straight", **common, output_name="straight") == 0
     run = tmp_path / "paused"
-    request(run, Request.PAUSE)
     answers: dict[str, dict] = {}
-    failures: list[BaseException] = []
 
     def ask() -> None:
-        try:
-            _wait(lambda: read_status(run).get("state") == "paused", "the paused state")
-            for name, multiplier in (("live", 1.0), ("base", 0.0)):
-                write_render_request(run, RenderRequest(id=name, prompt="sks shape, grey cross", seed=1, steps=2,
-                                                        multiplier=multiplier))
-                answers[name] = _answer(run, name)
-            request(run, Request.CONTINUE)
-        except BaseException as err:  # noqa: BLE001 - reported by the test
-            failures.append(err)
-            request(run, Request.STOP)
+        for name, multiplier in (("live", 1.0), ("base", 0.0)):
+            write_render_request(run, RenderRequest(id=name, prompt="sks shape, grey cross", seed=1, steps=2,
+                                                    multiplier=multiplier))
+            answers[name] = _answer(run, name)
+        request(run, Request.CONTINUE)
 
-    asker = threading.Thread(target=ask, daemon=True)
+    asker = WhilePaused(run, ask, stop_on_error=True)
     asker.start()
     assert train("lora", run, **common, output_name="paused") == 0
     asker.join(WAIT_S)
-    assert not failures, failures
+    assert asker.error is None, asker.error
     samples = {e["step"]: e["path"] for e in events(run) if e["type"] == "sample"}
 
     def pixels(path: str) -> bytes:
@@ -249,5 +204,5 @@ def test_a_paused_tiny_sd1_run_renders_what_its_next_sample_shows(tiny_sd1_dir: 
     assert pixels(answers["base"]["path"]) == pixels(samples[0]), "multiplier 0: the base model"
     assert pixels(samples[1]) != pixels(samples[0]), "the first step changed the image (else the test sees nothing)"
     out = tmp_path / "out"
-    a, b = _lora_file(out / "straight.safetensors"), _lora_file(out / "paused.safetensors")
+    a, b = lora_file(out / "straight.safetensors"), lora_file(out / "paused.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

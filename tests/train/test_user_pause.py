@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -14,27 +13,18 @@ import torch
 
 from trainers.core import lifecycle
 from trainers.core.rundir import CONTROL, Request, read_status, request, update_status
-from trainers.demo import build_dataset
 
 from helpers import events, train
+from paused_runs import WAIT_S, WhilePaused, lora_file, lora_options
 
 FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-3,
         "network_dim": 4, "network_alpha": 2, "max_train_steps": 8, "save_precision": "float"}
 PAUSE_S = 3.0
-WAIT_S = 300.0
 
 
 @pytest.fixture()
 def lora(fake_model_dir: Path, tmp_path: Path) -> dict[str, object]:
-    data = build_dataset(tmp_path / "data", folder="2_sks shape")
-    return {"pretrained_model_name_or_path": str(fake_model_dir), "train_data_dir": str(data),
-            "output_dir": str(tmp_path / "out"), **FAST}
-
-
-def lora_file(path: Path) -> dict[str, torch.Tensor]:
-    from trainers.methods.lora.file_format import read_lora_file
-
-    return read_lora_file(path)[0]
+    return lora_options(fake_model_dir, tmp_path, FAST)
 
 
 def _progress_steps(run: Path) -> list[int]:
@@ -44,27 +34,16 @@ def _progress_steps(run: Path) -> list[int]:
         return []
 
 
-def _wait(condition: object, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-class Presser(threading.Thread):
+class Presser(WhilePaused):
     """Pause pressed before the run starts (the pause comes at the end of step 1 of 8: steps of the fake family
     are too fast for a thread to press it at a given later step); then Continue (or Stop) once it says paused."""
 
     def __init__(self, run: Path, then: str) -> None:
-        super().__init__(daemon=True)
-        self.run_dir, self.then = run, then
+        super().__init__(run)
+        self.then = then
         self.seen: dict[str, object] = {}
-        self.error: BaseException | None = None
-        request(run, Request.PAUSE)
 
-    def pressing(self) -> None:
-        _wait(lambda: read_status(self.run_dir).get("state") == "paused", "the paused state")
+    def while_paused(self) -> None:
         self.seen = {**read_status(self.run_dir), "steps": _progress_steps(self.run_dir)}
         time.sleep(PAUSE_S)
         self.seen["steps_later"] = _progress_steps(self.run_dir)
@@ -73,12 +52,6 @@ class Presser(threading.Thread):
             lifecycle.stopping(self.run_dir)
         else:
             request(self.run_dir, Request.CONTINUE)
-
-    def run(self) -> None:  # noqa: D102 - Thread's entry point
-        try:
-            self.pressing()
-        except BaseException as err:  # noqa: BLE001 - reported by the test
-            self.error = err
 
 
 @pytest.mark.slow
