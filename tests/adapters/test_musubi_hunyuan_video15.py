@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from config_files import write_toml as _toml
+
 from trainers.adapters.kohya.page_import import import_kohya_file
 from trainers.adapters.musubi.options import is_musubi_file, read_musubi
 
@@ -32,12 +34,6 @@ seed = 42
 output_dir = "/tmp/out"
 output_name = "hv15-lora"
 """
-
-
-def _toml(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "musubi.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_a_t2v_lora_config_reads_with_musubis_meaning(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from config_files import write_toml as _toml
 
 from trainers.adapters.kohya.page_import import import_kohya_file
 from trainers.adapters.musubi.options import read_musubi
@@ -29,12 +30,6 @@ output_dir = "/tmp/out"
 output_name = "my_i4_lora"
 pretrained_model_name_or_path = "/m/ideogram-v4"
 """
-
-
-def _toml(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "musubi.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_an_ideogram4_lora_config_reads_with_musubis_meaning(tmp_path: Path) -> None:

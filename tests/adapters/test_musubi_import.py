@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from config_files import write_toml as _toml
 
 from trainers.adapters.musubi.options import read_musubi
 from trainers.core.errors import ConfigError
@@ -34,12 +35,6 @@ use_pinned_memory_for_block_swap = true
 output_dir = "/tmp/out"
 output_name = "qwen-lora"
 """
-
-
-def _toml(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "musubi.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def test_a_qwen_image_lora_config_reads_with_musubis_meaning(tmp_path: Path) -> None:

@@ -3,9 +3,11 @@ lumina_train_network.py) read as Atelier's options: the family from their keys, 
 name."""
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
+from config_files import write_toml
 
 from trainers.core.errors import ConfigError
 from trainers.adapters.kohya.page_import import import_kohya_file
@@ -42,10 +44,7 @@ max_train_steps = 100
 """
 
 
-def _toml(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "sd-scripts.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
+_toml = partial(write_toml, name="sd-scripts.toml")
 
 
 def test_a_lumina_lora_config_reads_as_lumina_2_with_sd_scripts_defaults(tmp_path: Path) -> None:
