@@ -200,3 +200,14 @@ def test_scaled_fp8_files_are_refused_by_name(tmp_path: Path) -> None:
     assert "scaled fp8" in issues["pretrained_model_name_or_path"] and "fp8_scaled" in \
         issues["pretrained_model_name_or_path"]
     assert "scaled fp8" in issues["text_encoder"] and text.name in issues["text_encoder"]
+
+
+def test_a_t5_file_given_for_umt5_is_named(tmp_path: Path) -> None:
+    model = _fake(tmp_path / "wan2.1_t2v_1.3B_fp16.safetensors", 16)
+    t5 = tmp_path / "t5xxl_fp16.safetensors"  # T5's position bias is in its first block only; UMT5's in every one
+    bias = "encoder.block.{}.layer.0.SelfAttention.relative_attention_bias.weight"
+    save_file({"shared.weight": torch.zeros(4, 2), bias.format(0): torch.zeros(2, 1),
+               "encoder.block.0.layer.0.layer_norm.weight": torch.zeros(2),
+               "encoder.block.1.layer.0.layer_norm.weight": torch.zeros(2)}, t5)
+    issues = _issues(pretrained_model_name_or_path=model, text_encoder=str(t5))
+    assert [i.field for i in issues] == ["text_encoder"] and "not the UMT5-XXL" in issues[0].message

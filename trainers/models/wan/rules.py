@@ -33,7 +33,8 @@ REFUSED_PIPELINES = {"WanImageToVideoPipeline": "a Wan image-to-video model",
 # ComfyUI's split files beside a Wan 2.1 T2V diffusion_models file (wan/single_file.py reads them): UMT5-XXL and
 # the autoencoder, each in a file of its own; UMT5's tokenizer is google/umt5-xxl's (WanPipeline's, musubi-tuner's)
 SPLIT_PARTS = (Part("t5", "text_encoders.umt5xxl.", "text_encoder", "UMT5-XXL text encoder (ComfyUI's "
-                    "umt5_xxl_fp16.safetensors)", tokenizer="google/umt5-xxl", reader="trainers.models.wan.single_file"),
+                    "umt5_xxl_fp16.safetensors)", tokenizer="google/umt5-xxl",
+                    reader="trainers.models.wan.single_file"),
                Part("vae", "vae.", "ae", "autoencoder (ComfyUI's wan_2.1_vae.safetensors)",
                     reader="trainers.models.wan.single_file", denoiser_input=("patch_embedding.weight", 1),
                     file_keys=(("encoder.conv1.weight", "encoder.conv_in.weight"),  # Wan-AI's or diffusers'
@@ -44,6 +45,21 @@ OTHER_FILES = {"i2v": "an image-to-video Wan model (36 input channels and an ima
                "a14b_i2v": "an image-to-video Wan expert (36 input channels, no image projection)",
                "ti2v": "a 48-channel Wan model (the TI2V 5B)", "vace": "a Wan VACE model",
                "animate": "a Wan Animate model", "other": "a Wan model of another kind"}
+
+
+def _t5_not_umt5(files: ModelFiles) -> list[ConfigIssue]:
+    """A text_encoder file holding a T5 encoder (its relative attention bias in the first block only), not UMT5."""
+    bias = "encoder.block.{}.layer.0.SelfAttention.relative_attention_bias.weight"
+    path = Path(files.text_encoder).expanduser() if files.text_encoder else None
+    try:
+        names = read_safetensors_header(path)[0] if path is not None and path.suffix == ".safetensors" and \
+            path.is_file() else {}
+    except ValueError:
+        return []  # a damaged file: the component checks name it
+    if bias.format(0) in names and bias.format(1) not in names and "encoder.block.1.layer.0.layer_norm.weight" in names:
+        return [ConfigIssue("text_encoder", f"{path.name} holds a T5 encoder (a relative attention bias in its first "
+                            "block only), not the UMT5-XXL that Wan reads: give umt5_xxl_fp16.safetensors", "model")]
+    return []
 
 
 def _scaled_files(keys: CheckpointKeys, files: ModelFiles) -> list[ConfigIssue]:
@@ -119,7 +135,7 @@ class WanRules(FlowRules):
             return [ConfigIssue("pretrained_model_name_or_path", f"{Path(keys.name).name} is {OTHER_FILES[kind]}'s "
                                 "single file, which Atelier does not read: give its diffusers folder or a Wan 2.1 "
                                 "T2V diffusion_models file (wan2.1_t2v_1.3B_fp16.safetensors)", "model")]
-        return _scaled_files(keys, files) or super().checkpoint_issues(keys, files, vae_path)
+        return _scaled_files(keys, files) or _t5_not_umt5(files) or super().checkpoint_issues(keys, files, vae_path)
 
     def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: Any) -> Any:
         from trainers.models.wan.single_file import transformer
