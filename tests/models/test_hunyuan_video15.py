@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import check_adapter_updates, clips_dataset, index_folder, option_values, saved_network
+from family_checks import (check_adapter_updates, check_preset, clips_dataset, index_folder, option_values,
+                           saved_network)
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
@@ -262,24 +263,10 @@ def test_there_is_a_preset_for_each_small_tier() -> None:
 def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path, tmp_path: Path) -> None:
     """By the estimate for the published 480p T2V model (as its comment says, the caption pass too), and Validate's
     preflight on the tiny model with a video dataset config."""
-    from trainers.core.options import load_config
-    from trainers.memory_estimate import FIT_MARGIN, estimate_memory
-    from trainers.preflight.report import preflight
-
-    tier = int(path.stem.rsplit("_", 1)[1].removesuffix("gb"))
-    published = load_config("lora", path, ['pretrained_model_name_or_path="hunyuanvideo-community/'
-                                           'HunyuanVideo-1.5-480p_t2v"'])
-    estimate = estimate_memory(published)
+    estimate, comment = check_preset(path, "hunyuanvideo-community/HunyuanVideo-1.5-480p_t2v", tiny,
+                                     video_dataset(tmp_path / "data"), tmp_path / "out")
     assert estimate.source.startswith("the published HunyuanVideo 1.5")
-    assert estimate.card_gb <= FIT_MARGIN * tier and estimate.caching_card_gb <= tier
-    comment = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
-    assert f"~{estimate.card_gb:.1f} GB of the card" in comment
     assert f"~{estimate.caching_card_gb:.1f} GB while the captions are encoded" in comment
-    cfg = load_config("lora", path, [f'pretrained_model_name_or_path="{tiny}"',
-                                     f'dataset_config="{video_dataset(tmp_path / "data")}"',
-                                     f'output_dir="{tmp_path / "out"}"'])
-    report = preflight(cfg)
-    assert [str(issue) for issue in report.errors] == [] and report.train_samples == 7
 
 
 @pytest.fixture(scope="module")

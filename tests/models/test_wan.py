@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import (check_adapter_updates, clip_lora_runs, clips_dataset, index_folder, option_values,
-                           saved_network, write_captioned_clip)
+from family_checks import (check_adapter_updates, check_preset, clip_lora_runs, clips_dataset, index_folder,
+                           option_values, saved_network, write_captioned_clip)
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
@@ -325,22 +325,9 @@ PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan21_t
 def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path, tmp_path: Path) -> None:
     """By the estimate for the published 1.3B or 14B (as its comment says, the caption pass too), and Validate's
     preflight on the tiny model with a video dataset config."""
-    from trainers.core.options import load_config
-    from trainers.memory_estimate import FIT_MARGIN, estimate_memory
-    from trainers.preflight.report import preflight
-
-    tier = int(path.stem.rsplit("_", 1)[1].removesuffix("gb"))
     size = "14B" if "_14b_" in path.stem else "1.3B"
-    published = load_config("lora", path, [f'pretrained_model_name_or_path="Wan-AI/Wan2.1-T2V-{size}-Diffusers"'])
-    estimate = estimate_memory(published)
-    assert estimate.card_gb <= FIT_MARGIN * tier and estimate.caching_card_gb <= tier
-    comment = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
-    assert f"~{estimate.card_gb:.1f} GB of the card" in comment
-    cfg = load_config("lora", path, [f'pretrained_model_name_or_path="{tiny}"',
-                                     f'dataset_config="{_video_dataset(tmp_path / "data")}"',
-                                     f'output_dir="{tmp_path / "out"}"'])
-    report = preflight(cfg)
-    assert [str(issue) for issue in report.errors] == [] and report.train_samples == 7
+    check_preset(path, f"Wan-AI/Wan2.1-T2V-{size}-Diffusers", tiny, _video_dataset(tmp_path / "data"),
+                 tmp_path / "out")
 
 
 @pytest.mark.slow
