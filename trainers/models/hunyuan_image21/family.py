@@ -24,9 +24,10 @@ import torch
 from torch import nn
 
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
-from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
+from trainers.models.flow import FlowFamily, TextEncoderSpec
 from trainers.models.flux.family import Flux, double_block_targets, single_block_targets
 from trainers.models.hunyuan_image21.rules import HunyuanImage21Rules
+from trainers.models.qwen_byt5 import byt5_ids, qwen_byt5_states
 from trainers.models.qwen_image.family import CHAT_TEMPLATE as QWEN_CHAT_TEMPLATE
 from trainers.models.qwen_image.family import TEMPLATE_TOKENS, trimmed
 
@@ -91,14 +92,7 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
         """Qwen2.5-VL's ids of each caption in the template, and ByT5's of its glyph text (all padding without one:
         the pipeline's zero states and mask)."""
         (qwen_ids,) = super().tokenize(tokenizers[:1], captions, fmt)
-        byt5 = tokenizers[1]
-        rows = []
-        for caption in captions:
-            text = glyph_text(caption)
-            ids = byt5(text or "", max_length=GLYPH_LENGTH, padding="max_length", truncation=True,
-                       return_tensors="pt").input_ids
-            rows.append(ids if text is not None else torch.full_like(ids, byt5.pad_token_id))
-        return [qwen_ids, torch.cat(rows)]
+        return [qwen_ids, byt5_ids(tokenizers[1], [glyph_text(c) for c in captions], GLYPH_LENGTH)]
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,
                        weights: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,21 +100,11 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
         glyph text, both zero on their padding and on the channels they lack; the mask of both), as
         HunyuanImagePipeline encodes. Qwen2.5-VL reads the batch's longest caption, not every padding token."""
         (qwen, byt5), (ids, glyph_ids) = text_encoders, input_ids
-        mask = ids != self.pad_token_id
-        longest = int(mask.sum(dim=1).max())
-        hidden = run_frozen(qwen, lambda: qwen.model(input_ids=ids[:, :longest], attention_mask=mask[:, :longest],
-                                                     output_hidden_states=True).hidden_states[HIDDEN_LAYER])
-        hidden = torch.cat([hidden, hidden.new_zeros(ids.shape[0], ids.shape[1] - longest, hidden.shape[-1])], dim=1)
-        mask = mask[:, TEMPLATE_TOKENS:]
-        text = hidden[:, TEMPLATE_TOKENS:] * mask[..., None].to(hidden.dtype)
-        glyph_mask = glyph_ids != 0  # ByT5's pad id; a caption without glyph text is all padding
-        glyph = text.new_zeros(*glyph_ids.shape, byt5.config.d_model)
-        if rows := [i for i in range(glyph_ids.shape[0]) if glyph_mask[i].any()]:
-            states = run_frozen(byt5, lambda: byt5(glyph_ids[rows], attention_mask=glyph_mask[rows].float())[0])
-            glyph[rows] = states.to(glyph.dtype) * glyph_mask[rows][..., None].to(glyph.dtype)
-        width = max(text.shape[-1], glyph.shape[-1])
-        packed = torch.cat([_widened(text, width), _widened(glyph, width)], dim=1)
-        return packed, torch.cat([mask, glyph_mask], dim=1).to(hidden.dtype)
+
+        def hidden_states(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return qwen.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[HIDDEN_LAYER]
+
+        return qwen_byt5_states(qwen, hidden_states, byt5, ids, glyph_ids, self.pad_token_id, TEMPLATE_TOKENS)
 
     def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
                 text_mask: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
@@ -209,11 +193,6 @@ def checkpoint_with_keywords(transformer: nn.Module) -> None:
         enable(gradient_checkpointing_func or checkpointed)
 
     transformer.enable_gradient_checkpointing = types.MethodType(enable_with_keywords, transformer)
-
-
-def _widened(states: torch.Tensor, width: int) -> torch.Tensor:
-    """`states` (B, L, D) zero-padded to `width` channels."""
-    return torch.nn.functional.pad(states, (0, width - states.shape[-1]))
 
 
 def _pipeline_class() -> type:
