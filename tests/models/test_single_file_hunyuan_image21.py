@@ -194,3 +194,18 @@ def test_a_scaled_fp8_transformer_file_is_refused_by_name(tmp_path: Path) -> Non
     (issue,) = _issues(pretrained_model_name_or_path=str(path))
     assert issue.field == "pretrained_model_name_or_path" and "scaled fp8" in issue.message
     assert path.name in issue.message and "HunyuanImage 2.1" in issue.message
+
+
+@pytest.mark.slow  # builds and saves the tiny model
+def test_an_sd_scripts_config_with_its_files_validates(hunyuan: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """hunyuan_image_train_network.py's TOML (its DiT, text_encoder, byt5 and vae files) imports and validates."""
+    from trainers.adapters.kohya.page_import import import_kohya_file
+
+    _, files = hunyuan
+    toml = tmp_path / "sd_scripts.toml"
+    toml.write_text(f'pretrained_model_name_or_path = "{files["pretrained_model_name_or_path"]}"\n'
+                    f'text_encoder = "{files["text_encoder"]}"\nbyt5 = "{files["byt5"]}"\nvae = "{files["ae"]}"\n'
+                    'network_module = "networks.lora_hunyuan_image"\nnetwork_dim = 4\n', encoding="utf-8")
+    _, values, _ = import_kohya_file(toml)
+    assert values["ae"] == files["ae"] and values["vae"] == ""
+    assert model_issues({**values, "tokenizer_cache_dir": files["tokenizer_cache_dir"]}) == []
