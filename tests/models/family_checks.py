@@ -44,6 +44,17 @@ def saved_network(model: object) -> SimpleNamespace:
                            state=state, updates=updates, view=view, peft=peft)
 
 
+def saved_fixture() -> object:
+    """A test module's `saved` fixture (module scope): saved_network of its `model` fixture."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def saved(model: object) -> SimpleNamespace:
+        return saved_network(model)
+
+    return saved
+
+
 def adapter_updates(module: torch.nn.Module, adapter: str = "default_0") -> dict[str, torch.Tensor]:
     """Each layer's update B @ A x scaling of the PEFT adapter that load_lora_weights put in `module`."""
     return {name: layer.lora_B[adapter].weight @ layer.lora_A[adapter].weight * layer.scaling[adapter]
@@ -173,3 +184,20 @@ def check_preset(path: Path, published_model: str, tiny: Path, dataset: Path, ou
     report = preflight(cfg)
     assert [str(issue) for issue in report.errors] == [] and report.train_samples == 7
     return estimate, comment
+
+
+def check_clip_run_sampled(runs: SimpleNamespace) -> Path:
+    """The 2-step clip LoRA run (clip_lora_runs) reported both steps and wrote an mp4 sample: its path."""
+    from helpers import events
+
+    evs = events(runs.run)
+    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
+    sample = Path(next(e for e in evs if e["type"] == "sample")["path"])
+    assert sample.suffix == ".mp4" and sample.stat().st_size > 0
+    return sample
+
+
+def check_resumed_equals_straight(runs: SimpleNamespace) -> None:
+    """The LoRA resumed from the step-1 state holds the uninterrupted run's keys and weights."""
+    assert runs.lora.keys() == runs.resumed.keys()
+    assert max((runs.lora[k] - runs.resumed[k]).abs().max().item() for k in runs.lora) < 1e-6

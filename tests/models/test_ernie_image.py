@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from family_checks import (check_adapter_updates, check_ai_toolkit_files_load_whole,
-    check_comfyui_loads_by_generic_names, check_network_denoises_as, index_folder, option_values, saved_network)
+                           check_comfyui_loads_by_generic_names, check_network_denoises_as, index_folder,
+                           option_values, saved_fixture)
 
 from trainers.models.checks import model_issues
 from trainers.models.distilled import distilled_base, distilled_notes
@@ -180,10 +181,7 @@ def test_one_step_on_the_flow_loss_lowers_it_with_or_without_checkpointing(tiny:
     assert all(after < first for first, after in losses)
 
 
-@pytest.fixture(scope="module")
-def saved(model: object) -> SimpleNamespace:
-    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    return saved_network(model)
+saved = saved_fixture()
 
 
 def test_its_lora_targets_the_blocks_attention_and_mlp(saved: SimpleNamespace) -> None:

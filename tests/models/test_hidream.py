@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from family_checks import (check_adapter_updates, check_ai_toolkit_files_load_whole,
-    check_comfyui_loads_by_generic_names, check_network_denoises_as, option_values, saved_network)
+                           check_comfyui_loads_by_generic_names, check_network_denoises_as, option_values,
+                           saved_fixture)
 
 from trainers.models import load_model
 from trainers.models.checks import model_issues
@@ -177,10 +178,7 @@ def test_gradient_checkpointing_trains_as_without_it(tiny: Path) -> None:
     assert grads[0].abs().max() > 0 and torch.allclose(grads[0], grads[1], atol=1e-6)
 
 
-@pytest.fixture(scope="module")
-def saved(model: object) -> SimpleNamespace:
-    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    return saved_network(model)
+saved = saved_fixture()
 
 
 def test_its_lora_targets_every_linear_layer_of_the_blocks(saved: SimpleNamespace) -> None:

@@ -13,12 +13,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from lora_networks import random_network
+from family_checks import saved_fixture
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
 from trainers.models.checks import model_issues
-from trainers.models.flow_lora import kohya_to_diffusers
 from trainers.models.hunyuan_image21.family import glyph_text
 from trainers.models.hunyuan_image21.rules import HUNYUAN_IMAGE21
 from trainers.models.hunyuan_image21.tiny import build_tiny_hunyuan_image21
@@ -136,17 +135,7 @@ def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
     return shapes
 
 
-@pytest.fixture(scope="module")
-def saved(model: object) -> SimpleNamespace:
-    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    unet = copy.deepcopy(model.unet).eval()
-    network, targets, state = random_network(model.family, unet)
-    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
-    peft = kohya_to_diffusers(state, view, targets, ())
-    updates = {k.removeprefix("transformer.").removesuffix(".lora_A.weight"): peft[k.replace("lora_A", "lora_B")] @ v
-               for k, v in peft.items() if k.endswith(".lora_A.weight")}
-    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
-                           state=state, updates=updates, view=view)
+saved = saved_fixture()
 
 
 def test_its_lora_file_has_comfyuis_names_and_comfyui_loads_every_key(saved: SimpleNamespace) -> None:

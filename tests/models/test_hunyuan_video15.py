@@ -14,8 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import (check_adapter_updates, check_preset, clips_dataset, index_folder, option_values,
-                           saved_network)
+from family_checks import check_adapter_updates, check_preset, clips_dataset, index_folder, option_values, saved_fixture
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
@@ -176,10 +175,7 @@ def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
     return shapes
 
 
-@pytest.fixture(scope="module")
-def saved(model: object) -> SimpleNamespace:
-    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    return saved_network(model)
+saved = saved_fixture()
 
 
 def test_its_lora_file_has_comfyuis_names_and_comfyui_loads_every_key(saved: SimpleNamespace) -> None:

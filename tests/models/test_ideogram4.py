@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from family_checks import check_adapter_updates, check_network_denoises_as, index_folder, option_values, saved_network
+from family_checks import check_adapter_updates, check_network_denoises_as, index_folder, option_values, saved_fixture
 
 from trainers.models import load_model
 from trainers.models.checks import model_issues
@@ -180,10 +180,7 @@ def test_a_sample_renders_through_its_pipeline(model: object) -> None:
     assert pixels.shape == (1, 3, 64, 96)
 
 
-@pytest.fixture(scope="module")
-def saved(model: object) -> SimpleNamespace:
-    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    return saved_network(model)
+saved = saved_fixture()
 
 
 def test_its_lora_is_musubi_tuners_modules_under_reference_names(saved: SimpleNamespace) -> None:

@@ -14,8 +14,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import (check_adapter_updates, check_preset, clip_lora_runs, clips_dataset, index_folder,
-                           option_values, saved_network, write_captioned_clip)
+from family_checks import (check_adapter_updates, check_clip_run_sampled, check_preset, check_resumed_equals_straight,
+                           clip_lora_runs, clips_dataset, index_folder, option_values, saved_fixture,
+                           write_captioned_clip)
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
@@ -147,10 +148,7 @@ def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
     return shapes
 
 
-@pytest.fixture(scope="module")
-def saved(model: object) -> SimpleNamespace:
-    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
-    return saved_network(model)
+saved = saved_fixture()
 
 
 def test_its_lora_file_has_musubis_names_and_comfyui_loads_every_key(saved: SimpleNamespace) -> None:
@@ -300,12 +298,7 @@ def clip_runs(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNam
 
 @pytest.mark.slow
 def test_a_lora_run_from_clips_trains_samples_an_mp4_and_names_musubis_modules(clip_runs: SimpleNamespace) -> None:
-    from helpers import events
-
-    evs = events(clip_runs.run)
-    assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
-    sample = Path(next(e for e in evs if e["type"] == "sample")["path"])
-    assert sample.suffix == ".mp4" and sample.stat().st_size > 0
+    check_clip_run_sampled(clip_runs)
     keys = {"lora_unet_blocks_0_self_attn_q.lora_down.weight", "lora_unet_blocks_1_ffn_2.alpha"}
     assert keys <= clip_runs.lora.keys()
     assert clip_runs.metadata["ss_network_module"] == "networks.lora_wan"
@@ -314,8 +307,7 @@ def test_a_lora_run_from_clips_trains_samples_an_mp4_and_names_musubis_modules(c
 
 @pytest.mark.slow
 def test_a_resumed_clip_lora_equals_the_uninterrupted_one(clip_runs: SimpleNamespace) -> None:
-    assert clip_runs.lora.keys() == clip_runs.resumed.keys()
-    assert max((clip_runs.lora[k] - clip_runs.resumed[k]).abs().max().item() for k in clip_runs.lora) < 1e-6
+    check_resumed_equals_straight(clip_runs)
 
 
 PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan21_t2v_*_lora_*gb.toml"))
