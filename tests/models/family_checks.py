@@ -201,3 +201,18 @@ def check_resumed_equals_straight(runs: SimpleNamespace) -> None:
     """The LoRA resumed from the step-1 state holds the uninterrupted run's keys and weights."""
     assert runs.lora.keys() == runs.resumed.keys()
     assert max((runs.lora[k] - runs.resumed[k]).abs().max().item() for k in runs.lora) < 1e-6
+
+
+def check_pipeline_loads_every_key(model: object, saved: SimpleNamespace, captions: list[str],
+                                   latents: tuple[int, ...]) -> None:
+    """The saved file as it is: the family's pipeline's lora_state_dict reads every `diffusion_model.` key,
+    load_lora_weights puts each update in the layer trained, and its transformer then computes (on `captions`,
+    noisy latents of shape `latents`) what training's network does."""
+    family = model.family.configured({})
+    pipe = family.build_pipeline(SimpleNamespace(**{**vars(model), "unet": copy.deepcopy(model.unet).eval()}),
+                                 family.inference_scheduler(model, "euler"))
+    assert len(pipe.lora_state_dict(dict(saved.file))) == len(saved.file)
+    pipe.load_lora_weights(dict(saved.file), adapter_name="default_0")
+    check_adapter_updates(pipe.transformer, saved.updates)
+    conditions = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, captions), 1)
+    check_network_denoises_as(family, pipe.transformer, saved, torch.randn(*latents), *conditions)

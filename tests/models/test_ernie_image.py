@@ -5,7 +5,6 @@ are encoded and the transformer called as ErnieImagePipeline does, and a LoRA fi
 ErnieImagePipeline.load_lora_weights and in ComfyUI (comfy_lora.py)."""
 from __future__ import annotations
 
-import copy
 import json
 from functools import partial
 from pathlib import Path
@@ -13,9 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from family_checks import (check_adapter_updates, check_ai_toolkit_files_load_whole,
-                           check_comfyui_loads_by_generic_names, check_network_denoises_as, index_folder,
-                           option_values, saved_fixture)
+from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names,
+                           check_pipeline_loads_every_key, index_folder, option_values, saved_fixture)
 
 from trainers.models.checks import model_issues
 from trainers.models.distilled import distilled_base, distilled_notes
@@ -204,16 +202,7 @@ def test_comfyui_loads_every_key_into_the_layer_that_was_trained(saved: SimpleNa
 def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: SimpleNamespace) -> None:
     """The saved file as it is: ErnieImagePipeline.load_lora_weights (ErnieImageLoraLoaderMixin) reads its
     `diffusion_model.` keys, and the transformer then computes what training's network does."""
-    family = model.family.configured({})
-    pipe = family.build_pipeline(SimpleNamespace(**{**vars(model), "unet": copy.deepcopy(model.unet).eval()}),
-                                 family.inference_scheduler(model, "euler"))
-    assert len(pipe.lora_state_dict(dict(saved.file))) == len(saved.file)
-    pipe.load_lora_weights(dict(saved.file), adapter_name="default_0")
-    unet = pipe.transformer
-    check_adapter_updates(unet, saved.updates)
-    hidden, mask = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
-    # the network as training runs it (on the fixture's copy) computes what diffusers does
-    check_network_denoises_as(family, unet, saved, torch.randn(2, 4, 8, 8), hidden, mask)
+    check_pipeline_loads_every_key(model, saved, CAPTIONS, (2, 4, 8, 8))
 
 
 def test_ai_toolkits_files_load_whole_in_diffusers(model: object) -> None:

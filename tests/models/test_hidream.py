@@ -14,9 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from family_checks import (check_adapter_updates, check_ai_toolkit_files_load_whole,
-                           check_comfyui_loads_by_generic_names, check_network_denoises_as, option_values,
-                           saved_fixture)
+from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names,
+                           check_pipeline_loads_every_key, option_values, saved_fixture)
 
 from trainers.models import load_model
 from trainers.models.checks import model_issues
@@ -200,17 +199,8 @@ def test_comfyui_loads_every_key_into_the_layer_that_was_trained(saved: SimpleNa
 
 
 def test_diffusers_load_lora_weights_takes_every_key(model: object, saved: SimpleNamespace) -> None:
-    family = model.family.configured({})
-    pipe = family.build_pipeline(SimpleNamespace(**{**vars(model), "unet": copy.deepcopy(model.unet).eval()}),
-                                 family.inference_scheduler(model, "euler"))
-    state = pipe.lora_state_dict(dict(saved.file))
-    assert len(state) == len(saved.file)  # its HiDream conversion reads `diffusion_model.` keys
-    pipe.load_lora_weights(dict(saved.file), adapter_name="default_0")
-    unet = pipe.transformer
-    check_adapter_updates(unet, saved.updates)
-    hidden, pooled = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, CAPTIONS), 1)
-    # the network as training runs it (on the fixture's copy) computes what diffusers does
-    check_network_denoises_as(family, unet, saved, torch.randn(2, 16, 8, 8), hidden, pooled)
+    """HiDreamImagePipeline's HiDream conversion reads the `diffusion_model.` keys."""
+    check_pipeline_loads_every_key(model, saved, CAPTIONS, (2, 16, 8, 8))
 
 
 def test_ai_toolkits_files_load_whole_in_diffusers(model: object) -> None:
