@@ -201,20 +201,6 @@ PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan22_t
 def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path, tmp_path: Path) -> None:
     """By the estimate for the published 5B (as its comment says, the caption pass too), and Validate's preflight
     on the tiny model with a video dataset config."""
-    from family_checks import clips_dataset as _video_dataset
+    from family_checks import check_preset, clips_dataset
 
-    from trainers.core.options import load_config
-    from trainers.memory_estimate import FIT_MARGIN, estimate_memory
-    from trainers.preflight.report import preflight
-
-    tier = int(path.stem.rsplit("_", 1)[1].removesuffix("gb"))
-    published = load_config("lora", path, ['pretrained_model_name_or_path="Wan-AI/Wan2.2-TI2V-5B-Diffusers"'])
-    estimate = estimate_memory(published)
-    assert estimate.card_gb <= FIT_MARGIN * tier and estimate.caching_card_gb <= tier
-    comment = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
-    assert f"~{estimate.card_gb:.1f} GB of the card" in comment
-    cfg = load_config("lora", path, [f'pretrained_model_name_or_path="{tiny}"',
-                                     f'dataset_config="{_video_dataset(tmp_path / "data")}"',
-                                     f'output_dir="{tmp_path / "out"}"'])
-    report = preflight(cfg)
-    assert [str(issue) for issue in report.errors] == [] and report.train_samples == 7
+    check_preset(path, "Wan-AI/Wan2.2-TI2V-5B-Diffusers", tiny, clips_dataset(tmp_path / "data"), tmp_path / "out")
