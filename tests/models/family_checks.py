@@ -216,3 +216,17 @@ def check_pipeline_loads_every_key(model: object, saved: SimpleNamespace, captio
     check_adapter_updates(pipe.transformer, saved.updates)
     conditions = family.encode_prompts(model.text_encoders, family.tokenize(model.tokenizers, captions), 1)
     check_network_denoises_as(family, pipe.transformer, saved, torch.randn(*latents), *conditions)
+
+
+def check_sample_renders_from_a_first_frame(model: object, tmp_path: Path) -> None:
+    """An image-to-video model's training sample from a prompt's --ci first frame: an mp4 clip."""
+    from PIL import Image
+
+    from trainers.core.prompts import config_prompts
+    from trainers.sampling.pipeline import generate_samples
+
+    Image.new("RGB", (32, 32), (200, 40, 40)).save(tmp_path / "first.png")
+    prompts = config_prompts("", [f"a red fox --w 32 --h 32 --s 2 --d 3 --ci {tmp_path / 'first.png'}"])
+    (written,) = generate_samples(model, prompts, tmp_path, "step2", default_size=(32, 32), default_steps=2,
+                                  default_cfg=1.0)
+    assert written.suffix == ".mp4" and written.stat().st_size > 0

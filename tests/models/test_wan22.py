@@ -290,16 +290,9 @@ def test_an_i2v_step_trains_both_experts_on_the_first_frame_condition(i2v: objec
 
 
 def test_an_i2v_sample_renders_from_its_first_frame(i2v: object, tmp_path: Path) -> None:
-    from PIL import Image
+    from family_checks import check_sample_renders_from_a_first_frame
 
-    from trainers.core.prompts import config_prompts
-    from trainers.sampling.pipeline import generate_samples
-
-    Image.new("RGB", (32, 32), (200, 40, 40)).save(tmp_path / "first.png")
-    prompts = config_prompts("", [f"a red fox --w 32 --h 32 --s 2 --d 3 --ci {tmp_path / 'first.png'}"])
-    (written,) = generate_samples(i2v, prompts, tmp_path, "step2", default_size=(32, 32), default_steps=2,
-                                  default_cfg=1.0)
-    assert written.suffix == ".mp4" and written.stat().st_size > 0
+    check_sample_renders_from_a_first_frame(i2v, tmp_path)
     with pytest.raises(ValueError, match="--ci"):
         i2v.family.edit_inputs([], 32, 32)
 
