@@ -27,6 +27,7 @@ from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeCondi
 from trainers.models.flow import FlowFamily, TextEncoderSpec
 from trainers.models.flux.family import Flux, double_block_targets, single_block_targets
 from trainers.models.hunyuan_image21.rules import HunyuanImage21Rules
+from trainers.models.pipeline_lora import TransformerLoraLoading
 from trainers.models.qwen_byt5 import byt5_ids, qwen_byt5_states
 from trainers.models.qwen_image.family import CHAT_TEMPLATE as QWEN_CHAT_TEMPLATE
 from trainers.models.qwen_image.family import TEMPLATE_TOKENS, trimmed
@@ -203,21 +204,11 @@ def _pipeline_class() -> type:
     from diffusers import HunyuanImagePipeline
     from diffusers.guiders import ClassifierFreeGuidance
 
-    class ScaledHunyuanImagePipeline(HunyuanImagePipeline):
+    class ScaledHunyuanImagePipeline(TransformerLoraLoading, HunyuanImagePipeline):
         def __call__(self, *args: Any, guidance_scale: float = 1.0, **kwargs: Any) -> Any:
             self.guider = ClassifierFreeGuidance(guidance_scale=guidance_scale) if guidance_scale > 1 else None
             self.ocr_guider = None
             return super().__call__(*args, **kwargs)
-
-        def load_lora_weights(self, state: dict[str, torch.Tensor], adapter_name: str | None = None) -> None:
-            """lora_for_pipeline's `transformer.` keys into the transformer."""
-            self.transformer.load_lora_adapter(state, prefix="transformer", adapter_name=adapter_name)
-
-        def set_adapters(self, adapter_names: list[str], adapter_weights: list[float] | None = None) -> None:
-            self.transformer.set_adapters(adapter_names, adapter_weights)
-
-        def delete_adapters(self, adapter_names: list[str] | str) -> None:
-            self.transformer.delete_adapters(adapter_names)
 
     return ScaledHunyuanImagePipeline
 

@@ -34,6 +34,7 @@ from trainers.models.flow import FlowFamily, TextEncoderSpec
 from trainers.models.flux.family import double_block_targets
 from trainers.models.hunyuan_video15.i2v import FirstFrame, ImageEncoder, conditioned_objective
 from trainers.models.hunyuan_video15.rules import I2V_PIPELINE, HunyuanVideo15Rules, is_i2v_folder
+from trainers.models.pipeline_lora import TransformerLoraLoading
 from trainers.models.qwen_byt5 import byt5_ids, qwen_byt5_states
 from trainers.models.qwen_image.family import trimmed
 from trainers.models.video import VideoFamily, encode_images_as_frames
@@ -289,7 +290,7 @@ def _pipeline_class(i2v: bool = False) -> type:
 
     base = getattr(diffusers, I2V_PIPELINE if i2v else "HunyuanVideo15Pipeline")
 
-    class ScaledHunyuanVideo15Pipeline(base):  # type: ignore[misc, valid-type]
+    class ScaledHunyuanVideo15Pipeline(TransformerLoraLoading, base):  # type: ignore[misc, valid-type]
         def __call__(self, *args: Any, guidance_scale: float = 1.0, **kwargs: Any) -> Any:
             self.guider = ClassifierFreeGuidance(guidance_scale=guidance_scale, enabled=guidance_scale > 1)
             if i2v:
@@ -297,16 +298,6 @@ def _pipeline_class(i2v: bool = False) -> type:
                 if height and width:
                     self.video_processor.calculate_default_height_width = lambda *a, **k: (height, width)
             return super().__call__(*args, **kwargs)
-
-        def load_lora_weights(self, state: dict[str, torch.Tensor], adapter_name: str | None = None) -> None:
-            """lora_for_pipeline's `transformer.` keys into the transformer."""
-            self.transformer.load_lora_adapter(state, prefix="transformer", adapter_name=adapter_name)
-
-        def set_adapters(self, adapter_names: list[str], adapter_weights: list[float] | None = None) -> None:
-            self.transformer.set_adapters(adapter_names, adapter_weights)
-
-        def delete_adapters(self, adapter_names: list[str] | str) -> None:
-            self.transformer.delete_adapters(adapter_names)
 
     return ScaledHunyuanVideo15Pipeline
 
