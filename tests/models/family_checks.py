@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -42,6 +43,24 @@ def saved_network(model: object) -> SimpleNamespace:
                for k, v in peft.items() if k.endswith(".lora_A.weight")}
     return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
                            state=state, updates=updates, view=view, peft=peft)
+
+
+def model_fixtures(build: Callable[[Path], Path], name: str) -> tuple[object, object]:
+    """A test module's `tiny` (`build`'s tiny model folder, in a temporary folder named `name`) and `model` (it
+    loaded in float32) fixtures, module scope."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+        return build(tmp_path_factory.mktemp(name) / "model")
+
+    @pytest.fixture(scope="module")
+    def model(tiny: Path) -> object:
+        from trainers.models import load_model
+
+        return load_model(str(tiny), "auto", torch.float32)
+
+    return tiny, model
 
 
 def saved_fixture() -> object:

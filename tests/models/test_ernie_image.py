@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names,
+from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names, model_fixtures,
                            check_pipeline_loads_every_key, index_folder, option_values, saved_fixture)
 
 from trainers.models.checks import model_issues
@@ -24,9 +24,7 @@ from trainers.models.rules import folder_rules
 CAPTIONS = ["a red cat on a mat", "a blue square"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_ernie_image(tmp_path_factory.mktemp("ernie") / "model")
+tiny, model = model_fixtures(build_tiny_ernie_image, "ernie")
 
 
 _values = partial(option_values, network_train_unet_only=True)
@@ -80,13 +78,6 @@ def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> 
     (issue,) = model_issues(_values(path))
     assert issue.field == "pretrained_model_name_or_path"
     assert "ERNIE-Image single file" in issue.message and "ErnieImagePipeline" in issue.message
-
-
-@pytest.fixture(scope="module")
-def model(tiny: Path) -> object:
-    from trainers.models import load_model
-
-    return load_model(str(tiny), "auto", torch.float32)
 
 
 def test_captions_are_encoded_and_rendered_as_its_pipeline_does(model: object) -> None:

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names,
+from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names, model_fixtures,
                            check_pipeline_loads_every_key, option_values, saved_fixture)
 
 from trainers.models import load_model
@@ -27,14 +27,7 @@ from trainers.models.rules import folder_rules
 CAPTIONS = ["a red cat on a mat", "a blue square"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_hidream(tmp_path_factory.mktemp("hidream") / "model")
-
-
-@pytest.fixture(scope="module")
-def model(tiny: Path) -> object:
-    return load_model(str(tiny), "auto", torch.float32)
+tiny, model = model_fixtures(build_tiny_hidream, "hidream")
 
 
 _values = partial(option_values, network_train_unet_only=True)

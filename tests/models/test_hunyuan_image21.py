@@ -10,10 +10,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import saved_fixture
+from family_checks import model_fixtures, saved_fixture
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
@@ -26,14 +25,7 @@ from trainers.models.rules import folder_rules
 CAPTIONS = ['a red sign that says "OPEN"', "a blue square"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_hunyuan_image21(tmp_path_factory.mktemp("hunyuan") / "model")
-
-
-@pytest.fixture(scope="module")
-def model(tiny: Path) -> object:
-    return load_model(str(tiny), "auto", torch.float32)
+tiny, model = model_fixtures(build_tiny_hunyuan_image21, "hunyuan")
 
 
 def _values(model_dir: Path, **options: object) -> dict[str, object]:

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import check_adapter_updates, check_preset, clips_dataset, index_folder, option_values, saved_fixture
+from family_checks import (check_adapter_updates, check_preset, model_fixtures, clips_dataset, index_folder,
+                           option_values, saved_fixture)
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
@@ -26,14 +27,7 @@ from trainers.models.rules import checkpoint_rules, folder_rules
 CAPTIONS = ['a neon sign that reads "OPEN" flickers', "waves at dusk"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_hunyuan_video15(tmp_path_factory.mktemp("hv15") / "model")
-
-
-@pytest.fixture(scope="module")
-def model(tiny: Path) -> object:
-    return load_model(str(tiny), "auto", torch.float32)
+tiny, model = model_fixtures(build_tiny_hunyuan_video15, "hv15")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from family_checks import check_adapter_updates, check_network_denoises_as, index_folder, option_values, saved_fixture
+from family_checks import (check_adapter_updates, check_network_denoises_as, model_fixtures, index_folder,
+                           option_values, saved_fixture)
 
 from trainers.models import load_model
 from trainers.models.checks import model_issues
@@ -26,14 +27,7 @@ from trainers.models.rules import folder_rules
 CAPTIONS = ["a red cat on a mat", "a blue square"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_ideogram4(tmp_path_factory.mktemp("ideogram4") / "model")
-
-
-@pytest.fixture(scope="module")
-def model(tiny: Path) -> object:
-    return load_model(str(tiny), "auto", torch.float32)
+tiny, model = model_fixtures(build_tiny_ideogram4, "ideogram4")
 
 
 _values = partial(option_values, network_train_unet_only=True)

@@ -14,12 +14,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import (check_adapter_updates, check_clip_run_sampled, check_preset, check_resumed_equals_straight,
-                           clip_lora_runs, clips_dataset, index_folder, option_values, saved_fixture,
-                           write_captioned_clip)
+from family_checks import (check_adapter_updates, check_clip_run_sampled, check_preset, model_fixtures,
+                           check_resumed_equals_straight, clip_lora_runs, clips_dataset, index_folder, option_values,
+                           saved_fixture, write_captioned_clip)
 
 from trainers.core.options import BY_NAME
-from trainers.models import load_model
 from trainers.models.checks import model_issues
 from trainers.models.rules import folder_rules
 from trainers.models.wan.rules import WAN21
@@ -28,14 +27,7 @@ from trainers.models.wan.tiny import build_tiny_wan
 CAPTIONS = ["a red fox runs through snow", "waves at dusk"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_wan(tmp_path_factory.mktemp("wan") / "model")
-
-
-@pytest.fixture(scope="module")
-def model(tiny: Path) -> object:
-    return load_model(str(tiny), "auto", torch.float32)
+tiny, model = model_fixtures(build_tiny_wan, "wan")
 
 
 _values, _folder = option_values, index_folder

@@ -12,23 +12,16 @@ from typing import Any
 
 import pytest
 import torch
+from family_checks import model_fixtures
 
 from trainers.core.options import BY_NAME
-from trainers.models import load_model
 from trainers.models.checks import model_issues
 from trainers.models.rules import folder_rules
 from trainers.models.wan.i2v21.rules import WAN21_I2V
 from trainers.models.wan.i2v21.tiny import build_tiny_wan21_i2v
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_wan21_i2v(tmp_path_factory.mktemp("wan21-i2v") / "model")
-
-
-@pytest.fixture(scope="module")
-def model(tiny: Path) -> object:
-    return load_model(str(tiny), "auto", torch.float32)
+tiny, model = model_fixtures(build_tiny_wan21_i2v, "wan21-i2v")
 
 
 def _values(model_dir: Path, **options: object) -> dict[str, object]:

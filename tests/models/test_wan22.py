@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from family_checks import model_fixtures
 from comfy_lora import load_lora, unet_key_map
 from lora_networks import random_network
 
@@ -26,14 +27,7 @@ from trainers.models.wan.wan22.tiny import build_tiny_wan22
 BOUNDARY = 0.875
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_wan22(tmp_path_factory.mktemp("wan22") / "model")
-
-
-@pytest.fixture(scope="module")
-def model(tiny: Path) -> object:
-    return load_model(str(tiny), "auto", torch.float32)
+tiny, model = model_fixtures(build_tiny_wan22, "wan22")
 
 
 def _values(model_dir: Path, **options: object) -> dict[str, object]:

@@ -12,22 +12,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from family_checks import model_fixtures
 
-from trainers.models import load_model
 from trainers.models.rules import folder_rules
 from trainers.models.wan.rules import WAN21
 from trainers.models.wan.ti2v.rules import WAN22_TI2V
 from trainers.models.wan.ti2v.tiny import build_tiny_wan22_ti2v
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_wan22_ti2v(tmp_path_factory.mktemp("wan22-ti2v") / "model")
-
-
-@pytest.fixture(scope="module")
-def model(tiny: Path) -> object:
-    return load_model(str(tiny), "auto", torch.float32)
+tiny, model = model_fixtures(build_tiny_wan22_ti2v, "wan22-ti2v")
 
 
 def test_the_folder_is_claimed_as_ti2v_5b(tiny: Path) -> None:
