@@ -249,3 +249,18 @@ def check_sample_renders_from_a_first_frame(model: object, tmp_path: Path) -> No
     (written,) = generate_samples(model, prompts, tmp_path, "step2", default_size=(32, 32), default_steps=2,
                                   default_cfg=1.0)
     assert written.suffix == ".mp4" and written.stat().st_size > 0
+
+
+def check_wrong_family_refused(values: Callable[..., dict[str, object]], tiny: Path, tmp_path: Path, family: str,
+                               title: str, other: str, other_pipeline: tuple[str, str] = ("QwenImagePipeline",
+                                                                                          "Qwen-Image")) -> None:
+    """Before anything loads: the tiny model run as the `other` family is refused naming this one (`title`), and a
+    folder of another family's pipeline (class, title) run as `family` is refused naming that family."""
+    from trainers.models.checks import model_issues
+
+    (issue,) = model_issues(values(tiny, model_family=other))
+    assert issue.field == "model_family" and title in issue.message
+    pipeline, its_title = other_pipeline
+    folder = index_folder(tmp_path, "other", {"_class_name": pipeline})
+    (issue,) = model_issues(values(folder, model_family=family))
+    assert issue.field == "model_family" and its_title in issue.message

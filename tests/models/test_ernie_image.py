@@ -12,8 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names, model_fixtures,
-                           check_pipeline_loads_every_key, index_folder, option_values, saved_fixture)
+from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names,
+                           check_wrong_family_refused, model_fixtures, check_pipeline_loads_every_key, index_folder,
+                           option_values, saved_fixture)
 
 from trainers.models.checks import model_issues
 from trainers.models.distilled import distilled_base, distilled_notes
@@ -45,11 +46,7 @@ def test_a_folder_naming_its_transformer_class_is_claimed(tmp_path: Path) -> Non
 
 
 def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
-    (issue,) = model_issues(_values(tiny, model_family="flux"))
-    assert issue.field == "model_family" and "ERNIE-Image" in issue.message
-    other = index_folder(tmp_path, "qwen", {"_class_name": "QwenImagePipeline"})
-    (issue,) = model_issues(_values(other, model_family="ernie_image"))
-    assert issue.field == "model_family" and "Qwen-Image" in issue.message
+    check_wrong_family_refused(_values, tiny, tmp_path, "ernie_image", "ERNIE-Image", "flux")
 
 
 def test_turbo_is_reported_as_a_distilled_base(tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names, model_fixtures,
-                           check_pipeline_loads_every_key, option_values, saved_fixture)
+from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names,
+                           check_wrong_family_refused, model_fixtures, check_pipeline_loads_every_key, option_values,
+                           saved_fixture)
 
 from trainers.models import load_model
 from trainers.models.checks import model_issues
@@ -50,11 +51,7 @@ def test_the_tiny_folder_is_claimed(tiny: Path) -> None:
 
 
 def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
-    (issue,) = model_issues(_values(tiny, model_family="flux"))
-    assert issue.field == "model_family" and "HiDream-I1" in issue.message
-    other = _folder(tmp_path, "qwen", "QwenImagePipeline")
-    (issue,) = model_issues(_values(other, model_family="hidream"))
-    assert issue.field == "model_family" and "Qwen-Image" in issue.message
+    check_wrong_family_refused(_values, tiny, tmp_path, "hidream", "HiDream-I1", "flux")
 
 
 def test_dev_and_fast_are_told_by_their_scheduler_and_reported_distilled(tmp_path: Path) -> None:

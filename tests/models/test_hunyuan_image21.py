@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import model_fixtures, saved_fixture
+from family_checks import check_wrong_family_refused, model_fixtures, saved_fixture
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
@@ -45,13 +45,7 @@ def test_the_tiny_folder_is_claimed_and_its_refiner_refused_by_name(tiny: Path, 
 
 
 def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
-    (issue,) = model_issues(_values(tiny, model_family="qwen_image"))
-    assert issue.field == "model_family" and "HunyuanImage 2.1" in issue.message
-    other = tmp_path / "qwen"
-    other.mkdir()
-    (other / "model_index.json").write_text(json.dumps({"_class_name": "QwenImagePipeline"}))
-    (issue,) = model_issues(_values(other, model_family="hunyuan_image21"))
-    assert issue.field == "model_family" and "Qwen-Image" in issue.message
+    check_wrong_family_refused(_values, tiny, tmp_path, "hunyuan_image21", "HunyuanImage 2.1", "qwen_image")
 
 
 def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:

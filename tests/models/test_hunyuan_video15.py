@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import (check_adapter_updates, check_preset, model_fixtures, clips_dataset, index_folder,
-                           option_values, saved_fixture)
+from family_checks import (check_adapter_updates, check_preset, check_wrong_family_refused, model_fixtures,
+                           clips_dataset, index_folder, option_values, saved_fixture)
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
@@ -57,11 +57,8 @@ def test_the_tiny_folder_is_claimed_and_incomplete_or_step_distilled_folders_ref
 
 
 def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
-    (issue,) = model_issues(_values(tiny, model_family="wan21"))
-    assert issue.field == "model_family" and "HunyuanVideo 1.5" in issue.message
-    image = _folder(tmp_path, "hunyuan_image", {"_class_name": "HunyuanImagePipeline"})
-    (issue,) = model_issues(_values(image, model_family="hunyuan_video15"))
-    assert issue.field == "model_family" and "HunyuanImage 2.1" in issue.message
+    check_wrong_family_refused(_values, tiny, tmp_path, "hunyuan_video15", "HunyuanVideo 1.5", "wan21",
+                               ("HunyuanImagePipeline", "HunyuanImage 2.1"))
 
 
 def test_its_single_files_are_recognised_and_refused_by_name() -> None:

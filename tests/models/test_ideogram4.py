@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from family_checks import (check_adapter_updates, check_network_denoises_as, model_fixtures, index_folder,
-                           option_values, saved_fixture)
+from family_checks import (check_adapter_updates, check_network_denoises_as, check_wrong_family_refused,
+                           model_fixtures, index_folder, option_values, saved_fixture)
 
 from trainers.models import load_model
 from trainers.models.checks import model_issues
@@ -46,11 +46,7 @@ def test_the_tiny_folder_is_claimed(tiny: Path, tmp_path: Path) -> None:
 
 
 def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
-    (issue,) = model_issues(_values(tiny, model_family="flux2"))
-    assert issue.field == "model_family" and "Ideogram 4" in issue.message
-    other = index_folder(tmp_path, "qwen", {"_class_name": "QwenImagePipeline"})
-    (issue,) = model_issues(_values(other, model_family="ideogram4"))
-    assert issue.field == "model_family" and "Qwen-Image" in issue.message
+    check_wrong_family_refused(_values, tiny, tmp_path, "ideogram4", "Ideogram 4", "flux2")
 
 
 def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:

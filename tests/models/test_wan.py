@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import (check_adapter_updates, check_clip_run_sampled, check_preset, model_fixtures,
-                           check_resumed_equals_straight, clip_lora_runs, clips_dataset, index_folder, option_values,
-                           saved_fixture, write_captioned_clip)
+from family_checks import (check_adapter_updates, check_clip_run_sampled, check_preset, check_wrong_family_refused,
+                           model_fixtures, check_resumed_equals_straight, clip_lora_runs, clips_dataset, index_folder,
+                           option_values, saved_fixture, write_captioned_clip)
 
 from trainers.core.options import BY_NAME
 from trainers.models.checks import model_issues
@@ -49,11 +49,7 @@ def test_the_tiny_folder_is_claimed_and_other_wan_pipelines_refused_by_name(tiny
 
 
 def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_path: Path) -> None:
-    (issue,) = model_issues(_values(tiny, model_family="zimage"))
-    assert issue.field == "model_family" and "Wan 2.1" in issue.message
-    image = _folder(tmp_path, "qwen", {"_class_name": "QwenImagePipeline"})
-    (issue,) = model_issues(_values(image, model_family="wan21"))
-    assert issue.field == "model_family" and "Qwen-Image" in issue.message
+    check_wrong_family_refused(_values, tiny, tmp_path, "wan21", "Wan 2.1", "zimage")
 
 
 def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
