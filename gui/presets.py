@@ -48,9 +48,11 @@ class Presets:
         self.builtin_dir = builtin_dir
 
     def names(self, method: str) -> list[str]:
-        """Presets usable by `method` (read from disk each time): built-ins first, then the user's."""
+        """Presets usable by `method` (read from disk each time): the user's first (what they come back for, and
+        what a list of a hundred built-ins would bury: the page's dropdown lists only its first hundred or so until
+        a few letters are typed), then the built-ins."""
         found = []
-        for prefix, folder in (("", self.builtin_dir), (USER, self.user_dir)):
+        for prefix, folder in ((USER, self.user_dir), ("", self.builtin_dir)):
             for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
                 if _method_of(path) in (method, None):
                     found.append(prefix + path.stem)

@@ -146,7 +146,7 @@ def test_user_presets_save_load_delete_and_never_keep_secrets(tmp_path: Path) ->
     saved = presets.save("my fav ü", "lora", {"network_dim": 64, "noise_offset": 0.0, "hf_token": "hf_abc",
                                               "unet_lr": None})
     assert saved in presets.names("lora") and saved not in presets.names("finetune")
-    assert ("my fav ü", saved) in presets.choices("lora")  # shown under the name the user typed
+    assert presets.choices("lora")[0] == ("my fav ü", saved)  # first, under the name the user typed
     assert ("demo (built-in)", "demo") in presets.choices("lora")
     later = Presets(tmp_path / "user")  # a page built later (a reload) lists it too
     assert saved in later.names("lora")
