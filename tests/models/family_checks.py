@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -264,3 +264,18 @@ def check_wrong_family_refused(values: Callable[..., dict[str, object]], tiny: P
     folder = index_folder(tmp_path, "other", {"_class_name": pipeline})
     (issue,) = model_issues(values(folder, model_family=family))
     assert issue.field == "model_family" and its_title in issue.message
+
+
+def checkpointing_runs(tiny: Path, captions: list[str]) -> Iterator[tuple[object, object, tuple[torch.Tensor, ...]]]:
+    """The tiny model loaded twice, in training mode, without then with gradient checkpointing: each time (the
+    loaded model, its configured family, the captions' encoded conditions)."""
+    from trainers.models import load_model
+
+    for checkpointing in (False, True):
+        loaded = load_model(str(tiny), "auto", torch.float32)
+        family = loaded.family.configured({})
+        if checkpointing:
+            loaded.unet.enable_gradient_checkpointing()
+        loaded.unet.train()
+        yield loaded, family, family.encode_prompts(loaded.text_encoders,
+                                                    family.tokenize(loaded.tokenizers, captions), 1)

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names,
-                           check_wrong_family_refused, model_fixtures, check_pipeline_loads_every_key, index_folder,
-                           option_values, saved_fixture)
+                           checkpointing_runs, check_wrong_family_refused, model_fixtures,
+                           check_pipeline_loads_every_key, index_folder, option_values, saved_fixture)
 
 from trainers.models.checks import model_issues
 from trainers.models.distilled import distilled_base, distilled_notes
@@ -136,16 +136,8 @@ def test_latents_are_normalised_per_patch_as_its_pipeline_undoes_it(model: objec
 def test_one_step_on_the_flow_loss_lowers_it_with_or_without_checkpointing(tiny: Path) -> None:
     """The velocity loss (noise - latents) trains the blocks: gradients reach them, alike with gradient
     checkpointing, and a step against them lowers the loss."""
-    from trainers.models import load_model
-
     grads, losses = [], []
-    for checkpointing in (False, True):
-        loaded = load_model(str(tiny), "auto", torch.float32)
-        family = loaded.family.configured({})
-        if checkpointing:
-            loaded.unet.enable_gradient_checkpointing()
-        loaded.unet.train()
-        hidden, mask = family.encode_prompts(loaded.text_encoders, family.tokenize(loaded.tokenizers, CAPTIONS), 1)
+    for loaded, family, (hidden, mask) in checkpointing_runs(tiny, CAPTIONS):
         torch.manual_seed(0)
         latents, noise = torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8)
         sigmas = torch.tensor([0.3, 0.8])

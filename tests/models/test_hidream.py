@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from family_checks import (check_ai_toolkit_files_load_whole, check_comfyui_loads_by_generic_names,
-                           check_wrong_family_refused, model_fixtures, check_pipeline_loads_every_key, option_values,
-                           saved_fixture)
+                           checkpointing_runs, check_wrong_family_refused, model_fixtures,
+                           check_pipeline_loads_every_key, option_values, saved_fixture)
 
 from trainers.models import load_model
 from trainers.models.checks import model_issues
@@ -153,13 +153,7 @@ def test_denoise_is_the_negated_transformer_output_in_both_modes(model: object, 
 
 def test_gradient_checkpointing_trains_as_without_it(tiny: Path) -> None:
     grads = []
-    for checkpointing in (False, True):
-        loaded = load_model(str(tiny), "auto", torch.float32)
-        family = loaded.family.configured({})
-        if checkpointing:
-            loaded.unet.enable_gradient_checkpointing()
-        loaded.unet.train()
-        hidden, pooled = family.encode_prompts(loaded.text_encoders, family.tokenize(loaded.tokenizers, CAPTIONS), 1)
+    for loaded, family, (hidden, pooled) in checkpointing_runs(tiny, CAPTIONS):
         torch.manual_seed(0)
         family.denoise(loaded.unet, torch.randn(2, 16, 8, 8), torch.tensor([300.0, 800.0]), hidden, pooled,
                        None).square().mean().backward()

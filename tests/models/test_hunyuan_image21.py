@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import check_wrong_family_refused, model_fixtures, saved_fixture
+from family_checks import checkpointing_runs, check_wrong_family_refused, model_fixtures, saved_fixture
 
 from trainers.core.options import BY_NAME
 from trainers.models import load_model
@@ -203,13 +203,7 @@ def test_gradient_checkpointing_trains_as_without_it(tiny: Path) -> None:
     """diffusers 0.42.1's transformer hands its checkpointing function keyword arguments (the family's load makes
     the default one take them)."""
     grads = []
-    for checkpointing in (False, True):
-        loaded = load_model(str(tiny), "auto", torch.float32)
-        family = loaded.family.configured({})
-        if checkpointing:
-            loaded.unet.enable_gradient_checkpointing()
-        loaded.unet.train()
-        hidden, mask = family.encode_prompts(loaded.text_encoders, family.tokenize(loaded.tokenizers, CAPTIONS), 1)
+    for loaded, family, (hidden, mask) in checkpointing_runs(tiny, CAPTIONS):
         torch.manual_seed(0)
         family.denoise(loaded.unet, torch.randn(2, 8, 2, 2), torch.tensor([300.0, 800.0]), hidden, mask,
                        None).square().mean().backward()

@@ -14,10 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from family_checks import (check_adapter_updates, check_network_denoises_as, check_wrong_family_refused,
-                           model_fixtures, index_folder, option_values, saved_fixture)
+from family_checks import (check_adapter_updates, check_network_denoises_as, checkpointing_runs,
+                           check_wrong_family_refused, model_fixtures, index_folder, option_values, saved_fixture)
 
-from trainers.models import load_model
 from trainers.models.checks import model_issues
 from trainers.models.ideogram4.rules import IDEOGRAM4
 from trainers.models.ideogram4.sequence import patchify, unpatchify
@@ -128,13 +127,7 @@ def test_one_training_step_lowers_nothing_to_nan_and_reaches_every_block(tiny: P
     """One step of the flow objective in training mode (gradient checkpointing on): a finite loss and gradients in
     every block's attention and feed-forward, the same as without checkpointing."""
     grads = []
-    for checkpointing in (False, True):
-        loaded = load_model(str(tiny), "auto", torch.float32)
-        family = loaded.family.configured({})
-        if checkpointing:
-            loaded.unet.enable_gradient_checkpointing()
-        loaded.unet.train()
-        hidden, mask = family.encode_prompts(loaded.text_encoders, family.tokenize(loaded.tokenizers, CAPTIONS), 1)
+    for loaded, family, (hidden, mask) in checkpointing_runs(tiny, CAPTIONS):
         torch.manual_seed(0)
         latents, noise = torch.randn(2, 32, 8, 8), torch.randn(2, 32, 8, 8)
         sigmas = torch.tensor([0.3, 0.8]).view(-1, 1, 1, 1)
