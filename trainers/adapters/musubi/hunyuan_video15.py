@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainers.adapters.kohya.keys import blank
+from trainers.adapters.musubi.model_files import refuse_model_files, set_published_folder
 from trainers.core.errors import ConfigIssue
 
 MODULE = "networks.lora_hv_1_5"
@@ -33,17 +34,11 @@ def read_hunyuan_video15(out: dict[str, Any], notes: list[str], issues: list[Con
     notes.append(f"network_module = {MODULE!r} with task = {task!r} (musubi-tuner) is read as model_family = "
                  f"{FAMILY!r} with network_module = 'networks.lora' (its LoRA keys in ComfyUI's names; musubi-tuner's "
                  "own are read too)")
-    given = [name for name in _FILES if not blank(out.get(name))]
-    for name in given:
-        issues.append(ConfigIssue(name, f"{name} = {out[name]!r} (musubi-tuner) is refused: HunyuanVideo 1.5's model "
-                                  f"files (Tencent's or ComfyUI's) are not read here yet: give the diffusers folder "
-                                  f"(task {task}: {folder}) as pretrained_model_name_or_path"))
-    for name in _FILES:
-        out.pop(name, None)
+    given = refuse_model_files(out, issues, _FILES, "HunyuanVideo 1.5's model files (Tencent's or ComfyUI's)", task,
+                               folder)
     model = out.get("pretrained_model_name_or_path")
     if blank(model) and not given:
-        out["pretrained_model_name_or_path"] = folder
-        notes.append(f"task = {task!r}: pretrained_model_name_or_path = {folder!r}, its published diffusers folder")
+        set_published_folder(out, notes, task, folder)
     elif not blank(model) and (path := Path(str(model)).expanduser()).is_dir():
         from trainers.models.hunyuan_video15.rules import is_i2v_folder
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainers.adapters.kohya.keys import blank
+from trainers.adapters.musubi.model_files import refuse_model_files, set_published_folder
 from trainers.core.errors import ConfigIssue
 
 MODULE = "networks.lora_wan"
@@ -66,16 +67,10 @@ def read_wan(out: dict[str, Any], notes: list[str], issues: list[ConfigIssue]) -
         read = set(WAN21_FILES)  # FILE_OPTIONS names them; its UMT5 file is musubi-tuner's t5
         if not blank(out.get("t5")):
             out["text_encoder"] = out.pop("t5")
-    given = [name for name in _FILES if name not in read and not blank(out.get(name))]
-    for name in given:
-        issues.append(ConfigIssue(name, f"{name} = {out[name]!r} (musubi-tuner) is refused: Wan's model files "
-                                  f"(Wan-AI's or ComfyUI's) are not read here yet: give the diffusers folder "
-                                  f"(task {task}: {folder}) as pretrained_model_name_or_path"))
-    for name in set(_FILES) - read:
-        out.pop(name, None)
+    given = refuse_model_files(out, issues, [name for name in _FILES if name not in read],
+                               "Wan's model files (Wan-AI's or ComfyUI's)", task, folder)
     if blank(out.get("pretrained_model_name_or_path")) and not given and blank(out.get("dit")):
-        out["pretrained_model_name_or_path"] = folder
-        notes.append(f"task = {task!r}: pretrained_model_name_or_path = {folder!r}, its published diffusers folder")
+        set_published_folder(out, notes, task, folder)
     if family == "wan22":
         if both or one:  # without dit: train_expert as the file says (ours: both)
             _expert(out, both, boundary or 0.875, notes, issues)
