@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from trainers.models.flow import run_frozen
+from trainers.models.qwen_image.family import trimmed
 
 
 def byt5_ids(byt5: object, glyphs: list[str | None], length: int) -> torch.Tensor:
@@ -48,3 +49,15 @@ def qwen_byt5_states(qwen: nn.Module, hidden_states: Callable[[torch.Tensor, tor
     width = max(text.shape[-1], glyph.shape[-1])
     packed = torch.cat([widened(text, width), widened(glyph, width)], dim=1)
     return packed, torch.cat([mask, glyph_mask], dim=1).to(hidden.dtype)
+
+
+def pipeline_embeds(hidden: torch.Tensor, text_mask: torch.Tensor, glyph_length: int,
+                    glyph_width: int) -> dict[str, torch.Tensor]:
+    """qwen_byt5_states' (prompt, negative) rows as the pipelines' four embeddings and masks of each: Qwen's cut
+    after the longest caption, ByT5's (the last `glyph_length` tokens) at its `glyph_width` channels."""
+    text, mask = trimmed(hidden[:, :-glyph_length], text_mask[:, :-glyph_length])
+    glyph, glyph_mask = hidden[:, -glyph_length:, :glyph_width], text_mask[:, -glyph_length:]
+    return {"prompt_embeds": text[:1], "prompt_embeds_mask": mask[:1].long(),
+            "negative_prompt_embeds": text[1:], "negative_prompt_embeds_mask": mask[1:].long(),
+            "prompt_embeds_2": glyph[:1], "prompt_embeds_mask_2": glyph_mask[:1].long(),
+            "negative_prompt_embeds_2": glyph[1:], "negative_prompt_embeds_mask_2": glyph_mask[1:].long()}

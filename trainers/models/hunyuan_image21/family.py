@@ -28,7 +28,7 @@ from trainers.models.flow import FlowFamily, TextEncoderSpec
 from trainers.models.flux.family import Flux, double_block_targets, single_block_targets
 from trainers.models.hunyuan_image21.rules import HunyuanImage21Rules
 from trainers.models.pipeline_lora import TransformerLoraLoading
-from trainers.models.qwen_byt5 import byt5_ids, qwen_byt5_states
+from trainers.models.qwen_byt5 import byt5_ids, pipeline_embeds, qwen_byt5_states
 from trainers.models.qwen_image.family import CHAT_TEMPLATE as QWEN_CHAT_TEMPLATE
 from trainers.models.qwen_image.family import TEMPLATE_TOKENS, trimmed
 
@@ -141,12 +141,7 @@ class HunyuanImage21(HunyuanImage21Rules, FlowFamily, ModelFamily):
     def pipeline_embeds(self, hidden: torch.Tensor, text_mask: torch.Tensor | None) -> dict[str, Any]:
         """encode_prompts' (prompt, negative) rows as the pipeline's four embeddings and masks of each."""
         assert text_mask is not None, "HunyuanImage 2.1's encode_prompts gives the text mask"
-        text, mask = trimmed(hidden[:, :-GLYPH_LENGTH], text_mask[:, :-GLYPH_LENGTH])
-        glyph, glyph_mask = hidden[:, -GLYPH_LENGTH:, :self.glyph_width], text_mask[:, -GLYPH_LENGTH:]
-        return {"prompt_embeds": text[:1], "prompt_embeds_mask": mask[:1].long(),
-                "negative_prompt_embeds": text[1:], "negative_prompt_embeds_mask": mask[1:].long(),
-                "prompt_embeds_2": glyph[:1], "prompt_embeds_mask_2": glyph_mask[:1].long(),
-                "negative_prompt_embeds_2": glyph[1:], "negative_prompt_embeds_mask_2": glyph_mask[1:].long()}
+        return pipeline_embeds(hidden, text_mask, GLYPH_LENGTH, self.glyph_width)
 
     def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
         """Classifier-free guidance at the scale (the published folder's adaptive projected guider is not used); the

@@ -35,7 +35,7 @@ from trainers.models.flux.family import double_block_targets
 from trainers.models.hunyuan_video15.i2v import FirstFrame, ImageEncoder, conditioned_objective
 from trainers.models.hunyuan_video15.rules import I2V_PIPELINE, HunyuanVideo15Rules, is_i2v_folder
 from trainers.models.pipeline_lora import TransformerLoraLoading
-from trainers.models.qwen_byt5 import byt5_ids, qwen_byt5_states
+from trainers.models.qwen_byt5 import byt5_ids, pipeline_embeds, qwen_byt5_states
 from trainers.models.qwen_image.family import trimmed
 from trainers.models.video import VideoFamily, encode_images_as_frames
 
@@ -204,12 +204,7 @@ class HunyuanVideo15(HunyuanVideo15Rules, VideoFamily, FlowFamily, ModelFamily):
     def pipeline_embeds(self, hidden: torch.Tensor, text_mask: torch.Tensor | None) -> dict[str, Any]:
         """encode_prompts' (prompt, negative) rows as the pipeline's four embeddings and masks of each."""
         assert text_mask is not None, "HunyuanVideo 1.5's encode_prompts gives the text mask"
-        text, mask = trimmed(hidden[:, :-GLYPH_LENGTH], text_mask[:, :-GLYPH_LENGTH])
-        glyph, glyph_mask = hidden[:, -GLYPH_LENGTH:, :self.glyph_width], text_mask[:, -GLYPH_LENGTH:]
-        return {"prompt_embeds": text[:1], "prompt_embeds_mask": mask[:1].long(),
-                "negative_prompt_embeds": text[1:], "negative_prompt_embeds_mask": mask[1:].long(),
-                "prompt_embeds_2": glyph[:1], "prompt_embeds_mask_2": glyph_mask[:1].long(),
-                "negative_prompt_embeds_2": glyph[1:], "negative_prompt_embeds_mask_2": glyph_mask[1:].long()}
+        return pipeline_embeds(hidden, text_mask, GLYPH_LENGTH, self.glyph_width)
 
     def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
         return {"guidance_scale": cfg_scale, "num_frames": self.sample_frames}
