@@ -279,3 +279,35 @@ def checkpointing_runs(tiny: Path, captions: list[str]) -> Iterator[tuple[object
         loaded.unet.train()
         yield loaded, family, family.encode_prompts(loaded.text_encoders,
                                                     family.tokenize(loaded.tokenizers, captions), 1)
+
+
+def clip_and_image_flow_steps(model: object, caption: str, shift: float,
+                              masked: bool) -> Iterator[SimpleNamespace]:
+    """One flow-matching step on `caption` (shift sampling at `shift`) of a copy of the model's transformer on a
+    5-frame clip as the video dataset gives it (B, F, C, H, W), then on an image as the image dataset does
+    (B, C, H, W), the text mask passed where `masked`: each loss finite and positive; after each step, the run (its
+    unet's gradients)."""
+    from trainers.core.options import BY_NAME
+    from trainers.train.diffusion import NoiseOptions
+    from trainers.train.flow import flow_loss
+
+    family = model.family.configured({**{n: o.default for n, o in BY_NAME.items()},
+                                      "timestep_sampling": "shift", "discrete_flow_shift": shift})
+    run = SimpleNamespace(**{**model.__dict__, "family": family, "unet": copy.deepcopy(model.unet)})
+    hidden, mask = model.encode_texts([caption], 1)
+
+    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, ids: object, sizes: object,
+                  embeds: object) -> torch.Tensor:
+        n = noisy.shape[0]
+        return family.denoise(run.unet, noisy, timesteps, hidden.expand(n, -1, -1),
+                              mask.expand(n, -1) if masked else None, None)
+
+    opts = NoiseOptions(seed=1, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
+    sizes = {name: torch.zeros(1, 2) for name in ("original_size", "crop_top_left", "target_size")}
+    for pixels in (torch.rand(1, 5, 3, 32, 32) * 2 - 1, torch.rand(1, 3, 32, 32) * 2 - 1):
+        run.unet.zero_grad()
+        batch = {"pixels": pixels, "keys": torch.tensor([[0, 3]]), **sizes}
+        loss = flow_loss(predictor, run, batch, opts, torch.float32)
+        loss.backward()
+        assert torch.isfinite(loss) and loss > 0
+        yield run

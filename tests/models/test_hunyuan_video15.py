@@ -14,10 +14,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import PREFIX, check_patches, load_lora, unet_key_map
-from family_checks import (check_adapter_updates, check_preset, check_wrong_family_refused, model_fixtures,
-                           clips_dataset, index_folder, option_values, saved_fixture)
+from family_checks import (check_adapter_updates, check_preset, clip_and_image_flow_steps, check_wrong_family_refused,
+                           model_fixtures, clips_dataset, index_folder, option_values, saved_fixture)
 
-from trainers.core.options import BY_NAME
 from trainers.models import load_model
 from trainers.models.checks import model_issues
 from trainers.models.hunyuan_video15.rules import HUNYUAN_VIDEO15
@@ -119,28 +118,7 @@ def test_denoise_calls_the_transformer_as_its_pipeline_does(model: object, pipe:
 
 
 def test_one_flow_matching_step_on_a_clip_and_an_image_trains_every_block(model: object) -> None:
-    from trainers.train.diffusion import NoiseOptions
-    from trainers.train.flow import flow_loss
-
-    family = model.family.configured({**{n: o.default for n, o in BY_NAME.items()},
-                                      "timestep_sampling": "shift", "discrete_flow_shift": 2.0})
-    run = SimpleNamespace(**{**model.__dict__, "family": family, "unet": copy.deepcopy(model.unet)})
-    hidden, mask = model.encode_texts(CAPTIONS[:1], 1)
-
-    def predictor(noisy: torch.Tensor, timesteps: torch.Tensor, ids: object, sizes: object,
-                  embeds: object) -> torch.Tensor:
-        n = noisy.shape[0]
-        return family.denoise(run.unet, noisy, timesteps, hidden.expand(n, -1, -1), mask.expand(n, -1), None)
-
-    opts = NoiseOptions(seed=1, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
-    sizes = {name: torch.zeros(1, 2) for name in ("original_size", "crop_top_left", "target_size")}
-    # a clip as the video dataset gives it (B, F, C, H, W), an image as the image dataset does (B, C, H, W)
-    for pixels in (torch.rand(1, 5, 3, 32, 32) * 2 - 1, torch.rand(1, 3, 32, 32) * 2 - 1):
-        run.unet.zero_grad()
-        batch = {"pixels": pixels, "keys": torch.tensor([[0, 3]]), **sizes}
-        loss = flow_loss(predictor, run, batch, opts, torch.float32)
-        loss.backward()
-        assert torch.isfinite(loss) and loss > 0
+    for run in clip_and_image_flow_steps(model, CAPTIONS[0], 2.0, masked=True):
         blocks = run.unet.transformer_blocks
         for i, block in enumerate(blocks):
             assert block.attn.to_q.weight.grad.abs().sum() > 0, i
