@@ -128,9 +128,10 @@ def clips_dataset(tmp: Path, fps: int = 16, caption_tail: str = "") -> Path:
     return config
 
 
-def clip_lora_runs(tiny: Path, tmp: Path, dataset: Path, **options: object) -> SimpleNamespace:
-    """A 2-step LoRA of the tiny model from `dataset` (a sample at its end, a state at step 1), the same resumed from
-    that state; `options` over the shared ones (shift sampling, rank 4, alpha 2, learning rate 1e-2)."""
+def clip_lora_runs(tiny: Path, tmp: Path, dataset: Path, sample_side: int = 32, **options: object) -> SimpleNamespace:
+    """A 2-step LoRA of the tiny model from `dataset` (a `sample_side` square sample at its end, a state at step 1),
+    the same resumed from that state; `options` over the shared ones (shift sampling, rank 4, alpha 2, learning rate
+    1e-2)."""
     from helpers import train
 
     from trainers.methods.lora.file_format import read_lora_file
@@ -140,7 +141,8 @@ def clip_lora_runs(tiny: Path, tmp: Path, dataset: Path, **options: object) -> S
               "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "shift",
               "max_train_steps": 2, **options}
     assert train("lora", tmp / "straight", **common, output_name="straight", save_every_n_steps=1, save_state=True,
-                 sample_prompt_lines=["a clip --n blurry --w 32 --h 32 --s 2"], sample_every_n_steps=2) == 0
+                 sample_prompt_lines=[f"a clip --n blurry --w {sample_side} --h {sample_side} --s 2"],
+                 sample_every_n_steps=2) == 0
     state = tmp / "out" / "straight-step00000001-state"
     assert train("lora", tmp / "resumed", **common, output_name="resumed", resume=str(state)) == 0
     straight, metadata = read_lora_file(tmp / "out" / "straight.safetensors")

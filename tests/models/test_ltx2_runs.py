@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from comfy_lora import load_lora, unet_key_map
+from family_checks import clip_lora_runs
 from test_ltx2 import _comfy_shapes, video_dataset
 
 from trainers.models.ltx2.tiny import build_tiny_ltx2
@@ -23,24 +24,10 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def clip_runs(tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
-    """A 2-step LoRA from 3 clips and an image (a sample at its end, a state at step 1), the same resumed."""
-    from helpers import train
-
-    from trainers.methods.lora.file_format import read_lora_file
-
+    """A 2-step LoRA from 3 clips and an image (a 64-pixel sample at its end: 32-pixel buckets, 32x compression), the
+    same resumed."""
     tmp = tmp_path_factory.mktemp("ltx2-clips")
-    common = {"pretrained_model_name_or_path": str(tiny), "dataset_config": str(video_dataset(tmp / "data")),
-              "output_dir": str(tmp / "out"), "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
-              "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "shift",
-              "discrete_flow_shift": 4.7, "max_train_steps": 2}
-    assert train("lora", tmp / "straight", **common, output_name="straight", save_every_n_steps=1, save_state=True,
-                 sample_prompt_lines=["a clip --n blurry --w 64 --h 64 --s 2"], sample_every_n_steps=2) == 0
-    state = tmp / "out" / "straight-step00000001-state"
-    assert train("lora", tmp / "resumed", **common, output_name="resumed", resume=str(state)) == 0
-    straight, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
-    return SimpleNamespace(run=tmp / "straight", lora=straight, metadata=metadata,
-                           file=tmp / "out" / "straight.safetensors", resumed_run=tmp / "resumed",
-                           resumed=read_lora_file(tmp / "out" / "resumed.safetensors")[0])
+    return clip_lora_runs(tiny, tmp, video_dataset(tmp / "data"), sample_side=64, discrete_flow_shift=4.7)
 
 
 @pytest.mark.slow
