@@ -60,17 +60,6 @@ def platform_problem(mode: str, device: torch.device) -> str | None:
     return None
 
 
-def quantize_model(model: object, cfg: TrainConfig, compute_dtype: torch.dtype, device: torch.device) -> None:
-    """The loaded model's frozen denoiser and text encoders quantized as the config says."""
-    base = base_precision(cfg.values)
-    if base != "none":
-        quantize_frozen(model.unet, base, compute_dtype, device)  # type: ignore[attr-defined]
-    text = str(cfg.values.get("text_encoder_precision") or "none")
-    if text != "none":
-        for encoder in model.text_encoders:  # type: ignore[attr-defined]
-            quantize_frozen(encoder, text, compute_dtype, device)
-
-
 def quantize_frozen(module: nn.Module, mode: str, compute_dtype: torch.dtype, device: torch.device) -> None:
     """`module`'s weights stored as `mode`; its forward computes in `compute_dtype`. Its Linear layers' quantized
     weights are made on `device`."""
