@@ -9,7 +9,7 @@ from PIL import Image
 
 from trainers.data.clips import ClipInfo, is_video_file, read_frames
 from trainers.data.frames import frame_indices, target_lengths
-from trainers.data.video_toml import VideoDatasetSpec
+from trainers.data.video_toml import DEFAULTS, VideoDatasetSpec
 
 # The frame rule of the video families trained here (Wan, HunyuanVideo: 1 + 4k frames after their causal VAE).
 FRAME_RULE = 4
@@ -26,7 +26,8 @@ def clip_files(folder: Path) -> list[Path]:
 def folder_spec(folder: Path) -> VideoDatasetSpec:
     """How a video run reads a plain folder of clips: musubi-tuner's defaults (one frame unless target_frames says
     more: the Dataset tab then says so)."""
-    return VideoDatasetSpec(label=folder.name, is_image=False, directory=folder, jsonl=None, resolution=(960, 544))
+    return VideoDatasetSpec(label=folder.name, is_image=False, directory=folder, jsonl=None,
+                            resolution=DEFAULTS["resolution"])
 
 
 def windows_line(info: ClipInfo, spec: VideoDatasetSpec) -> str:
