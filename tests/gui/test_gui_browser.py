@@ -146,10 +146,12 @@ def _runs(app: App) -> set[str]:
 def _start(page) -> str:
     """Press Start on the LoRA tab; return the id of the run it started (shown in the run panel)."""
     report = page.locator("#report-lora")
-    said = report.inner_text()  # the shared page may still say "Started <the previous test's run>"
+    # the shared page may still say "Started <the previous test's run>", and while the click is handled gradio's
+    # progress overlay changes the text without replacing it: wait for a Started naming another run
+    before = re.search(r"Started\s+(\S+)", report.inner_text())
     page.locator("#start-lora").click()
-    expect(report).not_to_have_text(said, timeout=60_000)
-    expect(report).to_contain_text("Started", timeout=60_000)
+    other = rf"(?!{re.escape(before.group(1))}\b)" if before else ""
+    expect(report).to_contain_text(re.compile(rf"Started\s+{other}\S+"), timeout=60_000)
     run_id = re.search(r"Started\s+(\S+)", report.inner_text()).group(1)
     expect(page.locator("#run-title")).to_contain_text(run_id)
     return run_id
