@@ -19,8 +19,7 @@ TIER_PRESETS = sorted(PRESETS.glob("*[0-9]gb*.toml"))
 FAMILY_OF_NAME = {"flux_dev": "flux", "flux_kontext": "flux_kontext", "sdxl": "sdxl", "sd15": "sd1",
                   "qwen_image_edit": "qwen_image_edit"}
 # Presets whose steps do not fit by the estimate, with what is left for whom (caption-pass keys are this test's)
-STEPS_OVER = {"flux_dev_lora_16gb": "fp8 base at 512 px: ~15.6 GB of the card, over 90% of 16 GB; needs "
-                                    "blocks_to_swap (its comment says 8), not a caption-pass key"}
+STEPS_OVER: dict[str, str] = {}
 
 
 def _tier(path: Path) -> int:
