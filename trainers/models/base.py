@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from trainers.data.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
+from trainers.models.pipeline_lora import PipelinePart
 from trainers.models.rules import (  # noqa: F401 - re-exported: the torch-free half of a family
     CheckpointKeys,
     FamilyRules,
@@ -304,6 +305,11 @@ class ModelFamily(FamilyRules):
     def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: "LoadedModel") -> dict[str, torch.Tensor]:
         """A kohya LoRA file's tensors as this family's diffusers pipeline's load_lora_weights takes them."""
         return state
+
+    def lora_pipeline_parts(self, path: Path, listed: Sequence[Path], model: "LoadedModel") -> list[PipelinePart]:
+        """Generate: what a LoRA line's file loads, and onto which of the pipeline's denoisers (`listed`: every file
+        the job's variant lists); one denoiser: the whole file."""
+        return [PipelinePart(path)]
 
     # --- saving and describing ---
 
