@@ -109,8 +109,9 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
                          events: EventWriter, text_pass: TextPass = TextPass()) -> DataPipeline:
     """A video family's data (its `is_video`): the video catalog's clip windows (trainers/data/video_catalog.py;
     images as 1-frame clips), batches of one (dataset, frames, width, height) bucket, pixels (B, F, C, H, W) or their
-    cached latents (video_cache.py, encoded by the family's 3D autoencoder), captions as the image path tokenizes or
-    caches them. What the loop reads of a batch is what an image batch has, latents with a frame axis."""
+    cached latents (video_cache.py, encoded by the family's 3D autoencoder, with what the family's `window_extras`
+    keeps of each window), captions as the image path tokenizes or caches them. What the loop reads of a batch is
+    what an image batch has, latents with a frame axis."""
     from trainers.data.video_cache import build_clip_latent_cache
     from trainers.data.video_catalog import VideoCatalog
     from trainers.data.video_dataset import ClipWindows, collate_clips
@@ -128,7 +129,8 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
             return dist.mean, dist.std
 
         try:
-            latents, failed = build_clip_latent_cache(catalog, encode, vae_fingerprint(vae), cfg.cache_latents_to_disk)
+            latents, failed = build_clip_latent_cache(catalog, encode, vae_fingerprint(vae), cfg.cache_latents_to_disk,
+                                                      extras=model.family.window_extras(model))
         except CacheWriteError as err:
             raise _unwritable_cache(err) from None
         if failed:
