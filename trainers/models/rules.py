@@ -88,6 +88,7 @@ class ModelFiles:
     ae: str = ""
     text_encoder: str = ""  # musubi-tuner's name: an LLM text encoder's file (Z-Image)
     byt5: str = ""  # sd-scripts' name: HunyuanImage 2.1's ByT5 glyph encoder's file
+    image_encoder: str = ""  # musubi-tuner's name: HunyuanVideo 1.5 I2V's SigLIP file
     tokenizer_cache_dir: str = ""
 
     @classmethod
