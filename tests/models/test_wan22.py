@@ -222,13 +222,11 @@ def i2v(i2v_folder: Path) -> object:
     return load_model(str(i2v_folder), "auto", torch.float32)
 
 
-def test_the_i2v_pair_is_claimed_with_its_boundary_and_refuses_cached_latents(i2v: object, i2v_folder: Path
-                                                                               ) -> None:
+def test_the_i2v_pair_is_claimed_with_its_boundary_and_takes_cached_latents(i2v: object, i2v_folder: Path) -> None:
     folder = i2v_folder
     assert folder_rules(folder) is WAN22 and i2v.family.i2v and i2v.family.boundary == 0.9
     assert i2v.unet.transformer.config.in_channels == 36
-    issues = model_issues(_values(folder, cache_latents=True))
-    assert [i.field for i in issues] == ["cache_latents"] and "first frame" in issues[0].message
+    assert model_issues(_values(folder, cache_latents=True, cache_latents_to_disk=True)) == []
 
 
 def test_the_first_frame_condition_is_the_pipelines(i2v: object) -> None:
@@ -278,7 +276,7 @@ def test_an_i2v_step_trains_both_experts_on_the_first_frame_condition(i2v: objec
     assert inputs[0].shape[1] == 36  # 16 noisy + 4 mask + 16 image latent channels
     grads = [p.grad for p in network.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
-    with pytest.raises(ValueError, match="cache_latents"):
+    with pytest.raises(ValueError, match="made without it"):  # a cache of latents alone (no first frame)
         objective(predictor, run, {"latent_mean": torch.zeros(1), "keys": torch.tensor([[0, 0]])}, opts,
                   torch.float32)
 
@@ -390,3 +388,18 @@ def test_a_musubi_image_dataset_config_trains_its_images_as_1_frame_clips(tmp_pa
     assert is_video_run(values) and not is_video_run({**values, "model_family": "zimage"})
     clips = video_run_catalog(values, [])
     assert clips.num_train_samples == 2 and all(c.is_image and len(c.frames) == 1 for c in clips.video.clips)
+
+
+def test_cached_i2v_latents_keep_each_windows_first_frame_and_train_as_encoded(i2v: object, tmp_path: Path) -> None:
+    """The issue's check: with cache_latents the first frame's latent is cached with each window, and a step gives
+    the loss of the condition encoded from its pixels without running the VAE."""
+    from wan_i2v_checks import check_cached_condition_trains_as_encoded
+
+    check_cached_condition_trains_as_encoded(i2v, tmp_path, {"first_frame"})
+
+
+@pytest.mark.slow
+def test_a_cached_i2v_pair_run_equals_the_uncached_one_and_resumes_exactly(i2v_folder: Path, tmp_path: Path) -> None:
+    from wan_i2v_checks import check_cached_runs_equal_uncached
+
+    check_cached_runs_equal_uncached(i2v_folder, tmp_path)

@@ -19,11 +19,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainers.data.video_cache import WindowExtras
 from trainers.models.base import LoadedModel, LoraTarget, SizeConditioning
 from trainers.models.flow import last_blocks
 from trainers.models.wan.family import Wan, block_targets
 from trainers.models.wan.wan22.experts import EXPERT_NAMES, ExpertPair
-from trainers.models.wan.wan22.i2v import ConditionSlot, conditioned_objective
+from trainers.models.wan.wan22.i2v import ConditionSlot, conditioned_objective, window_extras
 from trainers.models.wan.wan22.rules import (
     I2V_BOUNDARY,
     T2V_BOUNDARY,
@@ -75,6 +76,10 @@ class Wan22(Wan22Rules, Wan):
         if not self.i2v:
             return trainable
         return dataclasses.replace(trainable, objective=conditioned_objective(trainable.objective, self.slot))
+
+    def window_extras(self, model: LoadedModel) -> WindowExtras | None:
+        """I2V: each window's first-frame latent, cached beside its latents (i2v.py)."""
+        return window_extras(model.vae) if self.i2v else None
 
     @property
     def trained(self) -> tuple[str, ...]:

@@ -77,14 +77,6 @@ class Wan22Rules(WanRules):
         experts = [(index.get(name) or [None, None])[-1] for name in ("transformer", "transformer_2")]
         return experts == [self.transformer_class] * 2 and index.get("boundary_ratio") is not None
 
-    def option_issues_i2v(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
-        """An I2V pair encodes each clip's first frame at every step: cached latents would lack it."""
-        if not is_i2v_folder(Path(str(values.get("pretrained_model_name_or_path") or ""))):
-            return []
-        return [ConfigIssue(name, f"Wan 2.2 image-to-video encodes each clip's first frame at every step (its "
-                            "image latent): leave it off", "dataset")
-                for name in ("cache_latents", "cache_latents_to_disk") if values.get(name)]
-
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)
         value = values.get("timestep_boundary")
@@ -96,7 +88,7 @@ class Wan22Rules(WanRules):
             issues.append(ConfigIssue("train_expert", "with several processes, train one expert per run ('high_noise' "
                                       "or 'low_noise'): a batch of one expert's timesteps leaves the other's LoRA "
                                       "without gradients, which DDP does not allow", "flow"))
-        return issues + self.option_issues_i2v(values)
+        return issues
 
 
 WAN22 = Wan22Rules()
