@@ -30,7 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.base import (CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelFiles, ModelLoadError,
+                                  SizeConditioning)
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
 from trainers.models.ltx2.rules import LTX2Rules
 from trainers.models.video import VideoFamily, encode_images_as_frames
@@ -64,6 +65,8 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
     parts: AudioParts | None = None  # set when loaded
     video_text_width: int = 0  # the video connector's width (the packed states' first channels), set when loaded
     folder: Path | None = None  # the loaded folder (its connectors and audio parts are kept in saved folders)
+    checkpoint: Path | None = None  # or the loaded single file (its parts are written for saved folders)
+    _kept: Any = None  # the folder those are written in, once a save asks for them
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         import diffusers
@@ -73,26 +76,49 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         from trainers.models.components import load_component
 
         model = super().load(folder, weight_dtype, vae_path, random_init)
-        encode_images_as_frames(model.vae)
-        tokenizer = model.tokenizers[0]
-        tokenizer.padding_side = "left"  # as LTX2Pipeline sets it
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
         vocoder_class = LTX2VocoderWithBWE if _class_in_index(folder, "vocoder") == "LTX2VocoderWithBWE" \
             else LTX2Vocoder
+        connectors = load_component(LTX2TextConnectors, folder, "connectors", weight_dtype, random_init)
+        parts = AudioParts(load_component(diffusers.AutoencoderKLLTX2Audio, folder, "audio_vae", weight_dtype,
+                                          random_init), load_component(vocoder_class, folder, "vocoder", weight_dtype,
+                                                                       random_init))
+        return self._assembled(model, connectors, parts, Path(folder), None)
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> Any:
+        """Lightricks' single file (ltx-2-19b-dev.safetensors: the transformer, its connectors, both autoencoders and
+        the vocoder) with ComfyUI's Gemma 3 file as `text_encoder` (single_file.py reads them)."""
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
+        from trainers.models.ltx2 import single_file
+
+        if issues := self.checkpoint_issues(CheckpointKeys(ckpt.shapes, str(ckpt.path)), files, vae_path):
+            raise ModelLoadError("; ".join(f"{i.field}: {i.message}" for i in issues))
+        gemma, tokenizer = single_file.gemma3(ckpt, files, weight_dtype)
+        model = LoadedModel(self, single_file.transformer(ckpt, weight_dtype), single_file.video_vae(ckpt, files),
+                            [gemma], [tokenizer], FlowMatchEulerDiscreteScheduler(**self.scheduler_config()), "flow",
+                            str(ckpt.path))
+        model = self._assembled(model, single_file.connectors(ckpt, weight_dtype),
+                                AudioParts(*single_file.audio_parts(ckpt, weight_dtype)), None, Path(ckpt.path))
+        gemma.config.pad_token_id = model.tokenizers[0].pad_token_id  # where each caption's mask comes from
+        return model
+
+    def _assembled(self, model: LoadedModel, connectors: nn.Module, parts: AudioParts, folder: Path | None,
+                   checkpoint: Path | None) -> LoadedModel:
+        """The loaded model as the family runs it: images encoded as frames, the tokenizer padding as the pipeline
+        does, the connectors after Gemma 3 among the text encoders, the audio parts and where they came from
+        kept."""
+        encode_images_as_frames(model.vae)
+        ready_tokenizer(model.tokenizers[0])
         # the connectors are the second of its text encoders: placed, quantized (text_encoder_precision) and set
         # aside with Gemma 3 as the run places its text encoders
-        connectors = load_component(LTX2TextConnectors, folder, "connectors", weight_dtype, random_init)
         connectors.requires_grad_(False).eval()
         # what the run asks of every text encoder with gradient checkpointing on (transformers' method): nothing
         # for these, which run frozen without autograd
         connectors.gradient_checkpointing_enable = lambda *args, **kwargs: None
-        parts = AudioParts(load_component(diffusers.AutoencoderKLLTX2Audio, folder, "audio_vae", weight_dtype,
-                                          random_init).requires_grad_(False).eval(),
-                           load_component(vocoder_class, folder, "vocoder", weight_dtype,
-                                          random_init).requires_grad_(False).eval())
+        for module in (parts.audio_vae, parts.vocoder):
+            module.requires_grad_(False).eval()
         family = copy.copy(model.family)
-        family.parts, family.folder = parts, Path(folder)
+        family.parts, family.folder, family.checkpoint = parts, folder, checkpoint
         family.video_text_width = connectors.video_connector.inner_dim
         return dataclasses.replace(model, family=family, text_encoders=[*model.text_encoders, connectors])
 
@@ -152,12 +178,25 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
 
     def kept_components(self) -> dict[str, tuple[Path, list[str]]]:
         """The loaded folder's connectors, audio autoencoder and vocoder, copied into a saved folder as they were
-        (none of them trains), so that LTX2Pipeline.from_pretrained loads it."""
+        (none of them trains), so that LTX2Pipeline.from_pretrained loads it; a single file's, read from it again
+        (as it holds them, not as the run may have quantized them) and written once for the run's saves."""
         if self.folder is None:
-            return {}
+            return self._file_components()
         index = json.loads((self.folder / "model_index.json").read_text(encoding="utf-8"))
         return {name: (self.folder / name, list(index[name])) for name in ("connectors", "audio_vae", "vocoder")
                 if (self.folder / name).is_dir() and (index.get(name) or [None, None])[-1]}
+
+    def _file_components(self) -> dict[str, tuple[Path, list[str]]]:
+        import tempfile
+
+        from trainers.models.ltx2.single_file import write_kept_parts
+
+        if self.checkpoint is None:
+            return {}
+        if self._kept is None:
+            folder = tempfile.TemporaryDirectory(prefix="atelier-ltx2-")  # removed with the family
+            self._kept = (folder, write_kept_parts(self.checkpoint, Path(folder.name)))
+        return dict(self._kept[1])
 
     # --- samples ---
 
@@ -252,6 +291,14 @@ def latent_stats(vae: nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torc
     shape = (1, -1) + (1,) * (like.ndim - 2)
     return (vae.latents_mean.view(shape).to(like.device, like.dtype),
             vae.latents_std.view(shape).to(like.device, like.dtype))
+
+
+def ready_tokenizer(tokenizer: Any) -> Any:
+    """Gemma 3's tokenizer padding on the left, as LTX2Pipeline sets it (its eos where it names no pad token)."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def _class_in_index(folder: Path, component: str) -> str:
