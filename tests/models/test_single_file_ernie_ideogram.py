@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 import torch
-from helpers import train
+from family_checks import loras_from_files_and_folder
 from safetensors.torch import load_file, save_file
 
 from trainers.core.options import BY_NAME
@@ -263,16 +263,8 @@ def test_the_split_files_load_as_the_folder(split: tuple[Family, Path, dict[str,
 @pytest.mark.slow  # two 2-step LoRA runs of each family
 def test_a_lora_trained_from_the_files_equals_one_from_the_folder(split: tuple[Family, Path, dict[str, str]],
                                                                   tmp_path: Path) -> None:
-    from trainers.demo import build_dataset
-
     family, folder, files = split
-    common = {"train_data_dir": str(build_dataset(tmp_path / "data", folder="2_sks shape")), "resolution": "64",
-              "max_train_steps": 2, "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
-              "network_dim": 4, "save_precision": "float", "seed": 3}
-    assert train("lora", tmp_path / "files", **files, **common, output_dir=str(tmp_path / "a"), output_name="l") == 0
-    assert train("lora", tmp_path / "folder", **common, pretrained_model_name_or_path=str(folder),
-                 output_dir=str(tmp_path / "b"), output_name="l") == 0
-    from_files, from_folder = load_file(tmp_path / "a" / "l.safetensors"), load_file(tmp_path / "b" / "l.safetensors")
+    from_files, from_folder = loras_from_files_and_folder(files, folder, tmp_path, steps=2)
     assert from_files.keys() == from_folder.keys() and family.lora_key in from_files
     assert max((from_files[k] - from_folder[k]).abs().max().item() for k in from_files) < 1e-5
 

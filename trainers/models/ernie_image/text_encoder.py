@@ -31,10 +31,17 @@ def file_state(part: "Part", module: nn.Module) -> dict[str, torch.Tensor]:
 
 def comfy_layout(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The language model's tensors under `model.`, whichever level a file keeps them at."""
+    return {f"model.{k}": v for k, v in language_model(state, LANGUAGE, OTHER).items()}
+
+
+def language_model(state: Mapping[str, torch.Tensor], levels: tuple[str, ...],
+                   skipped: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """A multimodal model's language model by its own names: each key without the first of `levels` it starts with;
+    the keys starting with one of `skipped` (a vision tower, a head) left out."""
     out = {}
     for key, value in state.items():
-        if key.startswith(OTHER):
+        if key.startswith(skipped):
             continue
-        prefix = next((p for p in LANGUAGE if key.startswith(p)), "")
-        out["model." + key[len(prefix):]] = value
+        prefix = next((p for p in levels if key.startswith(p)), "")
+        out[key[len(prefix):]] = value
     return out

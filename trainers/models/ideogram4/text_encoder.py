@@ -61,10 +61,6 @@ def file_state(part: "Part", module: nn.Module) -> dict[str, torch.Tensor]:
 
 def language_model(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The language model's tensors by their own names, whichever level a file keeps them at."""
-    out = {}
-    for key, value in state.items():
-        if key.startswith(OTHER):
-            continue
-        prefix = next((p for p in LANGUAGE if key.startswith(p)), "")
-        out[key[len(prefix):]] = value
-    return out
+    from trainers.models.ernie_image.text_encoder import language_model as own_names
+
+    return own_names(state, LANGUAGE, OTHER)
