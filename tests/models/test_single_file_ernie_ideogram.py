@@ -288,3 +288,17 @@ def test_a_finetune_is_written_as_the_diffusion_models_file(split: tuple[Family,
     again = _load({**files, "pretrained_model_name_or_path": str(written)})
     trained = model.unet.state_dict()
     assert all(torch.equal(v, trained[k]) for k, v in again.unet.state_dict().items())
+
+
+@pytest.mark.parametrize("family", FAMILIES.values(), ids=FAMILIES)
+def test_a_vae_folder_with_the_files_is_refused_by_name(family: Family, tmp_path: Path) -> None:
+    """The single-file loader reads `vae` as an AutoencoderKL folder, which FLUX.2's autoencoder is not: ae names
+    its file."""
+    path = tmp_path / f"{family.name}.safetensors"
+    save_file({k: torch.zeros(2, 2) for k in family.comfy_names}, path)
+    vae = tmp_path / "vae"
+    vae.mkdir()
+    (vae / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKLFlux2", "latent_channels": 32}))
+    issues = _issues(pretrained_model_name_or_path=str(path), text_encoder="te.safetensors", vae=str(vae))
+    (issue,) = [i for i in issues if i.field == "vae" and "flux2-vae" in i.message]
+    assert family.title in issue.message and "set ae" in issue.message

@@ -6,10 +6,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import (ERNIE_IMAGE_TOKENS, FLUX2_AE, MINISTRAL3_3B, MINISTRAL3_3B_LINEAR,
                                         ModelSize)
 from trainers.models.flow_rules import FlowRules, Part
-from trainers.models.rules import DistilledBase
+from trainers.models.rules import CheckpointKeys, DistilledBase, ModelFiles
 
 TRANSFORMER_CLASS = "ErnieImageTransformer2DModel"
 TURBO = "ERNIE-Image-Turbo"
@@ -24,6 +25,15 @@ SPLIT_PARTS = (Part("llm", "text_encoders.ministral3_3b.", "text_encoder", "Mini
                     base_config=Path(__file__).with_name("text_encoder.json"), tokenizer="baidu/ERNIE-Image",
                     tokenizer_subfolder="tokenizer", reader="trainers.models.ernie_image.text_encoder"),
                replace(FLUX2_AE_PART, denoiser_input=("x_embedder.proj.weight", 4)))
+
+
+def single_file_issues(rules: FlowRules, keys: CheckpointKeys, files: ModelFiles, vae_path: str) -> list[ConfigIssue]:
+    """The parts a single file lacks; a `vae` folder is refused by name: the single-file loader reads a vae folder as
+    an AutoencoderKL, which FLUX.2's autoencoder (its batch norm) is not."""
+    if vae_path:
+        return [ConfigIssue("vae", f"{rules.title} single files read FLUX.2's autoencoder from the ae option "
+                            "(vae/flux2-vae.safetensors): leave vae empty and set ae", "model")]
+    return FlowRules.checkpoint_issues(rules, keys, files, vae_path)
 
 
 class ErnieImageRules(FlowRules):
@@ -44,6 +54,9 @@ class ErnieImageRules(FlowRules):
                           "diffusion_model.layers.0.adaLN_sa_ln.weight")
     checkpoint_parts = SPLIT_PARTS
     frozen_text_encoder = "Ministral 3"
+
+    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        return single_file_issues(self, keys, files, vae_path)
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """ErnieImagePipeline folders, or any whose model_index.json names its transformer class."""

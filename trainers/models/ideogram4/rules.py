@@ -7,10 +7,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import FLUX2_AE, IDEOGRAM4_TOKENS, QWEN3_VL_8B_MODEL, QWEN3_VL_8B_MODEL_LINEAR, \
     ModelSize
-from trainers.models.ernie_image.rules import FLUX2_AE_PART
+from trainers.models.ernie_image.rules import FLUX2_AE_PART, single_file_issues
 from trainers.models.flow_rules import FlowRules, Part
+from trainers.models.rules import CheckpointKeys, ModelFiles
 
 TRANSFORMER_CLASS = "Ideogram4Transformer2DModel"
 # Comfy-Org's split files beside its diffusion_models file: Qwen3-VL's language model (text_encoder.py), FLUX.2's
@@ -42,6 +44,9 @@ class Ideogram4Rules(FlowRules):
                           "diffusion_model.embed_image_indicator.")
     checkpoint_parts = SPLIT_PARTS
     frozen_text_encoder = "Qwen3-VL"
+
+    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        return single_file_issues(self, keys, files, vae_path)
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """Its pipeline's folders, or any whose model_index.json names its transformer class."""
