@@ -61,7 +61,7 @@ def test_the_tiny_folder_is_claimed_and_its_other_pipelines_refused_by_name(tiny
     assert index["transformer"][1] == "LTX2VideoTransformer3DModel" and index["vae"][1] == "AutoencoderKLLTX2Video"
     assert index["text_encoder"][1] == "Gemma3ForConditionalGeneration" and index["connectors"][1] == \
         "LTX2TextConnectors"
-    for pipeline, what in (("LTX2ImageToVideoPipeline", "LTX-2 image-to-video"), ("LTXPipeline", "LTX-Video 0.9")):
+    for pipeline, what in (("LTX2ConditionPipeline", "LTX-2 condition"), ("LTXPipeline", "LTX-Video 0.9")):
         folder = _folder(tmp_path, pipeline, {**index, "_class_name": pipeline})
         (issue,) = model_issues(_values(folder))
         assert issue.field == "pretrained_model_name_or_path" and what in issue.message, issue.message

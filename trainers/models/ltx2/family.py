@@ -18,12 +18,16 @@ Its LoRA files name the video stream's attention and feed-forward linears of eve
 ai-toolkit's, the audio stream and its cross-modal attention left out) in kohya's form of the reference names
 (`lora_unet_transformer_blocks_0_attn1_to_q`: Lightricks' module names, which are diffusers' and ComfyUI's), which
 ComfyUI reads; lora_for_pipeline's PEFT keys load with LTX2Pipeline.load_lora_weights (its LTX2LoraLoaderMixin).
+
+An LTX2ImageToVideoPipeline folder trains image-to-video from each clip's first frame (first_frame.py); Lightricks'
+single file with ComfyUI's Gemma 3 file loads as the folder does (single_file.py).
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,8 @@ from torch import nn
 from trainers.models.base import (CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelFiles, ModelLoadError,
                                   SizeConditioning)
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
-from trainers.models.ltx2.rules import LTX2Rules
+from trainers.models.ltx2.first_frame import FirstFrameSlot, conditioned_trainable, video_timesteps
+from trainers.models.ltx2.rules import I2V_PIPELINE, LTX2Rules
 from trainers.models.video import VideoFamily, encode_images_as_frames
 
 TEXT_LENGTH = 1024  # LTX2Pipeline's max_sequence_length (left padding, as Gemma reads chat prompts)
@@ -67,6 +72,8 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
     folder: Path | None = None  # the loaded folder (its connectors and audio parts are kept in saved folders)
     checkpoint: Path | None = None  # or the loaded single file (its parts are written for saved folders)
     _kept: Any = None  # the folder those are written in, once a save asks for them
+    first_frame = False  # image-to-video: an LTX2ImageToVideoPipeline folder (first_frame.py)
+    slot = FirstFrameSlot()
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         import diffusers
@@ -82,7 +89,9 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         parts = AudioParts(load_component(diffusers.AutoencoderKLLTX2Audio, folder, "audio_vae", weight_dtype,
                                           random_init), load_component(vocoder_class, folder, "vocoder", weight_dtype,
                                                                        random_init))
-        return self._assembled(model, connectors, parts, Path(folder), None)
+        model = self._assembled(model, connectors, parts, Path(folder), None)
+        model.family.first_frame = _model_index(folder).get("_class_name") == I2V_PIPELINE
+        return model
 
     def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> Any:
         """Lightricks' single file (ltx-2-19b-dev.safetensors: the transformer, its connectors, both autoencoders and
@@ -122,6 +131,15 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         family.video_text_width = connectors.video_connector.inner_dim
         return dataclasses.replace(model, family=family, text_encoders=[*model.text_encoders, connectors])
 
+    def configured(self, values: Mapping[str, Any]) -> Any:
+        clone = super().configured(values)
+        clone.slot = FirstFrameSlot()  # the run's own
+        return clone
+
+    def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
+        """Image-to-video: each clip's first frame the condition, out of the loss (first_frame.py)."""
+        return conditioned_trainable(trainable, self) if self.first_frame else trainable
+
     def tokenize(self, tokenizers: list[Any], captions: list[str], fmt: Any = None) -> list[torch.Tensor]:
         """Gemma 3's ids of each caption stripped, left-padded to 1024 tokens (as the pipeline)."""
         return super().tokenize(tokenizers, [c.strip() for c in captions], fmt)
@@ -143,23 +161,30 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
     def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
                 text_mask: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
         """The video velocity for latents (B, C, F, h, w) (an image's F = 1), packed as the pipeline packs them,
-        beside the silent audio track's latents at the same sigma; the timestep 1000 x sigma."""
+        beside the silent audio track's latents at the same sigma; the timestep 1000 x sigma. Image-to-video (a
+        first frame in the slot): that frame clean, its tokens at timestep 0 (first_frame.py)."""
         from diffusers import LTX2Pipeline
 
         assert text_mask is not None, "LTX-2's encode_prompts gives the text mask"
         config = unet.config
         batch, _, frames, height, width = noisy.shape
+        timestep = timesteps.to(noisy.dtype)
+        video_timestep = timestep
+        if self.slot.first is not None:
+            noisy = torch.cat([self.slot.first.to(noisy.device, noisy.dtype), noisy[:, :, 1:]], dim=2)
+            video_timestep = video_timesteps(timestep, frames, height * width // config.patch_size ** 2)
         packed = LTX2Pipeline._pack_latents(noisy, config.patch_size, config.patch_size_t)
         audio = silent_audio(config, batch, frames, timesteps, self.frame_rate).to(noisy.device, noisy.dtype)
         text = hidden.to(noisy.dtype)
         mask = text_mask.to(noisy.device)
-        timestep = timesteps.to(noisy.dtype)
+        # both cross-attentions at the step's timestep (the pipelines' use_cross_timestep)
         video, _ = unet(hidden_states=packed, audio_hidden_states=audio,
                         encoder_hidden_states=text[..., :self.video_text_width],
-                        audio_encoder_hidden_states=text[..., self.video_text_width:], timestep=timestep,
-                        sigma=timestep, encoder_attention_mask=mask, audio_encoder_attention_mask=mask,
-                        num_frames=frames, height=height, width=width, fps=self.frame_rate,
-                        audio_num_frames=audio.shape[1], return_dict=False)
+                        audio_encoder_hidden_states=text[..., self.video_text_width:], timestep=video_timestep,
+                        audio_timestep=timestep, sigma=timestep, encoder_attention_mask=mask,
+                        audio_encoder_attention_mask=mask, num_frames=frames, height=height, width=width,
+                        fps=self.frame_rate, audio_num_frames=audio.shape[1], use_cross_timestep=True,
+                        return_dict=False)
         return LTX2Pipeline._unpack_latents(video, frames, height, width, config.patch_size, config.patch_size_t)
 
     def vae_latents(self, raw: torch.Tensor, vae: nn.Module) -> torch.Tensor:
@@ -172,8 +197,10 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         return last_blocks(denoiser.transformer_blocks, count, "blocks")
 
     def model_index(self) -> dict[str, Any]:
-        """A finetune's folder names its autoencoder's class and the parts it keeps as they were."""
-        return {"vae": ["diffusers", self.vae_class],
+        """A finetune's folder names its pipeline (image-to-video's too), its autoencoder's class and the parts it
+        keeps as they were."""
+        return {"_class_name": I2V_PIPELINE if self.first_frame else self.pipeline_class,
+                "vae": ["diffusers", self.vae_class],
                 **{name: entry for name, (_, entry) in self.kept_components().items()}}
 
     def kept_components(self) -> dict[str, tuple[Path, list[str]]]:
@@ -208,15 +235,28 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         return dict(SCHEDULER)
 
     def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
-        """LTX2Pipeline over the model's modules; encode_prompts' packed states stand in for the connectors' output
-        (their pass-through, with the real connectors kept for LoRA files that train them)."""
-        from diffusers import LTX2Pipeline
+        """LTX2Pipeline (image-to-video: LTX2ImageToVideoPipeline) over the model's modules; encode_prompts' packed
+        states stand in for the connectors' output (their pass-through, with the real connectors kept for LoRA files
+        that train them)."""
+        import diffusers
 
         assert self.parts is not None, "LTX-2's audio parts are loaded with the model"
-        return LTX2Pipeline(scheduler=scheduler, vae=model.vae, audio_vae=self.parts.audio_vae,
+        pipeline = getattr(diffusers, I2V_PIPELINE if self.first_frame else self.pipeline_class)
+        return pipeline(scheduler=scheduler, vae=model.vae, audio_vae=self.parts.audio_vae,
                             text_encoder=model.text_encoders[0], tokenizer=model.tokenizers[0],
                             connectors=PackedConnectorStates(self.video_text_width), transformer=model.unet,
                             vocoder=self.parts.vocoder)
+
+    def edit_inputs(self, images: Sequence[str], width: int, height: int) -> dict[str, Any]:
+        """Image-to-video: the sample's first frame (a sample prompt's --ci) at its size."""
+        if not self.first_frame:
+            return {}
+        if not images:
+            raise ValueError(f"{self.title} image-to-video renders from a first frame: give the sample prompt "
+                             "`--ci path`")
+        from trainers.models.edit import sample_images
+
+        return {"image": sample_images(images[:1], width, height)[0]}
 
     def pipeline_embeds(self, hidden: torch.Tensor, text_mask: torch.Tensor | None) -> dict[str, Any]:
         assert text_mask is not None, "LTX-2's encode_prompts gives the text mask"
@@ -301,12 +341,15 @@ def ready_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def _class_in_index(folder: Path, component: str) -> str:
+def _model_index(folder: Path) -> dict[str, Any]:
     try:
-        index = json.loads((Path(folder) / "model_index.json").read_text(encoding="utf-8"))
+        return dict(json.loads((Path(folder) / "model_index.json").read_text(encoding="utf-8")))
     except (OSError, ValueError):
-        return ""
-    return str((index.get(component) or [None, ""])[-1])
+        return {}
+
+
+def _class_in_index(folder: Path, component: str) -> str:
+    return str((_model_index(folder).get(component) or [None, ""])[-1])
 
 
 LTX2 = LTX2Video()

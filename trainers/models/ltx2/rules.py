@@ -18,12 +18,12 @@ from trainers.models.flow_rules import FlowRules, Part
 from trainers.models.ltx2 import layout
 from trainers.models.rules import CheckpointKeys, ModelFiles, ModelLoadError
 
+I2V_PIPELINE = "LTX2ImageToVideoPipeline"  # its folders train as image-to-video (first_frame.py)
 # diffusers' pipelines of LTX-2 and LTX-Video that are not trained here, refused by name before anything loads
 REFUSED_PIPELINES = {
-    "LTX2ImageToVideoPipeline": "an LTX-2 image-to-video pipeline", "LTX2ConditionPipeline": "an LTX-2 condition "
-    "pipeline", "LTX2LatentUpsamplePipeline": "LTX-2's latent upsampler", "LTXPipeline": "an LTX-Video 0.9 model",
-    "LTXImageToVideoPipeline": "an LTX-Video 0.9 model", "LTXConditionPipeline": "an LTX-Video 0.9 model",
-    "LTXLatentUpsamplePipeline": "LTX-Video's latent upsampler"}
+    "LTX2ConditionPipeline": "an LTX-2 condition pipeline", "LTX2LatentUpsamplePipeline": "LTX-2's latent upsampler",
+    "LTXPipeline": "an LTX-Video 0.9 model", "LTXImageToVideoPipeline": "an LTX-Video 0.9 model",
+    "LTXConditionPipeline": "an LTX-Video 0.9 model", "LTXLatentUpsamplePipeline": "LTX-Video's latent upsampler"}
 ARCH = Path(__file__).with_name("arch")  # the published LTX-2.0 configs (diffusers' conversion script's), Gemma 3's
 # the parts beside the transformer: Gemma 3 from its own file (ComfyUI's; the tokenizer from Lightricks/LTX-2's
 # diffusers layout, kept in tokenizer_cache_dir) and the video autoencoder, in the model file or one of its own
@@ -72,13 +72,14 @@ class LTX2Rules(FlowRules):
     bucket_step = 32
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
-        """LTX2Pipeline folders with an LTX2VideoTransformer3DModel; LTX-2's other pipelines and LTX-Video 0.9's
-        are refused by name."""
+        """LTX2Pipeline and LTX2ImageToVideoPipeline folders with an LTX2VideoTransformer3DModel; LTX-2's other
+        pipelines and LTX-Video 0.9's are refused by name."""
         pipeline = str(index.get("_class_name", ""))
         if pipeline in REFUSED_PIPELINES:
             raise ModelLoadError(f"{folder} is {REFUSED_PIPELINES[pipeline]} ({pipeline}), which Atelier does not "
-                                 f"train: give an LTX-2 text-to-video diffusers folder ({self.pipeline_class})")
-        if pipeline != self.pipeline_class:
+                                 f"train: give an LTX-2 diffusers folder ({self.pipeline_class}; {I2V_PIPELINE} "
+                                 "trains image-to-video)")
+        if pipeline not in (self.pipeline_class, I2V_PIPELINE):
             return False
         return (index.get("transformer") or [None, None])[-1] == self.transformer_class
 

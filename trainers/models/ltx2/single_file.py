@@ -83,7 +83,7 @@ def transformer_config(shapes: Shapes, meta: Mapping[str, Any]) -> dict[str, Any
             section["positional_embedding_max_pos"]
     if section.get("audio_positional_embedding_max_pos"):
         config["audio_pos_embed_max_pos"] = section["audio_positional_embedding_max_pos"][0]
-    video, audio = _shape(shapes, "proj_in.weight", "transformer"), _shape(shapes, "audio_proj_in.weight", "transformer")
+    video, audio = (_shape(shapes, f"{stream}proj_in.weight", "transformer") for stream in ("", "audio_"))
     config["num_attention_heads"], config["attention_head_dim"] = _heads(
         video[0], section, "num_attention_heads", "attention_head_dim", config["attention_head_dim"])
     config["audio_num_attention_heads"], config["audio_attention_head_dim"] = _heads(
@@ -136,8 +136,8 @@ def vae_config(shapes: Shapes) -> dict[str, Any]:
     stages, ups = count(shapes, "encoder.down_blocks."), count(shapes, "decoder.up_blocks.")
     factors = list(reversed(config["upsample_factor"]))
     if stages != len(config["down_block_types"]) or ups != len(factors):
-        raise ModelLoadError(f"the LTX-2 video autoencoder has {stages} encoder and {ups} decoder stages; LTX-2.0's has "
-                             f"{len(config['down_block_types'])} and {len(factors)}: is it LTX-2's?")
+        raise ModelLoadError(f"the LTX-2 video autoencoder has {stages} encoder and {ups} decoder stages; LTX-2.0's "
+                             f"has {len(config['down_block_types'])} and {len(factors)}: is it LTX-2's?")
     encoder = [f"encoder.down_blocks.{i}" for i in range(stages)] + ["encoder.mid_block"]
     decoder = ["decoder.mid_block"] + [f"decoder.up_blocks.{i}" for i in range(ups)]
     config.update(
