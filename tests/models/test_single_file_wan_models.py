@@ -203,3 +203,15 @@ def test_a_folder_refuses_the_files_a_single_file_reads(tmp_path: Path) -> None:
     high = _fake(tmp_path / "high.safetensors", 16)
     issues = {i.field: i.message for i in _issues(pretrained_model_name_or_path=str(folder), dit_high_noise=high)}
     assert "diffusers folder holds its own" in issues["dit_high_noise"]
+
+
+def test_the_weights_of_both_experts_are_counted(tmp_path: Path) -> None:
+    """The memory estimate counts a pair's second expert (dit_high_noise) beside the model file."""
+    from trainers.core.weights_memory import model_parts
+
+    low = _fake(tmp_path / "low.safetensors", 36)
+    high = _fake(tmp_path / "high.safetensors", 36)
+    one = sum(p.params for p in model_parts({"pretrained_model_name_or_path": low}) if p.kind == "denoiser")
+    both = sum(p.params for p in model_parts({"pretrained_model_name_or_path": low, "dit_high_noise": high})
+               if p.kind == "denoiser")
+    assert one > 0 and both == 2 * one
