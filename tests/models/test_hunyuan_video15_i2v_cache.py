@@ -57,3 +57,28 @@ def test_a_cached_run_equals_the_uncached_one_and_resumes_exactly(tiny_i2v: Path
     entries = sorted((tmp_path / "data" / "clips" / CACHE_DIR).glob("*.safetensors"))
     with safe_open(str(entries[0]), "pt") as entry:
         assert {f"extra.{FIRST_FRAME}", f"extra.{IMAGE_STATES}", "mean", "std"} <= set(entry.keys())
+
+
+I2V_PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("hunyuan_video15_i2v_lora_*gb.toml"))
+
+
+def test_there_is_an_image_to_video_preset_for_each_small_tier() -> None:
+    assert [p.stem.rsplit("_", 1)[1] for p in I2V_PRESETS] == ["12gb", "16gb", "24gb"]
+
+
+@pytest.mark.parametrize("path", I2V_PRESETS, ids=[p.stem for p in I2V_PRESETS])
+def test_each_image_to_video_preset_caches_fits_its_tier_and_validates_on_clips(path: Path, tiny_i2v: Path,
+                                                                               tmp_path: Path) -> None:
+    """Its latents cached (the first frame's condition with them: no VAE or SigLIP in the steps, SigLIP back on the
+    host after the cache pass), by the estimate for the published 480p I2V model, and Validate's preflight on the
+    tiny I2V model with clips."""
+    import tomllib
+
+    from family_checks import check_preset, clips_dataset
+
+    assert tomllib.loads(path.read_text(encoding="utf-8"))["dataset"]["cache_latents"] is True
+    estimate, comment = check_preset(path, "hunyuanvideo-community/HunyuanVideo-1.5-480p_i2v", tiny_i2v,
+                                     clips_dataset(tmp_path / "data", fps=24), tmp_path / "out")
+    assert estimate.source.startswith("the published HunyuanVideo 1.5")
+    assert f"~{estimate.caching_card_gb:.1f} GB while the captions are encoded" in comment
+    assert "HunyuanVideo-1.5-480p_i2v" in comment and "image_encoder" in comment and "--ci" in comment

@@ -74,7 +74,9 @@ def window_extras(vae: nn.Module, encoder: ImageEncoder) -> WindowExtras:
     def encode(pixels: torch.Tensor) -> dict[str, torch.Tensor]:  # (B, F, 3, H, W), an image as F = 1
         first = pixels[:, 0]
         with torch.no_grad():
-            return {FIRST_FRAME: first_frame_latent(vae, first), IMAGE_STATES: image_states(encoder, first, vae.device)}
+            out = {FIRST_FRAME: first_frame_latent(vae, first), IMAGE_STATES: image_states(encoder, first, vae.device)}
+        encoder.model.to("cpu")  # back to the host after each window: the caption pass and the steps need none of it
+        return out
 
     key = f"{EXTRAS_KEY}|{vae_fingerprint(encoder.model)}|{encoder.processor.to_json_string()}"
     return WindowExtras(key, encode)
