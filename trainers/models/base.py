@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from trainers.data.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
+from trainers.models.pending_encoders import read_pending
 from trainers.models.pipeline_lora import PipelinePart
 from trainers.models.rules import (  # noqa: F401 - re-exported: the torch-free half of a family
     CheckpointKeys,
@@ -99,6 +100,7 @@ class LoadedModel:
             hidden = torch.stack([cached[t][0] for t in texts])
             pooled = [cached[t][1] for t in texts]
             return hidden, None if pooled[0] is None else torch.stack(pooled)
+        read_pending(self.text_encoders)  # a text not cached: encoders deferred at loading are read now
         device = next(self.text_encoders[0].parameters()).device
         ids, weights = split_weighted(self.tokenize(texts))
         ids = [t.to(device) for t in ids]
