@@ -18,8 +18,6 @@ import torch
 from torch import nn
 
 from trainers.data.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
-from trainers.models.pending_encoders import read_pending
-from trainers.models.pipeline_lora import PipelinePart
 from trainers.models.rules import (  # noqa: F401 - re-exported: the torch-free half of a family
     CheckpointKeys,
     FamilyRules,
@@ -100,7 +98,6 @@ class LoadedModel:
             hidden = torch.stack([cached[t][0] for t in texts])
             pooled = [cached[t][1] for t in texts]
             return hidden, None if pooled[0] is None else torch.stack(pooled)
-        read_pending(self.text_encoders)  # a text not cached: encoders deferred at loading are read now
         device = next(self.text_encoders[0].parameters()).device
         ids, weights = split_weighted(self.tokenize(texts))
         ids = [t.to(device) for t in ids]
@@ -307,11 +304,6 @@ class ModelFamily(FamilyRules):
     def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: "LoadedModel") -> dict[str, torch.Tensor]:
         """A kohya LoRA file's tensors as this family's diffusers pipeline's load_lora_weights takes them."""
         return state
-
-    def lora_pipeline_parts(self, path: Path, listed: Sequence[Path], model: "LoadedModel") -> list[PipelinePart]:
-        """Generate: what a LoRA line's file loads, and onto which of the pipeline's denoisers (`listed`: every file
-        the job's variant lists); one denoiser: the whole file."""
-        return [PipelinePart(path)]
 
     # --- saving and describing ---
 

@@ -28,7 +28,6 @@ class ModelOptions(OptionSlice):
     tokenizer_cache_dir: str
     clip_skip: int
     clip_g: str
-    image_encoder: str
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeCondi
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
 from trainers.models.video import VideoFamily, encode_images_as_frames
 from trainers.models.wan.rules import WanRules
-from trainers.models.wan.wan22.generate_loras import ExpertLoras
 
 TEXT_LENGTH = 512  # WanPipeline's max_sequence_length (musubi-tuner's too)
 # diffusers' block modules -> Wan-AI's (musubi-tuner's and ComfyUI's names)
@@ -27,7 +26,7 @@ PROJECTIONS = {"to_q": "q", "to_k": "k", "to_v": "v", "to_out.0": "o"}
 FFN = {"ffn.net.0.proj": "ffn_0", "ffn.net.2": "ffn_2"}
 
 
-class Wan(ExpertLoras, WanRules, VideoFamily, FlowFamily, ModelFamily):
+class Wan(WanRules, VideoFamily, FlowFamily, ModelFamily):
     implementation = "https://github.com/Wan-Video/Wan2.1"
     native_size = 480  # its sampling size is 832x480 (832 wide)
     vae_class = "AutoencoderKLWan"

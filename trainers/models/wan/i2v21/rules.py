@@ -3,9 +3,11 @@
 the first frame enter the transformer's cross-attention beside the text's), musubi-tuner's task i2v-14B."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import (
     CLIP_H_VISION,
     UMT5_XXL,
@@ -40,6 +42,13 @@ class WanI2VRules(WanRules):
             return False
         parts = [(index.get(name) or [None, None])[-1] for name in ("transformer", "transformer_2", "image_encoder")]
         return parts[0] == self.transformer_class and parts[1] is None and parts[2] is not None
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """Each step encodes the clip's first frame (its image latent and CLIP features): cached latents lack it."""
+        return super().option_issues(values) + [
+            ConfigIssue(name, "Wan 2.1 image-to-video encodes each clip's first frame at every step (its image "
+                        "latent and CLIP features): leave it off", "dataset")
+            for name in ("cache_latents", "cache_latents_to_disk") if values.get(name)]
 
 
 WAN21_I2V = WanI2VRules()

@@ -77,6 +77,14 @@ class Wan22Rules(WanRules):
         experts = [(index.get(name) or [None, None])[-1] for name in ("transformer", "transformer_2")]
         return experts == [self.transformer_class] * 2 and index.get("boundary_ratio") is not None
 
+    def option_issues_i2v(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """An I2V pair encodes each clip's first frame at every step: cached latents would lack it."""
+        if not is_i2v_folder(Path(str(values.get("pretrained_model_name_or_path") or ""))):
+            return []
+        return [ConfigIssue(name, f"Wan 2.2 image-to-video encodes each clip's first frame at every step (its "
+                            "image latent): leave it off", "dataset")
+                for name in ("cache_latents", "cache_latents_to_disk") if values.get(name)]
+
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)
         value = values.get("timestep_boundary")
@@ -88,25 +96,7 @@ class Wan22Rules(WanRules):
             issues.append(ConfigIssue("train_expert", "with several processes, train one expert per run ('high_noise' "
                                       "or 'low_noise'): a batch of one expert's timesteps leaves the other's LoRA "
                                       "without gradients, which DDP does not allow", "flow"))
-        return issues + offload_issues(values, processes)
-
-
-def offload_issues(values: Mapping[str, Any], processes: int) -> list[ConfigIssue]:
-    """offload_inactive_dit with what moves weights already (musubi-tuner refuses block swap with it), compiled
-    blocks, or several processes (DDP keeps every weight on its GPU)."""
-    if not values.get("offload_inactive_dit"):
-        return []
-    issues = [ConfigIssue("offload_inactive_dit", f"and {name} both keep the experts' weights in CPU memory: keep one "
-                          "(musubi-tuner refuses them together)", "precision")
-              for name in ("blocks_to_swap", "layer_offload_fraction") if values.get(name)]
-    if values.get("compile_blocks") == "on":
-        issues.append(ConfigIssue("offload_inactive_dit", "moves the experts' weights between the CPU and the GPU, "
-                                  "which compiled blocks were not checked with: set compile_blocks = 'auto' or 'off'",
-                                  "precision"))
-    if processes > 1:
-        issues.append(ConfigIssue("offload_inactive_dit", "keeps an expert's weights in CPU memory, which works in one "
-                                  "process only: set num_processes = 1", "precision"))
-    return issues
+        return issues + self.option_issues_i2v(values)
 
 
 WAN22 = Wan22Rules()
