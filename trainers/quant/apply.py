@@ -2,8 +2,8 @@
 and before it is placed: every family gets it, the LoRA is then built on the quantized layers and trains in the
 compute dtype. The saved LoRA holds only its own weights, so it applies to the unquantized model.
 
-- fp8: every layer stored in float8_e4m3fn and cast to the compute dtype while it runs (diffusers' layerwise
-  casting: the Linear and convolution weights; norms and embeddings keep their dtype).
+- fp8: every layer stored in float8_e4m3fn and cast to the compute dtype while it runs (the layers diffusers'
+  layerwise casting casts, norms kept; the backward casts the fp8 weight again: quant/fp8_layers.py).
 - int8, int4: torchao weight-only quantization of the Linear layers (int4 per group of 128 with torchao's CUDA int4
   kernels; elsewhere per group of 32, held one value a byte: int4's precision, int8's memory).
 - nf4: bitsandbytes' 4-bit NormalFloat Linear layers (blocks of 64, the compute dtype for the matmul).
@@ -19,6 +19,7 @@ from torch import nn
 from trainers.core.errors import ConfigError, ConfigIssue
 from trainers.memory_estimate import base_precision
 from trainers.core.options import TrainConfig
+from trainers.quant.fp8_layers import store_in_fp8
 
 INT4_GROUP_CUDA, INT4_GROUP = 128, 32
 FP8_MIN_CAPABILITY = (8, 0)  # our line: Ampere and newer (float8 storage with bf16 compute as sd-scripts users run it)
@@ -64,18 +65,7 @@ def quantize_frozen(module: nn.Module, mode: str, compute_dtype: torch.dtype, de
     """`module`'s weights stored as `mode`; its forward computes in `compute_dtype`. Its Linear layers' quantized
     weights are made on `device`."""
     if mode == "fp8":
-        if hasattr(module, "enable_layerwise_casting"):  # a diffusers model knows which of its layers to skip
-            module.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=compute_dtype)
-            return
-        from diffusers.hooks import apply_layerwise_casting
-
-        # Embeddings by class too: T5's `shared` ties its weight to `encoder.embed_tokens`, which the name pattern
-        # skips and which then met an fp8 weight without a hook to cast it back. The layers a transformers model
-        # keeps in float32 stay out as well: T5 casts the input of its `wo` to that layer's weight dtype.
-        kept = tuple(getattr(module, "_keep_in_fp32_modules", None) or ())
-        apply_layerwise_casting(module, storage_dtype=torch.float8_e4m3fn, compute_dtype=compute_dtype,
-                                skip_modules_pattern=("norm", "embed", "pos_embed", "patch_embed", *kept),
-                                skip_modules_classes=(nn.Embedding,))
+        store_in_fp8(module, compute_dtype, *_fp8_skips(module))
         return
     module.requires_grad_(False)
     if mode == "nf4":
@@ -86,6 +76,20 @@ def quantize_frozen(module: nn.Module, mode: str, compute_dtype: torch.dtype, de
     config, group = _torchao_config(mode, device)
     quantize_(module, config, filter_fn=lambda m, _: isinstance(m, nn.Linear) and m.in_features % group == 0,
               device=device)
+
+
+def _fp8_skips(module: nn.Module) -> tuple[tuple[str, ...], tuple[type[nn.Module], ...]]:
+    """(name patterns, classes) of the layers fp8 leaves in the compute dtype, as diffusers' layerwise casting
+    leaves them: a diffusers model's own skip patterns and float32 modules with diffusers' defaults."""
+    kept = tuple(getattr(module, "_keep_in_fp32_modules", None) or ())
+    if hasattr(module, "_skip_layerwise_casting_patterns"):  # a diffusers model knows which of its layers to skip
+        from diffusers.hooks.layerwise_casting import DEFAULT_SKIP_MODULES_PATTERN
+
+        return (*DEFAULT_SKIP_MODULES_PATTERN, *kept, *(module._skip_layerwise_casting_patterns or ())), ()
+    # Embeddings by class too: T5's `shared` ties its weight to `encoder.embed_tokens`, which the name pattern
+    # skips. The layers a transformers model keeps in float32 stay out as well: T5 casts the input of its `wo` to
+    # that layer's weight dtype.
+    return ("norm", "embed", "pos_embed", "patch_embed", *kept), (nn.Embedding,)
 
 
 def _torchao_config(mode: str, device: torch.device) -> tuple[object, int]:
