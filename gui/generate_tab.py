@@ -40,7 +40,7 @@ from trainers.generate.options import (
     parse_loras,
 )
 from trainers.generate.saves import compare_form_values, find_saves, is_lora_file
-from trainers.generate.video import is_video_model
+from trainers.generate.video import CLIP_SUFFIX, is_video_model
 
 ESSENTIALS = ("model", "loras", "prompts")
 DEMO_PRESET = "demo"  # what `app.py --demo` fills the tab from
@@ -108,13 +108,20 @@ WATCHERS = Watchers(JobWatcher)  # one per job folder, shared by every browser s
 GENERATE_TITLES = {**TITLES, RunState.RUNNING: "Generating"}
 
 
+def made_kind(v: JobView) -> str:
+    """What the job makes: a video family's clips (its files are .mp4, known by the first one shown, which comes
+    before any progress), else images."""
+    return "clips" if any(path.lower().endswith(CLIP_SUFFIX) for path, _ in v.images.values()) else "images"
+
+
 def status_text(v: JobView) -> str:
     p = v.progress
     line = None
     if p:
-        rate = f" · **{p.images_per_s:.2f} images/s**" if v.state.active else ""
+        kind = made_kind(v)
+        rate = f" · **{p.images_per_s:.2f} {kind}/s**" if v.state.active else ""
         eta = f" · ETA {format_duration(p.eta_s)}" if v.state.active else ""
-        line = f"**{p.done} / {p.total or v.total}** images{rate}{eta} · in `{v.out_dir}`"
+        line = f"**{p.done} / {p.total or v.total}** {kind}{rate}{eta} · in `{v.out_dir}`"
     text = job_status_text(v, f"`{v.job_id}`", line, before="Loading the model…", titles=GENERATE_TITLES,
                            error=v.error)
     return text + (f"\n\nGrid saved: `{v.grid}`" if v.grid else "")

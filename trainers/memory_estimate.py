@@ -162,6 +162,15 @@ def offload_share(values: dict, units: int) -> float:
     return min(1.0, int(count) / units) if count and units else 0.0
 
 
+def parked_share(cfg: TrainConfig) -> float:
+    """The share of the denoiser's weights its family keeps in host RAM while another part runs (its rules'
+    `parked_share`: Wan 2.2's offload_inactive_dit, one expert of two); 0 for a family without."""
+    from trainers.models.rules import rules_of
+
+    share = getattr(rules_of(cfg.model_family), "parked_share", None) if cfg.model_family in FAMILY_NAMES else None
+    return float(share(cfg.values)) if share is not None else 0.0
+
+
 def model_size(cfg: TrainConfig) -> ModelSize | None:
     """The config's model's sizes: counted from its files when they are here, else its family's published ones."""
     published = published_size(cfg.model_family, str(cfg.values.get("pretrained_model_name_or_path") or ""))
@@ -245,9 +254,12 @@ def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bo
         trainable_text = size.text_encoders if _trains_text_encoders(cfg) else 0
     else:
         weights = _quantized(size.denoiser, size.denoiser_linear, setting.base, dtype_bytes)
-        gpu["denoiser weights"] = weights * on_device / GB
+        parked = parked_share(cfg)
+        gpu["denoiser weights"] = weights * on_device * (1.0 - parked) / GB
         if setting.offload:
             host["offloaded blocks (pinned)"] = weights * setting.offload / GB
+        if parked:
+            host["the denoiser's part not running (pinned)"] = weights * parked / GB
         rank = int(values.get("network_dim") or 4)
         lora = size.lora_per_rank * rank * (0 if cfg.values.get("network_train_text_encoder_only") else 1)
         lora += size.text_lora_per_rank * rank * (1 if _trains_text_encoders(cfg) else 0)

@@ -23,7 +23,9 @@ FAMILIES = {"chroma": ("lodestones/Chroma1-HD", "trainers.models.chroma.tiny", "
                       "build_tiny_flux2_klein"),
             "hunyuan_image21": ("hunyuanvideo-community/HunyuanImage-2.1-Diffusers",
                                 "trainers.models.hunyuan_image21.tiny", "build_tiny_hunyuan_image21"),
-            "ernie_image": ("baidu/ERNIE-Image", "trainers.models.ernie_image.tiny", "build_tiny_ernie_image")}
+            "ernie_image": ("baidu/ERNIE-Image", "trainers.models.ernie_image.tiny", "build_tiny_ernie_image"),
+            "hidream": ("HiDream-ai/HiDream-I1-Full", "trainers.models.hidream.tiny", "build_tiny_hidream"),
+            "ideogram4": ("ideogram-ai/ideogram-4-fp8", "trainers.models.ideogram4.tiny", "build_tiny_ideogram4")}
 FOUND = sorted(PRESETS.glob("*_finetune_*gb.toml"))
 
 

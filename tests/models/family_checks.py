@@ -313,3 +313,21 @@ def clip_and_image_flow_steps(model: object, caption: str, shift: float,
         loss.backward()
         assert torch.isfinite(loss) and loss > 0
         yield run
+
+
+def loras_from_files_and_folder(files: dict[str, str], folder: Path, tmp_path: Path, steps: int
+                                ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The LoRA a `steps`-step run trains from a model's single files (`files`: the options naming them) and the one
+    the same run trains from its diffusers folder, on the demo dataset at 64 pixels."""
+    from helpers import train
+    from safetensors.torch import load_file
+
+    from trainers.demo import build_dataset
+
+    common = {"train_data_dir": str(build_dataset(tmp_path / "data", folder="2_sks shape")), "resolution": "64",
+              "max_train_steps": steps, "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
+              "network_dim": 4, "save_precision": "float", "seed": 3}
+    assert train("lora", tmp_path / "files", **files, **common, output_dir=str(tmp_path / "a"), output_name="l") == 0
+    assert train("lora", tmp_path / "folder", **common, pretrained_model_name_or_path=str(folder),
+                 output_dir=str(tmp_path / "b"), output_name="l") == 0
+    return load_file(tmp_path / "a" / "l.safetensors"), load_file(tmp_path / "b" / "l.safetensors")

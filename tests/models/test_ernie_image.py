@@ -61,20 +61,9 @@ def test_turbo_is_reported_as_a_distilled_base(tmp_path: Path) -> None:
 
 
 def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
-    issues = model_issues(_values(tiny, min_snr_gamma=5.0, save_model_as="safetensors", text_encoder_lr=[1e-4]))
-    assert sorted(i.field for i in issues) == ["min_snr_gamma", "save_model_as", "text_encoder_lr"]
+    issues = model_issues(_values(tiny, min_snr_gamma=5.0, timestep_sampling="qwen_shift", text_encoder_lr=[1e-4]))
+    assert sorted(i.field for i in issues) == ["min_snr_gamma", "text_encoder_lr", "timestep_sampling"]
     assert all("ERNIE-Image" in i.message for i in issues)
-
-
-def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> None:
-    from safetensors.torch import save_file
-
-    path = tmp_path / "ernie-image.safetensors"
-    save_file({"layers.0.adaLN_sa_ln.weight": torch.zeros(8), "layers.0.self_attention.to_q.weight": torch.zeros(8, 8),
-               "text_proj.weight": torch.zeros(8, 4)}, str(path))
-    (issue,) = model_issues(_values(path))
-    assert issue.field == "pretrained_model_name_or_path"
-    assert "ERNIE-Image single file" in issue.message and "ErnieImagePipeline" in issue.message
 
 
 def test_captions_are_encoded_and_rendered_as_its_pipeline_does(model: object) -> None:

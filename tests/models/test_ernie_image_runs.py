@@ -23,7 +23,8 @@ PLUGIN = shared.Plugin(
     ("lora_unet_layers_0_self_attention_to_q", "lora_unet_layers_0_self_attention_to_out_0",
      "lora_unet_layers_1_mlp_gate_proj", "lora_unet_layers_1_mlp_linear_fc2"),
     {"ss_base_model_version": "ernie_image", "modelspec.architecture": "ernie-image/lora",
-     "ss_timestep_sampling": "shift", "ss_discrete_flow_shift": "3.0"})
+     "ss_timestep_sampling": "shift", "ss_discrete_flow_shift": "3.0"},
+    saves_single_files=True)
 
 
 @pytest.fixture(scope="module")

@@ -60,9 +60,9 @@ def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_
                                ("HunyuanImagePipeline", "HunyuanImage 2.1"))
 
 
-def test_its_single_files_are_recognised_and_refused_by_name() -> None:
+def test_its_single_files_are_recognised() -> None:
     """Tencent's (and ComfyUI's) transformer files: their condition-type embedding is the family's own (HunyuanImage
-    2.1's files share the ByT5 mapper)."""
+    2.1's files share the ByT5 mapper). How they are read: test_single_file_hunyuan_video15.py."""
     shapes = {"cond_type_embedding.weight": (3, 2048), "byt5_in.fc1.weight": (2048, 1472),
               "double_blocks.0.img_attn_q.weight": (2048, 2048)}
     assert checkpoint_rules(shapes, "hunyuanvideo1.5_480p_t2v.safetensors") is HUNYUAN_VIDEO15

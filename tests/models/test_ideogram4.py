@@ -49,23 +49,10 @@ def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_
 
 
 def test_validate_names_the_family_in_what_it_refuses(tiny: Path) -> None:
-    issues = model_issues(_values(tiny, min_snr_gamma=5.0, save_model_as="safetensors", text_encoder_lr=[1e-4],
-                                  timestep_sampling="qwen_shift"))
-    assert sorted(i.field for i in issues) == ["min_snr_gamma", "save_model_as", "text_encoder_lr",
-                                               "timestep_sampling"]
+    issues = model_issues(_values(tiny, min_snr_gamma=5.0, text_encoder_lr=[1e-4], timestep_sampling="qwen_shift"))
+    assert sorted(i.field for i in issues) == ["min_snr_gamma", "text_encoder_lr", "timestep_sampling"]
     assert all("Ideogram 4" in i.message for i in issues)
     assert model_issues(_values(tiny, timestep_sampling="ideogram4_shift")) == []
-
-
-def test_its_single_files_are_recognised_and_refused_by_name(tmp_path: Path) -> None:
-    from safetensors.torch import save_file
-
-    path = tmp_path / "ideogram4_fp8_scaled.safetensors"
-    save_file({"embed_image_indicator.weight": torch.zeros(2, 8), "layers.0.attention.qkv.weight": torch.zeros(24, 8)},
-              str(path))
-    (issue,) = model_issues(_values(path))
-    assert issue.field == "pretrained_model_name_or_path"
-    assert "Ideogram 4 single file" in issue.message and "Ideogram4Pipeline" in issue.message
 
 
 def test_captions_are_encoded_as_its_pipeline_does(model: object, tiny: Path) -> None:

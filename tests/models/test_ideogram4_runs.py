@@ -24,7 +24,8 @@ PLUGIN = shared.Plugin(
     ("lora_unet_layers_0_attention_qkv", "lora_unet_layers_0_attention_o", "lora_unet_layers_1_feed_forward_w1",
      "lora_unet_layers_1_feed_forward_w2", "lora_unet_layers_1_feed_forward_w3"),
     {"ss_base_model_version": "ideogram4", "modelspec.architecture": "Ideogram-4/lora",
-     "ss_network_module": "networks.lora_ideogram4", "ss_timestep_sampling": "ideogram4_shift"})
+     "ss_network_module": "networks.lora_ideogram4", "ss_timestep_sampling": "ideogram4_shift"},
+    saves_single_files=True)
 
 
 @pytest.fixture(scope="module")

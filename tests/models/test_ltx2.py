@@ -61,7 +61,7 @@ def test_the_tiny_folder_is_claimed_and_its_other_pipelines_refused_by_name(tiny
     assert index["transformer"][1] == "LTX2VideoTransformer3DModel" and index["vae"][1] == "AutoencoderKLLTX2Video"
     assert index["text_encoder"][1] == "Gemma3ForConditionalGeneration" and index["connectors"][1] == \
         "LTX2TextConnectors"
-    for pipeline, what in (("LTX2ImageToVideoPipeline", "LTX-2 image-to-video"), ("LTXPipeline", "LTX-Video 0.9")):
+    for pipeline, what in (("LTX2ConditionPipeline", "LTX-2 condition"), ("LTXPipeline", "LTX-Video 0.9")):
         folder = _folder(tmp_path, pipeline, {**index, "_class_name": pipeline})
         (issue,) = model_issues(_values(folder))
         assert issue.field == "pretrained_model_name_or_path" and what in issue.message, issue.message
@@ -76,7 +76,7 @@ def test_a_wrong_family_model_is_refused_by_name_before_loading(tiny: Path, tmp_
     assert issue.field == "model_family" and "FLUX.1" in issue.message, issue.message
 
 
-def test_its_single_files_are_recognised_and_refused_by_name() -> None:
+def test_its_single_files_are_claimed_by_the_audio_timestep_embedding() -> None:
     shapes = {"audio_adaln_single.linear.weight": (12288, 2048), "adaln_single.linear.weight": (24576, 4096),
               "transformer_blocks.0.attn1.to_q.weight": (4096, 4096)}
     assert checkpoint_rules({f"model.diffusion_model.{k}": v for k, v in shapes.items()}, "ltx-2-19b-dev.safetensors") \

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from family_checks import loras_from_files_and_folder
 from helpers import train
 from safetensors.torch import load_file, save_file
 
 from trainers.core.options import BY_NAME
-from trainers.demo import build_dataset
 from trainers.models import ModelFiles, load_model
 from trainers.models.checks import model_issues
 from trainers.models.hunyuan_image21 import reference, single_file
@@ -155,13 +155,7 @@ def test_comfyuis_split_files_load_as_the_folder(hunyuan: tuple[Path, dict[str, 
 def test_a_lora_trained_from_the_files_equals_one_from_the_folder(hunyuan: tuple[Path, dict[str, str]],
                                                                   tmp_path: Path) -> None:
     folder, files = hunyuan
-    common = {"train_data_dir": str(build_dataset(tmp_path / "data", folder="2_sks shape")), "resolution": "64",
-              "max_train_steps": 1, "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
-              "network_dim": 4, "save_precision": "float", "seed": 3}
-    assert train("lora", tmp_path / "files", **files, **common, output_dir=str(tmp_path / "a"), output_name="l") == 0
-    assert train("lora", tmp_path / "folder", **common, pretrained_model_name_or_path=str(folder),
-                 output_dir=str(tmp_path / "b"), output_name="l") == 0
-    from_files, from_folder = load_file(tmp_path / "a" / "l.safetensors"), load_file(tmp_path / "b" / "l.safetensors")
+    from_files, from_folder = loras_from_files_and_folder(files, folder, tmp_path, steps=1)
     assert from_files.keys() == from_folder.keys() and "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight" in \
         from_files
     assert max((from_files[k] - from_folder[k]).abs().max().item() for k in from_files) < 1e-5

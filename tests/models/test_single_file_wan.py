@@ -2,7 +2,8 @@
 ones and the published VAE's structure and latent statistics: what the files do not tell) saved as a diffusion_models
 file in Wan-AI's names, umt5_xxl_fp16 and wan_2.1_vae files, read back with diffusers' own converters to the same
 weights and outputs as its folder, and a LoRA trained from them equal to one from the folder; what is missing, scaled
-fp8 or another Wan model's file named by file and option before anything loads."""
+fp8 or a Wan model's file not trained here named by file and option before anything loads (the other Wan models' files:
+test_single_file_wan_models.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,64 +12,20 @@ import pytest
 import torch
 from helpers import train
 from safetensors.torch import load_file, save_file
+from wan_split_files import comfy_files, tiny_folder
 
 from trainers.core.options import BY_NAME
 from trainers.demo import build_dataset
 from trainers.models import ModelFiles, load_model
 from trainers.models.checks import model_issues
 from trainers.models.wan import single_file
-from trainers.models.wan.rules import SPLIT_PARTS
-
-
-def _tiny_folder(folder: Path) -> Path:
-    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
-    from transformers import T5TokenizerFast
-
-    from trainers.models.tiny_flow import write_tiny_t5_tokenizer
-    from trainers.models.wan.tiny import TEXT_WIDTH, tiny_umt5
-
-    torch.manual_seed(0)
-    write_tiny_t5_tokenizer(folder / "tokenizer")
-    tokenizer = T5TokenizerFast.from_pretrained(folder / "tokenizer")
-    vae = single_file.published("vae")
-    pipe = WanPipeline(
-        tokenizer=tokenizer, text_encoder=tiny_umt5(len(tokenizer)),
-        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
-        vae=AutoencoderKLWan(base_dim=8, z_dim=16, dim_mult=vae["dim_mult"], num_res_blocks=vae["num_res_blocks"],
-                             attn_scales=[], temperal_downsample=vae["temperal_downsample"],
-                             latents_mean=vae["latents_mean"], latents_std=vae["latents_std"]),
-        transformer=WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=1, attention_head_dim=128,
-                                          in_channels=16, out_channels=16, text_dim=TEXT_WIDTH, freq_dim=16,
-                                          ffn_dim=32, num_layers=2, cross_attn_norm=True,
-                                          qk_norm="rms_norm_across_heads", rope_max_seq_len=64))
-    pipe.save_pretrained(folder)
-    return folder
-
-
-def _comfy_files(folder: Path, out: Path) -> dict[str, str]:
-    """The folder's model as ComfyUI's users have it: diffusion_models/, text_encoders/, vae/ and the tokenizer
-    where a first run leaves it in tokenizer_cache_dir."""
-    model = load_model(str(folder), "auto", torch.float32)
-    text, vae = SPLIT_PARTS
-    files = {"pretrained_model_name_or_path": out / "diffusion_models" / "wan2.1_t2v_tiny_fp16.safetensors",
-             "text_encoder": out / "text_encoders" / "umt5_xxl_fp16.safetensors",
-             "ae": out / "vae" / "wan_2.1_vae.safetensors", "tokenizer_cache_dir": out / "tokenizers"}
-    states = {"pretrained_model_name_or_path": {f"model.diffusion_model.{k}": v for k, v in
-                                                single_file.to_reference(model.unet.state_dict()).items()},
-              "text_encoder": single_file.file_state(text, model.text_encoders[0]),
-              "ae": single_file.file_state(vae, model.vae)}
-    for option, state in states.items():
-        files[option].parent.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in state.items()}, files[option])
-    model.tokenizers[0].save_pretrained(files["tokenizer_cache_dir"] / "google_umt5-xxl")
-    return {k: str(v) for k, v in files.items()}
 
 
 @pytest.fixture(scope="module")
 def wan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     root = tmp_path_factory.mktemp("wan split files")
-    folder = _tiny_folder(root / "model")
-    return folder, _comfy_files(folder, root / "comfy")
+    folder = tiny_folder(root / "model", "t2v")
+    return folder, comfy_files(folder, root / "comfy", "t2v")
 
 
 def _issues(**values: object) -> list:
@@ -182,12 +139,13 @@ def _fake(path: Path, channels: int, *extra: str, scaled: bool = False) -> str:
 
 
 @pytest.mark.parametrize("channels, extra, named", [
-    (36, ("img_emb.proj.0.weight",), "Wan 2.1 I2V"), (36, (), "Wan 2.2"), (48, (), "Wan 2.2 TI2V 5B"),
-    (16, ("vace_blocks.0.after_proj.bias",), "Wan VACE")])
-def test_other_wan_models_files_are_refused_by_name(tmp_path: Path, channels: int, extra: tuple[str, ...],
-                                                    named: str) -> None:
+    (16, ("vace_blocks.0.after_proj.bias",), "Wan VACE"), (16, ("motion_encoder.enc.fc.weight",), "Wan Animate"),
+    (36, ("img_emb.proj.0.weight", "img_emb.emb_pos"), "first-last-frame")])
+def test_the_wan_models_not_trained_here_are_refused_by_name(tmp_path: Path, channels: int, extra: tuple[str, ...],
+                                                             named: str) -> None:
     (issue,) = _issues(pretrained_model_name_or_path=_fake(tmp_path / "model.safetensors", channels, *extra))
     assert issue.field == "pretrained_model_name_or_path" and named in issue.message, issue.message
+    assert "does not read" in issue.message
 
 
 def test_scaled_fp8_files_are_refused_by_name(tmp_path: Path) -> None:

@@ -35,11 +35,10 @@ def _first(pixels: torch.Tensor) -> Any:
     return Image.fromarray(array)
 
 
-def test_the_folder_is_claimed_and_cached_latents_refused(tiny: Path, model: object) -> None:
+def test_the_folder_is_claimed_and_takes_cached_latents(tiny: Path, model: object) -> None:
     assert folder_rules(tiny) is WAN21_I2V and model.unet.config.in_channels == 36
     assert model.family.image_encoder is not None and model.family.image_processor is not None
-    (issue,) = model_issues(_values(tiny, cache_latents=True))
-    assert issue.field == "cache_latents" and "first frame" in issue.message
+    assert model_issues(_values(tiny, cache_latents=True, cache_latents_to_disk=True)) == []
 
 
 def test_the_first_frame_conditions_as_the_pipeline_does(model: object) -> None:
@@ -90,7 +89,7 @@ def test_a_step_trains_on_the_condition_and_the_clip_features(model: object) -> 
     (call,) = calls
     assert call["hidden_states"].shape[1] == 36 and call["encoder_hidden_states_image"].shape == (2, 17, 16)
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in network.parameters())
-    with pytest.raises(ValueError, match="cache_latents"):
+    with pytest.raises(ValueError, match="made without it"):  # a cache of latents alone (no first frame)
         objective(predictor, run, {"latent_mean": torch.zeros(1), "keys": torch.tensor([[0, 0]])}, opts,
                   torch.float32)
 
@@ -160,3 +159,18 @@ def test_each_preset_fits_its_tier_and_validates_on_clips(path: Path, tiny: Path
 
     check_preset(path, "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", tiny, clips_dataset(tmp_path / "data"), tmp_path / "out",
                  room_gb=2.0)
+
+
+def test_cached_latents_keep_each_windows_first_frame_and_clip_features(model: object, tmp_path: Path) -> None:
+    """With cache_latents the first frame's latent and CLIP features are cached with each window, and a step gives
+    the loss of those encoded from its pixels without running the VAE or the CLIP image encoder."""
+    from wan_i2v_checks import check_cached_condition_trains_as_encoded
+
+    check_cached_condition_trains_as_encoded(model, tmp_path, {"first_frame", "clip_features"})
+
+
+@pytest.mark.slow
+def test_a_cached_run_equals_the_uncached_one_and_resumes_exactly(tiny: Path, tmp_path: Path) -> None:
+    from wan_i2v_checks import check_cached_runs_equal_uncached
+
+    check_cached_runs_equal_uncached(tiny, tmp_path)

@@ -85,7 +85,8 @@ def _recorded(pair: torch.nn.Module) -> dict[str, list[float]]:
 
 def _steps(model: object, values: dict[str, object], steps: int) -> SimpleNamespace:
     """`steps` flow-matching steps of a batch of 6 clips on a copy of the pair with a LoRA on the trained
-    expert(s); the timesteps each expert received and the LoRA's state before and after."""
+    expert(s) (placed as the family places it: offload_inactive_dit's placement on the CPU); the timesteps each
+    expert received and the LoRA's state before and after."""
     import dataclasses
 
     from trainers.methods.lora.network import LoRANetwork
@@ -95,7 +96,9 @@ def _steps(model: object, values: dict[str, object], steps: int) -> SimpleNamesp
     family = model.family.configured({**{n: o.default for n, o in BY_NAME.items()}, "timestep_sampling": "shift",
                                       "discrete_flow_shift": 3.0, **values})
     run = dataclasses.replace(model, family=family, unet=copy.deepcopy(model.unet))
+    offload = family.place_denoiser(run.unet, torch.device("cpu"))
     seen = _recorded(run.unet)
+    torch.manual_seed(0)  # the LoRA's weights and the clips: the same in every call
     network = LoRANetwork(run.unet, [], unet_key_style="own", network_dim=4, network_alpha=2,
                           train_text_encoder=False, unet_targets=family.lora_targets(run.unet))
     network.apply_to()
@@ -118,7 +121,7 @@ def _steps(model: object, values: dict[str, object], steps: int) -> SimpleNamesp
         optimizer.step()
         optimizer.zero_grad()
     return SimpleNamespace(seen=seen, before=before, after=network.kohya_state_dict(torch.float32), family=family,
-                           run=run, network=network)
+                           run=run, network=network, offload=offload)
 
 
 def _changed(trained: SimpleNamespace, marker: str) -> bool:
@@ -134,6 +137,47 @@ def test_with_both_experts_each_lora_only_ever_sees_its_own_timesteps(model: obj
     assert len(high) + len(low) == 18
     assert _changed(trained, "lora_unet_high_noise_blocks_") and _changed(trained, "lora_unet_low_noise_blocks_")
     assert {k.split("_blocks_")[0] for k in trained.after} == {"lora_unet_high_noise", "lora_unet_low_noise"}
+
+
+def _placements(pair: torch.nn.Module, offload: object) -> list[tuple[str, bool, bool]]:
+    """From here on, at each expert's call (its forward and its recomputation in the backward): (the expert, whether
+    its weights are its host copies, whether the other's are)."""
+    calls: list[tuple[str, bool, bool]] = []
+    for name, expert, other in (("high_noise", *pair.experts), ("low_noise", *pair.experts[::-1])):
+        expert.register_forward_pre_hook(lambda m, a, kw, name=name, expert=expert, other=other: calls.append(
+            (name, offload.on_host(expert), offload.on_host(other))), with_kwargs=True)
+    return calls
+
+
+def test_offload_inactive_dit_keeps_the_expert_not_called_on_the_host_and_trains_the_same(model: object) -> None:
+    """The issue's check: with offload_inactive_dit the expert not being called has every weight in host memory (its
+    host copy; the one called has a device copy), batches holding both experts' timesteps included (each expert's
+    backward recomputes it with its weights brought back), and the LoRAs equal those trained without it."""
+    import trainers.models.wan.wan22.experts as experts
+
+    plain = _steps(model, {}, 3)
+    assert plain.offload is None
+    place = experts.InactiveOffload.__init__
+
+    def placed(self: experts.InactiveOffload, pair: torch.nn.Module, *args: object) -> None:
+        place(self, pair, *args)
+        self.calls = _placements(pair, self)  # the test's hooks after the placement's
+
+    experts.InactiveOffload.__init__ = placed  # type: ignore[method-assign]
+    try:
+        offloaded = _steps(model, {"offload_inactive_dit": True}, 3)
+    finally:
+        experts.InactiveOffload.__init__ = place  # type: ignore[method-assign]
+    offload = offloaded.offload
+    assert {name for name, _, _ in offload.calls} == {"high_noise", "low_noise"}
+    assert all(not called_on_host and other_on_host for _, called_on_host, other_on_host in offload.calls)
+    # 18 timesteps over both ranges: every step holds both experts', and their backward brings each back
+    assert offload.moves >= 2 * 3 and len(offload.calls) == 4 * 3
+    assert next(offloaded.run.unet.parameters()) is offloaded.run.unet.anchor  # where the loop puts its inputs
+    assert offloaded.after.keys() == plain.after.keys()
+    for key, tensor in plain.after.items():
+        assert torch.allclose(offloaded.after[key], tensor, atol=1e-6), key
+    assert _changed(offloaded, "lora_unet_high_noise_blocks_") and _changed(offloaded, "lora_unet_low_noise_blocks_")
 
 
 @pytest.mark.parametrize("expert", ["high_noise", "low_noise"])
@@ -222,13 +266,11 @@ def i2v(i2v_folder: Path) -> object:
     return load_model(str(i2v_folder), "auto", torch.float32)
 
 
-def test_the_i2v_pair_is_claimed_with_its_boundary_and_refuses_cached_latents(i2v: object, i2v_folder: Path
-                                                                               ) -> None:
+def test_the_i2v_pair_is_claimed_with_its_boundary_and_takes_cached_latents(i2v: object, i2v_folder: Path) -> None:
     folder = i2v_folder
     assert folder_rules(folder) is WAN22 and i2v.family.i2v and i2v.family.boundary == 0.9
     assert i2v.unet.transformer.config.in_channels == 36
-    issues = model_issues(_values(folder, cache_latents=True))
-    assert [i.field for i in issues] == ["cache_latents"] and "first frame" in issues[0].message
+    assert model_issues(_values(folder, cache_latents=True, cache_latents_to_disk=True)) == []
 
 
 def test_the_first_frame_condition_is_the_pipelines(i2v: object) -> None:
@@ -278,7 +320,7 @@ def test_an_i2v_step_trains_both_experts_on_the_first_frame_condition(i2v: objec
     assert inputs[0].shape[1] == 36  # 16 noisy + 4 mask + 16 image latent channels
     grads = [p.grad for p in network.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
-    with pytest.raises(ValueError, match="cache_latents"):
+    with pytest.raises(ValueError, match="made without it"):  # a cache of latents alone (no first frame)
         objective(predictor, run, {"latent_mean": torch.zeros(1), "keys": torch.tensor([[0, 0]])}, opts,
                   torch.float32)
 
@@ -390,3 +432,95 @@ def test_a_musubi_image_dataset_config_trains_its_images_as_1_frame_clips(tmp_pa
     assert is_video_run(values) and not is_video_run({**values, "model_family": "zimage"})
     clips = video_run_catalog(values, [])
     assert clips.num_train_samples == 2 and all(c.is_image and len(c.frames) == 1 for c in clips.video.clips)
+
+
+def test_cached_i2v_latents_keep_each_windows_first_frame_and_train_as_encoded(i2v: object, tmp_path: Path) -> None:
+    """The issue's check: with cache_latents the first frame's latent is cached with each window, and a step gives
+    the loss of the condition encoded from its pixels without running the VAE."""
+    from wan_i2v_checks import check_cached_condition_trains_as_encoded
+
+    check_cached_condition_trains_as_encoded(i2v, tmp_path, {"first_frame"})
+
+
+@pytest.mark.slow
+def test_a_cached_i2v_pair_run_equals_the_uncached_one_and_resumes_exactly(i2v_folder: Path, tmp_path: Path) -> None:
+    from wan_i2v_checks import check_cached_runs_equal_uncached
+
+    check_cached_runs_equal_uncached(i2v_folder, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_run_with_offload_inactive_dit_equals_one_without_and_samples(tiny: Path, tmp_path: Path) -> None:
+    """Through the trainer: the session places the pair with the expert not called in host memory (offload_inactive_
+    dit), the steps and a sample bring each expert when its timesteps come, and the LoRAs equal a run's without it."""
+    from helpers import events, train
+    from family_checks import clips_dataset
+    from safetensors.torch import load_file
+
+    import trainers.models.wan.wan22.experts as experts
+
+    dataset = clips_dataset(tmp_path / "data")
+    placed: list[experts.InactiveOffload] = []
+    place = experts.InactiveOffload.__init__
+
+    def recording(self: experts.InactiveOffload, *args: object) -> None:
+        place(self, *args)
+        placed.append(self)
+
+    common = {"pretrained_model_name_or_path": str(tiny), "dataset_config": str(dataset),
+              "output_dir": str(tmp_path / "out"), "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
+              "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "shift",
+              "discrete_flow_shift": 3.0, "max_train_steps": 3,
+              # SGD: the loaded weights' copies compute on the CPU within float noise of the loaded (mmap'ed,
+              # unaligned) ones, which Adam's first steps would blow up
+              "optimizer_type": "SGD"}
+    experts.InactiveOffload.__init__ = recording  # type: ignore[method-assign]
+    try:
+        assert train("lora", tmp_path / "offload", **common, output_name="offload", offload_inactive_dit=True,
+                     sample_prompt_lines=["a clip --w 32 --h 32 --s 4"], sample_every_n_steps=3) == 0
+    finally:
+        experts.InactiveOffload.__init__ = place  # type: ignore[method-assign]
+    assert train("lora", tmp_path / "plain", **common, output_name="plain") == 0
+    (offload,) = placed
+    assert offload.moves >= 2  # the sample at its end goes through both experts
+    (parked,) = [expert for expert in offload.experts if expert is not offload.active]
+    assert offload.on_host(parked) and not offload.on_host(offload.active)
+    assert next(e for e in events(tmp_path / "offload") if e["type"] == "sample")
+    ours, theirs = (load_file(tmp_path / "out" / f"{name}.safetensors") for name in ("offload", "plain"))
+    assert ours.keys() == theirs.keys() and any("low_noise" in k for k in ours)
+    assert max((ours[k] - theirs[k]).abs().max().item() for k in ours) < 1e-6
+    assert any(v.abs().max() > 1e-4 for k, v in ours.items() if "lora_up" in k)  # it trained
+
+
+I2V_PRESETS = sorted((Path(__file__).resolve().parents[2] / "presets").glob("wan22_i2v_a14b_lora_*gb.toml"))
+
+
+@pytest.mark.parametrize("path", I2V_PRESETS, ids=[p.stem for p in I2V_PRESETS])
+def test_each_i2v_preset_fits_its_tier_caches_and_validates_on_clips(path: Path, i2v_folder: Path,
+                                                                     tmp_path: Path) -> None:
+    """By the estimate for the published I2V A14B pair, as its comment says, with latents cached (the first frame's
+    latent with them), and Validate's preflight on the tiny I2V pair."""
+    from family_checks import check_preset, clips_dataset
+
+    from trainers.core.options import load_config
+
+    check_preset(path, "Wan-AI/Wan2.2-I2V-A14B-Diffusers", i2v_folder, clips_dataset(tmp_path / "data"),
+                 tmp_path / "out")
+    assert load_config("lora", path, []).cache_latents
+
+
+def test_offload_inactive_dit_keeps_one_experts_weights_on_the_card_by_the_estimate() -> None:
+    from trainers.core.options import load_config
+    from trainers.memory_estimate import estimate_memory
+
+    path = I2V_PRESETS[-1]  # 80 GB: bf16, no blocks swapped
+    model = 'pretrained_model_name_or_path="Wan-AI/Wan2.2-I2V-A14B-Diffusers"'
+    offloaded = estimate_memory(load_config("lora", path, [model]))
+    both = estimate_memory(load_config("lora", path, [model, "offload_inactive_dit=false"]))
+    assert offloaded.gpu["denoiser weights"] == pytest.approx(both.gpu["denoiser weights"] / 2)
+    parked = offloaded.host["the denoiser's part not running (pinned)"]
+    assert parked == pytest.approx(offloaded.gpu["denoiser weights"])
+    assert both.card_gb - offloaded.card_gb > 25  # one 14B expert in bf16 less on the card
+    (issue,) = [i for i in WAN22.option_issues(_values(Path("x"), offload_inactive_dit=True, blocks_to_swap=8))
+                if i.field == "offload_inactive_dit"]
+    assert "blocks_to_swap" in issue.message

@@ -2,9 +2,10 @@
 shows it). A floor, not a forecast: activations, the LoRA and its optimizer states come on top.
 
 A diffusers folder's parts are its component folders; a single file's are its key prefixes, plus the files that
-clip_l, clip_g, t5xxl and ae name. The bytes a part takes follow how the trainer holds it: the denoiser in the
-mixed-precision dtype (one byte with fp8_base; a full finetune trains it in float32 with gradients and optimizer
-states unless full_bf16/full_fp16), the text encoders until their outputs are cached, the VAE.
+clip_l, clip_g, t5xxl, ae (the component options) and a family's own (a Wan 2.2 pair's second expert) name. The bytes
+a part takes follow how the trainer holds it: the denoiser in the mixed-precision dtype (one byte with fp8_base; a full
+finetune trains it in float32 with gradients and optimizer states unless full_bf16/full_fp16), the text encoders until
+their outputs are cached, the VAE.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ _REFERENCE_PREFIX = "model.diffusion_model."
 # Layers a LoRA trains by default: the UNet's transformer blocks, a DiT's blocks, a text encoder's layers.
 _LORA_TARGETS = ("attentions.", "transformer_blocks.", "double_blocks.", "single_blocks.", "joint_blocks.", "layers.",
                  "layer.", "block.")
+# a family's own files beside a single file (musubi-tuner's names): a Wan 2.2 pair's second expert, Wan 2.1 I2V's CLIP
+_OWN_FILES = {"dit_high_noise": "denoiser", "clip": "text_encoder"}
 _BLOCK_LISTS = ("transformer_blocks", "single_transformer_blocks", "double_blocks", "single_blocks", "joint_blocks")
 
 
@@ -49,9 +52,10 @@ def model_parts(values: dict[str, Any]) -> list[Part]:
             return _folder_parts(path)
         if path.is_file() and path.suffix.lower() == ".safetensors":
             parts = _file_parts(path)
-            parts += [_counted("vae" if name == "ae" else "text_encoder",
-                               read_safetensors_header(Path(values[name]).expanduser())[0])
-                      for name in COMPONENT_FILE_OPTIONS if str(values.get(name) or "").strip()]
+            kinds = {**{name: "vae" if name == "ae" else "text_encoder" for name in COMPONENT_FILE_OPTIONS},
+                     **_OWN_FILES}
+            parts += [_counted(kind, read_safetensors_header(Path(values[name]).expanduser())[0])
+                      for name, kind in kinds.items() if str(values.get(name) or "").strip()]
             return parts
     except (OSError, ValueError):
         pass

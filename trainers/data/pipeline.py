@@ -94,8 +94,7 @@ def build_pipeline(cfg: TrainConfig, catalog: Catalog, model: Any, accelerator: 
         if validation is not None:
             validation.texts = dataset.texts
         model = replace(model, cached_texts=dataset.texts)
-        for te in model.text_encoders:
-            te.to("cpu")  # not needed any more: free the accelerator's memory (the denoiser goes there next)
+        _encoders_off_device(model)
     workers = cfg.max_data_loader_n_workers
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
@@ -109,8 +108,9 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
                          events: EventWriter, text_pass: TextPass = TextPass()) -> DataPipeline:
     """A video family's data (its `is_video`): the video catalog's clip windows (trainers/data/video_catalog.py;
     images as 1-frame clips), batches of one (dataset, frames, width, height) bucket, pixels (B, F, C, H, W) or their
-    cached latents (video_cache.py, encoded by the family's 3D autoencoder), captions as the image path tokenizes or
-    caches them. What the loop reads of a batch is what an image batch has, latents with a frame axis."""
+    cached latents (video_cache.py, encoded by the family's 3D autoencoder, with what the family's `window_extras`
+    keeps of each window), captions as the image path tokenizes or caches them. What the loop reads of a batch is
+    what an image batch has, latents with a frame axis."""
     from trainers.data.video_cache import build_clip_latent_cache
     from trainers.data.video_catalog import VideoCatalog
     from trainers.data.video_dataset import ClipWindows, collate_clips
@@ -128,7 +128,8 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
             return dist.mean, dist.std
 
         try:
-            latents, failed = build_clip_latent_cache(catalog, encode, vae_fingerprint(vae), cfg.cache_latents_to_disk)
+            latents, failed = build_clip_latent_cache(catalog, encode, vae_fingerprint(vae), cfg.cache_latents_to_disk,
+                                                      extras=model.family.window_extras(model))
         except CacheWriteError as err:
             raise _unwritable_cache(err) from None
         if failed:
@@ -160,14 +161,21 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
             except CacheWriteError as err:
                 raise _unwritable_cache(err, "cache_text_encoder_outputs_to_disk", "cache in memory only") from None
         model = replace(model, cached_texts=dataset.texts)
-        for te in model.text_encoders:
-            te.to("cpu")  # not needed any more: free the accelerator's memory (the denoiser goes there next)
+        _encoders_off_device(model)
     workers = cfg.max_data_loader_n_workers
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=sampler, collate_fn=collate_clips, num_workers=workers,
         persistent_workers=workers > 0 and cfg.persistent_data_loader_workers,
         pin_memory=accelerator.device.type == "cuda")
     return DataPipeline(catalog, dataset, sampler, loader, model)
+
+
+def _encoders_off_device(model: Any) -> None:
+    """The text encoders back in host RAM once the captions are encoded: the accelerator's memory is the denoiser's
+    next. Those never read (every text was in the disk cache: models/pending_encoders.py) stay unread."""
+    for te in model.text_encoders:
+        if not getattr(te, "pending", False):
+            te.to("cpu")
 
 
 def sample_texts(cfg: TrainConfig) -> list[str]:
@@ -185,7 +193,8 @@ def text_encoder_key(cfg: TrainConfig, model: Any) -> str:
     files += [Path(str(cfg.values.get(name))).expanduser() for name in ("clip_l", "clip_g", "t5xxl")
               if str(cfg.values.get(name) or "").strip()]
     versions = [f"{f}|{f.stat().st_size}|{f.stat().st_mtime_ns}" for f in files if f.is_file()]
-    dtype = next(model.text_encoders[0].parameters()).dtype
+    first = model.text_encoders[0]  # one not read yet (a stand-in, models/pending_encoders.py) knows its dtype
+    dtype = first.dtype if getattr(first, "pending", False) else next(first.parameters()).dtype
     settings: tuple[Any, ...] = (model.family.name, cfg.clip_skip, cfg.max_token_length, cfg.weighted_captions,
                                  str(dtype), repr(getattr(model.family, "settings", "")))
     quantized = str(cfg.values.get("text_encoder_precision") or "none")

@@ -5,12 +5,15 @@ of the file, or of every frame of a frames folder), the window's frame numbers a
 window or bucket rebuilds exactly its entries.
 
 The encoder is the family's: `encode` takes a batch of windows of one bucket, pixels (B, F, C, H, W) in [-1, 1], and
-returns their latent mean and std (B, C', F', H', W'); the video family (its 3D VAE) supplies it.
+returns their latent mean and std (B, C', F', H', W'); the video family (its 3D VAE) supplies it. A family may cache
+more of each window beside them (`WindowExtras`: an image-to-video family's first-frame condition), in the same file
+and under the same key, which then names what those depend on too; the items carry them as `cached_<name>`.
 """
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,6 +30,17 @@ from trainers.data.video_dataset import clip_pixels
 FORMAT = "atelier-clip-latents-1"
 Encode = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 ClipKey = tuple[Path, tuple[int, ...], tuple[int, int]]  # (clip, frames, bucket): a window as it trains
+_STORED = "extra."  # its name in the cache file
+
+
+@dataclass(frozen=True)
+class WindowExtras:
+    """What a family caches of each window beside its latents: `encode` takes the window's pixels (B, F, C, H, W) in
+    [-1, 1] and returns named tensors (B, ...); `key` is what they depend on besides the window (their encoders'
+    weights)."""
+
+    key: str
+    encode: Callable[[torch.Tensor], dict[str, torch.Tensor]]
 
 
 def clip_version(path: Path) -> str:
@@ -43,8 +57,9 @@ def clip_version(path: Path) -> str:
     return digest.hexdigest()
 
 
-def clip_entry_key(clip: CatalogClip, vae_key: str) -> str:
+def clip_entry_key(clip: CatalogClip, vae_key: str, extras_key: str = "") -> str:
     text = f"{FORMAT}|{vae_key}|{clip_version(clip.path)}|{clip.info.size}|{clip.frames}|{clip.bucket}"
+    text += f"|{extras_key}" if extras_key else ""  # the entries without extras keep the key they had
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -58,31 +73,40 @@ def window_key(clip: CatalogClip) -> ClipKey:
     return (clip.path, clip.frames, clip.bucket)
 
 
+Entry = dict[str, torch.Tensor]  # "mean", "std" and the extras' names
+
+
 class ClipLatentCache:
     """Entries in memory, or the files they are read from."""
 
-    def __init__(self, memory: dict[ClipKey, tuple[torch.Tensor, torch.Tensor]] | None = None,
-                 files: dict[ClipKey, Path] | None = None) -> None:
+    def __init__(self, memory: dict[ClipKey, Entry] | None = None, files: dict[ClipKey, Path] | None = None) -> None:
         self.memory = memory
         self.files = files or {}
 
-    def get(self, clip: CatalogClip) -> tuple[torch.Tensor, torch.Tensor]:
+    def entry(self, clip: CatalogClip) -> Entry:
+        """The window's latent mean and std, and its extras by their own names."""
         if self.memory is not None:
-            return self.memory[window_key(clip)]
+            return dict(self.memory[window_key(clip)])
         tensors = load_file(str(self.files[window_key(clip)]))
-        return tensors["mean"], tensors["std"]
+        return {name.removeprefix(_STORED): tensor for name, tensor in tensors.items()}
+
+    def get(self, clip: CatalogClip) -> tuple[torch.Tensor, torch.Tensor]:
+        entry = self.entry(clip)
+        return entry["mean"], entry["std"]
 
 
 def build_clip_latent_cache(catalog: VideoCatalog, encode: Encode, vae_key: str, to_disk: bool,
-                            dist: Dist | None = None) -> tuple[ClipLatentCache, dict[int, str]]:
+                            dist: Dist | None = None, extras: WindowExtras | None = None
+                            ) -> tuple[ClipLatentCache, dict[int, str]]:
     """Encode every window, one at a time (windows differ in length), each clip decoded once for all its windows;
     returns the cache and {window index: reason} of those that failed to decode. On disk only windows whose key
-    changed are encoded, and several processes split the clips between them."""
+    changed are encoded, and several processes split the clips between them. `extras`: what else each entry holds."""
     dist = dist or Dist()
     failures: dict[int, str] = {}
-    memory: dict[ClipKey, tuple[torch.Tensor, torch.Tensor]] = {}
+    memory: dict[ClipKey, Entry] = {}
     paths = {i: clip_cache_file(c, catalog.datasets[c.dataset].cache_directory) for i, c in enumerate(catalog.clips)}
-    keys = {i: clip_entry_key(c, vae_key) for i, c in enumerate(catalog.clips)} if to_disk else {}
+    extras_key = extras.key if extras is not None else ""
+    keys = {i: clip_entry_key(c, vae_key, extras_key) for i, c in enumerate(catalog.clips)} if to_disk else {}
     todo: dict[Path, list[int]] = {}
     for index, clip in enumerate(catalog.clips):
         if not to_disk or _stored_key(paths[index]) != keys[index]:
@@ -92,11 +116,11 @@ def build_clip_latent_cache(catalog: VideoCatalog, encode: Encode, vae_key: str,
         dist.barrier()  # every process has looked before any writes
         clips = clips[dist.rank::dist.world]
     for path in clips:
-        for index, mean, std in _encode_clip(catalog, todo[path], encode, failures):
+        for index, entry in _encode_clip(catalog, todo[path], encode, extras, failures):
             if to_disk:
-                _write(paths[index], mean, std, keys[index])
+                _write(paths[index], entry, keys[index])
             else:
-                memory[window_key(catalog.clips[index])] = (mean, std)
+                memory[window_key(catalog.clips[index])] = entry
     if not to_disk:
         return ClipLatentCache(memory=memory), failures
     dist.barrier()
@@ -106,14 +130,15 @@ def build_clip_latent_cache(catalog: VideoCatalog, encode: Encode, vae_key: str,
                                   if i not in failures}), failures
 
 
-def _encode_clip(catalog: VideoCatalog, windows: list[int], encode: Encode,
-                 failures: dict[int, str]) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-    """(window, latent mean, std) of each window of one clip. The clip is decoded once; a frame is resized to its
-    bucket when it arrives and kept only while a window still to encode takes it."""
-    def encoded(index: int, pixels: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
+def _encode_clip(catalog: VideoCatalog, windows: list[int], encode: Encode, extras: WindowExtras | None,
+                 failures: dict[int, str]) -> Iterator[tuple[int, Entry]]:
+    """(window, its entry) of each window of one clip. The clip is decoded once; a frame is resized to its bucket
+    when it arrives and kept only while a window still to encode takes it."""
+    def encoded(index: int, pixels: torch.Tensor) -> tuple[int, Entry]:
         with torch.no_grad():
             mean, std = encode(pixels[None])
-        return index, mean[0].detach().cpu().contiguous(), std[0].detach().cpu().contiguous()
+            entry = {"mean": mean, "std": std, **(extras.encode(pixels[None]) if extras is not None else {})}
+        return index, {name: tensor[0].detach().cpu().contiguous() for name, tensor in entry.items()}
 
     first = catalog.clips[windows[0]]
     if first.is_image:
@@ -139,10 +164,11 @@ def _encode_clip(catalog: VideoCatalog, windows: list[int], encode: Encode,
         failures.update({i: err.reason for i in pending})
 
 
-def _write(path: Path, mean: torch.Tensor, std: torch.Tensor, key: str) -> None:
+def _write(path: Path, entry: Entry, key: str) -> None:
+    tensors = {name if name in ("mean", "std") else _STORED + name: tensor for name, tensor in entry.items()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path, durable=False) as tmp:  # a lost cache file is rebuilt: no fsync
-            save_file({"mean": mean, "std": std}, tmp, metadata={"key": key, "format": FORMAT})
+            save_file(tensors, tmp, metadata={"key": key, "format": FORMAT})
     except OSError as err:
         raise CacheWriteError(f"cannot write the latent cache file {path} ({err.strerror or err})") from None

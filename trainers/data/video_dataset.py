@@ -2,9 +2,10 @@
 
 An item's pixels are (F, C, H, W) floats in [-1, 1]: each frame resized to cover its bucket and center-cropped as an
 image is (images.prepare_image; musubi-tuner also center-crops), an image as F = 1. With a ClipLatentCache
-(video_cache.py) an item carries the cached latent distribution instead. Captions are used as written (musubi-tuner's
-video datasets have no caption shuffling or dropout). A clip that passed the catalog's probe but fails to decode is
-replaced by another window of the same bucket and reported in the batch's "problems", as images are.
+(video_cache.py) an item carries the cached latent distribution instead (and the family's cached extras of the window,
+`cached_<name>`). Captions are used as written (musubi-tuner's video datasets have no caption shuffling or dropout).
+A clip that passed the catalog's probe but fails to decode is replaced by another window of the same bucket and
+reported in the batch's "problems", as images are.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from trainers.data.clips import ClipError, read_frames
 from trainers.data.dataset import bucket_candidates
 from trainers.data.images import ImageLoadError, load_image, prepare_image
 from trainers.data.video_catalog import CatalogClip, VideoCatalog
+
+EXTRA = "cached_"  # an item's (and batch's) name of a window's cached extra (video_cache.WindowExtras): cached_<name>
 
 
 def clip_frames(clip: CatalogClip) -> list[Image.Image]:
@@ -79,8 +82,9 @@ class ClipWindows(Dataset):
         clip = self.catalog.clips[self.catalog.samples[index]]
         out: dict[str, Any] = {}
         if self.latents is not None:
-            mean, std = self.latents.get(clip)
-            out.update(latent_mean=mean, latent_std=std)
+            entry = self.latents.entry(clip)
+            out.update(latent_mean=entry.pop("mean"), latent_std=entry.pop("std"))
+            out.update({EXTRA + name: tensor for name, tensor in entry.items()})
         else:
             out["pixels"] = clip_pixels(clip)
         if self.texts is not None:
@@ -94,10 +98,11 @@ class ClipWindows(Dataset):
 
 
 def collate_clips(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """A batch of one bucket: pixels (B, F, C, H, W), or the latents' mean and std."""
+    """A batch of one bucket: pixels (B, F, C, H, W), or the latents' mean and std (and the cached extras)."""
     first = samples[0]
+    extras = [name for name in first if name.startswith(EXTRA)]
     out: dict[str, Any] = {name: torch.stack([s[name] for s in samples]) for name in (
-        "pixels", "latent_mean", "latent_std", "prompt_embeds", "pooled_embeds") if name in first}
+        "pixels", "latent_mean", "latent_std", "prompt_embeds", "pooled_embeds", *extras) if name in first}
     if "input_ids" in first:
         out["input_ids"] = [torch.stack(ids) for ids in zip(*(s["input_ids"] for s in samples))]
     out["keys"] = torch.stack([s["key"] for s in samples])

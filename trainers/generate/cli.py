@@ -14,6 +14,7 @@ from typing import Any
 from trainers.core.job import JobEnd, checked_config, job_folder, run_reported
 from trainers.core.options.jobs import add_job_arguments, flag_values
 from trainers.generate.job import GenerationFailed, run_job
+from trainers.generate.video import CLIP_SUFFIX
 from trainers.generate.options import (
     GEN_OPTIONS,
     GenerateConfig,
@@ -45,7 +46,8 @@ def main(args: argparse.Namespace, mode: str) -> int:
 
 def _work(cfg: GenerateConfig, job_dir: Path, events: Any) -> JobEnd:
     result = run_job(cfg, job_dir, events)
-    return JobEnd(str(result.output), f"{len(result.images)} images" + (f", grid {result.grid}" if result.grid else ""),
+    kind = "clips" if any(p.suffix == CLIP_SUFFIX for p in result.images) else "images"
+    return JobEnd(str(result.output), f"{len(result.images)} {kind}" + (f", grid {result.grid}" if result.grid else ""),
                   {"output": str(result.output), "images": len(result.images)},
                   {"images": len(result.images), "prompt_encodes": result.prompt_encodes,
                    "failed_workers": result.failed_workers})

@@ -25,6 +25,8 @@ from trainers.generate.video import CLIP_SUFFIX
 from trainers.loras.lora_fit import misfit_for_generate
 from trainers.loras.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups, with_one_alpha
 from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model
+from trainers.models.families import all_families
+from trainers.models.pipeline_lora import PipelinePart
 from trainers.models.video import frame_kwargs
 from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
 from trainers.sampling.pnginfo import lora_short_hash, lora_tag, parameters_text
@@ -59,12 +61,14 @@ class Renderer:
         self.model_source = ""
         self.pipe: Any = None
         self.adapters: dict[str, str] = {}  # LoRA path -> diffusers adapter name
+        self.parts: dict[str, list[PipelinePart]] = {}  # LoRA path -> what its adapter holds on which denoiser
+        self.active: dict[str, float] = {}  # the variant's LoRA paths -> their weights
         self.lycoris: dict[str, LycorisFile] = {}  # LyCORIS file path -> its modules, wrapped around the layers
         self.words: dict[str, list[BundledWord]] = {}  # LoRA path -> the words bundled in it (in the encoders)
         self._tokenizers: list[Any] = []  # the model's own tokenizers (prompts read bundled words through wrappers)
         self.variant: int | None = None
         self._embeds: dict[tuple, dict[str, torch.Tensor]] = {}
-        self._hashes: dict[str, str] = {}
+        self._hashes: dict[Path, str] = {}
         self._touches_te: dict[str, bool] = {}
         self._adapter_count = 0
         self.encodes = 0  # prompt encodings done (the cache's misses)
@@ -77,7 +81,7 @@ class Renderer:
             return
         started = time.perf_counter()
         self.model = self.pipe = None
-        self.adapters, self.lycoris, self.words, self.variant, self._embeds = {}, {}, {}, None, {}
+        self.adapters, self.parts, self.lycoris, self.words, self.variant, self._embeds = {}, {}, {}, {}, None, {}
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         model = replace(load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae,
@@ -99,15 +103,17 @@ class Renderer:
         variant = self.variants[index]
         self.load(variant.model or self.cfg.model)
         active = {str(Path(r.path).expanduser()): r.weight for r in variant.loras if r.weight != 0}
-        unused = [name for path, name in self.adapters.items() if path not in active]
+        listed = [str(Path(r.path).expanduser()) for r in variant.loras]  # at weight 0 too: left off on purpose
+        parts = {path: self._parts(path, listed) for path in active}
+        unused = [name for path, name in self.adapters.items() if self.parts.get(path) != parts.get(path)]
         if unused:
             self.pipe.delete_adapters(unused)
-            self.adapters = {p: n for p, n in self.adapters.items() if p in active}
+            self.adapters = {p: n for p, n in self.adapters.items() if n not in unused}
         for path in [p for p in self.lycoris if p not in active]:
             self.lycoris.pop(path).remove()
         for path in active:
             if path not in self.adapters and path not in self.lycoris:
-                self._load_lora(path)
+                self._load_lora(path, parts[path])
         adapters = {p: w for p, w in active.items() if p in self.adapters}
         if adapters:
             self.pipe.set_adapters([self.adapters[p] for p in adapters], adapter_weights=list(adapters.values()))
@@ -117,11 +123,29 @@ class Renderer:
         # the variant's view of the model: its prompts read the words bundled in its LoRAs
         self.model = replace(self.model, tokenizers=reading_words(self._tokenizers,
                                                                   [w for p in active for w in self.words.get(p, [])]))
-        self.variant = index
+        self.active, self.variant = active, index
 
-    def _load_lora(self, path: str) -> None:
+    def _parts(self, path: str, listed: list[str]) -> list[PipelinePart]:
+        """What the LoRA line's file loads onto which of the pipeline's denoisers (the family's answer)."""
+        assert self.model is not None
+        family = self.model.family
+        try:
+            for other in all_families():
+                if not isinstance(family, type(other)) and (what := other.own_lora_file(Path(path))):
+                    raise ModelLoadError(f"loras: {Path(path).name} is {what}, which this {family.title} model does "
+                                         f"not take: use it with the {other.title} model it was trained on")
+            return family.lora_pipeline_parts(Path(path), [Path(p) for p in listed], self.model)
+        except FileNotFoundError:
+            raise ModelLoadError(f"loras: {path}: no such file") from None
+        except ModelLoadError:
+            raise
+        except (OSError, ValueError) as err:  # not a safetensors file
+            raise ModelLoadError(f"loras: {err}") from None
+
+    def _load_lora(self, path: str, parts: list[PipelinePart] | None = None) -> None:
         from safetensors.torch import load_file
 
+        parts = self._parts(path, [path]) if parts is None else parts
         self._adapter_count += 1
         name = f"lora{self._adapter_count}"  # unique for the worker's life (deleted names are not reused)
         try:
@@ -129,25 +153,32 @@ class Renderer:
             state, words = split_bundled(with_conv_ups(load_file(path)))
             if words and path not in self.words:
                 self.words[path] = install_words(replace(self.model, tokenizers=self._tokenizers), words, name)
-            lycoris = is_lycoris_file(state)
-            if not lycoris:
-                state = with_one_alpha(self.model.family.lora_in_own_names(state))
-            misfit = misfit_for_generate(path, state, self.model)
-            if misfit is not None:
-                raise ModelLoadError(f"loras: {misfit}")
-            if lycoris:
+            if is_lycoris_file(state):
+                if parts != [PipelinePart(Path(path))]:
+                    raise ModelLoadError(f"loras: {path}: a LyCORIS file loads onto one denoiser only; this "
+                                         f"{self.model.family.title} model takes LoRA files for each of its own")
+                misfit = misfit_for_generate(path, state, self.model)
+                if misfit is not None:
+                    raise ModelLoadError(f"loras: {misfit}")
                 self.lycoris[path] = LycorisFile(state, self.model, self.device, self.dtype)
                 return
-            self.pipe.load_lora_weights(self.model.family.lora_for_pipeline(state, self.model), adapter_name=name)
-        except FileNotFoundError:
-            raise ModelLoadError(f"loras: {path}: no such file") from None
+            for part in parts:
+                read = state if str(part.path) == path else split_bundled(with_conv_ups(load_file(part.path)))[0]
+                own = with_one_alpha(part.own_keys(self.model.family.lora_in_own_names(read)))
+                misfit = misfit_for_generate(str(part.path), own, self.model)
+                if misfit is not None:
+                    raise ModelLoadError(f"loras: {misfit}")
+                self.pipe.load_lora_weights(self.model.family.lora_for_pipeline(part.pipeline_keys(own), self.model),
+                                            adapter_name=name, **dict(part.load_kwargs))
+        except FileNotFoundError as err:
+            raise ModelLoadError(f"loras: {err.filename or path}: no such file") from None
         except ModelLoadError:
             raise
         except Exception as err:  # noqa: BLE001 - diffusers/peft raise many types; say which file
             assert self.model is not None
             raise ModelLoadError(f"loras: {path} cannot be loaded as a LoRA of this {self.model.family.title} model "
                                  f"({type(err).__name__}: {err})") from None
-        self.adapters[path] = name
+        self.adapters[path], self.parts[path] = name, parts
 
     # ---- prompts ---------------------------------------------------------------------------------------------
 
@@ -156,7 +187,7 @@ class Renderer:
         """Prompt and negative embeddings of batch 1, encoded once per text-encoder setup (and edit model's input
         images, which some text encoders read)."""
         assert self.model is not None and self.variant is not None
-        te_loras = tuple(sorted((p, self._weight(p)) for p in [*self.adapters, *self.lycoris] if self._touches(p)))
+        te_loras = tuple(sorted((p, w) for p, w in self.active.items() if self._touches(p)))
         key = (self.model_source, te_loras, self.cfg.clip_skip, prompt, negative, images, size)
         if key not in self._embeds:
             with torch.no_grad():
@@ -164,10 +195,6 @@ class Renderer:
                                                         self.device, images, size)
             self.encodes += 1
         return self._embeds[key]
-
-    def _weight(self, path: str) -> float:
-        assert self.variant is not None
-        return next(r.weight for r in self.variants[self.variant].loras if str(Path(r.path).expanduser()) == path)
 
     def _touches(self, path: str) -> bool:
         if path not in self._touches_te:
@@ -230,16 +257,21 @@ class Renderer:
     def parameters(self, item: WorkItem, seed: int, width: int, height: int, frames: int | None = None) -> str:
         loras = [r for r in self.variants[item.variant].loras if r.weight != 0]
         prompt = " ".join([item.prompt.prompt] + [lora_tag(Path(r.path), r.weight) for r in loras])
-        hashes = ", ".join(f"{Path(r.path).stem}: {self._hash(r)}" for r in loras)
+        hashes = ", ".join(f"{path.stem}: {self._hash(path)}" for path in self._files(loras))
         return parameters_text(prompt, item.prompt.negative, {
             "Steps": item.steps, "Sampler": sampler_title(self.cfg.sampler), "CFG scale": item.cfg_scale,
             "Seed": seed, "Size": f"{width}x{height}", "Frames": frames, "Model": model_name(self.model_source),
             "Clip skip": self.cfg.clip_skip if self.cfg.clip_skip > 1 else None, "Lora hashes": hashes or None})
 
-    def _hash(self, ref: LoraRef) -> str:
-        if ref.path not in self._hashes:
-            self._hashes[ref.path] = lora_short_hash(Path(ref.path).expanduser())
-        return self._hashes[ref.path]
+    def _files(self, loras: list[LoraRef]) -> list[Path]:
+        """Every file the lines loaded (a Wan 2.2 pair's other file, brought by the line naming one, too)."""
+        paths = [Path(r.path).expanduser() for r in loras]
+        return list(dict.fromkeys(part.path for p in paths for part in self.parts.get(str(p), [PipelinePart(p)])))
+
+    def _hash(self, path: Path) -> str:
+        if path not in self._hashes:
+            self._hashes[path] = lora_short_hash(path)
+        return self._hashes[path]
 
 
 def _repeated(embeds: Any, times: int) -> Any:

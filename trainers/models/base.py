@@ -18,6 +18,8 @@ import torch
 from torch import nn
 
 from trainers.data.prompt_chunks import PromptFormat, WeightedIds, split_weighted, token_counts, token_ids
+from trainers.models.pending_encoders import read_pending
+from trainers.models.pipeline_lora import PipelinePart
 from trainers.models.rules import (  # noqa: F401 - re-exported: the torch-free half of a family
     CheckpointKeys,
     FamilyRules,
@@ -98,6 +100,7 @@ class LoadedModel:
             hidden = torch.stack([cached[t][0] for t in texts])
             pooled = [cached[t][1] for t in texts]
             return hidden, None if pooled[0] is None else torch.stack(pooled)
+        read_pending(self.text_encoders)  # a text not cached: encoders deferred at loading are read now
         device = next(self.text_encoders[0].parameters()).device
         ids, weights = split_weighted(self.tokenize(texts))
         ids = [t.to(device) for t in ids]
@@ -238,6 +241,15 @@ class ModelFamily(FamilyRules):
         images); most add nothing."""
         return trainable
 
+    # a part of the denoiser waits in host RAM until it runs (place_denoiser places it): it is quantized there
+    offloads_denoiser = False
+
+    def place_denoiser(self, denoiser: nn.Module, device: torch.device) -> Any:
+        """The denoiser on `device` for the steps (no blocks swapped): None, or what keeps a part of it in host RAM
+        (Wan 2.2's offload_inactive_dit), which the loop then leaves where it put the weights."""
+        denoiser.to(device)
+        return None
+
     def decode_latents(self, vae: nn.Module, latents: torch.Tensor, width: int, height: int) -> torch.Tensor:
         """Pixels (B, 3, H, W) in [-1, 1] of the latents a pipeline returns with output_type="latent"."""
         return vae.decode(latents.to(vae.device, vae.dtype) / vae.config.scaling_factor).sample
@@ -304,6 +316,16 @@ class ModelFamily(FamilyRules):
     def lora_for_pipeline(self, state: dict[str, torch.Tensor], model: "LoadedModel") -> dict[str, torch.Tensor]:
         """A kohya LoRA file's tensors as this family's diffusers pipeline's load_lora_weights takes them."""
         return state
+
+    def lora_pipeline_parts(self, path: Path, listed: Sequence[Path], model: "LoadedModel") -> list[PipelinePart]:
+        """Generate: what a LoRA line's file loads, and onto which of the pipeline's denoisers (`listed`: every file
+        the job's variant lists); one denoiser: the whole file."""
+        return [PipelinePart(path)]
+
+    def own_lora_file(self, path: Path) -> str | None:
+        """What a LoRA file is when only this family's models take it (Generate refuses it, naming this family, on
+        the models of the others: a Wan 2.2 pair's experts' LoRAs on Wan 2.1), else None."""
+        return None
 
     # --- saving and describing ---
 

@@ -59,13 +59,7 @@ class BlockSwap:
     host_device = torch.device("cpu")
 
     def _host(self, tensor: torch.Tensor) -> torch.Tensor:
-        host = tensor.detach().to("cpu")
-        if self.device.type != "cuda":
-            return host
-        try:
-            return host.pin_memory()
-        except (NotImplementedError, RuntimeError):  # a quantized tensor type without pinning: copied unpinned
-            return host
+        return host_copy(tensor, self.device)
 
     def _park(self, block: nn.Module) -> None:
         for param, host in self.parked[id(block)]:
@@ -167,6 +161,17 @@ class BlockSwap:
         self._park(block)
 
 
+def host_copy(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`tensor` in CPU memory, pinned when it goes to a CUDA `device` from there."""
+    host = tensor.detach().to("cpu")
+    if device.type != "cuda":
+        return host
+    try:
+        return host.pin_memory()
+    except (NotImplementedError, RuntimeError):  # a quantized tensor type without pinning: copied unpinned
+        return host
+
+
 def place_with_swap(module: nn.Module, blocks: Sequence[nn.Module], device: torch.device) -> BlockSwap:
     """`module` on `device` except the swapped blocks' weights, which stay in CPU memory."""
     swap = BlockSwap(blocks, device, checkpoint_blocks=bool(unet_blocks(module)))
@@ -175,11 +180,16 @@ def place_with_swap(module: nn.Module, blocks: Sequence[nn.Module], device: torc
     for param in module.parameters():
         if id(param) not in parked:
             param.data = param.data.to(device)
+    buffers_to(module, device)
+    return swap
+
+
+def buffers_to(module: nn.Module, device: torch.device) -> None:
+    """Every buffer of `module` on `device` (its parameters where they are)."""
     for sub in module.modules():
         for name, buffer in sub._buffers.items():
             if buffer is not None:
                 sub._buffers[name] = buffer.to(device)
-    return swap
 
 
 def unet_blocks(denoiser: nn.Module) -> list[nn.Module]:

@@ -66,6 +66,7 @@ class FlowFamily:
 
         from trainers.models.base import LoadedModel
         from trainers.models.components import load_component, load_vae
+        from trainers.models.pending_encoders import load_text_encoder
 
         if missing := [s for s in self.text_encoder_specs if not (folder / s.subfolder).is_dir()]:
             names = ", ".join(f"{s.subfolder} ({s.what})" for s in missing)
@@ -74,8 +75,8 @@ class FlowFamily:
         transformer = load_component(getattr(diffusers, self.transformer_class), folder, "transformer", weight_dtype,
                                      random_init)
         vae = load_vae(folder, vae_path, random_init, self.vae_class)
-        text_encoders = [load_component(getattr(transformers, s.encoder_class), folder, s.subfolder, weight_dtype,
-                                        random_init) for s in self.text_encoder_specs]
+        text_encoders = [load_text_encoder(getattr(transformers, s.encoder_class), folder, s.subfolder, weight_dtype,
+                                           random_init) for s in self.text_encoder_specs]
         tokenizers = [load_spec_tokenizer(s, folder, random_init) for s in self.text_encoder_specs]
         scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(folder, subfolder="scheduler")
         family = self.checkpoint_variant(transformer.config)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from trainers.models.base import LoadedModel, LoraTarget
+from trainers.models.pending_encoders import read_pending
 
 
 def kohya_to_diffusers(state: dict[str, torch.Tensor], model: LoadedModel, targets: Sequence[LoraTarget],
@@ -37,6 +38,8 @@ def kohya_to_diffusers(state: dict[str, torch.Tensor], model: LoadedModel, targe
             out[f"transformer.{paths[id(layer)]}.lora_B.weight"] = segment
             start += count
     encoders = model.text_encoders
+    if any(key.startswith("lora_te") for key in state):
+        read_pending(encoders)  # their layers' names are read: deferred encoders are read
     for index, (encoder, pipeline_name) in enumerate(zip(encoders, text_encoder_names)):
         prefix = "lora_te_" if len(encoders) == 1 else f"lora_te{index + 1}_"
         for path, module in encoder.named_modules():

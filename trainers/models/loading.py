@@ -6,6 +6,7 @@ from pathlib import Path
 from trainers.core.paths import is_hub_id
 from trainers.models.base import LoadedModel, ModelFamily, ModelFiles, ModelLoadError
 from trainers.models.families import family
+from trainers.models.pending_encoders import deferring_text_encoders
 from trainers.models.rules import SINGLE_FILE_SUFFIXES, folder_rules, rules_of
 from trainers.models.single_file import load_single_file
 
@@ -41,8 +42,11 @@ def detect_family(folder: Path) -> ModelFamily:
 
 
 def load_model(name_or_path: str, requested_family: str, weight_dtype, vae_path: str = "",
-               random_init: bool = False, files: ModelFiles = ModelFiles()) -> LoadedModel:
-    """The model a run names; `files`: its separate component files (FLUX.1 from a transformer-only file)."""
+               random_init: bool = False, files: ModelFiles = ModelFiles(),
+               defer_text_encoders: bool = False) -> LoadedModel:
+    """The model a run names; `files`: its separate component files (FLUX.1 from a transformer-only file).
+    `defer_text_encoders`: a diffusers folder's text encoders are read when first needed (pending_encoders.py: a run
+    whose texts are all in its disk cache never reads them); a single file's are read with it."""
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix.lower() in SINGLE_FILE_SUFFIXES:  # a checkpoint in the original layout
         return load_single_file(path, requested_family, weight_dtype, vae_path, files=files)
@@ -54,4 +58,5 @@ def load_model(name_or_path: str, requested_family: str, weight_dtype, vae_path:
                 f"model_family = {requested_family!r}, but {folder} looks like a model of the {detected.title} "
                 "family; set model_family = 'auto' or pick the right model")
         detected = family(requested_family)  # families of one plug-in class (SD1/SD2) differ only in sizes
-    return detected.load(folder, weight_dtype, vae_path, random_init)
+    with deferring_text_encoders(defer_text_encoders):
+        return detected.load(folder, weight_dtype, vae_path, random_init)

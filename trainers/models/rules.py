@@ -88,6 +88,9 @@ class ModelFiles:
     ae: str = ""
     text_encoder: str = ""  # musubi-tuner's name: an LLM text encoder's file (Z-Image)
     byt5: str = ""  # sd-scripts' name: HunyuanImage 2.1's ByT5 glyph encoder's file
+    image_encoder: str = ""  # musubi-tuner's name: HunyuanVideo 1.5 I2V's SigLIP file
+    dit_high_noise: str = ""  # musubi-tuner's name: a Wan 2.2 A14B pair's high-noise expert (its dit: the low-noise)
+    clip: str = ""  # musubi-tuner's name: Wan 2.1 I2V's CLIP image encoder file
     tokenizer_cache_dir: str = ""
 
     @classmethod
@@ -149,6 +152,12 @@ class FamilyRules(ABC):
     def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
         """Whether a single-file checkpoint is of this family; raises ModelLoadError for a variant it cannot
         train (e.g. a refiner)."""
+
+    def claims_named_checkpoint(self, keys: CheckpointKeys) -> bool:
+        """Whether a single file is this family's when model_family names it, though detection alone gives it to
+        another (a layout two families share: a Wan 2.2 A14B expert's and Wan 2.1 T2V 14B's); its checkpoint_issues
+        then name what the file lacks or is instead."""
+        return False
 
     def accepts(self, requested: "FamilyRules", single_file: bool) -> bool:
         """Whether a model detected as this family may be trained as `requested` (model_family): families of one
@@ -260,6 +269,8 @@ def checkpoint_rules(shapes: Mapping[str, tuple[int, ...]], name: str,
     if _is_lora(keys):
         raise ModelLoadError(f"{name} is a LoRA, not a full model: give the base model it was trained on, "
                              "and load the LoRA as network_weights")
+    if requested is not None and requested.claims_named_checkpoint(keys):
+        return requested
     for candidate in all_rules():  # a family's own layout (SD3's and FLUX's reference code): it loads those
         if candidate.own_checkpoint_layout and candidate.claims_checkpoint(keys):
             return candidate

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from trainers.core.fsio import atomic_path
+from trainers.data.video_cache import WindowExtras
 
 CODECS = ("libx264", "mpeg4")  # H.264 plays in every browser; mpeg4 where this PyAV build lacks it
 
@@ -52,6 +53,11 @@ class VideoFamily:
 
     def save_sample(self, sample: Any, path: Path, parameters: str) -> Path:
         return write_mp4(sample, path, self.frame_rate, parameters)
+
+    def window_extras(self, model: Any) -> WindowExtras | None:
+        """What the latent cache keeps of each window beside its latents, read back as the batch's `cached_<name>`
+        (an image-to-video family's first-frame condition); None: nothing."""
+        return None
 
 
 def frame_kwargs(family: Any, frames: int | None) -> dict[str, Any]:

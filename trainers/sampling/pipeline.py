@@ -24,6 +24,7 @@ from trainers.core.events import Sample
 from trainers.core.fsio import atomic_path
 from trainers.core.prompts import SamplePrompt
 from trainers.models import LoadedModel
+from trainers.models.pending_encoders import is_pending
 from trainers.models.training_adapter import training_adapter_off
 from trainers.models.video import frame_kwargs
 
@@ -140,7 +141,9 @@ def generate_samples(model: LoadedModel, prompts: list[SamplePrompt], out_dir: P
     pipe = build_pipeline(model, sampler)
     written = []
     # samples show what the saved weights give: a distilled base's training adapter is off
-    with _sampling_mode([model.unet, model.vae, *model.text_encoders]), training_adapter_off(model.unet):
+    # text encoders never read (every prompt cached) are left unread; one read for a prompt is read in eval mode
+    encoders = [te for te in model.text_encoders if not is_pending(te)]
+    with _sampling_mode([model.unet, model.vae, *encoders]), training_adapter_off(model.unet):
         for prompt in prompts[rank::world_size]:
             settings = _Settings(
                 prompt, width=prompt.width or default_size[0], height=prompt.height or default_size[1],

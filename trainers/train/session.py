@@ -33,10 +33,11 @@ from trainers.data.video_catalog import VideoCatalog
 from trainers.memory_estimate import base_precision, caption_activations_gb, caption_batch_size, caption_tokens
 from trainers.models.video_data import is_video_run, video_run_catalog
 from trainers.models import LoadedModel, ModelFiles, load_model, resolve_model_folder
-from trainers.models.block_swap import BlockSwap, offloaded_blocks, place_with_swap
+from trainers.models.block_swap import offloaded_blocks, place_with_swap
 from trainers.models.checks import model_issues
 from trainers.models.distilled import adapter_issues, adapter_path, distilled_notes
 from trainers.models.edit_rules import takes_controls
+from trainers.models.pending_encoders import each_encoder, read_pending
 from trainers.models.training_adapter import attach_training_adapter
 from trainers.quant.apply import check_platform, quantize_frozen
 from trainers.train import memo
@@ -66,7 +67,8 @@ class Session:
     memory_tips: MemoryTips  # what the method could change to use less memory (its rules' memory_tips)
     rank_timer: RankTimer | None = None  # this rank's own step time (and DDP's comm hook)
     validation: CaptionedImages | None = None  # the held-out images (validation_split)
-    block_swap: BlockSwap | None = None  # blocks_to_swap: whose weights wait in CPU memory
+    # blocks_to_swap's BlockSwap, or the family's placement (place_denoiser): what keeps weights in CPU memory
+    block_swap: Any = None
     resident_before_model: int = 0  # the process's resident bytes before the model loaded (a CPU run's baseline)
 
     @property
@@ -113,8 +115,11 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     check_platform(cfg, accelerator.device)  # a quantization this machine cannot do, before the model loads
     resident_before_model = resident_bytes()
     model_path = _checked_model(cfg)
+    # texts cached on disk: the text encoders are read only if one is not (every one cached: never)
+    deferred = DatasetOptions.of(cfg).cache_text_encoder_outputs and bool(
+        cfg.values.get("cache_text_encoder_outputs_to_disk"))
     model = load_model(model_path, model_opts.model_family, weight_dtype, model_opts.vae.strip(), random_init,
-                       ModelFiles.from_values(cfg.values))
+                       ModelFiles.from_values(cfg.values), defer_text_encoders=deferred)
     Path(SavingOptions.of(cfg).output_dir).expanduser().mkdir(parents=True, exist_ok=True)  # only once the model loaded
     model = run_model(cfg, model)
     # The caption pass holds the text encoders alone on the device (with cached outputs they leave it after the pass,
@@ -133,7 +138,8 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     else:
         data = build_pipeline(cfg, catalog, model, accelerator, events, text_pass)  # caches, bucket batches, workers
     encoders.settle()
-    offloading = bool(cfg.values.get("blocks_to_swap") or cfg.values.get("layer_offload_fraction"))
+    offloading = bool(cfg.values.get("blocks_to_swap") or cfg.values.get("layer_offload_fraction")
+                      or data.model.family.offloads_denoiser)
     base = base_precision(cfg.values)
     if base != "none":  # onto the device, which the text encoders have left (offloaded: in host RAM)
         quantize_frozen(data.model.unet, base, weight_dtype, torch.device("cpu") if offloading else accelerator.device)
@@ -202,8 +208,7 @@ def _place_encoders(precision: PrecisionOptions, model: LoadedModel, device: tor
     their outputs then never holds them and the denoiser at once (T5-XXL and FLUX's transformer are 9.5 and 23.8 GB
     in bf16)."""
     if precision.gradient_checkpointing:
-        for te in model.text_encoders:
-            te.gradient_checkpointing_enable()
+        each_encoder(model.text_encoders, lambda te: cast(Any, te).gradient_checkpointing_enable())
     # Some VAEs (SDXL's) overflow in fp16; bf16 has the range, fp32 is the safe default elsewhere.
     keep_vae_fp32 = precision.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
     model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
@@ -212,8 +217,9 @@ def _place_encoders(precision: PrecisionOptions, model: LoadedModel, device: tor
 class _TextEncoders:
     """The text encoders quantized (text_encoder_precision) onto the device when they are placed: at once when they
     stay for the steps, else when the caption pass first encodes. When it encodes none (every caption cached on
-    disk) they are never placed, and `settle` quantizes them in host RAM, so what encodes later (a slider's prompts,
-    a new sample prompt, an edit model's pairs) encodes as the cached captions were."""
+    disk) they are never placed (nor read: models/pending_encoders.py), and `settle` quantizes them in host RAM once
+    read, so what encodes later (a slider's prompts, a new sample prompt, an edit model's pairs) encodes as the cached
+    captions were."""
 
     def __init__(self, cfg: TrainConfig, model: LoadedModel, device: torch.device, weight_dtype: torch.dtype) -> None:
         self.model, self.device, self.weight_dtype = model, device, weight_dtype
@@ -222,6 +228,7 @@ class _TextEncoders:
         self.quantized = False
 
     def place(self) -> None:
+        read_pending(self.model.text_encoders)  # a caption to encode: deferred encoders are needed now
         self._quantize(self.device)
         for encoder in self.model.text_encoders:
             encoder.to(self.device)
@@ -240,9 +247,9 @@ class _TextEncoders:
         return chosen
 
     def _quantize(self, device: torch.device) -> None:
-        if self.mode != "none" and not self.quantized:
-            for encoder in self.model.text_encoders:
-                quantize_frozen(encoder, self.mode, self.weight_dtype, device)
+        if self.mode != "none" and not self.quantized:  # an encoder not read yet: in host RAM when it is
+            each_encoder(self.model.text_encoders, lambda encoder: quantize_frozen(
+                encoder, self.mode, self.weight_dtype, device))
         self.quantized = True
 
 
@@ -259,7 +266,7 @@ def _caption_batch(model: LoadedModel, device: torch.device, weight_dtype: torch
 
 
 def _place_denoiser(cfg: TrainConfig, precision: PrecisionOptions, model: LoadedModel, device: torch.device
-                    ) -> BlockSwap | None:
+                    ) -> Any:
     if not precision.sdpa:
         from diffusers.models.attention_processor import AttnProcessor
 
@@ -274,8 +281,7 @@ def _place_denoiser(cfg: TrainConfig, precision: PrecisionOptions, model: Loaded
     except ValueError as err:
         raise ConfigError([ConfigIssue(option, str(err), "precision")]) from None
     if not blocks:
-        model.unet.to(device)
-        return None
+        return model.family.place_denoiser(model.unet, device)
     return place_with_swap(model.unet, blocks, device)
 
 

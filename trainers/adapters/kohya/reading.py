@@ -217,6 +217,7 @@ class SdScriptsFile:
                       "way of leaving the text encoder alone)")
             return
         family = f.get("model_family", "auto")
+        family = family if isinstance(family, str) else "auto"  # another type is refused by the option's check
         if DREAMBOOTH_TRAINS_TEXT_ENCODER.get(family, True):
             f["train_text_encoder"] = True
             self.note("train_text_encoder = true: train_db.py trains the text encoder unless "

@@ -28,6 +28,9 @@ class ModelOptions(OptionSlice):
     tokenizer_cache_dir: str
     clip_skip: int
     clip_g: str
+    dit_high_noise: str
+    clip: str
+    image_encoder: str
 
 
 @dataclass(frozen=True)
@@ -284,6 +287,7 @@ class PrecisionOptions(OptionSlice):
     text_encoder_precision: Literal["none", "fp8", "int8", "int4", "nf4"]
     layer_offload_fraction: float | None
     no_half_vae: bool
+    offload_inactive_dit: bool
 
 
 @dataclass(frozen=True)

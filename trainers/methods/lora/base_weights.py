@@ -11,6 +11,7 @@ from trainers.core.fsio import read_safetensors_header
 from trainers.methods.lora.file_format import read_lora_file
 from trainers.methods.lora.network import LoRANetwork
 from trainers.models import LoadedModel
+from trainers.models.pending_encoders import read_pending
 
 
 def _bad(message: str) -> ConfigError:
@@ -33,6 +34,8 @@ def merge_base_weights(model: LoadedModel, files: list[str], multipliers: list[f
         if not dims:
             raise _bad(f"{path} holds no lora_down/lora_up weights (a LyCORIS LoHa/LoKr/... file?): only LoRA and "
                        "LoCon files can be merged")
+        if any(n.startswith("lora_te") for n in dims):
+            read_pending(model.text_encoders)  # their layers are merged into: deferred encoders are read
         network = LoRANetwork(model.unet, model.text_encoders, unet_key_style=model.family.unet_key_style,
                               network_dim=1, network_alpha=1.0, modules_dim=dims,
                               train_unet=any(n.startswith("lora_unet_") for n in dims),

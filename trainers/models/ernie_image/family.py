@@ -14,6 +14,10 @@ Its LoRAs train the blocks' attention (to_q, to_k, to_v, to_out.0) and MLP (gate
 OneTrainer's 'attn-mlp' preset. The files name them `diffusion_model.<diffusers module path>` with lora_A/lora_B,
 the alpha folded in (FileNamedLora): ai-toolkit's naming, which diffusers' ErnieImageLoraLoaderMixin converts and
 ComfyUI's generic `diffusion_model.<path>` keys load (ComfyUI's ERNIE-Image model has diffusers' module names).
+
+Single files (ComfyUI's split files): the diffusion_models file (diffusers' names: reference.py), the Ministral 3
+text encoder (text_encoder.py) and FLUX.2's autoencoder (flux2_autoencoder.py); a scaled fp8 transformer file is
+read with each weight times its scale (ideogram4/scaled_fp8.py). Finetunes are written as the transformer's file.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelFiles, SizeConditioning
 from trainers.models.ernie_image.rules import TRANSFORMER_CLASS, ErnieImageRules
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
 from trainers.models.flow_latents import pack_latents, unpack_latents
@@ -50,21 +54,29 @@ class ErnieImage(FileNamedLora, ErnieImageRules, FlowFamily, ModelFamily):
     vae_class = "AutoencoderKLFlux2"
     default_t5_length = TEXT_LENGTH
     fixed_settings = {"model_prediction_type": "raw", "guidance_scale": 0.0}  # no guidance embedding
-    latent_scaling = (1.0, 0.0)  # unused: no single files (its latents are normalised by batch-norm statistics)
+    latent_scaling = (1.0, 0.0)  # unused: its latents are normalised by the autoencoder's batch-norm statistics
     text_encoder_specs = (TextEncoderSpec("Mistral3Model", "text_encoder", "auto", "tokenizer", "Ministral 3",
                                           max_length=TEXT_LENGTH),)
     pad_token_id: int = 0  # its tokenizer's, set when loaded
     lora_file_modules = LORA_FILE_MODULES
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
-        model = super().load(folder, weight_dtype, vae_path, random_init)
-        (tokenizer,) = model.tokenizers
-        tokenizer.padding_side = "right"  # the mask below counts a caption's tokens from the left
-        if tokenizer.pad_token is None:  # padding a batch needs one (the pipeline never pads); its EOS is never
-            tokenizer.pad_token = tokenizer.eos_token  # in a caption's tokens (only the BOS is added)
-        family = copy.copy(model.family)
-        family.pad_token_id = tokenizer.pad_token_id
-        return dataclasses.replace(model, family=family)
+        return _with_padding(super().load(folder, weight_dtype, vae_path, random_init))
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> Any:
+        return _with_padding(super().load_checkpoint(ckpt, weight_dtype, vae_path, files))
+
+    def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype) -> nn.Module:
+        """The transformer of its file; a scaled fp8 one dequantized into the training dtype."""
+        from trainers.models.ideogram4.scaled_fp8 import dequantized_checkpoint
+
+        return super().denoiser_from_checkpoint(dequantized_checkpoint(ckpt, weight_dtype), weight_dtype)
+
+    def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
+        """The transformer alone, as ComfyUI's diffusion_models file holds it (diffusers' names)."""
+        from trainers.models.ernie_image import reference
+
+        return reference.to_reference(denoiser_state, {})
 
     def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
         return last_blocks(denoiser.layers, count, "layers")
@@ -150,6 +162,17 @@ class ErnieImage(FileNamedLora, ErnieImageRules, FlowFamily, ModelFamily):
         """The blocks' attention and MLP layers (OneTrainer's 'attn-mlp'), under diffusers' module paths."""
         return [path_target(f"layers.{i}.{name}", (layer.get_submodule(name),))
                 for i, layer in enumerate(unet.layers) for name in BLOCK_LAYERS]
+
+
+def _with_padding(model: Any) -> Any:
+    """The loaded model with its tokenizer padding on the right and the family knowing its pad token."""
+    (tokenizer,) = model.tokenizers
+    tokenizer.padding_side = "right"  # the mask below counts a caption's tokens from the left
+    if tokenizer.pad_token is None:  # padding a batch needs one (the pipeline never pads); its EOS is never
+        tokenizer.pad_token = tokenizer.eos_token  # in a caption's tokens (only the BOS is added)
+    family = copy.copy(model.family)
+    family.pad_token_id = tokenizer.pad_token_id
+    return dataclasses.replace(model, family=family)
 
 
 def patchify(latents: torch.Tensor) -> torch.Tensor:

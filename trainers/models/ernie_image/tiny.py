@@ -48,30 +48,44 @@ def write_tiny_mistral_tokenizer(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def tiny_ministral3(vocab_size: int, pad_token_id: int) -> "torch.nn.Module":
+def tiny_ministral3(vocab_size: int, pad_token_id: int, head_dim: int = 12) -> "torch.nn.Module":
     """Mistral3Model (what ErnieImagePipeline's text_encoder is) with a three-layer language model: the pipeline
-    reads its second-to-last hidden states."""
+    reads its second-to-last hidden states. head_dim 128 is the published one (a single file does not tell it)."""
     from transformers import Mistral3Config, Mistral3Model
 
     text = {"model_type": "mistral", "vocab_size": vocab_size, "hidden_size": TEXT_WIDTH, "intermediate_size": 48,
-            "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 12,
-            "pad_token_id": pad_token_id, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True}
+            "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": head_dim,
+            "pad_token_id": pad_token_id, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": True,
+            "rms_norm_eps": 1e-5, "rope_theta": 1e6}  # the published (Ministral 3 3B's, as ComfyUI reads it)
     vision = {"model_type": "pixtral", "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
               "num_attention_heads": 2, "head_dim": 8, "image_size": 28, "patch_size": 14}
     return Mistral3Model(Mistral3Config(text_config=text, vision_config=vision, image_token_index=0,
                                         multimodal_projector_bias=False))
 
 
-def build_tiny_ernie_image(folder: Path, seed: int = 0) -> Path:
-    """Save a tiny ErnieImagePipeline to `folder`."""
+def with_published_groups(vae: "torch.nn.Module") -> "torch.nn.Module":
+    """The tiny autoencoder with the published 32 norm groups (what an autoencoder file does not hold) instead of
+    its own 8, the same weights."""
+    from diffusers import AutoencoderKLFlux2
+
+    out = AutoencoderKLFlux2.from_config({**vae.config, "norm_num_groups": 32})
+    out.load_state_dict(vae.state_dict())
+    return out
+
+
+def build_tiny_ernie_image(folder: Path, seed: int = 0, published_widths: bool = False) -> Path:
+    """Save a tiny ErnieImagePipeline to `folder`; `published_widths`: its text encoder's heads and its autoencoder's
+    norm groups as published (single files do not hold them)."""
     from diffusers import ErnieImagePipeline, FlowMatchEulerDiscreteScheduler
     from transformers import AutoTokenizer
 
     torch.manual_seed(seed)
     write_tiny_mistral_tokenizer(folder / "tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
-    pipe = ErnieImagePipeline(transformer=tiny_ernie_transformer(), vae=tiny_flux2_vae(),
-                              text_encoder=tiny_ministral3(len(tokenizer), tokenizer.pad_token_id),
+    vae = with_published_groups(tiny_flux2_vae()) if published_widths else tiny_flux2_vae()
+    pipe = ErnieImagePipeline(transformer=tiny_ernie_transformer(), vae=vae,
+                              text_encoder=tiny_ministral3(len(tokenizer), tokenizer.pad_token_id,
+                                                           128 if published_widths else 12),
                               tokenizer=tokenizer, scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER))
     pipe.save_pretrained(folder)
     return folder

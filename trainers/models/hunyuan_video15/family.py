@@ -32,8 +32,9 @@ from torch import nn
 from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec
 from trainers.models.flux.family import double_block_targets
-from trainers.models.hunyuan_video15.i2v import FirstFrame, ImageEncoder, conditioned_objective
+from trainers.models.hunyuan_video15.i2v import FirstFrame, ImageEncoder, conditioned_objective, window_extras
 from trainers.models.hunyuan_video15.rules import I2V_PIPELINE, HunyuanVideo15Rules, is_i2v_folder
+from trainers.models.hunyuan_video15.single_file import image_encoder as image_encoder_file
 from trainers.models.pipeline_lora import TransformerLoraLoading
 from trainers.models.qwen_byt5 import byt5_ids, pipeline_embeds, qwen_byt5_states
 from trainers.models.qwen_image.family import trimmed
@@ -91,22 +92,43 @@ class HunyuanVideo15(HunyuanVideo15Rules, VideoFamily, FlowFamily, ModelFamily):
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         model = super().load(folder, weight_dtype, vae_path, random_init)
+        encoder = load_image_encoder(Path(folder), weight_dtype, random_init) if is_i2v_folder(Path(folder)) else None
+        return self._ready(model, encoder, Path(folder))
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: Any) -> Any:
+        """ComfyUI's split files (or Tencent's transformer file): the diffusion_models file (reference.py),
+        text_encoder, byt5, ae, and for image to video image_encoder (SigLIP's file: the two tasks' transformer
+        files have the same tensors, so image_encoder says which one trains)."""
+        model = super().load_checkpoint(ckpt, weight_dtype, vae_path, files)
+        encoder = None
+        if files.image_encoder:
+            encoder = ImageEncoder(*image_encoder_file(files.image_encoder, weight_dtype))
+        model.unet.register_to_config(task_type="i2v" if encoder is not None else "t2v")
+        return self._ready(model, encoder, None)
+
+    def _ready(self, model: LoadedModel, encoder: ImageEncoder | None, folder: Path | None) -> LoadedModel:
         encode_images_as_frames(model.vae)
         batched_vae_attention(model.vae)
         model.vae.enable_tiling()  # 256-pixel tiles, as its pipeline's example and musubi-tuner's caching tile it
         family = copy.copy(model.family)  # knowing its tokenizer's pad token and ByT5's width
         family.pad_token_id = model.tokenizers[0].pad_token_id
         family.glyph_width = model.text_encoders[1].config.d_model
-        family.folder = Path(folder)
-        if is_i2v_folder(Path(folder)):
-            family.i2v, family.pipeline_class = True, I2V_PIPELINE
-            family.image_encoder = load_image_encoder(Path(folder), weight_dtype, random_init)
+        family.folder = folder
+        if encoder is not None:
+            family.i2v, family.pipeline_class, family.image_encoder = True, I2V_PIPELINE, encoder
         return dataclasses.replace(model, family=family)
 
     def configured(self, values: Mapping[str, Any]) -> Any:
         clone = super().configured(values)
         clone.slot = FirstFrame()
         return clone
+
+    def window_extras(self, model: LoadedModel) -> Any:
+        """I2V: each window's first-frame latent and SigLIP's states of it, cached beside its latents (i2v.py)."""
+        if not self.i2v:
+            return None
+        assert self.image_encoder is not None, "an image-to-video model loads its image encoder"
+        return window_extras(model.vae, self.image_encoder)
 
     def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
         """I2V: each step's first-frame condition (i2v.py) in the slot denoise reads."""

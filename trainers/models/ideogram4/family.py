@@ -22,6 +22,10 @@ feed_forward.w1/w2/w3 of each block) name the modules `diffusion_model.<referenc
 lora_down/lora_up/alpha: what Ideogram4Pipeline.load_lora_weights converts (its
 _convert_non_diffusers_ideogram4_lora_to_diffusers) and ComfyUI's `diffusion_model.<path>` keys load (its model has
 Comfy-Org's reference names); musubi-tuner's own files (`lora_unet_layers_0_attention_qkv`) are read as they are.
+
+Single files (Comfy-Org's split files): the conditional transformer (reference.py; its scaled fp8 file read with each
+weight times its scale, scaled_fp8.py), Qwen3-VL's language model (text_encoder.py) and FLUX.2's autoencoder
+(ernie_image/flux2_autoencoder.py). Finetunes are written as the conditional transformer's file, unquantized.
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ import torch
 from torch import nn
 
 from trainers.data.prompt_chunks import PromptTruncated
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, ModelFiles, SizeConditioning
 from trainers.models.flow import FlowFamily, TextEncoderSpec, last_blocks, run_frozen
 from trainers.models.ideogram4.rules import Ideogram4Rules
 from trainers.models.ideogram4.sequence import image_positions, packed, patchify, trimmed, unpatchify
@@ -59,7 +63,7 @@ class Ideogram4(FileNamedLora, Ideogram4Rules, FlowFamily, ModelFamily):
     vae_class = "AutoencoderKLFlux2"
     default_t5_length = TEXT_LENGTH
     fixed_settings = {"model_prediction_type": "raw", "guidance_scale": 1.0}  # no guidance embedding
-    latent_scaling = (1.0, 0.0)  # unused: its single files are not read
+    latent_scaling = (1.0, 0.0)  # unused: its latents are normalised by the autoencoder's batch-norm statistics
     text_encoder_specs = (TextEncoderSpec("Qwen3VLModel", "text_encoder", "auto", "tokenizer", "Qwen3-VL",
                                           max_length=TEXT_LENGTH),)
     lora_file_modules = LORA_FILE_MODULES
@@ -73,6 +77,26 @@ class Ideogram4(FileNamedLora, Ideogram4Rules, FlowFamily, ModelFamily):
         unconditional = Path(folder) / UNCONDITIONAL
         family.unconditional_folder = unconditional if unconditional.is_dir() else None
         return replace(model, family=family)
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> Any:
+        """Comfy-Org's split files: the conditional transformer (its unconditional one is not read: samples run the
+        trained one for both branches), Qwen3-VL and FLUX.2's autoencoder."""
+        model = FlowFamily.load_checkpoint(self, ckpt, weight_dtype, vae_path, files)
+        return replace(model, family=model.family.with_tokenizer(model.tokenizers[0]))
+
+    def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype) -> nn.Module:
+        """The transformer of its file; a scaled fp8 one (Comfy-Org's) dequantized into the training dtype."""
+        from trainers.models.ideogram4.scaled_fp8 import dequantized_checkpoint
+
+        return FlowFamily.denoiser_from_checkpoint(self, dequantized_checkpoint(ckpt, weight_dtype), weight_dtype)
+
+    def to_checkpoint(self, model: LoadedModel, denoiser_state: Any) -> dict[str, torch.Tensor]:
+        """The conditional transformer alone in Comfy-Org's layout (reference.py), unquantized."""
+        from accelerate.utils import extract_model_from_parallel
+
+        from trainers.models.ideogram4 import reference
+
+        return reference.to_reference(denoiser_state, extract_model_from_parallel(model.unet).config)
 
     def with_tokenizer(self, tokenizer: Any) -> "Ideogram4":
         """A copy whose prompt template is the chat template around a caption, as the pipeline renders it; the

@@ -3,14 +3,25 @@ Ideogram4Transformer2DModel, a Qwen3-VL 8B text encoder, FLUX.2's autoencoder), 
 options it reads (musubi-tuner's names and meanings: timestep_sampling 'ideogram4_shift')."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import FLUX2_AE, IDEOGRAM4_TOKENS, QWEN3_VL_8B_MODEL, QWEN3_VL_8B_MODEL_LINEAR, \
     ModelSize
-from trainers.models.flow_rules import FlowRules
+from trainers.models.ernie_image.rules import FLUX2_AE_PART, single_file_issues
+from trainers.models.flow_rules import FlowRules, Part
+from trainers.models.rules import CheckpointKeys, ModelFiles
 
 TRANSFORMER_CLASS = "Ideogram4Transformer2DModel"
+# Comfy-Org's split files beside its diffusion_models file: Qwen3-VL's language model (text_encoder.py), FLUX.2's
+# autoencoder (ERNIE-Image's reader); the tokenizer Qwen/Qwen3-VL-8B-Instruct's (musubi-tuner's) from the hub or
+# tokenizer_cache_dir
+SPLIT_PARTS = (Part("llm", "text_encoders.qwen3vl_8b.", "text_encoder", "Qwen3-VL text encoder (Comfy-Org's "
+                    "text_encoders Qwen3-VL 8B file)", tokenizer="Qwen/Qwen3-VL-8B-Instruct",
+                    reader="trainers.models.ideogram4.text_encoder"),
+               replace(FLUX2_AE_PART, denoiser_input=("input_proj.weight", 4)))
 
 
 class Ideogram4Rules(FlowRules):
@@ -26,15 +37,16 @@ class Ideogram4Rules(FlowRules):
     pipeline_class = "Ideogram4Pipeline"
     base_model_version = "ideogram4"  # musubi-tuner's ss_base_model_version (ARCHITECTURE_IDEOGRAM4_FULL)
     modelspec_architecture = "Ideogram-4"  # musubi-tuner's ARCH_IDEOGRAM4
-    # Comfy-Org's single files (diffusion_models/ideogram4_fp8_scaled.safetensors): recognised and refused by name
-    # (by its image-indicator embedding, which no other family's file has: Lumina 2's and Z-Image's have
-    # layers.N.attention.qkv too)
+    # Comfy-Org's single files (diffusion_models/ideogram4_fp8_scaled.safetensors; reference.py), told by its
+    # image-indicator embedding, which no other family's file has (Lumina 2's and Z-Image's have
+    # layers.N.attention.qkv too); finetunes are written so too (the conditional transformer alone, unquantized)
     reference_prefixes = ("embed_image_indicator.", "model.diffusion_model.embed_image_indicator.",
                           "diffusion_model.embed_image_indicator.")
-    reads_single_files = False
-    writes_single_files = False
-    checkpoint_parts = ()
+    checkpoint_parts = SPLIT_PARTS
     frozen_text_encoder = "Qwen3-VL"
+
+    def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
+        return single_file_issues(self, keys, files, vae_path)
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """Its pipeline's folders, or any whose model_index.json names its transformer class."""

@@ -18,21 +18,27 @@ Its LoRA files name the video stream's attention and feed-forward linears of eve
 ai-toolkit's, the audio stream and its cross-modal attention left out) in kohya's form of the reference names
 (`lora_unet_transformer_blocks_0_attn1_to_q`: Lightricks' module names, which are diffusers' and ComfyUI's), which
 ComfyUI reads; lora_for_pipeline's PEFT keys load with LTX2Pipeline.load_lora_weights (its LTX2LoraLoaderMixin).
+
+An LTX2ImageToVideoPipeline folder trains image-to-video from each clip's first frame (first_frame.py); Lightricks'
+single file with ComfyUI's Gemma 3 file loads as the folder does (single_file.py).
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from trainers.models.base import LoadedModel, LoraTarget, ModelFamily, SizeConditioning
+from trainers.models.base import (CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelFiles, ModelLoadError,
+                                  SizeConditioning)
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
-from trainers.models.ltx2.rules import LTX2Rules
+from trainers.models.ltx2.first_frame import FirstFrameSlot, conditioned_trainable, video_timesteps
+from trainers.models.ltx2.rules import I2V_PIPELINE, LTX2Rules
 from trainers.models.video import VideoFamily, encode_images_as_frames
 
 TEXT_LENGTH = 1024  # LTX2Pipeline's max_sequence_length (left padding, as Gemma reads chat prompts)
@@ -64,6 +70,10 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
     parts: AudioParts | None = None  # set when loaded
     video_text_width: int = 0  # the video connector's width (the packed states' first channels), set when loaded
     folder: Path | None = None  # the loaded folder (its connectors and audio parts are kept in saved folders)
+    checkpoint: Path | None = None  # or the loaded single file (its parts are written for saved folders)
+    _kept: Any = None  # the folder those are written in, once a save asks for them
+    first_frame = False  # image-to-video: an LTX2ImageToVideoPipeline folder (first_frame.py)
+    slot = FirstFrameSlot()
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         import diffusers
@@ -73,28 +83,62 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         from trainers.models.components import load_component
 
         model = super().load(folder, weight_dtype, vae_path, random_init)
-        encode_images_as_frames(model.vae)
-        tokenizer = model.tokenizers[0]
-        tokenizer.padding_side = "left"  # as LTX2Pipeline sets it
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
         vocoder_class = LTX2VocoderWithBWE if _class_in_index(folder, "vocoder") == "LTX2VocoderWithBWE" \
             else LTX2Vocoder
+        connectors = load_component(LTX2TextConnectors, folder, "connectors", weight_dtype, random_init)
+        parts = AudioParts(load_component(diffusers.AutoencoderKLLTX2Audio, folder, "audio_vae", weight_dtype,
+                                          random_init), load_component(vocoder_class, folder, "vocoder", weight_dtype,
+                                                                       random_init))
+        model = self._assembled(model, connectors, parts, Path(folder), None)
+        model.family.first_frame = _model_index(folder).get("_class_name") == I2V_PIPELINE
+        return model
+
+    def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> Any:
+        """Lightricks' single file (ltx-2-19b-dev.safetensors: the transformer, its connectors, both autoencoders and
+        the vocoder) with ComfyUI's Gemma 3 file as `text_encoder` (single_file.py reads them)."""
+        from diffusers import FlowMatchEulerDiscreteScheduler
+
+        from trainers.models.ltx2 import single_file
+
+        if issues := self.checkpoint_issues(CheckpointKeys(ckpt.shapes, str(ckpt.path)), files, vae_path):
+            raise ModelLoadError("; ".join(f"{i.field}: {i.message}" for i in issues))
+        gemma, tokenizer = single_file.gemma3(ckpt, files, weight_dtype)
+        model = LoadedModel(self, single_file.transformer(ckpt, weight_dtype), single_file.video_vae(ckpt, files),
+                            [gemma], [tokenizer], FlowMatchEulerDiscreteScheduler(**self.scheduler_config()), "flow",
+                            str(ckpt.path))
+        model = self._assembled(model, single_file.connectors(ckpt, weight_dtype),
+                                AudioParts(*single_file.audio_parts(ckpt, weight_dtype)), None, Path(ckpt.path))
+        gemma.config.pad_token_id = model.tokenizers[0].pad_token_id  # where each caption's mask comes from
+        return model
+
+    def _assembled(self, model: LoadedModel, connectors: nn.Module, parts: AudioParts, folder: Path | None,
+                   checkpoint: Path | None) -> LoadedModel:
+        """The loaded model as the family runs it: images encoded as frames, the tokenizer padding as the pipeline
+        does, the connectors after Gemma 3 among the text encoders, the audio parts and where they came from
+        kept."""
+        encode_images_as_frames(model.vae)
+        ready_tokenizer(model.tokenizers[0])
         # the connectors are the second of its text encoders: placed, quantized (text_encoder_precision) and set
         # aside with Gemma 3 as the run places its text encoders
-        connectors = load_component(LTX2TextConnectors, folder, "connectors", weight_dtype, random_init)
         connectors.requires_grad_(False).eval()
         # what the run asks of every text encoder with gradient checkpointing on (transformers' method): nothing
         # for these, which run frozen without autograd
         connectors.gradient_checkpointing_enable = lambda *args, **kwargs: None
-        parts = AudioParts(load_component(diffusers.AutoencoderKLLTX2Audio, folder, "audio_vae", weight_dtype,
-                                          random_init).requires_grad_(False).eval(),
-                           load_component(vocoder_class, folder, "vocoder", weight_dtype,
-                                          random_init).requires_grad_(False).eval())
+        for module in (parts.audio_vae, parts.vocoder):
+            module.requires_grad_(False).eval()
         family = copy.copy(model.family)
-        family.parts, family.folder = parts, Path(folder)
+        family.parts, family.folder, family.checkpoint = parts, folder, checkpoint
         family.video_text_width = connectors.video_connector.inner_dim
         return dataclasses.replace(model, family=family, text_encoders=[*model.text_encoders, connectors])
+
+    def configured(self, values: Mapping[str, Any]) -> Any:
+        clone = super().configured(values)
+        clone.slot = FirstFrameSlot()  # the run's own
+        return clone
+
+    def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
+        """Image-to-video: each clip's first frame the condition, out of the loss (first_frame.py)."""
+        return conditioned_trainable(trainable, self) if self.first_frame else trainable
 
     def tokenize(self, tokenizers: list[Any], captions: list[str], fmt: Any = None) -> list[torch.Tensor]:
         """Gemma 3's ids of each caption stripped, left-padded to 1024 tokens (as the pipeline)."""
@@ -117,23 +161,30 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
     def denoise(self, unet: nn.Module, noisy: torch.Tensor, timesteps: torch.Tensor, hidden: torch.Tensor,
                 text_mask: torch.Tensor | None, sizes: SizeConditioning | None) -> torch.Tensor:
         """The video velocity for latents (B, C, F, h, w) (an image's F = 1), packed as the pipeline packs them,
-        beside the silent audio track's latents at the same sigma; the timestep 1000 x sigma."""
+        beside the silent audio track's latents at the same sigma; the timestep 1000 x sigma. Image-to-video (a
+        first frame in the slot): that frame clean, its tokens at timestep 0 (first_frame.py)."""
         from diffusers import LTX2Pipeline
 
         assert text_mask is not None, "LTX-2's encode_prompts gives the text mask"
         config = unet.config
         batch, _, frames, height, width = noisy.shape
+        timestep = timesteps.to(noisy.dtype)
+        video_timestep = timestep
+        if self.slot.first is not None:
+            noisy = torch.cat([self.slot.first.to(noisy.device, noisy.dtype), noisy[:, :, 1:]], dim=2)
+            video_timestep = video_timesteps(timestep, frames, height * width // config.patch_size ** 2)
         packed = LTX2Pipeline._pack_latents(noisy, config.patch_size, config.patch_size_t)
         audio = silent_audio(config, batch, frames, timesteps, self.frame_rate).to(noisy.device, noisy.dtype)
         text = hidden.to(noisy.dtype)
         mask = text_mask.to(noisy.device)
-        timestep = timesteps.to(noisy.dtype)
+        # both cross-attentions at the step's timestep (the pipelines' use_cross_timestep)
         video, _ = unet(hidden_states=packed, audio_hidden_states=audio,
                         encoder_hidden_states=text[..., :self.video_text_width],
-                        audio_encoder_hidden_states=text[..., self.video_text_width:], timestep=timestep,
-                        sigma=timestep, encoder_attention_mask=mask, audio_encoder_attention_mask=mask,
-                        num_frames=frames, height=height, width=width, fps=self.frame_rate,
-                        audio_num_frames=audio.shape[1], return_dict=False)
+                        audio_encoder_hidden_states=text[..., self.video_text_width:], timestep=video_timestep,
+                        audio_timestep=timestep, sigma=timestep, encoder_attention_mask=mask,
+                        audio_encoder_attention_mask=mask, num_frames=frames, height=height, width=width,
+                        fps=self.frame_rate, audio_num_frames=audio.shape[1], use_cross_timestep=True,
+                        return_dict=False)
         return LTX2Pipeline._unpack_latents(video, frames, height, width, config.patch_size, config.patch_size_t)
 
     def vae_latents(self, raw: torch.Tensor, vae: nn.Module) -> torch.Tensor:
@@ -146,18 +197,33 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         return last_blocks(denoiser.transformer_blocks, count, "blocks")
 
     def model_index(self) -> dict[str, Any]:
-        """A finetune's folder names its autoencoder's class and the parts it keeps as they were."""
-        return {"vae": ["diffusers", self.vae_class],
+        """A finetune's folder names its pipeline (image-to-video's too), its autoencoder's class and the parts it
+        keeps as they were."""
+        return {"_class_name": I2V_PIPELINE if self.first_frame else self.pipeline_class,
+                "vae": ["diffusers", self.vae_class],
                 **{name: entry for name, (_, entry) in self.kept_components().items()}}
 
     def kept_components(self) -> dict[str, tuple[Path, list[str]]]:
         """The loaded folder's connectors, audio autoencoder and vocoder, copied into a saved folder as they were
-        (none of them trains), so that LTX2Pipeline.from_pretrained loads it."""
+        (none of them trains), so that LTX2Pipeline.from_pretrained loads it; a single file's, read from it again
+        (as it holds them, not as the run may have quantized them) and written once for the run's saves."""
         if self.folder is None:
-            return {}
+            return self._file_components()
         index = json.loads((self.folder / "model_index.json").read_text(encoding="utf-8"))
         return {name: (self.folder / name, list(index[name])) for name in ("connectors", "audio_vae", "vocoder")
                 if (self.folder / name).is_dir() and (index.get(name) or [None, None])[-1]}
+
+    def _file_components(self) -> dict[str, tuple[Path, list[str]]]:
+        import tempfile
+
+        from trainers.models.ltx2.single_file import write_kept_parts
+
+        if self.checkpoint is None:
+            return {}
+        if self._kept is None:
+            folder = tempfile.TemporaryDirectory(prefix="atelier-ltx2-")  # removed with the family
+            self._kept = (folder, write_kept_parts(self.checkpoint, Path(folder.name)))
+        return dict(self._kept[1])
 
     # --- samples ---
 
@@ -169,15 +235,28 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         return dict(SCHEDULER)
 
     def build_pipeline(self, model: LoadedModel, scheduler: Any) -> Any:
-        """LTX2Pipeline over the model's modules; encode_prompts' packed states stand in for the connectors' output
-        (their pass-through, with the real connectors kept for LoRA files that train them)."""
-        from diffusers import LTX2Pipeline
+        """LTX2Pipeline (image-to-video: LTX2ImageToVideoPipeline) over the model's modules; encode_prompts' packed
+        states stand in for the connectors' output (their pass-through, with the real connectors kept for LoRA files
+        that train them)."""
+        import diffusers
 
         assert self.parts is not None, "LTX-2's audio parts are loaded with the model"
-        return LTX2Pipeline(scheduler=scheduler, vae=model.vae, audio_vae=self.parts.audio_vae,
+        pipeline = getattr(diffusers, I2V_PIPELINE if self.first_frame else self.pipeline_class)
+        return pipeline(scheduler=scheduler, vae=model.vae, audio_vae=self.parts.audio_vae,
                             text_encoder=model.text_encoders[0], tokenizer=model.tokenizers[0],
                             connectors=PackedConnectorStates(self.video_text_width), transformer=model.unet,
                             vocoder=self.parts.vocoder)
+
+    def edit_inputs(self, images: Sequence[str], width: int, height: int) -> dict[str, Any]:
+        """Image-to-video: the sample's first frame (a sample prompt's --ci) at its size."""
+        if not self.first_frame:
+            return {}
+        if not images:
+            raise ValueError(f"{self.title} image-to-video renders from a first frame: give the sample prompt "
+                             "`--ci path`")
+        from trainers.models.edit import sample_images
+
+        return {"image": sample_images(images[:1], width, height)[0]}
 
     def pipeline_embeds(self, hidden: torch.Tensor, text_mask: torch.Tensor | None) -> dict[str, Any]:
         assert text_mask is not None, "LTX-2's encode_prompts gives the text mask"
@@ -254,12 +333,23 @@ def latent_stats(vae: nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torc
             vae.latents_std.view(shape).to(like.device, like.dtype))
 
 
-def _class_in_index(folder: Path, component: str) -> str:
+def ready_tokenizer(tokenizer: Any) -> Any:
+    """Gemma 3's tokenizer padding on the left, as LTX2Pipeline sets it (its eos where it names no pad token)."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _model_index(folder: Path) -> dict[str, Any]:
     try:
-        index = json.loads((Path(folder) / "model_index.json").read_text(encoding="utf-8"))
+        return dict(json.loads((Path(folder) / "model_index.json").read_text(encoding="utf-8")))
     except (OSError, ValueError):
-        return ""
-    return str((index.get(component) or [None, ""])[-1])
+        return {}
+
+
+def _class_in_index(folder: Path, component: str) -> str:
+    return str((_model_index(folder).get(component) or [None, ""])[-1])
 
 
 LTX2 = LTX2Video()

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from trainers.models.base import LoadedModel, ModelFamily
-from trainers.models.components import final_layer_norm, load_common, load_component, load_tokenizer
+from trainers.models.components import final_layer_norm, load_common, load_tokenizer
+from trainers.models.pending_encoders import load_text_encoder
 from trainers.models.convert import clip_to_ldm, openclip_to_ldm
 from trainers.models.prompt_states import apply_weights, chunk_count, merge_chunks
 from trainers.models.sd import rules
@@ -22,7 +23,7 @@ class StableDiffusion(StableDiffusionRules, ModelFamily):
 
         unet, vae, scheduler, prediction_type = load_common(folder, weight_dtype, vae_path, random_init)
         tokenizer = load_tokenizer(folder, "tokenizer", random_init)
-        text_encoder = load_component(CLIPTextModel, folder, "text_encoder", weight_dtype, random_init)
+        text_encoder = load_text_encoder(CLIPTextModel, folder, "text_encoder", weight_dtype, random_init)
         return LoadedModel(self, unet, vae, [text_encoder], [tokenizer], scheduler, prediction_type, str(folder))
 
     def encode_prompts(self, text_encoders: list[nn.Module], input_ids: list[torch.Tensor], clip_skip: int,

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from trainers.models.base import LoadedModel, ModelFamily, SizeConditioning
-from trainers.models.components import load_common, load_component, load_tokenizer
+from trainers.models.components import load_common, load_tokenizer
+from trainers.models.pending_encoders import load_text_encoder
 from trainers.models.convert import clip_to_ldm, openclip_to_ldm
 from trainers.models.prompt_states import apply_weights, chunk_count, merge_chunks
 from trainers.models.sdxl.rules import TE1_PREFIX, TE2_PREFIX, StableDiffusionXLRules
@@ -28,8 +29,8 @@ class StableDiffusionXL(StableDiffusionXLRules, ModelFamily):
         unet, vae, scheduler, prediction_type = load_common(folder, weight_dtype, vae_path, random_init)
         tokenizers = [load_tokenizer(folder, s, random_init) for s in ("tokenizer", "tokenizer_2")]
         text_encoders = [
-            load_component(CLIPTextModel, folder, "text_encoder", weight_dtype, random_init),
-            load_component(CLIPTextModelWithProjection, folder, "text_encoder_2", weight_dtype, random_init),
+            load_text_encoder(CLIPTextModel, folder, "text_encoder", weight_dtype, random_init),
+            load_text_encoder(CLIPTextModelWithProjection, folder, "text_encoder_2", weight_dtype, random_init),
         ]
         return LoadedModel(self, unet, vae, text_encoders, tokenizers, scheduler, prediction_type, str(folder))
 

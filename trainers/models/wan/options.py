@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from trainers.models.option_sets import DENSITY, SAMPLING, SINGLE_FILE
 
-READS = DENSITY | SAMPLING | SINGLE_FILE | {"text_encoder", "ae"}
+SPLIT_FILES = SINGLE_FILE | {"text_encoder", "ae"}  # ComfyUI's split files beside a diffusion_models file
+READS = DENSITY | SAMPLING | SPLIT_FILES
 NOTES = {
     "text_encoder": "ComfyUI's text_encoders/umt5_xxl_fp16.safetensors, or Wan-AI's models_t5_umt5-xxl-enc-bf16.pth "
                     "(musubi-tuner's --t5); the fp8_scaled files are refused.",

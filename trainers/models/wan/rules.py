@@ -3,6 +3,7 @@ options it reads (musubi-tuner's names and meanings for Wan: timestep_sampling, 
 weighting_scheme; no guidance embedding). Its frames follow the causal 3D VAE's rule, 1 + 4k."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,18 @@ from trainers.core.memory_facts import (
     WAN_1_3B_TOKENS,
     ModelSize,
 )
-from trainers.models.flow_rules import FlowRules, Part
-from trainers.models.rules import CheckpointKeys, ModelFiles, ModelLoadError
-from trainers.models.wan.split_files import scaled_fp8
+from trainers.models.flow_rules import FlowRules
+from trainers.models.rules import CheckpointKeys, ModelFiles, ModelLoadError, checkpoint_rules
+from trainers.models.wan.split_files import (  # noqa: F401 - SPLIT_PARTS re-exported
+    SPLIT_PARTS,
+    T2V_FILES,
+    SingleFiles,
+    describe_kind,
+    folder_file_issues,
+    scaled_fp8,
+    unread_file_issues,
+    wan_file_kind,
+)
 
 # the 14B's former activation figures for one 81-frame clip at 832x480 (the 1.3B's scaled by width and depth); the
 # estimate counts its sequence instead (WAN_14B_TOKENS: the frames and resolution of the run's windows)
@@ -30,22 +40,6 @@ WAN_14B_ACTIVATIONS = (832 * 480, 149.0, 13.8)
 REFUSED_PIPELINES = {"WanImageToVideoPipeline": "a Wan image-to-video model",
                      "WanVACEPipeline": "a Wan VACE model", "WanVideoToVideoPipeline": "a Wan video-to-video pipeline",
                      "WanAnimatePipeline": "a Wan Animate model"}
-# ComfyUI's split files beside a Wan 2.1 T2V diffusion_models file (wan/single_file.py reads them): UMT5-XXL and
-# the autoencoder, each in a file of its own; UMT5's tokenizer is google/umt5-xxl's (WanPipeline's, musubi-tuner's)
-SPLIT_PARTS = (Part("t5", "text_encoders.umt5xxl.", "text_encoder", "UMT5-XXL text encoder (ComfyUI's "
-                    "umt5_xxl_fp16.safetensors)", tokenizer="google/umt5-xxl",
-                    reader="trainers.models.wan.single_file"),
-               Part("vae", "vae.", "ae", "autoencoder (ComfyUI's wan_2.1_vae.safetensors)",
-                    reader="trainers.models.wan.single_file", denoiser_input=("patch_embedding.weight", 1),
-                    file_keys=(("encoder.conv1.weight", "encoder.conv_in.weight"),  # Wan-AI's or diffusers'
-                               ("conv2.weight", "post_quant_conv.weight"))))
-# what each kind of Wan reference-layout file (wan_file_kind) is, for the refusal of the kinds not read; each Wan
-# family's rules say the kind of its own files (single_file_kind): Wan 2.1 T2V's are read, the others refused
-OTHER_FILES = {"i2v": "an image-to-video Wan model (36 input channels and an image projection)",
-               "a14b_i2v": "an image-to-video Wan expert (36 input channels, no image projection)",
-               "ti2v": "a 48-channel Wan model (the TI2V 5B)", "vace": "a Wan VACE model",
-               "animate": "a Wan Animate model", "other": "a Wan model of another kind"}
-
 
 def _t5_not_umt5(files: ModelFiles) -> list[ConfigIssue]:
     """A text_encoder file holding a T5 encoder (its relative attention bias in the first block only), not UMT5."""
@@ -77,20 +71,6 @@ def _scaled_files(keys: CheckpointKeys, files: ModelFiles) -> list[ConfigIssue]:
                         "weights in 8 bits)", "model") for option, path, what in found]
 
 
-def wan_file_kind(keys: CheckpointKeys) -> str:
-    """What a Wan reference-layout file holds, told by its input channels (16: text-to-video, 36: image-to-video,
-    48: TI2V 5B) and its own modules (the image projection of Wan 2.1 I2V, VACE's, Animate's). A Wan 2.2 T2V A14B
-    expert's file has Wan 2.1 T2V 14B's layout and is read as that."""
-    if keys.has("vace_blocks.") or any(".vace_blocks." in k for k in keys.shapes):
-        return "vace"
-    if any("motion_encoder." in k for k in keys.shapes):
-        return "animate"
-    patch = next((v for k, v in keys.shapes.items() if k.endswith("patch_embedding.weight")), ())
-    channels = patch[1] if len(patch) > 1 else 0
-    image = any("img_emb." in k for k in keys.shapes)
-    return {16: "t2v", 36: "i2v" if image else "a14b_i2v", 48: "ti2v"}.get(channels, "other")
-
-
 class WanRules(FlowRules):
     name = "wan21"
     title = "Wan 2.1"
@@ -107,35 +87,73 @@ class WanRules(FlowRules):
     pipeline_class = "WanPipeline"
     transformer_class = "WanTransformer3DModel"
     frozen_text_encoder = "UMT5"
-    # the reference layout (Wan-AI's and ComfyUI's diffusion_models files): Wan 2.1 T2V's read with ComfyUI's
-    # text_encoders and vae files beside it (text_encoder, ae); the other Wan models' files refused by name
+    # the reference layout (Wan-AI's and ComfyUI's diffusion_models files), read with ComfyUI's text_encoders and vae
+    # files beside it (text_encoder, ae); what each Wan family reads: its single_files
     reference_prefixes = ("head.modulation", "model.diffusion_model.head.modulation", "diffusion_model.head.modulation")
     writes_single_files = False
-    checkpoint_parts = SPLIT_PARTS
     # the video layer: clips train (video_directory datasets), frames come 1 + frame_rule x k (the causal 3D VAE)
     is_video = True
     frame_rule = 4
     frame_rate = 16.0  # Wan 2.1's frames per second (musubi-tuner drops source_fps to it)
-    single_file_kind = "t2v"  # what its reference-layout files are (wan_file_kind)
+    single_file_kind = "t2v"  # the kind (wan_file_kind) detection gives it
 
     @property
-    def reads_single_files(self) -> bool:  # type: ignore[override]
-        """Wan 2.1 T2V's single files are read; the Wan families built on these rules refuse theirs by name."""
-        return self.name == WanRules.name
+    def single_files(self) -> SingleFiles:
+        """What this family reads as its single files (a Wan family's rules declare their own)."""
+        return T2V_FILES
+
+    @property
+    def checkpoint_parts(self) -> tuple[Any, ...]:  # type: ignore[override]
+        return self.single_files.parts
 
     def claims_checkpoint(self, keys: CheckpointKeys) -> bool:
         """A Wan reference-layout file of this family's kind; Wan 2.1 T2V takes the kinds no Wan family claims,
         to name them."""
         return super().claims_checkpoint(keys) and (self.name == WanRules.name
-                                                    or self.single_file_kind == wan_file_kind(keys))
+                                                    or self.single_file_kind == wan_file_kind(keys.shapes))
+
+    def claims_named_checkpoint(self, keys: CheckpointKeys) -> bool:
+        """Any Wan reference-layout file: checkpoint_issues names one of another kind (Wan 2.2's pair reads T2V
+        experts' files, which detection alone gives Wan 2.1 T2V)."""
+        return super().claims_checkpoint(keys)
 
     def checkpoint_issues(self, keys: CheckpointKeys, files: ModelFiles, vae_path: str = "") -> list[ConfigIssue]:
-        kind = wan_file_kind(keys)
-        if self.reads_single_files and kind != "t2v":
-            return [ConfigIssue("pretrained_model_name_or_path", f"{Path(keys.name).name} is {OTHER_FILES[kind]}'s "
-                                "single file, which Atelier does not read: give its diffusers folder or a Wan 2.1 "
-                                "T2V diffusion_models file (wan2.1_t2v_1.3B_fp16.safetensors)", "model")]
-        return _scaled_files(keys, files) or _t5_not_umt5(files) or super().checkpoint_issues(keys, files, vae_path)
+        if other := self._other_kind(keys):
+            return [other]
+        own = self.own_file_issues(keys.name, keys.shapes, files)
+        return _scaled_files(keys, files) or _t5_not_umt5(files) or own or super().checkpoint_issues(keys, files,
+                                                                                                     vae_path)
+
+    def _other_kind(self, keys: CheckpointKeys) -> ConfigIssue | None:
+        """A Wan file of a kind this family does not read, named with the family that does (if any)."""
+        kind = wan_file_kind(keys.shapes)
+        if kind in self.single_files.kinds:
+            return None
+        name, ours = Path(keys.name).name, f"{self.title}'s ({self.single_files.example})"
+        detected = checkpoint_rules(keys.shapes, keys.name)
+        if isinstance(detected, WanRules) and kind in detected.single_files.kinds:
+            return ConfigIssue("pretrained_model_name_or_path", f"{name} is {describe_kind(kind)}, not {ours}: set "
+                               f"model_family = 'auto' to train it as {detected.title}, or give {self.title}'s file",
+                               "model")
+        return ConfigIssue("pretrained_model_name_or_path", f"{name} is {describe_kind(kind)}, which Atelier does not "
+                           f"read: give its diffusers folder, or {ours}", "model")
+
+    def own_file_issues(self, name: str, shapes: Mapping[str, tuple[int, ...]],
+                        files: ModelFiles) -> list[ConfigIssue]:
+        """The files of its own beside its model file (single_files.own_files), checked by the family that reads
+        them; the other Wan families' options of such files refused where set."""
+        return unread_file_issues(files, self.title, self.single_files.own_files)
+
+    def with_own_files(self, model: Any, shapes: Mapping[str, tuple[int, ...]], files: ModelFiles,
+                       weight_dtype: Any) -> Any:
+        """The LoadedModel of its single files with the files of its own beside them (none here)."""
+        return model
+
+    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        model = str(values.get("pretrained_model_name_or_path") or "").strip()
+        folder = bool(model) and Path(model).expanduser().is_dir()
+        own = folder_file_issues(ModelFiles.from_values(values), self.title) if folder else []
+        return super().option_issues(values) + own
 
     def denoiser_from_checkpoint(self, ckpt: Any, weight_dtype: Any) -> Any:
         from trainers.models.wan.single_file import transformer
@@ -143,13 +161,10 @@ class WanRules(FlowRules):
         return transformer(ckpt, weight_dtype, self.title)
 
     def load_checkpoint(self, ckpt: Any, weight_dtype: Any, vae_path: str, files: ModelFiles) -> Any:
-        """ComfyUI's split files (flow_checkpoint.py reads the parts through wan/single_file.py)."""
-        from trainers.models.flow_checkpoint import load_flow_checkpoint
-        from trainers.models.video import encode_images_as_frames
+        """ComfyUI's split files (single_file_load.py; flow_checkpoint.py reads the parts through single_file.py)."""
+        from trainers.models.wan.single_file_load import load_split_files
 
-        model = load_flow_checkpoint(self, ckpt, weight_dtype, vae_path, files)
-        encode_images_as_frames(model.vae)
-        return model
+        return load_split_files(self, ckpt, weight_dtype, vae_path, files)
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """WanPipeline folders with one WanTransformer3DModel (a second expert is Wan 2.2's A14B pair); the other

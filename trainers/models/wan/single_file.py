@@ -1,10 +1,12 @@
-"""Wan 2.1 text-to-video from ComfyUI's split files: the diffusion model in Wan-AI's reference layout
-(diffusion_models/wan2.1_t2v_*.safetensors: `blocks.0.self_attn.q.weight`, `patch_embedding`, `head.head`), read
-through diffusers' own convert_wan_transformer_to_diffusers; the UMT5-XXL text encoder in transformers' layout
-(text_encoders/umt5_xxl_fp16.safetensors, the `text_encoder` option); the autoencoder in Wan-AI's layout
-(vae/wan_2.1_vae.safetensors, the `ae` option, diffusers' convert_wan_vae_to_diffusers) or in diffusers'. Sizes come
-from the tensor shapes; what they do not tell (the 128-wide attention heads, eps, the rope length, the latent
-statistics) from the published configs in arch/. ComfyUI's scaled fp8 files are refused by name.
+"""The Wan models from ComfyUI's split files: the diffusion model in Wan-AI's reference layout
+(diffusion_models/wan2.1_t2v_*.safetensors, wan2.1_i2v_*, wan2.2_*: `blocks.0.self_attn.q.weight`, `patch_embedding`,
+`head.head`), read through diffusers' own convert_wan_transformer_to_diffusers; the UMT5-XXL text encoder in
+transformers' layout (text_encoders/umt5_xxl_fp16.safetensors, the `text_encoder` option); the autoencoder (the `ae`
+option): Wan 2.1's in Wan-AI's layout (vae/wan_2.1_vae.safetensors, diffusers' convert_wan_vae_to_diffusers) or in
+diffusers', Wan 2.2's 48-channel one in diffusers' (convert_wan_vae_to_diffusers takes Wan 2.1's structure only). Sizes
+come from the tensor shapes; what they do not tell (the 128-wide attention heads, eps, the rope length, the latent
+statistics) from the published configs in arch/. ComfyUI's scaled fp8 files are refused by name. What a family reads
+beside these (a second expert, an image encoder): each family's with_own_files.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from torch import nn
 from trainers.models.base import ModelLoadError
 from trainers.models.component_files import fill_meta
 from trainers.models.reference_layout import count, prefix_of
-from trainers.models.wan.split_files import scaled_fp8
+from trainers.models.wan.split_files import scaled_fp8, vae_layout
 
 if TYPE_CHECKING:
     from trainers.models.flow_rules import Part
@@ -29,8 +31,8 @@ if TYPE_CHECKING:
 ARCH = Path(__file__).with_name("arch")
 PREFIXES = ("model.diffusion_model.", "diffusion_model.", "")  # ComfyUI's and Wan-AI's nesting of the denoiser
 MARKER = "patch_embedding."
-HEAD_WIDTH = 128  # every published Wan transformer's attention heads (1.3B: 12, 14B: 40); not in the weights
-LATENT_CHANNELS = 16  # Wan 2.1's autoencoder (Wan 2.2's TI2V 5B has its own, 48)
+HEAD_WIDTH = 128  # every published Wan transformer's attention heads (1.3B: 12, 5B: 24, 14B: 40); not in the weights
+IMAGE_KEY = "blocks.0.cross_attn.k_img.weight"  # Wan 2.1 I2V's image key projection (its width: added_kv_proj_dim)
 
 
 def published(component: str) -> dict[str, Any]:
@@ -58,10 +60,11 @@ def config_from_shapes(shapes: Mapping[str, tuple[int, ...]], name: str) -> dict
                   ffn_dim=shape("blocks.0.ffn.0.weight")[0], num_layers=count(shapes, "blocks."),
                   cross_attn_norm="blocks.0.norm3.weight" in shapes,
                   qk_norm="rms_norm_across_heads" if "blocks.0.self_attn.norm_q.weight" in shapes else None,
-                  image_dim=shapes["img_emb.proj.0.weight"][0] if "img_emb.proj.0.weight" in shapes else None)
+                  image_dim=shapes["img_emb.proj.0.weight"][0] if "img_emb.proj.0.weight" in shapes else None,
+                  added_kv_proj_dim=shapes[IMAGE_KEY][0] if IMAGE_KEY in shapes else None)
     if width % HEAD_WIDTH:
         raise ModelLoadError(f"{name}: the Wan transformer is {width} wide, not a multiple of its {HEAD_WIDTH}-wide "
-                             "attention heads: is it a Wan 2.1 model?")
+                             "attention heads: is it a Wan model?")
     return config
 
 
@@ -124,8 +127,8 @@ def load(part: "Part", state: Mapping[str, torch.Tensor], dtype: torch.dtype) ->
 def file_state(part: "Part", module: nn.Module) -> dict[str, torch.Tensor]:
     """The tensors of the part's own file as ComfyUI ships it (what `load` reads back)."""
     state = module.state_dict()
-    if part.kind == "vae":
-        return vae_to_reference(state)
+    if part.kind == "vae":  # Wan 2.1's in Wan-AI's layout; Wan 2.2's in diffusers' (the file read for it)
+        return dict(state) if module.config.is_residual else vae_to_reference(state)
     return {k: v for k, v in state.items() if k != "encoder.embed_tokens.weight"}  # tied to shared.weight
 
 
@@ -201,32 +204,54 @@ def umt5_to_reference(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tens
 
 
 def autoencoder(state: Mapping[str, torch.Tensor]) -> nn.Module:
-    """AutoencoderKLWan (float32) of a vae file in Wan-AI's layout (ComfyUI's wan_2.1_vae) or diffusers': the
-    published Wan 2.1 VAE's structure and latent statistics, its widths from the shapes."""
+    """AutoencoderKLWan (float32) of a vae file: Wan 2.1's in Wan-AI's layout (ComfyUI's wan_2.1_vae) or diffusers',
+    Wan 2.2's (48 channels, residual stages) in diffusers' (its folder's vae/diffusion_pytorch_model.safetensors): the
+    published structure and latent statistics of its kind, its widths from the shapes."""
     from accelerate import init_empty_weights
     from diffusers import AutoencoderKLWan
     from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
 
-    weights = convert_wan_vae_to_diffusers(dict(state)) if "encoder.conv1.weight" in state else dict(state)
-    if "encoder.conv_in.weight" not in weights or "post_quant_conv.weight" not in weights:
+    layout = vae_layout(state)
+    if layout == "nested":
+        raise ModelLoadError("ae: the file is the 48-channel Wan autoencoder in Wan-AI's layout (wan2.2_vae.safetensors), "
+                             "which diffusers' convert_wan_vae_to_diffusers does not read: give the diffusers VAE's "
+                             "file (vae/diffusion_pytorch_model.safetensors of Wan-AI/Wan2.2-TI2V-5B-Diffusers)")
+    if not layout:
         raise ModelLoadError("ae: the file has no encoder.conv1 / conv2 (or diffusers' encoder.conv_in / "
-                             "post_quant_conv) weights: it is not Wan 2.1's autoencoder (wan_2.1_vae.safetensors)")
+                             "post_quant_conv) weights: it is not a Wan autoencoder (wan_2.1_vae.safetensors)")
+    weights = convert_wan_vae_to_diffusers(dict(state)) if layout == "wan21" else dict(state)
+    residual = any(".downsampler." in k for k in weights)  # Wan 2.2's stages (WanResidualDownBlock)
+    config = published("vae22" if residual else "vae")
     latents = weights["post_quant_conv.weight"].shape[0]
-    if latents != LATENT_CHANNELS:
-        raise ModelLoadError(f"ae: the autoencoder has {latents} latent channels; Wan 2.1's has {LATENT_CHANNELS} "
-                             "(wan_2.1_vae.safetensors; the 48-channel wan2.2_vae is the TI2V 5B's)")
-    config = published("vae")
-    up = "decoder.up_blocks.{}."
-    stages = count(weights, "decoder.up_blocks.")
+    if latents != config["z_dim"]:
+        raise ModelLoadError(f"ae: the autoencoder has {latents} latent channels; a Wan autoencoder with "
+                             f"{'residual' if residual else 'plain'} stages has {config['z_dim']} "
+                             "(wan_2.1_vae.safetensors: 16, the TI2V 5B's: 48)")
     base = weights["encoder.conv_in.weight"].shape[0]
-    config.update(base_dim=base, z_dim=latents,
-                  dim_mult=[weights[up.format(i) + "resnets.0.conv2.weight"].shape[0] // base
-                            for i in reversed(range(stages))],
-                  temperal_downsample=[up.format(i) + "upsamplers.0.time_conv.weight" in weights
-                                       for i in reversed(range(stages - 1))])
+    config.update(base_dim=base, **(_residual_sizes(weights, base) if residual else _sizes(weights, base)))
     with init_empty_weights():
         model = AutoencoderKLWan.from_config(config)
     return fill_meta(model, weights, torch.float32, "autoencoder")
+
+
+def _sizes(weights: Mapping[str, torch.Tensor], base: int) -> dict[str, Any]:
+    """Wan 2.1's stage widths and temporal downsampling, read from its decoder's stages."""
+    up, stages = "decoder.up_blocks.{}.", count(weights, "decoder.up_blocks.")
+    return {"dim_mult": [weights[up.format(i) + "resnets.0.conv2.weight"].shape[0] // base
+                         for i in reversed(range(stages))],
+            "temperal_downsample": [up.format(i) + "upsamplers.0.time_conv.weight" in weights
+                                    for i in reversed(range(stages - 1))]}
+
+
+def _residual_sizes(weights: Mapping[str, torch.Tensor], base: int) -> dict[str, Any]:
+    """Wan 2.2's (its patchified in and out channels and its wider decoder too), read from its encoder's stages."""
+    down, stages = "encoder.down_blocks.{}.", count(weights, "encoder.down_blocks.")
+    dim_mult = [weights[down.format(i) + "resnets.0.conv2.weight"].shape[0] // base for i in range(stages)]
+    return {"dim_mult": dim_mult, "in_channels": weights["encoder.conv_in.weight"].shape[1],
+            "out_channels": weights["decoder.conv_out.weight"].shape[0],
+            "decoder_base_dim": weights["decoder.conv_in.weight"].shape[0] // dim_mult[-1],
+            "temperal_downsample": [down.format(i) + "downsampler.time_conv.weight" in weights
+                                    for i in range(stages - 1)]}
 
 
 # the names of a residual block's layers: diffusers' -> Wan-AI's

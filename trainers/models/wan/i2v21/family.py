@@ -2,7 +2,8 @@
 musubi-tuner trains task i2v-14B: each training clip's first frame conditions it twice, as the pipeline does: its
 mask and image latent concatenated to the noisy latents (Wan 2.2 I2V's condition, trainers/models/wan/wan22/i2v.py),
 and its CLIP features (the image encoder's second-to-last hidden states of the frame through the pipeline's
-CLIPImageProcessor) in the transformer's image cross-attention. Both are encoded at every step (the encoder frozen);
+CLIPImageProcessor) in the transformer's image cross-attention. Both are encoded at every step (the encoder frozen),
+or with cached latents cached beside each window's (musubi-tuner's wan_cache_latents.py caches its clip context);
 everything else is Wan 2.1's. Samples render through WanImageToVideoPipeline from each prompt's --ci first frame."""
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from trainers.data.video_cache import WindowExtras
+from trainers.data.video_dataset import EXTRA
 from trainers.models.base import LoadedModel, LoraTarget, SizeConditioning
 from trainers.models.wan.family import Wan
 from trainers.models.wan.i2v21.rules import WanI2VRules
-from trainers.models.wan.wan22.i2v import first_frame_condition
+from trainers.models.wan.wan22.i2v import batch_condition, window_extras
+
+CLIP_FEATURES = "clip_features"  # the latent cache's name of a window's CLIP features (the batch's cached_...)
 
 IMAGE_PROJECTIONS = {"add_k_proj": "k_img", "add_v_proj": "v_img"}  # diffusers' -> Wan-AI's (ComfyUI's) names
 
@@ -69,18 +74,25 @@ class WanI2V(WanI2VRules, Wan):
             return encoder(pixel_values=inputs["pixel_values"].to(encoder.dtype),
                            output_hidden_states=True).hidden_states[-2]
 
+    def window_extras(self, model: LoadedModel) -> WindowExtras:
+        """Each window's first-frame latent and CLIP features, cached beside its latents: the key names the image
+        encoder's weights and its processor's settings."""
+        from trainers.data.cache import vae_fingerprint
+
+        key = f"{vae_fingerprint(self.image_encoder)}|{self.image_processor.to_json_string()}"
+        return window_extras(model.vae, key, **{CLIP_FEATURES: lambda pixels: self.clip_features(
+            first_frames(pixels), model.vae.device)})
+
     def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
         slot, family = self.slot, self
 
         def objective(predictor: nn.Module, model: Any, batch: dict[str, Any], opts: Any,
                       weight_dtype: torch.dtype) -> torch.Tensor:
-            if "pixels" not in batch:
-                raise ValueError("Wan 2.1 image-to-video encodes each clip's first frame at every step: leave "
-                                 "cache_latents off")
-            pixels = batch["pixels"]
-            first = pixels if pixels.ndim == 4 else pixels[:, 0]
-            slot.condition = first_frame_condition(model.vae, pixels, weight_dtype)
-            slot.image_embeds = family.clip_features(first, model.vae.device).to(weight_dtype)
+            slot.condition = batch_condition(model.vae, batch, weight_dtype, "Wan 2.1")
+            cached = batch.get(EXTRA + CLIP_FEATURES)
+            embeds = cached if cached is not None else family.clip_features(first_frames(batch["pixels"]),
+                                                                          model.vae.device)
+            slot.image_embeds = embeds.to(weight_dtype)
             try:
                 return inner(predictor, model, batch, opts, weight_dtype)
             finally:
@@ -127,6 +139,11 @@ class WanI2V(WanI2VRules, Wan):
         from trainers.models.edit import sample_images
 
         return {"image": sample_images(images[:1], width, height)[0]}
+
+
+def first_frames(pixels: torch.Tensor) -> torch.Tensor:
+    """The first frames (B, 3, H, W) of clips (B, F, 3, H, W) or images (B, 3, H, W)."""
+    return pixels if pixels.ndim == 4 else pixels[:, 0]
 
 
 WAN21_I2V = WanI2V()

@@ -17,7 +17,9 @@ from trainers.core.memory_facts import (
     WAN_14B_TOKENS,
     ModelSize,
 )
+from trainers.models.rules import ModelFiles
 from trainers.models.wan.rules import WAN_14B_ACTIVATIONS, WanRules
+from trainers.models.wan.split_files import SingleFiles
 
 I2V_14B, I2V_14B_LINEAR = 16_394_878_784, 16_388_587_520  # its transformer (image projection, 36 channels)
 PIPELINE = "WanImageToVideoPipeline"
@@ -36,19 +38,30 @@ class WanI2VRules(WanRules):
     pipeline_class = PIPELINE
     single_file_kind = "i2v"  # its files (36 channels and an image projection), refused by name
 
+    @property
+    def single_files(self) -> SingleFiles:
+        from trainers.models.wan.i2v21.clip_files import I2V21_FILES
+
+        return I2V21_FILES
+
+    def own_file_issues(self, name: str, shapes: Mapping[str, tuple[int, ...]],
+                        files: ModelFiles) -> list[ConfigIssue]:
+        from trainers.models.wan.i2v21.clip_files import clip_issues
+
+        return clip_issues(name, files.clip) + super().own_file_issues(name, shapes, files)
+
+    def with_own_files(self, model: Any, shapes: Mapping[str, tuple[int, ...]], files: ModelFiles,
+                       weight_dtype: Any) -> Any:
+        from trainers.models.wan.i2v21.clip_encoder import with_image_encoder
+
+        return with_image_encoder(model, files.clip, weight_dtype)
+
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """WanImageToVideoPipeline folders with one WanTransformer3DModel and a CLIP image encoder."""
         if str(index.get("_class_name", "")) != PIPELINE or index.get("boundary_ratio") is not None:
             return False
         parts = [(index.get(name) or [None, None])[-1] for name in ("transformer", "transformer_2", "image_encoder")]
         return parts[0] == self.transformer_class and parts[1] is None and parts[2] is not None
-
-    def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
-        """Each step encodes the clip's first frame (its image latent and CLIP features): cached latents lack it."""
-        return super().option_issues(values) + [
-            ConfigIssue(name, "Wan 2.1 image-to-video encodes each clip's first frame at every step (its image "
-                        "latent and CLIP features): leave it off", "dataset")
-            for name in ("cache_latents", "cache_latents_to_disk") if values.get(name)]
 
 
 WAN21_I2V = WanI2VRules()

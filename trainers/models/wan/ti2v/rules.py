@@ -3,11 +3,15 @@
 at 24 fps. Its buckets step by 32 pixels (the 16x VAE, then the transformer's 2x2 patches)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainers.core.errors import ConfigIssue
 from trainers.core.memory_facts import UMT5_XXL, UMT5_XXL_LINEAR, WAN22_VAE, WAN_TI2V_TOKENS, ModelSize
+from trainers.models.rules import ModelFiles
 from trainers.models.wan.rules import WanRules
+from trainers.models.wan.split_files import SingleFiles
 
 # WanTransformer3DModel 3072 wide, 30 layers, 48 channels (counted on the meta device, diffusers 0.42.1)
 TI2V_5B, TI2V_5B_LINEAR, TI2V_5B_LORA_PER_RANK = 4_999_787_712, 4_996_792_320, 2_519_040
@@ -28,6 +32,18 @@ class WanTI2VRules(WanRules):
     frame_rate = 24.0  # Wan 2.2 TI2V 5B's (121 frames at 24 fps)
     bucket_step = 32
     single_file_kind = "ti2v"  # its 48-channel files, refused by name
+
+    @property
+    def single_files(self) -> SingleFiles:
+        from trainers.models.wan.ti2v.vae_files import TI2V_FILES
+
+        return TI2V_FILES
+
+    def own_file_issues(self, name: str, shapes: Mapping[str, tuple[int, ...]],
+                        files: ModelFiles) -> list[ConfigIssue]:
+        from trainers.models.wan.ti2v.vae_files import vae22_issues
+
+        return super().own_file_issues(name, shapes, files) + vae22_issues(files.ae)
 
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """WanPipeline folders with one WanTransformer3DModel and expand_timesteps (Wan 2.2 TI2V 5B)."""

@@ -19,11 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainers.data.video_cache import WindowExtras
 from trainers.models.base import LoadedModel, LoraTarget, SizeConditioning
 from trainers.models.flow import last_blocks
 from trainers.models.wan.family import Wan, block_targets
-from trainers.models.wan.wan22.experts import EXPERT_NAMES, ExpertPair
-from trainers.models.wan.wan22.i2v import ConditionSlot, conditioned_objective
+from trainers.models.wan.wan22.generate_loras import ExpertLoras
+from trainers.models.wan.wan22.experts import EXPERT_NAMES, ExpertPair, InactiveOffload
+from trainers.models.wan.wan22.i2v import ConditionSlot, conditioned_objective, window_extras
 from trainers.models.wan.wan22.rules import (
     I2V_BOUNDARY,
     T2V_BOUNDARY,
@@ -37,13 +39,14 @@ ATTRIBUTES = dict(zip(EXPERT_NAMES, ("transformer", "transformer_2")))
 PREFIX = "lora_unet_"
 
 
-class Wan22(Wan22Rules, Wan):
+class Wan22(ExpertLoras, Wan22Rules, Wan):
     implementation = "https://github.com/Wan-Video/Wan2.2"
     folder_ratio: float | None = None  # the loaded folder's boundary_ratio
     boundary = T2V_BOUNDARY  # the run's (timestep_boundary, else the folder's)
     train_expert = "both"
     i2v = False  # WanImageToVideoPipeline's pair: the first frame's condition concatenated (i2v.py)
     slot = ConditionSlot()
+    offloads_denoiser = False  # offload_inactive_dit: the expert not called waits in host RAM (experts.py)
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         import diffusers
@@ -64,6 +67,7 @@ class Wan22(Wan22Rules, Wan):
         clone.boundary = boundary_ratio(values.get("timestep_boundary"), self.folder_ratio, self.default_boundary)
         clone.train_expert = str(values.get("train_expert") or "both")
         clone.slot = ConditionSlot()  # the run's own (I2V: each step's first-frame condition)
+        clone.offloads_denoiser = bool(values.get("offload_inactive_dit"))
         return clone
 
     @property
@@ -75,6 +79,10 @@ class Wan22(Wan22Rules, Wan):
         if not self.i2v:
             return trainable
         return dataclasses.replace(trainable, objective=conditioned_objective(trainable.objective, self.slot))
+
+    def window_extras(self, model: LoadedModel) -> WindowExtras | None:
+        """I2V: each window's first-frame latent, cached beside its latents (i2v.py)."""
+        return window_extras(model.vae) if self.i2v else None
 
     @property
     def trained(self) -> tuple[str, ...]:
@@ -107,6 +115,14 @@ class Wan22(Wan22Rules, Wan):
             return unet(timestep=timesteps, boundary=self.boundary, **inputs)[0]
         expert = getattr(unet, ATTRIBUTES[self.train_expert])
         return expert(timestep=timesteps.to(noisy.dtype), **inputs)[0]
+
+    def place_denoiser(self, denoiser: nn.Module, device: torch.device) -> InactiveOffload | None:
+        """offload_inactive_dit: the expert trained first (high noise, with both) on the device, the other in host
+        RAM until its timesteps come; without it both on the device."""
+        if not self.offloads_denoiser:
+            denoiser.to(device)
+            return None
+        return InactiveOffload(denoiser, device, getattr(denoiser, ATTRIBUTES[self.trained[0]]))
 
     def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
         """blocks_to_swap of each expert (musubi-tuner swaps that many blocks in each model)."""

@@ -20,7 +20,9 @@ from trainers.core.memory_facts import (
     WAN_14B_TOKENS,
     ModelSize,
 )
+from trainers.models.rules import ModelFiles
 from trainers.models.wan.rules import WAN_14B_ACTIVATIONS, WanRules
+from trainers.models.wan.split_files import SingleFiles
 
 PIPELINES = ("WanPipeline", "WanImageToVideoPipeline")
 T2V_BOUNDARY, I2V_BOUNDARY = 0.875, 0.9  # musubi-tuner's wan/configs (and Wan-AI's) boundaries per task
@@ -69,6 +71,24 @@ class Wan22Rules(WanRules):
     base_model_version = "wan22_t2v_a14b"
     modelspec_architecture = "wan2.2-t2v-a14b"
 
+    @property
+    def single_files(self) -> SingleFiles:
+        from trainers.models.wan.wan22.pair_files import PAIR_FILES
+
+        return PAIR_FILES
+
+    def own_file_issues(self, name: str, shapes: Mapping[str, tuple[int, ...]],
+                        files: ModelFiles) -> list[ConfigIssue]:
+        from trainers.models.wan.wan22.pair_files import pair_issues
+
+        return pair_issues(name, shapes, files.dit_high_noise) + super().own_file_issues(name, shapes, files)
+
+    def with_own_files(self, model: Any, shapes: Mapping[str, tuple[int, ...]], files: ModelFiles,
+                       weight_dtype: Any) -> Any:
+        from trainers.models.wan.wan22.pair_files import with_high_noise_expert
+
+        return with_high_noise_expert(model, shapes, files.dit_high_noise, weight_dtype)
+
     def claims_folder(self, index: dict[str, Any], unet_config: dict[str, Any], folder: Path) -> bool:
         """WanPipeline (T2V) and WanImageToVideoPipeline (I2V) folders with two WanTransformer3DModel experts and a
         boundary_ratio."""
@@ -77,13 +97,9 @@ class Wan22Rules(WanRules):
         experts = [(index.get(name) or [None, None])[-1] for name in ("transformer", "transformer_2")]
         return experts == [self.transformer_class] * 2 and index.get("boundary_ratio") is not None
 
-    def option_issues_i2v(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
-        """An I2V pair encodes each clip's first frame at every step: cached latents would lack it."""
-        if not is_i2v_folder(Path(str(values.get("pretrained_model_name_or_path") or ""))):
-            return []
-        return [ConfigIssue(name, f"Wan 2.2 image-to-video encodes each clip's first frame at every step (its "
-                            "image latent): leave it off", "dataset")
-                for name in ("cache_latents", "cache_latents_to_disk") if values.get(name)]
+    def parked_share(self, values: Mapping[str, Any]) -> float:
+        """The share of the pair's weights in host RAM while the other expert runs (the memory estimate's)."""
+        return 0.5 if values.get("offload_inactive_dit") else 0.0
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         issues = super().option_issues(values)
@@ -96,7 +112,25 @@ class Wan22Rules(WanRules):
             issues.append(ConfigIssue("train_expert", "with several processes, train one expert per run ('high_noise' "
                                       "or 'low_noise'): a batch of one expert's timesteps leaves the other's LoRA "
                                       "without gradients, which DDP does not allow", "flow"))
-        return issues + self.option_issues_i2v(values)
+        return issues + offload_issues(values, processes)
+
+
+def offload_issues(values: Mapping[str, Any], processes: int) -> list[ConfigIssue]:
+    """offload_inactive_dit with what moves weights already (musubi-tuner refuses block swap with it), compiled
+    blocks, or several processes (DDP keeps every weight on its GPU)."""
+    if not values.get("offload_inactive_dit"):
+        return []
+    issues = [ConfigIssue("offload_inactive_dit", f"and {name} both keep the experts' weights in CPU memory: keep one "
+                          "(musubi-tuner refuses them together)", "precision")
+              for name in ("blocks_to_swap", "layer_offload_fraction") if values.get(name)]
+    if values.get("compile_blocks") == "on":
+        issues.append(ConfigIssue("offload_inactive_dit", "moves the experts' weights between the CPU and the GPU, "
+                                  "which compiled blocks were not checked with: set compile_blocks = 'auto' or 'off'",
+                                  "precision"))
+    if processes > 1:
+        issues.append(ConfigIssue("offload_inactive_dit", "keeps an expert's weights in CPU memory, which works in one "
+                                  "process only: set num_processes = 1", "precision"))
+    return issues
 
 
 WAN22 = Wan22Rules()
