@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,6 +24,9 @@ from trainers.data.catalog import Catalog
 from trainers.data.dataset import CaptionedImages, StepClock, collate
 from trainers.data.holdout import validation_seed
 from trainers.data.prompt_chunks import PromptFormat, PromptTruncated
+
+if TYPE_CHECKING:
+    from trainers.data.video_dataset import ClipWindows
 
 FULL_CAPTIONS = 2**62  # a step after any token warmup
 
@@ -42,7 +45,7 @@ class TextPass:
 @dataclass
 class DataPipeline:
     catalog: Catalog  # a video run's: its VideoCatalog (build_video_pipeline; the session wraps it in RunClips)
-    dataset: CaptionedImages  # a video run's: ClipWindows
+    dataset: CaptionedImages | ClipWindows
     sampler: BucketBatchSampler
     loader: Any
     model: Any  # the run's view of the model (a LoadedModel): its prompt format, and its cached texts when cached
