@@ -130,7 +130,7 @@ class MemoryEstimate:
         peak = ("; the peak is this pass, not the steps" if self.peak_pass == "captions" else
                 "; the steps are the peak")
         caching = (f" Encoding the captions before the first step takes ~{_gb(self.caching_card_gb)} GB of the card "
-                   f"({passed}, {self.caption_batch} caption(s) at a time, the denoiser not yet on the card){peak}."
+                   f"({passed}, {self.caption_batch} caption(s) at a time, the denoiser and the VAE not on the card then){peak}."
                    if self.caching else "")
         return (f"Estimated peak GPU memory ~{_gb(self.gpu_gb)} GB ({items}; from {self.source}), "
                 f"~{_gb(self.card_gb)} GB of the card with the allocator's reserve and the CUDA context{host}."
@@ -276,7 +276,7 @@ def estimate_memory(cfg: TrainConfig, setting: Setting | None = None, on_gpu: bo
     gpu["VAE"] = size.vae * (4 if values.get("no_half_vae") or not half else 2) / GB
     if size.text_encoders and not resident and on_gpu:  # the text encoders alone on the card (trainers/train/session.py)
         out.caption_batch = int(values.get("text_encoder_batch_size") or 1)
-        out.caption_pass = {"text encoders": text_weights, "VAE": gpu["VAE"],
+        out.caption_pass = {"text encoders": text_weights,  # the VAE in host RAM meanwhile (train/session.py)
                             "activations": out.caption_batch * caption_activations_gb(
                                 size.text_encoders, caption_tokens(cfg.model_family, size), dtype_bytes)}
     gpu["activations"] = _activations(cfg, size)

@@ -134,7 +134,7 @@ def test_encoding_the_captions_before_training_is_counted_and_warned_when_it_doe
     on_card = TrainConfig("lora", {**values, "text_encoder_precision": "int8", "blocks_to_swap": 0})
     assert estimate_memory(on_card).caching == estimate_memory(int8).caching  # the nf4 denoiser is not there yet
     pass_ = estimate_memory(int8).caption_pass
-    assert set(pass_) == {"text encoders", "VAE", "activations"} and 0.05 < pass_["activations"] < 0.2
+    assert set(pass_) == {"text encoders", "activations"} and 0.05 < pass_["activations"] < 0.2  # the VAE off the card
     batched = estimate_memory(TrainConfig("lora", {**values, "text_encoder_precision": "int8",
                                                    "text_encoder_batch_size": 8}))
     assert batched.caption_batch == 8 and batched.caption_pass["activations"] == pytest.approx(8 * pass_["activations"])

@@ -1,6 +1,6 @@
 """The pass that encodes the captions once before the first step (cache_text_encoder_outputs) holds the text encoders
 alone on the training device: the denoiser (quantized or not) goes there only after the encodings are done and the
-text encoders left (issue 42 item 2). A second run whose captions are cached on disk does not put the text encoders
+text encoders left, and the VAE waits in host RAM meanwhile (issue 42 item 2). A second run whose captions are cached on disk does not put the text encoders
 on the device at all."""
 from __future__ import annotations
 
@@ -28,14 +28,15 @@ class _Placements:
 
     def moved(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         device = kwargs.get("device", args[0] if args else None)
-        if not self.recording or isinstance(device, torch.dtype) or device is None or device == "cpu":
-            return  # a dtype cast, or back to the host (pipeline.py: te.to("cpu")); the run's device is a torch.device
-        for sub in module.modules():
-            self.on_device.add(id(sub))
+        if not self.recording or isinstance(device, torch.dtype) or device is None:
+            return  # a dtype cast
+        for sub in module.modules():  # "cpu": back to the host (te.to("cpu")); the run's device is a torch.device
+            (self.on_device.discard if device == "cpu" else self.on_device.add)(id(sub))
 
     def snapshot(self, model: object) -> None:
         self.at_encode.append({"denoiser": self.placed(model.unet),  # type: ignore[attr-defined]
-                               "text encoders": all(map(self.placed, model.text_encoders))})  # type: ignore[attr-defined]
+                               "text encoders": all(map(self.placed, model.text_encoders)),  # type: ignore[attr-defined]
+                               "VAE": self.placed(model.vae)})  # type: ignore[attr-defined]
 
     def clear(self) -> None:
         self.on_device.clear()
@@ -107,8 +108,9 @@ def test_the_text_encoders_encode_alone_on_the_device(fake_model_dir: Path, tmp_
               "cache_latents": True, "base_model_precision": base, "save_precision": "float"}
     assert train("lora", tmp_path / "cached", **common, cache_text_encoder_outputs=True,
                  output_dir=str(tmp_path / "cached")) == 0
-    assert placements.at_encode and all(seen == {"denoiser": False, "text encoders": True}
+    assert placements.at_encode and all(seen == {"denoiser": False, "text encoders": True, "VAE": False}
                                         for seen in placements.at_encode), placements.at_encode
+    assert placements.placed(placements.model.vae)  # type: ignore[attr-defined] # back for the steps and samples
     assert train("lora", tmp_path / "steps", **common, output_dir=str(tmp_path / "steps")) == 0
     cached, steps = _lora(tmp_path / "cached" / "lora.safetensors"), _lora(tmp_path / "steps" / "lora.safetensors")
     assert cached.keys() == steps.keys()

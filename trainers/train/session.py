@@ -123,12 +123,13 @@ def start_session(cfg: TrainConfig, run_dir: Path | None, life: Lifecycle | None
     Path(SavingOptions.of(cfg).output_dir).expanduser().mkdir(parents=True, exist_ok=True)  # only once the model loaded
     model = run_model(cfg, model)
     # The caption pass holds the text encoders alone on the device (with cached outputs they leave it after the pass,
-    # and they go there only when a caption is not cached on disk); the denoiser stays in host RAM until then.
+    # and they go there only when a caption is not cached on disk): the denoiser stays in host RAM until then, and
+    # the VAE, which the pass does not run, waits there too (the latents are cached before it).
     encoders = _TextEncoders(cfg, model, accelerator.device, weight_dtype)
     _place_encoders(precision, model, accelerator.device, weight_dtype)
     if not DatasetOptions.of(cfg).cache_text_encoder_outputs:
         encoders.place()  # with the VAE, before the denoiser: they stay for the steps
-    text_pass = TextPass(encoders.place, encoders.batch_size)
+    text_pass = TextPass(encoders.place_for_pass, encoders.batch_size)
     if clips is not None and not model.family.is_video:  # a hub id's family is known only now
         raise ConfigError([ConfigIssue("dataset_config", f"clips train only with a video family (docs/video.md), and "
                                        f"{model.family.title} trains on images", "dataset")])
@@ -226,6 +227,7 @@ class _TextEncoders:
         self.mode = str(cfg.values.get("text_encoder_precision") or "none")
         self.given = cfg.values.get("text_encoder_batch_size")
         self.quantized = False
+        self.parked_vae: torch.device | None = None  # where the VAE goes back to after the caption pass
 
     def place(self) -> None:
         read_pending(self.model.text_encoders)  # a caption to encode: deferred encoders are needed now
@@ -233,8 +235,18 @@ class _TextEncoders:
         for encoder in self.model.text_encoders:
             encoder.to(self.device)
 
+    def place_for_pass(self) -> None:
+        """The text encoders onto the device for the caption pass, the VAE off it until `settle`."""
+        self.place()
+        if self.parked_vae is None:  # (on a CPU run the host is the device: no move)
+            self.parked_vae = next(self.model.vae.parameters()).device
+            self.model.vae.to("cpu")
+
     def settle(self) -> None:
         self._quantize(torch.device("cpu"))
+        if self.parked_vae is not None:
+            self.model.vae.to(self.parked_vae)
+            self.parked_vae = None
 
     def batch_size(self) -> int:
         """Captions the pass encodes at once: text_encoder_batch_size, else what the device's free memory holds."""
