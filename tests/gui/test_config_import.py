@@ -30,7 +30,7 @@ def apply(shown: dict[str, Any], method: str, values: dict[str, Any]) -> dict[st
 
 
 def test_a_kohya_ss_json_at_atelier_s_defaults_changes_the_demo_form(tmp_path: Path) -> None:
-    """The demo preset trains at 0.01, rank 8, batch 2 for 5 epochs; a kohya_ss JSON's 1e-4, rank 16 and batch 1
+    """The demo preset trains at 0.01, rank 8, batch 2 for 6 epochs; a kohya_ss JSON's 1e-4, rank 16 and batch 1
     (which are also Atelier's defaults) must replace them, and its max_train_steps must unset the epochs."""
     shown = demo_form(tmp_path)
     fields = {"LoRA_type": "Standard", "learning_rate": 0.0001, "network_dim": 16, "network_alpha": 8,
@@ -45,7 +45,7 @@ def test_a_kohya_ss_json_at_atelier_s_defaults_changes_the_demo_form(tmp_path: P
     assert after["network_alpha"] == shown["lora"]["network_alpha"]  # 8 in both: not listed as a change
     report = done.report
     for line in ("`learning_rate`: `0.01` → `0.0001`", "`network_dim`: `8` → `16`", "`train_batch_size`: `2` → `1`",
-                 "`max_train_epochs`: `5` → (unset)", "`max_train_steps`: (unset) → `400`"):
+                 "`max_train_epochs`: `6` → (unset)", "`max_train_steps`: (unset) → `400`"):
         assert line in report, report
     assert "`network_alpha`" not in report
     assert "Fields the file does not name are unchanged" in report

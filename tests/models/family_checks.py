@@ -331,3 +331,26 @@ def loras_from_files_and_folder(files: dict[str, str], folder: Path, tmp_path: P
     assert train("lora", tmp_path / "folder", **common, pretrained_model_name_or_path=str(folder),
                  output_dir=str(tmp_path / "b"), output_name="l") == 0
     return load_file(tmp_path / "a" / "l.safetensors"), load_file(tmp_path / "b" / "l.safetensors")
+
+
+def load_split_files(files: dict[str, str]) -> object:
+    """The model from ComfyUI's split files as the options name them (the model file and the files beside it)."""
+    from trainers.models import ModelFiles, load_model
+
+    given = dict(files)
+    return load_model(given.pop("pretrained_model_name_or_path"), "auto", torch.float32,
+                      files=ModelFiles.from_values(given))
+
+
+def write_split_files(states: dict[str, dict[str, torch.Tensor]], files: dict[str, Path],
+                      tokenizers: list[tuple[str, object]] = ()) -> dict[str, str]:
+    """Each option's file of `files` written with its state, each (hub id, tokenizer) where a first run leaves it in
+    files["tokenizer_cache_dir"]; the options naming them."""
+    from safetensors.torch import save_file
+
+    for option, state in states.items():
+        files[option].parent.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in state.items()}, files[option])
+    for hub_id, tokenizer in tokenizers:
+        tokenizer.save_pretrained(files["tokenizer_cache_dir"] / hub_id.replace("/", "_"))  # type: ignore[attr-defined]
+    return {k: str(v) for k, v in files.items()}

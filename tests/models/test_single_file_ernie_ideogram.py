@@ -14,11 +14,11 @@ from typing import Callable
 
 import pytest
 import torch
-from family_checks import loras_from_files_and_folder
+from family_checks import load_split_files, loras_from_files_and_folder
 from safetensors.torch import load_file, save_file
 
 from trainers.core.options import BY_NAME
-from trainers.models import ModelFiles, load_model
+from trainers.models import load_model
 from trainers.models.checks import model_issues
 
 CAPTIONS = ["sks shape", "a red square on a table"]
@@ -236,18 +236,12 @@ def split(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return family, folder, _comfy_files(folder, root / "comfy")
 
 
-def _load(files: dict[str, str]) -> object:
-    given = dict(files)
-    return load_model(given.pop("pretrained_model_name_or_path"), "auto", torch.float32,
-                      files=ModelFiles.from_values(given))
-
-
 @pytest.mark.slow  # builds, saves and loads a tiny model of each family twice
 def test_the_split_files_load_as_the_folder(split: tuple[Family, Path, dict[str, str]]) -> None:
     family, folder, files = split
     assert set(files) == {"pretrained_model_name_or_path", "text_encoder", "ae", "tokenizer_cache_dir"}
     assert _issues(**files) == []  # Validate takes them
-    single, ours = _load(files), load_model(str(folder), "auto", torch.float32)
+    single, ours = load_split_files(files), load_model(str(folder), "auto", torch.float32)
     assert single.family.name == family.name
     for got, want in ((single.unet, ours.unet), (single.vae, ours.vae)):
         theirs = want.state_dict()
@@ -278,14 +272,14 @@ def test_a_finetune_is_written_as_the_diffusion_models_file(split: tuple[Family,
 
     family, _, files = split
     assert not [i for i in _issues(**files, save_model_as="safetensors") if i.field == "save_model_as"]
-    model = _load(files)
+    model = load_split_files(files)
     with torch.no_grad():
         model.unet.layers[0].adaLN_sa_ln.weight.add_(1.0) if family is ERNIE else \
             model.unet.layers[0].attention_norm1.weight.add_(1.0)
     (written,) = save_full_model(model, tmp_path / "finetune", as_diffusers=False, dtype=torch.float32)
     saved = load_file(written)
     assert set(family.comfy_names) <= set(saved) and not any(k.startswith(("vae.", "text_encoders.")) for k in saved)
-    again = _load({**files, "pretrained_model_name_or_path": str(written)})
+    again = load_split_files({**files, "pretrained_model_name_or_path": str(written)})
     trained = model.unet.state_dict()
     assert all(torch.equal(v, trained[k]) for k, v in again.unet.state_dict().items())
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from family_checks import loras_from_files_and_folder
+from family_checks import load_split_files, loras_from_files_and_folder, write_split_files
 from helpers import train
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from trainers.core.options import BY_NAME
-from trainers.models import ModelFiles, load_model
+from trainers.models import load_model
 from trainers.models.checks import model_issues
 from trainers.models.hunyuan_image21 import reference, single_file
 from trainers.models.hunyuan_image21.tiny import GLYPH_WIDTH, LATENT_CHANNELS, tiny_hunyuan_transformer
@@ -104,12 +104,8 @@ def _comfy_files(folder: Path, out: Path) -> dict[str, str]:
               "byt5": {k: v for k, v in model.text_encoders[1].state_dict().items()
                        if k != "encoder.embed_tokens.weight"},
               "ae": single_file.file_state(vae, model.vae)}
-    for option, state in states.items():
-        files[option].parent.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in state.items()}, files[option])
-    for part, tokenizer in zip((qwen, byt5), model.tokenizers):
-        tokenizer.save_pretrained(files["tokenizer_cache_dir"] / tokenizer_id(part).replace("/", "_"))
-    return {k: str(v) for k, v in files.items()}
+    return write_split_files(states, files, [(tokenizer_id(part), tokenizer)
+                                             for part, tokenizer in zip((qwen, byt5), model.tokenizers)])
 
 
 @pytest.fixture(scope="module")
@@ -128,9 +124,7 @@ def test_comfyuis_split_files_load_as_the_folder(hunyuan: tuple[Path, dict[str, 
     folder, files = hunyuan
     assert set(files) == {"pretrained_model_name_or_path", "text_encoder", "byt5", "ae", "tokenizer_cache_dir"}
     assert _issues(**files) == []  # Validate takes them
-    given = dict(files)
-    single = load_model(given.pop("pretrained_model_name_or_path"), "auto", torch.float32,
-                        files=ModelFiles.from_values(given))
+    single = load_split_files(files)
     ours = load_model(str(folder), "auto", torch.float32)
     assert single.family.name == "hunyuan_image21" and single.family.glyph_width == GLYPH_WIDTH
     for got, want in ((single.unet, ours.unet), (single.text_encoders[1], ours.text_encoders[1]),

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from family_checks import clips_dataset
+from family_checks import clips_dataset, load_split_files, write_split_files
 from helpers import train
 from safetensors.torch import load_file, save_file
 
 from trainers.core.options import BY_NAME
-from trainers.models import ModelFiles, load_model
+from trainers.models import load_model
 from trainers.models.checks import model_issues
 from trainers.models.hunyuan_video15 import reference, single_file
 from trainers.models.hunyuan_video15.tiny import (LATENT_CHANNELS, build_tiny_hunyuan_video15,
@@ -91,12 +91,8 @@ def comfy_files(folder: Path, out: Path, task: str) -> dict[str, str]:
         files["image_encoder"] = out / "clip_vision" / "sigclip_vision_patch14_384.safetensors"
         states["image_encoder"] = {("" if k.startswith("vision_model.") else "vision_model.") + k: v
                                    for k, v in model.family.image_encoder.model.state_dict().items()}
-    for option, state in states.items():
-        files[option].parent.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in state.items()}, files[option])
-    for part, tokenizer in zip((qwen, byt5), model.tokenizers):
-        tokenizer.save_pretrained(files["tokenizer_cache_dir"] / tokenizer_id(part).replace("/", "_"))
-    return {k: str(v) for k, v in files.items()}
+    return write_split_files(states, files, [(tokenizer_id(part), tokenizer)
+                                             for part, tokenizer in zip((qwen, byt5), model.tokenizers)])
 
 
 @pytest.fixture(scope="module", params=["t2v", "i2v"])
@@ -120,9 +116,7 @@ def _same_weights(got: torch.nn.Module, want: torch.nn.Module) -> bool:
 def test_comfyuis_split_files_load_as_the_folder(hunyuan: tuple[Path, dict[str, str]]) -> None:
     folder, files = hunyuan
     assert _issues(**files) == []  # Validate takes them
-    given = dict(files)
-    single = load_model(given.pop("pretrained_model_name_or_path"), "auto", torch.float32,
-                        files=ModelFiles.from_values(given))
+    single = load_split_files(files)
     ours = load_model(str(folder), "auto", torch.float32)
     family = single.family
     assert family.name == "hunyuan_video15" and family.i2v == ours.family.i2v == ("image_encoder" in files)

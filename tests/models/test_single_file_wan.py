@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from family_checks import load_split_files
 from helpers import train
 from safetensors.torch import load_file, save_file
 from wan_split_files import comfy_files, tiny_folder
@@ -55,9 +56,7 @@ def test_the_layouts_are_diffusers_converters_inverse() -> None:
 def test_comfyuis_split_files_load_as_the_folder(wan: tuple[Path, dict[str, str]]) -> None:
     folder, files = wan
     assert _issues(**files) == []  # Validate takes them
-    given = dict(files)
-    single = load_model(given.pop("pretrained_model_name_or_path"), "auto", torch.float32,
-                        files=ModelFiles.from_values(given))
+    single = load_split_files(files)
     ours = load_model(str(folder), "auto", torch.float32)
     assert single.family.name == "wan21" and type(single.text_encoders[0]).__name__ == "UMT5EncoderModel"
     for got, want in ((single.unet, ours.unet), (single.text_encoders[0], ours.text_encoders[0]),
