@@ -186,18 +186,17 @@ def check_ai_toolkit_files_load_whole(model: object, paths: tuple[str, ...]) -> 
         assert torch.allclose(loaded, update, atol=1e-4), path
 
 
-def check_preset(path: Path, published_model: str, tiny: Path, dataset: Path, output_dir: Path,
-                 room_gb: float = 0.0) -> tuple[object, str]:
-    """A LoRA preset `<name>_<tier>gb.toml` fits its tier by the memory estimate for `published_model` (with
-    `room_gb` for what the estimate does not count), its comment gives the estimate, and Validate's preflight on the
-    tiny model with the clips `dataset` finds no error and its 7 samples. (The estimate, the comment's text.)"""
+def check_preset(path: Path, published_model: str, tiny: Path, dataset: Path, output_dir: Path) -> tuple[object, str]:
+    """A LoRA preset `<name>_<tier>gb.toml` fits its tier by the memory estimate for `published_model`, its comment
+    gives the estimate, and Validate's preflight on the tiny model with the clips `dataset` finds no error and its 7
+    samples. (The estimate, the comment's text.)"""
     from trainers.core.options import load_config
     from trainers.memory_estimate import FIT_MARGIN, estimate_memory
     from trainers.preflight.report import preflight
 
     tier = int(path.stem.rsplit("_", 1)[1].removesuffix("gb"))
     estimate = estimate_memory(load_config("lora", path, [f'pretrained_model_name_or_path="{published_model}"']))
-    assert estimate.card_gb + room_gb <= FIT_MARGIN * tier and estimate.caching_card_gb <= tier
+    assert estimate.card_gb <= FIT_MARGIN * tier and estimate.caching_card_gb <= tier
     comment = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
     assert f"~{estimate.card_gb:.1f} GB of the card" in comment
     cfg = load_config("lora", path, [f'pretrained_model_name_or_path="{tiny}"', f'dataset_config="{dataset}"',
