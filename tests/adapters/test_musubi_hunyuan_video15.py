@@ -55,17 +55,21 @@ def test_its_byt5_file_still_tells_a_musubi_config() -> None:
     assert not is_musubi_file({"network_module": "networks.lora_hunyuan_image", "byt5": "/m/byt5.safetensors"})
 
 
-def test_the_i2v_task_names_its_folder_and_model_files_are_refused_by_name() -> None:
+def test_the_i2v_task_names_its_folder_and_its_model_files_are_read_as_the_single_files() -> None:
     notes: list[str] = []
     issues: list = []
     out = read_musubi({"task": "i2v", "network_module": "networks.lora_hv_1_5"}, "lora", notes, issues)
     assert out["pretrained_model_name_or_path"] == "hunyuanvideo-community/HunyuanVideo-1.5-480p_i2v" and not issues
-    issues = []
-    read_musubi({"task": "t2v", "network_module": "networks.lora_hv_1_5", "dit": "/m/dit.safetensors",
-                 "vae": "/m/vae.safetensors", "text_encoder": "/m/qwen.safetensors", "byt5": "/m/byt5.safetensors",
-                 "image_encoder": "/m/siglip.safetensors"}, "lora", [], issues)
-    assert sorted(i.field for i in issues) == ["byt5", "dit", "image_encoder", "text_encoder", "vae"]
-    assert all("diffusers folder" in i.message and "480p_t2v" in i.message for i in issues)
+    files = {"dit": "/m/dit.safetensors", "vae": "/m/vae.safetensors", "text_encoder": "/m/qwen.safetensors",
+             "byt5": "/m/byt5.safetensors", "image_encoder": "/m/siglip.safetensors"}
+    out = read_musubi({"task": "i2v", "network_module": "networks.lora_hv_1_5", **files}, "lora", notes, issues)
+    assert issues == [] and "dit" not in out and "vae" not in out
+    assert (out["pretrained_model_name_or_path"], out["ae"], out["text_encoder"], out["byt5"], out["image_encoder"]) \
+        == tuple(files.values())
+    for task, given in (("t2v", files), ("i2v", {k: v for k, v in files.items() if k != "image_encoder"})):
+        issues = []
+        read_musubi({"task": task, "network_module": "networks.lora_hv_1_5", **given}, "lora", [], issues)
+        assert [i.field for i in issues] == ["image_encoder"] and f"task = '{task}'" in issues[0].message
     issues = []
     read_musubi({"task": "v2v", "network_module": "networks.lora_hv_1_5"}, "lora", [], issues)
     assert [i.field for i in issues] == ["task"] and "'t2v', 'i2v'" in issues[0].message

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from config_files import write_toml as _toml
 
 from trainers.adapters.kohya.page_import import import_kohya_file
 from trainers.adapters.musubi.options import read_musubi
-from trainers.core.errors import ConfigError
 
 IDEOGRAM4_LORA = """
 network_module = "networks.lora_ideogram4"
@@ -41,16 +39,16 @@ def test_an_ideogram4_lora_config_reads_with_musubis_meaning(tmp_path: Path) -> 
     assert "sampler_preset" not in values and any("sampler_preset" in n and "initial_sigma" in n for n in notes)
 
 
-def test_its_timestep_sampling_is_read_and_its_model_files_refused_by_name(tmp_path: Path) -> None:
+def test_its_timestep_sampling_is_read_and_its_model_files_read_as_its_single_files(tmp_path: Path) -> None:
     notes: list[str] = []
     issues: list = []
     out = read_musubi({"network_module": "networks.lora_ideogram4", "timestep_sampling": "ideogram4_shift"}, "lora",
                       notes, issues)
     assert not issues and (out["model_family"], out["timestep_sampling"]) == ("ideogram4", "ideogram4_shift")
-    files = ('dit = "/m/ideogram4_fp8_scaled.safetensors"\nvae = "/m/flux2-vae.safetensors"\n'
-             'text_encoder = "/m/qwen3vl_8b_fp8_scaled.safetensors"\n'
-             'unconditional_dit = "/m/ideogram4_unconditional_fp8_scaled.safetensors"\n')
-    with pytest.raises(ConfigError) as err:
-        import_kohya_file(_toml(tmp_path, IDEOGRAM4_LORA + files))
-    assert {issue.field for issue in err.value.issues} == {"dit", "vae", "text_encoder"}
-    assert "Ideogram 4's Comfy-Org single files" in str(err.value) and "diffusers folder" in str(err.value)
+    files = {"dit": "/m/ideogram4_fp8_scaled.safetensors", "vae": "/m/flux2-vae.safetensors",
+             "text_encoder": "/m/qwen3vl_8b_fp8_scaled.safetensors",
+             "unconditional_dit": "/m/ideogram4_unconditional_fp8_scaled.safetensors"}
+    out = read_musubi({"network_module": "networks.lora_ideogram4", **files}, "lora", notes, issues)
+    assert issues == [] and not {"dit", "vae", "unconditional_dit"} & set(out)  # the last: samples only there
+    assert (out["pretrained_model_name_or_path"], out["ae"], out["text_encoder"]) == (
+        files["dit"], files["vae"], files["text_encoder"])  # ComfyUI's split files (docs/ideogram4.md)

@@ -65,12 +65,15 @@ def test_an_a14b_config_with_both_experts_trains_both() -> None:
     out = read_musubi({"task": "t2v-A14B", "network_module": "networks.lora_wan", "timestep_boundary": 900,
                        "pretrained_model_name_or_path": "/m/wan22"}, "lora", notes, issues)
     assert issues == [] and out["model_family"] == "wan22" and out["timestep_boundary"] == 900
-    assert "train_expert" not in out  # ours defaults to both; musubi's both needs dit_high_noise (refused: a file)
+    assert "train_expert" not in out  # ours defaults to both; musubi's both needs dit_high_noise (a file)
     issues = []
     out = read_musubi({"task": "i2v-A14B", "network_module": "networks.lora_wan", "dit": "/m/low.safetensors",
-                       "dit_high_noise": "/m/high.safetensors"}, "lora", notes, issues)
-    assert out["train_expert"] == "both" and sorted(i.field for i in issues) == ["dit", "dit_high_noise"]
-    assert "Wan-AI/Wan2.2-I2V-A14B-Diffusers" in issues[0].message
+                       "dit_high_noise": "/m/high.safetensors", "t5": "/m/umt5.safetensors",
+                       "vae": "/m/wan_2.1_vae.safetensors", "offload_inactive_dit": True}, "lora", notes, issues)
+    assert out["train_expert"] == "both" and issues == []  # the pair's files are read as its single files
+    assert (out["pretrained_model_name_or_path"], out["dit_high_noise"], out["text_encoder"], out["ae"]) == (
+        "/m/low.safetensors", "/m/high.safetensors", "/m/umt5.safetensors", "/m/wan_2.1_vae.safetensors")
+    assert out["offload_inactive_dit"] is True  # musubi-tuner's option, and ours
 
 
 @pytest.mark.parametrize("timesteps, expert", [({"min_timestep": 875}, "high_noise"),
@@ -81,7 +84,7 @@ def test_one_a14b_expert_is_told_by_its_timestep_range(timesteps: dict[str, int]
     out = read_musubi({"task": "t2v-A14B", "network_module": "networks.lora_wan", "dit": "/m/one.safetensors",
                        **timesteps}, "lora", notes, issues)
     assert out["train_expert"] == expert and "min_timestep" not in out and "max_timestep" not in out
-    assert [i.field for i in issues] == ["dit"]
+    assert [i.field for i in issues] == ["dit"] and "dit_high_noise" in issues[0].message  # one expert's file
     issues = []
     read_musubi({"task": "t2v-A14B", "network_module": "networks.lora_wan", "dit": "/m/one.safetensors"}, "lora",
                 notes, issues)
@@ -92,7 +95,6 @@ def test_one_a14b_expert_is_told_by_its_timestep_range(timesteps: dict[str, int]
     ('task = "flf2v-14B"', "task"),
     ('task = "t2v-14B-FC"', "task"),
     ('clip = "/m/models_clip.pth"', "clip"),
-    ("offload_inactive_dit = true", "offload_inactive_dit"),
     ("force_v2_1_time_embedding = true", "force_v2_1_time_embedding"),
     ("fp8_scaled = true", "fp8_scaled"),
 ])
@@ -114,9 +116,9 @@ def test_wan21_t2vs_model_files_are_read_as_its_single_files() -> None:
         "/m/wan2.1_t2v_1.3B_bf16.safetensors", "/m/models_t5_umt5-xxl-enc-bf16.pth", "/m/Wan2.1_VAE.pth")
     assert any("vae (musubi-tuner) is read as ae" in n for n in notes)
     assert not any("its published diffusers folder" in n for n in notes)
-    read_musubi({"task": "t2v-A14B", "network_module": "networks.lora_wan", "t5": "/m/t5.pth"}, "lora", [],
-                issues)
-    assert [i.field for i in issues] == ["t5"]  # the pair's files are not read
+    out = read_musubi({"task": "i2v-14B", "network_module": "networks.lora_wan", "dit": "/m/wan2.1_i2v.safetensors",
+                       "clip": "/m/models_clip.pth"}, "lora", [], issues)
+    assert issues == [] and out["clip"] == "/m/models_clip.pth"  # Wan 2.1 I2V's CLIP image encoder file
 
 
 def test_its_video_dataset_config_is_kept_and_speed_options_left_out(tmp_path: Path) -> None:

@@ -33,17 +33,16 @@ _FOLDER = ("musubi-tuner's separate model files are not read for this family yet
            "Qwen/Qwen-Image) as pretrained_model_name_or_path")
 # musubi-tuner's model files -> our options, for the families that read them (ComfyUI's split files)
 _SPLIT_FILES = {"dit": "pretrained_model_name_or_path", "text_encoder": "text_encoder", "vae": "ae"}
-FILE_OPTIONS: dict[str, dict[str, str]] = {"zimage": _SPLIT_FILES, "qwen_image": _SPLIT_FILES, "wan21": _SPLIT_FILES}
+FILE_OPTIONS: dict[str, dict[str, str]] = {
+    "zimage": _SPLIT_FILES, "qwen_image": _SPLIT_FILES, "ideogram4": _SPLIT_FILES, **wan.FILE_OPTIONS,
+    hunyuan_video15.FAMILY: hunyuan_video15.FILE_OPTIONS}
 # Why a family's musubi-tuner model files are refused, where the generic _FOLDER does not say it
 FOLDER_ONLY: dict[str, str] = {
     "flux2": ("FLUX.2's single files (BFL's flux2-*.safetensors, its separate text encoder and ae) are not read here "
               "yet: give its diffusers folder as pretrained_model_name_or_path (model_version names the published "
               "one, e.g. black-forest-labs/FLUX.2-klein-4B)"),
     "krea2": ("Krea 2's single files (the reference krea-ai/krea-2 DiT, the Qwen-Image VAE, Qwen3-VL) are not read "
-              "here yet: give its diffusers folder (Krea2Pipeline's) as pretrained_model_name_or_path"),
-    "ideogram4": ("Ideogram 4's Comfy-Org single files (its fp8 DiTs, Qwen3-VL and FLUX.2 VAE files) are not read here "
-                  "yet: give its diffusers folder (Ideogram4Pipeline's, e.g. ideogram-ai/ideogram-4-fp8) as "
-                  "pretrained_model_name_or_path")}
+              "here yet: give its diffusers folder (Krea2Pipeline's) as pretrained_model_name_or_path")}
 # musubi-tuner's options of one family's script with no effect on what is trained here: left out, said once
 # (Ideogram 4's samples render with the trained transformer in both branches, musubi-tuner's LoRA-sampling default)
 FAMILY_LEFT_OUT: dict[str, tuple[str, ...]] = {
@@ -123,7 +122,7 @@ def read_musubi(flat: dict[str, Any], method: str, notes: list[str], issues: lis
         _flux2_version(out, notes, issues)
     files = FILE_OPTIONS.get(family, {})
     for name, ours in files.items():
-        if not blank(out.get(name)):
+        if not blank(out.get(name)) and name != ours:
             out[ours] = out.pop(name)
             notes.append(f"{name} (musubi-tuner) is read as {ours}")
     for name, why in REFUSED.items():

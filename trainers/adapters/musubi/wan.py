@@ -1,9 +1,11 @@
 """musubi-tuner's Wan training configs (wan_train_network.py: `task`, `dit`, `dit_high_noise`, `t5`, `clip`, `vae`,
 `timestep_boundary`, `offload_inactive_dit`, ...) read as Atelier's options (torch-free). Its `task` names the family
-(Wan 2.1 T2V or I2V, or the Wan 2.2 A14B pair) and the published diffusers folder; Wan 2.1 T2V's model files (dit,
-t5, vae: Wan-AI's or ComfyUI's) are read as its single files, the other tasks' refused by name; with the A14B pair,
-`dit_high_noise` beside `dit` is musubi-tuner's "train both experts" (train_expert = "both"), `dit` alone one
-expert, told by min_timestep and max_timestep as its docs advise setting them."""
+(Wan 2.1 T2V or I2V, or the Wan 2.2 A14B pair) and the published diffusers folder; its model files (dit, t5, vae,
+and the pair's dit_high_noise or Wan 2.1 I2V's clip: Wan-AI's or ComfyUI's) are read as the family's single files,
+a file another family's (clip for a T2V task) refused by name; with the A14B pair, `dit_high_noise` beside `dit` is
+musubi-tuner's "train both experts" (train_expert = "both"), `dit` alone one expert, told by min_timestep and
+max_timestep as its docs advise setting them (its file alone is refused: the pair is read from both files).
+offload_inactive_dit is ours too."""
 from __future__ import annotations
 
 from typing import Any
@@ -30,10 +32,13 @@ OTHER_TASKS: dict[str, str] = {
 }
 DEFAULT_TASK = "t2v-14B"  # musubi-tuner's --task default
 _FILES = ("dit", "dit_high_noise", "t5", "clip", "vae", "text_encoder")
-WAN21_FILES = ("dit", "text_encoder", "vae")  # read for Wan 2.1 T2V (its t5 as text_encoder) by options.py
+_SPLIT = {"dit": "pretrained_model_name_or_path", "text_encoder": "text_encoder", "vae": "ae"}
+# the model files each Wan family reads (its t5 as text_encoder first), musubi-tuner's names -> ours (options.py
+# reads them; trainers/models/wan/ the files): the Wan 2.2 pair's low-noise expert is dit, the high-noise one
+# dit_high_noise; Wan 2.1 I2V's CLIP image encoder is clip
+FILE_OPTIONS: dict[str, dict[str, str]] = {"wan21": _SPLIT, "wan22": {**_SPLIT, "dit_high_noise": "dit_high_noise"},
+                                           "wan21_i2v": {**_SPLIT, "clip": "clip"}}
 REFUSED: dict[str, str] = {
-    "offload_inactive_dit": ("both experts stay on the device here (samples render through both): set "
-                             "blocks_to_swap, which swaps that many blocks of each expert"),
     "force_v2_1_time_embedding": "Wan 2.2's time embedding is trained as the model has it",
     "one_frame": "samples are rendered as clips (one-frame inference is not available)",
 }
@@ -62,11 +67,15 @@ def read_wan(out: dict[str, Any], notes: list[str], issues: list[ConfigIssue]) -
     notes.append(f"network_module = {MODULE!r} with task = {task!r} (musubi-tuner) is read as model_family = "
                  f"{family!r} with network_module = 'networks.lora' (its LoRA keys are musubi-tuner's names)")
     both, one = not blank(out.get("dit_high_noise")), not blank(out.get("dit"))
-    read: set[str] = set()
-    if family == "wan21":  # Wan 2.1 T2V's own files are read (trainers/models/wan/single_file.py), as options.py's
-        read = set(WAN21_FILES)  # FILE_OPTIONS names them; its UMT5 file is musubi-tuner's t5
-        if not blank(out.get("t5")):
-            out["text_encoder"] = out.pop("t5")
+    if not blank(out.get("t5")):  # its UMT5 file is musubi-tuner's t5
+        out["text_encoder"] = out.pop("t5")
+    read = set(FILE_OPTIONS[family])
+    if family == "wan22" and one and not both:  # one expert's file: the pair is read from both of its files
+        issues.append(ConfigIssue("dit", f"dit = {out['dit']!r} without dit_high_noise (musubi-tuner: one expert's "
+                                  "file) is refused: a Wan 2.2 pair is read from both experts' files here (dit the "
+                                  "low-noise one, dit_high_noise the high-noise one) or from its diffusers folder "
+                                  f"(task {task}: {folder}); train_expert chooses the expert trained"))
+        out.pop("dit")
     given = refuse_model_files(out, issues, [name for name in _FILES if name not in read],
                                "Wan's model files (Wan-AI's or ComfyUI's)", task, folder)
     if blank(out.get("pretrained_model_name_or_path")) and not given and blank(out.get("dit")):
