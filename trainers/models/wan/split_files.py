@@ -13,10 +13,10 @@ from trainers.core.fsio import read_safetensors_header
 from trainers.models.flow_rules import Part
 from trainers.models.rules import ModelFiles
 
-MODEL = "pretrained_model_name_or_path"
 READER = "trainers.models.wan.single_file"
-UMT5_PART = Part("t5", "text_encoders.umt5xxl.", "text_encoder", "UMT5-XXL text encoder (ComfyUI's umt5_xxl_fp16.safetensors)",
-             tokenizer="google/umt5-xxl", reader=READER)
+UMT5_PART = Part("t5", "text_encoders.umt5xxl.", "text_encoder",
+                 "UMT5-XXL text encoder (ComfyUI's umt5_xxl_fp16.safetensors)", tokenizer="google/umt5-xxl",
+                 reader=READER)
 VAE_KEYS = (("encoder.conv1.weight", "encoder.conv_in.weight"),  # Wan-AI's or diffusers'
              ("conv2.weight", "post_quant_conv.weight"))
 # ComfyUI's split files beside a Wan diffusion_models file (single_file.py reads them): UMT5-XXL and the autoencoder,

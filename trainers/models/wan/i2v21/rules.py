@@ -36,7 +36,7 @@ class WanI2VRules(WanRules):
     base_model_version = "wan21_i2v"
     modelspec_architecture = "wan2.1-i2v-14b"
     pipeline_class = PIPELINE
-    single_file_kind = "i2v"  # its files (36 channels and an image projection), refused by name
+    single_file_kind = "i2v"  # the kind detection gives its files (36 channels and an image projection)
 
     @property
     def single_files(self) -> SingleFiles:

@@ -31,7 +31,7 @@ class WanTI2VRules(WanRules):
     modelspec_architecture = "wan2.2-ti2v-5b"
     frame_rate = 24.0  # Wan 2.2 TI2V 5B's (121 frames at 24 fps)
     bucket_step = 32
-    single_file_kind = "ti2v"  # its 48-channel files, refused by name
+    single_file_kind = "ti2v"  # the kind (wan_file_kind) detection gives its 48-channel files
 
     @property
     def single_files(self) -> SingleFiles:

@@ -7,9 +7,10 @@ from trainers.models.flow_rules import Part
 from trainers.models.wan.split_files import READER, UMT5_PART, VAE_KEYS, SingleFiles, given, safetensors_shapes, \
     vae_layout
 
-TI2V_PARTS = (UMT5_PART, Part("vae", "vae.", "ae", "Wan 2.2 autoencoder in diffusers' layout (vae/diffusion_pytorch_model"
-                              ".safetensors of Wan-AI/Wan2.2-TI2V-5B-Diffusers)", reader=READER, latent_channels=48,
-                              denoiser_input=("patch_embedding.weight", 1), file_keys=VAE_KEYS))
+TI2V_PARTS = (UMT5_PART, Part("vae", "vae.", "ae", "Wan 2.2 autoencoder in diffusers' layout "
+                              "(vae/diffusion_pytorch_model.safetensors of Wan-AI/Wan2.2-TI2V-5B-Diffusers)",
+                              reader=READER, latent_channels=48, denoiser_input=("patch_embedding.weight", 1),
+                              file_keys=VAE_KEYS))
 TI2V_FILES = SingleFiles({"ti2v": "Wan 2.2 TI2V 5B's file (48 input channels)"}, "wan2.2_ti2v_5B_fp16.safetensors",
                          TI2V_PARTS)
 

@@ -65,8 +65,8 @@ class Wan22Rules(WanRules):
                              2 * WAN_14B_LORA_PER_RANK, 0, 40, "the published Wan 2.2 T2V A14B sizes (two experts)",
                              *WAN_14B_ACTIVATIONS, tokens=WAN_14B_TOKENS)
     memory_variants = {}  # not Wan 2.1's 14B ("a14b" holds "14b")
-    # its I2V experts' files (36 channels, no image projection), refused by name; a T2V expert's file has Wan 2.1
-    # T2V 14B's layout
+    # the kind detection gives its I2V experts' files (36 channels, no image projection); a T2V expert's file has
+    # Wan 2.1 T2V 14B's layout, read as an expert when model_family names wan22
     single_file_kind = "a14b_i2v"
     base_model_version = "wan22_t2v_a14b"
     modelspec_architecture = "wan2.2-t2v-a14b"
