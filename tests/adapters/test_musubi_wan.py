@@ -59,6 +59,20 @@ def test_an_i2v_14b_config_names_wan21_i2v() -> None:
         "wan21_i2v", "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers")
 
 
+def test_a_ti2v_5b_config_names_the_5b_and_reads_its_files() -> None:
+    issues: list = []
+    out = read_musubi({"task": "ti2v-5B", "network_module": "networks.lora_wan", "timestep_boundary": 875,
+                       "dit": "/m/wan2.2_ti2v_5B_fp16.safetensors", "t5": "/m/umt5.safetensors",
+                       "vae": "/m/vae22.safetensors"}, "lora", [], issues)
+    assert issues == [] and out["model_family"] == "wan22_ti2v" and "timestep_boundary" not in out  # one model
+    assert (out["pretrained_model_name_or_path"], out["text_encoder"], out["ae"]) == (
+        "/m/wan2.2_ti2v_5B_fp16.safetensors", "/m/umt5.safetensors", "/m/vae22.safetensors")
+    out = read_musubi({"task": "ti2v-5B", "network_module": "networks.lora_wan"}, "lora", [], issues)
+    assert out["pretrained_model_name_or_path"] == "Wan-AI/Wan2.2-TI2V-5B-Diffusers" and issues == []
+    read_musubi({"task": "ti2v-5B", "network_module": "networks.lora_wan", "clip": "/m/clip.pth"}, "lora", [], issues)
+    assert [i.field for i in issues] == ["clip"]  # Wan 2.1 I2V's file
+
+
 def test_an_a14b_config_with_both_experts_trains_both() -> None:
     notes: list[str] = []
     issues: list = []

@@ -22,6 +22,8 @@ TASKS: dict[str, tuple[str, str, float | None]] = {
     "t2v-A14B": ("wan22", "Wan-AI/Wan2.2-T2V-A14B-Diffusers", 0.875),
     "i2v-A14B": ("wan22", "Wan-AI/Wan2.2-I2V-A14B-Diffusers", 0.9),
     "i2v-14B": ("wan21_i2v", "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", None),
+    # musubi-tuner names it (SUPPORTED_SIZES) but has no training config for it: read as the family that trains it
+    "ti2v-5B": ("wan22_ti2v", "Wan-AI/Wan2.2-TI2V-5B-Diffusers", None),
 }
 # its other tasks, refused by name
 OTHER_TASKS: dict[str, str] = {
@@ -37,7 +39,7 @@ _SPLIT = {"dit": "pretrained_model_name_or_path", "text_encoder": "text_encoder"
 # reads them; trainers/models/wan/ the files): the Wan 2.2 pair's low-noise expert is dit, the high-noise one
 # dit_high_noise; Wan 2.1 I2V's CLIP image encoder is clip
 FILE_OPTIONS: dict[str, dict[str, str]] = {"wan21": _SPLIT, "wan22": {**_SPLIT, "dit_high_noise": "dit_high_noise"},
-                                           "wan21_i2v": {**_SPLIT, "clip": "clip"}}
+                                           "wan21_i2v": {**_SPLIT, "clip": "clip"}, "wan22_ti2v": _SPLIT}
 REFUSED: dict[str, str] = {
     "force_v2_1_time_embedding": "Wan 2.2's time embedding is trained as the model has it",
     "one_frame": "samples are rendered as clips (one-frame inference is not available)",
