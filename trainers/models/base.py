@@ -342,6 +342,22 @@ class ModelFamily(FamilyRules):
         """Entries of a saved diffusers folder's model_index.json beyond the components."""
         return {}
 
+    def save_components(self, folder: Path) -> dict[str, list[str]]:
+        """Frozen models of the family's own (beside the denoiser, VAE and text encoders) written into a saved
+        diffusers folder being made at `folder`: name -> its model_index.json entry (Wan 2.1 I2V's CLIP image
+        encoder and processor); none by default."""
+        return {}
+
+    def denoiser_parts(self, denoiser: nn.Module, state: Mapping[str, torch.Tensor]
+                       ) -> dict[str, tuple[nn.Module, Mapping[str, torch.Tensor]]]:
+        """A saved diffusers folder's denoiser subfolders, each with its model (its config) and weights: the one
+        denoiser_folder; a denoiser of several models gives one each (Wan 2.2's experts)."""
+        return {self.denoiser_folder: (denoiser, state)}
+
+    def finetuned_part(self, denoiser: nn.Module) -> nn.Module:
+        """What of the denoiser a full-weight run trains: all of it (Wan 2.2: the one expert train_expert names)."""
+        return denoiser
+
     def kept_components(self) -> dict[str, tuple[Path, list[str]]]:
         """Components of the loaded folder that a saved diffusers folder keeps as they are (neither trained nor
         loaded, e.g. Ideogram 4's unconditional transformer): name -> (its folder, its model_index.json entry)."""

@@ -88,15 +88,17 @@ class Model:
     latents: int | None = None  # the latent channels its single file's denoiser takes, where the file tells
 
 
-def model_issues(values: Mapping[str, Any], model: Path | None = None) -> list[ConfigIssue]:
+def model_issues(values: Mapping[str, Any], model: Path | None = None, trains: str = "") -> list[ConfigIssue]:
     """Every problem of a config's options (`values`) with its model: what the model path holds, model_family
     against it, what a single file lacks, the options its family cannot honour, clip_skip against its text encoder,
     and what each component option (vae, clip_l, clip_g, t5xxl, ae) holds. `model`: the local folder of a hub id,
-    once fetched (without it a hub id is not checked, but its component options are)."""
+    once fetched (without it a hub id is not checked, but its component options are). `trains`: what the run's
+    method trains (the registry's MethodSpec.trains), for the options a family cannot honour in such a run."""
     issues: list[ConfigIssue] = []
     found = _identify(values, model, issues)
     if found is not None:
         issues += found.rules.option_issues(values) + _clip_skip_issues(found, values)
+        issues += found.rules.training_issues(trains, values) if trains else []
     return issues + _component_issues(values, found) + lora_file_issues(values)
 
 

@@ -177,6 +177,11 @@ class FamilyRules(ABC):
                                       "itself: leave it off", "network"))
         return issues + self.network_arg_issues(values) + self.other_family_issues(values)
 
+    def training_issues(self, trains: str, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        """Options this family cannot honour in a run of a method that trains `trains` (the registry's
+        MethodSpec.trains: "network", "full", ...); none by default."""
+        return []
+
     def other_family_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """Options of another family's own section (its options.py's GROUPS) set to other than their defaults."""
         found = family_declaration(self.name)

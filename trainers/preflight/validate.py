@@ -18,6 +18,7 @@ from trainers.core.options.validation import existing_outputs, option_issues
 from trainers.core.overwrites import overwrite_issue
 from trainers.core.plan import StepPlan
 from trainers.core.saves import Position, planned_saves, read_manifest, resolve_resume
+from trainers.core.registry import method_spec
 from trainers.data.checks import dataset_issues
 from trainers.data.edit_pairs import sizing_refusals
 from trainers.methods import rules_for
@@ -34,7 +35,9 @@ def validate(cfg: TrainConfig, check_paths: bool = True) -> list[ConfigIssue]:
     issues = (option_issues(cfg, check_paths) + optimizer_issues(cfg) + loss_issues(cfg, edit_model)
               + rules.issues(cfg) + dataset_issues(cfg) + sizing_refusals(cfg.values, controls))
     if check_paths:  # the disk: outputs a run would overwrite, and the model's files
-        issues += existing_outputs(cfg, rules.outputs(cfg)) + model_issues(cfg.values) + adapter_issues(cfg.values)
+        trains = method_spec(cfg.method).trains
+        issues += existing_outputs(cfg, rules.outputs(cfg)) + model_issues(cfg.values, trains=trains)
+        issues += adapter_issues(cfg.values)
     return issues
 
 

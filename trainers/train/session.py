@@ -22,6 +22,7 @@ from trainers.core.options.typed import (DatasetOptions, LaunchOptions, LoggingO
                                          OptimizerOptions, PrecisionOptions, SavingOptions)
 from trainers.core.overwrites import Outputs
 from trainers.core.plan import StepPlan, plan_steps
+from trainers.core.registry import method_spec
 from trainers.core.weights_memory import GB
 from trainers.data.buckets import BucketBatchSampler
 from trainers.data.cache import TEXT_BATCH_SIZE
@@ -185,7 +186,8 @@ def _checked_model(cfg: TrainConfig) -> str:
     if Path(given).expanduser().exists():
         return given
     folder = resolve_model_folder(given)
-    if issues := model_issues(cfg.values, folder) + adapter_issues(cfg.values, folder):
+    issues = model_issues(cfg.values, folder, method_spec(cfg.method).trains) + adapter_issues(cfg.values, folder)
+    if issues:
         raise ConfigError(issues)
     return str(folder)
 

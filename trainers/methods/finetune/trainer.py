@@ -23,7 +23,7 @@ def trained_modules(cfg: TrainConfig, session: Session) -> tuple[nn.Module, list
     """(UNet, the text encoders that train): requires_grad on; everything else frozen."""
     model = session.model
     freeze(model.unet, model.vae, *model.text_encoders)
-    model.unet.requires_grad_(True)
+    model.family.finetuned_part(model.unet).requires_grad_(True)
     model.unet.train()
     text_encoders = list(model.text_encoders) if cfg.train_text_encoder else []
     for te in text_encoders:

@@ -135,12 +135,14 @@ def save_diffusers_folder(model: LoadedModel, folder: Path, dtype: torch.dtype =
         "_diffusers_version": diffusers.__version__,
         "feature_extractor": [None, None], "image_encoder": [None, None],
         "scheduler": ["diffusers", sched_cls.__name__],
-        model.family.denoiser_folder: ["diffusers", type(_bare(model.unet)).__name__],
-        "vae": ["diffusers", "AutoencoderKL"],
+        "vae": ["diffusers", type(_bare(model.vae)).__name__],
     }
+    parts = model.family.denoiser_parts(_bare(model.unet), unet_sd)
+    index.update({name: ["diffusers", type(module).__name__] for name, (module, _) in parts.items()})
     index.update(model.family.model_index())
     with atomic_dir(folder, may_replace=_is_model_folder, kind="a diffusers model folder") as tmp:
-        _save_diffusers_model(_bare(model.unet), unet_sd, tmp / model.family.denoiser_folder, dtype)
+        for name, (module, state) in parts.items():
+            _save_diffusers_model(module, state, tmp / name, dtype)
         vae = _bare(model.vae)
         _save_diffusers_model(vae, vae.state_dict(), tmp / "vae", None)
         for i, (te, te_sd, tok) in enumerate(zip(tes, te_sds, model.tokenizers)):
@@ -156,6 +158,7 @@ def save_diffusers_folder(model: LoadedModel, folder: Path, dtype: torch.dtype =
         for name, (source, entry) in model.family.kept_components().items():
             shutil.copytree(source, tmp / name)
             index[name] = entry
+        index.update(model.family.save_components(tmp))
         (tmp / "model_index.json").write_text(json.dumps(dict(sorted(index.items())), indent=2) + "\n",
                                               encoding="utf-8")
     return folder

@@ -56,6 +56,15 @@ class WanI2V(WanI2VRules, Wan):
         family.image_processor = transformers.CLIPImageProcessor.from_pretrained(folder, subfolder="image_processor")
         return dataclasses.replace(model, family=family)
 
+    def save_components(self, folder: Path) -> dict[str, list[str]]:
+        """The CLIP image encoder and its processor, as WanImageToVideoPipeline's folders hold them."""
+        if self.image_encoder is None:
+            return {}
+        self.image_encoder.save_pretrained(folder / "image_encoder")
+        self.image_processor.save_pretrained(folder / "image_processor")
+        return {"image_encoder": ["transformers", type(self.image_encoder).__name__],
+                "image_processor": ["transformers", type(self.image_processor).__name__]}
+
     def configured(self, values: Mapping[str, Any]) -> Any:
         clone = super().configured(values)
         clone.slot = ImageSlot()  # the run's own

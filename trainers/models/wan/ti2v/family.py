@@ -45,6 +45,9 @@ class WanTI2V(WanTI2VRules, Wan):
         return unet(hidden_states=model_input, timestep=per_token.to(noisy.dtype),
                     encoder_hidden_states=hidden.to(noisy.dtype), return_dict=False)[0]
 
+    def model_index(self) -> dict[str, Any]:
+        return {**super().model_index(), "expand_timesteps": True}  # what its folders are told by (and sample with)
+
     def scheduler_config(self) -> dict[str, Any]:
         return {"shift": 5.0}  # Wan 2.2 TI2V 5B's sampling shift (Wan-AI's config)
 

@@ -152,6 +152,23 @@ class Wan22(ExpertLoras, Wan22Rules, Wan):
 
         return {"image": sample_images(images[:1], width, height)[0]}
 
+    # --- full weights ---
+
+    def finetuned_part(self, denoiser: nn.Module) -> nn.Module:
+        """Both experts, or the one train_expert names (the other saved as it was loaded)."""
+        return denoiser if self.train_expert == "both" else getattr(denoiser, ATTRIBUTES[self.train_expert])
+
+    def denoiser_parts(self, denoiser: nn.Module, state: Mapping[str, torch.Tensor]
+                       ) -> dict[str, tuple[nn.Module, Mapping[str, torch.Tensor]]]:
+        """The pair's folder: each expert in its own subfolder, as the published folders have them."""
+        return {name: (getattr(denoiser, name), {key.removeprefix(f"{name}."): tensor for key, tensor in state.items()
+                                                 if key.startswith(f"{name}.")}) for name in ATTRIBUTES.values()}
+
+    def model_index(self) -> dict[str, Any]:
+        """The run's boundary (where its experts were trained to switch) and the pipeline of its task."""
+        return {**super().model_index(), "boundary_ratio": self.boundary,
+                "_class_name": "WanImageToVideoPipeline" if self.i2v else self.pipeline_class}
+
     # --- LoRA ---
 
     def lora_metadata(self, v_prediction: bool) -> dict[str, Any]:

@@ -19,7 +19,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("train_expert", "str", "both", "Which expert of the A14B pair the LoRA trains: 'both' (each on its own "
            "timestep range, a LoRA saved per expert beside the run's file: <name>_high_noise.safetensors and "
            "<name>_low_noise.safetensors), or one of them ('high_noise', 'low_noise': its timesteps scaled into its "
-           "range, as musubi-tuner's min_timestep/max_timestep do, the other expert frozen for samples).", "flow",
+           "range, as musubi-tuner's min_timestep/max_timestep do, the other expert frozen for samples). A finetune "
+           "trains the experts it names and saves the pair's folder (the other expert as it was loaded).", "flow",
            choices=EXPERTS),
     Option("dit_high_noise", "str", "", "A pair from ComfyUI's diffusion_models files (musubi-tuner's --dit_high_noise):"
            " the high-noise expert's file (wan2.2_t2v_high_noise_14B_fp16.safetensors, wan2.2_i2v_high_noise_14B_fp16"
@@ -31,5 +32,5 @@ OPTIONS: tuple[Option, ...] = (
            "and the other's go back, so the GPU holds one expert instead of two. Each switch copies one expert (~14 "
            "GB in fp8) from pinned CPU memory; a batch holding both experts' timesteps runs each expert's forward "
            "again in its backward. Not with blocks_to_swap or layer_offload_fraction (as musubi-tuner), one "
-           "process only.", "precision", advanced=True),
+           "process only; LoRA runs only (a finetune trains the weights it would park).", "precision", advanced=True),
 )

@@ -114,6 +114,13 @@ class Wan22Rules(WanRules):
                                       "without gradients, which DDP does not allow", "flow"))
         return issues + offload_issues(values, processes)
 
+    def training_issues(self, trains: str, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        if trains != "full" or not values.get("offload_inactive_dit"):
+            return []
+        return [ConfigIssue("offload_inactive_dit", "keeps the expert not being called in CPU memory as a frozen copy, "
+                            "which a full-weight run would lose the training of: turn it off (blocks_to_swap moves "
+                            "trained weights too)", "precision")]
+
 
 def offload_issues(values: Mapping[str, Any], processes: int) -> list[ConfigIssue]:
     """offload_inactive_dit with what moves weights already (musubi-tuner refuses block swap with it), compiled
