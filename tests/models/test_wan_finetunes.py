@@ -93,3 +93,25 @@ def test_offload_inactive_dit_is_refused_for_full_weights_only(tmp_path: Path) -
     refused = [issue for issue in model_issues(values, trains="full") if issue.field == "offload_inactive_dit"]
     assert len(refused) == 1 and "full-weight" in refused[0].message and "blocks_to_swap" in refused[0].message
     assert not [issue for issue in model_issues(values, trains="network") if issue.field == "offload_inactive_dit"]
+
+
+@pytest.mark.slow
+def test_a_resumed_pair_finetune_equals_the_uninterrupted_one(tmp_path: Path) -> None:
+    from helpers import events, train
+    from safetensors.torch import load_file
+
+    tiny = build_tiny_wan22(tmp_path / "model")
+    out = tmp_path / "out"
+    common = {"pretrained_model_name_or_path": str(tiny), "dataset_config": str(clips_dataset(tmp_path / "data")),
+              "output_dir": str(out), "max_data_loader_n_workers": 0, "learning_rate": 1e-3, "save_precision": "float",
+              "timestep_sampling": "uniform", "timestep_boundary": 0.5, "max_train_steps": 4}
+    assert train("finetune", tmp_path / "straight", **common, output_name="straight", save_every_n_steps=1,
+                 save_state=True) == 0
+    assert train("finetune", tmp_path / "resumed", **common, output_name="resumed",
+                 resume=str(out / "straight-step00000001-state")) == 0
+    assert [e["step"] for e in events(tmp_path / "resumed") if e["type"] == "progress"] == [2, 3, 4]
+    for expert in ("transformer", "transformer_2"):
+        base, straight, resumed = (load_file(folder / expert / "diffusion_pytorch_model.safetensors")
+                                   for folder in (tiny, out / "straight", out / "resumed"))
+        assert straight.keys() == resumed.keys() and any(not torch.equal(base[k], straight[k]) for k in base)
+        assert max((straight[k] - resumed[k]).abs().max().item() for k in straight) < 1e-6
