@@ -76,6 +76,19 @@ def test_comfyuis_split_files_load_as_the_folder(wan: tuple[Path, dict[str, str]
 
 
 @pytest.mark.slow  # builds, saves and loads the tiny model
+def test_the_vae_option_loads_a_wan_autoencoder_folder_beside_the_files(wan: tuple[Path, dict[str, str]]) -> None:
+    """`vae` (a diffusers folder) instead of the `ae` file: read as the family's autoencoder class, not SD's."""
+    folder, files = wan
+    given = {k: v for k, v in files.items() if k != "ae"}
+    single = load_model(given.pop("pretrained_model_name_or_path"), "auto", torch.float32, vae_path=str(folder / "vae"),
+                        files=ModelFiles.from_values(given))
+    ours = load_model(str(folder), "auto", torch.float32)
+    assert type(single.vae).__name__ == "AutoencoderKLWan"
+    theirs = ours.vae.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in single.vae.state_dict().items())
+
+
+@pytest.mark.slow  # builds, saves and loads the tiny model
 def test_wan_ais_own_umt5_file_is_read_as_comfyuis(wan: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     """models_t5_umt5-xxl-enc-bf16.pth (Wan-AI's names: token_embedding, blocks.N.attn.q, ffn.gate.0; musubi-tuner's
     --t5) gives the same UMT5 as ComfyUI's umt5_xxl_fp16.safetensors."""

@@ -29,8 +29,10 @@ TOKENIZERS: dict[str, tuple[str, str]] = {
 
 
 def load_parts(ckpt: "Checkpoint", parts: tuple[Part, ...], files: ModelFiles, vae_path: str,
-               dtype: torch.dtype, latent_scale: float, latent_shift: float) -> tuple[list[nn.Module], nn.Module]:
-    """(text encoders in `parts` order, autoencoder) from the file or the files its options name."""
+               dtype: torch.dtype, latent_scale: float, latent_shift: float,
+               vae_class: str = "AutoencoderKL") -> tuple[list[nn.Module], nn.Module]:
+    """(text encoders in `parts` order, autoencoder) from the file or the files its options name (the `vae` option's
+    folder loaded as the family's `vae_class`)."""
     from trainers.models import component_files
     from trainers.models.components import vae_folder
 
@@ -38,7 +40,7 @@ def load_parts(ckpt: "Checkpoint", parts: tuple[Part, ...], files: ModelFiles, v
     vae: nn.Module | None = None
     for part in parts:
         if part.kind == "vae" and vae_path:
-            vae = vae_folder(vae_path)
+            vae = vae_folder(vae_path, vae_class)
             continue
         state = component_files.component(ckpt, part.prefix, getattr(files, part.option) if part.option else "",
                                           part.what, part.option or "vae")
@@ -106,7 +108,7 @@ def load_flow_checkpoint(family: Any, ckpt: "Checkpoint", weight_dtype: torch.dt
         raise ModelLoadError("; ".join(f"{i.field}: {i.message}" for i in issues))
     denoiser = family.denoiser_from_checkpoint(ckpt, weight_dtype)
     text_encoders, vae = load_parts(ckpt, family.checkpoint_parts, files, vae_path, weight_dtype,
-                                    *family.latent_scaling)
+                                    *family.latent_scaling, vae_class=family.vae_class)
     tokenizers = part_tokenizers(family.checkpoint_parts, files.tokenizer_cache_dir)
     variant = family.checkpoint_variant(denoiser.config)
     scheduler = FlowMatchEulerDiscreteScheduler(**variant.scheduler_config())
