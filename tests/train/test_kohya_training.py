@@ -74,7 +74,8 @@ def test_corpus_config_trains_two_steps(source: str, method: str, family: str, e
              "logging_dir": "", "resolution": "64", "min_bucket_reso": 64, "max_bucket_reso": 128,
              # 8 images, batch 4: one epoch is 2 steps (a file's epochs win over its steps, as in sd-scripts)
              "max_train_epochs": 1, "max_train_steps": 2, "train_batch_size": 4, "gradient_accumulation_steps": 1,
-             "max_data_loader_n_workers": 0, **{k: str(prompts) if v == "<prompts>" else v for k, v in extra.items()}}
+             "max_data_loader_n_workers": 0, "sample_steps": 2,  # the save's health check renders its first prompt
+             **{k: str(prompts) if v == "<prompts>" else v for k, v in extra.items()}}
     run_dir = tmp_path / "run"
     # a process each: accelerate keeps one mixed precision per process, and the files differ
     result = run_trainer(["--config", str(CORPUS / source), *sets(**small)], run_dir, method=method)
