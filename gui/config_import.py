@@ -36,24 +36,46 @@ class Imported:
     report: str = ""
 
 
-def import_config(path: Path, here: str, shown: dict[str, dict[str, Any]], runs_dir: Path | None) -> Imported:
-    """Import `path` from the `here` tab; `shown`: each method's widget values as the page holds them now."""
+@dataclass  # not frozen, so unhashable: gradio then tells States apart by object, and each import is a change
+class ReadFile:
+    """A config file read for a tab: the method it is for, the values it decides, the reader's notes."""
+
+    name: str
+    here: str  # the tab it was imported on
+    method: str
+    values: dict[str, Any]
+    notes: list[str]
+
+
+def read_config(path: Path, here: str, runs_dir: Path | None) -> ReadFile | Imported:
+    """`path` read as imported on the `here` tab, or the refusal (an Imported without a method)."""
     try:
         method, values, notes = import_kohya_file(path, runs_dir)
     except ConfigError as err:
         return Imported(None, report=f"### Import failed: `{path.name}`\n{plain(err)}")
-    before = shown.get(method, {})
+    return ReadFile(path.name, here, method, values, notes)
+
+
+def applied(read: ReadFile, before: dict[str, Any]) -> Imported:
+    """What `read` does to its method's tab, whose widgets show `before` (option -> widget value)."""
+    method, values = read.method, read.values
     changes = [line for name, widget_value in before.items() if name in values
                if (line := _change(method, name, widget_value, values[name]))]
-    moved = "" if method == here else f" (a {method} config: it went to this tab)"
-    lines = [f"### Imported `{path.name}`{moved}",
+    moved = "" if method == read.here else f" (a {method} config: it went to this tab)"
+    lines = [f"### Imported `{read.name}`{moved}",
              f"It decides {len(values)} option(s): **{len(changes)} changed**, the others already had the file's "
              "value. Fields the file does not name are unchanged."]
     if changes:
         lines += ["", "**Changed**", *changes]
-    if notes:
-        lines += ["", "**Notes**", *(f"- {plain(note)}" for note in notes)]
+    if read.notes:
+        lines += ["", "**Notes**", *(f"- {plain(note)}" for note in read.notes)]
     return Imported(method, values, "\n".join(lines))
+
+
+def import_config(path: Path, here: str, shown: dict[str, dict[str, Any]], runs_dir: Path | None) -> Imported:
+    """Import `path` from the `here` tab; `shown`: each method's widget values as the page holds them now."""
+    read = read_config(path, here, runs_dir)
+    return read if isinstance(read, Imported) else applied(read, shown.get(read.method, {}))
 
 
 def _change(method: str, name: str, widget_value: Any, value: Any) -> str:
@@ -71,20 +93,30 @@ def _shown(value: Any) -> str:
 
 
 def wire_imports(method_tabs: dict[str, ImportingTab], tabs: gr.Tabs, runs_dir: Path) -> None:
-    """Every tab's Import button: the file fills the tab of its method, which is shown."""
-    widgets = [c for t in method_tabs.values() for c in t.form.components]
-    outputs = {tabs} | {t.report for t in method_tabs.values()} | set(widgets)
+    """Every tab's Import button: the file fills the tab of its method, which is shown.
 
-    def on_import(here: str, data: dict) -> dict:
-        file = data[method_tabs[here].import_button]
-        path = Path(file if isinstance(file, str) else file.name)
-        shown = {name: {opt: data[w] for opt, w in tab.form.widgets.items()} for name, tab in method_tabs.items()}
-        done = import_config(path, here, shown, runs_dir)
-        if done.method is None:
-            return {method_tabs[here].report: done.report}
-        target = method_tabs[done.method]
-        return {**target.form.updates(done.values), target.report: done.report, tabs: gr.Tabs(selected=done.method)}
+    Two events, so that an import sends and updates one tab's fields, not every tab's (over a thousand widgets
+    made an import take 20-50 s in the browser): the upload reads the file and hands it to its method's tab through
+    that tab's mailbox (a State); the mailbox's change applies it to that tab's fields and writes its report."""
+    mailboxes = {name: gr.State(None) for name in method_tabs}
 
+    def on_upload(here: str, file: Any) -> dict:
+        read = read_config(Path(file if isinstance(file, str) else file.name), here, runs_dir)
+        if isinstance(read, Imported):
+            return {method_tabs[here].report: read.report}
+        return {mailboxes[read.method]: read, tabs: gr.Tabs(selected=read.method)}
+
+    upload_outputs = [tabs, *(t.report for t in method_tabs.values()), *mailboxes.values()]
     for name, tab in method_tabs.items():
-        tab.import_button.upload(lambda data, here=name: on_import(here, data), inputs={tab.import_button, *widgets},
-                                 outputs=outputs)
+        tab.import_button.upload(lambda file, here=name: on_upload(here, file), inputs=tab.import_button,
+                                 outputs=upload_outputs)
+
+        def on_mail(data: dict, tab: ImportingTab = tab, mailbox: gr.State = mailboxes[name]) -> dict:
+            read = data[mailbox]
+            if read is None:
+                return {}
+            done = applied(read, {opt: data[w] for opt, w in tab.form.widgets.items()})
+            return {**tab.form.updates(done.values), tab.report: done.report}
+
+        mailboxes[name].change(on_mail, inputs={mailboxes[name], *tab.form.components},
+                               outputs=[*tab.form.components, tab.report])
