@@ -112,10 +112,8 @@ def wire_imports(method_tabs: dict[str, ImportingTab], tabs: gr.Tabs, runs_dir: 
                                  outputs=upload_outputs)
 
         def on_mail(data: dict, tab: ImportingTab = tab, mailbox: gr.State = mailboxes[name]) -> dict:
-            read = data[mailbox]
-            if read is None:
-                return {}
-            done = applied(read, {opt: data[w] for opt, w in tab.form.widgets.items()})
+            # a mailbox only ever changes to a new ReadFile (it starts empty, and change does not fire for that)
+            done = applied(data[mailbox], {opt: data[w] for opt, w in tab.form.widgets.items()})
             return {**tab.form.updates(done.values), tab.report: done.report}
 
         mailboxes[name].change(on_mail, inputs={mailboxes[name], *tab.form.components},
