@@ -191,11 +191,13 @@ def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
 
 @pytest.fixture(scope="module")
 def saved(model: object) -> SimpleNamespace:
-    """A network on every target (random weights, alpha 2 at rank 4), its file's tensors, each layer's update."""
+    """A network on every target a run trains without with_audio (random weights, alpha 2 at rank 4), its file's
+    tensors, each layer's update."""
     unet = copy.deepcopy(model.unet).eval()
-    network, targets, state = random_network(model.family, unet)
-    view = SimpleNamespace(unet=unet, text_encoders=[], family=model.family)
-    return SimpleNamespace(unet=unet, network=network, targets=targets, file=model.family.lora_file(state, view),
+    family = model.family.configured({n: o.default for n, o in BY_NAME.items()})
+    network, targets, state = random_network(family, unet)
+    view = SimpleNamespace(unet=unet, text_encoders=[], family=family)
+    return SimpleNamespace(unet=unet, network=network, targets=targets, file=family.lora_file(state, view),
                            state=state, view=view)
 
 

@@ -144,10 +144,13 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
                                    [renumber[s] for s in catalog.samples if s in renumber], catalog.skipped,
                                    catalog.warnings)
     sampler = catalog.batch_sampler(accelerator.num_processes, cfg.seed)
-    dataset = ClipWindows(catalog, _quiet(model.tokenize), latents)
+    sound = model.family.clip_sound(model)  # a family that trains the clips' sound (cached: in the latents' extras)
+    dataset = ClipWindows(catalog, _quiet(model.tokenize), latents, sound=None if latents is not None else sound)
     captions = sorted({clip.caption for clip in catalog.clips})
     if main:
         _warn_overlong(captions, model, events)
+        if sound is not None:
+            _warn_silent(catalog, model.family.title, events)
     if cfg.cache_text_encoder_outputs:
         first = catalog.datasets[0]  # its folder (a JSONL list's), or its cache_directory, holds the text cache
         base = first.cache_directory or (first.directory if first.directory is not None else first.jsonl.parent)
@@ -171,6 +174,22 @@ def build_video_pipeline(cfg: TrainConfig, catalog: Any, model: Any, accelerator
         persistent_workers=workers > 0 and cfg.persistent_data_loader_workers,
         pin_memory=accelerator.device.type == "cuda")
     return DataPipeline(catalog, dataset, sampler, loader, model)
+
+
+def _warn_silent(catalog: Any, title: str, events: EventWriter) -> None:
+    """One line per clip without an audio stream, one for the images, when the family trains the clips' sound:
+    those windows train with a silent track whose output is not scored."""
+    from trainers.data.clip_audio import has_sound
+
+    clips = sorted({clip.path for clip in catalog.clips if not clip.is_image})
+    for path in clips:
+        if not has_sound(path):
+            events.warn(f"{path} has no audio stream: {title} trains its sound with a silent track there, not "
+                        "scored (its frames train as usual)")
+    images = len({clip.path for clip in catalog.clips if clip.is_image})
+    if images:
+        events.warn(f"{images} image(s) train as 1-frame clips without sound: {title}'s audio stream gets a silent "
+                    "track for them, not scored")
 
 
 def _encoders_off_device(model: Any) -> None:

@@ -7,7 +7,9 @@ window or bucket rebuilds exactly its entries.
 The encoder is the family's: `encode` takes a batch of windows of one bucket, pixels (B, F, C, H, W) in [-1, 1], and
 returns their latent mean and std (B, C', F', H', W'); the video family (its 3D VAE) supplies it. A family may cache
 more of each window beside them (`WindowExtras`: an image-to-video family's first-frame condition), in the same file
-and under the same key, which then names what those depend on too; the items carry them as `cached_<name>`.
+and under the same key, which then names what those depend on too; the items carry them as `cached_<name>`. Extras
+may also be made of the window's sound (`WindowExtras.sound`: a family that trains an audio stream), read from the
+clip for the window's time (clip_audio.py).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from trainers.core.fsio import atomic_path
 from trainers.data.cache import CACHE_DIR, CacheWriteError, Dist, _file_version, _stored_key
+from trainers.data.clip_audio import ClipSound, window_sound
 from trainers.data.clips import ClipError, folder_frames, iter_frames
 from trainers.data.images import prepare_image
 from trainers.data.video_catalog import CatalogClip, VideoCatalog
@@ -37,10 +40,21 @@ _STORED = "extra."  # its name in the cache file
 class WindowExtras:
     """What a family caches of each window beside its latents: `encode` takes the window's pixels (B, F, C, H, W) in
     [-1, 1] and returns named tensors (B, ...); `key` is what they depend on besides the window (their encoders'
-    weights)."""
+    weights). `sound` given, `encode_sound` takes the window's waveform (B, channels, samples) and whether its clip
+    has sound (B,) and returns more named tensors."""
 
     key: str
     encode: Callable[[torch.Tensor], dict[str, torch.Tensor]]
+    sound: ClipSound | None = None
+    encode_sound: Callable[[torch.Tensor, torch.Tensor], dict[str, torch.Tensor]] | None = None
+
+    def of_window(self, clip: CatalogClip, pixels: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The extras of one window (B = 1) of its pixels (1, F, C, H, W) and, when asked, its sound."""
+        out = self.encode(pixels)
+        if self.sound is not None and self.encode_sound is not None:
+            wave, present = window_sound(clip, self.sound)
+            out.update(self.encode_sound(torch.from_numpy(wave)[None], torch.tensor([float(present)])))
+        return out
 
 
 def clip_version(path: Path) -> str:
@@ -137,7 +151,8 @@ def _encode_clip(catalog: VideoCatalog, windows: list[int], encode: Encode, extr
     def encoded(index: int, pixels: torch.Tensor) -> tuple[int, Entry]:
         with torch.no_grad():
             mean, std = encode(pixels[None])
-            entry = {"mean": mean, "std": std, **(extras.encode(pixels[None]) if extras is not None else {})}
+            more = extras.of_window(catalog.clips[index], pixels[None]) if extras is not None else {}
+            entry = {"mean": mean, "std": std, **more}
         return index, {name: tensor[0].detach().cpu().contiguous() for name, tensor in entry.items()}
 
     first = catalog.clips[windows[0]]

@@ -3,7 +3,8 @@
 An item's pixels are (F, C, H, W) floats in [-1, 1]: each frame resized to cover its bucket and center-cropped as an
 image is (images.prepare_image; musubi-tuner also center-crops), an image as F = 1. With a ClipLatentCache
 (video_cache.py) an item carries the cached latent distribution instead (and the family's cached extras of the window,
-`cached_<name>`). Captions are used as written (musubi-tuner's video datasets have no caption shuffling or dropout).
+`cached_<name>`). A family that trains the clips' sound (`ClipSound`, clip_audio.py) gets each uncached window's
+waveform as `sound` (channels, samples) and whether the clip has any as `sound_present`. Captions are used as written (musubi-tuner's video datasets have no caption shuffling or dropout).
 A clip that passed the catalog's probe but fails to decode is replaced by another window of the same bucket and
 reported in the batch's "problems", as images are.
 """
@@ -17,6 +18,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from trainers.data.clip_audio import ClipSound, window_sound
 from trainers.data.clips import ClipError, read_frames
 from trainers.data.dataset import bucket_candidates
 from trainers.data.images import ImageLoadError, load_image, prepare_image
@@ -46,8 +48,9 @@ class ClipWindows(Dataset):
     per-sample key and loss weight. `key`: (epoch, index, padding flag[, loss scale]) as the bucket sampler lists."""
 
     def __init__(self, catalog: VideoCatalog, tokenize: Callable[[list[str]], list[Any]], latents: Any = None,
-                 texts: Any = None) -> None:
+                 texts: Any = None, sound: ClipSound | None = None) -> None:
         self.catalog = catalog
+        self.sound = sound  # read beside uncached pixels (cached latents hold what the family made of it)
         self.tokenize = tokenize
         self.latents = latents  # a ClipLatentCache, or None: decode every step
         self.texts = texts  # a TextCache, or None
@@ -87,6 +90,9 @@ class ClipWindows(Dataset):
             out.update({EXTRA + name: tensor for name, tensor in entry.items()})
         else:
             out["pixels"] = clip_pixels(clip)
+            if self.sound is not None:
+                wave, present = window_sound(clip, self.sound)
+                out.update(sound=torch.from_numpy(wave), sound_present=torch.tensor(float(present)))
         if self.texts is not None:
             hidden, pooled = self.texts.get(clip.caption)
             out["prompt_embeds"] = hidden
@@ -102,7 +108,8 @@ def collate_clips(samples: list[dict[str, Any]]) -> dict[str, Any]:
     first = samples[0]
     extras = [name for name in first if name.startswith(EXTRA)]
     out: dict[str, Any] = {name: torch.stack([s[name] for s in samples]) for name in (
-        "pixels", "latent_mean", "latent_std", "prompt_embeds", "pooled_embeds", *extras) if name in first}
+        "pixels", "latent_mean", "latent_std", "prompt_embeds", "pooled_embeds", "sound", "sound_present", *extras)
+        if name in first}
     if "input_ids" in first:
         out["input_ids"] = [torch.stack(ids) for ids in zip(*(s["input_ids"] for s in samples))]
     out["keys"] = torch.stack([s["key"] for s in samples])

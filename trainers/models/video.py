@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from trainers.core.fsio import atomic_path
+from trainers.data.clip_audio import ClipSound
 from trainers.data.video_cache import WindowExtras
 
 CODECS = ("libx264", "mpeg4")  # H.264 plays in every browser; mpeg4 where this PyAV build lacks it
@@ -53,6 +54,11 @@ class VideoFamily:
 
     def save_sample(self, sample: Any, path: Path, parameters: str) -> Path:
         return write_mp4(sample, path, self.frame_rate, parameters)
+
+    def clip_sound(self, model: Any) -> ClipSound | None:
+        """What a family that trains an audio stream reads of each window's sound (uncached batches carry it as
+        `sound` and `sound_present`; cached latents hold what its window_extras made of it); None: no sound."""
+        return None
 
     def window_extras(self, model: Any) -> WindowExtras | None:
         """What the latent cache keeps of each window beside its latents, read back as the batch's `cached_<name>`

@@ -31,6 +31,7 @@ class ModelOptions(OptionSlice):
     dit_high_noise: str
     clip: str
     image_encoder: str
+    with_audio: bool
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ The audio stream reads the clip's length of audio latents (the pipeline's count:
 second) of a silent track noised to the video's sigma (sigma x noise: SimpleTuner's zero audio latents for clips
 without sound, noised as the video; ai-toolkit gives pure noise), at the video's timestep; its output is not scored.
 The noise of that track is seeded by the batch's noise levels, so a resumed run draws what an uninterrupted one does.
+With `with_audio` the audio stream trains from the clips' sound instead (audio.py), its LoRA on the audio stream's
+attention and feed-forward and both audio-video cross-attentions too.
 
 Its LoRA files name the video stream's attention and feed-forward linears of every block (`attn1` self-attention,
 `attn2` text cross-attention, `ff.net.0.proj`, `ff.net.2`; SimpleTuner's attention targets and the feed-forward of
@@ -37,7 +39,11 @@ from torch import nn
 from trainers.models.base import (CheckpointKeys, LoadedModel, LoraTarget, ModelFamily, ModelFiles, ModelLoadError,
                                   SizeConditioning)
 from trainers.models.flow import FlowFamily, TextEncoderSpec, run_frozen
+from trainers.data.clip_audio import ClipSound
+from trainers.data.video_cache import WindowExtras
+from trainers.models.ltx2.audio import AudioSlot, audio_trainable, clip_sound, mel_settings, noisy_audio
 from trainers.models.ltx2.first_frame import FirstFrameSlot, conditioned_trainable, video_timesteps
+from trainers.models.ltx2.mel import N_FFT, MelSettings
 from trainers.models.ltx2.rules import I2V_PIPELINE, LTX2Rules
 from trainers.models.video import VideoFamily, encode_images_as_frames
 
@@ -46,15 +52,21 @@ SCALE_FACTOR = 8  # the connectors' scale of the normalised Gemma states (the pi
 # diffusers' (and Lightricks') module names of a block's video-stream linears LoRAs train
 VIDEO_LINEARS = ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "attn2.to_q", "attn2.to_k",
                  "attn2.to_v", "attn2.to_out.0", "ff.net.0.proj", "ff.net.2")
+# those of the audio stream (self- and text cross-attention, feed-forward) and of both audio-video cross-attentions,
+# which a LoRA trains with_audio (Lightricks' ltx-trainer's audio and audio-video modules)
+AUDIO_LINEARS = tuple(f"{attn}.{linear}" for attn in ("audio_attn1", "audio_attn2", "audio_to_video_attn",
+                                                       "video_to_audio_attn")
+                      for linear in ("to_q", "to_k", "to_v", "to_out.0")) + ("audio_ff.net.0.proj", "audio_ff.net.2")
 
 
 @dataclasses.dataclass
 class AudioParts:
-    """The audio autoencoder and vocoder of a folder, which its pipeline is built with (frozen, kept on the CPU:
-    samples render no audio)."""
+    """The audio autoencoder and vocoder of a folder, which its pipeline is built with (frozen; the autoencoder
+    encodes the clips' sound with_audio), and its STFT size (a single file's metadata, else Lightricks' 1024)."""
 
     audio_vae: nn.Module
     vocoder: nn.Module
+    n_fft: int = N_FFT
 
 
 class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
@@ -74,6 +86,9 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
     _kept: Any = None  # the folder those are written in, once a save asks for them
     first_frame = False  # image-to-video: an LTX2ImageToVideoPipeline folder (first_frame.py)
     slot = FirstFrameSlot()
+    # with_audio as the run sets it; None (not configured: Generate, the tools) reads the audio targets of any file
+    with_audio: bool | None = None
+    audio = AudioSlot()
 
     def load(self, folder: Path, weight_dtype: torch.dtype, vae_path: str = "", random_init: bool = False) -> Any:
         import diffusers
@@ -106,8 +121,9 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
         model = LoadedModel(self, single_file.transformer(ckpt, weight_dtype), single_file.video_vae(ckpt, files),
                             [gemma], [tokenizer], FlowMatchEulerDiscreteScheduler(**self.scheduler_config()), "flow",
                             str(ckpt.path))
-        model = self._assembled(model, single_file.connectors(ckpt, weight_dtype),
-                                AudioParts(*single_file.audio_parts(ckpt, weight_dtype)), None, Path(ckpt.path))
+        stft = ((single_file.file_config(ckpt).get("audio_vae") or {}).get("preprocessing") or {}).get("stft") or {}
+        parts = AudioParts(*single_file.audio_parts(ckpt, weight_dtype), int(stft.get("filter_length") or N_FFT))
+        model = self._assembled(model, single_file.connectors(ckpt, weight_dtype), parts, None, Path(ckpt.path))
         gemma.config.pad_token_id = model.tokenizers[0].pad_token_id  # where each caption's mask comes from
         return model
 
@@ -134,11 +150,37 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
     def configured(self, values: Mapping[str, Any]) -> Any:
         clone = super().configured(values)
         clone.slot = FirstFrameSlot()  # the run's own
+        clone.audio = AudioSlot()
+        clone.with_audio = bool(values.get("with_audio", False))
         return clone
 
+    @property
+    def mel(self) -> MelSettings:
+        assert self.parts is not None, "LTX-2's audio parts are loaded with the model"
+        return mel_settings(self.parts.audio_vae, self.parts.n_fft)
+
     def adapt_trainable(self, cfg: Any, session: Any, trainable: Any) -> Any:
-        """Image-to-video: each clip's first frame the condition, out of the loss (first_frame.py)."""
+        """with_audio: the clips' sound trained beside the frames (audio.py). Image-to-video: each clip's first frame
+        the condition, out of the loss (first_frame.py)."""
+        if self.with_audio:
+            trainable = audio_trainable(trainable, self)
         return conditioned_trainable(trainable, self) if self.first_frame else trainable
+
+    def clip_sound(self, model: LoadedModel) -> ClipSound | None:
+        """with_audio: each window's sound at the audio autoencoder's rate, in its channels."""
+        if not self.with_audio:
+            return None
+        assert self.parts is not None, "LTX-2's audio parts are loaded with the model"
+        return clip_sound(self.parts.audio_vae, self.frame_rate)
+
+    def window_extras(self, model: LoadedModel) -> WindowExtras | None:
+        """with_audio: each window's audio latents (and whether its clip has sound) cached with its video latents."""
+        if not self.with_audio:
+            return None
+        from trainers.models.ltx2.audio import window_extras
+
+        assert self.parts is not None, "LTX-2's audio parts are loaded with the model"
+        return window_extras(self.parts.audio_vae, self.mel, self.frame_rate, model.vae.device)
 
     def tokenize(self, tokenizers: list[Any], captions: list[str], fmt: Any = None) -> list[torch.Tensor]:
         """Gemma 3's ids of each caption stripped, left-padded to 1024 tokens (as the pipeline)."""
@@ -174,17 +216,22 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
             noisy = torch.cat([self.slot.first.to(noisy.device, noisy.dtype), noisy[:, :, 1:]], dim=2)
             video_timestep = video_timesteps(timestep, frames, height * width // config.patch_size ** 2)
         packed = LTX2Pipeline._pack_latents(noisy, config.patch_size, config.patch_size_t)
-        audio = silent_audio(config, batch, frames, timesteps, self.frame_rate).to(noisy.device, noisy.dtype)
+        track = self.audio.track  # with_audio: the batch's sound (audio.py), else the silent track
+        audio = noisy_audio(track, timesteps) if track is not None else \
+            silent_audio(config, batch, frames, timesteps, self.frame_rate)
+        audio = audio.to(noisy.device, noisy.dtype)
         text = hidden.to(noisy.dtype)
         mask = text_mask.to(noisy.device)
         # both cross-attentions at the step's timestep (the pipelines' use_cross_timestep)
-        video, _ = unet(hidden_states=packed, audio_hidden_states=audio,
+        video, audio_out = unet(hidden_states=packed, audio_hidden_states=audio,
                         encoder_hidden_states=text[..., :self.video_text_width],
                         audio_encoder_hidden_states=text[..., self.video_text_width:], timestep=video_timestep,
                         audio_timestep=timestep, sigma=timestep, encoder_attention_mask=mask,
                         audio_encoder_attention_mask=mask, num_frames=frames, height=height, width=width,
                         fps=self.frame_rate, audio_num_frames=audio.shape[1], use_cross_timestep=True,
                         return_dict=False)
+        if track is not None:
+            self.audio.output = audio_out
         return LTX2Pipeline._unpack_latents(video, frames, height, width, config.patch_size, config.patch_size_t)
 
     def vae_latents(self, raw: torch.Tensor, vae: nn.Module) -> torch.Tensor:
@@ -285,10 +332,13 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
                 "modelspec.prediction_type": None, **self.flow_metadata()}
 
     def lora_targets(self, unet: nn.Module) -> list[LoraTarget]:
+        """The video stream's linears of every block; with_audio (or not configured: a file read) the audio
+        stream's and the audio-video cross-attentions' after them."""
         modules = dict(unet.named_modules())
+        linears = VIDEO_LINEARS + (AUDIO_LINEARS if self.with_audio is not False else ())
         return [LoraTarget(f"lora_unet_{path.replace('.', '_')}", (modules[path],), path=path)
                 for i in range(len(unet.transformer_blocks)) for path in
-                (f"transformer_blocks.{i}.{linear}" for linear in VIDEO_LINEARS)]
+                (f"transformer_blocks.{i}.{linear}" for linear in linears)]
 
 
 class PackedConnectorStates(nn.Module):
