@@ -23,6 +23,7 @@ QWEN3_VL_8B, QWEN3_VL_8B_LINEAR = 8_767_123_696, 8_139_599_872  # Qwen-Image 2.1
 QWEN3_VL_8B_MODEL, QWEN3_VL_8B_MODEL_LINEAR = 8_144_793_840, 7_517_270_016  # Ideogram 4's Qwen3VLModel (no LM head)
 MISTRAL3_24B, MISTRAL3_24B_LINEAR = 24_011_361_280, 23_339_204_608  # FLUX.2 dev's Mistral-Small-3.1-24B
 GEMMA2_2B, GEMMA2_2B_LINEAR = 2_614_341_888, 2_024_275_968  # Lumina 2's
+QWEN3_06B, QWEN3_06B_LINEAR = 596_049_920, 440_401_920  # Anima's Qwen3Model (Qwen3-0.6B base)
 MINISTRAL3_3B, MINISTRAL3_3B_LINEAR = 3_849_090_048, 3_445_620_736  # ERNIE-Image's Mistral3Model (Pixtral too)
 FLUX2_AE, QWEN_IMAGE_VAE, QWEN_IMAGE21_VAE = 84_046_115, 126_892_531, 337_740_404  # their autoencoders
 BYT5_GLYPH, BYT5_GLYPH_LINEAR = 221_537_664, 217_055_232  # HunyuanImage 2.1's ByT5-small glyph encoder
@@ -86,6 +87,9 @@ HUNYUAN_IMAGE21_TOKENS = Tokens(3584, 60, 32 * 32, 1000 + 128)
 # ERNIE-Image: 4096 wide, 36 single-stream layers, FLUX.2's 8x autoencoder with 2x2 patches; Ministral 3's states
 # trimmed to the batch's longest caption (up to 512 tokens): 256 for a long one
 ERNIE_IMAGE_TOKENS = Tokens(4096, 36, 16 * 16, 256)
+# Anima: 2048 wide, 28 blocks, the Qwen-Image autoencoder (8x) with 2x2 patches; its LLM adapter's 512 tokens
+# are the cross-attention's keys and values
+ANIMA_TOKENS = Tokens(2048, 28, 16 * 16, 512)
 # Ideogram 4: 4608 wide, 34 single-stream blocks, FLUX.2's 8x autoencoder with 2x2 patches, Qwen3-VL's states
 # padded to 512 tokens
 IDEOGRAM4_TOKENS = Tokens(4608, 34, 16 * 16, 512)

@@ -91,6 +91,8 @@ class ModelFiles:
     image_encoder: str = ""  # musubi-tuner's name: HunyuanVideo 1.5 I2V's SigLIP file
     dit_high_noise: str = ""  # musubi-tuner's name: a Wan 2.2 A14B pair's high-noise expert (its dit: the low-noise)
     clip: str = ""  # musubi-tuner's name: Wan 2.1 I2V's CLIP image encoder file
+    llm_adapter_path: str = ""  # sd-scripts' name: Anima's LLM adapter file, for a DiT file without it
+    t5_tokenizer_path: str = ""  # sd-scripts' name: the T5 tokenizer folder of Anima's adapter
     tokenizer_cache_dir: str = ""
 
     @classmethod

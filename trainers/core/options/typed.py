@@ -28,6 +28,8 @@ class ModelOptions(OptionSlice):
     tokenizer_cache_dir: str
     clip_skip: int
     clip_g: str
+    llm_adapter_path: str
+    t5_tokenizer_path: str
     dit_high_noise: str
     clip: str
     image_encoder: str
