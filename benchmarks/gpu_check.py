@@ -9,7 +9,9 @@ benchmarks/gpu_prepare.sh), CUDA visible to this python's torch, free disk, the 
 each in a process of its own under a time budget (a part that fails or runs long is reported with what it had
 measured, and the others still run): LoRA training of SD1.5 at 512 px and SDXL at 1024 px (batch 1 and 4), an SDXL
 full finetune, FLUX.1-dev LoRAs at 512 px (bf16 or fp8 base, with or without blocks_to_swap), and images/s at 20
-steps of SD1.5 512 and SDXL 1024 through Atelier's Generate job against a plain diffusers pipeline. Real-size
+steps of SD1.5 512 and SDXL 1024 through Atelier's Generate job against a plain diffusers pipeline; then, in calls
+of their own (--only): a Wan 2.2 TI2V 5B LoRA on 49-frame clips at 832x480 (`wan22-ti2v-lora`: s/step and peak
+memory for docs/video.md) and the sharded runs (`sharded`). Real-size
 architectures with random weights (benchmarks/gpu_models.py; nothing is downloaded), trained through the real
 trainer. Each training part reports steps/s after warm-up, peak memory (allocated and reserved), the FLOPs of one
 step (counted by torch) and MFU against the card's bf16 peak, whether every loss was finite, and whether the saved
@@ -63,7 +65,7 @@ def parts(sizes: Any) -> list[Part]:
     swap = {"blocks_to_swap": sizes.flux_swap}
     checkpointed = {"gradient_checkpointing": True}
     flux = [("bf16", {}), ("fp8", {"fp8_base": True}), ("bf16-swap", swap), ("fp8-swap", {"fp8_base": True, **swap})]
-    res = sizes.resolution
+    res, (w, h, frames) = sizes.resolution, sizes.clip
     return [
         Part("sdxl-lora-bs1", f"SDXL LoRA {res['sdxl']} px, batch 1, gradient checkpointing", 75,
              TrainRun(TrainSpec("sdxl", values=checkpointed))),
@@ -90,6 +92,9 @@ def parts(sizes: Any) -> list[Part]:
                                                 "layer_offload_fraction": sizes.flux_offload}))),
         Part("side-by-side", "benchmarks/side_by_side.py sdxl-1024: Atelier vs the diffusers SDXL LoRA example", 120,
              side_by_side_part),
+        # past the 420 s of a whole run: run it with --only wan22-ti2v-lora (a call of its own)
+        Part("wan22-ti2v-lora", f"Wan 2.2 TI2V 5B LoRA {w}x{h}, {frames}-frame clips, gradient checkpointing",
+             150, TrainRun(TrainSpec("wan22_ti2v", values=checkpointed, video=True))),
         *sharded_parts(sizes),  # past the 420 s of a whole run: run them with --only sharded (a call of their own)
     ]
 

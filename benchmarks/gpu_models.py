@@ -3,7 +3,9 @@ weights (`random_init`: only the configs are read, nothing is downloaded).
 
 Real size: SD1.5 and SDXL from the published configs the repo ships (trainers/models/*/arch), FLUX.1-dev from its
 published hyperparameters written below (diffusers' FluxTransformer2DModel defaults with the dev guidance
-embedding; T5 v1.1 XXL; the 16-channel autoencoder). `--dry-run`: the tests' tiny models of each family.
+embedding; T5 v1.1 XXL; the 16-channel autoencoder), Wan 2.2 TI2V 5B from Wan-AI/Wan2.2-TI2V-5B-Diffusers' configs
+(its transformer and UMT5-XXL written below, its 48-channel autoencoder the one trainers/models/wan/arch ships).
+`--dry-run`: the tests' tiny models of each family.
 """
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 ARCH = {"sd15": REPO / "trainers" / "models" / "sd" / "arch" / "sd15",
-        "sdxl": REPO / "trainers" / "models" / "sdxl" / "arch" / "sdxl"}
-FAMILIES = ("sd15", "sdxl", "flux")
+        "sdxl": REPO / "trainers" / "models" / "sdxl" / "arch" / "sdxl",
+        "wan22_vae": REPO / "trainers" / "models" / "wan" / "arch" / "vae22"}
+FAMILIES = ("sd15", "sdxl", "flux", "wan22_ti2v")
 
 FLUX_DEV = {  # black-forest-labs/FLUX.1-dev, as diffusers' configs of it say
     "model_index.json": {
@@ -45,6 +48,29 @@ FLUX_DEV = {  # black-forest-labs/FLUX.1-dev, as diffusers' configs of it say
         "use_dynamic_shifting": True, "base_shift": 0.5, "max_shift": 1.15, "base_image_seq_len": 256,
         "max_image_seq_len": 4096},
 }
+WAN22_TI2V_5B = {  # Wan-AI/Wan2.2-TI2V-5B-Diffusers, as its configs say (the autoencoder: ARCH["wan22_vae"])
+    "model_index.json": {
+        "_class_name": "WanPipeline", "expand_timesteps": True, "boundary_ratio": None, "transformer_2": [None, None],
+        "scheduler": ["diffusers", "UniPCMultistepScheduler"], "text_encoder": ["transformers", "UMT5EncoderModel"],
+        "tokenizer": ["transformers", "T5TokenizerFast"], "transformer": ["diffusers", "WanTransformer3DModel"],
+        "vae": ["diffusers", "AutoencoderKLWan"]},
+    "transformer/config.json": {
+        "_class_name": "WanTransformer3DModel", "added_kv_proj_dim": None, "attention_head_dim": 128,
+        "cross_attn_norm": True, "eps": 1e-06, "ffn_dim": 14336, "freq_dim": 256, "image_dim": None,
+        "in_channels": 48, "num_attention_heads": 24, "num_layers": 30, "out_channels": 48, "patch_size": [1, 2, 2],
+        "pos_embed_seq_len": None, "qk_norm": "rms_norm_across_heads", "rope_max_seq_len": 1024, "text_dim": 4096},
+    "text_encoder/config.json": {  # google/umt5-xxl's encoder
+        "architectures": ["UMT5EncoderModel"], "model_type": "umt5", "d_model": 4096, "d_ff": 10240, "d_kv": 64,
+        "num_heads": 64, "num_layers": 24, "vocab_size": 256384, "feed_forward_proj": "gated-gelu",
+        "dense_act_fn": "gelu_new", "is_gated_act": True, "layer_norm_epsilon": 1e-6,
+        "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "tie_word_embeddings": False,
+        "is_encoder_decoder": False, "use_cache": False, "pad_token_id": 0, "eos_token_id": 1,
+        "decoder_start_token_id": 0},
+    "scheduler/scheduler_config.json": {
+        "_class_name": "UniPCMultistepScheduler", "num_train_timesteps": 1000, "prediction_type": "flow_prediction",
+        "use_flow_sigmas": True, "flow_shift": 5.0, "solver_order": 2, "predict_x0": True, "solver_type": "bh2",
+        "lower_order_final": True, "timestep_spacing": "linspace"},
+}
 TINY_FLUX_BLOCKS = (4, 4)  # double, single: enough that the dry run can swap some (2 of each must stay)
 
 
@@ -55,32 +81,40 @@ def model_folder(family: str, work: Path, tiny: bool) -> Path:
         return folder
     if tiny:
         return _tiny(family, folder)
-    if family == "flux":
-        return write_flux_dev(folder)
+    if family in REAL_CONFIGS:
+        return write_configs(folder, *REAL_CONFIGS[family])
     # the shipped tokenizer folders hold only their configs: without them a random-init load uses a tiny tokenizer
     shutil.copytree(ARCH[family], folder, ignore=shutil.ignore_patterns("tokenizer*"))
     return folder
 
 
-def write_flux_dev(folder: Path) -> Path:
-    """FLUX.1-dev's configs (its CLIP-L text encoder is SD1.5's), no weights and no tokenizers."""
-    for name, config in FLUX_DEV.items():
+def write_configs(folder: Path, configs: dict[str, dict[str, Any]], copied: dict[str, Path]) -> Path:
+    """A model folder of `configs` ({file: config}) and the shipped config files `copied` ({file: source}): no
+    weights and no tokenizers."""
+    for name, config in configs.items():
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(config, indent=2), encoding="utf-8")
-    (folder / "text_encoder").mkdir(exist_ok=True)
-    shutil.copy(ARCH["sd15"] / "text_encoder" / "config.json", folder / "text_encoder" / "config.json")
+    for name, source in copied.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, folder / name)
     return folder
+
+
+# FLUX.1-dev's CLIP-L text encoder is SD1.5's
+REAL_CONFIGS = {"flux": (FLUX_DEV, {"text_encoder/config.json": ARCH["sd15"] / "text_encoder" / "config.json"}),
+                "wan22_ti2v": (WAN22_TI2V_5B, {"vae/config.json": ARCH["wan22_vae"] / "config.json"})}
 
 
 def _tiny(family: str, folder: Path) -> Path:
     from trainers.models.flux.tiny import build_tiny_flux
     from trainers.models.sd.tiny import build_tiny_sd1
     from trainers.models.sdxl.tiny import build_tiny_sdxl
+    from trainers.models.wan.ti2v.tiny import build_tiny_wan22_ti2v
 
     if family == "flux":
         return build_tiny_flux(folder, blocks=TINY_FLUX_BLOCKS)
-    return {"sd15": build_tiny_sd1, "sdxl": build_tiny_sdxl}[family](folder)
+    return {"sd15": build_tiny_sd1, "sdxl": build_tiny_sdxl, "wan22_ti2v": build_tiny_wan22_ti2v}[family](folder)
 
 
 def component_params(folder: Path) -> dict[str, int]:

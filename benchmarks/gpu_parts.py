@@ -45,17 +45,18 @@ class Sizes:
     flux_swap: int  # blocks_to_swap of the FLUX parts that swap
     flux_offload: float  # layer_offload_fraction of the FLUX part with an int8 base
     precision: str  # mixed_precision of the training parts (but for those with an option of NEED_BF16)
+    clip: tuple[int, int, int]  # width, height and frames of the video parts' clips (and of their one window)
     work: Path = Path("/tmp")
     peak_flops: float = float("nan")  # the card's bf16 peak (or the measured matmul rate): MFU's denominator
     diffusers_example: Path | None = None
 
 
 REAL = dict(tiny=False, resolution={"sd15": 512, "sdxl": 1024, "flux": 512}, warmup=3, timed=10, gen_steps=20,
-            gen_images=4, flux_swap=18, flux_offload=0.5, precision="bf16")
+            gen_images=4, flux_swap=18, flux_offload=0.5, precision="bf16", clip=(832, 480, 49))
 # A CPU has no bf16 arithmetic of its own: bf16 autocast there is 4-5x slower than fp32, so a dry run trains in fp32
 # but for the parts whose options need bf16 (fp8 base, full_bf16).
 DRY = dict(tiny=True, resolution={"sd15": 64, "sdxl": 64, "flux": 64}, warmup=1, timed=1, gen_steps=3,
-           gen_images=1, flux_swap=2, flux_offload=0.25, precision="no")
+           gen_images=1, flux_swap=2, flux_offload=0.25, precision="no", clip=(64, 64, 5))
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class TrainSpec:
     method: str = "lora"
     batch: int = 1
     values: dict[str, Any] = field(default_factory=dict)  # options on top of the common ones
+    video: bool = False  # trains on clips (Sizes.clip) rather than images
 
 
 # Every training part: latents and text-encoder outputs cached before training (the steps then run the denoiser
@@ -80,24 +82,31 @@ class TrainRun:
     spec: TrainSpec
 
     def config(self, sizes: Sizes, data: Path, output: Path) -> TrainConfig:
-        """The run's options: the common ones, the method's, the spec's; warm-up, timed and counted steps."""
+        """The run's options: the common ones, the method's, the spec's; warm-up, timed and counted steps. `data`
+        is a folder of images, or a video part's dataset config."""
         spec = self.spec
+        dataset = ({"dataset_config": str(data)} if spec.video else
+                   {"train_data_dir": str(data), "resolution": str(sizes.resolution[spec.family])})
         return bench_config(spec.method, {
-            **COMMON, **(LORA if spec.method == "lora" else {}), **spec.values,
+            **COMMON, **(LORA if spec.method == "lora" else {}), **spec.values, **dataset,
             "mixed_precision": "bf16" if any(spec.values.get(k) for k in NEED_BF16) else sizes.precision,
             "pretrained_model_name_or_path": str(model_folder(spec.family, sizes.work, sizes.tiny)),
-            "train_data_dir": str(data), "output_dir": str(output), "resolution": str(sizes.resolution[spec.family]),
-            "train_batch_size": spec.batch, "max_train_steps": sizes.warmup + sizes.timed + 1})
+            "output_dir": str(output), "train_batch_size": spec.batch,
+            "max_train_steps": sizes.warmup + sizes.timed + 1})
 
-    def __call__(self, ctx: PartContext) -> None:
+    def dataset(self, sizes: Sizes, root: Path) -> Path:
         from trainers.demo import build_dataset
 
+        if self.spec.video:
+            return clip_dataset(root, *sizes.clip)
+        return build_dataset(root, folder="100_bench", size=sizes.resolution[self.spec.family])
+
+    def __call__(self, ctx: PartContext) -> None:
         spec, sizes = self.spec, ctx.settings
         started = time.time()
         ctx.phase("building the model and the dataset")
         work = sizes.work / f"train-{spec.family}-{spec.method}-{spec.batch}-{time.time_ns()}"
-        data = build_dataset(work / "data", folder="100_bench", size=sizes.resolution[spec.family])
-        cfg = self.config(sizes, data, work / "out")
+        cfg = self.config(sizes, self.dataset(sizes, work / "data"), work / "out")
         steps = cfg.max_train_steps  # the last one is counted, not timed
         flops, memory = StepFlops(steps), PeakMemory()
 
@@ -120,6 +129,31 @@ class TrainRun:
         ctx.phase("loading the saved output back")
         ctx.report(saved=str(final), **(lora_loads_back(trainable, final) if spec.method == "lora"
                                         else unet_loads_back(trainable, final)))
+
+
+def clip_dataset(root: Path, width: int, height: int, frames: int, fps: float = 24.0) -> Path:
+    """Two captioned clips of `frames` frames at width x height (a bright square crossing a gradient), as a
+    musubi-tuner video dataset config taking one window of all their frames from each: the config's path."""
+    import numpy as np
+
+    from trainers.models.video import write_mp4
+
+    clips = root / "clips"
+    clips.mkdir(parents=True, exist_ok=True)
+    ramp = np.linspace(40, 200, width, dtype=np.uint8)[None, None, :, None]
+    for i, colour in enumerate(((230, 80, 60), (60, 120, 230))):
+        video = np.broadcast_to(ramp, (frames, height, width, 3)).copy()
+        side = max(height // 4, 2)
+        for f in range(frames):
+            x = (f * (width - side)) // max(frames - 1, 1)
+            video[f, height // 2 - side // 2:height // 2 + side // 2, x:x + side] = colour
+        write_mp4(video, clips / f"{i}.mp4", fps)
+        (clips / f"{i}.txt").write_text(f"a {('red', 'blue')[i]} square moving right", encoding="utf-8")
+    config = root / "dataset.toml"
+    config.write_text(f'[general]\nresolution = [{width}, {height}]\n\n[[datasets]]\nvideo_directory = '
+                      f'{json.dumps(str(clips))}\ntarget_frames = [{frames}]\nframe_extraction = "head"\n'
+                      f"source_fps = {fps}\n", encoding="utf-8")
+    return config
 
 
 def estimated_gb(cfg: TrainConfig, family: str, tiny: bool) -> float | None:

@@ -88,6 +88,11 @@ def test_the_real_size_models_are_the_published_architectures(real_folders: dict
     # FLUX.1-dev: the transformer 11.9 B (flux1-dev.safetensors), its 16-channel autoencoder, CLIP-L, T5-XXL's encoder
     assert counts["flux"] == {"denoiser": 11_901_408_320, "vae": 83_819_683, "text_encoder_1": clip_l,
                               "text_encoder_2": 4_762_310_656}
+    # Wan 2.2 TI2V 5B: the sizes the memory estimate states for it (its rules' and memory_facts' published counts)
+    from trainers.core.memory_facts import UMT5_XXL, WAN22_VAE
+    from trainers.models.wan.ti2v.rules import TI2V_5B
+
+    assert counts["wan22_ti2v"] == {"denoiser": TI2V_5B, "vae": WAN22_VAE, "text_encoder_1": UMT5_XXL}
 
 
 def test_the_real_size_runs_pass_the_trainers_checks(tmp_path: Path) -> None:
@@ -99,10 +104,11 @@ def test_the_real_size_runs_pass_the_trainers_checks(tmp_path: Path) -> None:
     from trainers.preflight.validate import check
 
     sizes = Sizes(**REAL, work=tmp_path)
-    data = build_dataset(tmp_path / "data", folder="100_bench", size=64)
+    images = build_dataset(tmp_path / "data", folder="100_bench", size=64)
     runs = [part.run for part in gpu_check.parts(sizes) if isinstance(part.run, TrainRun)]
-    assert len(runs) == 11
+    assert len(runs) == 12
     for run in runs:
+        data = run.dataset(sizes, tmp_path / "clips") if run.spec.video else images  # 832x480, 49 frames
         cfg = run.config(sizes, data, tmp_path / "out")
         check(cfg)  # raises ConfigError naming each problem
         check_optimizer(cfg)
