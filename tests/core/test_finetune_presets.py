@@ -25,7 +25,8 @@ FAMILIES = {"chroma": ("lodestones/Chroma1-HD", "trainers.models.chroma.tiny", "
                                 "trainers.models.hunyuan_image21.tiny", "build_tiny_hunyuan_image21"),
             "ernie_image": ("baidu/ERNIE-Image", "trainers.models.ernie_image.tiny", "build_tiny_ernie_image"),
             "hidream": ("HiDream-ai/HiDream-I1-Full", "trainers.models.hidream.tiny", "build_tiny_hidream"),
-            "ideogram4": ("ideogram-ai/ideogram-4-fp8", "trainers.models.ideogram4.tiny", "build_tiny_ideogram4")}
+            "ideogram4": ("ideogram-ai/ideogram-4-fp8", "trainers.models.ideogram4.tiny", "build_tiny_ideogram4"),
+            "anima": ("circlestone-labs/Anima", "trainers.models.anima.tiny", "build_tiny_anima_file")}
 FOUND = sorted(PRESETS.glob("*_finetune_*gb.toml"))
 
 

@@ -39,8 +39,9 @@ class AnimaRules(FlowRules):
     writes_single_files = True
     reference_prefixes = tuple(f"{root}{DIT_MARKER}" for root in ROOTS)
     # circlestone-labs/Anima's split files: diffusion_models/anima-*.safetensors (DiT and llm_adapter), text_encoders/
-    # qwen_3_06b_base.safetensors (sd-scripts' --qwen3), vae/qwen_image_vae.safetensors (sd-scripts' --vae)
-    checkpoint_parts = (Part("llm", "text_encoders.qwen3_06b.", "text_encoder", "Qwen3 text encoder",
+    # qwen_3_06b_base.safetensors (sd-scripts' --qwen3), vae/qwen_image_vae.safetensors (sd-scripts' --vae); in one
+    # file, under ComfyUI's prefixes of its text encoder (text_encoders.qwen3_06b.transformer.model.*) and VAE
+    checkpoint_parts = (Part("llm", "text_encoders.qwen3_06b.transformer.", "text_encoder", "Qwen3 text encoder",
                              encoder_class="Qwen3Model", base_config=Path(__file__).with_name("text_encoder.json"),
                              tokenizer="Qwen/Qwen3-0.6B-Base"),
                         Part("vae", "vae.", "ae", "autoencoder (the Qwen-Image VAE, qwen_image_vae.safetensors)",

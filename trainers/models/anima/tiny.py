@@ -55,3 +55,20 @@ def build_tiny_anima(folder: Path, seed: int = 0) -> dict[str, str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in states[option].items()}, path)
     return {**{k: str(v) for k, v in files.items()}, "tokenizer_cache_dir": str(tokenizers)}
+
+
+def build_tiny_anima_file(path: Path, seed: int = 0) -> Path:
+    """The tiny model as one all-in-one file (`path`.safetensors: the DiT, the Qwen3 and the VAE under ComfyUI's
+    prefixes), for checks that give a model as one path; its split files and tokenizers beside it."""
+    from safetensors.torch import load_file, save_file
+
+    from trainers.models.anima.rules import ANIMA
+
+    files = build_tiny_anima(path.with_name(path.name + "-parts"), seed)
+    state = dict(load_file(files["pretrained_model_name_or_path"]))
+    for part in ANIMA.checkpoint_parts:
+        state.update({part.prefix + k: v for k, v in load_file(files[part.option]).items()})
+    out = path.with_suffix(".safetensors")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file(state, out)
+    return out
