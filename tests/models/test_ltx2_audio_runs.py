@@ -46,6 +46,7 @@ def audio_runs(request: pytest.FixtureRequest, tiny: Path, tmp_path_factory: pyt
 
 @pytest.mark.slow
 def test_a_lora_with_audio_trains_the_audio_stream_and_names_what_has_no_sound(audio_runs: SimpleNamespace) -> None:
+    import av
     from helpers import events
 
     evs = events(audio_runs.run)
@@ -54,6 +55,15 @@ def test_a_lora_with_audio_trains_the_audio_stream_and_names_what_has_no_sound(a
     assert any("quiet.mp4 has no audio stream" in w for w in warnings), warnings
     assert any("1 image(s) train as 1-frame clips without sound" in w for w in warnings), warnings
     assert not any("drum.mp4" in w for w in warnings)
+    sample = Path(next(e for e in evs if e["type"] == "sample")["path"])
+    with av.open(str(sample)) as container:  # the sample has its sound: the audio latents decoded and vocoded
+        assert len(list(container.decode(container.streams.video[0]))) == 25
+        sound = container.streams.audio[0]
+        assert sound.rate == 16000 and sound.channels == 2  # the tiny vocoder's rate, stereo
+        container.seek(0)
+        samples = sum(frame.samples for frame in container.decode(sound))
+        # the tiny vocoder upsamples its ~100 mel frames 4x (the published one 240x, 24 kHz): one AAC frame
+        assert samples >= 4 * 100
     audio = {k: v for k, v in audio_runs.lora.items() if "audio" in k and k.endswith("lora_up.weight")}
     assert len(audio) == 2 * 18  # each block's audio stream and audio-video attention linears
     assert all(v.abs().sum() > 0 for v in audio.values())  # they start at zero: each moved

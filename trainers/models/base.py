@@ -260,6 +260,11 @@ class ModelFamily(FamilyRules):
         """What a sample is of decode_latents' pixels: a PIL image here (video families: their frames)."""
         return pipe.image_processor.postprocess(pixels.float(), output_type="pil")[0]
 
+    def sample_with_output(self, sample: Any, output: Any) -> Any:
+        """A sample (sample_output's) with what else its pipeline's output (output_type="latent") holds that the
+        sample shows (LTX-2 with_audio: its sound); as it is here."""
+        return sample
+
     def save_sample(self, sample: Any, path: Path, parameters: str) -> Path | None:
         """Write a sample (sample_output's) of its own kind as `path` (its sample_suffix) and return it (video
         families: a clip); None: the sampler writes it as a PNG."""

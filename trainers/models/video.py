@@ -18,10 +18,13 @@ from trainers.data.clip_audio import ClipSound
 from trainers.data.video_cache import WindowExtras
 
 CODECS = ("libx264", "mpeg4")  # H.264 plays in every browser; mpeg4 where this PyAV build lacks it
+AUDIO_CODEC = "aac"  # FFmpeg's own AAC encoder: mp4's usual sound, in every build
 
 
-def write_mp4(frames: np.ndarray, path: Path, fps: float, parameters: str = "") -> Path:
-    """Write `frames` (F, H, W, 3) uint8 as `path` (an .mp4); sides are cut to even numbers (yuv420p). Returns it."""
+def write_mp4(frames: np.ndarray, path: Path, fps: float, parameters: str = "",
+              sound: tuple[np.ndarray, int] | None = None) -> Path:
+    """Write `frames` (F, H, W, 3) uint8 as `path` (an .mp4); sides are cut to even numbers (yuv420p). `sound`:
+    (waveform (channels, samples) float in [-1, 1], samples a second), muxed as an AAC track. Returns it."""
     import av
 
     height, width = frames.shape[1] // 2 * 2, frames.shape[2] // 2 * 2
@@ -32,12 +35,37 @@ def write_mp4(frames: np.ndarray, path: Path, fps: float, parameters: str = "") 
                 container.metadata["comment"] = parameters
             stream = container.add_stream(codec, rate=round(fps))
             stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+            audio = _sound_stream(container, sound) if sound is not None else None
             for frame in frames[:, :height, :width]:
                 for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")):
                     container.mux(packet)
             for packet in stream.encode():
                 container.mux(packet)
+            if audio is not None and sound is not None:
+                _write_sound(container, audio, *sound)
     return path
+
+
+def _sound_stream(container: Any, sound: tuple[np.ndarray, int]) -> Any:
+    wave, rate = sound
+    stream = container.add_stream(AUDIO_CODEC, rate=int(rate))
+    stream.layout = "mono" if wave.shape[0] == 1 else "stereo"
+    return stream
+
+
+def _write_sound(container: Any, stream: Any, wave: np.ndarray, rate: int) -> None:
+    import av
+
+    data = np.clip(np.asarray(wave, np.float32), -1, 1)[:2]
+    step = 1024  # AAC's frame
+    for start in range(0, data.shape[1], step):
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(data[:, start:start + step]), format="fltp",
+                                           layout=stream.layout.name)
+        frame.sample_rate, frame.pts = int(rate), start
+        for packet in stream.encode(frame):
+            container.mux(packet)
+    for packet in stream.encode():
+        container.mux(packet)
 
 
 class VideoFamily:

@@ -182,15 +182,16 @@ def _render(pipe: Any, model: LoadedModel, s: _Settings, device: torch.device, d
     with torch.autocast(device.type, dtype=dtype, enabled=half):
         embeds = encode_for_pipeline(model, [s.prompt.prompt, s.prompt.negative], s.clip_skip, device,
                                      s.prompt.edit_images, (s.width, s.height))
-        latents = pipe(
+        output = pipe(
             **embeds, width=s.width, height=s.height, num_inference_steps=s.steps,
             **(model.family.pipeline_kwargs(s.cfg_scale) | frame_kwargs(model.family, s.prompt.frames)),
             **model.family.edit_inputs(s.prompt.edit_images, s.width, s.height),
             generator=torch.Generator("cpu").manual_seed(s.seed),
             output_type="latent",
-        )[0]  # its images (a video pipeline's frames) as latents
+        )
+        latents = output[0]  # its images (a video pipeline's frames) as latents
     pixels = model.family.decode_latents(model.vae, latents, s.width, s.height)
-    return model.family.sample_output(pipe, pixels)
+    return model.family.sample_with_output(model.family.sample_output(pipe, pixels), output)
 
 
 def encode_for_pipeline(model: LoadedModel, texts: list[str], clip_skip: int, device: torch.device,

@@ -152,3 +152,21 @@ def with_audio(inner: Objective, family: Any) -> Objective:
 
 def audio_trainable(trainable: Any, family: Any) -> Any:
     return dataclasses.replace(trainable, objective=with_audio(trainable.objective, family))
+
+
+@dataclass
+class SoundedClip:
+    """A sample's frames (F, H, W, 3) uint8 and its sound (waveform (channels, samples), samples a second)."""
+
+    frames: Any
+    sound: tuple[Any, int]
+
+
+def decode_sound(audio_vae: nn.Module, vocoder: nn.Module, latents: torch.Tensor) -> tuple[Any, int]:
+    """The first sample's waveform (channels, samples) float32 and its rate, of the audio latents LTX2Pipeline
+    returns with output_type="latent" (denormalised, (B, C, L, M)), decoded as it decodes them: the audio
+    autoencoder's mel spectrogram, then the vocoder."""
+    with torch.no_grad():
+        mel = audio_vae.decode(latents[:1].to(audio_vae.device, audio_vae.dtype), return_dict=False)[0]
+        wave = vocoder(mel.to(vocoder.device, vocoder.dtype))
+    return wave[0].float().cpu().numpy(), int(vocoder.config.output_sampling_rate)

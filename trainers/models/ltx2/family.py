@@ -305,6 +305,23 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
 
         return {"image": sample_images(images[:1], width, height)[0]}
 
+    def sample_with_output(self, sample: Any, output: Any) -> Any:
+        """with_audio: the sample's frames with its sound (the pipeline's audio latents through the audio autoencoder
+        and the vocoder); else its frames alone, silent."""
+        if not self.with_audio or self.parts is None or len(output) < 2 or output[1] is None:
+            return sample
+        from trainers.models.ltx2.audio import SoundedClip, decode_sound
+
+        return SoundedClip(sample, decode_sound(self.parts.audio_vae, self.parts.vocoder, output[1]))
+
+    def save_sample(self, sample: Any, path: Path, parameters: str) -> Path:
+        from trainers.models.ltx2.audio import SoundedClip
+        from trainers.models.video import write_mp4
+
+        if isinstance(sample, SoundedClip):
+            return write_mp4(sample.frames, path, self.frame_rate, parameters, sound=sample.sound)
+        return super().save_sample(sample, path, parameters)
+
     def pipeline_embeds(self, hidden: torch.Tensor, text_mask: torch.Tensor | None) -> dict[str, Any]:
         assert text_mask is not None, "LTX-2's encode_prompts gives the text mask"
         return {"prompt_embeds": hidden[:1], "prompt_attention_mask": text_mask[:1],
@@ -312,7 +329,8 @@ class LTX2Video(LTX2Rules, VideoFamily, FlowFamily, ModelFamily):
 
     def pipeline_kwargs(self, cfg_scale: float) -> dict[str, Any]:
         """Classifier-free guidance of the scale on both streams, without the pipeline's spatio-temporal and
-        modality guidance or its rescale (LTX-2.3's defaults); its audio is not rendered (latents out)."""
+        modality guidance or its rescale (LTX-2.3's defaults); its audio latents come out beside the video's,
+        rendered with_audio (sample_with_output)."""
         return {"guidance_scale": cfg_scale, "audio_guidance_scale": cfg_scale, "stg_scale": 0.0,
                 "audio_stg_scale": 0.0, "modality_scale": 1.0, "audio_modality_scale": 1.0,
                 "guidance_rescale": 0.0, "audio_guidance_rescale": 0.0, "spatio_temporal_guidance_blocks": None,
