@@ -21,7 +21,7 @@ def _refusal(path: Path) -> str:
 @pytest.mark.parametrize("fields, expected", [
     ({"LoRA_type": "Standard", "lumina_checkbox": True}, "preset lumina2_lora_16gb"),
     ({"LoRA_type": "HunyuanImage-2.1"}, "preset hunyuan_image21_lora_24gb"),
-    ({"LoRA_type": "Standard", "anima_checkbox": True}, "Anima training"),
+    ({"LoRA_type": "Standard", "anima_checkbox": True}, "preset anima_lora_16gb"),
 ])
 def test_kohya_ss_json_of_a_family_says_what_to_import_instead(tmp_path: Path, fields: dict, expected: str) -> None:
     path = tmp_path / "kohya_ss.json"
@@ -31,10 +31,11 @@ def test_kohya_ss_json_of_a_family_says_what_to_import_instead(tmp_path: Path, f
     assert expected in message and "HunyuanImage, Lumina and Anima training is not available" not in message
 
 
-def test_an_anima_toml_is_refused_as_anima_and_names_every_family_trained_here(tmp_path: Path) -> None:
-    path = tmp_path / "anima.toml"
-    path.write_text('pretrained_model_name_or_path = "/m/anima.safetensors"\nqwen3 = "/m/qwen3.safetensors"\n'
-                    'network_module = "networks.lora_anima"\ntrain_data_dir = "/d"\n', encoding="utf-8")
+def test_an_anima_option_outside_an_anima_toml_is_refused_as_anima_and_names_every_family_trained_here(
+        tmp_path: Path) -> None:
+    path = tmp_path / "sdxl.toml"
+    path.write_text('pretrained_model_name_or_path = "/m/sdxl.safetensors"\nllm_adapter_lr = 1e-5\n'
+                    'train_data_dir = "/d"\n', encoding="utf-8")
     message = _refusal(path)
-    assert "Anima training" in message
+    assert "sd-scripts' Anima trainer" in message and "llm_adapter_lr" in message
     assert all(family.title in message for family in FAMILIES)

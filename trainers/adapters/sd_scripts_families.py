@@ -3,7 +3,7 @@
 networks.lora_lumina and library/lumina_train_util.py's options) and HunyuanImage 2.1 (hunyuan_image_train_network.py,
 its networks.lora_hunyuan_image). A config adapter (trainers/core/registry.py CONFIG_ADAPTERS):
 it claims the sd-scripts files of these families, reads their own keys, and leaves the rest to sd-scripts' reader
-(trainers/adapters/kohya/reading.py).
+(trainers/adapters/kohya/reading.py). Anima (anima_train_network.py and anima_train.py, networks.lora_anima) too.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.adapters.kohya.reading import read_sd_scripts
+from trainers.models.anima.rules import TEXT_LENGTH as ANIMA_TEXT_LENGTH
 from trainers.models.lumina2.rules import SYSTEM_PROMPT as LUMINA_SYSTEM_PROMPT
 from trainers.models.lumina2.rules import TEXT_LENGTH as LUMINA_TEXT_LENGTH
 
@@ -30,13 +31,26 @@ HUNYUAN_SPLIT_FILES = ("text_encoder", "byt5", "vae")  # its Qwen2.5-VL, ByT5 an
 HUNYUAN_SPEED_ONLY = ("attn_mode", "split_attn", "vae_chunk_size", "text_encoder_cpu")
 # its options read as ours (what they keep in 8-bit floats)
 HUNYUAN_READ_AS = {"fp8_scaled": ("fp8_base", True), "fp8_vl": ("text_encoder_precision", "fp8")}
+ANIMA_MODULE = "networks.lora_anima"
+# anima_train_network.py's argparse defaults where ours would train differently
+ANIMA_DEFAULTS: dict[str, Any] = {"timestep_sampling": "sigmoid", "discrete_flow_shift": 1.0}
+ANIMA_FILES = {"qwen3": "text_encoder", "vae": "ae"}  # its Qwen3 and VAE files, read as ours
+ANIMA_LENGTHS = ("qwen3_max_token_length", "t5_max_token_length")
+ANIMA_SPEED_ONLY = ("attn_mode", "split_attn", "vae_chunk_size", "vae_disable_cache", "unsloth_offload_checkpointing")
+# its per-component learning rates of a finetune (None: the base rate)
+ANIMA_COMPONENT_LRS = ("llm_adapter_lr", "self_attn_lr", "cross_attn_lr", "mlp_lr", "mod_lr")
 
 
 def claims(flat: dict[str, Any]) -> bool:
     """A Chroma, Lumina 2 or HunyuanImage 2.1 file of sd-scripts: its model_type, its LoRA module, or its Gemma 2 or
     ByT5 file."""
     return (MODEL_TYPES.get(str(flat.get("model_type"))) is not None or flat.get("network_module") == LUMINA_MODULE
-            or "gemma2" in flat or is_hunyuan_image(flat))
+            or "gemma2" in flat or is_hunyuan_image(flat) or is_anima(flat))
+
+
+def is_anima(flat: dict[str, Any]) -> bool:
+    """An Anima file of sd-scripts: its LoRA module or its Qwen3 file (anima_train.py names no network module)."""
+    return flat.get("network_module") == ANIMA_MODULE or "qwen3" in flat
 
 
 def is_hunyuan_image(flat: dict[str, Any]) -> bool:
@@ -62,6 +76,9 @@ def read_family_keys(flat: dict[str, Any], note: Callable[[str], None], bad: Cal
     Atelier honours are checked and left out, the others refused by name."""
     if is_hunyuan_image(flat):
         _hunyuan_keys(flat, note)
+        return
+    if is_anima(flat):
+        _anima_keys(flat, note, bad)
         return
     family = MODEL_TYPES.get(str(flat.get("model_type")))
     if family and "model_family" not in flat:
@@ -130,4 +147,40 @@ def _hunyuan_keys(flat: dict[str, Any], note: Callable[[str], None]) -> None:
     flat.update(used)
     if used:
         note("hunyuan_image_train_network.py's defaults for options the file leaves out: "
+             + ", ".join(f"{name} = {value!r}" for name, value in used.items()))
+
+
+def _anima_keys(flat: dict[str, Any], note: Callable[[str], None], bad: Callable[[str, str], None]) -> None:
+    """Anima's: its module, Qwen3 and VAE files read as ours (llm_adapter_path and t5_tokenizer_path are ours too),
+    its token lengths at their 512, its speed options left out, its per-component learning rates refused by name,
+    sd-scripts' defaults for the flow options the file leaves out."""
+    if flat.get("network_module") == ANIMA_MODULE:
+        flat["network_module"] = "networks.lora"
+        note(f"network_module = {ANIMA_MODULE!r} is read as model_family = 'anima' with network_module = "
+             "'networks.lora' (the family names the LoRA's keys as sd-scripts does)")
+    flat.setdefault("model_family", "anima")
+    for theirs, ours in ANIMA_FILES.items():
+        if flat.get(theirs):
+            flat[ours] = flat.pop(theirs)
+            note(f"{theirs} (sd-scripts' Anima {'Qwen3' if theirs == 'qwen3' else 'VAE'} file) is read as {ours}")
+        else:
+            flat.pop(theirs, None)
+    for name in ANIMA_LENGTHS:
+        length = flat.pop(name, None)
+        if length not in (None, "", ANIMA_TEXT_LENGTH):
+            bad(name, f"{name} = {length!r} is refused: Anima reads {ANIMA_TEXT_LENGTH} tokens here (sd-scripts' "
+                "default, the LLM adapter's 512 queries)")
+    for name in ANIMA_COMPONENT_LRS:
+        if flat.pop(name, None) is not None:
+            bad(name, f"{name} (a learning rate of one part of Anima's denoiser) is not available here: every part "
+                "trains at learning_rate; leave it unset")
+    if flat.pop("qwen_image_vae_2d", None):
+        bad("qwen_image_vae_2d", "is not available here: the Qwen-Image VAE runs as its published network")
+    dropped = [name for name in ANIMA_SPEED_ONLY if flat.pop(name, None) not in (None, "", False)]
+    if dropped:
+        note(f"{', '.join(dropped)} left out: speed and memory only here (PyTorch SDPA attention)")
+    used = {name: value for name, value in ANIMA_DEFAULTS.items() if name not in flat}
+    flat.update(used)
+    if used:
+        note("anima_train_network.py's defaults for options the file leaves out: "
              + ", ".join(f"{name} = {value!r}" for name, value in used.items()))

@@ -17,7 +17,7 @@ from typing import Any
 from trainers.core.errors import ConfigIssue
 from trainers.adapters.kohya import gui_json_flow as flow
 from trainers.adapters.kohya.compat import SDXL_FLAG
-from trainers.adapters.kohya.keys import ANIMA, FAMILY_OF_KEY, TRAINED_HERE, blank, ignored_keys_warning
+from trainers.adapters.kohya.keys import FAMILY_OF_KEY, TRAINED_HERE, blank, ignored_keys_warning
 from trainers.core.options.training import BY_NAME
 
 
@@ -105,7 +105,7 @@ _OWN_TOML = ("kohya_ss's {0} JSON configs are not read here: import the TOML koh
 OTHER_FAMILY_SWITCHES: dict[str, str] = {
     "flux1_checkbox": _FLOW_JSON, "sd3_checkbox": _FLOW_JSON,
     "hunyuan_image_checkbox": _OWN_TOML.format("HunyuanImage 2.1", "hunyuan_image21_lora_24gb"),
-    "anima_checkbox": ANIMA,
+    "anima_checkbox": _OWN_TOML.format("Anima", "anima_lora_16gb"),
     "lumina_checkbox": _OWN_TOML.format("Lumina", "lumina2_lora_16gb"),
 }
 # GUI fields of those families (every kohya_ss JSON has them; kohya_ss passes them only for that family).
@@ -150,7 +150,7 @@ REFUSED_LORA_TYPES: dict[str, str] = {
     "Flux1": "it is the FLUX.1 LoRA: kohya_ss runs it only with flux1_checkbox = true",
     "Flux1 OFT": "sd-scripts' FLUX OFT is not available; choose LoRA_type 'Flux1'",
     "HunyuanImage-2.1": _OWN_TOML.format("HunyuanImage 2.1", "hunyuan_image21_lora_24gb"),
-    "Anima": ANIMA,
+    "Anima": _OWN_TOML.format("Anima", "anima_lora_16gb"),
     "Lumina": _OWN_TOML.format("Lumina", "lumina2_lora_16gb"),
 }
 # The names LyCORIS reads for kohya_ss's fields where they differ.

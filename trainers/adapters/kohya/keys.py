@@ -47,8 +47,8 @@ REFUSED: dict[str, str] = {
     "conditioning_image_dir": "is not read by sd-scripts: ControlNet control images come from conditioning_data_dir",
 }
 
-ANIMA = ("Anima training (sd-scripts' anima_train_network.py) is not available here: no diffusers class for it "
-         "yet")
+ANIMA = ("an option of sd-scripts' Anima trainer, read only in its configs (a file that names network_module = "
+         "'networks.lora_anima' or its qwen3 file)")
 # Keys only sd-scripts' trainers of other model families read: one message names them all.
 OTHER_FAMILIES: dict[str, frozenset[str]] = {
     # SD3 and FLUX train here from diffusers folders or sd-scripts' files (with clip_l, clip_g, t5xxl, ae), with the
@@ -66,8 +66,8 @@ OTHER_FAMILIES: dict[str, frozenset[str]] = {
     "split_qkv is read from network_args, as sd-scripts' networks.lora_flux and lora_sd3 read it (network_args = "
     "['split_qkv=True'])": frozenset(FUSED_LAYER_ARGS),
     ANIMA: frozenset({
-        "qwen3", "llm_adapter_path", "t5_tokenizer_path", "qwen3_max_token_length", "t5_max_token_length",
-        "unsloth_offload_checkpointing", "vae_disable_cache", "qwen_image_vae_2d",
+        "qwen3_max_token_length", "t5_max_token_length", "unsloth_offload_checkpointing", "vae_disable_cache",
+        "qwen_image_vae_2d", "llm_adapter_lr", "self_attn_lr", "cross_attn_lr", "mlp_lr", "mod_lr",
     }),
     # Read in the files of those trainers (sd_scripts_families: a Lumina file names networks.lora_lumina or its gemma2
     # file, a HunyuanImage file networks.lora_hunyuan_image or its byt5 file); anywhere else they mean nothing.
@@ -84,7 +84,6 @@ TRAINED_HERE = "Atelier trains " + ", ".join(family.title for family in FAMILIES
 # sd-scripts' network modules for families not trained here.
 FAMILY_NETWORK_MODULES: dict[str, str] = {
     "networks.oft_flux": "sd-scripts' FLUX OFT is not available; use network_module = 'networks.lora'",
-    "networks.lora_anima": ANIMA,
 }
 # network_module values of sd-scripts that are not ours -> why, and what to use.
 NETWORK_MODULES: dict[str, str] = {
