@@ -172,7 +172,17 @@ def parked_share(cfg: TrainConfig) -> float:
 
 
 def model_size(cfg: TrainConfig) -> ModelSize | None:
-    """The config's model's sizes: counted from its files when they are here, else its family's published ones."""
+    """The config's model's sizes: counted from its files when they are here, else its family's published ones; as
+    the family's options size them (its rules' `trained_size`: LTX-2's with_audio LoRA targets)."""
+    size = _files_or_published(cfg)
+    if size is None or cfg.model_family not in FAMILY_NAMES:
+        return size
+    from trainers.models.rules import rules_of
+
+    return rules_of(cfg.model_family).trained_size(cfg.values, size)
+
+
+def _files_or_published(cfg: TrainConfig) -> ModelSize | None:
     published = published_size(cfg.model_family, str(cfg.values.get("pretrained_model_name_or_path") or ""))
     parts = model_parts(cfg.values)
     if not parts:
@@ -350,7 +360,8 @@ def latent_frames(tokens: Tokens, frames: int) -> int:
 def sequence_tokens(tokens: Tokens, pixels: int, frames: int = 1) -> float:
     """The tokens one sample puts through the transformer: its images' (each frame's latent tokens x latent frames)
     and the text's."""
-    return tokens.images * pixels / tokens.pixels_per_token * latent_frames(tokens, frames) + tokens.text_tokens
+    return (tokens.images * pixels / tokens.pixels_per_token * latent_frames(tokens, frames) + tokens.text_tokens
+            + tokens.frame_tokens * max(1, frames))
 
 
 def _sequence_activations(tokens: Tokens, pixels: int, checkpointed: bool, frames: int = 1) -> float:

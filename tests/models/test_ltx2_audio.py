@@ -279,3 +279,18 @@ def test_an_audio_lora_loads_with_every_key_in_ltx2pipeline(saved: SimpleNamespa
         theirs, ours = pipe.transformer(**inputs), saved.unet(**inputs)
     assert torch.allclose(theirs[0], ours[0], atol=1e-4) and torch.allclose(theirs[1], ours[1], atol=1e-4)
     assert not math.isnan(float(theirs[1].abs().sum()))
+
+
+def test_the_memory_estimate_counts_the_audio_lora_with_audio_and_the_audio_tokens() -> None:
+    import dataclasses
+
+    from trainers.core.memory_facts import LTX2_TOKENS
+    from trainers.memory_estimate import sequence_tokens
+    from trainers.models.ltx2.rules import LTX2
+
+    size = LTX2.memory_facts
+    assert LTX2.trained_size({"with_audio": False}, size) is size
+    assert LTX2.trained_size({"with_audio": True}, size).lora_per_rank == 5_111_808 + 4_521_984
+    # a 49-frame window's ~51 audio latents, each half a video token wide, beside its 7 x 384 video tokens
+    video_only = sequence_tokens(dataclasses.replace(LTX2_TOKENS, frame_tokens=0.0), 768 * 512, 49)
+    assert sequence_tokens(LTX2_TOKENS, 768 * 512, 49) - video_only == pytest.approx(49 * 25 / 24 / 2)

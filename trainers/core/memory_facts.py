@@ -65,6 +65,9 @@ class Tokens:
     # the window counted when the run's dataset states none (the window its activation figures were for)
     frame_rule: int = 0
     frames: int = 1
+    # tokens beside the frames' that grow with the window's frames, counted in hidden-wide tokens a frame (LTX-2's
+    # audio stream)
+    frame_tokens: float = 0.0
 
 
 # FLUX.1 and Chroma: 3072 wide, 19 + 38 blocks, 8x autoencoder with 2x2 patches, T5 padded to 512 tokens
@@ -105,9 +108,9 @@ WAN_TI2V_TOKENS = Tokens(3072, 30, 32 * 32, 512, frame_rule=4, frames=121)
 # HunyuanVideo 1.5: 2048 wide, 54 blocks, a 16x VAE with 1x1x1 patches, Qwen2.5-VL's 1000 tokens and ByT5's 256, 33
 # frames (musubi-tuner's window)
 HUNYUAN_VIDEO15_TOKENS = Tokens(2048, 54, 16 * 16, 1000 + 256, frame_rule=4, frames=33)
-# LTX-2: 4096 wide, 48 blocks, a 32x VAE (8x in time) with 1x1x1 patches, Gemma 3's 1024 tokens, 49 frames (the
-# audio stream's few tokens left out)
-LTX2_TOKENS = Tokens(4096, 48, 32 * 32, 1024, frame_rule=8, frames=49)
+# LTX-2: 4096 wide, 48 blocks, a 32x VAE (8x in time) with 1x1x1 patches, Gemma 3's 1024 tokens, 49 frames; its
+# audio stream beside, 25 latents a second of 24 frames, 2048 wide (half a video token each)
+LTX2_TOKENS = Tokens(4096, 48, 32 * 32, 1024, frame_rule=8, frames=49, frame_tokens=25 / 24 * 2048 / 4096)
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,11 @@ class FamilyRules(ABC):
     # its variants' sizes, keyed by the words (lowercase) a hub id of that variant holds, the most specific first
     memory_variants: Mapping[tuple[str, ...], ModelSize] = {}
 
+    def trained_size(self, values: Mapping[str, Any], size: ModelSize) -> ModelSize:
+        """The memory estimate's sizes of a run with these options (a family option that trains more layers: more
+        LoRA parameters); as they are here."""
+        return size
+
     @classmethod
     def of(cls: type[Rules], rules: "FamilyRules") -> Rules:
         """The family `rules` describe as an object of `cls`, the plug-in class that adds loading and running."""

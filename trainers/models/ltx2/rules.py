@@ -6,6 +6,7 @@ weighting_scheme; no guidance embedding). Its frames follow its causal video aut
 its buckets step by 32 pixels (the 32x autoencoder, 1x1 patches)."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ FILE = "ltx-2-19b-dev.safetensors"  # Lightricks' bf16 file, which ComfyUI loads
 # the 19B transformer (diffusers 0.42.1's defaults, LTX-2.0's layout) counted on the meta device, and the LoRA
 # parameters per rank on its video stream's attention and feed-forward linears (480 of them over 48 blocks)
 LTX2_19B, LTX2_19B_LINEAR, LTX2_19B_LORA_PER_RANK = 18_876_174_592, 18_866_503_680, 5_111_808
+# and with_audio's on the audio stream's attention and feed-forward (2048 wide) and both audio-video cross-attentions
+# (between 4096 and 2048), 18 linears a block
+LTX2_19B_AUDIO_LORA_PER_RANK = 4_521_984
 
 
 class LTX2Rules(FlowRules):
@@ -102,6 +106,13 @@ class LTX2Rules(FlowRules):
             return [ConfigIssue("pretrained_model_name_or_path", f"{name} {why}: give Lightricks' {FILE} (bf16; "
                                 "fp8_base trains it in fp8) or an LTX-2 diffusers folder", "model")]
         return _gemma_file_issues(files.text_encoder) + super().checkpoint_issues(keys, files, vae_path)
+
+    def trained_size(self, values: Mapping[str, Any], size: ModelSize) -> ModelSize:
+        """with_audio: the audio targets' LoRA parameters too (the published share of the video targets')."""
+        if not values.get("with_audio"):
+            return size
+        extra = round(size.lora_per_rank * LTX2_19B_AUDIO_LORA_PER_RANK / LTX2_19B_LORA_PER_RANK)
+        return dataclasses.replace(size, lora_per_rank=size.lora_per_rank + extra)
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """The flow rules, and text_encoder_precision 'fp8' refused by name: Gemma 3's LM head shares its weight with
