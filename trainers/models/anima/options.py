@@ -7,10 +7,10 @@ from trainers.models.option_sets import DENSITY, SAMPLING, SINGLE_FILE
 
 READS = DENSITY | SAMPLING | SINGLE_FILE | {"text_encoder", "ae"}
 OPTIONS: tuple[Option, ...] = (
-    Option("llm_adapter_path", "str", "", "Anima: the LLM adapter's .safetensors, for a DiT file without it "
+    Option("llm_adapter_path", "str", "", "The LLM adapter's .safetensors, for a DiT file without it "
            "(sd-scripts' --llm_adapter_path). Unset: the adapter in the model file (llm_adapter.*), as Anima's "
            "published files hold it.", "model", path="file", advanced=True),
-    Option("t5_tokenizer_path", "str", "", "Anima: a folder with the T5 tokenizer whose token ids the LLM adapter "
+    Option("t5_tokenizer_path", "str", "", "A folder with the T5 tokenizer whose token ids the LLM adapter "
            "reads (sd-scripts' --t5_tokenizer_path; google/t5-v1_1-xxl's vocabulary). Unset: google/t5-v1_1-xxl's, "
            "from tokenizer_cache_dir (fetched from the hub once).", "model", path="dir", advanced=True),
 )

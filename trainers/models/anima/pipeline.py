@@ -18,7 +18,10 @@ class AnimaPipeline(TransformerLoraLoading):
     grid (B, 16, h, w), normalised as the transformer reads them."""
 
     def __init__(self, transformer: nn.Module, scheduler: Any, vae_scale: int) -> None:
+        from diffusers.image_processor import VaeImageProcessor
+
         self.transformer, self.scheduler, self.vae_scale = transformer, scheduler, vae_scale
+        self.image_processor = VaeImageProcessor(vae_scale_factor=vae_scale)  # what samples' PNGs are made with
 
     def set_progress_bar_config(self, **kwargs: Any) -> None:
         """No progress bar is drawn."""
