@@ -294,3 +294,13 @@ def test_the_memory_estimate_counts_the_audio_lora_with_audio_and_the_audio_toke
     # a 49-frame window's ~51 audio latents, each half a video token wide, beside its 7 x 384 video tokens
     video_only = sequence_tokens(dataclasses.replace(LTX2_TOKENS, frame_tokens=0.0), 768 * 512, 49)
     assert sequence_tokens(LTX2_TOKENS, 768 * 512, 49) - video_only == pytest.approx(49 * 25 / 24 / 2)
+
+
+def test_with_audio_is_refused_by_name_on_other_families() -> None:
+    from trainers.models.rules import rules_of
+
+    values = {**{n: o.default for n, o in BY_NAME.items()}, "with_audio": True}
+    assert not [i for i in rules_of("ltx2").option_issues(values) if i.field == "with_audio"]
+    for family, words in (("wan21", "is not used with Wan 2.1 models"), ("sdxl", "applies to LTX-2 models only")):
+        messages = [i.message for i in rules_of(family).option_issues(values) if i.field == "with_audio"]
+        assert len(messages) == 1 and words in messages[0], messages

@@ -112,6 +112,15 @@ class TextEncoderPart:
 Rules = TypeVar("Rules", bound="FamilyRules")
 
 
+def _owners(option: str) -> str:
+    """The families that declare `option` as their own (their options.py's OPTIONS), in words; "" for a shared one."""
+    from trainers.core.options.families import names
+    from trainers.core.options.training import FAMILY_DECLARATIONS
+
+    titles = [t for found in FAMILY_DECLARATIONS if option in {o.name for o in found.options} for t in found.titles]
+    return names(titles) if titles else ""
+
+
 class FamilyRules(ABC):
     """A model generation as far as checks before loading need it."""
 
@@ -176,8 +185,8 @@ class FamilyRules(ABC):
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """Options of a config this family cannot honour (checked before its weights load). By default the
         flow-matching options must keep their defaults."""
-        issues = [ConfigIssue(o.name, f"applies to SD3 and FLUX models only, not to {self.title} models: leave "
-                              f"it at {o.default!r}", o.group)
+        issues = [ConfigIssue(o.name, f"applies to {_owners(o.name) or 'SD3 and FLUX'} models only, not to "
+                              f"{self.title} models: leave it at {o.default!r}", o.group)
                   for o in in_group("flow") if values.get(o.name, o.default) != o.default]
         if values.get("save_diffusers_lora"):
             issues.append(ConfigIssue("save_diffusers_lora", f"diffusers reads the kohya files of {self.title} LoRAs "

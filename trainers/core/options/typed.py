@@ -33,7 +33,6 @@ class ModelOptions(OptionSlice):
     dit_high_noise: str
     clip: str
     image_encoder: str
-    with_audio: bool
 
 
 @dataclass(frozen=True)
@@ -272,6 +271,7 @@ class FlowOptions(OptionSlice):
     timestep_boundary: float | None
     train_expert: Literal["both", "high_noise", "low_noise"]
     ti2v_first_frame: bool
+    with_audio: bool
 
 
 @dataclass(frozen=True)

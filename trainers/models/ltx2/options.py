@@ -14,5 +14,5 @@ OPTIONS: tuple[Option, ...] = (
            "spectrogram, is encoded by the frozen audio autoencoder, noised at the video's noise level and scored "
            "beside the video; a LoRA then also trains the audio stream's attention and feed-forward and both "
            "audio-video cross-attentions. Clips without sound and images train with a silent track, not scored "
-           "(each named in the log). Off: the audio stream is frozen and fed a silent track.", "model"),
+           "(each named in the log). Off: the audio stream is frozen and fed a silent track.", "flow"),
 )
