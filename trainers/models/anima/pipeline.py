@@ -30,12 +30,15 @@ class AnimaPipeline(TransformerLoraLoading):
     def __call__(self, *, prompt_embeds: torch.Tensor, text_mask: torch.Tensor, t5_ids: torch.Tensor,
                  negative_prompt_embeds: torch.Tensor, negative_text_mask: torch.Tensor,
                  negative_t5_ids: torch.Tensor, width: int, height: int, num_inference_steps: int,
-                 guidance_scale: float, generator: torch.Generator, output_type: str = "latent",
-                 **unused: Any) -> tuple[torch.Tensor]:
+                 guidance_scale: float, generator: torch.Generator | list[torch.Generator],
+                 output_type: str = "latent", **unused: Any) -> tuple[torch.Tensor]:
+        """Latents (B, 16, h, w) of the prompts' embeddings (B of each, as encoded), one image per generator."""
         assert output_type == "latent", "the family decodes the latents itself (decode_latents)"
         weight = next(self.transformer.parameters())
         shape = (1, self.transformer.config.out_channels, height // self.vae_scale, width // self.vae_scale)
-        latents = torch.randn(shape, generator=generator, dtype=torch.float32).to(weight.device)
+        generators = generator if isinstance(generator, list) else [generator]
+        latents = torch.cat([torch.randn(shape, generator=g, dtype=torch.float32) for g in generators])
+        latents = latents.to(weight.device)
         self.scheduler.set_timesteps(num_inference_steps, device=weight.device)
         guided = guidance_scale > 1.0
         texts = (torch.cat([negative_prompt_embeds, prompt_embeds]), torch.cat([negative_text_mask, text_mask]),
