@@ -153,9 +153,9 @@ def test_a_wrong_family_model_is_refused_by_name_before_loading(split_files: dic
 
 
 def test_validate_names_anima_in_what_it_refuses(split_files: dict[str, str]) -> None:
-    values = _values(split_files, min_snr_gamma=5.0, vae="/models/vae")
+    values = _values(split_files, min_snr_gamma=5.0, vae="/models/vae", save_diffusers_lora=True)
     issues = model_issues(values, trains="full")
-    assert [i.field for i in issues] == ["min_snr_gamma", "vae", "save_model_as"]
+    assert [i.field for i in issues] == ["min_snr_gamma", "vae", "save_diffusers_lora", "save_model_as"]
     assert all("Anima" in i.message for i in issues)
     assert model_issues(_values(split_files, save_model_as="safetensors"), trains="full") == []
     (frozen,) = model_issues(_values(split_files, network_train_text_encoder_only=True), trains="network")

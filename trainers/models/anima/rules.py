@@ -69,6 +69,10 @@ class AnimaRules(FlowRules):
             issues.append(ConfigIssue("vae", "is a diffusers AutoencoderKL folder; Anima's autoencoder is the "
                                       "Qwen-Image VAE's file: set ae to qwen_image_vae.safetensors (sd-scripts' "
                                       "--vae)", "model"))
+        if values.get("save_diffusers_lora"):
+            issues.append(ConfigIssue("save_diffusers_lora", "diffusers has no Anima pipeline that loads LoRA files "
+                                      "(its kohya files are what ComfyUI and sd-scripts read): leave it off",
+                                      "network"))
         return issues
 
     def training_issues(self, trains: str, values: Mapping[str, Any]) -> list[ConfigIssue]:
