@@ -1,9 +1,10 @@
 """LTX-2's audio stream trained from the clips' sound (with_audio), in process on the tiny model of the real diffusers
 classes: the log-mel spectrogram matches an independent numpy computation of Lightricks' processor settings (written
-from the formulas: a periodic Hann STFT, reflect-centred, magnitude, Slaney's mel scale and area normalisation), a
-window reads its own time of the clip's sound, one step trains the audio LoRA targets and scores the audio output,
-the cached audio latents are the ones a step encodes, and a LoRA with the audio targets loads with every key in
-ComfyUI and LTX2Pipeline."""
+from the formulas: a periodic Hann STFT, reflect-centred, magnitude, Slaney's mel scale and area normalisation), one
+step trains the audio LoRA targets and scores the audio output (a clip without sound: not scored), the cached audio
+latents are the ones a step encodes, a LoRA with the audio targets loads with every key in ComfyUI and LTX2Pipeline,
+the memory estimate counts them, and other families refuse with_audio by name. The windows' sound itself:
+tests/data/test_clip_audio.py."""
 from __future__ import annotations
 
 import copy
@@ -16,15 +17,14 @@ import pytest
 import torch
 from comfy_lora import check_patches, load_lora, unet_key_map
 from lora_networks import random_network
+from sound_clips import CAPTION, window, write_sound_clip
 from test_ltx2 import _comfy_shapes
 
 from trainers.core.options import BY_NAME
-from trainers.data.clip_audio import ClipSound, read_sound, to_channels, window_sound
+from trainers.data.clip_audio import ClipSound, window_sound
 from trainers.models import load_model
 from trainers.models.ltx2.mel import MelSettings, hz_to_mel, log_mel, mel_filterbank, mel_to_hz
 from trainers.models.ltx2.tiny import build_tiny_ltx2
-
-CAPTION = "a drum beats"
 
 
 # --- an independent computation (numpy, float64) -------------------------------------------------------------
@@ -87,73 +87,6 @@ def test_the_log_mel_matches_an_independent_numpy_computation(mel_bins: int) -> 
     assert int(ours[0, 0].mean(0).argmax()) == int(np.abs(centres - 440).argmin())
 
 
-# --- the clips' sound -----------------------------------------------------------------------------------------
-
-def write_sound_clip(path: Path, frames: int, fps: int = 24, rate: int = 22050, channels: int = 2,
-                     silent_until: float = 0.0, caption: str = CAPTION) -> Path:
-    """An mpeg4 clip with an AAC track: a 440 Hz tone, silent for its first `silent_until` seconds."""
-    import av
-
-    with av.open(str(path), "w") as container:
-        video = container.add_stream("mpeg4", rate=fps)
-        video.width, video.height, video.pix_fmt = 64, 64, "yuv420p"
-        audio = container.add_stream("aac", rate=rate)
-        audio.layout = "stereo" if channels == 2 else "mono"
-        for i in range(frames):
-            pixels = np.full((64, 64, 3), i * 12 % 256, np.uint8)
-            for packet in video.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                container.mux(packet)
-        for packet in video.encode():
-            container.mux(packet)
-        t = np.arange(int(frames / fps * rate)) / rate
-        wave = np.where(t >= silent_until, 0.5 * np.sin(2 * np.pi * 440 * t), 0).astype(np.float32)
-        for start in range(0, len(t), 1024):
-            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(np.stack([wave[start:start + 1024]] * channels)),
-                                               format="fltp", layout=audio.layout.name)
-            frame.sample_rate, frame.pts = rate, start
-            for packet in audio.encode(frame):
-                container.mux(packet)
-        for packet in audio.encode():
-            container.mux(packet)
-    path.with_suffix(".txt").write_text(caption)
-    return path
-
-
-def _window(path: Path, frames: tuple[int, ...], fps: float = 24.0) -> object:
-    from trainers.data.clips import probe_clip
-    from trainers.data.video_catalog import CatalogClip
-
-    return CatalogClip(path, CAPTION, probe_clip(path), frames, (64, 64), 0)
-
-
-def test_a_window_reads_its_own_time_of_the_clips_sound(tmp_path: Path) -> None:
-    clip = write_sound_clip(tmp_path / "late.mp4", 24, channels=1, silent_until=0.5)
-    sound = ClipSound(16000, 24.0)
-    early, present = window_sound(_window(clip, tuple(range(9))), sound)  # 0 to 0.375 s: silent
-    late, _ = window_sound(_window(clip, tuple(range(13, 22))), sound)  # 0.54 to 0.92 s: the tone
-    assert present and early.shape == late.shape == (2, sound.samples(9)) == (2, 6000)
-    assert np.abs(early).max() < 0.02 and np.abs(late[:, 200:-200]).mean() > 0.25
-    assert np.array_equal(late[0], late[1])  # mono doubled to stereo
-    # past the track's end: silence
-    assert np.abs(read_sound(clip, 0.9, 4000, 16000)[:, 2000:]).max() < 1e-6
-
-
-def test_clips_without_sound_and_images_are_silent_and_say_so(tmp_path: Path) -> None:
-    from test_ltx2 import write_clip
-
-    quiet = write_clip(tmp_path / "quiet.mp4", 9)
-    wave, present = window_sound(_window(quiet, tuple(range(9))), ClipSound(16000, 24.0))
-    assert not present and not wave.any() and wave.shape == (2, 6000)
-
-
-def test_surround_is_mixed_to_stereo_as_lightricks_trainer_mixes_it() -> None:
-    wave = np.eye(6, dtype=np.float32)  # one impulse per channel: FL FR FC LFE BL BR
-    mixed = to_channels(wave, 2)
-    main, side = 1 / 2.414, 0.707 / 2.414
-    assert np.allclose(mixed, [[main, 0, side, 0, side, 0], [0, main, side, 0, 0, side]], atol=1e-4)
-    assert np.allclose(to_channels(np.ones((3, 4), np.float32), 2), 1.0)
-
-
 # --- the model -------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -197,7 +130,7 @@ def test_one_step_with_audio_trains_the_audio_stream_and_scores_its_output(model
         return family.denoise(run.unet, noisy, timesteps, hidden.expand(n, -1, -1), mask.expand(n, -1), None)
 
     clip = write_sound_clip(tmp_path / "tone.mp4", 9)
-    wave, _ = window_sound(_window(clip, tuple(range(9))), family.clip_sound(model))
+    wave, _ = window_sound(window(clip, tuple(range(9))), family.clip_sound(model))
     opts = NoiseOptions(seed=1, noise_offset=0.0, min_snr_gamma=None, prediction_type="flow")
     batch = {"pixels": torch.rand(1, 9, 3, 64, 64) * 2 - 1, "keys": torch.tensor([[0, 3]]),
              "sound": torch.from_numpy(wave)[None], "sound_present": torch.tensor([1.0])}
@@ -227,8 +160,8 @@ def test_cached_audio_latents_are_the_ones_a_step_encodes(model: object, tmp_pat
 
     family = _configured(model, with_audio=True)
     clip = write_sound_clip(tmp_path / "tone.mp4", 9)
-    window = _window(clip, tuple(range(9)))
-    catalog = VideoCatalog([VideoDatasetSpec("clips", False, tmp_path, None, (64, 64))], [window], [0])
+    one = window(clip, tuple(range(9)))
+    catalog = VideoCatalog([VideoDatasetSpec("clips", False, tmp_path, None, (64, 64))], [one], [0])
     encode = lambda pixels: (torch.zeros(1, 8, 2, 2, 2), torch.ones(1, 8, 2, 2, 2))  # noqa: E731
     cache, failed = build_clip_latent_cache(catalog, encode, "vae", False, extras=family.window_extras(model))
     assert not failed

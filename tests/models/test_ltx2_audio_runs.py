@@ -9,8 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 from family_checks import clip_lora_runs
-from test_ltx2 import write_clip
-from test_ltx2_audio import write_sound_clip
+from sound_clips import write_sound_clip
 
 from trainers.models.ltx2.tiny import build_tiny_ltx2
 
@@ -27,7 +26,7 @@ def sound_dataset(tmp: Path) -> Path:
     clips = tmp / "clips"
     clips.mkdir(parents=True)
     write_sound_clip(clips / "drum.mp4", 9)
-    write_clip(clips / "quiet.mp4", 9)
+    write_sound_clip(clips / "quiet.mp4", 9, sound=False, caption="a quiet clip")
     Image.new("RGB", (64, 64), (200, 40, 40)).save(clips / "red.png")
     (clips / "red.txt").write_text("a red square")
     config = tmp / "dataset.toml"

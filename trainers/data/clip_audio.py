@@ -71,6 +71,7 @@ def read_sound(path: Path, start: float, count: int, sample_rate: int) -> np.nda
             if not container.streams.audio:
                 return None
             stream = container.streams.audio[0]
+            channels = stream.channels or 1
             video = container.streams.video[0] if container.streams.video else None
             zero = float(video.start_time * video.time_base) if video is not None and video.start_time is not None \
                 and video.time_base is not None else 0.0
@@ -93,7 +94,7 @@ def read_sound(path: Path, start: float, count: int, sample_rate: int) -> np.nda
     except (av.error.FFmpegError, OSError, ValueError) as err:
         raise ClipError(path, f"its audio does not decode ({err})") from None
     if not chunks or first is None:
-        return np.zeros((stream.channels or 1, count), np.float32)
+        return np.zeros((channels, count), np.float32)
     wave = np.concatenate(chunks, axis=1)
     offset = round((start + zero - first) * sample_rate)  # where the window starts in the decoded samples
     if offset < 0:  # the track starts after the window: silence before it
