@@ -8,7 +8,8 @@ First the environment: the packages the trainers import (missing ones are named:
 benchmarks/gpu_prepare.sh), CUDA visible to this python's torch, free disk, the card's bf16 peak. Then the parts,
 each in a process of its own under a time budget (a part that fails or runs long is reported with what it had
 measured, and the others still run): LoRA training of SD1.5 at 512 px and SDXL at 1024 px (batch 1 and 4), an SDXL
-full finetune, FLUX.1-dev LoRAs at 512 px (bf16 or fp8 base, with or without blocks_to_swap), and images/s at 20
+full finetune, FLUX.1-dev LoRAs at 512 px (bf16 or fp8 base, with or without blocks_to_swap), Z-Image and Qwen-Image
+LoRAs at 1024 px with their 24 GB presets' options, and images/s at 20
 steps of SD1.5 512 and SDXL 1024 through Atelier's Generate job against a plain diffusers pipeline; then, in calls
 of their own (--only): a Wan 2.2 TI2V 5B LoRA on 49-frame clips at 832x480 (`wan22-ti2v-lora`: s/step and peak
 memory for docs/video.md) and the sharded runs (`sharded`). Real-size
@@ -59,7 +60,7 @@ BF16_PEAK_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), 
 
 def parts(sizes: Any) -> list[Part]:
     """Every part, in the order they run: the compass figures first, so a short run still gives them."""
-    from benchmarks.gpu_parts import TrainRun, TrainSpec, generate_part, side_by_side_part
+    from benchmarks.gpu_parts import TrainRun, TrainSpec, generate_part, preset_values, side_by_side_part
     from benchmarks.gpu_sharded import parts as sharded_parts
 
     swap = {"blocks_to_swap": sizes.flux_swap}
@@ -72,6 +73,12 @@ def parts(sizes: Any) -> list[Part]:
         *[Part(f"flux-lora-{mode}", f"FLUX.1-dev LoRA {res['flux']} px, {_flux_words(values, sizes)}, gradient "
                "checkpointing", 100, TrainRun(TrainSpec("flux", values={**checkpointed, **values})))
           for mode, values in flux],
+        Part("zimage-lora-24gb", f"Z-Image LoRA {res['zimage']} px with zimage_lora_24gb's options (bf16, rank 32, "
+             "gradient checkpointing; AdamW)", 100,
+             TrainRun(TrainSpec("zimage", values=preset_values("zimage_lora_24gb")))),
+        Part("qwen-image-lora-24gb", f"Qwen-Image LoRA {res['qwen_image']} px with qwen_image_lora_24gb's options (fp8 "
+             "base, blocks_to_swap 16, rank 16, gradient checkpointing; AdamW)", 150,
+             TrainRun(TrainSpec("qwen_image", values=preset_values("qwen_image_lora_24gb")))),
         Part("sdxl-lora-bs4", f"SDXL LoRA {res['sdxl']} px, batch 4, gradient checkpointing", 75,
              TrainRun(TrainSpec("sdxl", batch=4, values=checkpointed))),
         Part("sdxl-lora-bs1-compiled", f"SDXL LoRA {res['sdxl']} px, batch 1, gradient checkpointing, compile_blocks "

@@ -4,7 +4,10 @@ weights (`random_init`: only the configs are read, nothing is downloaded).
 Real size: SD1.5 and SDXL from the published configs the repo ships (trainers/models/*/arch), FLUX.1-dev from its
 published hyperparameters written below (diffusers' FluxTransformer2DModel defaults with the dev guidance
 embedding; T5 v1.1 XXL; the 16-channel autoencoder), Wan 2.2 TI2V 5B from Wan-AI/Wan2.2-TI2V-5B-Diffusers' configs
-(its transformer and UMT5-XXL written below, its 48-channel autoencoder the one trainers/models/wan/arch ships).
+(its transformer and UMT5-XXL written below, its 48-channel autoencoder the one trainers/models/wan/arch ships),
+Z-Image and Qwen-Image from the published configs their families ship (`transformer.json`, `text_encoder.json`,
+Qwen-Image's `vae.json`; Z-Image's autoencoder is FLUX.1's) with the tests' character-level tokenizer carrying Qwen's
+chat tokens (the real vocabularies are not shipped; captions' token counts differ a little, images' not at all).
 `--dry-run`: the tests' tiny models of each family.
 """
 from __future__ import annotations
@@ -18,7 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 ARCH = {"sd15": REPO / "trainers" / "models" / "sd" / "arch" / "sd15",
         "sdxl": REPO / "trainers" / "models" / "sdxl" / "arch" / "sdxl",
         "wan22_vae": REPO / "trainers" / "models" / "wan" / "arch" / "vae22"}
-FAMILIES = ("sd15", "sdxl", "flux", "wan22_ti2v")
+MODELS = REPO / "trainers" / "models"
+FAMILIES = ("sd15", "sdxl", "flux", "wan22_ti2v", "zimage", "qwen_image")
 
 FLUX_DEV = {  # black-forest-labs/FLUX.1-dev, as diffusers' configs of it say
     "model_index.json": {
@@ -71,7 +75,28 @@ WAN22_TI2V_5B = {  # Wan-AI/Wan2.2-TI2V-5B-Diffusers, as its configs say (the au
         "use_flow_sigmas": True, "flow_shift": 5.0, "solver_order": 2, "predict_x0": True, "solver_type": "bh2",
         "lower_order_final": True, "timestep_spacing": "linspace"},
 }
+FLOW_SCHEDULER = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000}
+ZIMAGE = {  # Tongyi-MAI/Z-Image's folder: the transformer and Qwen3-4B configs are its family's (below)
+    "model_index.json": {
+        "_class_name": "ZImagePipeline", "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+        "text_encoder": ["transformers", "Qwen3Model"], "tokenizer": ["transformers", "Qwen2Tokenizer"],
+        "transformer": ["diffusers", "ZImageTransformer2DModel"], "vae": ["diffusers", "AutoencoderKL"]},
+    "vae/config.json": FLUX_DEV["vae/config.json"],
+    "scheduler/scheduler_config.json": {**FLOW_SCHEDULER, "shift": 6.0, "use_dynamic_shifting": False},
+}
+QWEN_IMAGE = {  # Qwen/Qwen-Image's folder: the transformer, Qwen2.5-VL 7B and autoencoder configs are its family's
+    "model_index.json": {
+        "_class_name": "QwenImagePipeline", "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+        "text_encoder": ["transformers", "Qwen2_5_VLForConditionalGeneration"],
+        "tokenizer": ["transformers", "Qwen2Tokenizer"], "transformer": ["diffusers", "QwenImageTransformer2DModel"],
+        "vae": ["diffusers", "AutoencoderKLQwenImage"]},
+    "scheduler/scheduler_config.json": {
+        **FLOW_SCHEDULER, "shift": 1.0, "use_dynamic_shifting": True, "base_shift": 0.5, "max_shift": 0.9,
+        "base_image_seq_len": 256, "max_image_seq_len": 8192, "shift_terminal": 0.02,
+        "time_shift_type": "exponential"},
+}
 TINY_FLUX_BLOCKS = (4, 4)  # double, single: enough that the dry run can swap some (2 of each must stay)
+TINY_QWEN_BLOCKS = 4  # as many, for its 24 GB preset's blocks_to_swap (Sizes.swap_cap of them in a dry run)
 
 
 def model_folder(family: str, work: Path, tiny: bool) -> Path:
@@ -82,7 +107,12 @@ def model_folder(family: str, work: Path, tiny: bool) -> Path:
     if tiny:
         return _tiny(family, folder)
     if family in REAL_CONFIGS:
-        return write_configs(folder, *REAL_CONFIGS[family])
+        write_configs(folder, *REAL_CONFIGS[family])
+        if family in ("zimage", "qwen_image"):
+            from trainers.models.zimage.tiny import write_tiny_qwen_tokenizer
+
+            write_tiny_qwen_tokenizer(folder / "tokenizer")
+        return folder
     # the shipped tokenizer folders hold only their configs: without them a random-init load uses a tiny tokenizer
     shutil.copytree(ARCH[family], folder, ignore=shutil.ignore_patterns("tokenizer*"))
     return folder
@@ -103,17 +133,27 @@ def write_configs(folder: Path, configs: dict[str, dict[str, Any]], copied: dict
 
 # FLUX.1-dev's CLIP-L text encoder is SD1.5's
 REAL_CONFIGS = {"flux": (FLUX_DEV, {"text_encoder/config.json": ARCH["sd15"] / "text_encoder" / "config.json"}),
-                "wan22_ti2v": (WAN22_TI2V_5B, {"vae/config.json": ARCH["wan22_vae"] / "config.json"})}
+                "wan22_ti2v": (WAN22_TI2V_5B, {"vae/config.json": ARCH["wan22_vae"] / "config.json"}),
+                "zimage": (ZIMAGE, {"transformer/config.json": MODELS / "zimage" / "transformer.json",
+                                    "text_encoder/config.json": MODELS / "zimage" / "text_encoder.json"}),
+                "qwen_image": (QWEN_IMAGE, {f"{part}/config.json": MODELS / "qwen_image" / f"{part}.json"
+                                            for part in ("transformer", "text_encoder", "vae")})}
 
 
 def _tiny(family: str, folder: Path) -> Path:
     from trainers.models.flux.tiny import build_tiny_flux
     from trainers.models.sd.tiny import build_tiny_sd1
     from trainers.models.sdxl.tiny import build_tiny_sdxl
+    from trainers.models.qwen_image.tiny import build_tiny_qwen_image
     from trainers.models.wan.ti2v.tiny import build_tiny_wan22_ti2v
+    from trainers.models.zimage.tiny import build_tiny_zimage
 
     if family == "flux":
         return build_tiny_flux(folder, blocks=TINY_FLUX_BLOCKS)
+    if family == "zimage":
+        return build_tiny_zimage(folder, turbo=False)  # the base model, as the presets train
+    if family == "qwen_image":
+        return build_tiny_qwen_image(folder, blocks=TINY_QWEN_BLOCKS)
     return {"sd15": build_tiny_sd1, "sdxl": build_tiny_sdxl, "wan22_ti2v": build_tiny_wan22_ti2v}[family](folder)
 
 

@@ -46,17 +46,20 @@ class Sizes:
     flux_offload: float  # layer_offload_fraction of the FLUX part with an int8 base
     precision: str  # mixed_precision of the training parts (but for those with an option of NEED_BF16)
     clip: tuple[int, int, int]  # width, height and frames of the video parts' clips (and of their one window)
+    swap_cap: int | None  # the most blocks_to_swap a part's preset may ask (a dry run's tiny models have 4 blocks)
     work: Path = Path("/tmp")
     peak_flops: float = float("nan")  # the card's bf16 peak (or the measured matmul rate): MFU's denominator
     diffusers_example: Path | None = None
 
 
-REAL = dict(tiny=False, resolution={"sd15": 512, "sdxl": 1024, "flux": 512}, warmup=3, timed=10, gen_steps=20,
-            gen_images=4, flux_swap=18, flux_offload=0.5, precision="bf16", clip=(832, 480, 49))
+REAL = dict(tiny=False, resolution={"sd15": 512, "sdxl": 1024, "flux": 512, "zimage": 1024, "qwen_image": 1024}, warmup=3, timed=10, gen_steps=20,
+            gen_images=4, flux_swap=18, flux_offload=0.5, precision="bf16", clip=(832, 480, 49),
+            swap_cap=None)
 # A CPU has no bf16 arithmetic of its own: bf16 autocast there is 4-5x slower than fp32, so a dry run trains in fp32
 # but for the parts whose options need bf16 (fp8 base, full_bf16).
-DRY = dict(tiny=True, resolution={"sd15": 64, "sdxl": 64, "flux": 64}, warmup=1, timed=1, gen_steps=3,
-           gen_images=1, flux_swap=2, flux_offload=0.25, precision="no", clip=(64, 64, 5))
+DRY = dict(tiny=True, resolution={"sd15": 64, "sdxl": 64, "flux": 64, "zimage": 64, "qwen_image": 64}, warmup=1, timed=1, gen_steps=3,
+           gen_images=1, flux_swap=2, flux_offload=0.25, precision="no", clip=(64, 64, 5),
+           swap_cap=2)
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,20 @@ COMMON = {"cache_latents": True, "cache_text_encoder_outputs": True, "optimizer_
           "learning_rate": 1e-4, "max_data_loader_n_workers": 0, "seed": 0}
 LORA = {"network_dim": 16, "network_alpha": 16, "network_train_unet_only": True}
 NEED_BF16 = ("fp8_base", "full_bf16")  # options that need mixed_precision = 'bf16', also in a dry run
+# A preset's sections that a part does not take: the parts' own optimizer (AdamW: bitsandbytes, which the 8-bit ones
+# need, does not travel to the GPU machine), steps, samples and saves; its resolution is Sizes.resolution's.
+PRESET_SKIPPED = ("optimizer", "sampling", "saving")
+
+
+def preset_values(name: str) -> dict[str, Any]:
+    """What a part trains with from presets/<name>.toml: its model, network, flow and precision options."""
+    import tomllib
+
+    preset = tomllib.loads((REPO / "presets" / f"{name}.toml").read_text(encoding="utf-8"))
+    values = {key: value for section, table in preset.items() if isinstance(table, dict)
+              and section not in PRESET_SKIPPED for key, value in table.items()}
+    values.pop("resolution", None)
+    return values
 
 
 @dataclass(frozen=True)
@@ -85,10 +102,12 @@ class TrainRun:
         """The run's options: the common ones, the method's, the spec's; warm-up, timed and counted steps. `data`
         is a folder of images, or a video part's dataset config."""
         spec = self.spec
+        swap = spec.values.get("blocks_to_swap")
+        swapped = {"blocks_to_swap": min(swap, sizes.swap_cap)} if swap and sizes.swap_cap is not None else {}
         dataset = ({"dataset_config": str(data)} if spec.video else
                    {"train_data_dir": str(data), "resolution": str(sizes.resolution[spec.family])})
         return bench_config(spec.method, {
-            **COMMON, **(LORA if spec.method == "lora" else {}), **spec.values, **dataset,
+            **COMMON, **(LORA if spec.method == "lora" else {}), **spec.values, **swapped, **dataset,
             "mixed_precision": "bf16" if any(spec.values.get(k) for k in NEED_BF16) else sizes.precision,
             "pretrained_model_name_or_path": str(model_folder(spec.family, sizes.work, sizes.tiny)),
             "output_dir": str(output), "train_batch_size": spec.batch,

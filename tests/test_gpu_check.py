@@ -93,6 +93,14 @@ def test_the_real_size_models_are_the_published_architectures(real_folders: dict
     from trainers.models.wan.ti2v.rules import TI2V_5B
 
     assert counts["wan22_ti2v"] == {"denoiser": TI2V_5B, "vae": WAN22_VAE, "text_encoder_1": UMT5_XXL}
+    from trainers.core.memory_facts import QWEN3_4B, QWEN25_VL_7B, QWEN_IMAGE_VAE
+    from trainers.models.qwen_image.rules import QwenImageRules
+    from trainers.models.zimage.rules import ZImageRules
+
+    assert counts["zimage"] == {"denoiser": ZImageRules.memory_facts.denoiser, "vae": 83_819_683,
+                                "text_encoder_1": QWEN3_4B}
+    assert counts["qwen_image"] == {"denoiser": QwenImageRules.memory_facts.denoiser, "vae": QWEN_IMAGE_VAE,
+                                    "text_encoder_1": QWEN25_VL_7B}
 
 
 def test_the_real_size_runs_pass_the_trainers_checks(tmp_path: Path) -> None:
@@ -106,13 +114,15 @@ def test_the_real_size_runs_pass_the_trainers_checks(tmp_path: Path) -> None:
     sizes = Sizes(**REAL, work=tmp_path)
     images = build_dataset(tmp_path / "data", folder="100_bench", size=64)
     runs = [part.run for part in gpu_check.parts(sizes) if isinstance(part.run, TrainRun)]
-    assert len(runs) == 12
+    assert len(runs) == 14
     for run in runs:
         data = run.dataset(sizes, tmp_path / "clips") if run.spec.video else images  # 832x480, 49 frames
         cfg = run.config(sizes, data, tmp_path / "out")
         check(cfg)  # raises ConfigError naming each problem
         check_optimizer(cfg)
         assert cfg.max_train_steps == 14 and cfg.mixed_precision == "bf16"
+    preset = next(r for r in runs if r.spec.family == "qwen_image").config(sizes, images, tmp_path / "out")
+    assert (preset.fp8_base, preset.blocks_to_swap, preset.network_dim, preset.resolution) == (True, 16, 16, "1024")
 
 
 def test_the_sharded_parts_launch_each_backend_with_its_accelerate_config(tmp_path: Path) -> None:

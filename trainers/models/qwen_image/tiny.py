@@ -44,8 +44,8 @@ def tiny_qwen_vl(vocab_size: int, pad_token_id: int, published_heads: bool = Fal
     return Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(text_config=text, vision_config=vision, **token_ids))
 
 
-def tiny_qwen_denoiser(reference_sizes: bool = False) -> tuple["torch.nn.Module", Any]:
-    """(a two-block QwenImageTransformer2DModel, Qwen-Image's published sampling schedule). `reference_sizes`: one
+def tiny_qwen_denoiser(reference_sizes: bool = False, blocks: int = 2) -> tuple["torch.nn.Module", Any]:
+    """(a QwenImageTransformer2DModel of `blocks` blocks, Qwen-Image's published sampling schedule). `reference_sizes`: one
     head as wide as the real model's (128, rope axes as published) over 16 latent channels and a text encoder with
     published heads (tiny_qwen_vl), so that its config can be read back from the weights."""
     from diffusers import FlowMatchEulerDiscreteScheduler, QwenImageTransformer2DModel
@@ -53,7 +53,7 @@ def tiny_qwen_denoiser(reference_sizes: bool = False) -> tuple["torch.nn.Module"
     channels, head, heads, text, rope = (16, 128, 1, 128, (16, 56, 56)) if reference_sizes else (
         LATENT_CHANNELS, 16, 2, 32, (4, 6, 6))
     transformer = QwenImageTransformer2DModel(
-        patch_size=2, in_channels=channels * 4, out_channels=channels, num_layers=2, attention_head_dim=head,
+        patch_size=2, in_channels=channels * 4, out_channels=channels, num_layers=blocks, attention_head_dim=head,
         num_attention_heads=heads, joint_attention_dim=text, axes_dims_rope=rope)
     scheduler = FlowMatchEulerDiscreteScheduler(
         shift=1.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=0.9, base_image_seq_len=256,
@@ -61,16 +61,16 @@ def tiny_qwen_denoiser(reference_sizes: bool = False) -> tuple["torch.nn.Module"
     return transformer, scheduler
 
 
-def build_tiny_qwen_image(folder: Path, seed: int = 0, reference_sizes: bool = False) -> Path:
+def build_tiny_qwen_image(folder: Path, seed: int = 0, reference_sizes: bool = False, blocks: int = 2) -> Path:
     """Save a tiny QwenImagePipeline to `folder` (`reference_sizes`: readable back from its split single files, as
-    tiny_qwen_denoiser says)."""
+    tiny_qwen_denoiser says; `blocks`: its transformer's)."""
     from diffusers import QwenImagePipeline
     from transformers import AutoTokenizer
 
     torch.manual_seed(seed)
     write_tiny_qwen_tokenizer(folder / "tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
-    transformer, scheduler = tiny_qwen_denoiser(reference_sizes)
+    transformer, scheduler = tiny_qwen_denoiser(reference_sizes, blocks)
     pipe = QwenImagePipeline(scheduler=scheduler, vae=tiny_qwen_vae(reference_sizes),
                              text_encoder=tiny_qwen_vl(len(tokenizer), tokenizer.pad_token_id, reference_sizes),
                              tokenizer=tokenizer, transformer=transformer)
