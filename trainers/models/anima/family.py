@@ -8,7 +8,8 @@ Its LoRAs train networks.lora_anima's modules under sd-scripts' kohya names of t
 (`lora_unet_blocks_0_self_attn_q_proj`, `..._cross_attn_output_proj`, `..._mlp_layer1`; the adaLN modulations,
 embedders and final layer left out as its default excludes them; the adapter's blocks with network_args
 train_llm_adapter=True: `lora_unet_llm_adapter_blocks_0_self_attn_q_proj`), which ComfyUI's generic
-`lora_unet_<module>` map reads for every key. diffusers has no Anima pipeline that loads LoRA files.
+`lora_unet_<module>` map reads for every key. diffusers 0.42.1 has no Anima DiffusionPipeline; its modular
+AnimaModularPipeline reads only the dotted `diffusion_model.` naming (sd-scripts' convert_anima_lora_to_comfy.py).
 """
 from __future__ import annotations
 

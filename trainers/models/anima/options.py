@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainers.core.options.schema import Option
 from trainers.models.option_sets import DENSITY, SAMPLING, SINGLE_FILE
 
-# no diffusers copy of a LoRA (save_diffusers_lora): diffusers has no Anima pipeline that loads one
+# no diffusers copy of a LoRA (save_diffusers_lora): diffusers has no Anima DiffusionPipeline to load one
 READS = (DENSITY - {"save_diffusers_lora"}) | SAMPLING | SINGLE_FILE | {"text_encoder", "ae"}
 OPTIONS: tuple[Option, ...] = (
     Option("llm_adapter_path", "str", "", "The LLM adapter's .safetensors, for a DiT file without it "

@@ -70,8 +70,9 @@ class AnimaRules(FlowRules):
                                       "Qwen-Image VAE's file: set ae to qwen_image_vae.safetensors (sd-scripts' "
                                       "--vae)", "model"))
         if values.get("save_diffusers_lora"):
-            issues.append(ConfigIssue("save_diffusers_lora", "diffusers has no Anima pipeline that loads LoRA files "
-                                      "(its kohya files are what ComfyUI and sd-scripts read): leave it off",
+            issues.append(ConfigIssue("save_diffusers_lora", "diffusers has no Anima DiffusionPipeline (its modular "
+                                      "AnimaModularPipeline reads only the dotted diffusion_model. naming); Anima's "
+                                      "kohya files are what ComfyUI and sd-scripts read: leave it off",
                                       "network"))
         return issues
 
