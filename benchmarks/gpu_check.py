@@ -67,27 +67,31 @@ def parts(sizes: Any) -> list[Part]:
     checkpointed = {"gradient_checkpointing": True}
     flux = [("bf16", {}), ("fp8", {"fp8_base": True}), ("bf16-swap", swap), ("fp8-swap", {"fp8_base": True, **swap})]
     res, (w, h, frames) = sizes.resolution, sizes.clip
+    flux_parts = [Part(f"flux-lora-{mode}", f"FLUX.1-dev LoRA {res['flux']} px, {_flux_words(values, sizes)}, "
+                       "gradient checkpointing", 100, TrainRun(TrainSpec("flux", values={**checkpointed, **values})))
+                  for mode, values in flux]
+    # issue 42's order of value: SDXL at batch 4 (s/it, MFU), peak memory against the estimate for FLUX, Z-Image and
+    # Qwen-Image (within the first 420 s), then SDXL at batch 1 and Generate, then the rest
     return [
-        Part("sdxl-lora-bs1", f"SDXL LoRA {res['sdxl']} px, batch 1, gradient checkpointing", 75,
-             TrainRun(TrainSpec("sdxl", values=checkpointed))),
-        *[Part(f"flux-lora-{mode}", f"FLUX.1-dev LoRA {res['flux']} px, {_flux_words(values, sizes)}, gradient "
-               "checkpointing", 100, TrainRun(TrainSpec("flux", values={**checkpointed, **values})))
-          for mode, values in flux],
+        Part("sdxl-lora-bs4", f"SDXL LoRA {res['sdxl']} px, batch 4, gradient checkpointing", 75,
+             TrainRun(TrainSpec("sdxl", batch=4, values=checkpointed))),
+        flux_parts[0],
         Part("zimage-lora-24gb", f"Z-Image LoRA {res['zimage']} px with zimage_lora_24gb's options (bf16, rank 32, "
              "gradient checkpointing; AdamW)", 100,
              TrainRun(TrainSpec("zimage", values=preset_values("zimage_lora_24gb")))),
         Part("qwen-image-lora-24gb", f"Qwen-Image LoRA {res['qwen_image']} px with qwen_image_lora_24gb's options (fp8 "
-             "base, blocks_to_swap 16, rank 16, gradient checkpointing; AdamW)", 150,
+             "base, blocks_to_swap 16, rank 16, gradient checkpointing; AdamW)", 145,
              TrainRun(TrainSpec("qwen_image", values=preset_values("qwen_image_lora_24gb")))),
-        Part("sdxl-lora-bs4", f"SDXL LoRA {res['sdxl']} px, batch 4, gradient checkpointing", 75,
-             TrainRun(TrainSpec("sdxl", batch=4, values=checkpointed))),
+        Part("sdxl-lora-bs1", f"SDXL LoRA {res['sdxl']} px, batch 1, gradient checkpointing", 75,
+             TrainRun(TrainSpec("sdxl", values=checkpointed))),
+        Part("generate-sdxl", f"SDXL {res['sdxl']} px, {sizes.gen_steps} steps, batch 1: Generate vs diffusers", 75,
+             generate_part("sdxl", lora_from="sdxl-lora-bs1")),
+        *flux_parts[1:],
         Part("sdxl-lora-bs1-compiled", f"SDXL LoRA {res['sdxl']} px, batch 1, gradient checkpointing, compile_blocks "
              "on: against sdxl-lora-bs1 (not compiled: auto is off until this part shows it faster)", 75,
              TrainRun(TrainSpec("sdxl", values={**checkpointed, "compile_blocks": "on"}))),
         Part("sd15-lora-bs1", f"SD1.5 LoRA {res['sd15']} px, batch 1", 45, TrainRun(TrainSpec("sd15"))),
         Part("sd15-lora-bs4", f"SD1.5 LoRA {res['sd15']} px, batch 4", 45, TrainRun(TrainSpec("sd15", batch=4))),
-        Part("generate-sdxl", f"SDXL {res['sdxl']} px, {sizes.gen_steps} steps, batch 1: Generate vs diffusers", 75,
-             generate_part("sdxl", lora_from="sdxl-lora-bs1")),
         Part("generate-sd15", f"SD1.5 {res['sd15']} px, {sizes.gen_steps} steps, batch 1: Generate vs diffusers", 45,
              generate_part("sd15", lora_from="sd15-lora-bs1")),
         Part("sdxl-finetune", f"SDXL full finetune {res['sdxl']} px, batch 1, full_bf16, gradient checkpointing",
@@ -237,11 +241,17 @@ def markdown(result: dict) -> str:
              f"{'512' if result['dry_run'] else '8192'}-wide bf16 matrix product ran at "
              f"{_num(env.get('matmul_bf16_tflops'), 3)} TFLOP/s."
              + (" Memory is each part's peak resident set (no GPU)." if result["dry_run"] else ""), ""]
-    sdxl = partz.get("sdxl-lora-bs1", {})
+    sdxl, sdxl4 = partz.get("sdxl-lora-bs1", {}), partz.get("sdxl-lora-bs4", {})
     flux = [(name.removeprefix("flux-lora-"), p) for name, p in partz.items() if name.startswith("flux-lora-")]
-    lines += [f"- **{sdxl.get('what', 'SDXL LoRA')}**: {_num(sdxl.get('s_per_step'))} s/it "
+    estimated = [p for p in result["parts"] if "estimate_gb" in p and "peak_allocated_gb" in p]
+    lines += [f"- **{sdxl4.get('what', 'SDXL LoRA, batch 4')}**: {_num(sdxl4.get('s_per_step'))} s/it, MFU "
+              f"{_num(sdxl4.get('mfu'), 1, 100, ' %')}",
+              f"- **{sdxl.get('what', 'SDXL LoRA')}**: {_num(sdxl.get('s_per_step'))} s/it "
               f"({_num(sdxl.get('steps_per_s'))} it/s), MFU {_num(sdxl.get('mfu'), 1, 100, ' %')} "
               "(anchor: 1.1-1.45 s/it at 1024 px on 3090/4090-class cards)",
+              "- **Peak memory allocated against the estimate**: "
+              + (", ".join(f"{p['name']} {_num(p.get('peak_allocated_gb'), 1)} / {_num(p.get('estimate_gb'), 1)} GB"
+                           for p in estimated) or "–"),
               "- **FLUX.1 LoRA, peak memory allocated**: "
               + ", ".join(f"{mode} {_num(p.get('peak_allocated_gb'), 1, suffix=' GB')} "
                           f"({_num(p.get('steps_per_s'))} it/s)" for mode, p in flux)

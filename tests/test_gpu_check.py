@@ -164,7 +164,8 @@ def _result(parts: list[dict]) -> dict:
 
 def test_the_table_names_the_compass_figures_and_replaces_the_docs_gpu_section(tmp_path: Path) -> None:
     parts = [{"name": "sdxl-lora-bs1", "what": "SDXL LoRA 1024 px, batch 1", "status": "ok", "s_per_step": 0.41,
-              "steps_per_s": 2.44, "mfu": 0.312, "peak_allocated_gb": 14.2, "loss_finite": True, "saved_loads": True},
+              "steps_per_s": 2.44, "mfu": 0.312, "peak_allocated_gb": 14.2, "estimate_gb": 13.04, "loss_finite": True,
+              "saved_loads": True},
              {"name": "flux-lora-fp8", "what": "FLUX.1-dev LoRA 512 px, fp8 base", "status": "ok",
               "peak_allocated_gb": 16.84, "steps_per_s": 1.9, "loss_finite": True, "saved_loads": False},
              {"name": "flux-lora-bf16-swap", "what": "FLUX.1-dev LoRA 512 px", "status": "cut",
@@ -178,6 +179,7 @@ def test_the_table_names_the_compass_figures_and_replaces_the_docs_gpu_section(t
     assert "| sharded-zero3 | ZeRO-3 | 0.250 | 0.80 | 9.10 | 0.65 | 0.0123 | **NO** | yes | ok |" in text
     assert "**SDXL LoRA 1024 px, batch 1**: 0.41 s/it (2.44 it/s), MFU 31.2 %" in text
     assert "fp8 16.8 GB (1.90 it/s)" in text and "bf16-swap – (– it/s)" in text
+    assert "against the estimate**: sdxl-lora-bs1 14.2 / 13.0 GB" in text  # the FLUX part has no estimate: left out
     assert "| **NO** |" in text  # the FLUX fp8 LoRA that did not load back stands out
     assert "cut: over its 100 s budget while training" in text
     assert "| generate-sdxl | SDXL 1024 px | 0.520 | 0.500 | 1.04 | yes | ok |" in text
@@ -240,3 +242,15 @@ def gpu_check_sizes():
     from benchmarks.gpu_parts import DRY, Sizes
 
     return Sizes(**DRY)
+
+
+def test_the_first_call_runs_issue_42s_figures_first_within_its_time() -> None:
+    """SDXL at batch 4, then FLUX.1, Z-Image and Qwen-Image against the estimate: first, and within the 420 s."""
+    from benchmarks.gpu_parts import REAL, Sizes
+
+    listed = gpu_check.parts(Sizes(**REAL))
+    first = ["sdxl-lora-bs4", "flux-lora-bf16", "zimage-lora-24gb", "qwen-image-lora-24gb"]
+    assert [p.name for p in listed[:4]] == first
+    assert sum(p.budget_s for p in listed[:4]) <= gpu_check.TOTAL_S
+    generate = [i for i, p in enumerate(listed) if p.name == "generate-sdxl"][0]
+    assert [p.name for p in listed].index("sdxl-lora-bs1") < generate  # it renders that part's LoRA
