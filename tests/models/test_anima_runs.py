@@ -1,5 +1,6 @@
 """Anima end to end on its tiny split files (trainers/models/anima/tiny.py), run in process as `python -m trainers`
-would (three short trainings, hence slow): a 2-step LoRA with the LLM adapter's modules trains, samples and names its
+would (three short trainings, hence slow): a 2-step LoRA with the LLM adapter's modules (cached latents and text, as
+the presets) trains, samples and names its
 modules as sd-scripts and ComfyUI read them, resumed from step 1 it equals the uninterrupted run, Generate renders
 with it, and a 2-step finetune saves the published single file, which loads back as Anima."""
 from __future__ import annotations
@@ -27,6 +28,9 @@ FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 
         "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "sigmoid",
         "discrete_flow_shift": 1.0}
 ADAPTER = ["train_llm_adapter=True"]
+# as the presets train: latents and Qwen3 outputs cached on disk (the text mask and T5 ids with them), checkpointing
+PRESET_LIKE = {"cache_latents": True, "cache_text_encoder_outputs": True, "cache_text_encoder_outputs_to_disk": True,
+               "network_train_unet_only": True, "gradient_checkpointing": True}
 
 
 @dataclass
@@ -46,10 +50,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     dataset = build_dataset(tmp / "data", folder="2_sks shape")
     common = {**files, "train_data_dir": str(dataset), "output_dir": str(tmp / "out"), **FAST}
     assert train("lora", tmp / "straight", **common, max_train_steps=2, output_name="straight", save_every_n_steps=1,
-                 save_state=True, network_args=ADAPTER, sample_every_n_steps=2,
+                 save_state=True, network_args=ADAPTER, sample_every_n_steps=2, **PRESET_LIKE,
                  sample_prompt_lines=["sks shape --n blurry --w 64 --h 64 --s 2 --l 2"]) == 0
     assert train("lora", tmp / "resumed", **common, max_train_steps=2, output_name="resumed", network_args=ADAPTER,
-                 resume=str(tmp / "out" / "straight-step00000001-state")) == 0
+                 resume=str(tmp / "out" / "straight-step00000001-state"), **PRESET_LIKE) == 0
     assert train("finetune", tmp / "finetune", **{**common, "learning_rate": 1e-3}, max_train_steps=2,
                  output_name="finetune", save_model_as="safetensors") == 0
     lora, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
