@@ -74,3 +74,22 @@ def test_what_atelier_does_not_honour_in_an_anima_config_is_refused_by_name(tmp_
     with pytest.raises(ConfigError) as err:
         load_config("lora", _toml(tmp_path, ANIMA_LORA + line + "\n"))
     assert [issue.field for issue in err.value.issues] == [key]
+
+
+@pytest.mark.parametrize("preset, method, script", [("anima_lora_16gb", "lora", "anima_train_network.py"),
+                                                    ("anima_finetune_24gb", "finetune", "anima_train.py")])
+def test_an_anima_config_exports_to_sd_scripts_and_reads_back_the_same(tmp_path: Path, preset: str, method: str,
+                                                                       script: str) -> None:
+    from trainers.adapters.kohya.export import sd_scripts_command
+
+    presets = Path(__file__).resolve().parents[2] / "presets"
+    files = ['pretrained_model_name_or_path="/m/anima.safetensors"', 'text_encoder="/m/qwen_3_06b_base.safetensors"',
+             'ae="/m/qwen_image_vae.safetensors"', 'train_data_dir="/d"', 'output_dir="/o"']
+    cfg = load_config(method, presets / f"{preset}.toml", files)
+    argv, text, _ = sd_scripts_command(cfg, family="anima", config_path=str(tmp_path / "sd.toml"))
+    assert script in argv
+    assert 'qwen3 = "/m/qwen_3_06b_base.safetensors"' in text and 'vae = "/m/qwen_image_vae.safetensors"' in text
+    path = _toml(tmp_path, text)
+    back = load_config(method, path)
+    changed = {k for k in cfg.values if cfg.values[k] != back.values.get(k)}
+    assert changed <= {"sample_steps", "sample_cfg_scale"}  # given per prompt line in sd-scripts

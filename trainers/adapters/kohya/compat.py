@@ -76,21 +76,24 @@ SWITCH_FAMILIES: dict[str, str] = {"sd3_checkbox": "sd3", "flux1_checkbox": "flu
 # The LoRA module sd-scripts trains each flow family with (ours is networks.lora: the family names the keys);
 # Chroma is FLUX.1's scripts with model_type = "chroma", Lumina 2 its own (lumina_train_network.py).
 FAMILY_LORA_MODULE: dict[str, str] = {"flux": "networks.lora_flux", "sd3": "networks.lora_sd3",
-                                      "chroma": "networks.lora_flux", "lumina2": "networks.lora_lumina"}
+                                      "chroma": "networks.lora_flux", "lumina2": "networks.lora_lumina",
+                                      "anima": "networks.lora_anima"}
 # Options only some families' scripts read (sd3_train_utils.py, flux_train_utils.py, lumina_train_util.py,
 # train_util.py's add_dit_training_arguments, sdxl_train_util.py), by the families that read them.
 _DIT = ("text_encoder_batch_size", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "blocks_to_swap")
 _T5 = ("apply_t5_attn_mask", "text_encoder_max_tokens", "t5xxl_max_token_length", "clip_l", "t5xxl")
 _FLUX = ("flux", "chroma")
 FAMILY_ONLY: dict[str, tuple[str, ...]] = {
-    **{name: ("sd3", *_FLUX, "lumina2") for name in _DIT},
+    **{name: ("sd3", *_FLUX, "lumina2", "anima") for name in _DIT},
     **{name: ("sd3", *_FLUX) for name in _T5},
     **{name: ("sd3",) for name in ("apply_lg_attn_mask", "training_shift", "clip_g", "t5xxl_dtype")},
     **{name: _FLUX for name in ("guidance_scale",)},
-    **{name: (*_FLUX, "lumina2") for name in ("discrete_flow_shift", "model_prediction_type", "sigmoid_scale",
-                                              "timestep_sampling", "ae")},
-    "text_encoder": ("lumina2",),
-    **{name: ("sdxl", "sd3", *_FLUX, "lumina2") for name in ("cache_text_encoder_outputs",
+    **{name: (*_FLUX, "lumina2") for name in ("model_prediction_type",)},
+    **{name: (*_FLUX, "lumina2", "anima") for name in ("discrete_flow_shift", "sigmoid_scale", "timestep_sampling",
+                                                       "ae")},
+    "text_encoder": ("lumina2", "anima"),
+    **{name: ("anima",) for name in ("llm_adapter_path", "t5_tokenizer_path")},
+    **{name: ("sdxl", "sd3", *_FLUX, "lumina2", "anima") for name in ("cache_text_encoder_outputs",
                                                               "cache_text_encoder_outputs_to_disk")},
 }
 # The flow families musubi-tuner trains and sd-scripts does not: the export names the tool that does.

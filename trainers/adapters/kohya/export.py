@@ -21,9 +21,10 @@ from trainers.core.options.training import DECLARATIONS
 from trainers.core.registry import FAMILY_NAMES, method_spec
 from trainers.models.lumina2.rules import SYSTEM_PROMPT as LUMINA_SYSTEM_PROMPT
 
-FLOW_FAMILIES = tuple(FAMILY_LORA_MODULE)  # sd3, flux, chroma, lumina2
+FLOW_FAMILIES = tuple(FAMILY_LORA_MODULE)  # sd3, flux, chroma, lumina2, anima
 # Options sd-scripts names otherwise for a family (ours -> its), and its keys that make its script train as we do
-RENAMED: dict[str, dict[str, str]] = {"lumina2": {"text_encoder": "gemma2"}}
+RENAMED: dict[str, dict[str, str]] = {"lumina2": {"text_encoder": "gemma2"},
+                                      "anima": {"text_encoder": "qwen3", "ae": "vae"}}
 # Options sd-scripts names otherwise for every family (ours -> its; see docs/kohya.md, "Names that differ")
 SD_SCRIPTS_NAMES: dict[str, str] = {"text_encoder_max_tokens": "t5xxl_max_token_length"}
 FAMILY_KEYS: dict[str, dict[str, Any]] = {"chroma": {"model_type": "chroma"},
@@ -59,7 +60,8 @@ SAME: frozenset[str] = frozenset({
     "blocks_to_swap", "timestep_sampling", "sigmoid_scale", "discrete_flow_shift", "model_prediction_type",
     "guidance_scale", "weighting_scheme", "logit_mean", "logit_std", "mode_scale", "training_shift",
     "text_encoder_max_tokens", "apply_t5_attn_mask", "apply_lg_attn_mask",
-    "text_encoder",  # Lumina 2's Gemma 2 file, written under sd-scripts' name (RENAMED)
+    "text_encoder",  # Lumina 2's Gemma 2 file, Anima's Qwen3 file: written under sd-scripts' names (RENAMED)
+    "llm_adapter_path", "t5_tokenizer_path",  # Anima's (anima_train_utils.py)
 })
 # sd-scripts' network trainers read these; its train_db.py and fine_tune.py do not.
 VALIDATION = ("validation_split", "validation_seed", "validate_every_n_steps", "validate_every_n_epochs",

@@ -8,7 +8,8 @@ from trainers.core.registry import only
 
 SD_SCRIPTS: dict[str, str] = {"sd1": "train_network.py", "sd2": "train_network.py", "sdxl": "sdxl_train_network.py",
                               "sd3": "sd3_train_network.py", "flux": "flux_train_network.py",
-                              "chroma": "flux_train_network.py", "lumina2": "lumina_train_network.py"}
+                              "chroma": "flux_train_network.py", "lumina2": "lumina_train_network.py",
+                              "anima": "anima_train_network.py"}
 GROUPS = {"objective": "Slider and preservation"}
 
 
