@@ -121,6 +121,29 @@ def test_every_lora_key_maps_onto_comfyuis_anima_model(model) -> None:
     assert any(k.startswith(PREFIX + "llm_adapter.blocks.") for k in patches)
 
 
+def test_a_file_in_the_dotted_naming_reads_back_as_its_kohya_names(model) -> None:
+    """sd-scripts' networks/convert_anima_lora_to_comfy.py writes `diffusion_model.<module>.lora_A/lora_B.weight` and
+    `.alpha` (what diffusers' AnimaModularPipeline reads): read as the kohya names it came from."""
+    kohya = {"lora_unet_blocks_0_self_attn_q_proj.lora_down.weight": torch.ones(2, 48),
+             "lora_unet_blocks_0_self_attn_q_proj.lora_up.weight": torch.ones(48, 2),
+             "lora_unet_blocks_0_self_attn_q_proj.alpha": torch.tensor(1.0),
+             "lora_unet_llm_adapter_blocks_1_mlp_0.lora_down.weight": torch.ones(2, 32),
+             "lora_unet_llm_adapter_blocks_1_mlp_0.lora_up.weight": torch.ones(128, 2)}
+    dotted = {"diffusion_model.blocks.0.self_attn.q_proj.lora_A.weight": kohya[
+                  "lora_unet_blocks_0_self_attn_q_proj.lora_down.weight"],
+              "diffusion_model.blocks.0.self_attn.q_proj.lora_B.weight": kohya[
+                  "lora_unet_blocks_0_self_attn_q_proj.lora_up.weight"],
+              "diffusion_model.blocks.0.self_attn.q_proj.alpha": kohya["lora_unet_blocks_0_self_attn_q_proj.alpha"],
+              "diffusion_model.llm_adapter.blocks.1.mlp.0.lora_A.weight": kohya[
+                  "lora_unet_llm_adapter_blocks_1_mlp_0.lora_down.weight"],
+              "diffusion_model.llm_adapter.blocks.1.mlp.0.lora_B.weight": kohya[
+                  "lora_unet_llm_adapter_blocks_1_mlp_0.lora_up.weight"]}
+    read = model.family.lora_in_own_names(dotted)
+    assert read.keys() == {*kohya, "lora_unet_llm_adapter_blocks_1_mlp_0.alpha"}
+    assert float(read["lora_unet_llm_adapter_blocks_1_mlp_0.alpha"]) == 2.0  # no alpha: its rank, scale 1
+    assert model.family.lora_in_own_names(kohya) is kohya
+
+
 def test_the_adapter_is_left_out_of_a_lora_unless_train_llm_adapter(model) -> None:
     targets = model.family.lora_targets(model.unet)
     dims = model.family.lora_target_dims(targets, {}, 8)

@@ -165,6 +165,28 @@ class Anima(AnimaRules, FlowFamily, ModelFamily):
         return [*(t for i, block in enumerate(unet.transformer_blocks) for t in _block_targets(i, block)),
                 *(t for i, block in enumerate(unet.llm_adapter.blocks) for t in _adapter_targets(i, block))]
 
+    def lora_in_own_names(self, state: dict[str, torch.Tensor],
+                          network_alpha: float | None = None) -> dict[str, torch.Tensor]:
+        """A file in the dotted naming (`diffusion_model.blocks.0.self_attn.q_proj.lora_A.weight`: sd-scripts'
+        networks/convert_anima_lora_to_comfy.py output, what diffusers' AnimaModularPipeline reads) in kohya's names;
+        a module without an alpha keeps its weights' scale (alpha = rank, as ComfyUI reads it)."""
+        if not any(k.startswith(DOTTED) for k in state):
+            return state
+        out: dict[str, torch.Tensor] = {}
+        for key, value in state.items():
+            if not key.startswith(DOTTED):
+                out[key] = value
+                continue
+            path, _, weight = key.removeprefix(DOTTED).rpartition(".lora_")
+            if not path:
+                path, _, weight = key.removeprefix(DOTTED).rpartition(".")
+            name = "lora_unet_" + path.replace(".", "_")
+            out[f"{name}.{DOTTED_WEIGHTS.get(weight, weight)}"] = value
+        for down in [k for k in out if k.endswith(".lora_down.weight")]:
+            alpha = down.removesuffix("lora_down.weight") + "alpha"
+            out.setdefault(alpha, torch.tensor(float(out[down].shape[0])))
+        return out
+
     def lora_target_dims(self, targets: list[LoraTarget], args: Mapping[str, str], dim: int) -> dict[str, int]:
         """network_dim on the DiT's blocks; the adapter's at network_dim with train_llm_adapter=True, else 0."""
         adapter = str(args.get(TRAIN_LLM_ADAPTER, "false")).strip().lower() == "true"
@@ -172,6 +194,9 @@ class Anima(AnimaRules, FlowFamily, ModelFamily):
 
 
 ADAPTER_LORA = "lora_unet_llm_adapter_"
+DOTTED = "diffusion_model."  # the dotted naming of converted files
+DOTTED_WEIGHTS = {"A.weight": "lora_down.weight", "B.weight": "lora_up.weight", "down.weight": "lora_down.weight",
+                  "up.weight": "lora_up.weight"}
 
 
 def _block_targets(index: int, block: nn.Module) -> Iterator[LoraTarget]:
