@@ -68,6 +68,14 @@ def test_captions_are_encoded_as_sd_scripts_does(model) -> None:
     assert mask[0].sum() == len("sks shape") and mask[1].sum() == 0  # the tiny tokenizer: a token a character
     assert hidden[0, mask[0] == 0].abs().max() == 0  # zero on the padding
     assert t5_ids[1, 0] == model.tokenizers[1].eos_token_id and t5_ids[1, 1:].abs().max() == 0  # "": </s> alone
+    # the empty caption's adapter attends to its first (zero) state: what a fully masked attention gives on the CPU,
+    # without the NaN some GPU kernels give for it
+    from trainers.models.anima.family import split_text
+
+    read, ids = split_text(hidden, second)
+    assert read[1, 0] == 1 and read[1, 1:].sum() == 0 and torch.equal(read[0], mask[0])
+    adapter = model.unet.llm_adapter
+    assert torch.equal(adapter(hidden, ids, ids != 0, read), adapter(hidden, ids, ids != 0, mask))
 
 
 def test_the_llm_adapter_is_read_from_llm_adapter_path_for_a_dit_file_without_it(split_files: dict[str, str],

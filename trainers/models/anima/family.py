@@ -220,10 +220,14 @@ def _adapter_targets(index: int, block: nn.Module) -> Iterator[LoraTarget]:
 
 
 def split_text(hidden: torch.Tensor, second: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the Qwen3 text mask, the T5 ids) of encode_prompts' second tensor."""
+    """(the Qwen3 text mask, the T5 ids) of encode_prompts' second tensor. An empty caption's mask keeps its first
+    state, which is zero (encode_prompts zeroes the padding): the adapter's cross-attention then gives 0, as a fully
+    masked one does on the CPU, where some GPU attention kernels give NaN."""
     assert second is not None, "Anima's encode_prompts gives the text mask and the T5 ids"
     length = hidden.shape[1]
-    return second[:, :length].to(hidden.device), second[:, length:].to(hidden.device).long()
+    mask = second[:, :length].to(hidden.device).clone()
+    mask[mask.sum(dim=1) == 0, 0] = 1
+    return mask, second[:, length:].to(hidden.device).long()
 
 
 def latent_stats(vae: nn.Module, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
