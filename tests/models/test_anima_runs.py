@@ -82,6 +82,15 @@ def test_the_lora_trains_samples_and_names_its_modules_as_sd_scripts_and_comfyui
     assert unloaded == [] and len(patches) == len({k.split(".")[0] for k in runs.lora})
 
 
+def test_the_health_check_says_comfyui_loads_it_and_diffusers_has_no_loader(runs: Runs) -> None:
+    from trainers.health.check import check_save
+
+    report = check_save(runs.out / "straight.safetensors", "anima")
+    loaders = report["checks"]["loading"]["loaders"]
+    assert loaders["ComfyUI"]["status"] == "yes" and loaders["diffusers"]["status"] == "none"
+    assert report["verdict"] == "healthy" and report["warnings"] == []
+
+
 def test_the_resumed_lora_equals_the_uninterrupted_one(runs: Runs) -> None:
     assert runs.lora.keys() == runs.resumed.keys()
     assert max((runs.lora[k] - runs.resumed[k]).abs().max().item() for k in runs.lora) < 1e-6

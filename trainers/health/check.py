@@ -12,7 +12,8 @@ from trainers.health.effect import effect_warnings
 from trainers.health.weights import SHOWN, WeightsCheck, check_weights, shown_names
 from trainers.loras.lora_family import guess_family, key_format, key_style, kohya_named
 from trainers.loras.lora_state import module_type, read_lora
-from trainers.tools.loaders import FAMILY, verdicts
+from trainers.models.rules import rules_of
+from trainers.tools.loaders import FAMILY, NONE, verdicts
 
 CHECKED_LOADERS = ("ComfyUI", "diffusers")
 HEALTHY, WARNINGS = "healthy", "warnings"
@@ -78,12 +79,15 @@ def _loading(lora: Any, family: str | None, checks: dict[str, Any]) -> list[str]
     alphas = {name: round(float(p["alpha"]), 6) for name, p in lora.modules.items() if "alpha" in p}
     total = sum(len(p) for p in lora.modules.values())
     found, warnings = {}, []
-    for verdict in verdicts({n: set(p) for n, p in lora.modules.items()}, kinds, fmt, style, alphas):
+    missing = rules_of(family).lora_loaders_missing if family else frozenset()
+    for verdict in verdicts({n: set(p) for n, p in lora.modules.items()}, kinds, fmt, style, alphas, missing):
         if verdict.loader not in CHECKED_LOADERS:
             continue
         found[verdict.loader] = {"status": verdict.status, "dropped": len(verdict.ignored),
                                  "examples": verdict.ignored[:SHOWN]}
-        if verdict.status != "yes":
+        if verdict.status == NONE:  # no such program for the family: nothing a save could change
+            found[verdict.loader]["note"] = verdict.note
+        elif verdict.status != "yes":
             warnings.append(f"{verdict.loader} would not load {len(verdict.ignored)} of {total} keys (key format "
                             f"{fmt}), e.g. {shown_names(verdict.ignored) or '-'}"
                             + (f": {verdict.note}" if verdict.note else ""))

@@ -147,6 +147,9 @@ class FamilyRules(ABC):
     bucket_step: int = 16  # the side step of its video buckets (musubi-tuner's 16; Wan 2.2 TI2V 5B's 16x VAE: 32)
     # its variants' sizes, keyed by the words (lowercase) a hub id of that variant holds, the most specific first
     memory_variants: Mapping[tuple[str, ...], ModelSize] = {}
+    # programs with no loader of this family's LoRA files whatever their keys (trainers/tools/loaders.py's names:
+    # diffusers without a pipeline of it): the health check and inspect say so instead of predicting from the keys
+    lora_loaders_missing: frozenset[str] = frozenset()
 
     def trained_size(self, values: Mapping[str, Any], size: ModelSize) -> ModelSize:
         """The memory estimate's sizes of a run with these options (a family option that trains more layers: more

@@ -142,7 +142,8 @@ def _lora_report(path: Path, cfg: ToolConfig, job: ToolJob) -> tuple[str, dict[s
     hashes = _hashes(lora)
     job.progress("hashing", 2, 3)
     alphas = {name: round(float(p["alpha"]), 6) for name, p in lora.modules.items() if "alpha" in p}
-    loaders = verdicts({n: set(p) for n, p in lora.modules.items()}, kinds, fmt, style, alphas)
+    missing = guess.found.lora_loaders_missing if guess.found is not None else frozenset()
+    loaders = verdicts({n: set(p) for n, p in lora.modules.items()}, kinds, fmt, style, alphas, missing)
     data: dict[str, Any] = {
         "file": str(path), "bytes": path.stat().st_size, "kind": "lora", "family": guess.text(),
         "key_format": fmt, "key_naming": naming.text() if naming else fmt, "modules": len(lora.modules),

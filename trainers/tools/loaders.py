@@ -60,6 +60,9 @@ class Verdict:
     note: str = ""
 
 
+NONE = "none"  # a Verdict's status where the program has no loader of the family's LoRAs at all
+
+
 def _ignored_keys(loader: Loader, module: str, kind: str, suffixes: set[str], fmt: str, style: str | None) -> list[str]:
     keys = [f"{module}.{s}" for s in sorted(suffixes)]
     if not loader.takes(kind, fmt, style):
@@ -99,14 +102,18 @@ def _misread_alphas(alphas: Mapping[str, float], style: str | None) -> int:
 
 
 def verdicts(modules: Mapping[str, set[str]], kinds: Mapping[str, str], fmt: str, style: str | None,
-             alphas: Mapping[str, float] | None = None) -> list[Verdict]:
+             alphas: Mapping[str, float] | None = None, missing: frozenset[str] = frozenset()) -> list[Verdict]:
     """For each loader: does it load the file (every key, some, none) and which keys it would leave out.
     `modules`: module name -> its tensors' suffixes; `kinds`: module name -> its type (lora_state.module_type);
-    `alphas`: module name -> its alpha."""
+    `alphas`: module name -> its alpha; `missing`: the loaders the file's family has none of (its rules'
+    lora_loaders_missing): status NONE, whatever the keys."""
     misread = _misread_alphas(alphas or {}, style) if fmt == "kohya" else 0
     total = sum(len(s) for s in modules.values())
     out = []
     for loader in LOADERS:
+        if loader.name in missing:
+            out.append(Verdict(loader.name, NONE, note=f"{loader.name} has no loader of this model family's LoRAs"))
+            continue
         ignored = [key for name, suffixes in modules.items()
                    for key in _ignored_keys(loader, name, kinds[name], suffixes, fmt, style)]
         status = "yes" if not ignored else "no" if len(ignored) == total else "partly"

@@ -37,6 +37,7 @@ class AnimaRules(FlowRules):
     frozen_text_encoder = "Qwen3"
     network_arg_keys = frozenset({TRAIN_LLM_ADAPTER})
     writes_single_files = True
+    lora_loaders_missing = frozenset({"diffusers"})  # no Anima DiffusionPipeline (the modular one: another naming)
     reference_prefixes = tuple(f"{root}{DIT_MARKER}" for root in ROOTS)
     # circlestone-labs/Anima's split files: diffusion_models/anima-*.safetensors (DiT and llm_adapter), text_encoders/
     # qwen_3_06b_base.safetensors (sd-scripts' --qwen3), vae/qwen_image_vae.safetensors (sd-scripts' --vae); in one
