@@ -55,6 +55,8 @@ def test_a_finetune_saves_a_folder_claimed_again_that_its_pipeline_loads(family:
     tiny = build(tmp_path / "model")
     folder = _finetune(tmp_path, tiny)
     assert folder_rules(folder).name == family
+    index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+    assert "feature_extractor" not in index  # SD's IP-Adapter slots, which WanPipeline warns it ignores
     pipe = getattr(diffusers, pipeline).from_pretrained(folder)
     assert type(pipe.vae).__name__ == "AutoencoderKLWan"
     before, after = load_model(str(tiny), "auto", torch.float32), load_model(str(folder), "auto", torch.float32)

@@ -116,6 +116,18 @@ def _save_diffusers_model(module: nn.Module, state: StateDict, folder: Path, dty
     save_file(_cast(state, dtype), folder / "diffusion_pytorch_model.safetensors", metadata={"format": "pt"})
 
 
+def _unused_optional_components(pipeline_class: str) -> dict[str, list[None]]:
+    """The IP-Adapter components SD pipelines declare, as their published folders list them (unset); left out for a
+    pipeline that takes no such argument (WanPipeline warns at every load that it ignores them)."""
+    import inspect
+
+    import diffusers
+
+    pipeline = getattr(diffusers, pipeline_class, None)
+    takes = inspect.signature(pipeline.__init__).parameters if pipeline is not None else {}
+    return {name: [None, None] for name in ("feature_extractor", "image_encoder") if name in takes}
+
+
 def save_diffusers_folder(model: LoadedModel, folder: Path, dtype: torch.dtype = torch.float16,
                           unet_state: StateDict | None = None,
                           text_encoder_states: Sequence[StateDict | None] | None = None) -> Path:
@@ -133,7 +145,7 @@ def save_diffusers_folder(model: LoadedModel, folder: Path, dtype: torch.dtype =
     index: dict[str, Any] = {
         "_class_name": model.family.pipeline_class,
         "_diffusers_version": diffusers.__version__,
-        "feature_extractor": [None, None], "image_encoder": [None, None],
+        **_unused_optional_components(model.family.pipeline_class),
         "scheduler": ["diffusers", sched_cls.__name__],
         "vae": ["diffusers", type(_bare(model.vae)).__name__],
     }
