@@ -61,6 +61,18 @@ def test_the_split_files_load_as_anima_and_the_dit_file_round_trips(split_files:
     assert saved.keys() == dit.keys() and all(torch.equal(saved[k], dit[k]) for k in dit)
 
 
+def test_one_all_in_one_file_loads_as_the_split_files_do(model, tmp_path: Path) -> None:
+    from trainers.models.anima.tiny import build_tiny_anima_file
+
+    path = build_tiny_anima_file(tmp_path / "anima-all-in-one")
+    files = ModelFiles(tokenizer_cache_dir=str(tmp_path / "anima-all-in-one-parts" / "tokenizers"))
+    whole = load_model(str(path), "auto", torch.float32, files=files)
+    assert whole.family.name == "anima"
+    hidden, second = whole.encode_texts(["sks shape"], 1)
+    assert torch.allclose(hidden, model.encode_texts(["sks shape"], 1)[0])  # the same seed: the same tiny model
+    assert torch.equal(second, model.encode_texts(["sks shape"], 1)[1])
+
+
 def test_captions_are_encoded_as_sd_scripts_does(model) -> None:
     hidden, second = model.encode_texts(["sks shape", ""], 1)
     assert hidden.shape[:2] == (2, 512) and second.shape == (2, 512 + 512) and second.dtype == torch.long
