@@ -35,8 +35,7 @@ def build_tiny_anima(folder: Path, seed: int = 0) -> dict[str, str]:
     write_tiny_t5_tokenizer(tokenizers / T5_TOKENIZER.replace("/", "_"))
     qwen_tokenizer = AutoTokenizer.from_pretrained(tokenizers / tokenizer_id(qwen_part).replace("/", "_"))
     t5_tokenizer = T5TokenizerFast.from_pretrained(tokenizers / T5_TOKENIZER.replace("/", "_"))
-    # one head as wide as the published (128: the rope's three axes and Qwen3's head width are not in the shapes
-    # beyond the per-head norms, which give them)
+    # heads 24 wide (the 3D rope splits a head into 8 + 8 + 8): the files' config is read back from the per-head norms
     transformer = AnimaTransformer(num_attention_heads=2, attention_head_dim=24, num_layers=2, text_embed_dim=32,
                                    adaln_lora_dim=8, adapter_source_dim=QWEN_WIDTH, adapter_model_dim=32,
                                    adapter_layers=2, adapter_heads=2, adapter_vocab_size=len(t5_tokenizer))
