@@ -24,6 +24,13 @@ ARCH = {"sd15": REPO / "trainers" / "models" / "sd" / "arch" / "sd15",
 MODELS = REPO / "trainers" / "models"
 FAMILIES = ("sd15", "sdxl", "flux", "wan22_ti2v", "zimage", "qwen_image")
 
+T5_XXL_ENCODER = {  # google/t5-v1_1-xxl's encoder
+    "architectures": ["T5EncoderModel"], "model_type": "t5", "d_model": 4096, "d_ff": 10240, "d_kv": 64,
+    "num_heads": 64, "num_layers": 24, "vocab_size": 32128, "feed_forward_proj": "gated-gelu",
+    "dense_act_fn": "gelu_new", "is_gated_act": True, "layer_norm_epsilon": 1e-6,
+    "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "tie_word_embeddings": False,
+    "is_encoder_decoder": False, "use_cache": False, "pad_token_id": 0, "eos_token_id": 1,
+    "decoder_start_token_id": 0}
 FLUX_DEV = {  # black-forest-labs/FLUX.1-dev, as diffusers' configs of it say
     "model_index.json": {
         "_class_name": "FluxPipeline", "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
@@ -40,13 +47,7 @@ FLUX_DEV = {  # black-forest-labs/FLUX.1-dev, as diffusers' configs of it say
         "in_channels": 3, "out_channels": 3, "latent_channels": 16, "layers_per_block": 2, "norm_num_groups": 32,
         "sample_size": 1024, "scaling_factor": 0.3611, "shift_factor": 0.1159, "force_upcast": True,
         "mid_block_add_attention": True, "use_quant_conv": False, "use_post_quant_conv": False},
-    "text_encoder_2/config.json": {  # google/t5-v1_1-xxl's encoder
-        "architectures": ["T5EncoderModel"], "model_type": "t5", "d_model": 4096, "d_ff": 10240, "d_kv": 64,
-        "num_heads": 64, "num_layers": 24, "vocab_size": 32128, "feed_forward_proj": "gated-gelu",
-        "dense_act_fn": "gelu_new", "is_gated_act": True, "layer_norm_epsilon": 1e-6,
-        "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "tie_word_embeddings": False,
-        "is_encoder_decoder": False, "use_cache": False, "pad_token_id": 0, "eos_token_id": 1,
-        "decoder_start_token_id": 0},
+    "text_encoder_2/config.json": T5_XXL_ENCODER,
     "scheduler/scheduler_config.json": {
         "_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 3.0,
         "use_dynamic_shifting": True, "base_shift": 0.5, "max_shift": 1.15, "base_image_seq_len": 256,
@@ -63,13 +64,8 @@ WAN22_TI2V_5B = {  # Wan-AI/Wan2.2-TI2V-5B-Diffusers, as its configs say (the au
         "cross_attn_norm": True, "eps": 1e-06, "ffn_dim": 14336, "freq_dim": 256, "image_dim": None,
         "in_channels": 48, "num_attention_heads": 24, "num_layers": 30, "out_channels": 48, "patch_size": [1, 2, 2],
         "pos_embed_seq_len": None, "qk_norm": "rms_norm_across_heads", "rope_max_seq_len": 1024, "text_dim": 4096},
-    "text_encoder/config.json": {  # google/umt5-xxl's encoder
-        "architectures": ["UMT5EncoderModel"], "model_type": "umt5", "d_model": 4096, "d_ff": 10240, "d_kv": 64,
-        "num_heads": 64, "num_layers": 24, "vocab_size": 256384, "feed_forward_proj": "gated-gelu",
-        "dense_act_fn": "gelu_new", "is_gated_act": True, "layer_norm_epsilon": 1e-6,
-        "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "tie_word_embeddings": False,
-        "is_encoder_decoder": False, "use_cache": False, "pad_token_id": 0, "eos_token_id": 1,
-        "decoder_start_token_id": 0},
+    "text_encoder/config.json": {  # google/umt5-xxl's encoder: T5-XXL's layers over a 256k vocabulary
+        **T5_XXL_ENCODER, "architectures": ["UMT5EncoderModel"], "model_type": "umt5", "vocab_size": 256384},
     "scheduler/scheduler_config.json": {
         "_class_name": "UniPCMultistepScheduler", "num_train_timesteps": 1000, "prediction_type": "flow_prediction",
         "use_flow_sigmas": True, "flow_shift": 5.0, "solver_order": 2, "predict_x0": True, "solver_type": "bh2",
