@@ -182,6 +182,27 @@ def test_one_flow_matching_step_on_a_clip_and_an_image_trains_the_video_stream(m
         assert run.unet.audio_proj_out.weight.grad is None
 
 
+def loaded_in_comfyui_and_ltx2pipeline(tiny: Path, file: Path) -> tuple[list[str], int, int]:
+    """A saved LoRA file loaded as it is by ComfyUI's key map of the tiny model and, in its diffusers form, by
+    LTX2Pipeline.load_lora_weights: (the keys ComfyUI left, its patched modules, the pipeline's LoRA layers)."""
+    import copy
+
+    from comfy_lora import load_lora, unet_key_map
+    from diffusers import LTX2Pipeline
+    from safetensors.torch import load_file
+
+    from trainers.models.ltx2.family import LTX2
+
+    pipe = LTX2Pipeline.from_pretrained(tiny)
+    on_disk = load_file(file)
+    patches, not_loaded = load_lora(on_disk, unet_key_map(_comfy_shapes(pipe.transformer)))
+    view = SimpleNamespace(unet=copy.deepcopy(pipe.transformer), text_encoders=[], family=LTX2)
+    pipe.load_lora_weights(LTX2.lora_for_pipeline(on_disk, view), adapter_name="trained")
+    layers = [name for name, module in pipe.transformer.named_modules()
+              if hasattr(module, "lora_A") and "trained" in module.lora_A]
+    return not_loaded, len(patches), len(layers)
+
+
 def _comfy_shapes(unet: torch.nn.Module) -> dict[str, torch.Size]:
     """The linear weights of ComfyUI's LTX-2 model (comfy/ldm/lightricks: Lightricks' module names, which are
     diffusers': transformer_blocks.N.attn1.to_q, ..., ff.net.0.proj, ff.net.2, the audio stream's beside)."""

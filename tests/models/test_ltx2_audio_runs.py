@@ -77,21 +77,6 @@ def test_a_resumed_lora_with_audio_equals_the_uninterrupted_one(audio_runs: Simp
 @pytest.mark.slow
 def test_the_saved_audio_lora_loads_with_every_key_in_comfyui_and_ltx2pipeline(
         tiny: Path, audio_runs: SimpleNamespace) -> None:
-    import copy
+    from test_ltx2 import loaded_in_comfyui_and_ltx2pipeline
 
-    from comfy_lora import load_lora, unet_key_map
-    from diffusers import LTX2Pipeline
-    from safetensors.torch import load_file
-    from test_ltx2 import _comfy_shapes
-
-    from trainers.models.ltx2.family import LTX2
-
-    pipe = LTX2Pipeline.from_pretrained(tiny)
-    on_disk = load_file(audio_runs.file)
-    patches, not_loaded = load_lora(on_disk, unet_key_map(_comfy_shapes(pipe.transformer)))
-    assert not_loaded == [] and len(patches) == 2 * 28
-    view = SimpleNamespace(unet=copy.deepcopy(pipe.transformer), text_encoders=[], family=LTX2)
-    pipe.load_lora_weights(LTX2.lora_for_pipeline(on_disk, view), adapter_name="trained")
-    layers = [name for name, module in pipe.transformer.named_modules()
-              if hasattr(module, "lora_A") and "trained" in module.lora_A]
-    assert len(layers) == 2 * 28
+    assert loaded_in_comfyui_and_ltx2pipeline(tiny, audio_runs.file) == ([], 2 * 28, 2 * 28)

@@ -10,9 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from comfy_lora import load_lora, unet_key_map
 from family_checks import clip_lora_runs
-from test_ltx2 import _comfy_shapes, video_dataset
+from test_ltx2 import loaded_in_comfyui_and_ltx2pipeline, video_dataset
 
 from trainers.models.ltx2.tiny import build_tiny_ltx2
 
@@ -55,20 +54,7 @@ def test_a_lora_run_from_clips_trains_samples_an_mp4_and_names_the_reference_mod
 @pytest.mark.slow
 def test_the_saved_clip_lora_loads_with_every_key_in_comfyui_and_ltx2pipeline(
         tiny: Path, clip_runs: SimpleNamespace) -> None:
-    from diffusers import LTX2Pipeline
-    from safetensors.torch import load_file
-
-    from trainers.models.ltx2.family import LTX2
-
-    pipe = LTX2Pipeline.from_pretrained(tiny)
-    on_disk = load_file(clip_runs.file)
-    patches, not_loaded = load_lora(on_disk, unet_key_map(_comfy_shapes(pipe.transformer)))
-    assert not_loaded == [] and len(patches) == 2 * 10
-    view = SimpleNamespace(unet=copy.deepcopy(pipe.transformer), text_encoders=[], family=LTX2)
-    pipe.load_lora_weights(LTX2.lora_for_pipeline(on_disk, view), adapter_name="trained")
-    layers = [name for name, module in pipe.transformer.named_modules()
-              if hasattr(module, "lora_A") and "trained" in module.lora_A]
-    assert len(layers) == 2 * 10
+    assert loaded_in_comfyui_and_ltx2pipeline(tiny, clip_runs.file) == ([], 2 * 10, 2 * 10)
 
 
 @pytest.mark.slow
