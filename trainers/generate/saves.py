@@ -11,7 +11,7 @@ from typing import Any
 
 from trainers.core.events import Checkpoint, read_events
 from trainers.core.fsio import read_safetensors_header
-from trainers.core.options.groups.model import COMPONENT_FILE_OPTIONS
+from trainers.models.rules import ModelFiles
 from trainers.core.options.validation import parse_resolution
 from trainers.core.rundir import read_run_config, read_scores
 from trainers.core.saves import SaveName, list_saves
@@ -70,7 +70,9 @@ def run_base_model(run_dir: Path) -> str:
     return str(run_config(run_dir).get("pretrained_model_name_or_path", "") or "")
 
 
-MODEL_FILE_OPTIONS = (*COMPONENT_FILE_OPTIONS, "tokenizer_cache_dir")  # read with a FLUX.1 transformer file
+# every separate file a model is read with (a FLUX.1 transformer file's clip_l, t5xxl and ae; a Wan 2.2 pair's high-noise
+# expert; Anima's adapter), and where the tokenizers such files lack are kept: Generate and the tools take them all
+MODEL_FILE_OPTIONS = tuple(ModelFiles.__dataclass_fields__)
 
 
 def run_model_files(cfg: dict[str, Any]) -> dict[str, str]:
