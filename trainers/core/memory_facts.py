@@ -96,6 +96,9 @@ ANIMA_TOKENS = Tokens(2048, 28, 16 * 16, 512)
 # Ideogram 4: 4608 wide, 34 single-stream blocks, FLUX.2's 8x autoencoder with 2x2 patches, Qwen3-VL's states
 # padded to 512 tokens
 IDEOGRAM4_TOKENS = Tokens(4608, 34, 16 * 16, 512)
+# HiDream-O1-Image: Qwen3-VL 8B's 36 decoder layers 4096 wide, one token a 32x32 pixel patch (no autoencoder), the
+# caption's chat-template tokens trimmed to the batch's longest
+HIDREAM_O1_TOKENS = Tokens(4096, 36, 32 * 32, 256)
 
 # The video families' sequences: latent frames x (height / spatial factor / patch) x (width / ...) tokens, their text
 # beside them (cross-attention's keys and values in Wan and LTX-2, joined in HunyuanVideo 1.5: counted alike).

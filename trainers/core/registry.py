@@ -90,6 +90,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec("ideogram4", "trainers.models.ideogram4", "IDEOGRAM4", "Ideogram 4"),
     FamilySpec("ernie_image", "trainers.models.ernie_image", "ERNIE_IMAGE", "ERNIE-Image"),
     FamilySpec("anima", "trainers.models.anima", "ANIMA", "Anima"),
+    FamilySpec("hidream_o1", "trainers.models.hidream_o1", "HIDREAM_O1", "HiDream-O1-Image"),
     FamilySpec("wan21", "trainers.models.wan", "WAN21", "Wan 2.1"),
     FamilySpec("wan22", "trainers.models.wan.wan22", "WAN22", "Wan 2.2"),
     FamilySpec("wan22_ti2v", "trainers.models.wan.ti2v", "WAN22_TI2V", "Wan 2.2 TI2V 5B"),

@@ -200,6 +200,11 @@ class FlowFamily:
             return sd3_sigmas(self.settings, normal, uniform, min_timestep, max_timestep)
         return flux_sigmas(self.settings, normal, uniform, latent_size)
 
+    def shaped_noise(self, noise: torch.Tensor, sigmas: torch.Tensor) -> torch.Tensor:
+        """The noise (B, ...) as the noisy input at noise levels `sigmas` (B,) takes it: as drawn (a family scaling or
+        clipping its noise, HiDream-O1-Image, says otherwise)."""
+        return noise
+
     def vae_latents(self, raw: torch.Tensor, vae: nn.Module) -> torch.Tensor:
         """The VAE's latents as the transformer reads them: shifted and scaled as the VAE's config says."""
         shift = getattr(vae.config, "shift_factor", None) or 0.0

@@ -71,13 +71,21 @@ def add_flow_noise(latents: torch.Tensor, keys: torch.Tensor, settings: FlowSett
     return noise_latents(latents, keys, opts, draw)
 
 
-def noise_latents(latents: torch.Tensor, keys: torch.Tensor, opts: NoiseOptions, draw: SigmaDraw) -> FlowNoised:
-    """Noise each sample's latents at its own noise level, drawn by `draw` from the sample's own random numbers."""
+# A family's noise as its noisy input takes it at each sample's noise level: (noise, sigmas (B,)) -> noise.
+NoiseShape = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def noise_latents(latents: torch.Tensor, keys: torch.Tensor, opts: NoiseOptions, draw: SigmaDraw,
+                  shape_noise: NoiseShape | None = None) -> FlowNoised:
+    """Noise each sample's latents at its own noise level, drawn by `draw` from the sample's own random numbers;
+    `shape_noise` (a family's FlowFamily.shaped_noise, e.g. HiDream-O1's clipped and scaled pixel noise) first."""
     device, shape = latents.device, latents.shape[1:]
     noise = per_sample(keys, opts.seed, "noise", lambda g: torch.randn(shape, generator=g)).to(device, latents.dtype)
     normal = per_sample(keys, opts.seed, "flow_normal", lambda g: torch.randn((), generator=g))
     uniform = per_sample(keys, opts.seed, "flow_uniform", lambda g: torch.rand((), generator=g))
     sigmas = draw(normal, uniform, (latents.shape[-2], latents.shape[-1])).to(device)
+    if shape_noise is not None:
+        noise = shape_noise(noise, sigmas)
     s = sigmas.view(-1, *[1] * (latents.ndim - 1)).to(latents.dtype)
     noised_with = noise
     if opts.ip_noise_gamma:
@@ -105,7 +113,7 @@ def flow_loss(predictor: nn.Module, model: LoadedModel, batch: dict[str, Any], o
     def draw(normal: torch.Tensor, uniform: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
         return family.draw_sigmas(normal, uniform, size, opts.min_timestep, opts.max_timestep)
 
-    noised = noise_latents(latents, keys, opts, draw)
+    noised = noise_latents(latents, keys, opts, draw, family.shaped_noise)
     output = predictor(noised.noisy, noised.timesteps, *conditioning(batch, device))
     pred, target, weights = prediction_and_target(output, noised, latents, family.settings, velocity)
     return flow_score(pred, target, weights, noised.timesteps, opts, batch.get("masks"), batch.get("loss_weights"))

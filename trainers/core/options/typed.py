@@ -30,6 +30,7 @@ class ModelOptions(OptionSlice):
     clip_g: str
     llm_adapter_path: str
     t5_tokenizer_path: str
+    model_type: Literal["full", "dev"]
     dit_high_noise: str
     clip: str
     image_encoder: str
@@ -268,6 +269,9 @@ class FlowOptions(OptionSlice):
     training_shift: float
     apply_lg_attn_mask: bool
     t5xxl_dtype: Literal["auto", "float32", "fp16", "bf16"]
+    noise_scale_start: float | None
+    noise_scale_end: float | None
+    noise_clip_std: float | None
     timestep_boundary: float | None
     train_expert: Literal["both", "high_noise", "low_noise"]
     ti2v_first_frame: bool
