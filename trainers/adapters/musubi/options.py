@@ -15,14 +15,14 @@ from typing import Any
 
 from trainers.core.errors import ConfigIssue
 from trainers.adapters.kohya.keys import blank
-from trainers.adapters.musubi import hunyuan_video15, wan
+from trainers.adapters.musubi import hidream_o1, hunyuan_video15, wan
 from trainers.data.video_toml import is_video_dataset_config
 
 # musubi-tuner's network modules of the families trained here -> model_family
 FAMILY_MODULES: dict[str, str] = {"networks.lora_qwen_image": "qwen_image", "networks.lora_zimage": "zimage",
                                   "networks.lora_flux_2": "flux2", "networks.lora_krea2": "krea2",
                                   "networks.lora_ideogram4": "ideogram4", "networks.lora_wan": "wan21",
-                                  hunyuan_video15.MODULE: hunyuan_video15.FAMILY}
+                                  hunyuan_video15.MODULE: hunyuan_video15.FAMILY, hidream_o1.MODULE: hidream_o1.FAMILY}
 # Keys only musubi-tuner writes (what tells its files from sd-scripts')
 MUSUBI_KEYS = frozenset({"dit", "dit_dtype", "fp8_vl", "fp8_llm", "fp8_scaled", "vae_dtype", "flow_shift",
                          "num_timestep_buckets", "preserve_distribution_shape", "remove_first_image_from_target",
@@ -35,14 +35,15 @@ _FOLDER = ("musubi-tuner's separate model files are not read for this family yet
 _SPLIT_FILES = {"dit": "pretrained_model_name_or_path", "text_encoder": "text_encoder", "vae": "ae"}
 FILE_OPTIONS: dict[str, dict[str, str]] = {
     "zimage": _SPLIT_FILES, "qwen_image": _SPLIT_FILES, "ideogram4": _SPLIT_FILES, **wan.FILE_OPTIONS,
-    hunyuan_video15.FAMILY: hunyuan_video15.FILE_OPTIONS}
+    hunyuan_video15.FAMILY: hunyuan_video15.FILE_OPTIONS, hidream_o1.FAMILY: hidream_o1.FILE_OPTIONS}
 # Why a family's musubi-tuner model files are refused, where the generic _FOLDER does not say it
 FOLDER_ONLY: dict[str, str] = {
     "flux2": ("FLUX.2's single files (BFL's flux2-*.safetensors, its separate text encoder and ae) are not read here "
               "yet: give its diffusers folder as pretrained_model_name_or_path (model_version names the published "
               "one, e.g. black-forest-labs/FLUX.2-klein-4B)"),
     "krea2": ("Krea 2's single files (the reference krea-ai/krea-2 DiT, the Qwen-Image VAE, Qwen3-VL) are not read "
-              "here yet: give its diffusers folder (Krea2Pipeline's) as pretrained_model_name_or_path")}
+              "here yet: give its diffusers folder (Krea2Pipeline's) as pretrained_model_name_or_path"),
+    hidream_o1.FAMILY: hidream_o1.FOLDER_ONLY}
 # musubi-tuner's options of one family's script with no effect on what is trained here: left out, said once
 # (Ideogram 4's samples render with the trained transformer in both branches, musubi-tuner's LoRA-sampling default)
 FAMILY_LEFT_OUT: dict[str, tuple[str, ...]] = {
@@ -117,6 +118,8 @@ def read_musubi(flat: dict[str, Any], method: str, notes: list[str], issues: lis
     if flat.get("network_module") == hunyuan_video15.MODULE:  # its task names the folder (musubi/hunyuan_video15.py)
         hunyuan_video15.read_hunyuan_video15(out, notes, issues)
     _family(out, notes, issues)
+    if hidream_o1.claims(flat):
+        hidream_o1.read_hidream_o1(out, notes, issues)
     family = str(out.get("model_family"))
     if family == "flux2":
         _flux2_version(out, notes, issues)
