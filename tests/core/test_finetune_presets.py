@@ -26,7 +26,9 @@ FAMILIES = {"chroma": ("lodestones/Chroma1-HD", "trainers.models.chroma.tiny", "
             "ernie_image": ("baidu/ERNIE-Image", "trainers.models.ernie_image.tiny", "build_tiny_ernie_image"),
             "hidream": ("HiDream-ai/HiDream-I1-Full", "trainers.models.hidream.tiny", "build_tiny_hidream"),
             "ideogram4": ("ideogram-ai/ideogram-4-fp8", "trainers.models.ideogram4.tiny", "build_tiny_ideogram4"),
-            "anima": ("circlestone-labs/Anima", "trainers.models.anima.tiny", "build_tiny_anima_file")}
+            "anima": ("circlestone-labs/Anima", "trainers.models.anima.tiny", "build_tiny_anima_file"),
+            "hidream_o1": ("Comfy-Org/HiDream-O1-Image", "trainers.models.hidream_o1.tiny",
+                           "build_tiny_hidream_o1_file")}
 FOUND = sorted(PRESETS.glob("*_finetune_*gb.toml"))
 
 

@@ -42,14 +42,16 @@ def test_every_family_has_a_preset_for_every_tier_and_each_fits_its_card() -> No
 # comment names.
 FLOW_TIERS = {"chroma": TIERS, "zimage": TIERS, "lumina2": TIERS, "qwen_image": TIERS, "qwen_image21": TIERS,
               "krea2": TIERS, "flux2_klein": TIERS, "flux2_dev": (24, 48), "hunyuan_image21": TIERS,
-              "hidream": (12, 16, 24, 48), "ernie_image": TIERS, "ideogram4": TIERS, "anima": TIERS}
+              "hidream": (12, 16, 24, 48), "ernie_image": TIERS, "ideogram4": TIERS, "anima": TIERS,
+              "hidream_o1": TIERS}
 FLOW_MODELS = {"chroma": "lodestones/Chroma1-HD", "zimage": "Tongyi-MAI/Z-Image",
                "lumina2": "Alpha-VLLM/Lumina-Image-2.0", "qwen_image": "Qwen/Qwen-Image",
                "qwen_image21": "Qwen/Qwen-Image-2.1", "krea2": "krea-ai/krea-2",
                "flux2_klein": "black-forest-labs/FLUX.2-klein-base-{size}", "flux2_dev": "black-forest-labs/FLUX.2-dev",
                "hunyuan_image21": "hunyuanvideo-community/HunyuanImage-2.1-Diffusers",
                "hidream": "HiDream-ai/HiDream-I1-Full", "ernie_image": "baidu/ERNIE-Image",
-               "ideogram4": "ideogram-ai/ideogram-4-fp8", "anima": "circlestone-labs/Anima"}
+               "ideogram4": "ideogram-ai/ideogram-4-fp8", "anima": "circlestone-labs/Anima",
+               "hidream_o1": "Comfy-Org/HiDream-O1-Image"}
 FLOW_TINY = {**{family: (module, builder) for family, (_, module, builder) in FINETUNE_FAMILIES.items()},
              "flux2_klein": FINETUNE_FAMILIES["flux2"][1:],
              "flux2_dev": ("trainers.models.flux2.tiny", "build_tiny_flux2"),

@@ -58,3 +58,8 @@ def build_tiny_hidream_o1(folder: Path, seed: int = 0, prefix: str = "") -> dict
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file({prefix + k: v.contiguous() for k, v in transformer.state_dict().items()}, path)
     return {"pretrained_model_name_or_path": str(path), "tokenizer_cache_dir": str(tokenizers)}
+
+
+def build_tiny_hidream_o1_file(folder: Path, seed: int = 0) -> Path:
+    """The tiny model's single file, for checks that give a model as one path (its tokenizer beside it)."""
+    return Path(build_tiny_hidream_o1(folder, seed)["pretrained_model_name_or_path"])
