@@ -181,12 +181,18 @@ def test_validate_names_hidream_o1_in_what_it_refuses(files: dict[str, str]) -> 
     assert all("HiDream-O1" in issues[k] or "diffusers has no HiDream-O1" in issues[k] for k in issues)
 
 
-def test_the_dev_variant_is_told_by_its_file_name(tmp_path: Path) -> None:
+def test_the_dev_variant_is_told_by_its_file_name(files: dict[str, str], tmp_path: Path) -> None:
     from trainers.models.hidream_o1.rules import HIDREAM_O1
 
     found = HIDREAM_O1.distilled_base(tmp_path / "hidream_o1_image_dev_bf16.safetensors")
     assert found is not None and found.variant == "HiDream-O1-Image-Dev" and "model_type = 'dev'" in found.without
     assert HIDREAM_O1.distilled_base(tmp_path / "hidream_o1_image_bf16.safetensors") is None
+    from trainers.models.distilled import distilled_notes
+
+    dev = tmp_path / "hidream_o1_image_dev_bf16.safetensors"
+    save_file(load_file(files["pretrained_model_name_or_path"]), dev)
+    (note,) = distilled_notes(_values(files, pretrained_model_name_or_path=str(dev)))
+    assert "HiDream-O1-Image-Dev is a distilled base" in note and "model_type = 'dev'" in note
 
 
 def test_musubi_tuners_config_is_read_with_its_names(tmp_path: Path) -> None:
