@@ -26,8 +26,8 @@ pytestmark = pytest.mark.slow
 FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
         "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "uniform",
         "weighting_scheme": "none", "noise_clip_std": 2.5}
-PRESET_LIKE = {"cache_latents": True, "cache_text_encoder_outputs": True, "network_train_unet_only": True,
-               "gradient_checkpointing": True}
+PRESET_LIKE = {"cache_latents": True, "cache_text_encoder_outputs": True, "cache_text_encoder_outputs_to_disk": True,
+               "network_train_unet_only": True, "gradient_checkpointing": True}
 
 
 @dataclass
