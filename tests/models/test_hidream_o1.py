@@ -81,7 +81,7 @@ def test_the_attention_and_positions_are_the_references() -> None:
 
     ids = torch.tensor([[5, 6, 9, 0]])  # two text tokens, the timestep token (9), one padding token
     text_mask = torch.tensor([[1, 1, 1, 0]])
-    allowed = attention_mask(ids, text_mask, 2, 9, torch.float32)[0, 0] == 0
+    allowed = attention_mask(ids, text_mask, 2, 9)[0, 0]
     assert allowed[0].tolist() == [True, False, False, False, False, False]  # text: causal
     assert allowed[2].tolist() == [True, True, True, False, True, True]  # the timestep token: every real token
     assert allowed[4].tolist() == allowed[5].tolist() == [True, True, True, False, True, True]  # the image: too

@@ -13,6 +13,7 @@ x-prediction); the family turns it into what the flow layer scores.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.loaders.peft import PeftAdapterMixin
 from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 PATCH = 32  # pixels a side of one image token
 CHANNELS = 3
@@ -88,6 +90,12 @@ class HiDreamO1Transformer(ModelMixin, ConfigMixin, PeftAdapterMixin):
         self.final_layer2 = FinalLayer(width)
         self.gradient_checkpointing = False
 
+    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func: Any = None) -> None:
+        """Checkpoint each decoder layer from this forward only: transformers' layers would checkpoint themselves
+        too (GradientCheckpointingLayer), recomputing twice."""
+        self._gradient_checkpointing_func = gradient_checkpointing_func or partial(checkpoint, use_reentrant=False)
+        self.gradient_checkpointing = enable
+
     def forward(self, input_ids: torch.Tensor, text_mask: torch.Tensor, patches: torch.Tensor,
                 grid: tuple[int, int], t: torch.Tensor) -> torch.Tensor:
         """Clean-image patches (B, h * w, 3072) predicted from the noisy `patches` (B, h * w, 3072) of an h x w
@@ -100,7 +108,7 @@ class HiDreamO1Transformer(ModelMixin, ConfigMixin, PeftAdapterMixin):
         hidden = torch.cat([embeds, image], dim=1)
         positions = sequence_positions(text_mask, grid)
         cos_sin = self.language_model.rotary_emb(hidden, positions)
-        mask = attention_mask(input_ids, text_mask, image.shape[1], self.config.tms_token_id, hidden.dtype)
+        mask = attention_mask(input_ids, text_mask, image.shape[1], self.config.tms_token_id)
         for layer in self.language_model.layers:
             if self.gradient_checkpointing and torch.is_grad_enabled():
                 hidden = self._gradient_checkpointing_func(layer, hidden, cos_sin, mask)
@@ -122,10 +130,10 @@ def sequence_positions(text_mask: torch.Tensor, grid: tuple[int, int]) -> torch.
     return torch.cat([text[None].expand(3, b, -1), image[:, None].expand(3, b, -1)], dim=-1)
 
 
-def attention_mask(input_ids: torch.Tensor, text_mask: torch.Tensor, image_tokens: int, tms_token_id: int,
-                   dtype: torch.dtype) -> torch.Tensor:
-    """The additive (B, 1, L, L) mask: text rows causal, the timestep token's and the image's rows see every real
-    token; no row sees the padding."""
+def attention_mask(input_ids: torch.Tensor, text_mask: torch.Tensor, image_tokens: int, tms_token_id: int
+                   ) -> torch.Tensor:
+    """The (B, 1, L, L) mask of SDPA (True: attended): text rows causal, the timestep token's and the image's rows see
+    every real token; no row sees the padding (a boolean mask: no dtype for autocast to cast)."""
     b, length = input_ids.shape
     total = length + image_tokens
     device = input_ids.device
@@ -134,8 +142,7 @@ def attention_mask(input_ids: torch.Tensor, text_mask: torch.Tensor, image_token
     allowed |= full[:, :, None]
     real = torch.cat([text_mask.bool(), torch.ones(b, image_tokens, dtype=torch.bool, device=device)], 1)
     allowed &= real[:, None, :]
-    return torch.zeros(b, 1, total, total, dtype=dtype, device=device).masked_fill(
-        ~allowed[:, None], torch.finfo(dtype).min)
+    return allowed[:, None]
 
 
 def patchify(pixels: torch.Tensor) -> torch.Tensor:
