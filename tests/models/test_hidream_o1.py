@@ -49,6 +49,9 @@ def test_the_file_loads_as_hidream_o1_and_round_trips(files: dict[str, str], mod
     assert not any(k.startswith(("model.", "lm_head.")) or "deepstack" in k for k in saved)
     assert model.family.name == "hidream_o1" and type(model.unet).__name__ == "HiDreamO1Transformer"
     assert type(model.vae).__name__ == "PixelSpace"  # no autoencoder: the pixels are the latents
+    from trainers.models.file_kind import model_kind
+
+    assert model_kind(Path(files["pretrained_model_name_or_path"])) == "HiDream-O1-Image checkpoint"  # Browse's
     written = model.family.to_checkpoint(model, model.unet.state_dict())
     assert written.keys() == saved.keys() and all(torch.equal(written[k], saved[k]) for k in saved)
 

@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 from trainers.demo import build_dataset
 from trainers.methods.lora.file_format import read_lora_file
 from trainers.models import ModelFiles, load_model
+from trainers.models.file_kind import model_kind
 from trainers.models.hidream_o1.tiny import build_tiny_hidream_o1
 
 pytestmark = pytest.mark.slow
@@ -68,6 +69,7 @@ def test_the_lora_trains_samples_and_names_its_modules_as_comfyui_does(runs: Run
     assert {k: runs.metadata[k] for k in ("ss_base_model_version", "ss_network_module", "ss_timestep_sampling")} == {
         "ss_base_model_version": "hidream_o1", "ss_network_module": "networks.lora_hidream_o1",
         "ss_timestep_sampling": "uniform"}
+    assert model_kind(runs.out / "straight.safetensors") == "HiDream-O1-Image LoRA"  # as Browse lists it
     comfy = {PREFIX + k: v.shape for k, v in load_file(runs.files["pretrained_model_name_or_path"]).items()}
     patches, unloaded = load_lora(runs.lora, unet_key_map(comfy))
     assert unloaded == [] and len(patches) == len({k.split(".")[0] for k in runs.lora})
