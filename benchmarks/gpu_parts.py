@@ -142,7 +142,7 @@ class TrainRun:
         ctx.report(**memory.peaks(session.accelerator.device), estimate_gb=estimated_gb(cfg, spec.family, sizes.tiny),
                    steps_per_s=round(rate, 4),
                    s_per_step=round(1 / rate, 4), images_per_s=round(rate * spec.batch, 4),
-                   tflop_per_step=round(flops.total / 1e12, 4), mfu=round(flops.total * rate / sizes.peak_flops, 4),
+                   tflop_per_step=float(f"{flops.total / 1e12:.4g}"), mfu=round(flops.total * rate / sizes.peak_flops, 4),
                    loss_last=losses[-1], loss_finite=all(math.isfinite(x) for x in losses), steps=len(progress),
                    data_share=progress[-1].get("data_share"))
         ctx.phase("loading the saved output back")
