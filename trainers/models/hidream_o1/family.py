@@ -38,8 +38,8 @@ from trainers.models.hidream_o1.rules import MARKER, REPOSITORIES, ROOTS, HiDrea
 TEXT_LENGTH = 512
 PREFIX = "<|im_start|>user\n"  # Qwen3-VL's chat template of one user turn and the generation prompt
 SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<|boi_token|><|tms_token|>"
-# musubi-tuner's defaults per model_type: (noise_scale_start, noise_clip_std, sample CFG, sample shift, steps)
-VARIANTS = {"full": (8.0, 0.0, 5.0, 3.0, 50), "dev": (7.5, 2.5, 0.0, 1.0, 28)}
+# musubi-tuner's defaults per model_type: (noise_scale_start, noise_clip_std, the samples' shift)
+VARIANTS = {"full": (8.0, 0.0, 3.0), "dev": (7.5, 2.5, 1.0)}
 MUSUBI_PREFIX = "lora_unet_model_"  # musubi-tuner's LoRA names (its Qwen3VLForConditionalGeneration's `model.`)
 LAYER_NAMES = re.compile(r"^(?:model\.)?layers\.\d+\.")
 
@@ -67,17 +67,19 @@ class HiDreamO1(HiDreamO1Rules, FlowFamily, ModelFamily):
 
     def load_checkpoint(self, ckpt: Any, weight_dtype: torch.dtype, vae_path: str, files: ModelFiles) -> Any:
         """The one file: the denoiser (any of ROOTS' nestings; HiDream-ai's lm_head and deepstack mergers, which
-        image generation never runs, left out); the tokenizer from tokenizer_cache_dir (HiDream-ai's, fetched once)."""
+        image generation never runs, left out); the tokenizer from tokenizer_cache_dir (HiDream-ai's, the Dev
+        repository's for a file named so; fetched once)."""
         from diffusers import FlowMatchEulerDiscreteScheduler
 
         from trainers.models.hidream_o1.text import CaptionTokens
         from trainers.models.pixel_space import PixelSpace
 
-        tokenizer = load_tokenizer(files.tokenizer_cache_dir, self.model_type)
+        variant = "dev" if self.distilled_base(ckpt.path) is not None else self.model_type
+        tokenizer = load_tokenizer(files.tokenizer_cache_dir, variant)
         denoiser = self._denoiser(ckpt, weight_dtype, tokenizer)
         family = copy.copy(self)
         family.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        shift = VARIANTS[self.model_type][3]
+        shift = VARIANTS[self.model_type][2]
         return LoadedModel(family, denoiser, PixelSpace(), [CaptionTokens()], [tokenizer],
                            FlowMatchEulerDiscreteScheduler(shift=shift), "flow", str(ckpt.path))
 
@@ -174,7 +176,7 @@ class HiDreamO1(HiDreamO1Rules, FlowFamily, ModelFamily):
     def inference_scheduler(self, model: Any, sampler: str) -> Any:
         from diffusers import FlowMatchEulerDiscreteScheduler
 
-        return FlowMatchEulerDiscreteScheduler(shift=VARIANTS[self.model_type][3])
+        return FlowMatchEulerDiscreteScheduler(shift=VARIANTS[self.model_type][2])
 
     def pipeline_embeds(self, hidden: torch.Tensor, second: torch.Tensor | None) -> dict[str, Any]:
         ids, mask = split_text(hidden, second)

@@ -10,8 +10,9 @@ READS = (DENSITY - {"save_diffusers_lora"}) | SAMPLING | SINGLE_FILE
 OPTIONS: tuple[Option, ...] = (
     Option("model_type", "str", "full", "The HiDream-O1-Image variant the model file is (musubi-tuner's "
            "--model_type): 'full' (HiDream-ai/HiDream-O1-Image) or 'dev' (the distilled HiDream-O1-Image-Dev). It "
-           "sets the noise settings left unset (full: 8.0 / 8.0 / 0.0; dev: 7.5 / 7.5 / 2.5), the tokenizer's "
-           "repository and the samples' defaults (full: CFG 5, shift 3; dev: no CFG, shift 1).", "model",
+           "sets the noise settings left unset (full: 8.0 / 8.0 / 0.0; dev: 7.5 / 7.5 / 2.5) and the samples' "
+           "shift (full: 3; dev: 1; their steps and CFG are the sample options', musubi-tuner's being 50 at CFG 5 "
+           "for full, 28 without CFG for dev).", "model",
            choices=("full", "dev")),
     Option("noise_scale_start", "float", None, "The noise's scale at the noisiest level (musubi-tuner's "
            "--noise_scale_start): the noisy input is (1 - sigma) x + sigma * scale * noise. Unset: 8.0 (full) or "
@@ -25,6 +26,6 @@ OPTIONS: tuple[Option, ...] = (
 )
 NOTES = {
     "tokenizer_cache_dir": "its Qwen3-VL tokenizer and chat template (HiDream-ai/HiDream-O1-Image's, or "
-                           "HiDream-ai/HiDream-O1-Image-Dev's with model_type = 'dev').",
+                           "HiDream-ai/HiDream-O1-Image-Dev's for a file whose name says Dev).",
     "timestep_sampling": "musubi-tuner's HiDream-O1 docs train with 'uniform' (the presets set it).",
 }
