@@ -101,6 +101,7 @@ def test_the_finetune_is_comfy_orgs_single_file_and_loads_back(runs: Runs) -> No
     base = load_file(runs.files["pretrained_model_name_or_path"])
     assert saved.keys() == base.keys()
     assert max((saved[k] - base[k]).abs().max().item() for k in base) > 0
+    assert all(torch.equal(saved[k], base[k]) for k in base if k.startswith("visual."))  # t2i: the tower is frozen
     loaded = load_model(str(runs.out / "finetune.safetensors"), "auto", torch.float32,
                         files=ModelFiles.from_values(runs.files))
     assert loaded.family.name == "hidream_o1"

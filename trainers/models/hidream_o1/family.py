@@ -110,6 +110,11 @@ class HiDreamO1(HiDreamO1Rules, FlowFamily, ModelFamily):
         clone.noise_clip_std = _or(values.get("noise_clip_std"), clip_default)
         return clone
 
+    def finetuned_part(self, denoiser: nn.Module) -> nn.Module:
+        """All but the vision tower, which text-to-image never runs (musubi-tuner's t2i finetune freezes it too)."""
+        return nn.ModuleList([denoiser.language_model, denoiser.t_embedder1, denoiser.x_embedder,
+                              denoiser.final_layer2])
+
     def swap_blocks(self, denoiser: nn.Module, count: int) -> list[nn.Module]:
         return last_blocks(denoiser.language_model.layers, count, "decoder layers")
 
@@ -161,7 +166,8 @@ class HiDreamO1(HiDreamO1Rules, FlowFamily, ModelFamily):
             low = (min_timestep or 0) / 1000
             high = (max_timestep if max_timestep is not None else 1000) / 1000
             return uniform * (high - low) + low
-        return flux_sigmas(self.settings, normal, uniform, (latent_size[0] // 4, latent_size[1] // 4))
+        # 'flux_shift' counts an image's tokens as FLUX.1 would at that size (a 16x16-pixel token)
+        return flux_sigmas(self.settings, normal, uniform, (latent_size[0] // 8, latent_size[1] // 8))
 
     def vae_latents(self, raw: torch.Tensor, vae: nn.Module) -> torch.Tensor:
         return raw
