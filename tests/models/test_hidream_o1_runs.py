@@ -2,7 +2,7 @@
 `python -m trainers` would (three short trainings, hence slow): a 2-step LoRA (cached images and caption ids,
 gradient checkpointing, as the presets) trains, samples and names its modules as ComfyUI reads them, resumed from
 step 1 it equals the uninterrupted run, Generate renders with it, and a 2-step finetune saves Comfy-Org's single file,
-which loads back as HiDream-O1-Image."""
+which loads back as HiDream-O1-Image; blocks_to_swap trains the same LoRA."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -105,3 +105,16 @@ def test_the_finetune_is_comfy_orgs_single_file_and_loads_back(runs: Runs) -> No
     loaded = load_model(str(runs.out / "finetune.safetensors"), "auto", torch.float32,
                         files=ModelFiles.from_values(runs.files))
     assert loaded.family.name == "hidream_o1"
+
+
+def test_blocks_to_swap_trains_the_same_lora(tmp_path: Path) -> None:
+    """Two of four decoder layers swapped (on the CPU: weights moved, never numbers): the LoRA trained without it."""
+    files = build_tiny_hidream_o1(tmp_path / "model", layers=4)
+    dataset = build_dataset(tmp_path / "data", folder="2_sks shape")
+    common = {**files, "train_data_dir": str(dataset), **FAST, "max_train_steps": 1, "output_name": "lora",
+              "gradient_checkpointing": True}
+    assert train("lora", tmp_path / "swap", **common, output_dir=str(tmp_path / "swap-out"), blocks_to_swap=2) == 0
+    assert train("lora", tmp_path / "plain", **common, output_dir=str(tmp_path / "plain-out")) == 0
+    swapped, _ = read_lora_file(tmp_path / "swap-out" / "lora.safetensors")
+    plain, _ = read_lora_file(tmp_path / "plain-out" / "lora.safetensors")
+    assert swapped.keys() == plain.keys() and all(torch.equal(swapped[k], plain[k]) for k in plain)

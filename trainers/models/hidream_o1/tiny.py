@@ -25,13 +25,13 @@ def write_tiny_tokenizer(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def tiny_transformer(vocab: int, tms_token_id: int) -> torch.nn.Module:
+def tiny_transformer(vocab: int, tms_token_id: int, layers: int = 2) -> torch.nn.Module:
     from trainers.models.hidream_o1.family import config_from_shapes
     from trainers.models.hidream_o1.model import HiDreamO1Transformer
 
     shapes = {"language_model.embed_tokens.weight": (vocab, 32),
               "language_model.layers.0.self_attn.q_norm.weight": (16,),
-              "language_model.layers.1.x": (), "language_model.layers.0.mlp.gate_proj.weight": (64, 32),
+              f"language_model.layers.{layers - 1}.x": (), "language_model.layers.0.mlp.gate_proj.weight": (64, 32),
               "language_model.layers.0.self_attn.q_proj.weight": (32, 32),
               "language_model.layers.0.self_attn.k_proj.weight": (16, 32),
               "visual.patch_embed.proj.weight": (72, 3, 2, 16, 16), "visual.blocks.0.x": (),
@@ -40,9 +40,10 @@ def tiny_transformer(vocab: int, tms_token_id: int) -> torch.nn.Module:
     return HiDreamO1Transformer(**config_from_shapes(shapes, "tiny"), tms_token_id=tms_token_id)
 
 
-def build_tiny_hidream_o1(folder: Path, seed: int = 0, prefix: str = "") -> dict[str, str]:
-    """Write the tiny model's file (its tensors under `prefix`: Comfy-Org's none, or HiDream-ai's `model.`) and its
-    tokenizer; the options a run names them with (pretrained_model_name_or_path, tokenizer_cache_dir)."""
+def build_tiny_hidream_o1(folder: Path, seed: int = 0, prefix: str = "", layers: int = 2) -> dict[str, str]:
+    """Write the tiny model's file (its tensors under `prefix`: Comfy-Org's none, or HiDream-ai's `model.`; `layers`
+    decoder layers) and its tokenizer; the options a run names them with (pretrained_model_name_or_path,
+    tokenizer_cache_dir)."""
     from safetensors.torch import save_file
     from transformers import AutoTokenizer
 
@@ -51,7 +52,7 @@ def build_tiny_hidream_o1(folder: Path, seed: int = 0, prefix: str = "") -> dict
     local = tokenizers / REPOSITORIES["full"].replace("/", "_")
     write_tiny_tokenizer(local)
     tokenizer = AutoTokenizer.from_pretrained(local)
-    transformer = tiny_transformer(len(tokenizer), tokenizer.convert_tokens_to_ids("<|tms_token|>"))
+    transformer = tiny_transformer(len(tokenizer), tokenizer.convert_tokens_to_ids("<|tms_token|>"), layers)
     with torch.no_grad():  # the published output head starts at zero; the tiny one must say something
         torch.nn.init.normal_(transformer.final_layer2.linear.weight, std=0.02)
     path = folder / "checkpoints" / "hidream_o1_image_tiny.safetensors"
