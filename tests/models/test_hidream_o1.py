@@ -152,6 +152,7 @@ def test_every_lora_key_maps_onto_comfyuis_model_and_musubi_names_read_back(mode
     assert not any("embed_tokens" in k or "visual" in k or "t_embedder" in k for k in patches)  # t2i's targets
     musubi = {k.replace("lora_unet_", "lora_unet_model_", 1): v for k, v in lora.items()}
     assert model.family.lora_in_own_names(musubi).keys() == lora.keys()
+    assert model.family.lora_in_musubi_names(lora).keys() == musubi.keys()  # tools convert --to musubi
 
 
 def test_a_sample_renders_through_the_familys_sampling_loop(model, tmp_path: Path) -> None:

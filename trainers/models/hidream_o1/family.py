@@ -222,6 +222,11 @@ class HiDreamO1(HiDreamO1Rules, FlowFamily, ModelFamily):
         return {("lora_unet_" + k[len(MUSUBI_PREFIX):]) if k.startswith(MUSUBI_PREFIX) else k: v
                 for k, v in state.items()}
 
+    def lora_in_musubi_names(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """musubi-tuner's names of the same modules (`tools convert --to musubi`): under its wrapper's `model.`."""
+        return {(MUSUBI_PREFIX + k[len("lora_unet_"):]) if k.startswith("lora_unet_") else k: v
+                for k, v in state.items()}
+
 
 def _target(path: str, layer: nn.Linear) -> LoraTarget:
     return LoraTarget("lora_unet_" + path.replace(".", "_"), (layer,), path=path)
