@@ -197,6 +197,10 @@ def test_the_dev_variant_is_told_by_its_file_name(files: dict[str, str], tmp_pat
     save_file(load_file(files["pretrained_model_name_or_path"]), dev)
     (note,) = distilled_notes(_values(files, pretrained_model_name_or_path=str(dev)))
     assert "HiDream-O1-Image-Dev is a distilled base" in note and "model_type = 'dev'" in note
+    loaded = load_model(str(dev), "auto", torch.float32, files=ModelFiles.from_values(files))
+    assert (loaded.family.model_type, loaded.family.noise_scale) == ("dev", (7.5, 7.5))  # Generate samples so
+    assert loaded.noise_scheduler.config.shift == 1.0
+    assert loaded.family.configured(_values(files)).model_type == "full"  # a run's model_type rules
 
 
 def test_musubi_tuners_config_is_read_with_its_names(tmp_path: Path) -> None:

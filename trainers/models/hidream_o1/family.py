@@ -79,7 +79,10 @@ class HiDreamO1(HiDreamO1Rules, FlowFamily, ModelFamily):
         denoiser = self._denoiser(ckpt, weight_dtype, tokenizer)
         family = copy.copy(self)
         family.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        shift = VARIANTS[self.model_type][2]
+        family.model_type = variant  # until a run's model_type says otherwise (Generate: the file's name)
+        family.noise_scale = (VARIANTS[variant][0],) * 2
+        family.noise_clip_std = VARIANTS[variant][1]
+        shift = VARIANTS[variant][2]
         return LoadedModel(family, denoiser, PixelSpace(), [CaptionTokens()], [tokenizer],
                            FlowMatchEulerDiscreteScheduler(shift=shift), "flow", str(ckpt.path))
 
@@ -103,7 +106,7 @@ class HiDreamO1(HiDreamO1Rules, FlowFamily, ModelFamily):
 
     def configured(self, values: Mapping[str, Any]) -> Any:
         clone = super().configured(values)
-        clone.model_type = str(values.get("model_type") or "full")
+        clone.model_type = str(values.get("model_type") or self.model_type)
         start_default, clip_default = VARIANTS[clone.model_type][:2]
         start = _or(values.get("noise_scale_start"), start_default)
         clone.noise_scale = (start, _or(values.get("noise_scale_end"), start))

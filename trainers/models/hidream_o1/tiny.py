@@ -1,7 +1,7 @@
 """A tiny random-init HiDream-O1-Image in Comfy-Org's single-file layout (tests): a two-layer Qwen3-VL decoder 32
 wide (two heads of 16), a one-block vision tower (one head of the published 72), the pixel heads at their published
 sizes per patch (3072 values), and a tokenizer_cache_dir holding a character-level tokenizer with Qwen's chat tokens
-and HiDream's <|boi_token|> and <|tms_token|> under HiDream-ai/HiDream-O1-Image's id."""
+and HiDream's <|boi_token|> and <|tms_token|> under HiDream-ai/HiDream-O1-Image's and -Dev's ids."""
 from __future__ import annotations
 
 import string
@@ -49,8 +49,9 @@ def build_tiny_hidream_o1(folder: Path, seed: int = 0, prefix: str = "", layers:
 
     torch.manual_seed(seed)
     tokenizers = folder / "tokenizers"
+    for repository in REPOSITORIES.values():  # full's and Dev's (a file named so reads the Dev repository's)
+        write_tiny_tokenizer(tokenizers / repository.replace("/", "_"))
     local = tokenizers / REPOSITORIES["full"].replace("/", "_")
-    write_tiny_tokenizer(local)
     tokenizer = AutoTokenizer.from_pretrained(local)
     transformer = tiny_transformer(len(tokenizer), tokenizer.convert_tokens_to_ids("<|tms_token|>"), layers)
     with torch.no_grad():  # the published output head starts at zero; the tiny one must say something
