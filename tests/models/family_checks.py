@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -353,3 +354,43 @@ def write_split_files(states: dict[str, dict[str, torch.Tensor]], files: dict[st
     for hub_id, tokenizer in tokenizers:
         tokenizer.save_pretrained(files["tokenizer_cache_dir"] / hub_id.replace("/", "_"))  # type: ignore[attr-defined]
     return {k: str(v) for k, v in files.items()}
+
+
+# as the presets of the single-file families train: latents and text outputs cached on disk, gradient checkpointing
+PRESET_LIKE = {"cache_latents": True, "cache_text_encoder_outputs": True, "cache_text_encoder_outputs_to_disk": True,
+               "network_train_unet_only": True, "gradient_checkpointing": True}
+
+
+@dataclass
+class FileRuns:
+    """A single-file family's runs (file_runs): their model files, output folder, the straight LoRA run's folder,
+    its tensors and metadata, the resumed run's tensors; the finetune's file is `out / "finetune.safetensors"`."""
+    files: dict[str, str]
+    out: Path
+    straight_run: Path
+    lora: dict[str, torch.Tensor]
+    metadata: dict[str, str]
+    resumed: dict[str, torch.Tensor]
+
+
+def file_runs(tmp: Path, files: dict[str, str], fast: dict[str, object], **lora: object) -> FileRuns:
+    """On the tiny model `files` (its single files): a 2-step LoRA trained as the presets train, saving at step 1 and
+    sampling at step 2, the same resumed from its step-1 state, and a 2-step finetune saved as the single file;
+    `fast` over the shared options, `lora` on both LoRA runs (network_args)."""
+    from helpers import train
+
+    from trainers.demo import build_dataset
+    from trainers.methods.lora.file_format import read_lora_file
+
+    dataset = build_dataset(tmp / "data", folder="2_sks shape")
+    common = {**files, "train_data_dir": str(dataset), "output_dir": str(tmp / "out"), **fast}
+    assert train("lora", tmp / "straight", **common, max_train_steps=2, output_name="straight", save_every_n_steps=1,
+                 save_state=True, sample_every_n_steps=2, **PRESET_LIKE, **lora,
+                 sample_prompt_lines=["sks shape --n blurry --w 64 --h 64 --s 2 --l 2"]) == 0
+    assert train("lora", tmp / "resumed", **common, max_train_steps=2, output_name="resumed", **lora,
+                 resume=str(tmp / "out" / "straight-step00000001-state"), **PRESET_LIKE) == 0
+    assert train("finetune", tmp / "finetune", **{**common, "learning_rate": 1e-3}, max_train_steps=2,
+                 output_name="finetune", save_model_as="safetensors") == 0
+    lora_tensors, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
+    return FileRuns(files, tmp / "out", tmp / "straight", lora_tensors, metadata,
+                    read_lora_file(tmp / "out" / "resumed.safetensors")[0])

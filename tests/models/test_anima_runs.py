@@ -5,19 +5,17 @@ modules as sd-scripts and ComfyUI read them, resumed from step 1 it equals the u
 with it, and a 2-step finetune saves the published single file, which loads back as Anima."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from comfy_lora import PREFIX, load_lora, unet_key_map
-from helpers import events, train
+from family_checks import FileRuns, file_runs
+from helpers import events
 from PIL import Image
 from safetensors.torch import load_file
 
-from trainers.demo import build_dataset
-from trainers.methods.lora.file_format import read_lora_file
 from trainers.models import ModelFiles, load_model
 from trainers.models.anima.tiny import build_tiny_anima
 from trainers.models.file_kind import model_kind
@@ -28,40 +26,15 @@ FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 
         "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "sigmoid",
         "discrete_flow_shift": 1.0}
 ADAPTER = ["train_llm_adapter=True"]
-# as the presets train: latents and Qwen3 outputs cached on disk (the text mask and T5 ids with them), checkpointing
-PRESET_LIKE = {"cache_latents": True, "cache_text_encoder_outputs": True, "cache_text_encoder_outputs_to_disk": True,
-               "network_train_unet_only": True, "gradient_checkpointing": True}
-
-
-@dataclass
-class Runs:
-    files: dict[str, str]
-    out: Path
-    straight_run: Path
-    lora: dict[str, torch.Tensor]
-    metadata: dict[str, str]
-    resumed: dict[str, torch.Tensor]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> FileRuns:
     tmp = tmp_path_factory.mktemp("anima_runs")
-    files = build_tiny_anima(tmp / "model")
-    dataset = build_dataset(tmp / "data", folder="2_sks shape")
-    common = {**files, "train_data_dir": str(dataset), "output_dir": str(tmp / "out"), **FAST}
-    assert train("lora", tmp / "straight", **common, max_train_steps=2, output_name="straight", save_every_n_steps=1,
-                 save_state=True, network_args=ADAPTER, sample_every_n_steps=2, **PRESET_LIKE,
-                 sample_prompt_lines=["sks shape --n blurry --w 64 --h 64 --s 2 --l 2"]) == 0
-    assert train("lora", tmp / "resumed", **common, max_train_steps=2, output_name="resumed", network_args=ADAPTER,
-                 resume=str(tmp / "out" / "straight-step00000001-state"), **PRESET_LIKE) == 0
-    assert train("finetune", tmp / "finetune", **{**common, "learning_rate": 1e-3}, max_train_steps=2,
-                 output_name="finetune", save_model_as="safetensors") == 0
-    lora, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
-    return Runs(files, tmp / "out", tmp / "straight", lora, metadata,
-                read_lora_file(tmp / "out" / "resumed.safetensors")[0])
+    return file_runs(tmp, build_tiny_anima(tmp / "model"), FAST, network_args=ADAPTER)
 
 
-def test_the_lora_trains_samples_and_names_its_modules_as_sd_scripts_and_comfyui_do(runs: Runs) -> None:
+def test_the_lora_trains_samples_and_names_its_modules_as_sd_scripts_and_comfyui_do(runs: FileRuns) -> None:
     evs = events(runs.straight_run)
     assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
     assert Image.open(next(e for e in evs if e["type"] == "sample")["path"]).size == (64, 64)
@@ -82,7 +55,7 @@ def test_the_lora_trains_samples_and_names_its_modules_as_sd_scripts_and_comfyui
     assert unloaded == [] and len(patches) == len({k.split(".")[0] for k in runs.lora})
 
 
-def test_the_health_check_says_comfyui_loads_it_and_diffusers_has_no_loader(runs: Runs) -> None:
+def test_the_health_check_says_comfyui_loads_it_and_diffusers_has_no_loader(runs: FileRuns) -> None:
     from trainers.health.check import check_save
 
     report = check_save(runs.out / "straight.safetensors", "anima")
@@ -91,12 +64,12 @@ def test_the_health_check_says_comfyui_loads_it_and_diffusers_has_no_loader(runs
     assert report["verdict"] == "healthy" and report["warnings"] == []
 
 
-def test_the_resumed_lora_equals_the_uninterrupted_one(runs: Runs) -> None:
+def test_the_resumed_lora_equals_the_uninterrupted_one(runs: FileRuns) -> None:
     assert runs.lora.keys() == runs.resumed.keys()
     assert max((runs.lora[k] - runs.resumed[k]).abs().max().item() for k in runs.lora) < 1e-6
 
 
-def test_generate_renders_with_and_without_the_lora(runs: Runs, tmp_path: Path) -> None:
+def test_generate_renders_with_and_without_the_lora(runs: FileRuns, tmp_path: Path) -> None:
     from trainers.generate.options import GenerateConfig, LoraRef
     from trainers.generate.plan import Variant, build_plan
     from trainers.generate.renderer import Renderer
@@ -112,7 +85,7 @@ def test_generate_renders_with_and_without_the_lora(runs: Runs, tmp_path: Path) 
     assert base.shape == (64, 64, 3) and np.abs(one - base).max() > 0
 
 
-def test_the_finetune_is_the_published_single_file_and_loads_back_as_anima(runs: Runs) -> None:
+def test_the_finetune_is_the_published_single_file_and_loads_back_as_anima(runs: FileRuns) -> None:
     saved = load_file(runs.out / "finetune.safetensors")
     base = load_file(runs.files["pretrained_model_name_or_path"])
     assert saved.keys() == base.keys()  # `net.` names, the LLM adapter and the rope buffers: ComfyUI's file

@@ -5,13 +5,13 @@ step 1 it equals the uninterrupted run, Generate renders with it, and a 2-step f
 which loads back as HiDream-O1-Image; blocks_to_swap trains the same LoRA."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from comfy_lora import PREFIX, load_lora, unet_key_map
+from family_checks import FileRuns, file_runs
 from helpers import events, train
 from PIL import Image
 from safetensors.torch import load_file
@@ -27,39 +27,15 @@ pytestmark = pytest.mark.slow
 FAST = {"resolution": "64", "train_batch_size": 2, "max_data_loader_n_workers": 0, "learning_rate": 1e-2,
         "network_dim": 4, "network_alpha": 2, "save_precision": "float", "timestep_sampling": "uniform",
         "weighting_scheme": "none", "noise_clip_std": 2.5}
-PRESET_LIKE = {"cache_latents": True, "cache_text_encoder_outputs": True, "cache_text_encoder_outputs_to_disk": True,
-               "network_train_unet_only": True, "gradient_checkpointing": True}
-
-
-@dataclass
-class Runs:
-    files: dict[str, str]
-    out: Path
-    straight_run: Path
-    lora: dict[str, torch.Tensor]
-    metadata: dict[str, str]
-    resumed: dict[str, torch.Tensor]
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> FileRuns:
     tmp = tmp_path_factory.mktemp("hidream_o1_runs")
-    files = build_tiny_hidream_o1(tmp / "model")
-    dataset = build_dataset(tmp / "data", folder="2_sks shape")
-    common = {**files, "train_data_dir": str(dataset), "output_dir": str(tmp / "out"), **FAST}
-    assert train("lora", tmp / "straight", **common, max_train_steps=2, output_name="straight", save_every_n_steps=1,
-                 save_state=True, sample_every_n_steps=2, **PRESET_LIKE,
-                 sample_prompt_lines=["sks shape --n blurry --w 64 --h 64 --s 2 --l 2"]) == 0
-    assert train("lora", tmp / "resumed", **common, max_train_steps=2, output_name="resumed",
-                 resume=str(tmp / "out" / "straight-step00000001-state"), **PRESET_LIKE) == 0
-    assert train("finetune", tmp / "finetune", **{**common, "learning_rate": 1e-3}, max_train_steps=2,
-                 output_name="finetune", save_model_as="safetensors") == 0
-    lora, metadata = read_lora_file(tmp / "out" / "straight.safetensors")
-    return Runs(files, tmp / "out", tmp / "straight", lora, metadata,
-                read_lora_file(tmp / "out" / "resumed.safetensors")[0])
+    return file_runs(tmp, build_tiny_hidream_o1(tmp / "model"), FAST)
 
 
-def test_the_lora_trains_samples_and_names_its_modules_as_comfyui_does(runs: Runs) -> None:
+def test_the_lora_trains_samples_and_names_its_modules_as_comfyui_does(runs: FileRuns) -> None:
     evs = events(runs.straight_run)
     assert [e["step"] for e in evs if e["type"] == "progress"] == [1, 2]
     assert Image.open(next(e for e in evs if e["type"] == "sample")["path"]).size == (64, 64)
@@ -75,12 +51,12 @@ def test_the_lora_trains_samples_and_names_its_modules_as_comfyui_does(runs: Run
     assert unloaded == [] and len(patches) == len({k.split(".")[0] for k in runs.lora})
 
 
-def test_the_resumed_lora_equals_the_uninterrupted_one(runs: Runs) -> None:
+def test_the_resumed_lora_equals_the_uninterrupted_one(runs: FileRuns) -> None:
     assert runs.lora.keys() == runs.resumed.keys()
     assert max((runs.lora[k] - runs.resumed[k]).abs().max().item() for k in runs.lora) < 1e-6
 
 
-def test_generate_renders_with_and_without_the_lora(runs: Runs, tmp_path: Path) -> None:
+def test_generate_renders_with_and_without_the_lora(runs: FileRuns, tmp_path: Path) -> None:
     from trainers.generate.options import GenerateConfig, LoraRef
     from trainers.generate.plan import Variant, build_plan
     from trainers.generate.renderer import Renderer
@@ -96,7 +72,7 @@ def test_generate_renders_with_and_without_the_lora(runs: Runs, tmp_path: Path) 
     assert base.shape == (64, 64, 3) and np.abs(one - base).max() > 0
 
 
-def test_the_finetune_is_comfy_orgs_single_file_and_loads_back(runs: Runs) -> None:
+def test_the_finetune_is_comfy_orgs_single_file_and_loads_back(runs: FileRuns) -> None:
     saved = load_file(runs.out / "finetune.safetensors")
     base = load_file(runs.files["pretrained_model_name_or_path"])
     assert saved.keys() == base.keys()
