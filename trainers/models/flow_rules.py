@@ -78,6 +78,8 @@ class FlowRules(FamilyRules):
     reads_single_files: bool = True  # False: its single files are recognised (reference_prefixes) and refused
     writes_single_files: bool | None = None  # its finetunes' single file (to_checkpoint); None: as reads_single_files
     frozen_text_encoder: str = ""  # its only text encoder, which LoRAs never train (e.g. "Gemma 2"); "": none such
+    size_step: int = SIZE_STEP  # image sides and bucket steps are multiples of it
+    size_reason: str = ""  # why, for the message ("" for the VAE-and-patches 16)
 
     @property
     def own_options(self) -> frozenset[str]:
@@ -122,7 +124,7 @@ class FlowRules(FamilyRules):
         for name, group, refused, why in _REFUSED:
             if name in values and refused(values[name]):
                 issues.append(ConfigIssue(name, f"{why} ({self.title} trains by flow matching)", group))
-        issues += _size_issues(values, self.title) + self.network_arg_issues(values)
+        issues += self._size_issues(values) + self.network_arg_issues(values)
         issues += self._frozen_encoder_issues(values)
         if values.get("network_module", "networks.lora") != "networks.lora":
             issues.append(ConfigIssue("network_module", f"{self.title} LoRAs are trained with 'networks.lora' "
@@ -138,6 +140,18 @@ class FlowRules(FamilyRules):
             issues.append(ConfigIssue("save_model_as", f"{self.title} finetunes are saved as diffusers folders only: "
                                       "set save_model_as = 'diffusers'", "saving"))
         return issues + huber_schedule_issue(values, self.title) + self.other_family_issues(values)
+
+    def _size_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
+        step, why = self.size_step, f" ({self.size_reason})" if self.size_reason else ""
+        issues = []
+        sides = [p.strip() for p in str(values.get("resolution", "")).replace("x", ",").split(",")]
+        if all(p.isdigit() for p in sides) and any(int(p) % step for p in sides):
+            issues.append(ConfigIssue("resolution", f"{self.title} models take sizes in multiples of {step}{why}: "
+                                      f"e.g. {32 * step} or {64 * step}", "dataset"))
+        if values.get("enable_bucket") and int(values.get("bucket_reso_steps") or 64) % step:
+            issues.append(ConfigIssue("bucket_reso_steps", f"must be a multiple of {step} for {self.title} "
+                                      f"models{why}: 64 is safest", "dataset"))
+        return issues
 
     def _frozen_encoder_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
         """Text-encoder training options set for a family whose text encoder stays frozen (as in musubi-tuner and
@@ -187,17 +201,6 @@ _REFUSED: tuple[tuple[str, str, Callable[[Any], bool], str], ...] = (
      "attention: set sdpa = true"),
 )
 
-
-def _size_issues(values: Mapping[str, Any], title: str) -> list[ConfigIssue]:
-    issues = []
-    sides = [p.strip() for p in str(values.get("resolution", "")).replace("x", ",").split(",")]
-    if all(p.isdigit() for p in sides) and any(int(p) % SIZE_STEP for p in sides):
-        issues.append(ConfigIssue("resolution", f"{title} models take sizes in multiples of {SIZE_STEP}: e.g. 512 or "
-                                  "1024", "dataset"))
-    if values.get("enable_bucket") and int(values.get("bucket_reso_steps") or 64) % SIZE_STEP:
-        issues.append(ConfigIssue("bucket_reso_steps", f"must be a multiple of {SIZE_STEP} for {title} models "
-                                  "(64 is safest)", "dataset"))
-    return issues
 
 
 def huber_schedule_issue(values: Mapping[str, Any], title: str) -> list[ConfigIssue]:

@@ -36,6 +36,7 @@ class HiDreamO1Rules(FlowRules):
     pipeline_class = "HiDreamO1ModularPipeline"
     detect_priority = 4
     writes_single_files = True
+    size_step, size_reason = SIZE_STEP, "one image token is a 32x32 pixel patch"
     reference_prefixes = tuple(f"{root}{MARKER}" for root in ROOTS)
     checkpoint_parts = ()  # one file holds it all: the decoder is its text encoder, and it has no autoencoder
 
@@ -56,14 +57,7 @@ class HiDreamO1Rules(FlowRules):
         return True
 
     def option_issues(self, values: Mapping[str, Any]) -> list[ConfigIssue]:
-        issues = [i for i in super().option_issues(values) if i.field not in ("resolution", "bucket_reso_steps")]
-        sides = [p.strip() for p in str(values.get("resolution", "")).replace("x", ",").split(",")]
-        if all(p.isdigit() for p in sides) and any(int(p) % SIZE_STEP for p in sides):
-            issues.append(ConfigIssue("resolution", f"{self.title} takes sizes in multiples of {SIZE_STEP} (one "
-                                      "image token is a 32x32 pixel patch): e.g. 1024 or 2048", "dataset"))
-        if values.get("enable_bucket") and int(values.get("bucket_reso_steps") or 64) % SIZE_STEP:
-            issues.append(ConfigIssue("bucket_reso_steps", f"must be a multiple of {SIZE_STEP} for {self.title} "
-                                      "(its 32x32 pixel patches): 64 is safest", "dataset"))
+        issues = super().option_issues(values)
         for name in ("vae", "ae", "text_encoder"):
             if values.get(name):
                 issues.append(ConfigIssue(name, f"{self.title} has no autoencoder or separate text encoder (it "
