@@ -80,10 +80,13 @@ def read_family_keys(flat: dict[str, Any], note: Callable[[str], None], bad: Cal
     if is_anima(flat):
         _anima_keys(flat, note, bad)
         return
-    family = MODEL_TYPES.get(str(flat.get("model_type")))
+    sd_scripts_type = str(flat.get("model_type"))
+    family = MODEL_TYPES.get(sd_scripts_type)
+    if sd_scripts_type in MODEL_TYPES:  # FLUX.1's scripts' switch, not HiDream-O1's model_type (musubi-tuner's)
+        flat.pop("model_type")
     if family and "model_family" not in flat:
         flat["model_family"] = family
-        note(f"model_type = {flat['model_type']!r} is read as model_family = {family!r}")
+        note(f"model_type = {sd_scripts_type!r} is read as model_family = {family!r}")
     if flat.get("network_module") == LUMINA_MODULE:
         flat["network_module"] = "networks.lora"
         note(f"network_module = {LUMINA_MODULE!r} is read as model_family = 'lumina2' with network_module = "
