@@ -17,10 +17,12 @@ from helpers import free_port
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 httpx = pytest.importorskip("httpx")
 
-PAGE_LIMIT = 1_600_000  # bytes of the page (HTML with its config); it was 6.9 MB (5 MB of it API docs), 1.88 MB with
+PAGE_LIMIT = 1_700_000  # bytes of the page (HTML with its config); it was 6.9 MB (5 MB of it API docs), 1.88 MB with
 # every option's whole help under its field (1.82 MB with its first sentence and a link to the rest); 1.91 MB with
 # the families of 2026-12-02's fifth session, 1.55 MB once Gradio's per-component API info left the page
-# (gui/page_config.py). Issue 38's goal: under 2 MB
+# (gui/page_config.py); 1.64 MB on 2026-12-03 with Anima's, HiDream-O1's and LTX-2 audio's 8 options in each of the
+# 5 training tabs (about 590 bytes a component, 97 more) and Generate's and the tools' model files. Issue 38's goal:
+# under 2 MB
 
 
 class Served(NamedTuple):
@@ -55,7 +57,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         page.close()
 
 
-def test_the_page_a_browser_downloads_stays_under_1_6_mb(served) -> None:
+def test_the_page_a_browser_downloads_stays_under_1_7_mb(served) -> None:
     url = served.url
     with httpx.Client(base_url=url, timeout=60) as client:
         page = client.get("/")
