@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from comfy_lora import PREFIX, load_lora, unet_key_map
-from family_checks import FileRuns, file_runs
+from family_checks import FileRuns, check_generate_renders_the_lora, file_runs
 from helpers import events
 from PIL import Image
 from safetensors.torch import load_file
@@ -70,19 +69,7 @@ def test_the_resumed_lora_equals_the_uninterrupted_one(runs: FileRuns) -> None:
 
 
 def test_generate_renders_with_and_without_the_lora(runs: FileRuns, tmp_path: Path) -> None:
-    from trainers.generate.options import GenerateConfig, LoraRef
-    from trainers.generate.plan import Variant, build_plan
-    from trainers.generate.renderer import Renderer
-
-    files = {k: v for k, v in runs.files.items() if k != "pretrained_model_name_or_path"}
-    cfg = GenerateConfig({"width": 64, "height": 64, "steps": 2, "cpu_threads": 1, "devices": "cpu",
-                          "model": runs.files["pretrained_model_name_or_path"], **files,
-                          "prompts": ["sks shape --n blurry --l 2"]})
-    variants = [Variant("base"), Variant("w1", (LoraRef(str(runs.out / "straight.safetensors"), 1.0),))]
-    plan = build_plan(cfg, tmp_path / "images", 7, variants)
-    renderer = Renderer(cfg, "cpu", variants)
-    base, one = (np.asarray(Image.open(renderer.render(item)[0]).convert("RGB")).astype(int) for item in plan.items)
-    assert base.shape == (64, 64, 3) and np.abs(one - base).max() > 0
+    check_generate_renders_the_lora(runs, tmp_path)
 
 
 def test_the_finetune_is_the_published_single_file_and_loads_back_as_anima(runs: FileRuns) -> None:
