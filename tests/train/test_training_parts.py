@@ -184,3 +184,21 @@ def test_caches_are_built_before_the_denoiser_takes_device_memory(fake_model_dir
                  resolution="64", max_train_steps=1, max_data_loader_n_workers=0, network_train_unet_only=True,
                  cache_text_encoder_outputs=True, cache_latents=True) == 0
     assert order == ["_place_encoders", "build_pipeline", "_place_denoiser"]
+
+
+def test_a_bf16_run_on_a_cpu_without_half_kernels_keeps_its_vae_fp32(monkeypatch: pytest.MonkeyPatch,
+                                                                      tiny_sd1_dir: Path) -> None:
+    """Such a CPU runs bf16 convolutions 100x slower than fp32 (an AVX2-only CI runner caching latents); a GPU, fp32
+    runs and a CPU with the kernels keep the VAE in the weight dtype, as sd-scripts does."""
+    from trainers.core.options.typed import PrecisionOptions
+    from trainers.train import session
+
+    cfg = TrainConfig("lora", {"mixed_precision": "bf16"})
+    model = load_model(str(tiny_sd1_dir), "auto", torch.bfloat16)
+    for has_kernels, expected in ((False, torch.float32), (True, torch.bfloat16)):
+        monkeypatch.setattr(session, "cpu_half_kernels", lambda dtype, has=has_kernels: has)
+        session._place_encoders(PrecisionOptions.of(cfg), model, torch.device("cpu"), torch.bfloat16)
+        assert next(model.vae.parameters()).dtype == expected
+    monkeypatch.setattr(session, "cpu_half_kernels", lambda dtype: False)
+    assert not session.slow_half_convolutions(torch.device("cuda"), torch.bfloat16)
+    assert not session.slow_half_convolutions(torch.device("cpu"), torch.float32)

@@ -213,7 +213,8 @@ def _place_encoders(precision: PrecisionOptions, model: LoadedModel, device: tor
     if precision.gradient_checkpointing:
         each_encoder(model.text_encoders, lambda te: cast(Any, te).gradient_checkpointing_enable())
     # Some VAEs (SDXL's) overflow in fp16; bf16 has the range, fp32 is the safe default elsewhere.
-    keep_vae_fp32 = precision.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
+    keep_vae_fp32 = (precision.no_half_vae or weight_dtype == torch.float16 and model.family.vae_fp16_unsafe
+                     or slow_half_convolutions(device, weight_dtype))
     model.vae.to(device, dtype=torch.float32 if keep_vae_fp32 else weight_dtype)
 
 
@@ -297,6 +298,22 @@ def _place_denoiser(cfg: TrainConfig, precision: PrecisionOptions, model: Loaded
     if not blocks:
         return model.family.place_denoiser(model.unet, device)
     return place_with_swap(model.unet, blocks, device)
+
+
+def slow_half_convolutions(device: torch.device, dtype: torch.dtype) -> bool:
+    """A CPU without half-precision instructions (AVX2 only: no AVX512-BF16, AVX512-FP16 or AMX) runs a bf16 or fp16
+    convolution through oneDNN's reference kernels: measured 100x slower than fp32 on a VAE's full-size layers. The
+    VAE then stays fp32 there (its latents only gain precision); a GPU, or a CPU with the instructions, is as before."""
+    return device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) and not cpu_half_kernels(dtype)
+
+
+def cpu_half_kernels(dtype: torch.dtype) -> bool:
+    """Whether oneDNN has native kernels for `dtype` (bf16 or fp16) on this CPU."""
+    probe = "_is_mkldnn_bf16_supported" if dtype == torch.bfloat16 else "_is_mkldnn_fp16_supported"
+    try:
+        return bool(getattr(torch.ops.mkldnn, probe)())
+    except (AttributeError, RuntimeError):  # a torch without the probe: assume the instructions are there
+        return True
 
 
 def weight_dtype_for(mixed_precision: str) -> torch.dtype:
