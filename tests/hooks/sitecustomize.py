@@ -4,7 +4,7 @@ Tests put this folder on PYTHONPATH (see tests/helpers.py: `hook_env`); Python i
 it patches Atelier's modules as they are imported. Production code carries no test hooks.
 
 - ATELIER_TEST_FAIL_RANK_AT_STEP="RANK:STEP": that rank raises at that optimizer step.
-- ATELIER_TEST_FAIL_WORKER=ID: generation worker ID raises on its first work item.
+- ATELIER_TEST_FAIL_WORKER=ID: generation worker ID raises on its first work item (the others wait for it).
 - ATELIER_TEST_FAKE_FAMILY=1: the tests' fake model family (tests/fake_family/) is one of the families.
 - ATELIER_TEST_COUNT_COLLECTIVES=FILE: torch.distributed collectives per optimizer step (those since the
   previous step's report) and the bytes handed to them, one JSON line per rank and step appended to FILE
@@ -140,13 +140,28 @@ def _fail_worker(wid: str) -> Callable[[Any], None]:
         original = job.worker_main
 
         def worker_main(worker: int, *args: Any, **kwargs: Any) -> Any:
+            import tempfile
+            import time
+            from pathlib import Path
+
+            from trainers.generate.renderer import Renderer
+
+            failed = Path(tempfile.gettempdir()) / f"atelier-failed-worker-{os.getppid()}"  # one job's workers
+            plain = Renderer.render
             if str(worker) == wid:
-                from trainers.generate.renderer import Renderer
-
                 def render(self: Any, item: Any) -> Any:
+                    failed.touch()
                     raise RuntimeError(f"injected failure (ATELIER_TEST_FAIL_WORKER={wid})")
+            else:
+                def render(self: Any, item: Any) -> Any:
+                    # the others wait for the failure (60 s at most): a fast worker would else render every item
+                    # before the failing one has loaded its pipeline
+                    deadline = time.monotonic() + 60
+                    while not failed.exists() and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    return plain(self, item)
 
-                Renderer.render = render
+            Renderer.render = render
             return original(worker, *args, **kwargs)
 
         job.worker_main = worker_main

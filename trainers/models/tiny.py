@@ -65,8 +65,9 @@ def text_config(vocab_size: int, hidden: int, projection_dim: int | None = None,
     )
 
 
-def tiny_vae(levels: int = 2):
-    """A tiny AutoencoderKL; its latents are 2 ** (levels - 1) times smaller than the image on each side."""
+def tiny_vae(levels: int = 4):
+    """A tiny AutoencoderKL; its latents are 2 ** (levels - 1) times smaller than the image on each side: 8 with
+    the 4 levels of the published SD and SDXL VAEs (8x8 latents at 64 px)."""
     from diffusers import AutoencoderKL
 
     return AutoencoderKL(

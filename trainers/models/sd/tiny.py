@@ -18,11 +18,12 @@ def build_tiny_sd1(folder: Path, seed: int = 0, v_prediction: bool = False, vae:
     from transformers import CLIPTextModel, CLIPTokenizer
 
     torch.manual_seed(seed)
+    vae = tiny_vae() if vae is None else vae
     tok_dir = folder / "tokenizer"
     write_tiny_tokenizer(tok_dir)
     tokenizer = CLIPTokenizer.from_pretrained(tok_dir)
     unet = UNet2DConditionModel(
-        sample_size=32 if vae is None else 64 // 2 ** (len(vae.config.block_out_channels) - 1),
+        sample_size=64 // 2 ** (len(vae.config.block_out_channels) - 1),
         block_out_channels=(32, 64),
         layers_per_block=2,
         down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
@@ -37,7 +38,7 @@ def build_tiny_sd1(folder: Path, seed: int = 0, v_prediction: bool = False, vae:
         set_alpha_to_one=False, steps_offset=1, prediction_type="v_prediction" if v_prediction else "epsilon",
     )
     pipe = StableDiffusionPipeline(
-        unet=unet, vae=tiny_vae() if vae is None else vae, text_encoder=text_encoder, tokenizer=tokenizer,
+        unet=unet, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer,
         scheduler=scheduler,
         safety_checker=None, feature_extractor=None, requires_safety_checker=False,
     )
