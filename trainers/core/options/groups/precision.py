@@ -48,5 +48,7 @@ OPTIONS: tuple[Option, ...] = (
            "count instead. Less GPU memory, slower steps; needs gradient_checkpointing.", "precision",
            methods=methods_training("network") | methods_training("full"), min=0.0, max=0.95, nullable=True,
            advanced=True),
-    Option("no_half_vae", "bool", False, "Keep the VAE in float32.", "precision", advanced=True),
+    Option("no_half_vae", "bool", False, "Keep the VAE in float32. On a CPU without bf16 or fp16 instructions "
+           "(AVX2 only) it stays float32 anyway: half-precision convolutions run about 100x slower there.",
+           "precision", advanced=True),
 )
