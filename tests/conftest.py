@@ -31,7 +31,10 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (--dist loadgroup) the browser tests run in one worker, in order, on one shared app."""
+    """The `long` tests first, so that pytest-xdist's workers do not end on one of them while the other waits (the
+    demo's run alone is minutes). Under pytest-xdist (--dist loadgroup) the browser tests run in one worker, in
+    order, on one shared app."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the rest keep their order
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:

@@ -210,6 +210,7 @@ def test_missing_packages_are_named_with_how_to_carry_them(monkeypatch: pytest.M
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_dry_run_reports_every_part_with_finite_numbers(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--dry-run", "--out", str(out),

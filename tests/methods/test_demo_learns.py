@@ -31,6 +31,7 @@ def cross_score(image: Path) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_demo_lora_teaches_the_demo_model_a_cross_that_its_samples_show(tmp_path: Path) -> None:
     """The demo as a newcomer runs it from a fresh folder (`trainers demo`, then the preset's relative paths)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
