@@ -191,14 +191,15 @@ def test_a_bf16_run_on_a_cpu_without_half_kernels_keeps_its_vae_fp32(monkeypatch
     """Such a CPU runs bf16 convolutions 100x slower than fp32 (an AVX2-only CI runner caching latents); a GPU, fp32
     runs and a CPU with the kernels keep the VAE in the weight dtype, as sd-scripts does."""
     from trainers.core.options.typed import PrecisionOptions
+    from trainers.models import half_kernels
     from trainers.train import session
 
     cfg = TrainConfig("lora", {"mixed_precision": "bf16"})
     model = load_model(str(tiny_sd1_dir), "auto", torch.bfloat16)
     for has_kernels, expected in ((False, torch.float32), (True, torch.bfloat16)):
-        monkeypatch.setattr(session, "cpu_half_kernels", lambda dtype, has=has_kernels: has)
+        monkeypatch.setattr(half_kernels, "cpu_half_kernels", lambda dtype, has=has_kernels: has)
         session._place_encoders(PrecisionOptions.of(cfg), model, torch.device("cpu"), torch.bfloat16)
         assert next(model.vae.parameters()).dtype == expected
-    monkeypatch.setattr(session, "cpu_half_kernels", lambda dtype: False)
-    assert not session.slow_half_convolutions(torch.device("cuda"), torch.bfloat16)
-    assert not session.slow_half_convolutions(torch.device("cpu"), torch.float32)
+    monkeypatch.setattr(half_kernels, "cpu_half_kernels", lambda dtype: False)
+    assert not half_kernels.slow_half_convolutions(torch.device("cuda"), torch.bfloat16)
+    assert not half_kernels.slow_half_convolutions(torch.device("cpu"), torch.float32)

@@ -26,6 +26,7 @@ from trainers.loras.lora_fit import misfit_for_generate
 from trainers.loras.lycoris_files import LycorisFile, is_lycoris_file, with_conv_ups, with_one_alpha
 from trainers.models import LoadedModel, ModelFiles, ModelLoadError, load_model
 from trainers.models.families import all_families
+from trainers.models.half_kernels import slow_half_convolutions
 from trainers.models.pipeline_lora import PipelinePart
 from trainers.models.video import frame_kwargs
 from trainers.sampling.pipeline import build_pipeline, encode_for_pipeline, sampler_title, save_png
@@ -87,7 +88,8 @@ class Renderer:
         model = replace(load_model(source, self.cfg.model_family, self.dtype, self.cfg.vae,
                                    random_init=self.cfg.random_init, files=ModelFiles.from_values(self.cfg.values)),
                         prompt_format=PROMPTS)
-        vae_dtype = torch.bfloat16 if self.dtype == torch.bfloat16 else torch.float32
+        half = self.dtype == torch.bfloat16 and not slow_half_convolutions(self.device, self.dtype)
+        vae_dtype = torch.bfloat16 if half else torch.float32
         model.unet.to(self.device).eval().requires_grad_(False)
         model.vae.to(self.device, vae_dtype).eval().requires_grad_(False)
         for te in model.text_encoders:

@@ -38,6 +38,7 @@ from trainers.models.block_swap import offloaded_blocks, place_with_swap
 from trainers.models.checks import model_issues
 from trainers.models.distilled import adapter_issues, adapter_path, distilled_notes
 from trainers.models.edit_rules import takes_controls
+from trainers.models.half_kernels import slow_half_convolutions
 from trainers.models.pending_encoders import each_encoder, read_pending
 from trainers.models.training_adapter import attach_training_adapter
 from trainers.quant.apply import check_platform, quantize_frozen
@@ -298,22 +299,6 @@ def _place_denoiser(cfg: TrainConfig, precision: PrecisionOptions, model: Loaded
     if not blocks:
         return model.family.place_denoiser(model.unet, device)
     return place_with_swap(model.unet, blocks, device)
-
-
-def slow_half_convolutions(device: torch.device, dtype: torch.dtype) -> bool:
-    """A CPU without half-precision instructions (AVX2 only: no AVX512-BF16, AVX512-FP16 or AMX) runs a bf16 or fp16
-    convolution through oneDNN's reference kernels: measured 100x slower than fp32 on a VAE's full-size layers. The
-    VAE then stays fp32 there (its latents only gain precision); a GPU, or a CPU with the instructions, is as before."""
-    return device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) and not cpu_half_kernels(dtype)
-
-
-def cpu_half_kernels(dtype: torch.dtype) -> bool:
-    """Whether oneDNN has native kernels for `dtype` (bf16 or fp16) on this CPU."""
-    probe = "_is_mkldnn_bf16_supported" if dtype == torch.bfloat16 else "_is_mkldnn_fp16_supported"
-    try:
-        return bool(getattr(torch.ops.mkldnn, probe)())
-    except (AttributeError, RuntimeError):  # a torch without the probe: assume the instructions are there
-        return True
 
 
 def weight_dtype_for(mixed_precision: str) -> torch.dtype:
